@@ -1,0 +1,468 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// ToolDomain is what the MCP route needs from the relay domain.
+type ToolDomain interface {
+	// SessionForToken returns the id of the session a bearer token names; ok=false when none (→ 401).
+	SessionForToken(ctx context.Context, token string) (sessionID string, ok bool, err error)
+	// CallTool runs one relay_tool call as that session. args is the JSON object of the call's
+	// arguments as sent. It returns the complete result envelope (a JSON object with "ok") and
+	// whether it is a failure.
+	CallTool(ctx context.Context, sessionID string, args json.RawMessage) (result json.RawMessage, isError bool)
+}
+
+// MCPOptions configures [NewMCPHandler]. The zero value is usable.
+type MCPOptions struct {
+	// Version is the server version announced in initialize. Default "dev".
+	Version string
+	// ProgressFirst is when the first progress notification (or, for a client that sent no
+	// progress token, the first SSE keep-alive comment) goes out while a call runs.
+	// Default 2s; SPEC R7.11 wants one within 5 s.
+	ProgressFirst time.Duration
+	// ProgressEvery is the interval of the following ones. Default 10s; SPEC R7.11 wants at
+	// most 15 s.
+	ProgressEvery time.Duration
+	// Logger receives the route's warnings and errors, and the MCP SDK's (at warn level and
+	// above; the SDK logs every stateless request at info). Default: discard.
+	Logger *slog.Logger
+	// DisableLocalhostProtection turns off the SDK's DNS-rebinding guard, which answers 403
+	// to a request that reached a loopback listener with a non-loopback Host header. Set it
+	// behind a reverse proxy on the same host; the bearer token is the protection then.
+	DisableLocalhostProtection bool
+}
+
+// Defaults of [MCPOptions].
+const (
+	DefaultMCPProgressFirst = 2 * time.Second
+	DefaultMCPProgressEvery = 10 * time.Second
+)
+
+// WithDefaults returns o with every zero field set to its default.
+func (o MCPOptions) WithDefaults() MCPOptions {
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.ProgressFirst <= 0 {
+		o.ProgressFirst = DefaultMCPProgressFirst
+	}
+	if o.ProgressEvery <= 0 {
+		o.ProgressEvery = DefaultMCPProgressEvery
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// Envelopes the route answers itself, without the domain.
+var (
+	envelopeArgsNotObject = json.RawMessage(`{"ok":false,"code":"REMOTE_RELAY_INVALID_INPUT","error":"arguments must be a JSON object. Nothing was done."}`)
+	envelopeInternal      = json.RawMessage(`{"ok":false,"code":"REMOTE_RELAY_INTERNAL","error":"The relay hit an unexpected error; its log has the detail. It is not known whether the action took effect."}`)
+)
+
+// errTokenCheck is what a client sees (500) when the token could not be checked; the log
+// has the cause.
+var errTokenCheck = errors.New("the session token could not be checked now; try again")
+
+// NewMCPHandler returns the handler of POST /mcp (SPEC §2): the MCP server "relay" over the
+// Streamable HTTP transport in stateless mode, behind bearer-token auth (401 before the MCP
+// layer without a token that names a session). It serves one listed tool, relay_tool, and
+// executes the unlisted legacy name remote_relay the same way (R3.8).
+//
+// While a tool call runs, the response is kept alive (R7.11): by progress notifications when
+// the call carries a progress token, else by SSE comment lines. The http.Server that serves
+// this handler must have no WriteTimeout.
+func NewMCPHandler(d ToolDomain, o MCPOptions) http.Handler {
+	o = o.WithDefaults()
+	r := &mcpRoute{domain: d, opts: o, log: o.Logger}
+
+	server := mcp.NewServer(&mcp.Implementation{Name: "relay", Version: o.Version}, &mcp.ServerOptions{
+		Logger: slog.New(minLevelHandler{Handler: o.Logger.Handler(), min: slog.LevelWarn}),
+	})
+	tool := &mcp.Tool{
+		Name:        relayToolName,
+		Description: relayToolDescription,
+		InputSchema: relayToolInputSchema(),
+	}
+	server.AddTool(tool, r.callTool)
+	legacy := *tool
+	legacy.Name = legacyToolName
+	legacy.InputSchema = relayToolInputSchema()
+	server.AddTool(&legacy, r.callTool)
+	server.AddReceivingMiddleware(hideTools(legacyToolName))
+
+	streamable := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
+		Stateless:                  true,
+		DisableLocalhostProtection: o.DisableLocalhostProtection,
+		Logger:                     slog.New(minLevelHandler{Handler: o.Logger.Handler(), min: slog.LevelWarn}),
+	})
+	requireToken := auth.RequireBearerToken(r.verifyToken, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
+	return requireToken(keepAliveHandler{next: streamable})
+}
+
+type mcpRoute struct {
+	domain ToolDomain
+	opts   MCPOptions
+	log    *slog.Logger
+}
+
+// verifyToken is the auth.TokenVerifier: the token's session id becomes TokenInfo.UserID,
+// which the SDK hands to the tool handler as req.Extra.TokenInfo.
+func (r *mcpRoute) verifyToken(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+	sessionID, ok, err := r.domain.SessionForToken(ctx, token)
+	if err != nil {
+		r.log.ErrorContext(ctx, "mcp: check session token", "err", err)
+		return nil, errTokenCheck
+	}
+	if !ok || sessionID == "" {
+		return nil, auth.ErrInvalidToken
+	}
+	// No Expiration: session tokens live as long as their session
+	// (RequireBearerTokenOptions.AllowMissingExpiration).
+	return &auth.TokenInfo{UserID: sessionID}, nil
+}
+
+// callTool serves relay_tool and remote_relay. A failure is always a tool result with
+// isError (R3.3), never a JSON-RPC error.
+func (r *mcpRoute) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	var caller string
+	if req.Extra != nil && req.Extra.TokenInfo != nil {
+		caller = req.Extra.TokenInfo.UserID
+	}
+	if caller == "" {
+		// Cannot happen behind RequireBearerToken; refuse rather than act as nobody.
+		r.log.ErrorContext(ctx, "mcp: tool call without a caller")
+		return toolResult(envelopeInternal, true), nil
+	}
+
+	args := req.Params.Arguments
+	switch trimmed := bytes.TrimSpace(args); {
+	case len(trimmed) == 0 || string(trimmed) == "null":
+		args = json.RawMessage(`{}`) // no arguments: the domain says what is missing
+	case trimmed[0] != '{':
+		return toolResult(envelopeArgsNotObject, true), nil
+	}
+
+	stop := r.keepCallAlive(ctx, req, actionOf(args))
+	result, isError := r.runDomain(ctx, caller, args)
+	stop()
+
+	if !isJSONObject(result) {
+		r.log.ErrorContext(ctx, "mcp: domain returned a result that is not a JSON object",
+			"session", caller, "result", truncate(string(result), 200))
+		return toolResult(envelopeInternal, true), nil
+	}
+	return toolResult(result, isError), nil
+}
+
+// runDomain calls the domain and turns a panic into REMOTE_RELAY_INTERNAL: the SDK runs
+// handlers on its own goroutines and does not recover, so a panic would end the process.
+func (r *mcpRoute) runDomain(ctx context.Context, caller string, args json.RawMessage) (result json.RawMessage, isError bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.ErrorContext(ctx, "mcp: panic in tool call", "session", caller, "panic", p, "stack", string(debug.Stack()))
+			result, isError = envelopeInternal, true
+		}
+	}()
+	return r.domain.CallTool(ctx, caller, args)
+}
+
+// toolResult is the MCP form of an envelope (R3.1): one text item holding the JSON and the
+// same object as structuredContent.
+func toolResult(envelope json.RawMessage, isError bool) *mcp.CallToolResult {
+	return &mcp.CallToolResult{
+		Content:           []mcp.Content{&mcp.TextContent{Text: string(envelope)}},
+		StructuredContent: envelope,
+		IsError:           isError,
+	}
+}
+
+// keepCallAlive keeps the client from giving up on a long call (R7.11): after ProgressFirst
+// and then every ProgressEvery until stop is called, it sends a progress notification when
+// the request carries a progress token, and otherwise an SSE comment line on the POST's
+// response. stop returns once nothing more will be written.
+func (r *mcpRoute) keepCallAlive(ctx context.Context, req *mcp.CallToolRequest, action string) (stop func()) {
+	token := req.Params.GetProgressToken()
+	kw, _ := ctx.Value(keepAliveKey{}).(*keepAliveWriter)
+	if token == nil && kw == nil {
+		return func() {}
+	}
+	prefix := ""
+	if action != "" {
+		prefix = action + ": "
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		start := time.Now()
+		timer := time.NewTimer(r.opts.ProgressFirst)
+		defer timer.Stop()
+		for n := 1; ; n++ {
+			select {
+			case <-done:
+				return
+			case <-timer.C:
+			}
+			if token != nil {
+				err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+					ProgressToken: token,
+					Progress:      float64(n),
+					Message:       fmt.Sprintf("%swaiting… %s", prefix, time.Since(start).Round(time.Second)),
+				})
+				if err != nil {
+					r.log.DebugContext(ctx, "mcp: progress notification", "err", err)
+				}
+			} else if !kw.keepAlive() {
+				return // the response is finished or is not an event stream
+			}
+			timer.Reset(r.opts.ProgressEvery)
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
+}
+
+// actionOf returns the "action" argument when it is a string, for progress messages.
+func actionOf(args json.RawMessage) string {
+	var a struct {
+		Action any `json:"action"`
+	}
+	if json.Unmarshal(args, &a) != nil {
+		return ""
+	}
+	s, _ := a.Action.(string)
+	return truncate(s, 40)
+}
+
+func isJSONObject(b json.RawMessage) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) > 0 && b[0] == '{' && json.Valid(b)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// hideTools drops the named tools from tools/list results; they stay callable.
+func hideTools(names ...string) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			res, err := next(ctx, method, req)
+			if err != nil || method != "tools/list" {
+				return res, err
+			}
+			if list, ok := res.(*mcp.ListToolsResult); ok {
+				// The SDK builds a fresh slice per request, so filtering in place is safe.
+				list.Tools = slices.DeleteFunc(list.Tools, func(t *mcp.Tool) bool {
+					return slices.Contains(names, t.Name)
+				})
+			}
+			return res, nil
+		}
+	}
+}
+
+// minLevelHandler passes on records at min and above only.
+type minLevelHandler struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevelHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevelHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return minLevelHandler{Handler: h.Handler.WithAttrs(attrs), min: h.min}
+}
+
+func (h minLevelHandler) WithGroup(name string) slog.Handler {
+	return minLevelHandler{Handler: h.Handler.WithGroup(name), min: h.min}
+}
+
+// ---- SSE keep-alive for clients without a progress token ----
+
+// keepAliveKey is the context key under which keepAliveHandler hands its writer to the tool
+// handler. In stateless mode the SDK derives each request's handler context from that POST's
+// request context, so the value reaches exactly the call it belongs to.
+type keepAliveKey struct{}
+
+// keepAliveHandler gives each POST a keepAliveWriter, so that a running tool call can open
+// the SSE response early and write comment lines before the SDK has written anything (the
+// SDK sends no byte until its first event, and clients abort calls that stay silent).
+type keepAliveHandler struct {
+	next http.Handler
+}
+
+func (h keepAliveHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodPost {
+		h.next.ServeHTTP(w, req)
+		return
+	}
+	kw := newKeepAliveWriter(w)
+	defer kw.close() // also on panic: nothing may write after ServeHTTP returns
+	h.next.ServeHTTP(kw, req.WithContext(context.WithValue(req.Context(), keepAliveKey{}, kw)))
+	kw.finish()
+}
+
+// errResponseFinished is returned by writes after the handler returned.
+var errResponseFinished = errors.New("mcp: response already finished")
+
+// keepAliveWriter is the http.ResponseWriter the SDK writes to. Until the response is
+// committed the SDK works on its own header map; the first WriteHeader, Write or Flush of the
+// SDK, or a due keep-alive, commits it. All writes to the real writer hold mu, so a comment
+// never lands inside an event.
+type keepAliveWriter struct {
+	mu        sync.Mutex
+	w         http.ResponseWriter
+	header    http.Header // the SDK's header map
+	committed bool        // WriteHeader was called on w
+	sse       bool        // committed as 200 text/event-stream
+	keptAlive bool        // a keep-alive committed the response
+	closed    bool        // the handler returned: no more writes
+}
+
+func newKeepAliveWriter(w http.ResponseWriter) *keepAliveWriter {
+	return &keepAliveWriter{w: w, header: w.Header().Clone()}
+}
+
+func (k *keepAliveWriter) Header() http.Header { return k.header }
+
+func (k *keepAliveWriter) WriteHeader(code int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed || k.committed {
+		return // as net/http: a later WriteHeader is superfluous
+	}
+	k.commitLocked(code)
+}
+
+func (k *keepAliveWriter) Write(p []byte) (int, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return 0, errResponseFinished
+	}
+	if !k.committed {
+		k.commitLocked(http.StatusOK)
+	} else if k.keptAlive && mediaType(k.header) == "application/json" {
+		// The response went out as an event stream before the SDK decided to answer with a
+		// plain JSON body (a protocol-level error of 2026-07-28): deliver it as an event.
+		var b bytes.Buffer
+		b.WriteString("event: message\ndata: ")
+		b.Write(bytes.TrimRight(p, "\r\n"))
+		b.WriteString("\n\n")
+		if _, err := k.w.Write(b.Bytes()); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	return k.w.Write(p)
+}
+
+// Flush implements http.Flusher.
+func (k *keepAliveWriter) Flush() { _ = k.FlushError() }
+
+// FlushError is what http.ResponseController uses.
+func (k *keepAliveWriter) FlushError() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return errResponseFinished
+	}
+	if !k.committed {
+		k.commitLocked(http.StatusOK)
+	}
+	return http.NewResponseController(k.w).Flush()
+}
+
+// keepAlive writes one SSE comment, committing the response as an event stream first if the
+// SDK has not written yet. It reports false when no comment can be written any more: the
+// response is finished or is not an event stream.
+func (k *keepAliveWriter) keepAlive() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return false
+	}
+	if !k.committed {
+		// The SDK set its headers before it handed the call to the tool handler.
+		if mediaType(k.header) != "text/event-stream" {
+			return false
+		}
+		k.commitLocked(http.StatusOK)
+		k.keptAlive = true
+	}
+	if !k.sse {
+		return false
+	}
+	if _, err := io.WriteString(k.w, ": keepalive\n\n"); err != nil {
+		return false
+	}
+	_ = http.NewResponseController(k.w).Flush()
+	return true
+}
+
+// finish commits a response the SDK left untouched (as net/http would on return) and closes.
+func (k *keepAliveWriter) finish() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.closed && !k.committed {
+		k.commitLocked(http.StatusOK)
+	}
+	k.closed = true
+}
+
+func (k *keepAliveWriter) close() {
+	k.mu.Lock()
+	k.closed = true
+	k.mu.Unlock()
+}
+
+// commitLocked makes the real header map equal to the SDK's and writes the status line.
+func (k *keepAliveWriter) commitLocked(code int) {
+	dst := k.w.Header()
+	for key := range dst {
+		if _, ok := k.header[key]; !ok {
+			delete(dst, key)
+		}
+	}
+	for key, values := range k.header {
+		dst[key] = slices.Clone(values)
+	}
+	k.w.WriteHeader(code)
+	k.committed = true
+	k.sse = code == http.StatusOK && mediaType(k.header) == "text/event-stream"
+}
+
+func mediaType(h http.Header) string {
+	t, _, err := mime.ParseMediaType(h.Get("Content-Type"))
+	if err != nil {
+		return ""
+	}
+	return t
+}

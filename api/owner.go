@@ -1,0 +1,269 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/oar/relay/relay"
+)
+
+// maxBody bounds an owner request's body (a prompt may have 1 MiB).
+const maxBody = 2 << 20
+
+type owner struct{ r *relay.Relay }
+
+func (o *owner) routes(g *gin.RouterGroup) {
+	g.POST("/sessions", o.createSession)
+	g.GET("/sessions", o.listSessions)
+	g.GET("/sessions/:id", o.getSession)
+	g.PATCH("/sessions/:id", o.patchSession)
+	g.POST("/sessions/:id/messages", o.message)
+	g.POST("/sessions/:id/stop", o.stop)
+	g.POST("/sessions/:id/archive", o.archive)
+	g.POST("/sessions/:id/questions/:qid", o.answer)
+	g.GET("/cards", o.cards)
+	g.POST("/cards/:id", o.decide)
+	g.GET("/settings", o.settings)
+	g.PATCH("/settings", o.patchSettings)
+	g.GET("/groups", o.groups)
+	g.POST("/groups", o.createGroup)
+	for _, p := range []string{"/inbox", "/schedules", "/relays", "/peer-tokens"} {
+		g.Any(p, notYet)
+		g.Any(p+"/:id", notYet)
+	}
+	g.DELETE("/subscriptions/:id", notYet)
+}
+
+func notYet(c *gin.Context) {
+	c.JSON(http.StatusNotImplemented, gin.H{"error": "This relay does not support " + c.FullPath() + " yet.", "code": relay.CodeUnsupported})
+}
+
+// fail answers a domain error once, here, for the whole owner API.
+func fail(c *gin.Context, err error) {
+	e := relay.AsError(err)
+	if e.Code == relay.CodeInternal {
+		_ = c.Error(err)
+	}
+	body := gin.H{"error": e.Msg, "code": e.Code}
+	for k, v := range e.Fields {
+		body[k] = v
+	}
+	c.JSON(relay.HTTPStatus(e.Code), body)
+}
+
+// bind decodes a JSON body strictly: unknown fields and wrong types are named.
+func bind(c *gin.Context, dst any, optional bool) bool {
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, maxBody))
+	if err != nil {
+		fail(c, relay.Errorf(relay.CodeInvalidInput, "The request body is too large (at most %d bytes). Nothing was done.", maxBody))
+		return false
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		if optional {
+			return true
+		}
+		fail(c, relay.Errorf(relay.CodeInvalidInput, "The request needs a JSON body. Nothing was done."))
+		return false
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		var te *json.UnmarshalTypeError
+		msg := "The body is not valid JSON for this request: " + err.Error() + ". Nothing was done."
+		if errors.As(err, &te) {
+			msg = fmt.Sprintf("%s must be %s. Nothing was done.", te.Field, te.Type)
+		}
+		fail(c, relay.Errorf(relay.CodeInvalidInput, "%s", msg))
+		return false
+	}
+	return true
+}
+
+func (o *owner) createSession(c *gin.Context) {
+	var in relay.NewSession
+	if !bind(c, &in, true) {
+		return
+	}
+	out, err := o.r.OwnerCreateSession(c.Request.Context(), in)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusCreated, out)
+}
+
+func (o *owner) listSessions(c *gin.Context) {
+	scope := c.DefaultQuery("scope", "active")
+	if scope != "active" && scope != "archived" && scope != "all" {
+		fail(c, relay.Errorf(relay.CodeInvalidInput, `scope must be "active", "archived" or "all".`))
+		return
+	}
+	limit, err := strconv.Atoi(c.DefaultQuery("limit", "200"))
+	if err != nil || limit < 1 || limit > 1000 {
+		fail(c, relay.Errorf(relay.CodeInvalidInput, "limit must be a whole number from 1 to 1000."))
+		return
+	}
+	items, total, err := o.r.SessionList(c.Request.Context(), scope, limit)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"sessions": items, "total": total})
+}
+
+func (o *owner) getSession(c *gin.Context) {
+	last, err := strconv.Atoi(c.DefaultQuery("last", "50"))
+	if err != nil || last < 1 || last > 1000 {
+		fail(c, relay.Errorf(relay.CodeInvalidInput, "last must be a whole number from 1 to 1000."))
+		return
+	}
+	out, err := o.r.OwnerSession(c.Request.Context(), c.Param("id"), last)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func (o *owner) patchSession(c *gin.Context) {
+	var p relay.SessionPatch
+	if !bind(c, &p, false) {
+		return
+	}
+	out, err := o.r.OwnerPatchSession(c.Request.Context(), c.Param("id"), p)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func (o *owner) message(c *gin.Context) {
+	var in struct {
+		Text string `json:"text"`
+	}
+	if !bind(c, &in, false) {
+		return
+	}
+	out, err := o.r.OwnerMessage(c.Request.Context(), c.Param("id"), in.Text)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusAccepted, out)
+}
+
+func (o *owner) stop(c *gin.Context) {
+	out, err := o.r.OwnerStop(c.Request.Context(), c.Param("id"))
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func (o *owner) archive(c *gin.Context) {
+	out, err := o.r.OwnerArchive(c.Request.Context(), c.Param("id"))
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func (o *owner) answer(c *gin.Context) {
+	var in struct {
+		Choices []string `json:"choices"`
+		Answer  string   `json:"answer"`
+	}
+	if !bind(c, &in, false) {
+		return
+	}
+	q, err := o.r.AnswerQuestion(c.Request.Context(), c.Param("id"), c.Param("qid"), in.Choices, in.Answer)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, q)
+}
+
+func (o *owner) cards(c *gin.Context) {
+	cards, err := o.r.Cards(c.Request.Context())
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	list := make([]any, 0, len(cards))
+	for _, card := range cards {
+		list = append(list, card)
+	}
+	c.JSON(http.StatusOK, gin.H{"cards": list})
+}
+
+func (o *owner) decide(c *gin.Context) {
+	var in struct {
+		Decision string `json:"decision"`
+	}
+	if !bind(c, &in, false) {
+		return
+	}
+	card, err := o.r.DecideCard(c.Request.Context(), c.Param("id"), in.Decision)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, card)
+}
+
+func (o *owner) settings(c *gin.Context) {
+	st, err := o.r.Settings(c.Request.Context())
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, st)
+}
+
+func (o *owner) patchSettings(c *gin.Context) {
+	var p relay.SettingsPatch
+	if !bind(c, &p, false) {
+		return
+	}
+	st, err := o.r.PatchSettings(c.Request.Context(), p)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, st)
+}
+
+func (o *owner) groups(c *gin.Context) {
+	gs, err := o.r.Groups(c.Request.Context())
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"groups": gs})
+}
+
+func (o *owner) createGroup(c *gin.Context) {
+	var in struct {
+		Name string `json:"name"`
+	}
+	if !bind(c, &in, false) {
+		return
+	}
+	g, err := o.r.CreateGroup(c.Request.Context(), in.Name)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusCreated, g)
+}

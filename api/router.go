@@ -1,0 +1,129 @@
+// Package api is the relay's HTTP edge: the gin router with POST /mcp (the
+// MCP server), the owner API under /api/v1, health and metrics. It turns
+// requests into domain calls and domain errors into responses, in one place.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/oar/relay/metrics"
+	"github.com/oar/relay/relay"
+)
+
+func init() { gin.SetMode(gin.ReleaseMode) }
+
+// Options configures the router.
+type Options struct {
+	Relay      *relay.Relay
+	Metrics    *metrics.Metrics
+	OwnerToken string
+	// Ready reports whether the process can serve (Redis reachable, not draining).
+	Ready  func(ctx context.Context) error
+	MCP    MCPOptions
+	Logger *slog.Logger
+}
+
+// NewRouter builds the HTTP handler of `relay serve`.
+func NewRouter(o Options) http.Handler {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	g := gin.New()
+	g.Use(gin.Recovery(), logRequests(o.Logger, o.Metrics))
+	g.HandleMethodNotAllowed = true
+	mcpH := gin.WrapH(NewMCPHandler(o.Relay, o.MCP))
+	g.POST("/mcp", mcpH)
+	g.GET("/mcp", mcpH)
+	g.DELETE("/mcp", mcpH)
+	AddHealth(g, o.Ready, o.Metrics)
+	v1 := g.Group("/api/v1", ownerAuth(o.OwnerToken))
+	ow := &owner{r: o.Relay}
+	ow.routes(v1)
+	g.NoRoute(func(c *gin.Context) {
+		c.JSON(http.StatusNotFound, gin.H{"error": "No such route: " + c.Request.Method + " " + c.Request.URL.Path, "code": relay.CodeNotFound})
+	})
+	return g
+}
+
+// AddHealth adds /healthz, /readyz and /metrics (also used by `relay worker --metrics-addr`).
+func AddHealth(g *gin.Engine, ready func(context.Context) error, m *metrics.Metrics) {
+	g.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	g.GET("/readyz", func(c *gin.Context) {
+		ctx, cancel := context.WithTimeout(c.Request.Context(), 2*time.Second)
+		defer cancel()
+		if ready != nil {
+			if err := ready(ctx); err != nil {
+				c.JSON(http.StatusServiceUnavailable, gin.H{"status": "unavailable", "error": err.Error()})
+				return
+			}
+		}
+		c.JSON(http.StatusOK, gin.H{"status": "ready"})
+	})
+	if m != nil {
+		g.GET("/metrics", gin.WrapH(m.Handler()))
+	}
+}
+
+// NewHealthRouter serves only health and metrics (relay worker --metrics-addr).
+func NewHealthRouter(ready func(context.Context) error, m *metrics.Metrics) http.Handler {
+	g := gin.New()
+	g.Use(gin.Recovery())
+	AddHealth(g, ready, m)
+	return g
+}
+
+func logRequests(log *slog.Logger, m *metrics.Metrics) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		start := time.Now()
+		c.Next()
+		route := c.FullPath()
+		if route == "" {
+			route = "unmatched"
+		}
+		status := c.Writer.Status()
+		kind := "api"
+		switch {
+		case strings.HasPrefix(route, "/mcp"):
+			kind = "mcp"
+		case route == "/metrics":
+			kind = "metrics"
+		case route == "/healthz" || route == "/readyz":
+			kind = "health"
+		case strings.HasPrefix(route, "/peer"):
+			kind = "peer"
+		}
+		if m != nil {
+			m.HTTPRequest(kind, status)
+		}
+		if kind == "metrics" || kind == "health" {
+			return
+		}
+		log.Debug("http", "method", c.Request.Method, "route", route, "status", status, "duration", time.Since(start))
+	}
+}
+
+func bearerToken(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+func ownerAuth(token string) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		got := bearerToken(c.Request)
+		if token == "" || got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			c.AbortWithStatusJSON(http.StatusUnauthorized, gin.H{"error": "The owner API needs Authorization: Bearer <owner token>.", "code": relay.CodeAuth})
+			return
+		}
+		c.Next()
+	}
+}

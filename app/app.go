@@ -1,0 +1,351 @@
+// Package app wires the relay's parts into one process: Redis (real or
+// embedded), the store, the domain, the asynq worker, the HTTP API, metrics
+// and the time loops. cmd/relay only parses flags and signals; tests and the
+// bench program start the same App on 127.0.0.1:0.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oar/relay/api"
+	"github.com/oar/relay/config"
+	"github.com/oar/relay/jobs"
+	"github.com/oar/relay/metrics"
+	"github.com/oar/relay/provider"
+	"github.com/oar/relay/relay"
+	"github.com/oar/relay/scheduler"
+	"github.com/oar/relay/store"
+	"github.com/oar/relay/worker"
+)
+
+// Version is the relay's version (set with -ldflags at build time).
+var Version = "0.9.4-dev"
+
+// Modes of a process.
+const (
+	ModeServe  = "serve"  // API, worker and scheduler
+	ModeWorker = "worker" // worker and scheduler only
+)
+
+// Options are the process settings that are not user configuration.
+type Options struct {
+	Mode        string
+	KeyPrefix   string // Redis key prefix and queue namespace (default "relay")
+	Logger      *slog.Logger
+	Concurrency int
+	// MaxWaitCap caps the longest wait per call below the settings (tests only).
+	MaxWaitCap time.Duration
+	MCP        api.MCPOptions
+	// SweepEvery is the interval of the lost-drain sweep (default 15s).
+	SweepEvery time.Duration
+	// ShutdownGrace bounds how long in-flight HTTP requests may finish (default 5s).
+	ShutdownGrace time.Duration
+}
+
+// App is one relay process.
+type App struct {
+	cfg  config.Config
+	opts Options
+	log  *slog.Logger
+
+	mini     *miniredis.Miniredis
+	rdb      *redis.Client
+	st       *store.Store
+	relay    *relay.Relay
+	work     *worker.Worker
+	met      *metrics.Metrics
+	aq       *asynq.Client
+	insp     *asynq.Inspector
+	queues   jobs.Queues
+	scripted *provider.Scripted
+
+	started    chan struct{}
+	addr       string
+	ownerToken string
+	draining   bool
+	mu         sync.Mutex
+}
+
+// New connects to Redis and builds the process; Run starts it.
+func New(cfg config.Config, o Options) (*App, error) {
+	if o.Mode == "" {
+		o.Mode = ModeServe
+	}
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = "relay"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.SweepEvery <= 0 {
+		o.SweepEvery = 15 * time.Second
+	}
+	if o.ShutdownGrace <= 0 {
+		o.ShutdownGrace = 5 * time.Second
+	}
+	a := &App{cfg: cfg, opts: o, log: o.Logger, started: make(chan struct{})}
+	ropts := &redis.Options{DialTimeout: 2 * time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second,
+		MaxRetries: 1, PoolSize: 64}
+	if cfg.RedisURL == "" {
+		a.mini = miniredis.NewMiniRedis()
+		m := a.mini
+		ropts.Addr = "embedded"
+		ropts.Dialer = func(context.Context, string, string) (net.Conn, error) { return m.Dial() }
+		a.log.Warn("Redis: embedded in-memory server (no --redis / REDIS_URL): nothing is kept across restarts and only this one process can use it; set REDIS_URL for a real Redis and several workers")
+	} else {
+		u, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			return nil, fmt.Errorf("redis url: %w", err)
+		}
+		u.DialTimeout, u.ReadTimeout, u.WriteTimeout, u.MaxRetries, u.PoolSize = ropts.DialTimeout, ropts.ReadTimeout, ropts.WriteTimeout, ropts.MaxRetries, ropts.PoolSize
+		ropts = u
+	}
+	a.rdb = redis.NewClient(ropts)
+	a.st = store.New(a.rdb, o.KeyPrefix)
+	a.queues = jobs.QueuesFor(o.KeyPrefix)
+	a.aq = asynq.NewClientFromRedisClient(a.rdb)
+	a.insp = asynq.NewInspectorFromRedisClient(a.rdb)
+	a.met = metrics.New()
+
+	provs, scripted, err := buildProviders(cfg)
+	if err != nil {
+		return nil, err
+	}
+	a.scripted = scripted
+	a.relay = relay.New(a.st, jobs.NewClient(a.aq, a.insp, a.queues), provs, relay.Options{
+		Name: cfg.Name, Version: Version, Folders: cfg.Folders, DefaultCwd: cfg.DefaultCwd,
+		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Logger: a.log, Metrics: a.met,
+		MaxWaitCap: o.MaxWaitCap,
+	})
+	a.work = worker.New(a.rdb, a.relay, worker.Options{Queues: a.queues, Concurrency: o.Concurrency, Logger: a.log})
+	a.met.AddQueues(a.queueStats)
+	a.met.AddGauge("relay_cards_pending", "Approval cards waiting for the owner.", func() float64 {
+		c, _, _ := a.counts()
+		return float64(c)
+	})
+	a.met.AddGauge("relay_sessions_active", "Sessions that are not archived.", func() float64 {
+		_, s, _ := a.counts()
+		return float64(s)
+	})
+	return a, nil
+}
+
+func buildProviders(cfg config.Config) ([]provider.Provider, *provider.Scripted, error) {
+	var out []provider.Provider
+	var scripted *provider.Scripted
+	for _, p := range cfg.Providers {
+		switch p.Type {
+		case config.TypeScripted:
+			scripted = provider.NewScripted(provider.Info{ID: p.ID, Name: p.Name, Models: p.Models, DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo})
+			out = append(out, scripted)
+		case config.TypeExec:
+			out = append(out, provider.NewExec(provider.ExecConfig{ID: p.ID, Name: p.Name, Command: p.Command, Models: p.Models,
+				DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo, Env: p.Env}))
+		case config.TypeOpenAI:
+			return nil, nil, fmt.Errorf("config: providers %q: type openai is not supported by this version yet", p.ID)
+		}
+	}
+	if scripted == nil {
+		scripted = provider.NewScripted(provider.Info{})
+		out = append(out, scripted)
+	}
+	return out, scripted, nil
+}
+
+func (a *App) counts() (int64, int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return a.st.Counts(ctx)
+}
+
+func (a *App) queueStats() []metrics.QueueStat {
+	info, err := a.insp.GetQueueInfo(a.queues.Turns)
+	if err != nil {
+		return []metrics.QueueStat{{Queue: "turns"}}
+	}
+	return []metrics.QueueStat{{Queue: "turns", Pending: info.Pending, Active: info.Active, Retry: info.Retry, Latency: info.Latency}}
+}
+
+// Relay returns the domain service (tests).
+func (a *App) Relay() *relay.Relay { return a.relay }
+
+// Store returns the store (tests, bench).
+func (a *App) Store() *store.Store { return a.st }
+
+// Redis returns the shared client.
+func (a *App) Redis() *redis.Client { return a.rdb }
+
+// Started is closed once the process serves.
+func (a *App) Started() <-chan struct{} { return a.started }
+
+// Addr is the API's bound address (serve mode, after Started).
+func (a *App) Addr() string { return a.addr }
+
+// URL is the API's base URL.
+func (a *App) URL() string { return "http://" + a.addr }
+
+// OwnerToken is the owner token in force (after Started).
+func (a *App) OwnerToken() string { return a.ownerToken }
+
+func (a *App) ready(ctx context.Context) error {
+	a.mu.Lock()
+	d := a.draining
+	a.mu.Unlock()
+	if d {
+		return errors.New("shutting down")
+	}
+	if err := a.st.Ping(ctx); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	return nil
+}
+
+// Run serves until ctx ends, then shuts down in order: readiness off, stop
+// accepting, hand running turns back to the queue, close Redis.
+func (a *App) Run(ctx context.Context) (err error) {
+	defer a.close()
+	if a.mini != nil {
+		go a.fastForward(ctx)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = a.st.Ping(pctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("redis %s: %w", a.cfg.RedisURL, err)
+	}
+	hubCtx, stopHub := context.WithCancel(context.Background())
+	defer stopHub()
+	if err := a.relay.Start(hubCtx); err != nil {
+		return err
+	}
+	var srv *http.Server
+	var ln net.Listener
+	var serveErr = make(chan error, 1)
+	switch a.opts.Mode {
+	case ModeServe:
+		if err := a.setupOwnerToken(ctx); err != nil {
+			return err
+		}
+		ln, err = net.Listen("tcp", a.cfg.Addr)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", a.cfg.Addr, err)
+		}
+		a.addr = ln.Addr().String()
+		a.relay.SetBaseURL(a.URL())
+		if err := a.st.SetAPIURL(ctx, a.URL()); err != nil {
+			return err
+		}
+		mcpOpts := a.opts.MCP
+		mcpOpts.Version = Version
+		if mcpOpts.Logger == nil {
+			mcpOpts.Logger = a.log
+		}
+		h := api.NewRouter(api.Options{Relay: a.relay, Metrics: a.met, OwnerToken: a.ownerToken, Ready: a.ready, MCP: mcpOpts, Logger: a.log})
+		srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	case ModeWorker:
+		if a.cfg.MetricsAddr != "" {
+			ln, err = net.Listen("tcp", a.cfg.MetricsAddr)
+			if err != nil {
+				return fmt.Errorf("listen %s: %w", a.cfg.MetricsAddr, err)
+			}
+			a.addr = ln.Addr().String()
+			srv = &http.Server{Handler: api.NewHealthRouter(a.ready, a.met), ReadHeaderTimeout: 10 * time.Second}
+		}
+	default:
+		return fmt.Errorf("unknown mode %q", a.opts.Mode)
+	}
+	if err := a.work.Start(); err != nil {
+		return fmt.Errorf("start worker: %w", err)
+	}
+	loops, stopLoops := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		stale := &scheduler.Stale{}
+		scheduler.Every(loops, a.opts.SweepEvery, a.log, "drain-sweep", func(ctx context.Context) error {
+			_, err := a.relay.RecoverDrains(ctx, stale.Filter)
+			return err
+		})
+	}()
+	if srv != nil {
+		go func() { serveErr <- srv.Serve(ln) }()
+		if a.opts.Mode == ModeServe {
+			a.log.Info("relay serving", "name", a.cfg.Name, "url", a.URL(), "mcp", a.URL()+"/mcp", "owner_api", a.URL()+"/api/v1")
+		}
+	}
+	close(a.started)
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+		err = fmt.Errorf("http server: %w", err)
+	}
+	a.log.Info("shutting down")
+	a.mu.Lock()
+	a.draining = true
+	a.mu.Unlock()
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), a.opts.ShutdownGrace)
+		if serr := srv.Shutdown(sctx); serr != nil {
+			_ = srv.Close()
+		}
+		cancel()
+	}
+	a.work.Shutdown()
+	a.scripted.Close()
+	stopLoops()
+	wg.Wait()
+	a.log.Info("stopped")
+	return err
+}
+
+func (a *App) setupOwnerToken(ctx context.Context) error {
+	want := a.cfg.OwnerToken
+	if want != "" {
+		a.ownerToken = want
+		return nil
+	}
+	tok, created, err := a.st.OwnerToken(ctx, store.NewID(24))
+	if err != nil {
+		return fmt.Errorf("owner token: %w", err)
+	}
+	a.ownerToken = tok
+	if created {
+		a.log.Warn("generated an owner token (shown once; keep it): use it as Authorization: Bearer for the owner API",
+			"owner_token", tok, "owner_api", "http://"+a.cfg.Addr+"/api/v1")
+	}
+	return nil
+}
+
+func (a *App) fastForward(ctx context.Context) {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			a.mini.FastForward(250 * time.Millisecond)
+		}
+	}
+}
+
+func (a *App) close() {
+	_ = a.aq.Close()
+	_ = a.insp.Close()
+	_ = a.rdb.Close()
+	if a.mini != nil {
+		a.mini.Close()
+	}
+}

@@ -1,0 +1,122 @@
+// Command relay runs a relay: `relay serve` (API, worker and scheduler) or
+// `relay worker` (a worker joining the same Redis).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	_ "time/tzdata" // quiet hours name IANA zones; the image has no zoneinfo
+
+	"github.com/oar/relay/app"
+	"github.com/oar/relay/config"
+)
+
+// usageError is a bad flag or config: exit code 2 with one line.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	var ue usageError
+	if errors.As(err, &ue) || isFlagError(err) {
+		fmt.Fprintln(stderr, "relay:", err)
+		return 2
+	}
+	fmt.Fprintln(stderr, "relay:", err)
+	return 1
+}
+
+func isFlagError(err error) bool {
+	var fe *flagError
+	return errors.As(err, &fe)
+}
+
+type flagError struct{ err error }
+
+func (e *flagError) Error() string { return e.err.Error() }
+
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "relay",
+		Short:         "relay hosts AI agent sessions and serves the MCP tool relay_tool",
+		Long:          "relay hosts agent sessions and serves one MCP tool, relay_tool, through which the agent in one session works with other sessions on this relay and on paired relays.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Version:       app.Version,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &flagError{err} })
+	root.AddCommand(newCmd(app.ModeServe, "Run the API, a worker and the scheduler in one process", stderr),
+		newCmd(app.ModeWorker, "Run a worker only, joining the same Redis (for horizontal scale)", stderr))
+	return root
+}
+
+func newCmd(mode, short string, stderr io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   mode,
+		Short: short,
+		Args:  cobra.NoArgs,
+	}
+	f := cmd.Flags()
+	if mode == app.ModeServe {
+		f.String("addr", config.DefaultAddr, "listen address of the API ("+config.EnvAddr+")")
+	}
+	f.String("redis", "", "Redis URL redis://host:port/db; empty = embedded in-memory server, one process only ("+config.EnvRedis+")")
+	f.String("name", "", "this relay's name; default the host name ("+config.EnvName+")")
+	f.String("config", "", "YAML file: providers, folders, settings, timing, limits ("+config.EnvConfig+")")
+	f.String("owner-token", "", "owner token for /api/v1; default: generated on first start and kept in Redis ("+config.EnvOwnerToken+")")
+	f.String("metrics-addr", "", "worker only: serve /metrics, /healthz and /readyz here ("+config.EnvMetricsAddr+")")
+	f.String("log-format", "text", "log format: text or json")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		set := map[string]string{}
+		cmd.Flags().Visit(func(fl *pflag.Flag) {
+			if fl.Name != "log-format" {
+				set[fl.Name] = fl.Value.String()
+			}
+		})
+		cfg, err := config.Load(set, os.LookupEnv)
+		if err != nil {
+			return usageError{err}
+		}
+		format, _ := cmd.Flags().GetString("log-format")
+		var h slog.Handler
+		switch format {
+		case "json":
+			h = slog.NewJSONHandler(stderr, nil)
+		case "text":
+			h = slog.NewTextHandler(stderr, nil)
+		default:
+			return usageError{fmt.Errorf("--log-format must be text or json (got %q)", format)}
+		}
+		log := slog.New(h)
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		a, err := app.New(cfg, app.Options{Mode: mode, Logger: log})
+		if err != nil {
+			return usageError{err}
+		}
+		return a.Run(ctx)
+	}
+	return cmd
+}

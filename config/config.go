@@ -1,0 +1,911 @@
+// Package config builds the relay's configuration from defaults, the optional
+// YAML file (SPEC §14), the environment and the command-line flags (SPEC §2),
+// in that order of precedence, and validates the result.
+//
+// Every error this package returns is one line. Problems with the YAML file
+// start with "config FILE: " (FILE as given), everything else with "config: ".
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agnivade/levenshtein"
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the whole configuration of one relay process.
+type Config struct {
+	Addr        string // --addr / RELAY_ADDR, default "127.0.0.1:7420"
+	RedisURL    string // --redis / REDIS_URL, default "" (embedded)
+	Name        string // --name / RELAY_NAME / yaml name, default os.Hostname()
+	ConfigPath  string // --config / RELAY_CONFIG, "" when no file is used
+	OwnerToken  string // --owner-token / RELAY_OWNER_TOKEN, "" = generate
+	MetricsAddr string // --metrics-addr / RELAY_METRICS_ADDR, "" = off
+
+	Folders    []string   // yaml folders; default [home]; ~ expanded, Clean
+	DefaultCwd string     // yaml default_cwd; default Folders[0]
+	Providers  []Provider // yaml providers; "scripted" always present
+	Settings   Settings
+	Timing     Timing
+	Limits     Limits
+}
+
+// Provider is one entry of the YAML providers list (SPEC §11).
+type Provider struct {
+	ID           string            // id
+	Name         string            // name; defaults to ID
+	Type         string            // type: exec | openai | scripted
+	Command      []string          // command (exec)
+	Models       []string          // models
+	DefaultModel string            // default_model; defaults to Models[0]
+	Efforts      []string          // efforts
+	BaseURL      string            // base_url (openai)
+	APIKeyEnv    string            // api_key_env (openai): name of the env var holding the key
+	SwitchTo     string            // switch_to: id of another provider
+	Env          map[string]string // env: extra environment for the provider
+}
+
+// Settings are the owner's settings (yaml settings:), changeable at run time.
+type Settings struct {
+	AgentSessions      bool // agent_sessions, default false
+	AcceptAgentPrompts bool // accept_agent_prompts, default true
+	MaxWaitSeconds     int  // max_wait_seconds, default 600, 120–3600
+	QuietTaskMinutes   int  // quiet_task_minutes, default 10, >= 1
+	MaxTurnSeconds     int  // max_turn_seconds, default 3600, >= 1
+}
+
+// Timing holds the timing constants (yaml timing:).
+type Timing struct {
+	Coalesce         time.Duration // coalesce, default 30s, >= 0
+	WakeLimitPerHour int           // wake_limit_per_hour, default 20, >= 1
+	WakeSummaryEvery time.Duration // wake_summary_every, default 10m
+	StalledDefault   time.Duration // stalled_default, default 15m
+	PeerPoll         time.Duration // peer_poll, default 3s
+	AskPoll          time.Duration // ask_poll, default 5s
+	AskPollOffline   time.Duration // ask_poll_offline, default 30s
+	TaskOutputKept   time.Duration // task_output_kept, default 1h
+	ReplayKeep       time.Duration // replay_keep, default 168h
+	DefaultWait      time.Duration // default_wait, default 60s
+	PeerTimeout      time.Duration // peer_timeout, default 10s
+}
+
+// Limits holds the counting limits (yaml limits:); each is >= 1.
+type Limits struct {
+	ActiveSessions               int // active_sessions, default 4
+	SubscriptionsPerConversation int // subscriptions_per_conversation, default 20
+	AgentPromptsBeforeCard       int // agent_prompts_before_card, default 30
+	SchedulesIntoConversation    int // schedules_into_conversation, default 20
+	SchedulesForOthers           int // schedules_for_others, default 20
+	OpenAsksPerConversation      int // open_asks_per_conversation, default 20
+	OpenAsksPerSession           int // open_asks_per_session, default 20
+	ReplayEvents                 int // replay_events, default 500
+	Hops                         int // hops, default 2
+}
+
+// Environment variable names (SPEC §2).
+const (
+	EnvAddr        = "RELAY_ADDR"
+	EnvRedis       = "REDIS_URL"
+	EnvName        = "RELAY_NAME"
+	EnvConfig      = "RELAY_CONFIG"
+	EnvOwnerToken  = "RELAY_OWNER_TOKEN"
+	EnvMetricsAddr = "RELAY_METRICS_ADDR"
+)
+
+// DefaultAddr is the default listen address.
+const DefaultAddr = "127.0.0.1:7420"
+
+// Provider types.
+const (
+	TypeExec     = "exec"
+	TypeOpenAI   = "openai"
+	TypeScripted = "scripted"
+)
+
+// ScriptedID is the id of the always-present scripted provider.
+const ScriptedID = "scripted"
+
+// ScriptedProvider returns the built-in scripted provider (SPEC R11.1).
+func ScriptedProvider() Provider {
+	return Provider{
+		ID:           ScriptedID,
+		Name:         "Scripted",
+		Type:         TypeScripted,
+		Models:       []string{"scripted-1"},
+		DefaultModel: "scripted-1",
+		Efforts:      []string{"low", "medium", "high"},
+	}
+}
+
+// Default returns the configuration with every default applied: Name is the
+// host name ("relay" if it cannot be read), Folders is the user's home
+// directory (empty if it cannot be determined, which Validate rejects) and
+// Providers holds only the scripted provider.
+func Default() Config {
+	name, err := os.Hostname()
+	if err != nil || name == "" {
+		name = "relay"
+	}
+	var folders []string
+	if home, err := os.UserHomeDir(); err == nil && home != "" {
+		folders = []string{filepath.Clean(home)}
+	}
+	c := Config{
+		Addr:      DefaultAddr,
+		Name:      name,
+		Folders:   folders,
+		Providers: []Provider{ScriptedProvider()},
+		Settings: Settings{
+			AgentSessions:      false,
+			AcceptAgentPrompts: true,
+			MaxWaitSeconds:     600,
+			QuietTaskMinutes:   10,
+			MaxTurnSeconds:     3600,
+		},
+		Timing: Timing{
+			Coalesce:         30 * time.Second,
+			WakeLimitPerHour: 20,
+			WakeSummaryEvery: 10 * time.Minute,
+			StalledDefault:   15 * time.Minute,
+			PeerPoll:         3 * time.Second,
+			AskPoll:          5 * time.Second,
+			AskPollOffline:   30 * time.Second,
+			TaskOutputKept:   time.Hour,
+			ReplayKeep:       168 * time.Hour,
+			DefaultWait:      60 * time.Second,
+			PeerTimeout:      10 * time.Second,
+		},
+		Limits: Limits{
+			ActiveSessions:               4,
+			SubscriptionsPerConversation: 20,
+			AgentPromptsBeforeCard:       30,
+			SchedulesIntoConversation:    20,
+			SchedulesForOthers:           20,
+			OpenAsksPerConversation:      20,
+			OpenAsksPerSession:           20,
+			ReplayEvents:                 500,
+			Hops:                         2,
+		},
+	}
+	if len(folders) > 0 {
+		c.DefaultCwd = folders[0]
+	}
+	return c
+}
+
+// flagEnv maps each flag name (without dashes) to its environment variable.
+var flagEnv = []struct{ flag, env string }{
+	{"addr", EnvAddr},
+	{"redis", EnvRedis},
+	{"name", EnvName},
+	{"config", EnvConfig},
+	{"owner-token", EnvOwnerToken},
+	{"metrics-addr", EnvMetricsAddr},
+}
+
+// Load builds the configuration with precedence defaults < YAML file <
+// environment < flags, fills derived defaults and validates the result.
+//
+// flags holds only the flags the user set explicitly, keyed by flag name
+// without dashes ("addr", "redis", "name", "config", "owner-token",
+// "metrics-addr"); an explicitly set flag wins even when it is empty. env is
+// a lookup such as os.LookupEnv; an environment variable set to "" counts as
+// unset. The YAML file is flags["config"], else RELAY_CONFIG, else none.
+func Load(flags map[string]string, env func(string) (string, bool)) (Config, error) {
+	if env == nil {
+		env = func(string) (string, bool) { return "", false }
+	}
+	for k := range flags {
+		if !knownFlag(k) {
+			return Config{}, fmt.Errorf("config: unknown flag %q", k)
+		}
+	}
+	c := Default()
+
+	// The file path itself: flag, else environment.
+	if v, ok := flags["config"]; ok {
+		c.ConfigPath = v
+	} else if v, ok := env(EnvConfig); ok && v != "" {
+		c.ConfigPath = v
+	}
+	if c.ConfigPath != "" {
+		if err := loadFile(&c, c.ConfigPath); err != nil {
+			return Config{}, err
+		}
+	}
+
+	targets := map[string]*string{
+		"addr":         &c.Addr,
+		"redis":        &c.RedisURL,
+		"name":         &c.Name,
+		"owner-token":  &c.OwnerToken,
+		"metrics-addr": &c.MetricsAddr,
+	}
+	for _, fe := range flagEnv {
+		p, ok := targets[fe.flag]
+		if !ok {
+			continue // config: handled above
+		}
+		if v, ok := env(fe.env); ok && v != "" {
+			*p = v
+		}
+		if v, ok := flags[fe.flag]; ok {
+			*p = v
+		}
+	}
+
+	c.fillDefaults()
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+func knownFlag(k string) bool {
+	for _, fe := range flagEnv {
+		if fe.flag == k {
+			return true
+		}
+	}
+	return false
+}
+
+// fillDefaults applies the defaults that depend on other values.
+func (c *Config) fillDefaults() {
+	if c.DefaultCwd == "" && len(c.Folders) > 0 {
+		c.DefaultCwd = c.Folders[0]
+	}
+	hasScripted := false
+	for i := range c.Providers {
+		p := &c.Providers[i]
+		if p.ID == ScriptedID {
+			hasScripted = true
+			// A configured scripted provider keeps what it sets and takes
+			// the rest from the built-in one.
+			b := ScriptedProvider()
+			if p.Type == "" {
+				p.Type = b.Type
+			}
+			if p.Name == "" {
+				p.Name = b.Name
+			}
+			if len(p.Models) == 0 {
+				p.Models = b.Models
+				if p.DefaultModel == "" {
+					p.DefaultModel = b.DefaultModel
+				}
+			}
+			if len(p.Efforts) == 0 {
+				p.Efforts = b.Efforts
+			}
+		}
+		if p.Name == "" {
+			p.Name = p.ID
+		}
+		if p.DefaultModel == "" && len(p.Models) > 0 {
+			p.DefaultModel = p.Models[0]
+		}
+	}
+	if !hasScripted {
+		c.Providers = append(c.Providers, ScriptedProvider())
+	}
+}
+
+// Provider returns the provider with the given id.
+func (c Config) Provider(id string) (Provider, bool) {
+	for _, p := range c.Providers {
+		if p.ID == id {
+			return p, true
+		}
+	}
+	return Provider{}, false
+}
+
+// Inside reports whether dir equals or lies below one of folders. Both sides
+// are compared lexically after filepath.Clean (no symlinks are resolved);
+// "/a/bc" is not inside "/a/b". Empty strings never match.
+func Inside(folders []string, dir string) bool {
+	if dir == "" {
+		return false
+	}
+	d := filepath.Clean(dir)
+	for _, f := range folders {
+		if f == "" {
+			continue
+		}
+		f = filepath.Clean(f)
+		if d == f {
+			return true
+		}
+		prefix := f
+		if !strings.HasSuffix(prefix, string(filepath.Separator)) {
+			prefix += string(filepath.Separator)
+		}
+		if strings.HasPrefix(d, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+var providerIDRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+
+// Validate checks the configuration and returns the first problem as a
+// one-line error starting with "config: " that names the bad field.
+func (c Config) Validate() error {
+	if strings.TrimSpace(c.Name) == "" {
+		return errors.New("config: name must not be empty")
+	}
+	if err := checkHostPort("addr", c.Addr); err != nil {
+		return err
+	}
+	if c.MetricsAddr != "" {
+		if err := checkHostPort("metrics-addr", c.MetricsAddr); err != nil {
+			return err
+		}
+	}
+	if c.RedisURL != "" {
+		u, err := url.Parse(c.RedisURL)
+		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
+			return fmt.Errorf("config: redis must be a redis://, rediss:// or unix:// URL (got %q)", c.RedisURL)
+		}
+	}
+
+	if len(c.Folders) == 0 {
+		return errors.New("config: folders must name at least one folder")
+	}
+	for i, f := range c.Folders {
+		if !filepath.IsAbs(f) {
+			return fmt.Errorf("config: folders[%d] must be an absolute path (got %q)", i, f)
+		}
+	}
+	if !filepath.IsAbs(c.DefaultCwd) {
+		return fmt.Errorf("config: default_cwd must be an absolute path (got %q)", c.DefaultCwd)
+	}
+	if !Inside(c.Folders, c.DefaultCwd) {
+		return fmt.Errorf("config: default_cwd must lie inside one of the folders (got %q)", c.DefaultCwd)
+	}
+
+	if err := c.validateProviders(); err != nil {
+		return err
+	}
+
+	s := c.Settings
+	if s.MaxWaitSeconds < 120 || s.MaxWaitSeconds > 3600 {
+		return fmt.Errorf("config: settings.max_wait_seconds must be between 120 and 3600 (got %d)", s.MaxWaitSeconds)
+	}
+	if err := atLeastOne("settings.quiet_task_minutes", s.QuietTaskMinutes); err != nil {
+		return err
+	}
+	if err := atLeastOne("settings.max_turn_seconds", s.MaxTurnSeconds); err != nil {
+		return err
+	}
+
+	t := c.Timing
+	if t.Coalesce < 0 {
+		return fmt.Errorf("config: timing.coalesce must not be negative (got %s)", t.Coalesce)
+	}
+	if err := atLeastOne("timing.wake_limit_per_hour", t.WakeLimitPerHour); err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{
+		{"timing.wake_summary_every", t.WakeSummaryEvery},
+		{"timing.stalled_default", t.StalledDefault},
+		{"timing.peer_poll", t.PeerPoll},
+		{"timing.ask_poll", t.AskPoll},
+		{"timing.ask_poll_offline", t.AskPollOffline},
+		{"timing.task_output_kept", t.TaskOutputKept},
+		{"timing.replay_keep", t.ReplayKeep},
+		{"timing.default_wait", t.DefaultWait},
+		{"timing.peer_timeout", t.PeerTimeout},
+	} {
+		if d.v <= 0 {
+			return fmt.Errorf("config: %s must be greater than 0 (got %s)", d.key, d.v)
+		}
+	}
+
+	l := c.Limits
+	for _, n := range []struct {
+		key string
+		v   int
+	}{
+		{"limits.active_sessions", l.ActiveSessions},
+		{"limits.subscriptions_per_conversation", l.SubscriptionsPerConversation},
+		{"limits.agent_prompts_before_card", l.AgentPromptsBeforeCard},
+		{"limits.schedules_into_conversation", l.SchedulesIntoConversation},
+		{"limits.schedules_for_others", l.SchedulesForOthers},
+		{"limits.open_asks_per_conversation", l.OpenAsksPerConversation},
+		{"limits.open_asks_per_session", l.OpenAsksPerSession},
+		{"limits.replay_events", l.ReplayEvents},
+		{"limits.hops", l.Hops},
+	} {
+		if err := atLeastOne(n.key, n.v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c Config) validateProviders() error {
+	seen := map[string]int{}
+	for i, p := range c.Providers {
+		at := fmt.Sprintf("providers[%d]", i)
+		if p.ID == "" {
+			return fmt.Errorf("config: %s.id must not be empty", at)
+		}
+		if !providerIDRe.MatchString(p.ID) {
+			return fmt.Errorf("config: %s.id must match %s (got %q)", at, providerIDRe, p.ID)
+		}
+		if j, dup := seen[p.ID]; dup {
+			return fmt.Errorf("config: %s.id %q is already used by providers[%d]", at, p.ID, j)
+		}
+		seen[p.ID] = i
+	}
+	for i, p := range c.Providers {
+		at := fmt.Sprintf("providers[%d]", i)
+		switch p.Type {
+		case TypeExec, TypeOpenAI, TypeScripted:
+		default:
+			return fmt.Errorf("config: %s.type must be one of exec, openai, scripted (got %q)", at, p.Type)
+		}
+		if p.ID == ScriptedID && p.Type != TypeScripted {
+			return fmt.Errorf("config: %s.type must be \"scripted\" for id \"scripted\" (got %q)", at, p.Type)
+		}
+		if p.Type == TypeExec && (len(p.Command) == 0 || p.Command[0] == "") {
+			return fmt.Errorf("config: %s.command must not be empty for type exec", at)
+		}
+		if p.Type == TypeOpenAI {
+			if p.BaseURL == "" {
+				return fmt.Errorf("config: %s.base_url is required for type openai", at)
+			}
+			u, err := url.Parse(p.BaseURL)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("config: %s.base_url must be an http or https URL (got %q)", at, p.BaseURL)
+			}
+		}
+		for j, m := range p.Models {
+			if m == "" {
+				return fmt.Errorf("config: %s.models[%d] must not be empty", at, j)
+			}
+		}
+		if p.DefaultModel != "" && len(p.Models) > 0 && !contains(p.Models, p.DefaultModel) {
+			return fmt.Errorf("config: %s.default_model must be one of %s (got %q)", at, strings.Join(p.Models, ", "), p.DefaultModel)
+		}
+		if p.SwitchTo != "" {
+			if _, ok := seen[p.SwitchTo]; !ok || p.SwitchTo == p.ID {
+				return fmt.Errorf("config: %s.switch_to must name another configured provider (got %q)", at, p.SwitchTo)
+			}
+		}
+		for k := range p.Env {
+			if k == "" || strings.ContainsAny(k, "=\x00") {
+				return fmt.Errorf("config: %s.env has an invalid variable name %q", at, k)
+			}
+		}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func atLeastOne(key string, v int) error {
+	if v < 1 {
+		return fmt.Errorf("config: %s must be at least 1 (got %d)", key, v)
+	}
+	return nil
+}
+
+func checkHostPort(key, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = strconv.ParseUint(port, 10, 16)
+	}
+	if err != nil {
+		return fmt.Errorf("config: %s must be host:port (got %q)", key, addr)
+	}
+	return nil
+}
+
+// ---- the YAML file ----
+
+// fileDecoder reads one YAML file into a Config, walking the yaml.Node tree so
+// that unknown keys, duplicates and wrong types are reported with their path
+// and line.
+type fileDecoder struct {
+	path string // the file as given, for messages
+	home string // for ~ expansion, "" when unknown
+}
+
+type field struct {
+	key string
+	set func(path string, v *yaml.Node) error
+}
+
+func loadFile(c *Config, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("config %s: file not found", path)
+		}
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fmt.Errorf("config %s: cannot read: %v", path, err)
+	}
+	d := &fileDecoder{path: path}
+	if home, err := os.UserHomeDir(); err == nil {
+		d.home = home
+	}
+	return d.decode(c, data)
+}
+
+func (d *fileDecoder) decode(c *Config, data []byte) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil // empty file: all defaults
+		}
+		return d.syntax(err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return fmt.Errorf("config %s: more than one YAML document (line %d)", d.path, extra.Line)
+	} else if !errors.Is(err, io.EOF) {
+		return d.syntax(err)
+	}
+
+	root := &doc
+	if root.Kind == yaml.DocumentNode {
+		if len(root.Content) == 0 {
+			return nil
+		}
+		root = root.Content[0]
+	}
+	root = resolve(root)
+	if isNull(root) {
+		return nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return fmt.Errorf("config %s: the file must be a mapping of keys (line %d, got %s)", d.path, root.Line, describe(root))
+	}
+	return d.mapping(root, "", []field{
+		{"name", d.str(&c.Name)},
+		{"folders", d.paths(&c.Folders)},
+		{"default_cwd", d.path1(&c.DefaultCwd)},
+		{"providers", d.providers(&c.Providers)},
+		{"settings", d.section([]field{
+			{"agent_sessions", d.boolean(&c.Settings.AgentSessions)},
+			{"accept_agent_prompts", d.boolean(&c.Settings.AcceptAgentPrompts)},
+			{"max_wait_seconds", d.integer(&c.Settings.MaxWaitSeconds)},
+			{"quiet_task_minutes", d.integer(&c.Settings.QuietTaskMinutes)},
+			{"max_turn_seconds", d.integer(&c.Settings.MaxTurnSeconds)},
+		})},
+		{"timing", d.section([]field{
+			{"coalesce", d.duration(&c.Timing.Coalesce)},
+			{"wake_limit_per_hour", d.integer(&c.Timing.WakeLimitPerHour)},
+			{"wake_summary_every", d.duration(&c.Timing.WakeSummaryEvery)},
+			{"stalled_default", d.duration(&c.Timing.StalledDefault)},
+			{"peer_poll", d.duration(&c.Timing.PeerPoll)},
+			{"ask_poll", d.duration(&c.Timing.AskPoll)},
+			{"ask_poll_offline", d.duration(&c.Timing.AskPollOffline)},
+			{"task_output_kept", d.duration(&c.Timing.TaskOutputKept)},
+			{"replay_keep", d.duration(&c.Timing.ReplayKeep)},
+			{"default_wait", d.duration(&c.Timing.DefaultWait)},
+			{"peer_timeout", d.duration(&c.Timing.PeerTimeout)},
+		})},
+		{"limits", d.section([]field{
+			{"active_sessions", d.integer(&c.Limits.ActiveSessions)},
+			{"subscriptions_per_conversation", d.integer(&c.Limits.SubscriptionsPerConversation)},
+			{"agent_prompts_before_card", d.integer(&c.Limits.AgentPromptsBeforeCard)},
+			{"schedules_into_conversation", d.integer(&c.Limits.SchedulesIntoConversation)},
+			{"schedules_for_others", d.integer(&c.Limits.SchedulesForOthers)},
+			{"open_asks_per_conversation", d.integer(&c.Limits.OpenAsksPerConversation)},
+			{"open_asks_per_session", d.integer(&c.Limits.OpenAsksPerSession)},
+			{"replay_events", d.integer(&c.Limits.ReplayEvents)},
+			{"hops", d.integer(&c.Limits.Hops)},
+		})},
+	})
+}
+
+func (d *fileDecoder) syntax(err error) error {
+	msg := strings.Join(strings.Fields(err.Error()), " ")
+	return fmt.Errorf("config %s: %s", d.path, msg)
+}
+
+// mapping walks a mapping node: every key must be one of fields, at most once.
+// Keys whose value is null are treated as absent.
+func (d *fileDecoder) mapping(n *yaml.Node, prefix string, fields []field) error {
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], resolve(n.Content[i+1])
+		path := k.Value
+		if prefix != "" {
+			path = prefix + "." + k.Value
+		}
+		var f *field
+		for j := range fields {
+			if fields[j].key == k.Value {
+				f = &fields[j]
+				break
+			}
+		}
+		if f == nil {
+			return fmt.Errorf("config %s: unknown key %q (line %d); did you mean %q?", d.path, path, k.Line, nearest(k.Value, fields))
+		}
+		if line, dup := seen[k.Value]; dup {
+			return fmt.Errorf("config %s: duplicate key %q (line %d, first at line %d)", d.path, path, k.Line, line)
+		}
+		seen[k.Value] = k.Line
+		if isNull(v) {
+			continue
+		}
+		if err := f.set(path, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nearest returns the known key closest to key by Levenshtein distance
+// (case-insensitive); ties go to the key listed first.
+func nearest(key string, fields []field) string {
+	best, bestD := "", -1
+	lk := strings.ToLower(key)
+	for _, f := range fields {
+		dist := levenshtein.ComputeDistance(lk, f.key)
+		if bestD < 0 || dist < bestD {
+			best, bestD = f.key, dist
+		}
+	}
+	return best
+}
+
+func (d *fileDecoder) typeErr(path string, v *yaml.Node, want string) error {
+	return fmt.Errorf("config %s: %s must be %s (line %d, got %s)", d.path, path, want, v.Line, describe(v))
+}
+
+func (d *fileDecoder) section(fields []field) func(string, *yaml.Node) error {
+	return func(path string, v *yaml.Node) error {
+		if v.Kind != yaml.MappingNode {
+			return d.typeErr(path, v, "a mapping")
+		}
+		return d.mapping(v, path, fields)
+	}
+}
+
+func (d *fileDecoder) str(p *string) func(string, *yaml.Node) error {
+	return func(path string, v *yaml.Node) error {
+		s, err := d.scalar(path, v)
+		if err != nil {
+			return err
+		}
+		*p = s
+		return nil
+	}
+}
+
+func (d *fileDecoder) scalar(path string, v *yaml.Node) (string, error) {
+	if v.Kind != yaml.ScalarNode || isNull(v) || v.Tag == "!!binary" {
+		return "", d.typeErr(path, v, "a string")
+	}
+	return v.Value, nil
+}
+
+func (d *fileDecoder) strList(path string, v *yaml.Node) ([]string, error) {
+	if v.Kind != yaml.SequenceNode {
+		return nil, d.typeErr(path, v, "a list of strings")
+	}
+	out := make([]string, 0, len(v.Content))
+	for i, item := range v.Content {
+		s, err := d.scalar(fmt.Sprintf("%s[%d]", path, i), resolve(item))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func (d *fileDecoder) strs(p *[]string) func(string, *yaml.Node) error {
+	return func(path string, v *yaml.Node) error {
+		l, err := d.strList(path, v)
+		if err != nil {
+			return err
+		}
+		*p = l
+		return nil
+	}
+}
+
+// expand turns a leading "~" or "~/" into the home directory and cleans the
+// path. Relative paths stay relative (Validate rejects them).
+func (d *fileDecoder) expand(path string, v *yaml.Node, s string) (string, error) {
+	if s == "~" || strings.HasPrefix(s, "~/") {
+		if d.home == "" {
+			return "", fmt.Errorf("config %s: %s cannot expand \"~\": home directory unknown (line %d)", d.path, path, v.Line)
+		}
+		s = filepath.Join(d.home, s[1:])
+	}
+	if s == "" {
+		return s, nil
+	}
+	return filepath.Clean(s), nil
+}
+
+func (d *fileDecoder) paths(p *[]string) func(string, *yaml.Node) error {
+	return func(path string, v *yaml.Node) error {
+		if v.Kind == yaml.SequenceNode {
+			for i, item := range v.Content {
+				if item = resolve(item); isNull(item) && item.Value == "~" {
+					return fmt.Errorf("config %s: %s[%d] must be a string (line %d, got null; write \"~\" in quotes for the home directory)", d.path, path, i, item.Line)
+				}
+			}
+		}
+		l, err := d.strList(path, v)
+		if err != nil {
+			return err
+		}
+		for i := range l {
+			if l[i], err = d.expand(fmt.Sprintf("%s[%d]", path, i), resolve(v.Content[i]), l[i]); err != nil {
+				return err
+			}
+		}
+		*p = l
+		return nil
+	}
+}
+
+func (d *fileDecoder) path1(p *string) func(string, *yaml.Node) error {
+	return func(path string, v *yaml.Node) error {
+		s, err := d.scalar(path, v)
+		if err != nil {
+			return err
+		}
+		if s, err = d.expand(path, v, s); err != nil {
+			return err
+		}
+		*p = s
+		return nil
+	}
+}
+
+func (d *fileDecoder) integer(p *int) func(string, *yaml.Node) error {
+	return func(path string, v *yaml.Node) error {
+		var n int
+		if v.Kind != yaml.ScalarNode || v.Tag != "!!int" || v.Decode(&n) != nil {
+			return d.typeErr(path, v, "an integer")
+		}
+		*p = n
+		return nil
+	}
+}
+
+func (d *fileDecoder) boolean(p *bool) func(string, *yaml.Node) error {
+	return func(path string, v *yaml.Node) error {
+		var b bool
+		if v.Kind != yaml.ScalarNode || v.Tag != "!!bool" || v.Decode(&b) != nil {
+			return d.typeErr(path, v, "true or false")
+		}
+		*p = b
+		return nil
+	}
+}
+
+func (d *fileDecoder) duration(p *time.Duration) func(string, *yaml.Node) error {
+	return func(path string, v *yaml.Node) error {
+		if v.Kind != yaml.ScalarNode {
+			return d.typeErr(path, v, `a duration like "30s"`)
+		}
+		dur, err := time.ParseDuration(v.Value)
+		if err != nil {
+			return d.typeErr(path, v, `a duration like "30s"`)
+		}
+		*p = dur
+		return nil
+	}
+}
+
+func (d *fileDecoder) strMap(p *map[string]string) func(string, *yaml.Node) error {
+	return func(path string, v *yaml.Node) error {
+		if v.Kind != yaml.MappingNode {
+			return d.typeErr(path, v, "a mapping of strings")
+		}
+		m := make(map[string]string, len(v.Content)/2)
+		for i := 0; i+1 < len(v.Content); i += 2 {
+			k, val := v.Content[i], resolve(v.Content[i+1])
+			kp := path + "." + k.Value
+			if _, dup := m[k.Value]; dup {
+				return fmt.Errorf("config %s: duplicate key %q (line %d)", d.path, kp, k.Line)
+			}
+			s, err := d.scalar(kp, val)
+			if err != nil {
+				return err
+			}
+			m[k.Value] = s
+		}
+		*p = m
+		return nil
+	}
+}
+
+func (d *fileDecoder) providers(p *[]Provider) func(string, *yaml.Node) error {
+	return func(path string, v *yaml.Node) error {
+		if v.Kind != yaml.SequenceNode {
+			return d.typeErr(path, v, "a list of providers")
+		}
+		out := make([]Provider, len(v.Content))
+		for i, item := range v.Content {
+			item = resolve(item)
+			at := fmt.Sprintf("%s[%d]", path, i)
+			if item.Kind != yaml.MappingNode {
+				return d.typeErr(at, item, "a mapping")
+			}
+			pr := &out[i]
+			err := d.mapping(item, at, []field{
+				{"id", d.str(&pr.ID)},
+				{"name", d.str(&pr.Name)},
+				{"type", d.str(&pr.Type)},
+				{"command", d.strs(&pr.Command)},
+				{"models", d.strs(&pr.Models)},
+				{"default_model", d.str(&pr.DefaultModel)},
+				{"efforts", d.strs(&pr.Efforts)},
+				{"base_url", d.str(&pr.BaseURL)},
+				{"api_key_env", d.str(&pr.APIKeyEnv)},
+				{"switch_to", d.str(&pr.SwitchTo)},
+				{"env", d.strMap(&pr.Env)},
+			})
+			if err != nil {
+				return err
+			}
+		}
+		*p = out
+		return nil
+	}
+}
+
+func resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n == nil || n.Kind == 0 || (n.Kind == yaml.ScalarNode && n.Tag == "!!null")
+}
+
+func describe(n *yaml.Node) string {
+	switch {
+	case isNull(n):
+		return "null"
+	case n.Kind == yaml.MappingNode:
+		return "a mapping"
+	case n.Kind == yaml.SequenceNode:
+		return "a list"
+	default:
+		return strconv.Quote(n.Value)
+	}
+}

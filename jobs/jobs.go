@@ -1,0 +1,85 @@
+// Package jobs is the contract between who enqueues work and who handles it:
+// asynq task type names, payloads, constructors and enqueue options.
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hibiken/asynq"
+)
+
+// TypeDrain runs the next queued turn of one session.
+const TypeDrain = "session:drain"
+
+// DrainPayload names the session whose next turn runs.
+type DrainPayload struct {
+	Session string `json:"session"`
+}
+
+// Queues names the asynq queues of one relay (their names carry the relay's
+// key prefix so several relays or tests can share one Redis).
+type Queues struct {
+	Turns string
+}
+
+// QueuesFor returns the queue names for a key prefix.
+func QueuesFor(prefix string) Queues {
+	return Queues{Turns: prefix + ":turns"}
+}
+
+// NewDrainTask builds the task that runs a session's next turn. timeout bounds
+// one turn (max_turn_seconds plus a margin); the task id is given so the
+// recovery sweep can find it.
+func NewDrainTask(q Queues, session, taskID string, timeout time.Duration) (*asynq.Task, error) {
+	b, err := json.Marshal(DrainPayload{Session: session})
+	if err != nil {
+		return nil, err
+	}
+	return asynq.NewTask(TypeDrain, b, asynq.Queue(q.Turns), asynq.TaskID(taskID),
+		asynq.MaxRetry(1000), asynq.Timeout(timeout)), nil
+}
+
+// Client enqueues the relay's jobs and looks them up.
+type Client struct {
+	c    *asynq.Client
+	insp *asynq.Inspector
+	q    Queues
+}
+
+// NewClient wraps an asynq client and inspector.
+func NewClient(c *asynq.Client, insp *asynq.Inspector, q Queues) *Client {
+	return &Client{c: c, insp: insp, q: q}
+}
+
+// EnqueueDrain enqueues a drain task with the given id; an id already taken is not an error.
+func (c *Client) EnqueueDrain(ctx context.Context, session, taskID string, timeout time.Duration) error {
+	t, err := NewDrainTask(c.q, session, taskID, timeout)
+	if err != nil {
+		return err
+	}
+	_, err = c.c.EnqueueContext(ctx, t)
+	if errors.Is(err, asynq.ErrTaskIDConflict) || errors.Is(err, asynq.ErrDuplicateTask) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("enqueue drain %s: %w", session, err)
+	}
+	return nil
+}
+
+// DrainTaskExists reports whether the drain task is still in the queue (pending,
+// scheduled, retrying or active).
+func (c *Client) DrainTaskExists(ctx context.Context, taskID string) (bool, error) {
+	info, err := c.insp.GetTaskInfo(c.q.Turns, taskID)
+	if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return info.State != asynq.TaskStateCompleted && info.State != asynq.TaskStateArchived, nil
+}

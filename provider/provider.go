@@ -1,0 +1,104 @@
+// Package provider holds the agents that run a session's turns: scripted,
+// exec (an agent CLI per turn) and, later, openai. A provider turns a prompt
+// plus the session's history into a reply and may call relay_tool on the way
+// through the Host the relay hands it. The package imports nothing of the
+// relay: the relay adapts itself to Host.
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+)
+
+// Info describes a provider as relay_info shows it (R7.2).
+type Info struct {
+	ID           string
+	Name         string
+	Type         string // scripted | exec | openai
+	Models       []string
+	DefaultModel string
+	Efforts      []string
+	SwitchTo     string // billing partner (R7.8), "" when none
+}
+
+// HistoryItem is one earlier message of the session, oldest first.
+type HistoryItem struct {
+	Role string // user | agent | assistant | event | schedule
+	Text string
+}
+
+// Turn is everything a provider needs to run one prompt.
+type Turn struct {
+	SessionID string
+	TurnID    string
+	Prompt    string
+	Model     string
+	Effort    string
+	Mode      string
+	Cwd       string
+	History   []HistoryItem
+	// Token is the session's bearer token for POST /mcp.
+	Token string
+	// RelayURL is the base URL of the relay's API (http://host:port), MCPURL its /mcp route.
+	RelayURL string
+	MCPURL   string
+}
+
+// Usage is what a turn consumed, when the provider knows it.
+type Usage struct {
+	InputTokens  int64
+	OutputTokens int64
+}
+
+// Result is a finished turn's reply.
+type Result struct {
+	Text  string
+	Model string
+	Usage Usage
+}
+
+// TaskSpec starts a task inside a session: a shell command, a monitor or a sub-agent.
+type TaskSpec struct {
+	Description string
+	Type        string // shell | monitor | subagent
+}
+
+// Task is a running task; Output and Finish may be called after the turn
+// that started it has ended (background tasks).
+type Task interface {
+	ID() string
+	Output(line string)
+	// Finish ends the task with its exit code (0 = done, non-zero = failed).
+	Finish(exitCode int)
+}
+
+// Host is the relay as a provider sees it, for the turn it runs.
+type Host interface {
+	// CallTool runs relay_tool as this session, through the same code path as
+	// the MCP route, and returns the JSON result envelope.
+	CallTool(ctx context.Context, args json.RawMessage) json.RawMessage
+	// AskUser raises a question card (kind ask_user) and blocks until it is answered.
+	AskUser(ctx context.Context, text string, options []string) (string, error)
+	// StartTask registers a task of the session.
+	StartTask(ctx context.Context, spec TaskSpec) (Task, error)
+	// Partial reports the reply written so far (read_session's inFlight).
+	Partial(text string)
+}
+
+// Provider runs turns.
+type Provider interface {
+	Info() Info
+	// Run runs one turn. ctx is cancelled when the turn is stopped or times
+	// out; Run must then return promptly (and kill what it started).
+	Run(ctx context.Context, t Turn, h Host) (Result, error)
+}
+
+// TurnError is a turn that ended in an error the agent should see as is
+// (the reply is not produced). Other errors are reported the same way.
+type TurnError struct{ Msg string }
+
+func (e *TurnError) Error() string { return e.Msg }
+
+// ErrStopped is returned by providers that noticed the turn was stopped.
+var ErrStopped = errors.New("turn stopped")

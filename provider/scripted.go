@@ -1,0 +1,238 @@
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Scripted is the deterministic agent for tests and demos (R11.1). A prompt
+// that is a JSON object {"script": [STEP, …]} runs its steps; any other
+// prompt is answered "echo: " + the prompt.
+type Scripted struct {
+	info Info
+
+	mu     sync.Mutex
+	bg     sync.WaitGroup
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// NewScripted returns the scripted provider with the given description.
+func NewScripted(info Info) *Scripted {
+	if info.ID == "" {
+		info = Info{ID: "scripted", Name: "Scripted", Models: []string{"scripted-1"}, DefaultModel: "scripted-1", Efforts: []string{"low", "medium", "high"}}
+	}
+	info.Type = "scripted"
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Scripted{info: info, ctx: ctx, cancel: cancel}
+}
+
+// Info describes the provider.
+func (p *Scripted) Info() Info { return p.info }
+
+// Close ends background tasks (they are marked killed) and waits for them.
+func (p *Scripted) Close() {
+	p.cancel()
+	p.bg.Wait()
+}
+
+// Step is one step of a script.
+type Step struct {
+	Reply    *string         `json:"reply,omitempty"`
+	SleepMS  *int            `json:"sleep_ms,omitempty"`
+	Tool     json.RawMessage `json:"tool,omitempty"`
+	Question *QuestionStep   `json:"question,omitempty"`
+	Task     *TaskStep       `json:"task,omitempty"`
+	Subagent *SubagentStep   `json:"subagent,omitempty"`
+	Error    *string         `json:"error,omitempty"`
+	Extra    map[string]any  `json:"-"`
+}
+
+// QuestionStep raises a question card.
+type QuestionStep struct {
+	Text    string   `json:"text"`
+	Options []string `json:"options"`
+}
+
+// TaskStep is a simulated shell task.
+type TaskStep struct {
+	Description string   `json:"description"`
+	Lines       []string `json:"lines"`
+	LineMS      int      `json:"line_ms"`
+	Exit        int      `json:"exit"`
+	Background  bool     `json:"background"`
+}
+
+// SubagentStep is a background sub-agent.
+type SubagentStep struct {
+	Description string `json:"description"`
+	MS          int    `json:"ms"`
+}
+
+// stripHeaders drops the header lines the relay puts before a prompt.
+func stripHeaders(prompt string) string {
+	for {
+		t := strings.TrimLeft(prompt, " \t\r\n")
+		if !strings.HasPrefix(t, "[Remote prompt") && !strings.HasPrefix(t, "[relay schedule") {
+			return prompt
+		}
+		i := strings.IndexByte(t, '\n')
+		if i < 0 {
+			return ""
+		}
+		prompt = t[i+1:]
+	}
+}
+
+// ParseScript returns the steps of a script prompt, or ok=false for a plain prompt.
+func ParseScript(prompt string) ([]Step, bool, error) {
+	t := strings.TrimSpace(stripHeaders(prompt))
+	if !strings.HasPrefix(t, "{") {
+		return nil, false, nil
+	}
+	var s struct {
+		Script *[]json.RawMessage `json:"script"`
+	}
+	if err := json.Unmarshal([]byte(t), &s); err != nil || s.Script == nil {
+		return nil, false, nil
+	}
+	steps := make([]Step, 0, len(*s.Script))
+	for i, raw := range *s.Script {
+		var st Step
+		dec := json.NewDecoder(strings.NewReader(string(raw)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&st); err != nil {
+			return nil, true, fmt.Errorf("script step %d: %v", i+1, err)
+		}
+		steps = append(steps, st)
+	}
+	return steps, true, nil
+}
+
+// Run runs one turn.
+func (p *Scripted) Run(ctx context.Context, t Turn, h Host) (Result, error) {
+	model := t.Model
+	if model == "" {
+		model = p.info.DefaultModel
+	}
+	steps, isScript, err := ParseScript(t.Prompt)
+	if err != nil {
+		return Result{}, &TurnError{Msg: err.Error()}
+	}
+	prompt := stripHeaders(t.Prompt)
+	if !isScript {
+		return Result{Text: "echo: " + prompt, Model: model, Usage: Usage{InputTokens: int64(len(prompt)), OutputTokens: int64(len(prompt) + 6)}}, nil
+	}
+	var reply strings.Builder
+	line := func(s string) {
+		if reply.Len() > 0 && !strings.HasSuffix(reply.String(), "\n") {
+			reply.WriteByte('\n')
+		}
+		reply.WriteString(s)
+		reply.WriteByte('\n')
+	}
+	for _, st := range steps {
+		if err := ctx.Err(); err != nil {
+			return Result{Text: strings.TrimRight(reply.String(), "\n"), Model: model}, err
+		}
+		switch {
+		case st.Reply != nil:
+			reply.WriteString(*st.Reply)
+		case st.SleepMS != nil:
+			if err := sleep(ctx, time.Duration(*st.SleepMS)*time.Millisecond); err != nil {
+				return Result{Text: strings.TrimRight(reply.String(), "\n"), Model: model}, err
+			}
+		case st.Tool != nil:
+			line(string(h.CallTool(ctx, st.Tool)))
+		case st.Question != nil:
+			ans, err := h.AskUser(ctx, st.Question.Text, st.Question.Options)
+			if err != nil {
+				return Result{Text: strings.TrimRight(reply.String(), "\n"), Model: model}, err
+			}
+			reply.WriteString(ans)
+		case st.Task != nil:
+			if err := p.task(ctx, h, *st.Task); err != nil {
+				return Result{Text: strings.TrimRight(reply.String(), "\n"), Model: model}, err
+			}
+		case st.Subagent != nil:
+			task, err := h.StartTask(ctx, TaskSpec{Description: st.Subagent.Description, Type: "subagent"})
+			if err != nil {
+				return Result{}, err
+			}
+			p.background(func(bctx context.Context) {
+				if sleep(bctx, time.Duration(st.Subagent.MS)*time.Millisecond) != nil {
+					kill(task)
+					return
+				}
+				task.Finish(0)
+			})
+		case st.Error != nil:
+			return Result{Text: strings.TrimRight(reply.String(), "\n"), Model: model}, &TurnError{Msg: *st.Error}
+		default:
+			return Result{}, &TurnError{Msg: "script step with no known key (reply, sleep_ms, tool, question, task, subagent, error)"}
+		}
+		h.Partial(reply.String())
+	}
+	out := strings.TrimRight(reply.String(), "\n")
+	return Result{Text: out, Model: model, Usage: Usage{InputTokens: int64(len(prompt)), OutputTokens: int64(len(out))}}, nil
+}
+
+func (p *Scripted) background(f func(ctx context.Context)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.bg.Add(1)
+	go func() {
+		defer p.bg.Done()
+		f(p.ctx)
+	}()
+}
+
+// kill ends a task as killed when the host supports it, else as failed.
+func kill(t Task) {
+	if k, ok := t.(interface{ Kill() }); ok {
+		k.Kill()
+		return
+	}
+	t.Finish(137)
+}
+
+func (p *Scripted) task(ctx context.Context, h Host, ts TaskStep) error {
+	task, err := h.StartTask(ctx, TaskSpec{Description: ts.Description, Type: "shell"})
+	if err != nil {
+		return err
+	}
+	runLines := func(c context.Context) error {
+		for _, l := range ts.Lines {
+			if err := sleep(c, time.Duration(ts.LineMS)*time.Millisecond); err != nil {
+				kill(task)
+				return err
+			}
+			task.Output(l)
+		}
+		task.Finish(ts.Exit)
+		return nil
+	}
+	if ts.Background {
+		p.background(func(bctx context.Context) { _ = runLines(bctx) })
+		return nil
+	}
+	return runLines(ctx)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,281 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Ref names a session on a relay (startedBy, from).
+type Ref struct {
+	Relay   string `json:"relay"`
+	Session string `json:"session"`
+	Title   string `json:"title"`
+	Model   string `json:"model,omitempty"`
+}
+
+// Session is one agent conversation's record (R7.4 fields, R7.10 settings).
+type Session struct {
+	ID                string
+	Title             string
+	Provider          string
+	Model             string
+	Effort            string
+	Mode              string
+	Cwd               string
+	Repo              string
+	Branch            string
+	Token             string
+	CreatedAt         time.Time
+	LastActivityAt    time.Time
+	Archived          bool
+	ArchivedAt        time.Time
+	GroupID           string
+	StartedBy         *Ref
+	MayCreateSessions bool
+	AutoCompactWindow int
+	ThinkingEnabled   string // "" | "on" | "off"
+	ThinkingDisplay   string
+}
+
+func (s *Session) fields() map[string]any {
+	sb := ""
+	if s.StartedBy != nil {
+		b, _ := json.Marshal(s.StartedBy)
+		sb = string(b)
+	}
+	return map[string]any{
+		"id": s.ID, "title": s.Title, "provider": s.Provider, "model": s.Model, "effort": s.Effort,
+		"mode": s.Mode, "cwd": s.Cwd, "repo": s.Repo, "branch": s.Branch, "token": s.Token,
+		"created": ms(s.CreatedAt), "last": ms(s.LastActivityAt), "archived": b2s(s.Archived),
+		"archivedAt": ms(s.ArchivedAt), "group": s.GroupID, "startedBy": sb,
+		"mayCreate": b2s(s.MayCreateSessions), "acw": s.AutoCompactWindow, "think": s.ThinkingEnabled,
+		"thinkDisp": s.ThinkingDisplay,
+	}
+}
+
+func sessionFrom(m map[string]string) *Session {
+	s := &Session{
+		ID: m["id"], Title: m["title"], Provider: m["provider"], Model: m["model"], Effort: m["effort"],
+		Mode: m["mode"], Cwd: m["cwd"], Repo: m["repo"], Branch: m["branch"], Token: m["token"],
+		CreatedAt: fromMS(atoi64(m["created"])), LastActivityAt: fromMS(atoi64(m["last"])),
+		Archived: m["archived"] == "1", ArchivedAt: fromMS(atoi64(m["archivedAt"])), GroupID: m["group"],
+		MayCreateSessions: m["mayCreate"] == "1", AutoCompactWindow: int(atoi64(m["acw"])),
+		ThinkingEnabled: m["think"], ThinkingDisplay: m["thinkDisp"],
+	}
+	if v := m["startedBy"]; v != "" {
+		var r Ref
+		if json.Unmarshal([]byte(v), &r) == nil {
+			s.StartedBy = &r
+		}
+	}
+	return s
+}
+
+func b2s(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func atoi64(s string) int64 {
+	v, _ := strconv.ParseInt(s, 10, 64)
+	return v
+}
+
+func (s *Store) sessKey(id string) string { return s.k("sess", id) }
+
+// CreateSession writes a new session and its indexes.
+func (s *Store) CreateSession(ctx context.Context, sess *Session) error {
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, s.sessKey(sess.ID), sess.fields())
+		p.Set(ctx, s.k("tok", sess.Token), sess.ID, 0)
+		p.ZAdd(ctx, s.k("sids"), redis.Z{Member: sess.ID})
+		p.ZAdd(ctx, s.k("sessions", "active"), redis.Z{Score: float64(ms(sess.LastActivityAt)), Member: sess.ID})
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("create session %s: %w", sess.ID, err)
+	}
+	return nil
+}
+
+// GetSession reads one session; ErrNotFound when it does not exist.
+func (s *Store) GetSession(ctx context.Context, id string) (*Session, error) {
+	m, err := s.rdb.HGetAll(ctx, s.sessKey(id)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("get session %s: %w", id, err)
+	}
+	if len(m) == 0 {
+		return nil, ErrNotFound
+	}
+	return sessionFrom(m), nil
+}
+
+// GetSessions reads several sessions in one round trip; missing ones are nil.
+func (s *Store) GetSessions(ctx context.Context, ids []string) ([]*Session, error) {
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HGetAll(ctx, s.sessKey(id))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("get sessions: %w", err)
+	}
+	out := make([]*Session, len(ids))
+	for i, c := range cmds {
+		if m := c.Val(); len(m) > 0 {
+			out[i] = sessionFrom(m)
+		}
+	}
+	return out, nil
+}
+
+// SaveSession writes every field of sess (settings changes).
+func (s *Store) SaveSession(ctx context.Context, sess *Session) error {
+	if err := s.rdb.HSet(ctx, s.sessKey(sess.ID), sess.fields()).Err(); err != nil {
+		return fmt.Errorf("save session %s: %w", sess.ID, err)
+	}
+	return nil
+}
+
+// SessionByToken returns the session id a token names, "" when none.
+func (s *Store) SessionByToken(ctx context.Context, token string) (string, error) {
+	id, err := s.rdb.Get(ctx, s.k("tok", token)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return id, err
+}
+
+// ResolveSessionID finds the session whose id is idOrPrefix or starts with it.
+// ok=false with matches>1 means the prefix is ambiguous.
+func (s *Store) ResolveSessionID(ctx context.Context, idOrPrefix string) (id string, matches int, err error) {
+	return s.resolve(ctx, s.k("sids"), idOrPrefix)
+}
+
+func (s *Store) resolve(ctx context.Context, key, prefix string) (string, int, error) {
+	res, err := s.rdb.ZRangeByLex(ctx, key, &redis.ZRangeBy{Min: "[" + prefix, Max: "[" + prefix + "\xff", Count: 2}).Result()
+	if err != nil {
+		return "", 0, fmt.Errorf("resolve %s: %w", prefix, err)
+	}
+	if len(res) == 1 {
+		return res[0], 1, nil
+	}
+	for _, r := range res {
+		if r == prefix {
+			return r, 1, nil
+		}
+	}
+	return "", len(res), nil
+}
+
+// Touch moves a session's last activity to now.
+func (s *Store) Touch(ctx context.Context, id string, now time.Time) error {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, s.sessKey(id), "last", ms(now))
+		p.ZAddXX(ctx, s.k("sessions", "active"), redis.Z{Score: float64(ms(now)), Member: id})
+		return nil
+	})
+	return err
+}
+
+// ListSessionIDs lists session ids by scope (active|archived|all), most recent
+// activity first, at most limit, with the total count.
+func (s *Store) ListSessionIDs(ctx context.Context, scope string, limit int) ([]string, int, error) {
+	var keys []string
+	switch scope {
+	case "active":
+		keys = []string{s.k("sessions", "active")}
+	case "archived":
+		keys = []string{s.k("sessions", "archived")}
+	default:
+		keys = []string{s.k("sessions", "active"), s.k("sessions", "archived")}
+	}
+	type item struct {
+		id    string
+		score float64
+	}
+	var all []item
+	total := 0
+	for _, key := range keys {
+		n, err := s.rdb.ZCard(ctx, key).Result()
+		if err != nil {
+			return nil, 0, err
+		}
+		total += int(n)
+		zs, err := s.rdb.ZRevRangeWithScores(ctx, key, 0, int64(limit-1)).Result()
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, z := range zs {
+			all = append(all, item{z.Member.(string), z.Score})
+		}
+	}
+	// merge (at most two sorted lists of <= limit each)
+	for i := 1; i < len(all); i++ {
+		for j := i; j > 0 && all[j].score > all[j-1].score; j-- {
+			all[j], all[j-1] = all[j-1], all[j]
+		}
+	}
+	if len(all) > limit {
+		all = all[:limit]
+	}
+	ids := make([]string, len(all))
+	for i, it := range all {
+		ids[i] = it.id
+	}
+	return ids, total, nil
+}
+
+// ArchiveSession marks the session archived and moves it between the indexes.
+func (s *Store) ArchiveSession(ctx context.Context, id string, now time.Time) error {
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, s.sessKey(id), "archived", "1", "archivedAt", ms(now))
+		p.ZRem(ctx, s.k("sessions", "active"), id)
+		p.ZAdd(ctx, s.k("sessions", "archived"), redis.Z{Score: float64(ms(now)), Member: id})
+		return nil
+	})
+	return err
+}
+
+// Extras is what a session listing needs beside the record.
+type Extras struct {
+	Cur   string // running turn id
+	Count int    // messages
+	Tasks []*Task
+}
+
+// SessionExtras reads the running turn, message count and tasks of several
+// sessions in one round trip.
+func (s *Store) SessionExtras(ctx context.Context, ids []string) ([]Extras, error) {
+	curs := make([]*redis.StringCmd, len(ids))
+	counts := make([]*redis.IntCmd, len(ids))
+	tasks := make([]*redis.MapStringStringCmd, len(ids))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			curs[i] = p.Get(ctx, s.k("cur", id))
+			counts[i] = p.LLen(ctx, s.msgsKey(id))
+			tasks[i] = p.HGetAll(ctx, s.k("tasks", id))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("session extras: %w", err)
+	}
+	out := make([]Extras, len(ids))
+	for i := range ids {
+		out[i].Cur = curs[i].Val()
+		out[i].Count = int(counts[i].Val())
+		out[i].Tasks = decodeTasks(tasks[i].Val())
+	}
+	return out, nil
+}

@@ -1,0 +1,130 @@
+// Package store is all Redis access for the relay's domain records. Keys and
+// Lua scripts live here and nowhere else (asynq keeps its own keys).
+//
+// Every key starts with the store's prefix (Options.Prefix, default "relay"),
+// so several relays or tests can share one Redis database.
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrNotFound is returned when a record does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Store reads and writes the relay's records in Redis.
+type Store struct {
+	rdb redis.UniversalClient
+	p   string // key prefix including the trailing ':'
+}
+
+// New returns a Store on rdb whose keys start with prefix+":".
+func New(rdb redis.UniversalClient, prefix string) *Store {
+	if prefix == "" {
+		prefix = "relay"
+	}
+	return &Store{rdb: rdb, p: prefix + ":"}
+}
+
+// Redis returns the client (for pub/sub and health checks).
+func (s *Store) Redis() redis.UniversalClient { return s.rdb }
+
+// Prefix returns the key prefix without the trailing ':'.
+func (s *Store) Prefix() string { return s.p[:len(s.p)-1] }
+
+// Ping checks that Redis answers.
+func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
+
+func (s *Store) k(parts ...string) string {
+	out := s.p
+	for i, p := range parts {
+		if i > 0 {
+			out += ":"
+		}
+		out += p
+	}
+	return out
+}
+
+// NewID returns n random bytes as hex.
+func NewID(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err))
+	}
+	return hex.EncodeToString(b)
+}
+
+func ms(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMS(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v).UTC()
+}
+
+// DeletePrefix removes every key of this store (tests clean up with it; never FLUSHALL).
+func (s *Store) DeletePrefix(ctx context.Context) error {
+	return deleteMatching(ctx, s.rdb, s.p+"*")
+}
+
+func deleteMatching(ctx context.Context, rdb redis.UniversalClient, pattern string) error {
+	var cursor uint64
+	for {
+		keys, next, err := rdb.Scan(ctx, cursor, pattern, 500).Result()
+		if err != nil {
+			return err
+		}
+		if len(keys) > 0 {
+			if err := rdb.Unlink(ctx, keys...).Err(); err != nil {
+				return err
+			}
+		}
+		cursor = next
+		if cursor == 0 {
+			return nil
+		}
+	}
+}
+
+// DeleteMatching removes keys matching a pattern (asynq's keys of a test queue).
+func DeleteMatching(ctx context.Context, rdb redis.UniversalClient, pattern string) error {
+	return deleteMatching(ctx, rdb, pattern)
+}
+
+// Counts for gauges: pending cards and active sessions.
+func (s *Store) Counts(ctx context.Context) (cards, active int64, err error) {
+	c := s.rdb.ZCard(ctx, s.k("cards"))
+	if err = c.Err(); err != nil {
+		return
+	}
+	a := s.rdb.ZCard(ctx, s.k("sessions", "active"))
+	return c.Val(), a.Val(), a.Err()
+}
+
+// SetAPIURL records where the API of this relay listens (for worker processes' providers).
+func (s *Store) SetAPIURL(ctx context.Context, url string) error {
+	return s.rdb.Set(ctx, s.k("apiurl"), url, 0).Err()
+}
+
+// APIURL returns the recorded API URL ("" when none).
+func (s *Store) APIURL(ctx context.Context) (string, error) {
+	v, err := s.rdb.Get(ctx, s.k("apiurl")).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return v, err
+}

@@ -1,0 +1,458 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Message is one entry of a session's conversation (R7.5).
+type Message struct {
+	ID        string    `json:"id"`
+	Role      string    `json:"role"` // user | agent | assistant | event | schedule
+	Text      string    `json:"text"`
+	From      *Ref      `json:"from,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// Origin is the chain a turn belongs to (R4.7).
+type Origin struct {
+	Path     []string `json:"path"`
+	Unlocked []string `json:"unlocked,omitempty"`
+}
+
+// Turn statuses.
+const (
+	TurnQueued  = "queued"
+	TurnRunning = "running"
+	TurnDone    = "done"
+	TurnError   = "error"
+	TurnStopped = "stopped"
+)
+
+// Turn is one prompt processed by a session's agent. Its id is the prompt message's id.
+type Turn struct {
+	ID            string
+	Session       string
+	Status        string
+	Role          string
+	From          *Ref
+	Origin        Origin
+	Caller        string // the session whose agent sent the prompt ("" for the owner)
+	CreatedAt     time.Time
+	StartedAt     time.Time
+	EndedAt       time.Time
+	Reply         string
+	ReplyModel    string
+	Error         string
+	Partial       string
+	Question      string // id of the question card the turn waits on
+	Waited        bool   // the caller received the finished reply (no-echo, R8.18)
+	Text          string // the prompt
+	StopRequested bool
+}
+
+func (s *Store) turnKey(id string) string { return s.k("turn", id) }
+
+func turnFrom(m map[string]string) *Turn {
+	t := &Turn{
+		ID: m["id"], Session: m["session"], Status: m["status"], Role: m["role"], Caller: m["caller"],
+		CreatedAt: fromMS(atoi64(m["created"])), StartedAt: fromMS(atoi64(m["started"])),
+		EndedAt: fromMS(atoi64(m["ended"])), Reply: m["reply"], ReplyModel: m["replyModel"],
+		Error: m["error"], Partial: m["partial"], Question: m["question"], Waited: m["waited"] == "1",
+		Text: m["text"], StopRequested: m["stopRequested"] == "1",
+	}
+	if v := m["from"]; v != "" {
+		var r Ref
+		if json.Unmarshal([]byte(v), &r) == nil {
+			t.From = &r
+		}
+	}
+	if v := m["origin"]; v != "" {
+		_ = json.Unmarshal([]byte(v), &t.Origin)
+	}
+	return t
+}
+
+// GetTurn reads a turn; ErrNotFound when it does not exist.
+func (s *Store) GetTurn(ctx context.Context, id string) (*Turn, error) {
+	m, err := s.rdb.HGetAll(ctx, s.turnKey(id)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("get turn %s: %w", id, err)
+	}
+	if len(m) == 0 {
+		return nil, ErrNotFound
+	}
+	return turnFrom(m), nil
+}
+
+// ResolveTurnID finds a turn (message) id by full id or unique prefix.
+func (s *Store) ResolveTurnID(ctx context.Context, idOrPrefix string) (string, int, error) {
+	return s.resolve(ctx, s.k("tids"), idOrPrefix)
+}
+
+// SetTurnFields writes some fields of a turn.
+func (s *Store) SetTurnFields(ctx context.Context, id string, kv ...any) error {
+	return s.rdb.HSet(ctx, s.turnKey(id), kv...).Err()
+}
+
+// Messages.
+
+func (s *Store) msgsKey(sid string) string { return s.k("msgs", sid) }
+
+// AppendMessage adds a message to the session's conversation.
+func (s *Store) AppendMessage(ctx context.Context, sid string, m Message) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return s.rdb.RPush(ctx, s.msgsKey(sid), b).Err()
+}
+
+// LastMessages returns the last n messages, oldest first.
+func (s *Store) LastMessages(ctx context.Context, sid string, n int) ([]Message, error) {
+	raw, err := s.rdb.LRange(ctx, s.msgsKey(sid), int64(-n), -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read messages %s: %w", sid, err)
+	}
+	out := make([]Message, 0, len(raw))
+	for _, r := range raw {
+		var m Message
+		if err := json.Unmarshal([]byte(r), &m); err == nil {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// MessageCount returns how many messages a session has.
+func (s *Store) MessageCount(ctx context.Context, sid string) (int, error) {
+	n, err := s.rdb.LLen(ctx, s.msgsKey(sid)).Result()
+	return int(n), err
+}
+
+// Queue: one list of turn ids per session, one drain task at a time (the drain
+// flag holds its task id), a per-session lease, and the 4-at-work semaphore: a set
+// per orchestrating conversation holding its busy sessions (R6.1).
+
+// ErrSessionLimit is returned when a prompt would make one more session busy than allowed.
+var ErrSessionLimit = errors.New("session limit")
+
+var reserveScript = redis.NewScript(`
+local busy = KEYS[1]
+if busy == '' then return 1 end
+if redis.call('SISMEMBER', busy, ARGV[1]) == 1 then return 1 end
+if ARGV[3] == '1' and redis.call('SCARD', busy) >= tonumber(ARGV[2]) then return -1 end
+redis.call('SADD', busy, ARGV[1])
+return 1
+`)
+
+var pushScript = redis.NewScript(`
+local busy = KEYS[3]
+if busy ~= '' and redis.call('SISMEMBER', busy, ARGV[2]) == 0 then
+  if ARGV[4] == '1' and redis.call('SCARD', busy) >= tonumber(ARGV[3]) then return -1 end
+  redis.call('SADD', busy, ARGV[2])
+end
+redis.call('HSET', KEYS[4], unpack(ARGV, 6))
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[5], 0, ARGV[1])
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('SET', KEYS[2], ARGV[5])
+  return 1
+end
+return 0
+`)
+
+// BusyKey is the semaphore key of an orchestrating conversation ("" = none).
+func (s *Store) BusyKey(orchestrator string) string {
+	if orchestrator == "" {
+		return ""
+	}
+	return s.k("busy", orchestrator)
+}
+
+// Reserve makes sid busy in its orchestrator's semaphore before the session
+// exists (create_session), failing with ErrSessionLimit when full.
+func (s *Store) Reserve(ctx context.Context, orchestrator, sid string, limit int) error {
+	r, err := reserveScript.Run(ctx, s.rdb, []string{s.BusyKey(orchestrator)}, sid, limit, "1").Int()
+	if err != nil {
+		return fmt.Errorf("reserve %s: %w", sid, err)
+	}
+	if r < 0 {
+		return ErrSessionLimit
+	}
+	return nil
+}
+
+// Unreserve undoes Reserve when the session was not created after all.
+func (s *Store) Unreserve(ctx context.Context, orchestrator, sid string) error {
+	if orchestrator == "" {
+		return nil
+	}
+	return s.rdb.SRem(ctx, s.BusyKey(orchestrator), sid).Err()
+}
+
+// BusyCount returns how many sessions of an orchestrator are busy.
+func (s *Store) BusyCount(ctx context.Context, orchestrator string) (int, error) {
+	n, err := s.rdb.SCard(ctx, s.BusyKey(orchestrator)).Result()
+	return int(n), err
+}
+
+// PushTurn creates the turn record and queues it on its session, atomically
+// with the 4-at-work check (enforce) for the session's orchestrator. It
+// returns whether the caller must enqueue a drain task with id drainID.
+func (s *Store) PushTurn(ctx context.Context, t *Turn, orchestrator string, limit int, enforce bool, drainID string) (bool, error) {
+	from, origin := "", ""
+	if t.From != nil {
+		b, _ := json.Marshal(t.From)
+		from = string(b)
+	}
+	b, _ := json.Marshal(t.Origin)
+	origin = string(b)
+	args := []any{t.ID, t.Session, limit, b2s(enforce), drainID,
+		"id", t.ID, "session", t.Session, "status", TurnQueued, "role", t.Role, "from", from,
+		"origin", origin, "caller", t.Caller, "created", ms(t.CreatedAt), "text", t.Text}
+	r, err := pushScript.Run(ctx, s.rdb, []string{s.k("q", t.Session), s.k("drain", t.Session),
+		s.BusyKey(orchestrator), s.turnKey(t.ID), s.k("tids")}, args...).Int()
+	if err != nil {
+		return false, fmt.Errorf("queue turn %s: %w", t.ID, err)
+	}
+	if r < 0 {
+		return false, ErrSessionLimit
+	}
+	return r == 1, nil
+}
+
+var popScript = redis.NewScript(`
+local id = redis.call('LPOP', KEYS[1])
+if not id then
+  redis.call('DEL', KEYS[3])
+  if KEYS[4] ~= '' then redis.call('SREM', KEYS[4], ARGV[1]) end
+  return false
+end
+redis.call('SET', KEYS[2], id)
+redis.call('HSET', ARGV[3] .. id, 'status', 'running', 'started', ARGV[2])
+return id
+`)
+
+// PopTurn takes the session's next queued turn and marks it running; "" when
+// the queue is empty (the session then leaves its orchestrator's semaphore
+// and the drain flag is cleared).
+func (s *Store) PopTurn(ctx context.Context, sid, orchestrator string, now time.Time) (string, error) {
+	id, err := popScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
+		s.BusyKey(orchestrator)}, sid, ms(now), s.k("turn", "")).Text()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("pop turn %s: %w", sid, err)
+	}
+	return id, nil
+}
+
+var finishScript = redis.NewScript(`
+redis.call('HSET', KEYS[5], unpack(ARGV, 2))
+if redis.call('GET', KEYS[2]) == redis.call('HGET', KEYS[5], 'id') then redis.call('DEL', KEYS[2]) end
+if redis.call('LLEN', KEYS[1]) == 0 then
+  redis.call('DEL', KEYS[3])
+  if KEYS[4] ~= '' then redis.call('SREM', KEYS[4], ARGV[1]) end
+  return 0
+end
+return 1
+`)
+
+// FinishTurn writes a turn's end (fields as key/value pairs) and clears the
+// session's current turn. It returns whether more turns are queued (the
+// drain flag then stays set and the caller enqueues the next drain).
+func (s *Store) FinishTurn(ctx context.Context, sid, orchestrator, turnID string, kv ...any) (bool, error) {
+	args := append([]any{sid}, kv...)
+	r, err := finishScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
+		s.BusyKey(orchestrator), s.turnKey(turnID)}, args...).Int()
+	if err != nil {
+		return false, fmt.Errorf("finish turn %s: %w", turnID, err)
+	}
+	return r == 1, nil
+}
+
+var requeueScript = redis.NewScript(`
+redis.call('LPUSH', KEYS[1], ARGV[1])
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[3], 'status', 'queued', 'started', 0)
+return 1
+`)
+
+// RequeueTurn puts a running turn back at the head of its session's queue
+// (graceful shutdown): it runs again on another worker, nothing lost.
+func (s *Store) RequeueTurn(ctx context.Context, sid, turnID string) error {
+	return requeueScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.turnKey(turnID)}, turnID).Err()
+}
+
+// CurrentTurn returns the id of the session's running turn, "" when none.
+func (s *Store) CurrentTurn(ctx context.Context, sid string) (string, error) {
+	id, err := s.rdb.Get(ctx, s.k("cur", sid)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return id, err
+}
+
+// QueuedTurns returns the ids of a session's queued turns in order.
+func (s *Store) QueuedTurns(ctx context.Context, sid string) ([]string, error) {
+	return s.rdb.LRange(ctx, s.k("q", sid), 0, -1).Result()
+}
+
+// SetDrainID records the id of the session's pending drain task.
+func (s *Store) SetDrainID(ctx context.Context, sid, id string) error {
+	return s.rdb.Set(ctx, s.k("drain", sid), id, redis.KeepTTL).Err()
+}
+
+// DrainFlags lists sessions with a drain in progress and their task ids (recovery sweep).
+func (s *Store) DrainFlags(ctx context.Context) (map[string]string, error) {
+	out := map[string]string{}
+	var cursor uint64
+	prefix := s.k("drain", "")
+	for {
+		keys, next, err := s.rdb.Scan(ctx, cursor, prefix+"*", 500).Result()
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range keys {
+			v, err := s.rdb.Get(ctx, k).Result()
+			if err == nil {
+				out[k[len(prefix):]] = v
+			}
+		}
+		cursor = next
+		if cursor == 0 {
+			return out, nil
+		}
+	}
+}
+
+// Lease: one worker drains a session at a time.
+
+// AcquireLease takes the session's lease for owner for ttl.
+func (s *Store) AcquireLease(ctx context.Context, sid, owner string, ttl time.Duration) (bool, error) {
+	return s.rdb.SetNX(ctx, s.k("lease", sid), owner, ttl).Result()
+}
+
+var renewScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  if ARGV[2] == '0' then return redis.call('DEL', KEYS[1]) end
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+`)
+
+// RenewLease extends the lease if owner still holds it.
+func (s *Store) RenewLease(ctx context.Context, sid, owner string, ttl time.Duration) (bool, error) {
+	n, err := renewScript.Run(ctx, s.rdb, []string{s.k("lease", sid)}, owner, ttl.Milliseconds()).Int()
+	return n == 1, err
+}
+
+// ReleaseLease drops the lease if owner holds it.
+func (s *Store) ReleaseLease(ctx context.Context, sid, owner string) error {
+	return renewScript.Run(ctx, s.rdb, []string{s.k("lease", sid)}, owner, 0).Err()
+}
+
+// LeaseHolder returns who holds a session's lease, "" when nobody.
+func (s *Store) LeaseHolder(ctx context.Context, sid string) (string, error) {
+	v, err := s.rdb.Get(ctx, s.k("lease", sid)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return v, err
+}
+
+// Notifications: one pub/sub channel carries "turn:ID", "card:ID", "q:ID" and
+// "stop:ID" so waiting calls and running turns wake without polling.
+
+// NotifyChannel is the pub/sub channel name.
+func (s *Store) NotifyChannel() string { return s.k("notify") }
+
+// Notify publishes a notification.
+func (s *Store) Notify(ctx context.Context, what string) error {
+	return s.rdb.Publish(ctx, s.NotifyChannel(), what).Err()
+}
+
+// Counters.
+
+// IncrLoop counts one prompt to another agent and returns the new count.
+func (s *Store) IncrLoop(ctx context.Context, sid string) (int, error) {
+	n, err := s.rdb.Incr(ctx, s.k("loop", sid)).Result()
+	return int(n), err
+}
+
+// LoopCount returns the loop-protection count of a conversation.
+func (s *Store) LoopCount(ctx context.Context, sid string) (int, error) {
+	v, err := s.rdb.Get(ctx, s.k("loop", sid)).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	n, _ := strconv.Atoi(v)
+	return n, err
+}
+
+// ResetLoop resets the loop-protection count (owner wrote, or allowed a card).
+func (s *Store) ResetLoop(ctx context.Context, sid string) error {
+	return s.rdb.Del(ctx, s.k("loop", sid)).Err()
+}
+
+// Flag reads a per-conversation flag (cards asked once per conversation).
+func (s *Store) Flag(ctx context.Context, sid, name string) (bool, error) {
+	v, err := s.rdb.HGet(ctx, s.k("flags", sid), name).Result()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	return v == "1", err
+}
+
+// SetFlag sets a per-conversation flag.
+func (s *Store) SetFlag(ctx context.Context, sid, name string) error {
+	return s.rdb.HSet(ctx, s.k("flags", sid), name, "1").Err()
+}
+
+// Usage counters per provider (R7.3): turns and tokens.
+
+// AddUsage counts one finished turn of a provider.
+func (s *Store) AddUsage(ctx context.Context, provider string, in, out int64) error {
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		k := s.k("usage", provider)
+		p.HIncrBy(ctx, k, "turns", 1)
+		p.HIncrBy(ctx, k, "inputTokens", in)
+		p.HIncrBy(ctx, k, "outputTokens", out)
+		return nil
+	})
+	return err
+}
+
+// Usage reads a provider's counters.
+func (s *Store) Usage(ctx context.Context, provider string) (map[string]int64, error) {
+	m, err := s.rdb.HGetAll(ctx, s.k("usage", provider)).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{"turns": 0, "inputTokens": 0, "outputTokens": 0}
+	for k, v := range m {
+		out[k] = atoi64(v)
+	}
+	return out, nil
+}
+
+// DropLastMessage removes a message just appended when its prompt was refused.
+func (s *Store) DropLastMessage(ctx context.Context, sid, msgID string) error {
+	raw, err := s.rdb.LRange(ctx, s.msgsKey(sid), -1, -1).Result()
+	if err != nil || len(raw) == 0 {
+		return err
+	}
+	var m Message
+	if json.Unmarshal([]byte(raw[0]), &m) == nil && m.ID == msgID {
+		return s.rdb.LRem(ctx, s.msgsKey(sid), -1, raw[0]).Err()
+	}
+	return nil
+}
