@@ -177,6 +177,9 @@ func (a *App) queueStats() []metrics.QueueStat {
 	return []metrics.QueueStat{{Queue: "turns", Pending: info.Pending, Active: info.Active, Retry: info.Retry, Latency: info.Latency}}
 }
 
+// Metrics returns the process's metrics registry.
+func (a *App) Metrics() *metrics.Metrics { return a.met }
+
 // Relay returns the domain service (tests).
 func (a *App) Relay() *relay.Relay { return a.relay }
 

@@ -112,7 +112,8 @@ func newCmd(mode, short string, stderr io.Writer) *cobra.Command {
 		log := slog.New(h)
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		a, err := app.New(cfg, app.Options{Mode: mode, Logger: log})
+		// RELAY_KEY_PREFIX lets several relays (or tests) share one Redis database.
+		a, err := app.New(cfg, app.Options{Mode: mode, Logger: log, KeyPrefix: os.Getenv("RELAY_KEY_PREFIX")})
 		if err != nil {
 			return usageError{err}
 		}
