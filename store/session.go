@@ -249,9 +249,10 @@ func (s *Store) ArchiveSession(ctx context.Context, id string, now time.Time) er
 
 // Extras is what a session listing needs beside the record.
 type Extras struct {
-	Cur   string // running turn id
-	Count int    // messages
-	Tasks []*Task
+	Cur    string // running turn id
+	Queued int    // prompts waiting
+	Count  int    // messages
+	Tasks  []*Task
 }
 
 // SessionExtras reads the running turn, message count and tasks of several
@@ -259,11 +260,13 @@ type Extras struct {
 func (s *Store) SessionExtras(ctx context.Context, ids []string) ([]Extras, error) {
 	curs := make([]*redis.StringCmd, len(ids))
 	counts := make([]*redis.IntCmd, len(ids))
+	queued := make([]*redis.IntCmd, len(ids))
 	tasks := make([]*redis.MapStringStringCmd, len(ids))
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
 			curs[i] = p.Get(ctx, s.k("cur", id))
 			counts[i] = p.LLen(ctx, s.msgsKey(id))
+			queued[i] = p.LLen(ctx, s.k("q", id))
 			tasks[i] = p.HGetAll(ctx, s.k("tasks", id))
 		}
 		return nil
@@ -275,6 +278,7 @@ func (s *Store) SessionExtras(ctx context.Context, ids []string) ([]Extras, erro
 	for i := range ids {
 		out[i].Cur = curs[i].Val()
 		out[i].Count = int(counts[i].Val())
+		out[i].Queued = int(queued[i].Val())
 		out[i].Tasks = decodeTasks(tasks[i].Val())
 	}
 	return out, nil

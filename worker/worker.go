@@ -38,7 +38,7 @@ type Worker struct {
 // New builds a worker on rdb (shared with the rest of the process).
 func New(rdb redis.UniversalClient, r *relay.Relay, o Options) *Worker {
 	if o.Concurrency <= 0 {
-		o.Concurrency = 20
+		o.Concurrency = 64
 	}
 	if o.PollEvery <= 0 {
 		o.PollEvery = 25 * time.Millisecond
