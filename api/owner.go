@@ -38,7 +38,7 @@ func (o *owner) routes(g *gin.RouterGroup) {
 		g.Any(p, notYet)
 		g.Any(p+"/:id", notYet)
 	}
-	g.DELETE("/subscriptions/:id", notYet)
+	g.DELETE("/subscriptions/:id", o.unsubscribe)
 }
 
 func notYet(c *gin.Context) {
@@ -192,6 +192,15 @@ func (o *owner) answer(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, q)
+}
+
+func (o *owner) unsubscribe(c *gin.Context) {
+	out, err := o.r.Unsubscribe(c.Request.Context(), c.Param("id"))
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
 }
 
 func (o *owner) cards(c *gin.Context) {

@@ -51,6 +51,10 @@ type Options struct {
 	SweepEvery time.Duration
 	// ShutdownGrace bounds how long in-flight HTTP requests may finish (default 5s).
 	ShutdownGrace time.Duration
+	// Clock, when set, replaces the wall clock of the domain (tests run a faster one).
+	Clock *scheduler.Scaled
+	// StallScanEvery is how often the stall scan is started (default 30s).
+	StallScanEvery time.Duration
 }
 
 // App is one relay process.
@@ -70,6 +74,7 @@ type App struct {
 	queues   jobs.Queues
 	scripted *provider.Scripted
 
+	clock      func() time.Time
 	started    chan struct{}
 	addr       string
 	ownerToken string
@@ -93,6 +98,9 @@ func New(cfg config.Config, o Options) (*App, error) {
 	}
 	if o.ShutdownGrace <= 0 {
 		o.ShutdownGrace = 5 * time.Second
+	}
+	if o.StallScanEvery <= 0 {
+		o.StallScanEvery = 30 * time.Second
 	}
 	a := &App{cfg: cfg, opts: o, log: o.Logger, started: make(chan struct{})}
 	ropts := &redis.Options{DialTimeout: 2 * time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second,
@@ -123,11 +131,19 @@ func New(cfg config.Config, o Options) (*App, error) {
 		return nil, err
 	}
 	a.scripted = scripted
-	a.relay = relay.New(a.st, jobs.NewClient(a.aq, a.insp, a.queues), provs, relay.Options{
+	ropt := relay.Options{
 		Name: cfg.Name, Version: Version, Folders: cfg.Folders, DefaultCwd: cfg.DefaultCwd,
 		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Logger: a.log, Metrics: a.met,
 		MaxWaitCap: o.MaxWaitCap,
-	})
+	}
+	if o.Clock != nil {
+		ropt.Clock, ropt.RealAt = o.Clock.Now, o.Clock.RealAt
+	}
+	a.clock = time.Now
+	if o.Clock != nil {
+		a.clock = o.Clock.Now
+	}
+	a.relay = relay.New(a.st, jobs.NewClient(a.aq, a.insp, a.queues), provs, ropt)
 	a.work = worker.New(a.rdb, a.relay, worker.Options{Queues: a.queues, Concurrency: o.Concurrency, Logger: a.log})
 	a.met.AddQueues(a.queueStats)
 	a.met.AddGauge("relay_cards_pending", "Approval cards waiting for the owner.", func() float64 {
@@ -137,6 +153,12 @@ func New(cfg config.Config, o Options) (*App, error) {
 	a.met.AddGauge("relay_sessions_active", "Sessions that are not archived.", func() float64 {
 		_, s, _ := a.counts()
 		return float64(s)
+	})
+	a.met.AddGauge("relay_events_held", "Events held by digests and quiet hours.", func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		n, _ := a.st.HeldTotal(ctx)
+		return float64(n)
 	})
 	return a, nil
 }
@@ -170,11 +192,16 @@ func (a *App) counts() (int64, int64, error) {
 }
 
 func (a *App) queueStats() []metrics.QueueStat {
-	info, err := a.insp.GetQueueInfo(a.queues.Turns)
-	if err != nil {
-		return []metrics.QueueStat{{Queue: "turns"}}
+	var out []metrics.QueueStat
+	for name, q := range map[string]string{"turns": a.queues.Turns, "events": a.queues.Events} {
+		info, err := a.insp.GetQueueInfo(q)
+		if err != nil {
+			out = append(out, metrics.QueueStat{Queue: name})
+			continue
+		}
+		out = append(out, metrics.QueueStat{Queue: name, Pending: info.Pending, Active: info.Active, Retry: info.Retry, Latency: info.Latency})
 	}
-	return []metrics.QueueStat{{Queue: "turns", Pending: info.Pending, Active: info.Active, Retry: info.Retry, Latency: info.Latency}}
+	return out
 }
 
 // Metrics returns the process's metrics registry.
@@ -273,7 +300,16 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}
 	loops, stopLoops := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		enq := jobs.NewClient(a.aq, a.insp, a.queues)
+		scheduler.Every(loops, a.opts.StallScanEvery, a.log, "stall-scan", func(ctx context.Context) error {
+			// One scan per clock minute across all processes: the task id dedupes.
+			minute := a.clock().Truncate(time.Minute).Unix()
+			return enq.Enqueue(ctx, jobs.TypeStallScan, struct{}{}, fmt.Sprintf("stall:%d", minute), time.Time{})
+		})
+	}()
 	go func() {
 		defer wg.Done()
 		stale := &scheduler.Stale{}

@@ -20,16 +20,31 @@ type DrainPayload struct {
 	Session string `json:"session"`
 }
 
+// Event delivery task types (fan-out, timed releases, coalescing flushes,
+// wake-limit summaries, heartbeats, the stall scan).
+const (
+	TypeFanout    = "event:fanout"
+	TypeRelease   = "event:release"
+	TypeFlush     = "event:flush"
+	TypeSummary   = "event:summary"
+	TypeHeartbeat = "event:heartbeat"
+	TypeStallScan = "event:stallscan"
+)
+
 // Queues names the asynq queues of one relay (their names carry the relay's
 // key prefix so several relays or tests can share one Redis).
 type Queues struct {
-	Turns string
+	Turns  string
+	Events string
 }
 
 // QueuesFor returns the queue names for a key prefix.
 func QueuesFor(prefix string) Queues {
-	return Queues{Turns: prefix + ":turns"}
+	return Queues{Turns: prefix + ":turns", Events: prefix + ":events"}
 }
+
+// All lists the queue names.
+func (q Queues) All() []string { return []string{q.Turns, q.Events} }
 
 // NewDrainTask builds the task that runs a session's next turn. timeout bounds
 // one turn (max_turn_seconds plus a margin); the task id is given so the
@@ -67,6 +82,30 @@ func (c *Client) EnqueueDrain(ctx context.Context, session, taskID string, timeo
 	}
 	if err != nil {
 		return fmt.Errorf("enqueue drain %s: %w", session, err)
+	}
+	return nil
+}
+
+// Enqueue enqueues an event-delivery job of type typ with a JSON payload on
+// the events queue; id (optional) makes it unique, at (optional) delays it.
+func (c *Client) Enqueue(ctx context.Context, typ string, payload any, id string, at time.Time) error {
+	b, err := json.Marshal(payload)
+	if err != nil {
+		return err
+	}
+	opts := []asynq.Option{asynq.Queue(c.q.Events), asynq.MaxRetry(25), asynq.Timeout(5 * time.Minute)}
+	if id != "" {
+		opts = append(opts, asynq.TaskID(id))
+	}
+	if !at.IsZero() {
+		opts = append(opts, asynq.ProcessAt(at))
+	}
+	_, err = c.c.EnqueueContext(ctx, asynq.NewTask(typ, b, opts...))
+	if errors.Is(err, asynq.ErrTaskIDConflict) || errors.Is(err, asynq.ErrDuplicateTask) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("enqueue %s: %w", typ, err)
 	}
 	return nil
 }

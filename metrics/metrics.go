@@ -31,6 +31,8 @@ type Metrics struct {
 	turnDuration  *prometheus.HistogramVec
 	cards         *prometheus.CounterVec
 	httpRequests  *prometheus.CounterVec
+	events        *prometheus.CounterVec
+	deliveries    *prometheus.CounterVec
 }
 
 // New builds the registry with the Go and process collectors.
@@ -54,8 +56,14 @@ func New() *Metrics {
 			Help: "Approval cards by status (asked, allow, deny, timeout, withdrawn)."}, []string{"status"}),
 		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "relay_http_requests_total",
 			Help: "HTTP requests by route kind and status class."}, []string{"kind", "status"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "relay_events_total",
+			Help: "Events emitted, by kind."}, []string{"kind"}),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "relay_deliveries_total",
+			Help: "Event deliveries by kind: message and summary are wakes of a watcher (summary = wake-limit summary); digest_release and quiet_release are held events released by a digest or the end of quiet hours."},
+			[]string{"kind"}),
 	}
 	reg.MustRegister(m.toolCalls, m.toolDuration, m.turnsStarted, m.turnsFinished, m.turnDuration, m.cards, m.httpRequests,
+		m.events, m.deliveries,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -77,6 +85,12 @@ func (m *Metrics) TurnFinished(provider, status string, d time.Duration) {
 
 // CardDecided counts a card event.
 func (m *Metrics) CardDecided(status string) { m.cards.WithLabelValues(status).Inc() }
+
+// Event counts an emitted event.
+func (m *Metrics) Event(kind string) { m.events.WithLabelValues(kind).Inc() }
+
+// Delivery counts a delivery step (message, summary, digest_release, quiet_release).
+func (m *Metrics) Delivery(kind string) { m.deliveries.WithLabelValues(kind).Inc() }
 
 // HTTPRequest counts one HTTP request; kind is mcp, api, peer, metrics or health.
 func (m *Metrics) HTTPRequest(kind string, status int) {

@@ -252,6 +252,7 @@ type Extras struct {
 	Cur    string // running turn id
 	Queued int    // prompts waiting
 	Count  int    // messages
+	Named  int    // subscriptions naming the session
 	Tasks  []*Task
 }
 
@@ -261,12 +262,14 @@ func (s *Store) SessionExtras(ctx context.Context, ids []string) ([]Extras, erro
 	curs := make([]*redis.StringCmd, len(ids))
 	counts := make([]*redis.IntCmd, len(ids))
 	queued := make([]*redis.IntCmd, len(ids))
+	named := make([]*redis.IntCmd, len(ids))
 	tasks := make([]*redis.MapStringStringCmd, len(ids))
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ids {
 			curs[i] = p.Get(ctx, s.k("cur", id))
 			counts[i] = p.LLen(ctx, s.msgsKey(id))
 			queued[i] = p.LLen(ctx, s.k("q", id))
+			named[i] = p.SCard(ctx, s.k("subidx", id))
 			tasks[i] = p.HGetAll(ctx, s.k("tasks", id))
 		}
 		return nil
@@ -279,6 +282,7 @@ func (s *Store) SessionExtras(ctx context.Context, ids []string) ([]Extras, erro
 		out[i].Cur = curs[i].Val()
 		out[i].Count = int(counts[i].Val())
 		out[i].Queued = int(queued[i].Val())
+		out[i].Named = int(named[i].Val())
 		out[i].Tasks = decodeTasks(tasks[i].Val())
 	}
 	return out, nil

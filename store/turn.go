@@ -55,6 +55,7 @@ type Turn struct {
 	Waited        bool   // the caller received the finished reply (no-echo, R8.18)
 	Text          string // the prompt
 	StopRequested bool
+	PartialAt     time.Time // last output of the running turn (stalled)
 }
 
 func (s *Store) turnKey(id string) string { return s.k("turn", id) }
@@ -65,7 +66,7 @@ func turnFrom(m map[string]string) *Turn {
 		CreatedAt: fromMS(atoi64(m["created"])), StartedAt: fromMS(atoi64(m["started"])),
 		EndedAt: fromMS(atoi64(m["ended"])), Reply: m["reply"], ReplyModel: m["replyModel"],
 		Error: m["error"], Partial: m["partial"], Question: m["question"], Waited: m["waited"] == "1",
-		Text: m["text"], StopRequested: m["stopRequested"] == "1",
+		Text: m["text"], StopRequested: m["stopRequested"] == "1", PartialAt: fromMS(atoi64(m["partialAt"])),
 	}
 	if v := m["from"]; v != "" {
 		var r Ref

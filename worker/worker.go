@@ -15,6 +15,7 @@ import (
 
 	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/relay"
+	"github.com/oar/relay/store"
 )
 
 // Options configures the worker.
@@ -51,7 +52,7 @@ func New(rdb redis.UniversalClient, r *relay.Relay, o Options) *Worker {
 	}
 	srv := asynq.NewServerFromRedisClient(rdb, asynq.Config{
 		Concurrency:              o.Concurrency,
-		Queues:                   map[string]int{o.Queues.Turns: 1},
+		Queues:                   map[string]int{o.Queues.Turns: 1, o.Queues.Events: 1},
 		TaskCheckInterval:        o.PollEvery,
 		DelayedTaskCheckInterval: 100 * time.Millisecond,
 		ShutdownTimeout:          o.ShutdownTimeout,
@@ -78,6 +79,42 @@ func retryDelay(n int, err error, _ *asynq.Task) time.Duration {
 func (w *Worker) Start() error {
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(jobs.TypeDrain, w.drain)
+	mux.HandleFunc(jobs.TypeFanout, func(ctx context.Context, t *asynq.Task) error {
+		var ev store.Event
+		if err := json.Unmarshal(t.Payload(), &ev); err != nil {
+			return fmt.Errorf("fanout payload: %v: %w", err, asynq.SkipRetry)
+		}
+		return w.r.Fanout(ctx, &ev)
+	})
+	mux.HandleFunc(jobs.TypeRelease, func(ctx context.Context, t *asynq.Task) error {
+		var p relay.ReleasePayload
+		if err := json.Unmarshal(t.Payload(), &p); err != nil {
+			return fmt.Errorf("release payload: %v: %w", err, asynq.SkipRetry)
+		}
+		return w.r.Release(ctx, p.Sub)
+	})
+	mux.HandleFunc(jobs.TypeFlush, func(ctx context.Context, t *asynq.Task) error {
+		var p relay.FlushPayload
+		if err := json.Unmarshal(t.Payload(), &p); err != nil {
+			return fmt.Errorf("flush payload: %v: %w", err, asynq.SkipRetry)
+		}
+		return w.r.Flush(ctx, p.Watcher, time.UnixMilli(p.Window).UTC())
+	})
+	mux.HandleFunc(jobs.TypeSummary, func(ctx context.Context, t *asynq.Task) error {
+		var p relay.SummaryPayload
+		if err := json.Unmarshal(t.Payload(), &p); err != nil {
+			return fmt.Errorf("summary payload: %v: %w", err, asynq.SkipRetry)
+		}
+		return w.r.Summary(ctx, p.Watcher)
+	})
+	mux.HandleFunc(jobs.TypeHeartbeat, func(ctx context.Context, t *asynq.Task) error {
+		var p relay.HeartbeatPayload
+		if err := json.Unmarshal(t.Payload(), &p); err != nil {
+			return fmt.Errorf("heartbeat payload: %v: %w", err, asynq.SkipRetry)
+		}
+		return w.r.Heartbeat(ctx, p.Sub, time.UnixMilli(p.At).UTC())
+	})
+	mux.HandleFunc(jobs.TypeStallScan, func(ctx context.Context, _ *asynq.Task) error { return w.r.StallScan(ctx) })
 	return w.srv.Start(mux)
 }
 

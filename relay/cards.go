@@ -1,0 +1,159 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/oar/relay/store"
+)
+
+// cardNeed collects why a call needs the owner's approval (R5.2).
+type cardNeed struct {
+	reasons []string
+	flags   []string // per-conversation flags set when the owner allows
+	loop    bool     // the loop-protection count is reset when allowed
+}
+
+func (n *cardNeed) add(reason string) { n.reasons = append(n.reasons, reason) }
+
+func (n *cardNeed) needed() bool { return len(n.reasons) > 0 }
+
+// writeActions are the actions a card guards in ask/plan mode (R5.2.3).
+var writeActions = map[string]bool{"send": true, "create_session": true, "update_session": true,
+	"answer_question": true, "stop": true, "archive": true, "transfer_subscriptions": true}
+
+// modeCard adds the ask/plan mode reason.
+func modeCard(n *cardNeed, c *caller, action string) {
+	if writeActions[action] && (c.s.Mode == "ask" || c.s.Mode == "plan") {
+		n.add(fmt.Sprintf("This conversation is in %s mode: every write action needs your approval.", c.s.Mode))
+	}
+}
+
+// loopCard adds loop protection (R5.2.6).
+func (r *Relay) loopCard(ctx context.Context, n *cardNeed, c *caller) *Error {
+	cnt, err := r.st.LoopCount(ctx, c.s.ID)
+	if err != nil {
+		return internal(err)
+	}
+	if cnt >= r.opts.Limits.AgentPromptsBeforeCard {
+		n.add(fmt.Sprintf("Loop protection: this conversation has sent %d prompts to other agents since you last wrote in it.", cnt))
+		n.loop = true
+	}
+	return nil
+}
+
+// maxWait is the relay's longest wait per tool call.
+func (r *Relay) maxWait(ctx context.Context) time.Duration {
+	st, err := r.settings(ctx)
+	d := 600 * time.Second
+	if err == nil && st.MaxWaitSeconds > 0 {
+		d = time.Duration(st.MaxWaitSeconds) * time.Second
+	}
+	if r.opts.MaxWaitCap > 0 && d > r.opts.MaxWaitCap {
+		d = r.opts.MaxWaitCap
+	}
+	return d
+}
+
+// askCard shows an approval card in the caller's conversation and blocks
+// until the owner decides or the longest wait runs out (R5.1). nothing ends
+// the error sentence on a denial.
+func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action string, target *string, lines []string, nothing string) *Error {
+	if !need.needed() {
+		return nil
+	}
+	if c.turn == nil {
+		return Errorf(CodeNoActiveTurn, "%s needs the owner's approval, and a card can only be asked inside a running turn of this conversation. %s", action, nothing)
+	}
+	card := &store.Card{ID: "card_" + store.NewID(8), Session: c.s.ID, Action: action, Relay: r.opts.Name,
+		Target: target, Lines: append(append([]string{}, lines...), need.reasons...), CreatedAt: r.now()}
+	ch, unsub := r.hub.sub("card:" + card.ID)
+	defer unsub()
+	if err := r.st.SaveCard(ctx, card); err != nil {
+		return internal(err)
+	}
+	if r.met != nil {
+		r.met.CardDecided("asked")
+	}
+	_ = r.st.Notify(ctx, "cards")
+	deadline := time.NewTimer(r.maxWait(ctx))
+	defer deadline.Stop()
+	recheck := time.NewTicker(2 * time.Second)
+	defer recheck.Stop()
+	for {
+		cur, err := r.st.GetCard(ctx, card.ID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return internal(err)
+		}
+		if cur != nil && cur.Decision != "" {
+			if r.met != nil {
+				r.met.CardDecided(cur.Decision)
+			}
+			if cur.Decision == "allow" {
+				for _, f := range need.flags {
+					if err := r.st.SetFlag(ctx, c.s.ID, f); err != nil {
+						return internal(err)
+					}
+				}
+				if need.loop {
+					if err := r.st.ResetLoop(ctx, c.s.ID); err != nil {
+						return internal(err)
+					}
+				}
+				return nil
+			}
+			return Errorf(CodePermission, "The owner denied %s. %s", action, nothing)
+		}
+		select {
+		case <-ch:
+		case <-recheck.C:
+		case <-ctx.Done():
+			r.withdrawCard(card.ID)
+			return Errorf(CodePermission, "The call ended before the owner answered the approval card. %s", nothing)
+		case <-deadline.C:
+			r.withdrawCard(card.ID)
+			if r.met != nil {
+				r.met.CardDecided("timeout")
+			}
+			return Errorf(CodePermission, "%s needs the owner's approval and the owner did not answer in time; the card was withdrawn. %s", action, nothing)
+		}
+	}
+}
+
+func (r *Relay) withdrawCard(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, _, err := r.st.DecideCard(ctx, id, "withdrawn"); err != nil {
+		r.log.Warn("withdraw card", "card", id, "err", err)
+	}
+}
+
+// Cards lists the pending approval cards (owner API).
+func (r *Relay) Cards(ctx context.Context) ([]*store.Card, error) {
+	return r.st.PendingCards(ctx)
+}
+
+// DecideCard is the owner's Allow / Deny.
+func (r *Relay) DecideCard(ctx context.Context, id, decision string) (*store.Card, error) {
+	decision = strings.ToLower(strings.TrimSpace(decision))
+	if decision != "allow" && decision != "deny" {
+		return nil, Errorf(CodeInvalidInput, `decision must be "allow" or "deny" (got %q). Nothing was decided.`, decision)
+	}
+	c, ok, err := r.st.DecideCard(ctx, id, decision)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, Errorf(CodeNotFound, "No card %q. Nothing was decided.", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, Errorf(CodeInvalidInput, "Card %s was already decided (%s). Nothing was changed.", id, c.Decision)
+	}
+	if err := r.st.Notify(ctx, "card:"+id); err != nil {
+		return nil, err
+	}
+	return c, nil
+}

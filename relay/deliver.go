@@ -1,0 +1,563 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/oar/relay/scheduler"
+	"github.com/oar/relay/store"
+)
+
+// Job kinds the domain enqueues through Enqueuer.Enqueue (the worker routes them back here).
+const (
+	JobFanout    = "event:fanout"
+	JobRelease   = "event:release"
+	JobFlush     = "event:flush"
+	JobSummary   = "event:summary"
+	JobHeartbeat = "event:heartbeat"
+	JobStallScan = "event:stallscan"
+)
+
+var timeZero time.Time
+
+// Payloads of the delivery jobs.
+type (
+	ReleasePayload struct {
+		Sub string `json:"sub"`
+	}
+	FlushPayload struct {
+		Watcher string `json:"watcher"`
+		Window  int64  `json:"window"` // unix ms of the window's end
+	}
+	SummaryPayload struct {
+		Watcher string `json:"watcher"`
+	}
+	HeartbeatPayload struct {
+		Sub string `json:"sub"`
+		At  int64  `json:"at"` // unix ms (clock time) the beat is due
+	}
+)
+
+func (r *Relay) schedule(ctx context.Context, kind string, payload any, id string, at time.Time) error {
+	real := r.opts.RealAt(at)
+	if !real.After(time.Now()) {
+		real = timeZero
+	}
+	return r.enq.Enqueue(ctx, kind, payload, id, real)
+}
+
+func quietOf(sub *store.Subscription) *scheduler.Quiet {
+	if sub.Quiet == nil {
+		return nil
+	}
+	q, err := scheduler.ParseQuiet(sub.Quiet.From, sub.Quiet.To, sub.Quiet.TZ)
+	if err != nil {
+		return nil
+	}
+	return q
+}
+
+// takes reports whether a subscription takes an event (R8.4, R8.5, R8.7).
+func (r *Relay) takes(sub *store.Subscription, ev *store.Event) bool {
+	if sub.EndReason != "" {
+		return false
+	}
+	if ev.Sub != "" && ev.Sub != sub.ID {
+		return false
+	}
+	if ev.Session != "" && ev.Session == sub.Watcher {
+		return false // the own conversation is never watched
+	}
+	if ev.Session != "" && slices.Contains(sub.Exclude, ev.Session) {
+		return false
+	}
+	if !slices.Contains(sub.Events, ev.Kind) {
+		return false
+	}
+	if sub.Match != "" {
+		re, err := regexp.Compile("(?i)" + sub.Match)
+		if err != nil || !re.MatchString(EventLine(ev)) {
+			return false
+		}
+	}
+	return true
+}
+
+// Fanout matches an event against the subscriptions that watch its session
+// (an index per session plus the "all" ones: the cost follows the matching
+// subscriptions, not all of them) and offers it to each.
+func (r *Relay) Fanout(ctx context.Context, ev *store.Event) error {
+	if ev.Watcher != "" { // addressed to one conversation (an ask's answer): no subscription needed
+		return r.release(ctx, ev.Watcher, store.Batch{Kind: "plain", Events: []store.Event{*ev}, Urgent: urgent(ev.Kind)})
+	}
+	var subs []*store.Subscription
+	var err error
+	if ev.Sub != "" {
+		sub, gerr := r.st.GetSubscription(ctx, ev.Sub)
+		if errors.Is(gerr, store.ErrNotFound) {
+			return nil
+		}
+		if gerr != nil {
+			return gerr
+		}
+		subs = []*store.Subscription{sub}
+	} else if subs, err = r.st.SubscriptionsOf(ctx, ev.Session); err != nil {
+		return err
+	}
+	var turn *store.Turn
+	for _, sub := range subs {
+		if !r.takes(sub, ev) {
+			continue
+		}
+		if err := r.st.AppendSubEvent(ctx, sub.ID, ev, int64(r.opts.Limits.ReplayEvents), r.opts.Timing.ReplayKeep); err != nil {
+			return err
+		}
+		once := sub.Once
+		if once {
+			first, err := r.st.SetOnce(ctx, "fired:"+sub.ID, 8*24*time.Hour)
+			if err != nil {
+				return err
+			}
+			if !first {
+				continue
+			}
+			if err := r.endSubscription(ctx, sub, "fired"); err != nil {
+				return err
+			}
+		}
+		// No echo (R8.18): the watcher's own prompt whose reply it received or still waits for.
+		if ev.Kind == EvTurnEnd && ev.Turn != "" && !once {
+			if turn == nil {
+				if turn, err = r.st.GetTurn(ctx, ev.Turn); err != nil && !errors.Is(err, store.ErrNotFound) {
+					return err
+				}
+			}
+			if turn != nil && turn.Caller == sub.Watcher {
+				if turn.Waited {
+					continue
+				}
+				waiting, err := r.st.Waiting(ctx, turn.ID)
+				if err != nil {
+					return err
+				}
+				if waiting {
+					if err := r.st.HoldEcho(ctx, turn.ID, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}}, sub.Watcher); err != nil {
+						return err
+					}
+					continue
+				}
+			}
+		}
+		if err := r.offer(ctx, sub, ev); err != nil {
+			return err
+		}
+	}
+	if ev.Sub == "" && (ev.Kind == EvTurnEnd || ev.Kind == EvTaskFinished || ev.Kind == EvTaskFailed || ev.Kind == EvSubagentFinished) {
+		return r.checkAllIdle(ctx, subs)
+	}
+	return nil
+}
+
+// offer delivers an event now or holds it for the subscription's digest or
+// quiet hours (R8.8, R8.9, R8.11).
+func (r *Relay) offer(ctx context.Context, sub *store.Subscription, ev *store.Event) error {
+	if urgent(ev.Kind) || (sub.DigestMinutes == 0 && sub.Quiet == nil) {
+		return r.release(ctx, sub.Watcher, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}, Urgent: urgent(ev.Kind)})
+	}
+	now := r.now()
+	due := now
+	if sub.DigestMinutes > 0 {
+		anchor := sub.CreatedAt
+		if !sub.LastDigestAt.IsZero() {
+			anchor = sub.LastDigestAt
+		}
+		if d := anchor.Add(time.Duration(sub.DigestMinutes) * time.Minute); d.After(due) {
+			due = d
+		}
+	}
+	due = quietOf(sub).Defer(due)
+	if !due.After(now) {
+		return r.release(ctx, sub.Watcher, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}})
+	}
+	inForce, first, err := r.st.HoldEvent(ctx, sub.ID, ev, due)
+	if err != nil {
+		return err
+	}
+	if first {
+		return r.schedule(ctx, JobRelease, ReleasePayload{Sub: sub.ID}, fmt.Sprintf("rel:%s:%d", sub.ID, inForce.UnixMilli()), inForce)
+	}
+	return nil
+}
+
+// Release delivers a subscription's held events once they are due (a job at the due time).
+func (r *Relay) Release(ctx context.Context, subID string) error {
+	now := r.now()
+	evs, due, err := r.st.TakeHeld(ctx, subID, now)
+	if err != nil {
+		return err
+	}
+	if evs == nil && !due.IsZero() { // asynq ran the job early: run again at the due time
+		return r.schedule(ctx, JobRelease, ReleasePayload{Sub: subID}, fmt.Sprintf("rel:%s:%d:r", subID, due.UnixMilli()), due)
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	sub, err := r.st.GetSubscription(ctx, subID)
+	if err != nil {
+		return err
+	}
+	b := store.Batch{Kind: "digest", Sub: sub.ID, Every: sub.DigestMinutes, Events: evs}
+	if q := quietOf(sub); q != nil && (sub.DigestMinutes == 0 || q.In(now.Add(-time.Minute))) {
+		b = store.Batch{Kind: "quiet", Sub: sub.ID, Window: q.String(), Events: evs}
+	}
+	if sub.DigestMinutes > 0 {
+		if err := r.st.SetLastDigest(ctx, sub, now); err != nil {
+			return err
+		}
+	}
+	if r.met != nil {
+		r.met.Delivery(b.Kind + "_release")
+	}
+	return r.release(ctx, sub.Watcher, b)
+}
+
+// release puts events into the watcher's delivery buffer (each event once
+// per watcher, R8.12); urgent ones are delivered at once with what the
+// buffer holds, others when the coalescing window closes (R8.16).
+func (r *Relay) release(ctx context.Context, watcher string, b store.Batch) error {
+	kept := b.Events[:0:0]
+	for _, ev := range b.Events {
+		fresh, err := r.st.MarkDelivered(ctx, watcher, ev.ID)
+		if err != nil {
+			return err
+		}
+		if fresh {
+			kept = append(kept, ev)
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	b.Events = kept
+	now := r.now()
+	end := now.Add(r.opts.Timing.Coalesce)
+	opened, window, err := r.st.BufferGroup(ctx, watcher, b, end)
+	if err != nil {
+		return err
+	}
+	if b.Urgent || r.opts.Timing.Coalesce <= 0 {
+		return r.flush(ctx, watcher, timeZero, true)
+	}
+	if opened {
+		return r.schedule(ctx, JobFlush, FlushPayload{Watcher: watcher, Window: window.UnixMilli()},
+			fmt.Sprintf("flush:%s:%d", watcher, window.UnixMilli()), window)
+	}
+	return nil
+}
+
+// Flush delivers a watcher's buffer when its coalescing window closes.
+func (r *Relay) Flush(ctx context.Context, watcher string, window time.Time) error {
+	if now := r.now(); now.Before(window) {
+		return r.schedule(ctx, JobFlush, FlushPayload{Watcher: watcher, Window: window.UnixMilli()},
+			fmt.Sprintf("flush:%s:%d:r", watcher, window.UnixMilli()), window)
+	}
+	return r.flush(ctx, watcher, window, false)
+}
+
+func (r *Relay) flush(ctx context.Context, watcher string, window time.Time, urgentNow bool) error {
+	batches, err := r.st.TakeBuffer(ctx, watcher, window)
+	if err != nil || len(batches) == 0 {
+		return err
+	}
+	hasUrgent := urgentNow
+	for _, b := range batches {
+		hasUrgent = hasUrgent || b.Urgent
+	}
+	now := r.now()
+	limit := r.opts.Timing.WakeLimitPerHour
+	if !hasUrgent {
+		n, err := r.st.Wakes(ctx, watcher, now)
+		if err != nil {
+			return err
+		}
+		if n >= limit {
+			at := now.Add(r.opts.Timing.WakeSummaryEvery)
+			first, inForce, err := r.st.HoldForSummary(ctx, watcher, batches, at)
+			if err != nil {
+				return err
+			}
+			if first {
+				return r.schedule(ctx, JobSummary, SummaryPayload{Watcher: watcher}, fmt.Sprintf("sum:%s:%d", watcher, inForce.UnixMilli()), inForce)
+			}
+			return nil
+		}
+	} else {
+		// An urgent event takes along what the wake limit holds.
+		held, err := r.st.TakeSummary(ctx, watcher)
+		if err != nil {
+			return err
+		}
+		if len(held) > 0 {
+			batches = append([]store.Batch{mergeSummary(held)}, batches...)
+		}
+	}
+	return r.deliver(ctx, watcher, batches, "message")
+}
+
+func mergeSummary(held []store.Batch) store.Batch {
+	b := store.Batch{Kind: "summary"}
+	for _, h := range held {
+		b.Events = append(b.Events, h.Events...)
+	}
+	return b
+}
+
+// Summary delivers the events the wake limit held, as one message (R8.17).
+func (r *Relay) Summary(ctx context.Context, watcher string) error {
+	due, err := r.st.SummaryDue(ctx, watcher)
+	if err != nil {
+		return err
+	}
+	if due.IsZero() {
+		return nil
+	}
+	if r.now().Before(due) {
+		return r.schedule(ctx, JobSummary, SummaryPayload{Watcher: watcher}, fmt.Sprintf("sum:%s:%d:r", watcher, due.UnixMilli()), due)
+	}
+	held, err := r.st.TakeSummary(ctx, watcher)
+	if err != nil || len(held) == 0 {
+		return err
+	}
+	return r.deliver(ctx, watcher, []store.Batch{mergeSummary(held)}, "summary")
+}
+
+// deliver writes one event message into the watching conversation: a new
+// turn when it is idle, queued next when a turn runs (R8.15).
+func (r *Relay) deliver(ctx context.Context, watcher string, batches []store.Batch, kind string) error {
+	ws, err := r.st.GetSession(ctx, watcher)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if ws.Archived {
+		return nil
+	}
+	text := Message(batches, r.opts.Timing.WakeLimitPerHour)
+	if err := r.st.AddWake(ctx, watcher, r.now()); err != nil {
+		return err
+	}
+	if _, err := r.queue(ctx, ws, text, "event", nil, store.Origin{Path: []string{r.opts.Name}}, "", false); err != nil {
+		return err
+	}
+	if r.met != nil {
+		r.met.Delivery(kind)
+	}
+	return nil
+}
+
+// endWait ends a caller's wait on a turn (R8.18): echoes held meanwhile are
+// dropped when the reply reached the caller, else delivered.
+func (r *Relay) endWait(ctx context.Context, turnID string, gotReply bool) {
+	ctx = context.WithoutCancel(ctx)
+	held, err := r.st.EndWaiting(ctx, turnID)
+	if err != nil {
+		r.log.Warn("end wait", "turn", turnID, "err", err)
+		return
+	}
+	if gotReply {
+		return
+	}
+	for watcher, bs := range held {
+		for _, b := range bs {
+			if err := r.release(ctx, watcher, b); err != nil {
+				r.log.Warn("release held echo", "turn", turnID, "err", err)
+			}
+		}
+	}
+}
+
+// watchedSessions lists the sessions a subscription watches now.
+func (r *Relay) watchedSessions(ctx context.Context, sub *store.Subscription) ([]*store.Session, error) {
+	ids := sub.Sessions
+	if sub.All {
+		all, _, err := r.st.ListSessionIDs(ctx, "active", 100000)
+		if err != nil {
+			return nil, err
+		}
+		ids = all
+	}
+	ss, err := r.st.GetSessions(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := ss[:0]
+	for _, s := range ss {
+		if s == nil || s.ID == sub.Watcher || slices.Contains(sub.Exclude, s.ID) || (sub.All && s.Archived) {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// checkAllIdle emits all_idle for subscriptions whose watched sessions all
+// went idle (a transition: once until something runs again).
+func (r *Relay) checkAllIdle(ctx context.Context, subs []*store.Subscription) error {
+	for _, sub := range subs {
+		if sub.EndReason != "" || !slices.Contains(sub.Events, EvAllIdle) {
+			continue
+		}
+		ss, err := r.watchedSessions(ctx, sub)
+		if err != nil {
+			return err
+		}
+		vs, err := r.views(ctx, ss)
+		if err != nil {
+			return err
+		}
+		idle := true
+		for _, v := range vs {
+			if v.state != StateIdle {
+				idle = false
+				break
+			}
+		}
+		if !idle {
+			continue
+		}
+		first, err := r.st.SetOnce(ctx, "idle:"+sub.ID, 8*24*time.Hour)
+		if err != nil {
+			return err
+		}
+		if first {
+			r.emit(ctx, &store.Event{Kind: EvAllIdle, Sub: sub.ID, Watched: len(vs)})
+		}
+	}
+	return nil
+}
+
+// busyAgain re-arms all_idle for the subscriptions watching a session that started work.
+func (r *Relay) busyAgain(ctx context.Context, sid string) {
+	subs, err := r.st.SubscriptionsOf(ctx, sid)
+	if err != nil || len(subs) == 0 {
+		return
+	}
+	names := make([]string, 0, len(subs))
+	for _, s := range subs {
+		names = append(names, "idle:"+s.ID)
+	}
+	_ = r.st.ClearOnce(ctx, names...)
+}
+
+// Heartbeat emits a subscription's heartbeat and schedules the next (R8.1, R8.9).
+func (r *Relay) Heartbeat(ctx context.Context, subID string, at time.Time) error {
+	sub, err := r.st.GetSubscription(ctx, subID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil || sub.EndReason != "" || sub.HeartbeatMinutes == 0 {
+		return err
+	}
+	now := r.now()
+	if now.Before(at) {
+		return r.schedule(ctx, JobHeartbeat, HeartbeatPayload{Sub: subID, At: at.UnixMilli()}, fmt.Sprintf("hb:%s:%d:r", subID, at.UnixMilli()), at)
+	}
+	next := at.Add(time.Duration(sub.HeartbeatMinutes) * time.Minute)
+	for !next.After(now) {
+		next = next.Add(time.Duration(sub.HeartbeatMinutes) * time.Minute)
+	}
+	if err := r.schedule(ctx, JobHeartbeat, HeartbeatPayload{Sub: subID, At: next.UnixMilli()}, fmt.Sprintf("hb:%s:%d", subID, next.UnixMilli()), next); err != nil {
+		return err
+	}
+	if q := quietOf(sub); q != nil && q.In(now) {
+		return nil // no heartbeat inside the quiet window
+	}
+	ss, err := r.watchedSessions(ctx, sub)
+	if err != nil {
+		return err
+	}
+	vs, err := r.views(ctx, ss)
+	if err != nil {
+		return err
+	}
+	running := 0
+	for _, v := range vs {
+		if v.state != StateIdle {
+			running++
+		}
+	}
+	r.emit(ctx, &store.Event{Kind: EvHeartbeat, Sub: sub.ID, Watched: len(vs), Running: running, Idle: len(vs) - running})
+	return nil
+}
+
+// StallScan emits `stalled` for running turns and tasks of watched sessions
+// that gave no output for the subscription's stalled_minutes (once each).
+func (r *Relay) StallScan(ctx context.Context) error {
+	subs, err := r.st.AllSubscriptions(ctx)
+	if err != nil {
+		return err
+	}
+	now := r.now()
+	for _, sub := range subs {
+		if !slices.Contains(sub.Events, EvStalled) || sub.StalledMinutes <= 0 {
+			continue
+		}
+		limit := time.Duration(sub.StalledMinutes) * time.Minute
+		ss, err := r.watchedSessions(ctx, sub)
+		if err != nil {
+			return err
+		}
+		for _, s := range ss {
+			cur, err := r.st.CurrentTurn(ctx, s.ID)
+			if err != nil {
+				return err
+			}
+			if cur != "" {
+				if t, err := r.st.GetTurn(ctx, cur); err == nil && t.Status == store.TurnRunning {
+					last := t.StartedAt
+					if t.PartialAt.After(last) {
+						last = t.PartialAt
+					}
+					if err := r.stalled(ctx, sub, s, "turn:"+t.ID+":"+fmt.Sprint(last.UnixMilli()), last, now, limit); err != nil {
+						return err
+					}
+				}
+			}
+			tasks, err := r.st.Tasks(ctx, s.ID)
+			if err != nil {
+				return err
+			}
+			for _, t := range tasks {
+				if t.Status != "running" {
+					continue
+				}
+				last := t.StartedAt
+				if t.LastOutputAt.After(last) {
+					last = t.LastOutputAt
+				}
+				if err := r.stalled(ctx, sub, s, "task:"+t.ID+":"+fmt.Sprint(last.UnixMilli()), last, now, limit); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (r *Relay) stalled(ctx context.Context, sub *store.Subscription, s *store.Session, what string, last, now time.Time, limit time.Duration) error {
+	if now.Sub(last) < limit {
+		return nil
+	}
+	first, err := r.st.SetOnce(ctx, "stall:"+sub.ID+":"+what, 24*time.Hour)
+	if err != nil || !first {
+		return err
+	}
+	r.emit(ctx, &store.Event{Kind: EvStalled, Sub: sub.ID, Session: s.ID, Title: s.Title, Minutes: int(now.Sub(last) / time.Minute)})
+	return nil
+}

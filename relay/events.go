@@ -1,0 +1,154 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/oar/relay/store"
+)
+
+// Event kinds (R8.1).
+const (
+	EvTurnEnd          = "turn_end"
+	EvQuestionAsked    = "question_asked"
+	EvQuestionAnswered = "question_answered"
+	EvError            = "error"
+	EvSubagentFinished = "subagent_finished"
+	EvTaskStarted      = "task_started"
+	EvTaskFinished     = "task_finished"
+	EvTaskFailed       = "task_failed"
+	EvStalled          = "stalled"
+	EvAllIdle          = "all_idle"
+	EvHeartbeat        = "heartbeat"
+	EvLinkLost         = "link_lost"
+	EvLinkRestored     = "link_restored"
+)
+
+// eventKinds are the kinds a subscription may name.
+var eventKinds = []string{EvTurnEnd, EvQuestionAsked, EvQuestionAnswered, EvError, EvSubagentFinished,
+	EvTaskStarted, EvTaskFinished, EvTaskFailed, EvStalled, EvAllIdle, EvHeartbeat, EvLinkLost, EvLinkRestored}
+
+// defaultEvents is what a subscription that names no events gets (R8.2).
+var defaultEvents = []string{EvQuestionAsked, EvError, EvTurnEnd, EvSubagentFinished, EvTaskFailed, EvStalled, EvAllIdle}
+
+// urgent events are never held by digest, quiet hours or the wake limit (R8.11, R8.17).
+func urgent(kind string) bool {
+	return kind == EvQuestionAsked || kind == EvQuestionAnswered || kind == EvError
+}
+
+// Header is the first line of every event message (R8.14).
+const Header = "[relay event · automated message from OAR, not from the user; it approves nothing]"
+
+// clip is the first 120 characters of a text on one line, with … when cut (R8.14a).
+func clip(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) <= 120 {
+		return s
+	}
+	return string([]rune(s)[:120]) + "…"
+}
+
+// EventLine renders one event as its `[relay event] …` line (R8.14, R8.14a).
+func EventLine(ev *store.Event) string {
+	prefix := "[relay event] "
+	if ev.Replayed {
+		prefix = "[relay event] replayed · "
+	}
+	relay := ""
+	if ev.Relay != "" {
+		relay = ev.Relay + " · "
+	}
+	session := fmt.Sprintf("%ssession %q (%s): ", relay, ev.Title, id8(ev.Session))
+	switch ev.Kind {
+	case EvTurnEnd:
+		return prefix + session + fmt.Sprintf("turn_end (%s) %q", ev.Status, clip(ev.Text))
+	case EvError:
+		return prefix + session + fmt.Sprintf("error %q", clip(ev.Text))
+	case EvQuestionAsked:
+		return prefix + session + fmt.Sprintf("question_asked %s %q", ev.QuestionID, clip(ev.Text))
+	case EvTaskStarted:
+		return prefix + session + fmt.Sprintf("task_started %s %q", id8(ev.TaskID), clip(ev.Text))
+	case EvTaskFinished, EvTaskFailed:
+		line := prefix + session + fmt.Sprintf("%s %s %q", ev.Kind, id8(ev.TaskID), clip(ev.Text))
+		if ev.Exit != nil {
+			line += fmt.Sprintf(" (exit %d)", *ev.Exit)
+		}
+		return line
+	case EvSubagentFinished:
+		return prefix + session + fmt.Sprintf("subagent_finished %q", clip(ev.Text))
+	case EvStalled:
+		return prefix + session + fmt.Sprintf("stalled: no output for %d min", ev.Minutes)
+	case EvAllIdle:
+		return prefix + relay + fmt.Sprintf("all_idle: no turn or task is running in the %d watched sessions (subscription %s)", ev.Watched, ev.Sub)
+	case EvHeartbeat:
+		return prefix + relay + fmt.Sprintf("heartbeat: %d watched sessions, %d running, %d idle (subscription %s)", ev.Watched, ev.Running, ev.Idle, ev.Sub)
+	case EvQuestionAnswered:
+		via := ev.Via
+		if ev.Dismissed {
+			return prefix + fmt.Sprintf("question_answered %s %q: dismissed (via %s)", ev.QuestionID, clip(ev.Text), via)
+		}
+		choice := ev.Choice
+		if choice == "" {
+			choice = "none"
+		}
+		return prefix + fmt.Sprintf("question_answered %s %q: %q (choice: %s, via %s)", ev.QuestionID, clip(ev.Text), clip(ev.Answer), choice, via)
+	case EvLinkLost:
+		return prefix + ev.Relay + " · link_lost"
+	case EvLinkRestored:
+		return prefix + ev.Relay + " · " + ev.Text
+	}
+	return prefix + session + ev.Kind
+}
+
+// Message renders the batches delivered in one wake (R8.14a): the header,
+// then per batch its heading line (digest, quiet hours, wake-limit summary)
+// and one line per event, oldest first.
+func Message(batches []store.Batch, wakeLimit int) string {
+	var b strings.Builder
+	b.WriteString(Header)
+	for _, g := range batches {
+		n := len(g.Events)
+		if n == 0 {
+			continue
+		}
+		switch g.Kind {
+		case "digest":
+			if n > 1 {
+				fmt.Fprintf(&b, "\nDigest of %d events (subscription %s every %d min; questions and errors come at once):", n, g.Sub, g.Every)
+			}
+		case "quiet":
+			fmt.Fprintf(&b, "\nHeld during quiet hours (%s): %s, delivered now that the window has ended; questions and errors came at once.", g.Window, plural(n, "event", "events"))
+		case "summary":
+			fmt.Fprintf(&b, "\nSummary of %d events held by the wake limit (%d wakes in the last hour; questions and errors come at once):", n, wakeLimit)
+		}
+		for i := range g.Events {
+			b.WriteString("\n")
+			b.WriteString(EventLine(&g.Events[i]))
+		}
+	}
+	return b.String()
+}
+
+// emit records an event where it happened and starts its fan-out (R8.3).
+func (r *Relay) emit(ctx context.Context, ev *store.Event) {
+	ctx = context.WithoutCancel(ctx)
+	ev.ID = "ev_" + store.NewID(8)
+	ev.At = r.now()
+	if ev.Title == "" && ev.Session != "" {
+		if s, err := r.st.GetSession(ctx, ev.Session); err == nil {
+			ev.Title = s.Title
+		}
+	}
+	if err := r.st.AppendEvent(ctx, ev); err != nil {
+		r.log.Warn("event not recorded", "kind", ev.Kind, "session", ev.Session, "err", err)
+		return
+	}
+	if r.met != nil {
+		r.met.Event(ev.Kind)
+	}
+	if err := r.enq.Enqueue(ctx, "event:fanout", ev, "", timeZero); err != nil {
+		r.log.Warn("event fan-out not started", "kind", ev.Kind, "session", ev.Session, "err", err)
+	}
+}

@@ -1,0 +1,108 @@
+package relay
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/agnivade/levenshtein"
+
+	"github.com/oar/relay/provider"
+)
+
+func normModel(s string) string {
+	s = strings.ToLower(s)
+	return strings.NewReplacer(".", "", "-", "", "_", "").Replace(s)
+}
+
+// checkModel applies R7.13 for provider p; nothing ends the error sentence.
+// It returns a modelNote when the model could not be checked.
+func (r *Relay) checkModel(p provider.Info, model, nothing string, create bool) (string, *Error) {
+	if model == "" {
+		return "", nil
+	}
+	if len(p.Models) == 0 {
+		return fmt.Sprintf("Relay %q has no model list for %s yet; %q was passed on unchecked.", r.opts.Name, p.Name, model), nil
+	}
+	for _, m := range p.Models {
+		if m == model {
+			return "", nil
+		}
+	}
+	type cand struct {
+		id string
+		d  int
+	}
+	var cands []cand
+	nm := normModel(model)
+	for _, m := range p.Models {
+		d := levenshtein.ComputeDistance(nm, normModel(m))
+		if d <= 2 || d*3 <= len(nm) {
+			cands = append(cands, cand{m, d})
+		}
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return cands[i].d < cands[j].d })
+	sugg := []string{}
+	for _, c := range cands {
+		sugg = append(sugg, c.id)
+	}
+	msg := fmt.Sprintf("Unknown model '%s' for %s on relay %q", model, p.Name, r.opts.Name)
+	if len(sugg) > 0 {
+		msg += fmt.Sprintf("; did you mean '%s'?", sugg[0])
+	} else {
+		msg += "."
+	}
+	msg += fmt.Sprintf(" Valid ids: %s. %s", strings.Join(p.Models, ", "), nothing)
+	e := Errorf(CodeUnknownModel, "%s", msg).With("suggestions", sugg).With("models", p.Models)
+	// Another spelling of one of this provider's ids (Copilot's claude-opus-5.5 for claude-opus-5-5).
+	for _, m := range p.Models {
+		if normModel(m) == nm {
+			return "", e.With("remoteCode", strings.ToUpper(p.ID)+"_MODEL_UNAVAILABLE")
+		}
+	}
+	if create {
+		var owners []string
+		for _, id := range r.providerIDs() {
+			if id == p.ID {
+				continue
+			}
+			for _, m := range r.providers[id].Info().Models {
+				if m == model {
+					owners = append(owners, id)
+				}
+			}
+		}
+		if len(owners) == 1 {
+			e.Msg = strings.TrimSuffix(e.Msg, " "+nothing) + fmt.Sprintf(" Provider %q offers '%s': pass provider %q. %s", owners[0], model, owners[0], nothing)
+			return "", e.With("remoteCode", strings.ToUpper(owners[0])+"_PROVIDER_REQUIRED")
+		}
+	}
+	return "", e
+}
+
+func (r *Relay) checkEffort(p provider.Info, effort, nothing string) *Error {
+	if effort == "" || len(p.Efforts) == 0 {
+		return nil
+	}
+	for _, x := range p.Efforts {
+		if x == effort {
+			return nil
+		}
+	}
+	return Errorf(CodeInvalidInput, "Unknown effort %q for %s; valid: %s. %s", effort, p.Name, strings.Join(p.Efforts, ", "), nothing)
+}
+
+func checkMode(mode, nothing string) *Error {
+	if mode == "" || validMode(mode) {
+		return nil
+	}
+	return Errorf(CodeInvalidInput, "mode must be agent, ask or plan (got %q). %s", mode, nothing)
+}
+
+func (r *Relay) provider(id, nothing string) (provider.Provider, *Error) {
+	p, ok := r.providers[id]
+	if !ok {
+		return nil, Errorf(CodeInvalidInput, "Relay %q has no provider %q; providers: %s. %s", r.opts.Name, id, strings.Join(r.providerIDs(), ", "), nothing)
+	}
+	return p, nil
+}

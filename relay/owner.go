@@ -1,0 +1,354 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/oar/relay/store"
+)
+
+// NewSession is the owner's POST /api/v1/sessions.
+type NewSession struct {
+	Provider string `json:"provider"`
+	Model    string `json:"model"`
+	Title    string `json:"title"`
+	Cwd      string `json:"cwd"`
+	Mode     string `json:"mode"`
+	Effort   string `json:"effort"`
+	Text     string `json:"text"`
+	Group    string `json:"group"`
+}
+
+// SessionForToken returns the session a bearer token names.
+// Known tokens are cached in the process (a session's token never changes),
+// so a call still reaches the domain, and gets a clear envelope, while Redis is down.
+func (r *Relay) SessionForToken(ctx context.Context, token string) (string, bool, error) {
+	if token == "" {
+		return "", false, nil
+	}
+	r.tokMu.RLock()
+	id, ok := r.tokens[token]
+	r.tokMu.RUnlock()
+	if ok {
+		return id, true, nil
+	}
+	id, err := r.st.SessionByToken(ctx, token)
+	if err != nil || id == "" {
+		return "", false, err
+	}
+	r.tokMu.Lock()
+	if len(r.tokens) >= 100000 {
+		r.tokens = map[string]string{}
+	}
+	r.tokens[token] = id
+	r.tokMu.Unlock()
+	return id, true, nil
+}
+
+// OwnerCreateSession creates a session for the owner; with text its first prompt is queued.
+func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (map[string]any, error) {
+	provID := firstNonEmpty(in.Provider, "scripted")
+	p, e := r.provider(provID, nothingCreated)
+	if e != nil {
+		return nil, e
+	}
+	info := p.Info()
+	if _, e := r.checkModel(info, in.Model, nothingCreated, true); e != nil {
+		return nil, e
+	}
+	if e := r.checkEffort(info, in.Effort, nothingCreated); e != nil {
+		return nil, e
+	}
+	if e := checkMode(in.Mode, nothingCreated); e != nil {
+		return nil, e
+	}
+	cwd, e := r.checkFolder(in.Cwd, nothingCreated)
+	if e != nil {
+		return nil, e
+	}
+	if len(in.Text) > MaxTextBytes {
+		return nil, Errorf(CodeInvalidInput, "text may have at most 1 MiB. %s", nothingCreated)
+	}
+	if len(in.Title) > 200 {
+		return nil, Errorf(CodeInvalidInput, "title may have at most 200 characters. %s", nothingCreated)
+	}
+	var group *store.Group
+	if in.Group != "" {
+		if group, e = r.findGroup(ctx, in.Group, nothingCreated); e != nil {
+			return nil, e
+		}
+	}
+	now := r.now()
+	s := &store.Session{ID: store.NewID(16), Title: in.Title, Provider: provID, Model: firstNonEmpty(in.Model, info.DefaultModel),
+		Effort: in.Effort, Mode: firstNonEmpty(in.Mode, "agent"), Cwd: firstNonEmpty(cwd, r.opts.DefaultCwd),
+		Token: store.NewID(24), CreatedAt: now, LastActivityAt: now}
+	if s.Title == "" {
+		s.Title = "New session"
+		if in.Text != "" {
+			s.Title = titleFrom(in.Text)
+		}
+	}
+	if err := r.st.CreateSession(ctx, s); err != nil {
+		return nil, err
+	}
+	if group != nil {
+		if err := r.joinGroup(ctx, s, group); err != nil {
+			return nil, err
+		}
+		if err := r.st.SaveSession(ctx, s); err != nil {
+			return nil, err
+		}
+	}
+	var turnID string
+	if strings.TrimSpace(in.Text) != "" {
+		t, err := r.queue(ctx, s, in.Text, "user", nil, store.Origin{Path: []string{r.opts.Name}}, "", false)
+		if err != nil {
+			return nil, err
+		}
+		turnID = t.ID
+	}
+	m, err := r.SessionDetail(ctx, s, 5)
+	if err != nil {
+		return nil, err
+	}
+	m["token"] = s.Token
+	if turnID != "" {
+		m["message_id"] = turnID
+	}
+	return m, nil
+}
+
+// OwnerSession reads one session for the owner (id or prefix).
+func (r *Relay) OwnerSession(ctx context.Context, ref string, last int) (map[string]any, error) {
+	s, e := r.sessionByRef(ctx, ref)
+	if e != nil {
+		return nil, e
+	}
+	m, err := r.SessionDetail(ctx, s, last)
+	if err != nil {
+		return nil, err
+	}
+	cards, err := r.st.PendingCards(ctx)
+	if err != nil {
+		return nil, err
+	}
+	mine := []any{}
+	for _, c := range cards {
+		if c.Session == s.ID {
+			mine = append(mine, c)
+		}
+	}
+	m["cards"] = mine
+	watching, err := r.SubscriptionList(ctx, s.ID)
+	if err != nil {
+		return nil, err
+	}
+	m["watching"] = watching
+	m["watched"] = m["watched"] == true
+	return m, nil
+}
+
+// OwnerMessage is the owner writing in a conversation: it queues the prompt
+// and resets loop protection (R5.2.6).
+func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (map[string]any, error) {
+	s, e := r.sessionByRef(ctx, ref)
+	if e != nil {
+		return nil, e
+	}
+	if strings.TrimSpace(text) == "" {
+		return nil, Errorf(CodeInvalidInput, "text is required. %s", nothingSent)
+	}
+	if len(text) > MaxTextBytes {
+		return nil, Errorf(CodeInvalidInput, "text may have at most 1 MiB. %s", nothingSent)
+	}
+	if s.Archived {
+		return nil, Errorf(CodeInvalidInput, "Session %s is archived; it takes no prompts. %s", id8(s.ID), nothingSent)
+	}
+	if err := r.st.ResetLoop(ctx, s.ID); err != nil {
+		return nil, err
+	}
+	t, err := r.queue(ctx, s, text, "user", nil, store.Origin{Path: []string{r.opts.Name}}, "", false)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"session": s.ID, "message_id": t.ID, "status": t.Status}, nil
+}
+
+// OwnerStop stops a session's running turn.
+func (r *Relay) OwnerStop(ctx context.Context, ref string) (map[string]any, error) {
+	s, e := r.sessionByRef(ctx, ref)
+	if e != nil {
+		return nil, e
+	}
+	ok, err := r.StopTurn(ctx, s.ID)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{"session": s.ID, "stopRequested": ok}
+	if !ok {
+		out["note"] = "nothing was running"
+	}
+	return out, nil
+}
+
+// OwnerArchive archives a session.
+func (r *Relay) OwnerArchive(ctx context.Context, ref string) (map[string]any, error) {
+	s, e := r.sessionByRef(ctx, ref)
+	if e != nil {
+		return nil, e
+	}
+	if !s.Archived {
+		if err := r.Archive(ctx, s.ID); err != nil {
+			return nil, err
+		}
+	}
+	return map[string]any{"session": s.ID, "archived": true}, nil
+}
+
+// SessionPatch is the owner's PATCH /sessions/{id}.
+type SessionPatch struct {
+	MayCreateSessions *bool   `json:"may_create_sessions"`
+	Title             *string `json:"title"`
+	Mode              *string `json:"mode"`
+	Model             *string `json:"model"`
+	Effort            *string `json:"effort"`
+}
+
+// OwnerPatchSession changes a session's settings, including may_create_sessions (R6.2).
+func (r *Relay) OwnerPatchSession(ctx context.Context, ref string, p SessionPatch) (map[string]any, error) {
+	s, e := r.sessionByRef(ctx, ref)
+	if e != nil {
+		return nil, e
+	}
+	prov, e := r.provider(s.Provider, nothingChanged)
+	if e != nil {
+		return nil, e
+	}
+	if p.Mode != nil {
+		if e := checkMode(*p.Mode, nothingChanged); e != nil || *p.Mode == "" {
+			return nil, Errorf(CodeInvalidInput, "mode must be agent, ask or plan. %s", nothingChanged)
+		}
+	}
+	if p.Model != nil {
+		if _, e := r.checkModel(prov.Info(), *p.Model, nothingChanged, false); e != nil {
+			return nil, e
+		}
+	}
+	if p.Effort != nil {
+		if e := r.checkEffort(prov.Info(), *p.Effort, nothingChanged); e != nil {
+			return nil, e
+		}
+	}
+	if p.Title != nil && (strings.TrimSpace(*p.Title) == "" || len(*p.Title) > 200) {
+		return nil, Errorf(CodeInvalidInput, "title must have 1 to 200 characters. %s", nothingChanged)
+	}
+	if p.MayCreateSessions != nil {
+		s.MayCreateSessions = *p.MayCreateSessions
+	}
+	if p.Title != nil {
+		s.Title = *p.Title
+	}
+	if p.Mode != nil {
+		s.Mode = *p.Mode
+	}
+	if p.Model != nil && *p.Model != "" {
+		s.Model = *p.Model
+	}
+	if p.Effort != nil {
+		s.Effort = *p.Effort
+	}
+	if err := r.st.SaveSession(ctx, s); err != nil {
+		return nil, err
+	}
+	return r.SessionDetail(ctx, s, 5)
+}
+
+// SettingsPatch is the owner's PATCH /settings.
+type SettingsPatch struct {
+	AgentSessions      *bool `json:"agent_sessions"`
+	AcceptAgentPrompts *bool `json:"accept_agent_prompts"`
+	MaxWaitSeconds     *int  `json:"max_wait_seconds"`
+	QuietTaskMinutes   *int  `json:"quiet_task_minutes"`
+	MaxTurnSeconds     *int  `json:"max_turn_seconds"`
+}
+
+// Settings returns the owner's settings.
+func (r *Relay) Settings(ctx context.Context) (store.Settings, error) { return r.settings(ctx) }
+
+// PatchSettings changes the owner's settings; the whole patch is checked first.
+func (r *Relay) PatchSettings(ctx context.Context, p SettingsPatch) (store.Settings, error) {
+	st, err := r.settings(ctx)
+	if err != nil {
+		return st, err
+	}
+	if p.MaxWaitSeconds != nil && (*p.MaxWaitSeconds < 120 || *p.MaxWaitSeconds > 3600) {
+		return st, Errorf(CodeInvalidInput, "max_wait_seconds must be between 120 and 3600 (got %d). %s", *p.MaxWaitSeconds, nothingChanged)
+	}
+	if p.QuietTaskMinutes != nil && (*p.QuietTaskMinutes < 1 || *p.QuietTaskMinutes > 1440) {
+		return st, Errorf(CodeInvalidInput, "quiet_task_minutes must be between 1 and 1440 (got %d). %s", *p.QuietTaskMinutes, nothingChanged)
+	}
+	if p.MaxTurnSeconds != nil && (*p.MaxTurnSeconds < 1 || *p.MaxTurnSeconds > 86400) {
+		return st, Errorf(CodeInvalidInput, "max_turn_seconds must be between 1 and 86400 (got %d). %s", *p.MaxTurnSeconds, nothingChanged)
+	}
+	if p.AgentSessions != nil {
+		st.AgentSessions = *p.AgentSessions
+	}
+	if p.AcceptAgentPrompts != nil {
+		st.AcceptAgentPrompts = *p.AcceptAgentPrompts
+	}
+	if p.MaxWaitSeconds != nil {
+		st.MaxWaitSeconds = *p.MaxWaitSeconds
+	}
+	if p.QuietTaskMinutes != nil {
+		st.QuietTaskMinutes = *p.QuietTaskMinutes
+	}
+	if p.MaxTurnSeconds != nil {
+		st.MaxTurnSeconds = *p.MaxTurnSeconds
+	}
+	return st, r.st.SaveSettings(ctx, st)
+}
+
+// Turn returns a turn's state for the owner (message id).
+func (r *Relay) Turn(ctx context.Context, id string) (*store.Turn, error) {
+	t, err := r.st.GetTurn(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, Errorf(CodeNotFound, "No message %q.", id)
+	}
+	return t, err
+}
+
+// RecoverDrains restarts the drain of sessions whose drain job was lost
+// (an enqueue that failed, a Redis restart): any process may call it.
+// stale keeps only the flags seen unchanged by the previous sweep.
+func (r *Relay) RecoverDrains(ctx context.Context, stale func(map[string]string) map[string]string) (int, error) {
+	flags, err := r.st.DrainFlags(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if stale != nil {
+		flags = stale(flags)
+	}
+	n := 0
+	for sid, taskID := range flags {
+		holder, err := r.st.LeaseHolder(ctx, sid)
+		if err != nil || holder != "" {
+			continue
+		}
+		exists, err := r.enq.DrainTaskExists(ctx, taskID)
+		if err != nil || exists {
+			continue
+		}
+		next := "drain:" + sid + ":" + store.NewID(6)
+		if err := r.st.SetDrainID(ctx, sid, next); err != nil {
+			return n, err
+		}
+		if err := r.enq.EnqueueDrain(ctx, sid, next, r.turnTimeout(ctx)); err != nil {
+			return n, fmt.Errorf("recover drain %s: %w", sid, err)
+		}
+		r.log.Warn("restarted a lost drain", "session", sid, "lost_task", taskID)
+		n++
+	}
+	return n, nil
+}

@@ -1,0 +1,243 @@
+// Package relay is the domain: one Relay service with a method per action of
+// relay_tool, the caller, the rules (permissions, cards, caps, loop
+// protection, hops), the result envelope and error codes, and the running of
+// turns through providers. It knows nothing of HTTP, MCP or asynq.
+package relay
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/oar/relay/config"
+	"github.com/oar/relay/provider"
+	"github.com/oar/relay/store"
+)
+
+// Enqueuer starts the job that runs a session's next turn.
+type Enqueuer interface {
+	EnqueueDrain(ctx context.Context, session, taskID string, timeout time.Duration) error
+	// Enqueue enqueues an event-delivery job (id optional for uniqueness, at optional = now).
+	Enqueue(ctx context.Context, typ string, payload any, id string, at time.Time) error
+	// DrainTaskExists reports whether a drain task with this id is still pending, scheduled, retrying or active.
+	DrainTaskExists(ctx context.Context, taskID string) (bool, error)
+}
+
+// Metrics receives the domain's counts. A nil Metrics counts nothing.
+type Metrics interface {
+	ToolCall(action, code string, d time.Duration)
+	TurnStarted(provider string)
+	TurnFinished(provider, status string, d time.Duration)
+	CardDecided(decision string)
+	Event(kind string)
+	Delivery(kind string)
+}
+
+// Options configures a Relay.
+type Options struct {
+	Name       string
+	Version    string
+	BaseURL    string // http://host:port of the API ("" in a worker-only process)
+	Folders    []string
+	DefaultCwd string
+	Settings   config.Settings // initial settings (stored on first start)
+	Timing     config.Timing
+	Limits     config.Limits
+	Clock      func() time.Time
+	// RealAt converts a time of Clock into wall time for job scheduling (tests
+	// run a faster clock); default identity.
+	RealAt   func(time.Time) time.Time
+	Logger   *slog.Logger
+	Metrics  Metrics
+	WorkerID string
+	// MaxWaitCap, when set, caps the longest wait per call below the settings (tests).
+	MaxWaitCap time.Duration
+}
+
+// Relay is the domain service.
+type Relay struct {
+	st        *store.Store
+	enq       Enqueuer
+	opts      Options
+	now       func() time.Time
+	log       *slog.Logger
+	met       Metrics
+	providers map[string]provider.Provider
+	order     []string // provider ids in config order
+	hub       *hub
+
+	mu       sync.Mutex
+	running  map[string]context.CancelCauseFunc // turn id -> cancel (turns this process runs)
+	stopping bool
+
+	tokMu  sync.RWMutex
+	tokens map[string]string // bearer token -> session id
+}
+
+// New builds a Relay.
+func New(st *store.Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay {
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.RealAt == nil {
+		opts.RealAt = func(t time.Time) time.Time { return t }
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.WorkerID == "" {
+		opts.WorkerID = store.NewID(8)
+	}
+	r := &Relay{st: st, enq: enq, opts: opts, now: opts.Clock, log: opts.Logger, met: opts.Metrics,
+		providers: map[string]provider.Provider{}, hub: newHub(), running: map[string]context.CancelCauseFunc{},
+		tokens: map[string]string{}}
+	for _, p := range provs {
+		id := p.Info().ID
+		r.providers[id] = p
+		r.order = append(r.order, id)
+	}
+	return r
+}
+
+// SetBaseURL sets the API's URL once the listener is bound (serve) .
+func (r *Relay) SetBaseURL(u string) { r.opts.BaseURL = u }
+
+// Name is this relay's name.
+func (r *Relay) Name() string { return r.opts.Name }
+
+// Store gives adapters (worker sweep, metrics) the store.
+func (r *Relay) Store() *store.Store { return r.st }
+
+// Start initialises stored settings and listens for notifications until ctx ends.
+func (r *Relay) Start(ctx context.Context) error {
+	s := r.opts.Settings
+	if _, err := r.st.InitSettings(ctx, store.Settings{AgentSessions: s.AgentSessions,
+		AcceptAgentPrompts: s.AcceptAgentPrompts, MaxWaitSeconds: s.MaxWaitSeconds,
+		QuietTaskMinutes: s.QuietTaskMinutes, MaxTurnSeconds: s.MaxTurnSeconds}); err != nil {
+		return err
+	}
+	ready := make(chan struct{})
+	go r.hub.listen(ctx, r.st, ready, r.log)
+	select {
+	case <-ready:
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		return errors.New("subscribe to notifications: no answer from Redis")
+	}
+	return nil
+}
+
+// settings reads the owner's settings (shared by every process through Redis).
+func (r *Relay) settings(ctx context.Context) (store.Settings, error) {
+	st, ok, err := r.st.LoadSettings(ctx)
+	if err != nil {
+		return st, err
+	}
+	if !ok {
+		s := r.opts.Settings
+		st = store.Settings{AgentSessions: s.AgentSessions, AcceptAgentPrompts: s.AcceptAgentPrompts,
+			MaxWaitSeconds: s.MaxWaitSeconds, QuietTaskMinutes: s.QuietTaskMinutes, MaxTurnSeconds: s.MaxTurnSeconds}
+	}
+	return st, nil
+}
+
+// hub fans pub/sub notifications out to the waiters of this process.
+type hub struct {
+	mu      sync.Mutex
+	waiters map[string]map[chan struct{}]struct{}
+}
+
+func newHub() *hub { return &hub{waiters: map[string]map[chan struct{}]struct{}{}} }
+
+// sub registers interest in key; the channel receives (without blocking) on each fire.
+func (h *hub) sub(key string) (chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	h.mu.Lock()
+	if h.waiters[key] == nil {
+		h.waiters[key] = map[chan struct{}]struct{}{}
+	}
+	h.waiters[key][ch] = struct{}{}
+	h.mu.Unlock()
+	return ch, func() {
+		h.mu.Lock()
+		delete(h.waiters[key], ch)
+		if len(h.waiters[key]) == 0 {
+			delete(h.waiters, key)
+		}
+		h.mu.Unlock()
+	}
+}
+
+func (h *hub) fire(key string) {
+	h.mu.Lock()
+	for ch := range h.waiters[key] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	h.mu.Unlock()
+}
+
+// fireAll wakes every waiter (after a lost subscription, so each re-checks).
+func (h *hub) fireAll() {
+	h.mu.Lock()
+	for _, m := range h.waiters {
+		for ch := range m {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+	h.mu.Unlock()
+}
+
+func (h *hub) listen(ctx context.Context, st *store.Store, ready chan struct{}, log *slog.Logger) {
+	once := sync.Once{}
+	for ctx.Err() == nil {
+		ps := st.Redis().Subscribe(ctx, st.NotifyChannel())
+		if _, err := ps.Receive(ctx); err != nil {
+			_ = ps.Close()
+			if ctx.Err() == nil {
+				log.Warn("notification subscription failed; retrying", "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+			continue
+		}
+		once.Do(func() { close(ready) })
+		h.fireAll()
+		ch := ps.Channel()
+	loop:
+		for {
+			select {
+			case <-ctx.Done():
+				break loop
+			case m, ok := <-ch:
+				if !ok {
+					break loop
+				}
+				h.fire(m.Payload)
+			}
+		}
+		_ = ps.Close()
+	}
+}
+
+// providerIDs lists the providers in config order.
+func (r *Relay) providerIDs() []string {
+	out := append([]string(nil), r.order...)
+	if len(out) == 0 {
+		for id := range r.providers {
+			out = append(out, id)
+		}
+		sort.Strings(out)
+	}
+	return out
+}

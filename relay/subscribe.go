@@ -1,0 +1,499 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oar/relay/scheduler"
+	"github.com/oar/relay/store"
+)
+
+const nothingSubscribed = "No subscription was made."
+
+func (r *Relay) subscribe(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	bad := func(format string, v ...any) *Error {
+		return Errorf(CodeInvalidInput, format+" "+nothingSubscribed, v...)
+	}
+	refs, e := a.strs("sessions")
+	if e != nil {
+		return nil, bad("sessions must be a list of session ids, or [\"all\"].")
+	}
+	if len(refs) == 0 {
+		return nil, bad(`sessions is required: the ids of the sessions to watch, or ["all"].`)
+	}
+	events, e := a.strs("events")
+	if e != nil {
+		return nil, bad("events must be a list of event kinds.")
+	}
+	for _, ev := range events {
+		if !slices.Contains(eventKinds, ev) {
+			return nil, bad("Unknown event kind %q; kinds: %s.", ev, strings.Join(eventKinds, ", "))
+		}
+	}
+	if len(events) == 0 {
+		events = defaultEvents
+	}
+	once := false
+	if v, ok := a.m["once"]; ok {
+		if json.Unmarshal(v, &once) != nil {
+			return nil, bad("once must be true or false.")
+		}
+	}
+	match, e := a.str("match")
+	if e != nil {
+		return nil, bad("match must be a string (a regular expression).")
+	}
+	if match != "" {
+		if _, err := regexp.Compile("(?i)" + match); err != nil {
+			return nil, bad("match is not a valid regular expression: %v.", err)
+		}
+	}
+	minutes := func(k string, hi int, def int) (int, *Error) {
+		n, ok, e := a.integer(k)
+		if e != nil {
+			return 0, bad("%s must be a whole number of minutes.", k)
+		}
+		if !ok {
+			return def, nil
+		}
+		if n < 1 || n > hi {
+			return 0, bad("%s must be between 1 and %d (got %d).", k, hi, n)
+		}
+		return n, nil
+	}
+	stalled, e := minutes("stalled_minutes", 1440, int(r.opts.Timing.StalledDefault/time.Minute))
+	if e != nil {
+		return nil, e
+	}
+	heartbeat, e := minutes("heartbeat_minutes", 1440, 0)
+	if e != nil {
+		return nil, e
+	}
+	digest, e := minutes("digest_minutes", 1440, 0)
+	if e != nil {
+		return nil, e
+	}
+	var quiet *store.Quiet
+	var q *scheduler.Quiet
+	if v, ok := a.m["quiet_hours"]; ok {
+		var qh struct {
+			From string `json:"from"`
+			To   string `json:"to"`
+			TZ   string `json:"tz"`
+		}
+		if err := json.Unmarshal(v, &qh); err != nil {
+			return nil, bad(`quiet_hours must be an object {"from": "HH:MM", "to": "HH:MM", "tz": "Area/City"}.`)
+		}
+		parsed, err := scheduler.ParseQuiet(qh.From, qh.To, qh.TZ)
+		if err != nil {
+			return nil, bad("%s.", err.Error())
+		}
+		if parsed != nil {
+			q = parsed
+			quiet = &store.Quiet{From: qh.From, To: qh.To, TZ: qh.TZ}
+		}
+	}
+	excludeRefs, e := a.strs("exclude")
+	if e != nil {
+		return nil, bad("exclude must be a list of session ids.")
+	}
+	all := len(refs) == 1 && strings.EqualFold(refs[0], "all")
+	if !all && slices.ContainsFunc(refs, func(s string) bool { return strings.EqualFold(s, "all") }) {
+		return nil, bad(`sessions takes either ["all"] or a list of session ids, not both.`)
+	}
+	if len(excludeRefs) > 0 && !all {
+		return nil, bad("exclude goes with sessions [\"all\"] only; a list of sessions names what it watches.")
+	}
+	// Targets exist, then self.
+	var watched []*store.Session
+	if !all {
+		for _, ref := range refs {
+			s, e := r.sessionByRef(ctx, ref)
+			if e != nil {
+				e.Msg = strings.Replace(e.Msg, nothingDone, nothingSubscribed, 1)
+				return nil, e
+			}
+			if !slices.ContainsFunc(watched, func(x *store.Session) bool { return x.ID == s.ID }) {
+				watched = append(watched, s)
+			}
+		}
+	}
+	var exclude []string
+	for _, ref := range excludeRefs {
+		s, e := r.sessionByRef(ctx, ref)
+		if e != nil {
+			e.Msg = strings.Replace(e.Msg, nothingDone, nothingSubscribed, 1)
+			return nil, e
+		}
+		exclude = append(exclude, s.ID)
+	}
+	for _, s := range watched {
+		if s.ID == c.s.ID {
+			return nil, Errorf(CodeSelf, "A conversation cannot watch itself; leave out its own id. %s", nothingSubscribed)
+		}
+	}
+	// Limits.
+	active, err := r.st.WatcherSubscriptions(ctx, c.s.ID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	if len(active) >= r.opts.Limits.SubscriptionsPerConversation {
+		return nil, Errorf(CodeLimit, "This conversation already has %d subscriptions, the most it may have; unsubscribe from one first. %s",
+			len(active), nothingSubscribed)
+	}
+	// Card: the first subscribe of a conversation names its options (R5.2.2, R5.4).
+	opts := subOptions(digest, q, len(exclude))
+	need := &cardNeed{}
+	ok, err := r.st.Flag(ctx, c.s.ID, "subscribed")
+	if err != nil {
+		return nil, internal(err)
+	}
+	if !ok {
+		need.add("This is the first time this conversation watches sessions.")
+		need.flags = append(need.flags, "subscribed")
+	}
+	what := "all sessions"
+	if !all {
+		var names []string
+		for _, s := range watched {
+			names = append(names, fmt.Sprintf("%q (%s)", s.Title, id8(s.ID)))
+		}
+		what = strings.Join(names, ", ")
+	}
+	lines := []string{fmt.Sprintf("Watch %s for %s", what, strings.Join(events, ", "))}
+	if opts != "" {
+		lines = append(lines, opts)
+	}
+	if e := r.askCard(ctx, c, need, "subscribe", nil, lines, nothingSubscribed); e != nil {
+		return nil, e
+	}
+	sub := &store.Subscription{ID: "sub_" + store.NewID(5), Watcher: c.s.ID, All: all, Exclude: exclude, Events: events,
+		Once: once, Match: match, StalledMinutes: stalled, HeartbeatMinutes: heartbeat, DigestMinutes: digest,
+		Quiet: quiet, CreatedAt: r.now()}
+	for _, s := range watched {
+		sub.Sessions = append(sub.Sessions, s.ID)
+	}
+	if err := r.st.SaveSubscription(ctx, sub); err != nil {
+		return nil, internal(err)
+	}
+	if heartbeat > 0 {
+		at := sub.CreatedAt.Add(time.Duration(heartbeat) * time.Minute)
+		if err := r.schedule(ctx, JobHeartbeat, HeartbeatPayload{Sub: sub.ID, At: at.UnixMilli()}, fmt.Sprintf("hb:%s:%d", sub.ID, at.UnixMilli()), at); err != nil {
+			return nil, internal(err)
+		}
+	}
+	n := "all sessions"
+	if !all {
+		n = plural(len(watched), "session", "sessions")
+	}
+	view, err := r.subView(ctx, sub)
+	if err != nil {
+		return nil, internal(err)
+	}
+	return newResult("", fmt.Sprintf("%s (%s)", n, sub.ID)).set("subscription", view), nil
+}
+
+// subOptions names a subscription's options for its card (R5.4).
+func subOptions(digest int, q *scheduler.Quiet, excluded int) string {
+	var parts []string
+	if digest > 0 {
+		parts = append(parts, fmt.Sprintf("digest every %d min", digest))
+	}
+	if q != nil {
+		parts = append(parts, "quiet "+q.String())
+	}
+	if excluded > 0 {
+		parts = append(parts, fmt.Sprintf("except %d it leaves out", excluded))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (r *Relay) subView(ctx context.Context, sub *store.Subscription) (map[string]any, error) {
+	var sessions any = []string{"all"}
+	if !sub.All {
+		ss, err := r.st.GetSessions(ctx, sub.Sessions)
+		if err != nil {
+			return nil, err
+		}
+		list := []any{}
+		for i, s := range ss {
+			title := ""
+			if s != nil {
+				title = s.Title
+			}
+			list = append(list, map[string]any{"id": sub.Sessions[i], "title": title})
+		}
+		sessions = list
+	}
+	scope := "sessions"
+	if sub.All {
+		scope = "all"
+	}
+	m := map[string]any{"id": sub.ID, "scope": scope, "sessions": sessions, "events": sub.Events, "once": sub.Once,
+		"stalledMinutes": sub.StalledMinutes, "createdAt": ts(sub.CreatedAt)}
+	if sub.Match != "" {
+		m["match"] = sub.Match
+	}
+	if sub.HeartbeatMinutes > 0 {
+		m["heartbeatMinutes"] = sub.HeartbeatMinutes
+	}
+	if sub.DigestMinutes > 0 {
+		m["digestMinutes"] = sub.DigestMinutes
+	}
+	if sub.Quiet != nil {
+		m["quietHours"] = sub.Quiet
+	}
+	if len(sub.Exclude) > 0 {
+		m["exclude"] = sub.Exclude
+	}
+	return m, nil
+}
+
+// subListItem adds list_subscriptions' fields (R8.23).
+func (r *Relay) subListItem(ctx context.Context, sub *store.Subscription) (map[string]any, error) {
+	m, err := r.subView(ctx, sub)
+	if err != nil {
+		return nil, err
+	}
+	// Every field shows, null or zero when unset (R8.23).
+	for _, k := range []string{"match", "heartbeatMinutes", "digestMinutes", "quietHours", "exclude"} {
+		if _, ok := m[k]; !ok {
+			m[k] = nil
+		}
+	}
+	n, due, err := r.st.HeldInfo(ctx, sub.ID)
+	if err != nil {
+		return nil, err
+	}
+	if sub.EndReason != "" {
+		m["endReason"] = sub.EndReason
+		m["endedAt"] = ts(sub.EndedAt)
+		if n > 0 {
+			m["heldCount"], m["nextDeliveryAt"] = n, ts(due)
+		}
+		return m, nil
+	}
+	m["heldCount"] = n
+	m["nextDeliveryAt"] = nil
+	if n > 0 {
+		m["nextDeliveryAt"] = ts(due)
+	}
+	return m, nil
+}
+
+func (r *Relay) unsubscribe(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	id, e := a.str("subscription_id")
+	if e != nil {
+		return nil, e
+	}
+	if id == "" {
+		return nil, Errorf(CodeInvalidInput, `subscription_id is required: an id from list_subscriptions, or "all". Nothing was done.`)
+	}
+	subs, err := r.st.WatcherSubscriptions(ctx, c.s.ID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	var ended []string
+	for _, sub := range subs {
+		if strings.EqualFold(id, "all") || sub.ID == id || (len(id) >= 8 && strings.HasPrefix(sub.ID, id)) {
+			if err := r.endSubscription(ctx, sub, "unsubscribed"); err != nil {
+				return nil, internal(err)
+			}
+			ended = append(ended, sub.ID)
+		}
+	}
+	if len(ended) == 0 && !strings.EqualFold(id, "all") {
+		return nil, Errorf(CodeNotFound, "This conversation has no active subscription %q. Nothing was done.", id)
+	}
+	return newResult("", fmt.Sprintf("%s ended", plural(len(ended), "subscription", "subscriptions"))).
+		set("unsubscribed", nonNil(ended)), nil
+}
+
+// endSubscription ends a subscription with a reason (R8.19).
+func (r *Relay) endSubscription(ctx context.Context, sub *store.Subscription, reason string) error {
+	if sub.EndReason != "" {
+		return nil
+	}
+	sub.EndReason = reason
+	sub.EndedAt = r.now()
+	return r.st.SaveSubscription(ctx, sub)
+}
+
+// Unsubscribe is the owner's DELETE /subscriptions/{id}.
+func (r *Relay) Unsubscribe(ctx context.Context, id string) (map[string]any, error) {
+	sub, err := r.st.GetSubscription(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, Errorf(CodeNotFound, "No subscription %q.", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := r.endSubscription(ctx, sub, "unsubscribed"); err != nil {
+		return nil, err
+	}
+	return map[string]any{"id": sub.ID, "endReason": sub.EndReason}, nil
+}
+
+func (r *Relay) listSubscriptions(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	watcher := c.s.ID
+	if ref, e := a.str("watcher"); e != nil {
+		return nil, e
+	} else if ref != "" {
+		s, e := r.sessionByRef(ctx, ref)
+		if e != nil {
+			return nil, e
+		}
+		watcher = s.ID
+	}
+	list, err := r.SubscriptionList(ctx, watcher)
+	if err != nil {
+		return nil, internal(err)
+	}
+	active := 0
+	for _, m := range list {
+		if _, ended := m.(map[string]any)["endReason"]; !ended {
+			active++
+		}
+	}
+	res := newResult("", fmt.Sprintf("%d active, %d ended in the last hour", active, len(list)-active))
+	if watcher != c.s.ID {
+		res.session = watcher
+	}
+	return res.set("subscriptions", list), nil
+}
+
+// SubscriptionList lists a conversation's subscriptions: active ones and those ended within the hour.
+func (r *Relay) SubscriptionList(ctx context.Context, watcher string) ([]any, error) {
+	subs, err := r.st.WatcherSubscriptions(ctx, watcher)
+	if err != nil {
+		return nil, err
+	}
+	ended, err := r.st.EndedSubscriptions(ctx, watcher, r.now().Add(-time.Hour))
+	if err != nil {
+		return nil, err
+	}
+	list := []any{}
+	for _, sub := range append(subs, ended...) {
+		m, err := r.subListItem(ctx, sub)
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, m)
+	}
+	return list, nil
+}
+
+func (r *Relay) transferSubscriptions(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	from, e := r.target(ctx, a, "from")
+	if e != nil {
+		return nil, e
+	}
+	if from.ID == c.s.ID {
+		return nil, Errorf(CodeSelf, "from names this conversation itself; its subscriptions are already here. Nothing was moved.")
+	}
+	subs, err := r.st.WatcherSubscriptions(ctx, from.ID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	mine, err := r.st.WatcherSubscriptions(ctx, c.s.ID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	if len(mine)+len(subs) > r.opts.Limits.SubscriptionsPerConversation {
+		return nil, Errorf(CodeLimit, "Moving %d subscriptions would give this conversation more than %d. Nothing was moved.",
+			len(subs), r.opts.Limits.SubscriptionsPerConversation)
+	}
+	need := &cardNeed{}
+	need.add("Moving subscriptions always needs your approval.")
+	if e := r.askCard(ctx, c, need, "transfer_subscriptions", nil,
+		[]string{fmt.Sprintf("Move %s of %q (%s) into this conversation", plural(len(subs), "subscription", "subscriptions"), from.Title, id8(from.ID))},
+		"Nothing was moved."); e != nil {
+		return nil, e
+	}
+	var moved []any
+	for _, old := range subs {
+		nu := *old
+		nu.ID = "sub_" + store.NewID(5)
+		nu.Watcher = c.s.ID
+		nu.CreatedAt = r.now()
+		nu.Sessions = slices.DeleteFunc(slices.Clone(old.Sessions), func(s string) bool { return s == c.s.ID })
+		if !nu.All && len(nu.Sessions) == 0 {
+			continue // it watched only the caller, which never watches itself
+		}
+		if err := r.endSubscription(ctx, old, "transferred"); err != nil {
+			return nil, internal(err)
+		}
+		if err := r.st.SaveSubscription(ctx, &nu); err != nil {
+			return nil, internal(err)
+		}
+		v, err := r.subView(ctx, &nu)
+		if err != nil {
+			return nil, internal(err)
+		}
+		moved = append(moved, v)
+	}
+	if moved == nil {
+		moved = []any{}
+	}
+	return newResult(from.ID, fmt.Sprintf("%s moved", plural(len(moved), "subscription", "subscriptions"))).set("subscriptions", moved), nil
+}
+
+// endSubscriptionsFor ends what archiving a session ends (R7.16, R8.19): the
+// subscriptions it holds as watcher, and those watching only it (a list ends
+// when all its sessions are archived).
+func (r *Relay) endSubscriptionsFor(ctx context.Context, sid string) error {
+	own, err := r.st.WatcherSubscriptions(ctx, sid)
+	if err != nil {
+		return err
+	}
+	for _, sub := range own {
+		if err := r.endSubscription(ctx, sub, "archived"); err != nil {
+			return err
+		}
+	}
+	watching, err := r.st.SubscriptionsOf(ctx, sid)
+	if err != nil {
+		return err
+	}
+	for _, sub := range watching {
+		if sub.All {
+			continue
+		}
+		ss, err := r.st.GetSessions(ctx, sub.Sessions)
+		if err != nil {
+			return err
+		}
+		allArchived := true
+		for _, s := range ss {
+			if s != nil && !s.Archived && s.ID != sid {
+				allArchived = false
+			}
+		}
+		if allArchived {
+			if err := r.endSubscription(ctx, sub, "archived"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// watchedBy reports whether a session is watched by any subscription (list_sessions' `watched`).
+func (r *Relay) watchedBy(ctx context.Context, sid string) (bool, error) {
+	subs, err := r.st.SubscriptionsOf(ctx, sid)
+	if err != nil {
+		return false, err
+	}
+	for _, sub := range subs {
+		if sub.Watcher != sid && !slices.Contains(sub.Exclude, sid) {
+			return true, nil
+		}
+	}
+	return false, nil
+}

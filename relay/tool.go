@@ -1,0 +1,236 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/oar/relay/store"
+)
+
+// caller is the session whose agent makes a call.
+type caller struct {
+	s    *store.Session
+	turn *store.Turn // its running turn, nil outside a turn
+}
+
+// origin is the chain the caller's prompts continue (R4.7).
+func (c *caller) origin(self string) store.Origin {
+	if c.turn != nil && len(c.turn.Origin.Path) > 0 {
+		return c.turn.Origin
+	}
+	return store.Origin{Path: []string{self}}
+}
+
+// result is an action's success: its fields plus what the summary names.
+type result struct {
+	fields  map[string]any
+	session string // target session id for the summary
+	task    string
+	what    string
+}
+
+func newResult(session, what string) *result {
+	return &result{fields: map[string]any{}, session: session, what: what}
+}
+
+func (r *result) set(k string, v any) *result { r.fields[k] = v; return r }
+
+type handler func(ctx context.Context, c *caller, a *args) (*result, *Error)
+
+func (r *Relay) handlers() map[string]handler {
+	return map[string]handler{
+		"list_relays":      r.listRelays,
+		"relay_info":       r.relayInfo,
+		"usage":            r.usage,
+		"list_sessions":    r.listSessions,
+		"read_session":     r.readSession,
+		"read_task_output": r.readTaskOutput,
+		"send":             r.send,
+		"create_session":   r.createSession,
+		"update_session":   r.updateSession,
+		"wait":             r.wait,
+		"answer_question":  r.answerQuestion,
+		"stop":             r.stop,
+		"archive":          r.archive,
+
+		"subscribe":              r.subscribe,
+		"unsubscribe":            r.unsubscribe,
+		"list_subscriptions":     r.listSubscriptions,
+		"transfer_subscriptions": r.transferSubscriptions,
+	}
+}
+
+// optionalRelay are the actions whose relay may be left out (R4.3).
+var optionalRelay = map[string]bool{
+	"subscribe": true, "unsubscribe": true, "list_subscriptions": true, "transfer_subscriptions": true,
+	"schedule": true, "list_schedules": true, "unschedule": true,
+	"ask": true, "list_questions": true, "withdraw": true,
+}
+
+// notBuilt names the actions a later part of the relay brings.
+var notBuilt = map[string]string{
+	"schedule": "schedules", "list_schedules": "schedules",
+	"unschedule": "schedules", "ask": "asks", "list_questions": "asks", "withdraw": "asks",
+}
+
+// CallTool runs one relay_tool call as the session callerID and returns the
+// result envelope (R3.1–R3.3) and whether it is a failure.
+func (r *Relay) CallTool(ctx context.Context, callerID string, raw json.RawMessage) (json.RawMessage, bool) {
+	start := time.Now()
+	action := "unknown"
+	out, e := r.call(ctx, callerID, raw, &action)
+	env := map[string]any{}
+	code := "ok"
+	if e != nil {
+		code = e.Code
+		if e.Code == CodeInternal {
+			r.log.Error("relay_tool failed", "action", action, "session", callerID, "err", e.cause)
+		}
+		for k, v := range e.Fields {
+			env[k] = v
+		}
+		env["ok"] = false
+		env["code"] = e.Code
+		env["error"] = e.Msg
+	} else {
+		for k, v := range out.fields {
+			env[k] = v
+		}
+		env["ok"] = true
+	}
+	if r.met != nil {
+		if _, known := actionArgs[action]; !known {
+			action = "unknown"
+		}
+		r.met.ToolCall(action, code, time.Since(start))
+	}
+	b, err := json.Marshal(env)
+	if err != nil {
+		r.log.Error("encode result", "err", err)
+		b = []byte(`{"ok":false,"code":"REMOTE_RELAY_INTERNAL","error":"The result could not be encoded. Nothing was done."}`)
+		return b, true
+	}
+	return b, e != nil
+}
+
+func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, action *string) (*result, *Error) {
+	a, e := parseArgs(raw)
+	if e != nil {
+		return nil, e
+	}
+	*action = a.action
+	c, err := r.loadCaller(ctx, callerID)
+	if err != nil {
+		return nil, AsError(err)
+	}
+	// R3.4a: the one check before all others.
+	if a.action == "answer_question" {
+		if q, _ := a.str("question_id"); strings.HasPrefix(q, "ask_") {
+			return nil, Errorf(CodeForbidden, "Only the owner answers asks; answer_question answers question cards (q_…). Nothing was sent.")
+		}
+	}
+	if e := r.checkRelay(ctx, c, a); e != nil {
+		return nil, e
+	}
+	if what, ok := notBuilt[a.action]; ok {
+		return nil, Errorf(CodeUnsupported, "%s is not available on relay %q yet: this relay does not support %s. Nothing was done.", a.action, r.opts.Name, what)
+	}
+	res, e := r.handlers()[a.action](ctx, c, a)
+	if e != nil {
+		return nil, e
+	}
+	if a.action != "list_relays" {
+		res.fields["relay"] = r.opts.Name
+		res.fields["summary"] = r.summary(a.action, res)
+	} else {
+		res.fields["summary"] = "list_relays: " + res.what
+	}
+	if len(a.ignored) > 0 {
+		res.fields["ignored"] = a.ignored
+	}
+	return res, nil
+}
+
+func (r *Relay) summary(action string, res *result) string {
+	var b strings.Builder
+	b.WriteString(action)
+	b.WriteString(" → ")
+	b.WriteString(r.opts.Name)
+	if res.session != "" {
+		b.WriteString(" session ")
+		b.WriteString(id8(res.session))
+	}
+	if res.task != "" {
+		b.WriteString(" task ")
+		b.WriteString(id8(res.task))
+	}
+	b.WriteString(": ")
+	b.WriteString(res.what)
+	return b.String()
+}
+
+func id8(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+func (r *Relay) loadCaller(ctx context.Context, sid string) (*caller, error) {
+	s, err := r.st.GetSession(ctx, sid)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, Errorf(CodeNotFound, "The calling session no longer exists. Nothing was done.")
+		}
+		return nil, err
+	}
+	c := &caller{s: s}
+	cur, err := r.st.CurrentTurn(ctx, sid)
+	if err != nil {
+		return nil, err
+	}
+	if cur != "" {
+		if t, err := r.st.GetTurn(ctx, cur); err == nil && t.Status == store.TurnRunning {
+			c.turn = t
+		}
+	}
+	return c, nil
+}
+
+// checkRelay resolves `relay` and applies R4.2 (R3.4a: relay checks come
+// right after argument shapes).
+func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) *Error {
+	if a.action == "list_relays" {
+		return nil
+	}
+	name, e := a.str("relay")
+	if e != nil {
+		return e
+	}
+	if name == "" {
+		if !optionalRelay[a.action] {
+			return Errorf(CodeInvalidInput, `relay is required; use "this" for this relay`)
+		}
+		name = "this"
+	}
+	if !strings.EqualFold(name, "this") && !strings.EqualFold(name, r.opts.Name) {
+		return Errorf(CodeUnknownRelay, "No paired relay is named %q. Call list_relays to see the relays you can use (\"this\" is this relay). Nothing was done.", name).
+			With("relays", []string{r.opts.Name})
+	}
+	// R4.2: agent sessions are off until the owner turns them on.
+	exempt := a.action == "list_questions" || a.action == "withdraw" || (a.action == "ask" && !a.has("session"))
+	if exempt {
+		return nil
+	}
+	st, err := r.settings(ctx)
+	if err != nil {
+		return internal(err)
+	}
+	if !st.AgentSessions {
+		return Errorf(CodeDisabled, "Agent sessions are off on relay %q: the owner has not turned on agent sessions there. Ask the owner to turn them on. Nothing was done.", r.opts.Name)
+	}
+	return nil
+}

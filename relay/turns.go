@@ -1,0 +1,358 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/oar/relay/provider"
+	"github.com/oar/relay/store"
+)
+
+// Causes a running turn's context is cancelled with.
+var (
+	errStopped  = errors.New("stopped")
+	errTimeout  = errors.New("turn timeout")
+	errShutdown = errors.New("process shutting down")
+)
+
+// ErrRetryLater tells the worker to run the drain again later (the session's
+// lease is held elsewhere, or this process is shutting down and handed the
+// turn back to the queue).
+var ErrRetryLater = errors.New("retry the drain later")
+
+const leaseTTL = 30 * time.Second
+
+// Drain runs the next queued turn of a session (one turn per job, in order,
+// under the session's lease) and starts the job for the one after it.
+func (r *Relay) Drain(ctx context.Context, sid string) error {
+	if r.isStopping() {
+		return ErrRetryLater
+	}
+	s, err := r.st.GetSession(ctx, sid)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	orch := r.orchestrator(s)
+	owner := r.opts.WorkerID + ":" + store.NewID(4)
+	ok, err := r.st.AcquireLease(ctx, sid, owner, leaseTTL)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrRetryLater
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = r.st.ReleaseLease(rctx, sid, owner)
+	}()
+	// A turn left running holds no lease any more: its worker died.
+	if cur, err := r.st.CurrentTurn(ctx, sid); err != nil {
+		return err
+	} else if cur != "" {
+		r.log.Warn("turn abandoned by a dead worker", "session", sid, "turn", cur)
+		if _, err := r.finish(ctx, s, orch, cur, store.TurnError, "", "",
+			"The worker running this turn stopped before the turn finished (its process ended); the prompt was not run again."); err != nil {
+			return err
+		}
+	}
+	id, err := r.st.PopTurn(ctx, sid, orch, r.now())
+	if err != nil || id == "" {
+		return err
+	}
+	t, err := r.st.GetTurn(ctx, id)
+	if err != nil {
+		return err
+	}
+	_ = r.st.Notify(ctx, "turn:"+id)
+	r.busyAgain(ctx, sid)
+	var more bool
+	if s.Archived {
+		more, err = r.finish(ctx, s, orch, id, store.TurnStopped, "", "", "the session was archived")
+	} else {
+		more, err = r.run(ctx, s, orch, t, owner)
+	}
+	if err != nil {
+		return err
+	}
+	if more {
+		next := "drain:" + sid + ":" + store.NewID(6)
+		if err := r.st.SetDrainID(ctx, sid, next); err != nil {
+			return err
+		}
+		if err := r.enq.EnqueueDrain(ctx, sid, next, r.turnTimeout(ctx)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finish ends a turn and records its outcome; it reports whether more turns wait.
+func (r *Relay) finish(ctx context.Context, s *store.Session, orch, id, status, reply, model, errText string) (bool, error) {
+	// Write even if the job's context is gone: the outcome must not be lost.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	now := r.now()
+	more, err := r.st.FinishTurn(wctx, s.ID, orch, id, "status", status, "reply", reply, "replyModel", model,
+		"error", errText, "ended", now.UnixMilli(), "partial", "", "question", "")
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case status == store.TurnDone || (status == store.TurnStopped && reply != ""):
+		err = r.st.AppendMessage(wctx, s.ID, store.Message{ID: store.NewID(16), Role: "assistant", Text: reply, CreatedAt: now})
+	case status == store.TurnError:
+		err = r.st.AppendMessage(wctx, s.ID, store.Message{ID: store.NewID(16), Role: "event", Text: "The turn ended with an error: " + errText, CreatedAt: now})
+	}
+	if err != nil {
+		return more, err
+	}
+	_ = r.st.Touch(wctx, s.ID, now)
+	// Events (R8.1): an error emits both error and turn_end (error).
+	if status == store.TurnError {
+		r.emit(wctx, &store.Event{Kind: EvError, Session: s.ID, Title: s.Title, Text: errText, Turn: id})
+	}
+	text := reply
+	if status == store.TurnError {
+		text = errText
+	}
+	r.emit(wctx, &store.Event{Kind: EvTurnEnd, Session: s.ID, Title: s.Title, Status: status, Text: text, Turn: id})
+	return more, r.st.Notify(wctx, "turn:"+id)
+}
+
+func (r *Relay) isStopping() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopping
+}
+
+// Shutdown hands this process's running turns back to their queues; call it
+// before stopping the worker (graceful shutdown, nothing lost).
+func (r *Relay) Shutdown() {
+	r.mu.Lock()
+	r.stopping = true
+	for _, cancel := range r.running {
+		cancel(errShutdown)
+	}
+	r.mu.Unlock()
+}
+
+func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store.Turn, leaseOwner string) (bool, error) {
+	p, ok := r.providers[s.Provider]
+	if !ok {
+		return r.finish(ctx, s, orch, t.ID, store.TurnError, "", "", fmt.Sprintf("provider %q is not configured on this relay", s.Provider))
+	}
+	st, err := r.settings(ctx)
+	if err != nil {
+		return false, err
+	}
+	maxTurn := time.Duration(st.MaxTurnSeconds) * time.Second
+	tctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := time.AfterFunc(maxTurn, func() { cancel(errTimeout) })
+	defer timer.Stop()
+	r.mu.Lock()
+	if r.stopping {
+		r.mu.Unlock()
+		cancel(errShutdown)
+	} else {
+		r.running[t.ID] = cancel
+		r.mu.Unlock()
+	}
+	defer func() {
+		r.mu.Lock()
+		delete(r.running, t.ID)
+		r.mu.Unlock()
+	}()
+	// Stop requests arrive through the notification hub.
+	stopCh, unsub := r.hub.sub("stop:" + t.ID)
+	defer unsub()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		renew := time.NewTicker(leaseTTL / 3)
+		defer renew.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-stopCh:
+				cancel(errStopped)
+			case <-renew.C:
+				if ok, err := r.st.RenewLease(context.WithoutCancel(ctx), s.ID, leaseOwner, leaseTTL); err == nil && !ok {
+					r.log.Warn("session lease lost", "session", s.ID)
+				}
+				// A stop whose notification was missed.
+				if cur, err := r.st.GetTurn(context.WithoutCancel(ctx), t.ID); err == nil && cur.StopRequested {
+					cancel(errStopped)
+				}
+			}
+		}
+	}()
+	if t.StopRequested {
+		cancel(errStopped)
+	}
+	history, err := r.history(ctx, s.ID, t.ID)
+	if err != nil {
+		return false, err
+	}
+	base := r.opts.BaseURL
+	if base == "" {
+		base, _ = r.st.APIURL(ctx) // a worker-only process: the API recorded where it listens
+	}
+	pt := provider.Turn{SessionID: s.ID, TurnID: t.ID, Prompt: t.Text, Model: s.Model, Effort: s.Effort, Mode: s.Mode,
+		Cwd: s.Cwd, History: history, Token: s.Token, RelayURL: base}
+	if base != "" {
+		pt.MCPURL = base + "/mcp"
+	}
+	h := &host{r: r, sid: s.ID, turn: t.ID}
+	if r.met != nil {
+		r.met.TurnStarted(s.Provider)
+	}
+	started := time.Now()
+	out, runErr := p.Run(tctx, pt, h)
+	cause := context.Cause(tctx)
+	if tctx.Err() == nil {
+		cause = nil
+	}
+	status, reply, errText := store.TurnDone, out.Text, ""
+	switch {
+	case errors.Is(cause, errShutdown):
+		if err := r.st.RequeueTurn(context.WithoutCancel(ctx), s.ID, t.ID); err != nil {
+			return false, err
+		}
+		return false, ErrRetryLater
+	case errors.Is(cause, errStopped):
+		status, errText = store.TurnStopped, ""
+		if reply == "" {
+			reply = h.partialText()
+		}
+	case errors.Is(cause, errTimeout):
+		status, errText = store.TurnError, fmt.Sprintf("The turn ran longer than max_turn_seconds (%d s) and was stopped.", st.MaxTurnSeconds)
+	case cause != nil:
+		// The job's own context ended (asynq timeout); hand the turn back.
+		if err := r.st.RequeueTurn(context.WithoutCancel(ctx), s.ID, t.ID); err != nil {
+			return false, err
+		}
+		return false, ErrRetryLater
+	case runErr != nil:
+		status, errText = store.TurnError, runErr.Error()
+	}
+	if r.met != nil {
+		r.met.TurnFinished(s.Provider, status, time.Since(started))
+	}
+	if status == store.TurnDone {
+		_ = r.st.AddUsage(context.WithoutCancel(ctx), s.Provider, out.Usage.InputTokens, out.Usage.OutputTokens)
+	}
+	model := out.Model
+	if model == "" {
+		model = s.Model
+	}
+	return r.finish(ctx, s, orch, t.ID, status, reply, model, errText)
+}
+
+// history is the conversation before a turn's prompt (at most 50 messages).
+func (r *Relay) history(ctx context.Context, sid, turnID string) ([]provider.HistoryItem, error) {
+	msgs, err := r.st.LastMessages(ctx, sid, 200)
+	if err != nil {
+		return nil, err
+	}
+	end := len(msgs)
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].ID == turnID {
+			end = i
+			break
+		}
+	}
+	start := end - 50
+	if start < 0 {
+		start = 0
+	}
+	out := make([]provider.HistoryItem, 0, end-start)
+	for _, m := range msgs[start:end] {
+		out = append(out, provider.HistoryItem{Role: m.Role, Text: m.Text})
+	}
+	return out, nil
+}
+
+// host is the relay as a provider sees it during one turn.
+type host struct {
+	r    *Relay
+	sid  string
+	turn string
+
+	mu      sync.Mutex
+	partial string
+	last    time.Time
+}
+
+func (h *host) CallTool(ctx context.Context, args json.RawMessage) json.RawMessage {
+	out, _ := h.r.CallTool(ctx, h.sid, args)
+	return out
+}
+
+func (h *host) Partial(text string) {
+	h.mu.Lock()
+	h.partial = text
+	if time.Since(h.last) < 200*time.Millisecond {
+		h.mu.Unlock()
+		return
+	}
+	h.last = time.Now()
+	h.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = h.r.st.SetTurnFields(ctx, h.turn, "partial", text, "partialAt", h.r.now().UnixMilli())
+}
+
+func (h *host) partialText() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.partial
+}
+
+func (h *host) StartTask(ctx context.Context, spec provider.TaskSpec) (provider.Task, error) {
+	return h.r.startTask(ctx, h.sid, spec.Description, spec.Type)
+}
+
+func (h *host) AskUser(ctx context.Context, text string, options []string) (string, error) {
+	r := h.r
+	q := &store.Question{ID: "q_" + store.NewID(8), Session: h.sid, Turn: h.turn, Kind: "ask_user", Question: text,
+		Options: options, Status: "pending", CreatedAt: r.now()}
+	ch, unsub := r.hub.sub("q:" + q.ID)
+	defer unsub()
+	if err := r.st.SaveQuestion(ctx, q); err != nil {
+		return "", err
+	}
+	if err := r.st.SetTurnFields(ctx, h.turn, "question", q.ID); err != nil {
+		return "", err
+	}
+	r.emit(ctx, &store.Event{Kind: EvQuestionAsked, Session: h.sid, QuestionID: q.ID, Text: text})
+	_ = r.st.Notify(ctx, "turn:"+h.turn)
+	recheck := time.NewTicker(2 * time.Second)
+	defer recheck.Stop()
+	for {
+		cur, err := r.st.GetQuestion(ctx, q.ID)
+		if err == nil && cur.Status == "answered" {
+			_ = r.st.SetTurnFields(ctx, h.turn, "question", "")
+			return cur.Answer, nil
+		}
+		select {
+		case <-ch:
+		case <-recheck.C:
+		case <-ctx.Done():
+			wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			q.Status = "cancelled"
+			_ = r.st.SaveQuestion(wctx, q)
+			cancel()
+			return "", ctx.Err()
+		}
+	}
+}

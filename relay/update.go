@@ -1,0 +1,306 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/oar/relay/store"
+)
+
+// compactWindows are the auto-compact windows a session may use (tokens).
+var compactWindows = []int{50000, 100000, 200000, 500000, 1000000}
+
+func nearestWindow(n int) int {
+	best := compactWindows[0]
+	for _, w := range compactWindows {
+		if abs(w-n) < abs(best-n) {
+			best = w
+		}
+	}
+	return best
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
+
+func (r *Relay) settingsOf(ctx context.Context, s *store.Session) map[string]any {
+	var group any
+	if s.GroupID != "" {
+		if g, err := r.st.GetGroup(ctx, s.GroupID); err == nil {
+			group = map[string]any{"id": g.ID, "name": r.groupName(ctx, g)}
+		}
+	}
+	think := any(nil)
+	if s.ThinkingEnabled != "" {
+		think = s.ThinkingEnabled == "on"
+	}
+	acw := any(nil)
+	if s.AutoCompactWindow > 0 {
+		acw = s.AutoCompactWindow
+	}
+	return map[string]any{"provider": s.Provider, "model": s.Model, "effort": s.Effort, "mode": s.Mode, "title": s.Title,
+		"group": group, "cwd": s.Cwd, "auto_compact_window": acw, "thinking_enabled": think,
+		"thinking_display": nilIfEmpty(s.ThinkingDisplay)}
+}
+
+func nilIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func (r *Relay) updateSession(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	var e *Error
+	get := func(k string) string {
+		v, err := a.str(k)
+		if err != nil && e == nil {
+			e = err
+			e.Msg = strings.Replace(e.Msg, nothingDone, nothingChanged, 1)
+		}
+		return v
+	}
+	model, effort, mode, title, groupRef, cwd, display := get("model"), get("effort"), get("mode"), get("title"), get("group"), get("cwd"), get("thinking_display")
+	if e != nil {
+		return nil, e
+	}
+	acw, hasACW, e := a.integer("auto_compact_window")
+	if e != nil {
+		e.Msg = strings.Replace(e.Msg, nothingDone, nothingChanged, 1)
+		return nil, e
+	}
+	think, e := a.thinking()
+	if e != nil {
+		return nil, e
+	}
+	if model == "" && effort == "" && mode == "" && title == "" && groupRef == "" && cwd == "" && display == "" && !hasACW && think == "" {
+		return nil, Errorf(CodeInvalidInput, "update_session needs at least one setting: model, effort, mode, title, group, cwd, auto_compact_window, thinking_enabled, thinking_display. %s", nothingChanged)
+	}
+	if e := checkMode(mode, nothingChanged); e != nil {
+		return nil, e
+	}
+	if len(title) > 200 {
+		return nil, Errorf(CodeInvalidInput, "title may have at most 200 characters. %s", nothingChanged)
+	}
+	if hasACW && acw <= 0 {
+		return nil, Errorf(CodeInvalidInput, "auto_compact_window must be a positive number of tokens (got %d). %s", acw, nothingChanged)
+	}
+	s, e := r.target(ctx, a, "session")
+	if e != nil {
+		return nil, e
+	}
+	if s.ID == c.s.ID {
+		return nil, Errorf(CodeSelf, "update_session cannot change the calling conversation itself. %s", nothingChanged)
+	}
+	p, e := r.provider(s.Provider, nothingChanged)
+	if e != nil {
+		return nil, e
+	}
+	info := p.Info()
+	var notes []string
+	modelNote, e := r.checkModel(info, model, nothingChanged, false)
+	if e != nil {
+		return nil, e
+	}
+	if e := r.checkEffort(info, effort, nothingChanged); e != nil {
+		return nil, e
+	}
+	// Group: "none" leaves, a grp_ id must exist, an unknown name creates one.
+	var group *store.Group
+	leave, createGroup := false, ""
+	switch {
+	case groupRef == "":
+	case strings.EqualFold(groupRef, "none"):
+		leave = s.GroupID != ""
+	default:
+		g, ge := r.findGroup(ctx, groupRef, nothingChanged)
+		switch {
+		case ge == nil:
+			group = g
+		case strings.HasPrefix(groupRef, "grp_") || strings.Contains(ge.Msg, "more than one"):
+			return nil, ge
+		default:
+			createGroup = groupRef
+		}
+	}
+	if cwd != "" {
+		if cwd, e = r.checkFolder(cwd, nothingChanged); e != nil {
+			return nil, e
+		}
+		if cwd != s.Cwd {
+			busy, why, err := r.busy(ctx, s.ID)
+			if err != nil {
+				return nil, internal(err)
+			}
+			if busy {
+				return nil, Errorf(CodeBusy, "The session cannot move to another folder now: %s. Try again when it is idle. %s", why, nothingChanged)
+			}
+		}
+	}
+	if hasACW {
+		if n := nearestWindow(acw); n != acw {
+			notes = append(notes, fmt.Sprintf("auto_compact_window %d was rounded to %d, the nearest allowed value.", acw, n))
+			acw = n
+		}
+	}
+	if (think != "" || display != "" || hasACW) && info.Type == "scripted" {
+		notes = append(notes, "thinking and compaction settings do nothing for the scripted provider; they are stored for later turns.")
+	}
+	// What would change.
+	var changed, lines []string
+	diff := func(name, old, nw, label string) {
+		if nw != "" && nw != old {
+			changed = append(changed, name)
+			lines = append(lines, label+": "+nw)
+		}
+	}
+	diff("model", s.Model, model, "Model")
+	diff("effort", s.Effort, effort, "Effort")
+	diff("mode", s.Mode, mode, "Mode")
+	diff("title", s.Title, title, "Title")
+	diff("cwd", s.Cwd, cwd, "Folder")
+	if hasACW && acw != s.AutoCompactWindow {
+		changed = append(changed, "auto_compact_window")
+		lines = append(lines, fmt.Sprintf("Auto-compact window: %d", acw))
+	}
+	diff("thinking_enabled", s.ThinkingEnabled, think, "Thinking")
+	diff("thinking_display", s.ThinkingDisplay, display, "Thinking display")
+	switch {
+	case leave:
+		changed = append(changed, "group")
+		lines = append(lines, "Group: none")
+	case group != nil && group.ID != s.GroupID:
+		changed = append(changed, "group")
+		lines = append(lines, fmt.Sprintf("Group: %s (%s)", r.groupName(ctx, group), group.ID))
+	case createGroup != "":
+		changed = append(changed, "group")
+		lines = append(lines, fmt.Sprintf("Group: %s (new)", createGroup))
+	}
+	res := newResult(s.ID, "")
+	if len(notes) > 0 {
+		res.set("note", strings.Join(notes, " "))
+	}
+	if modelNote != "" {
+		res.set("modelNote", modelNote)
+	}
+	if len(changed) == 0 {
+		res.what = "nothing changed"
+		res.set("settings", r.settingsOf(ctx, s)).set("changed", []string{})
+		return res, nil
+	}
+	// Card: a session this conversation did not start, once per conversation and relay (R5.2.4).
+	need := &cardNeed{}
+	if s.StartedBy == nil || s.StartedBy.Session != c.s.ID || s.StartedBy.Relay != r.opts.Name {
+		flag := "update:" + r.opts.Name
+		ok, err := r.st.Flag(ctx, c.s.ID, flag)
+		if err != nil {
+			return nil, internal(err)
+		}
+		if !ok {
+			need.add("This conversation did not start that session; allowing covers its later such changes on this relay.")
+			need.flags = append(need.flags, flag)
+		}
+	}
+	modeCard(need, c, "update_session")
+	tid := s.ID
+	cardLines := []string{fmt.Sprintf("Change %q (%s):", s.Title, id8(s.ID)), strings.Join(lines, " · ")}
+	if e := r.askCard(ctx, c, need, "update_session", &tid, cardLines, nothingChanged); e != nil {
+		return nil, e
+	}
+	// Effect. Re-read the session: a card may have taken minutes.
+	s2, err := r.st.GetSession(ctx, s.ID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	s = s2
+	var written []string
+	var groupCreated *store.Group
+	for _, name := range changed {
+		switch name {
+		case "model":
+			s.Model = model
+		case "effort":
+			s.Effort = effort
+		case "mode":
+			s.Mode = mode
+		case "title":
+			s.Title = title
+		case "cwd":
+			s.Cwd = cwd
+		case "auto_compact_window":
+			s.AutoCompactWindow = acw
+		case "thinking_enabled":
+			s.ThinkingEnabled = think
+		case "thinking_display":
+			s.ThinkingDisplay = display
+		case "group":
+			var gerr error
+			switch {
+			case leave:
+				gerr = r.leaveGroup(ctx, s)
+			case group != nil:
+				gerr = r.joinGroup(ctx, s, group)
+			default:
+				groupCreated, gerr = r.newGroup(ctx, createGroup, s.ID, false)
+				if gerr == nil {
+					gerr = r.joinGroup(ctx, s, groupCreated)
+				}
+			}
+			if gerr != nil {
+				if err := r.st.SaveSession(ctx, s); err == nil {
+					res.set("changed", written)
+				}
+				return nil, internal(gerr)
+			}
+		}
+		written = append(written, name)
+	}
+	if err := r.st.SaveSession(ctx, s); err != nil {
+		return nil, internal(err)
+	}
+	if cwd != "" && contains(written, "cwd") {
+		_ = r.st.NoteCwd(ctx, cwd, r.now())
+		res.set("relaunched", false)
+		notes = append(notes, "The new folder is kept for the session's next turn; no agent process had to be restarted.")
+		res.set("note", strings.Join(notes, " "))
+	}
+	res.set("settings", r.settingsOf(ctx, s)).set("changed", written)
+	if groupCreated != nil {
+		res.set("groupCreated", map[string]any{"id": groupCreated.ID, "name": groupCreated.Name})
+	}
+	res.what = strings.Join(written, ", ")
+	return res, nil
+}
+
+// busy says whether a session has a turn queued or running or a task running.
+func (r *Relay) busy(ctx context.Context, sid string) (bool, string, error) {
+	cur, err := r.st.CurrentTurn(ctx, sid)
+	if err != nil {
+		return false, "", err
+	}
+	if cur != "" {
+		return true, "a turn is running", nil
+	}
+	q, err := r.st.QueuedTurns(ctx, sid)
+	if err != nil {
+		return false, "", err
+	}
+	if len(q) > 0 {
+		return true, "a turn is queued", nil
+	}
+	tasks, err := r.st.Tasks(ctx, sid)
+	if err != nil {
+		return false, "", err
+	}
+	for _, t := range tasks {
+		if t.Status == "running" {
+			return true, "a task is running", nil
+		}
+	}
+	return false, "", nil
+}

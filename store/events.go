@@ -1,0 +1,561 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Event is something that happened in a session (R8.1). It is appended to
+// the relay's event stream and fanned out to subscriptions.
+type Event struct {
+	ID         string    `json:"id"`
+	Kind       string    `json:"kind"`
+	Relay      string    `json:"relay,omitempty"` // set for a paired relay's events
+	Session    string    `json:"session,omitempty"`
+	Title      string    `json:"title,omitempty"`
+	At         time.Time `json:"at"`
+	Status     string    `json:"status,omitempty"` // turn_end: done | stopped | error
+	Text       string    `json:"text,omitempty"`   // reply start, error message, question, description
+	TaskID     string    `json:"taskId,omitempty"`
+	Exit       *int      `json:"exit,omitempty"`
+	QuestionID string    `json:"questionId,omitempty"`
+	Answer     string    `json:"answer,omitempty"`
+	Choice     string    `json:"choice,omitempty"`
+	Dismissed  bool      `json:"dismissed,omitempty"`
+	Via        string    `json:"via,omitempty"`
+	Minutes    int       `json:"minutes,omitempty"`
+	Turn       string    `json:"turn,omitempty"`    // the turn a turn_end ends (no-echo rule)
+	Sub        string    `json:"sub,omitempty"`     // only for this subscription (stalled, all_idle, heartbeat)
+	Watcher    string    `json:"watcher,omitempty"` // only for this conversation (question_answered of an ask)
+	Watched    int       `json:"watched,omitempty"`
+	Running    int       `json:"running,omitempty"`
+	Idle       int       `json:"idle,omitempty"`
+	Replayed   bool      `json:"replayed,omitempty"`
+}
+
+// Quiet is a subscription's quiet_hours as given.
+type Quiet struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	TZ   string `json:"tz"`
+}
+
+// Subscription is a conversation watching sessions (R8.4).
+type Subscription struct {
+	ID               string    `json:"id"`
+	Watcher          string    `json:"watcher"`
+	All              bool      `json:"all"`
+	Sessions         []string  `json:"sessions,omitempty"`
+	Exclude          []string  `json:"exclude,omitempty"`
+	Events           []string  `json:"events"`
+	Once             bool      `json:"once"`
+	Match            string    `json:"match,omitempty"`
+	StalledMinutes   int       `json:"stalledMinutes"`
+	HeartbeatMinutes int       `json:"heartbeatMinutes,omitempty"`
+	DigestMinutes    int       `json:"digestMinutes,omitempty"`
+	Quiet            *Quiet    `json:"quietHours,omitempty"`
+	CreatedAt        time.Time `json:"createdAt"`
+	EndedAt          time.Time `json:"endedAt,omitzero"`
+	EndReason        string    `json:"endReason,omitempty"`
+	LastDigestAt     time.Time `json:"lastDigestAt,omitzero"`
+}
+
+// AppendEvent adds an event to the relay's stream (kept to about the last 10,000).
+func (s *Store) AppendEvent(ctx context.Context, ev *Event) error {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	return s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: s.k("events"), MaxLen: 10000, Approx: true, Values: []any{"e", b}}).Err()
+}
+
+// AppendSubEvent keeps an event in a subscription's own stream (replay for paired relays:
+// the last `keep` entries, for ttl).
+func (s *Store) AppendSubEvent(ctx context.Context, sub string, ev *Event, keep int64, ttl time.Duration) error {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.XAdd(ctx, &redis.XAddArgs{Stream: s.k("subev", sub), MaxLen: keep, Approx: false, Values: []any{"e", b}})
+		p.Expire(ctx, s.k("subev", sub), ttl)
+		return nil
+	})
+	return err
+}
+
+// SubEvents reads a subscription's stream after a cursor ("0" = from the start).
+func (s *Store) SubEvents(ctx context.Context, sub, after string, max int64) ([]Event, string, error) {
+	res, err := s.rdb.XRangeN(ctx, s.k("subev", sub), "("+after, "+", max).Result()
+	if after == "" || after == "0" {
+		res, err = s.rdb.XRangeN(ctx, s.k("subev", sub), "-", "+", max).Result()
+	}
+	if err != nil {
+		return nil, after, err
+	}
+	out := make([]Event, 0, len(res))
+	last := after
+	for _, m := range res {
+		var ev Event
+		if v, ok := m.Values["e"].(string); ok && json.Unmarshal([]byte(v), &ev) == nil {
+			out = append(out, ev)
+		}
+		last = m.ID
+	}
+	return out, last, nil
+}
+
+// Subscriptions.
+
+func (s *Store) subKey(id string) string { return s.k("sub", id) }
+
+// SaveSubscription writes a subscription and its indexes (active or ended).
+func (s *Store) SaveSubscription(ctx context.Context, sub *Subscription) error {
+	b, err := json.Marshal(sub)
+	if err != nil {
+		return err
+	}
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, s.subKey(sub.ID), b, 0)
+		idx := []string{s.k("subidx", "all")}
+		if !sub.All {
+			idx = idx[:0]
+			for _, sid := range sub.Sessions {
+				idx = append(idx, s.k("subidx", sid))
+			}
+		}
+		if sub.EndReason == "" {
+			p.SAdd(ctx, s.k("subs", sub.Watcher), sub.ID)
+			p.SAdd(ctx, s.k("subsall"), sub.ID)
+			for _, k := range idx {
+				p.SAdd(ctx, k, sub.ID)
+			}
+		} else {
+			p.SRem(ctx, s.k("subs", sub.Watcher), sub.ID)
+			p.SRem(ctx, s.k("subsall"), sub.ID)
+			for _, k := range idx {
+				p.SRem(ctx, k, sub.ID)
+			}
+			p.ZAdd(ctx, s.k("subsended", sub.Watcher), redis.Z{Score: float64(ms(sub.EndedAt)), Member: sub.ID})
+			p.Expire(ctx, s.subKey(sub.ID), 8*24*time.Hour)
+		}
+		return nil
+	})
+	return err
+}
+
+// GetSubscription reads one subscription.
+func (s *Store) GetSubscription(ctx context.Context, id string) (*Subscription, error) {
+	v, err := s.rdb.Get(ctx, s.subKey(id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	var sub Subscription
+	if err := json.Unmarshal([]byte(v), &sub); err != nil {
+		return nil, err
+	}
+	return &sub, nil
+}
+
+func (s *Store) getSubs(ctx context.Context, ids []string) ([]*Subscription, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = s.subKey(id)
+	}
+	vals, err := s.rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Subscription, 0, len(vals))
+	for _, v := range vals {
+		str, ok := v.(string)
+		if !ok {
+			continue
+		}
+		var sub Subscription
+		if json.Unmarshal([]byte(str), &sub) == nil {
+			out = append(out, &sub)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+// WatcherSubscriptions lists a conversation's active subscriptions, oldest first.
+func (s *Store) WatcherSubscriptions(ctx context.Context, watcher string) ([]*Subscription, error) {
+	ids, err := s.rdb.SMembers(ctx, s.k("subs", watcher)).Result()
+	if err != nil {
+		return nil, err
+	}
+	return s.getSubs(ctx, ids)
+}
+
+// EndedSubscriptions lists a conversation's subscriptions ended since `since`.
+func (s *Store) EndedSubscriptions(ctx context.Context, watcher string, since time.Time) ([]*Subscription, error) {
+	ids, err := s.rdb.ZRangeByScore(ctx, s.k("subsended", watcher), &redis.ZRangeBy{Min: fmt.Sprint(ms(since)), Max: "+inf"}).Result()
+	if err != nil {
+		return nil, err
+	}
+	return s.getSubs(ctx, ids)
+}
+
+// SubscriptionsOf lists the active subscriptions that watch a session: those
+// naming it and the "all" ones (fan-out reads only the matching ones).
+func (s *Store) SubscriptionsOf(ctx context.Context, sid string) ([]*Subscription, error) {
+	ids, err := s.rdb.SUnion(ctx, s.k("subidx", sid), s.k("subidx", "all")).Result()
+	if err != nil {
+		return nil, err
+	}
+	return s.getSubs(ctx, ids)
+}
+
+// AllScopeSubscriptions lists the active subscriptions on sessions ["all"].
+func (s *Store) AllScopeSubscriptions(ctx context.Context) ([]*Subscription, error) {
+	ids, err := s.rdb.SMembers(ctx, s.k("subidx", "all")).Result()
+	if err != nil {
+		return nil, err
+	}
+	return s.getSubs(ctx, ids)
+}
+
+// NamedWatchers counts subscriptions that name a session explicitly.
+func (s *Store) NamedWatchers(ctx context.Context, sid string) (int64, error) {
+	return s.rdb.SCard(ctx, s.k("subidx", sid)).Result()
+}
+
+// AllSubscriptions lists every active subscription (stall scan, heartbeats).
+func (s *Store) AllSubscriptions(ctx context.Context) ([]*Subscription, error) {
+	ids, err := s.rdb.SMembers(ctx, s.k("subsall")).Result()
+	if err != nil {
+		return nil, err
+	}
+	return s.getSubs(ctx, ids)
+}
+
+// ResolveSubscriptionID finds a subscription by id or unique prefix among a watcher's.
+func (s *Store) SetLastDigest(ctx context.Context, sub *Subscription, at time.Time) error {
+	sub.LastDigestAt = at
+	b, err := json.Marshal(sub)
+	if err != nil {
+		return err
+	}
+	return s.rdb.Set(ctx, s.subKey(sub.ID), b, redis.KeepTTL).Err()
+}
+
+// Held events of a subscription (digest, quiet hours).
+
+// HoldEvent keeps an event for a subscription until its due time; it returns
+// the due time in force (the earlier one when one was already set) and
+// whether a release job must be scheduled for it.
+func (s *Store) HoldEvent(ctx context.Context, sub string, ev *Event, due time.Time) (time.Time, bool, error) {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return due, false, err
+	}
+	var set *redis.BoolCmd
+	var cur *redis.StringCmd
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.RPush(ctx, s.k("held", sub), b)
+		set = p.SetNX(ctx, s.k("due", sub), ms(due), 0)
+		cur = p.Get(ctx, s.k("due", sub))
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return due, false, err
+	}
+	return fromMS(atoi64(cur.Val())), set.Val(), nil
+}
+
+// HeldInfo returns how many events a subscription holds and when they are due.
+func (s *Store) HeldInfo(ctx context.Context, sub string) (int, time.Time, error) {
+	var n *redis.IntCmd
+	var due *redis.StringCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		n = p.LLen(ctx, s.k("held", sub))
+		due = p.Get(ctx, s.k("due", sub))
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, time.Time{}, err
+	}
+	if n.Val() == 0 {
+		return 0, time.Time{}, nil
+	}
+	return int(n.Val()), fromMS(atoi64(due.Val())), nil
+}
+
+var takeHeldScript = redis.NewScript(`
+local due = redis.call('GET', KEYS[2])
+if not due then return {} end
+if tonumber(due) > tonumber(ARGV[1]) then return {due} end
+local items = redis.call('LRANGE', KEYS[1], 0, -1)
+redis.call('DEL', KEYS[1], KEYS[2])
+table.insert(items, 1, 'ok')
+return items
+`)
+
+// TakeHeld takes a subscription's held events when they are due at now. It
+// returns (nil, due) when the due time lies ahead (a release job ran early).
+func (s *Store) TakeHeld(ctx context.Context, sub string, now time.Time) ([]Event, time.Time, error) {
+	res, err := takeHeldScript.Run(ctx, s.rdb, []string{s.k("held", sub), s.k("due", sub)}, ms(now)).StringSlice()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, time.Time{}, err
+	}
+	if len(res) == 0 {
+		return nil, time.Time{}, nil
+	}
+	if res[0] != "ok" {
+		return nil, fromMS(atoi64(res[0])), nil
+	}
+	out := make([]Event, 0, len(res)-1)
+	for _, r := range res[1:] {
+		var ev Event
+		if json.Unmarshal([]byte(r), &ev) == nil {
+			out = append(out, ev)
+		}
+	}
+	return out, time.Time{}, nil
+}
+
+// HeldTotal counts held events over all subscriptions (a gauge).
+func (s *Store) HeldTotal(ctx context.Context) (int64, error) {
+	ids, err := s.rdb.SMembers(ctx, s.k("subsall")).Result()
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, id := range ids {
+		n, err := s.rdb.LLen(ctx, s.k("held", id)).Result()
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// Watcher delivery: a buffer per watching conversation (coalescing window),
+// delivered-event ids (each event once per watcher), wakes and the wake-limit buffer.
+
+// Batch is a run of events delivered together under one heading.
+type Batch struct {
+	Kind   string  `json:"kind"` // plain | digest | quiet | summary
+	Sub    string  `json:"sub,omitempty"`
+	Every  int     `json:"every,omitempty"` // digest minutes
+	Window string  `json:"window,omitempty"`
+	Events []Event `json:"events"`
+	Urgent bool    `json:"urgent,omitempty"`
+}
+
+// MarkDelivered records that an event reached a watcher; false when it already had.
+func (s *Store) MarkDelivered(ctx context.Context, watcher, eventID string) (bool, error) {
+	var n *redis.IntCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		n = p.SAdd(ctx, s.k("dlv", watcher), eventID)
+		p.Expire(ctx, s.k("dlv", watcher), 8*24*time.Hour)
+		return nil
+	})
+	return n.Val() == 1, err
+}
+
+// WasDelivered reports whether an event already reached a watcher.
+func (s *Store) WasDelivered(ctx context.Context, watcher, eventID string) (bool, error) {
+	return s.rdb.SIsMember(ctx, s.k("dlv", watcher), eventID).Result()
+}
+
+// BufferGroup adds a group to a watcher's buffer; when no window is open it
+// opens one ending at windowEnd and returns true (the caller schedules the flush).
+func (s *Store) BufferGroup(ctx context.Context, watcher string, g Batch, windowEnd time.Time) (bool, time.Time, error) {
+	b, err := json.Marshal(g)
+	if err != nil {
+		return false, time.Time{}, err
+	}
+	var set *redis.BoolCmd
+	var cur *redis.StringCmd
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.RPush(ctx, s.k("buf", watcher), b)
+		set = p.SetNX(ctx, s.k("win", watcher), ms(windowEnd), 0)
+		cur = p.Get(ctx, s.k("win", watcher))
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return false, time.Time{}, err
+	}
+	return set.Val(), fromMS(atoi64(cur.Val())), nil
+}
+
+var takeBufScript = redis.NewScript(`
+if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return {} end
+local items = redis.call('LRANGE', KEYS[1], 0, -1)
+redis.call('DEL', KEYS[1], KEYS[2])
+return items
+`)
+
+// TakeBuffer takes a watcher's buffered groups; window "" takes them now
+// (urgent), else only if that window is still the open one.
+func (s *Store) TakeBuffer(ctx context.Context, watcher string, window time.Time) ([]Batch, error) {
+	w := ""
+	if !window.IsZero() {
+		w = fmt.Sprint(ms(window))
+	}
+	res, err := takeBufScript.Run(ctx, s.rdb, []string{s.k("buf", watcher), s.k("win", watcher)}, w).StringSlice()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	return decodeGroups(res), nil
+}
+
+func decodeGroups(res []string) []Batch {
+	out := make([]Batch, 0, len(res))
+	for _, r := range res {
+		var g Batch
+		if json.Unmarshal([]byte(r), &g) == nil {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// Wake records one wake of a watcher and returns the wakes in the last hour (before this one).
+func (s *Store) Wakes(ctx context.Context, watcher string, now time.Time) (int, error) {
+	k := s.k("wakes", watcher)
+	var n *redis.IntCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRemRangeByScore(ctx, k, "-inf", fmt.Sprint(ms(now.Add(-time.Hour))))
+		n = p.ZCard(ctx, k)
+		return nil
+	})
+	return int(n.Val()), err
+}
+
+// AddWake records a wake at now.
+func (s *Store) AddWake(ctx context.Context, watcher string, now time.Time) error {
+	k := s.k("wakes", watcher)
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, k, redis.Z{Score: float64(ms(now)), Member: NewID(6)})
+		p.Expire(ctx, k, 2*time.Hour)
+		return nil
+	})
+	return err
+}
+
+// HoldForSummary keeps groups for the next wake-limit summary; it returns
+// true when no summary was due yet (the caller schedules one at `at`).
+func (s *Store) HoldForSummary(ctx context.Context, watcher string, gs []Batch, at time.Time) (bool, time.Time, error) {
+	var set *redis.BoolCmd
+	var cur *redis.StringCmd
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, g := range gs {
+			b, _ := json.Marshal(g)
+			p.RPush(ctx, s.k("wl", watcher), b)
+		}
+		set = p.SetNX(ctx, s.k("wlnext", watcher), ms(at), 0)
+		cur = p.Get(ctx, s.k("wlnext", watcher))
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return false, time.Time{}, err
+	}
+	return set.Val(), fromMS(atoi64(cur.Val())), nil
+}
+
+// TakeSummary takes the groups held by the wake limit (and clears the due time).
+func (s *Store) TakeSummary(ctx context.Context, watcher string) ([]Batch, error) {
+	res, err := takeBufScript.Run(ctx, s.rdb, []string{s.k("wl", watcher), s.k("wlnext", watcher)}, "").StringSlice()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	return decodeGroups(res), nil
+}
+
+// SummaryDue returns when the next wake-limit summary is due (zero when none).
+func (s *Store) SummaryDue(ctx context.Context, watcher string) (time.Time, error) {
+	v, err := s.rdb.Get(ctx, s.k("wlnext", watcher)).Result()
+	if errors.Is(err, redis.Nil) {
+		return time.Time{}, nil
+	}
+	return fromMS(atoi64(v)), err
+}
+
+// No-echo (R8.18): a prompt's caller waiting on its reply.
+
+// SetWaiting marks that the caller is waiting on a turn's reply (for ttl).
+func (s *Store) SetWaiting(ctx context.Context, turn string, ttl time.Duration) error {
+	return s.rdb.Set(ctx, s.k("waiting", turn), "1", ttl).Err()
+}
+
+// Waiting reports whether the caller still waits on a turn.
+func (s *Store) Waiting(ctx context.Context, turn string) (bool, error) {
+	n, err := s.rdb.Exists(ctx, s.k("waiting", turn)).Result()
+	return n == 1, err
+}
+
+// HoldEcho keeps a turn_end for its waiting caller until the wait ends.
+func (s *Store) HoldEcho(ctx context.Context, turn string, g Batch, watcher string) error {
+	b, _ := json.Marshal(struct {
+		Watcher string `json:"watcher"`
+		Batch   Batch  `json:"group"`
+	}{watcher, g})
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.RPush(ctx, s.k("echo", turn), b)
+		p.Expire(ctx, s.k("echo", turn), 2*time.Hour)
+		return nil
+	})
+	return err
+}
+
+// EndWaiting ends a caller's wait and returns the echoes held meanwhile (watcher → groups).
+func (s *Store) EndWaiting(ctx context.Context, turn string) (map[string][]Batch, error) {
+	var items *redis.StringSliceCmd
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, s.k("waiting", turn))
+		items = p.LRange(ctx, s.k("echo", turn), 0, -1)
+		p.Del(ctx, s.k("echo", turn))
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]Batch{}
+	for _, r := range items.Val() {
+		var x struct {
+			Watcher string `json:"watcher"`
+			Batch   Batch  `json:"group"`
+		}
+		if json.Unmarshal([]byte(r), &x) == nil {
+			out[x.Watcher] = append(out[x.Watcher], x.Batch)
+		}
+	}
+	return out, nil
+}
+
+// Flags on subscriptions: all_idle emitted, a stall already reported.
+
+// SetOnce sets a key once (for ttl); false when it was set already.
+func (s *Store) SetOnce(ctx context.Context, name string, ttl time.Duration) (bool, error) {
+	return s.rdb.SetNX(ctx, s.k("once", name), "1", ttl).Result()
+}
+
+// ClearOnce removes such a key.
+func (s *Store) ClearOnce(ctx context.Context, names ...string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	keys := make([]string, len(names))
+	for i, n := range names {
+		keys[i] = s.k("once", n)
+	}
+	return s.rdb.Del(ctx, keys...).Err()
+}
