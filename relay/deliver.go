@@ -50,6 +50,28 @@ func (r *Relay) schedule(ctx context.Context, kind string, payload any, id strin
 	return r.enq.Enqueue(ctx, kind, payload, id, real)
 }
 
+// early handles a job that asynq ran before its due time (ProcessAt can run
+// up to about a second early): a short wait is slept off; a longer one is
+// scheduled again under a fresh task id. It reports whether the caller must stop.
+func (r *Relay) early(ctx context.Context, due time.Time, kind string, payload any, id string) (bool, error) {
+	now := r.now()
+	if !now.Before(due) {
+		return false, nil
+	}
+	wait := r.opts.RealAt(due).Sub(time.Now())
+	if wait <= 3*time.Second {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return false, nil
+		case <-ctx.Done():
+			return true, ctx.Err()
+		}
+	}
+	return true, r.schedule(ctx, kind, payload, id+":"+store.NewID(3), due)
+}
+
 func quietOf(sub *store.Subscription) *scheduler.Quiet {
 	if sub.Quiet == nil {
 		return nil
@@ -200,8 +222,13 @@ func (r *Relay) Release(ctx context.Context, subID string) error {
 	if err != nil {
 		return err
 	}
-	if evs == nil && !due.IsZero() { // asynq ran the job early: run again at the due time
-		return r.schedule(ctx, JobRelease, ReleasePayload{Sub: subID}, fmt.Sprintf("rel:%s:%d:r", subID, due.UnixMilli()), due)
+	if evs == nil && !due.IsZero() { // asynq ran the job early
+		if stop, err := r.early(ctx, due, JobRelease, ReleasePayload{Sub: subID}, fmt.Sprintf("rel:%s:%d", subID, due.UnixMilli())); stop || err != nil {
+			return err
+		}
+		if evs, _, err = r.st.TakeHeld(ctx, subID, r.now()); err != nil {
+			return err
+		}
 	}
 	if len(evs) == 0 {
 		return nil
@@ -261,9 +288,9 @@ func (r *Relay) release(ctx context.Context, watcher string, b store.Batch) erro
 
 // Flush delivers a watcher's buffer when its coalescing window closes.
 func (r *Relay) Flush(ctx context.Context, watcher string, window time.Time) error {
-	if now := r.now(); now.Before(window) {
-		return r.schedule(ctx, JobFlush, FlushPayload{Watcher: watcher, Window: window.UnixMilli()},
-			fmt.Sprintf("flush:%s:%d:r", watcher, window.UnixMilli()), window)
+	if stop, err := r.early(ctx, window, JobFlush, FlushPayload{Watcher: watcher, Window: window.UnixMilli()},
+		fmt.Sprintf("flush:%s:%d", watcher, window.UnixMilli())); stop || err != nil {
+		return err
 	}
 	return r.flush(ctx, watcher, window, false)
 }
@@ -325,8 +352,8 @@ func (r *Relay) Summary(ctx context.Context, watcher string) error {
 	if due.IsZero() {
 		return nil
 	}
-	if r.now().Before(due) {
-		return r.schedule(ctx, JobSummary, SummaryPayload{Watcher: watcher}, fmt.Sprintf("sum:%s:%d:r", watcher, due.UnixMilli()), due)
+	if stop, err := r.early(ctx, due, JobSummary, SummaryPayload{Watcher: watcher}, fmt.Sprintf("sum:%s:%d", watcher, due.UnixMilli())); stop || err != nil {
+		return err
 	}
 	held, err := r.st.TakeSummary(ctx, watcher)
 	if err != nil || len(held) == 0 {
@@ -464,10 +491,10 @@ func (r *Relay) Heartbeat(ctx context.Context, subID string, at time.Time) error
 	if err != nil || sub.EndReason != "" || sub.HeartbeatMinutes == 0 {
 		return err
 	}
-	now := r.now()
-	if now.Before(at) {
-		return r.schedule(ctx, JobHeartbeat, HeartbeatPayload{Sub: subID, At: at.UnixMilli()}, fmt.Sprintf("hb:%s:%d:r", subID, at.UnixMilli()), at)
+	if stop, err := r.early(ctx, at, JobHeartbeat, HeartbeatPayload{Sub: subID, At: at.UnixMilli()}, fmt.Sprintf("hb:%s:%d", subID, at.UnixMilli())); stop || err != nil {
+		return err
 	}
+	now := r.now()
 	next := at.Add(time.Duration(sub.HeartbeatMinutes) * time.Minute)
 	for !next.After(now) {
 		next = next.Add(time.Duration(sub.HeartbeatMinutes) * time.Minute)

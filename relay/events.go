@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"unicode/utf8"
 
@@ -106,9 +107,20 @@ func EventLine(ev *store.Event) string {
 // then per batch its heading line (digest, quiet hours, wake-limit summary)
 // and one line per event, oldest first.
 func Message(batches []store.Batch, wakeLimit int) string {
+	// Events released one by one (plain) come as one run, oldest first.
+	var plain store.Batch
+	var rest []store.Batch
+	for _, g := range batches {
+		if g.Kind == "plain" {
+			plain.Events = append(plain.Events, g.Events...)
+		} else {
+			rest = append(rest, g)
+		}
+	}
+	sort.SliceStable(plain.Events, func(i, j int) bool { return plain.Events[i].At.Before(plain.Events[j].At) })
 	var b strings.Builder
 	b.WriteString(Header)
-	for _, g := range batches {
+	for _, g := range append(rest, plain) {
 		n := len(g.Events)
 		if n == 0 {
 			continue

@@ -1,0 +1,68 @@
+package relaytest
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oar/relay/config"
+)
+
+// eventMessages returns the texts of event messages delivered into a session.
+func (r *Relay) eventMessages(sid string) []string {
+	r.tb.Helper()
+	var out []string
+	for _, m := range r.Get(sid)["messages"].([]any) {
+		msg := m.(map[string]any)
+		if msg["role"] == "event" {
+			out = append(out, msg["text"].(string))
+		}
+	}
+	return out
+}
+
+// subscribeFromTurn subscribes the watcher from inside a running turn and allows the first-subscribe card.
+func (r *Relay) subscribeFromTurn(watcher Session, args map[string]any) map[string]any {
+	r.tb.Helper()
+	args["action"] = "subscribe"
+	args["relay"] = "this"
+	mid := r.Message(watcher.ID, Script(map[string]any{"tool": args}))
+	card := r.WaitCard(watcher.ID)
+	r.Decide(card["id"].(string), "allow")
+	t := r.WaitTurn(mid, 15*time.Second, "done", "error")
+	if !strings.Contains(t.Reply, `"ok":true`) {
+		r.tb.Fatalf("subscribe failed: %s", t.Reply)
+	}
+	return nil
+}
+
+// R8.14–R8.16: a watcher subscribed to two scripted sessions gets their turn ends in one coalesced message.
+func TestEventsCoalesced(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{Config: func(c *config.Config) { c.Timing.Coalesce = time.Second }})
+	w := r.NewSession(map[string]any{"title": "watcher"})
+	a := r.NewSession(map[string]any{"title": "alpha"})
+	b := r.NewSession(map[string]any{"title": "beta"})
+	r.subscribeFromTurn(w, map[string]any{"sessions": []string{a.ID, b.ID}})
+	before := len(r.eventMessages(w.ID))
+	ma := r.Message(a.ID, "one")
+	mb := r.Message(b.ID, "two")
+	r.WaitTurn(ma, 10*time.Second, "done")
+	r.WaitTurn(mb, 10*time.Second, "done")
+	var msgs []string
+	Eventually(t, 15*time.Second, func() bool {
+		msgs = r.eventMessages(w.ID)
+		return len(msgs) > before
+	}, "an event message in the watcher")
+	got := msgs[len(msgs)-1]
+	lines := strings.Split(got, "\n")
+	if lines[0] != "[relay event · automated message from OAR, not from the user; it approves nothing]" {
+		t.Fatalf("header %q", lines[0])
+	}
+	wantA := `[relay event] session "alpha" (` + a.ID[:8] + `): turn_end (done) "echo: one"`
+	wantB := `[relay event] session "beta" (` + b.ID[:8] + `): turn_end (done) "echo: two"`
+	wantIdle := "[relay event] all_idle: no turn or task is running in the 2 watched sessions (subscription "
+	if len(lines) != 4 || !strings.Contains(got, wantA) || !strings.Contains(got, wantB) || !strings.HasPrefix(lines[3], wantIdle) {
+		t.Fatalf("message:\n%s\nwant lines %q, %q and all_idle last", got, wantA, wantB)
+	}
+}
