@@ -25,6 +25,7 @@ import (
 	"github.com/oar/relay/api"
 	"github.com/oar/relay/app"
 	"github.com/oar/relay/config"
+	"github.com/oar/relay/scheduler"
 	"github.com/oar/relay/store"
 )
 
@@ -123,6 +124,10 @@ type Options struct {
 	// AgentSessions turns agent sessions on (default true: most tests need them).
 	AgentSessionsOff bool
 	Concurrency      int
+	// Clock runs the domain on a faster clock (digests, quiet hours, wake limits in seconds).
+	Clock *scheduler.Scaled
+	// StallScanEvery is how often the stall scan runs (default 1 s in tests).
+	StallScanEvery time.Duration
 }
 
 // Relay is a running test relay.
@@ -175,8 +180,12 @@ func Start(tb testing.TB, o Options) *Relay {
 			o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		}
 	}
+	if o.StallScanEvery == 0 {
+		o.StallScanEvery = time.Second
+	}
 	a, err := app.New(cfg, app.Options{Mode: o.Mode, KeyPrefix: o.Redis.Prefix, Logger: o.Logger,
-		MaxWaitCap: o.MaxWaitCap, MCP: o.MCP, Concurrency: o.Concurrency, SweepEvery: time.Second, ShutdownGrace: time.Second})
+		MaxWaitCap: o.MaxWaitCap, MCP: o.MCP, Concurrency: o.Concurrency, SweepEvery: time.Second, ShutdownGrace: time.Second,
+		Clock: o.Clock, StallScanEvery: o.StallScanEvery})
 	if err != nil {
 		tb.Fatalf("new relay: %v", err)
 	}
