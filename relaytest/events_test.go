@@ -1,11 +1,14 @@
 package relaytest
 
 import (
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/oar/relay/config"
+	"github.com/oar/relay/scheduler"
 )
 
 // eventMessages returns the texts of event messages delivered into a session.
@@ -65,4 +68,54 @@ func TestEventsCoalesced(t *testing.T) {
 	if len(lines) != 4 || !strings.Contains(got, wantA) || !strings.Contains(got, wantB) || !strings.HasPrefix(lines[3], wantIdle) {
 		t.Fatalf("message:\n%s\nwant lines %q, %q and all_idle last", got, wantA, wantB)
 	}
+}
+
+// normalize replaces the random ids in an event message with stable names for golden files.
+func normalize(msg string, names map[string]string) string {
+	for id, name := range names {
+		msg = strings.ReplaceAll(msg, id, name)
+	}
+	return msg
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := "testdata/" + name + ".golden"
+	if os.Getenv("UPDATE_GOLDEN") != "" {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read golden %s: %v (run with UPDATE_GOLDEN=1 to write it)", path, err)
+	}
+	if got != string(want) {
+		t.Fatalf("%s differs:\n--- got\n%s\n--- want\n%s", name, got, want)
+	}
+}
+
+var subIDRe = regexp.MustCompile(`sub_[0-9a-f]{10}`)
+
+// R8.8: held events come as one digest message (golden file), on a clock 60× faster.
+func TestDigestMessage(t *testing.T) {
+	t.Parallel()
+	clock := scheduler.NewScaled(time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC), 60)
+	r := Start(t, Options{Clock: clock, Config: func(c *config.Config) { c.Timing.Coalesce = 0 }})
+	w := r.NewSession(map[string]any{"title": "watcher"})
+	a := r.NewSession(map[string]any{"title": "alpha"})
+	r.subscribeFromTurn(w, map[string]any{"sessions": []string{a.ID}, "events": []string{"turn_end"}, "digest_minutes": 3})
+	before := len(r.eventMessages(w.ID))
+	r.WaitTurn(r.Message(a.ID, "one"), 10*time.Second, "done")
+	r.WaitTurn(r.Message(a.ID, "two"), 10*time.Second, "done")
+	if n := len(r.eventMessages(w.ID)); n != before {
+		t.Fatalf("an event came before the digest was due")
+	}
+	var msgs []string
+	Eventually(t, 20*time.Second, func() bool {
+		msgs = r.eventMessages(w.ID)
+		return len(msgs) > before
+	}, "the digest message")
+	got := normalize(subIDRe.ReplaceAllString(msgs[len(msgs)-1], "sub_SUB"), map[string]string{a.ID[:8]: "ALPHA"})
+	golden(t, "digest", got)
 }

@@ -1,0 +1,1744 @@
+package relaytest
+
+// End-to-end tests of every relay_tool action on this relay, through the real
+// MCP client against a real relay: each action's success path and each error
+// code it can give here (SPEC §3, §4.2, §5, §6, §7, §12, §15). Paired relays do
+// not exist yet, so a relay name other than "this" or the own name gives
+// REMOTE_RELAY_UNKNOWN_RELAY, and the subscription, schedule and ask actions
+// answer REMOTE_RELAY_UNSUPPORTED.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+const (
+	codeInvalid      = "REMOTE_RELAY_INVALID_INPUT"
+	codeNotFound     = "REMOTE_RELAY_NOT_FOUND"
+	codeUnknownRelay = "REMOTE_RELAY_UNKNOWN_RELAY"
+	codeDisabled     = "REMOTE_RELAY_DISABLED"
+	codePermission   = "REMOTE_RELAY_PERMISSION"
+	codeNoTurn       = "REMOTE_RELAY_NO_ACTIVE_TURN"
+	codeForbidden    = "REMOTE_RELAY_FORBIDDEN"
+	codeSelf         = "REMOTE_RELAY_SELF"
+	codeSessionLimit = "REMOTE_RELAY_SESSION_LIMIT"
+	codeBusy         = "REMOTE_RELAY_BUSY"
+	codeUnknownModel = "REMOTE_RELAY_UNKNOWN_MODEL"
+	codeUnknownGroup = "REMOTE_RELAY_UNKNOWN_GROUP"
+	codeProviderUnav = "REMOTE_RELAY_PROVIDER_UNAVAILABLE"
+	codeUnsupported  = "REMOTE_RELAY_UNSUPPORTED"
+
+	// noSuchSession is a well-formed session id no test relay has.
+	noSuchSession = "0000000000000000ffffffffffffffff"
+	turnWait      = 30 * time.Second
+)
+
+// ---- helpers ---------------------------------------------------------------
+
+// callRaw calls relay_tool with arguments of any JSON shape (json.RawMessage
+// keeps the key order as written).
+func callRaw(t *testing.T, m *MCP, args any) (map[string]any, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := m.Session.CallTool(ctx, &mcp.CallToolParams{Name: "relay_tool", Arguments: args})
+	if err != nil {
+		t.Fatalf("call %s: %v", args, err)
+	}
+	if len(res.Content) != 1 {
+		t.Fatalf("call %s: want one content item, got %d", args, len(res.Content))
+	}
+	txt, ok := res.Content[0].(*mcp.TextContent)
+	if !ok {
+		t.Fatalf("call %s: content is %T", args, res.Content[0])
+	}
+	var env map[string]any
+	if err := json.Unmarshal([]byte(txt.Text), &env); err != nil {
+		t.Fatalf("call %s: text is not a JSON object: %q", args, txt.Text)
+	}
+	return env, res.IsError
+}
+
+// failRaw is MustFail for raw arguments.
+func failRaw(t *testing.T, m *MCP, args any, code string) map[string]any {
+	t.Helper()
+	env, isErr := callRaw(t, m, args)
+	if !isErr || env["ok"] != false || env["code"] != code {
+		t.Fatalf("call %s: want %s, got isError=%v %v", args, code, isErr, env)
+	}
+	return env
+}
+
+// okRaw is MustOK for raw arguments.
+func okRaw(t *testing.T, m *MCP, args any) map[string]any {
+	t.Helper()
+	env, isErr := callRaw(t, m, args)
+	if isErr || env["ok"] != true {
+		t.Fatalf("call %s: want ok, got isError=%v %v", args, isErr, env)
+	}
+	return env
+}
+
+func obj(t testing.TB, v any, what string) map[string]any {
+	t.Helper()
+	m, ok := v.(map[string]any)
+	if !ok {
+		t.Fatalf("%s: want an object, got %T %v", what, v, v)
+	}
+	return m
+}
+
+func list(t testing.TB, v any, what string) []any {
+	t.Helper()
+	l, ok := v.([]any)
+	if !ok {
+		t.Fatalf("%s: want a list, got %T %v", what, v, v)
+	}
+	return l
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+func num(t testing.TB, v any, what string) int {
+	t.Helper()
+	f, ok := v.(float64)
+	if !ok {
+		t.Fatalf("%s: want a number, got %T %v", what, v, v)
+	}
+	return int(f)
+}
+
+// strList turns a JSON list of strings into []string.
+func strList(t testing.TB, v any, what string) []string {
+	t.Helper()
+	out := []string{}
+	for _, x := range list(t, v, what) {
+		s, ok := x.(string)
+		if !ok {
+			t.Fatalf("%s: element %v is not a string", what, x)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func wantEq(t testing.TB, what string, got, want any) {
+	t.Helper()
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("%s = %#v, want %#v", what, got, want)
+	}
+}
+
+func wantHas(t testing.TB, what string, s any, frags ...string) {
+	t.Helper()
+	txt, ok := s.(string)
+	if !ok {
+		t.Errorf("%s: want a string, got %T %v", what, s, s)
+		return
+	}
+	for _, f := range frags {
+		if !strings.Contains(txt, f) {
+			t.Errorf("%s = %q, want it to contain %q", what, txt, f)
+		}
+	}
+}
+
+func wantNoKey(t testing.TB, what string, m map[string]any, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		if v, ok := m[k]; ok {
+			t.Errorf("%s: unexpected %q = %v", what, k, v)
+		}
+	}
+}
+
+// toolResults parses the tool results a scripted turn appended to its reply
+// (each on its own line).
+func toolResults(reply string) []map[string]any {
+	var out []map[string]any
+	for _, l := range strings.Split(reply, "\n") {
+		l = strings.TrimSpace(l)
+		if !strings.HasPrefix(l, "{") {
+			continue
+		}
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil {
+			if _, ok := m["ok"]; ok {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
+
+// inTurn runs one relay_tool call as session s inside a turn of s (the owner
+// writes a script with a tool step). With a decision the call's card is
+// awaited and answered. It returns the tool's result and the card (nil
+// without a decision).
+func inTurn(t *testing.T, r *Relay, s Session, tool map[string]any, decision string) (map[string]any, map[string]any) {
+	t.Helper()
+	mid := r.Message(s.ID, Script(map[string]any{"tool": tool}))
+	var card map[string]any
+	if decision != "" {
+		card = r.WaitCard(s.ID)
+		r.Decide(str(card["id"]), decision)
+	}
+	turn := r.WaitTurn(mid, turnWait, "done", "error", "stopped")
+	if turn.Status != "done" {
+		t.Fatalf("turn of %s ended %s: %s", s.ID, turn.Status, turn.Error)
+	}
+	res := toolResults(turn.Reply)
+	if len(res) != 1 {
+		t.Fatalf("reply of the turn holds %d tool results, want 1: %q", len(res), turn.Reply)
+	}
+	return res[0], card
+}
+
+func sleepScript(ms int) string {
+	return Script(map[string]any{"sleep_ms": ms})
+}
+
+// readSession reads a session through the MCP client.
+func readSession(m *MCP, sid string, last int) map[string]any {
+	return m.MustOK(map[string]any{"action": "read_session", "relay": "this", "session": sid, "last": last})
+}
+
+// waitRunning waits until a turn runs.
+func waitRunning(r *Relay, mid string) {
+	r.WaitTurn(mid, turnWait, "running")
+}
+
+func messageCount(t *testing.T, r *Relay, sid string) int {
+	t.Helper()
+	return num(t, r.Get(sid)["messageCount"], "messageCount")
+}
+
+func sessionTotal(t *testing.T, m *MCP, scope string) int {
+	t.Helper()
+	env := m.MustOK(map[string]any{"action": "list_sessions", "relay": "this", "scope": scope, "limit": 200})
+	return num(t, env["total"], "total")
+}
+
+func ownerGroup(t *testing.T, r *Relay, name string) string {
+	t.Helper()
+	var out map[string]any
+	if st := r.Owner("POST", "/api/v1/groups", map[string]any{"name": name}, &out); st != http.StatusCreated {
+		t.Fatalf("create group %q: status %d %v", name, st, out)
+	}
+	return str(out["id"])
+}
+
+func ownerGroups(t *testing.T, r *Relay) []any {
+	t.Helper()
+	var out map[string]any
+	if st := r.Owner("GET", "/api/v1/groups", nil, &out); st != http.StatusOK {
+		t.Fatalf("groups: status %d %v", st, out)
+	}
+	return list(t, out["groups"], "groups")
+}
+
+func findByID(t testing.TB, items []any, id string) map[string]any {
+	t.Helper()
+	for _, it := range items {
+		if m, ok := it.(map[string]any); ok && m["id"] == id {
+			return m
+		}
+	}
+	return nil
+}
+
+// ---- envelope --------------------------------------------------------------
+
+// R3.1–R3.6, R4.3: the envelope, relay naming, unknown and empty arguments,
+// wrong types and sizes.
+func TestActionsEnvelope(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "caller"})
+	b := r.NewSession(map[string]any{"title": "target"})
+	m := r.Connect(a.Token, nil)
+
+	t.Run("list_relays", func(t *testing.T) {
+		env := m.MustOK(map[string]any{"action": "list_relays"})
+		wantNoKey(t, "list_relays", env, "relay", "ignored")
+		wantEq(t, "summary", env["summary"], "list_relays: 1 relay, 1 unlocked")
+		wantEq(t, "self", env["self"], map[string]any{"name": "desk"})
+		relays := list(t, env["relays"], "relays")
+		if len(relays) != 1 {
+			t.Fatalf("relays %v", relays)
+		}
+		self := obj(t, relays[0], "relays[0]")
+		wantEq(t, "relays[0].name", self["name"], "desk")
+		wantEq(t, "relays[0].self", self["self"], true)
+		limits := obj(t, env["limits"], "limits")
+		wantEq(t, "maxActiveSessions", limits["maxActiveSessions"], float64(4))
+		if num(t, limits["maxWaitSeconds"], "maxWaitSeconds") <= 0 {
+			t.Errorf("maxWaitSeconds %v", limits["maxWaitSeconds"])
+		}
+	})
+
+	t.Run("relay names", func(t *testing.T) {
+		for _, name := range []string{"this", "This", "desk", "DESK"} {
+			env := m.MustOK(map[string]any{"action": "usage", "relay": name})
+			wantEq(t, "relay of "+name, env["relay"], "desk")
+			wantEq(t, "summary of "+name, env["summary"], "usage → desk: 1 provider, quotas not tracked")
+		}
+		for _, args := range []map[string]any{
+			{"action": "usage"},
+			{"action": "usage", "relay": ""},
+			{"action": "usage", "relay": nil},
+			{"action": "read_session", "session": b.ID},
+		} {
+			env := m.MustFail(args, codeInvalid)
+			wantEq(t, "error", env["error"], `relay is required; use "this" for this relay`)
+		}
+		env := m.MustFail(map[string]any{"action": "read_session", "relay": "build-box", "session": b.ID}, codeUnknownRelay)
+		wantHas(t, "error", env["error"], `"build-box"`, "list_relays")
+		m.MustFail(map[string]any{"action": "send", "relay": "desk2", "session": b.ID, "text": "x"}, codeUnknownRelay)
+		if n := messageCount(t, r, b.ID); n != 0 {
+			t.Errorf("a send to an unknown relay queued something here: %d messages", n)
+		}
+	})
+
+	t.Run("unknown and malformed action", func(t *testing.T) {
+		env := m.MustFail(map[string]any{"action": "fly", "relay": "this"}, codeInvalid)
+		wantHas(t, "error", env["error"], `Unknown action "fly"`, "list_relays", "read_session")
+		env = m.MustFail(map[string]any{"relay": "this"}, codeInvalid)
+		wantHas(t, "error", env["error"], "action is required")
+		m.MustFail(map[string]any{"action": 5, "relay": "this"}, codeInvalid)
+		m.MustFail(map[string]any{"action": "", "relay": "this"}, codeInvalid)
+	})
+
+	t.Run("arguments not an object", func(t *testing.T) {
+		for _, raw := range []any{
+			[]any{"list_relays"},
+			"list_relays",
+			42,
+			json.RawMessage(`[{"action":"list_relays"}]`),
+		} {
+			env := failRaw(t, m, raw, codeInvalid)
+			wantHas(t, "error", env["error"], "JSON object")
+		}
+	})
+
+	t.Run("ignored", func(t *testing.T) {
+		env := m.MustOK(map[string]any{"action": "usage", "relay": "this"})
+		wantNoKey(t, "usage", env, "ignored")
+		// 25 unknown arguments in a given order: the first 20 are listed, in that order.
+		var sb strings.Builder
+		sb.WriteString(`{"action":"list_sessions","relay":"this"`)
+		var want []string
+		for i := 25; i >= 1; i-- {
+			k := fmt.Sprintf("x%02d", i)
+			fmt.Fprintf(&sb, `,%q:%d`, k, i)
+			if len(want) < 20 {
+				want = append(want, k)
+			}
+		}
+		sb.WriteString(`,"limit":1}`)
+		env = okRaw(t, m, json.RawMessage(sb.String()))
+		wantEq(t, "ignored", strList(t, env["ignored"], "ignored"), want)
+		if n := len(list(t, env["sessions"], "sessions")); n != 1 {
+			t.Errorf("list_sessions did not run with its own arguments: %d sessions", n)
+		}
+	})
+
+	t.Run("empty values are absent", func(t *testing.T) {
+		env := m.MustOK(map[string]any{"action": "list_sessions", "relay": "this", "scope": "", "limit": nil,
+			"foo": nil, "bar": "", "baz": false, "qux": []any{}})
+		wantNoKey(t, "list_sessions", env, "ignored")
+		wantEq(t, "summary", env["summary"], "list_sessions → desk: 2 sessions (active)")
+		env = m.MustOK(map[string]any{"action": "read_session", "relay": "this", "session": b.ID, "last": nil, "x": false})
+		wantNoKey(t, "read_session", env, "ignored")
+		// create_session and update_session do not reject empty unknown arguments (R3.5).
+		env = m.MustFail(map[string]any{"action": "create_session", "relay": "this", "text": "hi", "session": "", "foo": nil}, codeNoTurn)
+		wantHas(t, "error", env["error"], "No session was created.")
+		env = m.MustOK(map[string]any{"action": "update_session", "relay": "this", "session": b.ID, "title": "target",
+			"text": "", "foo": []any{}, "thinking_enabled": false})
+		wantEq(t, "changed", env["changed"], []any{})
+		wantNoKey(t, "update_session", env, "ignored")
+		// thinking_enabled false alone is no setting.
+		env = m.MustFail(map[string]any{"action": "update_session", "relay": "this", "session": b.ID, "thinking_enabled": false}, codeInvalid)
+		wantHas(t, "error", env["error"], "at least one setting", "Nothing was changed.")
+	})
+
+	t.Run("R3.5 create_session and update_session", func(t *testing.T) {
+		env := m.MustFail(map[string]any{"action": "create_session", "relay": "this", "text": "hi", "session": b.ID}, codeInvalid)
+		wantEq(t, "error", env["error"], "create_session does not take: session. Its arguments: relay, text, provider, model, cwd, repo, branch, mode, effort, title, group, wait_seconds. Nothing was created.")
+		env = failRaw(t, m, json.RawMessage(`{"action":"create_session","relay":"this","zeta":1,"text":"hi","alpha":true,"mid":"x"}`), codeInvalid)
+		wantHas(t, "error", env["error"], "create_session does not take: zeta, alpha, mid. Its arguments: ")
+		env = m.MustFail(map[string]any{"action": "update_session", "relay": "this", "session": b.ID, "text": "x"}, codeInvalid)
+		wantEq(t, "error", env["error"], "update_session does not take: text. Its arguments: relay, session, model, effort, mode, title, group, cwd, auto_compact_window, thinking_enabled, thinking_display. Nothing was changed.")
+		env = failRaw(t, m, json.RawMessage(`{"action":"update_session","relay":"this","session":"`+b.ID+`","title":"new","wait_seconds":3,"provider":"scripted"}`), codeInvalid)
+		wantHas(t, "error", env["error"], "update_session does not take: wait_seconds, provider. Its arguments: ", "Nothing was changed.")
+		// Shapes come before the relay: even an unknown relay answers INVALID_INPUT here.
+		m.MustFail(map[string]any{"action": "create_session", "relay": "build-box", "text": "hi", "session": b.ID}, codeInvalid)
+		if n := sessionTotal(t, m, "all"); n != 2 {
+			t.Errorf("sessions: %d, want 2", n)
+		}
+		if got := str(r.Get(b.ID)["title"]); got != "target" {
+			t.Errorf("title changed to %q", got)
+		}
+	})
+
+	t.Run("wrong types and sizes", func(t *testing.T) {
+		before := messageCount(t, r, b.ID)
+		env := m.MustFail(map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": 5, "wait_seconds": 0}, codeInvalid)
+		wantHas(t, "error", env["error"], "text must be a string")
+		env = m.MustFail(map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": map[string]any{"a": 1}}, codeInvalid)
+		wantHas(t, "error", env["error"], "text")
+		env = m.MustFail(map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": "hi", "wait_seconds": "soon"}, codeInvalid)
+		wantHas(t, "error", env["error"], "wait_seconds")
+		env = m.MustFail(map[string]any{"action": "read_session", "relay": "this", "session": b.ID, "last": "abc"}, codeInvalid)
+		wantHas(t, "error", env["error"], "last must be a whole number")
+		env = m.MustFail(map[string]any{"action": "read_session", "relay": "this", "session": b.ID, "last": 1000000000}, codeInvalid)
+		wantHas(t, "error", env["error"], "last must be between 1 and 50")
+		m.MustFail(map[string]any{"action": "read_session", "relay": "this", "session": b.ID, "last": 2.5}, codeInvalid)
+		m.MustFail(map[string]any{"action": "read_session", "relay": "this", "session": 12345678}, codeInvalid)
+		big := strings.Repeat("x", 1<<20+1)
+		env = m.MustFail(map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": big, "wait_seconds": 0}, codeInvalid)
+		wantHas(t, "error", env["error"], "Nothing was sent.")
+		if n := messageCount(t, r, b.ID); n != before {
+			t.Errorf("messages of the target: %d, want %d", n, before)
+		}
+		env = m.MustFail(map[string]any{"action": "create_session", "relay": "this", "text": big}, codeInvalid)
+		wantHas(t, "error", env["error"], "No session was created.")
+		env = m.MustFail(map[string]any{"action": "create_session", "relay": "this", "text": 7}, codeInvalid)
+		wantHas(t, "error", env["error"], "text must be a string")
+		if n := sessionTotal(t, m, "all"); n != 2 {
+			t.Errorf("sessions: %d, want 2", n)
+		}
+		// Exactly 1 MiB is allowed.
+		ok := strings.Repeat("y", 1<<20)
+		env = m.MustOK(map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": ok, "wait_seconds": 0})
+		if str(env["message_id"]) == "" {
+			t.Errorf("send of 1 MiB: %v", env["summary"])
+		}
+	})
+}
+
+// R3.4a: argument shapes are checked before the relay.
+func TestActionsShapesBeforeRelay(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{AgentSessionsOff: true})
+	a := r.NewSession(map[string]any{"title": "caller"})
+	b := r.NewSession(map[string]any{"title": "target"})
+	m := r.Connect(a.Token, nil)
+	env := m.MustFail(map[string]any{"action": "read_session", "relay": "this", "session": b.ID, "last": "abc"}, codeInvalid)
+	wantHas(t, "error", env["error"], "last")
+	m.MustFail(map[string]any{"action": "send", "relay": "build-box", "session": b.ID, "text": 5}, codeInvalid)
+}
+
+// ---- R4.2 -------------------------------------------------------------------
+
+// R4.2: with agent sessions off every action but list_relays is DISABLED
+// (ask into the own conversation, list_questions and withdraw excepted).
+func TestActionsDisabled(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{AgentSessionsOff: true})
+	a := r.NewSession(map[string]any{"title": "caller"})
+	b := r.NewSession(map[string]any{"title": "target"})
+	m := r.Connect(a.Token, nil)
+
+	env := m.MustOK(map[string]any{"action": "list_relays"})
+	wantEq(t, "relays", env["relays"], []any{})
+	wantEq(t, "self", env["self"], map[string]any{"name": "desk"})
+	wantEq(t, "summary", env["summary"], "list_relays: 0 relays, 0 unlocked")
+
+	calls := []map[string]any{
+		{"action": "relay_info"},
+		{"action": "usage"},
+		{"action": "list_sessions"},
+		{"action": "read_session", "session": b.ID},
+		{"action": "read_session", "session": noSuchSession},
+		{"action": "read_task_output", "session": b.ID, "task_id": "abcdef123456"},
+		{"action": "send", "session": b.ID, "text": "hi", "wait_seconds": 0},
+		{"action": "create_session", "text": "hi"},
+		{"action": "update_session", "session": b.ID, "title": "x"},
+		{"action": "wait", "session": b.ID, "message_id": "0123456789abcdef"},
+		{"action": "answer_question", "session": b.ID, "question_id": "q_0123456789abcdef", "answer": "x"},
+		{"action": "stop", "session": b.ID},
+		{"action": "archive", "session": b.ID},
+		{"action": "subscribe", "sessions": []string{"all"}},
+		{"action": "unsubscribe", "subscription_id": "all"},
+		{"action": "list_subscriptions"},
+		{"action": "transfer_subscriptions", "from": b.ID},
+		{"action": "schedule", "text": "later", "every_minutes": 5},
+		{"action": "list_schedules"},
+		{"action": "unschedule", "schedule_id": "sch_0123456789"},
+		{"action": "ask", "question": "ok?", "session": b.ID},
+	}
+	for _, c := range calls {
+		for _, rel := range []string{"this", "desk"} {
+			args := map[string]any{"relay": rel}
+			for k, v := range c {
+				args[k] = v
+			}
+			env := m.MustFail(args, codeDisabled)
+			wantHas(t, fmt.Sprint(c["action"], " error"), env["error"], "Nothing was done.")
+		}
+	}
+	// Exempt from R4.2 (they are not built yet, so UNSUPPORTED rather than DISABLED).
+	m.MustFail(map[string]any{"action": "ask", "question": "ok?"}, codeUnsupported)
+	m.MustFail(map[string]any{"action": "list_questions", "relay": "this"}, codeUnsupported)
+	m.MustFail(map[string]any{"action": "withdraw", "question_id": "ask_0123456789"}, codeUnsupported)
+	// Earlier checks still answer first.
+	m.MustFail(map[string]any{"action": "usage", "relay": "build-box"}, codeUnknownRelay)
+	m.MustFail(map[string]any{"action": "usage"}, codeInvalid)
+	m.MustFail(map[string]any{"action": "answer_question", "relay": "this", "session": b.ID, "question_id": "ask_0123456789", "answer": "x"}, codeForbidden)
+	if n := messageCount(t, r, b.ID); n != 0 {
+		t.Errorf("target has %d messages", n)
+	}
+
+	// The owner turns agent sessions on: the same calls work.
+	var st map[string]any
+	if code := r.Owner("PATCH", "/api/v1/settings", map[string]any{"agent_sessions": true}, &st); code != http.StatusOK {
+		t.Fatalf("patch settings: %d %v", code, st)
+	}
+	m.MustOK(map[string]any{"action": "usage", "relay": "this"})
+	env = m.MustOK(map[string]any{"action": "list_relays"})
+	wantEq(t, "summary", env["summary"], "list_relays: 1 relay, 1 unlocked")
+	if code := r.Owner("PATCH", "/api/v1/settings", map[string]any{"agent_sessions": false}, &st); code != http.StatusOK {
+		t.Fatalf("patch settings: %d %v", code, st)
+	}
+	m.MustFail(map[string]any{"action": "usage", "relay": "this"}, codeDisabled)
+}
+
+// The schedule and ask actions (a later part brings them) answer UNSUPPORTED
+// on this relay for now; every action naming an unknown relay answers
+// UNKNOWN_RELAY.
+func TestActionsUnsupported(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "caller"})
+	b := r.NewSession(map[string]any{"title": "target"})
+	m := r.Connect(a.Token, nil)
+	unsupported := []map[string]any{
+		{"action": "schedule", "text": "later", "every_minutes": 5},
+		{"action": "list_schedules"},
+		{"action": "unschedule", "schedule_id": "sch_0123456789"},
+		{"action": "ask", "question": "ok?"},
+		{"action": "list_questions"},
+		{"action": "withdraw", "question_id": "ask_0123456789"},
+	}
+	for _, c := range unsupported {
+		for _, rel := range []any{nil, "this", "DESK"} {
+			args := map[string]any{}
+			for k, v := range c {
+				args[k] = v
+			}
+			if rel != nil {
+				args["relay"] = rel
+			}
+			env := m.MustFail(args, codeUnsupported)
+			wantHas(t, fmt.Sprint(c["action"], " error"), env["error"], str(c["action"]), "Nothing was done.")
+		}
+	}
+	all := append([]map[string]any{
+		{"action": "subscribe", "sessions": []string{b.ID}},
+		{"action": "unsubscribe", "subscription_id": "sub_0123456789"},
+		{"action": "list_subscriptions"},
+		{"action": "transfer_subscriptions", "from": b.ID},
+		{"action": "relay_info"},
+		{"action": "usage"},
+		{"action": "list_sessions"},
+		{"action": "read_session", "session": b.ID},
+		{"action": "read_task_output", "session": b.ID, "task_id": "abcdef123456"},
+		{"action": "send", "session": b.ID, "text": "hi", "wait_seconds": 0},
+		{"action": "create_session", "text": "hi"},
+		{"action": "update_session", "session": b.ID, "title": "x"},
+		{"action": "wait", "session": b.ID, "message_id": "0123456789abcdef"},
+		{"action": "answer_question", "session": b.ID, "question_id": "q_0123456789abcdef", "answer": "x"},
+		{"action": "stop", "session": b.ID},
+		{"action": "archive", "session": b.ID},
+	}, unsupported...)
+	for _, c := range all {
+		args := map[string]any{"relay": "build-box"}
+		for k, v := range c {
+			args[k] = v
+		}
+		env := m.MustFail(args, codeUnknownRelay)
+		wantHas(t, fmt.Sprint(c["action"], " error"), env["error"], `"build-box"`)
+	}
+	if n := messageCount(t, r, b.ID); n != 0 {
+		t.Errorf("target has %d messages", n)
+	}
+}
+
+// ---- finding relays and sessions ------------------------------------------
+
+// R7.2, R7.3: relay_info and usage.
+func TestActionsRelayInfoAndUsage(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "caller"})
+	m := r.Connect(a.Token, nil)
+
+	env := m.MustOK(map[string]any{"action": "relay_info", "relay": "this"})
+	wantEq(t, "summary", env["summary"], "relay_info → desk: 1 provider, modes agent, ask, plan, 0 groups")
+	wantEq(t, "relay", env["relay"], "desk")
+	wantEq(t, "name", env["name"], "desk")
+	if str(env["version"]) == "" {
+		t.Errorf("version %v", env["version"])
+	}
+	wantEq(t, "platform", env["platform"], runtime.GOOS+"/"+runtime.GOARCH)
+	wantEq(t, "acceptsAgentPrompts", env["acceptsAgentPrompts"], true)
+	wantEq(t, "providers", env["providers"], []any{map[string]any{"id": "scripted", "name": "Scripted",
+		"defaultModel": "scripted-1", "models": []any{"scripted-1"}, "efforts": []any{"low", "medium", "high"}, "available": true}})
+	wantEq(t, "defaultCwd", env["defaultCwd"], r.Config.DefaultCwd)
+	list(t, env["recentCwds"], "recentCwds")
+	wantEq(t, "modes", env["modes"], []any{"agent", "ask", "plan"})
+	wantEq(t, "groups", env["groups"], []any{})
+	wantNoKey(t, "relay_info", env, "groupsNote", "groupsTotal")
+
+	// An empty owner group is not listed; one with a session is, with its count.
+	g := ownerGroup(t, r, "Release 2.4")
+	env = m.MustOK(map[string]any{"action": "relay_info", "relay": "this"})
+	wantEq(t, "groups", env["groups"], []any{})
+	r.NewSession(map[string]any{"title": "member", "group": "Release 2.4"})
+	env = m.MustOK(map[string]any{"action": "relay_info", "relay": "this"})
+	wantEq(t, "groups", env["groups"], []any{map[string]any{"id": g, "name": "Release 2.4", "memberCount": float64(1)}})
+	wantEq(t, "summary", env["summary"], "relay_info → desk: 1 provider, modes agent, ask, plan, 1 group")
+
+	// usage: one tracked-by-us provider, no secrets.
+	mid := r.Message(a.ID, "count me")
+	r.WaitTurn(mid, turnWait, "done")
+	env = m.MustOK(map[string]any{"action": "usage", "relay": "this"})
+	wantEq(t, "summary", env["summary"], "usage → desk: 1 provider, quotas not tracked")
+	provs := list(t, env["providers"], "providers")
+	if len(provs) != 1 {
+		t.Fatalf("providers %v", provs)
+	}
+	p := obj(t, provs[0], "providers[0]")
+	wantEq(t, "id", p["id"], "scripted")
+	wantEq(t, "status", p["status"], "ok")
+	raw, _ := json.Marshal(env)
+	for _, secret := range []string{a.Token, OwnerToken} {
+		if strings.Contains(string(raw), secret) {
+			t.Errorf("usage shows a token: %s", raw)
+		}
+	}
+}
+
+// R7.2: groups that cannot be read give groups null and a groupsNote.
+func TestActionsRelayInfoGroupsUnreadable(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "caller"})
+	m := r.Connect(a.Token, nil)
+	ctx := context.Background()
+	key := r.App.Store().Prefix() + ":groups"
+	rdb := r.App.Store().Redis()
+	if err := rdb.Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, key, "not a set", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	env := m.MustOK(map[string]any{"action": "relay_info", "relay": "this"})
+	if v, ok := env["groups"]; !ok || v != nil {
+		t.Errorf("groups = %v (present %v), want null", v, ok)
+	}
+	wantHas(t, "groupsNote", env["groupsNote"], "create_session", "group")
+	if err := rdb.Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	env = m.MustOK(map[string]any{"action": "relay_info", "relay": "this"})
+	wantEq(t, "groups", env["groups"], []any{})
+}
+
+// R7.4: list_sessions.
+func TestActionsListSessions(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "caller"})
+	b := r.NewSession(map[string]any{"title": "bee"})
+	r.NewSession(map[string]any{"title": "cee"})
+	ownerGroup(t, r, "Team")
+	d := r.NewSession(map[string]any{"title": "dee", "group": "team"})
+	m := r.Connect(a.Token, nil)
+
+	env := m.MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
+	wantEq(t, "summary", env["summary"], "list_sessions → desk: 4 sessions (active)")
+	wantEq(t, "total", env["total"], float64(4))
+	wantNoKey(t, "list_sessions", env, "truncated")
+
+	// Most recent activity first.
+	mid := r.Message(b.ID, "wake up")
+	r.WaitTurn(mid, turnWait, "done")
+	env = m.MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
+	items := list(t, env["sessions"], "sessions")
+	if len(items) != 4 {
+		t.Fatalf("sessions %v", items)
+	}
+	first := obj(t, items[0], "sessions[0]")
+	wantEq(t, "first id", first["id"], b.ID)
+	for _, k := range []string{"id", "title", "provider", "model", "state", "cwd", "lastActivityAt", "messageCount", "tasks", "group"} {
+		if _, ok := first[k]; !ok {
+			t.Errorf("list item lacks %q: %v", k, first)
+		}
+	}
+	wantEq(t, "title", first["title"], "bee")
+	wantEq(t, "provider", first["provider"], "scripted")
+	wantEq(t, "model", first["model"], "scripted-1")
+	wantEq(t, "state", first["state"], "idle")
+	wantEq(t, "cwd", first["cwd"], r.Config.DefaultCwd)
+	wantEq(t, "messageCount", first["messageCount"], float64(2))
+	wantEq(t, "tasks", first["tasks"], []any{})
+	wantEq(t, "group", first["group"], nil)
+	wantNoKey(t, "owner session", first, "startedBy", "mayCreateSessions", "watched")
+	dv := findByID(t, items, d.ID)
+	if dv == nil {
+		t.Fatalf("dee not listed")
+	}
+	dg := obj(t, dv["group"], "dee group")
+	wantEq(t, "dee group name", dg["name"], "Team")
+	wantEq(t, "dee group role", dg["role"], "member")
+	if !strings.HasPrefix(str(dg["id"]), "grp_") {
+		t.Errorf("group id %v", dg["id"])
+	}
+
+	// limit and truncation.
+	env = m.MustOK(map[string]any{"action": "list_sessions", "relay": "this", "limit": 2})
+	wantEq(t, "sessions", len(list(t, env["sessions"], "sessions")), 2)
+	wantEq(t, "total", env["total"], float64(4))
+	wantEq(t, "truncated", env["truncated"], true)
+	wantEq(t, "summary", env["summary"], "list_sessions → desk: 4 sessions (active), 2 shown")
+	env = m.MustOK(map[string]any{"action": "list_sessions", "relay": "this", "limit": 1})
+	wantEq(t, "sessions", len(list(t, env["sessions"], "sessions")), 1)
+	env = m.MustOK(map[string]any{"action": "list_sessions", "relay": "this", "limit": 200})
+	wantEq(t, "sessions", len(list(t, env["sessions"], "sessions")), 4)
+	for _, bad := range []any{0, 201, -1, "many", 3.5, 1000000000} {
+		env := m.MustFail(map[string]any{"action": "list_sessions", "relay": "this", "limit": bad}, codeInvalid)
+		wantHas(t, "error", env["error"], "limit")
+	}
+
+	// scope.
+	env = m.MustFail(map[string]any{"action": "list_sessions", "relay": "this", "scope": "deleted"}, codeInvalid)
+	wantHas(t, "error", env["error"], "scope")
+	env = m.MustOK(map[string]any{"action": "list_sessions", "relay": "this", "scope": "archived"})
+	wantEq(t, "summary", env["summary"], "list_sessions → desk: 0 sessions (archived)")
+	if st := r.Owner("POST", "/api/v1/sessions/"+d.ID+"/archive", nil, nil); st != http.StatusOK {
+		t.Fatalf("archive: %d", st)
+	}
+	env = m.MustOK(map[string]any{"action": "list_sessions", "relay": "this", "scope": "archived"})
+	items = list(t, env["sessions"], "archived")
+	if len(items) != 1 || obj(t, items[0], "archived[0]")["id"] != d.ID {
+		t.Errorf("archived sessions %v", items)
+	}
+	wantEq(t, "active total", sessionTotal(t, m, "active"), 3)
+	wantEq(t, "all total", sessionTotal(t, m, "all"), 4)
+
+	// A running turn shows as running_turn.
+	c := r.NewSession(map[string]any{"title": "busy"})
+	mid = r.Message(c.ID, sleepScript(20000))
+	waitRunning(r, mid)
+	env = m.MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
+	wantEq(t, "busy state", findByID(t, list(t, env["sessions"], "sessions"), c.ID)["state"], "running_turn")
+	r.Owner("POST", "/api/v1/sessions/"+c.ID+"/stop", nil, nil)
+	r.WaitTurn(mid, turnWait, "stopped")
+}
+
+// R7.5: read_session.
+func TestActionsReadSession(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "caller"})
+	b := r.NewSession(map[string]any{"title": "target"})
+	m := r.Connect(a.Token, nil)
+
+	r.WaitTurn(r.Message(b.ID, "hi"), turnWait, "done")
+	m.MustOK(map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": "hello", "wait_seconds": 15})
+	bad := Script(map[string]any{"error": "kaput"})
+	r.WaitTurn(r.Message(b.ID, bad), turnWait, "error")
+
+	env := readSession(m, b.ID, 50)
+	msgs := list(t, env["messages"], "messages")
+	var roles, texts []string
+	for _, x := range msgs {
+		mm := obj(t, x, "message")
+		roles = append(roles, str(mm["role"]))
+		texts = append(texts, str(mm["text"]))
+		if str(mm["id"]) == "" || str(mm["createdAt"]) == "" {
+			t.Errorf("message lacks id or createdAt: %v", mm)
+		}
+	}
+	wantEq(t, "roles", roles, []string{"user", "assistant", "agent", "assistant", "user", "event"})
+	wantEq(t, "texts[:4]", texts[:4], []string{"hi", "echo: hi", "hello", "echo: hello"})
+	wantHas(t, "event text", texts[5], "kaput")
+	agentMsg := obj(t, msgs[2], "agent message")
+	wantEq(t, "from", agentMsg["from"], map[string]any{"relay": "desk", "session": a.ID, "title": "caller", "model": "scripted-1"})
+	wantNoKey(t, "owner message", obj(t, msgs[0], "owner message"), "from")
+	wantEq(t, "summary", env["summary"], "read_session → desk session "+b.ID[:8]+": 6 messages, idle")
+	wantEq(t, "id", env["id"], b.ID)
+	wantEq(t, "state", env["state"], "idle")
+	wantEq(t, "inFlight", env["inFlight"], nil)
+	wantEq(t, "pendingQuestions", env["pendingQuestions"], []any{})
+	wantEq(t, "tasks", env["tasks"], []any{})
+
+	// last: default 5, oldest first; last 2; bounds.
+	env = m.MustOK(map[string]any{"action": "read_session", "relay": "this", "session": b.ID})
+	wantEq(t, "default messages", len(list(t, env["messages"], "messages")), 5)
+	wantEq(t, "default first", obj(t, list(t, env["messages"], "messages")[0], "m0")["text"], "echo: hi")
+	env = readSession(m, b.ID, 2)
+	two := list(t, env["messages"], "messages")
+	wantEq(t, "last 2 roles", []any{obj(t, two[0], "m0")["role"], obj(t, two[1], "m1")["role"]}, []any{"user", "event"})
+	m.MustOK(map[string]any{"action": "read_session", "relay": "this", "session": b.ID, "last": 1})
+	for _, bad := range []any{0, 51, -3, "abc", 1000000000} {
+		env := m.MustFail(map[string]any{"action": "read_session", "relay": "this", "session": b.ID, "last": bad}, codeInvalid)
+		wantHas(t, "error", env["error"], "last")
+	}
+
+	// Ids: a prefix of 8 works and the result carries the full id.
+	env = m.MustOK(map[string]any{"action": "read_session", "relay": "this", "session": b.ID[:8]})
+	wantEq(t, "id from prefix", env["id"], b.ID)
+	m.MustFail(map[string]any{"action": "read_session", "relay": "this", "session": b.ID[:7]}, codeInvalid)
+	env = m.MustFail(map[string]any{"action": "read_session", "relay": "this", "session": noSuchSession}, codeNotFound)
+	wantHas(t, "error", env["error"], "desk")
+	env = m.MustFail(map[string]any{"action": "read_session", "relay": "this"}, codeInvalid)
+	wantHas(t, "error", env["error"], "session")
+	// Reading itself is allowed.
+	m.MustOK(map[string]any{"action": "read_session", "relay": "this", "session": a.ID})
+
+	// A turn waiting on a question: state, inFlight, pendingQuestions.
+	c := r.NewSession(map[string]any{"title": "asker"})
+	qmid := r.Message(c.ID, Script(map[string]any{"reply": "thinking… "},
+		map[string]any{"question": map[string]any{"text": "Deploy now?", "options": []string{"yes", "no"}}}))
+	var q map[string]any
+	Eventually(t, turnWait, func() bool {
+		env = readSession(m, c.ID, 5)
+		qs := list(t, env["pendingQuestions"], "pendingQuestions")
+		if len(qs) == 1 {
+			q = obj(t, qs[0], "question")
+			return true
+		}
+		return false
+	}, "a pending question in %s", c.ID)
+	if !strings.HasPrefix(str(q["id"]), "q_") {
+		t.Errorf("question id %v", q["id"])
+	}
+	wantEq(t, "question", q, map[string]any{"id": q["id"], "kind": "ask_user", "question": "Deploy now?", "options": []any{"yes", "no"}})
+	wantEq(t, "state", env["state"], "running_turn")
+	wantEq(t, "inFlight", env["inFlight"], "thinking… ")
+	if st := r.Owner("POST", "/api/v1/sessions/"+c.ID+"/questions/"+str(q["id"]), map[string]any{"choices": []string{"yes"}}, nil); st != http.StatusOK {
+		t.Fatalf("answer: %d", st)
+	}
+	turn := r.WaitTurn(qmid, turnWait, "done")
+	wantEq(t, "reply", turn.Reply, "thinking… yes")
+
+	// Group members.
+	ownerGroup(t, r, "Crew")
+	g1 := r.NewSession(map[string]any{"title": "crew one", "group": "Crew"})
+	g2 := r.NewSession(map[string]any{"title": "crew two", "group": "crew"})
+	env = readSession(m, g1.ID, 5)
+	g := obj(t, env["group"], "group")
+	wantEq(t, "group name", g["name"], "Crew")
+	wantEq(t, "group role", g["role"], "member")
+	wantEq(t, "members", g["members"], []any{map[string]any{"id": g2.ID, "title": "crew two", "role": "member", "state": "idle", "archived": false}})
+
+	// Tasks with health while running.
+	d := r.NewSession(map[string]any{"title": "builder"})
+	tmid := r.Message(d.ID, Script(map[string]any{"task": map[string]any{"description": "slow build", "lines": []string{"never yet"},
+		"line_ms": 60000, "exit": 0, "background": true}}, map[string]any{"reply": "started"}))
+	r.WaitTurn(tmid, turnWait, "done")
+	env = readSession(m, d.ID, 5)
+	wantEq(t, "state with a running task", env["state"], "background_only")
+	tasks := list(t, env["tasks"], "tasks")
+	if len(tasks) != 1 {
+		t.Fatalf("tasks %v", tasks)
+	}
+	task := obj(t, tasks[0], "task")
+	if str(task["taskId"]) == "" {
+		t.Errorf("taskId %v", task)
+	}
+	wantEq(t, "description", task["description"], "slow build")
+	wantEq(t, "type", task["type"], "shell")
+	wantEq(t, "status", task["status"], "running")
+	wantEq(t, "output", task["output"], true)
+	wantEq(t, "health", task["health"], map[string]any{"minutesSinceOutput": float64(0), "quiet": false, "quietAfterMinutes": float64(10)})
+}
+
+// R7.6: read_task_output.
+func TestActionsReadTaskOutput(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "caller"})
+	b := r.NewSession(map[string]any{"title": "tester"})
+	c := r.NewSession(map[string]any{"title": "pytester"})
+	m := r.Connect(a.Token, nil)
+
+	lines := []string{
+		"\x1b[1m=== RUN   TestA\x1b[0m",
+		"--- PASS: TestA (0.00s)",
+		"=== RUN   TestB",
+		"retrying",
+		"retrying",
+		"retrying",
+		"Authorization: Bearer x",
+		"    b_test.go:9: \x1b[31mboom\x1b[0m",
+		"--- FAIL: TestB (0.01s)",
+		"FAIL",
+		"FAIL\texample.com/pkg\t0.012s",
+	}
+	r.WaitTurn(r.Message(b.ID, Script(map[string]any{"task": map[string]any{"description": "go test ./...", "lines": lines,
+		"line_ms": 1, "exit": 1, "background": true}}, map[string]any{"reply": "running tests"})), turnWait, "done")
+	var task map[string]any
+	Eventually(t, turnWait, func() bool {
+		tasks := list(t, readSession(m, b.ID, 5)["tasks"], "tasks")
+		if len(tasks) == 1 {
+			task = obj(t, tasks[0], "task")
+			return task["status"] == "failed"
+		}
+		return false
+	}, "the go test task to fail")
+	tid := str(task["taskId"])
+	counts := map[string]any{"runner": "go test", "passed": float64(1), "failed": float64(1), "skipped": float64(0), "final": true}
+	wantEq(t, "read_session counts", task["counts"], counts)
+	wantEq(t, "read_session output", task["output"], true)
+	wantNoKey(t, "ended task", task, "health")
+
+	env := m.MustOK(map[string]any{"action": "read_task_output", "relay": "this", "session": b.ID, "task_id": tid})
+	wantTail := []string{
+		"=== RUN   TestA",
+		"--- PASS: TestA (0.00s)",
+		"=== RUN   TestB",
+		"retrying [×3]",
+		"Authorization: ***",
+		"    b_test.go:9: boom",
+		"--- FAIL: TestB (0.01s)",
+		"FAIL",
+		"FAIL\texample.com/pkg\t0.012s",
+	}
+	wantEq(t, "tail", strList(t, env["tail"], "tail"), wantTail)
+	if strings.Contains(fmt.Sprint(env["tail"]), "Bearer x") {
+		t.Errorf("the credential is not masked: %v", env["tail"])
+	}
+	wantNoKey(t, "read_task_output", env, "truncated", "stall")
+	wantEq(t, "counts", env["counts"], counts)
+	tk := obj(t, env["task"], "task")
+	wantEq(t, "task.id", tk["id"], tid)
+	wantEq(t, "task.description", tk["description"], "go test ./...")
+	wantEq(t, "task.type", tk["type"], "shell")
+	wantEq(t, "task.status", tk["status"], "failed")
+	wantEq(t, "task.exitCode", tk["exitCode"], float64(1))
+	if str(tk["startedAt"]) == "" {
+		t.Errorf("startedAt %v", tk["startedAt"])
+	}
+	sum := str(env["summary"])
+	prefix := "read_task_output → desk session " + b.ID[:8] + " task " + tid[:8] + ": 9 lines, failed, last output "
+	if !strings.HasPrefix(sum, prefix) || !strings.HasSuffix(sum, ", 1 passed, 1 failed") {
+		t.Errorf("summary %q, want %q… , 1 passed, 1 failed", sum, prefix)
+	}
+
+	// lines counts folded lines.
+	env = m.MustOK(map[string]any{"action": "read_task_output", "relay": "this", "session": b.ID, "task_id": tid, "lines": 6})
+	wantEq(t, "tail of 6", strList(t, env["tail"], "tail"), wantTail[3:])
+	wantEq(t, "truncated", env["truncated"], true)
+	env = m.MustOK(map[string]any{"action": "read_task_output", "relay": "this", "session": b.ID, "task_id": tid, "lines": 1})
+	wantEq(t, "tail of 1", strList(t, env["tail"], "tail"), wantTail[8:])
+	m.MustOK(map[string]any{"action": "read_task_output", "relay": "this", "session": b.ID, "task_id": tid, "lines": 500})
+	for _, bad := range []any{0, 501, "all", 1000000000} {
+		env := m.MustFail(map[string]any{"action": "read_task_output", "relay": "this", "session": b.ID, "task_id": tid, "lines": bad}, codeInvalid)
+		wantHas(t, "error", env["error"], "lines")
+	}
+
+	// Not found: unknown task, another session's task, unknown session; task_id missing.
+	env = m.MustFail(map[string]any{"action": "read_task_output", "relay": "this", "session": b.ID, "task_id": "ffffffffffff"}, codeNotFound)
+	wantHas(t, "error", env["error"], "Nothing was done.")
+	m.MustFail(map[string]any{"action": "read_task_output", "relay": "this", "session": c.ID, "task_id": tid}, codeNotFound)
+	m.MustFail(map[string]any{"action": "read_task_output", "relay": "this", "session": noSuchSession, "task_id": tid}, codeNotFound)
+	env = m.MustFail(map[string]any{"action": "read_task_output", "relay": "this", "session": b.ID}, codeInvalid)
+	wantHas(t, "error", env["error"], "task_id")
+
+	// pytest summary.
+	r.WaitTurn(r.Message(c.ID, Script(map[string]any{"task": map[string]any{"description": "pytest", "lines": []string{
+		"tests/test_a.py ..F.s                                         [100%]",
+		"=========== 2 failed, 5 passed, 1 skipped in 1.20s ===========",
+	}, "line_ms": 1, "exit": 1, "background": false}})), turnWait, "done")
+	tasks := list(t, readSession(m, c.ID, 5)["tasks"], "tasks")
+	if len(tasks) != 1 {
+		t.Fatalf("tasks %v", tasks)
+	}
+	ptid := str(obj(t, tasks[0], "task")["taskId"])
+	env = m.MustOK(map[string]any{"action": "read_task_output", "relay": "this", "session": c.ID, "task_id": ptid})
+	wantEq(t, "pytest counts", env["counts"], map[string]any{"runner": "pytest", "passed": float64(5), "failed": float64(2), "skipped": float64(1), "final": true})
+	wantHas(t, "summary", env["summary"], ", 5 passed, 2 failed")
+
+	// A running task: stall, no counts.
+	d := r.NewSession(map[string]any{"title": "slow"})
+	r.WaitTurn(r.Message(d.ID, Script(map[string]any{"task": map[string]any{"description": "watcher", "lines": []string{"late"},
+		"line_ms": 60000, "background": true}})), turnWait, "done")
+	tasks = list(t, readSession(m, d.ID, 5)["tasks"], "tasks")
+	if len(tasks) != 1 {
+		t.Fatalf("tasks %v", tasks)
+	}
+	rtid := str(obj(t, tasks[0], "task")["taskId"])
+	env = m.MustOK(map[string]any{"action": "read_task_output", "relay": "this", "session": d.ID, "task_id": rtid})
+	wantEq(t, "running tail", env["tail"], []any{})
+	wantEq(t, "running status", obj(t, env["task"], "task")["status"], "running")
+	wantEq(t, "running exitCode", obj(t, env["task"], "task")["exitCode"], nil)
+	stall := obj(t, env["stall"], "stall")
+	wantEq(t, "stall.minutes", stall["minutes"], float64(0))
+	wantEq(t, "stall.quiet", stall["quiet"], false)
+	wantEq(t, "stall.quietAfterMinutes", stall["quietAfterMinutes"], float64(10))
+	if str(stall["since"]) == "" {
+		t.Errorf("stall.since %v", stall["since"])
+	}
+	wantNoKey(t, "running task", env, "counts")
+	wantEq(t, "summary", env["summary"], "read_task_output → desk session "+d.ID[:8]+" task "+rtid[:8]+": 0 lines, running")
+}
+
+// ---- prompting --------------------------------------------------------------
+
+// R7.7, R7.11, R7.13: send.
+func TestActionsSend(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "caller"})
+	b := r.NewSession(map[string]any{"title": "target"})
+	m := r.Connect(a.Token, nil)
+	send := func(extra map[string]any) map[string]any {
+		args := map[string]any{"action": "send", "relay": "this", "session": b.ID, "wait_seconds": 15}
+		for k, v := range extra {
+			args[k] = v
+		}
+		return args
+	}
+
+	t.Run("done", func(t *testing.T) {
+		env := m.MustOK(send(map[string]any{"text": "hello"}))
+		wantEq(t, "status", env["status"], "done")
+		wantEq(t, "reply", env["reply"], map[string]any{"text": "echo: hello", "model": "scripted-1"})
+		wantEq(t, "session", env["session"], b.ID)
+		if len(str(env["message_id"])) < 16 {
+			t.Errorf("message_id %v", env["message_id"])
+		}
+		if v, ok := env["openUrl"]; !ok || v != nil {
+			t.Errorf("openUrl = %v (present %v), want null", v, ok)
+		}
+		wantEq(t, "summary", env["summary"], "send → desk session "+b.ID[:8]+": done, reply 11 chars")
+		wantNoKey(t, "send", env, "note", "turnError", "ignored")
+		// A prefix of the target works; the result carries the full id.
+		env = m.MustOK(send(map[string]any{"session": b.ID[:8], "text": "again"}))
+		wantEq(t, "session", env["session"], b.ID)
+	})
+
+	t.Run("error", func(t *testing.T) {
+		env := m.MustOK(send(map[string]any{"text": Script(map[string]any{"reply": "half"}, map[string]any{"error": "boom"})}))
+		wantEq(t, "status", env["status"], "error")
+		wantEq(t, "turnError", env["turnError"], "boom")
+		wantEq(t, "summary", env["summary"], "send → desk session "+b.ID[:8]+": error: boom")
+		wantNoKey(t, "error send", env, "reply")
+	})
+
+	t.Run("question", func(t *testing.T) {
+		env := m.MustOK(send(map[string]any{"text": Script(map[string]any{"question": map[string]any{"text": "Pick one", "options": []string{"A", "B"}}},
+			map[string]any{"reply": " picked"})}))
+		wantEq(t, "status", env["status"], "question")
+		wantEq(t, "summary", env["summary"], "send → desk session "+b.ID[:8]+": waiting on a question")
+		qs := list(t, env["pendingQuestions"], "pendingQuestions")
+		if len(qs) != 1 {
+			t.Fatalf("pendingQuestions %v", qs)
+		}
+		q := obj(t, qs[0], "question")
+		wantEq(t, "question", q, map[string]any{"id": q["id"], "kind": "ask_user", "question": "Pick one", "options": []any{"A", "B"}})
+		mid := str(env["message_id"])
+		env = m.MustOK(map[string]any{"action": "wait", "relay": "this", "session": b.ID, "message_id": mid, "wait_seconds": 0})
+		wantEq(t, "wait status", env["status"], "question")
+		m.MustOK(map[string]any{"action": "answer_question", "relay": "this", "session": b.ID, "question_id": q["id"], "choices": []string{"B"}})
+		env = m.MustOK(map[string]any{"action": "wait", "relay": "this", "session": b.ID, "message_id": mid, "wait_seconds": 15})
+		wantEq(t, "status", env["status"], "done")
+		wantEq(t, "reply", obj(t, env["reply"], "reply")["text"], "B picked")
+	})
+
+	t.Run("queued", func(t *testing.T) {
+		busy := r.Message(b.ID, sleepScript(20000))
+		waitRunning(r, busy)
+		env := m.MustOK(send(map[string]any{"text": "later", "wait_seconds": 0}))
+		wantEq(t, "status", env["status"], "queued")
+		wantEq(t, "summary", env["summary"], "send → desk session "+b.ID[:8]+": queued")
+		wantNoKey(t, "queued send", env, "reply", "note")
+		mid := str(env["message_id"])
+		r.Owner("POST", "/api/v1/sessions/"+b.ID+"/stop", nil, nil)
+		r.WaitTurn(busy, turnWait, "stopped")
+		env = m.MustOK(map[string]any{"action": "wait", "relay": "this", "session": b.ID, "message_id": mid, "wait_seconds": 15})
+		wantEq(t, "status", env["status"], "done")
+		wantEq(t, "reply", obj(t, env["reply"], "reply")["text"], "echo: later")
+	})
+
+	t.Run("wait capped", func(t *testing.T) {
+		env := m.MustOK(send(map[string]any{"text": "cap", "wait_seconds": 100000}))
+		wantEq(t, "status", env["status"], "done")
+		wantEq(t, "note", env["note"], `wait_seconds was capped at 20, the longest wait per call on relay "desk".`)
+	})
+
+	t.Run("errors", func(t *testing.T) {
+		before := messageCount(t, r, b.ID)
+		env := m.MustFail(send(map[string]any{"session": a.ID, "text": "me"}), codeSelf)
+		wantHas(t, "error", env["error"], "Nothing was sent.")
+		env = m.MustFail(send(map[string]any{"session": noSuchSession, "text": "x"}), codeNotFound)
+		wantHas(t, "error", env["error"], "Nothing was")
+		env = m.MustFail(map[string]any{"action": "send", "relay": "this", "text": "x"}, codeInvalid)
+		wantHas(t, "error", env["error"], "session")
+		env = m.MustFail(send(map[string]any{}), codeInvalid)
+		wantHas(t, "error", env["error"], "text is required", "Nothing was sent.")
+		env = m.MustFail(send(map[string]any{"text": "   "}), codeInvalid)
+		wantHas(t, "error", env["error"], "text is required")
+		m.MustFail(send(map[string]any{"text": "x", "wait_seconds": -1}), codeInvalid)
+		env = m.MustFail(send(map[string]any{"text": "x", "model": "scripted-2"}), codeUnknownModel)
+		wantEq(t, "error", env["error"], `Unknown model 'scripted-2' for Scripted on relay "desk"; did you mean 'scripted-1'? Valid ids: scripted-1. Nothing was sent.`)
+		wantEq(t, "suggestions", env["suggestions"], []any{"scripted-1"})
+		wantEq(t, "models", env["models"], []any{"scripted-1"})
+		env = m.MustFail(send(map[string]any{"text": "x", "model": "gpt-9"}), codeUnknownModel)
+		wantHas(t, "error", env["error"], "Unknown model 'gpt-9'", "Valid ids: scripted-1.", "Nothing was sent.")
+		env = m.MustFail(send(map[string]any{"text": "x", "effort": "max"}), codeInvalid)
+		wantHas(t, "error", env["error"], `"max"`, "low, medium, high", "Nothing was sent.")
+		env = m.MustFail(send(map[string]any{"text": "x", "mode": "yolo"}), codeInvalid)
+		wantHas(t, "error", env["error"], "mode", "Nothing was sent.")
+		env = m.MustFail(send(map[string]any{"text": "x", "provider": "claude-api"}), codeProviderUnav)
+		if str(env["remoteCode"]) == "" {
+			t.Errorf("remoteCode missing: %v", env)
+		}
+		wantHas(t, "error", env["error"], "Nothing was sent.")
+		if n := messageCount(t, r, b.ID); n != before {
+			t.Errorf("failed sends changed the target: %d messages, want %d", n, before)
+		}
+		got := r.Get(b.ID)
+		wantEq(t, "model", got["model"], "scripted-1")
+		wantEq(t, "effort", got["effort"], "")
+	})
+
+	t.Run("settings", func(t *testing.T) {
+		env := m.MustOK(send(map[string]any{"text": "tuned", "model": "scripted-1", "effort": "high", "mode": "plan", "provider": "scripted"}))
+		wantEq(t, "status", env["status"], "done")
+		got := readSession(m, b.ID, 1)
+		wantEq(t, "effort", got["effort"], "high")
+		wantEq(t, "mode", got["mode"], "plan")
+	})
+}
+
+// R7.12: wait.
+func TestActionsWait(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "caller"})
+	b := r.NewSession(map[string]any{"title": "target"})
+	c := r.NewSession(map[string]any{"title": "other"})
+	m := r.Connect(a.Token, nil)
+
+	env := m.MustOK(map[string]any{"action": "send", "relay": "this", "session": b.ID,
+		"text": Script(map[string]any{"sleep_ms": 300}, map[string]any{"reply": "slow"}), "wait_seconds": 0})
+	mid := str(env["message_id"])
+	if s := env["status"]; s != "queued" && s != "running" {
+		t.Errorf("status with wait_seconds 0: %v", s)
+	}
+	env = m.MustOK(map[string]any{"action": "wait", "relay": "this", "session": b.ID, "message_id": mid[:8], "wait_seconds": 15})
+	wantEq(t, "status", env["status"], "done")
+	wantEq(t, "message_id", env["message_id"], mid)
+	wantEq(t, "session", env["session"], b.ID)
+	wantEq(t, "reply", env["reply"], map[string]any{"text": "slow", "model": "scripted-1"})
+	wantEq(t, "summary", env["summary"], "wait → desk session "+b.ID[:8]+": done, reply 4 chars")
+	if v, ok := env["openUrl"]; !ok || v != nil {
+		t.Errorf("openUrl = %v (present %v)", v, ok)
+	}
+	// Default wait and capped wait.
+	env = m.MustOK(map[string]any{"action": "wait", "relay": "this", "session": b.ID, "message_id": mid})
+	wantEq(t, "status", env["status"], "done")
+	env = m.MustOK(map[string]any{"action": "wait", "relay": "this", "session": b.ID, "message_id": mid, "wait_seconds": 99999})
+	wantHas(t, "note", env["note"], "capped at 20")
+
+	// A message of another session is not found on this one.
+	cmid := r.Message(c.ID, "owner words")
+	env = m.MustFail(map[string]any{"action": "wait", "relay": "this", "session": b.ID, "message_id": cmid}, codeNotFound)
+	wantHas(t, "error", env["error"], "Nothing was done.")
+	m.MustFail(map[string]any{"action": "wait", "relay": "this", "session": c.ID, "message_id": mid}, codeNotFound)
+	m.MustFail(map[string]any{"action": "wait", "relay": "this", "session": b.ID, "message_id": "0000000000000000"}, codeNotFound)
+	m.MustFail(map[string]any{"action": "wait", "relay": "this", "session": noSuchSession, "message_id": mid}, codeNotFound)
+	env = m.MustFail(map[string]any{"action": "wait", "relay": "this", "session": b.ID}, codeInvalid)
+	wantHas(t, "error", env["error"], "message_id")
+	m.MustFail(map[string]any{"action": "wait", "relay": "this", "message_id": mid}, codeInvalid)
+	m.MustFail(map[string]any{"action": "wait", "relay": "this", "session": b.ID, "message_id": mid, "wait_seconds": "x"}, codeInvalid)
+	// Not on itself.
+	amid := r.Message(a.ID, "self")
+	env = m.MustFail(map[string]any{"action": "wait", "relay": "this", "session": a.ID, "message_id": amid}, codeSelf)
+	wantHas(t, "error", env["error"], "Nothing was done.")
+}
+
+// R7.9, R6.1, R6.2, R5.1: create_session.
+func TestActionsCreateSession(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "lead"})
+	m := r.Connect(a.Token, nil)
+	create := func(extra map[string]any) map[string]any {
+		args := map[string]any{"action": "create_session", "relay": "this", "text": "hi", "wait_seconds": 15}
+		for k, v := range extra {
+			args[k] = v
+		}
+		return args
+	}
+
+	// Validation before any card (R5.3): all of these answer outside a turn.
+	g1 := ownerGroup(t, r, "Release 2.4")
+	env := m.MustFail(create(map[string]any{"group": "Relase"}), codeUnknownGroup)
+	wantEq(t, "error", env["error"], `Relay "desk" has no session group "Relase". Groups there: Release 2.4 (`+g1+`). No session was created.`)
+	wantEq(t, "groups", env["groups"], []any{map[string]any{"id": g1, "name": "Release 2.4", "memberCount": float64(0)}})
+	wantEq(t, "groupsTotal", env["groupsTotal"], float64(1))
+	m.MustFail(create(map[string]any{"group": "grp_000000000000"}), codeUnknownGroup)
+	env = m.MustFail(create(map[string]any{"model": "scripted-2"}), codeUnknownModel)
+	wantEq(t, "error", env["error"], `Unknown model 'scripted-2' for Scripted on relay "desk"; did you mean 'scripted-1'? Valid ids: scripted-1. No session was created.`)
+	wantEq(t, "suggestions", env["suggestions"], []any{"scripted-1"})
+	wantEq(t, "models", env["models"], []any{"scripted-1"})
+	env = m.MustFail(create(map[string]any{"effort": "extreme"}), codeInvalid)
+	wantHas(t, "error", env["error"], `"extreme"`, "No session was created.")
+	env = m.MustFail(create(map[string]any{"cwd": "/"}), codeInvalid)
+	wantHas(t, "error", env["error"], "may not use the folder", "No session was created.")
+	m.MustFail(create(map[string]any{"cwd": "relative/dir"}), codeInvalid)
+	m.MustFail(create(map[string]any{"cwd": filepath.Join(r.Config.DefaultCwd, "missing")}), codeInvalid)
+	env = m.MustFail(create(map[string]any{"provider": "nope"}), codeInvalid)
+	wantHas(t, "error", env["error"], `"nope"`, "No session was created.")
+	m.MustFail(create(map[string]any{"mode": "yolo"}), codeInvalid)
+	m.MustFail(create(map[string]any{"text": nil}), codeInvalid)
+	m.MustFail(create(map[string]any{"title": strings.Repeat("t", 201)}), codeInvalid)
+	ownerGroup(t, r, "Twin")
+	ownerGroup(t, r, "twin")
+	env = m.MustFail(create(map[string]any{"group": "TWIN"}), codeUnknownGroup)
+	wantHas(t, "error", env["error"], "No session was created.")
+	if !strings.HasSuffix(str(env["error"]), "Pass the id.") {
+		t.Errorf("ambiguous group error %q does not end with \"Pass the id.\"", env["error"])
+	}
+	wantEq(t, "ambiguous groups", len(list(t, env["groups"], "groups")), 2)
+	// The first session in a conversation needs a card, which needs a running turn.
+	env = m.MustFail(create(nil), codeNoTurn)
+	wantHas(t, "error", env["error"], "No session was created.")
+	wantEq(t, "sessions", sessionTotal(t, m, "all"), 1)
+
+	// Inside a turn: the card, then the session.
+	res, card := inTurn(t, r, a, map[string]any{"action": "create_session", "relay": "this", "text": "say hi", "title": "helper", "wait_seconds": 15}, "allow")
+	if !strings.HasPrefix(str(card["id"]), "card_") {
+		t.Errorf("card id %v", card["id"])
+	}
+	wantEq(t, "card.action", card["action"], "create_session")
+	wantEq(t, "card.relay", card["relay"], "desk")
+	wantEq(t, "card.target", card["target"], nil)
+	wantHas(t, "card.lines", strings.Join(strList(t, card["lines"], "lines"), "\n"), "helper", "Model: scripted-1")
+	if res["ok"] != true {
+		t.Fatalf("create_session in a turn: %v", res)
+	}
+	helper := str(res["session"])
+	wantEq(t, "status", res["status"], "done")
+	wantEq(t, "reply", res["reply"], map[string]any{"text": "echo: say hi", "model": "scripted-1"})
+	wantEq(t, "provider", res["provider"], "scripted")
+	wantEq(t, "model", res["model"], "scripted-1")
+	wantEq(t, "mode", res["mode"], "agent")
+	wantEq(t, "title", res["title"], "helper")
+	wantNoKey(t, "create_session", res, "repo", "branch", "groupWarning")
+	grp := obj(t, res["group"], "group")
+	wantEq(t, "group.name", grp["name"], "lead")
+	wantEq(t, "group.role", grp["role"], "member")
+	leadGroup := str(grp["id"])
+	if !strings.HasPrefix(leadGroup, "grp_") {
+		t.Errorf("group id %q", leadGroup)
+	}
+	wantEq(t, "summary", res["summary"], `create_session → desk session `+helper[:8]+`: "helper", done, reply 12 chars`)
+	// The caller founded the group as its head; the new session shows who started it.
+	own := readSession(m, a.ID, 1)
+	og := obj(t, own["group"], "caller group")
+	wantEq(t, "caller group id", og["id"], leadGroup)
+	wantEq(t, "caller role", og["role"], "head")
+	env = m.MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
+	hv := findByID(t, list(t, env["sessions"], "sessions"), helper)
+	if hv == nil {
+		t.Fatalf("helper not listed")
+	}
+	wantEq(t, "startedBy", hv["startedBy"], map[string]any{"relay": "desk", "session": a.ID, "title": "lead"})
+	wantNoKey(t, "helper", hv, "mayCreateSessions")
+	wantEq(t, "helper first message role", obj(t, list(t, readSession(m, helper, 5)["messages"], "messages")[0], "m0")["role"], "agent")
+
+	// Later sessions in this conversation need no card: direct calls work.
+	env = m.MustOK(create(map[string]any{"text": "two", "title": "second", "group": "release 2.4", "effort": "high", "repo": "git@example.com:x.git", "branch": "main"}))
+	wantEq(t, "group", env["group"], map[string]any{"id": g1, "name": "Release 2.4", "role": "member"})
+	wantEq(t, "effort", env["effort"], "high")
+	wantEq(t, "repo", env["repo"], "git@example.com:x.git")
+	wantEq(t, "branch", env["branch"], "main")
+	env = m.MustOK(create(map[string]any{"text": "three", "group": g1}))
+	wantEq(t, "group by id", obj(t, env["group"], "group")["id"], g1)
+	wantEq(t, "title from text", env["title"], "three")
+	env = m.MustOK(create(map[string]any{"text": "four", "group": ""}))
+	wantEq(t, "empty group joins the caller's", obj(t, env["group"], "group")["id"], leadGroup)
+	sub := filepath.Join(r.Config.DefaultCwd, "sub")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env = m.MustOK(create(map[string]any{"text": "five", "cwd": sub, "mode": "plan"}))
+	wantEq(t, "mode", env["mode"], "plan")
+	wantEq(t, "cwd", readSession(m, str(env["session"]), 1)["cwd"], sub)
+
+	// One level (R6.2): a session an agent started cannot start sessions…
+	nest := Script(map[string]any{"tool": map[string]any{"action": "create_session", "relay": "this", "text": "grandchild", "wait_seconds": 0}})
+	env = m.MustOK(create(map[string]any{"text": nest, "title": "nester"}))
+	wantEq(t, "status", env["status"], "done")
+	nester := str(env["session"])
+	inner := toolResults(str(obj(t, env["reply"], "reply")["text"]))
+	if len(inner) != 1 || inner[0]["code"] != codeForbidden {
+		t.Fatalf("nested create_session: %v", env["reply"])
+	}
+	wantHas(t, "nested error", inner[0]["error"], "No session was created.")
+	total := sessionTotal(t, m, "all")
+	// …unless the owner allows it for that conversation.
+	var patched map[string]any
+	if st := r.Owner("PATCH", "/api/v1/sessions/"+nester, map[string]any{"may_create_sessions": true}, &patched); st != http.StatusOK {
+		t.Fatalf("patch: %d %v", st, patched)
+	}
+	wantEq(t, "read_session mayCreateSessions", readSession(m, nester, 1)["mayCreateSessions"], true)
+	env = m.MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
+	wantEq(t, "list mayCreateSessions", findByID(t, list(t, env["sessions"], "sessions"), nester)["mayCreateSessions"], true)
+	res, _ = inTurn(t, r, Session{ID: nester}, map[string]any{"action": "create_session", "relay": "this", "text": "grandchild", "wait_seconds": 15}, "allow")
+	if res["ok"] != true {
+		t.Fatalf("create_session by an allowed agent session: %v", res)
+	}
+	grand := str(res["session"])
+	env = m.MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
+	wantEq(t, "grandchild startedBy", findByID(t, list(t, env["sessions"], "sessions"), grand)["startedBy"],
+		map[string]any{"relay": "desk", "session": nester, "title": "nester"})
+	wantEq(t, "sessions", sessionTotal(t, m, "all"), total+1)
+
+	// Four at work (R6.1).
+	var busy []string
+	var busyMsgs []string
+	for i := 0; i < 4; i++ {
+		env := m.MustOK(create(map[string]any{"text": sleepScript(20000), "title": fmt.Sprintf("busy %d", i), "wait_seconds": 0}))
+		busy = append(busy, str(env["session"]))
+		busyMsgs = append(busyMsgs, str(env["message_id"]))
+	}
+	total = sessionTotal(t, m, "all")
+	env = m.MustFail(create(map[string]any{"text": "fifth"}), codeSessionLimit)
+	wantHas(t, "error", env["error"], "No session was created.")
+	wantEq(t, "sessions", sessionTotal(t, m, "all"), total)
+	// A send to an idle session of the same conversation would make a fifth busy…
+	before := messageCount(t, r, helper)
+	env = m.MustFail(map[string]any{"action": "send", "relay": "this", "session": helper, "text": "more", "wait_seconds": 0}, codeSessionLimit)
+	wantHas(t, "error", env["error"], "Nothing was sent.")
+	wantEq(t, "helper messages", messageCount(t, r, helper), before)
+	// …a prompt to a busy one just queues.
+	env = m.MustOK(map[string]any{"action": "send", "relay": "this", "session": busy[0], "text": "queued", "wait_seconds": 0})
+	wantEq(t, "status", env["status"], "queued")
+	// When one finishes, the next may start.
+	env = m.MustOK(map[string]any{"action": "stop", "relay": "this", "session": busy[1]})
+	wantEq(t, "stopRequested", env["stopRequested"], true)
+	env = m.MustOK(map[string]any{"action": "wait", "relay": "this", "session": busy[1], "message_id": busyMsgs[1], "wait_seconds": 15})
+	wantEq(t, "stopped status", env["status"], "stopped")
+	env = m.MustOK(create(map[string]any{"text": "fifth", "wait_seconds": 15}))
+	wantEq(t, "fifth", env["status"], "done")
+	for _, s := range []string{busy[0], busy[2], busy[3]} {
+		r.Owner("POST", "/api/v1/sessions/"+s+"/stop", nil, nil)
+	}
+}
+
+// R5.1, R5.2.1: a denied first create_session creates nothing.
+func TestActionsCreateSessionDenied(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "lead"})
+	m := r.Connect(a.Token, nil)
+	res, card := inTurn(t, r, a, map[string]any{"action": "create_session", "relay": "this", "text": "nope", "wait_seconds": 0}, "deny")
+	wantEq(t, "card.action", card["action"], "create_session")
+	if res["ok"] != false || res["code"] != codePermission {
+		t.Fatalf("denied create_session: %v", res)
+	}
+	wantHas(t, "error", res["error"], "No session was created.")
+	wantEq(t, "sessions", sessionTotal(t, m, "all"), 1)
+	// The card is asked again next time (still no session was allowed).
+	m.MustFail(map[string]any{"action": "create_session", "relay": "this", "text": "again"}, codeNoTurn)
+}
+
+// R7.10: update_session.
+func TestActionsUpdateSession(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "lead"})
+	b := r.NewSession(map[string]any{"title": "worker"})
+	m := r.Connect(a.Token, nil)
+	upd := func(extra map[string]any) map[string]any {
+		args := map[string]any{"action": "update_session", "relay": "this", "session": b.ID}
+		for k, v := range extra {
+			args[k] = v
+		}
+		return args
+	}
+
+	// A call that changes nothing asks nobody.
+	env := m.MustOK(upd(map[string]any{"title": "worker", "model": "scripted-1", "mode": "agent"}))
+	wantEq(t, "changed", env["changed"], []any{})
+	wantEq(t, "summary", env["summary"], "update_session → desk session "+b.ID[:8]+": nothing changed")
+	settings := obj(t, env["settings"], "settings")
+	for _, k := range []string{"provider", "model", "effort", "mode", "title", "group", "cwd", "auto_compact_window", "thinking_enabled", "thinking_display"} {
+		if _, ok := settings[k]; !ok {
+			t.Errorf("settings lacks %q: %v", k, settings)
+		}
+	}
+	wantEq(t, "settings.title", settings["title"], "worker")
+
+	// A session this conversation did not start needs a card: outside a turn there is none.
+	env = m.MustFail(upd(map[string]any{"title": "renamed"}), codeNoTurn)
+	wantHas(t, "error", env["error"], "Nothing was changed.")
+
+	// Validation first, without a card.
+	env = m.MustFail(upd(map[string]any{"model": "scripted-2"}), codeUnknownModel)
+	wantEq(t, "error", env["error"], `Unknown model 'scripted-2' for Scripted on relay "desk"; did you mean 'scripted-1'? Valid ids: scripted-1. Nothing was changed.`)
+	env = m.MustFail(upd(map[string]any{"effort": "extreme"}), codeInvalid)
+	wantHas(t, "error", env["error"], "Nothing was changed.")
+	env = m.MustFail(upd(map[string]any{"cwd": "/"}), codeInvalid)
+	wantHas(t, "error", env["error"], "may not use the folder", "Nothing was changed.")
+	m.MustFail(upd(map[string]any{"mode": "yolo"}), codeInvalid)
+	m.MustFail(upd(map[string]any{"group": "grp_000000000000"}), codeUnknownGroup)
+	m.MustFail(upd(map[string]any{"auto_compact_window": "huge"}), codeInvalid)
+	m.MustFail(upd(map[string]any{"thinking_enabled": "maybe"}), codeInvalid)
+	env = m.MustFail(upd(nil), codeInvalid)
+	wantHas(t, "error", env["error"], "at least one setting", "Nothing was changed.")
+	for _, k := range []string{"may_create_sessions", "mayCreateSessions"} {
+		env = m.MustFail(upd(map[string]any{k: true}), codeInvalid)
+		wantHas(t, "error", env["error"], "Whether a session may start sessions is the owner's setting alone.")
+	}
+	env = m.MustFail(upd(map[string]any{"session": a.ID, "title": "me"}), codeSelf)
+	wantHas(t, "error", env["error"], "Nothing was changed.")
+	m.MustFail(upd(map[string]any{"session": noSuchSession, "title": "x"}), codeNotFound)
+	m.MustFail(map[string]any{"action": "update_session", "relay": "this", "title": "x"}, codeInvalid)
+	got := r.Get(b.ID)
+	wantEq(t, "title unchanged", got["title"], "worker")
+	wantEq(t, "mayCreateSessions unchanged", got["mayCreateSessions"], nil)
+
+	// Inside a turn with the card allowed.
+	res, card := inTurn(t, r, a, map[string]any{"action": "update_session", "relay": "this", "session": b.ID, "title": "renamed", "effort": "high"}, "allow")
+	wantEq(t, "card.action", card["action"], "update_session")
+	wantEq(t, "card.target", card["target"], b.ID)
+	wantHas(t, "card.lines", strings.Join(strList(t, card["lines"], "lines"), "\n"), "Effort: high", "Title: renamed")
+	if res["ok"] != true {
+		t.Fatalf("update_session in a turn: %v", res)
+	}
+	wantEq(t, "changed", res["changed"], []any{"effort", "title"})
+	wantEq(t, "summary", res["summary"], "update_session → desk session "+b.ID[:8]+": effort, title")
+	st := obj(t, res["settings"], "settings")
+	wantEq(t, "settings.title", st["title"], "renamed")
+	wantEq(t, "settings.effort", st["effort"], "high")
+
+	// Allow covers later changes by this conversation on this relay: direct calls now.
+	env = m.MustOK(upd(map[string]any{"group": "Team X"}))
+	wantEq(t, "changed", env["changed"], []any{"group"})
+	gc := obj(t, env["groupCreated"], "groupCreated")
+	wantEq(t, "groupCreated.name", gc["name"], "Team X")
+	if !strings.HasPrefix(str(gc["id"]), "grp_") {
+		t.Errorf("groupCreated.id %v", gc["id"])
+	}
+	wantEq(t, "settings.group", obj(t, env["settings"], "settings")["group"], map[string]any{"id": gc["id"], "name": "Team X"})
+	info := m.MustOK(map[string]any{"action": "relay_info", "relay": "this"})
+	wantEq(t, "relay_info groups", info["groups"], []any{map[string]any{"id": gc["id"], "name": "Team X", "memberCount": float64(1)}})
+	env = m.MustOK(upd(map[string]any{"group": "none"}))
+	wantEq(t, "changed", env["changed"], []any{"group"})
+	wantEq(t, "settings.group", obj(t, env["settings"], "settings")["group"], nil)
+	wantNoKey(t, "leaving", env, "groupCreated")
+	if findByID(t, ownerGroups(t, r), str(gc["id"])) != nil {
+		t.Errorf("an agent-made group outlived its last session")
+	}
+	env = m.MustOK(upd(map[string]any{"group": "none"}))
+	wantEq(t, "changed", env["changed"], []any{})
+	ops := ownerGroup(t, r, "Ops")
+	env = m.MustOK(upd(map[string]any{"group": "OPS"}))
+	wantEq(t, "changed", env["changed"], []any{"group"})
+	wantNoKey(t, "joining", env, "groupCreated")
+	wantEq(t, "settings.group", obj(t, env["settings"], "settings")["group"], map[string]any{"id": ops, "name": "Ops"})
+	m.MustOK(upd(map[string]any{"group": "none"}))
+	og := findByID(t, ownerGroups(t, r), ops)
+	if og == nil {
+		t.Fatalf("the owner's group was removed")
+	}
+	wantEq(t, "owner group members", og["memberCount"], float64(0))
+	ownerGroup(t, r, "Twin")
+	ownerGroup(t, r, "twin")
+	env = m.MustFail(upd(map[string]any{"group": "twin"}), codeUnknownGroup)
+	if !strings.HasSuffix(str(env["error"]), "Pass the id.") {
+		t.Errorf("ambiguous group error %q", env["error"])
+	}
+
+	// Thinking and compaction settings; false counts as not given.
+	env = m.MustOK(upd(map[string]any{"thinking_enabled": "off"}))
+	wantEq(t, "changed", env["changed"], []any{"thinking_enabled"})
+	wantEq(t, "thinking_enabled", obj(t, env["settings"], "settings")["thinking_enabled"], false)
+	env = m.MustOK(upd(map[string]any{"thinking_enabled": false, "title": "t2"}))
+	wantEq(t, "changed", env["changed"], []any{"title"})
+	wantEq(t, "thinking_enabled kept", obj(t, env["settings"], "settings")["thinking_enabled"], false)
+	env = m.MustOK(upd(map[string]any{"auto_compact_window": 120000, "thinking_display": "summarized"}))
+	wantEq(t, "changed", env["changed"], []any{"auto_compact_window", "thinking_display"})
+	wantHas(t, "note", env["note"], "100000")
+	wantEq(t, "auto_compact_window", obj(t, env["settings"], "settings")["auto_compact_window"], float64(100000))
+
+	// cwd: refused while a turn runs, then moved.
+	sub := filepath.Join(r.Config.DefaultCwd, "sub")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mid := r.Message(b.ID, sleepScript(20000))
+	waitRunning(r, mid)
+	env = m.MustFail(upd(map[string]any{"cwd": sub, "title": "moved"}), codeBusy)
+	wantHas(t, "error", env["error"], "The session cannot move to another folder now:", "Nothing was changed.")
+	got = r.Get(b.ID)
+	wantEq(t, "cwd unchanged", got["cwd"], r.Config.DefaultCwd)
+	wantEq(t, "title unchanged", got["title"], "t2")
+	// The same folder is no move.
+	env = m.MustOK(upd(map[string]any{"cwd": r.Config.DefaultCwd}))
+	wantEq(t, "changed", env["changed"], []any{})
+	r.Owner("POST", "/api/v1/sessions/"+b.ID+"/stop", nil, nil)
+	r.WaitTurn(mid, turnWait, "stopped")
+	env = m.MustOK(upd(map[string]any{"cwd": sub}))
+	wantEq(t, "changed", env["changed"], []any{"cwd"})
+	wantEq(t, "relaunched", env["relaunched"], false)
+	wantEq(t, "settings.cwd", obj(t, env["settings"], "settings")["cwd"], sub)
+	if str(env["note"]) == "" {
+		t.Errorf("no note on a folder change")
+	}
+}
+
+// ---- steering -----------------------------------------------------------------
+
+// R7.14: answer_question.
+func TestActionsAnswerQuestion(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "caller"})
+	b := r.NewSession(map[string]any{"title": "asker"})
+	c := r.NewSession(map[string]any{"title": "other"})
+	m := r.Connect(a.Token, nil)
+	mid := r.Message(b.ID, Script(map[string]any{"question": map[string]any{"text": "Which DB?", "options": []string{"pg", "mysql"}}},
+		map[string]any{"reply": " chosen"}))
+	var qid string
+	Eventually(t, turnWait, func() bool {
+		qs := list(t, readSession(m, b.ID, 1)["pendingQuestions"], "pendingQuestions")
+		if len(qs) == 1 {
+			qid = str(obj(t, qs[0], "q")["id"])
+			return true
+		}
+		return false
+	}, "a question in %s", b.ID)
+	ans := func(extra map[string]any) map[string]any {
+		args := map[string]any{"action": "answer_question", "relay": "this", "session": b.ID, "question_id": qid, "choices": []string{"pg"}}
+		for k, v := range extra {
+			args[k] = v
+		}
+		return args
+	}
+
+	// An ask's id is FORBIDDEN before anything else (no relay, unknown relay, no session).
+	for _, args := range []map[string]any{
+		{"action": "answer_question", "question_id": "ask_0123456789abcdef", "answer": "x"},
+		{"action": "answer_question", "relay": "build-box", "question_id": "ask_0123456789abcdef"},
+		ans(map[string]any{"question_id": "ask_0123456789abcdef"}),
+	} {
+		env := m.MustFail(args, codeForbidden)
+		wantHas(t, "error", env["error"], "Nothing was sent.")
+	}
+	env := m.MustFail(ans(map[string]any{"question_id": "card_0123456789abcdef"}), codeForbidden)
+	wantHas(t, "error", env["error"], "Nothing was sent.")
+	env = m.MustFail(ans(map[string]any{"question_id": "q_00000000000000ff"}), codeNotFound)
+	wantHas(t, "error", env["error"], "Nothing was sent.")
+	m.MustFail(ans(map[string]any{"session": c.ID}), codeNotFound)
+	m.MustFail(ans(map[string]any{"session": noSuchSession}), codeNotFound)
+	m.MustFail(ans(map[string]any{"question_id": nil}), codeInvalid)
+	m.MustFail(ans(map[string]any{"choices": nil}), codeInvalid)
+	m.MustFail(ans(map[string]any{"choices": []string{}, "answer": "  "}), codeInvalid)
+	env = m.MustFail(ans(map[string]any{"choices": []string{"oracle"}}), codeInvalid)
+	wantHas(t, "error", env["error"], `"oracle"`, "pg, mysql")
+	m.MustFail(map[string]any{"action": "answer_question", "relay": "this", "question_id": qid, "answer": "pg"}, codeInvalid)
+	if turn := r.Turn(mid); turn.Status != "running" {
+		t.Fatalf("the question's turn moved on: %s", turn.Status)
+	}
+
+	// Its own question: SELF.
+	amid := r.Message(a.ID, Script(map[string]any{"question": map[string]any{"text": "Me?"}}))
+	var aq string
+	Eventually(t, turnWait, func() bool {
+		qs := list(t, readSession(m, a.ID, 1)["pendingQuestions"], "pendingQuestions")
+		if len(qs) == 1 {
+			aq = str(obj(t, qs[0], "q")["id"])
+			return true
+		}
+		return false
+	}, "a question in %s", a.ID)
+	env = m.MustFail(map[string]any{"action": "answer_question", "relay": "this", "session": a.ID, "question_id": aq, "answer": "yes"}, codeSelf)
+	wantHas(t, "error", env["error"], "Nothing was sent.")
+	r.Owner("POST", "/api/v1/sessions/"+a.ID+"/questions/"+aq, map[string]any{"answer": "owner"}, nil)
+	r.WaitTurn(amid, turnWait, "done")
+
+	// Success: the turn continues with the answer.
+	env = m.MustOK(ans(nil))
+	wantEq(t, "question_id", env["question_id"], qid)
+	wantEq(t, "answer", env["answer"], "pg")
+	wantEq(t, "summary", env["summary"], "answer_question → desk session "+b.ID[:8]+": answered "+qid)
+	turn := r.WaitTurn(mid, turnWait, "done")
+	wantEq(t, "reply", turn.Reply, "pg chosen")
+	// Answered once only.
+	m.MustFail(ans(nil), codeNotFound)
+
+	// A free-text answer.
+	mid = r.Message(c.ID, Script(map[string]any{"question": map[string]any{"text": "Name?"}}))
+	var cq string
+	Eventually(t, turnWait, func() bool {
+		qs := list(t, readSession(m, c.ID, 1)["pendingQuestions"], "pendingQuestions")
+		if len(qs) == 1 {
+			cq = str(obj(t, qs[0], "q")["id"])
+			return true
+		}
+		return false
+	}, "a question in %s", c.ID)
+	m.MustOK(map[string]any{"action": "answer_question", "relay": "this", "session": c.ID, "question_id": cq, "answer": "Ada"})
+	wantEq(t, "reply", r.WaitTurn(mid, turnWait, "done").Reply, "Ada")
+}
+
+// R7.15: stop.
+func TestActionsStop(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "caller"})
+	b := r.NewSession(map[string]any{"title": "sleeper"})
+	m := r.Connect(a.Token, nil)
+	mid := r.Message(b.ID, Script(map[string]any{"reply": "so far"}, map[string]any{"sleep_ms": 20000}, map[string]any{"reply": " never"}))
+	next := r.Message(b.ID, "after")
+	waitRunning(r, mid)
+
+	env := m.MustOK(map[string]any{"action": "stop", "relay": "this", "session": b.ID})
+	wantEq(t, "stopRequested", env["stopRequested"], true)
+	wantEq(t, "summary", env["summary"], "stop → desk session "+b.ID[:8]+": stop requested")
+	wantNoKey(t, "stop", env, "note")
+	turn := r.WaitTurn(mid, turnWait, "stopped", "done", "error")
+	wantEq(t, "turn status", turn.Status, "stopped")
+	// The prompt queued behind it runs next.
+	wantEq(t, "next reply", r.WaitTurn(next, turnWait, "done").Reply, "echo: after")
+
+	env = m.MustOK(map[string]any{"action": "stop", "relay": "this", "session": b.ID})
+	wantEq(t, "stopRequested", env["stopRequested"], false)
+	wantEq(t, "note", env["note"], "nothing was running")
+	wantEq(t, "summary", env["summary"], "stop → desk session "+b.ID[:8]+": nothing was running")
+
+	env = m.MustFail(map[string]any{"action": "stop", "relay": "this", "session": a.ID}, codeSelf)
+	wantHas(t, "error", env["error"], "Nothing was done.")
+	m.MustFail(map[string]any{"action": "stop", "relay": "this", "session": noSuchSession}, codeNotFound)
+	m.MustFail(map[string]any{"action": "stop", "relay": "this"}, codeInvalid)
+}
+
+// R7.16: archive.
+func TestActionsArchive(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "caller"})
+	b := r.NewSession(map[string]any{"title": "done with"})
+	c := r.NewSession(map[string]any{"title": "running"})
+	m := r.Connect(a.Token, nil)
+
+	env := m.MustOK(map[string]any{"action": "archive", "relay": "this", "session": b.ID})
+	wantEq(t, "archived", env["archived"], true)
+	wantEq(t, "summary", env["summary"], "archive → desk session "+b.ID[:8]+": archived")
+	env = m.MustOK(map[string]any{"action": "list_sessions", "relay": "this", "scope": "archived"})
+	items := list(t, env["sessions"], "sessions")
+	if len(items) != 1 || obj(t, items[0], "item")["id"] != b.ID {
+		t.Fatalf("archived list %v", items)
+	}
+	env = m.MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
+	if findByID(t, list(t, env["sessions"], "sessions"), b.ID) != nil {
+		t.Errorf("an archived session is listed as active")
+	}
+	// An archived session takes no prompts; it can still be read.
+	before := messageCount(t, r, b.ID)
+	env = m.MustFail(map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": "hello?", "wait_seconds": 0}, codeInvalid)
+	wantHas(t, "error", env["error"], "archived", "Nothing was sent.")
+	wantEq(t, "messages", messageCount(t, r, b.ID), before)
+	readSession(m, b.ID, 5)
+	env = m.MustOK(map[string]any{"action": "archive", "relay": "this", "session": b.ID})
+	wantEq(t, "archived again", env["archived"], true)
+
+	// Archiving a running session stops its turn.
+	mid := r.Message(c.ID, sleepScript(20000))
+	waitRunning(r, mid)
+	m.MustOK(map[string]any{"action": "archive", "relay": "this", "session": c.ID})
+	r.WaitTurn(mid, turnWait, "stopped")
+
+	env = m.MustFail(map[string]any{"action": "archive", "relay": "this", "session": a.ID}, codeSelf)
+	wantHas(t, "error", env["error"], "Nothing was done.")
+	m.MustFail(map[string]any{"action": "archive", "relay": "this", "session": noSuchSession}, codeNotFound)
+	m.MustFail(map[string]any{"action": "archive", "relay": "this"}, codeInvalid)
+	wantEq(t, "active", sessionTotal(t, m, "active"), 1)
+}
+
+// R5.2.3, R5.1: in ask mode every write action needs a card; outside a turn
+// there is none (NO_ACTIVE_TURN), a denied card is PERMISSION with nothing done.
+func TestActionsAskModeCards(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "careful", "mode": "ask"})
+	b := r.NewSession(map[string]any{"title": "target"})
+	m := r.Connect(a.Token, nil)
+	qmid := r.Message(b.ID, Script(map[string]any{"question": map[string]any{"text": "Go?", "options": []string{"y", "n"}}}))
+	var qid string
+	Eventually(t, turnWait, func() bool {
+		qs := list(t, readSession(m, b.ID, 1)["pendingQuestions"], "pendingQuestions")
+		if len(qs) == 1 {
+			qid = str(obj(t, qs[0], "q")["id"])
+			return true
+		}
+		return false
+	}, "a question in %s", b.ID)
+
+	for _, c := range []struct {
+		args    map[string]any
+		nothing string
+	}{
+		{map[string]any{"action": "send", "session": b.ID, "text": "hi", "wait_seconds": 0}, "Nothing was sent."},
+		{map[string]any{"action": "answer_question", "session": b.ID, "question_id": qid, "choices": []string{"y"}}, "Nothing was sent."},
+		{map[string]any{"action": "stop", "session": b.ID}, "Nothing was done."},
+		{map[string]any{"action": "archive", "session": b.ID}, "Nothing was done."},
+		{map[string]any{"action": "create_session", "text": "hi"}, "No session was created."},
+	} {
+		c.args["relay"] = "this"
+		env := m.MustFail(c.args, codeNoTurn)
+		wantHas(t, fmt.Sprint(c.args["action"], " error"), env["error"], c.nothing)
+	}
+	// Reading needs no card.
+	m.MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
+	if turn := r.Turn(qmid); turn.Status != "running" {
+		t.Fatalf("the question's turn moved on: %s", turn.Status)
+	}
+	before := messageCount(t, r, b.ID)
+
+	// Denied inside a turn: PERMISSION, nothing sent.
+	res, card := inTurn(t, r, a, map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": "hi", "wait_seconds": 0}, "deny")
+	wantEq(t, "card.action", card["action"], "send")
+	wantEq(t, "card.target", card["target"], b.ID)
+	wantHas(t, "card.lines", strings.Join(strList(t, card["lines"], "lines"), "\n"), "ask mode")
+	if res["code"] != codePermission {
+		t.Fatalf("denied send: %v", res)
+	}
+	wantHas(t, "error", res["error"], "Nothing was sent.")
+	wantEq(t, "messages", messageCount(t, r, b.ID), before)
+
+	// Allowed: the answer goes through and the question's turn continues.
+	res, card = inTurn(t, r, a, map[string]any{"action": "answer_question", "relay": "this", "session": b.ID, "question_id": qid, "choices": []string{"y"}}, "allow")
+	wantEq(t, "card.action", card["action"], "answer_question")
+	if res["ok"] != true {
+		t.Fatalf("allowed answer_question: %v", res)
+	}
+	wantEq(t, "reply", r.WaitTurn(qmid, turnWait, "done").Reply, "y")
+	res, _ = inTurn(t, r, a, map[string]any{"action": "archive", "relay": "this", "session": b.ID}, "allow")
+	wantEq(t, "archived", res["archived"], true)
+}

@@ -1,0 +1,848 @@
+package relaytest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/oar/relay/config"
+	"github.com/oar/relay/store"
+)
+
+// ---- helpers shared by the rules and process tests ----
+
+// stepTool is a scripted-provider step that calls relay_tool with args.
+func stepTool(args map[string]any) map[string]any { return map[string]any{"tool": args} }
+
+// stepSleep is a scripted-provider step that sleeps.
+func stepSleep(ms int) map[string]any { return map[string]any{"sleep_ms": ms} }
+
+// stepReply is a scripted-provider step that appends text to the reply.
+func stepReply(s string) map[string]any { return map[string]any{"reply": s} }
+
+// turnToolEnvs returns the envelopes a scripted turn's tool steps appended to its reply, in order.
+func turnToolEnvs(t testing.TB, reply string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(reply, "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var env map[string]any
+		if err := json.Unmarshal([]byte(line), &env); err != nil {
+			t.Fatalf("tool result line %q: %v", line, err)
+		}
+		out = append(out, env)
+	}
+	return out
+}
+
+// waitEnded waits until a turn has ended and returns it.
+func waitEnded(r *Relay, id string, d time.Duration) *store.Turn {
+	r.tb.Helper()
+	return r.WaitTurn(id, d, store.TurnDone, store.TurnError, store.TurnStopped)
+}
+
+// scriptToolEnvs waits for a scripted turn to end done and returns its tool results (want of them).
+func scriptToolEnvs(t testing.TB, r *Relay, id string, want int) []map[string]any {
+	t.Helper()
+	tr := waitEnded(r, id, 60*time.Second)
+	if tr.Status != store.TurnDone {
+		t.Fatalf("turn %s: status %s (error %q), want done", id, tr.Status, tr.Error)
+	}
+	res := turnToolEnvs(t, tr.Reply)
+	if len(res) != want {
+		t.Fatalf("turn %s: %d stepTool results, want %d; reply:\n%s", id, len(res), want, tr.Reply)
+	}
+	return res
+}
+
+func mustEnvOK(t testing.TB, env map[string]any) {
+	t.Helper()
+	if env["ok"] != true {
+		t.Fatalf("want ok, got %v", env)
+	}
+}
+
+func mustEnvCode(t testing.TB, env map[string]any, code string, errHas ...string) {
+	t.Helper()
+	if env["ok"] != false || env["code"] != code {
+		t.Fatalf("want %s, got %v", code, env)
+	}
+	msg, _ := env["error"].(string)
+	for _, s := range errHas {
+		if !strings.Contains(msg, s) {
+			t.Fatalf("%s error %q does not contain %q", code, msg, s)
+		}
+	}
+}
+
+// pendingCardsOf lists the pending cards of one session.
+func pendingCardsOf(r *Relay, sid string) []map[string]any {
+	r.tb.Helper()
+	var out []map[string]any
+	for _, c := range r.Cards() {
+		if c["session"] == sid {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// cardText joins a card's lines.
+func cardText(c map[string]any) string {
+	var b strings.Builder
+	ls, _ := c["lines"].([]any)
+	for _, l := range ls {
+		fmt.Fprintf(&b, "%v\n", l)
+	}
+	return b.String()
+}
+
+// decideCard waits for the session's next card, checks its action and target, and decides it.
+func decideCard(t testing.TB, r *Relay, sid, action string, target any, decision string) map[string]any {
+	t.Helper()
+	c := r.WaitCard(sid)
+	if c["action"] != action {
+		t.Fatalf("card action %v, want %s: %v", c["action"], action, c)
+	}
+	if c["target"] != target {
+		t.Fatalf("card target %v, want %v: %v", c["target"], target, c)
+	}
+	r.Decide(c["id"].(string), decision)
+	return c
+}
+
+// allSessions returns every session through the owner API.
+func allSessions(r *Relay) []map[string]any {
+	r.tb.Helper()
+	var out struct {
+		Sessions []map[string]any `json:"sessions"`
+	}
+	if st := r.Owner("GET", "/api/v1/sessions?scope=all&limit=1000", nil, &out); st != http.StatusOK {
+		r.tb.Fatalf("list sessions: status %d", st)
+	}
+	return out.Sessions
+}
+
+// childSessions lists the ids of the sessions an agent of conversation orch started.
+func childSessions(r *Relay, orch string) []string {
+	r.tb.Helper()
+	var ids []string
+	for _, s := range allSessions(r) {
+		if sb, ok := s["startedBy"].(map[string]any); ok && sb["session"] == orch {
+			ids = append(ids, s["id"].(string))
+		}
+	}
+	return ids
+}
+
+// sessionMessages returns a session's messages (up to 1000), oldest first.
+func sessionMessages(r *Relay, sid string) []map[string]any {
+	r.tb.Helper()
+	var out struct {
+		Messages []map[string]any `json:"messages"`
+	}
+	if st := r.Owner("GET", "/api/v1/sessions/"+sid+"?last=1000", nil, &out); st != http.StatusOK {
+		r.tb.Fatalf("get session %s: status %d", sid, st)
+	}
+	return out.Messages
+}
+
+// roleTexts returns the texts of the messages with role.
+func roleTexts(msgs []map[string]any, role string) []string {
+	var out []string
+	for _, m := range msgs {
+		if m["role"] == role {
+			out = append(out, m["text"].(string))
+		}
+	}
+	return out
+}
+
+// storedSession reads a session record straight from the store.
+func storedSession(r *Relay, sid string) *store.Session {
+	r.tb.Helper()
+	s, err := r.App.Store().GetSession(context.Background(), sid)
+	if err != nil {
+		r.tb.Fatalf("session %s: %v", sid, err)
+	}
+	return s
+}
+
+// metricSample reads one sample of the relay's registry (0 when absent).
+func metricSample(t testing.TB, r *Relay, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := r.App.Metrics().Registry.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				have[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range labels {
+				if have[k] != v {
+					continue metrics
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// callTolerant calls relay_tool from any goroutine: it reports problems as an error.
+func callTolerant(m *MCP, args map[string]any) (map[string]any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := m.Session.CallTool(ctx, &mcp.CallToolParams{Name: "relay_tool", Arguments: args})
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Content) != 1 {
+		return nil, fmt.Errorf("%d content items", len(res.Content))
+	}
+	txt, ok := res.Content[0].(*mcp.TextContent)
+	if !ok {
+		return nil, fmt.Errorf("content %T", res.Content[0])
+	}
+	var env map[string]any
+	if err := json.Unmarshal([]byte(txt.Text), &env); err != nil {
+		return nil, err
+	}
+	if res.IsError != (env["ok"] == false) {
+		return nil, fmt.Errorf("isError %v but envelope %v", res.IsError, env)
+	}
+	return env, nil
+}
+
+// ---- R5.1 cards from inside a running turn ----
+
+// R5.1, R5.2.1: the owner allows the first create_session; the session is created and runs.
+func TestCardAllowCreatesSession(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "orchestrator"})
+	tid := r.Message(a.ID, Script(stepTool(map[string]any{"action": "create_session", "relay": "this",
+		"text": "hello child", "title": "child", "wait_seconds": 10})))
+
+	card := r.WaitCard(a.ID)
+	id, _ := card["id"].(string)
+	if !strings.HasPrefix(id, "card_") || card["session"] != a.ID || card["action"] != "create_session" ||
+		card["relay"] != "desk" || card["target"] != nil || card["createdAt"] == nil {
+		t.Fatalf("card %v", card)
+	}
+	if lines := cardText(card); !strings.Contains(lines, `"child"`) || !strings.Contains(lines, "hello child") ||
+		!strings.Contains(lines, "Model: scripted-1") {
+		t.Fatalf("card lines do not say what will happen:\n%s", lines)
+	}
+	if n := len(childSessions(r, a.ID)); n != 0 {
+		t.Fatalf("%d sessions created before the owner decided", n)
+	}
+	r.Decide(id, "allow")
+
+	res := scriptToolEnvs(t, r, tid, 1)[0]
+	mustEnvOK(t, res)
+	if res["status"] != "done" || res["reply"].(map[string]any)["text"] != "echo: hello child" || res["title"] != "child" {
+		t.Fatalf("create_session result %v", res)
+	}
+	kids := childSessions(r, a.ID)
+	if len(kids) != 1 || kids[0] != res["session"] {
+		t.Fatalf("children %v, result session %v", kids, res["session"])
+	}
+	if len(pendingCardsOf(r, a.ID)) != 0 {
+		t.Fatalf("card still pending after allow: %v", r.Cards())
+	}
+}
+
+// R5.1: Deny → REMOTE_RELAY_PERMISSION, nothing created; a denial does not count as the first approval.
+func TestCardDenyCreatesNothing(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "orchestrator"})
+	tid := r.Message(a.ID, Script(stepTool(map[string]any{"action": "create_session", "relay": "this", "text": "hello"})))
+	decideCard(t, r, a.ID, "create_session", nil, "deny")
+	res := scriptToolEnvs(t, r, tid, 1)[0]
+	mustEnvCode(t, res, "REMOTE_RELAY_PERMISSION", "No session was created.")
+	if n := len(allSessions(r)); n != 1 {
+		t.Fatalf("%d sessions after a denied create_session, want 1", n)
+	}
+	// Still the first session: the next create_session asks again (outside a turn: NO_ACTIVE_TURN).
+	m := r.Connect(a.Token, nil)
+	m.MustFail(map[string]any{"action": "create_session", "relay": "this", "text": "again"}, "REMOTE_RELAY_NO_ACTIVE_TURN")
+}
+
+// R5.1: no answer within the longest wait → PERMISSION "the owner did not answer in time", card withdrawn.
+func TestCardTimeoutWithdrawsCard(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{MaxWaitCap: 2 * time.Second})
+	a := r.NewSession(map[string]any{"title": "orchestrator"})
+	tid := r.Message(a.ID, Script(stepTool(map[string]any{"action": "create_session", "relay": "this", "text": "hello"})))
+	card := r.WaitCard(a.ID)
+	res := scriptToolEnvs(t, r, tid, 1)[0]
+	mustEnvCode(t, res, "REMOTE_RELAY_PERMISSION", "the owner did not answer in time", "No session was created.")
+	if left := pendingCardsOf(r, a.ID); len(left) != 0 {
+		t.Fatalf("card still pending after the timeout: %v", left)
+	}
+	// The withdrawn card cannot be allowed any more.
+	var out map[string]any
+	if st := r.Owner("POST", "/api/v1/cards/"+card["id"].(string), map[string]any{"decision": "allow"}, &out); st == http.StatusOK {
+		t.Fatalf("allowing a withdrawn card answered 200: %v", out)
+	}
+	if n := len(allSessions(r)); n != 1 {
+		t.Fatalf("%d sessions after a timed-out card, want 1", n)
+	}
+}
+
+// R5.1: a card outside a running turn of the calling conversation → REMOTE_RELAY_NO_ACTIVE_TURN.
+func TestCardOutsideTurn(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "orchestrator"})
+	m := r.Connect(a.Token, nil)
+	env := m.MustFail(map[string]any{"action": "create_session", "relay": "this", "text": "hello"}, "REMOTE_RELAY_NO_ACTIVE_TURN")
+	if !strings.Contains(env["error"].(string), "No session was created.") {
+		t.Fatalf("error %q", env["error"])
+	}
+	if len(r.Cards()) != 0 || len(allSessions(r)) != 1 {
+		t.Fatalf("cards %v / sessions %d after NO_ACTIVE_TURN", r.Cards(), len(allSessions(r)))
+	}
+}
+
+// R5.2.1: the first create_session asks once per conversation; later ones ask nothing;
+// a session the conversation started can be updated without a card (R7.10).
+func TestFirstCreateAsksOncePerConversation(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "orchestrator"})
+	other := r.NewSession(map[string]any{"title": "other"})
+	create := func(text string) map[string]any {
+		return stepTool(map[string]any{"action": "create_session", "relay": "this", "text": text, "wait_seconds": 10})
+	}
+	tid := r.Message(a.ID, Script(create("one"), create("two")))
+	decideCard(t, r, a.ID, "create_session", nil, "allow")
+	res := scriptToolEnvs(t, r, tid, 2)
+	mustEnvOK(t, res[0])
+	mustEnvOK(t, res[1])
+	if got := metricSample(t, r, "relay_cards_total", map[string]string{"status": "asked"}); got != 1 {
+		t.Fatalf("%v cards asked for two create_session calls, want 1", got)
+	}
+	// Outside a turn too: no card is needed any more.
+	m := r.Connect(a.Token, nil)
+	env := m.MustOK(map[string]any{"action": "create_session", "relay": "this", "text": "three", "wait_seconds": 10})
+	if env["status"] != "done" {
+		t.Fatalf("third create_session %v", env)
+	}
+	if n := len(childSessions(r, a.ID)); n != 3 {
+		t.Fatalf("%d children, want 3", n)
+	}
+	// Its own child: update_session needs no card.
+	m.MustOK(map[string]any{"action": "update_session", "relay": "this", "session": env["session"], "title": "renamed"})
+	// Per conversation: another conversation's first create_session still asks.
+	r.Connect(other.Token, nil).MustFail(map[string]any{"action": "create_session", "relay": "this", "text": "x"}, "REMOTE_RELAY_NO_ACTIVE_TURN")
+}
+
+// R5.2.3: in ask mode every write action asks a card (send, update_session, stop, archive,
+// answer_question); reads do not. Deny leaves things as they were.
+func TestAskModeCardsEveryWrite(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "asker", "mode": "ask"})
+	b := r.NewSession(map[string]any{"title": "target"})
+	s := r.NewSession(map[string]any{"title": "runner"})
+	q := r.NewSession(map[string]any{"title": "questioner"})
+	sTurn := r.Message(s.ID, Script(stepSleep(60000), stepReply("slept")))
+	qTurn := r.Message(q.ID, Script(map[string]any{"question": map[string]any{"text": "Pick one", "options": []string{"A", "B"}}}))
+	r.WaitTurn(sTurn, 15*time.Second, store.TurnRunning)
+	var qid string
+	Eventually(t, 15*time.Second, func() bool {
+		pq, _ := r.Get(q.ID)["pendingQuestions"].([]any)
+		if len(pq) == 0 {
+			return false
+		}
+		qid, _ = pq[0].(map[string]any)["id"].(string)
+		return qid != ""
+	}, "the question card of session %s", q.ID)
+
+	send := map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": "hi from asker", "wait_seconds": 10}
+	update := map[string]any{"action": "update_session", "relay": "this", "session": b.ID, "title": "renamed"}
+	stop := map[string]any{"action": "stop", "relay": "this", "session": s.ID}
+	archive := map[string]any{"action": "archive", "relay": "this", "session": b.ID}
+	answer := map[string]any{"action": "answer_question", "relay": "this", "session": q.ID, "question_id": qid, "choices": []string{"A"}}
+
+	// Outside a turn each needs a card, so each is NO_ACTIVE_TURN and nothing happens.
+	m := r.Connect(a.Token, nil)
+	for _, args := range []map[string]any{send, update, stop, archive, answer} {
+		m.MustFail(args, "REMOTE_RELAY_NO_ACTIVE_TURN")
+	}
+	m.MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
+	m.MustOK(map[string]any{"action": "read_session", "relay": "this", "session": b.ID})
+	if n := len(sessionMessages(r, b.ID)); n != 0 {
+		t.Fatalf("target has %d sessionMessages after refused sends", n)
+	}
+	if bs := storedSession(r, b.ID); bs.Title != "target" || bs.Archived {
+		t.Fatalf("target changed without a card: %+v", bs)
+	}
+	if st := r.Turn(sTurn).Status; st != store.TurnRunning {
+		t.Fatalf("runner turn %s without a card", st)
+	}
+
+	// Inside a turn: one card per write action.
+	tid := r.Message(a.ID, Script(stepTool(send), stepTool(update), stepTool(stop), stepTool(archive), stepTool(answer)))
+	decideCard(t, r, a.ID, "send", b.ID, "allow")
+	c := decideCard(t, r, a.ID, "update_session", b.ID, "allow")
+	if !strings.Contains(cardText(c), "Title: renamed") {
+		t.Fatalf("update card does not list the change:\n%s", cardText(c))
+	}
+	decideCard(t, r, a.ID, "stop", s.ID, "allow")
+	decideCard(t, r, a.ID, "archive", b.ID, "deny")
+	decideCard(t, r, a.ID, "answer_question", q.ID, "allow")
+	res := scriptToolEnvs(t, r, tid, 5)
+
+	mustEnvOK(t, res[0])
+	if res[0]["status"] != "done" {
+		t.Fatalf("send %v", res[0])
+	}
+	mustEnvOK(t, res[1])
+	if storedSession(r, b.ID).Title != "renamed" {
+		t.Fatalf("update_session allowed but title is %q", storedSession(r, b.ID).Title)
+	}
+	mustEnvOK(t, res[2])
+	if res[2]["stopRequested"] != true {
+		t.Fatalf("stop %v", res[2])
+	}
+	if st := waitEnded(r, sTurn, 15*time.Second).Status; st != store.TurnStopped {
+		t.Fatalf("runner turn %s after an allowed stop", st)
+	}
+	mustEnvCode(t, res[3], "REMOTE_RELAY_PERMISSION", "Nothing was done.")
+	if storedSession(r, b.ID).Archived {
+		t.Fatalf("archived although the owner denied it")
+	}
+	mustEnvOK(t, res[4])
+	if qt := waitEnded(r, qTurn, 15*time.Second); qt.Status != store.TurnDone || !strings.Contains(qt.Reply, "A") {
+		t.Fatalf("questioner turn %s %q after the answer", qt.Status, qt.Reply)
+	}
+}
+
+// R5.2.3: plan mode asks too; Deny → nothing sent.
+func TestPlanModeDenySendsNothing(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "planner", "mode": "plan"})
+	b := r.NewSession(map[string]any{"title": "target"})
+	tid := r.Message(a.ID, Script(stepTool(map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": "do it"})))
+	c := decideCard(t, r, a.ID, "send", b.ID, "deny")
+	if !strings.Contains(cardText(c), "plan mode") || !strings.Contains(cardText(c), "do it") {
+		t.Fatalf("card lines:\n%s", cardText(c))
+	}
+	mustEnvCode(t, scriptToolEnvs(t, r, tid, 1)[0], "REMOTE_RELAY_PERMISSION", "Nothing was sent.")
+	if n := len(sessionMessages(r, b.ID)); n != 0 {
+		t.Fatalf("target has %d sessionMessages after a denied send", n)
+	}
+}
+
+// R5.2.4: update_session on a session the conversation did not start asks once per
+// conversation and relay; Allow covers later such changes there; Deny covers nothing.
+func TestUpdateOthersSessionAsksOnce(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "editor"})
+	b := r.NewSession(map[string]any{"title": "b"})
+	c := r.NewSession(map[string]any{"title": "c"})
+	d := r.NewSession(map[string]any{"title": "other editor"})
+	m := r.Connect(a.Token, nil)
+	upd := func(sid, title string) map[string]any {
+		return map[string]any{"action": "update_session", "relay": "this", "session": sid, "title": title}
+	}
+	m.MustFail(upd(b.ID, "x"), "REMOTE_RELAY_NO_ACTIVE_TURN")
+
+	tid := r.Message(a.ID, Script(stepTool(upd(b.ID, "t1"))))
+	card := decideCard(t, r, a.ID, "update_session", b.ID, "deny")
+	if !strings.Contains(cardText(card), "Title: t1") {
+		t.Fatalf("card does not list the change:\n%s", cardText(card))
+	}
+	mustEnvCode(t, scriptToolEnvs(t, r, tid, 1)[0], "REMOTE_RELAY_PERMISSION", "Nothing was changed.")
+	if got := storedSession(r, b.ID).Title; got != "b" {
+		t.Fatalf("title %q after a denied update", got)
+	}
+	m.MustFail(upd(b.ID, "x"), "REMOTE_RELAY_NO_ACTIVE_TURN") // a denial covers nothing
+
+	tid = r.Message(a.ID, Script(stepTool(upd(b.ID, "t2"))))
+	decideCard(t, r, a.ID, "update_session", b.ID, "allow")
+	res := scriptToolEnvs(t, r, tid, 1)[0]
+	mustEnvOK(t, res)
+	if ch, _ := res["changed"].([]any); len(ch) != 1 || ch[0] != "title" || storedSession(r, b.ID).Title != "t2" {
+		t.Fatalf("update result %v, title %q", res, storedSession(r, b.ID).Title)
+	}
+	// Covered now: this conversation, this relay, any session — no card.
+	m.MustOK(upd(b.ID, "t3"))
+	m.MustOK(map[string]any{"action": "update_session", "relay": "this", "session": c.ID, "effort": "high"})
+	if storedSession(r, b.ID).Title != "t3" || storedSession(r, c.ID).Effort != "high" {
+		t.Fatalf("covered updates not applied: %q %q", storedSession(r, b.ID).Title, storedSession(r, c.ID).Effort)
+	}
+	// Once per conversation: another conversation still asks.
+	r.Connect(d.Token, nil).MustFail(upd(b.ID, "t4"), "REMOTE_RELAY_NO_ACTIVE_TURN")
+}
+
+// R5.2.6: loop protection with a limit of 3: the 4th prompt asks; the owner writing resets
+// the count; allowing the card resets it too.
+func TestLoopProtection(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{Config: func(c *config.Config) { c.Limits.AgentPromptsBeforeCard = 3 }})
+	a := r.NewSession(map[string]any{"title": "chatty"})
+	b := r.NewSession(map[string]any{"title": "listener"})
+	m := r.Connect(a.Token, nil)
+	send := func(text string) map[string]any {
+		return map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": text, "wait_seconds": 0}
+	}
+	for i := 1; i <= 3; i++ {
+		m.MustOK(send(fmt.Sprintf("o%d", i)))
+	}
+	m.MustFail(send("o4"), "REMOTE_RELAY_NO_ACTIVE_TURN") // the 4th needs a card
+
+	// The owner writes in the conversation: the count starts again.
+	waitEnded(r, r.Message(a.ID, "carry on"), 15*time.Second)
+	for i := 1; i <= 3; i++ {
+		m.MustOK(send(fmt.Sprintf("r%d", i)))
+	}
+	m.MustFail(send("r4"), "REMOTE_RELAY_NO_ACTIVE_TURN")
+
+	// In a turn (its script is the owner writing, so the count is 0 again): p4 asks; allowing
+	// it resets the count, so the next card comes at p7 (p5 would ask without the reset).
+	steps := []map[string]any{}
+	for i := 1; i <= 7; i++ {
+		steps = append(steps, stepTool(send(fmt.Sprintf("p%d", i))))
+	}
+	tid := r.Message(a.ID, Script(steps...))
+	c := decideCard(t, r, a.ID, "send", b.ID, "allow")
+	if l := cardText(c); !strings.Contains(l, ": p4") || !strings.Contains(l, "Loop protection") {
+		t.Fatalf("first loop card:\n%s", l)
+	}
+	c = decideCard(t, r, a.ID, "send", b.ID, "deny")
+	if l := cardText(c); !strings.Contains(l, ": p7") {
+		t.Fatalf("second loop card is not for p7 (allowing must reset the count):\n%s", l)
+	}
+	res := scriptToolEnvs(t, r, tid, 7)
+	for i := 0; i < 6; i++ {
+		mustEnvOK(t, res[i])
+	}
+	mustEnvCode(t, res[6], "REMOTE_RELAY_PERMISSION", "Nothing was sent.")
+
+	want := []string{"o1", "o2", "o3", "r1", "r2", "r3", "p1", "p2", "p3", "p4", "p5", "p6"}
+	if got := roleTexts(sessionMessages(r, b.ID), "agent"); !slices.Equal(got, want) {
+		t.Fatalf("prompts that reached the listener:\n got %v\nwant %v", got, want)
+	}
+}
+
+// R5.3, R7.13: validation comes before any card.
+func TestValidationBeforeCard(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "asker", "mode": "ask"}) // every write would ask
+	b := r.NewSession(map[string]any{"title": "target"})
+	m := r.Connect(a.Token, nil)
+	tests := []struct {
+		name string
+		args map[string]any
+		code string
+		has  string
+	}{
+		{"send unknown model", map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": "x", "model": "scripted-2"},
+			"REMOTE_RELAY_UNKNOWN_MODEL", "Nothing was sent."},
+		{"create unknown model", map[string]any{"action": "create_session", "relay": "this", "text": "x", "model": "scripted-2"},
+			"REMOTE_RELAY_UNKNOWN_MODEL", "No session was created."},
+		{"update unknown model", map[string]any{"action": "update_session", "relay": "this", "session": b.ID, "model": "scripted-2"},
+			"REMOTE_RELAY_UNKNOWN_MODEL", "Nothing was changed."},
+		{"create unknown group", map[string]any{"action": "create_session", "relay": "this", "text": "x", "group": "Relase"},
+			"REMOTE_RELAY_UNKNOWN_GROUP", "No session was created."},
+		{"create forbidden folder", map[string]any{"action": "create_session", "relay": "this", "text": "x", "cwd": "/definitely/not/allowed"},
+			"REMOTE_RELAY_INVALID_INPUT", "No session was created."},
+		{"send unknown effort", map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": "x", "effort": "extreme"},
+			"REMOTE_RELAY_INVALID_INPUT", "Nothing was sent."},
+		{"update unknown argument", map[string]any{"action": "update_session", "relay": "this", "session": b.ID, "text": "x"},
+			"REMOTE_RELAY_INVALID_INPUT", "Nothing was changed."},
+	}
+	for _, tt := range tests {
+		env := m.MustFail(tt.args, tt.code) // a card first would have been NO_ACTIVE_TURN
+		if !strings.Contains(env["error"].(string), tt.has) {
+			t.Errorf("%s: error %q lacks %q", tt.name, env["error"], tt.has)
+		}
+		if tt.code == "REMOTE_RELAY_UNKNOWN_MODEL" {
+			if s, _ := env["suggestions"].([]any); len(s) == 0 || s[0] != "scripted-1" {
+				t.Errorf("%s: suggestions %v", tt.name, env["suggestions"])
+			}
+		}
+	}
+	// Inside a turn of a conversation whose first create_session would ask: no card at all.
+	c := r.NewSession(map[string]any{"title": "creator"})
+	tid := r.Message(c.ID, Script(stepTool(map[string]any{"action": "create_session", "relay": "this", "text": "x", "model": "nope-9"})))
+	mustEnvCode(t, scriptToolEnvs(t, r, tid, 1)[0], "REMOTE_RELAY_UNKNOWN_MODEL", "No session was created.")
+	if got := metricSample(t, r, "relay_cards_total", map[string]string{"status": "asked"}); got != 0 || len(r.Cards()) != 0 {
+		t.Fatalf("%v cards asked, pending %v: validation must come first", got, r.Cards())
+	}
+	if n := len(allSessions(r)); n != 3 {
+		t.Fatalf("%d sessions, want 3 (nothing created)", n)
+	}
+	if n := len(sessionMessages(r, b.ID)); n != 0 {
+		t.Fatalf("target got %d messages", n)
+	}
+}
+
+// ---- R6.1 the 4-at-work cap under concurrent calls, two processes ----
+
+func TestFourAtWorkCapConcurrent(t *testing.T) {
+	t.Parallel()
+	noLoop := func(c *config.Config) { c.Limits.AgentPromptsBeforeCard = 1000 }
+	r1 := Start(t, Options{Config: noLoop})
+	r2 := Start(t, Options{Redis: r1.Redis, Config: noLoop}) // a second API + worker process on the same Redis
+	st := r1.App.Store()
+	o := r1.NewSession(map[string]any{"title": "orchestrator"})
+
+	// The first create_session asks once; afterwards calls need no card (and no turn).
+	tid := r1.Message(o.ID, Script(stepTool(map[string]any{"action": "create_session", "relay": "this", "text": "warm 0", "wait_seconds": 10})))
+	decideCard(t, r1, o.ID, "create_session", nil, "allow")
+	mustEnvOK(t, scriptToolEnvs(t, r1, tid, 1)[0])
+	m1, m2 := r1.Connect(o.Token, nil), r2.Connect(o.Token, nil)
+	for i := 1; i < 6; i++ { // six idle children
+		env := m1.MustOK(map[string]any{"action": "create_session", "relay": "this", "text": fmt.Sprintf("warm %d", i), "wait_seconds": 10})
+		if env["status"] != "done" {
+			t.Fatalf("warm-up child %d: %v", i, env)
+		}
+	}
+	idle := childSessions(r1, o.ID)
+	if len(idle) != 6 {
+		t.Fatalf("%d children, want 6", len(idle))
+	}
+	if n, _ := st.BusyCount(context.Background(), o.ID); n != 0 {
+		t.Fatalf("busy count %d with all children idle", n)
+	}
+
+	// A monitor samples the semaphore and, independently, the children's queues.
+	var maxSem, maxDerived int
+	stopMon := make(chan struct{})
+	monDone := make(chan struct{})
+	go func() {
+		defer close(monDone)
+		ctx := context.Background()
+		for {
+			select {
+			case <-stopMon:
+				return
+			default:
+			}
+			if n, err := st.BusyCount(ctx, o.ID); err == nil && n > maxSem {
+				maxSem = n
+			}
+			ids, _, err := st.ListSessionIDs(ctx, "all", 1000)
+			if err == nil {
+				ss, _ := st.GetSessions(ctx, ids)
+				busy := 0
+				for _, s := range ss {
+					if s == nil || s.StartedBy == nil || s.StartedBy.Session != o.ID {
+						continue
+					}
+					cur, _ := st.CurrentTurn(ctx, s.ID)
+					q, _ := st.QueuedTurns(ctx, s.ID)
+					if cur != "" || len(q) > 0 {
+						busy++
+					}
+				}
+				if busy > maxDerived {
+					maxDerived = busy
+				}
+			}
+			time.Sleep(5 * time.Millisecond) // sampling interval, not a wait for work
+		}
+	}()
+
+	// Ten concurrent calls through both API processes: six sends to idle children, four creates.
+	long := Script(stepSleep(6000), stepReply("long done"))
+	type call struct {
+		args map[string]any
+		env  map[string]any
+		err  error
+	}
+	calls := make([]*call, 0, 10)
+	for _, sid := range idle {
+		calls = append(calls, &call{args: map[string]any{"action": "send", "relay": "this", "session": sid, "text": long, "wait_seconds": 0}})
+	}
+	for i := 0; i < 4; i++ {
+		calls = append(calls, &call{args: map[string]any{"action": "create_session", "relay": "this", "text": long, "wait_seconds": 0}})
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, c := range calls {
+		m := m1
+		if i%2 == 1 {
+			m = m2
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			c.env, c.err = callTolerant(m, c.args)
+		}()
+	}
+	close(start)
+	wg.Wait()
+
+	var busy []string // children the burst made busy
+	var okCreates, limited int
+	for _, c := range calls {
+		if c.err != nil {
+			t.Fatalf("call %v: %v", c.args["action"], c.err)
+		}
+		switch {
+		case c.env["ok"] == true:
+			busy = append(busy, c.env["session"].(string))
+			if c.args["action"] == "create_session" {
+				okCreates++
+			}
+		case c.env["code"] == "REMOTE_RELAY_SESSION_LIMIT":
+			limited++
+			nothing := "Nothing was sent."
+			if c.args["action"] == "create_session" {
+				nothing = "No session was created."
+			}
+			if !strings.Contains(c.env["error"].(string), nothing) {
+				t.Errorf("limit error %q lacks %q", c.env["error"], nothing)
+			}
+		default:
+			t.Fatalf("call %v: unexpected %v", c.args["action"], c.env)
+		}
+	}
+	if len(busy) != 4 || limited != 6 {
+		t.Fatalf("%d calls succeeded and %d hit the limit, want 4 and 6", len(busy), limited)
+	}
+	if len(childSessions(r1, o.ID)) != 6+okCreates {
+		t.Fatalf("%d children, want %d: a refused create_session created a session", len(childSessions(r1, o.ID)), 6+okCreates)
+	}
+
+	// A prompt to a child that is already busy just queues.
+	extra := m2.MustOK(map[string]any{"action": "send", "relay": "this", "session": busy[0], "text": "queued behind", "wait_seconds": 0})
+	if extra["status"] != "queued" {
+		t.Fatalf("send to a busy child: %v", extra)
+	}
+	// An idle child, or a new one, is refused while four are at work.
+	var idleNow []string
+	for _, sid := range childSessions(r1, o.ID) {
+		if !slices.Contains(busy, sid) {
+			idleNow = append(idleNow, sid)
+		}
+	}
+	m1.MustFail(map[string]any{"action": "send", "relay": "this", "session": idleNow[0], "text": "x", "wait_seconds": 0}, "REMOTE_RELAY_SESSION_LIMIT")
+	m2.MustFail(map[string]any{"action": "create_session", "relay": "this", "text": "x", "wait_seconds": 0}, "REMOTE_RELAY_SESSION_LIMIT")
+	close(stopMon)
+	<-monDone
+	if maxSem > 4 || maxDerived > 4 {
+		t.Fatalf("at most 4 children may be busy: semaphore peaked at %d, queues at %d", maxSem, maxDerived)
+	}
+	if maxSem != 4 {
+		t.Fatalf("semaphore peaked at %d, want 4 (the monitor saw the burst)", maxSem)
+	}
+
+	// When one finishes, another may start.
+	Eventually(t, 30*time.Second, func() bool {
+		n, _ := st.BusyCount(context.Background(), o.ID)
+		return n < 4
+	}, "a busy child to finish")
+	after := m1.MustOK(map[string]any{"action": "send", "relay": "this", "session": idleNow[0], "text": "now there is room", "wait_seconds": 10})
+	if after["status"] != "done" || after["reply"].(map[string]any)["text"] != "echo: now there is room" {
+		t.Fatalf("send after a child finished: %v", after)
+	}
+	if got := r1.WaitTurn(extra["message_id"].(string), 30*time.Second, store.TurnDone); got.Reply != "echo: queued behind" {
+		t.Fatalf("queued prompt reply %q", got.Reply)
+	}
+}
+
+// ---- per-session order with two workers ----
+
+// Architecture "Per-session order": 100 prompts to one session, two worker processes:
+// every reply arrives and the turns ran one at a time in the order queued.
+func TestOrderHundredPromptsTwoWorkers(t *testing.T) {
+	t.Parallel()
+	r1 := Start(t, Options{})
+	r2 := Start(t, Options{Redis: r1.Redis, Mode: "worker"})
+	s := r1.NewSession(map[string]any{"title": "busy"})
+	const n = 100
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = r1.Message(s.ID, strconv.Itoa(i))
+	}
+	r1.WaitTurn(ids[n-1], 120*time.Second, store.TurnDone)
+	var prev *store.Turn
+	for i, id := range ids {
+		tr := r1.Turn(id)
+		if tr.Status != store.TurnDone || tr.Reply != "echo: "+strconv.Itoa(i) {
+			t.Fatalf("turn %d: %s %q", i, tr.Status, tr.Reply)
+		}
+		if prev != nil && (tr.StartedAt.Before(prev.EndedAt) || tr.StartedAt.Before(prev.StartedAt)) {
+			t.Fatalf("turn %d started %s, before turn %d ended %s", i, tr.StartedAt, i-1, prev.EndedAt)
+		}
+		prev = tr
+	}
+	want := make([]string, n)
+	for i := range want {
+		want[i] = "echo: " + strconv.Itoa(i)
+	}
+	if got := roleTexts(sessionMessages(r1, s.ID), "assistant"); !slices.Equal(got, want) {
+		t.Fatalf("assistant replies out of order:\n got %v\nwant %v", got, want)
+	}
+	started := func(r *Relay) float64 {
+		return metricSample(t, r, "relay_turns_started_total", map[string]string{"provider": "scripted"})
+	}
+	s1, s2 := started(r1), started(r2)
+	t.Logf("turns run: serve process %v, worker process %v", s1, s2)
+	if s1+s2 != n {
+		t.Fatalf("%v turns started for %d prompts", s1+s2, n)
+	}
+	if s1 == 0 || s2 == 0 {
+		t.Fatalf("both processes should have run turns: %v and %v", s1, s2)
+	}
+}
+
+// ---- settings.max_turn_seconds ----
+
+func TestMaxTurnSeconds(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	var out map[string]any
+	if st := r.Owner("PATCH", "/api/v1/settings", map[string]any{"max_turn_seconds": 1}, &out); st != http.StatusOK {
+		t.Fatalf("patch settings: %d %v", st, out)
+	}
+	s := r.NewSession(map[string]any{"title": "slow"})
+	tid := r.Message(s.ID, Script(stepSleep(3000), stepReply("too late")))
+	tr := waitEnded(r, tid, 15*time.Second)
+	if tr.Status != store.TurnError || !strings.Contains(tr.Error, "max_turn_seconds") {
+		t.Fatalf("turn %s %q, want error naming max_turn_seconds", tr.Status, tr.Error)
+	}
+	if d := tr.EndedAt.Sub(tr.StartedAt); d > 2500*time.Millisecond {
+		t.Fatalf("turn ran %s: it should end after about 1 s", d)
+	}
+	// The session goes on: the next prompt runs.
+	if next := waitEnded(r, r.Message(s.ID, "again"), 15*time.Second); next.Status != store.TurnDone {
+		t.Fatalf("next turn %s %q", next.Status, next.Error)
+	}
+}
