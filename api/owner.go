@@ -34,7 +34,11 @@ func (o *owner) routes(g *gin.RouterGroup) {
 	g.PATCH("/settings", o.patchSettings)
 	g.GET("/groups", o.groups)
 	g.POST("/groups", o.createGroup)
-	for _, p := range []string{"/inbox", "/schedules", "/relays", "/peer-tokens"} {
+	g.GET("/schedules", o.schedules)
+	g.DELETE("/schedules/:id", o.cancelSchedule)
+	g.GET("/inbox", o.inbox)
+	g.POST("/inbox/:id", o.answerAsk)
+	for _, p := range []string{"/relays", "/peer-tokens"} {
 		g.Any(p, notYet)
 		g.Any(p+"/:id", notYet)
 	}
@@ -192,6 +196,46 @@ func (o *owner) answer(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusOK, q)
+}
+
+func (o *owner) schedules(c *gin.Context) {
+	list, err := o.r.Schedules(c.Request.Context())
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"schedules": list})
+}
+
+func (o *owner) cancelSchedule(c *gin.Context) {
+	out, err := o.r.CancelSchedule(c.Request.Context(), c.Param("id"))
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func (o *owner) inbox(c *gin.Context) {
+	list, err := o.r.Inbox(c.Request.Context())
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"asks": list})
+}
+
+func (o *owner) answerAsk(c *gin.Context) {
+	var in relay.InboxAnswer
+	if !bind(c, &in, false) {
+		return
+	}
+	out, err := o.r.AnswerAsk(c.Request.Context(), c.Param("id"), in)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
 }
 
 func (o *owner) unsubscribe(c *gin.Context) {

@@ -119,6 +119,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 		u.DialTimeout, u.ReadTimeout, u.WriteTimeout, u.MaxRetries, u.PoolSize = ropts.DialTimeout, ropts.ReadTimeout, ropts.WriteTimeout, ropts.MaxRetries, ropts.PoolSize
 		ropts = u
 	}
+	redisLogOnce.Do(func() { redis.SetLogger(redisLogger{slog.Default()}) }) // a global of go-redis: set once
 	a.rdb = redis.NewClient(ropts)
 	a.st = store.New(a.rdb, o.KeyPrefix)
 	a.queues = jobs.QueuesFor(o.KeyPrefix)
@@ -300,7 +301,15 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}
 	loops, stopLoops := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(2)
+	// Schedules: every active one has its pending occurrence task (a missed time fires once, R9.3).
+	if err := a.relay.RecoverSchedules(ctx); err != nil {
+		a.log.Warn("recover schedules", "err", err)
+	}
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		scheduler.Every(loops, time.Minute, a.log, "schedule-recovery", a.relay.RecoverSchedules)
+	}()
 	go func() {
 		defer wg.Done()
 		enq := jobs.NewClient(a.aq, a.insp, a.queues)
@@ -387,4 +396,13 @@ func (a *App) close() {
 	if a.mini != nil {
 		a.mini.Close()
 	}
+}
+
+var redisLogOnce sync.Once
+
+// redisLogger sends go-redis's internal messages (reconnect attempts) to slog at debug level.
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(_ context.Context, format string, v ...any) {
+	r.l.Debug(fmt.Sprintf(format, v...), "component", "go-redis")
 }

@@ -29,6 +29,8 @@ const (
 	TypeSummary   = "event:summary"
 	TypeHeartbeat = "event:heartbeat"
 	TypeStallScan = "event:stallscan"
+	// TypeFire fires one occurrence of a schedule.
+	TypeFire = "schedule:fire"
 )
 
 // Queues names the asynq queues of one relay (their names carry the relay's

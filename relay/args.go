@@ -47,6 +47,45 @@ func Actions() []string {
 	return out
 }
 
+// argKinds is each argument's JSON shape; shapes are checked before anything
+// else (R3.4a). Not listed: string.
+var argKinds = map[string]string{
+	"wait_seconds": "int", "last": "int", "lines": "int", "limit": "int", "auto_compact_window": "int",
+	"stalled_minutes": "int", "heartbeat_minutes": "int", "digest_minutes": "int", "every_minutes": "int",
+	"sessions": "strings", "events": "strings", "exclude": "strings", "choices": "strings", "options": "strings",
+	"once": "bool", "thinking_enabled": "thinking", "quiet_hours": "object",
+}
+
+// checkShape reports an argument whose JSON value has the wrong shape.
+func (a *args) checkShape(k string) *Error {
+	v := a.m[k]
+	switch argKinds[k] {
+	case "int":
+		_, _, e := a.integer(k)
+		return e
+	case "strings":
+		_, e := a.strs(k)
+		return e
+	case "bool":
+		var b bool
+		if json.Unmarshal(v, &b) != nil {
+			return Errorf(CodeInvalidInput, "%s must be true or false. Nothing was done.", k)
+		}
+	case "thinking":
+		_, e := a.thinking()
+		return e
+	case "object":
+		var m map[string]any
+		if json.Unmarshal(v, &m) != nil {
+			return Errorf(CodeInvalidInput, "%s must be an object. Nothing was done.", k)
+		}
+	default:
+		_, e := a.str(k)
+		return e
+	}
+	return nil
+}
+
 // maxIgnored bounds the `ignored` list (R3.6).
 const maxIgnored = 20
 
@@ -132,6 +171,13 @@ func parseArgs(raw json.RawMessage) (*args, *Error) {
 			unknown = unknown[:maxIgnored]
 		}
 		a.ignored = unknown
+	}
+	for _, k := range actionArgs[name] {
+		if _, ok := a.m[k]; ok {
+			if e := a.checkShape(k); e != nil {
+				return nil, e
+			}
+		}
 	}
 	return a, nil
 }

@@ -103,6 +103,7 @@ func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action s
 						return internal(err)
 					}
 				}
+				r.releaseHeld(ctx, c.s.ID, true) // the owner allowed this agent's card (R9.6)
 				return nil
 			}
 			return Errorf(CodePermission, "The owner denied %s. %s", action, nothing)

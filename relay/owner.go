@@ -169,6 +169,7 @@ func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (map[string]
 	if err := r.st.ResetLoop(ctx, s.ID); err != nil {
 		return nil, err
 	}
+	r.releaseHeld(ctx, s.ID, false) // the owner wrote: held schedule firings go (R9.6)
 	t, err := r.queue(ctx, s, text, "user", nil, store.Origin{Path: []string{r.opts.Name}}, "", false)
 	if err != nil {
 		return nil, err

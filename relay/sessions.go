@@ -406,6 +406,13 @@ func (r *Relay) pendingQuestions(ctx context.Context, sid string) ([]any, error)
 	for _, q := range qs {
 		out = append(out, map[string]any{"id": q.ID, "kind": q.Kind, "question": q.Question, "options": nonNil(q.Options)})
 	}
+	asks, err := r.st.AsksIn(ctx, sid)
+	if err != nil {
+		return nil, err
+	}
+	for _, ak := range asks {
+		out = append(out, map[string]any{"id": ak.ID, "kind": "ask", "question": ak.Question, "options": nonNil(ak.Options)})
+	}
 	return out, nil
 }
 

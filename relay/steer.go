@@ -207,6 +207,12 @@ func (r *Relay) Archive(ctx context.Context, sid string) error {
 	if err := r.endSubscriptionsFor(ctx, sid); err != nil {
 		return err
 	}
+	if err := r.endSchedulesFor(ctx, sid); err != nil {
+		return err
+	}
+	if err := r.endAsksFor(ctx, sid); err != nil {
+		return err
+	}
 	_, err := r.StopTurn(ctx, sid)
 	return err
 }

@@ -60,6 +60,14 @@ func (r *Relay) handlers() map[string]handler {
 		"unsubscribe":            r.unsubscribe,
 		"list_subscriptions":     r.listSubscriptions,
 		"transfer_subscriptions": r.transferSubscriptions,
+
+		"schedule":       r.scheduleAction,
+		"list_schedules": r.listSchedules,
+		"unschedule":     r.unschedule,
+
+		"ask":            r.ask,
+		"list_questions": r.listQuestions,
+		"withdraw":       r.withdraw,
 	}
 }
 
@@ -68,12 +76,6 @@ var optionalRelay = map[string]bool{
 	"subscribe": true, "unsubscribe": true, "list_subscriptions": true, "transfer_subscriptions": true,
 	"schedule": true, "list_schedules": true, "unschedule": true,
 	"ask": true, "list_questions": true, "withdraw": true,
-}
-
-// notBuilt names the actions a later part of the relay brings.
-var notBuilt = map[string]string{
-	"schedule": "schedules", "list_schedules": "schedules",
-	"unschedule": "schedules", "ask": "asks", "list_questions": "asks", "withdraw": "asks",
 }
 
 // CallTool runs one relay_tool call as the session callerID and returns the
@@ -134,9 +136,6 @@ func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, 
 	}
 	if e := r.checkRelay(ctx, c, a); e != nil {
 		return nil, e
-	}
-	if what, ok := notBuilt[a.action]; ok {
-		return nil, Errorf(CodeUnsupported, "%s is not available on relay %q yet: this relay does not support %s. Nothing was done.", a.action, r.opts.Name, what)
 	}
 	res, e := r.handlers()[a.action](ctx, c, a)
 	if e != nil {
@@ -217,6 +216,9 @@ func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) *Error {
 		name = "this"
 	}
 	if !strings.EqualFold(name, "this") && !strings.EqualFold(name, r.opts.Name) {
+		if a.action == "schedule" || a.action == "list_schedules" || a.action == "unschedule" {
+			return Errorf(CodeUnsupported, "Schedules work on this relay only: leave out relay or use \"this\" (relay %q names another relay). Nothing was scheduled.", name)
+		}
 		return Errorf(CodeUnknownRelay, "No paired relay is named %q. Call list_relays to see the relays you can use (\"this\" is this relay). Nothing was done.", name).
 			With("relays", []string{r.opts.Name})
 	}

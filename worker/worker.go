@@ -115,6 +115,13 @@ func (w *Worker) Start() error {
 		return w.r.Heartbeat(ctx, p.Sub, time.UnixMilli(p.At).UTC())
 	})
 	mux.HandleFunc(jobs.TypeStallScan, func(ctx context.Context, _ *asynq.Task) error { return w.r.StallScan(ctx) })
+	mux.HandleFunc(jobs.TypeFire, func(ctx context.Context, t *asynq.Task) error {
+		var p relay.FirePayload
+		if err := json.Unmarshal(t.Payload(), &p); err != nil {
+			return fmt.Errorf("fire payload: %v: %w", err, asynq.SkipRetry)
+		}
+		return w.r.Fire(ctx, p.Schedule, time.UnixMilli(p.At).UTC(), p.Approved)
+	})
 	return w.srv.Start(mux)
 }
 

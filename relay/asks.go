@@ -1,0 +1,268 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/oar/relay/store"
+)
+
+const nothingAsked = "Nothing was asked."
+
+func (r *Relay) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	question, e := a.str("question")
+	if e != nil {
+		return nil, e
+	}
+	if strings.TrimSpace(question) == "" {
+		return nil, Errorf(CodeInvalidInput, "question is required. %s", nothingAsked)
+	}
+	if len(question) > 10000 {
+		return nil, Errorf(CodeInvalidInput, "question may have at most 10,000 characters. %s", nothingAsked)
+	}
+	options, e := a.strs("options")
+	if e != nil {
+		return nil, e
+	}
+	if len(options) > 20 {
+		return nil, Errorf(CodeInvalidInput, "options may list at most 20 choices. %s", nothingAsked)
+	}
+	rec, e := a.str("recommendation")
+	if e != nil {
+		return nil, e
+	}
+	detail, e := a.str("detail")
+	if e != nil {
+		return nil, e
+	}
+	if len(detail) > MaxTextBytes {
+		return nil, Errorf(CodeInvalidInput, "detail may have at most 1 MiB. %s", nothingAsked)
+	}
+	concern := c.s
+	if ref, e := a.str("session"); e != nil {
+		return nil, e
+	} else if ref != "" {
+		s, e := r.sessionByRef(ctx, ref)
+		if e != nil {
+			e.Msg = strings.Replace(e.Msg, nothingDone, nothingAsked, 1)
+			return nil, e
+		}
+		concern = s
+	}
+	byAsker, inSession, err := r.st.OpenAskCounts(ctx, c.s.ID, concern.ID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	if byAsker >= r.opts.Limits.OpenAsksPerConversation {
+		return nil, Errorf(CodeQuestionLimit, "This conversation already has %d open asks, the most allowed; withdraw one or wait for answers. %s", byAsker, nothingAsked)
+	}
+	if inSession >= r.opts.Limits.OpenAsksPerSession {
+		return nil, Errorf(CodeQuestionLimit, "Session %s already has %d open asks, the most allowed. %s", id8(concern.ID), inSession, nothingAsked)
+	}
+	// With session it is a write action: a card in ask/plan mode (R10.4); not counted by loop protection.
+	if concern.ID != c.s.ID {
+		need := &cardNeed{}
+		if c.s.Mode == "ask" || c.s.Mode == "plan" {
+			need.add(fmt.Sprintf("This conversation is in %s mode: every write action needs your approval.", c.s.Mode))
+		}
+		tid := concern.ID
+		if e := r.askCard(ctx, c, need, "ask", &tid, []string{fmt.Sprintf("Ask on behalf of %q (%s): %s", concern.Title, id8(concern.ID), excerpt(question, 200))}, nothingAsked); e != nil {
+			return nil, e
+		}
+	}
+	ak := &store.Ask{ID: "ask_" + store.NewID(6), Asker: c.s.ID, Session: concern.ID, Question: question, Options: options,
+		Recommendation: rec, Detail: detail, Status: "pending", CreatedAt: r.now()}
+	if err := r.st.SaveAsk(ctx, ak); err != nil {
+		return nil, internal(err)
+	}
+	_ = r.st.Notify(ctx, "inbox")
+	res := newResult("", fmt.Sprintf("%s pending", ak.ID))
+	if concern.ID != c.s.ID {
+		res.session = concern.ID
+	}
+	return res.set("question_id", ak.ID).set("status", "pending"), nil
+}
+
+func askView(ak *store.Ask) map[string]any {
+	m := map[string]any{"question_id": ak.ID, "id": ak.ID, "question": ak.Question, "options": nonNil(ak.Options),
+		"status": ak.Status, "session": ak.Session, "createdAt": ts(ak.CreatedAt)}
+	if ak.Recommendation != "" {
+		m["recommendation"] = ak.Recommendation
+	}
+	if ak.Detail != "" {
+		m["detail"] = ak.Detail
+	}
+	if ak.Status != "pending" {
+		m["answer"] = nilIfEmpty(ak.Answer)
+		m["choice"] = nilIfEmpty(ak.Choice)
+		m["dismissed"] = ak.Status == "dismissed"
+		m["endedAt"] = ts(ak.EndedAt)
+		if ak.Via != "" {
+			m["via"] = ak.Via
+		}
+	}
+	return m
+}
+
+func (r *Relay) listQuestions(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	only := ""
+	if ref, e := a.str("session"); e != nil {
+		return nil, e
+	} else if ref != "" {
+		s, e := r.sessionByRef(ctx, ref)
+		if e != nil {
+			return nil, e
+		}
+		only = s.ID
+	}
+	asks, err := r.st.AsksBy(ctx, c.s.ID, r.now().Add(-24*time.Hour))
+	if err != nil {
+		return nil, internal(err)
+	}
+	list := []any{}
+	open := 0
+	for _, ak := range asks {
+		if only != "" && ak.Session != only {
+			continue
+		}
+		if ak.Status == "pending" {
+			open++
+		}
+		list = append(list, askView(ak))
+	}
+	return newResult("", fmt.Sprintf("%d open, %d closed in the last day", open, len(list)-open)).set("questions", list), nil
+}
+
+func (r *Relay) withdraw(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	id, e := a.str("question_id")
+	if e != nil {
+		return nil, e
+	}
+	if id == "" {
+		return nil, Errorf(CodeInvalidInput, "question_id is required: an ask_… id from ask or list_questions. Nothing was done.")
+	}
+	ak, err := r.st.GetAsk(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, Errorf(CodeNotFound, "No ask %q. Nothing was done.", id)
+	}
+	if err != nil {
+		return nil, internal(err)
+	}
+	if ak.Asker != c.s.ID {
+		return nil, Errorf(CodeForbidden, "Only the conversation that asked %s can withdraw it. Nothing was done.", id)
+	}
+	if ak.Status != "pending" {
+		return nil, Errorf(CodeNotFound, "Ask %s is no longer open (%s). Nothing was done.", id, ak.Status)
+	}
+	ak.Status, ak.EndedAt = "withdrawn", r.now()
+	ok, err := r.st.CloseAsk(ctx, ak)
+	if err != nil {
+		return nil, internal(err)
+	}
+	if !ok {
+		return nil, Errorf(CodeNotFound, "Ask %s was answered meanwhile. Nothing was done.", id)
+	}
+	return newResult("", ak.ID+" withdrawn").set("question_id", ak.ID).set("status", "withdrawn"), nil
+}
+
+// Inbox lists the owner's open asks.
+func (r *Relay) Inbox(ctx context.Context) ([]any, error) {
+	asks, err := r.st.OpenAsks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []any{}
+	for _, ak := range asks {
+		m := askView(ak)
+		m["asker"] = ak.Asker
+		if s, err := r.st.GetSession(ctx, ak.Session); err == nil {
+			m["sessionTitle"] = s.Title
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// InboxAnswer is the owner's answer (`answer`, `choice`) or dismissal of an ask (R10.2).
+type InboxAnswer struct {
+	Answer  string `json:"answer"`
+	Choice  string `json:"choice"`
+	Dismiss bool   `json:"dismiss"`
+}
+
+// AnswerAsk answers or dismisses an ask; the asking conversation (and the
+// session it concerns) gets question_answered at once.
+func (r *Relay) AnswerAsk(ctx context.Context, id string, in InboxAnswer) (map[string]any, error) {
+	ak, err := r.st.GetAsk(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, Errorf(CodeNotFound, "No ask %q.", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if ak.Status != "pending" {
+		return nil, Errorf(CodeInvalidInput, "Ask %s is no longer open (%s). Nothing was changed.", id, ak.Status)
+	}
+	if !in.Dismiss && strings.TrimSpace(in.Answer) == "" && in.Choice == "" {
+		return nil, Errorf(CodeInvalidInput, "answer or choice is required, or dismiss: true. Nothing was changed.")
+	}
+	if in.Choice != "" && len(ak.Options) > 0 && !contains(ak.Options, in.Choice) {
+		return nil, Errorf(CodeInvalidInput, "choice %q is not one of the options: %s. Nothing was changed.", in.Choice, strings.Join(ak.Options, ", "))
+	}
+	ak.EndedAt, ak.Via = r.now(), r.opts.Name
+	if in.Dismiss {
+		ak.Status = "dismissed"
+	} else {
+		ak.Status, ak.Answer, ak.Choice = "answered", strings.TrimSpace(in.Answer), in.Choice
+		if ak.Answer == "" {
+			ak.Answer = in.Choice
+		}
+	}
+	ok, err := r.st.CloseAsk(ctx, ak)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, Errorf(CodeInvalidInput, "Ask %s was closed meanwhile. Nothing was changed.", id)
+	}
+	for _, who := range unique(ak.Asker, ak.Session) {
+		r.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: who, QuestionID: ak.ID, Text: ak.Question,
+			Answer: ak.Answer, Choice: ak.Choice, Dismissed: in.Dismiss, Via: ak.Via})
+	}
+	return askView(ak), nil
+}
+
+func unique(ids ...string) []string {
+	var out []string
+	for _, id := range ids {
+		if !contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// endAsksFor ends the open asks concerning or made by an archived session (nobody is told, R10.8).
+func (r *Relay) endAsksFor(ctx context.Context, sid string) error {
+	in, err := r.st.AsksIn(ctx, sid)
+	if err != nil {
+		return err
+	}
+	by, err := r.st.AsksBy(ctx, sid, r.now().Add(-24*time.Hour))
+	if err != nil {
+		return err
+	}
+	for _, ak := range append(in, by...) {
+		if ak.Status != "pending" {
+			continue
+		}
+		ak.Status, ak.EndedAt = "withdrawn", r.now()
+		if _, err := r.st.CloseAsk(ctx, ak); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,285 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Schedule is a prompt the relay queues later (R9.1).
+type Schedule struct {
+	ID           string    `json:"id"`
+	Setter       string    `json:"setter"` // the conversation that set it
+	Target       string    `json:"target"` // the conversation it fires into
+	Title        string    `json:"title"`
+	Text         string    `json:"text"`
+	First        time.Time `json:"first"` // the grid's first time
+	At           time.Time `json:"at,omitzero"`
+	EveryMinutes int       `json:"everyMinutes,omitempty"`
+	Origin       Origin    `json:"origin"`
+	CreatedAt    time.Time `json:"createdAt"`
+	NextFireAt   time.Time `json:"nextFireAt,omitzero"`
+	LastFiredAt  time.Time `json:"lastFiredAt,omitzero"`
+	FiredCount   int       `json:"firedCount"`
+	SkippedCount int       `json:"skippedCount"`
+	HeldSince    time.Time `json:"heldSince,omitzero"`
+	LastTurn     string    `json:"lastTurn,omitempty"`
+	EndedAt      time.Time `json:"endedAt,omitzero"`
+	EndReason    string    `json:"endReason,omitempty"`
+}
+
+// Once reports whether the schedule fires one time only.
+func (s *Schedule) Once() bool { return s.EveryMinutes == 0 }
+
+// SaveSchedule writes a schedule and its indexes.
+func (s *Store) SaveSchedule(ctx context.Context, sc *Schedule) error {
+	b, err := json.Marshal(sc)
+	if err != nil {
+		return err
+	}
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, s.k("sch", sc.ID), b, 0)
+		if sc.EndReason == "" {
+			p.SAdd(ctx, s.k("schs"), sc.ID)
+			p.SAdd(ctx, s.k("schinto", sc.Target), sc.ID)
+			if sc.Setter != sc.Target {
+				p.SAdd(ctx, s.k("schby", sc.Setter), sc.ID)
+			}
+		} else {
+			p.SRem(ctx, s.k("schs"), sc.ID)
+			p.SRem(ctx, s.k("schinto", sc.Target), sc.ID)
+			p.SRem(ctx, s.k("schby", sc.Setter), sc.ID)
+			for _, who := range []string{sc.Setter, sc.Target} {
+				p.ZAdd(ctx, s.k("schended", who), redis.Z{Score: float64(ms(sc.EndedAt)), Member: sc.ID})
+			}
+			p.Expire(ctx, s.k("sch", sc.ID), 8*24*time.Hour)
+		}
+		return nil
+	})
+	return err
+}
+
+// GetSchedule reads a schedule.
+func (s *Store) GetSchedule(ctx context.Context, id string) (*Schedule, error) {
+	v, err := s.rdb.Get(ctx, s.k("sch", id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	var sc Schedule
+	if err := json.Unmarshal([]byte(v), &sc); err != nil {
+		return nil, err
+	}
+	return &sc, nil
+}
+
+func (s *Store) schedulesByIDs(ctx context.Context, ids []string) ([]*Schedule, error) {
+	var out []*Schedule
+	for _, id := range ids {
+		sc, err := s.GetSchedule(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sc)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+// SchedulesInto lists the active schedules firing into a conversation.
+func (s *Store) SchedulesInto(ctx context.Context, sid string) ([]*Schedule, error) {
+	ids, err := s.rdb.SMembers(ctx, s.k("schinto", sid)).Result()
+	if err != nil {
+		return nil, err
+	}
+	return s.schedulesByIDs(ctx, ids)
+}
+
+// SchedulesBy lists the active schedules a conversation set for other sessions.
+func (s *Store) SchedulesBy(ctx context.Context, sid string) ([]*Schedule, error) {
+	ids, err := s.rdb.SMembers(ctx, s.k("schby", sid)).Result()
+	if err != nil {
+		return nil, err
+	}
+	return s.schedulesByIDs(ctx, ids)
+}
+
+// EndedSchedules lists schedules of a conversation (either side) ended since `since`.
+func (s *Store) EndedSchedules(ctx context.Context, sid string, since time.Time) ([]*Schedule, error) {
+	ids, err := s.rdb.ZRangeByScore(ctx, s.k("schended", sid), &redis.ZRangeBy{Min: fmt.Sprint(ms(since)), Max: "+inf"}).Result()
+	if err != nil {
+		return nil, err
+	}
+	return s.schedulesByIDs(ctx, ids)
+}
+
+// ActiveSchedules lists every active schedule (recovery, owner list).
+func (s *Store) ActiveSchedules(ctx context.Context) ([]*Schedule, error) {
+	ids, err := s.rdb.SMembers(ctx, s.k("schs")).Result()
+	if err != nil {
+		return nil, err
+	}
+	return s.schedulesByIDs(ctx, ids)
+}
+
+// Ask is a non-blocking question to the owner (R10.1).
+type Ask struct {
+	ID             string    `json:"id"`
+	Asker          string    `json:"asker"`   // the conversation that asked
+	Session        string    `json:"session"` // the session it concerns (the asker's own without `session`)
+	Question       string    `json:"question"`
+	Options        []string  `json:"options,omitempty"`
+	Recommendation string    `json:"recommendation,omitempty"`
+	Detail         string    `json:"detail,omitempty"`
+	Status         string    `json:"status"` // pending | answered | dismissed | withdrawn
+	Answer         string    `json:"answer,omitempty"`
+	Choice         string    `json:"choice,omitempty"`
+	Via            string    `json:"via,omitempty"`
+	CreatedAt      time.Time `json:"createdAt"`
+	EndedAt        time.Time `json:"endedAt,omitzero"`
+}
+
+// SaveAsk writes an ask and its indexes.
+func (s *Store) SaveAsk(ctx context.Context, a *Ask) error {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, s.k("ask", a.ID), b, 0)
+		p.ZAdd(ctx, s.k("asksby", a.Asker), redis.Z{Score: float64(ms(a.CreatedAt)), Member: a.ID})
+		if a.Status == "pending" {
+			p.ZAdd(ctx, s.k("asks", "open"), redis.Z{Score: float64(ms(a.CreatedAt)), Member: a.ID})
+			p.SAdd(ctx, s.k("asksin", a.Session), a.ID)
+			p.SAdd(ctx, s.k("asksopen", a.Asker), a.ID)
+		} else {
+			p.ZRem(ctx, s.k("asks", "open"), a.ID)
+			p.SRem(ctx, s.k("asksin", a.Session), a.ID)
+			p.SRem(ctx, s.k("asksopen", a.Asker), a.ID)
+		}
+		return nil
+	})
+	return err
+}
+
+// GetAsk reads an ask.
+func (s *Store) GetAsk(ctx context.Context, id string) (*Ask, error) {
+	v, err := s.rdb.Get(ctx, s.k("ask", id)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	var a Ask
+	if err := json.Unmarshal([]byte(v), &a); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+var closeAskScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not v then return -1 end
+local a = cjson.decode(v)
+if a.status ~= 'pending' then return 0 end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('ZREM', KEYS[2], ARGV[2])
+redis.call('SREM', KEYS[3], ARGV[2])
+redis.call('SREM', KEYS[4], ARGV[2])
+return 1
+`)
+
+// CloseAsk ends a pending ask with its final record; false when it was no longer pending.
+func (s *Store) CloseAsk(ctx context.Context, a *Ask) (bool, error) {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return false, err
+	}
+	n, err := closeAskScript.Run(ctx, s.rdb, []string{s.k("ask", a.ID), s.k("asks", "open"), s.k("asksin", a.Session), s.k("asksopen", a.Asker)},
+		string(b), a.ID).Int()
+	if err != nil {
+		return false, err
+	}
+	if n < 0 {
+		return false, ErrNotFound
+	}
+	return n == 1, nil
+}
+
+func (s *Store) asksByIDs(ctx context.Context, ids []string) ([]*Ask, error) {
+	var out []*Ask
+	for _, id := range ids {
+		a, err := s.GetAsk(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+// OpenAsks lists every open ask (the owner's inbox), oldest first.
+func (s *Store) OpenAsks(ctx context.Context) ([]*Ask, error) {
+	ids, err := s.rdb.ZRange(ctx, s.k("asks", "open"), 0, -1).Result()
+	if err != nil {
+		return nil, err
+	}
+	return s.asksByIDs(ctx, ids)
+}
+
+// AsksBy lists the asks a conversation made since `since`.
+func (s *Store) AsksBy(ctx context.Context, asker string, since time.Time) ([]*Ask, error) {
+	ids, err := s.rdb.ZRangeByScore(ctx, s.k("asksby", asker), &redis.ZRangeBy{Min: fmt.Sprint(ms(since)), Max: "+inf"}).Result()
+	if err != nil {
+		return nil, err
+	}
+	open, err := s.rdb.SMembers(ctx, s.k("asksopen", asker)).Result()
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		seen[id] = true
+	}
+	for _, id := range open {
+		if !seen[id] {
+			ids = append(ids, id)
+		}
+	}
+	return s.asksByIDs(ctx, ids)
+}
+
+// AsksIn lists the open asks concerning a session.
+func (s *Store) AsksIn(ctx context.Context, sid string) ([]*Ask, error) {
+	ids, err := s.rdb.SMembers(ctx, s.k("asksin", sid)).Result()
+	if err != nil {
+		return nil, err
+	}
+	return s.asksByIDs(ctx, ids)
+}
+
+// OpenAskCounts returns the open asks of an asking conversation and of a concerned session.
+func (s *Store) OpenAskCounts(ctx context.Context, asker, sid string) (int, int, error) {
+	var a, b *redis.IntCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		a = p.SCard(ctx, s.k("asksopen", asker))
+		b = p.SCard(ctx, s.k("asksin", sid))
+		return nil
+	})
+	return int(a.Val()), int(b.Val()), err
+}
