@@ -552,7 +552,7 @@ func loadFile(c *Config, path string) error {
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return fmt.Errorf("config %s: cannot read: %v", path, err)
+		return fmt.Errorf("config %s: cannot read: %w", path, err)
 	}
 	d := &fileDecoder{path: path}
 	if home, err := os.UserHomeDir(); err == nil {

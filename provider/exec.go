@@ -106,7 +106,7 @@ func (e *Exec) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 	if err != nil {
 		return Result{}, &TurnError{Msg: fmt.Sprintf("exec provider %q: MCP config: %v", e.c.ID, err)}
 	}
-	defer os.Remove(cfgPath)
+	defer func() { _ = os.Remove(cfgPath) }()
 
 	// One pass, so a substituted value (e.g. a prompt containing "{cwd}") is
 	// never substituted again.
@@ -162,7 +162,7 @@ func (e *Exec) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 	case werr = <-waitc:
 	case <-ctx.Done():
 		select {
-		case <-waitc: // it ended on its own meanwhile: already reaped, nothing to kill
+		case <-waitc: //nolint:errcheck // it ended on its own meanwhile: already reaped, nothing to kill
 		default:
 			killGroup(pgid, waitc)
 		}
@@ -192,7 +192,7 @@ func killGroup(pgid int, waitc <-chan error) {
 	timer := time.NewTimer(execTermGrace)
 	defer timer.Stop()
 	select {
-	case <-waitc:
+	case <-waitc: //nolint:errcheck // the exit status of a process being killed is not needed
 		// The leader is gone; kill any straggler in its group (e.g. a child
 		// ignoring SIGTERM). ESRCH when there is none.
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
@@ -200,7 +200,7 @@ func killGroup(pgid int, waitc <-chan error) {
 	case <-timer.C:
 	}
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	<-waitc
+	<-waitc //nolint:errcheck // reaped; its status is not needed
 }
 
 // env is the relay's environment, then the configured extras, then the
@@ -276,7 +276,7 @@ func (e *Exec) writeMCPConfig(t Turn) (string, error) {
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(name)
+		_ = os.Remove(name)
 		return "", err
 	}
 	return name, nil

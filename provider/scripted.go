@@ -97,8 +97,8 @@ func ParseScript(prompt string) ([]Step, bool, error) {
 	var s struct {
 		Script *[]json.RawMessage `json:"script"`
 	}
-	if err := json.Unmarshal([]byte(t), &s); err != nil || s.Script == nil {
-		return nil, false, nil
+	if json.Unmarshal([]byte(t), &s) != nil || s.Script == nil {
+		return nil, false, nil //nolint:nilerr // not a script: a plain prompt, answered with echo
 	}
 	steps := make([]Step, 0, len(*s.Script))
 	for i, raw := range *s.Script {
@@ -106,7 +106,7 @@ func ParseScript(prompt string) ([]Step, bool, error) {
 		dec := json.NewDecoder(strings.NewReader(string(raw)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&st); err != nil {
-			return nil, true, fmt.Errorf("script step %d: %v", i+1, err)
+			return nil, true, fmt.Errorf("script step %d: %w", i+1, err)
 		}
 		steps = append(steps, st)
 	}

@@ -58,7 +58,7 @@ func (r *Relay) early(ctx context.Context, due time.Time, kind string, payload a
 	if !now.Before(due) {
 		return false, nil
 	}
-	wait := r.opts.RealAt(due).Sub(time.Now())
+	wait := time.Until(r.opts.RealAt(due))
 	if wait <= 3*time.Second {
 		t := time.NewTimer(wait)
 		defer t.Stop()

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -152,8 +153,11 @@ func (r *Relay) leaveGroup(ctx context.Context, s *store.Session) error {
 		return err
 	}
 	g, err := r.st.GetGroup(ctx, old)
-	if err != nil {
+	if errors.Is(err, store.ErrNotFound) {
 		return nil // already gone
+	}
+	if err != nil {
+		return err
 	}
 	left, err := r.st.GroupMembers(ctx, old)
 	if err != nil {

@@ -502,9 +502,6 @@ func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result,
 	if e := r.askCard(ctx, c, need, "create_session", nil, lines, nothingCreated); e != nil {
 		return nil, e
 	}
-	if need.needed() && first == false {
-		// allowed: flag set by askCard
-	}
 	// Effect.
 	now := r.now()
 	s := &store.Session{ID: store.NewID(16), Title: title, Provider: provID, Model: model, Effort: effort, Mode: mode,

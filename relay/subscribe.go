@@ -483,17 +483,3 @@ func (r *Relay) endSubscriptionsFor(ctx context.Context, sid string) error {
 	}
 	return nil
 }
-
-// watchedBy reports whether a session is watched by any subscription (list_sessions' `watched`).
-func (r *Relay) watchedBy(ctx context.Context, sid string) (bool, error) {
-	subs, err := r.st.SubscriptionsOf(ctx, sid)
-	if err != nil {
-		return false, err
-	}
-	for _, sub := range subs {
-		if sub.Watcher != sid && !slices.Contains(sub.Exclude, sid) {
-			return true, nil
-		}
-	}
-	return false, nil
-}

@@ -79,49 +79,19 @@ func retryDelay(n int, err error, _ *asynq.Task) time.Duration {
 func (w *Worker) Start() error {
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(jobs.TypeDrain, w.drain)
-	mux.HandleFunc(jobs.TypeFanout, func(ctx context.Context, t *asynq.Task) error {
-		var ev store.Event
-		if err := json.Unmarshal(t.Payload(), &ev); err != nil {
-			return fmt.Errorf("fanout payload: %v: %w", err, asynq.SkipRetry)
-		}
-		return w.r.Fanout(ctx, &ev)
-	})
-	mux.HandleFunc(jobs.TypeRelease, func(ctx context.Context, t *asynq.Task) error {
-		var p relay.ReleasePayload
-		if err := json.Unmarshal(t.Payload(), &p); err != nil {
-			return fmt.Errorf("release payload: %v: %w", err, asynq.SkipRetry)
-		}
-		return w.r.Release(ctx, p.Sub)
-	})
-	mux.HandleFunc(jobs.TypeFlush, func(ctx context.Context, t *asynq.Task) error {
-		var p relay.FlushPayload
-		if err := json.Unmarshal(t.Payload(), &p); err != nil {
-			return fmt.Errorf("flush payload: %v: %w", err, asynq.SkipRetry)
-		}
+	mux.HandleFunc(jobs.TypeFanout, handle(func(ctx context.Context, ev store.Event) error { return w.r.Fanout(ctx, &ev) }))
+	mux.HandleFunc(jobs.TypeRelease, handle(func(ctx context.Context, p relay.ReleasePayload) error { return w.r.Release(ctx, p.Sub) }))
+	mux.HandleFunc(jobs.TypeFlush, handle(func(ctx context.Context, p relay.FlushPayload) error {
 		return w.r.Flush(ctx, p.Watcher, time.UnixMilli(p.Window).UTC())
-	})
-	mux.HandleFunc(jobs.TypeSummary, func(ctx context.Context, t *asynq.Task) error {
-		var p relay.SummaryPayload
-		if err := json.Unmarshal(t.Payload(), &p); err != nil {
-			return fmt.Errorf("summary payload: %v: %w", err, asynq.SkipRetry)
-		}
-		return w.r.Summary(ctx, p.Watcher)
-	})
-	mux.HandleFunc(jobs.TypeHeartbeat, func(ctx context.Context, t *asynq.Task) error {
-		var p relay.HeartbeatPayload
-		if err := json.Unmarshal(t.Payload(), &p); err != nil {
-			return fmt.Errorf("heartbeat payload: %v: %w", err, asynq.SkipRetry)
-		}
+	}))
+	mux.HandleFunc(jobs.TypeSummary, handle(func(ctx context.Context, p relay.SummaryPayload) error { return w.r.Summary(ctx, p.Watcher) }))
+	mux.HandleFunc(jobs.TypeHeartbeat, handle(func(ctx context.Context, p relay.HeartbeatPayload) error {
 		return w.r.Heartbeat(ctx, p.Sub, time.UnixMilli(p.At).UTC())
-	})
+	}))
 	mux.HandleFunc(jobs.TypeStallScan, func(ctx context.Context, _ *asynq.Task) error { return w.r.StallScan(ctx) })
-	mux.HandleFunc(jobs.TypeFire, func(ctx context.Context, t *asynq.Task) error {
-		var p relay.FirePayload
-		if err := json.Unmarshal(t.Payload(), &p); err != nil {
-			return fmt.Errorf("fire payload: %v: %w", err, asynq.SkipRetry)
-		}
+	mux.HandleFunc(jobs.TypeFire, handle(func(ctx context.Context, p relay.FirePayload) error {
 		return w.r.Fire(ctx, p.Schedule, time.UnixMilli(p.At).UTC(), p.Approved)
-	})
+	}))
 	return w.srv.Start(mux)
 }
 
@@ -131,10 +101,24 @@ func (w *Worker) Shutdown() {
 	w.srv.Shutdown()
 }
 
+// handle decodes a task's JSON payload for f; a payload that does not decode is never retried.
+func handle[P any](f func(context.Context, P) error) func(context.Context, *asynq.Task) error {
+	return func(ctx context.Context, t *asynq.Task) error {
+		var p P
+		if err := json.Unmarshal(t.Payload(), &p); err != nil {
+			return fmt.Errorf("%s payload %q: %w: %w", t.Type(), t.Payload(), err, asynq.SkipRetry)
+		}
+		return f(ctx, p)
+	}
+}
+
 func (w *Worker) drain(ctx context.Context, t *asynq.Task) error {
 	var p jobs.DrainPayload
-	if err := json.Unmarshal(t.Payload(), &p); err != nil || p.Session == "" {
-		return fmt.Errorf("drain payload %q: %v: %w", t.Payload(), err, asynq.SkipRetry)
+	if err := json.Unmarshal(t.Payload(), &p); err != nil {
+		return fmt.Errorf("drain payload %q: %w: %w", t.Payload(), err, asynq.SkipRetry)
+	}
+	if p.Session == "" {
+		return fmt.Errorf("drain payload %q names no session: %w", t.Payload(), asynq.SkipRetry)
 	}
 	err := w.r.Drain(ctx, p.Session)
 	if err != nil && !errors.Is(err, relay.ErrRetryLater) {
