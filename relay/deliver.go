@@ -179,7 +179,7 @@ func (r *Relay) Fanout(ctx context.Context, ev *store.Event) error {
 		}
 	}
 	if ev.Sub == "" && (ev.Kind == EvTurnEnd || ev.Kind == EvTaskFinished || ev.Kind == EvTaskFailed || ev.Kind == EvSubagentFinished) {
-		return r.checkAllIdle(ctx, subs)
+		return r.checkAllIdle(ctx, watching(subs, ev.Session))
 	}
 	return nil
 }
@@ -277,7 +277,7 @@ func (r *Relay) release(ctx context.Context, watcher string, b store.Batch) erro
 		return err
 	}
 	if b.Urgent || r.opts.Timing.Coalesce <= 0 {
-		return r.flush(ctx, watcher, timeZero, true)
+		return r.flush(ctx, watcher, timeZero, b.Urgent)
 	}
 	if opened {
 		return r.schedule(ctx, JobFlush, FlushPayload{Watcher: watcher, Window: window.UnixMilli()},
@@ -469,10 +469,26 @@ func (r *Relay) checkAllIdle(ctx context.Context, subs []*store.Subscription) er
 	return nil
 }
 
+// watching keeps the subscriptions that really watch a session: not its own
+// watcher's, not those that exclude it.
+func watching(subs []*store.Subscription, sid string) []*store.Subscription {
+	var out []*store.Subscription
+	for _, s := range subs {
+		if s.Watcher != sid && !slices.Contains(s.Exclude, sid) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // busyAgain re-arms all_idle for the subscriptions watching a session that started work.
 func (r *Relay) busyAgain(ctx context.Context, sid string) {
-	subs, err := r.st.SubscriptionsOf(ctx, sid)
-	if err != nil || len(subs) == 0 {
+	all, err := r.st.SubscriptionsOf(ctx, sid)
+	if err != nil {
+		return
+	}
+	subs := watching(all, sid)
+	if len(subs) == 0 {
 		return
 	}
 	names := make([]string, 0, len(subs))

@@ -79,6 +79,9 @@ func (r *Relay) subscribe(ctx context.Context, c *caller, a *args) (*result, *Er
 	if e != nil {
 		return nil, e
 	}
+	if heartbeat > 0 && !slices.Contains(events, EvHeartbeat) {
+		events = append(slices.Clone(events), EvHeartbeat) // heartbeat_minutes asks for heartbeats
+	}
 	var quiet *store.Quiet
 	var q *scheduler.Quiet
 	if v, ok := a.m["quiet_hours"]; ok {

@@ -1,0 +1,1036 @@
+package relaytest
+
+// End-to-end tests of events, subscriptions and delivery (SPEC §8, R5.2.2,
+// R5.4) through the real MCP client and scripted sessions against a real
+// relay. Async work is awaited with Eventually/WaitTurn; that something did
+// NOT arrive is checked against a later marker event that must come after it.
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oar/relay/config"
+	"github.com/oar/relay/scheduler"
+)
+
+const (
+	ev2Header   = "[relay event · automated message from OAR, not from the user; it approves nothing]"
+	ev2Wait     = 20 * time.Second
+	ev2Invalid  = "REMOTE_RELAY_INVALID_INPUT"
+	ev2NotFound = "REMOTE_RELAY_NOT_FOUND"
+)
+
+var (
+	ev2QRe    = regexp.MustCompile(`q_[0-9a-f]+`)
+	ev2TaskRe = regexp.MustCompile(`task_(?:started|finished|failed) ([0-9a-f]{8}) `)
+)
+
+// ---- helpers ---------------------------------------------------------------
+
+// ev2Msgs returns the texts of the event messages delivered into a session, oldest first.
+func ev2Msgs(r *Relay, sid string) []string {
+	r.tb.Helper()
+	var out struct {
+		Messages []map[string]any `json:"messages"`
+	}
+	if st := r.Owner("GET", "/api/v1/sessions/"+sid+"?last=1000", nil, &out); st != http.StatusOK {
+		r.tb.Fatalf("get session %s: status %d", sid, st)
+	}
+	var texts []string
+	for _, m := range out.Messages {
+		if m["role"] == "event" {
+			texts = append(texts, m["text"].(string))
+		}
+	}
+	return texts
+}
+
+// ev2Lines returns every event line (header lines left out) delivered into a session.
+func ev2Lines(r *Relay, sid string) []string {
+	r.tb.Helper()
+	var lines []string
+	for _, m := range ev2Msgs(r, sid) {
+		for _, l := range strings.Split(m, "\n") {
+			if l != ev2Header {
+				lines = append(lines, l)
+			}
+		}
+	}
+	return lines
+}
+
+func ev2Count(lines []string, frag string) int {
+	n := 0
+	for _, l := range lines {
+		if strings.Contains(l, frag) {
+			n++
+		}
+	}
+	return n
+}
+
+// ev2WaitMsg waits for an event message containing frag and returns it.
+func ev2WaitMsg(t *testing.T, r *Relay, sid, frag string) string {
+	t.Helper()
+	var got string
+	Eventually(t, ev2Wait, func() bool {
+		for _, m := range ev2Msgs(r, sid) {
+			if strings.Contains(m, frag) {
+				got = m
+				return true
+			}
+		}
+		return false
+	}, "an event message in %s containing %q", sid[:8], frag)
+	return got
+}
+
+// ev2WaitCount waits until n event lines contain frag.
+func ev2WaitCount(t *testing.T, r *Relay, sid, frag string, n int) []string {
+	t.Helper()
+	var lines []string
+	Eventually(t, ev2Wait, func() bool {
+		lines = ev2Lines(r, sid)
+		return ev2Count(lines, frag) >= n
+	}, "%d event lines in %s containing %q", n, sid[:8], frag)
+	return lines
+}
+
+// ev2ToolEnv parses the one relay_tool result a scripted turn appended to its reply.
+func ev2ToolEnv(t *testing.T, reply string) map[string]any {
+	t.Helper()
+	var envs []map[string]any
+	for _, l := range strings.Split(reply, "\n") {
+		l = strings.TrimSpace(l)
+		if !strings.HasPrefix(l, "{") {
+			continue
+		}
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil {
+			envs = append(envs, m)
+		}
+	}
+	if len(envs) != 1 {
+		t.Fatalf("reply holds %d tool results, want 1: %q", len(envs), reply)
+	}
+	return envs[0]
+}
+
+// ev2InTurn runs one relay_tool call as w inside a turn of w; with a card the
+// card is awaited, checked for its action and allowed. It returns the tool
+// result and the card.
+func ev2InTurn(t *testing.T, r *Relay, w Session, args map[string]any, card bool) (map[string]any, map[string]any) {
+	t.Helper()
+	if _, ok := args["relay"]; !ok {
+		args["relay"] = "this"
+	}
+	mid := r.Message(w.ID, Script(map[string]any{"tool": args}))
+	var c map[string]any
+	if card {
+		c = r.WaitCard(w.ID)
+		if c["action"] != args["action"] {
+			t.Fatalf("card action %v, want %v: %v", c["action"], args["action"], c)
+		}
+		r.Decide(c["id"].(string), "allow")
+	}
+	tr := r.WaitTurn(mid, ev2Wait, "done", "error", "stopped")
+	if tr.Status != "done" {
+		t.Fatalf("turn of %s ended %s: %s", w.ID[:8], tr.Status, tr.Error)
+	}
+	return ev2ToolEnv(t, tr.Reply), c
+}
+
+// ev2Sub subscribes w from inside a turn (card: the first subscribe of w asks one)
+// and returns the subscription.
+func ev2Sub(t *testing.T, r *Relay, w Session, args map[string]any, card bool) map[string]any {
+	t.Helper()
+	args["action"] = "subscribe"
+	env, _ := ev2InTurn(t, r, w, args, card)
+	if env["ok"] != true {
+		t.Fatalf("subscribe %v: %v", args, env)
+	}
+	return env["subscription"].(map[string]any)
+}
+
+// ev2SubMCP subscribes through the MCP client outside a turn (no card may be needed).
+func ev2SubMCP(t *testing.T, m *MCP, args map[string]any) map[string]any {
+	t.Helper()
+	args["action"] = "subscribe"
+	args["relay"] = "this"
+	return m.MustOK(args)["subscription"].(map[string]any)
+}
+
+// ev2SubList lists a conversation's subscriptions by id.
+func ev2SubList(t *testing.T, m *MCP) map[string]map[string]any {
+	t.Helper()
+	env := m.MustOK(map[string]any{"action": "list_subscriptions"})
+	out := map[string]map[string]any{}
+	for _, x := range env["subscriptions"].([]any) {
+		s := x.(map[string]any)
+		out[s["id"].(string)] = s
+	}
+	return out
+}
+
+// ev2Held waits until a subscription holds n events and returns its list entry.
+func ev2Held(t *testing.T, m *MCP, sub string, n int) map[string]any {
+	t.Helper()
+	var got map[string]any
+	Eventually(t, ev2Wait, func() bool {
+		got = ev2SubList(t, m)[sub]
+		c, _ := got["heldCount"].(float64)
+		return got != nil && int(c) == n
+	}, "subscription %s to hold %d events", sub, n)
+	return got
+}
+
+func ev2Done(t *testing.T, r *Relay, sid, text string) {
+	t.Helper()
+	tr := r.WaitTurn(r.Message(sid, text), ev2Wait, "done", "error", "stopped")
+	if tr.Status != "done" {
+		t.Fatalf("turn %q in %s ended %s: %s", text, sid[:8], tr.Status, tr.Error)
+	}
+}
+
+// ev2Never checks for d that cond does not become true (only after a positive
+// check, to bound a negative one).
+func ev2Never(t *testing.T, d time.Duration, cond func() bool, format string, a ...any) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			t.Errorf("within %s: "+format, append([]any{d}, a...)...)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func ev2Line(s Session, rest string) string {
+	return fmt.Sprintf(`[relay event] session %q (%s): %s`, s.Title, s.ID[:8], rest)
+}
+
+func ev2Strs(v any) []string {
+	var out []string
+	l, _ := v.([]any)
+	for _, x := range l {
+		s, _ := x.(string)
+		out = append(out, s)
+	}
+	return out
+}
+
+// ---- quiet hours (R8.9, R8.11, R8.23) ---------------------------------------
+
+// R8.9, R8.11: inside quiet hours turn_end events are held and come as one
+// message when the window ends (golden file); error and question_asked come at
+// once; list_subscriptions shows heldCount and nextDeliveryAt meanwhile.
+func TestQuietHoursHeldAndReleased(t *testing.T) {
+	t.Parallel()
+	// 22:59:00 Europe/Berlin (CEST); the window 23:00–23:06 is 1 s to 7 s real on a 60× clock.
+	clock := scheduler.NewScaled(time.Date(2026, 6, 10, 20, 59, 0, 0, time.UTC), 60)
+	r := Start(t, Options{Clock: clock, Config: func(c *config.Config) { c.Timing.Coalesce = 0 }})
+	w := r.NewSession(map[string]any{"title": "watcher"})
+	a := r.NewSession(map[string]any{"title": "alpha"})
+	b := r.NewSession(map[string]any{"title": "beta"})
+	mw := r.Connect(w.Token, nil)
+	sub := ev2Sub(t, r, w, map[string]any{"sessions": []string{a.ID, b.ID}, "events": []string{"turn_end", "error", "question_asked"},
+		"quiet_hours": map[string]any{"from": "23:00", "to": "23:06", "tz": "Europe/Berlin"}}, true)
+	sid := sub["id"].(string)
+	if q, _ := sub["quietHours"].(map[string]any); q["from"] != "23:00" || q["to"] != "23:06" || q["tz"] != "Europe/Berlin" {
+		t.Fatalf("subscription quietHours = %v", sub["quietHours"])
+	}
+	winStart := time.Date(2026, 6, 10, 21, 0, 0, 0, time.UTC)
+	winEnd := time.Date(2026, 6, 10, 21, 6, 0, 0, time.UTC)
+	Eventually(t, ev2Wait, func() bool { return !clock.Now().Before(winStart) }, "the clock to reach 23:00 Berlin")
+
+	// Inside the window.
+	ev2Done(t, r, a.ID, "one")
+	ev2Held(t, mw, sid, 1)
+	tb := r.WaitTurn(r.Message(b.ID, Script(map[string]any{"error": "boom"})), ev2Wait, "error")
+	if tb.Status != "error" {
+		t.Fatalf("beta turn %s", tb.Status)
+	}
+	errMsg := ev2WaitMsg(t, r, w.ID, `error "boom"`)
+	ev2Held(t, mw, sid, 2) // its turn_end (error) is held
+	qmid := r.Message(a.ID, Script(map[string]any{"question": map[string]any{"text": "Proceed?", "options": []string{"yes", "no"}}}))
+	qMsg := ev2WaitMsg(t, r, w.ID, "question_asked")
+	qid := ev2QRe.FindString(qMsg)
+	if st := r.Owner("POST", "/api/v1/sessions/"+a.ID+"/questions/"+qid, map[string]any{"choices": []string{"yes"}}, nil); st != http.StatusOK {
+		t.Fatalf("answer question %s: status %d", qid, st)
+	}
+	r.WaitTurn(qmid, ev2Wait, "done")
+	held := ev2Held(t, mw, sid, 3)
+	if clock.Now().After(winEnd) {
+		t.Fatalf("the test was too slow: the quiet window ended before the held events were checked (clock %s)", clock.Now())
+	}
+	if held["nextDeliveryAt"] != "2026-06-10T21:06:00Z" {
+		t.Errorf("nextDeliveryAt = %v, want the window's end 2026-06-10T21:06:00Z", held["nextDeliveryAt"])
+	}
+	// Only the two urgent messages so far.
+	if msgs := ev2Msgs(r, w.ID); len(msgs) != 2 {
+		t.Fatalf("inside the window %d event messages arrived, want 2 (error, question):\n%s", len(msgs), strings.Join(msgs, "\n---\n"))
+	}
+
+	var msgs []string
+	Eventually(t, ev2Wait, func() bool {
+		msgs = ev2Msgs(r, w.ID)
+		return len(msgs) >= 3
+	}, "the quiet-hours release")
+	if clock.Now().Before(winEnd) {
+		t.Errorf("held events came before the window ended (clock %s)", clock.Now())
+	}
+	names := map[string]string{a.ID[:8]: "ALPHA", b.ID[:8]: "BETA", qid: "q_QID"}
+	got := normalize(strings.Join([]string{errMsg, qMsg, msgs[2]}, "\n---\n")+"\n", names)
+	golden(t, "quiet_hours", got)
+	after := ev2SubList(t, mw)[sid]
+	if after["heldCount"] != float64(0) || after["nextDeliveryAt"] != nil {
+		t.Errorf("after the release heldCount = %v, nextDeliveryAt = %v; want 0 and null", after["heldCount"], after["nextDeliveryAt"])
+	}
+	if len(msgs) != 3 {
+		t.Errorf("%d event messages, want 3:\n%s", len(msgs), strings.Join(msgs, "\n---\n"))
+	}
+}
+
+// ---- R8.13 restart ----------------------------------------------------------
+
+// R8.13: events held for a digest survive a restart of the relay and are
+// delivered by the new process, exactly once.
+func TestDigestHeldAcrossRestart(t *testing.T) {
+	t.Parallel()
+	clock := scheduler.NewScaled(time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC), 60)
+	cfg := func(c *config.Config) { c.Timing.Coalesce = 0 }
+	r := Start(t, Options{Clock: clock, Config: cfg})
+	w := r.NewSession(map[string]any{"title": "watcher"})
+	a := r.NewSession(map[string]any{"title": "alpha"})
+	b := r.NewSession(map[string]any{"title": "beta"})
+	sub := ev2Sub(t, r, w, map[string]any{"sessions": []string{a.ID}, "events": []string{"turn_end"}, "digest_minutes": 6}, true)
+	sid := sub["id"].(string)
+	mw := r.Connect(w.Token, nil)
+	ev2SubMCP(t, mw, map[string]any{"sessions": []string{b.ID}, "events": []string{"turn_end"}})
+	ev2Done(t, r, a.ID, "one")
+	ev2Done(t, r, a.ID, "two")
+	held := ev2Held(t, mw, sid, 2)
+	if n := len(ev2Msgs(r, w.ID)); n != 0 {
+		t.Fatalf("%d event messages came before the digest was due", n)
+	}
+	due, err := time.Parse(time.RFC3339Nano, held["nextDeliveryAt"].(string))
+	if err != nil {
+		t.Fatalf("nextDeliveryAt %v: %v", held["nextDeliveryAt"], err)
+	}
+	r.Stop()
+	if !clock.Now().Before(due) {
+		t.Logf("note: the digest was due before the relay had stopped (slow machine); delivery after the restart is still checked")
+	}
+
+	r2 := Start(t, Options{Redis: r.Redis, Clock: clock, Config: cfg})
+	m2 := r2.Connect(w.Token, nil)
+	digest := ev2WaitMsg(t, r2, w.ID, "Digest of 2 events")
+	want := strings.Join([]string{ev2Header,
+		fmt.Sprintf("Digest of 2 events (subscription %s every 6 min; questions and errors come at once):", sid),
+		ev2Line(a, `turn_end (done) "echo: one"`),
+		ev2Line(a, `turn_end (done) "echo: two"`)}, "\n")
+	if digest != want {
+		t.Errorf("digest after the restart:\n%s\nwant\n%s", digest, want)
+	}
+	if s := ev2SubList(t, m2)[sid]; s["heldCount"] != float64(0) {
+		t.Errorf("after the digest heldCount = %v", s["heldCount"])
+	}
+	// Marker: an undelayed event through the other subscription comes after any duplicate would have.
+	ev2Done(t, r2, b.ID, "marker")
+	lines := ev2WaitCount(t, r2, w.ID, `"echo: marker"`, 1)
+	for _, frag := range []string{`"echo: one"`, `"echo: two"`, "Digest of"} {
+		if n := ev2Count(lines, frag); n != 1 {
+			t.Errorf("%d lines with %s after the restart, want exactly 1:\n%s", n, frag, strings.Join(lines, "\n"))
+		}
+	}
+}
+
+// ---- R8.17 wake limit -------------------------------------------------------
+
+// R8.17: after WakeLimitPerHour wakes the rest come as one summary; errors still
+// come at once; an hour later wakes are plain again (600× clock: 1 h = 6 s).
+// The wake limit must hold whatever the coalescing window, 0 included.
+func TestWakeLimitSummary(t *testing.T) {
+	t.Parallel()
+	for _, co := range []time.Duration{0, time.Minute} {
+		t.Run(fmt.Sprintf("coalesce=%s", co), func(t *testing.T) {
+			t.Parallel()
+			wakeLimitScenario(t, co)
+		})
+	}
+}
+
+func wakeLimitScenario(t *testing.T, coalesce time.Duration) {
+	clock := scheduler.NewScaled(time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC), 600)
+	r := Start(t, Options{Clock: clock, Config: func(c *config.Config) {
+		c.Timing.Coalesce = coalesce // clock time: 1 min = 0.1 s real
+		c.Timing.WakeLimitPerHour = 2
+		c.Timing.WakeSummaryEvery = 30 * time.Minute // 3 s real
+	}})
+	w := r.NewSession(map[string]any{"title": "watcher"})
+	a := r.NewSession(map[string]any{"title": "alpha"})
+	b := r.NewSession(map[string]any{"title": "beta"})
+	ev2Sub(t, r, w, map[string]any{"sessions": []string{a.ID}, "events": []string{"turn_end"}}, true)
+	mw := r.Connect(w.Token, nil)
+	ev2SubMCP(t, mw, map[string]any{"sessions": []string{b.ID}, "events": []string{"error"}})
+
+	for i, txt := range []string{"w1", "w2"} {
+		ev2Done(t, r, a.ID, txt)
+		m := ev2WaitMsg(t, r, w.ID, `"echo: `+txt+`"`)
+		if want := ev2Header + "\n" + ev2Line(a, `turn_end (done) "echo: `+txt+`"`); m != want {
+			t.Fatalf("wake %d:\n%s\nwant\n%s", i+1, m, want)
+		}
+	}
+	// Over the limit: queue three prompts at once so they fall into one summary.
+	var mids []string
+	for _, txt := range []string{"h1", "h2", "h3"} {
+		mids = append(mids, r.Message(a.ID, txt))
+	}
+	for _, id := range mids {
+		r.WaitTurn(id, ev2Wait, "done")
+	}
+	ev2WaitCount(t, r, w.ID, `"echo: h3"`, 1)
+	msgs := ev2Msgs(r, w.ID)
+	if len(msgs) != 3 || !strings.Contains(msgs[2], "Summary of") {
+		t.Fatalf("after 2 wakes within the hour (limit 2) the next events must come as one wake-limit summary, not wake one by one; "+
+			"the event messages are:\n%s", strings.Join(msgs, "\n---\n"))
+	}
+	want := strings.Join([]string{ev2Header,
+		"Summary of 3 events held by the wake limit (2 wakes in the last hour; questions and errors come at once):",
+		ev2Line(a, `turn_end (done) "echo: h1"`),
+		ev2Line(a, `turn_end (done) "echo: h2"`),
+		ev2Line(a, `turn_end (done) "echo: h3"`)}, "\n")
+	if msgs[2] != want {
+		t.Errorf("summary:\n%s\nwant\n%s", msgs[2], want)
+	}
+	// An error still comes at once, on its own.
+	beforeErr := clock.Now()
+	r.WaitTurn(r.Message(b.ID, Script(map[string]any{"error": "boom"})), ev2Wait, "error")
+	errMsg := ev2WaitMsg(t, r, w.ID, `error "boom"`)
+	if want := ev2Header + "\n" + ev2Line(b, `error "boom"`); errMsg != want {
+		t.Errorf("error message:\n%s\nwant\n%s", errMsg, want)
+	}
+	if d := clock.Now().Sub(beforeErr); d >= 30*time.Minute {
+		t.Errorf("the error took %s of clock time: it waited for the summary instead of coming at once", d)
+	}
+	// An hour (clock) after the last wake the limit no longer applies.
+	lastWake := clock.Now()
+	Eventually(t, 30*time.Second, func() bool { return clock.Now().After(lastWake.Add(61 * time.Minute)) }, "an hour to pass on the clock")
+	ev2Done(t, r, a.ID, "w3")
+	m := ev2WaitMsg(t, r, w.ID, `"echo: w3"`)
+	if want := ev2Header + "\n" + ev2Line(a, `turn_end (done) "echo: w3"`); m != want {
+		t.Errorf("a wake an hour later:\n%s\nwant a plain wake\n%s", m, want)
+	}
+}
+
+// ---- R8.18 no echo ----------------------------------------------------------
+
+// R8.18: the watcher's own send whose reply it got does not wake it with that
+// turn's turn_end; without a wait it does; errors still come; a turn_end that
+// ends a once subscription wakes it even for its own prompt.
+func TestNoEchoOwnPrompt(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{Config: func(c *config.Config) { c.Timing.Coalesce = 0 }})
+	w := r.NewSession(map[string]any{"title": "watcher"})
+	w2 := r.NewSession(map[string]any{"title": "once-watcher"})
+	a := r.NewSession(map[string]any{"title": "alpha"})
+	c := r.NewSession(map[string]any{"title": "gamma"})
+	ev2Sub(t, r, w, map[string]any{"sessions": []string{a.ID}}, true)
+	once := ev2Sub(t, r, w2, map[string]any{"sessions": []string{c.ID}, "events": []string{"turn_end"}, "once": true}, true)
+	mw := r.Connect(w.Token, nil)
+	mw2 := r.Connect(w2.Token, nil)
+
+	// 1. send with a wait that got the reply: no echo.
+	env := mw.MustOK(map[string]any{"action": "send", "relay": "this", "session": a.ID, "text": "waited", "wait_seconds": 15})
+	if env["status"] != "done" {
+		t.Fatalf("send: %v", env)
+	}
+	ev2Done(t, r, a.ID, "marker1")
+	ev2WaitCount(t, r, w.ID, `"echo: marker1"`, 1)
+
+	// 2. wait_seconds 0 and no wait: it wakes.
+	env = mw.MustOK(map[string]any{"action": "send", "relay": "this", "session": a.ID, "text": "nowait", "wait_seconds": 0})
+	if env["status"] == "done" {
+		t.Fatalf("send with wait_seconds 0 waited: %v", env)
+	}
+	r.WaitTurn(env["message_id"].(string), ev2Wait, "done")
+	ev2WaitCount(t, r, w.ID, `"echo: nowait"`, 1)
+
+	// 3. wait_seconds 0 and then a wait that gets the reply: no echo.
+	env = mw.MustOK(map[string]any{"action": "send", "relay": "this", "session": a.ID,
+		"text": Script(map[string]any{"sleep_ms": 1500}, map[string]any{"reply": "later"}), "wait_seconds": 0})
+	env = mw.MustOK(map[string]any{"action": "wait", "relay": "this", "session": a.ID, "message_id": env["message_id"], "wait_seconds": 15})
+	if env["status"] != "done" {
+		t.Fatalf("wait: %v", env)
+	}
+	// 4. a wait that ran out before the reply: the held turn_end is delivered.
+	env = mw.MustOK(map[string]any{"action": "send", "relay": "this", "session": a.ID,
+		"text": Script(map[string]any{"sleep_ms": 2500}, map[string]any{"reply": "too slow"}), "wait_seconds": 1})
+	if env["status"] == "done" {
+		t.Fatalf("send with wait_seconds 1 got the reply of a 2.5 s turn: %v", env)
+	}
+	ev2WaitCount(t, r, w.ID, `"too slow"`, 1)
+
+	// 5. an error of its own waited prompt still comes.
+	env = mw.MustOK(map[string]any{"action": "send", "relay": "this", "session": a.ID, "text": Script(map[string]any{"error": "boom"}), "wait_seconds": 15})
+	if env["status"] != "error" {
+		t.Fatalf("send: %v", env)
+	}
+	ev2WaitCount(t, r, w.ID, `error "boom"`, 1)
+	ev2Done(t, r, a.ID, "marker2")
+	lines := ev2WaitCount(t, r, w.ID, `"echo: marker2"`, 1)
+	for _, frag := range []string{`"echo: waited"`, `"later"`} {
+		if n := ev2Count(lines, frag); n != 0 {
+			t.Errorf("the watcher was woken by its own waited prompt's turn_end (%s):\n%s", frag, strings.Join(lines, "\n"))
+		}
+	}
+
+	// 6. once: the turn_end that ends it wakes the watcher even for its own prompt.
+	env = mw2.MustOK(map[string]any{"action": "send", "relay": "this", "session": c.ID, "text": "own", "wait_seconds": 15})
+	if env["status"] != "done" {
+		t.Fatalf("send: %v", env)
+	}
+	m := ev2WaitMsg(t, r, w2.ID, `"echo: own"`)
+	if want := ev2Header + "\n" + ev2Line(c, `turn_end (done) "echo: own"`); m != want {
+		t.Errorf("once message:\n%s\nwant\n%s", m, want)
+	}
+	s := ev2SubList(t, mw2)[once["id"].(string)]
+	if s["endReason"] != "fired" {
+		t.Errorf("once subscription after its event: %v", s)
+	}
+}
+
+// ---- R8.6 once, R8.5 match, R8.12 ---------------------------------------------
+
+// R8.6: a once subscription with a digest ends at its first event, shows it held
+// in list_subscriptions until the digest delivers it, and takes nothing more.
+// R8.5: match filters case-insensitively. R8.12: two subscriptions taking the
+// same event deliver it once, the undelayed one at once.
+func TestOnceDigestMatchAndDuplicates(t *testing.T) {
+	t.Parallel()
+	clock := scheduler.NewScaled(time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC), 60)
+	r := Start(t, Options{Clock: clock, Config: func(c *config.Config) { c.Timing.Coalesce = 0 }})
+	w := r.NewSession(map[string]any{"title": "watcher"})
+	a := r.NewSession(map[string]any{"title": "alpha"})
+	b := r.NewSession(map[string]any{"title": "beta"})
+	once := ev2Sub(t, r, w, map[string]any{"sessions": []string{a.ID}, "events": []string{"turn_end"}, "once": true, "digest_minutes": 3}, true)
+	oid := once["id"].(string)
+	if once["once"] != true || once["digestMinutes"] != float64(3) {
+		t.Errorf("subscription: %v", once)
+	}
+	mw := r.Connect(w.Token, nil)
+	matched := ev2SubMCP(t, mw, map[string]any{"sessions": []string{a.ID}, "events": []string{"turn_end"}, "match": `ECHO: mark\w+`})
+	if matched["match"] != `ECHO: mark\w+` {
+		t.Errorf("match = %v", matched["match"])
+	}
+	digestB := ev2SubMCP(t, mw, map[string]any{"sessions": []string{b.ID}, "events": []string{"turn_end"}, "digest_minutes": 3})
+	ev2SubMCP(t, mw, map[string]any{"sessions": []string{b.ID}, "events": []string{"turn_end"}})
+
+	ev2Done(t, r, a.ID, "first")
+	held := ev2Held(t, mw, oid, 1)
+	if held["endReason"] != "fired" || held["nextDeliveryAt"] == nil {
+		t.Errorf("the fired once subscription while its event is held: %v", held)
+	}
+	ev2Done(t, r, a.ID, "second")
+	ev2Done(t, r, a.ID, "other")
+	ev2Done(t, r, a.ID, "marker")
+	ev2WaitCount(t, r, w.ID, `"echo: marker"`, 1)
+
+	// R8.12: the plain subscription delivers at once; the digest one adds nothing later.
+	ev2Done(t, r, b.ID, "dup")
+	ev2WaitCount(t, r, w.ID, `"echo: dup"`, 1)
+
+	m := ev2WaitMsg(t, r, w.ID, `"echo: first"`)
+	if want := ev2Header + "\n" + ev2Line(a, `turn_end (done) "echo: first"`); m != want {
+		t.Errorf("a digest of one event must read like the event alone:\n%s\nwant\n%s", m, want)
+	}
+	after := ev2SubList(t, mw)[oid]
+	if after["endReason"] != "fired" {
+		t.Errorf("once subscription: %v", after)
+	}
+	if _, ok := after["heldCount"]; ok {
+		t.Errorf("an ended subscription with nothing held shows heldCount: %v", after)
+	}
+	ev2Held(t, mw, digestB["id"].(string), 0) // its digest came (and found the event delivered)
+	ev2Done(t, r, b.ID, "later")
+	lines := ev2WaitCount(t, r, w.ID, `"echo: later"`, 1)
+	for frag, want := range map[string]int{`"echo: first"`: 1, `"echo: second"`: 0, `"echo: other"`: 0, `"echo: marker"`: 1, `"echo: dup"`: 1} {
+		if n := ev2Count(lines, frag); n != want {
+			t.Errorf("%d lines with %s, want %d:\n%s", n, frag, want, strings.Join(lines, "\n"))
+		}
+	}
+}
+
+// ---- R8.4–R8.9 validation, R5.2.2, R5.4 card ------------------------------------
+
+// R8.4–R8.9, R3.4a: bad subscribe arguments are rejected before any card with
+// the exact messages; the first subscribe asks a card naming its options, the
+// second asks none; the limit of subscriptions per conversation.
+func TestSubscribeValidationCardAndLimit(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{Config: func(c *config.Config) {
+		c.Timing.Coalesce = 0
+		c.Limits.SubscriptionsPerConversation = 2
+	}})
+	w := r.NewSession(map[string]any{"title": "watcher"})
+	a := r.NewSession(map[string]any{"title": "alpha"})
+	c := r.NewSession(map[string]any{"title": "gamma"})
+	mw := r.Connect(w.Token, nil)
+	sub := func(args map[string]any) map[string]any {
+		args["action"] = "subscribe"
+		args["relay"] = "this"
+		return args
+	}
+	bad := func(args map[string]any, code, msg string) {
+		t.Helper()
+		env := mw.MustFail(sub(args), code)
+		if msg != "" && !strings.HasPrefix(env["error"].(string), msg) {
+			t.Errorf("subscribe %v: error %q, want it to start with %q", args, env["error"], msg)
+		}
+		if code == ev2Invalid && !strings.Contains(env["error"].(string), "No subscription was made.") {
+			t.Errorf("subscribe %v: error %q does not say that nothing was made", args, env["error"])
+		}
+	}
+	one := []string{a.ID}
+	bad(map[string]any{"sessions": one, "match": "(unclosed"}, ev2Invalid, "")
+	bad(map[string]any{"sessions": one, "exclude": []string{c.ID}}, ev2Invalid,
+		`exclude goes with sessions ["all"] only; a list of sessions names what it watches.`)
+	bad(map[string]any{"sessions": []string{w.ID}}, "REMOTE_RELAY_SELF", "")
+	bad(map[string]any{"sessions": []string{a.ID, w.ID}}, "REMOTE_RELAY_SELF", "")
+	bad(map[string]any{"sessions": []string{ev2NoSuchSession}}, ev2NotFound, "")
+	bad(map[string]any{"sessions": one, "events": []string{"turn_ended"}}, ev2Invalid, "")
+	for _, k := range []string{"digest_minutes", "heartbeat_minutes", "stalled_minutes"} {
+		for _, v := range []int{0, 1441, -1} {
+			bad(map[string]any{"sessions": one, k: v}, ev2Invalid, "")
+		}
+	}
+	const times = `quiet_hours from and to must be times of day as "HH:MM" (00:00 to 23:59)`
+	for _, q := range []map[string]any{
+		{"from": "24:00", "to": "06:00", "tz": "Europe/Berlin"},
+		{"from": "23:60", "to": "06:00", "tz": "Europe/Berlin"},
+		{"from": "7:00", "to": "08:00", "tz": "Europe/Berlin"},
+		{"from": "23:00", "to": "", "tz": "Europe/Berlin"},
+		{"from": "23:00", "to": "6pm", "tz": "UTC"},
+	} {
+		bad(map[string]any{"sessions": one, "quiet_hours": q}, ev2Invalid, times)
+	}
+	bad(map[string]any{"sessions": one, "quiet_hours": map[string]any{"from": "23:00", "to": "23:00", "tz": "UTC"}}, ev2Invalid,
+		"quiet_hours from and to must differ")
+	bad(map[string]any{"sessions": one, "quiet_hours": map[string]any{"from": "23:00", "to": "06:00", "tz": "Berlin"}}, ev2Invalid,
+		`quiet_hours tz "Berlin" is not an IANA time zone (for example "Europe/Berlin", "America/New_York", "UTC")`)
+	bad(map[string]any{"sessions": one, "quiet_hours": map[string]any{"from": "23:00", "to": "06:00", "tz": "Mars/Olympus_Mons"}}, ev2Invalid,
+		`quiet_hours tz "Mars/Olympus_Mons" is not an IANA time zone`)
+	if n := len(ev2PendingCards(r, w.ID)); n != 0 {
+		t.Fatalf("a rejected subscribe left %d cards", n)
+	}
+	// A first subscribe outside a turn needs the card and cannot ask it.
+	mw.MustFail(sub(map[string]any{"sessions": one}), "REMOTE_RELAY_NO_ACTIVE_TURN")
+
+	// R5.2.2, R5.4: the first subscribe's card names its options.
+	s1, card := ev2InTurn(t, r, w, sub(map[string]any{"sessions": []string{"all"}, "exclude": []string{c.ID}, "digest_minutes": 30,
+		"quiet_hours": map[string]any{"from": "23:00", "to": "06:00", "tz": "Europe/Berlin"}}), true)
+	if s1["ok"] != true {
+		t.Fatalf("subscribe: %v", s1)
+	}
+	lines := strings.Join(ev2Strs(card["lines"]), "\n")
+	if !strings.Contains(lines, "digest every 30 min, quiet 23:00–06:00 Europe/Berlin, except 1 it leaves out") {
+		t.Errorf("card lines do not name the options:\n%s", lines)
+	}
+	if card["relay"] != "desk" {
+		t.Errorf("card relay = %v", card["relay"])
+	}
+	got := s1["subscription"].(map[string]any)
+	if !strings.HasPrefix(got["id"].(string), "sub_") || fmt.Sprint(got["sessions"]) != "[all]" || got["digestMinutes"] != float64(30) ||
+		fmt.Sprint(got["exclude"]) != "["+c.ID+"]" || got["stalledMinutes"] != float64(15) || got["once"] != false {
+		t.Errorf("subscription: %v", got)
+	}
+	if ev := ev2Strs(got["events"]); strings.Join(ev, ",") != "question_asked,error,turn_end,subagent_finished,task_failed,stalled,all_idle" {
+		t.Errorf("default events = %v (R8.2)", ev)
+	}
+	if q, _ := got["quietHours"].(map[string]any); q["from"] != "23:00" || q["to"] != "06:00" || q["tz"] != "Europe/Berlin" {
+		t.Errorf("quietHours = %v", got["quietHours"])
+	}
+	// The second subscribe asks no card (it works outside a turn); empty quiet_hours counts as none.
+	env := mw.MustOK(sub(map[string]any{"sessions": one, "quiet_hours": map[string]any{"from": "", "to": "", "tz": ""}}))
+	s2 := env["subscription"].(map[string]any)
+	if _, ok := s2["quietHours"]; ok {
+		t.Errorf("all-empty quiet_hours was kept: %v", s2)
+	}
+	if want := "subscribe → desk: 1 session (" + s2["id"].(string) + ")"; env["summary"] != want {
+		t.Errorf("summary %q, want %q", env["summary"], want)
+	}
+	if l := ev2SubList(t, mw)[s2["id"].(string)]; l["quietHours"] != nil || l["heldCount"] != float64(0) || l["nextDeliveryAt"] != nil {
+		t.Errorf("list entry: %v", l)
+	}
+	// R8.4: the limit (2 here).
+	env = mw.MustFail(sub(map[string]any{"sessions": one}), "REMOTE_RELAY_LIMIT")
+	if !strings.Contains(env["error"].(string), "No subscription was made.") {
+		t.Errorf("limit error: %v", env["error"])
+	}
+	if n := len(ev2SubList(t, mw)); n != 2 {
+		t.Errorf("%d subscriptions after the refused one, want 2", n)
+	}
+}
+
+const ev2NoSuchSession = "0000000000000000eeeeeeeeeeeeeeee"
+
+func ev2PendingCards(r *Relay, sid string) []map[string]any {
+	var out []map[string]any
+	for _, c := range r.Cards() {
+		if c["session"] == sid {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// ---- R8.4, R8.7 all + exclude, R8.12, R7.4 watched ----------------------------------
+
+// R8.7: sessions excluded from ["all"] are ignored, all_idle included; the own
+// conversation is silently left out; R8.12: two subscriptions taking one event
+// deliver it once; R7.4: list_sessions marks watched sessions.
+func TestSubscribeAllExclude(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{Config: func(c *config.Config) { c.Timing.Coalesce = 0 }})
+	w := r.NewSession(map[string]any{"title": "watcher"})
+	a := r.NewSession(map[string]any{"title": "alpha"})
+	b := r.NewSession(map[string]any{"title": "beta"})
+	c := r.NewSession(map[string]any{"title": "gamma"})
+	sub := ev2Sub(t, r, w, map[string]any{"sessions": []string{"all"}, "exclude": []string{c.ID}}, true)
+	sid := sub["id"].(string)
+	mw := r.Connect(w.Token, nil)
+	ev2SubMCP(t, mw, map[string]any{"sessions": []string{a.ID}, "events": []string{"turn_end"}})
+
+	idle := fmt.Sprintf("[relay event] all_idle: no turn or task is running in the 2 watched sessions (subscription %s)", sid)
+	ev2Done(t, r, a.ID, "one")
+	ev2WaitCount(t, r, w.ID, idle, 1)
+	ev2Done(t, r, c.ID, "excluded")
+	ev2Done(t, r, b.ID, "two")
+	lines := ev2WaitCount(t, r, w.ID, idle, 2)
+	lines = ev2WaitCount(t, r, w.ID, `"echo: two"`, 1)
+	if n := ev2Count(lines, `"echo: one"`); n != 1 {
+		t.Errorf("an event two subscriptions took came %d times, want once (R8.12):\n%s", n, strings.Join(lines, "\n"))
+	}
+	if n := ev2Count(lines, c.ID[:8]) + ev2Count(lines, "excluded"); n != 0 {
+		t.Errorf("an excluded session's events came:\n%s", strings.Join(lines, "\n"))
+	}
+	if n := ev2Count(lines, w.ID[:8]); n != 0 {
+		t.Errorf("the watcher's own turns were delivered to it:\n%s", strings.Join(lines, "\n"))
+	}
+	// all_idle is a transition of the watched sessions (alpha, beta): the
+	// excluded gamma and the watcher's own turns (each delivery starts one)
+	// must not re-arm it. Bounded check after the positive ones above.
+	ev2Never(t, 3*time.Second, func() bool { lines = ev2Lines(r, w.ID); return ev2Count(lines, "all_idle") > 2 },
+		"more than 2 all_idle lines (after alpha, after beta)")
+	if n := ev2Count(lines, "all_idle"); n > 2 {
+		t.Logf("%d all_idle lines; the first lines:\n%s", n, strings.Join(lines[:min(len(lines), 12)], "\n"))
+	}
+
+	env := mw.MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
+	watched := map[string]any{}
+	for _, x := range env["sessions"].([]any) {
+		s := x.(map[string]any)
+		watched[s["id"].(string)] = s["watched"]
+	}
+	if watched[a.ID] != true || watched[b.ID] != true {
+		t.Errorf("list_sessions watched: alpha %v, beta %v; want true", watched[a.ID], watched[b.ID])
+	}
+	if watched[c.ID] != nil || watched[w.ID] != nil {
+		t.Errorf("list_sessions watched: excluded gamma %v, the watcher itself %v; want no field", watched[c.ID], watched[w.ID])
+	}
+}
+
+// ---- R8.1, R8.2, R8.14a tasks; §16 metrics ------------------------------------------
+
+// R8.1/R8.2/R8.14a: a failing background task wakes a default subscription with
+// task_failed; a task that ended well does not, unless task_finished (and
+// task_started) are named; subagent_finished. §16: events and deliveries counted.
+func TestTaskEventsAndMetrics(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{Config: func(c *config.Config) { c.Timing.Coalesce = 0 }})
+	w := r.NewSession(map[string]any{"title": "watcher"})
+	w2 := r.NewSession(map[string]any{"title": "task-watcher"})
+	a := r.NewSession(map[string]any{"title": "alpha"})
+	ev2Sub(t, r, w, map[string]any{"sessions": []string{a.ID}}, true)
+	ev2Sub(t, r, w2, map[string]any{"sessions": []string{a.ID}, "events": []string{"task_finished", "task_started"}}, true)
+
+	// A background task that fails.
+	ev2Done(t, r, a.ID, Script(map[string]any{"task": map[string]any{"description": "npm test", "lines": []string{"1 failed"}, "line_ms": 100, "exit": 1, "background": true}}))
+	failed := ev2WaitCount(t, r, w.ID, "task_failed", 1)
+	var line string
+	for _, l := range failed {
+		if strings.Contains(l, "task_failed") {
+			line = l
+		}
+	}
+	if m := ev2TaskRe.FindStringSubmatch(line); m == nil || line != ev2Line(a, `task_failed `+m[1]+` "npm test" (exit 1)`) {
+		t.Errorf("task_failed line %q, want %q", line, ev2Line(a, `task_failed ID8 "npm test" (exit 1)`))
+	}
+	// A foreground task that ends well: its turn_end comes after it.
+	ev2Done(t, r, a.ID, Script(map[string]any{"task": map[string]any{"description": "go build", "lines": []string{"ok"}, "exit": 0}}, map[string]any{"reply": "built"}))
+	ev2WaitCount(t, r, w.ID, `turn_end (done) "built"`, 1)
+	// A sub-agent.
+	ev2Done(t, r, a.ID, Script(map[string]any{"subagent": map[string]any{"description": "explore repo", "ms": 200}}, map[string]any{"reply": "spawned"}))
+	lines := ev2WaitCount(t, r, w.ID, ev2Line(a, `subagent_finished "explore repo"`), 1)
+	for _, frag := range []string{"task_finished", "task_started"} {
+		if n := ev2Count(lines, frag); n != 0 {
+			t.Errorf("a default subscription got %s (R8.2):\n%s", frag, strings.Join(lines, "\n"))
+		}
+	}
+	// The subscription naming task_finished and task_started.
+	l2 := ev2WaitCount(t, r, w2.ID, `task_finished`, 1)
+	l2 = ev2WaitCount(t, r, w2.ID, `task_started`, 2)
+	var started, finished []string
+	for _, l := range l2 {
+		if m := ev2TaskRe.FindStringSubmatch(l); m != nil {
+			switch {
+			case strings.Contains(l, "task_started"):
+				started = append(started, strings.Replace(l, m[1], "ID8", 1))
+			case strings.Contains(l, "task_finished"):
+				finished = append(finished, strings.Replace(l, m[1], "ID8", 1))
+			}
+		}
+	}
+	wantStarted := []string{ev2Line(a, `task_started ID8 "npm test"`), ev2Line(a, `task_started ID8 "go build"`)}
+	if strings.Join(started, "\n") != strings.Join(wantStarted, "\n") {
+		t.Errorf("task_started lines:\n%s\nwant\n%s", strings.Join(started, "\n"), strings.Join(wantStarted, "\n"))
+	}
+	if want := ev2Line(a, `task_finished ID8 "go build" (exit 0)`); strings.Join(finished, "\n") != want {
+		t.Errorf("task_finished lines:\n%s\nwant\n%s", strings.Join(finished, "\n"), want)
+	}
+	if n := ev2Count(l2, "turn_end") + ev2Count(l2, "task_failed") + ev2Count(l2, "subagent_finished"); n != 0 {
+		t.Errorf("the task subscription got kinds it did not name:\n%s", strings.Join(l2, "\n"))
+	}
+
+	// §16: /metrics counts events by kind and deliveries.
+	resp, err := http.Get(r.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(body)
+	for _, re := range []string{`(?m)^relay_events_total\{kind="turn_end"\} [1-9][0-9]*$`, `(?m)^relay_events_total\{kind="task_failed"\} 1$`,
+		`(?m)^relay_deliveries_total\{kind="message"\} [1-9][0-9]*$`} {
+		if !regexp.MustCompile(re).MatchString(text) {
+			t.Errorf("/metrics has no line matching %s", re)
+		}
+	}
+	for _, id := range []string{w.ID, a.ID} {
+		if strings.Contains(text, id) {
+			t.Errorf("/metrics carries a session id")
+		}
+	}
+}
+
+// ---- R8.1 stalled -------------------------------------------------------------------
+
+// R8.1, R8.14a: a turn with no output for stalled_minutes (2 min on a 60× clock) gives one stalled line.
+func TestStalledTurn(t *testing.T) {
+	t.Parallel()
+	clock := scheduler.NewScaled(time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC), 60)
+	r := Start(t, Options{Clock: clock, Config: func(c *config.Config) { c.Timing.Coalesce = 0 }})
+	w := r.NewSession(map[string]any{"title": "watcher"})
+	a := r.NewSession(map[string]any{"title": "alpha"})
+	sub := ev2Sub(t, r, w, map[string]any{"sessions": []string{a.ID}, "stalled_minutes": 2}, true)
+	if sub["stalledMinutes"] != float64(2) {
+		t.Errorf("stalledMinutes = %v", sub["stalledMinutes"])
+	}
+	mid := r.Message(a.ID, Script(map[string]any{"sleep_ms": 5000}, map[string]any{"reply": "woke up"}))
+	lines := ev2WaitCount(t, r, w.ID, "stalled: no output for", 1)
+	re := regexp.MustCompile(`^` + regexp.QuoteMeta(ev2Line(a, "stalled: no output for ")) + `(\d+) min$`)
+	var n int
+	for _, l := range lines {
+		if m := re.FindStringSubmatch(l); m != nil {
+			fmt.Sscan(m[1], &n)
+		}
+	}
+	if n < 2 || n > 4 {
+		t.Errorf("stalled line(s) %q: want `stalled: no output for N min` with N about 2", lines)
+	}
+	r.WaitTurn(mid, ev2Wait, "done")
+	lines = ev2WaitCount(t, r, w.ID, `"woke up"`, 1)
+	if c := ev2Count(lines, "stalled:"); c != 1 {
+		t.Errorf("%d stalled lines for one quiet stretch, want 1:\n%s", c, strings.Join(lines, "\n"))
+	}
+	var si, ti int
+	for i, l := range lines {
+		if strings.Contains(l, "stalled:") {
+			si = i
+		}
+		if strings.Contains(l, `"woke up"`) {
+			ti = i
+		}
+	}
+	if si > ti {
+		t.Errorf("the stalled line came after the turn ended:\n%s", strings.Join(lines, "\n"))
+	}
+}
+
+// ---- heartbeat (R8.1, R8.9) -------------------------------------------------------------
+
+// R8.1, R8.14a: heartbeat_minutes 1 on a 60× clock gives heartbeat lines, also
+// for a subscription that names no events (setting heartbeat_minutes asks for
+// them); R8.9: none inside quiet hours.
+func TestHeartbeat(t *testing.T) {
+	t.Parallel()
+	clock := scheduler.NewScaled(time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC), 60)
+	r := Start(t, Options{Clock: clock, Config: func(c *config.Config) { c.Timing.Coalesce = 0 }})
+	wd := r.NewSession(map[string]any{"title": "default-watcher"})
+	wq := r.NewSession(map[string]any{"title": "quiet-watcher"})
+	w := r.NewSession(map[string]any{"title": "watcher"})
+	a := r.NewSession(map[string]any{"title": "alpha"})
+	b := r.NewSession(map[string]any{"title": "beta"})
+	both := []string{a.ID, b.ID}
+	// Subscribed in this order, so the others' beats are due no later than w's.
+	subD := ev2Sub(t, r, wd, map[string]any{"sessions": both, "heartbeat_minutes": 1}, true)
+	ev2Sub(t, r, wq, map[string]any{"sessions": both, "events": []string{"heartbeat"}, "heartbeat_minutes": 1,
+		"quiet_hours": map[string]any{"from": "11:00", "to": "14:00", "tz": "UTC"}}, true)
+	sub := ev2Sub(t, r, w, map[string]any{"sessions": both, "events": []string{"heartbeat"}, "heartbeat_minutes": 1}, true)
+	if sub["heartbeatMinutes"] != float64(1) {
+		t.Errorf("heartbeatMinutes = %v", sub["heartbeatMinutes"])
+	}
+	want := fmt.Sprintf("[relay event] heartbeat: 2 watched sessions, 0 running, 2 idle (subscription %s)", sub["id"])
+	lines := ev2WaitCount(t, r, w.ID, want, 2)
+	for _, l := range lines {
+		if l != want {
+			t.Errorf("unexpected line %q", l)
+		}
+	}
+	if got := ev2Lines(r, wq.ID); len(got) != 0 {
+		t.Errorf("heartbeats came inside quiet hours:\n%s", strings.Join(got, "\n"))
+	}
+	wantD := fmt.Sprintf("[relay event] heartbeat: 2 watched sessions, 0 running, 2 idle (subscription %s)", subD["id"])
+	if got := ev2Lines(r, wd.ID); ev2Count(got, wantD) == 0 {
+		t.Errorf("a subscription with heartbeat_minutes 1 and no events got no heartbeat while another got 2 (R8.1: heartbeat every heartbeat_minutes); its lines: %q", got)
+	}
+}
+
+// ---- R8.19, R8.22–R8.24, R7.4, §12 ---------------------------------------------------------
+
+// R8.22 unsubscribe by id and "all"; R8.23 list_subscriptions with ended ones;
+// R8.19 archiving the watched session; R8.24 transfer_subscriptions always asks a
+// card; §12 owner API watching/watched and DELETE /subscriptions/{id}.
+func TestSubscriptionLifecycle(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{Config: func(c *config.Config) { c.Timing.Coalesce = 0 }})
+	w := r.NewSession(map[string]any{"title": "watcher"})
+	v := r.NewSession(map[string]any{"title": "heir"})
+	a := r.NewSession(map[string]any{"title": "alpha"})
+	b := r.NewSession(map[string]any{"title": "beta"})
+	c := r.NewSession(map[string]any{"title": "gamma"})
+	s1 := ev2Sub(t, r, w, map[string]any{"sessions": []string{a.ID}}, true)["id"].(string)
+	mw := r.Connect(w.Token, nil)
+	mv := r.Connect(v.Token, nil)
+	s2 := ev2SubMCP(t, mw, map[string]any{"sessions": []string{b.ID}})["id"].(string)
+	s3 := ev2SubMCP(t, mw, map[string]any{"sessions": []string{a.ID, c.ID}, "events": []string{"turn_end"}})["id"].(string)
+
+	list := ev2SubList(t, mw)
+	if len(list) != 3 {
+		t.Fatalf("list_subscriptions: %d, want 3: %v", len(list), list)
+	}
+	for _, k := range []string{"id", "scope", "sessions", "events", "once", "match", "stalledMinutes", "heartbeatMinutes", "digestMinutes",
+		"quietHours", "exclude", "heldCount", "nextDeliveryAt"} {
+		if _, ok := list[s3][k]; !ok {
+			t.Errorf("list_subscriptions entry lacks %q: %v", k, list[s3])
+		}
+	}
+	if ss := list[s3]["sessions"].([]any); len(ss) != 2 || ss[0].(map[string]any)["title"] != "alpha" || ss[1].(map[string]any)["id"] != c.ID {
+		t.Errorf("sessions = %v", list[s3]["sessions"])
+	}
+	// Owner API.
+	gw := r.Get(w.ID)
+	if ws, _ := gw["watching"].([]any); len(ws) != 3 || gw["watched"] != false {
+		t.Errorf("GET watcher: watching %v, watched %v", gw["watching"], gw["watched"])
+	}
+	ga := r.Get(a.ID)
+	if ws, _ := ga["watching"].([]any); len(ws) != 0 || ga["watched"] != true {
+		t.Errorf("GET alpha: watching %v, watched %v", ga["watching"], ga["watched"])
+	}
+
+	// Unsubscribe by id; an unknown id.
+	env := mw.MustOK(map[string]any{"action": "unsubscribe", "subscription_id": s1})
+	if fmt.Sprint(env["unsubscribed"]) != "["+s1+"]" {
+		t.Errorf("unsubscribe: %v", env)
+	}
+	mw.MustFail(map[string]any{"action": "unsubscribe", "subscription_id": "sub_0000000000"}, ev2NotFound)
+	mw.MustFail(map[string]any{"action": "unsubscribe", "subscription_id": s1}, ev2NotFound) // no longer active
+	// Archiving the only watched session of s2 ends it.
+	if st := r.Owner("POST", "/api/v1/sessions/"+b.ID+"/archive", nil, nil); st != http.StatusOK {
+		t.Fatalf("archive beta: status %d", st)
+	}
+	// The owner's Unsubscribe.
+	var del map[string]any
+	if st := r.Owner("DELETE", "/api/v1/subscriptions/"+s3, nil, &del); st != http.StatusOK || del["endReason"] != "unsubscribed" {
+		t.Errorf("DELETE /subscriptions/%s: status %d %v", s3, st, del)
+	}
+	if st := r.Owner("DELETE", "/api/v1/subscriptions/sub_0000000000", nil, nil); st != http.StatusNotFound {
+		t.Errorf("DELETE an unknown subscription: status %d, want 404", st)
+	}
+	list = ev2SubList(t, mw)
+	for id, reason := range map[string]string{s1: "unsubscribed", s2: "archived", s3: "unsubscribed"} {
+		if list[id]["endReason"] != reason {
+			t.Errorf("subscription %s: endReason %v, want %s (%v)", id, list[id]["endReason"], reason, list[id])
+		}
+	}
+	if ga := r.Get(a.ID); ga["watched"] != false {
+		t.Errorf("alpha still watched after its subscriptions ended: %v", ga["watched"])
+	}
+	// unsubscribe "all".
+	s4 := ev2SubMCP(t, mw, map[string]any{"sessions": []string{a.ID}})["id"].(string)
+	s5 := ev2SubMCP(t, mw, map[string]any{"sessions": []string{"all"}})["id"].(string)
+	env = mw.MustOK(map[string]any{"action": "unsubscribe", "subscription_id": "all"})
+	if got := ev2Strs(env["unsubscribed"]); len(got) != 2 || !(got[0] == s4 || got[1] == s4) || !(got[0] == s5 || got[1] == s5) {
+		t.Errorf(`unsubscribe "all": %v`, env)
+	}
+	for _, s := range ev2SubList(t, mw) {
+		if s["endReason"] == nil {
+			t.Errorf("an active subscription after unsubscribe all: %v", s)
+		}
+	}
+
+	// Transfer: always a card; the old one ends "transferred".
+	s6 := ev2SubMCP(t, mw, map[string]any{"sessions": []string{c.ID}, "events": []string{"turn_end"}})["id"].(string)
+	tenv, card := ev2InTurn(t, r, v, map[string]any{"action": "transfer_subscriptions", "from": w.ID}, true)
+	if tenv["ok"] != true {
+		t.Fatalf("transfer: %v", tenv)
+	}
+	moved := tenv["subscriptions"].([]any)
+	if len(moved) != 1 || !strings.Contains(strings.Join(ev2Strs(card["lines"]), "\n"), "Move 1 subscription") {
+		t.Errorf("transfer: %v; card %v", tenv, card["lines"])
+	}
+	nid := moved[0].(map[string]any)["id"].(string)
+	if nid == s6 {
+		t.Errorf("the moved subscription kept its id")
+	}
+	if ls := ev2SubList(t, mw); ls[s6]["endReason"] != "transferred" {
+		t.Errorf("old subscription after transfer: %v", ls[s6])
+	}
+	vl := ev2SubList(t, mv)
+	if vl[nid] == nil || vl[nid]["endReason"] != nil || fmt.Sprint(vl[nid]["events"]) != "[turn_end]" {
+		t.Errorf("heir's subscriptions: %v", vl)
+	}
+	// list_subscriptions of another conversation.
+	other := mv.MustOK(map[string]any{"action": "list_subscriptions", "watcher": w.ID})
+	if n := len(other["subscriptions"].([]any)); n != 6 {
+		t.Errorf("list_subscriptions watcher=%s: %d entries, want 6 ended ones", w.ID[:8], n)
+	}
+	// The event now reaches the heir, not the old watcher.
+	ev2Done(t, r, c.ID, "after transfer")
+	ev2WaitCount(t, r, v.ID, `"echo: after transfer"`, 1)
+	if n := ev2Count(ev2Lines(r, w.ID), "after transfer"); n != 0 {
+		t.Errorf("the old watcher still got the event after the transfer")
+	}
+	// A second transfer asks a card again (R5.2.5: always).
+	tenv, _ = ev2InTurn(t, r, v, map[string]any{"action": "transfer_subscriptions", "from": w.ID}, true)
+	if tenv["ok"] != true || len(tenv["subscriptions"].([]any)) != 0 {
+		t.Errorf("second transfer: %v", tenv)
+	}
+}
