@@ -102,6 +102,7 @@ func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result
 	if first.IsZero() {
 		first = now.Add(time.Duration(every) * time.Minute)
 	}
+	first = first.Truncate(time.Millisecond) // occurrence tasks carry unix milliseconds
 	// Card: in ask/plan mode a schedule into another session is a write action (R5.2.3, R9.6);
 	// it counts toward loop protection once when set.
 	need := &cardNeed{}
@@ -246,7 +247,7 @@ func (r *Relay) Fire(ctx context.Context, id string, at time.Time, approved bool
 	if err != nil || sc.EndReason != "" {
 		return err
 	}
-	if !sc.NextFireAt.Equal(at) && sc.HeldSince.IsZero() {
+	if sc.NextFireAt.UnixMilli() != at.UnixMilli() && sc.HeldSince.IsZero() {
 		return nil // a stale task: the schedule moved on
 	}
 	// Never before its nextFireAt (asynq may run a task up to ~1 s early).

@@ -109,6 +109,12 @@ func (r *Relay) answer(ctx context.Context, qid, text, by string) (*store.Questi
 	if !ok {
 		return nil, Errorf(CodeNotFound, "Question %s was already answered. %s", qid, nothingSent)
 	}
+	// The turn no longer waits on it: a wait right after this must not report "question".
+	if q.Turn != "" {
+		if err := r.st.SetTurnFields(ctx, q.Turn, "question", ""); err != nil {
+			return nil, internal(err)
+		}
+	}
 	if err := r.st.Notify(ctx, "q:"+qid); err != nil {
 		return nil, internal(err)
 	}

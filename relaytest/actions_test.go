@@ -4,8 +4,8 @@ package relaytest
 // MCP client against a real relay: each action's success path and each error
 // code it can give here (SPEC §3, §4.2, §5, §6, §7, §12, §15). Paired relays do
 // not exist yet, so a relay name other than "this" or the own name gives
-// REMOTE_RELAY_UNKNOWN_RELAY, and the subscription, schedule and ask actions
-// answer REMOTE_RELAY_UNSUPPORTED.
+// REMOTE_RELAY_UNKNOWN_RELAY. The subscription, schedule and ask actions are
+// tested in depth in their own files; here only their envelope basics.
 
 import (
 	"context"
@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/oar/relay/config"
 )
 
 const (
@@ -314,6 +316,18 @@ func TestActionsEnvelope(t *testing.T) {
 		}
 	})
 
+	t.Run("legacy tool name", func(t *testing.T) {
+		env, isErr := m.CallTool("remote_relay", map[string]any{"action": "usage", "relay": "this"}, nil)
+		if isErr || env["ok"] != true {
+			t.Fatalf("remote_relay usage: %v", env)
+		}
+		wantEq(t, "summary", env["summary"], "usage → desk: 1 provider, quotas not tracked")
+		env, isErr = m.CallTool("remote_relay", map[string]any{"action": "usage"}, nil)
+		if !isErr || env["code"] != codeInvalid {
+			t.Fatalf("remote_relay without relay: %v", env)
+		}
+	})
+
 	t.Run("unknown and malformed action", func(t *testing.T) {
 		env := m.MustFail(map[string]any{"action": "fly", "relay": "this"}, codeInvalid)
 		wantHas(t, "error", env["error"], `Unknown action "fly"`, "list_relays", "read_session")
@@ -492,10 +506,17 @@ func TestActionsDisabled(t *testing.T) {
 			wantHas(t, fmt.Sprint(c["action"], " error"), env["error"], "Nothing was done.")
 		}
 	}
-	// Exempt from R4.2 (they are not built yet, so UNSUPPORTED rather than DISABLED).
-	m.MustFail(map[string]any{"action": "ask", "question": "ok?"}, codeUnsupported)
-	m.MustFail(map[string]any{"action": "list_questions", "relay": "this"}, codeUnsupported)
-	m.MustFail(map[string]any{"action": "withdraw", "question_id": "ask_0123456789"}, codeUnsupported)
+	// Exempt from R4.2 (R10.4): an ask into the own conversation, list_questions, withdraw.
+	env = m.MustOK(map[string]any{"action": "ask", "question": "ok?"})
+	askID := str(env["question_id"])
+	if !strings.HasPrefix(askID, "ask_") {
+		t.Errorf("ask question_id %v", env["question_id"])
+	}
+	env = m.MustOK(map[string]any{"action": "list_questions", "relay": "this"})
+	if findByID(t, list(t, env["questions"], "questions"), askID) == nil {
+		t.Errorf("list_questions %v lacks %s", env["questions"], askID)
+	}
+	m.MustOK(map[string]any{"action": "withdraw", "question_id": askID})
 	// Earlier checks still answer first.
 	m.MustFail(map[string]any{"action": "usage", "relay": "build-box"}, codeUnknownRelay)
 	m.MustFail(map[string]any{"action": "usage"}, codeInvalid)
@@ -518,41 +539,45 @@ func TestActionsDisabled(t *testing.T) {
 	m.MustFail(map[string]any{"action": "usage", "relay": "this"}, codeDisabled)
 }
 
-// The schedule and ask actions (a later part brings them) answer UNSUPPORTED
-// on this relay for now; every action naming an unknown relay answers
-// UNKNOWN_RELAY.
-func TestActionsUnsupported(t *testing.T) {
+// The subscription, schedule and question actions: relay may be left out
+// (R4.3), unknown ids are NOT_FOUND; every action naming an unknown relay
+// answers UNKNOWN_RELAY. (Their behaviour in depth is tested elsewhere.)
+func TestActionsLaterActionsBasics(t *testing.T) {
 	t.Parallel()
 	r := Start(t, Options{})
 	a := r.NewSession(map[string]any{"title": "caller"})
 	b := r.NewSession(map[string]any{"title": "target"})
 	m := r.Connect(a.Token, nil)
-	unsupported := []map[string]any{
+	for _, action := range []string{"list_subscriptions", "list_schedules", "list_questions"} {
+		for _, rel := range []any{nil, "this", "DESK"} {
+			args := map[string]any{"action": action}
+			if rel != nil {
+				args["relay"] = rel
+			}
+			env := m.MustOK(args)
+			wantEq(t, action+" relay", env["relay"], "desk")
+			wantHas(t, action+" summary", env["summary"], action+" → desk")
+		}
+	}
+	for _, c := range []map[string]any{
+		{"action": "unsubscribe", "subscription_id": "sub_0123456789ab"},
+		{"action": "unschedule", "schedule_id": "sch_0123456789ab"},
+		{"action": "withdraw", "question_id": "ask_0123456789ab"},
+	} {
+		env := m.MustFail(c, codeNotFound)
+		wantHas(t, fmt.Sprint(c["action"], " error"), env["error"], "Nothing was")
+	}
+	all := []map[string]any{
+		{"action": "subscribe", "sessions": []string{b.ID}},
+		{"action": "unsubscribe", "subscription_id": "sub_0123456789"},
+		{"action": "list_subscriptions"},
+		{"action": "transfer_subscriptions", "from": b.ID},
 		{"action": "schedule", "text": "later", "every_minutes": 5},
 		{"action": "list_schedules"},
 		{"action": "unschedule", "schedule_id": "sch_0123456789"},
 		{"action": "ask", "question": "ok?"},
 		{"action": "list_questions"},
 		{"action": "withdraw", "question_id": "ask_0123456789"},
-	}
-	for _, c := range unsupported {
-		for _, rel := range []any{nil, "this", "DESK"} {
-			args := map[string]any{}
-			for k, v := range c {
-				args[k] = v
-			}
-			if rel != nil {
-				args["relay"] = rel
-			}
-			env := m.MustFail(args, codeUnsupported)
-			wantHas(t, fmt.Sprint(c["action"], " error"), env["error"], str(c["action"]), "Nothing was done.")
-		}
-	}
-	all := append([]map[string]any{
-		{"action": "subscribe", "sessions": []string{b.ID}},
-		{"action": "unsubscribe", "subscription_id": "sub_0123456789"},
-		{"action": "list_subscriptions"},
-		{"action": "transfer_subscriptions", "from": b.ID},
 		{"action": "relay_info"},
 		{"action": "usage"},
 		{"action": "list_sessions"},
@@ -565,12 +590,14 @@ func TestActionsUnsupported(t *testing.T) {
 		{"action": "answer_question", "session": b.ID, "question_id": "q_0123456789abcdef", "answer": "x"},
 		{"action": "stop", "session": b.ID},
 		{"action": "archive", "session": b.ID},
-	}, unsupported...)
+	}
 	for _, c := range all {
 		args := map[string]any{"relay": "build-box"}
 		for k, v := range c {
 			args[k] = v
 		}
+		// A name that is not paired is UNKNOWN_RELAY for every action (§15); a paired
+		// relay named in a schedule action will answer UNSUPPORTED (R4.3).
 		env := m.MustFail(args, codeUnknownRelay)
 		wantHas(t, fmt.Sprint(c["action"], " error"), env["error"], `"build-box"`)
 	}
@@ -626,6 +653,7 @@ func TestActionsRelayInfoAndUsage(t *testing.T) {
 	p := obj(t, provs[0], "providers[0]")
 	wantEq(t, "id", p["id"], "scripted")
 	wantEq(t, "status", p["status"], "ok")
+	wantHas(t, "note", p["note"], "not tracked")
 	raw, _ := json.Marshal(env)
 	for _, secret := range []string{a.Token, OwnerToken} {
 		if strings.Contains(string(raw), secret) {
@@ -833,7 +861,10 @@ func TestActionsReadSession(t *testing.T) {
 	}
 	wantEq(t, "question", q, map[string]any{"id": q["id"], "kind": "ask_user", "question": "Deploy now?", "options": []any{"yes", "no"}})
 	wantEq(t, "state", env["state"], "running_turn")
-	wantEq(t, "inFlight", env["inFlight"], "thinking… ")
+	if env["inFlight"] != "thinking… " {
+		tr := r.Turn(qmid)
+		t.Errorf("inFlight = %#v, want \"thinking… \" (turn %s: status %s, partial %q, question %q)", env["inFlight"], tr.ID, tr.Status, tr.Partial, tr.Question)
+	}
 	if st := r.Owner("POST", "/api/v1/sessions/"+c.ID+"/questions/"+str(q["id"]), map[string]any{"choices": []string{"yes"}}, nil); st != http.StatusOK {
 		t.Fatalf("answer: %d", st)
 	}
@@ -943,6 +974,10 @@ func TestActionsReadTaskOutput(t *testing.T) {
 	if !strings.HasPrefix(sum, prefix) || !strings.HasSuffix(sum, ", 1 passed, 1 failed") {
 		t.Errorf("summary %q, want %q… , 1 passed, 1 failed", sum, prefix)
 	}
+
+	// A prefix of the task id works; the result carries the full id.
+	env = m.MustOK(map[string]any{"action": "read_task_output", "relay": "this", "session": b.ID[:8], "task_id": tid[:8]})
+	wantEq(t, "task.id from prefix", obj(t, env["task"], "task")["id"], tid)
 
 	// lines counts folded lines.
 	env = m.MustOK(map[string]any{"action": "read_task_output", "relay": "this", "session": b.ID, "task_id": tid, "lines": 6})
@@ -1280,6 +1315,14 @@ func TestActionsCreateSession(t *testing.T) {
 	wantEq(t, "title from text", env["title"], "three")
 	env = m.MustOK(create(map[string]any{"text": "four", "group": ""}))
 	wantEq(t, "empty group joins the caller's", obj(t, env["group"], "group")["id"], leadGroup)
+	// What the agent leaves out follows the caller's session.
+	if st := r.Owner("PATCH", "/api/v1/sessions/"+a.ID, map[string]any{"effort": "medium"}, nil); st != http.StatusOK {
+		t.Fatalf("patch effort: %d", st)
+	}
+	env = m.MustOK(create(map[string]any{"text": "inherit"}))
+	wantEq(t, "inherited effort", env["effort"], "medium")
+	wantEq(t, "inherited model", env["model"], "scripted-1")
+	wantEq(t, "inherited mode", env["mode"], "agent")
 	sub := filepath.Join(r.Config.DefaultCwd, "sub")
 	if err := os.MkdirAll(sub, 0o755); err != nil {
 		t.Fatal(err)
@@ -1307,10 +1350,13 @@ func TestActionsCreateSession(t *testing.T) {
 	wantEq(t, "read_session mayCreateSessions", readSession(m, nester, 1)["mayCreateSessions"], true)
 	env = m.MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
 	wantEq(t, "list mayCreateSessions", findByID(t, list(t, env["sessions"], "sessions"), nester)["mayCreateSessions"], true)
-	res, _ = inTurn(t, r, Session{ID: nester}, map[string]any{"action": "create_session", "relay": "this", "text": "grandchild", "wait_seconds": 15}, "allow")
+	res, card = inTurn(t, r, Session{ID: nester}, map[string]any{"action": "create_session", "relay": "this", "text": "grandchild",
+		"group": "RELEASE 2.4", "wait_seconds": 15}, "allow")
 	if res["ok"] != true {
 		t.Fatalf("create_session by an allowed agent session: %v", res)
 	}
+	wantHas(t, "card.lines", strings.Join(strList(t, card["lines"], "lines"), "\n"), "Group: Release 2.4 ("+g1+")")
+	wantEq(t, "grandchild group", res["group"], map[string]any{"id": g1, "name": "Release 2.4", "role": "member"})
 	grand := str(res["session"])
 	env = m.MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
 	wantEq(t, "grandchild startedBy", findByID(t, list(t, env["sessions"], "sessions"), grand)["startedBy"],
@@ -1583,7 +1629,7 @@ func TestActionsAnswerQuestion(t *testing.T) {
 	r.WaitTurn(amid, turnWait, "done")
 
 	// Success: the turn continues with the answer.
-	env = m.MustOK(ans(nil))
+	env = m.MustOK(ans(map[string]any{"question_id": qid[:10]}))
 	wantEq(t, "question_id", env["question_id"], qid)
 	wantEq(t, "answer", env["answer"], "pg")
 	wantEq(t, "summary", env["summary"], "answer_question → desk session "+b.ID[:8]+": answered "+qid)
@@ -1741,4 +1787,60 @@ func TestActionsAskModeCards(t *testing.T) {
 	wantEq(t, "reply", r.WaitTurn(qmid, turnWait, "done").Reply, "y")
 	res, _ = inTurn(t, r, a, map[string]any{"action": "archive", "relay": "this", "session": b.ID}, "allow")
 	wantEq(t, "archived", res["archived"], true)
+}
+
+// R7.6: a task that ended longer ago than the output is kept is NOT_FOUND.
+func TestActionsReadTaskOutputGone(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{Config: func(c *config.Config) { c.Timing.TaskOutputKept = 3 * time.Second }})
+	a := r.NewSession(map[string]any{"title": "caller"})
+	b := r.NewSession(map[string]any{"title": "tester"})
+	m := r.Connect(a.Token, nil)
+	r.WaitTurn(r.Message(b.ID, Script(map[string]any{"task": map[string]any{"description": "echo", "lines": []string{"one"},
+		"exit": 0, "background": false}})), turnWait, "done")
+	tasks, err := r.App.Store().Tasks(context.Background(), b.ID)
+	if err != nil || len(tasks) != 1 {
+		t.Fatalf("tasks %v %v", tasks, err)
+	}
+	tid := tasks[0].ID
+	args := map[string]any{"action": "read_task_output", "relay": "this", "session": b.ID, "task_id": tid}
+	env := m.MustOK(args)
+	wantEq(t, "tail", env["tail"], []any{"one"})
+	wantEq(t, "status", obj(t, env["task"], "task")["status"], "done")
+	wantEq(t, "exitCode", obj(t, env["task"], "task")["exitCode"], float64(0))
+	wantHas(t, "summary", env["summary"], "task "+tid[:8]+": 1 line, done")
+	Eventually(t, 15*time.Second, func() bool {
+		env, _ := m.Call(args)
+		return env["code"] == codeNotFound
+	}, "the ended task's output to be gone")
+	env = m.MustFail(args, codeNotFound)
+	wantHas(t, "error", env["error"], "Nothing was done.")
+}
+
+// R7.2, R7.9: relay_info lists at most 50 groups (most recent activity first,
+// groupsTotal when more); an UNKNOWN_GROUP error lists at most 20.
+func TestActionsGroupLists(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "caller"})
+	m := r.Connect(a.Token, nil)
+	var members []string
+	for i := 0; i < 51; i++ {
+		g := ownerGroup(t, r, fmt.Sprintf("g%02d", i))
+		members = append(members, r.NewSession(map[string]any{"title": fmt.Sprintf("s%02d", i), "group": g}).ID)
+	}
+	r.WaitTurn(r.Message(members[10], "recent"), turnWait, "done")
+	env := m.MustOK(map[string]any{"action": "relay_info", "relay": "this"})
+	groups := list(t, env["groups"], "groups")
+	wantEq(t, "groups listed", len(groups), 50)
+	wantEq(t, "groupsTotal", env["groupsTotal"], float64(51))
+	wantEq(t, "most recent group", obj(t, groups[0], "groups[0]")["name"], "g10")
+	wantEq(t, "summary", env["summary"], "relay_info → desk: 1 provider, modes agent, ask, plan, 51 groups")
+	env = m.MustFail(map[string]any{"action": "create_session", "relay": "this", "text": "x", "group": "g99"}, codeUnknownGroup)
+	wantEq(t, "error groups", len(list(t, env["groups"], "groups")), 20)
+	wantEq(t, "error groupsTotal", env["groupsTotal"], float64(51))
+	if n := strings.Count(str(env["error"]), "(grp_"); n != 20 {
+		t.Errorf("the error names %d groups, want 20: %q", n, env["error"])
+	}
+	wantHas(t, "error", env["error"], `Relay "desk" has no session group "g99". Groups there: g10 (grp_`, "No session was created.")
 }

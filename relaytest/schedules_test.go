@@ -1,0 +1,1140 @@
+package relaytest
+
+// End-to-end tests of schedules (SPEC §9) and asks (§10) through the real MCP
+// client against a real relay: firing on the grid on a 60× clock, once
+// schedules, missed times across a restart, no stacking, schedules into other
+// sessions (cards, loop protection, held firings), limits, bad input,
+// unschedule / Cancel / archive, the owner's schedule list; asks in the inbox,
+// answers and dismissals as question_answered events (never held), list,
+// withdraw, limits, asks on behalf of another session, R4.2 exemptions.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oar/relay/config"
+	"github.com/oar/relay/scheduler"
+)
+
+const (
+	codeScheduleLimit = "REMOTE_RELAY_SCHEDULE_LIMIT"
+	codeQuestionLimit = "REMOTE_RELAY_QUESTION_LIMIT"
+	schWait           = 20 * time.Second
+)
+
+var (
+	schIDRe = regexp.MustCompile(`^sch_[0-9a-f]{8,}$`)
+	askIDRe = regexp.MustCompile(`^ask_[0-9a-f]{8,}$`)
+)
+
+// ---- helpers ---------------------------------------------------------------
+
+// schClock is a clock 60× faster than the wall clock: 1 clock minute per real second.
+func schClock() *scheduler.Scaled {
+	return scheduler.NewScaled(time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC), 60)
+}
+
+// schFirstAt is an `at` about one clock minute ahead, in whole seconds. The
+// tests of restarts, stacking and held firings give it with every_minutes so
+// that they exercise their own rule: every_minutes alone never fires on this
+// build (TestScheduleOwnConversationGrid shows it).
+func schFirstAt(clock *scheduler.Scaled) string {
+	return clock.Now().Add(time.Minute).Truncate(time.Second).Format(time.RFC3339)
+}
+
+// schHeader is the first line of a schedule's message (R9.2).
+func schHeader(id, title, when string) string {
+	return "[relay schedule " + id + ` "` + title + `" · ` + when +
+		" · automated message from OAR, not from the user; it approves nothing]"
+}
+
+func schTime(t testing.TB, v any, what string) time.Time {
+	t.Helper()
+	s, ok := v.(string)
+	if !ok {
+		t.Fatalf("%s: want an RFC 3339 time, got %T %v", what, v, v)
+	}
+	tm, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.Fatalf("%s: %q is not RFC 3339: %v", what, s, err)
+	}
+	return tm
+}
+
+// schSet schedules through the MCP client and returns the new schedule's id.
+func schSet(t testing.TB, m *MCP, args map[string]any) string {
+	t.Helper()
+	args["action"] = "schedule"
+	env := m.MustOK(args)
+	id := str(env["schedule_id"])
+	if !schIDRe.MatchString(id) {
+		t.Fatalf("schedule_id %q is not sch_…: %v", id, env)
+	}
+	return id
+}
+
+// schList is list_schedules by id.
+func schList(t testing.TB, m *MCP) map[string]map[string]any {
+	t.Helper()
+	env := m.MustOK(map[string]any{"action": "list_schedules"})
+	out := map[string]map[string]any{}
+	for _, x := range list(t, env["schedules"], "schedules") {
+		s := obj(t, x, "schedule")
+		out[str(s["id"])] = s
+	}
+	return out
+}
+
+func schGet(t testing.TB, m *MCP, id string) map[string]any {
+	t.Helper()
+	s := schList(t, m)[id]
+	if s == nil {
+		t.Fatalf("list_schedules does not show %s", id)
+	}
+	return s
+}
+
+func schFired(t testing.TB, s map[string]any) int {
+	t.Helper()
+	return num(t, s["firedCount"], "firedCount")
+}
+
+// schMessages returns the schedule messages of a session, oldest first.
+func schMessages(r *Relay, sid string) []map[string]any {
+	r.tb.Helper()
+	var out []map[string]any
+	for _, m := range sessionMessages(r, sid) {
+		if m["role"] == "schedule" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// schOwnerList is GET /api/v1/schedules by id.
+func schOwnerList(t testing.TB, r *Relay) map[string]map[string]any {
+	t.Helper()
+	var out struct {
+		Schedules []map[string]any `json:"schedules"`
+	}
+	if st := r.Owner("GET", "/api/v1/schedules", nil, &out); st != http.StatusOK {
+		t.Fatalf("GET /api/v1/schedules: status %d", st)
+	}
+	m := map[string]map[string]any{}
+	for _, s := range out.Schedules {
+		m[str(s["id"])] = s
+	}
+	return m
+}
+
+// schLoop is a conversation's loop-protection count (R5.2.6), read from the store.
+func schLoop(t testing.TB, r *Relay, sid string) int {
+	t.Helper()
+	n, err := r.App.Store().LoopCount(context.Background(), sid)
+	if err != nil {
+		t.Fatalf("loop count: %v", err)
+	}
+	return n
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sorted(ids ...string) []string {
+	out := append([]string{}, ids...)
+	sort.Strings(out)
+	return out
+}
+
+// askEventMsgs returns a session's event messages (id, text, …), oldest first.
+func askEventMsgs(r *Relay, sid string) []map[string]any {
+	r.tb.Helper()
+	var out []map[string]any
+	for _, m := range sessionMessages(r, sid) {
+		if m["role"] == "event" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// askWaitEvent waits for an event message in sid containing frag, and for the
+// turn it started to end (so later calls see no running turn).
+func askWaitEvent(t *testing.T, r *Relay, sid, frag string) map[string]any {
+	t.Helper()
+	var got map[string]any
+	Eventually(t, schWait, func() bool {
+		for _, m := range askEventMsgs(r, sid) {
+			if strings.Contains(str(m["text"]), frag) {
+				got = m
+				return true
+			}
+		}
+		return false
+	}, "an event message in %s containing %q", sid[:8], frag)
+	waitEnded(r, str(got["id"]), schWait)
+	return got
+}
+
+// askSet asks through the MCP client and returns the question id.
+func askSet(t testing.TB, m *MCP, args map[string]any) string {
+	t.Helper()
+	args["action"] = "ask"
+	env := m.MustOK(args)
+	id := str(env["question_id"])
+	if !askIDRe.MatchString(id) || env["status"] != "pending" {
+		t.Fatalf("ask: want question_id ask_… and status pending, got %v", env)
+	}
+	return id
+}
+
+func askInbox(t testing.TB, r *Relay) map[string]map[string]any {
+	t.Helper()
+	var out struct {
+		Asks []map[string]any `json:"asks"`
+	}
+	if st := r.Owner("GET", "/api/v1/inbox", nil, &out); st != http.StatusOK {
+		t.Fatalf("GET /api/v1/inbox: status %d", st)
+	}
+	m := map[string]map[string]any{}
+	for _, a := range out.Asks {
+		m[str(a["id"])] = a
+	}
+	return m
+}
+
+func askAnswer(t testing.TB, r *Relay, id string, body map[string]any) map[string]any {
+	t.Helper()
+	var out map[string]any
+	if st := r.Owner("POST", "/api/v1/inbox/"+id, body, &out); st != http.StatusOK {
+		t.Fatalf("POST /api/v1/inbox/%s %v: status %d %v", id, body, st, out)
+	}
+	return out
+}
+
+func askQuestions(t testing.TB, m *MCP, args map[string]any) map[string]map[string]any {
+	t.Helper()
+	if args == nil {
+		args = map[string]any{}
+	}
+	args["action"] = "list_questions"
+	env := m.MustOK(args)
+	out := map[string]map[string]any{}
+	for _, x := range list(t, env["questions"], "questions") {
+		q := obj(t, x, "question")
+		out[str(q["question_id"])] = q
+	}
+	return out
+}
+
+func pendingAsks(t testing.TB, m *MCP, sid string) map[string]map[string]any {
+	t.Helper()
+	env := readSession(m, sid, 5)
+	out := map[string]map[string]any{}
+	for _, x := range list(t, env["pendingQuestions"], "pendingQuestions") {
+		q := obj(t, x, "pending question")
+		if q["kind"] == "ask" {
+			out[str(q["id"])] = q
+		}
+	}
+	return out
+}
+
+// ---- schedules --------------------------------------------------------------
+
+// R9.1, R9.2, R9.7, R9.6 (own conversation not counted): every_minutes 1 into
+// the own conversation fires on the grid, never before its nextFireAt, with
+// the exact header; the scripted agent answers the text; list_schedules shows
+// firedCount, lastFiredAt and nextFireAt.
+func TestScheduleOwnConversationGrid(t *testing.T) {
+	t.Parallel()
+	schGrid(t, false)
+}
+
+// The same with `at` (whole seconds) as the grid's first time plus every_minutes 1.
+func TestScheduleOwnConversationGridFromAt(t *testing.T) {
+	t.Parallel()
+	schGrid(t, true)
+}
+
+func schGrid(t *testing.T, withAt bool) {
+	clock := schClock()
+	r := Start(t, Options{Clock: clock})
+	a := r.NewSession(map[string]any{"title": "ticker"})
+	m := r.Connect(a.Token, nil)
+
+	setAt := clock.Now()
+	args := map[string]any{"action": "schedule", "text": "tick", "title": "Ticker", "every_minutes": 1}
+	var at time.Time
+	if withAt {
+		at = setAt.Add(time.Minute).Truncate(time.Second)
+		args["at"] = at.Format(time.RFC3339)
+	}
+	env := m.MustOK(args)
+	id := str(env["schedule_id"])
+	if !schIDRe.MatchString(id) {
+		t.Fatalf("schedule_id %q", id)
+	}
+	wantEq(t, "relay", env["relay"], "desk")
+	wantHas(t, "summary", env["summary"], "schedule → desk", id)
+	sc := obj(t, env["schedule"], "schedule")
+	wantEq(t, "schedule.id", sc["id"], id)
+	wantEq(t, "schedule.title", sc["title"], "Ticker")
+	wantEq(t, "schedule.everyMinutes", sc["everyMinutes"], float64(1))
+	wantEq(t, "schedule.once", sc["once"], false)
+	first := schTime(t, sc["nextFireAt"], "schedule.nextFireAt")
+	if !first.After(setAt) || first.After(setAt.Add(time.Minute+30*time.Second)) {
+		t.Fatalf("first nextFireAt %s: want within one interval after %s", first, setAt)
+	}
+
+	if withAt && !first.Equal(at) {
+		t.Fatalf("first nextFireAt %s, want at %s", first, at)
+	}
+
+	ls := schGet(t, m, id)
+	wantEq(t, "list session", ls["session"], map[string]any{"id": a.ID, "title": "ticker"})
+	wantEq(t, "list title", ls["title"], "Ticker")
+	wantEq(t, "list textStart", ls["textStart"], "tick")
+	if withAt {
+		if got := schTime(t, ls["at"], "list at"); !got.Equal(at) {
+			t.Errorf("list at %s, want %s", got, at)
+		}
+	} else {
+		wantEq(t, "list at", ls["at"], nil)
+	}
+	wantEq(t, "list everyMinutes", ls["everyMinutes"], float64(1))
+	wantEq(t, "list once", ls["once"], false)
+	wantNoKey(t, "own schedule", ls, "setBy", "skippedCount", "heldForApproval", "heldSince", "endReason")
+
+	// Poll: the nextFireAt seen while firedCount was n is the due time of firing n+1.
+	due := map[int]time.Time{0: first}
+	var cur map[string]any
+	for deadline := time.Now().Add(schWait); ; time.Sleep(50 * time.Millisecond) {
+		cur = schGet(t, m, id)
+		n := schFired(t, cur)
+		if cur["nextFireAt"] != nil {
+			nf := schTime(t, cur["nextFireAt"], "nextFireAt")
+			if nf.After(due[n]) {
+				due[n] = nf
+			}
+		}
+		if n >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s (clock now %s) %s fired %d times, want 3: list_schedules shows %v; %d schedule messages",
+				schWait, clock.Now().Format(time.RFC3339), id, n, cur, len(schMessages(r, a.ID)))
+		}
+	}
+	n := schFired(t, cur)
+	msgs := schMessages(r, a.ID)
+	if len(msgs) < n {
+		t.Fatalf("firedCount %d but %d schedule messages", n, len(msgs))
+	}
+	header := schHeader(id, "Ticker", "every 1 min")
+	for k := 1; k <= 3; k++ {
+		msg := msgs[k-1]
+		wantEq(t, fmt.Sprintf("firing %d text", k), msg["text"], header+"\ntick")
+		created := schTime(t, msg["createdAt"], "createdAt")
+		d, ok := due[k-1]
+		if !ok {
+			t.Errorf("firing %d: its nextFireAt was never seen in list_schedules", k)
+			continue
+		}
+		if created.Before(d) {
+			t.Errorf("firing %d at %s, before its nextFireAt %s (R9.2)", k, created, d)
+		}
+		if off := d.Sub(first) % time.Minute; off != 0 {
+			t.Errorf("firing %d was due at %s, off the grid of %s by %s (R9.3)", k, d, first, off)
+		}
+		if late := created.Sub(d); late >= time.Minute {
+			t.Errorf("firing %d came %s (clock) after its due time %s: not on the grid", k, late, d)
+		}
+		if k > 1 && !d.Equal(due[k-2].Add(time.Minute)) {
+			t.Errorf("firing %d due %s, want the next grid time %s", k, d, due[k-2].Add(time.Minute))
+		}
+		tr := r.WaitTurn(str(msg["id"]), turnWait, "done", "error", "stopped")
+		wantEq(t, fmt.Sprintf("firing %d reply", k), tr.Reply, "echo: tick")
+	}
+	last := schTime(t, cur["lastFiredAt"], "lastFiredAt")
+	lastCreated := schTime(t, msgs[n-1]["createdAt"], "createdAt")
+	if last.Before(due[n-1]) || last.After(lastCreated) {
+		t.Errorf("lastFiredAt %s: want between its due time %s and its message %s", last, due[n-1], lastCreated)
+	}
+	next := schTime(t, cur["nextFireAt"], "nextFireAt")
+	if !next.After(last) || next.Sub(first)%time.Minute != 0 {
+		t.Errorf("nextFireAt %s after lastFiredAt %s: want the next grid time of %s", next, last, first)
+	}
+	if c := schLoop(t, r, a.ID); c != 0 {
+		t.Errorf("a schedule into the own conversation counted %d toward loop protection, want 0 (R9.6)", c)
+	}
+}
+
+// R9.1, R9.2, R9.7, R9.9: `at` alone fires one time, then the schedule ends
+// with endReason "fired" and is listed as ended; the owner list holds active ones only.
+func TestScheduleAtOnce(t *testing.T) {
+	t.Parallel()
+	clock := schClock()
+	r := Start(t, Options{Clock: clock})
+	a := r.NewSession(map[string]any{"title": "alarm"})
+	m := r.Connect(a.Token, nil)
+
+	atA := clock.Now().Add(2 * time.Minute).Truncate(time.Second)
+	atB := atA.Add(2 * time.Minute)
+	envA := m.MustOK(map[string]any{"action": "schedule", "relay": "this", "text": "once-a", "title": "Alarm A", "at": atA.Format(time.RFC3339)})
+	envB := m.MustOK(map[string]any{"action": "schedule", "relay": "desk", "text": "once-b", "title": "Alarm B",
+		"at": atB.In(time.FixedZone("CET", 3600)).Format(time.RFC3339)})
+	idA, idB := str(envA["schedule_id"]), str(envB["schedule_id"])
+	for _, c := range []struct {
+		env map[string]any
+		at  time.Time
+	}{{envA, atA}, {envB, atB}} {
+		sc := obj(t, c.env["schedule"], "schedule")
+		wantEq(t, "once", sc["once"], true)
+		wantEq(t, "everyMinutes", sc["everyMinutes"], nil)
+		if nf := schTime(t, sc["nextFireAt"], "nextFireAt"); !nf.Equal(c.at) {
+			t.Errorf("nextFireAt %s, want at %s", nf, c.at)
+		}
+	}
+	if ol := schOwnerList(t, r); ol[idA] == nil || ol[idB] == nil {
+		t.Fatalf("GET /api/v1/schedules lacks the active schedules: %v", keys(ol))
+	}
+
+	// B fires after A; once B ended, A had every chance to fire again.
+	var ls map[string]map[string]any
+	Eventually(t, schWait, func() bool {
+		ls = schList(t, m)
+		return ls[idB] != nil && ls[idB]["endReason"] == "fired"
+	}, "schedule B to fire and end")
+	la := ls[idA]
+	if la == nil {
+		t.Fatalf("the fired once schedule is not listed as ended within the hour")
+	}
+	wantEq(t, "A endReason", la["endReason"], "fired")
+	wantEq(t, "A firedCount", la["firedCount"], float64(1))
+	wantEq(t, "A nextFireAt", la["nextFireAt"], nil)
+	wantEq(t, "A once", la["once"], true)
+	if at := schTime(t, la["at"], "A at"); !at.Equal(atA) {
+		t.Errorf("A at %s, want %s", at, atA)
+	}
+	if lf := schTime(t, la["lastFiredAt"], "A lastFiredAt"); lf.Before(atA) {
+		t.Errorf("A lastFiredAt %s before at %s", lf, atA)
+	}
+	msgs := schMessages(r, a.ID)
+	if len(msgs) != 2 {
+		t.Fatalf("%d schedule messages, want 2 (each once schedule fires one time): %v", len(msgs), msgs)
+	}
+	wantEq(t, "A message", msgs[0]["text"], schHeader(idA, "Alarm A", "once")+"\nonce-a")
+	wantEq(t, "B message", msgs[1]["text"], schHeader(idB, "Alarm B", "once")+"\nonce-b")
+	if c := schTime(t, msgs[0]["createdAt"], "createdAt"); c.Before(atA) {
+		t.Errorf("A fired at %s, before its time %s", c, atA)
+	}
+	if c := schTime(t, msgs[1]["createdAt"], "createdAt"); c.Before(atB) {
+		t.Errorf("B fired at %s, before its time %s", c, atB)
+	}
+	ol := schOwnerList(t, r)
+	if ol[idA] != nil || ol[idB] != nil {
+		t.Errorf("GET /api/v1/schedules lists ended schedules: %v", ol)
+	}
+	m.MustFail(map[string]any{"action": "unschedule", "schedule_id": idA}, codeNotFound)
+}
+
+// R9.1 (survives restarts), R9.3: a repeating schedule whose times passed while
+// the relay was down fires once when it is back, then keeps its grid.
+func TestScheduleMissedWhileDownFiresOnce(t *testing.T) {
+	t.Parallel()
+	clock := schClock()
+	r := Start(t, Options{Clock: clock})
+	a := r.NewSession(map[string]any{"title": "nightly"})
+	m := r.Connect(a.Token, nil)
+	env := m.MustOK(map[string]any{"action": "schedule", "text": "beat", "title": "Beat", "every_minutes": 1, "at": schFirstAt(clock)})
+	id := str(env["schedule_id"])
+	first := schTime(t, obj(t, env["schedule"], "schedule")["nextFireAt"], "nextFireAt")
+	Eventually(t, schWait, func() bool { return schFired(t, schGet(t, m, id)) >= 1 }, "the first firing")
+
+	r.Stop()
+	stoppedAt := clock.Now()
+	time.Sleep(3500 * time.Millisecond) // the one deliberate wait: 3.5 clock minutes with no relay running
+	bootAt := clock.Now()
+	r2 := Start(t, Options{Redis: r.Redis, Clock: clock})
+	m2 := r2.Connect(a.Token, nil)
+
+	var msgs, after []map[string]any
+	Eventually(t, schWait, func() bool {
+		msgs, after = schMessages(r2, a.ID), nil
+		for _, mm := range msgs {
+			if !schTime(t, mm["createdAt"], "createdAt").Before(bootAt) {
+				after = append(after, mm)
+			}
+		}
+		return len(after) >= 2
+	}, "two firings after the restart")
+	before := len(msgs) - len(after)
+	for _, mm := range msgs[:before] {
+		if c := schTime(t, mm["createdAt"], "createdAt"); c.After(stoppedAt) {
+			t.Errorf("a firing at %s while the relay was down (%s–%s)", c, stoppedAt, bootAt)
+		}
+		wantEq(t, "text", mm["text"], schHeader(id, "Beat", "every 1 min")+"\nbeat")
+	}
+	// The next due time when it stopped, and at least two more, passed while it was down.
+	missed := first.Add(time.Duration(before) * time.Minute)
+	if !missed.Add(2 * time.Minute).Before(bootAt) {
+		t.Fatalf("setup: due times %s + 2 min are not all before the restart at %s", missed, bootAt)
+	}
+	r1 := schTime(t, after[0]["createdAt"], "createdAt")
+	r2c := schTime(t, after[1]["createdAt"], "createdAt")
+	if r1.Sub(bootAt) >= time.Minute {
+		t.Errorf("the missed time fired %s (clock) after the restart; want it at once", r1.Sub(bootAt))
+	}
+	grid := first.Add((r1.Sub(first)/time.Minute + 1) * time.Minute) // the first grid time after the catch-up
+	if r2c.Before(grid) {
+		t.Errorf("after the restart firings at %s and %s: the missed times fired more than once (next grid time %s) (R9.3)", r1, r2c, grid)
+	}
+	if r2c.Sub(grid) >= time.Minute {
+		t.Errorf("second firing after the restart at %s, want the grid time %s", r2c, grid)
+	}
+	for _, mm := range after {
+		wantEq(t, "text after restart", mm["text"], schHeader(id, "Beat", "every 1 min")+"\nbeat")
+	}
+	cur := schGet(t, m2, id)
+	if n := schFired(t, cur); n < before+2 {
+		t.Errorf("firedCount %d, want at least %d", n, before+2)
+	}
+	if nf := cur["nextFireAt"]; nf == nil || schTime(t, nf, "nextFireAt").Sub(first)%time.Minute != 0 {
+		t.Errorf("nextFireAt %v is off the grid of %s", nf, first)
+	}
+}
+
+// R9.4: a repeat is skipped while the previous firing's message still waits in
+// the queue (the session is busy), and skippedCount counts it.
+func TestScheduleNoStacking(t *testing.T) {
+	t.Parallel()
+	clock := schClock()
+	r := Start(t, Options{Clock: clock})
+	a := r.NewSession(map[string]any{"title": "busy"})
+	m := r.Connect(a.Token, nil)
+	busy := r.Message(a.ID, sleepScript(30000))
+	waitRunning(r, busy)
+	id := schSet(t, m, map[string]any{"text": "nudge", "title": "Nudge", "every_minutes": 1, "at": schFirstAt(clock)})
+	wantNoKey(t, "fresh schedule", schGet(t, m, id), "skippedCount")
+
+	var cur map[string]any
+	Eventually(t, schWait, func() bool {
+		cur = schGet(t, m, id)
+		s, _ := cur["skippedCount"].(float64)
+		return s >= 1
+	}, "a skipped repeat")
+	wantEq(t, "firedCount while the first firing waits", cur["firedCount"], float64(1))
+	msgs := schMessages(r, a.ID)
+	if len(msgs) != 1 {
+		t.Fatalf("%d schedule messages while the first waits in the queue, want 1", len(msgs))
+	}
+	if st := r.Turn(str(msgs[0]["id"])).Status; st != "queued" {
+		t.Fatalf("the first firing's turn is %s, want queued", st)
+	}
+
+	// The owner stops the long turn: the waiting firing runs, and the schedule fires again.
+	var out map[string]any
+	if st := r.Owner("POST", "/api/v1/sessions/"+a.ID+"/stop", nil, &out); st != http.StatusOK {
+		t.Fatalf("stop: %d %v", st, out)
+	}
+	tr := r.WaitTurn(str(msgs[0]["id"]), turnWait, "done", "error", "stopped")
+	wantEq(t, "reply", tr.Reply, "echo: nudge")
+	Eventually(t, schWait, func() bool { return schFired(t, schGet(t, m, id)) >= 2 }, "a firing after the queue drained")
+}
+
+// R9.6, R5.2.3: a schedule with `session` from a conversation in ask mode asks
+// a card; in plan mode a denied card schedules nothing; into the own
+// conversation no card is asked; outside a turn the card cannot be asked.
+func TestScheduleSessionCard(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "asker", "mode": "ask"})
+	p := r.NewSession(map[string]any{"title": "planner", "mode": "plan"})
+	b := r.NewSession(map[string]any{"title": "target"})
+
+	env, card := inTurn(t, r, a, map[string]any{"action": "schedule", "session": b.ID, "text": "check", "title": "Check", "every_minutes": 60}, "allow")
+	mustEnvOK(t, env)
+	wantEq(t, "card action", card["action"], "schedule")
+	wantEq(t, "card target", card["target"], b.ID)
+	wantHas(t, "card lines", cardText(card), "Check")
+	idB := str(env["schedule_id"])
+	wantHas(t, "summary", env["summary"], "schedule → desk session "+b.ID[:8]+": ")
+
+	env, card = inTurn(t, r, p, map[string]any{"action": "schedule", "session": b.ID, "text": "nope", "every_minutes": 60}, "deny")
+	mustEnvCode(t, env, codePermission, "Nothing was scheduled.")
+	wantEq(t, "plan card action", card["action"], "schedule")
+
+	own, _ := inTurn(t, r, a, map[string]any{"action": "schedule", "text": "self", "every_minutes": 60}, "")
+	mustEnvOK(t, own)
+
+	r.Connect(a.Token, nil).MustFail(map[string]any{"action": "schedule", "session": b.ID, "text": "x", "every_minutes": 60}, codeNoTurn)
+
+	ol := schOwnerList(t, r)
+	if got, want := keys(ol), sorted(idB, str(own["schedule_id"])); !equalStrs(got, want) {
+		t.Fatalf("active schedules %v, want %v (the denied one must not exist)", got, want)
+	}
+}
+
+func equalStrs(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// R9.6, R5.2.6: a schedule into another session counts toward loop protection
+// once when set and once per firing; when the count is used up a firing is
+// held (heldForApproval, heldSince) and goes at once when the owner writes in
+// the setting conversation.
+func TestScheduleSessionLoopProtectionHeld(t *testing.T) {
+	t.Parallel()
+	clock := schClock()
+	r := Start(t, Options{Clock: clock, Config: func(c *config.Config) { c.Limits.AgentPromptsBeforeCard = 2 }})
+	a := r.NewSession(map[string]any{"title": "setter"})
+	b := r.NewSession(map[string]any{"title": "target"})
+	c := r.NewSession(map[string]any{"title": "bystander"})
+	m := r.Connect(a.Token, nil)
+	env := m.MustOK(map[string]any{"action": "schedule", "session": b.ID, "text": "ping", "title": "Ping", "every_minutes": 1, "at": schFirstAt(clock)})
+	id := str(env["schedule_id"])
+	first := schTime(t, obj(t, env["schedule"], "schedule")["nextFireAt"], "nextFireAt")
+	if n := schLoop(t, r, a.ID); n != 1 {
+		t.Fatalf("loop count after setting %d, want 1 (counted once when set)", n)
+	}
+
+	var cur map[string]any
+	Eventually(t, schWait, func() bool {
+		cur = schGet(t, m, id)
+		return cur["heldForApproval"] == true
+	}, "the second firing to be held")
+	wantEq(t, "firedCount while held", cur["firedCount"], float64(1))
+	held := schTime(t, cur["heldSince"], "heldSince")
+	if held.Before(first.Add(time.Minute)) {
+		t.Errorf("heldSince %s before the second due time %s", held, first.Add(time.Minute))
+	}
+	if n := schLoop(t, r, a.ID); n != 2 {
+		t.Errorf("loop count after one firing %d, want 2 (once when set, once per firing)", n)
+	}
+	msgs := schMessages(r, b.ID)
+	if len(msgs) != 1 {
+		t.Fatalf("%d firings reached the target, want 1", len(msgs))
+	}
+	wantEq(t, "text", msgs[0]["text"], schHeader(id, "Ping", "every 1 min")+"\nping")
+	if from, _ := msgs[0]["from"].(map[string]any); from == nil || from["session"] != a.ID {
+		t.Errorf("firing from = %v, want the setting session %s", msgs[0]["from"], a.ID)
+	}
+	mb := r.Connect(b.Token, nil)
+	lb := schGet(t, mb, id)
+	wantEq(t, "setBy in the target's list", lb["setBy"], a.ID)
+	wantEq(t, "heldForApproval in the target's list", lb["heldForApproval"], true)
+	// The count is used up for the setter's other prompts too.
+	m.MustFail(map[string]any{"action": "send", "relay": "this", "session": c.ID, "text": "hi", "wait_seconds": 0}, codeNoTurn)
+
+	wrote := clock.Now()
+	r.Message(a.ID, "carry on")
+	Eventually(t, schWait, func() bool {
+		cur = schGet(t, m, id)
+		return schFired(t, cur) >= 2
+	}, "the held firing to be released")
+	msgs = schMessages(r, b.ID)
+	if len(msgs) < 2 {
+		t.Fatalf("%d firings reached the target, want 2", len(msgs))
+	}
+	rel := schTime(t, msgs[1]["createdAt"], "createdAt")
+	if rel.Before(wrote) || rel.Sub(wrote) >= time.Minute {
+		t.Errorf("released firing at %s; the owner wrote at %s: want it at once", rel, wrote)
+	}
+	// From 0 (the owner wrote): +1 for the released firing, +1 for the next one, then held again.
+	Eventually(t, schWait, func() bool {
+		cur = schGet(t, m, id)
+		return cur["heldForApproval"] == true && schFired(t, cur) >= 3
+	}, "the schedule to be held again after two more firings")
+	wantEq(t, "firedCount when held again", cur["firedCount"], float64(3))
+}
+
+// R9.9: at most N schedules fire into one conversation and one conversation
+// sets at most N for other sessions (REMOTE_RELAY_SCHEDULE_LIMIT); nothing is
+// created; an ended schedule frees its place.
+func TestScheduleLimits(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{Config: func(c *config.Config) {
+		c.Limits.SchedulesIntoConversation = 2
+		c.Limits.SchedulesForOthers = 2
+	}})
+	a := r.NewSession(map[string]any{"title": "a"})
+	b := r.NewSession(map[string]any{"title": "b"})
+	c := r.NewSession(map[string]any{"title": "c"})
+	d := r.NewSession(map[string]any{"title": "d"})
+	e := r.NewSession(map[string]any{"title": "e"})
+	ma, md, me := r.Connect(a.Token, nil), r.Connect(d.Token, nil), r.Connect(e.Token, nil)
+	every := func(extra map[string]any) map[string]any {
+		args := map[string]any{"action": "schedule", "text": "later", "every_minutes": 60}
+		for k, v := range extra {
+			args[k] = v
+		}
+		return args
+	}
+	own1 := schSet(t, ma, every(nil))
+	schSet(t, ma, every(nil))
+	env := ma.MustFail(every(nil), codeScheduleLimit)
+	wantHas(t, "into limit error", env["error"], "Nothing was scheduled.")
+
+	schSet(t, ma, every(map[string]any{"session": b.ID}))
+	schSet(t, ma, every(map[string]any{"session": c.ID}))
+	env = ma.MustFail(every(map[string]any{"session": d.ID}), codeScheduleLimit)
+	wantHas(t, "for-others limit error", env["error"], "Nothing was scheduled.")
+
+	schSet(t, me, every(map[string]any{"session": b.ID})) // the second into b
+	md.MustFail(every(map[string]any{"session": b.ID}), codeScheduleLimit)
+
+	if n := len(schOwnerList(t, r)); n != 5 {
+		t.Fatalf("%d active schedules, want 5 (refused ones create nothing)", n)
+	}
+	ma.MustOK(map[string]any{"action": "unschedule", "schedule_id": own1})
+	schSet(t, ma, every(nil))
+}
+
+// R9.1, R3.3, R3.4a, R4.3: bad input schedules nothing.
+func TestScheduleBadInput(t *testing.T) {
+	t.Parallel()
+	clock := schClock()
+	r := Start(t, Options{Clock: clock})
+	a := r.NewSession(map[string]any{"title": "caller"})
+	b := r.NewSession(map[string]any{"title": "archived"})
+	var out map[string]any
+	if st := r.Owner("POST", "/api/v1/sessions/"+b.ID+"/archive", nil, &out); st != http.StatusOK {
+		t.Fatalf("archive: %d %v", st, out)
+	}
+	m := r.Connect(a.Token, nil)
+	past := clock.Now().Add(-time.Minute).Format(time.RFC3339)
+	future := clock.Now().Add(time.Hour)
+	cases := []struct {
+		name string
+		args map[string]any
+		code string
+	}{
+		{"at in the past", map[string]any{"text": "x", "at": past}, codeInvalid},
+		{"at with a space", map[string]any{"text": "x", "at": future.Format("2006-01-02 15:04:05Z07:00")}, codeInvalid},
+		{"at in words", map[string]any{"text": "x", "at": "tomorrow 9am"}, codeInvalid},
+		{"at without zone", map[string]any{"text": "x", "at": future.Format("2006-01-02T15:04:05")}, codeInvalid},
+		{"every 0", map[string]any{"text": "x", "every_minutes": 0}, codeInvalid},
+		{"every -1", map[string]any{"text": "x", "every_minutes": -1}, codeInvalid},
+		{"every 525601", map[string]any{"text": "x", "every_minutes": 525601}, codeInvalid},
+		{"every 1.5", map[string]any{"text": "x", "every_minutes": 1.5}, codeInvalid},
+		{"empty text", map[string]any{"text": "", "every_minutes": 5}, codeInvalid},
+		{"blank text", map[string]any{"text": "   ", "every_minutes": 5}, codeInvalid},
+		{"no text", map[string]any{"every_minutes": 5}, codeInvalid},
+		{"title of 201", map[string]any{"text": "x", "every_minutes": 5, "title": strings.Repeat("t", 201)}, codeInvalid},
+		{"neither at nor every", map[string]any{"text": "x", "title": "when?"}, codeInvalid},
+		{"unknown session", map[string]any{"text": "x", "every_minutes": 5, "session": noSuchSession}, codeNotFound},
+		{"relay that is not paired", map[string]any{"text": "x", "every_minutes": 5, "relay": "other-box"}, codeUnknownRelay},
+	}
+	for _, c := range cases {
+		c.args["action"] = "schedule"
+		env, isErr := m.Call(c.args)
+		if !isErr || env["ok"] != false || env["code"] != c.code {
+			t.Errorf("%s: want %s, got isError=%v %v", c.name, c.code, isErr, env)
+			continue
+		}
+		wantHas(t, c.name+" error", env["error"], "Nothing was")
+	}
+	// A schedule into an archived session is refused (the code is not fixed by the SPEC).
+	if env, isErr := m.Call(map[string]any{"action": "schedule", "text": "x", "every_minutes": 5, "session": b.ID}); !isErr || env["ok"] != false {
+		t.Errorf("schedule into an archived session: want a failure, got %v", env)
+	}
+	m.MustFail(map[string]any{"action": "list_schedules", "relay": "other-box"}, codeUnknownRelay)
+	m.MustFail(map[string]any{"action": "unschedule", "relay": "other-box", "schedule_id": "sch_0123456789"}, codeUnknownRelay)
+	if l := schList(t, m); len(l) != 0 {
+		t.Fatalf("bad input created schedules: %v", l)
+	}
+	if l := schOwnerList(t, r); len(l) != 0 {
+		t.Fatalf("bad input created schedules: %v", l)
+	}
+	// The bounds themselves are accepted.
+	edge1 := schSet(t, m, map[string]any{"text": "x", "every_minutes": 525600, "title": strings.Repeat("t", 200)})
+	edge2 := schSet(t, m, map[string]any{"text": "x", "every_minutes": 1})
+	for _, id := range []string{edge1, edge2} {
+		m.MustOK(map[string]any{"action": "unschedule", "schedule_id": id})
+	}
+	m.MustFail(map[string]any{"action": "unschedule"}, codeInvalid)
+}
+
+// R9.7–R9.9, R7.16, §12: unschedule by the setter or the target (another
+// conversation's: NOT_FOUND), the owner's Cancel, archiving the target or the
+// setter ends the schedules, GET /api/v1/schedules lists active ones.
+func TestScheduleUnscheduleCancelArchive(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "setter"})
+	b := r.NewSession(map[string]any{"title": "bee"})
+	c := r.NewSession(map[string]any{"title": "sea"})
+	d := r.NewSession(map[string]any{"title": "dee"})
+	e := r.NewSession(map[string]any{"title": "eve"})
+	ma, mb, mc, me := r.Connect(a.Token, nil), r.Connect(b.Token, nil), r.Connect(c.Token, nil), r.Connect(e.Token, nil)
+	set := func(m *MCP, target string) string {
+		args := map[string]any{"text": "later", "every_minutes": 60}
+		if target != "" {
+			args["session"] = target
+		}
+		return schSet(t, m, args)
+	}
+	own, intoB, intoC, intoD := set(ma, ""), set(ma, b.ID), set(ma, c.ID), set(ma, d.ID)
+	bOwn, eIntoB := set(mb, ""), set(me, b.ID)
+
+	ol := schOwnerList(t, r)
+	if got, want := keys(ol), sorted(own, intoB, intoC, intoD, bOwn, eIntoB); !equalStrs(got, want) {
+		t.Fatalf("GET /api/v1/schedules: %v, want %v", got, want)
+	}
+	wantEq(t, "owner list setBy", ol[intoB]["setBy"], a.ID)
+	wantEq(t, "owner list session", ol[intoB]["session"], map[string]any{"id": b.ID, "title": "bee"})
+	if got, want := keys(schList(t, ma)), sorted(own, intoB, intoC, intoD); !equalStrs(got, want) {
+		t.Errorf("a's list_schedules: %v, want %v", got, want)
+	}
+	lb := schList(t, mb)
+	if got, want := keys(lb), sorted(intoB, bOwn, eIntoB); !equalStrs(got, want) {
+		t.Errorf("b's list_schedules: %v, want %v", got, want)
+	}
+	wantEq(t, "setBy seen by the target", lb[intoB]["setBy"], a.ID)
+	wantNoKey(t, "b's own schedule", lb[bOwn], "setBy")
+
+	// Another conversation's schedule is not found.
+	mb.MustFail(map[string]any{"action": "unschedule", "schedule_id": own}, codeNotFound)
+	mc.MustFail(map[string]any{"action": "unschedule", "schedule_id": intoB}, codeNotFound)
+	mb.MustFail(map[string]any{"action": "unschedule", "schedule_id": "sch_000000000000"}, codeNotFound)
+
+	env := ma.MustOK(map[string]any{"action": "unschedule", "schedule_id": own})
+	wantEq(t, "unschedule schedule_id", env["schedule_id"], own)
+	ma.MustFail(map[string]any{"action": "unschedule", "schedule_id": own}, codeNotFound)
+	mb.MustOK(map[string]any{"action": "unschedule", "relay": "this", "schedule_id": intoB}) // the target may end it (R9.8)
+
+	var out map[string]any
+	if st := r.Owner("DELETE", "/api/v1/schedules/"+intoC, nil, &out); st != http.StatusOK {
+		t.Fatalf("owner Cancel: %d %v", st, out)
+	}
+	if st := r.Owner("DELETE", "/api/v1/schedules/sch_000000000000", nil, &out); st < 400 || st >= 500 || out["code"] != codeNotFound {
+		t.Errorf("owner Cancel of an unknown schedule: status %d %v, want 4xx %s", st, out, codeNotFound)
+	}
+	if st := r.Owner("DELETE", "/api/v1/schedules/"+intoC, nil, &out); st >= 500 {
+		t.Errorf("owner Cancel of an ended schedule: status %d", st)
+	}
+	for _, sid := range []string{d.ID, e.ID} { // target of intoD; setter of eIntoB
+		if st := r.Owner("POST", "/api/v1/sessions/"+sid+"/archive", nil, &out); st != http.StatusOK {
+			t.Fatalf("archive: %d %v", st, out)
+		}
+	}
+
+	la := schList(t, ma)
+	for id, want := range map[string]string{own: "unscheduled", intoB: "unscheduled", intoC: "unscheduled", intoD: "archived"} {
+		s := la[id]
+		if s == nil {
+			t.Errorf("%s is not listed as ended within the hour", id)
+			continue
+		}
+		wantEq(t, id+" endReason", s["endReason"], want)
+		wantEq(t, id+" nextFireAt", s["nextFireAt"], nil)
+	}
+	lb = schList(t, mb)
+	wantEq(t, "schedule set by an archived conversation", lb[eIntoB]["endReason"], "archived")
+	wantEq(t, "b's own stays active", lb[bOwn]["endReason"], nil)
+	if got := keys(schOwnerList(t, r)); !equalStrs(got, []string{bOwn}) {
+		t.Errorf("GET /api/v1/schedules after ending: %v, want only %s", got, bOwn)
+	}
+}
+
+// R4.2, R9.1, R10.4: with agent sessions off, schedules fail with
+// REMOTE_RELAY_DISABLED even for the own conversation, while ask (own),
+// list_questions and withdraw work; ask with session is DISABLED.
+func TestScheduleAndAskAgentSessionsOff(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{AgentSessionsOff: true})
+	a := r.NewSession(map[string]any{"title": "alone"})
+	b := r.NewSession(map[string]any{"title": "other"})
+	m := r.Connect(a.Token, nil)
+	for _, args := range []map[string]any{
+		{"action": "schedule", "text": "later", "every_minutes": 5},
+		{"action": "schedule", "relay": "this", "text": "later", "at": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)},
+		{"action": "list_schedules"},
+		{"action": "unschedule", "schedule_id": "sch_000000000000"},
+		{"action": "ask", "question": "ok?", "session": b.ID},
+	} {
+		m.MustFail(args, codeDisabled)
+	}
+	if l := schOwnerList(t, r); len(l) != 0 {
+		t.Fatalf("schedules created while agent sessions are off: %v", l)
+	}
+	if l := askInbox(t, r); len(l) != 0 {
+		t.Fatalf("asks created by refused calls: %v", l)
+	}
+	q1 := askSet(t, m, map[string]any{"question": "Keep the old API?"})
+	q2 := askSet(t, m, map[string]any{"relay": "this", "question": "Rename the module?"})
+	m.MustOK(map[string]any{"action": "withdraw", "question_id": q2})
+	qs := askQuestions(t, m, nil)
+	wantEq(t, "q1 status", qs[q1]["status"], "pending")
+	wantEq(t, "q2 status", qs[q2]["status"], "withdrawn")
+	// The answer still reaches the asking conversation.
+	askAnswer(t, r, q1, map[string]any{"answer": "yes"})
+	askWaitEvent(t, r, a.ID, "question_answered "+q1)
+}
+
+// ---- asks -------------------------------------------------------------------
+
+// R10.1–R10.3, R10.6, R10.7, R8.11, R5.2.6: an ask is pending at once, shows in
+// the inbox and in read_session; the owner's answer arrives as the exact
+// question_answered event while a quiet-hours subscription holds other events;
+// a dismissal too; the answer does not reset loop protection; answer_question
+// on an ask is FORBIDDEN; list_questions shows every status; only the asker withdraws.
+func TestAskInboxAnswerDismissWithdraw(t *testing.T) {
+	t.Parallel()
+	clock := schClock() // 12:00 UTC; the quiet window 06:00–23:00 UTC lasts the whole test
+	r := Start(t, Options{Clock: clock, Config: func(c *config.Config) { c.Limits.AgentPromptsBeforeCard = 2 }})
+	a := r.NewSession(map[string]any{"title": "asker"})
+	b := r.NewSession(map[string]any{"title": "watched"})
+	c := r.NewSession(map[string]any{"title": "helper"})
+	ma, mb := r.Connect(a.Token, nil), r.Connect(b.Token, nil)
+
+	sub := ev2Sub(t, r, a, map[string]any{"sessions": []string{b.ID}, "events": []string{"turn_end", "question_answered"},
+		"quiet_hours": map[string]any{"from": "06:00", "to": "23:00", "tz": "UTC"}}, true)
+	subID := str(sub["id"])
+	ev2Done(t, r, b.ID, "one")
+	ev2Held(t, ma, subID, 1) // the quiet window is in force: b's turn_end is held
+	eventsBefore := len(askEventMsgs(r, a.ID))
+
+	// Use up loop protection (2 of 2).
+	for i := 0; i < 2; i++ {
+		ma.MustOK(map[string]any{"action": "send", "relay": "this", "session": c.ID, "text": fmt.Sprint("p", i), "wait_seconds": 0})
+	}
+
+	env := ma.MustOK(map[string]any{"action": "ask", "question": "Ship it?", "options": []string{"A", "B"}, "recommendation": "A", "detail": "All green."})
+	q1 := str(env["question_id"])
+	if !askIDRe.MatchString(q1) || env["status"] != "pending" {
+		t.Fatalf("ask: %v", env)
+	}
+	wantEq(t, "relay", env["relay"], "desk")
+	wantHas(t, "summary", env["summary"], "ask → desk", q1)
+
+	in := askInbox(t, r)[q1]
+	if in == nil {
+		t.Fatalf("the ask is not in GET /api/v1/inbox")
+	}
+	wantEq(t, "inbox question", in["question"], "Ship it?")
+	wantEq(t, "inbox options", in["options"], []any{"A", "B"})
+	wantEq(t, "inbox status", in["status"], "pending")
+	wantEq(t, "inbox session", in["session"], a.ID)
+	wantEq(t, "inbox recommendation", in["recommendation"], "A")
+	pq := pendingAsks(t, mb, a.ID)[q1]
+	if pq == nil {
+		t.Fatalf("read_session's pendingQuestions lacks the ask")
+	}
+	wantEq(t, "pending question", pq, map[string]any{"id": q1, "kind": "ask", "question": "Ship it?", "options": []any{"A", "B"}})
+
+	// Only the owner answers asks, before anything else is looked at.
+	env = mb.MustFail(map[string]any{"action": "answer_question", "relay": "this", "session": a.ID, "question_id": q1, "answer": "yes"}, codeForbidden)
+	wantHas(t, "answer_question error", env["error"], "Nothing was")
+	ma.MustFail(map[string]any{"action": "answer_question", "relay": "this", "session": a.ID, "question_id": q1, "answer": "yes"}, codeForbidden)
+
+	ans := askAnswer(t, r, q1, map[string]any{"answer": "yes", "choice": "A"})
+	wantEq(t, "answered status", ans["status"], "answered")
+	got := askWaitEvent(t, r, a.ID, "question_answered "+q1)
+	want := ev2Header + "\n" + `[relay event] question_answered ` + q1 + ` "Ship it?": "yes" (choice: A, via desk)`
+	wantEq(t, "answer event message", got["text"], want)
+	if n := len(askEventMsgs(r, a.ID)); n != eventsBefore+1 {
+		t.Errorf("%d event messages after the answer, want %d", n, eventsBefore+1)
+	}
+	held := ev2SubList(t, ma)[subID]
+	if h, _ := held["heldCount"].(float64); h != 1 {
+		t.Errorf("heldCount %v after the answer, want 1: the quiet window must still hold b's turn_end", held["heldCount"])
+	}
+	if st := r.Owner("POST", "/api/v1/inbox/"+q1, map[string]any{"answer": "again"}, nil); st < 400 || st >= 500 {
+		t.Errorf("answering an answered ask: status %d, want 4xx", st)
+	}
+	if askInbox(t, r)[q1] != nil {
+		t.Errorf("the answered ask is still in the inbox")
+	}
+	// The answer does not reset loop protection.
+	ma.MustFail(map[string]any{"action": "send", "relay": "this", "session": c.ID, "text": "p3", "wait_seconds": 0}, codeNoTurn)
+
+	q2 := askSet(t, ma, map[string]any{"question": "Drop the cache?"})
+	askAnswer(t, r, q2, map[string]any{"dismiss": true})
+	got = askWaitEvent(t, r, a.ID, "question_answered "+q2)
+	wantEq(t, "dismiss event message", got["text"], ev2Header+"\n"+`[relay event] question_answered `+q2+` "Drop the cache?": dismissed (via desk)`)
+
+	q3 := askSet(t, ma, map[string]any{"question": "Rewrite in Rust?"})
+	mb.MustFail(map[string]any{"action": "withdraw", "question_id": q3}, codeForbidden)
+	env = ma.MustOK(map[string]any{"action": "withdraw", "question_id": q3})
+	wantEq(t, "withdraw status", env["status"], "withdrawn")
+	if askInbox(t, r)[q3] != nil {
+		t.Errorf("the withdrawn ask is still in the inbox")
+	}
+	q4 := askSet(t, ma, map[string]any{"question": "Tag the release?"})
+
+	qs := askQuestions(t, ma, nil)
+	if len(qs) != 4 {
+		t.Fatalf("list_questions: %d asks, want 4: %v", len(qs), qs)
+	}
+	wantEq(t, "q1 status", qs[q1]["status"], "answered")
+	wantEq(t, "q1 answer", qs[q1]["answer"], "yes")
+	wantEq(t, "q1 choice", qs[q1]["choice"], "A")
+	wantEq(t, "q1 via", qs[q1]["via"], "desk")
+	wantEq(t, "q2 status", qs[q2]["status"], "dismissed")
+	wantEq(t, "q2 dismissed", qs[q2]["dismissed"], true)
+	wantEq(t, "q3 status", qs[q3]["status"], "withdrawn")
+	wantEq(t, "q4 status", qs[q4]["status"], "pending")
+	if other := askQuestions(t, mb, nil); len(other) != 0 {
+		t.Errorf("b's list_questions shows a's asks: %v", other)
+	}
+	// No event for a withdrawal.
+	for _, msg := range askEventMsgs(r, a.ID) {
+		if strings.Contains(str(msg["text"]), q3) {
+			t.Errorf("an event told about the withdrawn ask: %q", msg["text"])
+		}
+	}
+}
+
+// R10.1, R10.4, R5.2.3: an ask with `session` shows in that session, is not
+// counted by loop protection, and the answer reaches both the session and the
+// asker; in ask mode it asks a card, a denied card asks nothing.
+func TestAskWithSession(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{Config: func(c *config.Config) { c.Limits.AgentPromptsBeforeCard = 1 }})
+	a := r.NewSession(map[string]any{"title": "asker"})
+	b := r.NewSession(map[string]any{"title": "concerned"})
+	c := r.NewSession(map[string]any{"title": "helper"})
+	k := r.NewSession(map[string]any{"title": "careful", "mode": "ask"})
+	p := r.NewSession(map[string]any{"title": "planner", "mode": "plan"})
+	ma, mc := r.Connect(a.Token, nil), r.Connect(c.Token, nil)
+
+	env := ma.MustOK(map[string]any{"action": "ask", "session": b.ID, "question": "Which database?", "options": []string{"Postgres", "SQLite"}})
+	q := str(env["question_id"])
+	wantEq(t, "status", env["status"], "pending")
+	wantHas(t, "summary", env["summary"], "ask → desk session "+b.ID[:8]+": ", q)
+	// Not counted by loop protection: the one allowed prompt still goes without a card.
+	ma.MustOK(map[string]any{"action": "send", "relay": "this", "session": c.ID, "text": "hi", "wait_seconds": 0})
+	if pq := pendingAsks(t, mc, b.ID)[q]; pq == nil {
+		t.Errorf("the concerned session's pendingQuestions lacks the ask")
+	}
+	if pq := pendingAsks(t, mc, a.ID)[q]; pq != nil {
+		t.Errorf("the asker's pendingQuestions shows an ask about another session")
+	}
+	in := askInbox(t, r)[q]
+	if in == nil {
+		t.Fatalf("the ask is not in the inbox")
+	}
+	wantEq(t, "inbox session", in["session"], b.ID)
+
+	// list_questions with session lists the asks about that session only (R10.6).
+	qOwn := askSet(t, ma, map[string]any{"question": "Lunch?"})
+	if got := keys(askQuestions(t, ma, map[string]any{"session": b.ID})); !equalStrs(got, []string{q}) {
+		t.Errorf("list_questions session %s: %v, want only %s", b.ID[:8], got, q)
+	}
+	if got := keys(askQuestions(t, ma, nil)); !equalStrs(got, sorted(q, qOwn)) {
+		t.Errorf("list_questions: %v, want %s and %s", got, q, qOwn)
+	}
+
+	askAnswer(t, r, q, map[string]any{"answer": "SQLite for now", "choice": "SQLite"})
+	line := `[relay event] question_answered ` + q + ` "Which database?": "SQLite for now" (choice: SQLite, via desk)`
+	for _, sid := range []string{a.ID, b.ID} {
+		got := askWaitEvent(t, r, sid, "question_answered "+q)
+		wantEq(t, "answer event in "+sid[:8], got["text"], ev2Header+"\n"+line)
+	}
+
+	env, card := inTurn(t, r, k, map[string]any{"action": "ask", "session": b.ID, "question": "Deploy?"}, "allow")
+	mustEnvOK(t, env)
+	wantEq(t, "card action", card["action"], "ask")
+	wantEq(t, "card target", card["target"], b.ID)
+	own, _ := inTurn(t, r, k, map[string]any{"action": "ask", "question": "Mine?"}, "") // own conversation: no card
+	mustEnvOK(t, own)
+	before := len(askInbox(t, r))
+	env, _ = inTurn(t, r, p, map[string]any{"action": "ask", "session": b.ID, "question": "Nope?"}, "deny")
+	mustEnvCode(t, env, codePermission, "Nothing was asked.")
+	if n := len(askInbox(t, r)); n != before {
+		t.Errorf("a denied ask changed the inbox from %d to %d", before, n)
+	}
+	r.Connect(k.Token, nil).MustFail(map[string]any{"action": "ask", "session": b.ID, "question": "x"}, codeNoTurn)
+	ma.MustFail(map[string]any{"action": "ask", "session": noSuchSession, "question": "x"}, codeNotFound)
+}
+
+// R10.1: open asks per asking conversation and per concerned session are
+// limited (REMOTE_RELAY_QUESTION_LIMIT); answering or withdrawing frees a place.
+func TestAskLimits(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{Config: func(c *config.Config) {
+		c.Limits.OpenAsksPerConversation = 2
+		c.Limits.OpenAsksPerSession = 2
+	}})
+	a := r.NewSession(map[string]any{"title": "a"})
+	b := r.NewSession(map[string]any{"title": "b"})
+	c := r.NewSession(map[string]any{"title": "c"})
+	d := r.NewSession(map[string]any{"title": "d"})
+	ma, mc, md := r.Connect(a.Token, nil), r.Connect(c.Token, nil), r.Connect(d.Token, nil)
+	q1 := askSet(t, ma, map[string]any{"question": "one?"})
+	askSet(t, ma, map[string]any{"question": "two?"})
+	env := ma.MustFail(map[string]any{"action": "ask", "question": "three?"}, codeQuestionLimit)
+	wantHas(t, "limit error", env["error"], "Nothing was asked.")
+	ma.MustOK(map[string]any{"action": "withdraw", "question_id": q1})
+	q3 := askSet(t, ma, map[string]any{"question": "three?"})
+	ma.MustFail(map[string]any{"action": "ask", "question": "four?"}, codeQuestionLimit)
+	askAnswer(t, r, q3, map[string]any{"answer": "ok"})
+	askSet(t, ma, map[string]any{"question": "four?"})
+
+	askSet(t, mc, map[string]any{"question": "b one?", "session": b.ID})
+	askSet(t, md, map[string]any{"question": "b two?", "session": b.ID})
+	md.MustFail(map[string]any{"action": "ask", "question": "b three?", "session": b.ID}, codeQuestionLimit)
+	if n := len(askInbox(t, r)); n != 4 {
+		t.Errorf("%d open asks, want 4 (refused ones ask nothing)", n)
+	}
+}
+
+// R10.8, R7.16: archiving the session an ask concerns ends the open ask
+// (withdrawn, nobody told); the inbox no longer lists it.
+func TestAskEndsWhenSessionArchived(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "asker"})
+	b := r.NewSession(map[string]any{"title": "doomed"})
+	ma := r.Connect(a.Token, nil)
+	qb := askSet(t, ma, map[string]any{"question": "Keep it?", "session": b.ID})
+	qa := askSet(t, ma, map[string]any{"question": "Later?"})
+	var out map[string]any
+	if st := r.Owner("POST", "/api/v1/sessions/"+b.ID+"/archive", nil, &out); st != http.StatusOK {
+		t.Fatalf("archive: %d %v", st, out)
+	}
+	qs := askQuestions(t, ma, nil)
+	wantEq(t, "ask about the archived session", qs[qb]["status"], "withdrawn")
+	wantEq(t, "the other ask", qs[qa]["status"], "pending")
+	inbox := askInbox(t, r)
+	if inbox[qb] != nil || inbox[qa] == nil {
+		t.Errorf("inbox %v: want %s only", keys(inbox), qa)
+	}
+	if st := r.Owner("POST", "/api/v1/inbox/"+qb, map[string]any{"answer": "yes"}, nil); st < 400 || st >= 500 {
+		t.Errorf("answering an ended ask: status %d, want 4xx", st)
+	}
+	// Nobody is told: the next event in the asker is the later answer, alone.
+	askAnswer(t, r, qa, map[string]any{"answer": "yes"})
+	askWaitEvent(t, r, a.ID, "question_answered "+qa)
+	msgs := askEventMsgs(r, a.ID)
+	if len(msgs) != 1 {
+		t.Errorf("%d event messages in the asker, want 1 (the answer): %v", len(msgs), msgs)
+	}
+	for _, m := range msgs {
+		if strings.Contains(str(m["text"]), qb) {
+			t.Errorf("an event told about the ended ask: %q", m["text"])
+		}
+	}
+}
