@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/oar/relay/scheduler"
@@ -233,6 +234,7 @@ func (r *Relay) Release(ctx context.Context, subID string) error {
 	if len(evs) == 0 {
 		return nil
 	}
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].At.Before(evs[j].At) }) // oldest first
 	sub, err := r.st.GetSubscription(ctx, subID)
 	if err != nil {
 		return err
@@ -340,6 +342,7 @@ func mergeSummary(held []store.Batch) store.Batch {
 	for _, h := range held {
 		b.Events = append(b.Events, h.Events...)
 	}
+	sort.SliceStable(b.Events, func(i, j int) bool { return b.Events[i].At.Before(b.Events[j].At) })
 	return b
 }
 

@@ -153,12 +153,16 @@ func (r *Relay) emit(ctx context.Context, ev *store.Event) {
 			ev.Title = s.Title
 		}
 	}
-	if err := r.st.AppendEvent(ctx, ev); err != nil {
+	watched, err := r.st.AppendEvent(ctx, ev)
+	if err != nil {
 		r.log.Warn("event not recorded", "kind", ev.Kind, "session", ev.Session, "err", err)
 		return
 	}
 	if r.met != nil {
 		r.met.Event(ev.Kind)
+	}
+	if !watched {
+		return // no subscription could take it: no fan-out job
 	}
 	if err := r.enq.Enqueue(ctx, "event:fanout", ev, "", timeZero); err != nil {
 		r.log.Warn("event fan-out not started", "kind", ev.Kind, "session", ev.Session, "err", err)

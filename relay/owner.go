@@ -308,7 +308,11 @@ func (r *Relay) PatchSettings(ctx context.Context, p SettingsPatch) (store.Setti
 	if p.MaxTurnSeconds != nil {
 		st.MaxTurnSeconds = *p.MaxTurnSeconds
 	}
-	return st, r.st.SaveSettings(ctx, st)
+	if err := r.st.SaveSettings(ctx, st); err != nil {
+		return st, err
+	}
+	r.cacheSettings(st)
+	return st, r.st.Notify(ctx, "settings")
 }
 
 // Turn returns a turn's state for the owner (message id).

@@ -75,6 +75,10 @@ type Relay struct {
 
 	tokMu  sync.RWMutex
 	tokens map[string]string // bearer token -> session id
+
+	setMu    sync.Mutex
+	setCache store.Settings
+	setAt    time.Time
 }
 
 // New builds a Relay.
@@ -120,6 +124,18 @@ func (r *Relay) Start(ctx context.Context) error {
 		return err
 	}
 	ready := make(chan struct{})
+	changed, unsub := r.hub.sub("settings")
+	go func() {
+		defer unsub()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+				r.dropSettings()
+			}
+		}
+	}()
 	go r.hub.listen(ctx, r.st, ready, r.log)
 	select {
 	case <-ready:
@@ -131,7 +147,16 @@ func (r *Relay) Start(ctx context.Context) error {
 }
 
 // settings reads the owner's settings (shared by every process through Redis).
+// They are cached for settingsTTL; a change anywhere is announced on the
+// notification channel ("settings") and drops every process's copy at once.
 func (r *Relay) settings(ctx context.Context) (store.Settings, error) {
+	r.setMu.Lock()
+	if !r.setAt.IsZero() && time.Since(r.setAt) < settingsTTL {
+		st := r.setCache
+		r.setMu.Unlock()
+		return st, nil
+	}
+	r.setMu.Unlock()
 	st, ok, err := r.st.LoadSettings(ctx)
 	if err != nil {
 		return st, err
@@ -141,7 +166,22 @@ func (r *Relay) settings(ctx context.Context) (store.Settings, error) {
 		st = store.Settings{AgentSessions: s.AgentSessions, AcceptAgentPrompts: s.AcceptAgentPrompts,
 			MaxWaitSeconds: s.MaxWaitSeconds, QuietTaskMinutes: s.QuietTaskMinutes, MaxTurnSeconds: s.MaxTurnSeconds}
 	}
+	r.cacheSettings(st)
 	return st, nil
+}
+
+const settingsTTL = 2 * time.Second
+
+func (r *Relay) cacheSettings(st store.Settings) {
+	r.setMu.Lock()
+	r.setCache, r.setAt = st, time.Now()
+	r.setMu.Unlock()
+}
+
+func (r *Relay) dropSettings() {
+	r.setMu.Lock()
+	r.setAt = time.Time{}
+	r.setMu.Unlock()
 }
 
 // hub fans pub/sub notifications out to the waiters of this process.

@@ -171,10 +171,19 @@ func (r *Relay) stop(ctx context.Context, c *caller, a *args) (*result, *Error) 
 }
 
 // StopTurn stops a session's running turn; queued prompts stay queued (R7.15).
+// A turn that is next in the queue but has not started yet (a worker is about
+// to take it) counts as running: it ends as stopped without running.
 func (r *Relay) StopTurn(ctx context.Context, sid string) (bool, error) {
 	cur, err := r.st.CurrentTurn(ctx, sid)
-	if err != nil || cur == "" {
+	if err != nil {
 		return false, err
+	}
+	if cur == "" {
+		q, err := r.st.QueuedTurns(ctx, sid)
+		if err != nil || len(q) == 0 {
+			return false, err
+		}
+		cur = q[0]
 	}
 	if err := r.st.SetTurnFields(ctx, cur, "stopRequested", "1"); err != nil {
 		return false, err

@@ -71,7 +71,6 @@ func (r *Relay) Drain(ctx context.Context, sid string) error {
 	if err != nil {
 		return err
 	}
-	_ = r.st.Notify(ctx, "turn:"+id)
 	r.busyAgain(ctx, sid)
 	var more bool
 	if s.Archived {
@@ -260,7 +259,7 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 
 // history is the conversation before a turn's prompt (at most 50 messages).
 func (r *Relay) history(ctx context.Context, sid, turnID string) ([]provider.HistoryItem, error) {
-	msgs, err := r.st.LastMessages(ctx, sid, 200)
+	msgs, err := r.st.LastMessages(ctx, sid, 64) // the prompt is near the end unless many were queued after it
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/oar/relay/api"
 	"github.com/oar/relay/app"
 	"github.com/oar/relay/config"
+	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/scheduler"
 	"github.com/oar/relay/store"
 )
@@ -70,7 +71,9 @@ func NewRedis(tb testing.TB) *Redis {
 		defer cancel()
 		_ = store.DeleteMatching(ctx, c, prefix+":*")
 		_ = store.DeleteMatching(ctx, c, "asynq:{"+prefix+":*")
-		_ = c.SRem(ctx, "asynq:queues", prefix+":turns").Err()
+		for _, q := range jobs.QueuesFor(prefix).All() {
+			_ = c.SRem(ctx, "asynq:queues", q).Err()
+		}
 		_ = c.Close()
 	})
 	return &Redis{URL: url, Prefix: prefix}

@@ -66,13 +66,26 @@ type Subscription struct {
 	LastDigestAt     time.Time `json:"lastDigestAt,omitzero"`
 }
 
-// AppendEvent adds an event to the relay's stream (kept to about the last 10,000).
-func (s *Store) AppendEvent(ctx context.Context, ev *Event) error {
+// AppendEvent adds an event to the relay's stream (kept to about the last
+// 10,000) and reports, in the same round trip, whether any subscription might
+// take it (one naming its session, an "all" one, or an event addressed to a
+// subscription or a conversation).
+func (s *Store) AppendEvent(ctx context.Context, ev *Event) (bool, error) {
 	b, err := json.Marshal(ev)
 	if err != nil {
-		return err
+		return false, err
 	}
-	return s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: s.k("events"), MaxLen: 10000, Approx: true, Values: []any{"e", b}}).Err()
+	var named, all *redis.IntCmd
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.XAdd(ctx, &redis.XAddArgs{Stream: s.k("events"), MaxLen: 10000, Approx: true, Values: []any{"e", b}})
+		named = p.SCard(ctx, s.k("subidx", ev.Session))
+		all = p.SCard(ctx, s.k("subidx", "all"))
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	return ev.Sub != "" || ev.Watcher != "" || named.Val() > 0 || all.Val() > 0, nil
 }
 
 // AppendSubEvent keeps an event in a subscription's own stream (replay for paired relays:
