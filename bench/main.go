@@ -1,0 +1,417 @@
+// Command bench measures the relay against a real Redis and prints one
+// markdown table: send→reply round trips next to the bare asynq hop and a
+// Redis PING (the engine floor), list_sessions next to a bare go-sdk MCP
+// server answering the same payload, and the Redis memory of idle sessions.
+//
+//	go run ./bench -redis redis://127.0.0.1:6379/0          # full run, a few minutes
+//	go run ./bench -redis redis://127.0.0.1:6379/0 -quick   # smoke run, ~30 s
+//
+// It uses its own key prefixes ("bench<random>") and deletes its keys and
+// asynq queues at the end; it never flushes the database.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"runtime/trace"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oar/relay/store"
+)
+
+type options struct {
+	redisURL    string
+	quick       bool
+	clients     int // (a) concurrent MCP clients / (b) asynq producers
+	rounds      int // (a) measured send round trips per client
+	warm        int // (a), (b) unmeasured rounds per client first
+	hops        int // (b) measured hops per producer
+	pings       int // (b) sequential PINGs
+	concurrency int // asynq concurrency of the relay worker and the bare hop server
+	listN       int // (c) sessions in the relay
+	calls       int // (c) calls per variant
+	conc        int // (c) concurrent clients
+	idle        int // (d) idle sessions
+	profile     string
+	inproc      bool // MCP clients in this process instead of a child process
+	rtCallers   bool // print the relay's Redis round trips of (a) by calling site
+}
+
+func parseFlags() options {
+	var o options
+	flag.StringVar(&o.redisURL, "redis", os.Getenv("REDIS_URL"), "Redis URL (a real Redis; default $REDIS_URL), e.g. redis://127.0.0.1:6379/0")
+	flag.BoolVar(&o.quick, "quick", false, "smoke run (~30 s): smaller sizes for every flag left unset")
+	flag.IntVar(&o.clients, "clients", 50, "(a) concurrent MCP clients (orchestrator sessions) and (b) concurrent asynq producers")
+	flag.IntVar(&o.rounds, "rounds", 60, "(a) measured send round trips per client")
+	flag.IntVar(&o.warm, "warm", 3, "(a)/(b) unmeasured warm-up round trips per client or producer")
+	flag.IntVar(&o.hops, "hops", 60, "(b) measured asynq hops per producer")
+	flag.IntVar(&o.pings, "pings", 5000, "(b) sequential Redis PINGs")
+	flag.IntVar(&o.concurrency, "concurrency", 0, "asynq concurrency of the relay worker and the bare hop server (0: the relay worker's default, read back from asynq's server info)")
+	flag.IntVar(&o.listN, "list-sessions", 1000, "(c) sessions in the relay while list_sessions is measured")
+	flag.IntVar(&o.calls, "calls", 4000, "(c) calls per variant (list_sessions, same payload, no-op)")
+	flag.IntVar(&o.conc, "conc", 8, "(c) concurrent MCP clients per variant")
+	flag.IntVar(&o.idle, "idle", 10000, "(d) idle sessions whose Redis memory is measured")
+	flag.BoolVar(&o.inproc, "inproc", false, "run the MCP clients of (a) and (c) in the relay's process instead of a child process")
+	flag.BoolVar(&o.rtCallers, "rtcallers", false, "print to stderr where the relay's Redis round trips of (a) come from (file:line), per send round trip")
+	flag.StringVar(&o.profile, "profile", "", "directory to write CPU profiles and execution traces of the send and list phases to (send.pprof, send.trace, list.pprof, list.trace)")
+	flag.Parse()
+	if o.quick {
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		quick := map[string]*int{"rounds": &o.rounds, "hops": &o.hops, "pings": &o.pings, "calls": &o.calls, "idle": &o.idle, "warm": &o.warm}
+		small := map[string]int{"rounds": 10, "hops": 15, "pings": 1000, "calls": 800, "idle": 10000, "warm": 1}
+		for k, p := range quick {
+			if !set[k] {
+				*p = small[k]
+			}
+		}
+	}
+	return o
+}
+
+func main() {
+	if len(os.Args) == 2 && os.Args[1] == "-driver" {
+		runDriver()
+		return
+	}
+	log.SetFlags(0)
+	log.SetPrefix("bench: ")
+	o := parseFlags()
+	if o.redisURL == "" {
+		log.Fatal("-redis (or REDIS_URL) is required: a real Redis, e.g. redis://127.0.0.1:6379/0")
+	}
+	if o.clients < 1 || o.conc < 1 || o.rounds < 1 || o.hops < 1 || o.calls < o.conc || o.idle < 1 || o.concurrency < 0 {
+		log.Fatal("sizes must be positive (and -calls at least -conc)")
+	}
+	if o.listN < 2*o.clients {
+		o.listN = 2 * o.clients
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	b, err := newBench(ctx, o)
+	if err != nil {
+		log.Fatal(err)
+	}
+	table, runErr := b.run(ctx)
+	if err := b.cleanup(); err != nil {
+		log.Printf("cleanup: %v", err)
+	}
+	if runErr != nil {
+		log.Fatal(runErr)
+	}
+	fmt.Print(table)
+}
+
+type bench struct {
+	o         options
+	rdb       *redis.Client
+	ropts     *redis.Options
+	tr        *http.Transport
+	hc        *http.Client
+	prefix    string // relay of (a)–(c); its asynq queues are PREFIX:turns and PREFIX:hop
+	memPrefix string // relay of (d)
+	conc      int    // the relay worker's asynq concurrency, as asynq reports it
+	worker    *asynq.ServerInfo
+	start     time.Time
+}
+
+// redisOptions are the relay's own client settings (app/app.go).
+func redisOptions(url string) (*redis.Options, error) {
+	u, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis url: %w", err)
+	}
+	u.DialTimeout, u.ReadTimeout, u.WriteTimeout, u.MaxRetries, u.PoolSize = 2*time.Second, 3*time.Second, 3*time.Second, 1, 64
+	return u, nil
+}
+
+func newBench(ctx context.Context, o options) (*bench, error) {
+	ropts, err := redisOptions(o.redisURL)
+	if err != nil {
+		return nil, err
+	}
+	rdb := redis.NewClient(ropts)
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("redis %s does not answer: %w", o.redisURL, err)
+	}
+	// One transport for every HTTP client here, with enough idle connections
+	// for all concurrent callers (http.DefaultTransport keeps 2 per host).
+	tr := newTransport()
+	return &bench{o: o, rdb: rdb, ropts: ropts, tr: tr, hc: &http.Client{Transport: tr, Timeout: 60 * time.Second},
+		prefix: newPrefix(), memPrefix: newPrefix(), start: time.Now()}, nil
+}
+
+func (b *bench) where() string {
+	if b.o.inproc {
+		return "this process"
+	}
+	return "a child process"
+}
+
+func (b *bench) logf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "[%5.1fs] "+format+"\n", append([]any{time.Since(b.start).Seconds()}, a...)...)
+}
+
+// cleanup deletes every key of this run: the prefixes' keys, their asynq
+// queues' keys and their entries in asynq:queues.
+func (b *bench) cleanup() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var errs []error
+	queues, err := b.rdb.SMembers(ctx, "asynq:queues").Result()
+	errs = append(errs, err)
+	for _, p := range []string{b.prefix, b.memPrefix} {
+		errs = append(errs, store.DeleteMatching(ctx, b.rdb, p+":*"))
+		errs = append(errs, store.DeleteMatching(ctx, b.rdb, "asynq:{"+p+":*"))
+		for _, q := range queues {
+			if strings.HasPrefix(q, p+":") {
+				errs = append(errs, b.rdb.SRem(ctx, "asynq:queues", q).Err())
+			}
+		}
+	}
+	errs = append(errs, b.rdb.Close())
+	b.tr.CloseIdleConnections()
+	return errors.Join(errs...)
+}
+
+// profileStart writes a CPU profile (NAME.pprof) and an execution trace
+// (NAME.trace) of a phase into -profile's directory.
+func (b *bench) profileStart(name string) func() {
+	if b.o.profile == "" {
+		return func() {}
+	}
+	if err := os.MkdirAll(b.o.profile, 0o755); err != nil {
+		log.Printf("profile: %v", err)
+		return func() {}
+	}
+	pf, err := os.Create(filepath.Join(b.o.profile, name+".pprof"))
+	if err != nil {
+		log.Printf("profile: %v", err)
+		return func() {}
+	}
+	tf, err := os.Create(filepath.Join(b.o.profile, name+".trace"))
+	if err != nil {
+		log.Printf("profile: %v", err)
+		_ = pf.Close()
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		log.Printf("profile: %v", err)
+	}
+	if err := trace.Start(tf); err != nil {
+		log.Printf("trace: %v", err)
+	}
+	return func() {
+		trace.Stop()
+		pprof.StopCPUProfile()
+		_ = pf.Close()
+		_ = tf.Close()
+	}
+}
+
+type results struct {
+	ping dist
+	hop  hopResult
+	send sendResult
+	list listResult
+	mem  memResult
+}
+
+func (b *bench) run(ctx context.Context) (string, error) {
+	o := b.o
+	var res results
+	b.logf("redis %s, prefix %s; starting the relay", o.redisURL, b.prefix)
+	rp, err := startRelay(o.redisURL, b.prefix, o.concurrency, b.hc)
+	if err != nil {
+		return "", err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = rp.stop()
+		}
+	}()
+	if err := rp.enableAgentSessions(ctx); err != nil {
+		return "", err
+	}
+	if b.worker, err = workerConfig(ctx, b.rdb, b.prefix+":turns"); err != nil {
+		return "", err
+	}
+	b.conc = b.worker.Concurrency
+	// Sessions: fillers first (in-process), then the orchestrators and their
+	// targets through the owner API, so the newest 50 that list_sessions
+	// shows are the targets with their conversations.
+	fillers := o.listN - 2*o.clients
+	b.logf("creating %d filler sessions in-process", fillers)
+	if err := rp.createSessions(ctx, fillers, 16, "Filler session"); err != nil {
+		return "", err
+	}
+	b.logf("creating %d orchestrator and %d target sessions through the owner API", o.clients, o.clients)
+	orch := make([]sessionRef, o.clients)
+	targets := make([]string, o.clients)
+	for i := 0; i < o.clients; i++ {
+		if orch[i], err = rp.createSession(ctx, fmt.Sprintf("Orchestrator %02d", i)); err != nil {
+			return "", err
+		}
+		t, err := rp.createSession(ctx, fmt.Sprintf("Target %02d", i))
+		if err != nil {
+			return "", err
+		}
+		targets[i] = t.ID
+	}
+
+	// (b) the floor: PING, then the bare asynq hop.
+	b.logf("(b) %d Redis PINGs", o.pings)
+	if res.ping, err = benchPing(ctx, b.rdb, o.pings); err != nil {
+		return "", err
+	}
+	b.logf("(b) bare asynq hop: %d producers × %d hops, concurrency %d and %d queues (as the relay worker's)", o.clients, o.hops, b.conc, len(b.worker.Queues))
+	if res.hop, err = benchHop(ctx, b.ropts, b.rdb, b.prefix, b.prefix+":turns", b.worker, o.clients, o.warm, o.hops); err != nil {
+		return "", err
+	}
+	if res.hop.errs > 0 {
+		return "", fmt.Errorf("asynq hop: %d failed, first: %w", res.hop.errs, res.hop.err)
+	}
+
+	// (a) send → reply.
+	cl := clients{inproc: o.inproc, tr: b.tr}
+	b.logf("(a) send→reply: %d MCP clients × %d round trips (clients in %s)", o.clients, o.rounds, b.where())
+	m := meter{rdb: b.rdb, rt: rp.rt, client: rp.app.Redis()}
+	stopProf := b.profileStart("send")
+	rp.rt.callers.Store(o.rtCallers)
+	res.send, err = benchSend(ctx, cl, rp, m, b.prefix+":turns", orch, targets, o.warm, o.rounds)
+	rp.rt.callers.Store(false)
+	stopProf()
+	if err != nil {
+		return "", err
+	}
+	if o.rtCallers {
+		fmt.Fprintf(os.Stderr, "the relay's Redis round trips during (a) by calling site, per send round trip (%d round trips):\n", res.send.n)
+		for _, l := range rp.rt.sites() {
+			var k int
+			var rest string
+			if _, err := fmt.Sscanf(l, "%d", &k); err == nil {
+				_, rest, _ = strings.Cut(strings.TrimSpace(l), " ")
+				fmt.Fprintf(os.Stderr, "  %5.2f  %s\n", float64(k)/float64(res.send.n), rest)
+			}
+		}
+	}
+
+	// (c) list_sessions next to a bare go-sdk server.
+	b.logf("(c) list_sessions with %d sessions: %d calls per variant, %d concurrent", o.listN, o.calls, o.conc)
+	stopProf = b.profileStart("list")
+	res.list, err = benchList(ctx, cl, rp, m, orch[0].Token, b.tr, o.conc, o.calls, 20, o.clients, o.clients*o.rounds)
+	stopProf()
+	if err != nil {
+		return "", err
+	}
+	stopped = true
+	if err := rp.stop(); err != nil {
+		return "", err
+	}
+
+	// (d) memory of idle sessions, in a relay of its own.
+	b.logf("(d) %d idle sessions, prefix %s", o.idle, b.memPrefix)
+	if res.mem, err = benchMemory(ctx, b.rdb, o.redisURL, b.memPrefix, o.concurrency, o.idle, b.hc); err != nil {
+		return "", err
+	}
+	b.logf("done")
+	return b.table(ctx, res), nil
+}
+
+func (b *bench) table(ctx context.Context, r results) string {
+	o := b.o
+	var sb strings.Builder
+	row := func(id, what, result, target, v string) {
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s |\n", id, what, result, target, v)
+	}
+	mode := "full"
+	if o.quick {
+		mode = "quick"
+	}
+	sb.WriteString("| # | measure | result | target | verdict |\n|---|---|---|---|---|\n")
+	row("run", "setup", fmt.Sprintf("%s run; Redis %s at %s; %s, GOMAXPROCS %d, %d CPUs; relay worker's asynq config (also the bare hop's): concurrency %d, %d queues, TaskCheckInterval 25ms, DelayedTaskCheckInterval 100ms; MCP clients in %s",
+		mode, serverInfo(ctx, b.rdb), b.o.redisURL, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), b.conc, len(b.worker.Queues), b.where()), "", "")
+
+	s := r.send
+	row("a", fmt.Sprintf("send→reply round trip, scripted instant reply (\"x\"→\"echo: x\"), %d MCP clients each sending to its own target, wait_seconds 30", o.clients),
+		fmt.Sprintf("p50 **%s**, p99 %s (n=%d)", fms(s.lat.p50()), fms(s.lat.p99()), s.n), "", "")
+	row("a", "send→reply throughput", frate(rate(s.n, s.wall), "round trips/s"), "", "")
+	row("a", "where a round trip goes, p50 (turn record timestamps are whole ms)",
+		fmt.Sprintf("call→queued %s · queued→turn start %s · turn %s · turn end→reply at client %s",
+			fms(s.stages[0].p50()), fms(s.stages[1].p50()), fms(s.stages[2].p50()), fms(s.stages[3].p50())), "", "")
+	row("a", "asynq queue of the relay during the phase (sampled every 10 ms)",
+		fmt.Sprintf("mean %.1f tasks pending, %.1f active (concurrency %d)", s.pending, s.active, b.conc), "", "")
+	cpuNote := "the clients ran in a child process"
+	if o.inproc {
+		cpuNote = "-inproc: the relay process's CPU includes the clients"
+	}
+	row("a", "cost per round trip ("+cpuNote+")", s.cost.per(s.n).withClient(s.client, s.n).String(), "", "")
+	row("a", "the relay's Redis round trips during (a), as its go-redis client sees them", fmt.Sprintf("p50 %s, p99 %s (n=%d)", fms(s.rtLat.p50()), fms(s.rtLat.p99()), len(s.rtLat)), "", "")
+	row("a", "machine load during (a)", s.cost.load(s.client), "", "")
+	row("a", "same, p99", fmt.Sprintf("call→queued %s · queued→turn start %s · turn %s · turn end→reply at client %s",
+		fms(s.stages[0].p99()), fms(s.stages[1].p99()), fms(s.stages[2].p99()), fms(s.stages[3].p99())), "", "")
+
+	h := r.hop
+	row("b", fmt.Sprintf("bare asynq hop, Enqueue→handler start, same config, %d concurrent producers", o.clients),
+		fmt.Sprintf("p50 **%s**, p99 %s (n=%d)", fms(h.lat.p50()), fms(h.lat.p99()), h.n), "", "")
+	row("b", "bare asynq throughput", frate(rate(h.n, h.wall), "hops/s"), "", "")
+	row("b", "cost per hop (the relay process is this process)", h.cost.per(h.n).String(), "", "")
+	row("b", "the hop client's Redis round trips during (b)", fmt.Sprintf("p50 %s, p99 %s (n=%d)", fms(h.rtLat.p50()), fms(h.rtLat.p99()), len(h.rtLat)), "", "")
+	row("b", "machine load during (b)", h.cost.load(0), "", "")
+	row("b", "Redis PING, one client, sequential", fmt.Sprintf("p50 %s, p99 %s (n=%d)", fms(r.ping.p50()), fms(r.ping.p99()), len(r.ping)), "", "")
+	sendRatio := ratio(float64(s.lat.p50()), float64(h.lat.p50()))
+	row("a/b", "send→reply p50 ÷ bare hop p50", fmt.Sprintf("**%.2f×** (%s vs %s; the relay adds %s at p50)", sendRatio, fms(s.lat.p50()), fms(h.lat.p50()), fms(s.lat.p50()-h.lat.p50())),
+		"≤ 1.5×", verdict(sendRatio <= 1.5))
+	na := r.list.noopA
+	row("a/b", fmt.Sprintf("MCP floor of (a): bare go-sdk server, no-op tool, %d concurrent clients (same client)", o.clients),
+		fmt.Sprintf("p50 %s, p99 %s, %s · send→reply p50 ÷ this p50: %.1f×", fms(na.lat.p50()), fms(na.lat.p99()), frate(na.perSec(), "calls/s"),
+			ratio(float64(s.lat.p50()), float64(na.lat.p50()))), "", "")
+	row("a/b", "send→reply p99 ÷ bare hop p99", fmt.Sprintf("%.2f×", ratio(float64(s.lat.p99()), float64(h.lat.p99()))), "", "")
+	row("a/b", "round trips/s ÷ hops/s", fmt.Sprintf("%.2f", ratio(rate(s.n, s.wall), rate(h.n, h.wall))), "", "")
+
+	l := r.list
+	callRow := func(id, what string, c callResult) {
+		row(id, what, fmt.Sprintf("**%s**, p50 %s, p99 %s (n=%d)", frate(c.perSec(), "calls/s"), fms(c.lat.p50()), fms(c.lat.p99()), c.n), "", "")
+	}
+	callRow("c", fmt.Sprintf("list_sessions over MCP, %d sessions in the relay, limit 50 (%d shown, result %d bytes), %d concurrent clients",
+		l.sessions, l.shown, l.payloadBytes, o.conc), l.relay)
+	callRow("c2", "bare go-sdk server (stateless Streamable HTTP), tool returns that result verbatim, same client and concurrency", l.same)
+	callRow("c3", "bare go-sdk server, no-op tool", l.noop)
+	lc, sc, nc := l.relay.cost.per(l.relay.n), l.same.cost.per(l.same.n), l.noop.cost.per(l.noop.n)
+	row("c", "cost per call: list_sessions · same payload · no-op",
+		fmt.Sprintf("list_sessions %.1f Redis round trips, %.0f commands · server CPU %s · %s · %s", lc.rts, lc.cmds,
+			fms(lc.procCPU), fms(sc.procCPU), fms(nc.procCPU)), "", "")
+	cr := ratio(l.relay.perSec(), l.same.perSec())
+	row("c", "machine load during (c), all variants", l.relay.cost.add(l.same.cost).add(l.noop.cost).load(l.relay.client+l.same.client+l.noop.client), "", "")
+	row("c/c2", "list_sessions calls/s ÷ same-payload calls/s", fmt.Sprintf("**%.2f** (the same payload is %.1f× faster)", cr, 1/cr), "≥ 0.33 (within 3×)", verdict(cr >= 1.0/3))
+	pr := ratio(float64(l.relay.lat.p99()), float64(l.same.lat.p99()))
+	row("c/c2", "list_sessions p99 ÷ same-payload p99", fmt.Sprintf("**%.2f×**", pr), "≤ 3×", verdict(pr <= 3))
+	row("c2/c3", "same-payload calls/s ÷ no-op calls/s (cost of the payload alone)", fmt.Sprintf("%.2f", ratio(l.same.perSec(), l.noop.perSec())), "", "")
+
+	m := r.mem
+	total10k := m.usagePer() * 10000 / mib
+	row("d", fmt.Sprintf("idle sessions in Redis: %d created, %d keys under the prefix", m.n, m.keys),
+		fmt.Sprintf("MEMORY USAGE sum: **%.0f B/session**; INFO used_memory delta: %.0f B/session", m.usagePer(), m.usedPer()), "", "")
+	row("d", "idle sessions: total for 10,000",
+		fmt.Sprintf("**%.1f MiB** (MEMORY USAGE); %.1f MiB (used_memory delta)", total10k, m.usedPer()*10000/mib), "< 50 MiB",
+		verdict(total10k < 50 && m.usedPer()*10000/mib < 50))
+	return sb.String()
+}
