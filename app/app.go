@@ -38,6 +38,18 @@ const (
 	ModeWorker = "worker" // worker and scheduler only
 )
 
+// ListenError is an address the process cannot listen on (a bad flag: exit 2).
+type ListenError struct {
+	Flag, Addr string
+	Err        error
+}
+
+func (e *ListenError) Error() string {
+	return fmt.Sprintf("%s %s: cannot listen: %v", e.Flag, e.Addr, e.Err)
+}
+
+func (e *ListenError) Unwrap() error { return e.Err }
+
 // Options are the process settings that are not user configuration.
 type Options struct {
 	Mode        string
@@ -265,12 +277,13 @@ func (a *App) Run(ctx context.Context) (err error) {
 	var serveErr = make(chan error, 1)
 	switch a.opts.Mode {
 	case ModeServe:
-		if err := a.setupOwnerToken(ctx); err != nil {
-			return err
-		}
 		ln, err = net.Listen("tcp", a.cfg.Addr)
 		if err != nil {
-			return fmt.Errorf("listen %s: %w", a.cfg.Addr, err)
+			return &ListenError{Flag: "--addr", Addr: a.cfg.Addr, Err: err}
+		}
+		if err := a.setupOwnerToken(ctx); err != nil {
+			_ = ln.Close()
+			return err
 		}
 		a.addr = ln.Addr().String()
 		a.relay.SetBaseURL(a.URL())
@@ -288,7 +301,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		if a.cfg.MetricsAddr != "" {
 			ln, err = net.Listen("tcp", a.cfg.MetricsAddr)
 			if err != nil {
-				return fmt.Errorf("listen %s: %w", a.cfg.MetricsAddr, err)
+				return &ListenError{Flag: "--metrics-addr", Addr: a.cfg.MetricsAddr, Err: err}
 			}
 			a.addr = ln.Addr().String()
 			srv = &http.Server{Handler: api.NewHealthRouter(a.ready, a.met), ReadHeaderTimeout: 10 * time.Second}

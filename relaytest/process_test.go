@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -73,32 +72,15 @@ func TestGracefulHandover(t *testing.T) {
 
 // ---- a `relay worker` process killed with SIGKILL mid-turn ----
 
-var (
-	relayBuildOnce sync.Once
-	relayBuildBin  string
-	relayBuildErr  error
-)
-
-// builtRelayBinary builds ./cmd/relay once per test binary.
+// builtRelayBinary builds ./cmd/relay into the test's temp dir.
 func builtRelayBinary(t *testing.T) string {
 	t.Helper()
-	relayBuildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "relaytest-bin-")
-		if err != nil {
-			relayBuildErr = err
-			return
-		}
-		relayBuildBin = filepath.Join(dir, "relay")
-		cmd := exec.Command("go", "build", "-o", relayBuildBin, "github.com/oar/relay/cmd/relay")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			relayBuildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if relayBuildErr != nil {
-		t.Fatal(relayBuildErr)
+	bin := filepath.Join(t.TempDir(), "relay")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/oar/relay/cmd/relay").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build ./cmd/relay: %v\n%s", err, out)
 	}
-	return relayBuildBin
+	return bin
 }
 
 // syncBuffer collects a subprocess's output.
@@ -133,7 +115,9 @@ func TestWorkerKilledMidTurn(t *testing.T) {
 		t.Skip("waits about a minute for asynq's lease recovery")
 	}
 	t.Parallel()
+	begin := time.Now()
 	bin := builtRelayBinary(t)
+	t.Logf("relay binary ready after %s", time.Since(begin).Round(100*time.Millisecond))
 	rd := NewRedis(t)
 	// The serve process gets one worker slot, kept busy so the subprocess takes the turn.
 	srv := Start(t, Options{Redis: rd, Concurrency: 1})
@@ -162,6 +146,7 @@ func TestWorkerKilledMidTurn(t *testing.T) {
 	t1 := srv.Message(victim.ID, Script(stepSleep(300000), stepReply("never")))
 	t2 := srv.Message(victim.ID, "after")
 	srv.WaitTurn(t1, 30*time.Second, store.TurnRunning) // only the subprocess has a free slot
+	t.Logf("the relay worker subprocess runs the turn %s after the test began", time.Since(begin).Round(100*time.Millisecond))
 
 	// Free the serve process's slot, then kill the subprocess mid-turn.
 	var stopped map[string]any
@@ -258,6 +243,12 @@ func TestRedisDownAndBack(t *testing.T) {
 	if st := get("/readyz"); st != http.StatusOK {
 		t.Fatalf("/readyz %d before the outage", st)
 	}
+	// Let the drain of that turn end first: a drain cut off by the outage keeps the session's
+	// lease until it expires (30 s), which delays the session's next turn that long.
+	Eventually(t, 10*time.Second, func() bool {
+		h, err := r.App.Store().LeaseHolder(context.Background(), b.ID)
+		return err == nil && h == ""
+	}, "the drain of session %s to release its lease", b.ID)
 
 	rd.Mini.Close()
 

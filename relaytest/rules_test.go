@@ -62,7 +62,7 @@ func scriptToolEnvs(t testing.TB, r *Relay, id string, want int) []map[string]an
 	}
 	res := turnToolEnvs(t, tr.Reply)
 	if len(res) != want {
-		t.Fatalf("turn %s: %d stepTool results, want %d; reply:\n%s", id, len(res), want, tr.Reply)
+		t.Fatalf("turn %s: %d tool results, want %d; reply:\n%s", id, len(res), want, tr.Reply)
 	}
 	return res
 }
@@ -400,7 +400,7 @@ func TestAskModeCardsEveryWrite(t *testing.T) {
 	m.MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
 	m.MustOK(map[string]any{"action": "read_session", "relay": "this", "session": b.ID})
 	if n := len(sessionMessages(r, b.ID)); n != 0 {
-		t.Fatalf("target has %d sessionMessages after refused sends", n)
+		t.Fatalf("target has %d messages after refused sends", n)
 	}
 	if bs := storedSession(r, b.ID); bs.Title != "target" || bs.Archived {
 		t.Fatalf("target changed without a card: %+v", bs)
@@ -459,7 +459,7 @@ func TestPlanModeDenySendsNothing(t *testing.T) {
 	}
 	mustEnvCode(t, scriptToolEnvs(t, r, tid, 1)[0], "REMOTE_RELAY_PERMISSION", "Nothing was sent.")
 	if n := len(sessionMessages(r, b.ID)); n != 0 {
-		t.Fatalf("target has %d sessionMessages after a denied send", n)
+		t.Fatalf("target has %d messages after a denied send", n)
 	}
 }
 
@@ -754,6 +754,14 @@ func TestFourAtWorkCapConcurrent(t *testing.T) {
 	}
 	m1.MustFail(map[string]any{"action": "send", "relay": "this", "session": idleNow[0], "text": "x", "wait_seconds": 0}, "REMOTE_RELAY_SESSION_LIMIT")
 	m2.MustFail(map[string]any{"action": "create_session", "relay": "this", "text": "x", "wait_seconds": 0}, "REMOTE_RELAY_SESSION_LIMIT")
+	// The cap is per orchestrating conversation: another one starts sessions meanwhile.
+	o2 := r2.NewSession(map[string]any{"title": "second orchestrator"})
+	tid2 := r2.Message(o2.ID, Script(stepTool(map[string]any{"action": "create_session", "relay": "this", "text": "independent", "wait_seconds": 0})))
+	decideCard(t, r2, o2.ID, "create_session", nil, "allow")
+	mustEnvOK(t, scriptToolEnvs(t, r2, tid2, 1)[0])
+	if n, _ := st.BusyCount(context.Background(), o.ID); n != 4 {
+		t.Fatalf("busy count of the first orchestrator %d, want 4 (the check ran too late?)", n)
+	}
 	close(stopMon)
 	<-monDone
 	if maxSem > 4 || maxDerived > 4 {

@@ -117,7 +117,12 @@ func newCmd(mode, short string, stderr io.Writer) *cobra.Command {
 		if err != nil {
 			return usageError{err}
 		}
-		return a.Run(ctx)
+		err = a.Run(ctx)
+		var le *app.ListenError
+		if errors.As(err, &le) {
+			return usageError{err}
+		}
+		return err
 	}
 	return cmd
 }

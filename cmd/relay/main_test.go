@@ -1,0 +1,170 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// cleanEnv keeps the caller's environment (REDIS_URL in CI, RELAY_*) out of run: a
+// configuration that unexpectedly passed would otherwise start a relay on that Redis.
+func cleanEnv(t *testing.T) {
+	t.Helper()
+	for _, k := range []string{"REDIS_URL", "RELAY_ADDR", "RELAY_NAME", "RELAY_CONFIG", "RELAY_OWNER_TOKEN",
+		"RELAY_METRICS_ADDR", "RELAY_KEY_PREFIX"} {
+		t.Setenv(k, "")
+	}
+}
+
+// runCLI runs the command line in-process and returns its exit code, stdout and stderr.
+// A run that does not return within 20 s fails the test (it would be serving).
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	done := make(chan int, 1)
+	go func() { done <- run(args, &stdout, &stderr) }()
+	select {
+	case code := <-done:
+		return code, stdout.String(), stderr.String()
+	case <-time.After(20 * time.Second):
+		t.Fatalf("relay %v did not return within 20 s", args)
+		return 0, "", ""
+	}
+}
+
+// oneLine fails unless s is exactly one line.
+func oneLine(t *testing.T, what, s string) {
+	t.Helper()
+	if strings.Count(s, "\n") != 1 || !strings.HasSuffix(s, "\n") || strings.TrimSpace(s) == "" {
+		t.Fatalf("%s: want exactly one line, got %q", what, s)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	cleanEnv(t)
+	code, out, errOut := runCLI(t, "--help")
+	if code != 0 {
+		t.Fatalf("--help exit %d, stderr %q", code, errOut)
+	}
+	for _, want := range []string{"serve", "worker"} {
+		if !regexp.MustCompile(`(?m)^\s+` + want + `\s`).MatchString(out) {
+			t.Errorf("--help does not list the %s command:\n%s", want, out)
+		}
+	}
+}
+
+// SPEC §2: every flag with its environment variable; `relay worker` takes the same flags but --addr.
+func TestSubcommandHelpListsFlags(t *testing.T) {
+	cleanEnv(t)
+	common := map[string]string{"--redis": "REDIS_URL", "--name": "RELAY_NAME", "--config": "RELAY_CONFIG",
+		"--owner-token": "RELAY_OWNER_TOKEN", "--metrics-addr": "RELAY_METRICS_ADDR"}
+	addrFlag := regexp.MustCompile(`(?m)^\s+--addr\s`)
+
+	code, out, errOut := runCLI(t, "serve", "--help")
+	if code != 0 {
+		t.Fatalf("serve --help exit %d, stderr %q", code, errOut)
+	}
+	if !addrFlag.MatchString(out) || !strings.Contains(out, "RELAY_ADDR") || !strings.Contains(out, `"127.0.0.1:7420"`) {
+		t.Errorf("serve --help lacks --addr (RELAY_ADDR, default 127.0.0.1:7420):\n%s", out)
+	}
+	for flag, env := range common {
+		if !regexp.MustCompile(`(?m)^\s+`+regexp.QuoteMeta(flag)+`\s`).MatchString(out) || !strings.Contains(out, env) {
+			t.Errorf("serve --help lacks %s (%s):\n%s", flag, env, out)
+		}
+	}
+
+	code, out, errOut = runCLI(t, "worker", "--help")
+	if code != 0 {
+		t.Fatalf("worker --help exit %d, stderr %q", code, errOut)
+	}
+	if addrFlag.MatchString(out) {
+		t.Errorf("worker --help lists --addr:\n%s", out)
+	}
+	for flag, env := range common {
+		if !regexp.MustCompile(`(?m)^\s+`+regexp.QuoteMeta(flag)+`\s`).MatchString(out) || !strings.Contains(out, env) {
+			t.Errorf("worker --help lacks %s (%s):\n%s", flag, env, out)
+		}
+	}
+}
+
+func TestBadFlagExit2(t *testing.T) {
+	cleanEnv(t)
+	for _, args := range [][]string{
+		{"serve", "--bogus"},
+		{"worker", "--bogus"},
+		{"worker", "--addr", "127.0.0.1:0"}, // worker takes every flag but --addr
+		{"serve", "--log-format", "xml"},
+	} {
+		code, out, errOut := runCLI(t, args...)
+		if code != 2 {
+			t.Errorf("%v: exit %d, want 2 (stderr %q)", args, code, errOut)
+			continue
+		}
+		oneLine(t, strings.Join(args, " "), errOut)
+		if out != "" {
+			t.Errorf("%v: stdout %q, want nothing", args, out)
+		}
+	}
+}
+
+// SPEC §14: an unknown key is an error naming the key and the nearest known one.
+func TestBadConfigExit2(t *testing.T) {
+	cleanEnv(t)
+	path := filepath.Join(t.TempDir(), "relay.yaml")
+	yaml := "name: desk\nsettings:\n  max_wait_seconds: 900\ntiming:\n  peer_poll: 3s\n  coalesec: 10s\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"serve", "worker"} {
+		code, _, errOut := runCLI(t, mode, "--config", path)
+		if code != 2 {
+			t.Fatalf("%s with a bad config: exit %d, want 2 (stderr %q)", mode, code, errOut)
+		}
+		oneLine(t, mode+" bad config", errOut)
+		if !strings.Contains(errOut, "coalesec") || !strings.Contains(errOut, "coalesce") || !strings.Contains(errOut, path) {
+			t.Fatalf("%s: error %q should name the file, the key and the suggestion", mode, errOut)
+		}
+	}
+	// Through the environment too.
+	t.Setenv("RELAY_CONFIG", path)
+	if code, _, errOut := runCLI(t, "serve"); code != 2 || !strings.Contains(errOut, "coalesec") {
+		t.Fatalf("RELAY_CONFIG with a bad file: exit %d %q", code, errOut)
+	}
+}
+
+func TestInvalidAddrExit2(t *testing.T) {
+	cleanEnv(t)
+	for _, addr := range []string{"nonsense", "127.0.0.1", "127.0.0.1:99999", "127.0.0.1:http-alt!"} {
+		code, _, errOut := runCLI(t, "serve", "--addr", addr)
+		if code != 2 {
+			t.Errorf("--addr %q: exit %d, want 2 (stderr %q)", addr, code, errOut)
+			continue
+		}
+		oneLine(t, "--addr "+addr, errOut)
+		if !strings.Contains(errOut, "addr") {
+			t.Errorf("--addr %q: error %q does not name addr", addr, errOut)
+		}
+	}
+	// Through the environment as well.
+	t.Setenv("RELAY_ADDR", "nonsense")
+	if code, _, errOut := runCLI(t, "serve"); code != 2 || !strings.Contains(errOut, "addr") {
+		t.Errorf("RELAY_ADDR=nonsense: exit %d %q", code, errOut)
+	}
+}
+
+// An address of the right shape that this host cannot listen on (TEST-NET-1, RFC 5737) is a
+// bad flag as well (SPEC §2: exit 2 with one line).
+func TestUnlistenableAddrExit2(t *testing.T) {
+	cleanEnv(t)
+	code, _, errOut := runCLI(t, "serve", "--addr", "192.0.2.1:7420", "--owner-token", "x-test-token")
+	if code != 2 {
+		t.Fatalf("--addr 192.0.2.1:7420: exit %d, want 2 (stderr %q)", code, errOut)
+	}
+	if !strings.Contains(errOut, "192.0.2.1:7420") {
+		t.Fatalf("error %q does not name the address", errOut)
+	}
+}
