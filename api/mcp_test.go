@@ -293,7 +293,7 @@ func TestMCPLegacyAliasNotListed(t *testing.T) {
 	t.Parallel()
 	// A second look at hideTools, on the raw JSON of tools/list, independent of the SDK client.
 	url := startMCP(t, newFakeDomain(), MCPOptions{})
-	events := rawEvents(t, mustRawPost(t, url, "tok-a", "2025-06-18", `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	events := rawEvents(t, mustRawPost(t, url, "tok-a", "2025-06-18", `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)) //nolint:bodyclose // rawEvents reads the body to the end and closes it
 	resp := findResponse(t, events, 1)
 	if strings.Contains(string(resp.Result), "remote_relay") || !strings.Contains(string(resp.Result), `"relay_tool"`) {
 		t.Errorf("tools/list result: %s", resp.Result)
@@ -327,7 +327,7 @@ func TestMCPArgumentsPassThrough(t *testing.T) {
 				params = `{"name":"relay_tool","arguments":` + tt.arguments + `}`
 			}
 			body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":%s}`, i+1, params)
-			resp := findResponse(t, rawEvents(t, mustRawPost(t, url, "tok-a", "2025-11-25", body)), i+1)
+			resp := findResponse(t, rawEvents(t, mustRawPost(t, url, "tok-a", "2025-11-25", body)), i+1) //nolint:bodyclose // rawEvents reads the body to the end and closes it
 			if resp.Error != nil {
 				t.Fatalf("JSON-RPC error %s, want a tool result", resp.Error)
 			}
@@ -415,6 +415,7 @@ func TestMCPAuth(t *testing.T) {
 				req.Header.Set("Authorization", tt.authorization)
 			}
 			resp := doRaw(t, req)
+			defer resp.Body.Close()
 			b, _ := io.ReadAll(resp.Body)
 			if resp.StatusCode != tt.want {
 				t.Errorf("status %d, want %d (%s)", resp.StatusCode, tt.want, b)
@@ -440,6 +441,7 @@ func TestMCPLocalhostProtection(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer tok-a")
 		req.Host = "relay.example.com"
 		resp := doRaw(t, req)
+		defer resp.Body.Close()
 		_, _ = io.Copy(io.Discard, resp.Body)
 		want := http.StatusForbidden
 		if disable {
@@ -584,6 +586,7 @@ func TestMCPKeepAlive(t *testing.T) {
 			}
 			body := mustJSON(t, map[string]any{"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": params})
 			resp := mustRawPost(t, url, "tok-a", tt.version, body)
+			defer resp.Body.Close()
 			if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
 				t.Fatalf("Content-Type %q", ct)
 			}

@@ -351,8 +351,8 @@ func TestFileErrors(t *testing.T) {
 		name, yaml, want string
 	}{
 		// Unknown keys at every level, each with the nearest known key.
-		{"top level", "nmae: desk\n",
-			`config %s: unknown key "nmae" (line 1); did you mean "name"?`},
+		{"top level", "nmae: desk\n", //nolint:misspell // the typo is the test
+			`config %s: unknown key "nmae" (line 1); did you mean "name"?`}, //nolint:misspell // the typo is the test
 		{"top level plural", "name: desk\nfolder: [/srv]\n",
 			`config %s: unknown key "folder" (line 2); did you mean "folders"?`},
 		{"top level far off", "zzz: 1\n",

@@ -235,7 +235,7 @@ func TestExecMCPConfigFile(t *testing.T) {
 				Command: []string{"/bin/sh", s, "{mcp_config}", code}}).Run(context.Background(), turn, h)
 			out := res.Text
 			if code != "0" {
-				wantTurnError(t, err)
+				_ = wantTurnError(t, err)
 				// stdout is not the reply on failure; it went to Partial.
 				p := h.got()
 				if len(p) == 0 {

@@ -713,8 +713,8 @@ func TestSubscribeAllExclude(t *testing.T) {
 	ev2WaitCount(t, r, w.ID, idle, 1)
 	ev2Done(t, r, c.ID, "excluded")
 	ev2Done(t, r, b.ID, "two")
-	lines := ev2WaitCount(t, r, w.ID, idle, 2)
-	lines = ev2WaitCount(t, r, w.ID, `"echo: two"`, 1)
+	ev2WaitCount(t, r, w.ID, idle, 2)
+	lines := ev2WaitCount(t, r, w.ID, `"echo: two"`, 1)
 	if n := ev2Count(lines, `"echo: one"`); n != 1 {
 		t.Errorf("an event two subscriptions took came %d times, want once (R8.12):\n%s", n, strings.Join(lines, "\n"))
 	}
@@ -785,8 +785,8 @@ func TestTaskEventsAndMetrics(t *testing.T) {
 		}
 	}
 	// The subscription naming task_finished and task_started.
-	l2 := ev2WaitCount(t, r, w2.ID, `task_finished`, 1)
-	l2 = ev2WaitCount(t, r, w2.ID, `task_started`, 2)
+	ev2WaitCount(t, r, w2.ID, `task_finished`, 1)
+	l2 := ev2WaitCount(t, r, w2.ID, `task_started`, 2)
 	var started, finished []string
 	for _, l := range l2 {
 		if m := ev2TaskRe.FindStringSubmatch(l); m != nil {
@@ -849,7 +849,7 @@ func TestStalledTurn(t *testing.T) {
 	var n int
 	for _, l := range lines {
 		if m := re.FindStringSubmatch(l); m != nil {
-			fmt.Sscan(m[1], &n)
+			_, _ = fmt.Sscan(m[1], &n)
 		}
 	}
 	if n < 2 || n > 4 {

@@ -136,7 +136,7 @@ func TestWorkerKilledMidTurn(t *testing.T) {
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-exited
+		<-exited //nolint:errcheck // only waiting for it to be reaped
 		if t.Failed() {
 			t.Logf("relay worker output:\n%s", out.String())
 		}
@@ -440,8 +440,8 @@ func TestExecProvider(t *testing.T) {
 	})
 
 	t.Run("stop kills the process group", func(t *testing.T) {
-		os.Remove(filepath.Join(dir, "sh.pid"))
-		os.Remove(filepath.Join(dir, "child.pid"))
+		_ = os.Remove(filepath.Join(dir, "sh.pid"))
+		_ = os.Remove(filepath.Join(dir, "child.pid"))
 		s := r.NewSession(map[string]any{"provider": "sh", "title": "hanging"})
 		tid := r.Message(s.ID, "hang around")
 		r.WaitTurn(tid, 15*time.Second, store.TurnRunning)
