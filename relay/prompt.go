@@ -80,20 +80,14 @@ func (r *Relay) queue(ctx context.Context, s *store.Session, text, role string, 
 	now := r.now()
 	t := &store.Turn{ID: store.NewID(16), Session: s.ID, Role: role, From: from, Origin: origin, Caller: callerID, CreatedAt: now, Text: text}
 	drainID := "drain:" + s.ID + ":" + store.NewID(6)
-	// The message first, so a turn never runs before its prompt is in the conversation.
-	if err := r.st.AppendMessage(ctx, s.ID, store.Message{ID: t.ID, Role: role, Text: text, From: from, CreatedAt: now}); err != nil {
-		return nil, err
-	}
 	start, err := r.st.PushTurn(ctx, t, r.orchestrator(s), r.opts.Limits.ActiveSessions, enforce, drainID)
 	if errors.Is(err, store.ErrSessionLimit) {
-		_ = r.st.DropLastMessage(ctx, s.ID, t.ID)
 		return nil, Errorf(CodeSessionLimit, "%d sessions started by the same conversation already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
 			r.opts.Limits.ActiveSessions, r.opts.Limits.ActiveSessions, nothingSent)
 	}
 	if err != nil {
 		return nil, err
 	}
-	_ = r.st.Touch(ctx, s.ID, now)
 	if start {
 		if err := r.enq.EnqueueDrain(ctx, s.ID, drainID, r.turnTimeout(ctx)); err != nil {
 			// The prompt is queued; the recovery sweep starts the drain.
@@ -280,6 +274,7 @@ func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) 
 		return nil, e
 	}
 	// Effect.
+	before := *s
 	s.Mode = mode
 	if model != "" {
 		s.Model = model
@@ -290,8 +285,10 @@ func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) 
 	if switchTo != "" {
 		s.Provider = switchTo
 	}
-	if err := r.st.SaveSession(ctx, s); err != nil {
-		return nil, internal(err)
+	if s.Mode != before.Mode || s.Model != before.Model || s.Effort != before.Effort || s.Provider != before.Provider {
+		if err := r.st.SaveSession(ctx, s); err != nil {
+			return nil, internal(err)
+		}
 	}
 	t, err := r.queue(ctx, s, text, "agent", r.fromRef(c), c.origin(r.opts.Name), c.s.ID, true)
 	if err != nil {

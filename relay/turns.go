@@ -99,21 +99,18 @@ func (r *Relay) finish(ctx context.Context, s *store.Session, orch, id, status, 
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	now := r.now()
-	more, err := r.st.FinishTurn(wctx, s.ID, orch, id, "status", status, "reply", reply, "replyModel", model,
+	var msg *store.Message
+	switch {
+	case status == store.TurnDone || (status == store.TurnStopped && reply != ""):
+		msg = &store.Message{ID: store.NewID(16), Role: "assistant", Text: reply, CreatedAt: now}
+	case status == store.TurnError:
+		msg = &store.Message{ID: store.NewID(16), Role: "event", Text: "The turn ended with an error: " + errText, CreatedAt: now}
+	}
+	more, err := r.st.FinishTurn(wctx, s.ID, orch, id, msg, now, "status", status, "reply", reply, "replyModel", model,
 		"error", errText, "ended", now.UnixMilli(), "partial", "", "question", "")
 	if err != nil {
 		return false, err
 	}
-	switch {
-	case status == store.TurnDone || (status == store.TurnStopped && reply != ""):
-		err = r.st.AppendMessage(wctx, s.ID, store.Message{ID: store.NewID(16), Role: "assistant", Text: reply, CreatedAt: now})
-	case status == store.TurnError:
-		err = r.st.AppendMessage(wctx, s.ID, store.Message{ID: store.NewID(16), Role: "event", Text: "The turn ended with an error: " + errText, CreatedAt: now})
-	}
-	if err != nil {
-		return more, err
-	}
-	_ = r.st.Touch(wctx, s.ID, now)
 	// Events (R8.1): an error emits both error and turn_end (error).
 	if status == store.TurnError {
 		r.emit(wctx, &store.Event{Kind: EvError, Session: s.ID, Title: s.Title, Text: errText, Turn: id})

@@ -159,7 +159,10 @@ if busy ~= '' and redis.call('SISMEMBER', busy, ARGV[2]) == 0 then
   if ARGV[4] == '1' and redis.call('SCARD', busy) >= tonumber(ARGV[3]) then return -1 end
   redis.call('SADD', busy, ARGV[2])
 end
-redis.call('HSET', KEYS[4], unpack(ARGV, 6))
+redis.call('RPUSH', KEYS[6], ARGV[6])
+redis.call('HSET', KEYS[7], 'last', ARGV[7])
+redis.call('ZADD', KEYS[8], 'XX', ARGV[7], ARGV[2])
+redis.call('HSET', KEYS[4], unpack(ARGV, 8))
 redis.call('RPUSH', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[5], 0, ARGV[1])
 if redis.call('EXISTS', KEYS[2]) == 0 then
@@ -204,8 +207,10 @@ func (s *Store) BusyCount(ctx context.Context, orchestrator string) (int, error)
 	return int(n), err
 }
 
-// PushTurn creates the turn record and queues it on its session, atomically
-// with the 4-at-work check (enforce) for the session's orchestrator. It
+// PushTurn appends the prompt message, creates the turn record and queues it
+// on its session (and moves the session's last activity), atomically with the
+// 4-at-work check (enforce) for the session's orchestrator: a refused prompt
+// leaves nothing behind, and messages are in queue order. It
 // returns whether the caller must enqueue a drain task with id drainID.
 func (s *Store) PushTurn(ctx context.Context, t *Turn, orchestrator string, limit int, enforce bool, drainID string) (bool, error) {
 	from, origin := "", ""
@@ -215,11 +220,16 @@ func (s *Store) PushTurn(ctx context.Context, t *Turn, orchestrator string, limi
 	}
 	b, _ := json.Marshal(t.Origin)
 	origin = string(b)
-	args := []any{t.ID, t.Session, limit, b2s(enforce), drainID,
+	msg, err := json.Marshal(Message{ID: t.ID, Role: t.Role, Text: t.Text, From: t.From, CreatedAt: t.CreatedAt})
+	if err != nil {
+		return false, err
+	}
+	args := []any{t.ID, t.Session, limit, b2s(enforce), drainID, msg, ms(t.CreatedAt),
 		"id", t.ID, "session", t.Session, "status", TurnQueued, "role", t.Role, "from", from,
 		"origin", origin, "caller", t.Caller, "created", ms(t.CreatedAt), "text", t.Text}
 	r, err := pushScript.Run(ctx, s.rdb, []string{s.k("q", t.Session), s.k("drain", t.Session),
-		s.BusyKey(orchestrator), s.turnKey(t.ID), s.k("tids")}, args...).Int()
+		s.BusyKey(orchestrator), s.turnKey(t.ID), s.k("tids"), s.msgsKey(t.Session), s.sessKey(t.Session),
+		s.k("sessions", "active")}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("queue turn %s: %w", t.ID, err)
 	}
@@ -257,8 +267,11 @@ func (s *Store) PopTurn(ctx context.Context, sid, orchestrator string, now time.
 }
 
 var finishScript = redis.NewScript(`
-redis.call('HSET', KEYS[5], unpack(ARGV, 2))
+redis.call('HSET', KEYS[5], unpack(ARGV, 4))
 if redis.call('GET', KEYS[2]) == redis.call('HGET', KEYS[5], 'id') then redis.call('DEL', KEYS[2]) end
+if ARGV[2] ~= '' then redis.call('RPUSH', KEYS[6], ARGV[2]) end
+redis.call('HSET', KEYS[7], 'last', ARGV[3])
+redis.call('ZADD', KEYS[8], 'XX', ARGV[3], ARGV[1])
 if redis.call('LLEN', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[3])
   if KEYS[4] ~= '' then redis.call('SREM', KEYS[4], ARGV[1]) end
@@ -267,13 +280,23 @@ end
 return 1
 `)
 
-// FinishTurn writes a turn's end (fields as key/value pairs) and clears the
-// session's current turn. It returns whether more turns are queued (the
-// drain flag then stays set and the caller enqueues the next drain).
-func (s *Store) FinishTurn(ctx context.Context, sid, orchestrator, turnID string, kv ...any) (bool, error) {
-	args := append([]any{sid}, kv...)
+// FinishTurn writes a turn's end (fields as key/value pairs), appends the
+// message it leaves in the conversation (nil for none), moves the session's
+// last activity and clears its current turn, in one step. It returns whether
+// more turns are queued (the drain flag then stays set and the caller
+// enqueues the next drain).
+func (s *Store) FinishTurn(ctx context.Context, sid, orchestrator, turnID string, msg *Message, at time.Time, kv ...any) (bool, error) {
+	m := ""
+	if msg != nil {
+		b, err := json.Marshal(msg)
+		if err != nil {
+			return false, err
+		}
+		m = string(b)
+	}
+	args := append([]any{sid, m, ms(at)}, kv...)
 	r, err := finishScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
-		s.BusyKey(orchestrator), s.turnKey(turnID)}, args...).Int()
+		s.BusyKey(orchestrator), s.turnKey(turnID), s.msgsKey(sid), s.sessKey(sid), s.k("sessions", "active")}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("finish turn %s: %w", turnID, err)
 	}
@@ -443,17 +466,4 @@ func (s *Store) Usage(ctx context.Context, provider string) (map[string]int64, e
 		out[k] = atoi64(v)
 	}
 	return out, nil
-}
-
-// DropLastMessage removes a message just appended when its prompt was refused.
-func (s *Store) DropLastMessage(ctx context.Context, sid, msgID string) error {
-	raw, err := s.rdb.LRange(ctx, s.msgsKey(sid), -1, -1).Result()
-	if err != nil || len(raw) == 0 {
-		return err
-	}
-	var m Message
-	if json.Unmarshal([]byte(raw[0]), &m) == nil && m.ID == msgID {
-		return s.rdb.LRem(ctx, s.msgsKey(sid), -1, raw[0]).Err()
-	}
-	return nil
 }
