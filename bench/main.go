@@ -1,7 +1,9 @@
 // Command bench measures the relay against a real Redis and prints one
 // markdown table: send→reply round trips next to the bare asynq hop and a
 // Redis PING (the engine floor), list_sessions next to a bare go-sdk MCP
-// server answering the same payload, and the Redis memory of idle sessions.
+// server answering the same payload, the Redis memory of idle sessions, event
+// fan-out to delivery, the memory of held events, and the memory and firing
+// lateness of schedules.
 //
 //	go run ./bench -redis redis://127.0.0.1:6379/0          # full run, a few minutes
 //	go run ./bench -redis redis://127.0.0.1:6379/0 -quick   # smoke run, ~30 s
@@ -46,6 +48,16 @@ type options struct {
 	calls       int // (c) calls per variant
 	conc        int // (c) concurrent clients
 	idle        int // (d) idle sessions
+	rows        string
+	probes      int // (e) Fanout calls per (total, matching) cell
+	eventRate   int // (e) owner messages per second in the paced phase
+	eventSecs   int // (e) length of the paced phase
+	burst       int // (e) owner messages sent at once
+	held        int // (f) events held by a digest
+	heldReply   int // (f) bytes of each held event's reply text
+	schedules   int // (g) active schedules whose memory is measured
+	fireRate    int // (g) schedules due per second
+	fireSecs    int // (g) seconds of the firing window
 	profile     string
 	inproc      bool // MCP clients in this process instead of a child process
 	rtCallers   bool // print the relay's Redis round trips of (a) by calling site
@@ -65,6 +77,16 @@ func parseFlags() options {
 	flag.IntVar(&o.calls, "calls", 4000, "(c) calls per variant (list_sessions, same payload, no-op)")
 	flag.IntVar(&o.conc, "conc", 8, "(c) concurrent MCP clients per variant")
 	flag.IntVar(&o.idle, "idle", 10000, "(d) idle sessions whose Redis memory is measured")
+	flag.StringVar(&o.rows, "rows", "abcdefg", "which rows to run (a, b and c run together)")
+	flag.IntVar(&o.probes, "probes", 200, "(e) in-process Relay.Fanout calls per (total, matching) cell")
+	flag.IntVar(&o.eventRate, "event-rate", 100, "(e) owner messages (turn_end events) per second in the paced phase")
+	flag.IntVar(&o.eventSecs, "event-secs", 10, "(e) seconds of the paced phase")
+	flag.IntVar(&o.burst, "burst", 2000, "(e) owner messages sent at once in the burst phase")
+	flag.IntVar(&o.held, "held", 10000, "(f) events held by a digest subscription")
+	flag.IntVar(&o.heldReply, "held-reply", 500, "(f) bytes of each held event's text (the turn's reply)")
+	flag.IntVar(&o.schedules, "schedules", 10000, "(g) active schedules whose Redis memory is measured")
+	flag.IntVar(&o.fireRate, "fire-rate", 100, "(g) schedules due per second in the firing window (one per conversation)")
+	flag.IntVar(&o.fireSecs, "fire-secs", 15, "(g) seconds of the firing window (at most 20: the schedules into one conversation)")
 	flag.BoolVar(&o.inproc, "inproc", false, "run the MCP clients of (a) and (c) in the relay's process instead of a child process")
 	flag.BoolVar(&o.rtCallers, "rtcallers", false, "print to stderr where the relay's Redis round trips of (a) come from (file:line), per send round trip")
 	flag.StringVar(&o.profile, "profile", "", "directory to write CPU profiles and execution traces of the send and list phases to (send.pprof, send.trace, list.pprof, list.trace)")
@@ -72,8 +94,10 @@ func parseFlags() options {
 	if o.quick {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		quick := map[string]*int{"rounds": &o.rounds, "hops": &o.hops, "pings": &o.pings, "calls": &o.calls, "idle": &o.idle, "warm": &o.warm}
-		small := map[string]int{"rounds": 10, "hops": 15, "pings": 1000, "calls": 800, "idle": 10000, "warm": 1}
+		quick := map[string]*int{"rounds": &o.rounds, "hops": &o.hops, "pings": &o.pings, "calls": &o.calls, "idle": &o.idle, "warm": &o.warm,
+			"probes": &o.probes, "event-secs": &o.eventSecs, "burst": &o.burst, "held": &o.held, "schedules": &o.schedules, "fire-secs": &o.fireSecs}
+		small := map[string]int{"rounds": 10, "hops": 15, "pings": 1000, "calls": 800, "idle": 10000, "warm": 1,
+			"probes": 60, "event-secs": 3, "burst": 400, "held": 10000, "schedules": 1000, "fire-secs": 5}
 		for k, p := range quick {
 			if !set[k] {
 				*p = small[k]
@@ -94,8 +118,15 @@ func main() {
 	if o.redisURL == "" {
 		log.Fatal("-redis (or REDIS_URL) is required: a real Redis, e.g. redis://127.0.0.1:6379/0")
 	}
-	if o.clients < 1 || o.conc < 1 || o.rounds < 1 || o.hops < 1 || o.calls < o.conc || o.idle < 1 || o.concurrency < 0 {
+	if o.clients < 1 || o.conc < 1 || o.rounds < 1 || o.hops < 1 || o.calls < o.conc || o.idle < 1 || o.concurrency < 0 ||
+		o.probes < 2 || o.eventRate < 1 || o.eventSecs < 1 || o.burst < 1 || o.held < 1 || o.heldReply < 0 || o.schedules < 1 || o.fireRate < 1 {
 		log.Fatal("sizes must be positive (and -calls at least -conc)")
+	}
+	if o.fireSecs < 1 || o.fireSecs > perTarget {
+		log.Fatalf("-fire-secs must be between 1 and %d", perTarget)
+	}
+	if strings.Trim(o.rows, "abcdefg") != "" || o.rows == "" {
+		log.Fatal("-rows takes letters of abcdefg")
 	}
 	if o.listN < 2*o.clients {
 		o.listN = 2 * o.clients
@@ -124,6 +155,9 @@ type bench struct {
 	hc        *http.Client
 	prefix    string // relay of (a)–(c); its asynq queues are PREFIX:turns and PREFIX:hop
 	memPrefix string // relay of (d)
+	evPrefix  string // relay of (e)
+	hdPrefix  string // relay of (f)
+	scPrefix  string // relay of (g)
 	conc      int    // the relay worker's asynq concurrency, as asynq reports it
 	worker    *asynq.ServerInfo
 	start     time.Time
@@ -155,7 +189,7 @@ func newBench(ctx context.Context, o options) (*bench, error) {
 	// for all concurrent callers (http.DefaultTransport keeps 2 per host).
 	tr := newTransport()
 	return &bench{o: o, rdb: rdb, ropts: ropts, tr: tr, hc: &http.Client{Transport: tr, Timeout: 60 * time.Second},
-		prefix: newPrefix(), memPrefix: newPrefix(), start: time.Now()}, nil
+		prefix: newPrefix(), memPrefix: newPrefix(), evPrefix: newPrefix(), hdPrefix: newPrefix(), scPrefix: newPrefix(), start: time.Now()}, nil
 }
 
 func (b *bench) where() string {
@@ -177,7 +211,7 @@ func (b *bench) cleanup() error {
 	var errs []error
 	queues, err := b.rdb.SMembers(ctx, "asynq:queues").Result()
 	errs = append(errs, err)
-	for _, p := range []string{b.prefix, b.memPrefix} {
+	for _, p := range []string{b.prefix, b.memPrefix, b.evPrefix, b.hdPrefix, b.scPrefix} {
 		errs = append(errs, store.DeleteMatching(ctx, b.rdb, p+":*"))
 		errs = append(errs, store.DeleteMatching(ctx, b.rdb, "asynq:{"+p+":*"))
 		for _, q := range queues {
@@ -232,15 +266,73 @@ type results struct {
 	send sendResult
 	list listResult
 	mem  memResult
+	ev   eventsResult
+	hd   heldResult
+	sc   schedResult
+}
+
+// runs reports whether -rows asks for a row (a, b and c run together).
+func (o options) runs(row string) bool {
+	if strings.ContainsAny(row, "abc") {
+		return strings.ContainsAny(o.rows, "abc")
+	}
+	return strings.Contains(o.rows, row)
 }
 
 func (b *bench) run(ctx context.Context) (string, error) {
 	o := b.o
 	var res results
+	var err error
+	if o.runs("a") {
+		if err := b.runABC(ctx, &res); err != nil {
+			return "", err
+		}
+	}
+	// (d) memory of idle sessions, in a relay of its own.
+	if o.runs("d") {
+		b.logf("(d) %d idle sessions, prefix %s", o.idle, b.memPrefix)
+		if res.mem, err = benchMemory(ctx, b.rdb, o.redisURL, b.memPrefix, o.concurrency, o.idle, b.hc); err != nil {
+			return "", err
+		}
+	}
+	// (e) events through fan-out to delivery, in a relay of its own.
+	if o.runs("e") {
+		b.logf("(e) events, prefix %s", b.evPrefix)
+		stopProf := b.profileStart("events")
+		res.ev, err = benchEvents(ctx, b, b.evPrefix)
+		stopProf()
+		if err != nil {
+			return "", fmt.Errorf("(e): %w", err)
+		}
+	}
+	// (f) memory of held events, in a relay of its own.
+	if o.runs("f") {
+		b.logf("(f) %d held events, prefix %s", o.held, b.hdPrefix)
+		if res.hd, err = benchHeld(ctx, b, b.hdPrefix); err != nil {
+			return "", fmt.Errorf("(f): %w", err)
+		}
+	}
+	// (g) schedules: memory and firing lateness, in a relay of its own.
+	if o.runs("g") {
+		b.logf("(g) schedules, prefix %s", b.scPrefix)
+		stopProf := b.profileStart("schedules")
+		res.sc, err = benchSchedules(ctx, b, b.scPrefix)
+		stopProf()
+		if err != nil {
+			return "", fmt.Errorf("(g): %w", err)
+		}
+	}
+	b.logf("done")
+	return b.table(ctx, res), nil
+}
+
+// runABC runs (a), (b) and (c) against one relay.
+func (b *bench) runABC(ctx context.Context, res *results) error {
+	o := b.o
 	b.logf("redis %s, prefix %s; starting the relay", o.redisURL, b.prefix)
 	rp, err := startRelay(o.redisURL, b.prefix, o.concurrency, b.hc)
 	if err != nil {
-		return "", err
+		return err
 	}
 	stopped := false
 	defer func() {
@@ -249,10 +341,10 @@ func (b *bench) run(ctx context.Context) (string, error) {
 		}
 	}()
 	if err := rp.enableAgentSessions(ctx); err != nil {
-		return "", err
+		return err
 	}
 	if b.worker, err = workerConfig(ctx, b.rdb, b.prefix+":turns"); err != nil {
-		return "", err
+		return err
 	}
 	b.conc = b.worker.Concurrency
 	// Sessions: fillers first (in-process), then the orchestrators and their
@@ -261,18 +353,18 @@ func (b *bench) run(ctx context.Context) (string, error) {
 	fillers := o.listN - 2*o.clients
 	b.logf("creating %d filler sessions in-process", fillers)
 	if err := rp.createSessions(ctx, fillers, 16, "Filler session"); err != nil {
-		return "", err
+		return err
 	}
 	b.logf("creating %d orchestrator and %d target sessions through the owner API", o.clients, o.clients)
 	orch := make([]sessionRef, o.clients)
 	targets := make([]string, o.clients)
 	for i := 0; i < o.clients; i++ {
 		if orch[i], err = rp.createSession(ctx, fmt.Sprintf("Orchestrator %02d", i)); err != nil {
-			return "", err
+			return err
 		}
 		t, err := rp.createSession(ctx, fmt.Sprintf("Target %02d", i))
 		if err != nil {
-			return "", err
+			return err
 		}
 		targets[i] = t.ID
 	}
@@ -280,14 +372,14 @@ func (b *bench) run(ctx context.Context) (string, error) {
 	// (b) the floor: PING, then the bare asynq hop.
 	b.logf("(b) %d Redis PINGs", o.pings)
 	if res.ping, err = benchPing(ctx, b.rdb, o.pings); err != nil {
-		return "", err
+		return err
 	}
 	b.logf("(b) bare asynq hop: %d producers × %d hops, concurrency %d and %d queues (as the relay worker's)", o.clients, o.hops, b.conc, len(b.worker.Queues))
 	if res.hop, err = benchHop(ctx, b.ropts, b.rdb, b.prefix, b.prefix+":turns", b.worker, o.clients, o.warm, o.hops); err != nil {
-		return "", err
+		return err
 	}
 	if res.hop.errs > 0 {
-		return "", fmt.Errorf("asynq hop: %d failed, first: %w", res.hop.errs, res.hop.err)
+		return fmt.Errorf("asynq hop: %d failed, first: %w", res.hop.errs, res.hop.err)
 	}
 
 	// (a) send → reply.
@@ -300,7 +392,7 @@ func (b *bench) run(ctx context.Context) (string, error) {
 	rp.rt.callers.Store(false)
 	stopProf()
 	if err != nil {
-		return "", err
+		return err
 	}
 	if o.rtCallers {
 		fmt.Fprintf(os.Stderr, "the relay's Redis round trips during (a) by calling site, per send round trip (%d round trips):\n", res.send.n)
@@ -320,20 +412,10 @@ func (b *bench) run(ctx context.Context) (string, error) {
 	res.list, err = benchList(ctx, cl, rp, m, orch[0].Token, b.tr, o.conc, o.calls, 20, o.clients, o.clients*o.rounds)
 	stopProf()
 	if err != nil {
-		return "", err
+		return err
 	}
 	stopped = true
-	if err := rp.stop(); err != nil {
-		return "", err
-	}
-
-	// (d) memory of idle sessions, in a relay of its own.
-	b.logf("(d) %d idle sessions, prefix %s", o.idle, b.memPrefix)
-	if res.mem, err = benchMemory(ctx, b.rdb, o.redisURL, b.memPrefix, o.concurrency, o.idle, b.hc); err != nil {
-		return "", err
-	}
-	b.logf("done")
-	return b.table(ctx, res), nil
+	return rp.stop()
 }
 
 func (b *bench) table(ctx context.Context, r results) string {
@@ -347,9 +429,38 @@ func (b *bench) table(ctx context.Context, r results) string {
 		mode = "quick"
 	}
 	sb.WriteString("| # | measure | result | target | verdict |\n|---|---|---|---|---|\n")
-	row("run", "setup", fmt.Sprintf("%s run; Redis %s at %s; %s, GOMAXPROCS %d, %d CPUs; relay worker's asynq config (also the bare hop's): concurrency %d, %d queues, TaskCheckInterval 25ms, DelayedTaskCheckInterval 100ms; MCP clients in %s",
-		mode, serverInfo(ctx, b.rdb), b.o.redisURL, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), b.conc, len(b.worker.Queues), b.where()), "", "")
+	worker := "relay worker's asynq concurrency: the relay's default"
+	if o.concurrency > 0 {
+		worker = fmt.Sprintf("relay worker's asynq concurrency %d", o.concurrency)
+	}
+	if b.worker != nil {
+		worker = fmt.Sprintf("relay worker's asynq config (also the bare hop's): concurrency %d, %d queues, TaskCheckInterval 25ms, DelayedTaskCheckInterval 100ms; MCP clients in %s",
+			b.conc, len(b.worker.Queues), b.where())
+	}
+	row("run", "setup", fmt.Sprintf("%s run, rows %s; Redis %s at %s; %s, GOMAXPROCS %d, %d CPUs; %s",
+		mode, o.rows, serverInfo(ctx, b.rdb), b.o.redisURL, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), worker), "", "")
+	if o.runs("a") {
+		b.tableABC(row, r)
+	}
+	if o.runs("d") {
+		b.tableD(row, r)
+	}
+	if o.runs("e") {
+		b.tableE(row, r.ev)
+	}
+	if o.runs("f") {
+		b.tableF(row, r.hd)
+	}
+	if o.runs("g") {
+		b.tableG(row, r.sc)
+	}
+	return sb.String()
+}
 
+type rowFunc func(id, what, result, target, v string)
+
+func (b *bench) tableABC(row rowFunc, r results) {
+	o := b.o
 	s := r.send
 	row("a", fmt.Sprintf("send→reply round trip, scripted instant reply (\"x\"→\"echo: x\"), %d MCP clients each sending to its own target, wait_seconds 30", o.clients),
 		fmt.Sprintf("p50 **%s**, p99 %s (n=%d)", fms(s.lat.p50()), fms(s.lat.p99()), s.n), "", "")
@@ -405,7 +516,9 @@ func (b *bench) table(ctx context.Context, r results) string {
 	pr := ratio(float64(l.relay.lat.p99()), float64(l.same.lat.p99()))
 	row("c/c2", "list_sessions p99 ÷ same-payload p99", fmt.Sprintf("**%.2f×**", pr), "≤ 3×", verdict(pr <= 3))
 	row("c2/c3", "same-payload calls/s ÷ no-op calls/s (cost of the payload alone)", fmt.Sprintf("%.2f", ratio(l.same.perSec(), l.noop.perSec())), "", "")
+}
 
+func (b *bench) tableD(row rowFunc, r results) {
 	m := r.mem
 	total10k := m.usagePer() * 10000 / mib
 	row("d", fmt.Sprintf("idle sessions in Redis: %d created, %d keys under the prefix", m.n, m.keys),
@@ -413,5 +526,4 @@ func (b *bench) table(ctx context.Context, r results) string {
 	row("d", "idle sessions: total for 10,000",
 		fmt.Sprintf("**%.1f MiB** (MEMORY USAGE); %.1f MiB (used_memory delta)", total10k, m.usedPer()*10000/mib), "< 50 MiB",
 		verdict(total10k < 50 && m.usedPer()*10000/mib < 50))
-	return sb.String()
 }

@@ -102,7 +102,9 @@ func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result
 	if first.IsZero() {
 		first = now.Add(time.Duration(every) * time.Minute)
 	}
-	first = first.Truncate(time.Millisecond) // occurrence tasks carry unix milliseconds
+	if t := first.Truncate(time.Second); !t.Equal(first) {
+		first = t.Add(time.Second) // whole seconds, as asynq keeps due times: a firing is never early
+	}
 	// Card: in ask/plan mode a schedule into another session is a write action (R5.2.3, R9.6);
 	// it counts toward loop protection once when set.
 	need := &cardNeed{}
@@ -367,16 +369,18 @@ func (r *Relay) releaseHeld(ctx context.Context, setter string, approved bool) {
 	}
 }
 
-// RecoverSchedules gives every active schedule its pending occurrence task
-// (at boot and each minute): a time missed while the relay was down fires
-// once, then the grid goes on (R9.3).
+// RecoverSchedules gives every overdue active schedule its occurrence task
+// again (at boot and each minute): a time missed while the relay was down, or
+// whose task was lost, fires once, then the grid goes on (R9.3). A schedule
+// due later still has its task; task ids make a duplicate impossible.
 func (r *Relay) RecoverSchedules(ctx context.Context) error {
 	all, err := r.st.ActiveSchedules(ctx)
 	if err != nil {
 		return err
 	}
+	overdue := r.now().Add(-30 * time.Second)
 	for _, sc := range all {
-		if sc.NextFireAt.IsZero() {
+		if sc.NextFireAt.IsZero() || sc.NextFireAt.After(overdue) || !sc.HeldSince.IsZero() {
 			continue
 		}
 		if err := r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()}, fireID(sc.ID, sc.NextFireAt), sc.NextFireAt); err != nil {

@@ -119,6 +119,7 @@ func (r *Relay) finish(ctx context.Context, s *store.Session, orch, id, status, 
 	if status == store.TurnError {
 		text = errText
 	}
+	text = excerpt(text, 240) // a line shows 120 characters; events and replay streams keep no whole replies
 	r.emit(wctx, &store.Event{Kind: EvTurnEnd, Session: s.ID, Title: s.Title, Status: status, Text: text, Turn: id})
 	return more, r.st.Notify(wctx, "turn:"+id)
 }

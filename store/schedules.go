@@ -82,15 +82,27 @@ func (s *Store) GetSchedule(ctx context.Context, id string) (*Schedule, error) {
 
 func (s *Store) schedulesByIDs(ctx context.Context, ids []string) ([]*Schedule, error) {
 	var out []*Schedule
-	for _, id := range ids {
-		sc, err := s.GetSchedule(ctx, id)
-		if errors.Is(err, ErrNotFound) {
-			continue
+	for start := 0; start < len(ids); start += 500 {
+		batch := ids[start:min(start+500, len(ids))]
+		keys := make([]string, len(batch))
+		for i, id := range batch {
+			keys[i] = s.k("sch", id)
 		}
+		vals, err := s.rdb.MGet(ctx, keys...).Result()
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, sc)
+		for _, v := range vals {
+			str, ok := v.(string)
+			if !ok {
+				continue // gone meanwhile
+			}
+			var sc Schedule
+			if err := json.Unmarshal([]byte(str), &sc); err != nil {
+				return nil, err
+			}
+			out = append(out, &sc)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
