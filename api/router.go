@@ -60,7 +60,7 @@ func AddHealth(g *gin.Engine, ready func(context.Context) error, m *metrics.Metr
 		defer cancel()
 		if ready != nil {
 			if err := ready(ctx); err != nil {
-				c.JSON(http.StatusServiceUnavailable, gin.H{"status": "unavailable", "error": err.Error()})
+				c.JSON(http.StatusServiceUnavailable, gin.H{"status": "unavailable", "error": readyReason(err)})
 				return
 			}
 		}
@@ -126,4 +126,12 @@ func ownerAuth(token string) gin.HandlerFunc {
 		}
 		c.Next()
 	}
+}
+
+// readyReason says why the process is not ready without internals (addresses).
+func readyReason(err error) string {
+	if strings.Contains(err.Error(), "shutting down") {
+		return "shutting down"
+	}
+	return "Redis is not reachable"
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -265,7 +266,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	err = a.st.Ping(pctx)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("redis %s: %w", a.cfg.RedisURL, err)
+		return fmt.Errorf("redis %s: %w", redactURL(a.cfg.RedisURL), err)
 	}
 	hubCtx, stopHub := context.WithCancel(context.Background())
 	defer stopHub()
@@ -418,4 +419,16 @@ type redisLogger struct{ l *slog.Logger }
 
 func (r redisLogger) Printf(_ context.Context, format string, v ...any) {
 	r.l.Debug(fmt.Sprintf(format, v...), "component", "go-redis")
+}
+
+// redactURL hides a password in a Redis URL for logs and errors.
+func redactURL(u string) string {
+	if u == "" {
+		return "(embedded)"
+	}
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return p.Redacted()
 }

@@ -79,7 +79,7 @@ func (r *Relay) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
 		return nil, internal(err)
 	}
 	_ = r.st.Notify(ctx, "inbox")
-	res := newResult("", fmt.Sprintf("%s pending", ak.ID))
+	res := newResult("", fmt.Sprintf("question %s pending", ak.ID))
 	if concern.ID != c.s.ID {
 		res.session = concern.ID
 	}

@@ -204,6 +204,13 @@ func (r *Relay) offer(ctx context.Context, sub *store.Subscription, ev *store.Ev
 	}
 	due = quietOf(sub).Defer(due)
 	if !due.After(now) {
+		// The digest is due already (none for N minutes): this event is that digest,
+		// and the next one comes N minutes after it.
+		if sub.DigestMinutes > 0 {
+			if err := r.st.SetLastDigest(ctx, sub, now); err != nil {
+				return err
+			}
+		}
 		return r.release(ctx, sub.Watcher, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}})
 	}
 	inForce, first, err := r.st.HoldEvent(ctx, sub.ID, ev, due)
@@ -382,7 +389,7 @@ func (r *Relay) deliver(ctx context.Context, watcher string, batches []store.Bat
 	if err := r.st.AddWake(ctx, watcher, r.now()); err != nil {
 		return err
 	}
-	if _, err := r.queue(ctx, ws, text, "event", nil, store.Origin{Path: []string{r.opts.Name}}, "", false); err != nil {
+	if _, err := r.queue(ctx, ws, text, "event", nil, store.Origin{Path: []string{r.opts.Name}}, "", false, 0); err != nil {
 		return err
 	}
 	if r.met != nil {

@@ -64,6 +64,12 @@ func internal(err error) *Error {
 	return &Error{Code: CodeInternal, Msg: "Something went wrong inside the relay; the log has the detail. Nothing was done.", cause: err}
 }
 
+// internalAfter is an unexpected failure after the effect happened: the
+// sentence says what was done, so the agent does not repeat it.
+func internalAfter(err error, done string) *Error {
+	return &Error{Code: CodeInternal, Msg: "Something went wrong inside the relay after " + done + "; the log has the detail.", cause: err}
+}
+
 // AsError converts any error into an *Error (unknown ones become INTERNAL).
 func AsError(err error) *Error {
 	var e *Error

@@ -103,7 +103,7 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (map[stri
 	}
 	var turnID string
 	if strings.TrimSpace(in.Text) != "" {
-		t, err := r.queue(ctx, s, in.Text, "user", nil, store.Origin{Path: []string{r.opts.Name}}, "", false)
+		t, err := r.queue(ctx, s, in.Text, "user", nil, store.Origin{Path: []string{r.opts.Name}}, "", false, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -170,7 +170,7 @@ func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (map[string]
 		return nil, err
 	}
 	r.releaseHeld(ctx, s.ID, false) // the owner wrote: held schedule firings go (R9.6)
-	t, err := r.queue(ctx, s, text, "user", nil, store.Origin{Path: []string{r.opts.Name}}, "", false)
+	t, err := r.queue(ctx, s, text, "user", nil, store.Origin{Path: []string{r.opts.Name}}, "", false, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -76,10 +76,17 @@ func (r *Relay) fromRef(c *caller) *store.Ref {
 
 // queue appends a prompt to a session and starts its drain (enforcing the cap
 // for agent prompts). role is user (owner), agent, schedule or event.
-func (r *Relay) queue(ctx context.Context, s *store.Session, text, role string, from *store.Ref, origin store.Origin, callerID string, enforce bool) (*store.Turn, error) {
+// waitFor > 0 marks, before the turn can run, that the caller waits on its
+// reply (the no-echo rule must know it before the turn_end can fan out).
+func (r *Relay) queue(ctx context.Context, s *store.Session, text, role string, from *store.Ref, origin store.Origin, callerID string, enforce bool, waitFor time.Duration) (*store.Turn, error) {
 	now := r.now()
 	t := &store.Turn{ID: store.NewID(16), Session: s.ID, Role: role, From: from, Origin: origin, Caller: callerID, CreatedAt: now, Text: text}
 	drainID := "drain:" + s.ID + ":" + store.NewID(6)
+	if waitFor > 0 {
+		if err := r.st.SetWaiting(ctx, t.ID, waitFor+time.Minute); err != nil {
+			return nil, err
+		}
+	}
 	start, err := r.st.PushTurn(ctx, t, r.orchestrator(s), r.opts.Limits.ActiveSessions, enforce, drainID)
 	if errors.Is(err, store.ErrSessionLimit) {
 		return nil, Errorf(CodeSessionLimit, "%d sessions started by the same conversation already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
@@ -142,8 +149,10 @@ func terminal(status string) bool {
 // turn's turn_end is held from its subscriptions and dropped once the reply
 // reached it (no echo, R8.18).
 func (r *Relay) waitReply(ctx context.Context, id string, d time.Duration) (*store.Turn, error) {
-	if err := r.st.SetWaiting(ctx, id, d+time.Minute); err != nil {
-		return nil, err
+	if d > 0 {
+		if err := r.st.SetWaiting(ctx, id, d+time.Minute); err != nil { // wait: the caller comes back for it
+			return nil, err
+		}
 	}
 	t, err := r.waitTurn(ctx, id, d)
 	got := err == nil && terminal(t.Status)
@@ -273,33 +282,47 @@ func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) 
 	if e := r.askCard(ctx, c, need, "send", &tid, lines, nothingSent); e != nil {
 		return nil, e
 	}
-	// Effect.
-	before := *s
-	s.Mode = mode
-	if model != "" {
-		s.Model = model
+	// Effect. Read the session again: a card may have taken minutes.
+	s, err := r.st.GetSession(ctx, s.ID)
+	if err != nil {
+		return nil, internal(err)
 	}
-	if effort != "" {
-		s.Effort = effort
+	if s.Archived {
+		return nil, Errorf(CodeInvalidInput, "Session %s was archived meanwhile; it takes no prompts. %s", id8(s.ID), nothingSent)
 	}
-	if switchTo != "" {
-		s.Provider = switchTo
+	// The settings the prompt changes, written before it is queued (the turn
+	// runs with them) and put back if the queue refuses it: a rejected message
+	// switches nothing (R7.8).
+	changes, undo := map[string]any{}, map[string]any{}
+	change := func(field, old, nw string) {
+		if nw != "" && nw != old {
+			changes[field], undo[field] = nw, old
+		}
 	}
-	if s.Mode != before.Mode || s.Model != before.Model || s.Effort != before.Effort || s.Provider != before.Provider {
-		if err := r.st.SaveSession(ctx, s); err != nil {
+	change("mode", s.Mode, mode)
+	change("model", s.Model, model)
+	change("effort", s.Effort, effort)
+	change("provider", s.Provider, switchTo)
+	if len(changes) > 0 {
+		if err := r.st.SetSessionFields(ctx, s.ID, changes); err != nil {
 			return nil, internal(err)
 		}
 	}
-	t, err := r.queue(ctx, s, text, "agent", r.fromRef(c), c.origin(r.opts.Name), c.s.ID, true)
+	t, err := r.queue(ctx, s, text, "agent", r.fromRef(c), c.origin(r.opts.Name), c.s.ID, true, wait)
 	if err != nil {
+		if len(undo) > 0 {
+			if uerr := r.st.SetSessionFields(context.WithoutCancel(ctx), s.ID, undo); uerr != nil {
+				r.log.Error("undo settings of a refused send", "session", s.ID, "err", uerr)
+			}
+		}
 		return nil, AsError(err)
 	}
 	if _, err := r.st.IncrLoop(ctx, c.s.ID); err != nil {
-		return nil, internal(err)
+		return nil, internalAfter(err, "the prompt was queued (message_id "+t.ID+")")
 	}
 	t, err = r.waitReply(ctx, t.ID, wait)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internalAfter(err, "the prompt was queued (message_id "+t.ID+")")
 	}
 	res := newResult(s.ID, "")
 	r.turnResult(ctx, res, t, true)
@@ -499,7 +522,19 @@ func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result,
 	if e := r.askCard(ctx, c, need, "create_session", nil, lines, nothingCreated); e != nil {
 		return nil, e
 	}
-	// Effect.
+	// Effect. The caller's record again (a card may have taken minutes), and the
+	// named group must still exist (R7.9): else nothing is created.
+	if fresh, err := r.st.GetSession(ctx, c.s.ID); err == nil {
+		c.s = fresh
+	}
+	if group != nil {
+		if _, err := r.st.GetGroup(ctx, group.ID); errors.Is(err, store.ErrNotFound) {
+			return nil, Errorf(CodeUnknownGroup, "The session group %q (%s) on relay %q was dissolved before the session could start. %s",
+				r.groupName(ctx, group), group.ID, r.opts.Name, nothingCreated)
+		} else if err != nil {
+			return nil, internal(err)
+		}
+	}
 	now := r.now()
 	s := &store.Session{ID: store.NewID(16), Title: title, Provider: provID, Model: model, Effort: effort, Mode: mode,
 		Cwd: cwd, Repo: repo, Branch: branch, Token: store.NewID(24), CreatedAt: now, LastActivityAt: now,
@@ -540,20 +575,22 @@ func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result,
 		}
 	}
 	if err != nil {
-		groupWarning = err.Error()
+		r.log.Error("create_session: group not joined", "session", s.ID, "err", err)
+		groupWarning = "the relay could not put the session into its group"
 		group = nil
 		s.GroupID = ""
 	}
-	t, err := r.queue(ctx, s, text, "agent", r.fromRef(c), c.origin(r.opts.Name), c.s.ID, false)
+	t, err := r.queue(ctx, s, text, "agent", r.fromRef(c), c.origin(r.opts.Name), c.s.ID, false, wait)
 	if err != nil {
-		return nil, AsError(err)
+		_ = r.st.Unreserve(context.WithoutCancel(ctx), c.s.ID, s.ID)
+		return nil, internalAfter(err, "session "+s.ID+" was created, but its first prompt was not queued")
 	}
 	if _, err := r.st.IncrLoop(ctx, c.s.ID); err != nil {
-		return nil, internal(err)
+		return nil, internalAfter(err, "session "+s.ID+" was created and its prompt queued (message_id "+t.ID+")")
 	}
 	t, err = r.waitReply(ctx, t.ID, wait)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internalAfter(err, "session "+s.ID+" was created and its prompt queued (message_id "+t.ID+")")
 	}
 	res := newResult(s.ID, "")
 	r.turnResult(ctx, res, t, true)
@@ -604,12 +641,12 @@ func (r *Relay) wait(ctx context.Context, c *caller, a *args) (*result, *Error) 
 	if e != nil {
 		return nil, e
 	}
+	if mid == "" {
+		return nil, Errorf(CodeInvalidInput, "message_id is required: the message_id that send or create_session returned. Nothing was done.")
+	}
 	s, e := r.target(ctx, a, "session")
 	if e != nil {
 		return nil, e
-	}
-	if mid == "" {
-		return nil, Errorf(CodeInvalidInput, "message_id is required: the message_id that send or create_session returned. Nothing was done.")
 	}
 	if s.ID == c.s.ID {
 		return nil, Errorf(CodeSelf, "wait cannot wait on the calling conversation itself. Nothing was done.")

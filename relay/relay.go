@@ -86,6 +86,8 @@ func New(st *store.Store, enq Enqueuer, provs []provider.Provider, opts Options)
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
+	clock := opts.Clock
+	opts.Clock = func() time.Time { return clock().UTC() } // records and results in UTC
 	if opts.RealAt == nil {
 		opts.RealAt = func(t time.Time) time.Time { return t }
 	}

@@ -138,7 +138,7 @@ func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result
 			return nil, internal(err)
 		}
 	}
-	res := newResult(target.ID, fmt.Sprintf("%s %q, next %s", sc.ID, title, first.Format(time.RFC3339)))
+	res := newResult(target.ID, fmt.Sprintf("%s, next %s (%s)", when, first.UTC().Format(timeFormat), sc.ID))
 	if !other {
 		res.session = ""
 	}
@@ -305,7 +305,7 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 				from = &store.Ref{Relay: r.opts.Name, Session: setter.ID, Title: setter.Title, Model: setter.Model}
 			}
 		}
-		t, err := r.queue(ctx, target, text, "schedule", from, sc.Origin, "", false)
+		t, err := r.queue(ctx, target, text, "schedule", from, sc.Origin, "", false, 0)
 		if err != nil {
 			return err
 		}

@@ -32,11 +32,14 @@ func validMode(m string) bool {
 	return false
 }
 
+// timeFormat is how results show times: UTC with milliseconds.
+const timeFormat = "2006-01-02T15:04:05.000Z"
+
 func ts(t time.Time) any {
 	if t.IsZero() {
 		return nil
 	}
-	return t.UTC().Format(time.RFC3339Nano)
+	return t.UTC().Format(timeFormat)
 }
 
 func (r *Relay) listRelays(ctx context.Context, c *caller, a *args) (*result, *Error) {
@@ -324,11 +327,11 @@ func (r *Relay) sessionByRef(ctx context.Context, ref string) (*store.Session, *
 }
 
 func (r *Relay) readSession(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	s, e := r.target(ctx, a, "session")
+	last, e := a.boundedInt("last", 5, 1, 50)
 	if e != nil {
 		return nil, e
 	}
-	last, e := a.boundedInt("last", 5, 1, 50)
+	s, e := r.target(ctx, a, "session")
 	if e != nil {
 		return nil, e
 	}

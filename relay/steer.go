@@ -31,13 +31,23 @@ func (r *Relay) answerQuestion(ctx context.Context, c *caller, a *args) (*result
 	if strings.HasPrefix(qid, "card_") {
 		return nil, Errorf(CodeForbidden, "Approval cards are the owner's to decide; an agent cannot answer them. %s", nothingSent)
 	}
-	s, e := r.target(ctx, a, "session")
+	// session is optional (the seed's example names only question_id): the
+	// question says which session it belongs to; a session given must match.
+	var s *store.Session
+	if a.has("session") {
+		if s, e = r.target(ctx, a, "session"); e != nil {
+			return nil, e
+		}
+	}
+	q, e := r.findQuestion(ctx, sessionID(s), qid)
 	if e != nil {
 		return nil, e
 	}
-	q, e := r.findQuestion(ctx, s.ID, qid)
-	if e != nil {
-		return nil, e
+	if s == nil {
+		var err error
+		if s, err = r.st.GetSession(ctx, q.Session); err != nil {
+			return nil, internal(err)
+		}
 	}
 	if s.ID == c.s.ID {
 		return nil, Errorf(CodeSelf, "A conversation cannot answer its own question. %s", nothingSent)
@@ -60,6 +70,14 @@ func (r *Relay) answerQuestion(ctx context.Context, c *caller, a *args) (*result
 	return res, nil
 }
 
+func sessionID(s *store.Session) string {
+	if s == nil {
+		return ""
+	}
+	return s.ID
+}
+
+// findQuestion finds a pending question card by id or prefix; sid "" accepts any session.
 func (r *Relay) findQuestion(ctx context.Context, sid, ref string) (*store.Question, *Error) {
 	id, n, err := r.st.ResolveQuestionID(ctx, ref)
 	if err != nil {
@@ -68,12 +86,15 @@ func (r *Relay) findQuestion(ctx context.Context, sid, ref string) (*store.Quest
 	if n > 1 {
 		return nil, Errorf(CodeInvalidInput, "question_id %q matches more than one question; give more characters. %s", ref, nothingSent)
 	}
-	notFound := Errorf(CodeNotFound, "Session %s on relay %q has no open question %q. %s", id8(sid), r.opts.Name, ref, nothingSent)
+	notFound := Errorf(CodeNotFound, "Relay %q has no open question %q. %s", r.opts.Name, ref, nothingSent)
+	if sid != "" {
+		notFound = Errorf(CodeNotFound, "Session %s on relay %q has no open question %q. %s", id8(sid), r.opts.Name, ref, nothingSent)
+	}
 	if id == "" || len(ref) < 8 {
 		return nil, notFound
 	}
 	q, err := r.st.GetQuestion(ctx, id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && (q.Session != sid || q.Status != "pending")) {
+	if errors.Is(err, store.ErrNotFound) || (err == nil && ((sid != "" && q.Session != sid) || q.Status != "pending")) {
 		return nil, notFound
 	}
 	if err != nil {

@@ -218,7 +218,7 @@ func subOptions(digest int, q *scheduler.Quiet, excluded int) string {
 }
 
 func (r *Relay) subView(ctx context.Context, sub *store.Subscription) (map[string]any, error) {
-	var sessions any = []string{"all"}
+	var sessions any = "all" // as the seed shows it
 	if !sub.All {
 		ss, err := r.st.GetSessions(ctx, sub.Sessions)
 		if err != nil {

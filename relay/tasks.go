@@ -70,15 +70,18 @@ func (r *Relay) findTask(ctx context.Context, sid, ref string) (*store.Task, *Er
 }
 
 func (r *Relay) readTaskOutput(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	s, e := r.target(ctx, a, "session")
-	if e != nil {
-		return nil, e
-	}
 	ref, e := a.str("task_id")
 	if e != nil {
 		return nil, e
 	}
 	n, e := a.boundedInt("lines", 50, 1, 500)
+	if e != nil {
+		return nil, e
+	}
+	if strings.TrimSpace(ref) == "" {
+		return nil, Errorf(CodeInvalidInput, "task_id is required: read_session lists a session's tasks. Nothing was done.")
+	}
+	s, e := r.target(ctx, a, "session")
 	if e != nil {
 		return nil, e
 	}

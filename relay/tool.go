@@ -119,6 +119,17 @@ func (r *Relay) CallTool(ctx context.Context, callerID string, raw json.RawMessa
 }
 
 func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, action *string) (*result, *Error) {
+	// R3.4a: the one check before all others, even before argument shapes.
+	var peek struct {
+		Action     string `json:"action"`
+		QuestionID any    `json:"question_id"`
+	}
+	if json.Unmarshal(raw, &peek) == nil && peek.Action == "answer_question" {
+		if q, ok := peek.QuestionID.(string); ok && strings.HasPrefix(q, "ask_") {
+			*action = peek.Action
+			return nil, Errorf(CodeForbidden, "Only the owner answers asks; answer_question answers question cards (q_…). Nothing was sent.")
+		}
+	}
 	a, e := parseArgs(raw)
 	if e != nil {
 		return nil, e
@@ -127,12 +138,6 @@ func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, 
 	c, err := r.loadCaller(ctx, callerID)
 	if err != nil {
 		return nil, AsError(err)
-	}
-	// R3.4a: the one check before all others.
-	if a.action == "answer_question" {
-		if q, _ := a.str("question_id"); strings.HasPrefix(q, "ask_") {
-			return nil, Errorf(CodeForbidden, "Only the owner answers asks; answer_question answers question cards (q_…). Nothing was sent.")
-		}
 	}
 	if e := r.checkRelay(ctx, c, a); e != nil {
 		return nil, e

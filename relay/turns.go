@@ -240,7 +240,11 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 		}
 		return false, ErrRetryLater
 	case runErr != nil:
-		status, errText = store.TurnError, runErr.Error()
+		status, errText = store.TurnError, turnErrorText(runErr)
+		if errText == "" {
+			r.log.Error("turn failed inside the relay", "session", s.ID, "turn", t.ID, "err", runErr)
+			errText = "The turn failed inside the relay (the log has the detail)."
+		}
 	}
 	if r.met != nil {
 		r.met.TurnFinished(s.Provider, status, time.Since(started))
@@ -352,4 +356,14 @@ func (h *host) AskUser(ctx context.Context, text string, options []string) (stri
 			return "", ctx.Err()
 		}
 	}
+}
+
+// turnErrorText is what the agent sees of a provider's error: a TurnError's
+// own words; "" for anything else (a store or host failure: logged, not shown).
+func turnErrorText(err error) string {
+	var te *provider.TurnError
+	if errors.As(err, &te) {
+		return te.Msg
+	}
+	return ""
 }

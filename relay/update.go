@@ -252,10 +252,12 @@ func (r *Relay) updateSession(ctx context.Context, c *caller, a *args) (*result,
 				}
 			}
 			if gerr != nil {
-				if err := r.st.SaveSession(ctx, s); err == nil {
-					res.set("changed", written)
+				saveErr := r.st.SaveSession(ctx, s)
+				done := "changing " + strings.Join(written, ", ")
+				if len(written) == 0 || saveErr != nil {
+					done = "starting the change"
 				}
-				return nil, internal(gerr)
+				return nil, internalAfter(gerr, done+" (the group was not changed)").With("changed", nonNil(written))
 			}
 		}
 		written = append(written, name)

@@ -1607,7 +1607,9 @@ func TestActionsAnswerQuestion(t *testing.T) {
 	m.MustFail(ans(map[string]any{"choices": []string{}, "answer": "  "}), codeInvalid)
 	env = m.MustFail(ans(map[string]any{"choices": []string{"oracle"}}), codeInvalid)
 	wantHas(t, "error", env["error"], `"oracle"`, "pg, mysql")
-	m.MustFail(map[string]any{"action": "answer_question", "relay": "this", "question_id": qid, "answer": "pg"}, codeInvalid)
+	// session may be left out: the question names its session (the seed's example).
+	// A wrong session is NOT_FOUND.
+	m.MustFail(map[string]any{"action": "answer_question", "relay": "this", "session": c.ID, "question_id": qid, "answer": "pg"}, codeNotFound)
 	if turn := r.Turn(mid); turn.Status != "running" {
 		t.Fatalf("the question's turn moved on: %s", turn.Status)
 	}

@@ -270,8 +270,8 @@ func TestQuietHoursHeldAndReleased(t *testing.T) {
 	if clock.Now().After(winEnd) {
 		t.Fatalf("the test was too slow: the quiet window ended before the held events were checked (clock %s)", clock.Now())
 	}
-	if held["nextDeliveryAt"] != "2026-06-10T21:06:00Z" {
-		t.Errorf("nextDeliveryAt = %v, want the window's end 2026-06-10T21:06:00Z", held["nextDeliveryAt"])
+	if held["nextDeliveryAt"] != "2026-06-10T21:06:00.000Z" {
+		t.Errorf("nextDeliveryAt = %v, want the window's end 2026-06-10T21:06:00.000Z", held["nextDeliveryAt"])
 	}
 	// Only the two urgent messages so far.
 	if msgs := ev2Msgs(r, w.ID); len(msgs) != 2 {
@@ -534,7 +534,13 @@ func TestOnceDigestMatchAndDuplicates(t *testing.T) {
 	ev2SubMCP(t, mw, map[string]any{"sessions": []string{b.ID}, "events": []string{"turn_end"}})
 
 	ev2Done(t, r, a.ID, "first")
-	held := ev2Held(t, mw, oid, 1)
+	// A listing reads the record and the held count one after the other: wait
+	// for one that saw both the end and the held event.
+	var held map[string]any
+	Eventually(t, ev2Wait, func() bool {
+		held = ev2Held(t, mw, oid, 1)
+		return held["endReason"] == "fired"
+	}, "the once subscription to show fired with its event held")
 	if held["endReason"] != "fired" || held["nextDeliveryAt"] == nil {
 		t.Errorf("the fired once subscription while its event is held: %v", held)
 	}
@@ -647,7 +653,7 @@ func TestSubscribeValidationCardAndLimit(t *testing.T) {
 		t.Errorf("card relay = %v", card["relay"])
 	}
 	got := s1["subscription"].(map[string]any)
-	if !strings.HasPrefix(got["id"].(string), "sub_") || fmt.Sprint(got["sessions"]) != "[all]" || got["digestMinutes"] != float64(30) ||
+	if !strings.HasPrefix(got["id"].(string), "sub_") || got["sessions"] != "all" || got["digestMinutes"] != float64(30) ||
 		fmt.Sprint(got["exclude"]) != "["+c.ID+"]" || got["stalledMinutes"] != float64(15) || got["once"] != false {
 		t.Errorf("subscription: %v", got)
 	}

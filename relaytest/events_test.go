@@ -119,3 +119,42 @@ func TestDigestMessage(t *testing.T) {
 	got := normalize(subIDRe.ReplaceAllString(msgs[len(msgs)-1], "sub_SUB"), map[string]string{a.ID[:8]: "ALPHA"})
 	golden(t, "digest", got)
 }
+
+// R8.8: after a gap longer than the digest interval, the next event comes at
+// once and counts as that digest; the one after it waits the full interval.
+func TestDigestAfterQuietGap(t *testing.T) {
+	t.Parallel()
+	clock := scheduler.NewScaled(time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC), 60)
+	r := Start(t, Options{Clock: clock, Config: func(c *config.Config) { c.Timing.Coalesce = 0 }})
+	w := r.NewSession(map[string]any{"title": "watcher"})
+	a := r.NewSession(map[string]any{"title": "alpha"})
+	r.subscribeFromTurn(w, map[string]any{"sessions": []string{a.ID}, "events": []string{"turn_end"}, "digest_minutes": 1})
+	start := clock.Now()
+	Eventually(t, 10*time.Second, func() bool { return clock.Now().Sub(start) > 90*time.Second }, "the clock to pass the digest interval")
+	before := len(r.eventMessages(w.ID))
+	r.WaitTurn(r.Message(a.ID, "one"), 10*time.Second, "done")
+	r.WaitTurn(r.Message(a.ID, "two"), 10*time.Second, "done")
+	type msg struct {
+		text string
+		at   time.Time
+	}
+	var got []msg
+	Eventually(t, 15*time.Second, func() bool {
+		got = got[:0]
+		for _, m := range r.Get(w.ID)["messages"].([]any) {
+			mm := m.(map[string]any)
+			if mm["role"] == "event" {
+				at, _ := time.Parse(time.RFC3339, mm["createdAt"].(string))
+				got = append(got, msg{mm["text"].(string), at})
+			}
+		}
+		return len(got) >= before+2
+	}, "two event messages")
+	one, two := got[before], got[before+1]
+	if !strings.Contains(one.text, `"echo: one"`) || !strings.Contains(two.text, `"echo: two"`) {
+		t.Fatalf("messages:\n%s\n%s", one.text, two.text)
+	}
+	if gap := two.at.Sub(one.at); gap < 55*time.Second {
+		t.Fatalf("the second event came %s after the first; the digest interval is 1 min", gap)
+	}
+}

@@ -165,42 +165,17 @@ func (s *Store) SaveSubscription(ctx context.Context, sub *Subscription) error {
 
 // GetSubscription reads one subscription.
 func (s *Store) GetSubscription(ctx context.Context, id string) (*Subscription, error) {
-	v, err := s.rdb.Get(ctx, s.subKey(id)).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	var sub Subscription
-	if err := json.Unmarshal([]byte(v), &sub); err != nil {
-		return nil, err
-	}
-	return &sub, nil
+	return getJSON[Subscription](ctx, s.rdb, s.subKey(id))
 }
 
 func (s *Store) getSubs(ctx context.Context, ids []string) ([]*Subscription, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
 	keys := make([]string, len(ids))
 	for i, id := range ids {
 		keys[i] = s.subKey(id)
 	}
-	vals, err := s.rdb.MGet(ctx, keys...).Result()
+	out, err := mgetJSON[Subscription](ctx, s.rdb, keys)
 	if err != nil {
 		return nil, err
-	}
-	out := make([]*Subscription, 0, len(vals))
-	for _, v := range vals {
-		str, ok := v.(string)
-		if !ok {
-			continue
-		}
-		var sub Subscription
-		if json.Unmarshal([]byte(str), &sub) == nil {
-			out = append(out, &sub)
-		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil

@@ -146,18 +146,7 @@ func (s *Store) SaveQuestion(ctx context.Context, q *Question) error {
 
 // GetQuestion reads a question card.
 func (s *Store) GetQuestion(ctx context.Context, id string) (*Question, error) {
-	v, err := s.rdb.Get(ctx, s.k("question", id)).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	var q Question
-	if err := json.Unmarshal([]byte(v), &q); err != nil {
-		return nil, err
-	}
-	return &q, nil
+	return getJSON[Question](ctx, s.rdb, s.k("question", id))
 }
 
 // ResolveQuestionID finds a question id by full id or unique prefix.
@@ -245,18 +234,7 @@ func (s *Store) SaveCard(ctx context.Context, c *Card) error {
 
 // GetCard reads a card.
 func (s *Store) GetCard(ctx context.Context, id string) (*Card, error) {
-	v, err := s.rdb.Get(ctx, s.k("card", id)).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	var c Card
-	if err := json.Unmarshal([]byte(v), &c); err != nil {
-		return nil, err
-	}
-	return &c, nil
+	return getJSON[Card](ctx, s.rdb, s.k("card", id))
 }
 
 // DecideCard sets a pending card's decision; false when it was already decided.
@@ -332,18 +310,7 @@ func (s *Store) SaveGroup(ctx context.Context, g *Group) error {
 
 // GetGroup reads a group.
 func (s *Store) GetGroup(ctx context.Context, id string) (*Group, error) {
-	v, err := s.rdb.Get(ctx, s.k("group", id)).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	var g Group
-	if err := json.Unmarshal([]byte(v), &g); err != nil {
-		return nil, err
-	}
-	return &g, nil
+	return getJSON[Group](ctx, s.rdb, s.k("group", id))
 }
 
 // Groups lists every group.

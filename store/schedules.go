@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -66,43 +65,17 @@ func (s *Store) SaveSchedule(ctx context.Context, sc *Schedule) error {
 
 // GetSchedule reads a schedule.
 func (s *Store) GetSchedule(ctx context.Context, id string) (*Schedule, error) {
-	v, err := s.rdb.Get(ctx, s.k("sch", id)).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	var sc Schedule
-	if err := json.Unmarshal([]byte(v), &sc); err != nil {
-		return nil, err
-	}
-	return &sc, nil
+	return getJSON[Schedule](ctx, s.rdb, s.k("sch", id))
 }
 
 func (s *Store) schedulesByIDs(ctx context.Context, ids []string) ([]*Schedule, error) {
-	var out []*Schedule
-	for start := 0; start < len(ids); start += 500 {
-		batch := ids[start:min(start+500, len(ids))]
-		keys := make([]string, len(batch))
-		for i, id := range batch {
-			keys[i] = s.k("sch", id)
-		}
-		vals, err := s.rdb.MGet(ctx, keys...).Result()
-		if err != nil {
-			return nil, err
-		}
-		for _, v := range vals {
-			str, ok := v.(string)
-			if !ok {
-				continue // gone meanwhile
-			}
-			var sc Schedule
-			if err := json.Unmarshal([]byte(str), &sc); err != nil {
-				return nil, err
-			}
-			out = append(out, &sc)
-		}
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = s.k("sch", id)
+	}
+	out, err := mgetJSON[Schedule](ctx, s.rdb, keys)
+	if err != nil {
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
@@ -186,18 +159,7 @@ func (s *Store) SaveAsk(ctx context.Context, a *Ask) error {
 
 // GetAsk reads an ask.
 func (s *Store) GetAsk(ctx context.Context, id string) (*Ask, error) {
-	v, err := s.rdb.Get(ctx, s.k("ask", id)).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	var a Ask
-	if err := json.Unmarshal([]byte(v), &a); err != nil {
-		return nil, err
-	}
-	return &a, nil
+	return getJSON[Ask](ctx, s.rdb, s.k("ask", id))
 }
 
 var closeAskScript = redis.NewScript(`
@@ -230,16 +192,13 @@ func (s *Store) CloseAsk(ctx context.Context, a *Ask) (bool, error) {
 }
 
 func (s *Store) asksByIDs(ctx context.Context, ids []string) ([]*Ask, error) {
-	var out []*Ask
-	for _, id := range ids {
-		a, err := s.GetAsk(ctx, id)
-		if errors.Is(err, ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a)
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = s.k("ask", id)
+	}
+	out, err := mgetJSON[Ask](ctx, s.rdb, keys)
+	if err != nil {
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil

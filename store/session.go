@@ -147,6 +147,14 @@ func (s *Store) SaveSession(ctx context.Context, sess *Session) error {
 	return nil
 }
 
+// SetSessionFields writes some fields of a session (field names as stored: mode, model, effort, provider).
+func (s *Store) SetSessionFields(ctx context.Context, id string, kv map[string]any) error {
+	if err := s.rdb.HSet(ctx, s.sessKey(id), kv).Err(); err != nil {
+		return fmt.Errorf("set session %s: %w", id, err)
+	}
+	return nil
+}
+
 // SessionByToken returns the session id a token names, "" when none.
 func (s *Store) SessionByToken(ctx context.Context, token string) (string, error) {
 	id, err := s.rdb.Get(ctx, s.k("tok", token)).Result()

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -127,4 +128,44 @@ func (s *Store) APIURL(ctx context.Context) (string, error) {
 		return "", nil
 	}
 	return v, err
+}
+
+// getJSON reads a record stored as JSON under key; ErrNotFound when there is none.
+func getJSON[T any](ctx context.Context, rdb redis.UniversalClient, key string) (*T, error) {
+	v, err := rdb.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out T
+	if err := json.Unmarshal([]byte(v), &out); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", key, err)
+	}
+	return &out, nil
+}
+
+// mgetJSON reads the JSON records under keys in batches of 500 (one round
+// trip each); records gone meanwhile are left out.
+func mgetJSON[T any](ctx context.Context, rdb redis.UniversalClient, keys []string) ([]*T, error) {
+	var out []*T
+	for start := 0; start < len(keys); start += 500 {
+		vals, err := rdb.MGet(ctx, keys[start:min(start+500, len(keys))]...).Result()
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range vals {
+			str, ok := v.(string)
+			if !ok {
+				continue
+			}
+			var rec T
+			if err := json.Unmarshal([]byte(str), &rec); err != nil {
+				return nil, err
+			}
+			out = append(out, &rec)
+		}
+	}
+	return out, nil
 }
