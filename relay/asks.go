@@ -145,6 +145,25 @@ func (r *Relay) withdraw(ctx context.Context, c *caller, a *args) (*result, *Err
 		return nil, Errorf(CodeInvalidInput, "question_id is required: an ask_… id from ask or list_questions. Nothing was done.")
 	}
 	ak, err := r.st.GetAsk(ctx, id)
+	if errors.Is(err, store.ErrNotFound) && len(id) >= 8 {
+		// A unique prefix of 8 or more characters (R3.7), among this conversation's asks.
+		mine, lerr := r.st.AsksBy(ctx, c.s.ID, r.now().Add(-24*time.Hour))
+		if lerr != nil {
+			return nil, internal(lerr)
+		}
+		var hits []*store.Ask
+		for _, x := range mine {
+			if strings.HasPrefix(x.ID, id) {
+				hits = append(hits, x)
+			}
+		}
+		if len(hits) > 1 {
+			return nil, Errorf(CodeInvalidInput, "question_id %q matches more than one ask; give more characters. Nothing was done.", id)
+		}
+		if len(hits) == 1 {
+			ak, err = hits[0], nil
+		}
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, Errorf(CodeNotFound, "No ask %q. Nothing was done.", id)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -219,13 +220,32 @@ func (r *Relay) unschedule(ctx context.Context, c *caller, a *args) (*result, *E
 	if id == "" {
 		return nil, Errorf(CodeInvalidInput, "schedule_id is required: an id from list_schedules. Nothing was done.")
 	}
-	sc, err := r.st.GetSchedule(ctx, id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && (sc.EndReason != "" || (sc.Setter != c.s.ID && sc.Target != c.s.ID))) {
-		return nil, Errorf(CodeNotFound, "This conversation has no active schedule %q. Nothing was done.", id)
-	}
+	into, err := r.st.SchedulesInto(ctx, c.s.ID)
 	if err != nil {
 		return nil, internal(err)
 	}
+	by, err := r.st.SchedulesBy(ctx, c.s.ID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	// The id or a unique prefix of 8 or more characters (R3.7), among this conversation's schedules.
+	var hits []*store.Schedule
+	for _, x := range append(into, by...) {
+		if x.ID == id {
+			hits = []*store.Schedule{x}
+			break
+		}
+		if len(id) >= 8 && strings.HasPrefix(x.ID, id) && !slices.ContainsFunc(hits, func(h *store.Schedule) bool { return h.ID == x.ID }) {
+			hits = append(hits, x)
+		}
+	}
+	if len(hits) > 1 {
+		return nil, Errorf(CodeInvalidInput, "schedule_id %q matches more than one schedule; give more characters. Nothing was done.", id)
+	}
+	if len(hits) == 0 {
+		return nil, Errorf(CodeNotFound, "This conversation has no active schedule %q. Nothing was done.", id)
+	}
+	sc := hits[0]
 	if err := r.endSchedule(ctx, sc, "unscheduled"); err != nil {
 		return nil, internal(err)
 	}

@@ -435,6 +435,16 @@ func (r *Relay) transferSubscriptions(ctx context.Context, c *caller, a *args) (
 		if err := r.st.SaveSubscription(ctx, &nu); err != nil {
 			return nil, internal(err)
 		}
+		// Events the old one held (digest, quiet hours) go along.
+		due, err := r.st.MoveHeld(ctx, old.ID, nu.ID)
+		if err != nil {
+			return nil, internal(err)
+		}
+		if !due.IsZero() {
+			if err := r.schedule(ctx, JobRelease, ReleasePayload{Sub: nu.ID}, fmt.Sprintf("rel:%s:%d", nu.ID, due.UnixMilli()), due); err != nil {
+				return nil, internal(err)
+			}
+		}
 		v, err := r.subView(ctx, &nu)
 		if err != nil {
 			return nil, internal(err)

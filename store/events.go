@@ -266,6 +266,25 @@ func (s *Store) HoldEvent(ctx context.Context, sub string, ev *Event, due time.T
 	return fromMS(atoi64(cur.Val())), set.Val(), nil
 }
 
+var moveHeldScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('RENAME', KEYS[1], KEYS[3]) end
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('RENAME', KEYS[2], KEYS[4]) end
+return redis.call('GET', KEYS[4])
+`)
+
+// MoveHeld gives a subscription's held events and their due time to another
+// (transfer_subscriptions); it returns the due time, zero when nothing is held.
+func (s *Store) MoveHeld(ctx context.Context, from, to string) (time.Time, error) {
+	v, err := moveHeldScript.Run(ctx, s.rdb, []string{s.k("held", from), s.k("due", from), s.k("held", to), s.k("due", to)}).Text()
+	if errors.Is(err, redis.Nil) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	return fromMS(atoi64(v)), nil
+}
+
 // HeldInfo returns how many events a subscription holds and when they are due.
 func (s *Store) HeldInfo(ctx context.Context, sub string) (int, time.Time, error) {
 	var n *redis.IntCmd
