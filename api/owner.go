@@ -12,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/oar/relay/relay"
+	"github.com/oar/relay/store"
 )
 
 // maxBody bounds an owner request's body (a prompt may have 1 MiB).
@@ -38,10 +39,11 @@ func (o *owner) routes(g *gin.RouterGroup) {
 	g.DELETE("/schedules/:id", o.cancelSchedule)
 	g.GET("/inbox", o.inbox)
 	g.POST("/inbox/:id", o.answerAsk)
-	for _, p := range []string{"/relays", "/peer-tokens"} {
-		g.Any(p, notYet)
-		g.Any(p+"/:id", notYet)
-	}
+	g.GET("/relays", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"relays": []any{}}) }) // no pairing yet
+	g.POST("/relays", notYet)
+	g.PATCH("/relays/:id", notYet)
+	g.DELETE("/relays/:id", notYet)
+	g.Any("/peer-tokens", notYet)
 	g.DELETE("/subscriptions/:id", o.unsubscribe)
 }
 
@@ -118,6 +120,13 @@ func (o *owner) listSessions(c *gin.Context) {
 	if err != nil {
 		fail(c, err)
 		return
+	}
+	for _, it := range items {
+		if m, ok := it.(map[string]any); ok {
+			if sb, ok := m["startedBy"].(*store.Ref); ok && sb != nil {
+				m["via"] = fmt.Sprintf("via agent · %q", sb.Title) // R4.11
+			}
+		}
 	}
 	c.JSON(http.StatusOK, gin.H{"sessions": items, "total": total})
 }

@@ -237,7 +237,12 @@ type mcpServer struct {
 
 // MCPConfigJSON is the MCP config file an exec turn gets (the shape Claude
 // Code's --mcp-config takes).
+// With no mcpURL (the relay offers its tool to no agent, R4.2) the file lists
+// no server, so a command that names {mcp_config} still gets a valid file.
 func MCPConfigJSON(mcpURL, token string) []byte {
+	if mcpURL == "" {
+		return []byte(`{"mcpServers":{}}`)
+	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)

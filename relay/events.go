@@ -90,11 +90,10 @@ func EventLine(ev *store.Event) string {
 		if ev.Dismissed {
 			return prefix + fmt.Sprintf("question_answered %s %q: dismissed (via %s)", ev.QuestionID, clip(ev.Text), via)
 		}
-		choice := ev.Choice
-		if choice == "" {
-			choice = "none"
+		if ev.Choice == "" {
+			return prefix + fmt.Sprintf("question_answered %s %q: %q (via %s)", ev.QuestionID, clip(ev.Text), clip(ev.Answer), via)
 		}
-		return prefix + fmt.Sprintf("question_answered %s %q: %q (choice: %s, via %s)", ev.QuestionID, clip(ev.Text), clip(ev.Answer), choice, via)
+		return prefix + fmt.Sprintf("question_answered %s %q: %q (choice: %s, via %s)", ev.QuestionID, clip(ev.Text), clip(ev.Answer), ev.Choice, via)
 	case EvLinkLost:
 		return prefix + ev.Relay + " · link_lost"
 	case EvLinkRestored:

@@ -116,15 +116,26 @@ func (r *Relay) findGroup(ctx context.Context, ref, nothing string) (*store.Grou
 	}
 	if len(hits) > 1 {
 		txt, items := list(hits)
-		return nil, Errorf(CodeUnknownGroup, "Relay %q has more than one session group named %q: %s. %s Pass the id.", r.opts.Name, ref, txt, nothing).
-			With("groups", items).With("groupsTotal", len(hits))
+		e := Errorf(CodeUnknownGroup, "Relay %q has more than one session group named %q: %s. %s Pass the id.", r.opts.Name, ref, txt, nothing).
+			With("groups", items)
+		if len(hits) > len(items) {
+			e.With("groupsTotal", len(hits))
+		}
+		return nil, e
 	}
 	txt, items := list(all)
 	if txt == "" {
 		txt = "none"
 	}
-	return nil, Errorf(CodeUnknownGroup, "Relay %q has no session group %q. Groups there: %s. %s", r.opts.Name, ref, txt, nothing).
-		With("groups", items).With("groupsTotal", len(all))
+	if len(all) > len(items) {
+		txt += ", …"
+	}
+	e := Errorf(CodeUnknownGroup, "Relay %q has no session group %q. Groups there: %s. %s", r.opts.Name, ref, txt, nothing).
+		With("groups", items)
+	if len(all) > len(items) {
+		e.With("groupsTotal", len(all))
+	}
+	return nil, e
 }
 
 // joinGroup puts s into g (leaving its old group).

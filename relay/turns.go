@@ -206,7 +206,9 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	}
 	pt := provider.Turn{SessionID: s.ID, TurnID: t.ID, Prompt: t.Text, Model: s.Model, Effort: s.Effort, Mode: s.Mode,
 		Cwd: s.Cwd, History: history, Token: s.Token, RelayURL: base}
-	if base != "" {
+	// The agent is offered relay_tool only while agent sessions are on (R4.2
+	// Decision; paired relays will count too).
+	if base != "" && st.AgentSessions {
 		pt.MCPURL = base + "/mcp"
 	}
 	h := &host{r: r, sid: s.ID, turn: t.ID}

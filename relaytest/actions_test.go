@@ -1232,7 +1232,9 @@ func TestActionsCreateSession(t *testing.T) {
 	env := m.MustFail(create(map[string]any{"group": "Relase"}), codeUnknownGroup)
 	wantEq(t, "error", env["error"], `Relay "desk" has no session group "Relase". Groups there: Release 2.4 (`+g1+`). No session was created.`)
 	wantEq(t, "groups", env["groups"], []any{map[string]any{"id": g1, "name": "Release 2.4", "memberCount": float64(0)}})
-	wantEq(t, "groupsTotal", env["groupsTotal"], float64(1))
+	if _, ok := env["groupsTotal"]; ok { // the seed: groupsTotal only when more than 20 exist
+		t.Errorf("groupsTotal = %v with one group", env["groupsTotal"])
+	}
 	m.MustFail(create(map[string]any{"group": "grp_000000000000"}), codeUnknownGroup)
 	env = m.MustFail(create(map[string]any{"model": "scripted-2"}), codeUnknownModel)
 	wantEq(t, "error", env["error"], `Unknown model 'scripted-2' for Scripted on relay "desk"; did you mean 'scripted-1'? Valid ids: scripted-1. No session was created.`)
