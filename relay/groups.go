@@ -119,7 +119,7 @@ func (r *Relay) findGroup(ctx context.Context, ref, nothing string) (*store.Grou
 		e := Errorf(CodeUnknownGroup, "Relay %q has more than one session group named %q: %s. %s Pass the id.", r.opts.Name, ref, txt, nothing).
 			With("groups", items)
 		if len(hits) > len(items) {
-			e.With("groupsTotal", len(hits))
+			e = e.With("groupsTotal", len(hits))
 		}
 		return nil, e
 	}
@@ -133,7 +133,7 @@ func (r *Relay) findGroup(ctx context.Context, ref, nothing string) (*store.Grou
 	e := Errorf(CodeUnknownGroup, "Relay %q has no session group %q. Groups there: %s. %s", r.opts.Name, ref, txt, nothing).
 		With("groups", items)
 	if len(all) > len(items) {
-		e.With("groupsTotal", len(all))
+		e = e.With("groupsTotal", len(all))
 	}
 	return nil, e
 }
