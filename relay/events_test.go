@@ -68,7 +68,9 @@ func TestMessageHeadings(t *testing.T) {
 	ev := func(text string, d time.Duration) store.Event {
 		return store.Event{Kind: EvTurnEnd, Session: "3f9c2a1e7b04", Title: "t", Status: "done", Text: text, At: at.Add(d)}
 	}
-	line := func(text string) string { return `[relay event] session "t" (3f9c2a1e): turn_end (done) "` + text + `"` }
+	line := func(text string) string {
+		return `[relay event] session "t" (3f9c2a1e): turn_end (done) "` + text + `"`
+	}
 	cases := []struct {
 		name  string
 		batch []store.Batch
