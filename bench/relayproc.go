@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"sync"
@@ -17,9 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oar/relay/app"
-	"github.com/oar/relay/config"
 	"github.com/oar/relay/relay"
-	"github.com/oar/relay/store"
 )
 
 // relayProc is one relay process started in this program (app.App on
@@ -39,49 +36,7 @@ type relayProc struct {
 // startRelay starts a relay with the scripted provider. concurrency is the
 // asynq worker concurrency (0: the relay's default).
 func startRelay(redisURL, prefix string, concurrency int, hc *http.Client) (*relayProc, error) {
-	dir, err := os.MkdirTemp("", "relay-bench-")
-	if err != nil {
-		return nil, err
-	}
-	cfg := config.Default()
-	cfg.Name = "bench"
-	cfg.Addr = "127.0.0.1:0"
-	cfg.RedisURL = redisURL
-	cfg.Folders = []string{dir}
-	cfg.DefaultCwd = dir
-	cfg.OwnerToken = "bench-owner-" + store.NewID(12)
-	cfg.Providers = []config.Provider{config.ScriptedProvider()}
-	// Loop protection asks the owner for a card after 30 agent prompts of one
-	// conversation without the owner writing; a benchmark sends far more.
-	cfg.Limits.AgentPromptsBeforeCard = 1 << 30
-	if err := cfg.Validate(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	a, err := app.New(cfg, app.Options{KeyPrefix: prefix, Logger: logger, Concurrency: concurrency,
-		ShutdownGrace: 2 * time.Second})
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	rt := &rtCounter{}
-	a.Redis().AddHook(rt) // before Run: nothing uses the client yet
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &relayProc{app: a, owner: cfg.OwnerToken, prefix: prefix, dir: dir, hc: hc, rt: rt, cancel: cancel, done: make(chan error, 1)}
-	go func() { p.done <- a.Run(ctx) }()
-	select {
-	case <-a.Started():
-	case err := <-p.done:
-		cancel()
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("relay did not start: %w", err)
-	case <-time.After(20 * time.Second):
-		cancel()
-		return nil, errors.New("relay did not start within 20 s")
-	}
-	p.url = a.URL()
-	return p, nil
+	return startRelayWith(redisURL, prefix, concurrency, hc, nil)
 }
 
 // stop shuts the relay down and waits for it.
