@@ -1,6 +1,7 @@
 package relaytest
 
 import (
+	"context"
 	"os"
 	"regexp"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/scheduler"
+	"github.com/oar/relay/store"
 )
 
 // eventMessages returns the texts of event messages delivered into a session.
@@ -156,5 +158,40 @@ func TestDigestAfterQuietGap(t *testing.T) {
 	}
 	if gap := two.at.Sub(one.at); gap < 55*time.Second {
 		t.Fatalf("the second event came %s after the first; the digest interval is 1 min", gap)
+	}
+}
+
+// Issue 3: a subscription's events stay in its own stream, read with a cursor
+// (replay for paired relays after a lost link needs nothing new).
+func TestSubscriptionStreamCursor(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{Config: func(c *config.Config) { c.Timing.Coalesce = 0 }})
+	w := r.NewSession(map[string]any{"title": "watcher"})
+	a := r.NewSession(map[string]any{"title": "alpha"})
+	r.subscribeFromTurn(w, map[string]any{"sessions": []string{a.ID}, "events": []string{"turn_end"}})
+	ctx := context.Background()
+	subs, err := r.App.Store().WatcherSubscriptions(ctx, w.ID)
+	if err != nil || len(subs) != 1 {
+		t.Fatalf("subscriptions: %v %v", subs, err)
+	}
+	sub := subs[0].ID
+	r.WaitTurn(r.Message(a.ID, "one"), 10*time.Second, "done")
+	r.WaitTurn(r.Message(a.ID, "two"), 10*time.Second, "done")
+	var evs []store.Event
+	var cursor string
+	Eventually(t, 10*time.Second, func() bool {
+		evs, cursor, err = r.App.Store().SubEvents(ctx, sub, "0", 100)
+		return err == nil && len(evs) == 2
+	}, "two events in the subscription's stream")
+	if evs[0].Text != "echo: one" || evs[1].Text != "echo: two" {
+		t.Fatalf("events %+v", evs)
+	}
+	r.WaitTurn(r.Message(a.ID, "three"), 10*time.Second, "done")
+	Eventually(t, 10*time.Second, func() bool {
+		evs, _, err = r.App.Store().SubEvents(ctx, sub, cursor, 100)
+		return err == nil && len(evs) == 1
+	}, "only the event after the cursor")
+	if evs[0].Text != "echo: three" {
+		t.Fatalf("after the cursor: %+v", evs)
 	}
 }

@@ -218,11 +218,6 @@ func (s *Store) AllScopeSubscriptions(ctx context.Context) ([]*Subscription, err
 	return s.getSubs(ctx, ids)
 }
 
-// NamedWatchers counts subscriptions that name a session explicitly.
-func (s *Store) NamedWatchers(ctx context.Context, sid string) (int64, error) {
-	return s.rdb.SCard(ctx, s.k("subidx", sid)).Result()
-}
-
 // AllSubscriptions lists every active subscription (stall scan, heartbeats).
 func (s *Store) AllSubscriptions(ctx context.Context) ([]*Subscription, error) {
 	ids, err := s.rdb.SMembers(ctx, s.k("subsall")).Result()
@@ -336,19 +331,25 @@ func (s *Store) TakeHeld(ctx context.Context, sub string, now time.Time) ([]Even
 	return out, time.Time{}, nil
 }
 
-// HeldTotal counts held events over all subscriptions (a gauge).
+// HeldTotal counts held events over all subscriptions (a gauge; one pipeline).
 func (s *Store) HeldTotal(ctx context.Context) (int64, error) {
 	ids, err := s.rdb.SMembers(ctx, s.k("subsall")).Result()
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	cmds := make([]*redis.IntCmd, len(ids))
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.LLen(ctx, s.k("held", id))
+		}
+		return nil
+	})
 	if err != nil {
 		return 0, err
 	}
 	var total int64
-	for _, id := range ids {
-		n, err := s.rdb.LLen(ctx, s.k("held", id)).Result()
-		if err != nil {
-			return 0, err
-		}
-		total += n
+	for _, c := range cmds {
+		total += c.Val()
 	}
 	return total, nil
 }
@@ -375,11 +376,6 @@ func (s *Store) MarkDelivered(ctx context.Context, watcher, eventID string) (boo
 		return nil
 	})
 	return n.Val() == 1, err
-}
-
-// WasDelivered reports whether an event already reached a watcher.
-func (s *Store) WasDelivered(ctx context.Context, watcher, eventID string) (bool, error) {
-	return s.rdb.SIsMember(ctx, s.k("dlv", watcher), eventID).Result()
 }
 
 // BufferGroup adds a group to a watcher's buffer; when no window is open it

@@ -58,32 +58,6 @@ func decodeTasks(m map[string]string) []*Task {
 	return out
 }
 
-// GetTask reads one task of a session.
-func (s *Store) GetTask(ctx context.Context, sid, id string) (*Task, error) {
-	v, err := s.rdb.HGet(ctx, s.k("tasks", sid), id).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	var t Task
-	if err := json.Unmarshal([]byte(v), &t); err != nil {
-		return nil, err
-	}
-	return &t, nil
-}
-
-// DeleteTask forgets a task and its output.
-func (s *Store) DeleteTask(ctx context.Context, sid, id string) error {
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HDel(ctx, s.k("tasks", sid), id)
-		p.Del(ctx, s.k("tout", id))
-		return nil
-	})
-	return err
-}
-
 // AppendTaskOutput adds lines to a task's output, keeping the last MaxTaskLines.
 func (s *Store) AppendTaskOutput(ctx context.Context, id string, lines ...string) error {
 	if len(lines) == 0 {

@@ -186,16 +186,6 @@ func (s *Store) resolve(ctx context.Context, key, prefix string) (string, int, e
 	return "", len(res), nil
 }
 
-// Touch moves a session's last activity to now.
-func (s *Store) Touch(ctx context.Context, id string, now time.Time) error {
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, s.sessKey(id), "last", ms(now))
-		p.ZAddXX(ctx, s.k("sessions", "active"), redis.Z{Score: float64(ms(now)), Member: id})
-		return nil
-	})
-	return err
-}
-
 // ListSessionIDs lists session ids by scope (active|archived|all), most recent
 // activity first, at most limit, with the total count.
 func (s *Store) ListSessionIDs(ctx context.Context, scope string, limit int) ([]string, int, error) {

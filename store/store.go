@@ -77,12 +77,8 @@ func fromMS(v int64) time.Time {
 	return time.UnixMilli(v).UTC()
 }
 
-// DeletePrefix removes every key of this store (tests clean up with it; never FLUSHALL).
-func (s *Store) DeletePrefix(ctx context.Context) error {
-	return deleteMatching(ctx, s.rdb, s.p+"*")
-}
-
-func deleteMatching(ctx context.Context, rdb redis.UniversalClient, pattern string) error {
+// DeleteMatching removes keys matching a pattern (tests clean up their prefix and asynq queues; never FLUSHALL).
+func DeleteMatching(ctx context.Context, rdb redis.UniversalClient, pattern string) error {
 	var cursor uint64
 	for {
 		keys, next, err := rdb.Scan(ctx, cursor, pattern, 500).Result()
@@ -99,11 +95,6 @@ func deleteMatching(ctx context.Context, rdb redis.UniversalClient, pattern stri
 			return nil
 		}
 	}
-}
-
-// DeleteMatching removes keys matching a pattern (asynq's keys of a test queue).
-func DeleteMatching(ctx context.Context, rdb redis.UniversalClient, pattern string) error {
-	return deleteMatching(ctx, rdb, pattern)
 }
 
 // Counts for gauges: pending cards and active sessions.

@@ -106,15 +106,6 @@ func (s *Store) SetTurnFields(ctx context.Context, id string, kv ...any) error {
 
 func (s *Store) msgsKey(sid string) string { return s.k("msgs", sid) }
 
-// AppendMessage adds a message to the session's conversation.
-func (s *Store) AppendMessage(ctx context.Context, sid string, m Message) error {
-	b, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	return s.rdb.RPush(ctx, s.msgsKey(sid), b).Err()
-}
-
 // LastMessages returns the last n messages, oldest first.
 func (s *Store) LastMessages(ctx context.Context, sid string, n int) ([]Message, error) {
 	raw, err := s.rdb.LRange(ctx, s.msgsKey(sid), int64(-n), -1).Result()
