@@ -105,10 +105,11 @@ func (s *Store) AppendSubEvent(ctx context.Context, sub string, ev *Event, keep 
 
 // SubEvents reads a subscription's stream after a cursor ("0" = from the start).
 func (s *Store) SubEvents(ctx context.Context, sub, after string, max int64) ([]Event, string, error) {
-	res, err := s.rdb.XRangeN(ctx, s.k("subev", sub), "("+after, "+", max).Result()
+	start := "(" + after // after the cursor
 	if after == "" || after == "0" {
-		res, err = s.rdb.XRangeN(ctx, s.k("subev", sub), "-", "+", max).Result()
+		start = "-"
 	}
+	res, err := s.rdb.XRangeN(ctx, s.k("subev", sub), start, "+", max).Result()
 	if err != nil {
 		return nil, after, err
 	}
