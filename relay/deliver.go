@@ -43,6 +43,9 @@ type (
 	}
 )
 
+// asynq keeps due times in whole seconds (truncating), so a job can start up
+// to a second early; the handlers sleep that rest off (early) rather than
+// rounding up here, which would make every timed delivery up to a second late.
 func (r *Relay) schedule(ctx context.Context, kind string, payload any, id string, at time.Time) error {
 	real := r.opts.RealAt(at)
 	if !real.After(time.Now()) {

@@ -141,6 +141,20 @@ func (r *Relay) waitTurn(ctx context.Context, id string, d time.Duration) (*stor
 	}
 }
 
+// sent finishes a prompt an agent sent to another agent once it is queued:
+// it counts toward loop protection (R5.2.6) and waits for the reply (R7.11).
+// done says what already happened, for an error from here on.
+func (r *Relay) sent(ctx context.Context, c *caller, t *store.Turn, wait time.Duration, done string) (*store.Turn, *Error) {
+	if _, err := r.st.IncrLoop(ctx, c.s.ID); err != nil {
+		return nil, internalAfter(err, done)
+	}
+	t, err := r.waitReply(ctx, t.ID, wait)
+	if err != nil {
+		return nil, internalAfter(err, done)
+	}
+	return t, nil
+}
+
 func terminal(status string) bool {
 	return status == store.TurnDone || status == store.TurnError || status == store.TurnStopped
 }
@@ -166,7 +180,7 @@ func (r *Relay) waitReply(ctx context.Context, id string, d time.Duration) (*sto
 }
 
 // turnResult fills the fields every prompting action returns (R7.7, R7.11).
-func (r *Relay) turnResult(ctx context.Context, res *result, t *store.Turn, viaCaller bool) {
+func (r *Relay) turnResult(ctx context.Context, res *result, t *store.Turn) {
 	status := t.Status
 	if status == store.TurnRunning && t.Question != "" {
 		status = "question"
@@ -317,15 +331,12 @@ func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) 
 		}
 		return nil, AsError(err)
 	}
-	if _, err := r.st.IncrLoop(ctx, c.s.ID); err != nil {
-		return nil, internalAfter(err, "the prompt was queued (message_id "+t.ID+")")
-	}
-	t, err = r.waitReply(ctx, t.ID, wait)
-	if err != nil {
-		return nil, internalAfter(err, "the prompt was queued (message_id "+t.ID+")")
+	t, e = r.sent(ctx, c, t, wait, "the prompt was queued (message_id "+t.ID+")")
+	if e != nil {
+		return nil, e
 	}
 	res := newResult(s.ID, "")
-	r.turnResult(ctx, res, t, true)
+	r.turnResult(ctx, res, t)
 	if note != "" {
 		res.set("note", note)
 	}
@@ -585,15 +596,12 @@ func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result,
 		_ = r.st.Unreserve(context.WithoutCancel(ctx), c.s.ID, s.ID)
 		return nil, internalAfter(err, "session "+s.ID+" was created, but its first prompt was not queued")
 	}
-	if _, err := r.st.IncrLoop(ctx, c.s.ID); err != nil {
-		return nil, internalAfter(err, "session "+s.ID+" was created and its prompt queued (message_id "+t.ID+")")
-	}
-	t, err = r.waitReply(ctx, t.ID, wait)
-	if err != nil {
-		return nil, internalAfter(err, "session "+s.ID+" was created and its prompt queued (message_id "+t.ID+")")
+	t, e = r.sent(ctx, c, t, wait, "session "+s.ID+" was created and its prompt queued (message_id "+t.ID+")")
+	if e != nil {
+		return nil, e
 	}
 	res := newResult(s.ID, "")
-	r.turnResult(ctx, res, t, true)
+	r.turnResult(ctx, res, t)
 	res.what = fmt.Sprintf("%q, %s", title, res.what)
 	res.set("provider", provID).set("model", model).set("mode", mode).set("effort", effort).set("title", title)
 	if repo != "" {
@@ -674,7 +682,7 @@ func (r *Relay) wait(ctx context.Context, c *caller, a *args) (*result, *Error) 
 		return nil, internal(err)
 	}
 	res := newResult(s.ID, "")
-	r.turnResult(ctx, res, t, t.Caller == c.s.ID)
+	r.turnResult(ctx, res, t)
 	if note != "" {
 		res.set("note", note)
 	}

@@ -151,25 +151,30 @@ func (r *Relay) updateSession(ctx context.Context, c *caller, a *args) (*result,
 	if (think != "" || display != "" || hasACW) && info.Type == "scripted" {
 		notes = append(notes, "thinking and compaction settings do nothing for the scripted provider; they are stored for later turns.")
 	}
-	// What would change.
+	// What would change: the text settings in one table (compared now, written after the card).
+	texts := []struct {
+		name, label, value string
+		field              func(*store.Session) *string
+	}{
+		{"model", "Model", model, func(s *store.Session) *string { return &s.Model }},
+		{"effort", "Effort", effort, func(s *store.Session) *string { return &s.Effort }},
+		{"mode", "Mode", mode, func(s *store.Session) *string { return &s.Mode }},
+		{"title", "Title", title, func(s *store.Session) *string { return &s.Title }},
+		{"cwd", "Folder", cwd, func(s *store.Session) *string { return &s.Cwd }},
+		{"thinking_enabled", "Thinking", think, func(s *store.Session) *string { return &s.ThinkingEnabled }},
+		{"thinking_display", "Thinking display", display, func(s *store.Session) *string { return &s.ThinkingDisplay }},
+	}
 	var changed, lines []string
-	diff := func(name, old, nw, label string) {
-		if nw != "" && nw != old {
-			changed = append(changed, name)
-			lines = append(lines, label+": "+nw)
+	for _, t := range texts {
+		if t.name == "thinking_enabled" && hasACW && acw != s.AutoCompactWindow { // in argument order
+			changed = append(changed, "auto_compact_window")
+			lines = append(lines, fmt.Sprintf("Auto-compact window: %d", acw))
+		}
+		if t.value != "" && t.value != *t.field(s) {
+			changed = append(changed, t.name)
+			lines = append(lines, t.label+": "+t.value)
 		}
 	}
-	diff("model", s.Model, model, "Model")
-	diff("effort", s.Effort, effort, "Effort")
-	diff("mode", s.Mode, mode, "Mode")
-	diff("title", s.Title, title, "Title")
-	diff("cwd", s.Cwd, cwd, "Folder")
-	if hasACW && acw != s.AutoCompactWindow {
-		changed = append(changed, "auto_compact_window")
-		lines = append(lines, fmt.Sprintf("Auto-compact window: %d", acw))
-	}
-	diff("thinking_enabled", s.ThinkingEnabled, think, "Thinking")
-	diff("thinking_display", s.ThinkingDisplay, display, "Thinking display")
 	switch {
 	case leave:
 		changed = append(changed, "group")
@@ -222,22 +227,8 @@ func (r *Relay) updateSession(ctx context.Context, c *caller, a *args) (*result,
 	var groupCreated *store.Group
 	for _, name := range changed {
 		switch name {
-		case "model":
-			s.Model = model
-		case "effort":
-			s.Effort = effort
-		case "mode":
-			s.Mode = mode
-		case "title":
-			s.Title = title
-		case "cwd":
-			s.Cwd = cwd
 		case "auto_compact_window":
 			s.AutoCompactWindow = acw
-		case "thinking_enabled":
-			s.ThinkingEnabled = think
-		case "thinking_display":
-			s.ThinkingDisplay = display
 		case "group":
 			var gerr error
 			switch {
@@ -258,6 +249,12 @@ func (r *Relay) updateSession(ctx context.Context, c *caller, a *args) (*result,
 					done = "starting the change"
 				}
 				return nil, internalAfter(gerr, done+" (the group was not changed)").With("changed", nonNil(written))
+			}
+		default:
+			for _, t := range texts {
+				if t.name == name {
+					*t.field(s) = t.value
+				}
 			}
 		}
 		written = append(written, name)
