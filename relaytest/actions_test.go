@@ -168,48 +168,6 @@ func wantNoKey(t testing.TB, what string, m map[string]any, keys ...string) {
 	}
 }
 
-// toolResults parses the tool results a scripted turn appended to its reply
-// (each on its own line).
-func toolResults(reply string) []map[string]any {
-	var out []map[string]any
-	for _, l := range strings.Split(reply, "\n") {
-		l = strings.TrimSpace(l)
-		if !strings.HasPrefix(l, "{") {
-			continue
-		}
-		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) == nil {
-			if _, ok := m["ok"]; ok {
-				out = append(out, m)
-			}
-		}
-	}
-	return out
-}
-
-// inTurn runs one relay_tool call as session s inside a turn of s (the owner
-// writes a script with a tool step). With a decision the call's card is
-// awaited and answered. It returns the tool's result and the card (nil
-// without a decision).
-func inTurn(t *testing.T, r *Relay, s Session, tool map[string]any, decision string) (map[string]any, map[string]any) {
-	t.Helper()
-	mid := r.Message(s.ID, Script(map[string]any{"tool": tool}))
-	var card map[string]any
-	if decision != "" {
-		card = r.WaitCard(s.ID)
-		r.Decide(str(card["id"]), decision)
-	}
-	turn := r.WaitTurn(mid, turnWait, "done", "error", "stopped")
-	if turn.Status != "done" {
-		t.Fatalf("turn of %s ended %s: %s", s.ID, turn.Status, turn.Error)
-	}
-	res := toolResults(turn.Reply)
-	if len(res) != 1 {
-		t.Fatalf("reply of the turn holds %d tool results, want 1: %q", len(res), turn.Reply)
-	}
-	return res[0], card
-}
-
 func sleepScript(ms int) string {
 	return Script(map[string]any{"sleep_ms": ms})
 }
@@ -1265,7 +1223,7 @@ func TestActionsCreateSession(t *testing.T) {
 	wantEq(t, "sessions", sessionTotal(t, m, "all"), 1)
 
 	// Inside a turn: the card, then the session.
-	res, card := inTurn(t, r, a, map[string]any{"action": "create_session", "relay": "this", "text": "say hi", "title": "helper", "wait_seconds": 15}, "allow")
+	res, card := r.InTurn(a, map[string]any{"action": "create_session", "relay": "this", "text": "say hi", "title": "helper", "wait_seconds": 15}, "allow")
 	if !strings.HasPrefix(str(card["id"]), "card_") {
 		t.Errorf("card id %v", card["id"])
 	}
@@ -1338,7 +1296,7 @@ func TestActionsCreateSession(t *testing.T) {
 	env = m.MustOK(create(map[string]any{"text": nest, "title": "nester"}))
 	wantEq(t, "status", env["status"], "done")
 	nester := str(env["session"])
-	inner := toolResults(str(obj(t, env["reply"], "reply")["text"]))
+	inner := ToolResults(str(obj(t, env["reply"], "reply")["text"]))
 	if len(inner) != 1 || inner[0]["code"] != codeForbidden {
 		t.Fatalf("nested create_session: %v", env["reply"])
 	}
@@ -1352,7 +1310,7 @@ func TestActionsCreateSession(t *testing.T) {
 	wantEq(t, "read_session mayCreateSessions", readSession(m, nester, 1)["mayCreateSessions"], true)
 	env = m.MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
 	wantEq(t, "list mayCreateSessions", findByID(t, list(t, env["sessions"], "sessions"), nester)["mayCreateSessions"], true)
-	res, card = inTurn(t, r, Session{ID: nester}, map[string]any{"action": "create_session", "relay": "this", "text": "grandchild",
+	res, card = r.InTurn(Session{ID: nester}, map[string]any{"action": "create_session", "relay": "this", "text": "grandchild",
 		"group": "RELEASE 2.4", "wait_seconds": 15}, "allow")
 	if res["ok"] != true {
 		t.Fatalf("create_session by an allowed agent session: %v", res)
@@ -1403,7 +1361,7 @@ func TestActionsCreateSessionDenied(t *testing.T) {
 	r := Start(t, Options{})
 	a := r.NewSession(map[string]any{"title": "lead"})
 	m := r.Connect(a.Token, nil)
-	res, card := inTurn(t, r, a, map[string]any{"action": "create_session", "relay": "this", "text": "nope", "wait_seconds": 0}, "deny")
+	res, card := r.InTurn(a, map[string]any{"action": "create_session", "relay": "this", "text": "nope", "wait_seconds": 0}, "deny")
 	wantEq(t, "card.action", card["action"], "create_session")
 	if res["ok"] != false || res["code"] != codePermission {
 		t.Fatalf("denied create_session: %v", res)
@@ -1471,7 +1429,7 @@ func TestActionsUpdateSession(t *testing.T) {
 	wantEq(t, "mayCreateSessions unchanged", got["mayCreateSessions"], nil)
 
 	// Inside a turn with the card allowed.
-	res, card := inTurn(t, r, a, map[string]any{"action": "update_session", "relay": "this", "session": b.ID, "title": "renamed", "effort": "high"}, "allow")
+	res, card := r.InTurn(a, map[string]any{"action": "update_session", "relay": "this", "session": b.ID, "title": "renamed", "effort": "high"}, "allow")
 	wantEq(t, "card.action", card["action"], "update_session")
 	wantEq(t, "card.target", card["target"], b.ID)
 	wantHas(t, "card.lines", strings.Join(strList(t, card["lines"], "lines"), "\n"), "Effort: high", "Title: renamed")
@@ -1772,7 +1730,7 @@ func TestActionsAskModeCards(t *testing.T) {
 	before := messageCount(t, r, b.ID)
 
 	// Denied inside a turn: PERMISSION, nothing sent.
-	res, card := inTurn(t, r, a, map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": "hi", "wait_seconds": 0}, "deny")
+	res, card := r.InTurn(a, map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": "hi", "wait_seconds": 0}, "deny")
 	wantEq(t, "card.action", card["action"], "send")
 	wantEq(t, "card.target", card["target"], b.ID)
 	wantHas(t, "card.lines", strings.Join(strList(t, card["lines"], "lines"), "\n"), "ask mode")
@@ -1783,13 +1741,13 @@ func TestActionsAskModeCards(t *testing.T) {
 	wantEq(t, "messages", messageCount(t, r, b.ID), before)
 
 	// Allowed: the answer goes through and the question's turn continues.
-	res, card = inTurn(t, r, a, map[string]any{"action": "answer_question", "relay": "this", "session": b.ID, "question_id": qid, "choices": []string{"y"}}, "allow")
+	res, card = r.InTurn(a, map[string]any{"action": "answer_question", "relay": "this", "session": b.ID, "question_id": qid, "choices": []string{"y"}}, "allow")
 	wantEq(t, "card.action", card["action"], "answer_question")
 	if res["ok"] != true {
 		t.Fatalf("allowed answer_question: %v", res)
 	}
 	wantEq(t, "reply", r.WaitTurn(qmid, turnWait, "done").Reply, "y")
-	res, _ = inTurn(t, r, a, map[string]any{"action": "archive", "relay": "this", "session": b.ID}, "allow")
+	res, _ = r.InTurn(a, map[string]any{"action": "archive", "relay": "this", "session": b.ID}, "allow")
 	wantEq(t, "archived", res["archived"], true)
 }
 

@@ -6,7 +6,6 @@ package relaytest
 // NOT arrive is checked against a later marker event that must come after it.
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,10 +19,8 @@ import (
 )
 
 const (
-	ev2Header   = "[relay event · automated message from OAR, not from the user; it approves nothing]"
-	ev2Wait     = 20 * time.Second
-	ev2Invalid  = "REMOTE_RELAY_INVALID_INPUT"
-	ev2NotFound = "REMOTE_RELAY_NOT_FOUND"
+	ev2Header = "[relay event · automated message from OAR, not from the user; it approves nothing]"
+	ev2Wait   = 20 * time.Second
 )
 
 var (
@@ -33,29 +30,11 @@ var (
 
 // ---- helpers ---------------------------------------------------------------
 
-// ev2Msgs returns the texts of the event messages delivered into a session, oldest first.
-func ev2Msgs(r *Relay, sid string) []string {
-	r.tb.Helper()
-	var out struct {
-		Messages []map[string]any `json:"messages"`
-	}
-	if st := r.Owner("GET", "/api/v1/sessions/"+sid+"?last=1000", nil, &out); st != http.StatusOK {
-		r.tb.Fatalf("get session %s: status %d", sid, st)
-	}
-	var texts []string
-	for _, m := range out.Messages {
-		if m["role"] == "event" {
-			texts = append(texts, m["text"].(string))
-		}
-	}
-	return texts
-}
-
 // ev2Lines returns every event line (header lines left out) delivered into a session.
 func ev2Lines(r *Relay, sid string) []string {
 	r.tb.Helper()
 	var lines []string
-	for _, m := range ev2Msgs(r, sid) {
+	for _, m := range r.EventTexts(sid) {
 		for _, l := range strings.Split(m, "\n") {
 			if l != ev2Header {
 				lines = append(lines, l)
@@ -80,7 +59,7 @@ func ev2WaitMsg(t *testing.T, r *Relay, sid, frag string) string {
 	t.Helper()
 	var got string
 	Eventually(t, ev2Wait, func() bool {
-		for _, m := range ev2Msgs(r, sid) {
+		for _, m := range r.EventTexts(sid) {
 			if strings.Contains(m, frag) {
 				got = m
 				return true
@@ -102,48 +81,20 @@ func ev2WaitCount(t *testing.T, r *Relay, sid, frag string, n int) []string {
 	return lines
 }
 
-// ev2ToolEnv parses the one relay_tool result a scripted turn appended to its reply.
-func ev2ToolEnv(t *testing.T, reply string) map[string]any {
-	t.Helper()
-	var envs []map[string]any
-	for _, l := range strings.Split(reply, "\n") {
-		l = strings.TrimSpace(l)
-		if !strings.HasPrefix(l, "{") {
-			continue
-		}
-		var m map[string]any
-		if json.Unmarshal([]byte(l), &m) == nil {
-			envs = append(envs, m)
-		}
-	}
-	if len(envs) != 1 {
-		t.Fatalf("reply holds %d tool results, want 1: %q", len(envs), reply)
-	}
-	return envs[0]
-}
-
 // ev2InTurn runs one relay_tool call as w inside a turn of w; with a card the
 // card is awaited, checked for its action and allowed. It returns the tool
 // result and the card.
 func ev2InTurn(t *testing.T, r *Relay, w Session, args map[string]any, card bool) (map[string]any, map[string]any) {
 	t.Helper()
-	if _, ok := args["relay"]; !ok {
-		args["relay"] = "this"
-	}
-	mid := r.Message(w.ID, Script(map[string]any{"tool": args}))
-	var c map[string]any
+	decision := ""
 	if card {
-		c = r.WaitCard(w.ID)
-		if c["action"] != args["action"] {
-			t.Fatalf("card action %v, want %v: %v", c["action"], args["action"], c)
-		}
-		r.Decide(c["id"].(string), "allow")
+		decision = "allow"
 	}
-	tr := r.WaitTurn(mid, ev2Wait, "done", "error", "stopped")
-	if tr.Status != "done" {
-		t.Fatalf("turn of %s ended %s: %s", w.ID[:8], tr.Status, tr.Error)
+	env, c := r.InTurn(w, args, decision)
+	if card && c["action"] != args["action"] {
+		t.Fatalf("card action %v, want %v: %v", c["action"], args["action"], c)
 	}
-	return ev2ToolEnv(t, tr.Reply), c
+	return env, c
 }
 
 // ev2Sub subscribes w from inside a turn (card: the first subscribe of w asks one)
@@ -274,13 +225,13 @@ func TestQuietHoursHeldAndReleased(t *testing.T) {
 		t.Errorf("nextDeliveryAt = %v, want the window's end 2026-06-10T21:06:00.000Z", held["nextDeliveryAt"])
 	}
 	// Only the two urgent messages so far.
-	if msgs := ev2Msgs(r, w.ID); len(msgs) != 2 {
+	if msgs := r.EventTexts(w.ID); len(msgs) != 2 {
 		t.Fatalf("inside the window %d event messages arrived, want 2 (error, question):\n%s", len(msgs), strings.Join(msgs, "\n---\n"))
 	}
 
 	var msgs []string
 	Eventually(t, ev2Wait, func() bool {
-		msgs = ev2Msgs(r, w.ID)
+		msgs = r.EventTexts(w.ID)
 		return len(msgs) >= 3
 	}, "the quiet-hours release")
 	if clock.Now().Before(winEnd) {
@@ -317,7 +268,7 @@ func TestDigestHeldAcrossRestart(t *testing.T) {
 	ev2Done(t, r, a.ID, "one")
 	ev2Done(t, r, a.ID, "two")
 	held := ev2Held(t, mw, sid, 2)
-	if n := len(ev2Msgs(r, w.ID)); n != 0 {
+	if n := len(r.EventTexts(w.ID)); n != 0 {
 		t.Fatalf("%d event messages came before the digest was due", n)
 	}
 	due, err := time.Parse(time.RFC3339Nano, held["nextDeliveryAt"].(string))
@@ -397,7 +348,7 @@ func wakeLimitScenario(t *testing.T, coalesce time.Duration) {
 		r.WaitTurn(id, ev2Wait, "done")
 	}
 	ev2WaitCount(t, r, w.ID, `"echo: h3"`, 1)
-	msgs := ev2Msgs(r, w.ID)
+	msgs := r.EventTexts(w.ID)
 	if len(msgs) != 3 || !strings.Contains(msgs[2], "Summary of") {
 		t.Fatalf("after 2 wakes within the hour (limit 2) the next events must come as one wake-limit summary, not wake one by one; "+
 			"the event messages are:\n%s", strings.Join(msgs, "\n---\n"))
@@ -600,21 +551,21 @@ func TestSubscribeValidationCardAndLimit(t *testing.T) {
 		if msg != "" && !strings.HasPrefix(env["error"].(string), msg) {
 			t.Errorf("subscribe %v: error %q, want it to start with %q", args, env["error"], msg)
 		}
-		if code == ev2Invalid && !strings.Contains(env["error"].(string), "No subscription was made.") {
+		if code == codeInvalid && !strings.Contains(env["error"].(string), "No subscription was made.") {
 			t.Errorf("subscribe %v: error %q does not say that nothing was made", args, env["error"])
 		}
 	}
 	one := []string{a.ID}
-	bad(map[string]any{"sessions": one, "match": "(unclosed"}, ev2Invalid, "")
-	bad(map[string]any{"sessions": one, "exclude": []string{c.ID}}, ev2Invalid,
+	bad(map[string]any{"sessions": one, "match": "(unclosed"}, codeInvalid, "")
+	bad(map[string]any{"sessions": one, "exclude": []string{c.ID}}, codeInvalid,
 		`exclude goes with sessions ["all"] only; a list of sessions names what it watches.`)
 	bad(map[string]any{"sessions": []string{w.ID}}, "REMOTE_RELAY_SELF", "")
 	bad(map[string]any{"sessions": []string{a.ID, w.ID}}, "REMOTE_RELAY_SELF", "")
-	bad(map[string]any{"sessions": []string{ev2NoSuchSession}}, ev2NotFound, "")
-	bad(map[string]any{"sessions": one, "events": []string{"turn_ended"}}, ev2Invalid, "")
+	bad(map[string]any{"sessions": []string{ev2NoSuchSession}}, codeNotFound, "")
+	bad(map[string]any{"sessions": one, "events": []string{"turn_ended"}}, codeInvalid, "")
 	for _, k := range []string{"digest_minutes", "heartbeat_minutes", "stalled_minutes"} {
 		for _, v := range []int{0, 1441, -1} {
-			bad(map[string]any{"sessions": one, k: v}, ev2Invalid, "")
+			bad(map[string]any{"sessions": one, k: v}, codeInvalid, "")
 		}
 	}
 	const times = `quiet_hours from and to must be times of day as "HH:MM" (00:00 to 23:59)`
@@ -625,13 +576,13 @@ func TestSubscribeValidationCardAndLimit(t *testing.T) {
 		{"from": "23:00", "to": "", "tz": "Europe/Berlin"},
 		{"from": "23:00", "to": "6pm", "tz": "UTC"},
 	} {
-		bad(map[string]any{"sessions": one, "quiet_hours": q}, ev2Invalid, times)
+		bad(map[string]any{"sessions": one, "quiet_hours": q}, codeInvalid, times)
 	}
-	bad(map[string]any{"sessions": one, "quiet_hours": map[string]any{"from": "23:00", "to": "23:00", "tz": "UTC"}}, ev2Invalid,
+	bad(map[string]any{"sessions": one, "quiet_hours": map[string]any{"from": "23:00", "to": "23:00", "tz": "UTC"}}, codeInvalid,
 		"quiet_hours from and to must differ")
-	bad(map[string]any{"sessions": one, "quiet_hours": map[string]any{"from": "23:00", "to": "06:00", "tz": "Berlin"}}, ev2Invalid,
+	bad(map[string]any{"sessions": one, "quiet_hours": map[string]any{"from": "23:00", "to": "06:00", "tz": "Berlin"}}, codeInvalid,
 		`quiet_hours tz "Berlin" is not an IANA time zone (for example "Europe/Berlin", "America/New_York", "UTC")`)
-	bad(map[string]any{"sessions": one, "quiet_hours": map[string]any{"from": "23:00", "to": "06:00", "tz": "Mars/Olympus_Mons"}}, ev2Invalid,
+	bad(map[string]any{"sessions": one, "quiet_hours": map[string]any{"from": "23:00", "to": "06:00", "tz": "Mars/Olympus_Mons"}}, codeInvalid,
 		`quiet_hours tz "Mars/Olympus_Mons" is not an IANA time zone`)
 	if n := len(ev2PendingCards(r, w.ID)); n != 0 {
 		t.Fatalf("a rejected subscribe left %d cards", n)
@@ -966,8 +917,8 @@ func TestSubscriptionLifecycle(t *testing.T) {
 	if fmt.Sprint(env["unsubscribed"]) != "["+s1+"]" {
 		t.Errorf("unsubscribe: %v", env)
 	}
-	mw.MustFail(map[string]any{"action": "unsubscribe", "subscription_id": "sub_0000000000"}, ev2NotFound)
-	mw.MustFail(map[string]any{"action": "unsubscribe", "subscription_id": s1}, ev2NotFound) // no longer active
+	mw.MustFail(map[string]any{"action": "unsubscribe", "subscription_id": "sub_0000000000"}, codeNotFound)
+	mw.MustFail(map[string]any{"action": "unsubscribe", "subscription_id": s1}, codeNotFound) // no longer active
 	// Archiving the only watched session of s2 ends it.
 	if st := r.Owner("POST", "/api/v1/sessions/"+b.ID+"/archive", nil, nil); st != http.StatusOK {
 		t.Fatalf("archive beta: status %d", st)

@@ -13,32 +13,13 @@ import (
 	"github.com/oar/relay/store"
 )
 
-// eventMessages returns the texts of event messages delivered into a session.
-func (r *Relay) eventMessages(sid string) []string {
-	r.tb.Helper()
-	var out []string
-	for _, m := range r.Get(sid)["messages"].([]any) {
-		msg := m.(map[string]any)
-		if msg["role"] == "event" {
-			out = append(out, msg["text"].(string))
-		}
-	}
-	return out
-}
-
 // subscribeFromTurn subscribes the watcher from inside a running turn and allows the first-subscribe card.
-func (r *Relay) subscribeFromTurn(watcher Session, args map[string]any) map[string]any {
+func (r *Relay) subscribeFromTurn(watcher Session, args map[string]any) {
 	r.tb.Helper()
 	args["action"] = "subscribe"
-	args["relay"] = "this"
-	mid := r.Message(watcher.ID, Script(map[string]any{"tool": args}))
-	card := r.WaitCard(watcher.ID)
-	r.Decide(card["id"].(string), "allow")
-	t := r.WaitTurn(mid, 15*time.Second, "done", "error")
-	if !strings.Contains(t.Reply, `"ok":true`) {
-		r.tb.Fatalf("subscribe failed: %s", t.Reply)
+	if env, _ := r.InTurn(watcher, args, "allow"); env["ok"] != true {
+		r.tb.Fatalf("subscribe failed: %v", env)
 	}
-	return nil
 }
 
 // R8.14–R8.16: a watcher subscribed to two scripted sessions gets their turn ends in one coalesced message.
@@ -49,14 +30,14 @@ func TestEventsCoalesced(t *testing.T) {
 	a := r.NewSession(map[string]any{"title": "alpha"})
 	b := r.NewSession(map[string]any{"title": "beta"})
 	r.subscribeFromTurn(w, map[string]any{"sessions": []string{a.ID, b.ID}})
-	before := len(r.eventMessages(w.ID))
+	before := len(r.EventTexts(w.ID))
 	ma := r.Message(a.ID, "one")
 	mb := r.Message(b.ID, "two")
 	r.WaitTurn(ma, 10*time.Second, "done")
 	r.WaitTurn(mb, 10*time.Second, "done")
 	var msgs []string
 	Eventually(t, 15*time.Second, func() bool {
-		msgs = r.eventMessages(w.ID)
+		msgs = r.EventTexts(w.ID)
 		return len(msgs) > before
 	}, "an event message in the watcher")
 	got := msgs[len(msgs)-1]
@@ -107,15 +88,15 @@ func TestDigestMessage(t *testing.T) {
 	w := r.NewSession(map[string]any{"title": "watcher"})
 	a := r.NewSession(map[string]any{"title": "alpha"})
 	r.subscribeFromTurn(w, map[string]any{"sessions": []string{a.ID}, "events": []string{"turn_end"}, "digest_minutes": 3})
-	before := len(r.eventMessages(w.ID))
+	before := len(r.EventTexts(w.ID))
 	r.WaitTurn(r.Message(a.ID, "one"), 10*time.Second, "done")
 	r.WaitTurn(r.Message(a.ID, "two"), 10*time.Second, "done")
-	if n := len(r.eventMessages(w.ID)); n != before {
+	if n := len(r.EventTexts(w.ID)); n != before {
 		t.Fatalf("an event came before the digest was due")
 	}
 	var msgs []string
 	Eventually(t, 20*time.Second, func() bool {
-		msgs = r.eventMessages(w.ID)
+		msgs = r.EventTexts(w.ID)
 		return len(msgs) > before
 	}, "the digest message")
 	got := normalize(subIDRe.ReplaceAllString(msgs[len(msgs)-1], "sub_SUB"), map[string]string{a.ID[:8]: "ALPHA"})
@@ -133,7 +114,7 @@ func TestDigestAfterQuietGap(t *testing.T) {
 	r.subscribeFromTurn(w, map[string]any{"sessions": []string{a.ID}, "events": []string{"turn_end"}, "digest_minutes": 1})
 	start := clock.Now()
 	Eventually(t, 10*time.Second, func() bool { return clock.Now().Sub(start) > 90*time.Second }, "the clock to pass the digest interval")
-	before := len(r.eventMessages(w.ID))
+	before := len(r.EventTexts(w.ID))
 	r.WaitTurn(r.Message(a.ID, "one"), 10*time.Second, "done")
 	r.WaitTurn(r.Message(a.ID, "two"), 10*time.Second, "done")
 	type msg struct {

@@ -180,13 +180,13 @@ func TestWorkerKilledMidTurn(t *testing.T) {
 	}
 	// The conversation says what happened.
 	var sawEvent bool
-	for _, m := range sessionMessages(srv, victim.ID) {
+	for _, m := range srv.Messages(victim.ID, "") {
 		if m["role"] == "event" && strings.Contains(m["text"].(string), first.Error) {
 			sawEvent = true
 		}
 	}
 	if !sawEvent {
-		t.Fatalf("no event message about the abandoned turn in %v", sessionMessages(srv, victim.ID))
+		t.Fatalf("no event message about the abandoned turn in %v", srv.Messages(victim.ID, ""))
 	}
 }
 

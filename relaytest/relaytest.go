@@ -481,3 +481,80 @@ func Script(steps ...map[string]any) string {
 	}
 	return string(b)
 }
+
+// Messages returns a session's messages as the owner API shows them (up to
+// the last 1,000), oldest first; a role ("event", "schedule", …) filters them.
+func (r *Relay) Messages(sid, role string) []map[string]any {
+	r.tb.Helper()
+	var out struct {
+		Messages []map[string]any `json:"messages"`
+	}
+	if st := r.Owner("GET", "/api/v1/sessions/"+sid+"?last=1000", nil, &out); st != http.StatusOK {
+		r.tb.Fatalf("get session %s: status %d", sid, st)
+	}
+	if role == "" {
+		return out.Messages
+	}
+	var kept []map[string]any
+	for _, m := range out.Messages {
+		if m["role"] == role {
+			kept = append(kept, m)
+		}
+	}
+	return kept
+}
+
+// EventTexts returns the texts of the event messages delivered into a session.
+func (r *Relay) EventTexts(sid string) []string {
+	r.tb.Helper()
+	var out []string
+	for _, m := range r.Messages(sid, "event") {
+		out = append(out, m["text"].(string))
+	}
+	return out
+}
+
+// ToolResults returns the relay_tool results a scripted turn's reply holds
+// (each on its own line, R11.1), in order.
+func ToolResults(reply string) []map[string]any {
+	var out []map[string]any
+	for _, l := range strings.Split(reply, "\n") {
+		l = strings.TrimSpace(l)
+		if !strings.HasPrefix(l, "{") {
+			continue
+		}
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil {
+			if _, ok := m["ok"]; ok {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
+
+// InTurn runs one relay_tool call as session s inside a turn of s (the owner
+// writes a script with a tool step; relay defaults to "this"). With a
+// decision the call's card is awaited and answered. It returns the tool's
+// result and the card (nil without a decision).
+func (r *Relay) InTurn(s Session, tool map[string]any, decision string) (map[string]any, map[string]any) {
+	r.tb.Helper()
+	if _, ok := tool["relay"]; !ok {
+		tool["relay"] = "this"
+	}
+	mid := r.Message(s.ID, Script(map[string]any{"tool": tool}))
+	var card map[string]any
+	if decision != "" {
+		card = r.WaitCard(s.ID)
+		r.Decide(card["id"].(string), decision)
+	}
+	turn := r.WaitTurn(mid, 30*time.Second, "done", "error", "stopped")
+	if turn.Status != "done" {
+		r.tb.Fatalf("turn of %s ended %s: %s", s.ID, turn.Status, turn.Error)
+	}
+	res := ToolResults(turn.Reply)
+	if len(res) != 1 {
+		r.tb.Fatalf("reply of the turn holds %d tool results, want 1: %q", len(res), turn.Reply)
+	}
+	return res[0], card
+}

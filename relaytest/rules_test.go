@@ -29,24 +29,6 @@ func stepSleep(ms int) map[string]any { return map[string]any{"sleep_ms": ms} }
 // stepReply is a scripted-provider step that appends text to the reply.
 func stepReply(s string) map[string]any { return map[string]any{"reply": s} }
 
-// turnToolEnvs returns the envelopes a scripted turn's tool steps appended to its reply, in order.
-func turnToolEnvs(t testing.TB, reply string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, line := range strings.Split(reply, "\n") {
-		line = strings.TrimSpace(line)
-		if !strings.HasPrefix(line, "{") {
-			continue
-		}
-		var env map[string]any
-		if err := json.Unmarshal([]byte(line), &env); err != nil {
-			t.Fatalf("tool result line %q: %v", line, err)
-		}
-		out = append(out, env)
-	}
-	return out
-}
-
 // waitEnded waits until a turn has ended and returns it.
 func waitEnded(r *Relay, id string, d time.Duration) *store.Turn {
 	r.tb.Helper()
@@ -60,7 +42,7 @@ func scriptToolEnvs(t testing.TB, r *Relay, id string, want int) []map[string]an
 	if tr.Status != store.TurnDone {
 		t.Fatalf("turn %s: status %s (error %q), want done", id, tr.Status, tr.Error)
 	}
-	res := turnToolEnvs(t, tr.Reply)
+	res := ToolResults(tr.Reply)
 	if len(res) != want {
 		t.Fatalf("turn %s: %d tool results, want %d; reply:\n%s", id, len(res), want, tr.Reply)
 	}
@@ -145,18 +127,6 @@ func childSessions(r *Relay, orch string) []string {
 		}
 	}
 	return ids
-}
-
-// sessionMessages returns a session's messages (up to 1000), oldest first.
-func sessionMessages(r *Relay, sid string) []map[string]any {
-	r.tb.Helper()
-	var out struct {
-		Messages []map[string]any `json:"messages"`
-	}
-	if st := r.Owner("GET", "/api/v1/sessions/"+sid+"?last=1000", nil, &out); st != http.StatusOK {
-		r.tb.Fatalf("get session %s: status %d", sid, st)
-	}
-	return out.Messages
 }
 
 // roleTexts returns the texts of the messages with role.
@@ -399,7 +369,7 @@ func TestAskModeCardsEveryWrite(t *testing.T) {
 	}
 	m.MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
 	m.MustOK(map[string]any{"action": "read_session", "relay": "this", "session": b.ID})
-	if n := len(sessionMessages(r, b.ID)); n != 0 {
+	if n := len(r.Messages(b.ID, "")); n != 0 {
 		t.Fatalf("target has %d messages after refused sends", n)
 	}
 	if bs := storedSession(r, b.ID); bs.Title != "target" || bs.Archived {
@@ -458,7 +428,7 @@ func TestPlanModeDenySendsNothing(t *testing.T) {
 		t.Fatalf("card lines:\n%s", cardText(c))
 	}
 	mustEnvCode(t, scriptToolEnvs(t, r, tid, 1)[0], "REMOTE_RELAY_PERMISSION", "Nothing was sent.")
-	if n := len(sessionMessages(r, b.ID)); n != 0 {
+	if n := len(r.Messages(b.ID, "")); n != 0 {
 		t.Fatalf("target has %d messages after a denied send", n)
 	}
 }
@@ -551,7 +521,7 @@ func TestLoopProtection(t *testing.T) {
 	mustEnvCode(t, res[6], "REMOTE_RELAY_PERMISSION", "Nothing was sent.")
 
 	want := []string{"o1", "o2", "o3", "r1", "r2", "r3", "p1", "p2", "p3", "p4", "p5", "p6"}
-	if got := roleTexts(sessionMessages(r, b.ID), "agent"); !slices.Equal(got, want) {
+	if got := roleTexts(r.Messages(b.ID, ""), "agent"); !slices.Equal(got, want) {
 		t.Fatalf("prompts that reached the listener:\n got %v\nwant %v", got, want)
 	}
 }
@@ -605,7 +575,7 @@ func TestValidationBeforeCard(t *testing.T) {
 	if n := len(allSessions(r)); n != 3 {
 		t.Fatalf("%d sessions, want 3 (nothing created)", n)
 	}
-	if n := len(sessionMessages(r, b.ID)); n != 0 {
+	if n := len(r.Messages(b.ID, "")); n != 0 {
 		t.Fatalf("target got %d messages", n)
 	}
 }
@@ -815,7 +785,7 @@ func TestOrderHundredPromptsTwoWorkers(t *testing.T) {
 	for i := range want {
 		want[i] = "echo: " + strconv.Itoa(i)
 	}
-	if got := roleTexts(sessionMessages(r1, s.ID), "assistant"); !slices.Equal(got, want) {
+	if got := roleTexts(r1.Messages(s.ID, ""), "assistant"); !slices.Equal(got, want) {
 		t.Fatalf("assistant replies out of order:\n got %v\nwant %v", got, want)
 	}
 	started := func(r *Relay) float64 {

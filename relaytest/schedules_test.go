@@ -105,18 +105,6 @@ func schFired(t testing.TB, s map[string]any) int {
 	return num(t, s["firedCount"], "firedCount")
 }
 
-// schMessages returns the schedule messages of a session, oldest first.
-func schMessages(r *Relay, sid string) []map[string]any {
-	r.tb.Helper()
-	var out []map[string]any
-	for _, m := range sessionMessages(r, sid) {
-		if m["role"] == "schedule" {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // schOwnerList is GET /api/v1/schedules by id.
 func schOwnerList(t testing.TB, r *Relay) map[string]map[string]any {
 	t.Helper()
@@ -158,25 +146,13 @@ func sorted(ids ...string) []string {
 	return out
 }
 
-// askEventMsgs returns a session's event messages (id, text, …), oldest first.
-func askEventMsgs(r *Relay, sid string) []map[string]any {
-	r.tb.Helper()
-	var out []map[string]any
-	for _, m := range sessionMessages(r, sid) {
-		if m["role"] == "event" {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 // askWaitEvent waits for an event message in sid containing frag, and for the
 // turn it started to end (so later calls see no running turn).
 func askWaitEvent(t *testing.T, r *Relay, sid, frag string) map[string]any {
 	t.Helper()
 	var got map[string]any
 	Eventually(t, schWait, func() bool {
-		for _, m := range askEventMsgs(r, sid) {
+		for _, m := range r.Messages(sid, "event") {
 			if strings.Contains(str(m["text"]), frag) {
 				got = m
 				return true
@@ -335,11 +311,11 @@ func schGrid(t *testing.T, withAt bool) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("after %s (clock now %s) %s fired %d times, want 3: list_schedules shows %v; %d schedule messages",
-				schWait, clock.Now().Format(time.RFC3339), id, n, cur, len(schMessages(r, a.ID)))
+				schWait, clock.Now().Format(time.RFC3339), id, n, cur, len(r.Messages(a.ID, "schedule")))
 		}
 	}
 	n := schFired(t, cur)
-	msgs := schMessages(r, a.ID)
+	msgs := r.Messages(a.ID, "schedule")
 	if len(msgs) < n {
 		t.Fatalf("firedCount %d but %d schedule messages", n, len(msgs))
 	}
@@ -432,7 +408,7 @@ func TestScheduleAtOnce(t *testing.T) {
 	if lf := schTime(t, la["lastFiredAt"], "A lastFiredAt"); lf.Before(atA) {
 		t.Errorf("A lastFiredAt %s before at %s", lf, atA)
 	}
-	msgs := schMessages(r, a.ID)
+	msgs := r.Messages(a.ID, "schedule")
 	if len(msgs) != 2 {
 		t.Fatalf("%d schedule messages, want 2 (each once schedule fires one time): %v", len(msgs), msgs)
 	}
@@ -473,7 +449,7 @@ func TestScheduleMissedWhileDownFiresOnce(t *testing.T) {
 
 	var msgs, after []map[string]any
 	Eventually(t, schWait, func() bool {
-		msgs, after = schMessages(r2, a.ID), nil
+		msgs, after = r2.Messages(a.ID, "schedule"), nil
 		for _, mm := range msgs {
 			if !schTime(t, mm["createdAt"], "createdAt").Before(bootAt) {
 				after = append(after, mm)
@@ -537,7 +513,7 @@ func TestScheduleNoStacking(t *testing.T) {
 		return s >= 1
 	}, "a skipped repeat")
 	wantEq(t, "firedCount while the first firing waits", cur["firedCount"], float64(1))
-	msgs := schMessages(r, a.ID)
+	msgs := r.Messages(a.ID, "schedule")
 	if len(msgs) != 1 {
 		t.Fatalf("%d schedule messages while the first waits in the queue, want 1", len(msgs))
 	}
@@ -565,7 +541,7 @@ func TestScheduleSessionCard(t *testing.T) {
 	p := r.NewSession(map[string]any{"title": "planner", "mode": "plan"})
 	b := r.NewSession(map[string]any{"title": "target"})
 
-	env, card := inTurn(t, r, a, map[string]any{"action": "schedule", "session": b.ID, "text": "check", "title": "Check", "every_minutes": 60}, "allow")
+	env, card := r.InTurn(a, map[string]any{"action": "schedule", "session": b.ID, "text": "check", "title": "Check", "every_minutes": 60}, "allow")
 	mustEnvOK(t, env)
 	wantEq(t, "card action", card["action"], "schedule")
 	wantEq(t, "card target", card["target"], b.ID)
@@ -573,11 +549,11 @@ func TestScheduleSessionCard(t *testing.T) {
 	idB := str(env["schedule_id"])
 	wantHas(t, "summary", env["summary"], "schedule → desk session "+b.ID[:8]+": ")
 
-	env, card = inTurn(t, r, p, map[string]any{"action": "schedule", "session": b.ID, "text": "nope", "every_minutes": 60}, "deny")
+	env, card = r.InTurn(p, map[string]any{"action": "schedule", "session": b.ID, "text": "nope", "every_minutes": 60}, "deny")
 	mustEnvCode(t, env, codePermission, "Nothing was scheduled.")
 	wantEq(t, "plan card action", card["action"], "schedule")
 
-	own, _ := inTurn(t, r, a, map[string]any{"action": "schedule", "text": "self", "every_minutes": 60}, "")
+	own, _ := r.InTurn(a, map[string]any{"action": "schedule", "text": "self", "every_minutes": 60}, "")
 	mustEnvOK(t, own)
 
 	r.Connect(a.Token, nil).MustFail(map[string]any{"action": "schedule", "session": b.ID, "text": "x", "every_minutes": 60}, codeNoTurn)
@@ -632,7 +608,7 @@ func TestScheduleSessionLoopProtectionHeld(t *testing.T) {
 	if n := schLoop(t, r, a.ID); n != 2 {
 		t.Errorf("loop count after one firing %d, want 2 (once when set, once per firing)", n)
 	}
-	msgs := schMessages(r, b.ID)
+	msgs := r.Messages(b.ID, "schedule")
 	if len(msgs) != 1 {
 		t.Fatalf("%d firings reached the target, want 1", len(msgs))
 	}
@@ -653,7 +629,7 @@ func TestScheduleSessionLoopProtectionHeld(t *testing.T) {
 		cur = schGet(t, m, id)
 		return schFired(t, cur) >= 2
 	}, "the held firing to be released")
-	msgs = schMessages(r, b.ID)
+	msgs = r.Messages(b.ID, "schedule")
 	if len(msgs) < 2 {
 		t.Fatalf("%d firings reached the target, want 2", len(msgs))
 	}
@@ -914,7 +890,7 @@ func TestAskInboxAnswerDismissWithdraw(t *testing.T) {
 	subID := str(sub["id"])
 	ev2Done(t, r, b.ID, "one")
 	ev2Held(t, ma, subID, 1) // the quiet window is in force: b's turn_end is held
-	eventsBefore := len(askEventMsgs(r, a.ID))
+	eventsBefore := len(r.Messages(a.ID, "event"))
 
 	// Use up loop protection (2 of 2).
 	for i := 0; i < 2; i++ {
@@ -954,7 +930,7 @@ func TestAskInboxAnswerDismissWithdraw(t *testing.T) {
 	got := askWaitEvent(t, r, a.ID, "question_answered "+q1)
 	want := ev2Header + "\n" + `[relay event] question_answered ` + q1 + ` "Ship it?": "yes" (choice: A, via desk)`
 	wantEq(t, "answer event message", got["text"], want)
-	if n := len(askEventMsgs(r, a.ID)); n != eventsBefore+1 {
+	if n := len(r.Messages(a.ID, "event")); n != eventsBefore+1 {
 		t.Errorf("%d event messages after the answer, want %d", n, eventsBefore+1)
 	}
 	held := ev2SubList(t, ma)[subID]
@@ -1000,7 +976,7 @@ func TestAskInboxAnswerDismissWithdraw(t *testing.T) {
 		t.Errorf("b's list_questions shows a's asks: %v", other)
 	}
 	// No event for a withdrawal.
-	for _, msg := range askEventMsgs(r, a.ID) {
+	for _, msg := range r.Messages(a.ID, "event") {
 		if strings.Contains(str(msg["text"]), q3) {
 			t.Errorf("an event told about the withdrawn ask: %q", msg["text"])
 		}
@@ -1054,14 +1030,14 @@ func TestAskWithSession(t *testing.T) {
 		wantEq(t, "answer event in "+sid[:8], got["text"], ev2Header+"\n"+line)
 	}
 
-	env, card := inTurn(t, r, k, map[string]any{"action": "ask", "session": b.ID, "question": "Deploy?"}, "allow")
+	env, card := r.InTurn(k, map[string]any{"action": "ask", "session": b.ID, "question": "Deploy?"}, "allow")
 	mustEnvOK(t, env)
 	wantEq(t, "card action", card["action"], "ask")
 	wantEq(t, "card target", card["target"], b.ID)
-	own, _ := inTurn(t, r, k, map[string]any{"action": "ask", "question": "Mine?"}, "") // own conversation: no card
+	own, _ := r.InTurn(k, map[string]any{"action": "ask", "question": "Mine?"}, "") // own conversation: no card
 	mustEnvOK(t, own)
 	before := len(askInbox(t, r))
-	env, _ = inTurn(t, r, p, map[string]any{"action": "ask", "session": b.ID, "question": "Nope?"}, "deny")
+	env, _ = r.InTurn(p, map[string]any{"action": "ask", "session": b.ID, "question": "Nope?"}, "deny")
 	mustEnvCode(t, env, codePermission, "Nothing was asked.")
 	if n := len(askInbox(t, r)); n != before {
 		t.Errorf("a denied ask changed the inbox from %d to %d", before, n)
@@ -1128,7 +1104,7 @@ func TestAskEndsWhenSessionArchived(t *testing.T) {
 	// Nobody is told: the next event in the asker is the later answer, alone.
 	askAnswer(t, r, qa, map[string]any{"answer": "yes"})
 	askWaitEvent(t, r, a.ID, "question_answered "+qa)
-	msgs := askEventMsgs(r, a.ID)
+	msgs := r.Messages(a.ID, "event")
 	if len(msgs) != 1 {
 		t.Errorf("%d event messages in the asker, want 1 (the answer): %v", len(msgs), msgs)
 	}
