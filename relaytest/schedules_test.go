@@ -643,6 +643,33 @@ func TestScheduleSessionLoopProtectionHeld(t *testing.T) {
 		return cur["heldForApproval"] == true && schFired(t, cur) >= 3
 	}, "the schedule to be held again after two more firings")
 	wantEq(t, "firedCount when held again", cur["firedCount"], float64(3))
+
+	// Allowing the setter's next card releases a held firing at once too (R9.6).
+	// The card needs an agent turn of the setter; the owner's message that starts
+	// it resets the count, so the turn first sleeps until firings used it up again.
+	// The card is update_session's on a session the setter did not start: not a
+	// loop-protection card, so the count stays used up and only the allowed card
+	// can release the firing.
+	mid := r.Message(a.ID, Script(map[string]any{"sleep_ms": 3000},
+		map[string]any{"tool": map[string]any{"action": "update_session", "relay": "this", "session": c.ID, "title": "renamed"}}))
+	card := r.WaitCard(a.ID)
+	Eventually(t, schWait, func() bool {
+		cur = schGet(t, m, id)
+		return cur["heldForApproval"] == true
+	}, "the schedule to be held while the card waits")
+	before := schFired(t, cur)
+	allowed := clock.Now()
+	r.Decide(card["id"].(string), "allow")
+	Eventually(t, schWait, func() bool {
+		cur = schGet(t, m, id)
+		return schFired(t, cur) > before
+	}, "the held firing to be released by the allowed card")
+	msgs = r.Messages(b.ID, "schedule")
+	// At once: well within the minute the safety-net re-check could take.
+	if rel := schTime(t, msgs[before]["createdAt"], "createdAt"); rel.Before(allowed) || rel.Sub(allowed) >= 30*time.Second {
+		t.Errorf("released firing at %s; the card was allowed at %s: want it at once", rel, allowed)
+	}
+	r.WaitTurn(mid, schWait, "done")
 }
 
 // R9.9: at most N schedules fire into one conversation and one conversation
