@@ -348,6 +348,12 @@ func (r *Relay) readSession(ctx context.Context, c *caller, a *args) (*result, *
 
 // SessionDetail is a session as read_session shows it (also the owner API).
 func (r *Relay) SessionDetail(ctx context.Context, s *store.Session, last int) (map[string]any, error) {
+	// Pending questions first: a turn writes its partial reply before it raises
+	// a question, so a question seen here comes with the reply written before it.
+	qs, err := r.pendingQuestions(ctx, s.ID)
+	if err != nil {
+		return nil, err
+	}
 	vs, err := r.views(ctx, []*store.Session{s})
 	if err != nil {
 		return nil, err
@@ -372,10 +378,6 @@ func (r *Relay) SessionDetail(ctx context.Context, s *store.Session, last int) (
 		if t, err := r.st.GetTurn(ctx, v.curTurn); err == nil && t.Partial != "" {
 			m["inFlight"] = t.Partial
 		}
-	}
-	qs, err := r.pendingQuestions(ctx, s.ID)
-	if err != nil {
-		return nil, err
 	}
 	m["pendingQuestions"] = qs
 	st, err := r.settings(ctx)
