@@ -68,7 +68,14 @@ func fail(c *gin.Context, err error) {
 func bind(c *gin.Context, dst any, optional bool) bool {
 	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, maxBody))
 	if err != nil {
-		fail(c, relay.Errorf(relay.CodeInvalidInput, "The request body is too large (at most %d bytes). Nothing was done.", maxBody))
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			// R18.14: 413, with the same error body as every other refusal.
+			c.JSON(http.StatusRequestEntityTooLarge, gin.H{"error": fmt.Sprintf("The request body is too large (at most %d bytes). Nothing was done.", maxBody),
+				"code": relay.CodeInvalidInput})
+			return false
+		}
+		fail(c, relay.Errorf(relay.CodeInvalidInput, "The request body could not be read (%v). Nothing was done.", err))
 		return false
 	}
 	if len(bytes.TrimSpace(body)) == 0 {

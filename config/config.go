@@ -63,7 +63,7 @@ type Settings struct {
 	AcceptAgentPrompts bool // accept_agent_prompts, default true
 	MaxWaitSeconds     int  // max_wait_seconds, default 600, 120–3600
 	QuietTaskMinutes   int  // quiet_task_minutes, default 10, >= 1
-	MaxTurnSeconds     int  // max_turn_seconds, default 3600, >= 1
+	MaxTurnSeconds     int  // max_turn_seconds, default 3600, 1–86400
 }
 
 // Timing holds the timing constants (yaml timing:).
@@ -96,12 +96,14 @@ type Limits struct {
 
 // Environment variable names (SPEC §2).
 const (
-	EnvAddr        = "RELAY_ADDR"
-	EnvRedis       = "REDIS_URL"
-	EnvName        = "RELAY_NAME"
-	EnvConfig      = "RELAY_CONFIG"
-	EnvOwnerToken  = "RELAY_OWNER_TOKEN"
-	EnvMetricsAddr = "RELAY_METRICS_ADDR"
+	EnvAddr       = "RELAY_ADDR"
+	EnvRedis      = "REDIS_URL"
+	EnvName       = "RELAY_NAME"
+	EnvConfig     = "RELAY_CONFIG"
+	EnvOwnerToken = "RELAY_OWNER_TOKEN"
+	// MinOwnerTokenLen is the shortest owner token the relay accepts (R18.8).
+	MinOwnerTokenLen = 16
+	EnvMetricsAddr   = "RELAY_METRICS_ADDR"
 )
 
 // DefaultAddr is the default listen address.
@@ -313,6 +315,38 @@ func (c Config) Provider(id string) (Provider, bool) {
 	return Provider{}, false
 }
 
+// InsideResolved is Inside after resolving symbolic links on both sides
+// (R18.3): it returns dir resolved, or an error when dir cannot be resolved
+// (it does not exist). A folder that cannot be resolved is compared as given.
+func InsideResolved(folders []string, dir string) (string, bool, error) {
+	resolved, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", false, err
+	}
+	real := make([]string, 0, len(folders))
+	for _, f := range folders {
+		if f == "" {
+			continue
+		}
+		if rf, err := filepath.EvalSymlinks(f); err == nil {
+			real = append(real, rf)
+		} else {
+			real = append(real, filepath.Clean(f))
+		}
+	}
+	return resolved, Inside(real, resolved), nil
+}
+
+// HasDotDot reports whether a path names a ".." element.
+func HasDotDot(p string) bool {
+	for _, el := range strings.Split(filepath.ToSlash(p), "/") {
+		if el == ".." {
+			return true
+		}
+	}
+	return false
+}
+
 // Inside reports whether dir equals or lies below one of folders. Both sides
 // are compared lexically after filepath.Clean (no symlinks are resolved);
 // "/a/bc" is not inside "/a/b". Empty strings never match.
@@ -356,6 +390,9 @@ func (c Config) Validate() error {
 			return err
 		}
 	}
+	if c.OwnerToken != "" && len(c.OwnerToken) < MinOwnerTokenLen {
+		return fmt.Errorf("config: the owner token must have at least %d characters (got %d); leave it unset to have one generated", MinOwnerTokenLen, len(c.OwnerToken))
+	}
 	if c.RedisURL != "" {
 		u, err := url.Parse(c.RedisURL)
 		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
@@ -388,6 +425,9 @@ func (c Config) Validate() error {
 	}
 	if err := atLeastOne("settings.quiet_task_minutes", s.QuietTaskMinutes); err != nil {
 		return err
+	}
+	if s.MaxTurnSeconds > 86400 {
+		return fmt.Errorf("config: settings.max_turn_seconds must be between 1 and 86400 (got %d)", s.MaxTurnSeconds)
 	}
 	if err := atLeastOne("settings.max_turn_seconds", s.MaxTurnSeconds); err != nil {
 		return err

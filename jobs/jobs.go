@@ -48,16 +48,21 @@ func QueuesFor(prefix string) Queues {
 // All lists the queue names.
 func (q Queues) All() []string { return []string{q.Turns, q.Events} }
 
-// NewDrainTask builds the task that runs a session's next turn. timeout bounds
-// one turn (max_turn_seconds plus a margin); the task id is given so the
-// recovery sweep can find it.
-func NewDrainTask(q Queues, session, taskID string, timeout time.Duration) (*asynq.Task, error) {
+// DrainTimeout is the asynq timeout of a drain task. It is longer than the
+// longest max_turn_seconds (86,400 s): the relay itself ends a turn that runs
+// too long, counted from the turn's start with the setting as it is then
+// (R18.13), so a queue timeout never ends or restarts a running turn.
+const DrainTimeout = 25 * time.Hour
+
+// NewDrainTask builds the task that runs a session's next turn; the task id
+// is given so the recovery sweep can find it.
+func NewDrainTask(q Queues, session, taskID string) (*asynq.Task, error) {
 	b, err := json.Marshal(DrainPayload{Session: session})
 	if err != nil {
 		return nil, err
 	}
 	return asynq.NewTask(TypeDrain, b, asynq.Queue(q.Turns), asynq.TaskID(taskID),
-		asynq.MaxRetry(1000), asynq.Timeout(timeout)), nil
+		asynq.MaxRetry(1000), asynq.Timeout(DrainTimeout)), nil
 }
 
 // Client enqueues the relay's jobs and looks them up.
@@ -73,8 +78,8 @@ func NewClient(c *asynq.Client, insp *asynq.Inspector, q Queues) *Client {
 }
 
 // EnqueueDrain enqueues a drain task with the given id; an id already taken is not an error.
-func (c *Client) EnqueueDrain(ctx context.Context, session, taskID string, timeout time.Duration) error {
-	t, err := NewDrainTask(c.q, session, taskID, timeout)
+func (c *Client) EnqueueDrain(ctx context.Context, session, taskID string) error {
+	t, err := NewDrainTask(c.q, session, taskID)
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,9 @@ type ExecConfig struct {
 	DefaultModel string
 	Efforts      []string
 	SwitchTo     string
-	// Env is extra environment on top of the relay's own (the RELAY_* vars win).
+	// Env is extra environment on top of the relay's own, which reaches the
+	// agent without REDIS_URL and every RELAY_* variable (R18.1); the turn's
+	// own RELAY_* variables win over both.
 	Env map[string]string
 	// ConfigDir is where the generated MCP config files go ("" = os.TempDir()).
 	ConfigDir string
@@ -108,23 +110,16 @@ func (e *Exec) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 	}
 	defer func() { _ = os.Remove(cfgPath) }()
 
-	// One pass, so a substituted value (e.g. a prompt containing "{cwd}") is
-	// never substituted again.
-	rep := strings.NewReplacer(
-		execPromptHolder, t.Prompt,
-		"{mcp_config}", cfgPath,
-		"{session}", t.SessionID,
-		"{model}", model,
-		"{effort}", t.Effort,
-		"{cwd}", t.Cwd,
-	)
-	argv := make([]string, len(e.c.Command))
-	promptInArgs := false
-	for i, a := range e.c.Command {
-		if strings.Contains(a, execPromptHolder) {
-			promptInArgs = true
-		}
-		argv[i] = rep.Replace(a)
+	argv, promptInArgs, err := buildArgv(e.c.Command, map[string]string{
+		execPromptHolder: t.Prompt,
+		"{mcp_config}":   cfgPath,
+		"{session}":      t.SessionID,
+		"{model}":        model,
+		"{effort}":       t.Effort,
+		"{cwd}":          t.Cwd,
+	})
+	if err != nil {
+		return Result{}, &TurnError{Msg: fmt.Sprintf("exec provider %q: %v; nothing was run", e.c.ID, err)}
 	}
 
 	env := e.env(t, cfgPath)
@@ -144,7 +139,7 @@ func (e *Exec) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 	if !promptInArgs {
 		cmd.Stdin = strings.NewReader(t.Prompt)
 	} // else nil: /dev/null
-	out := &partialWriter{h: h}
+	out := newPartialWriter(h)
 	errTail := &tailBuffer{max: e.c.StderrTail}
 	cmd.Stdout = out
 	cmd.Stderr = errTail
@@ -180,7 +175,63 @@ func (e *Exec) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 		}
 		return Result{}, &TurnError{Msg: fmt.Sprintf("exec provider %q: %v", e.c.ID, werr)}
 	}
-	return Result{Text: strings.TrimRight(out.String(), "\r\n"), Model: model}, nil
+	return Result{Text: out.Reply(), Model: model}, nil
+}
+
+// Placeholders whose value may come from an agent or the owner; a value that
+// would become a flag of its own (an argument starting with "-") is refused
+// unless the command has a "--" before that argument.
+var flagPlaceholders = []string{execPromptHolder, "{model}", "{effort}", "{session}", "{cwd}"}
+
+// buildArgv substitutes the placeholders in each argument in one pass (so a
+// substituted value, e.g. a prompt containing "{cwd}", is never substituted
+// again). It refuses an argument that a substituted value turned into an
+// option: it starts with "-" although the template did not, and no "--"
+// argument comes before it.
+func buildArgv(command []string, values map[string]string) (argv []string, promptInArgs bool, err error) {
+	pairs := make([]string, 0, 2*len(values))
+	for _, k := range []string{execPromptHolder, "{mcp_config}", "{session}", "{model}", "{effort}", "{cwd}"} {
+		pairs = append(pairs, k, values[k])
+	}
+	rep := strings.NewReplacer(pairs...)
+	argv = make([]string, len(command))
+	endOfOptions := false
+	for i, a := range command {
+		if strings.Contains(a, execPromptHolder) {
+			promptInArgs = true
+		}
+		argv[i] = rep.Replace(a)
+		if i > 0 && !endOfOptions && strings.HasPrefix(argv[i], "-") && !strings.HasPrefix(a, "-") {
+			for _, ph := range flagPlaceholders {
+				if strings.HasPrefix(a, ph) {
+					return nil, false, fmt.Errorf("the value of %s would start with \"-\" and become an option of the command (put \"--\" before %s in the provider's command to pass such values)", ph, ph)
+				}
+			}
+		}
+		if i > 0 && a == "--" {
+			endOfOptions = true
+		}
+	}
+	return argv, promptInArgs, nil
+}
+
+// ValueBecomesFlag reports whether v, put for placeholder ph ("{model}",
+// "{effort}", …), would become an option of the provider's command (R18
+// hardening): the domain refuses such a model or effort with
+// REMOTE_RELAY_INVALID_INPUT before anything is queued.
+func (e *Exec) ValueBecomesFlag(ph, v string) bool {
+	if !strings.HasPrefix(v, "-") {
+		return false
+	}
+	for i, a := range e.c.Command {
+		if i > 0 && a == "--" {
+			return false
+		}
+		if i > 0 && strings.HasPrefix(a, ph) {
+			return true
+		}
+	}
+	return false
 }
 
 // killGroup stops the process group pgid: SIGTERM, a short grace, then
@@ -203,10 +254,11 @@ func killGroup(pgid int, waitc <-chan error) {
 	<-waitc //nolint:errcheck // reaped; its status is not needed
 }
 
-// env is the relay's environment, then the configured extras, then the
-// RELAY_* variables (later entries win in os/exec).
+// env is the relay's environment less its own secrets (AgentEnv), then the
+// configured extras, then the turn's RELAY_* variables (later entries win in
+// os/exec).
 func (e *Exec) env(t Turn, cfgPath string) []string {
-	env := os.Environ()
+	env := AgentEnv(os.Environ())
 	keys := make([]string, 0, len(e.c.Env))
 	for k := range e.c.Env {
 		keys = append(keys, k)
@@ -222,6 +274,22 @@ func (e *Exec) env(t Turn, cfgPath string) []string {
 		"RELAY_TOKEN="+t.Token,
 		"RELAY_MCP_CONFIG="+cfgPath,
 	)
+}
+
+// AgentEnv is what an agent process inherits of the relay's environment
+// (R18.1): everything but REDIS_URL and the RELAY_* variables, which carry the
+// relay's own configuration (owner token, address, config path, key prefix,
+// …). PATH, HOME and API keys pass through.
+func AgentEnv(environ []string) []string {
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if name == "REDIS_URL" || strings.HasPrefix(name, "RELAY_") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
 }
 
 type mcpConfig struct {
@@ -334,39 +402,99 @@ func lookPath(name string, env []string) (string, error) {
 	return "", fs.ErrNotExist
 }
 
-// partialWriter collects stdout and reports every complete line to Host.Partial.
+// Output bounds (R18.4): the reply keeps the last MaxReplyBytes of what the
+// agent printed; a partial-reply write carries at most the last
+// MaxPartialBytes.
+const (
+	MaxReplyBytes   = 1 << 20
+	MaxPartialBytes = 64 << 10
+)
+
+// partialWriter collects stdout and reports the text up to its last complete
+// line to Host.Partial. It keeps only the last MaxReplyBytes (compacting at
+// twice that, so the work per byte stays constant) and counts what it
+// dropped; a report copies at most MaxPartialBytes.
 type partialWriter struct {
 	h        Host
 	mu       sync.Mutex
 	buf      []byte
-	reported int    // bytes of buf already reported (up to a newline)
-	last     string // text last reported
+	cut      int64 // bytes dropped from the front
+	reported int64 // total bytes (cut included) reported up to a newline
 }
+
+func newPartialWriter(h Host) *partialWriter { return &partialWriter{h: h} }
 
 func (w *partialWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	w.buf = append(w.buf, p...)
+	if len(w.buf) > 2*MaxReplyBytes {
+		drop := len(w.buf) - MaxReplyBytes
+		w.cut += int64(drop)
+		w.buf = append(w.buf[:0], w.buf[drop:]...)
+	}
 	var text string
-	if i := bytes.LastIndexByte(w.buf, '\n'); i+1 > w.reported {
-		w.reported = i + 1
-		text = strings.TrimRight(string(w.buf[:i+1]), "\r\n")
+	if i := bytes.LastIndexByte(w.buf, '\n'); i >= 0 && w.cut+int64(i)+1 > w.reported {
+		w.reported = w.cut + int64(i) + 1
+		text = tailText(w.buf[:i+1], MaxPartialBytes)
 	}
-	if text == "" || text == w.last {
-		w.mu.Unlock()
-		return len(p), nil
-	}
-	w.last = text
 	w.mu.Unlock()
-	if w.h != nil {
+	if text != "" && w.h != nil {
 		w.h.Partial(text)
 	}
 	return len(p), nil
 }
 
-func (w *partialWriter) String() string {
+// Reply is the turn's reply: the output without trailing newlines, bounded
+// by BoundReply.
+func (w *partialWriter) Reply() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return string(w.buf)
+	b := bytes.TrimRight(w.buf, "\r\n")
+	return boundReply(b, w.cut)
+}
+
+// tailText is the last max bytes of b as text, starting at a rune boundary,
+// without trailing newlines.
+func tailText(b []byte, max int) string {
+	if len(b) > max {
+		b = b[len(b)-max:]
+		for len(b) > 0 && !utf8.RuneStart(b[0]) {
+			b = b[1:]
+		}
+	}
+	return string(bytes.TrimRight(b, "\r\n"))
+}
+
+// BoundPartial keeps the last MaxPartialBytes of a partial reply.
+func BoundPartial(s string) string {
+	if len(s) <= MaxPartialBytes {
+		return s
+	}
+	return tailText([]byte(s), MaxPartialBytes)
+}
+
+// BoundReply keeps the last MaxReplyBytes of a reply; a cut reply starts
+// with a note of how much was cut (R18.4).
+func BoundReply(s string) string {
+	if len(s) <= MaxReplyBytes {
+		return s
+	}
+	return boundReply([]byte(s), 0)
+}
+
+func boundReply(b []byte, cut int64) string {
+	if len(b) > MaxReplyBytes {
+		cut += int64(len(b) - MaxReplyBytes)
+		b = b[len(b)-MaxReplyBytes:]
+	}
+	for len(b) > 0 && !utf8.RuneStart(b[0]) {
+		b = b[1:]
+		cut++
+	}
+	if cut == 0 {
+		return string(b)
+	}
+	return fmt.Sprintf("[relay: the agent printed %d bytes; the first %d were cut and the last %d follow]\n", cut+int64(len(b)), cut, len(b)) + string(b)
 }
 
 // tailBuffer keeps the last max bytes written to it.

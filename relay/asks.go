@@ -20,26 +20,34 @@ func (r *Relay) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	if strings.TrimSpace(question) == "" {
 		return nil, Errorf(CodeInvalidInput, "question is required. %s", nothingAsked)
 	}
-	if len(question) > 10000 {
-		return nil, Errorf(CodeInvalidInput, "question may have at most 10,000 characters. %s", nothingAsked)
+	if e := maxChars("question", question, 4000, nothingAsked); e != nil {
+		return nil, e
 	}
 	options, e := a.strs("options")
 	if e != nil {
 		return nil, e
 	}
-	if len(options) > 20 {
-		return nil, Errorf(CodeInvalidInput, "options may list at most 20 choices. %s", nothingAsked)
+	if len(options) > 10 {
+		return nil, Errorf(CodeInvalidInput, "options may list at most 10 choices (got %d). %s", len(options), nothingAsked)
+	}
+	for i, o := range options {
+		if e := maxChars(fmt.Sprintf("options[%d]", i), o, 200, nothingAsked); e != nil {
+			return nil, e
+		}
 	}
 	rec, e := a.str("recommendation")
 	if e != nil {
+		return nil, e
+	}
+	if e := maxChars("recommendation", rec, 1000, nothingAsked); e != nil {
 		return nil, e
 	}
 	detail, e := a.str("detail")
 	if e != nil {
 		return nil, e
 	}
-	if len(detail) > MaxTextBytes {
-		return nil, Errorf(CodeInvalidInput, "detail may have at most 1 MiB. %s", nothingAsked)
+	if e := maxChars("detail", detail, 16000, nothingAsked); e != nil {
+		return nil, e
 	}
 	concern := c.s
 	if ref, e := a.str("session"); e != nil {
@@ -75,7 +83,13 @@ func (r *Relay) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	}
 	ak := &store.Ask{ID: "ask_" + store.NewID(6), Asker: c.s.ID, Session: concern.ID, Question: question, Options: options,
 		Recommendation: rec, Detail: detail, Status: "pending", CreatedAt: r.now()}
-	if err := r.st.SaveAsk(ctx, ak); err != nil {
+	// The limits again, checked and written in one step (R18.6).
+	if err := r.st.AddAsk(ctx, ak, r.opts.Limits.OpenAsksPerConversation, r.opts.Limits.OpenAsksPerSession); err != nil {
+		if le, ok := store.IsLimit(err); ok && le.Which == "asker" {
+			return nil, Errorf(CodeQuestionLimit, "This conversation already has %d open asks, the most allowed; withdraw one or wait for answers. %s", le.Count, nothingAsked)
+		} else if ok {
+			return nil, Errorf(CodeQuestionLimit, "Session %s already has %d open asks, the most allowed. %s", id8(concern.ID), le.Count, nothingAsked)
+		}
 		return nil, internal(err)
 	}
 	_ = r.st.Notify(ctx, "inbox")

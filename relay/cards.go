@@ -15,6 +15,10 @@ type cardNeed struct {
 	reasons []string
 	flags   []string // per-conversation flags set when the owner allows
 	loop    bool     // the loop-protection count is reset when allowed
+	// counted: this call's prompt is counted toward loop protection (taken
+	// atomically by loopCard, or after an allowed loop card); giveBack undoes
+	// it when the prompt is not sent after all.
+	counted bool
 }
 
 func (n *cardNeed) add(reason string) { n.reasons = append(n.reasons, reason) }
@@ -33,16 +37,32 @@ func modeCard(n *cardNeed, c *caller, action string) {
 }
 
 // loopCard adds loop protection (R5.2.6).
+// The prompt is counted at once when the count allows it (check and count in
+// one atomic step, R18.6); otherwise a card asks, and Allow resets the count
+// and counts this prompt.
 func (r *Relay) loopCard(ctx context.Context, n *cardNeed, c *caller) *Error {
-	cnt, err := r.st.LoopCount(ctx, c.s.ID)
+	taken, cnt, err := r.st.TakeLoop(ctx, c.s.ID, r.opts.Limits.AgentPromptsBeforeCard)
 	if err != nil {
 		return internal(err)
 	}
-	if cnt >= r.opts.Limits.AgentPromptsBeforeCard {
-		n.add(fmt.Sprintf("Loop protection: this conversation has sent %d prompts to other agents since you last wrote in it.", cnt))
-		n.loop = true
+	if taken {
+		n.counted = true
+		return nil
 	}
+	n.add(fmt.Sprintf("Loop protection: this conversation has sent %d prompts to other agents since you last wrote in it.", cnt))
+	n.loop = true
 	return nil
+}
+
+// giveBack undoes the loop count of a prompt that was not sent after all.
+func (r *Relay) giveBack(ctx context.Context, n *cardNeed, c *caller) {
+	if !n.counted {
+		return
+	}
+	n.counted = false
+	if err := r.st.GiveBackLoop(context.WithoutCancel(ctx), c.s.ID); err != nil {
+		r.log.Warn("give back loop count", "session", c.s.ID, "err", err)
+	}
 }
 
 // maxWait is the relay's longest wait per tool call.
@@ -102,6 +122,10 @@ func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action s
 					if err := r.st.ResetLoop(ctx, c.s.ID); err != nil {
 						return internal(err)
 					}
+					if _, err := r.st.IncrLoop(ctx, c.s.ID); err != nil {
+						return internal(err)
+					}
+					need.counted = true
 				}
 				r.releaseHeld(ctx, c.s.ID, true) // the owner allowed this agent's card (R9.6)
 				return nil

@@ -3,6 +3,8 @@ package relay
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"unicode/utf8"
 )
 
 // Error codes (SPEC §15). The set is closed.
@@ -95,4 +97,21 @@ func HTTPStatus(code string) int {
 	default:
 		return 400
 	}
+}
+
+// maxChars refuses a text argument longer than max characters (R18.5).
+func maxChars(name, v string, max int, nothing string) *Error {
+	if n := utf8.RuneCountInString(v); n > max {
+		return Errorf(CodeInvalidInput, "%s may have at most %s characters (got %s). %s", name, thousands(max), thousands(n), nothing)
+	}
+	return nil
+}
+
+// thousands writes n with commas: 32000 → "32,000".
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

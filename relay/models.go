@@ -21,6 +21,9 @@ func (r *Relay) checkModel(p provider.Info, model, nothing string, create bool) 
 	if model == "" {
 		return "", nil
 	}
+	if e := r.checkNotFlag(p, "{model}", "model", model, nothing); e != nil {
+		return "", e
+	}
 	if len(p.Models) == 0 {
 		return fmt.Sprintf("Relay %q has no model list for %s yet; %q was passed on unchecked.", r.opts.Name, p.Name, model), nil
 	}
@@ -81,7 +84,13 @@ func (r *Relay) checkModel(p provider.Info, model, nothing string, create bool) 
 }
 
 func (r *Relay) checkEffort(p provider.Info, effort, nothing string) *Error {
-	if effort == "" || len(p.Efforts) == 0 {
+	if effort == "" {
+		return nil
+	}
+	if e := r.checkNotFlag(p, "{effort}", "effort", effort, nothing); e != nil {
+		return e
+	}
+	if len(p.Efforts) == 0 {
 		return nil
 	}
 	for _, x := range p.Efforts {
@@ -105,4 +114,21 @@ func (r *Relay) provider(id, nothing string) (provider.Provider, *Error) {
 		return nil, Errorf(CodeInvalidInput, "Relay %q has no provider %q; providers: %s. %s", r.opts.Name, id, strings.Join(r.providerIDs(), ", "), nothing)
 	}
 	return p, nil
+}
+
+// flagChecker is a provider that passes values on its command line (exec).
+type flagChecker interface {
+	ValueBecomesFlag(placeholder, value string) bool
+}
+
+// checkNotFlag refuses a model or effort that would become an option of the
+// provider's command (it starts with "-" and is put for a placeholder that
+// no "--" precedes).
+func (r *Relay) checkNotFlag(p provider.Info, placeholder, what, value, nothing string) *Error {
+	fc, ok := r.providers[p.ID].(flagChecker)
+	if !ok || !fc.ValueBecomesFlag(placeholder, value) {
+		return nil
+	}
+	return Errorf(CodeInvalidInput, "%s %q starts with \"-\": %s passes it to its command as an argument, where it would become an option. %s",
+		what, value, p.Name, nothing)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/oar/relay/store"
 )
@@ -22,29 +23,58 @@ type NewSession struct {
 }
 
 // SessionForToken returns the session a bearer token names.
-// Known tokens are cached in the process (a session's token never changes),
-// so a call still reaches the domain, and gets a clear envelope, while Redis is down.
+// Known tokens are cached in the process for tokenTTL; archiving a session
+// deletes its token and drops every process's cache at once through the
+// "tokens" notification (R18.2). While Redis does not answer, a cached token
+// still names its session, so the call gets a clear error envelope.
 func (r *Relay) SessionForToken(ctx context.Context, token string) (string, bool, error) {
 	if token == "" {
 		return "", false, nil
 	}
 	r.tokMu.RLock()
-	id, ok := r.tokens[token]
+	ent, ok := r.tokens[token]
 	r.tokMu.RUnlock()
-	if ok {
-		return id, true, nil
+	if ok && time.Since(ent.at) < tokenTTL {
+		return ent.id, true, nil
 	}
 	id, err := r.st.SessionByToken(ctx, token)
-	if err != nil || id == "" {
+	if err != nil {
+		if ok {
+			return ent.id, true, nil
+		}
 		return "", false, err
+	}
+	if id == "" {
+		if ok {
+			r.tokMu.Lock()
+			delete(r.tokens, token)
+			r.tokMu.Unlock()
+		}
+		return "", false, nil
 	}
 	r.tokMu.Lock()
 	if len(r.tokens) >= 100000 {
-		r.tokens = map[string]string{}
+		r.tokens = map[string]tokenEntry{}
 	}
-	r.tokens[token] = id
+	r.tokens[token] = tokenEntry{id: id, at: time.Now()}
 	r.tokMu.Unlock()
 	return id, true, nil
+}
+
+// tokenTTL bounds how long a process trusts its cached copy of a token
+// without asking Redis (a safety net for a missed "tokens" notification).
+const tokenTTL = 30 * time.Second
+
+type tokenEntry struct {
+	id string
+	at time.Time
+}
+
+// dropTokens empties this process's token cache.
+func (r *Relay) dropTokens() {
+	r.tokMu.Lock()
+	r.tokens = map[string]tokenEntry{}
+	r.tokMu.Unlock()
 }
 
 // OwnerCreateSession creates a session for the owner; with text its first prompt is queued.
@@ -349,7 +379,7 @@ func (r *Relay) RecoverDrains(ctx context.Context, stale func(map[string]string)
 		if err := r.st.SetDrainID(ctx, sid, next); err != nil {
 			return n, err
 		}
-		if err := r.enq.EnqueueDrain(ctx, sid, next, r.turnTimeout(ctx)); err != nil {
+		if err := r.enq.EnqueueDrain(ctx, sid, next); err != nil {
 			return n, fmt.Errorf("recover drain %s: %w", sid, err)
 		}
 		r.log.Warn("restarted a lost drain", "session", sid, "lost_task", taskID)

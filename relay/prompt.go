@@ -96,22 +96,13 @@ func (r *Relay) queue(ctx context.Context, s *store.Session, text, role string, 
 		return nil, err
 	}
 	if start {
-		if err := r.enq.EnqueueDrain(ctx, s.ID, drainID, r.turnTimeout(ctx)); err != nil {
+		if err := r.enq.EnqueueDrain(ctx, s.ID, drainID); err != nil {
 			// The prompt is queued; the recovery sweep starts the drain.
 			r.log.Warn("enqueue drain failed; the sweep will retry", "session", s.ID, "err", err)
 		}
 	}
 	t.Status = store.TurnQueued
 	return t, nil
-}
-
-func (r *Relay) turnTimeout(ctx context.Context) time.Duration {
-	st, err := r.settings(ctx)
-	secs := 3600
-	if err == nil && st.MaxTurnSeconds > 0 {
-		secs = st.MaxTurnSeconds
-	}
-	return time.Duration(secs)*time.Second + 2*time.Minute
 }
 
 // waitTurn waits until the turn ends, waits on a question, or d passes.
@@ -142,12 +133,10 @@ func (r *Relay) waitTurn(ctx context.Context, id string, d time.Duration) (*stor
 }
 
 // sent finishes a prompt an agent sent to another agent once it is queued:
-// it counts toward loop protection (R5.2.6) and waits for the reply (R7.11).
-// done says what already happened, for an error from here on.
+// it waits for the reply (R7.11); its loop-protection count was taken with
+// the card check (loopCard). done says what already happened, for an error
+// from here on.
 func (r *Relay) sent(ctx context.Context, c *caller, t *store.Turn, wait time.Duration, done string) (*store.Turn, *Error) {
-	if _, err := r.st.IncrLoop(ctx, c.s.ID); err != nil {
-		return nil, internalAfter(err, done)
-	}
 	t, err := r.waitReply(ctx, t.ID, wait)
 	if err != nil {
 		return nil, internalAfter(err, done)
@@ -287,6 +276,12 @@ func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) 
 	if e := r.loopCard(ctx, need, c); e != nil {
 		return nil, e
 	}
+	queued := false
+	defer func() {
+		if !queued {
+			r.giveBack(ctx, need, c) // nothing was sent: the prompt does not count (R5.2.6)
+		}
+	}()
 	lines := []string{fmt.Sprintf("Send to %q (%s): %s", s.Title, id8(s.ID), excerpt(text, 200)),
 		settingsLine(firstNonEmpty(model, s.Model), firstNonEmpty(effort, s.Effort), mode)}
 	if switchTo != "" {
@@ -331,6 +326,7 @@ func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) 
 		}
 		return nil, AsError(err)
 	}
+	queued = true
 	t, e = r.sent(ctx, c, t, wait, "the prompt was queued (message_id "+t.ID+")")
 	if e != nil {
 		return nil, e
@@ -418,6 +414,9 @@ func (r *Relay) checkFolder(dir, nothing string) (string, *Error) {
 	if !filepath.IsAbs(dir) {
 		return "", Errorf(CodeInvalidInput, "cwd must be an absolute path (got %q). %s", dir, nothing)
 	}
+	if config.HasDotDot(dir) {
+		return "", Errorf(CodeInvalidInput, "cwd may not contain \"..\" (got %q). %s", dir, nothing)
+	}
 	dir = filepath.Clean(dir)
 	if !config.Inside(r.opts.Folders, dir) {
 		return "", Errorf(CodeInvalidInput, "Relay %q may not use the folder %s; sessions may use folders inside %s. %s", r.opts.Name, dir, strings.Join(r.opts.Folders, ", "), nothing)
@@ -425,7 +424,23 @@ func (r *Relay) checkFolder(dir, nothing string) (string, *Error) {
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return "", Errorf(CodeInvalidInput, "The folder %s does not exist on relay %q. %s", dir, r.opts.Name, nothing)
 	}
+	if _, why := r.folderAllowed(dir); why != "" {
+		return "", Errorf(CodeInvalidInput, "%s %s", why, nothing)
+	}
 	return dir, nil
+}
+
+// folderAllowed resolves a session's folder and checks it against the
+// folders rule after symbolic links (R18.3); why is "" when it is allowed.
+func (r *Relay) folderAllowed(dir string) (resolved, why string) {
+	resolved, ok, err := config.InsideResolved(r.opts.Folders, dir)
+	if err != nil {
+		return "", fmt.Sprintf("The folder %s cannot be resolved on relay %q (it no longer exists or cannot be read).", dir, r.opts.Name)
+	}
+	if !ok {
+		return "", fmt.Sprintf("The folder %s resolves to %s, outside the folders relay %q may use (%s).", dir, resolved, r.opts.Name, strings.Join(r.opts.Folders, ", "))
+	}
+	return resolved, ""
 }
 
 func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result, *Error) {
@@ -525,6 +540,12 @@ func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result,
 	if e := r.loopCard(ctx, need, c); e != nil {
 		return nil, e
 	}
+	queued := false
+	defer func() {
+		if !queued {
+			r.giveBack(ctx, need, c) // nothing was sent: the prompt does not count (R5.2.6)
+		}
+	}()
 	lines := []string{fmt.Sprintf("Start a session %q with %s in %s: %s", title, info.Name, cwd, excerpt(text, 200)),
 		settingsLine(model, effort, mode)}
 	if group != nil {
@@ -596,6 +617,7 @@ func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result,
 		_ = r.st.Unreserve(context.WithoutCancel(ctx), c.s.ID, s.ID)
 		return nil, internalAfter(err, "session "+s.ID+" was created, but its first prompt was not queued")
 	}
+	queued = true
 	t, e = r.sent(ctx, c, t, wait, "session "+s.ID+" was created and its prompt queued (message_id "+t.ID+")")
 	if e != nil {
 		return nil, e

@@ -19,7 +19,7 @@ import (
 
 // Enqueuer starts the job that runs a session's next turn.
 type Enqueuer interface {
-	EnqueueDrain(ctx context.Context, session, taskID string, timeout time.Duration) error
+	EnqueueDrain(ctx context.Context, session, taskID string) error
 	// Enqueue enqueues an event-delivery job (id optional for uniqueness, at optional = now).
 	Enqueue(ctx context.Context, typ string, payload any, id string, at time.Time) error
 	// DrainTaskExists reports whether a drain task with this id is still pending, scheduled, retrying or active.
@@ -74,7 +74,7 @@ type Relay struct {
 	stopping bool
 
 	tokMu  sync.RWMutex
-	tokens map[string]string // bearer token -> session id
+	tokens map[string]tokenEntry // bearer token -> session id
 
 	setMu    sync.Mutex
 	setCache store.Settings
@@ -99,7 +99,7 @@ func New(st *store.Store, enq Enqueuer, provs []provider.Provider, opts Options)
 	}
 	r := &Relay{st: st, enq: enq, opts: opts, now: opts.Clock, log: opts.Logger, met: opts.Metrics,
 		providers: map[string]provider.Provider{}, hub: newHub(), running: map[string]context.CancelCauseFunc{},
-		tokens: map[string]string{}}
+		tokens: map[string]tokenEntry{}}
 	for _, p := range provs {
 		id := p.Info().ID
 		r.providers[id] = p
@@ -127,14 +127,18 @@ func (r *Relay) Start(ctx context.Context) error {
 	}
 	ready := make(chan struct{})
 	changed, unsub := r.hub.sub("settings")
+	revoked, unsubTok := r.hub.sub("tokens")
 	go func() {
 		defer unsub()
+		defer unsubTok()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-changed:
 				r.dropSettings()
+			case <-revoked: // also fired after a lost notification subscription
+				r.dropTokens()
 			}
 		}
 	}()

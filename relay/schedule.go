@@ -35,8 +35,11 @@ func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result
 	if e != nil {
 		return nil, e
 	}
-	if len([]rune(title)) > 200 {
-		return nil, Errorf(CodeInvalidInput, "title may have at most 200 characters. %s", nothingScheduled)
+	if e := maxChars("title", title, 200, nothingScheduled); e != nil {
+		return nil, e
+	}
+	if e := maxChars("text", text, 32000, nothingScheduled); e != nil {
+		return nil, e
 	}
 	atText, e := a.str("at")
 	if e != nil {
@@ -124,20 +127,23 @@ func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result
 	tid := target.ID
 	if e := r.askCard(ctx, c, need, "schedule", &tid, []string{fmt.Sprintf("Schedule %q into %q (%s), %s from %s: %s",
 		title, target.Title, id8(target.ID), when, first.Format(time.RFC3339), excerpt(text, 200))}, nothingScheduled); e != nil {
+		r.giveBack(ctx, need, c)
 		return nil, e
 	}
 	sc := &store.Schedule{ID: "sch_" + store.NewID(6), Setter: c.s.ID, Target: target.ID, Title: title, Text: text,
 		First: first, At: at, EveryMinutes: every, Origin: c.origin(r.opts.Name), CreatedAt: now, NextFireAt: first}
-	if err := r.st.SaveSchedule(ctx, sc); err != nil {
+	// The limits again, checked and written in one step (R18.6).
+	if err := r.st.AddSchedule(ctx, sc, r.opts.Limits.SchedulesIntoConversation, r.opts.Limits.SchedulesForOthers); err != nil {
+		r.giveBack(ctx, need, c)
+		if le, ok := store.IsLimit(err); ok && le.Which == "into" {
+			return nil, Errorf(CodeScheduleLimit, "%d schedules already fire into that conversation, the most allowed. %s", le.Count, nothingScheduled)
+		} else if ok {
+			return nil, Errorf(CodeScheduleLimit, "This conversation already set %d schedules for other sessions, the most allowed. %s", le.Count, nothingScheduled)
+		}
 		return nil, internal(err)
 	}
 	if err := r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: first.UnixMilli()}, fireID(sc.ID, first), first); err != nil {
-		return nil, internal(err)
-	}
-	if other {
-		if _, err := r.st.IncrLoop(ctx, c.s.ID); err != nil {
-			return nil, internal(err)
-		}
+		return nil, internalAfter(err, "schedule "+sc.ID+" was stored but its first firing was not planned (the relay plans it within a minute)")
 	}
 	res := newResult(target.ID, fmt.Sprintf("%s, next %s (%s)", when, first.UTC().Format(timeFormat), sc.ID))
 	if !other {
@@ -293,11 +299,37 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 	}
 	other := sc.Setter != sc.Target
 	fired := false
+	// A firing into another session counts toward the setter's loop
+	// protection; the count is taken in one atomic step (R18.6) and given
+	// back if the firing does not happen after all.
+	counted := false
+	takeLoop := func() (bool, error) {
+		if !other || approved {
+			return true, nil
+		}
+		taken, _, err := r.st.TakeLoop(ctx, sc.Setter, r.opts.Limits.AgentPromptsBeforeCard)
+		counted = taken
+		return taken, err
+	}
+	defer func() {
+		if counted && !fired {
+			if err := r.st.GiveBackLoop(context.WithoutCancel(ctx), sc.Setter); err != nil {
+				r.log.Warn("give back loop count", "session", sc.Setter, "err", err)
+			}
+		}
+	}()
+	queued := r.stillQueued(ctx, sc.LastTurn)
+	free := true
+	if !queued {
+		if free, err = takeLoop(); err != nil {
+			return err
+		}
+	}
 	switch {
-	case r.stillQueued(ctx, sc.LastTurn):
+	case queued:
 		sc.SkippedCount++ // no stacking (R9.4)
 		sc.HeldSince = time.Time{}
-	case other && !approved && r.loopUsedUp(ctx, sc.Setter):
+	case !free:
 		if sc.HeldSince.IsZero() {
 			sc.HeldSince = now // held until the owner writes or allows a card (R9.6)
 		}
@@ -329,7 +361,7 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 		if err != nil {
 			return err
 		}
-		if other {
+		if other && approved {
 			if _, err := r.st.IncrLoop(ctx, sc.Setter); err != nil {
 				return err
 			}
@@ -363,11 +395,6 @@ func (r *Relay) stillQueued(ctx context.Context, turn string) bool {
 	}
 	t, err := r.st.GetTurn(ctx, turn)
 	return err == nil && t.Status == store.TurnQueued
-}
-
-func (r *Relay) loopUsedUp(ctx context.Context, setter string) bool {
-	n, err := r.st.LoopCount(ctx, setter)
-	return err == nil && n >= r.opts.Limits.AgentPromptsBeforeCard
 }
 
 // releaseHeld fires at once the held schedules a conversation set (the owner

@@ -237,7 +237,11 @@ func (r *Relay) archive(ctx context.Context, c *caller, a *args) (*result, *Erro
 
 // Archive archives a session: its running turn stops and queued prompts are dropped when reached.
 func (r *Relay) Archive(ctx context.Context, sid string) error {
+	// R18.2: the token dies with the archive, in every process at once.
 	if err := r.st.ArchiveSession(ctx, sid, r.now()); err != nil {
+		return err
+	}
+	if err := r.st.Notify(ctx, "tokens"); err != nil {
 		return err
 	}
 	if err := r.endSubscriptionsFor(ctx, sid); err != nil {

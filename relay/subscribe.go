@@ -49,6 +49,9 @@ func (r *Relay) subscribe(ctx context.Context, c *caller, a *args) (*result, *Er
 	if e != nil {
 		return nil, bad("match must be a string (a regular expression).")
 	}
+	if e := maxChars("match", match, 500, nothingSubscribed); e != nil {
+		return nil, e
+	}
 	if match != "" {
 		if _, err := regexp.Compile("(?i)" + match); err != nil {
 			return nil, bad("match is not a valid regular expression: %v.", err)
@@ -182,7 +185,12 @@ func (r *Relay) subscribe(ctx context.Context, c *caller, a *args) (*result, *Er
 	for _, s := range watched {
 		sub.Sessions = append(sub.Sessions, s.ID)
 	}
-	if err := r.st.SaveSubscription(ctx, sub); err != nil {
+	// The limit again, checked and written in one step (R18.6).
+	if err := r.st.AddSubscription(ctx, sub, r.opts.Limits.SubscriptionsPerConversation); err != nil {
+		if le, ok := store.IsLimit(err); ok {
+			return nil, Errorf(CodeLimit, "This conversation already has %d subscriptions, the most it may have; unsubscribe from one first. %s",
+				le.Count, nothingSubscribed)
+		}
 		return nil, internal(err)
 	}
 	if heartbeat > 0 {

@@ -191,6 +191,10 @@ func (r *Relay) loadCaller(ctx context.Context, sid string) (*caller, error) {
 		}
 		return nil, err
 	}
+	if s.Archived {
+		// Its token was revoked (R18.2); a process that still knew it refuses too.
+		return nil, Errorf(CodeForbidden, "The calling session is archived; its token no longer works. Nothing was done.")
+	}
 	c := &caller{s: s}
 	cur, err := r.st.CurrentTurn(ctx, sid)
 	if err != nil {

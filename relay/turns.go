@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/oar/relay/provider"
@@ -86,7 +87,7 @@ func (r *Relay) Drain(ctx context.Context, sid string) error {
 		if err := r.st.SetDrainID(ctx, sid, next); err != nil {
 			return err
 		}
-		if err := r.enq.EnqueueDrain(ctx, sid, next, r.turnTimeout(ctx)); err != nil {
+		if err := r.enq.EnqueueDrain(ctx, sid, next); err != nil {
 			return err
 		}
 	}
@@ -150,11 +151,38 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	if err != nil {
 		return false, err
 	}
-	maxTurn := time.Duration(st.MaxTurnSeconds) * time.Second
+	// R18.3: the folder is checked again when the turn starts (a symlink may
+	// have been changed to point elsewhere); the agent runs in the resolved one.
+	cwd := s.Cwd
+	if cwd != "" {
+		resolved, why := r.folderAllowed(cwd)
+		if why != "" {
+			return r.finish(ctx, s, orch, t.ID, store.TurnError, "", "", why+" Nothing was run.")
+		}
+		cwd = resolved
+	}
+	// R18.13: max_turn_seconds counts from this turn's start, with the
+	// setting as it is now; a change meanwhile moves the deadline (no queue
+	// job timeout ever ends or restarts a running turn).
+	started := time.Now()
+	var maxSecs atomic.Int64
+	maxSecs.Store(int64(st.MaxTurnSeconds))
 	tctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	timer := time.AfterFunc(maxTurn, func() { cancel(errTimeout) })
+	timer := time.AfterFunc(time.Duration(st.MaxTurnSeconds)*time.Second, func() { cancel(errTimeout) })
 	defer timer.Stop()
+	settingsCh, unsubSettings := r.hub.sub("settings")
+	defer unsubSettings()
+	recheckLimit := func() {
+		// From Redis, not the process cache: this may run before the cache
+		// was dropped for the same notification.
+		cur, ok, err := r.st.LoadSettings(context.WithoutCancel(ctx))
+		if err != nil || !ok || int64(cur.MaxTurnSeconds) == maxSecs.Load() || cur.MaxTurnSeconds <= 0 {
+			return
+		}
+		maxSecs.Store(int64(cur.MaxTurnSeconds))
+		timer.Reset(time.Until(started.Add(time.Duration(cur.MaxTurnSeconds) * time.Second)))
+	}
 	r.mu.Lock()
 	if r.stopping {
 		r.mu.Unlock()
@@ -182,7 +210,10 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 				return
 			case <-stopCh:
 				cancel(errStopped)
+			case <-settingsCh:
+				recheckLimit()
 			case <-renew.C:
+				recheckLimit()
 				if ok, err := r.st.RenewLease(context.WithoutCancel(ctx), s.ID, leaseOwner, leaseTTL); err == nil && !ok {
 					r.log.Warn("session lease lost", "session", s.ID)
 				}
@@ -205,7 +236,7 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 		base, _ = r.st.APIURL(ctx) // a worker-only process: the API recorded where it listens
 	}
 	pt := provider.Turn{SessionID: s.ID, TurnID: t.ID, Prompt: t.Text, Model: s.Model, Effort: s.Effort, Mode: s.Mode,
-		Cwd: s.Cwd, History: history, Token: s.Token, RelayURL: base}
+		Cwd: cwd, History: history, Token: s.Token, RelayURL: base}
 	// The agent is offered relay_tool only while agent sessions are on (R4.2
 	// Decision; paired relays will count too).
 	if base != "" && st.AgentSessions {
@@ -215,8 +246,8 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	if r.met != nil {
 		r.met.TurnStarted(s.Provider)
 	}
-	started := time.Now()
 	out, runErr := p.Run(tctx, pt, h)
+	out.Text = provider.BoundReply(out.Text) // R18.4, whatever the provider
 	cause := context.Cause(tctx)
 	if tctx.Err() == nil {
 		cause = nil
@@ -234,9 +265,10 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 			reply = h.partialText()
 		}
 	case errors.Is(cause, errTimeout):
-		status, errText = store.TurnError, fmt.Sprintf("The turn ran longer than max_turn_seconds (%d s) and was stopped.", st.MaxTurnSeconds)
+		status, errText = store.TurnError, fmt.Sprintf("The turn ran longer than max_turn_seconds (%d s) and was stopped.", maxSecs.Load())
 	case cause != nil:
-		// The job's own context ended (asynq timeout); hand the turn back.
+		// The job's own context ended (its process is going away); hand the
+		// turn back. Drain jobs have no timeout of their own (R18.13).
 		if err := r.st.RequeueTurn(context.WithoutCancel(ctx), s.ID, t.ID); err != nil {
 			return false, err
 		}
@@ -302,6 +334,7 @@ func (h *host) CallTool(ctx context.Context, args json.RawMessage) json.RawMessa
 }
 
 func (h *host) Partial(text string) {
+	text = provider.BoundPartial(text)
 	h.mu.Lock()
 	h.partial = text
 	if time.Since(h.last) < 200*time.Millisecond {

@@ -38,6 +38,10 @@ type Redis struct {
 	URL    string
 	Prefix string
 	Mini   *miniredis.Miniredis // nil on a real Redis
+	// Dir is the folder every relay on this Redis and prefix may use: the
+	// processes of one relay share their folders (R18.3 checks a session's
+	// folder again on whichever process runs its turn).
+	Dir string
 }
 
 var miniMu sync.Mutex
@@ -76,7 +80,7 @@ func NewRedis(tb testing.TB) *Redis {
 		}
 		_ = c.Close()
 	})
-	return &Redis{URL: url, Prefix: prefix}
+	return &Redis{URL: url, Prefix: prefix, Dir: tb.TempDir()}
 }
 
 // NewMiniRedis always starts an in-process server (for tests that stop Redis).
@@ -113,7 +117,7 @@ func startMini(tb testing.TB, prefix string) *Redis {
 		<-stopped
 		m.Close()
 	})
-	return &Redis{URL: "redis://" + m.Addr() + "/0", Prefix: prefix, Mini: m}
+	return &Redis{URL: "redis://" + m.Addr() + "/0", Prefix: prefix, Mini: m, Dir: tb.TempDir()}
 }
 
 // Options tune a test relay.
@@ -167,6 +171,9 @@ func Start(tb testing.TB, o Options) *Relay {
 		o.Redis = NewRedis(tb)
 	}
 	cfg := TestConfig(tb)
+	if o.Redis.Dir != "" {
+		cfg.Folders, cfg.DefaultCwd = []string{o.Redis.Dir}, o.Redis.Dir
+	}
 	cfg.RedisURL = o.Redis.URL
 	if o.AgentSessionsOff {
 		cfg.Settings.AgentSessions = false

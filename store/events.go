@@ -129,6 +129,18 @@ func (s *Store) SubEvents(ctx context.Context, sub, after string, max int64) ([]
 
 func (s *Store) subKey(id string) string { return s.k("sub", id) }
 
+// subIndexKeys are the index sets that name a subscription by its sessions.
+func (s *Store) subIndexKeys(sub *Subscription) []string {
+	if sub.All {
+		return []string{s.k("subidx", "all")}
+	}
+	idx := make([]string, 0, len(sub.Sessions))
+	for _, sid := range sub.Sessions {
+		idx = append(idx, s.k("subidx", sid))
+	}
+	return idx
+}
+
 // SaveSubscription writes a subscription and its indexes (active or ended).
 func (s *Store) SaveSubscription(ctx context.Context, sub *Subscription) error {
 	b, err := json.Marshal(sub)
@@ -137,13 +149,7 @@ func (s *Store) SaveSubscription(ctx context.Context, sub *Subscription) error {
 	}
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, s.subKey(sub.ID), b, 0)
-		idx := []string{s.k("subidx", "all")}
-		if !sub.All {
-			idx = idx[:0]
-			for _, sid := range sub.Sessions {
-				idx = append(idx, s.k("subidx", sid))
-			}
-		}
+		idx := s.subIndexKeys(sub)
 		if sub.EndReason == "" {
 			p.SAdd(ctx, s.k("subs", sub.Watcher), sub.ID)
 			p.SAdd(ctx, s.k("subsall"), sub.ID)

@@ -134,28 +134,8 @@ type Ask struct {
 	EndedAt        time.Time `json:"endedAt,omitzero"`
 }
 
-// SaveAsk writes an ask and its indexes.
-func (s *Store) SaveAsk(ctx context.Context, a *Ask) error {
-	b, err := json.Marshal(a)
-	if err != nil {
-		return err
-	}
-	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, s.k("ask", a.ID), b, 0)
-		p.ZAdd(ctx, s.k("asksby", a.Asker), redis.Z{Score: float64(ms(a.CreatedAt)), Member: a.ID})
-		if a.Status == "pending" {
-			p.ZAdd(ctx, s.k("asks", "open"), redis.Z{Score: float64(ms(a.CreatedAt)), Member: a.ID})
-			p.SAdd(ctx, s.k("asksin", a.Session), a.ID)
-			p.SAdd(ctx, s.k("asksopen", a.Asker), a.ID)
-		} else {
-			p.ZRem(ctx, s.k("asks", "open"), a.ID)
-			p.SRem(ctx, s.k("asksin", a.Session), a.ID)
-			p.SRem(ctx, s.k("asksopen", a.Asker), a.ID)
-		}
-		return nil
-	})
-	return err
-}
+// ClosedAskKeep is how long an answered, dismissed or withdrawn ask is kept (R18.5).
+const ClosedAskKeep = 7 * 24 * time.Hour
 
 // GetAsk reads an ask.
 func (s *Store) GetAsk(ctx context.Context, id string) (*Ask, error) {
@@ -167,21 +147,22 @@ local v = redis.call('GET', KEYS[1])
 if not v then return -1 end
 local a = cjson.decode(v)
 if a.status ~= 'pending' then return 0 end
-redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])
 redis.call('ZREM', KEYS[2], ARGV[2])
 redis.call('SREM', KEYS[3], ARGV[2])
 redis.call('SREM', KEYS[4], ARGV[2])
 return 1
 `)
 
-// CloseAsk ends a pending ask with its final record; false when it was no longer pending.
+// CloseAsk ends a pending ask with its final record, kept ClosedAskKeep;
+// false when it was no longer pending.
 func (s *Store) CloseAsk(ctx context.Context, a *Ask) (bool, error) {
 	b, err := json.Marshal(a)
 	if err != nil {
 		return false, err
 	}
 	n, err := closeAskScript.Run(ctx, s.rdb, []string{s.k("ask", a.ID), s.k("asks", "open"), s.k("asksin", a.Session), s.k("asksopen", a.Asker)},
-		string(b), a.ID).Int()
+		string(b), a.ID, ClosedAskKeep.Milliseconds()).Int()
 	if err != nil {
 		return false, err
 	}

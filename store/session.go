@@ -236,7 +236,14 @@ func (s *Store) ListSessionIDs(ctx context.Context, scope string, limit int) ([]
 
 // ArchiveSession marks the session archived and moves it between the indexes.
 func (s *Store) ArchiveSession(ctx context.Context, id string, now time.Time) error {
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	token, err := s.rdb.HGet(ctx, s.sessKey(id), "token").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		if token != "" {
+			p.Del(ctx, s.k("tok", token)) // revoked (R18.2)
+		}
 		p.HSet(ctx, s.sessKey(id), "archived", "1", "archivedAt", ms(now))
 		p.ZRem(ctx, s.k("sessions", "active"), id)
 		p.ZAdd(ctx, s.k("sessions", "archived"), redis.Z{Score: float64(ms(now)), Member: id})

@@ -160,11 +160,24 @@ func TestInvalidAddrExit2(t *testing.T) {
 // bad flag as well (SPEC §2: exit 2 with one line).
 func TestUnlistenableAddrExit2(t *testing.T) {
 	cleanEnv(t)
-	code, _, errOut := runCLI(t, "serve", "--addr", "192.0.2.1:7420", "--owner-token", "x-test-token")
+	code, _, errOut := runCLI(t, "serve", "--addr", "192.0.2.1:7420", "--owner-token", "x-test-token-0123456789")
 	if code != 2 {
 		t.Fatalf("--addr 192.0.2.1:7420: exit %d, want 2 (stderr %q)", code, errOut)
 	}
 	if !strings.Contains(errOut, "192.0.2.1:7420") {
 		t.Fatalf("error %q does not name the address", errOut)
+	}
+}
+
+// R18.8: an owner token shorter than 16 characters is a bad flag (exit 2, one line).
+func TestShortOwnerTokenExit2(t *testing.T) {
+	cleanEnv(t)
+	code, _, errOut := runCLI(t, "serve", "--addr", "127.0.0.1:0", "--owner-token", "change-me")
+	if code != 2 || !strings.Contains(errOut, "at least 16 characters") || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+		t.Fatalf("--owner-token change-me: exit %d, stderr %q", code, errOut)
+	}
+	t.Setenv("RELAY_OWNER_TOKEN", "short")
+	if code, _, errOut := runCLI(t, "serve", "--addr", "127.0.0.1:0"); code != 2 || !strings.Contains(errOut, "at least 16 characters") {
+		t.Fatalf("RELAY_OWNER_TOKEN=short: exit %d, stderr %q", code, errOut)
 	}
 }

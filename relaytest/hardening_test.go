@@ -1,0 +1,371 @@
+package relaytest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/oar/relay/config"
+	"github.com/oar/relay/jobs"
+	"github.com/oar/relay/store"
+)
+
+// SPEC §18 hardening, end to end on real relays.
+
+// rawMCPStatus posts one tools/call to /mcp with token and returns the HTTP status.
+func rawMCPStatus(t *testing.T, url, token string) int {
+	t.Helper()
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"relay_tool","arguments":{"action":"list_relays"}}}`
+	req, err := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("POST /mcp: %v", err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// callNoFail calls relay_tool from any goroutine (MCP.Call fails the test, which only the test goroutine may).
+func callNoFail(m *MCP, args map[string]any) (map[string]any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := m.Session.CallTool(ctx, &mcp.CallToolParams{Name: "relay_tool", Arguments: args})
+	if err != nil {
+		return nil, err
+	}
+	var env map[string]any
+	if err := json.Unmarshal([]byte(res.Content[0].(*mcp.TextContent).Text), &env); err != nil {
+		return nil, err
+	}
+	return env, nil
+}
+
+// parallel runs n calls at once, spread over the clients, and counts the result codes ("ok" on success).
+func parallel(t *testing.T, clients []*MCP, n int, args func(i int) map[string]any) map[string]int {
+	t.Helper()
+	var mu sync.Mutex
+	codes := map[string]int{}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			<-start
+			env, err := callNoFail(clients[i%len(clients)], args(i))
+			code := "transport error"
+			switch {
+			case err != nil:
+				code += ": " + err.Error()
+			case env["ok"] == true:
+				code = "ok"
+			default:
+				code, _ = env["code"].(string)
+			}
+			mu.Lock()
+			codes[code]++
+			mu.Unlock()
+		}(i)
+	}
+	close(start)
+	wg.Wait()
+	return codes
+}
+
+// R18.2: archiving a session revokes its token at once in every process.
+func TestArchiveRevokesTokenEverywhere(t *testing.T) {
+	t.Parallel()
+	rd := NewRedis(t)
+	r1 := Start(t, Options{Redis: rd})
+	r2 := Start(t, Options{Redis: rd}) // a second process of the same relay
+	a := r1.NewSession(map[string]any{"title": "to be archived"})
+	b := r1.NewSession(map[string]any{"title": "bystander"})
+	// Both processes know (and cache) the token.
+	r1.Connect(a.Token, nil).MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
+	r2.Connect(a.Token, nil).MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
+
+	if st := r1.Owner(http.MethodPost, "/api/v1/sessions/"+a.ID+"/archive", nil, nil); st != http.StatusOK {
+		t.Fatalf("archive: %d", st)
+	}
+	for _, r := range []*Relay{r1, r2} {
+		Eventually(t, 2*time.Second, func() bool { return rawMCPStatus(t, r.URL, a.Token) == http.StatusUnauthorized },
+			"an archived session's token still works on %s", r.URL)
+	}
+	if st := rawMCPStatus(t, r2.URL, b.Token); st != http.StatusOK {
+		t.Fatalf("a live session's token got %d", st)
+	}
+	// An agent's archive revokes too.
+	c := r2.NewSession(map[string]any{"title": "archived by an agent"})
+	r1.Connect(c.Token, nil).MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
+	r2.Connect(b.Token, nil).MustOK(map[string]any{"action": "archive", "relay": "this", "session": c.ID})
+	Eventually(t, 2*time.Second, func() bool { return rawMCPStatus(t, r1.URL, c.Token) == http.StatusUnauthorized },
+		"the token of a session an agent archived still works")
+}
+
+// R18.3: folders are compared after resolving symbolic links, at creation and at every turn start.
+func TestFolderSymlinkEscape(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	allowed := filepath.Join(base, "allowed")
+	outside := filepath.Join(base, "outside")
+	for _, d := range []string{allowed, outside, filepath.Join(allowed, "work"), filepath.Join(allowed, "sub")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(outside, filepath.Join(allowed, "esc")); err != nil {
+		t.Fatal(err)
+	}
+	r := Start(t, Options{Config: func(c *config.Config) { c.Folders = []string{allowed}; c.DefaultCwd = allowed }})
+
+	var body map[string]any
+	if st := r.Owner(http.MethodPost, "/api/v1/sessions", map[string]any{"cwd": filepath.Join(allowed, "esc")}, &body); st != http.StatusBadRequest ||
+		body["code"] != "REMOTE_RELAY_INVALID_INPUT" || !strings.Contains(fmt.Sprint(body["error"]), "resolves to "+outside) {
+		t.Fatalf("owner create in a symlink out: %d %v", st, body)
+	}
+	orch := r.NewSession(map[string]any{"title": "orchestrator", "cwd": allowed})
+	m := r.Connect(orch.Token, nil)
+	m.MustFail(map[string]any{"action": "create_session", "relay": "this", "text": "hi", "cwd": filepath.Join(allowed, "esc")}, "REMOTE_RELAY_INVALID_INPUT")
+	m.MustFail(map[string]any{"action": "create_session", "relay": "this", "text": "hi", "cwd": allowed + "/sub/../sub"}, "REMOTE_RELAY_INVALID_INPUT")
+	m.MustFail(map[string]any{"action": "create_session", "relay": "this", "text": "hi", "cwd": "allowed/sub"}, "REMOTE_RELAY_INVALID_INPUT")
+
+	// A folder that was fine at creation and is swapped for a symlink later:
+	// the next turn ends as an error and nothing runs.
+	work := filepath.Join(allowed, "work")
+	s := r.NewSession(map[string]any{"title": "moved", "cwd": work})
+	if tr := waitEnded(r, r.Message(s.ID, "before"), 20*time.Second); tr.Status != store.TurnDone {
+		t.Fatalf("first turn: %s %s", tr.Status, tr.Error)
+	}
+	if err := os.Remove(work); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, work); err != nil {
+		t.Fatal(err)
+	}
+	tr := waitEnded(r, r.Message(s.ID, "after"), 20*time.Second)
+	if tr.Status != store.TurnError || !strings.Contains(tr.Error, "resolves to "+outside) || tr.Reply != "" {
+		t.Fatalf("turn in a folder that now resolves outside: %s reply %q error %q", tr.Status, tr.Reply, tr.Error)
+	}
+}
+
+// R18.5: size limits, nothing stored above them; closed asks expire after 7 days.
+func TestSizeLimitsAndAskExpiry(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	s := r.NewSession(map[string]any{"title": "asker"})
+	other := r.NewSession(map[string]any{"title": "other"})
+	m := r.Connect(s.Token, nil)
+	long := func(n int) string { return strings.Repeat("é", n) } // characters, not bytes
+	bad := []map[string]any{
+		{"action": "ask", "question": long(4001)},
+		{"action": "ask", "question": "q", "detail": long(16001)},
+		{"action": "ask", "question": "q", "recommendation": long(1001)},
+		{"action": "ask", "question": "q", "options": []string{"1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11"}},
+		{"action": "ask", "question": "q", "options": []string{"fine", long(201)}},
+		{"action": "schedule", "text": "x", "title": long(201), "every_minutes": 5},
+		{"action": "schedule", "text": long(32001), "every_minutes": 5},
+		{"action": "subscribe", "sessions": []string{other.ID}, "match": long(501)},
+	}
+	for _, args := range bad {
+		env := m.MustFail(args, "REMOTE_RELAY_INVALID_INPUT")
+		if !strings.Contains(fmt.Sprint(env["error"]), "at most") {
+			t.Errorf("%v: error %q does not name the limit", args["action"], env["error"])
+		}
+	}
+	if qs := m.MustOK(map[string]any{"action": "list_questions"})["questions"].([]any); len(qs) != 0 {
+		t.Fatalf("refused asks were stored: %v", qs)
+	}
+	if ss := m.MustOK(map[string]any{"action": "list_schedules"})["schedules"].([]any); len(ss) != 0 {
+		t.Fatalf("refused schedules were stored: %v", ss)
+	}
+	// At the limits exactly: accepted.
+	m.MustOK(map[string]any{"action": "ask", "question": long(4000), "detail": long(16000), "recommendation": long(1000),
+		"options": []string{long(200), "2", "3", "4", "5", "6", "7", "8", "9", "10"}})
+	m.MustOK(map[string]any{"action": "schedule", "text": long(32000), "title": long(200), "every_minutes": 60})
+
+	// A closed ask is deleted 7 days after it closed.
+	id := m.MustOK(map[string]any{"action": "ask", "question": "keep?"})["question_id"].(string)
+	if st := r.Owner(http.MethodPost, "/api/v1/inbox/"+id, map[string]any{"answer": "no"}, nil); st != http.StatusOK {
+		t.Fatalf("answer ask: %d", st)
+	}
+	ttl, err := r.App.Redis().PTTL(context.Background(), r.Redis.Prefix+":ask:"+id).Result()
+	if err != nil || ttl < 6*24*time.Hour || ttl > 7*24*time.Hour {
+		t.Fatalf("closed ask TTL %v (%v), want 7 days", ttl, err)
+	}
+	open := m.MustOK(map[string]any{"action": "ask", "question": "open one"})["question_id"].(string)
+	if ttl, _ := r.App.Redis().PTTL(context.Background(), r.Redis.Prefix+":ask:"+open).Result(); ttl != -1 {
+		t.Fatalf("an open ask has a TTL: %v", ttl)
+	}
+}
+
+// R18.6: count limits hold under concurrent calls from two processes.
+func TestCountLimitsAreAtomic(t *testing.T) {
+	t.Parallel()
+	rd := NewRedis(t)
+	lim := func(c *config.Config) { c.Limits.AgentPromptsBeforeCard = 5 }
+	r1 := Start(t, Options{Redis: rd, Config: lim})
+	r2 := Start(t, Options{Redis: rd, Config: lim})
+	s := r1.NewSession(map[string]any{"title": "busy agent"})
+	clients := []*MCP{r1.Connect(s.Token, nil), r2.Connect(s.Token, nil), r1.Connect(s.Token, nil), r2.Connect(s.Token, nil)}
+
+	t.Run("schedules", func(t *testing.T) {
+		codes := parallel(t, clients, 60, func(i int) map[string]any {
+			return map[string]any{"action": "schedule", "text": fmt.Sprint("tick ", i), "every_minutes": 60}
+		})
+		if codes["ok"] != 20 || codes["REMOTE_RELAY_SCHEDULE_LIMIT"] != 40 {
+			t.Fatalf("60 parallel schedules: %v, want 20 ok and 40 SCHEDULE_LIMIT", codes)
+		}
+		if n := len(clients[0].MustOK(map[string]any{"action": "list_schedules"})["schedules"].([]any)); n != 20 {
+			t.Fatalf("%d schedules stored, want 20", n)
+		}
+	})
+	t.Run("asks", func(t *testing.T) {
+		codes := parallel(t, clients, 60, func(i int) map[string]any {
+			return map[string]any{"action": "ask", "question": fmt.Sprint("question ", i)}
+		})
+		if codes["ok"] != 20 || codes["REMOTE_RELAY_QUESTION_LIMIT"] != 40 {
+			t.Fatalf("60 parallel asks: %v, want 20 ok and 40 QUESTION_LIMIT", codes)
+		}
+	})
+	t.Run("subscriptions", func(t *testing.T) {
+		w := r1.NewSession(map[string]any{"title": "watcher"})
+		target := r1.NewSession(map[string]any{"title": "watched"})
+		// The first subscribe needs a card (inside a turn); the rest race.
+		res, _ := r1.InTurn(w, map[string]any{"action": "subscribe", "sessions": []string{target.ID}}, "allow")
+		if res["ok"] != true {
+			t.Fatalf("first subscribe: %v", res)
+		}
+		wc := []*MCP{r1.Connect(w.Token, nil), r2.Connect(w.Token, nil)}
+		codes := parallel(t, wc, 40, func(i int) map[string]any {
+			return map[string]any{"action": "subscribe", "relay": "this", "sessions": []string{target.ID}, "match": fmt.Sprint("m", i)}
+		})
+		if codes["ok"] != 19 || codes["REMOTE_RELAY_LIMIT"] != 21 {
+			t.Fatalf("40 parallel subscribes after one: %v, want 19 ok and 21 LIMIT", codes)
+		}
+	})
+	t.Run("loop protection", func(t *testing.T) {
+		target := r1.NewSession(map[string]any{"title": "echo"})
+		sender := r1.NewSession(map[string]any{"title": "sender"})
+		sc := []*MCP{r1.Connect(sender.Token, nil), r2.Connect(sender.Token, nil)}
+		// Outside a turn a loop card cannot be asked: every prompt past the
+		// count is NO_ACTIVE_TURN, and exactly 5 go through.
+		codes := parallel(t, sc, 20, func(i int) map[string]any {
+			return map[string]any{"action": "send", "relay": "this", "session": target.ID, "text": fmt.Sprint("p", i), "wait_seconds": 1}
+		})
+		if codes["ok"] != 5 || codes["REMOTE_RELAY_NO_ACTIVE_TURN"] != 15 {
+			t.Fatalf("20 parallel sends with 5 before a card: %v", codes)
+		}
+		// A refused prompt left nothing: 5 prompts reached the target.
+		Eventually(t, 20*time.Second, func() bool { return len(r1.Messages(target.ID, "agent")) == 5 }, "prompts in the target")
+		time.Sleep(300 * time.Millisecond)
+		if n := len(r1.Messages(target.ID, "agent")); n != 5 {
+			t.Fatalf("%d prompts reached the target, want 5", n)
+		}
+	})
+}
+
+// R18.13: max_turn_seconds counts from the turn's own start with the setting
+// as it is now; a raised setting never ends (or restarts) a running turn.
+func TestMaxTurnSecondsFromTurnStart(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	s := r.NewSession(map[string]any{"title": "long worker"})
+	patch := func(secs int) {
+		if st := r.Owner(http.MethodPatch, "/api/v1/settings", map[string]any{"max_turn_seconds": secs}, nil); st != http.StatusOK {
+			t.Fatalf("patch max_turn_seconds %d: %d", secs, st)
+		}
+	}
+	running := func(id string) {
+		Eventually(t, 10*time.Second, func() bool { return r.Turn(id).Status == store.TurnRunning }, "turn %s running", id)
+	}
+
+	patch(2)
+	id := r.Message(s.ID, Script(map[string]any{"sleep_ms": 4000}, map[string]any{"reply": "finished"}))
+	running(id)
+	patch(60) // raised while it runs: it may finish
+	tr := waitEnded(r, id, 20*time.Second)
+	if tr.Status != store.TurnDone || tr.Reply != "finished" {
+		t.Fatalf("turn after the limit was raised: %s %q %q", tr.Status, tr.Reply, tr.Error)
+	}
+
+	id = r.Message(s.ID, Script(map[string]any{"sleep_ms": 60000}, map[string]any{"reply": "too late"}))
+	running(id)
+	time.Sleep(1500 * time.Millisecond)
+	patch(1) // lowered while it runs: counted from the turn's start, it is over
+	tr = waitEnded(r, id, 20*time.Second)
+	if tr.Status != store.TurnError || !strings.Contains(tr.Error, "max_turn_seconds (1 s)") {
+		t.Fatalf("turn after the limit was lowered: %s %q", tr.Status, tr.Error)
+	}
+	if n := len(r.Messages(s.ID, "user")); n != 2 {
+		t.Fatalf("%d prompts in the session, want 2 (none run twice)", n)
+	}
+	// No queue timeout can cut a turn: the drain task outlives the longest setting.
+	if jobs.DrainTimeout <= 86400*time.Second {
+		t.Fatalf("drain task timeout %v is not above the longest max_turn_seconds", jobs.DrainTimeout)
+	}
+}
+
+// R18.14: a body over the owner API's limit is 413.
+func TestOwnerBodyTooLarge(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	big := `{"text":"` + strings.Repeat("a", 3<<20) + `"}`
+	var body map[string]any
+	if st := r.Owner(http.MethodPost, "/api/v1/sessions", big, &body); st != http.StatusRequestEntityTooLarge || body["code"] != "REMOTE_RELAY_INVALID_INPUT" {
+		t.Fatalf("3 MiB body: %d %v", st, body)
+	}
+	var list struct{ Sessions []any }
+	r.Owner(http.MethodGet, "/api/v1/sessions", nil, &list)
+	if len(list.Sessions) != 0 {
+		t.Fatalf("a refused body created a session: %v", list.Sessions)
+	}
+}
+
+// An exec provider whose command takes {model} as a whole argument refuses a
+// model that would become an option (INVALID_INPUT, nothing queued).
+func TestExecModelNeverAFlag(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{Config: func(c *config.Config) {
+		c.Providers = append(c.Providers,
+			config.Provider{ID: "open", Name: "Open", Type: config.TypeExec, Command: []string{"/bin/echo", "--model", "{model}", "{prompt}"}},
+			config.Provider{ID: "safe", Name: "Safe", Type: config.TypeExec, Command: []string{"/bin/echo", "--", "{model}", "{prompt}"}})
+	}})
+	var body map[string]any
+	if st := r.Owner(http.MethodPost, "/api/v1/sessions", map[string]any{"provider": "open", "model": "--dangerously-skip-permissions"}, &body); st != http.StatusBadRequest ||
+		body["code"] != "REMOTE_RELAY_INVALID_INPUT" {
+		t.Fatalf("owner create with a flag model: %d %v", st, body)
+	}
+	orch := r.NewSession(map[string]any{"title": "orchestrator"})
+	target := r.NewSession(map[string]any{"provider": "open", "model": "m1", "title": "target"})
+	m := r.Connect(orch.Token, nil)
+	m.MustFail(map[string]any{"action": "send", "relay": "this", "session": target.ID, "text": "hi", "model": "-x"}, "REMOTE_RELAY_INVALID_INPUT")
+	m.MustFail(map[string]any{"action": "update_session", "relay": "this", "session": target.ID, "model": "--yolo"}, "REMOTE_RELAY_INVALID_INPUT")
+	if n := len(r.Messages(target.ID, "agent")); n != 0 {
+		t.Fatalf("a refused send queued %d prompts", n)
+	}
+	// A prompt that starts with "-" ends the turn as an error; nothing runs.
+	tr := waitEnded(r, r.Message(target.ID, "--dangerously-skip-permissions"), 20*time.Second)
+	if tr.Status != store.TurnError || !strings.Contains(tr.Error, "{prompt}") {
+		t.Fatalf("flag prompt: %s %q %q", tr.Status, tr.Reply, tr.Error)
+	}
+	safe := r.NewSession(map[string]any{"provider": "safe", "model": "--fine-after-dashes", "title": "safe"})
+	tr = waitEnded(r, r.Message(safe.ID, "-also-fine"), 20*time.Second)
+	if tr.Status != store.TurnDone || tr.Reply != "-- --fine-after-dashes -also-fine" {
+		t.Fatalf("after --: %s %q %q", tr.Status, tr.Reply, tr.Error)
+	}
+}
