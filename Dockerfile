@@ -3,7 +3,7 @@
 #   docker build --build-arg VERSION=$(git describe --tags --always) -t relay .
 # No Docker engine runs in CI: .ci/run runs the same `go build` command instead.
 
-ARG GO_VERSION=1.26.8
+ARG GO_VERSION=1.26.11
 
 FROM golang:${GO_VERSION} AS build
 WORKDIR /src
