@@ -7,6 +7,7 @@
 package taskout
 
 import (
+	"errors"
 	"regexp"
 	"strconv"
 	"strings"
@@ -291,9 +292,11 @@ func maskValues(s string, re *regexp.Regexp, header bool) string {
 	last := 0
 	for _, loc := range locs {
 		keyStart, vStart := loc[0], loc[1]
-		if keyStart < last {
+		if vStart <= last {
 			continue // inside a value already masked
 		}
+		// A key inside the value masked before ("TOKEN: PASSWORD: x"): its
+		// own value is masked too.
 		key := s[keyStart:vStart]
 		if sepIsOperator(s, keyStart, key) {
 			continue
@@ -754,7 +757,7 @@ func (p *parser) line(raw string) {
 	mult := 1
 	if strings.HasSuffix(l, "]") && strings.Contains(l, " [×") {
 		if m := reFolded.FindStringSubmatch(l); m != nil {
-			if n, err := strconv.Atoi(m[2]); err == nil && n >= 2 {
+			if n, err := atoiCount(m[2]); err == nil && n >= 2 {
 				l, mult = strings.TrimRight(m[1], " \t"), n
 			}
 		}
@@ -795,10 +798,10 @@ func (p *parser) goLine(l string, mult int) bool {
 		p.goClose(strings.HasPrefix(l, "FAIL"))
 	case reGotestsum.MatchString(l):
 		m := reGotestsum.FindStringSubmatch(l)
-		total, _ := strconv.Atoi(m[1])
+		total, _ := atoiCount(m[1])
 		var t tally
 		for _, nw := range reNumWord.FindAllStringSubmatch(m[2], -1) {
-			n, _ := strconv.Atoi(nw[1])
+			n, _ := atoiCount(nw[1])
 			switch nw[2] {
 			case "skipped":
 				t.skipped += n
@@ -852,9 +855,9 @@ func (p *parser) cargoLine(l string, mult int) bool {
 	case reCargoResult.MatchString(l):
 		m := reCargoResult.FindStringSubmatch(l)
 		r := p.ensure(RunnerCargo)
-		ps, _ := strconv.Atoi(m[1])
-		f, _ := strconv.Atoi(m[2])
-		s, _ := strconv.Atoi(m[3])
+		ps, _ := atoiCount(m[1])
+		f, _ := atoiCount(m[2])
+		s, _ := atoiCount(m[3])
 		r.done.add(tally{ps, f, s})
 		r.section = tally{}
 		r.cargoResults++
@@ -884,7 +887,7 @@ func (p *parser) pytestLine(l string, mult int) bool {
 		if m[1] != "no tests ran" {
 			for _, part := range strings.Split(m[1], ", ") {
 				n, word, _ := strings.Cut(part, " ")
-				k, _ := strconv.Atoi(n)
+				k, _ := atoiCount(n)
 				switch word {
 				case "passed", "xpassed":
 					t.passed += k
@@ -976,7 +979,7 @@ func (p *parser) vitestLine(l string, mult int) bool {
 		p.summary(RunnerVitest, t)
 	case reVitestFile.MatchString(l):
 		m := reVitestFile.FindStringSubmatch(l)
-		total, _ := strconv.Atoi(m[1])
+		total, _ := atoiCount(m[1])
 		t, ok := sumWords(m[2])
 		if !ok {
 			return false
@@ -1007,7 +1010,7 @@ func (p *parser) vitestLine(l string, mult int) bool {
 // a JS runner's summary; ok is false when a word is unknown.
 func sumWords(s string) (t tally, ok bool) {
 	for _, nw := range reNumWord.FindAllStringSubmatch(s, -1) {
-		n, _ := strconv.Atoi(nw[1])
+		n, _ := atoiCount(nw[1])
 		switch nw[2] {
 		case "passed":
 			t.passed += n
@@ -1032,10 +1035,10 @@ func (p *parser) plainLine(l string) bool {
 		return false
 	}
 	var t tally
-	t.passed, _ = strconv.Atoi(m[1])
-	t.failed, _ = strconv.Atoi(m[2])
+	t.passed, _ = atoiCount(m[1])
+	t.failed, _ = atoiCount(m[2])
 	if m[3] != "" {
-		t.skipped, _ = strconv.Atoi(m[3])
+		t.skipped, _ = atoiCount(m[3])
 	}
 	p.fresh(RunnerPlain)
 	p.summary(RunnerPlain, t)
@@ -1049,4 +1052,20 @@ func hasAnyPrefix(s string, prefixes ...string) bool {
 		}
 	}
 	return false
+}
+
+// maxCount bounds a parsed count, so absurd numbers in output cannot
+// overflow the sums (found by FuzzCleanLine).
+const maxCount = 1_000_000_000
+
+// atoiCount is strconv.Atoi for counts: an out-of-range or huge number is maxCount.
+func atoiCount(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if errors.Is(err, strconv.ErrRange) {
+		return maxCount, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return min(n, maxCount), nil
 }

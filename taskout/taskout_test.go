@@ -795,3 +795,22 @@ func BenchmarkParseCounts(b *testing.B) {
 		ParseCounts(lines)
 	}
 }
+
+// Found by FuzzMaskSecret: a credential key written as the value of an earlier
+// key keeps its own value masked too.
+func TestMaskKeyInsideValue(t *testing.T) {
+	for _, in := range []string{"GITHUB_TOKEN: PASSWORD: hunter2", "token: client_secret: hunter2"} {
+		if out := Mask(in); strings.Contains(out, "hunter2") {
+			t.Errorf("Mask(%q) = %q", in, out)
+		}
+	}
+}
+
+// Found by FuzzCleanLine: absurd counts never overflow into negatives.
+func TestParseCountsHuge(t *testing.T) {
+	line := "test result: ok. 9223372036854775807 passed; 0 failed; 0 ignored; 0 measured"
+	c := ParseCounts([]string{line, line, line})
+	if c == nil || c.Passed < 0 || c.Failed < 0 {
+		t.Fatalf("counts %+v", c)
+	}
+}
