@@ -5,7 +5,6 @@ package api
 
 import (
 	"context"
-	"crypto/subtle"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/oar/relay/metrics"
 	"github.com/oar/relay/relay"
+	"github.com/oar/relay/web"
 )
 
 func init() { gin.SetMode(gin.ReleaseMode) }
@@ -46,10 +46,18 @@ func NewRouter(o Options) http.Handler {
 	v1 := g.Group("/api/v1", ownerAuth(o.OwnerToken))
 	ow := &owner{r: o.Relay}
 	ow.routes(v1)
+	sse := newStreams(o.Relay)
+	// The owner's console (R19): GET / and its pages; live updates on /api/v1/stream.
+	v1.GET("/stream", sse.handle)
+	web.Register(g, web.Options{Relay: o.Relay, Auth: web.NewAuth(o.OwnerToken), Logger: o.Logger})
 	g.NoRoute(func(c *gin.Context) {
 		c.JSON(http.StatusNotFound, gin.H{"error": "No such route: " + c.Request.Method + " " + c.Request.URL.Path, "code": relay.CodeNotFound})
 	})
-	return g
+	g.NoMethod(func(c *gin.Context) {
+		c.JSON(http.StatusMethodNotAllowed, gin.H{"error": "Method " + c.Request.Method + " is not allowed on " + c.Request.URL.Path + ". Nothing was done.",
+			"code": relay.CodeInvalidInput})
+	})
+	return &router{Engine: g, streams: sse}
 }
 
 // AddHealth adds /healthz, /readyz and /metrics (also used by `relay worker --metrics-addr`).
@@ -102,6 +110,15 @@ func logRequests(log *slog.Logger, m *metrics.Metrics) gin.HandlerFunc {
 		if m != nil {
 			m.HTTPRequest(kind, status)
 		}
+		if status >= 500 {
+			// R18.9: every 5xx at ERROR with its error chain (never the body or a token).
+			args := []any{"method", c.Request.Method, "route", route, "status", status, "duration", time.Since(start)}
+			if errs := c.Errors.ByType(gin.ErrorTypeAny); len(errs) > 0 {
+				args = append(args, "err", errs.String())
+			}
+			log.Error("http request failed", args...)
+			return
+		}
 		if kind == "metrics" || kind == "health" {
 			return
 		}
@@ -117,16 +134,8 @@ func bearerToken(r *http.Request) string {
 	return ""
 }
 
-func ownerAuth(token string) gin.HandlerFunc {
-	return func(c *gin.Context) {
-		got := bearerToken(c.Request)
-		if token == "" || got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-			c.AbortWithStatusJSON(http.StatusUnauthorized, gin.H{"error": "The owner API needs Authorization: Bearer <owner token>.", "code": relay.CodeAuth})
-			return
-		}
-		c.Next()
-	}
-}
+// ownerAuth: the owner token, or the console's cookie (see ownerOrCookie).
+func ownerAuth(token string) gin.HandlerFunc { return ownerOrCookie(web.NewAuth(token)) }
 
 // readyReason says why the process is not ready without internals (addresses).
 func readyReason(err error) string {

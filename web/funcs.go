@@ -1,0 +1,138 @@
+package web
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"strings"
+	"time"
+)
+
+// timeLayout is how the domain writes times (relay.ts).
+const timeLayout = "2006-01-02T15:04:05.000Z"
+
+func (c *console) funcs() template.FuncMap {
+	return template.FuncMap{
+		"id8": func(x any) string {
+			s := ""
+			switch v := x.(type) {
+			case string:
+				s = v
+			case *string:
+				if v != nil {
+					s = *v
+				}
+			}
+			if len(s) > 8 {
+				return s[:8]
+			}
+			return s
+		},
+		"ago":   ago,
+		"clock": func(t time.Time) string { return t.UTC().Format("15:04 UTC") },
+		"rfc":   func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"state": func(x any) string {
+			switch str(x) {
+			case "running_turn":
+				return "running"
+			case "background_only":
+				return "background work"
+			case "idle":
+				return "idle"
+			}
+			return str(x)
+		},
+		"role": func(x any) string {
+			switch str(x) {
+			case "user":
+				return "You"
+			case "agent":
+				return "Agent prompt"
+			case "assistant":
+				return "Agent"
+			case "event":
+				return "Event"
+			case "schedule":
+				return "Schedule"
+			}
+			return str(x)
+		},
+		"choices": func(opt string) string {
+			b, _ := json.Marshal(map[string]any{"choices": []string{opt}})
+			return string(b)
+		},
+		"join": func(xs []string) string { return strings.Join(xs, "\n") },
+		"joinAny": func(x any) string {
+			switch v := x.(type) {
+			case []string:
+				return strings.Join(v, ", ")
+			case []any:
+				parts := make([]string, 0, len(v))
+				for _, p := range v {
+					parts = append(parts, fmt.Sprint(p))
+				}
+				return strings.Join(parts, ", ")
+			}
+			return fmt.Sprint(x)
+		},
+		// hash names a live element after its content, so a change replaces it.
+		"hash": func(xs ...any) string {
+			b, _ := json.Marshal(xs)
+			h := sha256.Sum256(b)
+			return hex.EncodeToString(h[:5])
+		},
+		"subSessions": func(m map[string]any) string {
+			if m["sessions"] == "all" {
+				return "all sessions"
+			}
+			list, _ := m["sessions"].([]any)
+			names := []string{}
+			for _, x := range list {
+				if s, ok := x.(map[string]any); ok {
+					t := str(s["title"])
+					if t == "" {
+						t = str(s["id"])
+					}
+					names = append(names, fmt.Sprintf("%q", t))
+				}
+			}
+			return strings.Join(names, ", ")
+		},
+		"modes": func() []string { return []string{"agent", "ask", "plan"} },
+		"row": func(s map[string]any, v *view) sessionRow {
+			id := str(s["id"])
+			return sessionRow{S: s, Mark: v.Marks[id], Clocks: v.Clocks[id]}
+		},
+	}
+}
+
+type sessionRow struct {
+	S      map[string]any
+	Mark   string
+	Clocks int
+}
+
+// ago writes a domain time as a short relative or absolute time.
+func ago(x any) string {
+	s := str(x)
+	t, err := time.Parse(timeLayout, s)
+	if err != nil {
+		return s
+	}
+	d := time.Since(t)
+	switch {
+	case d < 0 && d > -time.Minute:
+		return "now"
+	case d < 0:
+		return "at " + t.UTC().Format("2006-01-02 15:04 UTC")
+	case d < time.Minute:
+		return "just now"
+	case d < time.Hour:
+		return fmt.Sprintf("%d min ago", int(d/time.Minute))
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%d h ago", int(d/time.Hour))
+	}
+	return t.UTC().Format("2006-01-02 15:04 UTC")
+}

@@ -1,0 +1,206 @@
+// relay console: buttons and forms call the owner API (/api/v1) with the
+// sign-in cookie; /api/v1/stream says when the live parts of the page
+// ([data-live]) are fetched again. No build step, no dependencies.
+"use strict";
+(function () {
+  var statusEl = document.getElementById("status");
+  function say(msg, bad) {
+    if (!statusEl) return;
+    statusEl.textContent = msg;
+    statusEl.className = "status" + (bad ? " bad" : msg ? " ok" : "");
+    clearTimeout(say.t);
+    if (msg && !bad) say.t = setTimeout(function () { say(""); }, 4000);
+  }
+
+  // api calls the owner API; it resolves to the JSON answer or rejects with its error text.
+  function api(method, url, body) {
+    var opt = { method: method, credentials: "same-origin", headers: { "Accept": "application/json" } };
+    if (body !== undefined) {
+      opt.headers["Content-Type"] = "application/json";
+      opt.body = JSON.stringify(body);
+    }
+    return fetch(url, opt).then(function (res) {
+      return res.text().then(function (t) {
+        var data = null;
+        try { data = t ? JSON.parse(t) : null; } catch (e) { data = null; }
+        if (res.status === 401) { location.reload(); }
+        if (!res.ok) throw new Error((data && data.error) || ("The relay answered " + res.status + "."));
+        return data;
+      });
+    });
+  }
+
+  function formBody(form) {
+    var out = {};
+    Array.prototype.forEach.call(form.elements, function (el) {
+      if (!el.name || el.disabled) return;
+      if (el.type === "checkbox") { out[el.name] = el.checked; return; }
+      if (el.type === "radio") { if (el.checked) out[el.name] = el.value; return; }
+      var v = el.value;
+      if (v === "" && !el.hasAttribute("data-keep-empty")) return;
+      out[el.name] = el.dataset.type === "int" ? parseInt(v, 10) : v;
+    });
+    return out;
+  }
+
+  function split(spec) {
+    var i = spec.indexOf(" ");
+    return [spec.slice(0, i), spec.slice(i + 1)];
+  }
+
+  function busy(el, on) {
+    var btns = el.tagName === "FORM" ? el.querySelectorAll("button") : [el];
+    Array.prototype.forEach.call(btns, function (b) { b.disabled = on; });
+  }
+
+  document.addEventListener("click", function (ev) {
+    var b = ev.target.closest("[data-call]");
+    if (b) {
+      ev.preventDefault();
+      if (b.dataset.confirm && !window.confirm(b.dataset.confirm)) return;
+      var ms = split(b.dataset.call);
+      var body = b.dataset.json ? JSON.parse(b.dataset.json) : undefined;
+      busy(b, true);
+      api(ms[0], ms[1], body).then(function () {
+        busy(b, false);
+        say((b.getAttribute("aria-label") || b.textContent.trim()) + ": done.");
+        refresh();
+      }, function (e) { say(e.message, true); busy(b, false); });
+      return;
+    }
+    var n = ev.target.closest("[data-notify]");
+    if (n && "Notification" in window) {
+      Notification.requestPermission().then(function (p) {
+        say(p === "granted" ? "New cards will raise a notification while this console is open." : "Notifications are not allowed.", p !== "granted");
+      });
+    }
+  });
+
+  document.addEventListener("submit", function (ev) {
+    var f = ev.target;
+    if (!f.dataset.api) return;
+    ev.preventDefault();
+    var ms = split(f.dataset.api);
+    busy(f, true);
+    api(ms[0], ms[1], formBody(f)).then(function (data) {
+      busy(f, false);
+      if (f.dataset.go && data && data.id) { location.href = f.dataset.go.replace("{id}", data.id); return; }
+      if (f.hasAttribute("data-reset")) f.reset();
+      say("Saved.");
+      refresh();
+    }, function (e) { busy(f, false); say(e.message, true); });
+  });
+
+  // Ctrl+Enter sends a message.
+  document.addEventListener("keydown", function (ev) {
+    if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey) && ev.target.tagName === "TEXTAREA" && ev.target.form) {
+      ev.preventDefault();
+      ev.target.form.requestSubmit();
+    }
+  });
+
+  // New session: the model list follows the provider.
+  document.addEventListener("change", function (ev) {
+    var sel = ev.target;
+    if (!sel.dataset || !sel.dataset.models) return;
+    var opt = sel.options[sel.selectedIndex], list = document.getElementById(sel.dataset.models);
+    if (!opt || !list) return;
+    list.replaceChildren();
+    (opt.dataset.models || "").split("\n").filter(Boolean).forEach(function (m) {
+      var o = document.createElement("option"); o.value = m; list.appendChild(o);
+    });
+  });
+
+  // Live parts: each [data-live] element's children carry ids; a child whose
+  // server HTML did not change is kept as it is (with what the owner typed).
+  function mark(root) {
+    root._src = root.innerHTML;
+    Array.prototype.forEach.call(root.children, function (c) { c._src = c.outerHTML; });
+  }
+  function merge(cur, nu) {
+    if (cur._src === nu.innerHTML) return false;
+    cur._src = nu.innerHTML;
+    var old = {};
+    Array.prototype.forEach.call(cur.children, function (c) { if (c.id) old[c.id] = c; });
+    var want = Array.prototype.map.call(nu.children, function (c) {
+      var o = c.id && old[c.id];
+      if (o && o._src === c.outerHTML) return o;
+      var n = document.importNode(c, true);
+      n._src = c.outerHTML;
+      return n;
+    });
+    var keep = new Set(want);
+    Array.prototype.slice.call(cur.childNodes).forEach(function (c) { if (!keep.has(c)) c.remove(); });
+    want.forEach(function (n, i) {
+      if (cur.children[i] !== n) cur.insertBefore(n, cur.children[i] || null);
+    });
+    return true;
+  }
+
+  if (document.body.dataset.page === "session" && !location.hash) window.scrollTo(0, document.body.scrollHeight);
+  var live = document.querySelectorAll("[data-live]");
+  Array.prototype.forEach.call(live, mark);
+  var pending = false, running = false, timer = 0;
+  function refresh() {
+    pending = true;
+    if (running || timer) return;
+    timer = setTimeout(run, 60);
+  }
+  function waitingCount() {
+    var el = document.querySelector("[data-waiting]");
+    return el ? parseInt(el.dataset.waiting, 10) : 0;
+  }
+  function run() {
+    timer = 0;
+    if (!pending) return;
+    pending = false;
+    running = true;
+    var before = waitingCount();
+    var msgs = document.getElementById("live-msgs");
+    var atEnd = (window.innerHeight + window.scrollY) >= document.body.scrollHeight - 80;
+    fetch(location.href, { credentials: "same-origin", headers: { "X-Live": "1" } }).then(function (res) {
+      return res.text().then(function (t) { return { res: res, t: t }; });
+    }).then(function (x) {
+      var doc = new DOMParser().parseFromString(x.t, "text/html");
+      if (!doc.querySelector("#live-nav") || x.res.status >= 400) { location.reload(); return; }
+      var changed = false;
+      Array.prototype.forEach.call(document.querySelectorAll("[data-live]"), function (cur) {
+        var nu = doc.getElementById(cur.id);
+        if (nu && merge(cur, nu)) changed = true;
+      });
+      if (changed && msgs && atEnd) window.scrollTo(0, document.body.scrollHeight);
+      var after = waitingCount();
+      if (after > before && "Notification" in window && Notification.permission === "granted" && document.hidden) {
+        new Notification("relay: waiting for you", { body: after + " card(s) or question(s) wait for your decision." });
+      }
+      document.dispatchEvent(new CustomEvent("relay:refreshed"));
+    }).catch(function () { /* the stream's reconnect brings the next refresh */ }).then(function () {
+      running = false;
+      if (pending) timer = setTimeout(run, 60);
+    });
+  }
+
+  // The stream: EventSource reconnects by itself (the relay asks for 1 s);
+  // a closed one (signed out, relay gone long) is opened again.
+  var me = document.body.dataset.session || "";
+  var page = document.body.dataset.page;
+  function connect() {
+    if (!document.getElementById("live-nav")) return;
+    var es = new EventSource("/api/v1/stream");
+    window.relayStream = es;
+    es.addEventListener("hello", function () { document.body.dataset.stream = "open"; refresh(); });
+    es.addEventListener("session", function (e) {
+      if (page === "session" && e.data !== me) return;
+      if (page === "settings" || page === "relays" || page === "inbox") return;
+      refresh();
+    });
+    ["cards", "inbox", "question", "settings"].forEach(function (k) { es.addEventListener(k, refresh); });
+    es.addEventListener("turn", function () { if (page !== "session") refresh(); });
+    es.onerror = function () {
+      document.body.dataset.stream = "closed";
+      if (es.readyState === EventSource.CLOSED) setTimeout(connect, 2000);
+    };
+  }
+  connect();
+  window.relayRefresh = refresh;
+})();

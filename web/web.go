@@ -1,0 +1,495 @@
+// Package web is the owner's console (SPEC §19): server-rendered pages
+// (html/template) and two small static files (console.css, console.js),
+// all embedded in the binary. Pages read through the domain's own owner
+// operations; every change the browser makes goes to the owner API
+// (/api/v1) with the sign-in cookie, and /api/v1/stream (Server-Sent Events)
+// tells open pages when to refresh their live parts.
+package web
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/oar/relay/provider"
+	"github.com/oar/relay/relay"
+	"github.com/oar/relay/store"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Options configures the console.
+type Options struct {
+	Relay  *relay.Relay
+	Auth   *Auth
+	Logger *slog.Logger
+}
+
+type console struct {
+	r      *relay.Relay
+	auth   *Auth
+	log    *slog.Logger
+	tpl    *template.Template
+	assets map[string]string // file name -> /static/NAME?v=HASH
+}
+
+// Register adds the console's routes to the router: the pages, sign-in and
+// sign-out, and the static files.
+func Register(g *gin.Engine, o Options) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	c := &console{r: o.Relay, auth: o.Auth, log: o.Logger, assets: map[string]string{}}
+	static, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		panic(err)
+	}
+	_ = fs.WalkDir(static, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, _ := fs.ReadFile(static, p)
+		h := sha256.Sum256(b)
+		c.assets[p] = "/static/" + p + "?v=" + hex.EncodeToString(h[:4])
+		return nil
+	})
+	c.tpl = template.Must(template.New("").Funcs(c.funcs()).ParseFS(templateFS, "templates/*.html"))
+	files := http.StripPrefix("/static/", http.FileServer(http.FS(static)))
+	g.GET("/static/*file", func(ctx *gin.Context) {
+		ctx.Header("Cache-Control", "public, max-age=31536000, immutable")
+		ctx.Header("X-Content-Type-Options", "nosniff")
+		files.ServeHTTP(ctx.Writer, ctx.Request)
+	})
+	g.GET("/", c.page("sessions"))
+	g.GET("/s/:id", c.page("session"))
+	g.GET("/waiting", c.page("waiting"))
+	g.GET("/inbox", c.page("inbox"))
+	g.GET("/settings", c.page("settings"))
+	g.GET("/relays", c.page("relays"))
+	g.POST("/signin", c.signIn)
+	g.POST("/signout", c.signOut)
+}
+
+// headers every console response carries: nothing but this origin is
+// contacted (CSP), no framing, no caching of owner data.
+func headers(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "+
+		"connect-src 'self'; font-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cache-Control", "no-store")
+}
+
+// view is what every template gets.
+type view struct {
+	Page    string
+	Title   string
+	Relay   string
+	Version string
+	Assets  map[string]string
+	Error   string
+	Next    string
+	Nav     nav
+
+	Sessions     []map[string]any
+	ShowArchived bool
+	Archived     []map[string]any
+	Marks        map[string]string // session id -> marker text for pending cards/questions
+	Clocks       map[string]int    // session id -> schedules firing into it
+	Providers    []provider.Info
+	Groups       []any
+
+	Cards     []cardView
+	Questions []questionView
+	Asks      []map[string]any
+
+	S         map[string]any
+	Subs      []map[string]any
+	Watching  string
+	Schedules []map[string]any
+	Efforts   []string
+	Models    []string
+
+	Settings store.Settings
+}
+
+type nav struct {
+	Waiting, Inbox int
+}
+
+type cardView struct {
+	*store.Card
+	SessionTitle string
+}
+
+type questionView struct {
+	*store.Question
+	SessionTitle string
+}
+
+func (c *console) page(name string) gin.HandlerFunc {
+	return func(ctx *gin.Context) {
+		headers(ctx.Writer)
+		if !c.auth.Cookie(ctx.Request) {
+			c.render(ctx, http.StatusOK, &view{Page: "signin", Title: "Sign in", Next: ctx.Request.URL.RequestURI()})
+			return
+		}
+		v, status, err := c.load(ctx.Request.Context(), name, ctx)
+		if err != nil {
+			e := relay.AsError(err)
+			if e.Code == relay.CodeInternal {
+				c.log.Error("console page", "page", name, "err", err)
+			}
+			c.render(ctx, relay.HTTPStatus(e.Code), &view{Page: "error", Title: "Error", Error: e.Msg})
+			return
+		}
+		c.render(ctx, status, v)
+	}
+}
+
+func (c *console) render(ctx *gin.Context, status int, v *view) {
+	v.Relay, v.Assets = c.r.Name(), c.assets
+	if v.Page != "signin" && v.Page != "error" {
+		c.navCounts(ctx.Request.Context(), v)
+	}
+	var buf bytes.Buffer
+	if err := c.tpl.ExecuteTemplate(&buf, "layout", v); err != nil {
+		c.log.Error("console template", "page", v.Page, "err", err)
+		ctx.String(http.StatusInternalServerError, "The page could not be rendered.")
+		return
+	}
+	ctx.Data(status, "text/html; charset=utf-8", buf.Bytes())
+}
+
+func (c *console) navCounts(ctx context.Context, v *view) {
+	if cards, err := c.r.Cards(ctx); err == nil {
+		v.Nav.Waiting = len(cards)
+	}
+	if v.Page != "waiting" && v.Page != "sessions" {
+		if qs, err := c.questions(ctx, nil); err == nil {
+			v.Nav.Waiting += len(qs)
+		}
+	} else {
+		v.Nav.Waiting += len(v.Questions)
+	}
+	if asks, err := c.r.Inbox(ctx); err == nil {
+		v.Nav.Inbox = len(asks)
+	}
+}
+
+// load reads what a page shows, through the domain's owner operations.
+func (c *console) load(ctx context.Context, name string, g *gin.Context) (*view, int, error) {
+	v := &view{Page: name}
+	switch name {
+	case "sessions":
+		v.Title = "Sessions"
+		if err := c.loadSessions(ctx, v, g.Query("archived") != ""); err != nil {
+			return nil, 0, err
+		}
+	case "waiting":
+		v.Title = "Waiting for you"
+		if err := c.loadWaiting(ctx, v, nil); err != nil {
+			return nil, 0, err
+		}
+	case "session":
+		if err := c.loadSession(ctx, v, g.Param("id")); err != nil {
+			return nil, 0, err
+		}
+	case "inbox":
+		v.Title = "Inbox"
+		asks, err := c.r.Inbox(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		v.Asks = maps(asks)
+	case "settings":
+		v.Title = "Settings"
+		st, err := c.r.Settings(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		v.Settings = st
+	case "relays":
+		v.Title = "Relays"
+	}
+	return v, http.StatusOK, nil
+}
+
+func maps(list []any) []map[string]any {
+	out := make([]map[string]any, 0, len(list))
+	for _, x := range list {
+		if m, ok := x.(map[string]any); ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (c *console) loadSessions(ctx context.Context, v *view, archived bool) error {
+	items, _, err := c.r.SessionList(ctx, "active", 200)
+	if err != nil {
+		return err
+	}
+	v.Sessions = maps(items)
+	if archived {
+		v.ShowArchived = true
+		arch, _, err := c.r.SessionList(ctx, "archived", 200)
+		if err != nil {
+			return err
+		}
+		v.Archived = maps(arch)
+	}
+	if err := c.loadWaiting(ctx, v, v.Sessions); err != nil {
+		return err
+	}
+	v.Marks = map[string]string{}
+	for _, cd := range v.Cards {
+		v.Marks[cd.Session] = "waiting for you"
+	}
+	for _, q := range v.Questions {
+		v.Marks[q.Session] = "waiting for you"
+	}
+	asks, err := c.r.Inbox(ctx)
+	if err != nil {
+		return err
+	}
+	for _, a := range maps(asks) {
+		if sid, _ := a["session"].(string); sid != "" && v.Marks[sid] == "" {
+			v.Marks[sid] = "question"
+		}
+	}
+	scheds, err := c.r.Schedules(ctx)
+	if err != nil {
+		return err
+	}
+	v.Clocks = map[string]int{}
+	for _, s := range maps(scheds) {
+		if ref, ok := s["session"].(map[string]any); ok {
+			if id, _ := ref["id"].(string); id != "" {
+				v.Clocks[id]++
+			}
+		}
+	}
+	v.Providers = c.r.Providers()
+	v.Groups, err = c.r.Groups(ctx)
+	return err
+}
+
+// questions lists the pending question cards of running sessions (a
+// question card exists only inside a running turn).
+func (c *console) questions(ctx context.Context, sessions []map[string]any) ([]questionView, error) {
+	if sessions == nil {
+		items, _, err := c.r.SessionList(ctx, "active", 200)
+		if err != nil {
+			return nil, err
+		}
+		sessions = maps(items)
+	}
+	var out []questionView
+	for _, s := range sessions {
+		if s["state"] != relay.StateRunning {
+			continue
+		}
+		id, _ := s["id"].(string)
+		qs, err := c.r.QuestionCards(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		for _, q := range qs {
+			out = append(out, questionView{Question: q, SessionTitle: str(s["title"])})
+		}
+	}
+	return out, nil
+}
+
+func (c *console) loadWaiting(ctx context.Context, v *view, sessions []map[string]any) error {
+	if sessions == nil {
+		items, _, err := c.r.SessionList(ctx, "active", 200)
+		if err != nil {
+			return err
+		}
+		sessions = maps(items)
+	}
+	titles := map[string]string{}
+	for _, s := range sessions {
+		titles[str(s["id"])] = str(s["title"])
+	}
+	cards, err := c.r.Cards(ctx)
+	if err != nil {
+		return err
+	}
+	for _, cd := range cards {
+		v.Cards = append(v.Cards, cardView{Card: cd, SessionTitle: titles[cd.Session]})
+	}
+	v.Questions, err = c.questions(ctx, sessions)
+	return err
+}
+
+func (c *console) loadSession(ctx context.Context, v *view, id string) error {
+	s, err := c.r.OwnerSession(ctx, id, 200)
+	if err != nil {
+		return err
+	}
+	v.S = s
+	v.Title = str(s["title"])
+	sid := str(s["id"])
+	if cards, ok := s["cards"].([]any); ok {
+		for _, x := range cards {
+			if cd, ok := x.(*store.Card); ok {
+				v.Cards = append(v.Cards, cardView{Card: cd, SessionTitle: v.Title})
+			}
+		}
+	}
+	qs, err := c.r.QuestionCards(ctx, sid)
+	if err != nil {
+		return err
+	}
+	for _, q := range qs {
+		v.Questions = append(v.Questions, questionView{Question: q, SessionTitle: v.Title})
+	}
+	asks, err := c.r.Inbox(ctx)
+	if err != nil {
+		return err
+	}
+	for _, a := range maps(asks) {
+		if a["session"] == sid || a["asker"] == sid {
+			v.Asks = append(v.Asks, a)
+		}
+	}
+	if subs, ok := s["watching"].([]any); ok {
+		watched := map[string]bool{}
+		all := false
+		for _, m := range maps(subs) {
+			if _, ended := m["endReason"]; ended {
+				continue
+			}
+			v.Subs = append(v.Subs, m)
+			if m["sessions"] == "all" {
+				all = true
+			}
+			if list, ok := m["sessions"].([]any); ok {
+				for _, x := range list {
+					switch w := x.(type) {
+					case string:
+						if w == "all" {
+							all = true
+						}
+					case map[string]any:
+						if str(w["id"]) == "all" {
+							all = true
+						} else {
+							watched[str(w["id"])] = true
+						}
+					}
+				}
+			}
+		}
+		switch {
+		case all:
+			v.Watching = "watching all sessions"
+		case len(v.Subs) > 0:
+			v.Watching = fmt.Sprintf("watching %d %s", len(watched), plural(len(watched), "session", "sessions"))
+		}
+	}
+	scheds, err := c.r.Schedules(ctx)
+	if err != nil {
+		return err
+	}
+	for _, m := range maps(scheds) {
+		into := ""
+		if ref, ok := m["session"].(map[string]any); ok {
+			into = str(ref["id"])
+		}
+		if into == sid || str(m["setBy"]) == sid {
+			v.Schedules = append(v.Schedules, m)
+		}
+	}
+	sort.SliceStable(v.Schedules, func(i, j int) bool { return str(v.Schedules[i]["nextFireAt"]) < str(v.Schedules[j]["nextFireAt"]) })
+	if tasks, ok := s["tasks"].([]any); ok {
+		for _, t := range maps(tasks) {
+			if t["output"] == true {
+				if tail, err := c.r.TaskTail(ctx, str(t["taskId"]), 8); err == nil && len(tail) > 0 {
+					t["tail"] = tail
+				}
+			}
+		}
+	}
+	for _, p := range c.r.Providers() {
+		if p.ID == str(s["provider"]) {
+			v.Models, v.Efforts = p.Models, p.Efforts
+		}
+	}
+	return nil
+}
+
+func (c *console) signIn(ctx *gin.Context) {
+	headers(ctx.Writer)
+	next := safeNext(ctx.PostForm("next"))
+	if !SameOrigin(ctx.Request) {
+		c.render(ctx, http.StatusForbidden, &view{Page: "signin", Title: "Sign in", Next: next,
+			Error: "This sign-in did not come from this relay's own page; nothing was done."})
+		return
+	}
+	if !c.auth.CheckToken(strings.TrimSpace(ctx.PostForm("token"))) {
+		time.Sleep(300 * time.Millisecond) // slows guessing a little
+		// 200: the page itself is fine (a 401 document is a console error in browsers); no cookie is set.
+		c.render(ctx, http.StatusOK, &view{Page: "signin", Title: "Sign in", Next: next,
+			Error: "That is not this relay's owner token."})
+		return
+	}
+	c.auth.SetCookie(ctx.Writer, ctx.Request)
+	ctx.Redirect(http.StatusSeeOther, next)
+}
+
+func (c *console) signOut(ctx *gin.Context) {
+	headers(ctx.Writer)
+	if !SameOrigin(ctx.Request) {
+		ctx.String(http.StatusForbidden, "This request did not come from this relay's own page; nothing was done.")
+		return
+	}
+	ClearCookie(ctx.Writer, ctx.Request)
+	ctx.Redirect(http.StatusSeeOther, "/")
+}
+
+// safeNext keeps a redirect after sign-in on this relay's own pages.
+func safeNext(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || s == "" || u.IsAbs() || u.Host != "" || !strings.HasPrefix(s, "/") || strings.HasPrefix(s, "//") ||
+		strings.HasPrefix(s, "/api/") || strings.HasPrefix(s, "/static/") {
+		return "/"
+	}
+	return s
+}
+
+func str(x any) string {
+	if s, ok := x.(string); ok {
+		return s
+	}
+	return ""
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
