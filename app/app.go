@@ -12,6 +12,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,7 +62,7 @@ type Options struct {
 	// MaxWaitCap caps the longest wait per call below the settings (tests only).
 	MaxWaitCap time.Duration
 	MCP        api.MCPOptions
-	// SweepEvery is the interval of the lost-drain sweep (default 15s).
+	// SweepEvery is the interval of the lost-drain sweep (default 5s, R18.11).
 	SweepEvery time.Duration
 	// ShutdownGrace bounds how long in-flight HTTP requests may finish (default 5s).
 	ShutdownGrace time.Duration
@@ -86,6 +88,7 @@ type App struct {
 	insp     *asynq.Inspector
 	queues   jobs.Queues
 	scripted *provider.Scripted
+	provs    []provider.Provider
 
 	clock      func() time.Time
 	started    chan struct{}
@@ -107,7 +110,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 		o.Logger = slog.Default()
 	}
 	if o.SweepEvery <= 0 {
-		o.SweepEvery = 15 * time.Second
+		o.SweepEvery = 5 * time.Second
 	}
 	if o.ShutdownGrace <= 0 {
 		o.ShutdownGrace = 5 * time.Second
@@ -140,11 +143,12 @@ func New(cfg config.Config, o Options) (*App, error) {
 	a.insp = asynq.NewInspectorFromRedisClient(a.rdb)
 	a.met = metrics.New()
 
-	provs, scripted, err := buildProviders(cfg)
+	provs, scripted, err := buildProviders(cfg, a.log)
 	if err != nil {
 		return nil, err
 	}
 	a.scripted = scripted
+	a.provs = provs
 	ropt := relay.Options{
 		Name: cfg.Name, Version: Version, Folders: cfg.Folders, DefaultCwd: cfg.DefaultCwd,
 		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Logger: a.log, Metrics: a.met,
@@ -177,7 +181,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 	return a, nil
 }
 
-func buildProviders(cfg config.Config) ([]provider.Provider, *provider.Scripted, error) {
+func buildProviders(cfg config.Config, log *slog.Logger) ([]provider.Provider, *provider.Scripted, error) {
 	var out []provider.Provider
 	var scripted *provider.Scripted
 	for _, p := range cfg.Providers {
@@ -188,8 +192,22 @@ func buildProviders(cfg config.Config) ([]provider.Provider, *provider.Scripted,
 		case config.TypeExec:
 			out = append(out, provider.NewExec(provider.ExecConfig{ID: p.ID, Name: p.Name, Command: p.Command, Models: p.Models,
 				DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo, Env: p.Env}))
+		case config.TypeClaudeCode, config.TypeCodex, config.TypeGeminiCLI: // R17.1
+			cli, err := provider.NewCLI(provider.CLIConfig{ID: p.ID, Name: p.Name, Type: p.Type, Command: p.Command, Args: p.Args,
+				Env: p.Env, Models: p.Models, DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo,
+				Silence: cfg.Timing.AgentSilence})
+			if err != nil {
+				return nil, nil, fmt.Errorf("config: %w", err)
+			}
+			if in := cli.Info(); in.Status == provider.StatusUnavailable {
+				log.Warn("provider unavailable: prompts to it are refused until its command can be found", "provider", p.ID, "why", in.StatusReason)
+			}
+			out = append(out, cli)
 		case config.TypeOpenAI:
-			return nil, nil, fmt.Errorf("config: providers %q: type openai is not supported by this version yet", p.ID)
+			name, desc, schema := api.RelayToolForModels()
+			out = append(out, provider.NewOpenAI(provider.OpenAIConfig{ID: p.ID, Name: p.Name, BaseURL: p.BaseURL, APIKeyEnv: p.APIKeyEnv,
+				Models: p.Models, DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo, MaxSteps: p.MaxSteps,
+				SystemPrompt: p.SystemPrompt, ToolName: name, ToolDescription: desc, ToolSchema: schema, Logger: log}))
 		}
 	}
 	if scripted == nil {
@@ -239,6 +257,57 @@ func (a *App) Addr() string { return a.addr }
 // URL is the API's base URL.
 func (a *App) URL() string { return "http://" + a.addr }
 
+// procBeat is how often a process refreshes its entry in P:procs; entries
+// not refreshed for 4 beats count as gone.
+const procBeat = 15 * time.Second
+
+func (a *App) proc() store.Proc {
+	host, _ := os.Hostname()
+	return store.Proc{ID: a.relay.WorkerID(), Name: a.cfg.Name, Role: a.opts.Mode, Host: host, PID: os.Getpid(),
+		Version: Version, Seen: time.Now().UTC()}
+}
+
+// announce records this process and warns when another live process on the
+// same Redis and key prefix calls itself a different relay: they would run
+// each other's turns (one relay = one name per Redis prefix).
+func (a *App) announce(ctx context.Context) {
+	others, err := a.st.LiveProcs(ctx, time.Now().Add(-4*procBeat))
+	if err != nil {
+		a.log.Warn("read the relay's processes", "err", err)
+	}
+	for _, p := range others {
+		if p.ID != a.relay.WorkerID() && p.Name != a.cfg.Name {
+			a.log.Warn("another live process on this Redis and key prefix calls itself a different relay: processes sharing a prefix run each other's turns; give each relay its own RELAY_KEY_PREFIX (or Redis database), or the same name",
+				"this_relay", a.cfg.Name, "other_relay", p.Name, "other_role", p.Role, "other_host", p.Host, "other_pid", p.PID, "key_prefix", a.st.Prefix())
+		}
+	}
+	if err := a.st.AnnounceProc(ctx, a.proc()); err != nil {
+		a.log.Warn("announce this process", "err", err)
+	}
+}
+
+// PublicURL is the base URL handed to agents (RELAY_URL, RELAY_MCP_URL, the
+// MCP config) and printed at start (R18.10): --public-url, else the listen
+// address with an unspecified host (0.0.0.0, ::) shown as 127.0.0.1.
+func (a *App) PublicURL() string {
+	if a.cfg.PublicURL != "" {
+		return strings.TrimRight(a.cfg.PublicURL, "/")
+	}
+	return "http://" + publicHostPort(a.addr)
+}
+
+// publicHostPort replaces an unspecified listen host by 127.0.0.1.
+func publicHostPort(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
 // OwnerToken is the owner token in force (after Started).
 func (a *App) OwnerToken() string { return a.ownerToken }
 
@@ -260,7 +329,10 @@ func (a *App) ready(ctx context.Context) error {
 func (a *App) Run(ctx context.Context) (err error) {
 	defer a.close()
 	if a.mini != nil {
-		go a.fastForward(ctx)
+		ffCtx, stopFF := context.WithCancel(ctx)
+		ffDone := make(chan struct{})
+		go func() { defer close(ffDone); a.fastForward(ffCtx) }()
+		defer func() { stopFF(); <-ffDone }() // joined before close() stops the embedded server
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err = a.st.Ping(pctx)
@@ -269,7 +341,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("redis %s: %w", redactURL(a.cfg.RedisURL), err)
 	}
 	hubCtx, stopHub := context.WithCancel(context.Background())
-	defer stopHub()
+	defer func() { stopHub(); a.relay.Wait() }() // the notification listener and cache watcher are joined
 	if err := a.relay.Start(hubCtx); err != nil {
 		return err
 	}
@@ -287,8 +359,8 @@ func (a *App) Run(ctx context.Context) (err error) {
 			return err
 		}
 		a.addr = ln.Addr().String()
-		a.relay.SetBaseURL(a.URL())
-		if err := a.st.SetAPIURL(ctx, a.URL()); err != nil {
+		a.relay.SetBaseURL(a.PublicURL())
+		if err := a.st.SetAPIURL(ctx, a.PublicURL()); err != nil {
 			return err
 		}
 		mcpOpts := a.opts.MCP
@@ -316,8 +388,31 @@ func (a *App) Run(ctx context.Context) (err error) {
 	loops, stopLoops := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	// Schedules: every active one has its pending occurrence task (a missed time fires once, R9.3).
+	// R18.11: MCP config files (they hold session tokens) that a relay process
+	// which died mid-turn left behind.
+	cleaned := map[string]bool{}
+	for _, p := range a.provs {
+		if d, ok := p.(interface{ MCPConfigDir() string }); ok && !cleaned[d.MCPConfigDir()] {
+			cleaned[d.MCPConfigDir()] = true
+			if n, err := provider.CleanStaleMCPConfigs(d.MCPConfigDir()); err != nil {
+				a.log.Warn("remove stale MCP config files", "dir", d.MCPConfigDir(), "err", err)
+			} else if n > 0 {
+				a.log.Info("removed stale MCP config files of relay processes that died", "dir", d.MCPConfigDir(), "files", n)
+			}
+		}
+	}
+	// Drain flags written before the drains index existed (one scan at start).
+	if _, err := a.st.IndexDrainFlags(ctx); err != nil {
+		a.log.Warn("index drain flags", "err", err)
+	}
 	if err := a.relay.RecoverSchedules(ctx); err != nil {
 		a.log.Warn("recover schedules", "err", err)
+	}
+	for _, p := range a.provs {
+		if o, ok := p.(*provider.OpenAI); ok { // model discovery, R17.6
+			wg.Add(1)
+			go func() { defer wg.Done(); o.Discovery(loops) }()
+		}
 	}
 	wg.Add(3)
 	go func() {
@@ -344,9 +439,26 @@ func (a *App) Run(ctx context.Context) (err error) {
 	if srv != nil {
 		go func() { serveErr <- srv.Serve(ln) }()
 		if a.opts.Mode == ModeServe {
-			a.log.Info("relay serving", "name", a.cfg.Name, "url", a.URL(), "mcp", a.URL()+"/mcp", "owner_api", a.URL()+"/api/v1")
+			pub := a.PublicURL()
+			a.log.Info("relay serving", "name", a.cfg.Name, "listen", a.addr, "url", pub, "mcp", pub+"/mcp", "owner_api", pub+"/api/v1")
 		}
 	}
+	// R18.9: what this process is, where its Redis is, what it works on.
+	conc := a.opts.Concurrency
+	if conc <= 0 {
+		conc = worker.DefaultConcurrency
+	}
+	a.announce(ctx)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		scheduler.Every(loops, procBeat, a.log, "process-announce", func(ctx context.Context) error {
+			return a.st.AnnounceProc(ctx, a.proc())
+		})
+	}()
+	a.log.Info("relay process started", "role", a.opts.Mode, "name", a.cfg.Name, "version", Version,
+		"redis", redactURL(a.cfg.RedisURL), "key_prefix", a.st.Prefix(), "queues", strings.Join(a.queues.All(), ","),
+		"concurrency", conc, "worker_id", a.relay.WorkerID())
 	close(a.started)
 	select {
 	case <-ctx.Done():
@@ -365,6 +477,9 @@ func (a *App) Run(ctx context.Context) (err error) {
 		cancel()
 	}
 	a.work.Shutdown()
+	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = a.st.RemoveProc(rctx, a.relay.WorkerID())
+	rcancel()
 	a.scripted.Close()
 	stopLoops()
 	wg.Wait()

@@ -33,6 +33,10 @@ type Config struct {
 	ConfigPath  string // --config / RELAY_CONFIG, "" when no file is used
 	OwnerToken  string // --owner-token / RELAY_OWNER_TOKEN, "" = generate
 	MetricsAddr string // --metrics-addr / RELAY_METRICS_ADDR, "" = off
+	// PublicURL is the base URL handed to agents and printed at start
+	// (--public-url / RELAY_PUBLIC_URL); "" = the listen address, with an
+	// unspecified host shown as 127.0.0.1 (R18.10).
+	PublicURL string
 
 	Folders    []string   // yaml folders; default [home]; ~ expanded, Clean
 	DefaultCwd string     // yaml default_cwd; default Folders[0]
@@ -46,13 +50,16 @@ type Config struct {
 type Provider struct {
 	ID           string            // id
 	Name         string            // name; defaults to ID
-	Type         string            // type: exec | openai | scripted
-	Command      []string          // command (exec)
+	Type         string            // type: exec | openai | scripted | claude-code | codex | gemini-cli
+	Command      []string          // command (exec; agent CLIs: binary and fixed leading args, default [claude] [codex] [gemini])
+	Args         []string          // args (agent CLIs): extra arguments appended to every run
 	Models       []string          // models
 	DefaultModel string            // default_model; defaults to Models[0]
 	Efforts      []string          // efforts
 	BaseURL      string            // base_url (openai)
 	APIKeyEnv    string            // api_key_env (openai): name of the env var holding the key
+	MaxSteps     int               // max_steps (openai): model calls per turn; 0 = the provider's default (25)
+	SystemPrompt string            // system_prompt (openai): optional first message of every turn
 	SwitchTo     string            // switch_to: id of another provider
 	Env          map[string]string // env: extra environment for the provider
 }
@@ -79,6 +86,7 @@ type Timing struct {
 	ReplayKeep       time.Duration // replay_keep, default 168h
 	DefaultWait      time.Duration // default_wait, default 60s
 	PeerTimeout      time.Duration // peer_timeout, default 10s
+	AgentSilence     time.Duration // agent_silence, default 10m: an agent CLI silent this long is stopped (R17.5)
 }
 
 // Limits holds the counting limits (yaml limits:); each is >= 1.
@@ -104,6 +112,7 @@ const (
 	// MinOwnerTokenLen is the shortest owner token the relay accepts (R18.8).
 	MinOwnerTokenLen = 16
 	EnvMetricsAddr   = "RELAY_METRICS_ADDR"
+	EnvPublicURL     = "RELAY_PUBLIC_URL"
 )
 
 // DefaultAddr is the default listen address.
@@ -114,7 +123,16 @@ const (
 	TypeExec     = "exec"
 	TypeOpenAI   = "openai"
 	TypeScripted = "scripted"
+	// Agent CLIs (R17.1).
+	TypeClaudeCode = "claude-code"
+	TypeCodex      = "codex"
+	TypeGeminiCLI  = "gemini-cli"
 )
+
+// IsAgentCLI reports whether a provider type is an agent CLI (R17.1).
+func IsAgentCLI(typ string) bool {
+	return typ == TypeClaudeCode || typ == TypeCodex || typ == TypeGeminiCLI
+}
 
 // ScriptedID is the id of the always-present scripted provider.
 const ScriptedID = "scripted"
@@ -168,6 +186,7 @@ func Default() Config {
 			ReplayKeep:       168 * time.Hour,
 			DefaultWait:      60 * time.Second,
 			PeerTimeout:      10 * time.Second,
+			AgentSilence:     10 * time.Minute,
 		},
 		Limits: Limits{
 			ActiveSessions:               4,
@@ -195,6 +214,7 @@ var flagEnv = []struct{ flag, env string }{
 	{"config", EnvConfig},
 	{"owner-token", EnvOwnerToken},
 	{"metrics-addr", EnvMetricsAddr},
+	{"public-url", EnvPublicURL},
 }
 
 // Load builds the configuration with precedence defaults < YAML file <
@@ -223,8 +243,14 @@ func Load(flags map[string]string, env func(string) (string, bool)) (Config, err
 		c.ConfigPath = v
 	}
 	if c.ConfigPath != "" {
+		homeCwd := c.DefaultCwd
 		if err := loadFile(&c, c.ConfigPath); err != nil {
 			return Config{}, err
+		}
+		// folders without default_cwd: the default folder is the first of
+		// them, not the home directory the defaults started from.
+		if c.DefaultCwd == homeCwd && !Inside(c.Folders, c.DefaultCwd) {
+			c.DefaultCwd = ""
 		}
 	}
 
@@ -234,6 +260,7 @@ func Load(flags map[string]string, env func(string) (string, bool)) (Config, err
 		"name":         &c.Name,
 		"owner-token":  &c.OwnerToken,
 		"metrics-addr": &c.MetricsAddr,
+		"public-url":   &c.PublicURL,
 	}
 	for _, fe := range flagEnv {
 		p, ok := targets[fe.flag]
@@ -376,6 +403,9 @@ func Inside(folders []string, dir string) bool {
 
 var providerIDRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
 
+// envNameRe is a portable environment variable name (api_key_env).
+var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
 // Validate checks the configuration and returns the first problem as a
 // one-line error starting with "config: " that names the bad field.
 func (c Config) Validate() error {
@@ -384,6 +414,12 @@ func (c Config) Validate() error {
 	}
 	if err := checkHostPort("addr", c.Addr); err != nil {
 		return err
+	}
+	if c.PublicURL != "" {
+		u, err := url.Parse(c.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			return fmt.Errorf("config: public-url must be a base URL like https://relay.example.com or http://10.0.0.5:7420 (got %q)", c.PublicURL)
+		}
 	}
 	if c.MetricsAddr != "" {
 		if err := checkHostPort("metrics-addr", c.MetricsAddr); err != nil {
@@ -459,6 +495,10 @@ func (c Config) Validate() error {
 		}
 	}
 
+	if t.AgentSilence < 0 { // 0 = the default (10 min)
+		return fmt.Errorf("config: timing.agent_silence must not be negative (got %s)", t.AgentSilence)
+	}
+
 	l := c.Limits
 	for _, n := range []struct {
 		key string
@@ -499,9 +539,15 @@ func (c Config) validateProviders() error {
 	for i, p := range c.Providers {
 		at := fmt.Sprintf("providers[%d]", i)
 		switch p.Type {
-		case TypeExec, TypeOpenAI, TypeScripted:
+		case TypeExec, TypeOpenAI, TypeScripted, TypeClaudeCode, TypeCodex, TypeGeminiCLI:
 		default:
-			return fmt.Errorf("config: %s.type must be one of exec, openai, scripted (got %q)", at, p.Type)
+			return fmt.Errorf("config: %s.type must be one of exec, openai, scripted, claude-code, codex, gemini-cli (got %q)", at, p.Type)
+		}
+		if len(p.Args) > 0 && !IsAgentCLI(p.Type) {
+			return fmt.Errorf("config: %s.args is only for the agent CLI types claude-code, codex, gemini-cli (got type %q)", at, p.Type)
+		}
+		if IsAgentCLI(p.Type) && len(p.Command) > 0 && p.Command[0] == "" {
+			return fmt.Errorf("config: %s.command[0] must name the %s binary (or leave command out for the default)", at, p.Type)
 		}
 		if p.ID == ScriptedID && p.Type != TypeScripted {
 			return fmt.Errorf("config: %s.type must be \"scripted\" for id \"scripted\" (got %q)", at, p.Type)
@@ -516,6 +562,24 @@ func (c Config) validateProviders() error {
 			u, err := url.Parse(p.BaseURL)
 			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				return fmt.Errorf("config: %s.base_url must be an http or https URL (got %q)", at, p.BaseURL)
+			}
+			if u.User != nil {
+				return fmt.Errorf("config: %s.base_url must not carry a user or password; put the key in the environment variable named by api_key_env", at)
+			}
+			if p.APIKeyEnv != "" && !envNameRe.MatchString(p.APIKeyEnv) {
+				return fmt.Errorf("config: %s.api_key_env must be the name of an environment variable, like OPENAI_API_KEY (got %q; the key itself belongs in that variable, never in the file)", at, p.APIKeyEnv)
+			}
+			if p.MaxSteps < 0 || p.MaxSteps > 1000 {
+				return fmt.Errorf("config: %s.max_steps must be between 1 and 1000 (got %d; leave it out for 25)", at, p.MaxSteps)
+			}
+		} else {
+			for _, k := range []struct {
+				key string
+				set bool
+			}{{"base_url", p.BaseURL != ""}, {"api_key_env", p.APIKeyEnv != ""}, {"max_steps", p.MaxSteps != 0}, {"system_prompt", p.SystemPrompt != ""}} {
+				if k.set {
+					return fmt.Errorf("config: %s.%s applies only to type openai (this provider is type %s)", at, k.key, p.Type)
+				}
 			}
 		}
 		for j, m := range p.Models {
@@ -575,6 +639,9 @@ func checkHostPort(key, addr string) error {
 type fileDecoder struct {
 	path string // the file as given, for messages
 	home string // for ~ expansion, "" when unknown
+	// offered, when set, collects the key of every field table mapping() is
+	// given, as a path (Keys lists the file's keys this way).
+	offered *[]string
 }
 
 type field struct {
@@ -655,6 +722,7 @@ func (d *fileDecoder) decode(c *Config, data []byte) error {
 			{"replay_keep", d.duration(&c.Timing.ReplayKeep)},
 			{"default_wait", d.duration(&c.Timing.DefaultWait)},
 			{"peer_timeout", d.duration(&c.Timing.PeerTimeout)},
+			{"agent_silence", d.duration(&c.Timing.AgentSilence)},
 		})},
 		{"limits", d.section([]field{
 			{"active_sessions", d.integer(&c.Limits.ActiveSessions)},
@@ -678,6 +746,11 @@ func (d *fileDecoder) syntax(err error) error {
 // mapping walks a mapping node: every key must be one of fields, at most once.
 // Keys whose value is null are treated as absent.
 func (d *fileDecoder) mapping(n *yaml.Node, prefix string, fields []field) error {
+	if d.offered != nil {
+		for _, f := range fields {
+			*d.offered = append(*d.offered, strings.TrimPrefix(prefix+"."+f.key, "."))
+		}
+	}
 	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], resolve(n.Content[i+1])
@@ -909,11 +982,14 @@ func (d *fileDecoder) providers(p *[]Provider) func(string, *yaml.Node) error {
 				{"name", d.str(&pr.Name)},
 				{"type", d.str(&pr.Type)},
 				{"command", d.strs(&pr.Command)},
+				{"args", d.strs(&pr.Args)},
 				{"models", d.strs(&pr.Models)},
 				{"default_model", d.str(&pr.DefaultModel)},
 				{"efforts", d.strs(&pr.Efforts)},
 				{"base_url", d.str(&pr.BaseURL)},
 				{"api_key_env", d.str(&pr.APIKeyEnv)},
+				{"max_steps", d.integer(&pr.MaxSteps)},
+				{"system_prompt", d.str(&pr.SystemPrompt)},
 				{"switch_to", d.str(&pr.SwitchTo)},
 				{"env", d.strMap(&pr.Env)},
 			})

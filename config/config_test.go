@@ -62,6 +62,7 @@ func defaultTiming() Timing {
 		ReplayKeep:       168 * time.Hour,
 		DefaultWait:      60 * time.Second,
 		PeerTimeout:      10 * time.Second,
+		AgentSilence:     10 * time.Minute,
 	}
 }
 
@@ -217,6 +218,7 @@ func TestLoadCustomFile(t *testing.T) {
 			ReplayKeep:       24 * time.Hour,
 			DefaultWait:      10 * time.Second,
 			PeerTimeout:      90 * time.Second,
+			AgentSilence:     10 * time.Minute,
 		},
 		Limits: Limits{
 			ActiveSessions:               1,
@@ -288,7 +290,11 @@ func TestPrecedence(t *testing.T) {
 		{"owner token and metrics addr flags beat env",
 			map[string]string{"owner-token": "tok-flag-0123456789", "metrics-addr": "127.0.0.1:9200"},
 			map[string]string{"RELAY_OWNER_TOKEN": "tok-env-0123456789", "RELAY_METRICS_ADDR": ":9100"},
-			func(v view) view { v = def; v.OwnerToken, v.MetricsAddr = "tok-flag-0123456789", "127.0.0.1:9200"; return v }},
+			func(v view) view {
+				v = def
+				v.OwnerToken, v.MetricsAddr = "tok-flag-0123456789", "127.0.0.1:9200"
+				return v
+			}},
 		{"config flag beats env", map[string]string{"config": file}, map[string]string{"RELAY_CONFIG": "/does/not/exist.yaml"},
 			func(view) view { return withFile }},
 		{"empty config flag disables env file", map[string]string{"config": ""}, map[string]string{"RELAY_CONFIG": file},
@@ -612,9 +618,9 @@ func TestValidate(t *testing.T) {
 		{"duplicate provider id", func(c *Config) { c.Providers[1].ID = "claude" },
 			`config: providers[1].id "claude" is already used by providers[0]`},
 		{"provider type", func(c *Config) { c.Providers[0].Type = "bash" },
-			`config: providers[0].type must be one of exec, openai, scripted (got "bash")`},
+			`config: providers[0].type must be one of exec, openai, scripted, claude-code, codex, gemini-cli (got "bash")`},
 		{"provider type empty", func(c *Config) { c.Providers[1].Type = "" },
-			`config: providers[1].type must be one of exec, openai, scripted (got "")`},
+			`config: providers[1].type must be one of exec, openai, scripted, claude-code, codex, gemini-cli (got "")`},
 		{"scripted id with other type", func(c *Config) {
 			c.Providers[2].Type = "exec"
 			c.Providers[2].Command = []string{"x"}
@@ -740,5 +746,18 @@ func TestInside(t *testing.T) {
 				t.Errorf("Inside(%q, %q) = %v, want %v", tt.folders, tt.dir, got, tt.want)
 			}
 		})
+	}
+}
+
+// A YAML file with folders but no default_cwd: the default folder is the first of them.
+func TestFoldersWithoutDefaultCwd(t *testing.T) {
+	dir := t.TempDir()
+	p := writeFile(t, "folders: ["+dir+"]\n")
+	c, err := Load(map[string]string{"config": p}, nil)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if c.DefaultCwd != dir {
+		t.Fatalf("default_cwd %q, want %q", c.DefaultCwd, dir)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -133,7 +134,7 @@ func (e *Exec) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 		Args:        argv,
 		Env:         env,
 		Dir:         t.Cwd,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		SysProcAttr: agentProcAttr(),
 		WaitDelay:   execPipeDelay,
 	}
 	if !promptInArgs {
@@ -339,7 +340,9 @@ func (e *Exec) writeMCPConfig(t Turn) (string, error) {
 	}
 	// CreateTemp opens with O_EXCL and mode 0600: no symlink games in a
 	// shared temp dir, and concurrent turns of a session do not collide.
-	f, err := os.CreateTemp(dir, "relay-mcp-"+safeName(t.SessionID)+"-*.json")
+	// The relay's pid in the name lets a later start remove the files of a
+	// process that died (CleanStaleMCPConfigs).
+	f, err := os.CreateTemp(dir, fmt.Sprintf("%s%d-%s-*.json", mcpConfigPrefix, os.Getpid(), safeName(t.SessionID)))
 	if err != nil {
 		return "", err
 	}
@@ -353,6 +356,56 @@ func (e *Exec) writeMCPConfig(t Turn) (string, error) {
 		return "", err
 	}
 	return name, nil
+}
+
+// MCPConfigDir is where this provider writes its MCP config files.
+func (e *Exec) MCPConfigDir() string {
+	if e.c.ConfigDir == "" {
+		return os.TempDir()
+	}
+	return e.c.ConfigDir
+}
+
+// mcpConfigPrefix starts the name of every generated MCP config file.
+const mcpConfigPrefix = "relay-mcp-"
+
+// CleanStaleMCPConfigs removes the MCP config files in dir that a relay
+// process which no longer runs left behind (it died mid-turn; the files hold
+// session tokens). Files of live processes, and files not named by a relay,
+// are left alone. It returns how many it removed.
+func CleanStaleMCPConfigs(dir string) (int, error) {
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0, nil
+		}
+		return 0, err
+	}
+	n := 0
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), mcpConfigPrefix)
+		if !ok || !strings.HasSuffix(rest, ".json") || e.IsDir() {
+			continue
+		}
+		pidText, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 || pid == os.Getpid() || processAlive(pid) {
+			continue
+		}
+		if os.Remove(filepath.Join(dir, e.Name())) == nil {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// processAlive reports whether a process with this pid exists (signal 0).
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // safeName keeps [A-Za-z0-9_-] of s (at most 64 bytes), for file names.

@@ -15,16 +15,26 @@ import (
 type Info struct {
 	ID           string
 	Name         string
-	Type         string // scripted | exec | openai
+	Type         string // scripted | exec | openai | claude-code | codex | gemini-cli
 	Models       []string
 	DefaultModel string
 	Efforts      []string
 	SwitchTo     string // billing partner (R7.8), "" when none
+	// ModelsDiscovered: Models is what the endpoint listed, not a configured
+	// list (R17.6): a model missing from it passes unchecked with a note.
+	ModelsDiscovered bool
+	// Status is "" (available) or "unavailable" (R17.1: e.g. the agent CLI's
+	// binary cannot be found); StatusReason says why.
+	Status       string
+	StatusReason string
 }
+
+// StatusUnavailable is Info.Status of a provider that cannot run turns now.
+const StatusUnavailable = "unavailable"
 
 // HistoryItem is one earlier message of the session, oldest first.
 type HistoryItem struct {
-	Role string // user | agent | assistant | event | schedule
+	Role string // user | agent | assistant | event | schedule | activity
 	Text string
 }
 
@@ -43,12 +53,18 @@ type Turn struct {
 	// RelayURL is the base URL of the relay's API (http://host:port), MCPURL its /mcp route.
 	RelayURL string
 	MCPURL   string
+	// Relay is this relay's name (activity lines, R17.3).
+	Relay string
+	// AgentSession is the agent CLI's own conversation id stored with the
+	// session by an earlier turn (R17.2), "" for a fresh conversation.
+	AgentSession string
 }
 
 // Usage is what a turn consumed, when the provider knows it.
 type Usage struct {
 	InputTokens  int64
 	OutputTokens int64
+	CostUSD      float64 // when the agent CLI reports it
 }
 
 // Result is a finished turn's reply.
@@ -56,6 +72,9 @@ type Result struct {
 	Text  string
 	Model string
 	Usage Usage
+	// Paused is set when the agent hit a rate or usage limit (R17.3): the
+	// reason; the relay marks the provider paused in usage (R7.3).
+	Paused string
 }
 
 // TaskSpec starts a task inside a session: a shell command, a monitor or a sub-agent.
@@ -84,6 +103,20 @@ type Host interface {
 	StartTask(ctx context.Context, spec TaskSpec) (Task, error)
 	// Partial reports the reply written so far (read_session's inFlight).
 	Partial(text string)
+	// A Host may also implement ActivityHost and AgentSessionHost (the
+	// relay's does); providers check with a type assertion.
+}
+
+// ActivityHost records a line of the agent's activity in the conversation
+// (role "activity"), e.g. "🛰️ send → desk session 1a2b3c4d" (R17.3).
+type ActivityHost interface {
+	Activity(line string)
+}
+
+// AgentSessionHost stores the agent CLI's conversation id with the session
+// (R17.2), so later turns, also after a restart, resume it.
+type AgentSessionHost interface {
+	SetAgentSession(id string)
 }
 
 // Provider runs turns.

@@ -32,6 +32,11 @@ func (r *Relay) checkModel(p provider.Info, model, nothing string, create bool) 
 			return "", nil
 		}
 	}
+	if p.ModelsDiscovered {
+		// R17.6: the list is what the endpoint reported last; a model added
+		// since is not yet known, not wrong.
+		return fmt.Sprintf("%q is not among the models %s listed when the relay last asked; it was passed on unchecked.", model, p.Name), nil
+	}
 	type cand struct {
 		id string
 		d  int

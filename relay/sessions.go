@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
 
@@ -66,8 +67,12 @@ func (r *Relay) relayInfo(ctx context.Context, c *caller, a *args) (*result, *Er
 	provs := []any{}
 	for _, id := range r.providerIDs() {
 		in := r.providers[id].Info()
-		provs = append(provs, map[string]any{"id": in.ID, "name": in.Name, "defaultModel": in.DefaultModel,
-			"models": nonNil(in.Models), "efforts": nonNil(in.Efforts), "available": true})
+		pv := map[string]any{"id": in.ID, "name": in.Name, "defaultModel": in.DefaultModel,
+			"models": nonNil(in.Models), "efforts": nonNil(in.Efforts), "available": in.Status != provider.StatusUnavailable}
+		if in.Status == provider.StatusUnavailable { // R17.1: e.g. the agent CLI is not installed
+			pv["status"], pv["statusReason"] = in.Status, in.StatusReason
+		}
+		provs = append(provs, pv)
 	}
 	cwds, err := r.st.RecentCwds(ctx, 10)
 	if err != nil {
@@ -105,10 +110,12 @@ func (r *Relay) usage(ctx context.Context, c *caller, a *args) (*result, *Error)
 		if err != nil {
 			return nil, internal(err)
 		}
-		provs = append(provs, map[string]any{"id": id, "name": r.providers[id].Info().Name, "status": "ok",
+		pv := map[string]any{"id": id, "name": r.providers[id].Info().Name, "status": "ok",
 			"tracked": false, "paused": false,
 			"note":    "quota not tracked: this relay cannot see the provider's limits; it counts the turns and tokens it ran itself",
-			"counted": map[string]any{"turns": u["turns"], "inputTokens": u["inputTokens"], "outputTokens": u["outputTokens"]}})
+			"counted": map[string]any{"turns": u["turns"], "inputTokens": u["inputTokens"], "outputTokens": u["outputTokens"]}}
+		r.agentUsage(ctx, id, u, pv) // cost, a usage-limit pause, availability (R17.3)
+		provs = append(provs, pv)
 	}
 	return newResult("", plural(len(provs), "provider", "providers")+", quotas not tracked").set("providers", provs), nil
 }

@@ -25,7 +25,10 @@ var (
 // turn back to the queue).
 var ErrRetryLater = errors.New("retry the drain later")
 
-const leaseTTL = 30 * time.Second
+// leaseTTL is how long a session's lease outlives its last renewal (every
+// leaseTTL/3): a dead worker's turn is found by the drain sweep (every 5 s)
+// once its lease is gone, within 30 s of the death (R18.11).
+const leaseTTL = 15 * time.Second
 
 // Drain runs the next queued turn of a session (one turn per job, in order,
 // under the session's lease) and starts the job for the one after it.
@@ -70,9 +73,10 @@ func (r *Relay) Drain(ctx context.Context, sid string) error {
 	}
 	t, err := r.st.GetTurn(ctx, id)
 	if err != nil {
-		return err
+		return r.putBack(ctx, sid, id, err)
 	}
 	r.busyAgain(ctx, sid)
+	_ = r.st.Notify(ctx, "session:"+sid) // the turn runs: the owner's console (R19.6)
 	var more bool
 	if s.Archived {
 		more, err = r.finish(ctx, s, orch, id, store.TurnStopped, "", "", "the session was archived")
@@ -92,6 +96,20 @@ func (r *Relay) Drain(ctx context.Context, sid string) error {
 		}
 	}
 	return nil
+}
+
+// putBack returns a turn that was taken but whose agent never started (a
+// Redis error on the way) to the head of its queue, so the drain's retry runs
+// it instead of finding it abandoned (R18.11). It returns cause for the retry.
+func (r *Relay) putBack(ctx context.Context, sid, turnID string, cause error) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := r.st.RequeueTurn(wctx, sid, turnID); err != nil {
+		r.log.Error("a taken turn could not be put back; it will end as abandoned", "session", sid, "turn", turnID, "err", err, "cause", cause)
+	} else {
+		r.log.Warn("turn put back after an error before its agent started", "session", sid, "turn", turnID, "err", cause)
+	}
+	return fmt.Errorf("turn %s not started: %w", turnID, cause)
 }
 
 // finish ends a turn and records its outcome; it reports whether more turns wait.
@@ -122,6 +140,7 @@ func (r *Relay) finish(ctx context.Context, s *store.Session, orch, id, status, 
 	}
 	text = excerpt(text, 240) // a line shows 120 characters; events and replay streams keep no whole replies
 	r.emit(wctx, &store.Event{Kind: EvTurnEnd, Session: s.ID, Title: s.Title, Status: status, Text: text, Turn: id})
+	_ = r.st.Notify(wctx, "session:"+s.ID)
 	return more, r.st.Notify(wctx, "turn:"+id)
 }
 
@@ -149,7 +168,7 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	}
 	st, err := r.settings(ctx)
 	if err != nil {
-		return false, err
+		return false, r.putBack(ctx, s.ID, t.ID, err)
 	}
 	// R18.3: the folder is checked again when the turn starts (a symlink may
 	// have been changed to point elsewhere); the agent runs in the resolved one.
@@ -200,8 +219,10 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	stopCh, unsub := r.hub.sub("stop:" + t.ID)
 	defer unsub()
 	done := make(chan struct{})
-	defer close(done)
+	renewer := make(chan struct{})
+	defer func() { close(done); <-renewer }() // the lease renewer is joined before the lease is released
 	go func() {
+		defer close(renewer)
 		renew := time.NewTicker(leaseTTL / 3)
 		defer renew.Stop()
 		for {
@@ -229,23 +250,25 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	}
 	history, err := r.history(ctx, s.ID, t.ID)
 	if err != nil {
-		return false, err
+		return false, r.putBack(ctx, s.ID, t.ID, err)
 	}
 	base := r.opts.BaseURL
 	if base == "" {
 		base, _ = r.st.APIURL(ctx) // a worker-only process: the API recorded where it listens
 	}
 	pt := provider.Turn{SessionID: s.ID, TurnID: t.ID, Prompt: t.Text, Model: s.Model, Effort: s.Effort, Mode: s.Mode,
-		Cwd: cwd, History: history, Token: s.Token, RelayURL: base}
+		Cwd: cwd, History: history, Token: s.Token, RelayURL: base, Relay: r.opts.Name, AgentSession: agentSessionOf(s)}
 	// The agent is offered relay_tool only while agent sessions are on (R4.2
 	// Decision; paired relays will count too).
 	if base != "" && st.AgentSessions {
 		pt.MCPURL = base + "/mcp"
 	}
-	h := &host{r: r, sid: s.ID, turn: t.ID}
+	h := &host{r: r, sid: s.ID, turn: t.ID, prov: s.Provider}
 	if r.met != nil {
 		r.met.TurnStarted(s.Provider)
 	}
+	// R18.9: each turn's start and end (ids and provider; never the prompt).
+	r.log.Info("turn started", "session", id8(s.ID), "turn", id8(t.ID), "provider", s.Provider)
 	out, runErr := p.Run(tctx, pt, h)
 	out.Text = provider.BoundReply(out.Text) // R18.4, whatever the provider
 	cause := context.Cause(tctx)
@@ -258,6 +281,7 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 		if err := r.st.RequeueTurn(context.WithoutCancel(ctx), s.ID, t.ID); err != nil {
 			return false, err
 		}
+		r.log.Info("turn handed back (shutdown)", "session", id8(s.ID), "turn", id8(t.ID), "provider", s.Provider)
 		return false, ErrRetryLater
 	case errors.Is(cause, errStopped):
 		status, errText = store.TurnStopped, ""
@@ -283,9 +307,13 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	if r.met != nil {
 		r.met.TurnFinished(s.Provider, status, time.Since(started))
 	}
-	if status == store.TurnDone {
-		_ = r.st.AddUsage(context.WithoutCancel(ctx), s.Provider, out.Usage.InputTokens, out.Usage.OutputTokens)
+	took := time.Since(started).Round(time.Millisecond)
+	if status == store.TurnError {
+		r.log.Warn("turn ended", "session", id8(s.ID), "turn", id8(t.ID), "provider", s.Provider, "status", status, "duration", took, "cause", errText)
+	} else {
+		r.log.Info("turn ended", "session", id8(s.ID), "turn", id8(t.ID), "provider", s.Provider, "status", status, "duration", took)
 	}
+	r.countUsage(ctx, s.Provider, status, out) // tokens, cost, a usage limit (R7.3, R17.3)
 	model := out.Model
 	if model == "" {
 		model = s.Model
@@ -312,6 +340,9 @@ func (r *Relay) history(ctx context.Context, sid, turnID string) ([]provider.His
 	}
 	out := make([]provider.HistoryItem, 0, end-start)
 	for _, m := range msgs[start:end] {
+		if m.Role == "activity" {
+			continue // 🛰️ lines record the agent's own tool calls; its history has those calls itself
+		}
 		out = append(out, provider.HistoryItem{Role: m.Role, Text: m.Text})
 	}
 	return out, nil
@@ -322,6 +353,7 @@ type host struct {
 	r    *Relay
 	sid  string
 	turn string
+	prov string
 
 	mu      sync.Mutex
 	partial string
@@ -346,6 +378,7 @@ func (h *host) Partial(text string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = h.r.st.SetTurnFields(ctx, h.turn, "partial", text, "partialAt", h.r.now().UnixMilli())
+	_ = h.r.st.Notify(ctx, "session:"+h.sid) // the partial reply, live in the console (R19.6)
 }
 
 func (h *host) partialText() string {

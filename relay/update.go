@@ -217,6 +217,7 @@ func (r *Relay) updateSession(ctx context.Context, c *caller, a *args) (*result,
 	if e := r.askCard(ctx, c, need, "update_session", &tid, cardLines, nothingChanged); e != nil {
 		return nil, e
 	}
+	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
 	// Effect. Re-read the session: a card may have taken minutes.
 	s2, err := r.st.GetSession(ctx, s.ID)
 	if err != nil {
@@ -264,8 +265,17 @@ func (r *Relay) updateSession(ctx context.Context, c *caller, a *args) (*result,
 	}
 	if cwd != "" && contains(written, "cwd") {
 		_ = r.st.NoteCwd(ctx, cwd, r.now())
-		res.set("relaunched", false)
-		notes = append(notes, "The new folder is kept for the session's next turn; no agent process had to be restarted.")
+		if keepsConversation(p) {
+			// R17.2: the agent CLI's conversation belongs to the old folder; the next turn starts a fresh one.
+			if err := r.st.ClearAgentSession(ctx, s.ID); err != nil {
+				return nil, internalAfter(err, "changing "+strings.Join(written, ", "))
+			}
+			res.set("relaunched", true)
+			notes = append(notes, "The agent starts a fresh conversation in the new folder at the session's next turn; this relay's messages of the session stay.")
+		} else {
+			res.set("relaunched", false)
+			notes = append(notes, "The new folder is kept for the session's next turn; no agent process had to be restarted.")
+		}
 		res.set("note", strings.Join(notes, " "))
 	}
 	res.set("settings", r.settingsOf(ctx, s)).set("changed", written)

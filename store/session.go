@@ -41,6 +41,12 @@ type Session struct {
 	AutoCompactWindow int
 	ThinkingEnabled   string // "" | "on" | "off"
 	ThinkingDisplay   string
+	// AgentSession is the agent CLI's own conversation id (R17.2) and
+	// AgentProvider the provider that made it. Only SetAgentSession and
+	// ClearAgentSession write them (fields() leaves them out, so a settings
+	// save never puts back an old id).
+	AgentSession  string
+	AgentProvider string
 }
 
 func (s *Session) fields() map[string]any {
@@ -67,6 +73,7 @@ func sessionFrom(m map[string]string) *Session {
 		Archived: m["archived"] == "1", ArchivedAt: fromMS(atoi64(m["archivedAt"])), GroupID: m["group"],
 		MayCreateSessions: m["mayCreate"] == "1", AutoCompactWindow: int(atoi64(m["acw"])),
 		ThinkingEnabled: m["think"], ThinkingDisplay: m["thinkDisp"],
+		AgentSession: m["agentSession"], AgentProvider: m["agentProvider"],
 	}
 	if v := m["startedBy"]; v != "" {
 		var r Ref
@@ -250,6 +257,81 @@ func (s *Store) ArchiveSession(ctx context.Context, id string, now time.Time) er
 		return nil
 	})
 	return err
+}
+
+// SessionQuiet says whether a session has no running turn, no queued prompt
+// and no drain due (what deleting it waits for).
+func (s *Store) SessionQuiet(ctx context.Context, sid string) (bool, error) {
+	n, err := s.rdb.Exists(ctx, s.k("cur", sid), s.k("q", sid), s.k("drain", sid)).Result()
+	return n == 0, err
+}
+
+// DeleteSession removes a session and what is its alone (owner's DELETE
+// /sessions/{id}): the record, token, messages and their turns, queue, tasks
+// and their output, question cards, flags, loop count, its watcher state and
+// the indexes naming it. busyKey is its orchestrator's semaphore ("" = none).
+// Schedules, asks and subscriptions are ended by the domain before.
+func (s *Store) DeleteSession(ctx context.Context, sid, busyKey string) error {
+	token, err := s.rdb.HGet(ctx, s.sessKey(sid), "token").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	msgs, err := s.rdb.LRange(ctx, s.msgsKey(sid), 0, -1).Result()
+	if err != nil {
+		return err
+	}
+	queued, err := s.rdb.LRange(ctx, s.k("q", sid), 0, -1).Result()
+	if err != nil {
+		return err
+	}
+	tasks, err := s.rdb.HKeys(ctx, s.k("tasks", sid)).Result()
+	if err != nil {
+		return err
+	}
+	qids, err := s.rdb.ZRange(ctx, s.k("sq", sid), 0, -1).Result()
+	if err != nil {
+		return err
+	}
+	ids := append([]string{}, queued...)
+	for _, raw := range msgs {
+		var m Message
+		if json.Unmarshal([]byte(raw), &m) == nil && m.ID != "" {
+			ids = append(ids, m.ID)
+		}
+	}
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		if token != "" {
+			p.Del(ctx, s.k("tok", token)) // revoked (R18.2)
+		}
+		for _, id := range ids {
+			p.Del(ctx, s.turnKey(id))
+			p.ZRem(ctx, s.k("tids"), id)
+		}
+		for _, id := range tasks {
+			p.Del(ctx, s.k("tout", id))
+		}
+		for _, id := range qids {
+			p.Del(ctx, s.k("question", id))
+			p.ZRem(ctx, s.k("qids"), id)
+		}
+		for _, name := range []string{"sess", "msgs", "q", "cur", "drain", "tasks", "sq", "flags", "loop", "busy",
+			"subs", "subsended", "subidx", "schinto", "schby", "schended", "asksby", "asksopen", "asksin",
+			"buf", "win", "wakes", "wl", "wlnext", "dlv"} {
+			p.Del(ctx, s.k(name, sid))
+		}
+		p.SRem(ctx, s.drainsKey(), sid)
+		p.ZRem(ctx, s.k("sids"), sid)
+		p.ZRem(ctx, s.k("sessions", "active"), sid)
+		p.ZRem(ctx, s.k("sessions", "archived"), sid)
+		if busyKey != "" {
+			p.SRem(ctx, busyKey, sid)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete session %s: %w", sid, err)
+	}
+	return nil
 }
 
 // Extras is what a session listing needs beside the record.

@@ -56,6 +56,8 @@ func (c *console) funcs() template.FuncMap {
 				return "Event"
 			case "schedule":
 				return "Schedule"
+			case "activity":
+				return "Tool call" // 🛰️ lines of an agent CLI (R17.3)
 			}
 			return str(x)
 		},

@@ -1,0 +1,132 @@
+package provider
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// claudeDialect drives Claude Code (claude -p, stream-json).
+//
+// First turn: --session-id UUID (the relay picks it); later turns: --resume
+// UUID. The MCP config file (R11.2 shape) goes to --mcp-config with
+// --strict-mcp-config, and relay_tool is pre-allowed with --allowedTools
+// mcp__relay__relay_tool (without it -p mode refuses the call). Mode plan:
+// --permission-mode plan.
+type claudeDialect struct{}
+
+func (claudeDialect) defaultCommand() []string { return []string{"claude"} }
+
+func (claudeDialect) prepare(p *CLI, t Turn, model string, tf *turnFiles) ([]string, []string, error) {
+	cfg, err := p.mcpConfigFile(t, tf) // a file naming no server when agent sessions are off
+	if err != nil {
+		return nil, nil, fmt.Errorf("MCP config: %w", err)
+	}
+	args := []string{"-p", "--output-format", "stream-json", "--verbose", "--include-partial-messages",
+		"--mcp-config=" + cfg, "--strict-mcp-config"}
+	if mcpOn(t) {
+		args = append(args, "--allowedTools=mcp__relay__relay_tool")
+	}
+	if t.AgentSession != "" {
+		args = append(args, "--resume="+t.AgentSession)
+	} else {
+		args = append(args, "--session-id="+newUUID())
+	}
+	if model != "" {
+		args = append(args, "--model="+model)
+	}
+	if t.Effort != "" {
+		args = append(args, "--effort="+t.Effort)
+	}
+	if t.Mode == "plan" {
+		args = append(args, "--permission-mode=plan")
+	}
+	args = append(args, p.c.Args...)
+	args = append(args, "--", t.Prompt)
+	return args, nil, nil
+}
+
+func (claudeDialect) event(ev map[string]any, s *stream) {
+	switch jstr(ev, "type") {
+	case "system":
+		if jstr(ev, "subtype") == "init" {
+			s.agentSession(jstr(ev, "session_id"))
+		}
+	case "stream_event":
+		e := jmap(ev, "event")
+		switch jstr(e, "type") {
+		case "message_start":
+			s.newSegment()
+		case "content_block_delta":
+			if jstr(e, "delta", "type") == "text_delta" {
+				s.deltas = true
+				s.appendText(jstr(e, "delta", "text"))
+			}
+		}
+	case "assistant":
+		content, _ := jmap(ev, "message")["content"].([]any)
+		for _, c := range content {
+			b, _ := c.(map[string]any)
+			switch jstr(b, "type") {
+			case "text":
+				if !s.deltas {
+					s.newSegment()
+					s.appendText(jstr(b, "text"))
+				}
+			case "tool_use":
+				s.toolCall(jstr(b, "id"), jstr(b, "name"), b["input"])
+			}
+		}
+	case "user":
+		content, _ := jmap(ev, "message")["content"].([]any)
+		for _, c := range content {
+			if b, _ := c.(map[string]any); jstr(b, "type") == "tool_result" {
+				s.toolDone(jstr(b, "tool_use_id"))
+			}
+		}
+	case "rate_limit_event":
+		info := jmap(ev, "rate_limit_info")
+		if jstr(info, "status") == "rejected" {
+			why := "Claude usage limit reached"
+			if kind := jstr(info, "rateLimitType"); kind != "" {
+				why += " (" + kind + ")"
+			}
+			if at := jnum(info, "resetsAt"); at > 0 {
+				why += "; resets at " + time.Unix(int64(at), 0).UTC().Format(time.RFC3339)
+			}
+			s.limited(why)
+		}
+	case "result":
+		s.agentSession(jstr(ev, "session_id"))
+		u := jmap(ev, "usage")
+		in := jnum(u, "input_tokens") + jnum(u, "cache_creation_input_tokens") + jnum(u, "cache_read_input_tokens")
+		s.setUsage(int64(in), int64(jnum(u, "output_tokens")), jnum(ev, "total_cost_usd"))
+		text := jstr(ev, "result")
+		if isErr, _ := ev["is_error"].(bool); isErr || (jstr(ev, "subtype") != "" && jstr(ev, "subtype") != "success") {
+			msg := text
+			if errs, _ := ev["errors"].([]any); msg == "" && len(errs) > 0 {
+				parts := make([]string, 0, len(errs))
+				for _, e := range errs {
+					if es, ok := e.(string); ok {
+						parts = append(parts, es)
+					}
+				}
+				msg = strings.Join(parts, "; ")
+			}
+			if msg == "" {
+				msg = jstr(ev, "subtype")
+			}
+			if limitText(msg) {
+				s.limited(msg)
+			} else {
+				s.fail(msg)
+			}
+		}
+		s.result(text)
+	}
+}
+
+// resumeFailed: "No conversation found with session ID: …" (measured, 2.1.332).
+func (claudeDialect) resumeFailed(msg string) bool {
+	return strings.Contains(msg, "No conversation found")
+}

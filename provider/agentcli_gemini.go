@@ -1,0 +1,113 @@
+package provider
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// geminiDialect drives Gemini CLI (gemini -p … -o stream-json).
+//
+// Each session has its own GEMINI_CLI_HOME under StateDir (its chats stay
+// there for --resume) with a settings file written at every turn: API-key
+// auth, no usage statistics, telemetry or auto-update, and the relay's MCP
+// server as mcpServers.relay {httpUrl, headers Authorization: Bearer
+// ${RELAY_TOKEN}, trust: true} (untrusted MCP tools are left out in -p
+// mode; the token itself stays in the environment). First turn:
+// --session-id UUID; later turns: --resume UUID. Mode plan: --approval-mode plan.
+type geminiDialect struct{}
+
+func (geminiDialect) defaultCommand() []string { return []string{"gemini"} }
+
+// GeminiHome is the GEMINI_CLI_HOME of a session's turns under stateDir.
+func GeminiHome(stateDir, sessionID string) string {
+	return filepath.Join(stateDir, "gemini", safeName(sessionID))
+}
+
+func (geminiDialect) prepare(p *CLI, t Turn, model string, _ *turnFiles) ([]string, []string, error) {
+	home := GeminiHome(p.c.StateDir, t.SessionID)
+	if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o700); err != nil {
+		return nil, nil, fmt.Errorf("gemini home: %w", err)
+	}
+	settings := map[string]any{
+		"security":  map[string]any{"auth": map[string]any{"selectedType": "gemini-api-key"}},
+		"privacy":   map[string]any{"usageStatisticsEnabled": false},
+		"telemetry": map[string]any{"enabled": false},
+		"general":   map[string]any{"enableAutoUpdate": false, "enableAutoUpdateNotification": false},
+	}
+	if mcpOn(t) {
+		settings["mcpServers"] = map[string]any{"relay": map[string]any{
+			"httpUrl": t.MCPURL,
+			"headers": map[string]string{"Authorization": "Bearer ${RELAY_TOKEN}"},
+			"trust":   true,
+			"timeout": execMCPTimeoutMs,
+		}}
+	}
+	b, _ := json.MarshalIndent(settings, "", "  ")
+	path := filepath.Join(home, ".gemini", "settings.json")
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return nil, nil, fmt.Errorf("gemini settings: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return nil, nil, fmt.Errorf("gemini settings: %w", err)
+	}
+	args := []string{"--output-format=stream-json", "--skip-trust"}
+	if model != "" {
+		args = append(args, "--model="+model)
+	}
+	if t.AgentSession != "" {
+		args = append(args, "--resume="+t.AgentSession)
+	} else {
+		args = append(args, "--session-id="+newUUID())
+	}
+	if t.Mode == "plan" {
+		args = append(args, "--approval-mode=plan")
+	}
+	args = append(args, p.c.Args...)
+	args = append(args, "--prompt="+t.Prompt)
+	return args, []string{"GEMINI_CLI_HOME=" + home}, nil
+}
+
+func (geminiDialect) event(ev map[string]any, s *stream) {
+	switch jstr(ev, "type") {
+	case "init":
+		s.agentSession(jstr(ev, "session_id"))
+	case "message":
+		if jstr(ev, "role") == "assistant" {
+			if d, _ := ev["delta"].(bool); !d {
+				s.newSegment()
+			}
+			s.appendText(jstr(ev, "content"))
+		}
+	case "tool_use":
+		s.toolCall(jstr(ev, "tool_id"), jstr(ev, "tool_name"), ev["parameters"])
+		s.newSegment()
+	case "tool_result":
+		s.toolDone(jstr(ev, "tool_id"))
+	case "error":
+		s.softError(jstr(ev, "message")) // counts only when no result follows
+	case "result":
+		st := jmap(ev, "stats")
+		s.setUsage(int64(jnum(st, "input_tokens")), int64(jnum(st, "output_tokens")), 0)
+		if jstr(ev, "status") == "error" || jstr(ev, "status") == "failure" {
+			msg := jstr(ev, "error", "message")
+			if msg == "" {
+				msg = "the turn failed"
+			}
+			if limitText(msg) {
+				s.limited(msg)
+			} else {
+				s.fail(msg)
+			}
+		}
+		s.result(s.segmentText())
+	}
+}
+
+// resumeFailed: "Error resuming session: …", exit 42 (measured, 0.61.0).
+func (geminiDialect) resumeFailed(msg string) bool {
+	return strings.Contains(msg, "Error resuming session")
+}

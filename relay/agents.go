@@ -1,0 +1,98 @@
+package relay
+
+import (
+	"context"
+	"time"
+
+	"github.com/oar/relay/provider"
+	"github.com/oar/relay/store"
+)
+
+// Agent CLI providers (R17): the host's hooks for activity lines and the
+// CLI's conversation id, usage with cost and pauses, availability.
+
+// Activity appends an activity line of the running turn to the conversation
+// (role "activity", R17.3).
+func (h *host) Activity(line string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	m := &store.Message{ID: store.NewID(16), Role: "activity", Text: line, CreatedAt: h.r.now()}
+	if err := h.r.st.AppendMessage(ctx, h.sid, m); err != nil {
+		h.r.log.Warn("activity line not stored", "session", h.sid, "err", err)
+		return
+	}
+	_ = h.r.st.Notify(ctx, "session:"+h.sid) // the owner's console shows it live
+}
+
+// SetAgentSession stores the agent CLI's conversation id with the session (R17.2).
+func (h *host) SetAgentSession(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := h.r.st.SetAgentSession(ctx, h.sid, h.prov, id); err != nil {
+		h.r.log.Warn("agent conversation id not stored", "session", h.sid, "err", err)
+	}
+}
+
+// agentSessionOf is the CLI conversation a session's next turn resumes: the
+// stored one when the session's provider made it.
+func agentSessionOf(s *store.Session) string {
+	if s.AgentProvider != s.Provider {
+		return ""
+	}
+	return s.AgentSession
+}
+
+// conversationKeeper is a provider that keeps its agent's own conversation
+// between turns (the agent CLIs): a new folder starts a fresh one.
+type conversationKeeper interface {
+	KeepsConversation() bool
+}
+
+func keepsConversation(p provider.Provider) bool {
+	k, ok := p.(conversationKeeper)
+	return ok && k.KeepsConversation()
+}
+
+// countUsage records a finished turn's usage (R7.3): tokens and cost of a
+// done turn; a limit the agent hit pauses the provider, a done turn ends the pause.
+func (r *Relay) countUsage(ctx context.Context, provID, status string, out provider.Result) {
+	ctx = context.WithoutCancel(ctx)
+	if out.Paused != "" {
+		if err := r.st.SetUsagePaused(ctx, provID, out.Paused, r.now()); err != nil {
+			r.log.Warn("usage pause not stored", "provider", provID, "err", err)
+		}
+	}
+	if status != store.TurnDone {
+		return
+	}
+	_ = r.st.AddUsage(ctx, provID, out.Usage.InputTokens, out.Usage.OutputTokens)
+	_ = r.st.AddUsageCost(ctx, provID, out.Usage.CostUSD)
+	if out.Paused == "" {
+		_ = r.st.SetUsagePaused(ctx, provID, "", time.Time{})
+	}
+}
+
+// checkAvailable refuses a prompt to a provider that cannot run turns now
+// (R17.1: its CLI's binary is missing); nothing is queued.
+func (r *Relay) checkAvailable(p provider.Provider, nothing string) *Error {
+	in := p.Info()
+	if in.Status != provider.StatusUnavailable {
+		return nil
+	}
+	return Errorf(CodeProviderUnavailable, "Provider %q on relay %q is unavailable: %s. %s", in.ID, r.opts.Name, in.StatusReason, nothing)
+}
+
+// agentUsage adds to a provider's usage entry what the agent CLIs report:
+// the cost counted, a pause by a usage or rate limit, an unavailable CLI.
+func (r *Relay) agentUsage(ctx context.Context, id string, u map[string]int64, pv map[string]any) {
+	if c := u["costMicroUSD"]; c > 0 {
+		pv["counted"].(map[string]any)["costUSD"] = float64(c) / 1e6
+	}
+	if reason, at, err := r.st.UsagePaused(ctx, id); err == nil && reason != "" {
+		pv["paused"], pv["pausedReason"], pv["pausedAt"] = true, reason, ts(at)
+		pv["status"] = "paused"
+	}
+	if in := r.providers[id].Info(); in.Status == provider.StatusUnavailable {
+		pv["status"], pv["statusReason"] = in.Status, in.StatusReason
+	}
+}

@@ -1,0 +1,70 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// SetAgentSession stores the agent CLI's conversation id with the session
+// (R17.2) and the provider it belongs to.
+func (s *Store) SetAgentSession(ctx context.Context, sid, provider, id string) error {
+	if err := s.rdb.HSet(ctx, s.sessKey(sid), "agentSession", id, "agentProvider", provider).Err(); err != nil {
+		return fmt.Errorf("set agent session %s: %w", sid, err)
+	}
+	return nil
+}
+
+// ClearAgentSession forgets the agent CLI's conversation: the next turn
+// starts a fresh one (a new folder, R17.2).
+func (s *Store) ClearAgentSession(ctx context.Context, sid string) error {
+	if err := s.rdb.HDel(ctx, s.sessKey(sid), "agentSession", "agentProvider").Err(); err != nil {
+		return fmt.Errorf("clear agent session %s: %w", sid, err)
+	}
+	return nil
+}
+
+// AppendMessage appends a message to a session's conversation (activity
+// lines of a running turn, R17.3).
+func (s *Store) AppendMessage(ctx context.Context, sid string, m *Message) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if err := s.rdb.RPush(ctx, s.msgsKey(sid), b).Err(); err != nil {
+		return fmt.Errorf("append message %s: %w", sid, err)
+	}
+	return nil
+}
+
+// AddUsageCost adds a turn's cost as the agent CLI reported it (R17.3), in
+// micro-dollars to keep integer counters.
+func (s *Store) AddUsageCost(ctx context.Context, provider string, usd float64) error {
+	if usd <= 0 {
+		return nil
+	}
+	return s.rdb.HIncrBy(ctx, s.k("usage", provider), "costMicroUSD", int64(usd*1e6+0.5)).Err()
+}
+
+// SetUsagePaused marks a provider paused by a usage or rate limit (R7.3,
+// R17.3) with the reason; "" clears it (a turn succeeded again).
+func (s *Store) SetUsagePaused(ctx context.Context, provider, reason string, at time.Time) error {
+	k := s.k("usage", provider)
+	if reason == "" {
+		return s.rdb.HDel(ctx, k, "paused", "pausedAt").Err()
+	}
+	return s.rdb.HSet(ctx, k, "paused", reason, "pausedAt", strconv.FormatInt(at.UnixMilli(), 10)).Err()
+}
+
+// UsagePaused reads a provider's pause: its reason ("" when not paused) and time.
+func (s *Store) UsagePaused(ctx context.Context, provider string) (string, time.Time, error) {
+	vals, err := s.rdb.HMGet(ctx, s.k("usage", provider), "paused", "pausedAt").Result()
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	reason, _ := vals[0].(string)
+	at, _ := vals[1].(string)
+	return reason, fromMS(atoi64(at)), nil
+}
