@@ -17,6 +17,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/oar/relay/relay"
 )
 
 // ToolDomain is what the MCP route needs from the relay domain.
@@ -90,6 +92,12 @@ var errTokenCheck = errors.New("the session token could not be checked now; try 
 // While a tool call runs, the response is kept alive (R7.11): by progress notifications when
 // the call carries a progress token, else by SSE comment lines. The http.Server that serves
 // this handler must have no WriteTimeout.
+//
+// A client that goes away during a call (the POST's context ends) cancels the domain call's
+// context, so its wait ends at once, and what the domain records only once the caller has
+// the result (a reply seen, R18.12) is settled after the response was written: as delivered
+// only when the SDK wrote the result, after the calls returned, to a client still there
+// and without a write error (relay.WithDelivery).
 func NewMCPHandler(d ToolDomain, o MCPOptions) http.Handler {
 	o = o.WithDefaults()
 	r := &mcpRoute{domain: d, opts: o, log: o.Logger}
@@ -159,6 +167,23 @@ func (r *mcpRoute) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 		args = json.RawMessage(`{}`) // no arguments: the domain says what is missing
 	case trimmed[0] != '{':
 		return toolResult(envelopeArgsNotObject, true), nil
+	}
+
+	if post, _ := ctx.Value(postKey{}).(*mcpPost); post != nil {
+		post.begin()
+		defer post.end() // before the SDK writes the result
+		// The SDK hands the handler a context that a client disconnect does not cancel
+		// (protocol versions before 2026-07-28 and most calls after); the POST's own does.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		unwatch := context.AfterFunc(post.ctx, cancel)
+		defer func() {
+			unwatch()
+			cancel()
+		}()
+		var settle func(delivered bool)
+		ctx, settle = relay.WithDelivery(ctx)
+		post.add(settle)
 	}
 
 	stop := r.keepCallAlive(ctx, req, actionOf(args))
@@ -308,8 +333,70 @@ func (h minLevelHandler) WithGroup(name string) slog.Handler {
 
 // keepAliveKey is the context key under which keepAliveHandler hands its writer to the tool
 // handler. In stateless mode the SDK derives each request's handler context from that POST's
-// request context, so the value reaches exactly the call it belongs to.
+// request context (its values, not its cancellation), so the value reaches exactly the call
+// it belongs to.
 type keepAliveKey struct{}
+
+// postKey is the context key of the POST's [mcpPost], set the same way.
+type postKey struct{}
+
+// mcpPost is what the tool calls of one POST share with keepAliveHandler: the POST's own
+// context (done when the client went away) and the delivery hooks of the calls
+// (relay.WithDelivery), settled once the SDK finished writing the response.
+type mcpPost struct {
+	ctx context.Context
+
+	mu      sync.Mutex
+	calls   int // tool calls started
+	running int // tool calls that have not returned
+	settled bool
+	settles []func(delivered bool)
+}
+
+func (p *mcpPost) begin() {
+	p.mu.Lock()
+	p.calls++
+	p.running++
+	p.mu.Unlock()
+}
+
+func (p *mcpPost) end() {
+	p.mu.Lock()
+	p.running--
+	p.mu.Unlock()
+}
+
+// returned reports whether the POST's tool calls ran and all returned: what the SDK writes
+// from then on are their results.
+func (p *mcpPost) returned() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls > 0 && p.running == 0
+}
+
+// add registers a call's settle func; after the POST was settled it runs at once, as
+// undelivered.
+func (p *mcpPost) add(settle func(delivered bool)) {
+	p.mu.Lock()
+	if p.settled {
+		p.mu.Unlock()
+		settle(false)
+		return
+	}
+	p.settles = append(p.settles, settle)
+	p.mu.Unlock()
+}
+
+// settle tells every call of the POST whether its result reached the client.
+func (p *mcpPost) settle(delivered bool) {
+	p.mu.Lock()
+	fns := p.settles
+	p.settles, p.settled = nil, true
+	p.mu.Unlock()
+	for _, fn := range fns {
+		fn(delivered)
+	}
+}
 
 // keepAliveHandler gives each POST a keepAliveWriter, so that a running tool call can open
 // the SSE response early and write comment lines before the SDK has written anything (the
@@ -323,10 +410,18 @@ func (h keepAliveHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		h.next.ServeHTTP(w, req)
 		return
 	}
+	post := &mcpPost{ctx: req.Context()}
 	kw := newKeepAliveWriter(w)
-	defer kw.close() // also on panic: nothing may write after ServeHTTP returns
-	h.next.ServeHTTP(kw, req.WithContext(context.WithValue(req.Context(), keepAliveKey{}, kw)))
-	kw.finish()
+	kw.post = post
+	delivered := false
+	defer func() { post.settle(delivered) }() // also on panic, as undelivered
+	defer kw.close()                          // also on panic: nothing may write after ServeHTTP returns
+	ctx := context.WithValue(req.Context(), keepAliveKey{}, kw)
+	ctx = context.WithValue(ctx, postKey{}, post)
+	// In stateless mode ServeHTTP returns only once the tool handlers returned and their
+	// results were written (or dropped, for a client gone).
+	h.next.ServeHTTP(kw, req.WithContext(ctx))
+	delivered = kw.finish()
 }
 
 // errResponseFinished is returned by writes after the handler returned.
@@ -344,10 +439,22 @@ type keepAliveWriter struct {
 	sse       bool        // committed as 200 text/event-stream
 	keptAlive bool        // a keep-alive committed the response
 	closed    bool        // the handler returned: no more writes
+	post      *mcpPost    // the POST: its context, its calls (nil: none known)
+	result    bool        // the SDK wrote after the tool calls returned: their results
+	failed    bool        // a write or flush failed or came after the client went away
 }
 
 func newKeepAliveWriter(w http.ResponseWriter) *keepAliveWriter {
 	return &keepAliveWriter{w: w, header: w.Header().Clone()}
+}
+
+// checkGoneLocked marks the response failed when the client went away: what is written
+// from now on does not reach it. Writes check it, not flushes: a client may leave as soon as
+// it read what a write sent out.
+func (k *keepAliveWriter) checkGoneLocked() {
+	if k.post != nil && k.post.ctx.Err() != nil {
+		k.failed = true
+	}
 }
 
 func (k *keepAliveWriter) Header() http.Header { return k.header }
@@ -367,6 +474,10 @@ func (k *keepAliveWriter) Write(p []byte) (int, error) {
 	if k.closed {
 		return 0, errResponseFinished
 	}
+	k.checkGoneLocked()
+	if len(p) > 0 && k.post != nil && k.post.returned() {
+		k.result = true
+	}
 	if !k.committed {
 		k.commitLocked(http.StatusOK)
 	} else if k.keptAlive && mediaType(k.header) == "application/json" {
@@ -377,11 +488,16 @@ func (k *keepAliveWriter) Write(p []byte) (int, error) {
 		b.Write(bytes.TrimRight(p, "\r\n"))
 		b.WriteString("\n\n")
 		if _, err := k.w.Write(b.Bytes()); err != nil {
+			k.failed = true
 			return 0, err
 		}
 		return len(p), nil
 	}
-	return k.w.Write(p)
+	n, err := k.w.Write(p)
+	if err != nil {
+		k.failed = true
+	}
+	return n, err
 }
 
 // Flush implements http.Flusher.
@@ -397,7 +513,11 @@ func (k *keepAliveWriter) FlushError() error {
 	if !k.committed {
 		k.commitLocked(http.StatusOK)
 	}
-	return http.NewResponseController(k.w).Flush()
+	err := http.NewResponseController(k.w).Flush()
+	if err != nil && !errors.Is(err, http.ErrNotSupported) {
+		k.failed = true
+	}
+	return err
 }
 
 // keepAlive writes one SSE comment, committing the response as an event stream first if the
@@ -420,21 +540,34 @@ func (k *keepAliveWriter) keepAlive() bool {
 	if !k.sse {
 		return false
 	}
+	k.checkGoneLocked()
 	if _, err := io.WriteString(k.w, ": keepalive\n\n"); err != nil {
+		k.failed = true
 		return false
 	}
 	_ = http.NewResponseController(k.w).Flush()
 	return true
 }
 
-// finish commits a response the SDK left untouched (as net/http would on return) and closes.
-func (k *keepAliveWriter) finish() {
+// finish commits a response the SDK left untouched (as net/http would on return), flushes
+// what the SDK wrote and closes. It reports whether the response reached the client as far
+// as the server can tell: the SDK wrote the calls' results, every write came while the
+// client was there, and no write or flush failed (a client that leaves once it has the
+// result does not undo that).
+func (k *keepAliveWriter) finish() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if !k.closed && !k.committed {
+	if k.closed {
+		return false
+	}
+	if !k.committed {
 		k.commitLocked(http.StatusOK)
 	}
+	if err := http.NewResponseController(k.w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		k.failed = true
+	}
 	k.closed = true
+	return k.result && !k.failed
 }
 
 func (k *keepAliveWriter) close() {

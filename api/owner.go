@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 
 	"github.com/gin-gonic/gin"
@@ -25,6 +26,7 @@ func (o *owner) routes(g *gin.RouterGroup) {
 	g.GET("/sessions", o.listSessions)
 	g.GET("/sessions/:id", o.getSession)
 	g.PATCH("/sessions/:id", o.patchSession)
+	g.DELETE("/sessions/:id", o.deleteSession)
 	g.POST("/sessions/:id/messages", o.message)
 	g.POST("/sessions/:id/stop", o.stop)
 	g.POST("/sessions/:id/archive", o.archive)
@@ -35,6 +37,8 @@ func (o *owner) routes(g *gin.RouterGroup) {
 	g.PATCH("/settings", o.patchSettings)
 	g.GET("/groups", o.groups)
 	g.POST("/groups", o.createGroup)
+	g.PATCH("/groups/:id", o.renameGroup)
+	g.DELETE("/groups/:id", o.dissolveGroup)
 	g.GET("/schedules", o.schedules)
 	g.DELETE("/schedules/:id", o.cancelSchedule)
 	g.GET("/inbox", o.inbox)
@@ -91,9 +95,17 @@ func bind(c *gin.Context, dst any, optional bool) bool {
 		var te *json.UnmarshalTypeError
 		msg := "The body is not valid JSON for this request: " + err.Error() + ". Nothing was done."
 		if errors.As(err, &te) {
-			msg = fmt.Sprintf("%s must be %s. Nothing was done.", te.Field, te.Type)
+			if te.Field == "" {
+				msg = "The body must be a JSON object. Nothing was done."
+			} else {
+				msg = fmt.Sprintf("%s must be %s. Nothing was done.", te.Field, jsonKind(te.Type.Kind()))
+			}
 		}
 		fail(c, relay.Errorf(relay.CodeInvalidInput, "%s", msg))
+		return false
+	}
+	if dec.More() {
+		fail(c, relay.Errorf(relay.CodeInvalidInput, "The body holds more than one JSON value. Nothing was done."))
 		return false
 	}
 	return true
@@ -335,4 +347,56 @@ func (o *owner) createGroup(c *gin.Context) {
 		return
 	}
 	c.JSON(http.StatusCreated, g)
+}
+
+func (o *owner) deleteSession(c *gin.Context) {
+	out, err := o.r.OwnerDeleteSession(c.Request.Context(), c.Param("id"))
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func (o *owner) renameGroup(c *gin.Context) {
+	var in struct {
+		Name string `json:"name"`
+	}
+	if !bind(c, &in, false) {
+		return
+	}
+	out, err := o.r.RenameGroup(c.Request.Context(), c.Param("id"), in.Name)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func (o *owner) dissolveGroup(c *gin.Context) {
+	out, err := o.r.DissolveGroup(c.Request.Context(), c.Param("id"))
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// jsonKind names a Go kind the way a JSON client thinks of it.
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16,
+		reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	default:
+		return "of another type"
+	}
 }

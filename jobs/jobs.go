@@ -119,6 +119,21 @@ func (c *Client) Enqueue(ctx context.Context, typ string, payload any, id string
 
 // DrainTaskExists reports whether the drain task is still in the queue (pending,
 // scheduled, retrying or active).
+// DrainTaskWaiting reports whether a drain task with this id waits to run
+// (pending, scheduled or retrying). An active task is not waiting: either a
+// live worker runs it (and holds the session's lease) or its worker died.
+func (c *Client) DrainTaskWaiting(ctx context.Context, taskID string) (bool, error) {
+	info, err := c.insp.GetTaskInfo(c.q.Turns, taskID)
+	if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return info.State == asynq.TaskStatePending || info.State == asynq.TaskStateScheduled || info.State == asynq.TaskStateRetry, nil
+}
+
+// DrainTaskExists reports whether a drain task with this id is still pending, scheduled, retrying or active.
 func (c *Client) DrainTaskExists(ctx context.Context, taskID string) (bool, error) {
 	info, err := c.insp.GetTaskInfo(c.q.Turns, taskID)
 	if errors.Is(err, asynq.ErrTaskNotFound) || errors.Is(err, asynq.ErrQueueNotFound) {

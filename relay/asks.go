@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -80,6 +81,7 @@ func (r *Relay) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
 		if e := r.askCard(ctx, c, need, "ask", &tid, []string{fmt.Sprintf("Ask on behalf of %q (%s): %s", concern.Title, id8(concern.ID), excerpt(question, 200))}, nothingAsked); e != nil {
 			return nil, e
 		}
+		ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
 	}
 	ak := &store.Ask{ID: "ask_" + store.NewID(6), Asker: c.s.ID, Session: concern.ID, Question: question, Options: options,
 		Recommendation: rec, Detail: detail, Status: "pending", CreatedAt: r.now()}
@@ -136,6 +138,19 @@ func (r *Relay) listQuestions(ctx context.Context, c *caller, a *args) (*result,
 	if err != nil {
 		return nil, internal(err)
 	}
+	if only != "" {
+		// With session: every open ask about that session, whoever asked
+		// (issue 13), besides this conversation's own about it.
+		about, err := r.st.AsksIn(ctx, only)
+		if err != nil {
+			return nil, internal(err)
+		}
+		for _, ak := range about {
+			if !slices.ContainsFunc(asks, func(x *store.Ask) bool { return x.ID == ak.ID }) {
+				asks = append(asks, ak)
+			}
+		}
+	}
 	list := []any{}
 	open := 0
 	for _, ak := range asks {
@@ -145,7 +160,11 @@ func (r *Relay) listQuestions(ctx context.Context, c *caller, a *args) (*result,
 		if ak.Status == "pending" {
 			open++
 		}
-		list = append(list, askView(ak))
+		v := askView(ak)
+		if ak.Asker != c.s.ID {
+			v["askedBy"] = ak.Asker
+		}
+		list = append(list, v)
 	}
 	return newResult("", fmt.Sprintf("%d open, %d closed in the last day", open, len(list)-open)).set("questions", list), nil
 }
@@ -231,7 +250,7 @@ type InboxAnswer struct {
 func (r *Relay) AnswerAsk(ctx context.Context, id string, in InboxAnswer) (map[string]any, error) {
 	ak, err := r.st.GetAsk(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, Errorf(CodeNotFound, "No ask %q.", id)
+		return nil, Errorf(CodeNotFound, "No ask %q. Nothing was done.", id)
 	}
 	if err != nil {
 		return nil, err
@@ -261,6 +280,7 @@ func (r *Relay) AnswerAsk(ctx context.Context, id string, in InboxAnswer) (map[s
 	if !ok {
 		return nil, Errorf(CodeInvalidInput, "Ask %s was closed meanwhile. Nothing was changed.", id)
 	}
+	_ = r.st.Notify(ctx, "inbox") // the owner's console (R19.6)
 	for _, who := range unique(ak.Asker, ak.Session) {
 		r.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: who, QuestionID: ak.ID, Text: ak.Question,
 			Answer: ak.Answer, Choice: ak.Choice, Dismissed: in.Dismiss, Via: ak.Via})

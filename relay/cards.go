@@ -29,6 +29,11 @@ func (n *cardNeed) needed() bool { return len(n.reasons) > 0 }
 var writeActions = map[string]bool{"send": true, "create_session": true, "update_session": true,
 	"answer_question": true, "stop": true, "archive": true, "transfer_subscriptions": true}
 
+// promptActions are the cards for a prompt to another agent: allowing one
+// releases the setter's held schedule firings (R9.6); any other card does not.
+// (A schedule's card is only asked for one into another session.)
+var promptActions = map[string]bool{"send": true, "create_session": true, "schedule": true}
+
 // modeCard adds the ask/plan mode reason.
 func modeCard(n *cardNeed, c *caller, action string) {
 	if writeActions[action] && (c.s.Mode == "ask" || c.s.Mode == "plan") {
@@ -85,7 +90,8 @@ func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action s
 	if !need.needed() {
 		return nil
 	}
-	if c.turn == nil {
+	// An external session's call is its own live turn (R17.7): it blocks until the owner decides.
+	if c.turn == nil && !isExternal(c.s) {
 		return Errorf(CodeNoActiveTurn, "%s needs the owner's approval, and a card can only be asked inside a running turn of this conversation. %s", action, nothing)
 	}
 	card := &store.Card{ID: "card_" + store.NewID(8), Session: c.s.ID, Action: action, Relay: r.opts.Name,
@@ -98,6 +104,7 @@ func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action s
 	if r.met != nil {
 		r.met.CardDecided("asked")
 	}
+	r.log.Info("card asked", "card", card.ID, "session", id8(c.s.ID), "action", action)
 	_ = r.st.Notify(ctx, "cards")
 	deadline := time.NewTimer(r.maxWait(ctx))
 	defer deadline.Stop()
@@ -112,6 +119,7 @@ func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action s
 			if r.met != nil {
 				r.met.CardDecided(cur.Decision)
 			}
+			r.log.Info("card decided", "card", card.ID, "session", id8(c.s.ID), "action", action, "decision", cur.Decision)
 			if cur.Decision == "allow" {
 				for _, f := range need.flags {
 					if err := r.st.SetFlag(ctx, c.s.ID, f); err != nil {
@@ -127,7 +135,9 @@ func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action s
 					}
 					need.counted = true
 				}
-				r.releaseHeld(ctx, c.s.ID, true) // the owner allowed this agent's card (R9.6)
+				if promptActions[action] {
+					r.releaseHeld(ctx, c.s.ID, true) // the owner allowed this agent's card for a prompt to another agent (R9.6)
+				}
 				return nil
 			}
 			return Errorf(CodePermission, "The owner denied %s. %s", action, nothing)
@@ -143,6 +153,7 @@ func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action s
 			if r.met != nil {
 				r.met.CardDecided("timeout")
 			}
+			r.log.Info("card decided", "card", card.ID, "session", id8(c.s.ID), "action", action, "decision", "timeout")
 			return Errorf(CodePermission, "%s needs the owner's approval and the owner did not answer in time; the card was withdrawn. %s", action, nothing)
 		}
 	}
@@ -154,6 +165,7 @@ func (r *Relay) withdrawCard(id string) {
 	if _, _, err := r.st.DecideCard(ctx, id, "withdrawn"); err != nil {
 		r.log.Warn("withdraw card", "card", id, "err", err)
 	}
+	_ = r.st.Notify(ctx, "cards") // the owner's console drops it (R19.6)
 }
 
 // Cards lists the pending approval cards (owner API).

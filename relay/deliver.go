@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/oar/relay/scheduler"
@@ -341,19 +342,27 @@ func (r *Relay) flush(ctx context.Context, watcher string, window time.Time, urg
 			return err
 		}
 		if len(held) > 0 {
-			batches = append([]store.Batch{mergeSummary(held)}, batches...)
+			batches = append(mergeSummary(held), batches...)
 		}
 	}
 	return r.deliver(ctx, watcher, batches, "message")
 }
 
-func mergeSummary(held []store.Batch) store.Batch {
+// mergeSummary makes the wake limit's held batches one summary; digests held
+// with it stay batches of their own, so that the message names both in one
+// `Digest of …` line (R8.17, see [Message]).
+func mergeSummary(held []store.Batch) []store.Batch {
 	b := store.Batch{Kind: "summary"}
+	var digests []store.Batch
 	for _, h := range held {
+		if h.Kind == "digest" {
+			digests = append(digests, h)
+			continue
+		}
 		b.Events = append(b.Events, h.Events...)
 	}
 	sort.SliceStable(b.Events, func(i, j int) bool { return b.Events[i].At.Before(b.Events[j].At) })
-	return b
+	return append([]store.Batch{b}, digests...)
 }
 
 // Summary delivers the events the wake limit held, as one message (R8.17).
@@ -372,7 +381,7 @@ func (r *Relay) Summary(ctx context.Context, watcher string) error {
 	if err != nil || len(held) == 0 {
 		return err
 	}
-	return r.deliver(ctx, watcher, []store.Batch{mergeSummary(held)}, "summary")
+	return r.deliver(ctx, watcher, mergeSummary(held), "summary")
 }
 
 // deliver writes one event message into the watching conversation: a new
@@ -401,25 +410,105 @@ func (r *Relay) deliver(ctx context.Context, watcher string, batches []store.Bat
 	return nil
 }
 
-// endWait ends a caller's wait on a turn (R8.18): echoes held meanwhile are
-// dropped when the reply reached the caller, else delivered.
-func (r *Relay) endWait(ctx context.Context, turnID string, gotReply bool) {
-	ctx = context.WithoutCancel(ctx)
-	held, err := r.st.EndWaiting(ctx, turnID)
-	if err != nil {
-		r.log.Warn("end wait", "turn", turnID, "err", err)
-		return
-	}
-	if gotReply {
-		return
-	}
-	for watcher, bs := range held {
-		for _, b := range bs {
-			if err := r.release(ctx, watcher, b); err != nil {
-				r.log.Warn("release held echo", "turn", turnID, "err", err)
+// endWait ends a caller's wait on a turn (R8.18, R18.12). gotReply says that
+// the call's result carries the turn's finished reply. The reply counts as
+// seen only once that result reached the caller (see [WithDelivery]): then the
+// turn is marked seen (no echo of its turn_end from now on) and the echoes held
+// meanwhile are dropped; a result that did not reach the caller (the client
+// went away) releases them as normal events instead. Without a delivery hook
+// (calls made in-process) the result has reached the caller when CallTool
+// returns, so that is settled here at once. The error is that of marking the
+// turn seen when that is settled at once.
+func (r *Relay) endWait(ctx context.Context, turnID string, gotReply bool) error {
+	ctx = context.WithoutCancel(ctx) // also runs after the call returned or was cut off
+	finish := func(seen bool) error {
+		if seen {
+			if err := r.st.SetTurnFields(ctx, turnID, "waited", "1"); err != nil {
+				return err
 			}
 		}
+		held, err := r.st.EndWaiting(ctx, turnID)
+		if err != nil {
+			r.log.Warn("end wait", "turn", turnID, "err", err)
+			return nil
+		}
+		if seen {
+			return nil
+		}
+		for watcher, bs := range held {
+			for _, b := range bs {
+				if err := r.release(ctx, watcher, b); err != nil {
+					r.log.Warn("release held echo", "turn", turnID, "err", err)
+				}
+			}
+		}
+		return nil
 	}
+	d, _ := ctx.Value(deliveryKey{}).(*delivery)
+	if d == nil || !gotReply {
+		return finish(gotReply)
+	}
+	// The turn stays marked as waited on (its turn_end held) until the transport
+	// knows whether the result was written to the client.
+	d.after(func(delivered bool) {
+		if err := finish(delivered); err != nil {
+			r.log.Warn("mark reply seen", "turn", turnID, "err", err)
+		}
+	})
+	return nil
+}
+
+// deliveryKey is the context key of a tool call's [WithDelivery] hook.
+type deliveryKey struct{}
+
+// delivery holds what a tool call records only once its result reached the
+// client, until the transport settles whether it did.
+type delivery struct {
+	mu        sync.Mutex
+	settled   bool
+	delivered bool
+	pending   []func(delivered bool)
+}
+
+// WithDelivery prepares ctx for a [Relay.CallTool] whose result a transport
+// writes to its client after the call returned (MCP over HTTP). The transport
+// must then call settle once, with whether the result was written to the
+// client: what the call records only once the caller has its result — a
+// prompt's reply seen, which suppresses that turn's turn_end (no echo, R8.18) —
+// is recorded then, or not at all (R18.12). settle runs that work before it
+// returns; later calls do nothing. Without WithDelivery (the calls providers
+// make in-process) the result counts as delivered when CallTool returns.
+func WithDelivery(ctx context.Context) (_ context.Context, settle func(delivered bool)) {
+	d := &delivery{}
+	return context.WithValue(ctx, deliveryKey{}, d), d.settle
+}
+
+func (d *delivery) settle(delivered bool) {
+	d.mu.Lock()
+	if d.settled {
+		d.mu.Unlock()
+		return
+	}
+	d.settled, d.delivered = true, delivered
+	fns := d.pending
+	d.pending = nil
+	d.mu.Unlock()
+	for _, fn := range fns {
+		fn(delivered)
+	}
+}
+
+// after runs fn when the delivery is settled (at once if it is already).
+func (d *delivery) after(fn func(delivered bool)) {
+	d.mu.Lock()
+	if d.settled {
+		delivered := d.delivered
+		d.mu.Unlock()
+		fn(delivered)
+		return
+	}
+	d.pending = append(d.pending, fn)
+	d.mu.Unlock()
 }
 
 // watchedSessions lists the sessions a subscription watches now.

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -51,6 +52,11 @@ func clip(s string) string {
 	return string([]rune(s)[:120]) + "…"
 }
 
+// quoted puts a text on one line between plain double quotes, as it is: a
+// quote inside stays a quote, never \" (R8.14a, the seed's lines); at most
+// the first 120 characters, … when cut.
+func quoted(s string) string { return `"` + clip(s) + `"` }
+
 // EventLine renders one event as its `[relay event] …` line (R8.14, R8.14a).
 func EventLine(ev *store.Event) string {
 	prefix := "[relay event] "
@@ -61,39 +67,39 @@ func EventLine(ev *store.Event) string {
 	if ev.Relay != "" {
 		relay = ev.Relay + " · "
 	}
-	session := fmt.Sprintf("%ssession %q (%s): ", relay, ev.Title, id8(ev.Session))
+	session := fmt.Sprintf("%ssession %s (%s): ", relay, `"`+strings.Join(strings.Fields(ev.Title), " ")+`"`, id8(ev.Session))
 	switch ev.Kind {
 	case EvTurnEnd:
-		return prefix + session + fmt.Sprintf("turn_end (%s) %q", ev.Status, clip(ev.Text))
+		return prefix + session + fmt.Sprintf("turn_end (%s) %s", ev.Status, quoted(ev.Text))
 	case EvError:
-		return prefix + session + fmt.Sprintf("error %q", clip(ev.Text))
+		return prefix + session + fmt.Sprintf("error %s", quoted(ev.Text))
 	case EvQuestionAsked:
-		return prefix + session + fmt.Sprintf("question_asked %s %q", ev.QuestionID, clip(ev.Text))
+		return prefix + session + fmt.Sprintf("question_asked %s %s", ev.QuestionID, quoted(ev.Text))
 	case EvTaskStarted:
-		return prefix + session + fmt.Sprintf("task_started %s %q", id8(ev.TaskID), clip(ev.Text))
+		return prefix + session + fmt.Sprintf("task_started %s %s", id8(ev.TaskID), quoted(ev.Text))
 	case EvTaskFinished, EvTaskFailed:
-		line := prefix + session + fmt.Sprintf("%s %s %q", ev.Kind, id8(ev.TaskID), clip(ev.Text))
+		line := prefix + session + fmt.Sprintf("%s %s %s", ev.Kind, id8(ev.TaskID), quoted(ev.Text))
 		if ev.Exit != nil {
 			line += fmt.Sprintf(" (exit %d)", *ev.Exit)
 		}
 		return line
 	case EvSubagentFinished:
-		return prefix + session + fmt.Sprintf("subagent_finished %q", clip(ev.Text))
+		return prefix + session + fmt.Sprintf("subagent_finished %s", quoted(ev.Text))
 	case EvStalled:
 		return prefix + session + fmt.Sprintf("stalled: no output for %d min", ev.Minutes)
 	case EvAllIdle:
-		return prefix + relay + fmt.Sprintf("all_idle: no turn or task is running in the %d watched sessions (subscription %s)", ev.Watched, ev.Sub)
+		return prefix + relay + fmt.Sprintf("all_idle: no turn or task is running in the %s (subscription %s)", plural(ev.Watched, "watched session", "watched sessions"), ev.Sub)
 	case EvHeartbeat:
-		return prefix + relay + fmt.Sprintf("heartbeat: %d watched sessions, %d running, %d idle (subscription %s)", ev.Watched, ev.Running, ev.Idle, ev.Sub)
+		return prefix + relay + fmt.Sprintf("heartbeat: %s, %d running, %d idle (subscription %s)", plural(ev.Watched, "watched session", "watched sessions"), ev.Running, ev.Idle, ev.Sub)
 	case EvQuestionAnswered:
 		via := ev.Via
 		if ev.Dismissed {
-			return prefix + fmt.Sprintf("question_answered %s %q: dismissed (via %s)", ev.QuestionID, clip(ev.Text), via)
+			return prefix + fmt.Sprintf("question_answered %s %s: dismissed (via %s)", ev.QuestionID, quoted(ev.Text), via)
 		}
 		if ev.Choice == "" {
-			return prefix + fmt.Sprintf("question_answered %s %q: %q (via %s)", ev.QuestionID, clip(ev.Text), clip(ev.Answer), via)
+			return prefix + fmt.Sprintf("question_answered %s %s: %s (via %s)", ev.QuestionID, quoted(ev.Text), quoted(ev.Answer), via)
 		}
-		return prefix + fmt.Sprintf("question_answered %s %q: %q (choice: %s, via %s)", ev.QuestionID, clip(ev.Text), clip(ev.Answer), ev.Choice, via)
+		return prefix + fmt.Sprintf("question_answered %s %s: %s (choice: %s, via %s)", ev.QuestionID, quoted(ev.Text), quoted(ev.Answer), ev.Choice, via)
 	case EvLinkLost:
 		return prefix + ev.Relay + " · link_lost"
 	case EvLinkRestored:
@@ -117,6 +123,7 @@ func Message(batches []store.Batch, wakeLimit int) string {
 		}
 	}
 	sort.SliceStable(plain.Events, func(i, j int) bool { return plain.Events[i].At.Before(plain.Events[j].At) })
+	rest = digestWithSummary(rest)
 	var b strings.Builder
 	b.WriteString(Header)
 	for _, g := range append(rest, plain) {
@@ -131,6 +138,8 @@ func Message(batches []store.Batch, wakeLimit int) string {
 			}
 		case "quiet":
 			fmt.Fprintf(&b, "\nHeld during quiet hours (%s): %s, delivered now that the window has ended; questions and errors came at once.", g.Window, plural(n, "event", "events"))
+		case "digest+summary":
+			fmt.Fprintf(&b, "\nDigest of %s (%s, with the summary held by the wake limit: %d wakes in the last hour; questions and errors come at once):", plural(n, "event", "events"), g.Window, wakeLimit)
 		case "summary":
 			fmt.Fprintf(&b, "\nSummary of %d events held by the wake limit (%d wakes in the last hour; questions and errors come at once):", n, wakeLimit)
 		}
@@ -157,6 +166,9 @@ func (r *Relay) emit(ctx context.Context, ev *store.Event) {
 		r.log.Warn("event not recorded", "kind", ev.Kind, "session", ev.Session, "err", err)
 		return
 	}
+	if ev.Session != "" {
+		_ = r.st.Notify(ctx, "session:"+ev.Session) // tasks, questions: the owner's console (R19.6)
+	}
 	if r.met != nil {
 		r.met.Event(ev.Kind)
 	}
@@ -166,4 +178,37 @@ func (r *Relay) emit(ctx context.Context, ev *store.Event) {
 	if err := r.enq.Enqueue(ctx, JobFanout, ev, "", timeZero); err != nil {
 		r.log.Warn("event fan-out not started", "kind", ev.Kind, "session", ev.Session, "err", err)
 	}
+}
+
+// digestWithSummary folds a wake-limit summary and the digests delivered with
+// it into one batch, whose one `Digest of …` line names both (R8.17); Window
+// then names the digests ("subscription sub_… every N min, …").
+func digestWithSummary(rest []store.Batch) []store.Batch {
+	summary, digest := false, false
+	for _, g := range rest {
+		summary = summary || g.Kind == "summary"
+		digest = digest || g.Kind == "digest"
+	}
+	if !summary || !digest {
+		return rest
+	}
+	both := store.Batch{Kind: "digest+summary"}
+	var names []string
+	out := []store.Batch{}
+	for _, g := range rest {
+		switch g.Kind {
+		case "summary":
+			both.Events = append(both.Events, g.Events...)
+		case "digest":
+			both.Events = append(both.Events, g.Events...)
+			if name := fmt.Sprintf("subscription %s every %d min", g.Sub, g.Every); !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		default:
+			out = append(out, g)
+		}
+	}
+	sort.SliceStable(both.Events, func(i, j int) bool { return both.Events[i].At.Before(both.Events[j].At) })
+	both.Window = strings.Join(names, ", ")
+	return append([]store.Batch{both}, out...)
 }

@@ -51,6 +51,15 @@ func TestEventLine(t *testing.T) {
 		{"question dismissed", store.Event{Kind: EvQuestionAnswered, QuestionID: "ask_7d2a", Text: "Merge now?", Dismissed: true, Via: "desk"},
 			`[relay event] question_answered ask_7d2a "Merge now?": dismissed (via desk)`},
 		{"link_lost", store.Event{Kind: EvLinkLost, Relay: "build-box"}, `[relay event] build-box · link_lost`},
+		// Issue 13: quotes inside a title or text stay as they are, never \"; one watched session.
+		{"quotes as they are", store.Event{Kind: EvTurnEnd, Session: s, Title: `Say "hi"`, Status: "done", Text: `He said "done" and left`},
+			`[relay event] session "Say "hi"" (3f9c2a1e): turn_end (done) "He said "done" and left"`},
+		{"answer with quotes", store.Event{Kind: EvQuestionAnswered, QuestionID: "ask_7d2a", Text: `Use "v2"?`, Answer: `yes, "v2"`, Via: "desk"},
+			`[relay event] question_answered ask_7d2a "Use "v2"?": "yes, "v2"" (via desk)`},
+		{"all_idle of one", store.Event{Kind: EvAllIdle, Sub: "sub_ab12cd34ef", Watched: 1},
+			`[relay event] all_idle: no turn or task is running in the 1 watched session (subscription sub_ab12cd34ef)`},
+		{"heartbeat of one", store.Event{Kind: EvHeartbeat, Sub: "sub_ab12cd34ef", Watched: 1, Running: 0, Idle: 1},
+			`[relay event] heartbeat: 1 watched session, 0 running, 1 idle (subscription sub_ab12cd34ef)`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -85,6 +94,11 @@ func TestMessageHeadings(t *testing.T) {
 				line("a") + "\n" + line("b") + "\n" + line("c")},
 		{"summary", []store.Batch{{Kind: "summary", Events: []store.Event{ev("a", 0), ev("b", 1)}}},
 			Header + "\nSummary of 2 events held by the wake limit (20 wakes in the last hour; questions and errors come at once):\n" + line("a") + "\n" + line("b")},
+		// R8.17: a digest delivered with the wake-limit summary: one Digest of line names both.
+		{"digest with the summary", []store.Batch{{Kind: "summary", Events: []store.Event{ev("a", 0), ev("d", 3)}},
+			{Kind: "digest", Sub: "sub_x", Every: 30, Events: []store.Event{ev("b", 1)}}, {Kind: "digest", Sub: "sub_x", Every: 30, Events: []store.Event{ev("c", 2)}}},
+			Header + "\nDigest of 4 events (subscription sub_x every 30 min, with the summary held by the wake limit: 20 wakes in the last hour; questions and errors come at once):\n" +
+				line("a") + "\n" + line("b") + "\n" + line("c") + "\n" + line("d")},
 		{"plain events oldest first", []store.Batch{{Kind: "plain", Events: []store.Event{ev("late", 2)}}, {Kind: "plain", Events: []store.Event{ev("early", 1)}}},
 			Header + "\n" + line("early") + "\n" + line("late")},
 	}

@@ -127,10 +127,11 @@ func (r *Relay) findGroup(ctx context.Context, ref, nothing string) (*store.Grou
 	if txt == "" {
 		txt = "none"
 	}
+	end := "." // a cut list ends ", …" without a full stop after it (R7.9)
 	if len(all) > len(items) {
-		txt += ", …"
+		txt, end = txt+", …", ""
 	}
-	e := Errorf(CodeUnknownGroup, "Relay %q has no session group %q. Groups there: %s. %s", r.opts.Name, ref, txt, nothing).
+	e := Errorf(CodeUnknownGroup, "Relay %q has no session group %q. Groups there: %s%s %s", r.opts.Name, ref, txt, end, nothing).
 		With("groups", items)
 	if len(all) > len(items) {
 		e = e.With("groupsTotal", len(all))
@@ -214,4 +215,73 @@ func (r *Relay) Groups(ctx context.Context) ([]any, error) {
 			"head": gi.g.Head, "ownerCreated": gi.g.OwnerCreated})
 	}
 	return out, nil
+}
+
+// groupByID loads a group for the owner's routes; nothing says what was not done.
+func (r *Relay) groupByID(ctx context.Context, id, nothing string) (*store.Group, error) {
+	g, err := r.st.GetGroup(ctx, strings.TrimSpace(id))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, Errorf(CodeNotFound, "Relay %q has no session group %q. %s", r.opts.Name, id, nothing)
+	}
+	return g, err
+}
+
+// RenameGroup is the owner's PATCH /groups/{id} (`name`).
+func (r *Relay) RenameGroup(ctx context.Context, id, name string) (map[string]any, error) {
+	const nothing = "Nothing was changed."
+	g, err := r.groupByID(ctx, id, nothing)
+	if err != nil {
+		return nil, err
+	}
+	name = strings.TrimSpace(name)
+	if name == "" || len(name) > 200 {
+		return nil, Errorf(CodeInvalidInput, "name is required (1 to 200 characters). %s", nothing)
+	}
+	if strings.EqualFold(name, "none") {
+		return nil, Errorf(CodeInvalidInput, `A group cannot be named "none": update_session uses it to take a session out of its group. %s`, nothing)
+	}
+	g.Name = name
+	if err := r.st.SaveGroup(ctx, g); err != nil {
+		return nil, err
+	}
+	members, err := r.st.GroupMembers(ctx, g.ID)
+	if err != nil {
+		return nil, err
+	}
+	for _, sid := range members {
+		_ = r.st.Notify(ctx, "session:"+sid) // the owner's console (R19.6)
+	}
+	return map[string]any{"id": g.ID, "name": g.Name, "memberCount": len(members), "head": g.Head, "ownerCreated": g.OwnerCreated}, nil
+}
+
+// DissolveGroup is the owner's DELETE /groups/{id}: the group goes, its
+// members stay, ungrouped.
+func (r *Relay) DissolveGroup(ctx context.Context, id string) (map[string]any, error) {
+	g, err := r.groupByID(ctx, id, "Nothing was dissolved.")
+	if err != nil {
+		return nil, err
+	}
+	members, err := r.st.GroupMembers(ctx, g.ID)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.st.DeleteGroup(ctx, g.ID); err != nil {
+		return nil, err
+	}
+	for _, sid := range members {
+		s, err := r.st.GetSession(ctx, sid)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if s.GroupID == g.ID {
+			if err := r.st.SetSessionFields(ctx, sid, map[string]any{"group": ""}); err != nil {
+				return nil, err
+			}
+		}
+		_ = r.st.Notify(ctx, "session:"+sid) // the owner's console (R19.6)
+	}
+	return map[string]any{"id": g.ID, "dissolved": true, "ungrouped": members}, nil
 }

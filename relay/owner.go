@@ -7,7 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
+	"github.com/oar/relay/taskout"
 )
 
 // NewSession is the owner's POST /api/v1/sessions.
@@ -80,8 +82,16 @@ func (r *Relay) dropTokens() {
 // OwnerCreateSession creates a session for the owner; with text its first prompt is queued.
 func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (map[string]any, error) {
 	provID := firstNonEmpty(in.Provider, "scripted")
+	if provID == ProviderExternal {
+		if e := externalSession(in); e != nil {
+			return nil, e
+		}
+	}
 	p, e := r.provider(provID, nothingCreated)
 	if e != nil {
+		return nil, e
+	}
+	if e := r.checkAvailable(p, nothingCreated); e != nil && strings.TrimSpace(in.Text) != "" { // R17.1
 		return nil, e
 	}
 	info := p.Info()
@@ -196,6 +206,11 @@ func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (map[string]
 	if s.Archived {
 		return nil, Errorf(CodeInvalidInput, "Session %s is archived; it takes no prompts. %s", id8(s.ID), nothingSent)
 	}
+	if p, ok := r.providers[s.Provider]; ok {
+		if e := r.checkAvailable(p, nothingSent); e != nil { // R17.1
+			return nil, e
+		}
+	}
 	if err := r.st.ResetLoop(ctx, s.ID); err != nil {
 		return nil, err
 	}
@@ -236,6 +251,60 @@ func (r *Relay) OwnerArchive(ctx context.Context, ref string) (map[string]any, e
 		}
 	}
 	return map[string]any{"session": s.ID, "archived": true}, nil
+}
+
+// OwnerDeleteSession is the owner's DELETE /sessions/{id} (SPEC §12), archived
+// or not: the session is archived first (token revoked R18.2, its turn stopped,
+// queued prompts dropped), its schedules and subscriptions end with "deleted",
+// its asks end; once no turn runs or waits, its record, messages, tasks and
+// indexes are removed.
+func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (map[string]any, error) {
+	s, e := r.sessionByRef(ctx, ref)
+	if e != nil {
+		return nil, e
+	}
+	cards, err := r.st.PendingCards(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cards {
+		if c.Session == s.ID { // a call blocked on a card in this session gives up
+			if _, _, err := r.st.DecideCard(ctx, c.ID, "withdrawn"); err != nil {
+				return nil, err
+			}
+			_ = r.st.Notify(ctx, "card:"+c.ID)
+			_ = r.st.Notify(ctx, "cards")
+		}
+	}
+	if err := r.retire(ctx, s.ID, "deleted"); err != nil {
+		return nil, err
+	}
+	// The drain ends the stopped turn and the queued ones of an archived
+	// session; wait for that (bounded) so no turn end writes into a deleted
+	// session.
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); {
+		quiet, err := r.st.SessionQuiet(ctx, s.ID)
+		if err != nil {
+			return nil, err
+		}
+		if quiet {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err := r.leaveGroup(ctx, s); err != nil {
+		return nil, err
+	}
+	if err := r.st.DeleteSession(ctx, s.ID, r.st.BusyKey(r.orchestrator(s))); err != nil {
+		return nil, err
+	}
+	_ = r.st.Notify(ctx, "tokens")
+	_ = r.st.Notify(ctx, "session:"+s.ID)
+	return map[string]any{"session": s.ID, "deleted": true}, nil
 }
 
 // SessionPatch is the owner's PATCH /sessions/{id}.
@@ -293,6 +362,7 @@ func (r *Relay) OwnerPatchSession(ctx context.Context, ref string, p SessionPatc
 	if err := r.st.SaveSession(ctx, s); err != nil {
 		return nil, err
 	}
+	_ = r.st.Notify(ctx, "session:"+s.ID) // the owner's console (R19.6)
 	return r.SessionDetail(ctx, s, 5)
 }
 
@@ -349,7 +419,7 @@ func (r *Relay) PatchSettings(ctx context.Context, p SettingsPatch) (store.Setti
 func (r *Relay) Turn(ctx context.Context, id string) (*store.Turn, error) {
 	t, err := r.st.GetTurn(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, Errorf(CodeNotFound, "No message %q.", id)
+		return nil, Errorf(CodeNotFound, "No message %q. Nothing was done.", id)
 	}
 	return t, err
 }
@@ -371,8 +441,12 @@ func (r *Relay) RecoverDrains(ctx context.Context, stale func(map[string]string)
 		if err != nil || holder != "" {
 			continue
 		}
-		exists, err := r.enq.DrainTaskExists(ctx, taskID)
-		if err != nil || exists {
+		// No lease: no live worker runs this session (a running drain renews
+		// its lease every 5 s). A task still waiting will run; one gone, or
+		// active without a lease (its process died, R18.11), is replaced now
+		// rather than when asynq's own recovery hands it back (55–120 s).
+		waiting, err := r.enq.DrainTaskWaiting(ctx, taskID)
+		if err != nil || waiting {
 			continue
 		}
 		next := "drain:" + sid + ":" + store.NewID(6)
@@ -386,4 +460,28 @@ func (r *Relay) RecoverDrains(ctx context.Context, stale func(map[string]string)
 		n++
 	}
 	return n, nil
+}
+
+// Providers describes the configured providers in config order (the console's New session form).
+func (r *Relay) Providers() []provider.Info {
+	out := []provider.Info{}
+	for _, id := range r.providerIDs() {
+		out = append(out, r.providers[id].Info())
+	}
+	return out
+}
+
+// QuestionCards lists a session's pending question cards (ask_user) for the owner.
+func (r *Relay) QuestionCards(ctx context.Context, sid string) ([]*store.Question, error) {
+	return r.st.PendingQuestions(ctx, sid)
+}
+
+// TaskTail is the end of a task's output as read_task_output shows it (the owner's console).
+func (r *Relay) TaskTail(ctx context.Context, taskID string, n int) ([]string, error) {
+	raw, err := r.st.TaskOutput(ctx, taskID)
+	if err != nil {
+		return nil, err
+	}
+	tail, _ := taskout.Tail(raw, n)
+	return tail, nil
 }

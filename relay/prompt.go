@@ -79,6 +79,9 @@ func (r *Relay) fromRef(c *caller) *store.Ref {
 // waitFor > 0 marks, before the turn can run, that the caller waits on its
 // reply (the no-echo rule must know it before the turn_end can fan out).
 func (r *Relay) queue(ctx context.Context, s *store.Session, text, role string, from *store.Ref, origin store.Origin, callerID string, enforce bool, waitFor time.Duration) (*store.Turn, error) {
+	if isExternal(s) {
+		return nil, notPromptable(s, nothingSent) // R17.7: no turn can run there
+	}
 	now := r.now()
 	t := &store.Turn{ID: store.NewID(16), Session: s.ID, Role: role, From: from, Origin: origin, Caller: callerID, CreatedAt: now, Text: text}
 	drainID := "drain:" + s.ID + ":" + store.NewID(6)
@@ -102,6 +105,7 @@ func (r *Relay) queue(ctx context.Context, s *store.Session, text, role string, 
 		}
 	}
 	t.Status = store.TurnQueued
+	_ = r.st.Notify(ctx, "session:"+s.ID) // the owner's console (R19.6)
 	return t, nil
 }
 
@@ -150,7 +154,9 @@ func terminal(status string) bool {
 
 // waitReply is waitTurn for the prompt's own caller: while it waits, the
 // turn's turn_end is held from its subscriptions and dropped once the reply
-// reached it (no echo, R8.18).
+// reached it (no echo, R8.18). A reply counts as seen only once the call's
+// result was written to the client (endWait, R18.12); a wait cut off because
+// the client went away (ctx ended) ends at once.
 func (r *Relay) waitReply(ctx context.Context, id string, d time.Duration) (*store.Turn, error) {
 	if d > 0 {
 		if err := r.st.SetWaiting(ctx, id, d+time.Minute); err != nil { // wait: the caller comes back for it
@@ -159,12 +165,9 @@ func (r *Relay) waitReply(ctx context.Context, id string, d time.Duration) (*sto
 	}
 	t, err := r.waitTurn(ctx, id, d)
 	got := err == nil && terminal(t.Status)
-	if got {
-		if err := r.st.SetTurnFields(context.WithoutCancel(ctx), id, "waited", "1"); err != nil {
-			return nil, err
-		}
+	if serr := r.endWait(ctx, id, got); serr != nil {
+		return nil, serr
 	}
-	r.endWait(ctx, id, got)
 	return t, err
 }
 
@@ -186,6 +189,14 @@ func (r *Relay) turnResult(ctx context.Context, res *result, t *store.Turn) {
 		qs, _ := r.pendingQuestions(ctx, t.Session)
 		res.set("pendingQuestions", qs)
 		res.what = "waiting on a question"
+	case store.TurnRunning:
+		// R7.11: what the reply has so far, its last 2,000 characters.
+		p := []rune(t.Partial)
+		if len(p) > 2000 {
+			p = p[len(p)-2000:]
+		}
+		res.set("partial", string(p))
+		res.what = status
 	default:
 		res.what = status
 	}
@@ -231,6 +242,9 @@ func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) 
 	if s.ID == c.s.ID {
 		return nil, Errorf(CodeSelf, "send cannot target the calling conversation itself. %s", nothingSent)
 	}
+	if isExternal(s) {
+		return nil, notPromptable(s, nothingSent)
+	}
 	// Rule limits: the 4-at-work cap (checked again atomically when queued).
 	if e := r.precheckCap(ctx, s); e != nil {
 		return nil, e
@@ -253,6 +267,9 @@ func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) 
 	}
 	p, e := r.provider(target, nothingSent)
 	if e != nil {
+		return nil, e
+	}
+	if e := r.checkAvailable(p, nothingSent); e != nil { // R17.1
 		return nil, e
 	}
 	info := p.Info()
@@ -291,7 +308,11 @@ func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) 
 	if e := r.askCard(ctx, c, need, "send", &tid, lines, nothingSent); e != nil {
 		return nil, e
 	}
-	// Effect. Read the session again: a card may have taken minutes.
+	// Effect. It completes even if the caller's client goes away now (its
+	// context ends on a disconnect, R18.12); only the wait for the reply ends.
+	waitCtx := ctx
+	ctx = context.WithoutCancel(ctx)
+	// Read the session again: a card may have taken minutes.
 	s, err := r.st.GetSession(ctx, s.ID)
 	if err != nil {
 		return nil, internal(err)
@@ -327,7 +348,7 @@ func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) 
 		return nil, AsError(err)
 	}
 	queued = true
-	t, e = r.sent(ctx, c, t, wait, "the prompt was queued (message_id "+t.ID+")")
+	t, e = r.sent(waitCtx, c, t, wait, "the prompt was queued (message_id "+t.ID+")")
 	if e != nil {
 		return nil, e
 	}
@@ -486,9 +507,19 @@ func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result,
 	// What the agent leaves out follows the caller's session.
 	if provID == "" {
 		provID = c.s.Provider
+		if isExternal(c.s) {
+			// An external client's sessions run on the relay's first provider.
+			provID = r.providerIDs()[0]
+		}
+	}
+	if provID == ProviderExternal {
+		return nil, Errorf(CodeInvalidInput, "An agent cannot start an external session: its agent is an MCP client the owner connects. %s", nothingCreated)
 	}
 	p, e := r.provider(provID, nothingCreated)
 	if e != nil {
+		return nil, e
+	}
+	if e := r.checkAvailable(p, nothingCreated); e != nil { // R17.1
 		return nil, e
 	}
 	info := p.Info()
@@ -554,7 +585,11 @@ func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result,
 	if e := r.askCard(ctx, c, need, "create_session", nil, lines, nothingCreated); e != nil {
 		return nil, e
 	}
-	// Effect. The caller's record again (a card may have taken minutes), and the
+	// Effect. It completes even if the caller's client goes away now (its
+	// context ends on a disconnect, R18.12); only the wait for the reply ends.
+	waitCtx := ctx
+	ctx = context.WithoutCancel(ctx)
+	// The caller's record again (a card may have taken minutes), and the
 	// named group must still exist (R7.9): else nothing is created.
 	if fresh, err := r.st.GetSession(ctx, c.s.ID); err == nil {
 		c.s = fresh
@@ -618,7 +653,7 @@ func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result,
 		return nil, internalAfter(err, "session "+s.ID+" was created, but its first prompt was not queued")
 	}
 	queued = true
-	t, e = r.sent(ctx, c, t, wait, "session "+s.ID+" was created and its prompt queued (message_id "+t.ID+")")
+	t, e = r.sent(waitCtx, c, t, wait, "session "+s.ID+" was created and its prompt queued (message_id "+t.ID+")")
 	if e != nil {
 		return nil, e
 	}

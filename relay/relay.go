@@ -24,6 +24,8 @@ type Enqueuer interface {
 	Enqueue(ctx context.Context, typ string, payload any, id string, at time.Time) error
 	// DrainTaskExists reports whether a drain task with this id is still pending, scheduled, retrying or active.
 	DrainTaskExists(ctx context.Context, taskID string) (bool, error)
+	// DrainTaskWaiting reports whether it waits to run (pending, scheduled, retrying).
+	DrainTaskWaiting(ctx context.Context, taskID string) (bool, error)
 }
 
 // Metrics receives the domain's counts. A nil Metrics counts nothing.
@@ -73,6 +75,7 @@ type Relay struct {
 	running  map[string]context.CancelCauseFunc // turn id -> cancel (turns this process runs)
 	stopping bool
 
+	bg     sync.WaitGroup // goroutines of Start: notification listener, cache watcher
 	tokMu  sync.RWMutex
 	tokens map[string]tokenEntry // bearer token -> session id
 
@@ -105,11 +108,17 @@ func New(st *store.Store, enq Enqueuer, provs []provider.Provider, opts Options)
 		r.providers[id] = p
 		r.order = append(r.order, id)
 	}
+	// The external session kind (R17.7) has a provider record so settings
+	// and look-ups work, but it is listed nowhere and runs no turns.
+	r.providers[ProviderExternal] = externalProvider{}
 	return r
 }
 
 // SetBaseURL sets the API's URL once the listener is bound (serve) .
 func (r *Relay) SetBaseURL(u string) { r.opts.BaseURL = u }
+
+// WorkerID names this process in leases and logs.
+func (r *Relay) WorkerID() string { return r.opts.WorkerID }
 
 // Name is this relay's name.
 func (r *Relay) Name() string { return r.opts.Name }
@@ -128,7 +137,9 @@ func (r *Relay) Start(ctx context.Context) error {
 	ready := make(chan struct{})
 	changed, unsub := r.hub.sub("settings")
 	revoked, unsubTok := r.hub.sub("tokens")
+	r.bg.Add(2)
 	go func() {
+		defer r.bg.Done()
 		defer unsub()
 		defer unsubTok()
 		for {
@@ -142,7 +153,10 @@ func (r *Relay) Start(ctx context.Context) error {
 			}
 		}
 	}()
-	go r.hub.listen(ctx, r.st, ready, r.log)
+	go func() {
+		defer r.bg.Done()
+		r.hub.listen(ctx, r.st, ready, r.log)
+	}()
 	select {
 	case <-ready:
 	case <-ctx.Done():
@@ -151,6 +165,10 @@ func (r *Relay) Start(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Wait returns when the goroutines Start began have ended (after Start's ctx
+// was cancelled): the process shuts down with nothing of the relay running.
+func (r *Relay) Wait() { r.bg.Wait() }
 
 // settings reads the owner's settings (shared by every process through Redis).
 // They are cached for settingsTTL; a change anywhere is announced on the

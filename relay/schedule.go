@@ -82,6 +82,9 @@ func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result
 		target = s
 	}
 	other := target.ID != c.s.ID
+	if isExternal(target) {
+		return nil, notPromptable(target, nothingScheduled)
+	}
 	// Limits (R9.9).
 	into, err := r.st.SchedulesInto(ctx, target.ID)
 	if err != nil {
@@ -130,6 +133,7 @@ func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result
 		r.giveBack(ctx, need, c)
 		return nil, e
 	}
+	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
 	sc := &store.Schedule{ID: "sch_" + store.NewID(6), Setter: c.s.ID, Target: target.ID, Title: title, Text: text,
 		First: first, At: at, EveryMinutes: every, Origin: c.origin(r.opts.Name), CreatedAt: now, NextFireAt: first}
 	// The limits again, checked and written in one step (R18.6).
@@ -438,7 +442,7 @@ func (r *Relay) RecoverSchedules(ctx context.Context) error {
 }
 
 // endSchedulesFor ends the schedules that fire into or were set by an archived session.
-func (r *Relay) endSchedulesFor(ctx context.Context, sid string) error {
+func (r *Relay) endSchedulesFor(ctx context.Context, sid, reason string) error {
 	into, err := r.st.SchedulesInto(ctx, sid)
 	if err != nil {
 		return err
@@ -448,7 +452,7 @@ func (r *Relay) endSchedulesFor(ctx context.Context, sid string) error {
 		return err
 	}
 	for _, sc := range append(into, by...) {
-		if err := r.endSchedule(ctx, sc, "archived"); err != nil {
+		if err := r.endSchedule(ctx, sc, reason); err != nil {
 			return err
 		}
 	}
@@ -474,7 +478,7 @@ func (r *Relay) Schedules(ctx context.Context) ([]any, error) {
 func (r *Relay) CancelSchedule(ctx context.Context, id string) (map[string]any, error) {
 	sc, err := r.st.GetSchedule(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, Errorf(CodeNotFound, "No schedule %q.", id)
+		return nil, Errorf(CodeNotFound, "No schedule %q. Nothing was done.", id)
 	}
 	if err != nil {
 		return nil, err

@@ -62,6 +62,7 @@ func (r *Relay) answerQuestion(ctx context.Context, c *caller, a *args) (*result
 	if e := r.askCard(ctx, c, need, "answer_question", &tid, []string{fmt.Sprintf("Answer %q in %q (%s): %s", q.Question, s.Title, id8(s.ID), text)}, nothingSent); e != nil {
 		return nil, e
 	}
+	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
 	if _, e := r.answer(ctx, q.ID, text, c.s.ID); e != nil {
 		return nil, e
 	}
@@ -176,6 +177,7 @@ func (r *Relay) stop(ctx context.Context, c *caller, a *args) (*result, *Error) 
 	if e := r.askCard(ctx, c, need, "stop", &tid, []string{fmt.Sprintf("Stop the running turn of %q (%s)", s.Title, id8(s.ID))}, nothingDone); e != nil {
 		return nil, e
 	}
+	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
 	stopped, err := r.StopTurn(ctx, s.ID)
 	if err != nil {
 		return nil, internal(err)
@@ -229,6 +231,7 @@ func (r *Relay) archive(ctx context.Context, c *caller, a *args) (*result, *Erro
 	if e := r.askCard(ctx, c, need, "archive", &tid, []string{fmt.Sprintf("Archive %q (%s)", s.Title, id8(s.ID))}, nothingDone); e != nil {
 		return nil, e
 	}
+	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
 	if err := r.Archive(ctx, s.ID); err != nil {
 		return nil, internal(err)
 	}
@@ -236,7 +239,11 @@ func (r *Relay) archive(ctx context.Context, c *caller, a *args) (*result, *Erro
 }
 
 // Archive archives a session: its running turn stops and queued prompts are dropped when reached.
-func (r *Relay) Archive(ctx context.Context, sid string) error {
+func (r *Relay) Archive(ctx context.Context, sid string) error { return r.retire(ctx, sid, "archived") }
+
+// retire archives a session and ends its subscriptions and schedules with
+// reason ("archived", or "deleted" on the way to deleting it), and its asks.
+func (r *Relay) retire(ctx context.Context, sid, reason string) error {
 	// R18.2: the token dies with the archive, in every process at once.
 	if err := r.st.ArchiveSession(ctx, sid, r.now()); err != nil {
 		return err
@@ -244,10 +251,11 @@ func (r *Relay) Archive(ctx context.Context, sid string) error {
 	if err := r.st.Notify(ctx, "tokens"); err != nil {
 		return err
 	}
-	if err := r.endSubscriptionsFor(ctx, sid); err != nil {
+	_ = r.st.Notify(ctx, "session:"+sid) // the owner's console (R19.6)
+	if err := r.endSubscriptionsFor(ctx, sid, reason); err != nil {
 		return err
 	}
-	if err := r.endSchedulesFor(ctx, sid); err != nil {
+	if err := r.endSchedulesFor(ctx, sid, reason); err != nil {
 		return err
 	}
 	if err := r.endAsksFor(ctx, sid); err != nil {

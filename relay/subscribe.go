@@ -17,6 +17,9 @@ import (
 const nothingSubscribed = "No subscription was made."
 
 func (r *Relay) subscribe(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	if isExternal(c.s) {
+		return nil, notWakeable("subscribe", nothingSubscribed)
+	}
 	bad := func(format string, v ...any) *Error {
 		return Errorf(CodeInvalidInput, format+" "+nothingSubscribed, v...)
 	}
@@ -179,6 +182,7 @@ func (r *Relay) subscribe(ctx context.Context, c *caller, a *args) (*result, *Er
 	if e := r.askCard(ctx, c, need, "subscribe", nil, lines, nothingSubscribed); e != nil {
 		return nil, e
 	}
+	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
 	sub := &store.Subscription{ID: "sub_" + store.NewID(5), Watcher: c.s.ID, All: all, Exclude: exclude, Events: events,
 		Once: once, Match: match, StalledMinutes: stalled, HeartbeatMinutes: heartbeat, DigestMinutes: digest,
 		Quiet: quiet, CreatedAt: r.now()}
@@ -340,7 +344,7 @@ func (r *Relay) endSubscription(ctx context.Context, sub *store.Subscription, re
 func (r *Relay) Unsubscribe(ctx context.Context, id string) (map[string]any, error) {
 	sub, err := r.st.GetSubscription(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, Errorf(CodeNotFound, "No subscription %q.", id)
+		return nil, Errorf(CodeNotFound, "No subscription %q. Nothing was done.", id)
 	}
 	if err != nil {
 		return nil, err
@@ -401,6 +405,9 @@ func (r *Relay) SubscriptionList(ctx context.Context, watcher string) ([]any, er
 }
 
 func (r *Relay) transferSubscriptions(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	if isExternal(c.s) {
+		return nil, notWakeable("transfer_subscriptions", "Nothing was moved.")
+	}
 	from, e := r.target(ctx, a, "from")
 	if e != nil {
 		return nil, e
@@ -427,6 +434,7 @@ func (r *Relay) transferSubscriptions(ctx context.Context, c *caller, a *args) (
 		"Nothing was moved."); e != nil {
 		return nil, e
 	}
+	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
 	var moved []any
 	for _, old := range subs {
 		nu := *old
@@ -468,13 +476,13 @@ func (r *Relay) transferSubscriptions(ctx context.Context, c *caller, a *args) (
 // endSubscriptionsFor ends what archiving a session ends (R7.16, R8.19): the
 // subscriptions it holds as watcher, and those watching only it (a list ends
 // when all its sessions are archived).
-func (r *Relay) endSubscriptionsFor(ctx context.Context, sid string) error {
+func (r *Relay) endSubscriptionsFor(ctx context.Context, sid, reason string) error {
 	own, err := r.st.WatcherSubscriptions(ctx, sid)
 	if err != nil {
 		return err
 	}
 	for _, sub := range own {
-		if err := r.endSubscription(ctx, sub, "archived"); err != nil {
+		if err := r.endSubscription(ctx, sub, reason); err != nil {
 			return err
 		}
 	}
@@ -497,7 +505,7 @@ func (r *Relay) endSubscriptionsFor(ctx context.Context, sid string) error {
 			}
 		}
 		if allArchived {
-			if err := r.endSubscription(ctx, sub, "archived"); err != nil {
+			if err := r.endSubscription(ctx, sub, reason); err != nil {
 				return err
 			}
 		}

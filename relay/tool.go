@@ -220,7 +220,7 @@ func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) *Error {
 	}
 	if name == "" {
 		if !optionalRelay[a.action] {
-			return Errorf(CodeInvalidInput, `relay is required; use "this" for this relay`)
+			return Errorf(CodeInvalidInput, `relay is required; use "this" for this relay. Nothing was done.`)
 		}
 		name = "this"
 	}

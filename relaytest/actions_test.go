@@ -264,7 +264,7 @@ func TestActionsEnvelope(t *testing.T) {
 			{"action": "read_session", "session": b.ID},
 		} {
 			env := m.MustFail(args, codeInvalid)
-			wantEq(t, "error", env["error"], `relay is required; use "this" for this relay`)
+			wantEq(t, "error", env["error"], `relay is required; use "this" for this relay. Nothing was done.`)
 		}
 		env := m.MustFail(map[string]any{"action": "read_session", "relay": "build-box", "session": b.ID}, codeUnknownRelay)
 		wantHas(t, "error", env["error"], `"build-box"`, "list_relays")
@@ -1805,4 +1805,9 @@ func TestActionsGroupLists(t *testing.T) {
 		t.Errorf("the error names %d groups, want 20: %q", n, env["error"])
 	}
 	wantHas(t, "error", env["error"], `Relay "desk" has no session group "g99". Groups there: g10 (grp_`, "No session was created.")
+	// Issue 13: the cut list ends ", …" and goes on with what was not done (the seed: "…), … No session was created.").
+	wantHas(t, "error end", env["error"], "), … No session was created.")
+	if strings.Contains(str(env["error"]), "…. ") {
+		t.Errorf("the cut group list ends in \"…. \": %q", env["error"])
+	}
 }

@@ -369,3 +369,47 @@ func TestExecModelNeverAFlag(t *testing.T) {
 		t.Fatalf("after --: %s %q %q", tr.Status, tr.Reply, tr.Error)
 	}
 }
+
+// R18.10: agents are handed --public-url (RELAY_URL, RELAY_MCP_URL), not the bind address.
+func TestPublicURLHandedToAgents(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{Config: func(c *config.Config) {
+		c.PublicURL = "https://relay.example.com/"
+		c.Providers = append(c.Providers, config.Provider{ID: "env", Name: "Env", Type: config.TypeExec, Command: []string{"/usr/bin/env"}})
+	}})
+	s := r.NewSession(map[string]any{"provider": "env", "title": "env"})
+	tr := waitEnded(r, r.Message(s.ID, "x"), 20*time.Second)
+	if tr.Status != store.TurnDone {
+		t.Fatalf("env turn: %s %q", tr.Status, tr.Error)
+	}
+	for _, want := range []string{"RELAY_URL=https://relay.example.com\n", "RELAY_MCP_URL=https://relay.example.com/mcp\n"} {
+		if !strings.Contains(tr.Reply+"\n", want) {
+			t.Errorf("the agent's environment lacks %q", strings.TrimSpace(want))
+		}
+	}
+	if strings.Contains(tr.Reply, OwnerToken) {
+		t.Errorf("the owner token reached the agent")
+	}
+}
+
+// Owner API bodies: a wrong top-level type, two JSON values and a wrong method
+// answer a clear JSON error (found by FuzzOwnerAPI).
+func TestOwnerBodyShapes(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	var body map[string]any
+	if st := r.Owner(http.MethodPatch, "/api/v1/settings", `[1,2]`, &body); st != http.StatusBadRequest || body["error"] != "The body must be a JSON object. Nothing was done." {
+		t.Fatalf("array body: %d %v", st, body)
+	}
+	if st := r.Owner(http.MethodPatch, "/api/v1/settings", `{"max_wait_seconds":"x"}`, &body); st != http.StatusBadRequest ||
+		!strings.Contains(fmt.Sprint(body["error"]), "max_wait_seconds must be a number") {
+		t.Fatalf("string for a number: %d %v", st, body)
+	}
+	if st := r.Owner(http.MethodPost, "/api/v1/groups", `{"name":"a"}{"name":"b"}`, &body); st != http.StatusBadRequest ||
+		!strings.Contains(fmt.Sprint(body["error"]), "more than one JSON value") {
+		t.Fatalf("two values: %d %v", st, body)
+	}
+	if st := r.Owner(http.MethodPut, "/api/v1/settings", `{}`, &body); st != http.StatusMethodNotAllowed || body["code"] != "REMOTE_RELAY_INVALID_INPUT" {
+		t.Fatalf("PUT settings: %d %v", st, body)
+	}
+}

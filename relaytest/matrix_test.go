@@ -607,6 +607,7 @@ func TestPermissionMatrix(t *testing.T) {
 		"GET /api/v1/inbox":                        {"/api/v1/inbox", nil, "/api/v1/inbox", nil},
 		"POST /api/v1/inbox/:id":                   {"/api/v1/inbox/" + askOpen, map[string]any{"answer": "yes"}, "/api/v1/inbox/" + fakeAsk, map[string]any{"answer": "yes"}},
 		"GET /api/v1/relays":                       {"/api/v1/relays", nil, "/api/v1/relays", nil},
+		"GET /api/v1/stream":                       {"/api/v1/stream", nil, "/api/v1/stream?once=1", nil}, // the console's SSE; once=1 ends after hello
 		"POST /api/v1/relays":                      {"/api/v1/relays", map[string]any{"name": "matrix", "url": "http://127.0.0.1:1", "token": "x", "permission": "full"}, "/api/v1/relays", map[string]any{}},
 		"PATCH /api/v1/relays/:id":                 {"/api/v1/relays/" + fakeRelay, map[string]any{"permission": "none"}, "/api/v1/relays/" + fakeRelay, map[string]any{"permission": "none"}},
 		"PATCH /api/v1/relays/:name":               {"/api/v1/relays/" + fakeRelay, map[string]any{"permission": "none"}, "/api/v1/relays/" + fakeRelay, map[string]any{"permission": "none"}},

@@ -644,26 +644,34 @@ func TestScheduleSessionLoopProtectionHeld(t *testing.T) {
 	}, "the schedule to be held again after two more firings")
 	wantEq(t, "firedCount when held again", cur["firedCount"], float64(3))
 
-	// Allowing the setter's next card releases a held firing at once too (R9.6).
-	// The card needs an agent turn of the setter; the owner's message that starts
+	// Allowing the setter's next card for a prompt to another agent releases a
+	// held firing at once too (R9.6) — any other card does not (issue 13).
+	// The cards need an agent turn of the setter; the owner's message that starts
 	// it resets the count, so the turn first sleeps until firings used it up again.
-	// The card is update_session's on a session the setter did not start: not a
-	// loop-protection card, so the count stays used up and only the allowed card
-	// can release the firing.
+	// The first card is update_session's on a session the setter did not start:
+	// allowed, it releases nothing (the count stays used up, so the minute's
+	// re-check keeps holding too). The second is the send's to c.
 	mid := r.Message(a.ID, Script(map[string]any{"sleep_ms": 3000},
-		map[string]any{"tool": map[string]any{"action": "update_session", "relay": "this", "session": c.ID, "title": "renamed"}}))
+		map[string]any{"tool": map[string]any{"action": "update_session", "relay": "this", "session": c.ID, "title": "renamed"}},
+		map[string]any{"tool": map[string]any{"action": "send", "relay": "this", "session": c.ID, "text": "hi", "wait_seconds": 0}}))
 	card := r.WaitCard(a.ID)
+	wantEq(t, "first card", card["action"], "update_session")
 	Eventually(t, schWait, func() bool {
 		cur = schGet(t, m, id)
 		return cur["heldForApproval"] == true
 	}, "the schedule to be held while the card waits")
 	before := schFired(t, cur)
+	r.Decide(card["id"].(string), "allow")
+	ev2Never(t, 3*time.Second, func() bool { return schFired(t, schGet(t, m, id)) > before },
+		"a held firing released by an allowed update_session card (only a card for a prompt to another agent releases it)")
+	card = r.WaitCard(a.ID)
+	wantEq(t, "second card", card["action"], "send")
 	allowed := clock.Now()
 	r.Decide(card["id"].(string), "allow")
 	Eventually(t, schWait, func() bool {
 		cur = schGet(t, m, id)
 		return schFired(t, cur) > before
-	}, "the held firing to be released by the allowed card")
+	}, "the held firing to be released by the allowed send card")
 	msgs = r.Messages(b.ID, "schedule")
 	// At once: well within the minute the safety-net re-check could take.
 	if rel := schTime(t, msgs[before]["createdAt"], "createdAt"); rel.Before(allowed) || rel.Sub(allowed) >= 30*time.Second {

@@ -14,7 +14,7 @@ import (
 // Message is one entry of a session's conversation (R7.5).
 type Message struct {
 	ID        string    `json:"id"`
-	Role      string    `json:"role"` // user | agent | assistant | event | schedule
+	Role      string    `json:"role"` // user | agent | assistant | event | schedule | activity (an agent CLI's relay_tool call, R17.3)
 	Text      string    `json:"text"`
 	From      *Ref      `json:"from,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
@@ -154,10 +154,23 @@ redis.call('RPUSH', KEYS[6], ARGV[6])
 redis.call('HSET', KEYS[7], 'last', ARGV[7])
 redis.call('ZADD', KEYS[8], 'XX', ARGV[7], ARGV[2])
 redis.call('HSET', KEYS[4], unpack(ARGV, 8))
-redis.call('RPUSH', KEYS[1], ARGV[1])
+local placed = false
+if redis.call('HGET', KEYS[4], 'role') == 'event' then
+  -- R8.15: an event message is the next prompt: after the events already
+  -- waiting at the head, before every other waiting prompt.
+  for _, id in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
+    if redis.call('HGET', KEYS[10] .. id, 'role') ~= 'event' then
+      redis.call('LINSERT', KEYS[1], 'BEFORE', id, ARGV[1])
+      placed = true
+      break
+    end
+  end
+end
+if not placed then redis.call('RPUSH', KEYS[1], ARGV[1]) end
 redis.call('ZADD', KEYS[5], 0, ARGV[1])
 if redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('SET', KEYS[2], ARGV[5])
+  redis.call('SADD', KEYS[9], ARGV[2])
   return 1
 end
 return 0
@@ -201,7 +214,9 @@ func (s *Store) BusyCount(ctx context.Context, orchestrator string) (int, error)
 // PushTurn appends the prompt message, creates the turn record and queues it
 // on its session (and moves the session's last activity), atomically with the
 // 4-at-work check (enforce) for the session's orchestrator: a refused prompt
-// leaves nothing behind, and messages are in queue order. It
+// leaves nothing behind. Prompts queue last, in the order their messages
+// were appended; an event message (role "event") is queued next instead,
+// after the events already waiting (R8.15). It
 // returns whether the caller must enqueue a drain task with id drainID.
 func (s *Store) PushTurn(ctx context.Context, t *Turn, orchestrator string, limit int, enforce bool, drainID string) (bool, error) {
 	from, origin := "", ""
@@ -220,7 +235,7 @@ func (s *Store) PushTurn(ctx context.Context, t *Turn, orchestrator string, limi
 		"origin", origin, "caller", t.Caller, "created", ms(t.CreatedAt), "text", t.Text}
 	r, err := pushScript.Run(ctx, s.rdb, []string{s.k("q", t.Session), s.k("drain", t.Session),
 		s.BusyKey(orchestrator), s.turnKey(t.ID), s.k("tids"), s.msgsKey(t.Session), s.sessKey(t.Session),
-		s.k("sessions", "active")}, args...).Int()
+		s.k("sessions", "active"), s.drainsKey(), s.turnKey("")}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("queue turn %s: %w", t.ID, err)
 	}
@@ -234,6 +249,7 @@ var popScript = redis.NewScript(`
 local id = redis.call('LPOP', KEYS[1])
 if not id then
   redis.call('DEL', KEYS[3])
+  redis.call('SREM', KEYS[5], ARGV[1])
   if KEYS[4] ~= '' then redis.call('SREM', KEYS[4], ARGV[1]) end
   return false
 end
@@ -247,7 +263,7 @@ return id
 // and the drain flag is cleared).
 func (s *Store) PopTurn(ctx context.Context, sid, orchestrator string, now time.Time) (string, error) {
 	id, err := popScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
-		s.BusyKey(orchestrator)}, sid, ms(now), s.k("turn", "")).Text()
+		s.BusyKey(orchestrator), s.drainsKey()}, sid, ms(now), s.k("turn", "")).Text()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}
@@ -265,6 +281,7 @@ redis.call('HSET', KEYS[7], 'last', ARGV[3])
 redis.call('ZADD', KEYS[8], 'XX', ARGV[3], ARGV[1])
 if redis.call('LLEN', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[3])
+  redis.call('SREM', KEYS[9], ARGV[1])
   if KEYS[4] ~= '' then redis.call('SREM', KEYS[4], ARGV[1]) end
   return 0
 end
@@ -287,7 +304,7 @@ func (s *Store) FinishTurn(ctx context.Context, sid, orchestrator, turnID string
 	}
 	args := append([]any{sid, m, ms(at)}, kv...)
 	r, err := finishScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
-		s.BusyKey(orchestrator), s.turnKey(turnID), s.msgsKey(sid), s.sessKey(sid), s.k("sessions", "active")}, args...).Int()
+		s.BusyKey(orchestrator), s.turnKey(turnID), s.msgsKey(sid), s.sessKey(sid), s.k("sessions", "active"), s.drainsKey()}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("finish turn %s: %w", turnID, err)
 	}
@@ -321,30 +338,78 @@ func (s *Store) QueuedTurns(ctx context.Context, sid string) ([]string, error) {
 	return s.rdb.LRange(ctx, s.k("q", sid), 0, -1).Result()
 }
 
+// drainsKey is the index of sessions whose drain flag is set (the recovery
+// sweep reads it instead of scanning the keyspace).
+func (s *Store) drainsKey() string { return s.k("drains") }
+
 // SetDrainID records the id of the session's pending drain task.
 func (s *Store) SetDrainID(ctx context.Context, sid, id string) error {
-	return s.rdb.Set(ctx, s.k("drain", sid), id, redis.KeepTTL).Err()
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, s.k("drain", sid), id, redis.KeepTTL)
+		p.SAdd(ctx, s.drainsKey(), sid)
+		return nil
+	})
+	return err
 }
 
-// DrainFlags lists sessions with a drain in progress and their task ids (recovery sweep).
+// DrainFlags lists sessions with a drain in progress and their task ids
+// (recovery sweep): one SMEMBERS and one MGET; index entries whose flag is
+// gone are dropped.
 func (s *Store) DrainFlags(ctx context.Context) (map[string]string, error) {
-	out := map[string]string{}
+	sids, err := s.rdb.SMembers(ctx, s.drainsKey()).Result()
+	if err != nil || len(sids) == 0 {
+		return map[string]string{}, err
+	}
+	keys := make([]string, len(sids))
+	for i, sid := range sids {
+		keys[i] = s.k("drain", sid)
+	}
+	vals, err := s.rdb.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(sids))
+	var gone []any
+	for i, v := range vals {
+		if id, ok := v.(string); ok {
+			out[sids[i]] = id
+		} else {
+			gone = append(gone, sids[i])
+		}
+	}
+	for _, sid := range gone {
+		// A flag may be set again meanwhile: drop the member only while its flag is absent.
+		_ = dropDrainScript.Run(ctx, s.rdb, []string{s.drainsKey(), s.k("drain", sid.(string))}, sid).Err()
+	}
+	return out, nil
+}
+
+// KEYS: drains index, the session's drain flag. ARGV: session id.
+var dropDrainScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('SREM', KEYS[1], ARGV[1]) end
+return 1
+`)
+
+// IndexDrainFlags adds every drain flag found by a keyspace scan to the
+// index (once at start: flags written before the index existed).
+func (s *Store) IndexDrainFlags(ctx context.Context) (int, error) {
 	var cursor uint64
 	prefix := s.k("drain", "")
+	n := 0
 	for {
-		keys, next, err := s.rdb.Scan(ctx, cursor, prefix+"*", 500).Result()
+		keys, next, err := s.rdb.Scan(ctx, cursor, prefix+"*", 1000).Result()
 		if err != nil {
-			return nil, err
+			return n, err
 		}
 		for _, k := range keys {
-			v, err := s.rdb.Get(ctx, k).Result()
-			if err == nil {
-				out[k[len(prefix):]] = v
+			if err := s.rdb.SAdd(ctx, s.drainsKey(), k[len(prefix):]).Err(); err != nil {
+				return n, err
 			}
+			n++
 		}
 		cursor = next
 		if cursor == 0 {
-			return out, nil
+			return n, nil
 		}
 	}
 }

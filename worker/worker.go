@@ -37,9 +37,12 @@ type Worker struct {
 }
 
 // New builds a worker on rdb (shared with the rest of the process).
+// DefaultConcurrency is how many jobs a worker runs at once when not set.
+const DefaultConcurrency = 64
+
 func New(rdb redis.UniversalClient, r *relay.Relay, o Options) *Worker {
 	if o.Concurrency <= 0 {
-		o.Concurrency = 64
+		o.Concurrency = DefaultConcurrency
 	}
 	if o.PollEvery <= 0 {
 		o.PollEvery = 25 * time.Millisecond
@@ -60,8 +63,26 @@ func New(rdb redis.UniversalClient, r *relay.Relay, o Options) *Worker {
 		IsFailure:                func(err error) bool { return !errors.Is(err, relay.ErrRetryLater) },
 		Logger:                   asynqLogger{o.Logger},
 		LogLevel:                 asynq.WarnLevel,
+		ErrorHandler:             asynq.ErrorHandlerFunc(jobFailed(o.Logger)),
 	})
 	return &Worker{srv: srv, r: r, log: o.Logger}
+}
+
+// jobFailed logs a failed job (R18.9): WARN while asynq will retry it, ERROR
+// when it gives up (the job's work — an event, a firing — is then dropped).
+func jobFailed(log *slog.Logger) func(ctx context.Context, t *asynq.Task, err error) {
+	return func(ctx context.Context, t *asynq.Task, err error) {
+		if errors.Is(err, relay.ErrRetryLater) {
+			return
+		}
+		retried, _ := asynq.GetRetryCount(ctx)
+		maxRetry, _ := asynq.GetMaxRetry(ctx)
+		if retried >= maxRetry || errors.Is(err, asynq.SkipRetry) {
+			log.Error("job dropped", "job", t.Type(), "retried", retried, "err", err)
+			return
+		}
+		log.Warn("job failed; it will be retried", "job", t.Type(), "retry", retried+1, "of", maxRetry, "err", err)
+	}
 }
 
 func retryDelay(n int, err error, _ *asynq.Task) time.Duration {

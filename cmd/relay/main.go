@@ -68,7 +68,9 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &flagError{err} })
 	root.AddCommand(newCmd(app.ModeServe, "Run the API, a worker and the scheduler in one process", stderr),
-		newCmd(app.ModeWorker, "Run a worker only, joining the same Redis (for horizontal scale)", stderr))
+		newCmd(app.ModeWorker, "Run a worker only, joining the same Redis (for horizontal scale)", stderr),
+		&cobra.Command{Use: "version", Short: "Print the relay's version", Args: cobra.NoArgs,
+			Run: func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "relay", app.Version) }})
 	return root
 }
 
@@ -78,34 +80,60 @@ func newCmd(mode, short string, stderr io.Writer) *cobra.Command {
 		Short: short,
 		Args:  cobra.NoArgs,
 	}
+	// Each command lists only the flags it uses (R18.7).
 	f := cmd.Flags()
 	if mode == app.ModeServe {
 		f.String("addr", config.DefaultAddr, "listen address of the API ("+config.EnvAddr+")")
+		f.String("public-url", "", "base URL handed to agents and printed at start; default the listen address ("+config.EnvPublicURL+")")
+		f.String("redis", "", "Redis URL redis://host:port/db; empty = embedded in-memory server, one process only ("+config.EnvRedis+")")
+		f.String("owner-token", "", "owner token for /api/v1, at least 16 characters; default: generated on first start and kept in Redis ("+config.EnvOwnerToken+")")
+	} else {
+		f.String("redis", "", "Redis URL redis://host:port/db of the relay to join; required ("+config.EnvRedis+")")
+		f.String("metrics-addr", "", "serve /metrics, /healthz and /readyz here; default off ("+config.EnvMetricsAddr+")")
 	}
-	f.String("redis", "", "Redis URL redis://host:port/db; empty = embedded in-memory server, one process only ("+config.EnvRedis+")")
 	f.String("name", "", "this relay's name; default the host name ("+config.EnvName+")")
 	f.String("config", "", "YAML file: providers, folders, settings, timing, limits ("+config.EnvConfig+")")
-	f.String("owner-token", "", "owner token for /api/v1; default: generated on first start and kept in Redis ("+config.EnvOwnerToken+")")
-	f.String("metrics-addr", "", "worker only: serve /metrics, /healthz and /readyz here ("+config.EnvMetricsAddr+")")
 	f.String("log-format", "text", "log format: text or json")
+	f.String("log-level", "info", "log level: debug, info, warn or error")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		set := map[string]string{}
 		cmd.Flags().Visit(func(fl *pflag.Flag) {
-			if fl.Name != "log-format" {
+			if fl.Name != "log-format" && fl.Name != "log-level" {
 				set[fl.Name] = fl.Value.String()
 			}
 		})
-		cfg, err := config.Load(set, os.LookupEnv)
+		env := os.LookupEnv
+		if mode == app.ModeWorker {
+			// A worker takes no API flags; their variables (a compose file
+			// sharing one environment) do not apply to it.
+			env = func(k string) (string, bool) {
+				if k == config.EnvAddr || k == config.EnvPublicURL || k == config.EnvOwnerToken {
+					return "", false
+				}
+				return os.LookupEnv(k)
+			}
+		}
+		cfg, err := config.Load(set, env)
 		if err != nil {
 			return usageError{err}
 		}
+		if mode == app.ModeWorker && cfg.RedisURL == "" {
+			// R18.7: a worker on a private in-memory server could never receive work.
+			return usageError{errors.New("relay worker needs --redis or " + config.EnvRedis + ": a worker joins the Redis of a running relay (an in-memory server of its own would never receive work)")}
+		}
+		levelName, _ := cmd.Flags().GetString("log-level")
+		var level slog.Level
+		if err := level.UnmarshalText([]byte(levelName)); err != nil {
+			return usageError{fmt.Errorf("--log-level must be debug, info, warn or error (got %q)", levelName)}
+		}
+		hopts := &slog.HandlerOptions{Level: level}
 		format, _ := cmd.Flags().GetString("log-format")
 		var h slog.Handler
 		switch format {
 		case "json":
-			h = slog.NewJSONHandler(stderr, nil)
+			h = slog.NewJSONHandler(stderr, hopts)
 		case "text":
-			h = slog.NewTextHandler(stderr, nil)
+			h = slog.NewTextHandler(stderr, hopts)
 		default:
 			return usageError{fmt.Errorf("--log-format must be text or json (got %q)", format)}
 		}

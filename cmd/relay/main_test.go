@@ -15,7 +15,7 @@ import (
 func cleanEnv(t *testing.T) {
 	t.Helper()
 	for _, k := range []string{"REDIS_URL", "RELAY_ADDR", "RELAY_NAME", "RELAY_CONFIG", "RELAY_OWNER_TOKEN",
-		"RELAY_METRICS_ADDR", "RELAY_KEY_PREFIX"} {
+		"RELAY_METRICS_ADDR", "RELAY_KEY_PREFIX", "RELAY_PUBLIC_URL"} {
 		t.Setenv(k, "")
 	}
 }
@@ -57,11 +57,11 @@ func TestHelp(t *testing.T) {
 	}
 }
 
-// SPEC §2: every flag with its environment variable; `relay worker` takes the same flags but --addr.
+// SPEC §2 and R18.7: every flag with its environment variable; each command lists only the
+// flags it uses (serve: --addr, --public-url, --owner-token; worker: --metrics-addr).
 func TestSubcommandHelpListsFlags(t *testing.T) {
 	cleanEnv(t)
-	common := map[string]string{"--redis": "REDIS_URL", "--name": "RELAY_NAME", "--config": "RELAY_CONFIG",
-		"--owner-token": "RELAY_OWNER_TOKEN", "--metrics-addr": "RELAY_METRICS_ADDR"}
+	common := map[string]string{"--redis": "REDIS_URL", "--name": "RELAY_NAME", "--config": "RELAY_CONFIG"}
 	addrFlag := regexp.MustCompile(`(?m)^\s+--addr\s`)
 
 	code, out, errOut := runCLI(t, "serve", "--help")
@@ -179,5 +179,41 @@ func TestShortOwnerTokenExit2(t *testing.T) {
 	t.Setenv("RELAY_OWNER_TOKEN", "short")
 	if code, _, errOut := runCLI(t, "serve", "--addr", "127.0.0.1:0"); code != 2 || !strings.Contains(errOut, "at least 16 characters") {
 		t.Fatalf("RELAY_OWNER_TOKEN=short: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// R18.7: a worker without Redis exits 2; each command's --help lists only its flags; `relay version`.
+func TestWorkerNeedsRedisHelpAndVersion(t *testing.T) {
+	cleanEnv(t)
+	code, _, errOut := runCLI(t, "worker")
+	if code != 2 || !strings.Contains(errOut, "relay worker needs --redis or REDIS_URL") || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+		t.Fatalf("worker without Redis: exit %d, stderr %q", code, errOut)
+	}
+	_, serveHelp, _ := runCLI(t, "serve", "--help")
+	_, workerHelp, _ := runCLI(t, "worker", "--help")
+	for _, f := range []string{"--addr", "--public-url", "--owner-token", "--redis", "--log-level"} {
+		if !strings.Contains(serveHelp, f) {
+			t.Errorf("serve --help lacks %s", f)
+		}
+	}
+	if strings.Contains(serveHelp, "--metrics-addr") {
+		t.Errorf("serve --help lists the worker-only --metrics-addr")
+	}
+	for _, f := range []string{"--addr", "--public-url", "--owner-token"} {
+		if strings.Contains(workerHelp, f+" ") {
+			t.Errorf("worker --help lists the serve-only %s", f)
+		}
+	}
+	if !strings.Contains(workerHelp, "--metrics-addr") || !strings.Contains(workerHelp, "--redis") {
+		t.Errorf("worker --help lacks its flags:\n%s", workerHelp)
+	}
+	if code, out, _ := runCLI(t, "version"); code != 0 || !strings.HasPrefix(out, "relay ") {
+		t.Fatalf("relay version: exit %d %q", code, out)
+	}
+	if code, _, errOut := runCLI(t, "serve", "--log-level", "loud"); code != 2 || !strings.Contains(errOut, "--log-level") {
+		t.Fatalf("--log-level loud: exit %d %q", code, errOut)
+	}
+	if code, _, errOut := runCLI(t, "serve", "--public-url", "relay.example.com"); code != 2 || !strings.Contains(errOut, "public-url") {
+		t.Fatalf("--public-url without scheme: exit %d %q", code, errOut)
 	}
 }
