@@ -156,4 +156,3 @@ func TestExecPlaceholderNeverBecomesAFlag(t *testing.T) {
 		t.Fatal("a value after -- is no flag")
 	}
 }
-

@@ -217,3 +217,21 @@ func TestWorkerNeedsRedisHelpAndVersion(t *testing.T) {
 		t.Fatalf("--public-url without scheme: exit %d %q", code, errOut)
 	}
 }
+
+// R18.8: the compose file has no fallback owner token and publishes the API on loopback only.
+func TestComposeRequiresOwnerToken(t *testing.T) {
+	b, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	if !strings.Contains(s, "RELAY_OWNER_TOKEN: ${RELAY_OWNER_TOKEN:?") {
+		t.Errorf("docker-compose.yml does not require RELAY_OWNER_TOKEN (${RELAY_OWNER_TOKEN:?…})")
+	}
+	if strings.Contains(s, "RELAY_OWNER_TOKEN:-") || strings.Contains(s, "change-me") {
+		t.Errorf("docker-compose.yml still has a fallback owner token")
+	}
+	if !strings.Contains(s, `"${RELAY_PUBLISH:-127.0.0.1}:7420:7420"`) {
+		t.Errorf("docker-compose.yml publishes the API beyond loopback by default")
+	}
+}
