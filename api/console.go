@@ -113,7 +113,7 @@ func (s *streams) handle(c *gin.Context) {
 	ctx, cancel := context.WithCancel(c.Request.Context())
 	defer cancel()
 	st := s.r.Store()
-	ps := st.Redis().Subscribe(ctx, st.NotifyChannel())
+	ps := st.SubscribeNotify(ctx)
 	defer func() { _ = ps.Close() }()
 	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 	_, err := ps.Receive(rctx)

@@ -263,7 +263,7 @@ func (h *hub) fireAll() {
 func (h *hub) listen(ctx context.Context, st *store.Store, ready chan struct{}, log *slog.Logger) {
 	once := sync.Once{}
 	for ctx.Err() == nil {
-		ps := st.Redis().Subscribe(ctx, st.NotifyChannel())
+		ps := st.SubscribeNotify(ctx)
 		if _, err := ps.Receive(ctx); err != nil {
 			_ = ps.Close()
 			if ctx.Err() == nil {

@@ -135,6 +135,7 @@ func (s *Store) MessageCount(ctx context.Context, sid string) (int, error) {
 // ErrSessionLimit is returned when a prompt would make one more session busy than allowed.
 var ErrSessionLimit = errors.New("session limit")
 
+// KEYS: busy:ORCH ("" = no orchestrator). ARGV: session id, limit, enforce (1|0).
 var reserveScript = redis.NewScript(`
 local busy = KEYS[1]
 if busy == '' then return 1 end
@@ -144,6 +145,10 @@ redis.call('SADD', busy, ARGV[1])
 return 1
 `)
 
+// KEYS: q:SID, drain:SID, busy:ORCH ("" = none), turn:ID, tids, msgs:SID, sess:SID,
+// sessions:active, drains, turn: (the prefix of turn keys). ARGV: turn id, session id,
+// limit, enforce (1|0), drain task id, message JSON, created (ms), then the turn's
+// field/value pairs.
 var pushScript = redis.NewScript(`
 local busy = KEYS[3]
 if busy ~= '' and redis.call('SISMEMBER', busy, ARGV[2]) == 0 then
@@ -245,6 +250,8 @@ func (s *Store) PushTurn(ctx context.Context, t *Turn, orchestrator string, limi
 	return r == 1, nil
 }
 
+// KEYS: q:SID, cur:SID, drain:SID, busy:ORCH ("" = none), drains. ARGV: session id,
+// now (ms), turn: (the prefix of turn keys).
 var popScript = redis.NewScript(`
 local id = redis.call('LPOP', KEYS[1])
 if not id then
@@ -273,6 +280,9 @@ func (s *Store) PopTurn(ctx context.Context, sid, orchestrator string, now time.
 	return id, nil
 }
 
+// KEYS: q:SID, cur:SID, drain:SID, busy:ORCH ("" = none), turn:ID, msgs:SID, sess:SID,
+// sessions:active, drains. ARGV: session id, message JSON ("" = none), at (ms), then
+// the turn's field/value pairs.
 var finishScript = redis.NewScript(`
 redis.call('HSET', KEYS[5], unpack(ARGV, 4))
 if redis.call('GET', KEYS[2]) == redis.call('HGET', KEYS[5], 'id') then redis.call('DEL', KEYS[2]) end
@@ -311,6 +321,7 @@ func (s *Store) FinishTurn(ctx context.Context, sid, orchestrator, turnID string
 	return r == 1, nil
 }
 
+// KEYS: q:SID, cur:SID, turn:ID. ARGV: turn id.
 var requeueScript = redis.NewScript(`
 redis.call('LPUSH', KEYS[1], ARGV[1])
 redis.call('DEL', KEYS[2])
@@ -421,6 +432,7 @@ func (s *Store) AcquireLease(ctx context.Context, sid, owner string, ttl time.Du
 	return s.rdb.SetNX(ctx, s.k("lease", sid), owner, ttl).Result()
 }
 
+// KEYS: lease:SID. ARGV: owner, ttl (ms; 0 = release).
 var renewScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   if ARGV[2] == '0' then return redis.call('DEL', KEYS[1]) end
@@ -454,6 +466,12 @@ func (s *Store) LeaseHolder(ctx context.Context, sid string) (string, error) {
 
 // NotifyChannel is the pub/sub channel name.
 func (s *Store) NotifyChannel() string { return s.k("notify") }
+
+// SubscribeNotify subscribes to the relay's notifications (pub/sub stays
+// behind the store; the caller closes the subscription).
+func (s *Store) SubscribeNotify(ctx context.Context) *redis.PubSub {
+	return s.rdb.Subscribe(ctx, s.NotifyChannel())
+}
 
 // Notify publishes a notification.
 func (s *Store) Notify(ctx context.Context, what string) error {

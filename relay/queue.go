@@ -1,0 +1,298 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/oar/relay/store"
+)
+
+const (
+	nothingSent    = "Nothing was sent."
+	nothingCreated = "No session was created."
+	nothingChanged = "Nothing was changed."
+	nothingDone    = "Nothing was done."
+)
+
+// promptText reads and checks the `text` argument.
+func promptText(a *args, nothing string) (string, *Error) {
+	text, e := a.str("text")
+	if e != nil {
+		return "", e
+	}
+	if strings.TrimSpace(text) == "" {
+		return "", Errorf(CodeInvalidInput, "text is required: the prompt to send. %s", nothing)
+	}
+	if len(text) > MaxTextBytes {
+		return "", Errorf(CodeInvalidInput, "text is %d bytes; a prompt may have at most %d bytes (1 MiB). %s", len(text), MaxTextBytes, nothing)
+	}
+	if !utf8.ValidString(text) {
+		return "", Errorf(CodeInvalidInput, "text is not valid UTF-8. %s", nothing)
+	}
+	return text, nil
+}
+
+// waitArg reads wait_seconds and caps it by the longest wait (R7.11).
+func (r *Relay) waitArg(ctx context.Context, a *args, nothing string) (time.Duration, string, *Error) {
+	n, ok, e := a.integer("wait_seconds")
+	if e != nil {
+		return 0, "", e
+	}
+	if !ok {
+		return r.capWait(ctx, r.opts.Timing.DefaultWait)
+	}
+	if n < 0 {
+		return 0, "", Errorf(CodeInvalidInput, "wait_seconds must be 0 or more (got %d). %s", n, nothing)
+	}
+	return r.capWait(ctx, time.Duration(n)*time.Second)
+}
+
+func (r *Relay) capWait(ctx context.Context, d time.Duration) (time.Duration, string, *Error) {
+	max := r.maxWait(ctx)
+	if d > max {
+		return max, fmt.Sprintf("wait_seconds was capped at %d, the longest wait per call on relay %q.", int(max/time.Second), r.opts.Name), nil
+	}
+	return d, "", nil
+}
+
+// orchestrator is the conversation whose 4-at-work cap a session counts toward.
+func (r *Relay) orchestrator(s *store.Session) string {
+	if s.StartedBy != nil && s.StartedBy.Relay == r.opts.Name {
+		return s.StartedBy.Session
+	}
+	return ""
+}
+
+func (r *Relay) fromRef(c *caller) *store.Ref {
+	return &store.Ref{Relay: r.opts.Name, Session: c.s.ID, Title: c.s.Title, Model: c.s.Model}
+}
+
+// queue appends a prompt to a session and starts its drain (enforcing the cap
+// for agent prompts). role is user (owner), agent, schedule or event.
+// waitFor > 0 marks, before the turn can run, that the caller waits on its
+// reply (the no-echo rule must know it before the turn_end can fan out).
+func (r *Relay) queue(ctx context.Context, s *store.Session, text, role string, from *store.Ref, origin store.Origin, callerID string, enforce bool, waitFor time.Duration) (*store.Turn, error) {
+	if isExternal(s) {
+		return nil, notPromptable(s, nothingSent) // R17.7: no turn can run there
+	}
+	now := r.now()
+	t := &store.Turn{ID: store.NewID(16), Session: s.ID, Role: role, From: from, Origin: origin, Caller: callerID, CreatedAt: now, Text: text}
+	drainID := "drain:" + s.ID + ":" + store.NewID(6)
+	if waitFor > 0 {
+		if err := r.st.SetWaiting(ctx, t.ID, waitFor+time.Minute); err != nil {
+			return nil, err
+		}
+	}
+	start, err := r.st.PushTurn(ctx, t, r.orchestrator(s), r.opts.Limits.ActiveSessions, enforce, drainID)
+	if errors.Is(err, store.ErrSessionLimit) {
+		return nil, Errorf(CodeSessionLimit, "%d sessions started by the same conversation already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
+			r.opts.Limits.ActiveSessions, r.opts.Limits.ActiveSessions, nothingSent)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if start {
+		if err := r.enq.EnqueueDrain(ctx, s.ID, drainID); err != nil {
+			// The prompt is queued; the recovery sweep starts the drain.
+			r.log.Warn("enqueue drain failed; the sweep will retry", "session", s.ID, "err", err)
+		}
+	}
+	t.Status = store.TurnQueued
+	_ = r.st.Notify(ctx, "session:"+s.ID) // the owner's console (R19.6)
+	return t, nil
+}
+
+// waitTurn waits until the turn ends, waits on a question, or d passes.
+func (r *Relay) waitTurn(ctx context.Context, id string, d time.Duration) (*store.Turn, error) {
+	ch, unsub := r.hub.sub("turn:" + id)
+	defer unsub()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	recheck := time.NewTicker(2 * time.Second)
+	defer recheck.Stop()
+	for {
+		t, err := r.st.GetTurn(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if t.Status == store.TurnDone || t.Status == store.TurnError || t.Status == store.TurnStopped || t.Question != "" || d <= 0 {
+			return t, nil
+		}
+		select {
+		case <-ch:
+		case <-recheck.C:
+		case <-timer.C:
+			return r.st.GetTurn(ctx, id)
+		case <-ctx.Done():
+			return t, nil
+		}
+	}
+}
+
+// sent finishes a prompt an agent sent to another agent once it is queued:
+// it waits for the reply (R7.11); its loop-protection count was taken with
+// the card check (loopCard). done says what already happened, for an error
+// from here on.
+func (r *Relay) sent(ctx context.Context, c *caller, t *store.Turn, wait time.Duration, done string) (*store.Turn, *Error) {
+	t, err := r.waitReply(ctx, t.ID, wait)
+	if err != nil {
+		return nil, internalAfter(err, done)
+	}
+	return t, nil
+}
+
+func terminal(status string) bool {
+	return status == store.TurnDone || status == store.TurnError || status == store.TurnStopped
+}
+
+// waitReply is waitTurn for the prompt's own caller: while it waits, the
+// turn's turn_end is held from its subscriptions and dropped once the reply
+// reached it (no echo, R8.18). A reply counts as seen only once the call's
+// result was written to the client (endWait, R18.12); a wait cut off because
+// the client went away (ctx ended) ends at once.
+func (r *Relay) waitReply(ctx context.Context, id string, d time.Duration) (*store.Turn, error) {
+	if d > 0 {
+		if err := r.st.SetWaiting(ctx, id, d+time.Minute); err != nil { // wait: the caller comes back for it
+			return nil, err
+		}
+	}
+	t, err := r.waitTurn(ctx, id, d)
+	got := err == nil && terminal(t.Status)
+	if serr := r.endWait(ctx, id, got); serr != nil {
+		return nil, serr
+	}
+	return t, err
+}
+
+// turnResult fills the fields every prompting action returns (R7.7, R7.11).
+func (r *Relay) turnResult(ctx context.Context, res *result, t *store.Turn) {
+	status := t.Status
+	if status == store.TurnRunning && t.Question != "" {
+		status = "question"
+	}
+	res.set("status", status).set("session", t.Session).set("message_id", t.ID).set("openUrl", nil)
+	switch status {
+	case store.TurnDone:
+		res.set("reply", map[string]any{"text": t.Reply, "model": t.ReplyModel})
+		res.what = fmt.Sprintf("done, reply %d chars", utf8.RuneCountInString(t.Reply))
+	case store.TurnError:
+		res.set("turnError", t.Error)
+		res.what = "error: " + t.Error
+	case "question":
+		qs, _ := r.pendingQuestions(ctx, t.Session)
+		res.set("pendingQuestions", qs)
+		res.what = "waiting on a question"
+	case store.TurnRunning:
+		// R7.11: what the reply has so far, its last 2,000 characters.
+		p := []rune(t.Partial)
+		if len(p) > 2000 {
+			p = p[len(p)-2000:]
+		}
+		res.set("partial", string(p))
+		res.what = status
+	default:
+		res.what = status
+	}
+}
+
+func settingsLine(model, effort, mode string) string {
+	parts := []string{"Model: " + firstNonEmpty(model, "default")}
+	if effort != "" {
+		parts = append(parts, "Effort: "+effort)
+	}
+	if mode != "" {
+		parts = append(parts, "Mode: "+mode)
+	}
+	return strings.Join(parts, " · ")
+}
+
+func firstNonEmpty(v ...string) string {
+	for _, s := range v {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
+func excerpt(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	rs := []rune(s)
+	return string(rs[:n]) + "…"
+}
+
+func contains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v && v != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Relay) wait(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	wait, note, e := r.waitArg(ctx, a, nothingDone)
+	if e != nil {
+		return nil, e
+	}
+	mid, e := a.str("message_id")
+	if e != nil {
+		return nil, e
+	}
+	if mid == "" {
+		return nil, Errorf(CodeInvalidInput, "message_id is required: the message_id that send or create_session returned. Nothing was done.")
+	}
+	s, e := r.target(ctx, a, "session")
+	if e != nil {
+		return nil, e
+	}
+	if s.ID == c.s.ID {
+		return nil, Errorf(CodeSelf, "wait cannot wait on the calling conversation itself. Nothing was done.")
+	}
+	tid, n, err := r.st.ResolveTurnID(ctx, strings.ToLower(mid))
+	if err != nil {
+		return nil, internal(err)
+	}
+	if n > 1 {
+		return nil, Errorf(CodeInvalidInput, "message_id %q matches more than one message; give more characters. Nothing was done.", mid)
+	}
+	if tid == "" || len(mid) < 8 {
+		return nil, Errorf(CodeNotFound, "Session %s on relay %q has no message %q. Nothing was done.", id8(s.ID), r.opts.Name, mid)
+	}
+	t, err := r.st.GetTurn(ctx, tid)
+	if err != nil || t.Session != s.ID {
+		return nil, Errorf(CodeNotFound, "Session %s on relay %q has no message %q. Nothing was done.", id8(s.ID), r.opts.Name, mid)
+	}
+	if t.Caller == c.s.ID {
+		t, err = r.waitReply(ctx, t.ID, wait)
+	} else {
+		t, err = r.waitTurn(ctx, t.ID, wait)
+	}
+	if err != nil {
+		return nil, internal(err)
+	}
+	res := newResult(s.ID, "")
+	r.turnResult(ctx, res, t)
+	if note != "" {
+		res.set("note", note)
+	}
+	return res, nil
+}
+
+// unreserve gives back a 4-at-work slot taken for a session that did not
+// start after all. A failure is logged at ERROR with both ids: that slot
+// then stays taken in Redis (P:busy:ORCH) until someone removes the member.
+func (r *Relay) unreserve(ctx context.Context, orch, sid string) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := r.st.Unreserve(wctx, orch, sid); err != nil {
+		r.log.Error("give back a 4-at-work slot", "orchestrator", id8(orch), "session", id8(sid), "err", err)
+	}
+}
