@@ -100,18 +100,27 @@ func retryDelay(n int, err error, _ *asynq.Task) time.Duration {
 func (w *Worker) Start() error {
 	mux := asynq.NewServeMux()
 	mux.HandleFunc(jobs.TypeDrain, w.drain)
-	mux.HandleFunc(jobs.TypeFanout, handle(func(ctx context.Context, ev store.Event) error { return w.r.Fanout(ctx, &ev) }))
-	mux.HandleFunc(jobs.TypeRelease, handle(func(ctx context.Context, p relay.ReleasePayload) error { return w.r.Release(ctx, p.Sub) }))
+	// Each job's error says what was being done (R18.9: the log line of a retry or a drop).
+	mux.HandleFunc(jobs.TypeFanout, handle(func(ctx context.Context, ev store.Event) error {
+		return wrap(w.r.Fanout(ctx, &ev), "fan out %s event %s of session %s", ev.Kind, ev.ID, id8(ev.Session))
+	}))
+	mux.HandleFunc(jobs.TypeRelease, handle(func(ctx context.Context, p relay.ReleasePayload) error {
+		return wrap(w.r.Release(ctx, p.Sub), "release held events of %s", p.Sub)
+	}))
 	mux.HandleFunc(jobs.TypeFlush, handle(func(ctx context.Context, p relay.FlushPayload) error {
-		return w.r.Flush(ctx, p.Watcher, time.UnixMilli(p.Window).UTC())
+		return wrap(w.r.Flush(ctx, p.Watcher, time.UnixMilli(p.Window).UTC()), "deliver the coalesced events of watcher %s", id8(p.Watcher))
 	}))
-	mux.HandleFunc(jobs.TypeSummary, handle(func(ctx context.Context, p relay.SummaryPayload) error { return w.r.Summary(ctx, p.Watcher) }))
+	mux.HandleFunc(jobs.TypeSummary, handle(func(ctx context.Context, p relay.SummaryPayload) error {
+		return wrap(w.r.Summary(ctx, p.Watcher), "deliver the wake-limit summary of watcher %s", id8(p.Watcher))
+	}))
 	mux.HandleFunc(jobs.TypeHeartbeat, handle(func(ctx context.Context, p relay.HeartbeatPayload) error {
-		return w.r.Heartbeat(ctx, p.Sub, time.UnixMilli(p.At).UTC())
+		return wrap(w.r.Heartbeat(ctx, p.Sub, time.UnixMilli(p.At).UTC()), "heartbeat of %s", p.Sub)
 	}))
-	mux.HandleFunc(jobs.TypeStallScan, func(ctx context.Context, _ *asynq.Task) error { return w.r.StallScan(ctx) })
+	mux.HandleFunc(jobs.TypeStallScan, func(ctx context.Context, _ *asynq.Task) error {
+		return wrap(w.r.StallScan(ctx), "scan for stalled sessions")
+	})
 	mux.HandleFunc(jobs.TypeFire, handle(func(ctx context.Context, p relay.FirePayload) error {
-		return w.r.Fire(ctx, p.Schedule, time.UnixMilli(p.At).UTC(), p.Approved)
+		return wrap(w.r.Fire(ctx, p.Schedule, time.UnixMilli(p.At).UTC(), p.Approved), "fire schedule %s", p.Schedule)
 	}))
 	return w.srv.Start(mux)
 }
@@ -143,7 +152,7 @@ func (w *Worker) drain(ctx context.Context, t *asynq.Task) error {
 	}
 	err := w.r.Drain(ctx, p.Session)
 	if err != nil && !errors.Is(err, relay.ErrRetryLater) {
-		w.log.Error("drain failed", "session", p.Session, "err", err)
+		err = fmt.Errorf("drain session %s: %w", id8(p.Session), err)
 	}
 	return err
 }
@@ -157,4 +166,19 @@ func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...), "compone
 func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...), "component", "asynq") }
 func (a asynqLogger) Fatal(args ...any) {
 	a.l.Error(fmt.Sprint(args...), "component", "asynq", "fatal", true)
+}
+
+// wrap says what a job was doing when it failed; nil stays nil.
+func wrap(err error, format string, a ...any) error {
+	if err == nil || errors.Is(err, relay.ErrRetryLater) {
+		return err
+	}
+	return fmt.Errorf(format+": %w", append(a, err)...)
+}
+
+func id8(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
 }
