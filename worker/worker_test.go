@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/oar/relay/jobs"
@@ -24,5 +25,20 @@ func TestJobKindsAgree(t *testing.T) {
 		if p.domain != p.task {
 			t.Errorf("domain job %q has task type %q", p.domain, p.task)
 		}
+	}
+}
+
+// wrap says what a job did; a retry-later is passed through as it is.
+func TestWrapSaysWhatTheJobDid(t *testing.T) {
+	if wrap(nil, "x") != nil {
+		t.Fatal("wrap(nil) is not nil")
+	}
+	base := errors.New("redis: connection refused")
+	err := wrap(base, "fire schedule %s", "sch_1")
+	if err.Error() != "fire schedule sch_1: redis: connection refused" || !errors.Is(err, base) {
+		t.Fatalf("wrap: %v", err)
+	}
+	if got := wrap(relay.ErrRetryLater, "drain"); got != relay.ErrRetryLater {
+		t.Fatalf("retry-later wrapped: %v", got)
 	}
 }
