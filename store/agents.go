@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // SetAgentSession stores the agent CLI's conversation id with the session
@@ -67,4 +69,37 @@ func (s *Store) UsagePaused(ctx context.Context, provider string) (string, time.
 	reason, _ := vals[0].(string)
 	at, _ := vals[1].(string)
 	return reason, fromMS(atoi64(at)), nil
+}
+
+// monthKey is a provider's counters of one calendar month (UTC, "2006-01"),
+// kept for a spending cap (R7.8); they expire two months later.
+func (s *Store) monthKey(provider, month string) string {
+	return s.k("usage", provider, "m", month)
+}
+
+// AddMonthUsage adds a done turn's tokens and cost (micro-dollars) to a
+// provider's counters of the month (R7.8).
+func (s *Store) AddMonthUsage(ctx context.Context, provider, month string, tokens, microUSD int64) error {
+	k := s.monthKey(provider, month)
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HIncrBy(ctx, k, "tokens", tokens)
+		p.HIncrBy(ctx, k, "costMicroUSD", microUSD)
+		p.Expire(ctx, k, 63*24*time.Hour)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("add month usage %s: %w", provider, err)
+	}
+	return nil
+}
+
+// MonthUsage reads a provider's tokens and cost (micro-dollars) of a month.
+func (s *Store) MonthUsage(ctx context.Context, provider, month string) (tokens, microUSD int64, err error) {
+	vals, err := s.rdb.HMGet(ctx, s.monthKey(provider, month), "tokens", "costMicroUSD").Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("month usage %s: %w", provider, err)
+	}
+	t, _ := vals[0].(string)
+	c, _ := vals[1].(string)
+	return atoi64(t), atoi64(c), nil
 }

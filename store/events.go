@@ -268,6 +268,7 @@ func (s *Store) HoldEvent(ctx context.Context, sub string, ev *Event, due time.T
 	return fromMS(atoi64(cur.Val())), set.Val(), nil
 }
 
+// KEYS: held:FROM, due:FROM, held:TO, due:TO. ARGV: none.
 var moveHeldScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('RENAME', KEYS[1], KEYS[3]) end
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('RENAME', KEYS[2], KEYS[4]) end
@@ -305,6 +306,7 @@ func (s *Store) HeldInfo(ctx context.Context, sub string) (int, time.Time, error
 	return int(n.Val()), fromMS(atoi64(due.Val())), nil
 }
 
+// KEYS: held:SUB, due:SUB. ARGV: now (ms).
 var takeHeldScript = redis.NewScript(`
 local due = redis.call('GET', KEYS[2])
 if not due then return {} end
@@ -406,6 +408,7 @@ func (s *Store) BufferGroup(ctx context.Context, watcher string, g Batch, window
 	return set.Val(), fromMS(atoi64(cur.Val())), nil
 }
 
+// KEYS: buf:W, win:W (wl:W, wlnext:W for TakeSummary). ARGV: window end (ms; "" = take now).
 var takeBufScript = redis.NewScript(`
 if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return {} end
 local items = redis.call('LRANGE', KEYS[1], 0, -1)

@@ -154,7 +154,7 @@ func (s *Store) TakeLoop(ctx context.Context, sid string, limit int) (taken bool
 	return res[0] == 1, int(res[1]), nil
 }
 
-// KEYS: loop:SID.
+// KEYS: loop:SID. ARGV: none.
 var giveBackLoopScript = redis.NewScript(`
 local n = tonumber(redis.call('GET', KEYS[1]) or '0')
 if n > 0 then redis.call('DECR', KEYS[1]) end

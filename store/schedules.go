@@ -142,6 +142,8 @@ func (s *Store) GetAsk(ctx context.Context, id string) (*Ask, error) {
 	return getJSON[Ask](ctx, s.rdb, s.k("ask", id))
 }
 
+// KEYS: ask:ASK, asks:open, asksin:SESSION, asksopen:ASKER. ARGV: the closed record
+// (JSON), ask id, keep (ms).
 var closeAskScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if not v then return -1 end

@@ -49,6 +49,7 @@ type Turn struct {
 	EndedAt       time.Time
 	Reply         string
 	ReplyModel    string
+	ModelAsked    string // the model the turn asked for, kept when another one ran (R7.13)
 	Error         string
 	Partial       string
 	Question      string // id of the question card the turn waits on
@@ -64,7 +65,7 @@ func turnFrom(m map[string]string) *Turn {
 	t := &Turn{
 		ID: m["id"], Session: m["session"], Status: m["status"], Role: m["role"], Caller: m["caller"],
 		CreatedAt: fromMS(atoi64(m["created"])), StartedAt: fromMS(atoi64(m["started"])),
-		EndedAt: fromMS(atoi64(m["ended"])), Reply: m["reply"], ReplyModel: m["replyModel"],
+		EndedAt: fromMS(atoi64(m["ended"])), Reply: m["reply"], ReplyModel: m["replyModel"], ModelAsked: m["modelAsked"],
 		Error: m["error"], Partial: m["partial"], Question: m["question"], Waited: m["waited"] == "1",
 		Text: m["text"], StopRequested: m["stopRequested"] == "1", PartialAt: fromMS(atoi64(m["partialAt"])),
 	}
@@ -156,7 +157,7 @@ if busy ~= '' and redis.call('SISMEMBER', busy, ARGV[2]) == 0 then
   redis.call('SADD', busy, ARGV[2])
 end
 redis.call('RPUSH', KEYS[6], ARGV[6])
-redis.call('HSET', KEYS[7], 'last', ARGV[7])
+if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('HSET', KEYS[7], 'last', ARGV[7]) end
 redis.call('ZADD', KEYS[8], 'XX', ARGV[7], ARGV[2])
 redis.call('HSET', KEYS[4], unpack(ARGV, 8))
 local placed = false
@@ -284,10 +285,10 @@ func (s *Store) PopTurn(ctx context.Context, sid, orchestrator string, now time.
 // sessions:active, drains. ARGV: session id, message JSON ("" = none), at (ms), then
 // the turn's field/value pairs.
 var finishScript = redis.NewScript(`
-redis.call('HSET', KEYS[5], unpack(ARGV, 4))
+if #ARGV >= 5 then redis.call('HSET', KEYS[5], unpack(ARGV, 4)) end
 if redis.call('GET', KEYS[2]) == redis.call('HGET', KEYS[5], 'id') then redis.call('DEL', KEYS[2]) end
 if ARGV[2] ~= '' then redis.call('RPUSH', KEYS[6], ARGV[2]) end
-redis.call('HSET', KEYS[7], 'last', ARGV[3])
+if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('HSET', KEYS[7], 'last', ARGV[3]) end
 redis.call('ZADD', KEYS[8], 'XX', ARGV[3], ARGV[1])
 if redis.call('LLEN', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[3])
@@ -429,6 +430,9 @@ func (s *Store) IndexDrainFlags(ctx context.Context) (int, error) {
 
 // AcquireLease takes the session's lease for owner for ttl.
 func (s *Store) AcquireLease(ctx context.Context, sid, owner string, ttl time.Duration) (bool, error) {
+	if ttl <= 0 {
+		return false, fmt.Errorf("lease of %s: ttl %v: a lease must expire", sid, ttl)
+	}
 	return s.rdb.SetNX(ctx, s.k("lease", sid), owner, ttl).Result()
 }
 
@@ -443,7 +447,8 @@ return 0
 
 // RenewLease extends the lease if owner still holds it.
 func (s *Store) RenewLease(ctx context.Context, sid, owner string, ttl time.Duration) (bool, error) {
-	n, err := renewScript.Run(ctx, s.rdb, []string{s.k("lease", sid)}, owner, ttl.Milliseconds()).Int()
+	// At least 1 ms: 0 means release to the script.
+	n, err := renewScript.Run(ctx, s.rdb, []string{s.k("lease", sid)}, owner, max(ttl.Milliseconds(), 1)).Int()
 	return n == 1, err
 }
 

@@ -1,0 +1,175 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// testEnv is one test's Redis: REDIS_URL when set (it must answer), else an
+// in-process miniredis. Each test has a key prefix of its own; its keys are
+// deleted when the test ends (never FLUSHALL: the Redis may be shared).
+type testEnv struct {
+	t      testing.TB
+	ctx    context.Context
+	rdb    *redis.Client
+	mini   *miniredis.Miniredis // nil on a real Redis
+	prefix string
+	s      *Store
+}
+
+func newEnv(t testing.TB) *testEnv {
+	t.Helper()
+	e := &testEnv{t: t, ctx: context.Background(), prefix: "st" + NewID(6)}
+	url := os.Getenv("REDIS_URL")
+	if url == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true but REDIS_URL is not set: the store tests must run against a real Redis in CI")
+		}
+		e.mini = miniredis.RunT(t)
+		e.rdb = redis.NewClient(&redis.Options{Addr: e.mini.Addr()})
+		t.Cleanup(func() { _ = e.rdb.Close() })
+	} else {
+		opt, err := redis.ParseURL(url)
+		if err != nil {
+			t.Fatalf("REDIS_URL %q: %v", url, err)
+		}
+		e.rdb = redis.NewClient(opt)
+		ctx, cancel := context.WithTimeout(e.ctx, 3*time.Second)
+		defer cancel()
+		if err := e.rdb.Ping(ctx).Err(); err != nil {
+			_ = e.rdb.Close()
+			t.Fatalf("REDIS_URL %s does not answer (%v): start Redis or unset REDIS_URL to use the embedded server", url, err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := DeleteMatching(ctx, e.rdb, e.prefix+":*"); err != nil {
+				t.Errorf("clean up %s:*: %v", e.prefix, err)
+			}
+			_ = e.rdb.Close()
+		})
+	}
+	e.s = New(e.rdb, e.prefix)
+	return e
+}
+
+// key is the full name of a key of this test's prefix, spelled out as
+// docs/ARCHITECTURE.md "Redis keys" names it (P:part:part).
+func (e *testEnv) key(parts ...string) string {
+	return e.prefix + ":" + strings.Join(parts, ":")
+}
+
+// advance lets d pass for key expiry (miniredis's clock only moves when told).
+func (e *testEnv) advance(d time.Duration) {
+	if e.mini != nil {
+		e.mini.FastForward(d)
+		return
+	}
+	time.Sleep(d)
+}
+
+func (e *testEnv) exists(k string) bool {
+	e.t.Helper()
+	n, err := e.rdb.Exists(e.ctx, k).Result()
+	if err != nil {
+		e.t.Fatalf("EXISTS %s: %v", k, err)
+	}
+	return n == 1
+}
+
+func (e *testEnv) get(k string) string {
+	e.t.Helper()
+	v, err := e.rdb.Get(e.ctx, k).Result()
+	if errors.Is(err, redis.Nil) {
+		return ""
+	}
+	if err != nil {
+		e.t.Fatalf("GET %s: %v", k, err)
+	}
+	return v
+}
+
+func (e *testEnv) list(k string) []string {
+	e.t.Helper()
+	v, err := e.rdb.LRange(e.ctx, k, 0, -1).Result()
+	if err != nil {
+		e.t.Fatalf("LRANGE %s: %v", k, err)
+	}
+	return v
+}
+
+func (e *testEnv) isMember(k, member string) bool {
+	e.t.Helper()
+	ok, err := e.rdb.SIsMember(e.ctx, k, member).Result()
+	if err != nil {
+		e.t.Fatalf("SISMEMBER %s: %v", k, err)
+	}
+	return ok
+}
+
+func (e *testEnv) scard(k string) int {
+	e.t.Helper()
+	n, err := e.rdb.SCard(e.ctx, k).Result()
+	if err != nil {
+		e.t.Fatalf("SCARD %s: %v", k, err)
+	}
+	return int(n)
+}
+
+// zscore returns a member's score and whether it is in the zset.
+func (e *testEnv) zscore(k, member string) (float64, bool) {
+	e.t.Helper()
+	v, err := e.rdb.ZScore(e.ctx, k, member).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, false
+	}
+	if err != nil {
+		e.t.Fatalf("ZSCORE %s: %v", k, err)
+	}
+	return v, true
+}
+
+func (e *testEnv) hget(k, field string) string {
+	e.t.Helper()
+	v, err := e.rdb.HGet(e.ctx, k, field).Result()
+	if errors.Is(err, redis.Nil) {
+		return ""
+	}
+	if err != nil {
+		e.t.Fatalf("HGET %s %s: %v", k, field, err)
+	}
+	return v
+}
+
+func (e *testEnv) pttl(k string) time.Duration {
+	e.t.Helper()
+	d, err := e.rdb.PTTL(e.ctx, k).Result()
+	if err != nil {
+		e.t.Fatalf("PTTL %s: %v", k, err)
+	}
+	return d
+}
+
+// keysOf lists the keys of this test's prefix that match pattern (after the prefix).
+func (e *testEnv) keysOf(pattern string) []string {
+	e.t.Helper()
+	var out []string
+	var cursor uint64
+	for {
+		keys, next, err := e.rdb.Scan(e.ctx, cursor, e.prefix+":"+pattern, 500).Result()
+		if err != nil {
+			e.t.Fatalf("SCAN: %v", err)
+		}
+		out = append(out, keys...)
+		if cursor = next; cursor == 0 {
+			return out
+		}
+	}
+}
