@@ -45,6 +45,7 @@ func (r *Relay) Drain(ctx context.Context, sid string) error {
 	}
 	orch := r.orchestrator(s)
 	owner := r.opts.WorkerID + ":" + store.NewID(4)
+	ctx = context.WithValue(ctx, leaseOwnerKey{}, owner)
 	ok, err := r.st.AcquireLease(ctx, sid, owner, leaseTTL)
 	if err != nil {
 		return err
@@ -112,6 +113,46 @@ func (r *Relay) putBack(ctx context.Context, sid, turnID string, cause error) er
 	return fmt.Errorf("turn %s not started: %w", turnID, cause)
 }
 
+// leaseOwnerKey carries the drain's lease owner to finish (finishLater).
+type leaseOwnerKey struct{}
+
+// finishGiveUp bounds how long a finished turn's outcome is retried while
+// Redis does not answer.
+const finishGiveUp = 3 * time.Minute
+
+// finishLater retries writing a turn's outcome while Redis does not answer:
+// each try first takes the session's lease back for this drain, so a turn
+// whose agent finished during an outage is recorded as it ended instead of
+// being found "abandoned" when Redis returns.
+func (r *Relay) finishLater(ctx context.Context, sid string, write func(context.Context) (bool, error), first error) (bool, error) {
+	owner, _ := ctx.Value(leaseOwnerKey{}).(string)
+	r.log.Warn("the turn's outcome could not be written; retrying until Redis answers", "session", id8(sid), "err", first)
+	deadline := time.Now().Add(finishGiveUp)
+	wait := 250 * time.Millisecond
+	err := first
+	for time.Now().Before(deadline) {
+		time.Sleep(wait)
+		wait = min(2*wait, 2*time.Second)
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if owner != "" {
+			if ok, lerr := r.st.RenewLease(c, sid, owner, leaseTTL); lerr == nil && !ok {
+				if got, aerr := r.st.AcquireLease(c, sid, owner, leaseTTL); aerr == nil && !got {
+					cancel()
+					return false, fmt.Errorf("another drain took session %s while its outcome waited: %w", sid, first)
+				}
+			}
+		}
+		var more bool
+		more, err = write(c)
+		cancel()
+		if err == nil {
+			r.log.Info("the turn's outcome was written after Redis came back", "session", id8(sid))
+			return more, nil
+		}
+	}
+	return false, fmt.Errorf("write the turn's outcome: %w", err)
+}
+
 // finish ends a turn and records its outcome; it reports whether more turns wait.
 func (r *Relay) finish(ctx context.Context, s *store.Session, orch, id, status, reply, model, errText string) (bool, error) {
 	// Write even if the job's context is gone: the outcome must not be lost.
@@ -128,7 +169,19 @@ func (r *Relay) finish(ctx context.Context, s *store.Session, orch, id, status, 
 	more, err := r.st.FinishTurn(wctx, s.ID, orch, id, msg, now, "status", status, "reply", reply, "replyModel", model,
 		"error", errText, "ended", now.UnixMilli(), "partial", "", "question", "")
 	if err != nil {
-		return false, err
+		// Redis is away (a restart, a blip): keep the outcome and write it once
+		// it is back, holding the session's lease again first, so no other
+		// process takes the turn for abandoned meanwhile.
+		more, err = r.finishLater(ctx, s.ID, func(c context.Context) (bool, error) {
+			return r.st.FinishTurn(c, s.ID, orch, id, msg, now, "status", status, "reply", reply, "replyModel", model,
+				"error", errText, "ended", now.UnixMilli(), "partial", "", "question", "")
+		}, err)
+		if err != nil {
+			return false, err
+		}
+		var cancelAgain context.CancelFunc
+		wctx, cancelAgain = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second) // for the events below
+		defer cancelAgain()
 	}
 	// Events (R8.1): an error emits both error and turn_end (error).
 	if status == store.TurnError {
@@ -318,6 +371,7 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	if model == "" {
 		model = s.Model
 	}
+	r.noteModel(ctx, s, t.ID, status, out.Model)
 	return r.finish(ctx, s, orch, t.ID, status, reply, model, errText)
 }
 
