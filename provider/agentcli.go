@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -177,16 +176,7 @@ func (p *CLI) availability() (string, string) {
 
 // baseEnv is AgentEnv plus the configured extras (sorted, later wins).
 func (p *CLI) baseEnv() []string {
-	env := AgentEnv(os.Environ())
-	keys := make([]string, 0, len(p.c.Env))
-	for k := range p.c.Env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		env = append(env, k+"="+p.c.Env[k])
-	}
-	return env
+	return withExtras(AgentEnv(os.Environ()), p.c.Env)
 }
 
 // dialect is what differs between the CLIs: their arguments, files and

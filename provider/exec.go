@@ -216,6 +216,17 @@ func buildArgv(command []string, values map[string]string) (argv []string, promp
 	return argv, promptInArgs, nil
 }
 
+// UsesEffort reports whether the command passes the turn's effort on: an
+// argument with the {effort} placeholder (R7.10).
+func (e *Exec) UsesEffort() bool {
+	for _, a := range e.c.Command {
+		if strings.Contains(a, "{effort}") {
+			return true
+		}
+	}
+	return false
+}
+
 // ValueBecomesFlag reports whether v, put for placeholder ph ("{model}",
 // "{effort}", …), would become an option of the provider's command (R18
 // hardening): the domain refuses such a model or effort with
@@ -259,22 +270,27 @@ func killGroup(pgid int, waitc <-chan error) {
 // configured extras, then the turn's RELAY_* variables (later entries win in
 // os/exec).
 func (e *Exec) env(t Turn, cfgPath string) []string {
-	env := AgentEnv(os.Environ())
-	keys := make([]string, 0, len(e.c.Env))
-	for k := range e.c.Env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		env = append(env, k+"="+e.c.Env[k])
-	}
-	return append(env,
+	return append(withExtras(AgentEnv(os.Environ()), e.c.Env),
 		"RELAY_URL="+t.RelayURL,
 		"RELAY_MCP_URL="+t.MCPURL,
 		"RELAY_SESSION_ID="+t.SessionID,
 		"RELAY_TOKEN="+t.Token,
 		"RELAY_MCP_CONFIG="+cfgPath,
 	)
+}
+
+// withExtras appends the provider's configured environment to env, in key
+// order (later entries win in os/exec).
+func withExtras(env []string, extras map[string]string) []string {
+	keys := make([]string, 0, len(extras))
+	for k := range extras {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+extras[k])
+	}
+	return env
 }
 
 // AgentEnv is what an agent process inherits of the relay's environment

@@ -59,17 +59,9 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	st := s.script(a)
-	st.defaults()
-	if st.Status != 0 {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(st.Status)
-		_, _ = w.Write([]byte(st.ErrorBody))
+	st, ok := s.step(w, a, tool)
+	if !ok {
 		return
-	}
-	if st.Tool != nil && tool == "" {
-		st.Tool = nil
-		st.Text = "(no relay_tool offered)"
 	}
 	model := req.Model
 	stop := "end_turn"

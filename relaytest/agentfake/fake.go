@@ -259,3 +259,21 @@ func nid() string {
 	idN++
 	return fmt.Sprintf("%d%d", time.Now().UnixNano()%1000000, idN)
 }
+
+// step is the scripted answer to a request: ok=false when it was an error
+// status, already written. A tool step without relay_tool offered (tool "")
+// becomes a text answer saying so.
+func (s *Server) step(w http.ResponseWriter, a Ask, tool string) (Step, bool) {
+	st := s.script(a)
+	st.defaults()
+	if st.Status != 0 {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(st.Status)
+		_, _ = w.Write([]byte(st.ErrorBody))
+		return st, false
+	}
+	if st.Tool != nil && tool == "" {
+		st.Tool, st.Text = nil, "(no relay_tool offered)"
+	}
+	return st, true
+}

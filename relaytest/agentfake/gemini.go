@@ -65,16 +65,9 @@ func (s *Server) gemini(w http.ResponseWriter, r *http.Request, stream bool) {
 			break
 		}
 	}
-	st := s.script(a)
-	st.defaults()
-	if st.Status != 0 {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(st.Status)
-		_, _ = w.Write([]byte(st.ErrorBody))
+	st, ok := s.step(w, a, tool)
+	if !ok {
 		return
-	}
-	if st.Tool != nil && tool == "" {
-		st.Tool, st.Text = nil, "(no relay_tool offered)"
 	}
 	usage := map[string]any{"promptTokenCount": st.InputTokens, "candidatesTokenCount": st.OutputTokens,
 		"totalTokenCount": st.InputTokens + st.OutputTokens}

@@ -57,16 +57,9 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	st := s.script(a)
-	st.defaults()
-	if st.Status != 0 {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(st.Status)
-		_, _ = w.Write([]byte(st.ErrorBody))
+	st, ok := s.step(w, a, tool)
+	if !ok {
 		return
-	}
-	if st.Tool != nil && tool == "" {
-		st.Tool, st.Text = nil, "(no relay_tool offered)"
 	}
 	defer s.slowStart(st)()
 	respID := "resp_" + nid()
