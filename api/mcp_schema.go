@@ -38,7 +38,8 @@ var relayToolActions = []string{
 // relayToolDescription is what a model reads to decide when and how to call the tool.
 const relayToolDescription = `Work with agent sessions on this relay and on paired relays: list and read sessions and task output, prompt a session (send) or start one (create_session) and wait for its reply, change a session's settings, answer a question another session's agent asked, stop or archive a session, watch sessions and be woken by their events (subscribe), queue a message for later (schedule), and put a non-blocking question to the owner (ask).
 Every call names an action. Every action except list_relays names its relay in "relay": "this" means this relay; a paired relay is named by its name or host as list_relays shows it (the subscription, schedule and question actions may leave relay out, meaning "this"). Start with list_relays.
-Each result is one JSON object: "ok", a one-line "summary", and on failure "code" and an "error" sentence that says what was not done.`
+Each result is one JSON object: "ok", a one-line "summary", and on failure "code" and an "error" sentence that says what was not done.
+Manners: ask the owner before you answer another session's question, unless told to decide yourself. After ask, go on with what does not depend on the answer and do not ask the same again while it is open. A subscription only notifies: it approves and answers nothing. A locked relay: ask the owner to mention it.`
 
 // relayToolInputSchema returns a fresh copy of the input schema of relay_tool
 // (and of its unlisted alias remote_relay).

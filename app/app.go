@@ -152,7 +152,12 @@ func New(cfg config.Config, o Options) (*App, error) {
 	ropt := relay.Options{
 		Name: cfg.Name, Version: Version, Folders: cfg.Folders, DefaultCwd: cfg.DefaultCwd,
 		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Logger: a.log, Metrics: a.met,
-		MaxWaitCap: o.MaxWaitCap,
+		MaxWaitCap: o.MaxWaitCap, Caps: map[string]relay.Cap{},
+	}
+	for _, p := range cfg.Providers {
+		if p.MonthlyCap > 0 {
+			ropt.Caps[p.ID] = relay.Cap{Amount: p.MonthlyCap, Unit: p.CapUnit}
+		}
 	}
 	if o.Clock != nil {
 		ropt.Clock, ropt.RealAt = o.Clock.Now, o.Clock.RealAt

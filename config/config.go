@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -61,6 +62,8 @@ type Provider struct {
 	MaxSteps     int               // max_steps (openai): model calls per turn; 0 = the provider's default (25)
 	SystemPrompt string            // system_prompt (openai): optional first message of every turn
 	SwitchTo     string            // switch_to: id of another provider
+	MonthlyCap   float64           // monthly_cap: spending cap per calendar month (UTC) in CapUnit; 0 = none (R7.8)
+	CapUnit      string            // cap_unit: usd | tokens; required with monthly_cap
 	Env          map[string]string // env: extra environment for the provider
 }
 
@@ -595,11 +598,41 @@ func (c Config) validateProviders() error {
 				return fmt.Errorf("config: %s.switch_to must name another configured provider (got %q)", at, p.SwitchTo)
 			}
 		}
+		if err := checkCap(at, p); err != nil {
+			return err
+		}
 		for k := range p.Env {
 			if k == "" || strings.ContainsAny(k, "=\x00") {
 				return fmt.Errorf("config: %s.env has an invalid variable name %q", at, k)
 			}
 		}
+	}
+	return nil
+}
+
+// Units of a provider's monthly_cap (R7.8).
+const (
+	CapUSD    = "usd"
+	CapTokens = "tokens"
+)
+
+// checkCap validates monthly_cap and cap_unit (R7.8): a cap needs its unit;
+// a cost in USD is only reported by the agent CLIs.
+func checkCap(at string, p Provider) error {
+	if p.MonthlyCap == 0 && p.CapUnit == "" {
+		return nil
+	}
+	if p.MonthlyCap <= 0 || math.IsNaN(p.MonthlyCap) || math.IsInf(p.MonthlyCap, 0) {
+		return fmt.Errorf("config: %s.monthly_cap must be a number above 0 (got %v; leave it out for no cap)", at, p.MonthlyCap)
+	}
+	switch p.CapUnit {
+	case CapTokens:
+	case CapUSD:
+		if !IsAgentCLI(p.Type) {
+			return fmt.Errorf("config: %s.cap_unit usd needs a provider that reports its cost (claude-code, codex, gemini-cli); type %s counts tokens only: use cap_unit: tokens", at, p.Type)
+		}
+	default:
+		return fmt.Errorf("config: %s.cap_unit must be usd or tokens with monthly_cap (got %q)", at, p.CapUnit)
 	}
 	return nil
 }
@@ -916,6 +949,17 @@ func (d *fileDecoder) integer(p *int) func(string, *yaml.Node) error {
 	}
 }
 
+func (d *fileDecoder) number(p *float64) func(string, *yaml.Node) error {
+	return func(path string, v *yaml.Node) error {
+		var n float64
+		if v.Kind != yaml.ScalarNode || (v.Tag != "!!int" && v.Tag != "!!float") || v.Decode(&n) != nil {
+			return d.typeErr(path, v, "a number")
+		}
+		*p = n
+		return nil
+	}
+}
+
 func (d *fileDecoder) boolean(p *bool) func(string, *yaml.Node) error {
 	return func(path string, v *yaml.Node) error {
 		var b bool
@@ -991,6 +1035,8 @@ func (d *fileDecoder) providers(p *[]Provider) func(string, *yaml.Node) error {
 				{"max_steps", d.integer(&pr.MaxSteps)},
 				{"system_prompt", d.str(&pr.SystemPrompt)},
 				{"switch_to", d.str(&pr.SwitchTo)},
+				{"monthly_cap", d.number(&pr.MonthlyCap)},
+				{"cap_unit", d.str(&pr.CapUnit)},
 				{"env", d.strMap(&pr.Env)},
 			})
 			if err != nil {

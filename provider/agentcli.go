@@ -402,6 +402,7 @@ type stream struct {
 	noted     map[string]bool // tool call ids already reported
 	pending   map[string]bool // relay_tool calls not answered yet (a card may take long)
 	deltas    bool            // text arrived as deltas (Claude Code partial messages)
+	model     string          // the model the CLI says it runs (R7.13 modelNote when it differs)
 }
 
 func newStream(h Host, d dialect, t Turn) *stream {
@@ -684,6 +685,9 @@ func (s *stream) replySoFar() string {
 func (s *stream) outcome(model string) (Result, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.model != "" {
+		model = s.model
+	}
 	res := Result{Model: model, Usage: s.usage}
 	if s.limit != "" {
 		res.Paused = s.limit
@@ -769,3 +773,13 @@ func tomlString(s string) string {
 
 // mcpOn reports whether the turn offers relay_tool (agent sessions on).
 func mcpOn(t Turn) bool { return t.MCPURL != "" }
+
+// ranModel records the model the CLI reports running (its init event).
+func (s *stream) ranModel(m string) {
+	if m == "" {
+		return
+	}
+	s.mu.Lock()
+	s.model = m
+	s.mu.Unlock()
+}

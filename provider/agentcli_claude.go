@@ -51,6 +51,7 @@ func (claudeDialect) event(ev map[string]any, s *stream) {
 	case "system":
 		if jstr(ev, "subtype") == "init" {
 			s.agentSession(jstr(ev, "session_id"))
+			s.ranModel(jstr(ev, "model"))
 		}
 	case "stream_event":
 		e := jmap(ev, "event")

@@ -75,6 +75,7 @@ func (geminiDialect) event(ev map[string]any, s *stream) {
 	switch jstr(ev, "type") {
 	case "init":
 		s.agentSession(jstr(ev, "session_id"))
+		s.ranModel(jstr(ev, "model"))
 	case "message":
 		if jstr(ev, "role") == "assistant" {
 			if d, _ := ev["delta"].(bool); !d {

@@ -49,6 +49,7 @@ type Step struct {
 	Task     *TaskStep       `json:"task,omitempty"`
 	Subagent *SubagentStep   `json:"subagent,omitempty"`
 	Error    *string         `json:"error,omitempty"`
+	Model    *string         `json:"model,omitempty"` // the turn reports this model as the one that ran (R7.13)
 	Extra    map[string]any  `json:"-"`
 }
 
@@ -172,8 +173,10 @@ func (p *Scripted) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 			})
 		case st.Error != nil:
 			return Result{Text: strings.TrimRight(reply.String(), "\n"), Model: model}, &TurnError{Msg: *st.Error}
+		case st.Model != nil:
+			model = *st.Model
 		default:
-			return Result{}, &TurnError{Msg: "script step with no known key (reply, sleep_ms, tool, question, task, subagent, error)"}
+			return Result{}, &TurnError{Msg: "script step with no known key (reply, sleep_ms, tool, question, task, subagent, error, model)"}
 		}
 		h.Partial(reply.String())
 	}

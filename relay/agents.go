@@ -67,6 +67,15 @@ func (r *Relay) countUsage(ctx context.Context, provID, status string, out provi
 	}
 	_ = r.st.AddUsage(ctx, provID, out.Usage.InputTokens, out.Usage.OutputTokens)
 	_ = r.st.AddUsageCost(ctx, provID, out.Usage.CostUSD)
+	if _, capped := r.opts.Caps[provID]; capped { // counted per calendar month for the cap (R7.8)
+		micro := int64(0)
+		if out.Usage.CostUSD > 0 {
+			micro = int64(out.Usage.CostUSD*1e6 + 0.5)
+		}
+		if err := r.st.AddMonthUsage(ctx, provID, usageMonth(r.now()), out.Usage.InputTokens+out.Usage.OutputTokens, micro); err != nil {
+			r.log.Warn("monthly usage not counted", "provider", provID, "err", err)
+		}
+	}
 	if out.Paused == "" {
 		_ = r.st.SetUsagePaused(ctx, provID, "", time.Time{})
 	}
@@ -94,5 +103,20 @@ func (r *Relay) agentUsage(ctx context.Context, id string, u map[string]int64, p
 	}
 	if in := r.providers[id].Info(); in.Status == provider.StatusUnavailable {
 		pv["status"], pv["statusReason"] = in.Status, in.StatusReason
+	}
+}
+
+// noteModel keeps with a done turn the model it asked for when the provider
+// reports that another one ran (R7.13): the result's modelNote says so.
+func (r *Relay) noteModel(ctx context.Context, s *store.Session, turnID, status, ran string) {
+	asked := s.Model
+	if p, ok := r.providers[s.Provider]; ok && asked == "" {
+		asked = p.Info().DefaultModel
+	}
+	if status != store.TurnDone || ran == "" || asked == "" || ran == asked {
+		return
+	}
+	if err := r.st.SetTurnFields(context.WithoutCancel(ctx), turnID, "modelAsked", asked); err != nil {
+		r.log.Warn("asked model not kept with the turn", "turn", turnID, "err", err)
 	}
 }

@@ -276,7 +276,7 @@ func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result,
 		res.set("note", note)
 	}
 	if modelNote != "" {
-		res.set("modelNote", modelNote)
+		res.note("modelNote", modelNote)
 	}
 	return res, nil
 }

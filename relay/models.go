@@ -65,7 +65,7 @@ func (r *Relay) checkModel(p provider.Info, model, nothing string, create bool) 
 	// Another spelling of one of this provider's ids (Copilot's claude-opus-5.5 for claude-opus-5-5).
 	for _, m := range p.Models {
 		if normModel(m) == nm {
-			return "", e.With("remoteCode", strings.ToUpper(p.ID)+"_MODEL_UNAVAILABLE")
+			return "", e.With("remoteCode", remoteName(p.ID)+"_MODEL_UNAVAILABLE")
 		}
 	}
 	if create {
@@ -82,7 +82,7 @@ func (r *Relay) checkModel(p provider.Info, model, nothing string, create bool) 
 		}
 		if len(owners) == 1 {
 			e.Msg = strings.TrimSuffix(e.Msg, " "+nothing) + fmt.Sprintf(" Provider %q offers '%s': pass provider %q. %s", owners[0], model, owners[0], nothing)
-			return "", e.With("remoteCode", strings.ToUpper(owners[0])+"_PROVIDER_REQUIRED")
+			return "", e.With("remoteCode", remoteName(owners[0])+"_PROVIDER_REQUIRED")
 		}
 	}
 	return "", e

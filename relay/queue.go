@@ -178,6 +178,9 @@ func (r *Relay) turnResult(ctx context.Context, res *result, t *store.Turn) {
 	switch status {
 	case store.TurnDone:
 		res.set("reply", map[string]any{"text": t.Reply, "model": t.ReplyModel})
+		if t.ModelAsked != "" && t.ReplyModel != "" && t.ModelAsked != t.ReplyModel { // R7.13
+			res.note("modelNote", fmt.Sprintf("The turn ran on model '%s', not on '%s' as asked: the provider chose it.", t.ReplyModel, t.ModelAsked))
+		}
 		res.what = fmt.Sprintf("done, reply %d chars", utf8.RuneCountInString(t.Reply))
 	case store.TurnError:
 		res.set("turnError", t.Error)

@@ -57,6 +57,8 @@ type Options struct {
 	WorkerID string
 	// MaxWaitCap, when set, caps the longest wait per call below the settings (tests).
 	MaxWaitCap time.Duration
+	// Caps are the providers' monthly spending caps by provider id (R7.8).
+	Caps map[string]Cap
 }
 
 // Relay is the domain service.

@@ -345,8 +345,20 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 		return r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()},
 			fmt.Sprintf("sched:%s:held:%d", sc.ID, recheck.Unix()), recheck)
 	default:
+		// Into another session it is treated like a send: the 4-at-work cap
+		// of the conversation that started the target; over it the firing
+		// waits and is tried again (issue 13), checked again atomically below.
+		if other {
+			if e := r.precheckCap(ctx, target); e != nil {
+				if e.Code == CodeSessionLimit {
+					return r.retryFull(ctx, sc, approved, now)
+				}
+				return e
+			}
+		}
 		// At most one firing per occurrence, whichever task gets here first.
-		if ok, err := r.st.SetOnce(ctx, fmt.Sprintf("fire:%s:%d", sc.ID, sc.NextFireAt.UnixMilli()), 24*time.Hour); err != nil || !ok {
+		once := fmt.Sprintf("fire:%s:%d", sc.ID, sc.NextFireAt.UnixMilli())
+		if ok, err := r.st.SetOnce(ctx, once, 24*time.Hour); err != nil || !ok {
 			return err
 		}
 		when := "once"
@@ -361,7 +373,14 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 				from = &store.Ref{Relay: r.opts.Name, Session: setter.ID, Title: setter.Title, Model: setter.Model}
 			}
 		}
-		t, err := r.queue(ctx, target, text, "schedule", from, sc.Origin, "", false, 0)
+		t, err := r.queue(ctx, target, text, "schedule", from, sc.Origin, "", other, 0)
+		var e *Error
+		if errors.As(err, &e) && e.Code == CodeSessionLimit {
+			if err := r.st.ClearOnce(context.WithoutCancel(ctx), once); err != nil {
+				return err
+			}
+			return r.retryFull(ctx, sc, approved, now)
+		}
 		if err != nil {
 			return err
 		}
@@ -391,6 +410,18 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 		return err
 	}
 	return r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: next.UnixMilli()}, fireID(sc.ID, next), next)
+}
+
+// fullRetry is how soon a firing refused by the 4-at-work cap is tried again.
+const fullRetry = 30 * time.Second
+
+// retryFull keeps a firing the 4-at-work cap refused: the same occurrence is
+// tried again shortly (its loop count was given back), never dropped.
+func (r *Relay) retryFull(ctx context.Context, sc *store.Schedule, approved bool, now time.Time) error {
+	r.log.Info("schedule firing waits: the target's conversation has 4 sessions at work", "schedule", sc.ID, "target", id8(sc.Target))
+	again := now.Add(fullRetry)
+	return r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli(), Approved: approved},
+		fmt.Sprintf("sched:%s:full:%d", sc.ID, again.UnixMilli()), again)
 }
 
 func (r *Relay) stillQueued(ctx context.Context, turn string) bool {

@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/oar/relay/store"
 )
@@ -67,7 +66,7 @@ func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) 
 		p, ok2 := r.providers[provID]
 		if !ok2 || (partner != provID && p.Info().SwitchTo != s.Provider) {
 			return nil, Errorf(CodeProviderUnavailable, "Provider %q is not set up as a billing partner of %q on relay %q. %s", provID, s.Provider, r.opts.Name, nothingSent).
-				With("remoteCode", strings.ToUpper(provID)+"_NOT_CONFIGURED")
+				With("remoteCode", remoteName(provID)+"_NOT_CONFIGURED")
 		}
 		target, switchTo = provID, provID
 	}
@@ -76,6 +75,9 @@ func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) 
 		return nil, e
 	}
 	if e := r.checkAvailable(p, nothingSent); e != nil { // R17.1
+		return nil, e
+	}
+	if e := r.checkCap(ctx, target, r.partnerOf(s.Provider), switchTo != "", nothingSent); e != nil { // R7.8
 		return nil, e
 	}
 	info := p.Info()
@@ -164,7 +166,7 @@ func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) 
 		res.set("note", note)
 	}
 	if modelNote != "" {
-		res.set("modelNote", modelNote)
+		res.note("modelNote", modelNote)
 	}
 	return res, nil
 }

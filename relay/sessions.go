@@ -105,6 +105,7 @@ func nonNil(s []string) []string {
 
 func (r *Relay) usage(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	provs := []any{}
+	capped := 0
 	for _, id := range r.providerIDs() {
 		u, err := r.st.Usage(ctx, id)
 		if err != nil {
@@ -114,10 +115,35 @@ func (r *Relay) usage(ctx context.Context, c *caller, a *args) (*result, *Error)
 			"tracked": false, "paused": false,
 			"note":    "quota not tracked: this relay cannot see the provider's limits; it counts the turns and tokens it ran itself",
 			"counted": map[string]any{"turns": u["turns"], "inputTokens": u["inputTokens"], "outputTokens": u["outputTokens"]}}
-		r.agentUsage(ctx, id, u, pv) // cost, a usage-limit pause, availability (R17.3)
+		r.agentUsage(ctx, id, u, pv)            // cost, a usage-limit pause, availability (R17.3)
+		hasCap, err := r.capMeters(ctx, id, pv) // a monthly cap's meters (R7.8)
+		if err != nil {
+			return nil, internal(err)
+		}
+		if hasCap {
+			capped++
+		}
 		provs = append(provs, pv)
 	}
-	return newResult("", plural(len(provs), "provider", "providers")+", quotas not tracked").set("providers", provs), nil
+	what := plural(len(provs), "provider", "providers") + ", quotas not tracked"
+	if capped > 0 {
+		what = fmt.Sprintf("%s, %d with a monthly cap", plural(len(provs), "provider", "providers"), capped)
+	}
+	return newResult("", what).set("providers", provs), nil
+}
+
+// stateOf is a session's state (R7.4): a running or queued turn, else a
+// background task still running, else idle.
+func stateOf(x store.Extras) string {
+	if x.Cur != "" || x.Queued > 0 {
+		return StateRunning // a queued prompt is a turn about to run
+	}
+	for _, t := range x.Tasks {
+		if t.Status == "running" {
+			return StateBackgroundOnly
+		}
+	}
+	return StateIdle
 }
 
 // view is a session as list_sessions and read_session show it.
@@ -163,23 +189,12 @@ func (r *Relay) views(ctx context.Context, ss []*store.Session) ([]*view, error)
 				v.watched = true
 			}
 		}
-		running := false
 		for _, t := range x.Tasks {
-			if t.Status == "running" {
-				running = true
-			}
 			if t.Status == "running" || now.Sub(t.EndedAt) < r.opts.Timing.TaskOutputKept {
 				v.tasks = append(v.tasks, t)
 			}
 		}
-		switch {
-		case v.curTurn != "" || x.Queued > 0:
-			v.state = StateRunning // a queued prompt is a turn about to run
-		case running:
-			v.state = StateBackgroundOnly
-		default:
-			v.state = StateIdle
-		}
+		v.state = stateOf(x)
 		if s.GroupID != "" {
 			g, ok := groups[s.GroupID]
 			if !ok {
@@ -221,7 +236,19 @@ func (r *Relay) groupRef(ctx context.Context, v *view) any {
 }
 
 func taskBrief(t *store.Task) map[string]any {
-	return map[string]any{"taskId": t.ID, "description": t.Description, "type": t.Type, "status": t.Status}
+	return map[string]any{"taskId": t.ID, "description": t.Description, "type": taskType(t.Type), "status": t.Status}
+}
+
+// taskType is a task's type as agents see it, the names of the seed's
+// example (`local_bash`); the relay keeps its own kinds inside.
+func taskType(kind string) string {
+	switch kind {
+	case "shell":
+		return "local_bash"
+	case "subagent":
+		return "local_agent"
+	}
+	return kind // monitor
 }
 
 func (r *Relay) listItem(ctx context.Context, v *view) map[string]any {
@@ -443,18 +470,27 @@ func (r *Relay) groupMembers(ctx context.Context, g *store.Group, except string,
 		}
 		return ss[i].CreatedAt.Before(ss[j].CreatedAt)
 	})
-	out := []any{}
+	var shown []*store.Session
 	for _, m := range ss {
 		if m == nil || m.ID == except {
 			continue
 		}
-		if len(out) >= max {
+		if len(shown) >= max {
 			break
 		}
-		state := StateIdle
-		if cur, _ := r.st.CurrentTurn(ctx, m.ID); cur != "" {
-			state = StateRunning
-		}
+		shown = append(shown, m)
+	}
+	mids := make([]string, len(shown))
+	for i, m := range shown {
+		mids[i] = m.ID
+	}
+	extras, err := r.st.SessionExtras(ctx, mids)
+	if err != nil {
+		return nil, err
+	}
+	out := []any{}
+	for i, m := range shown {
+		state := stateOf(extras[i]) // the R7.4 values (R7.5)
 		role := "member"
 		if m.ID == g.Head {
 			role = "head"

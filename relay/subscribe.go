@@ -436,17 +436,21 @@ func (r *Relay) transferSubscriptions(ctx context.Context, c *caller, a *args) (
 	}
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
 	var moved []any
+	var ended []string
 	for _, old := range subs {
 		nu := *old
 		nu.ID = "sub_" + store.NewID(5)
 		nu.Watcher = c.s.ID
 		nu.CreatedAt = r.now()
 		nu.Sessions = slices.DeleteFunc(slices.Clone(old.Sessions), func(s string) bool { return s == c.s.ID })
-		if !nu.All && len(nu.Sessions) == 0 {
-			continue // it watched only the caller, which never watches itself
-		}
 		if err := r.endSubscription(ctx, old, "transferred"); err != nil {
 			return nil, internal(err)
+		}
+		if !nu.All && len(nu.Sessions) == 0 {
+			// It watched only the caller, which never watches itself: it
+			// ends on the old side and has no copy here (R8.24).
+			ended = append(ended, old.ID)
+			continue
 		}
 		if err := r.st.SaveSubscription(ctx, &nu); err != nil {
 			return nil, internal(err)
@@ -470,7 +474,13 @@ func (r *Relay) transferSubscriptions(ctx context.Context, c *caller, a *args) (
 	if moved == nil {
 		moved = []any{}
 	}
-	return newResult(from.ID, fmt.Sprintf("%s moved", plural(len(moved), "subscription", "subscriptions"))).set("subscriptions", moved), nil
+	res := newResult(from.ID, fmt.Sprintf("%s moved", plural(len(moved), "subscription", "subscriptions"))).set("subscriptions", moved)
+	if len(ended) > 0 {
+		res.set("ended", ended).set("note", fmt.Sprintf("%s watched only this conversation, which never watches itself: ended (transferred) without a copy here.",
+			plural(len(ended), "subscription", "subscriptions")))
+		res.what += fmt.Sprintf(", %d ended without a copy", len(ended))
+	}
+	return res, nil
 }
 
 // endSubscriptionsFor ends what archiving a session ends (R7.16, R8.19): the

@@ -102,7 +102,7 @@ func (r *Relay) readTaskOutput(ctx context.Context, c *caller, a *args) (*result
 	if err != nil {
 		return nil, internal(err)
 	}
-	task := map[string]any{"id": t.ID, "description": t.Description, "type": t.Type, "startedAt": ts(t.StartedAt), "status": t.Status, "exitCode": nil}
+	task := map[string]any{"id": t.ID, "description": t.Description, "type": taskType(t.Type), "startedAt": ts(t.StartedAt), "status": t.Status, "exitCode": nil}
 	if t.ExitCode != nil {
 		task["exitCode"] = *t.ExitCode
 	}

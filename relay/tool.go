@@ -38,6 +38,14 @@ func newResult(session, what string) *result {
 
 func (r *result) set(k string, v any) *result { r.fields[k] = v; return r }
 
+// note sets a text field, or adds v to the text already there.
+func (r *result) note(k, v string) *result {
+	if old, ok := r.fields[k].(string); ok && old != "" {
+		v = old + " " + v
+	}
+	return r.set(k, v)
+}
+
 type handler func(ctx context.Context, c *caller, a *args) (*result, *Error)
 
 func (r *Relay) handlers() map[string]handler {

@@ -5,8 +5,55 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
+
+// effortUser is a provider that says whether its turns pass the effort on
+// (exec: only when its command has an {effort} placeholder).
+type effortUser interface {
+	UsesEffort() bool
+}
+
+// usesSetting reports whether a provider's turns use a session setting
+// (R7.10). Thinking and compaction settings reach no provider's turns on
+// this relay; effort reaches Claude Code, Codex, an openai provider with
+// efforts configured, and an exec command that has {effort}.
+func usesSetting(p provider.Provider, name string) bool {
+	if name != "effort" {
+		return false
+	}
+	if u, ok := p.(effortUser); ok {
+		return u.UsesEffort()
+	}
+	switch in := p.Info(); in.Type {
+	case "claude-code", "codex":
+		return true
+	case "openai":
+		return len(in.Efforts) > 0
+	}
+	return false
+}
+
+// ignoredNote is update_session's note naming the given settings that do
+// nothing for the session's provider (R7.10), "" when none.
+func ignoredNote(p provider.Provider, given map[string]bool) string {
+	var names []string
+	for _, n := range []string{"effort", "thinking_enabled", "thinking_display", "auto_compact_window"} {
+		if given[n] && !usesSetting(p, n) {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	verb := "does"
+	if len(names) > 1 {
+		verb = "do"
+	}
+	in := p.Info()
+	return fmt.Sprintf("%s %s nothing for the %s provider (%s); stored for later turns.", strings.Join(names, ", "), verb, in.Name, in.Type)
+}
 
 // compactWindows are the auto-compact windows a session may use (tokens).
 var compactWindows = []int{50000, 100000, 200000, 500000, 1000000}
@@ -148,8 +195,9 @@ func (r *Relay) updateSession(ctx context.Context, c *caller, a *args) (*result,
 			acw = n
 		}
 	}
-	if (think != "" || display != "" || hasACW) && info.Type == "scripted" {
-		notes = append(notes, "thinking and compaction settings do nothing for the scripted provider; they are stored for later turns.")
+	if n := ignoredNote(p, map[string]bool{"effort": effort != "", "thinking_enabled": think != "",
+		"thinking_display": display != "", "auto_compact_window": hasACW}); n != "" {
+		notes = append(notes, n)
 	}
 	// What would change: the text settings in one table (compared now, written after the card).
 	texts := []struct {

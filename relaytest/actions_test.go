@@ -855,7 +855,7 @@ func TestActionsReadSession(t *testing.T) {
 		t.Errorf("taskId %v", task)
 	}
 	wantEq(t, "description", task["description"], "slow build")
-	wantEq(t, "type", task["type"], "shell")
+	wantEq(t, "type", task["type"], "local_bash") // the seed's example
 	wantEq(t, "status", task["status"], "running")
 	wantEq(t, "output", task["output"], true)
 	wantEq(t, "health", task["health"], map[string]any{"minutesSinceOutput": float64(0), "quiet": false, "quietAfterMinutes": float64(10)})
@@ -921,7 +921,7 @@ func TestActionsReadTaskOutput(t *testing.T) {
 	tk := obj(t, env["task"], "task")
 	wantEq(t, "task.id", tk["id"], tid)
 	wantEq(t, "task.description", tk["description"], "go test ./...")
-	wantEq(t, "task.type", tk["type"], "shell")
+	wantEq(t, "task.type", tk["type"], "local_bash")
 	wantEq(t, "task.status", tk["status"], "failed")
 	wantEq(t, "task.exitCode", tk["exitCode"], float64(1))
 	if str(tk["startedAt"]) == "" {
