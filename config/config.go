@@ -462,6 +462,9 @@ func (c Config) Validate() error {
 	if s.MaxWaitSeconds < 120 || s.MaxWaitSeconds > 3600 {
 		return fmt.Errorf("config: settings.max_wait_seconds must be between 120 and 3600 (got %d)", s.MaxWaitSeconds)
 	}
+	if s.QuietTaskMinutes > 1440 {
+		return fmt.Errorf("config: settings.quiet_task_minutes must be between 1 and 1440 (got %d)", s.QuietTaskMinutes)
+	}
 	if err := atLeastOne("settings.quiet_task_minutes", s.QuietTaskMinutes); err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ import (
 // Options configures the worker.
 type Options struct {
 	Queues      jobs.Queues
-	Concurrency int           // default 20
+	Concurrency int           // default DefaultConcurrency (64)
 	PollEvery   time.Duration // TaskCheckInterval, default 25ms (asynq's default 1s makes turns start late)
 	Logger      *slog.Logger
 	// ShutdownTimeout bounds how long Shutdown waits for handlers (default 8s);
