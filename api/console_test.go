@@ -18,7 +18,16 @@ import (
 // noRedirect is a client that shows redirects instead of following them.
 var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
-func request(t *testing.T, method, u, body string, hdr map[string]string, cookie *http.Cookie) (*http.Response, string) {
+// answer is what request keeps of a response (its body is read and closed).
+type answer struct {
+	StatusCode int
+	Header     http.Header
+	cookies    []*http.Cookie
+}
+
+func (a *answer) Cookies() []*http.Cookie { return a.cookies }
+
+func request(t *testing.T, method, u, body string, hdr map[string]string, cookie *http.Cookie) (*answer, string) {
 	t.Helper()
 	var rd io.Reader
 	if body != "" {
@@ -40,7 +49,7 @@ func request(t *testing.T, method, u, body string, hdr map[string]string, cookie
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp, string(b)
+	return &answer{StatusCode: resp.StatusCode, Header: resp.Header, cookies: resp.Cookies()}, string(b)
 }
 
 func signIn(t *testing.T, r *relaytest.Relay) *http.Cookie {
@@ -212,7 +221,7 @@ func openStream(t *testing.T, u string, hdr map[string]string, cookie *http.Cook
 	if cookie != nil {
 		req.AddCookie(cookie)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(req) //nolint:bodyclose // closed by sse.close, registered with t.Cleanup below
 	if err != nil {
 		cancel()
 		t.Fatalf("open stream: %v", err)

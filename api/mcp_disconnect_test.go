@@ -137,6 +137,7 @@ func testResultDelivered(t *testing.T, version string, leave bool) {
 	req := newRawRequest(t, url, version, waitRPCBody(t, version)).WithContext(ctx)
 	req.Header.Set("Authorization", "Bearer tok-a")
 	resp := doRaw(t, req)
+	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}

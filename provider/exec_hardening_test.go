@@ -127,7 +127,7 @@ func TestExecPlaceholderNeverBecomesAFlag(t *testing.T) {
 	turn.Prompt = "hello"
 	turn.Model = "-rf"
 	_, _, err = runExec(t, ExecConfig{ID: "x", Command: []string{"/bin/echo", "{model}"}}, turn)
-	wantTurnError(t, err)
+	_ = wantTurnError(t, err)
 
 	// After "--" a value is an operand.
 	turn.Model = "m"

@@ -314,7 +314,7 @@ func startRedisServer(t *testing.T) *redisServer {
 		rs.mu.Unlock()
 		if cmd != nil {
 			_ = cmd.Process.Kill()
-			<-exited
+			<-exited //nolint:errcheck // reaped after a kill: its exit status says nothing
 		}
 		if t.Failed() {
 			t.Logf("redis-server output:\n%s", rs.out.String())
@@ -341,7 +341,7 @@ func (rs *redisServer) start() {
 	rs.cmd, rs.exited = cmd, exited
 	rs.mu.Unlock()
 	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", rs.port), MaxRetries: -1})
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	Eventually(rs.t, 15*time.Second, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -363,10 +363,10 @@ func (rs *redisServer) stop() {
 		rs.t.Fatalf("SIGTERM redis-server: %v", err)
 	}
 	select {
-	case <-exited:
+	case <-exited: //nolint:errcheck // a SIGTERMed redis-server's exit status is not checked
 	case <-time.After(15 * time.Second):
 		_ = cmd.Process.Kill()
-		<-exited
+		<-exited //nolint:errcheck // reaped after a kill
 		rs.t.Fatalf("redis-server did not stop within 15 s of SIGTERM")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -137,7 +138,7 @@ func mxSnapshot(t testing.TB, rdb *redis.Client, prefix string) mxDump {
 			val = "(unread type " + typ + ")"
 		}
 		if vals[i] != nil {
-			if err := vals[i].Err(); err != nil && err != redis.Nil {
+			if err := vals[i].Err(); err != nil && !errors.Is(err, redis.Nil) {
 				t.Fatalf("dump %s (%s): %v", k, typ, err)
 			}
 		}

@@ -94,8 +94,8 @@ func TestMoveHeld(t *testing.T) {
 	e := newEnv(t)
 	from, to := "sub_"+NewID(4), "sub_"+NewID(4)
 	due := base.Add(time.Minute)
-	e.s.HoldEvent(e.ctx, from, heldEvent("e1", base), due)
-	e.s.HoldEvent(e.ctx, from, heldEvent("e2", base), due)
+	_, _, _ = e.s.HoldEvent(e.ctx, from, heldEvent("e1", base), due)
+	_, _, _ = e.s.HoldEvent(e.ctx, from, heldEvent("e2", base), due)
 	got, err := e.s.MoveHeld(e.ctx, from, to)
 	if err != nil || !got.Equal(due) {
 		t.Fatalf("MoveHeld = %v, %v; want %v", got, err, due)
@@ -177,7 +177,7 @@ func TestBufferAndTake(t *testing.T) {
 		t.Error("buffer or window left")
 	}
 	// Urgent: taken now, whatever the window.
-	e.s.BufferGroup(e.ctx, "W", Batch{Kind: "plain"}, end)
+	_, _, _ = e.s.BufferGroup(e.ctx, "W", Batch{Kind: "plain"}, end)
 	if got, _ := e.s.TakeBuffer(e.ctx, "W", time.Time{}); len(got) != 1 {
 		t.Errorf("urgent TakeBuffer took %d, want 1", len(got))
 	}

@@ -21,7 +21,7 @@ func TestKnownBugWriteRecreatesDeletedSession(t *testing.T) {
 	e.createSession(sid, base)
 	tr := newTurn(sid, "user", "x", base)
 	e.push(tr, "", 4, false, "d")
-	e.s.PopTurn(e.ctx, sid, "", base)
+	_, _ = e.s.PopTurn(e.ctx, sid, "", base)
 	if err := e.s.DeleteSession(e.ctx, sid, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestKnownBugFinishTurnWithoutFields(t *testing.T) {
 	sid := "s" + NewID(4)
 	tr := newTurn(sid, "user", "x", base)
 	e.push(tr, "", 4, false, "d")
-	e.s.PopTurn(e.ctx, sid, "", base)
+	_, _ = e.s.PopTurn(e.ctx, sid, "", base)
 	if _, err := e.s.FinishTurn(e.ctx, sid, "", tr.ID, nil, base); err != nil {
 		t.Errorf("FinishTurn without fields = %v", err)
 	}

@@ -434,7 +434,7 @@ func TestPopTurn(t *testing.T) {
 	// Without an orchestrator.
 	sid2 := "s" + NewID(4)
 	e.push(newTurn(sid2, "user", "x", base), "", 4, false, "d2")
-	e.s.PopTurn(e.ctx, sid2, "", now)
+	_, _ = e.s.PopTurn(e.ctx, sid2, "", now)
 	if id, err := e.s.PopTurn(e.ctx, sid2, "", now); err != nil || id != "" {
 		t.Fatalf("PopTurn (no orchestrator) on an empty queue = %q, %v", id, err)
 	}
@@ -455,7 +455,7 @@ func TestFinishTurn(t *testing.T) {
 	t2 := newTurn(sid, "agent", "2", base)
 	e.push(t1, orch, 4, true, "d1")
 	e.push(t2, orch, 4, true, "d1")
-	e.s.PopTurn(e.ctx, sid, orch, base)
+	_, _ = e.s.PopTurn(e.ctx, sid, orch, base)
 
 	at := base.Add(time.Minute)
 	reply := &Message{ID: NewID(8), Role: "assistant", Text: "done 1", CreatedAt: at}
@@ -483,7 +483,7 @@ func TestFinishTurn(t *testing.T) {
 		t.Error("more=true but the drain flag, the drains index or the slot was cleared")
 	}
 
-	e.s.PopTurn(e.ctx, sid, orch, at)
+	_, _ = e.s.PopTurn(e.ctx, sid, orch, at)
 	more, err = e.s.FinishTurn(e.ctx, sid, orch, t2.ID, nil, at.Add(time.Second), "status", TurnError, "error", "boom")
 	if err != nil || more {
 		t.Fatalf("FinishTurn of the last turn = %v, %v; want false", more, err)
@@ -513,7 +513,7 @@ func TestFinishTurnOtherThanCurrent(t *testing.T) {
 	t2 := newTurn(sid, "user", "2", base)
 	e.push(t1, "", 4, false, "d")
 	e.push(t2, "", 4, false, "d")
-	e.s.PopTurn(e.ctx, sid, "", base) // t1 runs
+	_, _ = e.s.PopTurn(e.ctx, sid, "", base) // t1 runs
 	if _, err := e.s.FinishTurn(e.ctx, sid, "", t2.ID, nil, base, "status", TurnStopped); err != nil {
 		t.Fatal(err)
 	}
@@ -537,7 +537,7 @@ func TestFinishTurnReleasesSlot(t *testing.T) {
 	if _, err := e.s.PushTurn(e.ctx, newTurn("s4", "agent", "x", base), orch, 4, true, "d"); !errors.Is(err, ErrSessionLimit) {
 		t.Fatalf("fifth push = %v, want ErrSessionLimit", err)
 	}
-	e.s.PopTurn(e.ctx, "s0", orch, base)
+	_, _ = e.s.PopTurn(e.ctx, "s0", orch, base)
 	if more, err := e.s.FinishTurn(e.ctx, "s0", orch, first.ID, nil, base, "status", TurnDone); err != nil || more {
 		t.Fatalf("FinishTurn = %v, %v", more, err)
 	}
@@ -554,7 +554,7 @@ func TestRequeueTurn(t *testing.T) {
 	t2 := newTurn(sid, "user", "2", base)
 	e.push(t1, "", 4, false, "d")
 	e.push(t2, "", 4, false, "d")
-	e.s.PopTurn(e.ctx, sid, "", base.Add(time.Second))
+	_, _ = e.s.PopTurn(e.ctx, sid, "", base.Add(time.Second))
 	if err := e.s.RequeueTurn(e.ctx, sid, t1.ID); err != nil {
 		t.Fatal(err)
 	}

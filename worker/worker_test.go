@@ -38,7 +38,7 @@ func TestWrapSaysWhatTheJobDid(t *testing.T) {
 	if err.Error() != "fire schedule sch_1: redis: connection refused" || !errors.Is(err, base) {
 		t.Fatalf("wrap: %v", err)
 	}
-	if got := wrap(relay.ErrRetryLater, "drain"); got != relay.ErrRetryLater {
+	if got := wrap(relay.ErrRetryLater, "drain"); got == nil || got.Error() != relay.ErrRetryLater.Error() {
 		t.Fatalf("retry-later wrapped: %v", got)
 	}
 }
