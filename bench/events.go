@@ -238,7 +238,7 @@ func (e *evBench) setActive(ctx context.Context, subs []*store.Subscription, act
 
 func (e *evBench) probeEvent(sid, text string) *store.Event {
 	return &store.Event{ID: "ev_" + store.NewID(8), Kind: relay.EvTurnEnd, Session: sid, Title: e.titles[sid],
-		At: time.Now(), Status: store.TurnDone, Text: text}
+		At: time.Now(), Status: string(store.TurnDone), Text: text}
 }
 
 // warm makes unmeasured fan-outs first (connections, the settings cache).

@@ -69,7 +69,7 @@ func benchHeld(ctx context.Context, b *bench, prefix string) (heldResult, error)
 	reply := replyText(o.heldReply)
 	mk := func() *store.Event {
 		return &store.Event{ID: "ev_" + store.NewID(8), Kind: relay.EvTurnEnd, Session: watched, Title: "Digest watched",
-			At: time.Now(), Status: store.TurnDone, Text: reply, Turn: store.NewID(16)}
+			At: time.Now(), Status: string(store.TurnDone), Text: reply, Turn: store.NewID(16)}
 	}
 	t := time.Now()
 	if err := parallel(ctx, o.held, 8, func(int) error { return r.Fanout(ctx, mk()) }); err != nil {

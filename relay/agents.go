@@ -55,7 +55,7 @@ func keepsConversation(p provider.Provider) bool {
 
 // countUsage records a finished turn's usage (R7.3): tokens and cost of a
 // done turn; a limit the agent hit pauses the provider, a done turn ends the pause.
-func (r *Relay) countUsage(ctx context.Context, provID, status string, out provider.Result) {
+func (r *Relay) countUsage(ctx context.Context, provID string, status store.TurnStatus, out provider.Result) {
 	ctx = context.WithoutCancel(ctx)
 	if out.Paused != "" {
 		if err := r.st.SetUsagePaused(ctx, provID, out.Paused, r.now()); err != nil {
@@ -108,7 +108,7 @@ func (r *Relay) agentUsage(ctx context.Context, id string, u map[string]int64, p
 
 // noteModel keeps with a done turn the model it asked for when the provider
 // reports that another one ran (R7.13): the result's modelNote says so.
-func (r *Relay) noteModel(ctx context.Context, s *store.Session, turnID, status, ran string) {
+func (r *Relay) noteModel(ctx context.Context, s *store.Session, turnID string, status store.TurnStatus, ran string) {
 	asked := s.Model
 	if p, ok := r.providers[s.Provider]; ok && asked == "" {
 		asked = p.Info().DefaultModel

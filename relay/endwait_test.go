@@ -70,7 +70,7 @@ func TestEndWaitSeenOnlyOnceDelivered(t *testing.T) {
 		if err := st.SetWaiting(ctx, id, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		ev := store.Event{ID: "ev-" + id, Kind: EvTurnEnd, Session: "target", Turn: id, Status: store.TurnDone, Text: "x"}
+		ev := store.Event{ID: "ev-" + id, Kind: EvTurnEnd, Session: "target", Turn: id, Status: string(store.TurnDone), Text: "x"}
 		if err := st.HoldEcho(ctx, id, store.Batch{Kind: "plain", Sub: "sub_1", Events: []store.Event{ev}}, watcher); err != nil {
 			t.Fatal(err)
 		}

@@ -145,9 +145,7 @@ func (r *Relay) sent(ctx context.Context, c *caller, t *store.Turn, wait time.Du
 	return t, nil
 }
 
-func terminal(status string) bool {
-	return status == store.TurnDone || status == store.TurnError || status == store.TurnStopped
-}
+func terminal(status store.TurnStatus) bool { return status.Ended() }
 
 // waitReply is waitTurn for the prompt's own caller: while it waits, the
 // turn's turn_end is held from its subscriptions and dropped once the reply
@@ -172,7 +170,7 @@ func (r *Relay) waitReply(ctx context.Context, id string, d time.Duration) (*sto
 func (r *Relay) turnResult(ctx context.Context, res *result, t *store.Turn) {
 	status := t.Status
 	if status == store.TurnRunning && t.Question != "" {
-		status = "question"
+		status = "question" // what the agent sees: the turn waits on a question card (R7.11)
 	}
 	res.set("status", status).set("session", t.Session).set("message_id", t.ID).set("openUrl", nil)
 	switch status {
@@ -196,9 +194,9 @@ func (r *Relay) turnResult(ctx context.Context, res *result, t *store.Turn) {
 			p = p[len(p)-2000:]
 		}
 		res.set("partial", string(p))
-		res.what = status
+		res.what = string(status)
 	default:
-		res.what = status
+		res.what = string(status)
 	}
 }
 

@@ -154,7 +154,7 @@ func (r *Relay) finishLater(ctx context.Context, sid string, write func(context.
 }
 
 // finish ends a turn and records its outcome; it reports whether more turns wait.
-func (r *Relay) finish(ctx context.Context, s *store.Session, orch, id, status, reply, model, errText string) (bool, error) {
+func (r *Relay) finish(ctx context.Context, s *store.Session, orch, id string, status store.TurnStatus, reply, model, errText string) (bool, error) {
 	// Write even if the job's context is gone: the outcome must not be lost.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -192,7 +192,7 @@ func (r *Relay) finish(ctx context.Context, s *store.Session, orch, id, status, 
 		text = errText
 	}
 	text = excerpt(text, 240) // a line shows 120 characters; events and replay streams keep no whole replies
-	r.emit(wctx, &store.Event{Kind: EvTurnEnd, Session: s.ID, Title: s.Title, Status: status, Text: text, Turn: id})
+	r.emit(wctx, &store.Event{Kind: EvTurnEnd, Session: s.ID, Title: s.Title, Status: string(status), Text: text, Turn: id})
 	_ = r.st.Notify(wctx, "session:"+s.ID)
 	return more, r.st.Notify(wctx, "turn:"+id)
 }
@@ -358,7 +358,7 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 		}
 	}
 	if r.met != nil {
-		r.met.TurnFinished(s.Provider, status, time.Since(started))
+		r.met.TurnFinished(s.Provider, string(status), time.Since(started))
 	}
 	took := time.Since(started).Round(time.Millisecond)
 	if status == store.TurnError {

@@ -1631,7 +1631,7 @@ func TestActionsStop(t *testing.T) {
 	wantEq(t, "summary", env["summary"], "stop → desk session "+b.ID[:8]+": stop requested")
 	wantNoKey(t, "stop", env, "note")
 	turn := r.WaitTurn(mid, turnWait, "stopped", "done", "error")
-	wantEq(t, "turn status", turn.Status, "stopped")
+	wantEq(t, "turn status", string(turn.Status), "stopped")
 	// The prompt queued behind it runs next.
 	wantEq(t, "next reply", r.WaitTurn(next, turnWait, "done").Reply, "echo: after")
 

@@ -609,7 +609,7 @@ func TestFaultRedisRestartWithAOF(t *testing.T) {
 			tr, err := r.App.Store().GetTurn(ctx, id)
 			status := "?"
 			if err == nil {
-				status = tr.Status
+				status = string(tr.Status)
 			}
 			lines = append(lines, fmt.Sprintf("session %d (%s) prompt %d turn %s: %s (%v); session: %s",
 				w.sess, sessions[w.sess].ID, w.k, id, status, err, sessionIdle(r, sessions[w.sess].ID)))

@@ -325,7 +325,7 @@ func (r *Relay) Turn(id string) *store.Turn {
 }
 
 // WaitTurn waits until a turn reaches one of the statuses.
-func (r *Relay) WaitTurn(id string, d time.Duration, statuses ...string) *store.Turn {
+func (r *Relay) WaitTurn(id string, d time.Duration, statuses ...store.TurnStatus) *store.Turn {
 	r.tb.Helper()
 	var t *store.Turn
 	Eventually(r.tb, d, func() bool {

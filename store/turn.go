@@ -26,20 +26,29 @@ type Origin struct {
 	Unlocked []string `json:"unlocked,omitempty"`
 }
 
+// TurnStatus is where a turn is: queued, running, then done, error or stopped.
+type TurnStatus string
+
 // Turn statuses.
 const (
-	TurnQueued  = "queued"
-	TurnRunning = "running"
-	TurnDone    = "done"
-	TurnError   = "error"
-	TurnStopped = "stopped"
+	TurnQueued  TurnStatus = "queued"
+	TurnRunning TurnStatus = "running"
+	TurnDone    TurnStatus = "done"
+	TurnError   TurnStatus = "error"
+	TurnStopped TurnStatus = "stopped"
 )
+
+// MarshalBinary writes the status as its text (go-redis takes it as a command argument).
+func (s TurnStatus) MarshalBinary() ([]byte, error) { return []byte(s), nil }
+
+// Ended reports a final status (done, error, stopped).
+func (s TurnStatus) Ended() bool { return s == TurnDone || s == TurnError || s == TurnStopped }
 
 // Turn is one prompt processed by a session's agent. Its id is the prompt message's id.
 type Turn struct {
 	ID            string
 	Session       string
-	Status        string
+	Status        TurnStatus
 	Role          string
 	From          *Ref
 	Origin        Origin
@@ -63,7 +72,7 @@ func (s *Store) turnKey(id string) string { return s.k("turn", id) }
 
 func turnFrom(m map[string]string) *Turn {
 	t := &Turn{
-		ID: m["id"], Session: m["session"], Status: m["status"], Role: m["role"], Caller: m["caller"],
+		ID: m["id"], Session: m["session"], Status: TurnStatus(m["status"]), Role: m["role"], Caller: m["caller"],
 		CreatedAt: fromMS(atoi64(m["created"])), StartedAt: fromMS(atoi64(m["started"])),
 		EndedAt: fromMS(atoi64(m["ended"])), Reply: m["reply"], ReplyModel: m["replyModel"], ModelAsked: m["modelAsked"],
 		Error: m["error"], Partial: m["partial"], Question: m["question"], Waited: m["waited"] == "1",
