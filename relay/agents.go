@@ -116,7 +116,7 @@ func (r *Relay) noteModel(ctx context.Context, s *store.Session, turnID string, 
 	if status != store.TurnDone || ran == "" || asked == "" || ran == asked {
 		return
 	}
-	if err := r.st.SetTurnFields(context.WithoutCancel(ctx), turnID, "modelAsked", asked); err != nil {
+	if err := r.st.SetTurnModelAsked(context.WithoutCancel(ctx), turnID, asked); err != nil {
 		r.log.Warn("asked model not kept with the turn", "turn", turnID, "err", err)
 	}
 }

@@ -423,7 +423,7 @@ func (r *Relay) endWait(ctx context.Context, turnID string, gotReply bool) error
 	ctx = context.WithoutCancel(ctx) // also runs after the call returned or was cut off
 	finish := func(seen bool) error {
 		if seen {
-			if err := r.st.SetTurnFields(ctx, turnID, "waited", "1"); err != nil {
+			if err := r.st.MarkTurnSeen(ctx, turnID); err != nil {
 				return err
 			}
 		}

@@ -64,7 +64,8 @@ func TestEndWaitSeenOnlyOnceDelivered(t *testing.T) {
 		t.Helper()
 		id := store.NewID(16)
 		watcher := "w-" + id
-		if err := st.SetTurnFields(ctx, id, "id", id, "status", store.TurnDone, "caller", watcher); err != nil {
+		// A finished turn's record, written directly (prefix "t", as store.New above).
+		if err := rdb.HSet(ctx, "t:turn:"+id, "id", id, "status", string(store.TurnDone), "caller", watcher).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if err := st.SetWaiting(ctx, id, time.Minute); err != nil {

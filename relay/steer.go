@@ -133,7 +133,7 @@ func (r *Relay) answer(ctx context.Context, qid, text, by string) (*store.Questi
 	}
 	// The turn no longer waits on it: a wait right after this must not report "question".
 	if q.Turn != "" {
-		if err := r.st.SetTurnFields(ctx, q.Turn, "question", ""); err != nil {
+		if err := r.st.SetTurnQuestion(ctx, q.Turn, ""); err != nil {
 			return nil, internal(err)
 		}
 	}
@@ -208,7 +208,7 @@ func (r *Relay) StopTurn(ctx context.Context, sid string) (bool, error) {
 		}
 		cur = q[0]
 	}
-	if err := r.st.SetTurnFields(ctx, cur, "stopRequested", "1"); err != nil {
+	if err := r.st.RequestTurnStop(ctx, cur); err != nil {
 		return false, err
 	}
 	return true, r.st.Notify(ctx, "stop:"+cur)

@@ -431,7 +431,7 @@ func (h *host) Partial(text string) {
 	h.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = h.r.st.SetTurnFields(ctx, h.turn, "partial", text, "partialAt", h.r.now().UnixMilli())
+	_ = h.r.st.SetTurnPartial(ctx, h.turn, text, h.r.now())
 	_ = h.r.st.Notify(ctx, "session:"+h.sid) // the partial reply, live in the console (R19.6)
 }
 
@@ -454,7 +454,7 @@ func (h *host) AskUser(ctx context.Context, text string, options []string) (stri
 	if err := r.st.SaveQuestion(ctx, q); err != nil {
 		return "", err
 	}
-	if err := r.st.SetTurnFields(ctx, h.turn, "question", q.ID); err != nil {
+	if err := r.st.SetTurnQuestion(ctx, h.turn, q.ID); err != nil {
 		return "", err
 	}
 	r.emit(ctx, &store.Event{Kind: EvQuestionAsked, Session: h.sid, QuestionID: q.ID, Text: text})
@@ -464,7 +464,7 @@ func (h *host) AskUser(ctx context.Context, text string, options []string) (stri
 	for {
 		cur, err := r.st.GetQuestion(ctx, q.ID)
 		if err == nil && cur.Status == "answered" {
-			_ = r.st.SetTurnFields(ctx, h.turn, "question", "")
+			_ = r.st.SetTurnQuestion(ctx, h.turn, "")
 			return cur.Answer, nil
 		}
 		select {

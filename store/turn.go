@@ -107,9 +107,34 @@ func (s *Store) ResolveTurnID(ctx context.Context, idOrPrefix string) (string, i
 	return s.resolve(ctx, s.k("tids"), idOrPrefix)
 }
 
-// SetTurnFields writes some fields of a turn.
-func (s *Store) SetTurnFields(ctx context.Context, id string, kv ...any) error {
+// setTurnFields writes some fields of a turn (the typed methods below).
+func (s *Store) setTurnFields(ctx context.Context, id string, kv ...any) error {
 	return s.rdb.HSet(ctx, s.turnKey(id), kv...).Err()
+}
+
+// MarkTurnSeen records that the caller got the turn's reply (no echo, R8.18).
+func (s *Store) MarkTurnSeen(ctx context.Context, id string) error {
+	return s.setTurnFields(ctx, id, "waited", "1")
+}
+
+// SetTurnModelAsked records the model a turn was asked to run (R7.13).
+func (s *Store) SetTurnModelAsked(ctx context.Context, id, model string) error {
+	return s.setTurnFields(ctx, id, "modelAsked", model)
+}
+
+// SetTurnPartial records the reply written so far (read_session's inFlight).
+func (s *Store) SetTurnPartial(ctx context.Context, id, text string, at time.Time) error {
+	return s.setTurnFields(ctx, id, "partial", text, "partialAt", ms(at))
+}
+
+// SetTurnQuestion records the question card a running turn waits on ("" for none).
+func (s *Store) SetTurnQuestion(ctx context.Context, id, questionID string) error {
+	return s.setTurnFields(ctx, id, "question", questionID)
+}
+
+// RequestTurnStop marks a turn to be stopped (a worker that missed the notification sees it).
+func (s *Store) RequestTurnStop(ctx context.Context, id string) error {
+	return s.setTurnFields(ctx, id, "stopRequested", "1")
 }
 
 // Messages.
