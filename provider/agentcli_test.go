@@ -112,13 +112,7 @@ echo '{"type":"result","subtype":"success","is_error":false,"result":"ok"}'`
 		c.Env = map[string]string{"OUT": out}
 		c.Args = []string{"--max-turns", "5"}
 	})
-	read := func() []string {
-		b, err := os.ReadFile(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	}
+	read := func() []string { return argvLines(t, out) }
 	turn := execTurn(t)
 	turn.Prompt = "-rf everything"
 	if _, _, err := runCLI(t, p, turn); err != nil {
@@ -184,9 +178,7 @@ echo '{"type":"turn.completed","usage":{"input_tokens":30,"cached_input_tokens":
 	if !slices.Equal(h.activities, []string{"🛰️ read_session → desk session 01234567"}) || !slices.Equal(h.agentSess, []string{"th-1"}) {
 		t.Fatalf("activities %q sessions %q", h.activities, h.agentSess)
 	}
-	b, _ := os.ReadFile(out)
-	argv := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	joined := strings.Join(argv, " ")
+	joined := strings.Join(argvLines(t, out), " ")
 	for _, w := range []string{"exec --json --skip-git-repo-check", `mcp_servers.relay.url="http://127.0.0.1:7777/mcp"`,
 		`mcp_servers.relay.bearer_token_env_var="RELAY_TOKEN"`, `mcp_servers.relay.default_tools_approval_mode="approve"`,
 		`model_reasoning_effort="high"`, "--model=m-big", "-- hello there"} {
@@ -201,8 +193,7 @@ echo '{"type":"turn.completed","usage":{"input_tokens":30,"cached_input_tokens":
 	if _, _, err := runCLI(t, p, turn); err != nil {
 		t.Fatal(err)
 	}
-	b, _ = os.ReadFile(out)
-	joined = strings.Join(strings.Split(strings.TrimRight(string(b), "\n"), "\n"), " ")
+	joined = strings.Join(argvLines(t, out), " ")
 	if !strings.HasPrefix(joined, "exec resume --json") || !strings.HasSuffix(joined, "-- th-1 hello there") ||
 		!strings.Contains(joined, `sandbox_mode="read-only"`) || !strings.Contains(joined, "mcp_servers.relay.url") {
 		t.Fatalf("resume argv %q", joined)
@@ -535,4 +526,14 @@ echo '{"type":"turn.completed","usage":{}}'`, func(c *CLIConfig) { c.Env = map[s
 			}
 		}
 	}
+}
+
+// argvLines reads the arguments a fake CLI wrote to path, one a line.
+func argvLines(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 }

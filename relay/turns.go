@@ -284,10 +284,9 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 				return
 			case <-stopCh:
 				cancel(errStopped)
-			case <-settingsCh:
+			case <-settingsCh: // also fired after a lost notification subscription (hub.fireAll)
 				recheckLimit()
 			case <-renew.C:
-				recheckLimit()
 				if ok, err := r.st.RenewLease(context.WithoutCancel(ctx), s.ID, leaseOwner, leaseTTL); err == nil && !ok {
 					r.log.Warn("session lease lost", "session", s.ID)
 				}
