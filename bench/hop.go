@@ -11,6 +11,8 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/oar/relay/worker"
 )
 
 // benchPing measures n sequential PINGs on one client.
@@ -40,14 +42,20 @@ type hopResult struct {
 const hopTaskType = "bench:hop"
 
 // benchHop measures the bare asynq hop, enqueue → handler start, with the
-// relay worker's asynq config (worker/worker.go: TaskCheckInterval 25ms,
-// DelayedTaskCheckInterval 100ms; the concurrency, queue weights and strict
+// relay worker's asynq config (worker/worker.go: the waker, TaskCheckInterval
+// 1ms, DelayedTaskCheckInterval 100ms; the concurrency, queue weights and strict
 // priority as asynq reports them for the relay's server: its turns queue
 // becomes PREFIX:hop, which the producers feed, its other queues stay empty)
 // on a Redis client made like the relay's (app/app.go), with producers
 // concurrent producers each enqueueing the next task once the previous one
 // started.
 func benchHop(ctx context.Context, opts *redis.Options, info *redis.Client, prefix, turns string, w *asynq.ServerInfo, producers, warm, per int) (hopResult, error) {
+	return benchHopWith(ctx, opts, info, prefix, turns, w, producers, warm, per, true)
+}
+
+// benchHopWith is benchHop with or without the relay worker's wake-up path
+// (worker.Waker, TaskCheckInterval 1 ms); without it asynq polls every 25 ms.
+func benchHopWith(ctx context.Context, opts *redis.Options, info *redis.Client, prefix, turns string, w *asynq.ServerInfo, producers, warm, per int, wake bool) (hopResult, error) {
 	queue := prefix + ":hop"
 	queues := map[string]int{}
 	i := 0
@@ -61,6 +69,17 @@ func benchHop(ctx context.Context, opts *redis.Options, info *redis.Client, pref
 	}
 	rdb := redis.NewClient(opts)
 	defer func() { _ = rdb.Close() }()
+	poll := 25 * time.Millisecond
+	var wk *worker.Waker
+	if wake {
+		qs := make([]string, 0, len(queues))
+		for q := range queues {
+			qs = append(qs, q)
+		}
+		wk = worker.NewWaker(rdb, qs, time.Second)
+		rdb.AddHook(wk)
+		poll = time.Millisecond
+	}
 	m := meter{rdb: info, rt: &rtCounter{}, client: rdb}
 	rdb.AddHook(m.rt)
 	var waiters sync.Map // task id → chan time.Time
@@ -68,7 +87,7 @@ func benchHop(ctx context.Context, opts *redis.Options, info *redis.Client, pref
 		Concurrency:              w.Concurrency,
 		Queues:                   queues,
 		StrictPriority:           w.StrictPriority,
-		TaskCheckInterval:        25 * time.Millisecond,
+		TaskCheckInterval:        poll,
 		DelayedTaskCheckInterval: 100 * time.Millisecond,
 		ShutdownTimeout:          8 * time.Second,
 		Logger:                   asynqLogger{slog.New(slog.NewTextHandler(os.Stderr, nil))},
@@ -82,10 +101,21 @@ func benchHop(ctx context.Context, opts *redis.Options, info *redis.Client, pref
 		}
 		return nil
 	})
+	if wk != nil {
+		wk.Start()
+	}
 	if err := srv.Start(mux); err != nil {
+		if wk != nil {
+			wk.Shutdown()
+		}
 		return hopResult{}, fmt.Errorf("start asynq server: %w", err)
 	}
-	defer srv.Shutdown()
+	defer func() {
+		if wk != nil {
+			wk.Shutdown()
+		}
+		srv.Shutdown()
+	}()
 	client := asynq.NewClientFromRedisClient(rdb)
 	defer func() { _ = client.Close() }()
 

@@ -77,7 +77,7 @@ func parseFlags() options {
 	flag.IntVar(&o.calls, "calls", 4000, "(c) calls per variant (list_sessions, same payload, no-op)")
 	flag.IntVar(&o.conc, "conc", 8, "(c) concurrent MCP clients per variant")
 	flag.IntVar(&o.idle, "idle", 10000, "(d) idle sessions whose Redis memory is measured")
-	flag.StringVar(&o.rows, "rows", "abcdefg", "which rows to run (a, b and c run together)")
+	flag.StringVar(&o.rows, "rows", "abcdefghp", "which rows to run (a, b and c run together; h: the goals G1–G5; p: paired relays)")
 	flag.IntVar(&o.probes, "probes", 200, "(e) in-process Relay.Fanout calls per (total, matching) cell")
 	flag.IntVar(&o.eventRate, "event-rate", 100, "(e) owner messages (turn_end events) per second in the paced phase")
 	flag.IntVar(&o.eventSecs, "event-secs", 10, "(e) seconds of the paced phase")
@@ -125,8 +125,8 @@ func main() {
 	if o.fireSecs < 1 || o.fireSecs > perTarget {
 		log.Fatalf("-fire-secs must be between 1 and %d", perTarget)
 	}
-	if strings.Trim(o.rows, "abcdefg") != "" || o.rows == "" {
-		log.Fatal("-rows takes letters of abcdefg")
+	if strings.Trim(o.rows, "abcdefghp") != "" || o.rows == "" {
+		log.Fatal("-rows takes letters of abcdefghp")
 	}
 	if o.listN < 2*o.clients {
 		o.listN = 2 * o.clients
@@ -158,6 +158,10 @@ type bench struct {
 	evPrefix  string // relay of (e)
 	hdPrefix  string // relay of (f)
 	scPrefix  string // relay of (g)
+	g1Prefix  string // relay of goals 1–3
+	g4Prefix  string // relay (and second worker) of goal 4
+	g5Prefix  string // relay of goal 5
+	pPrefix   string // relays of (p): PREFIXa and PREFIXb
 	conc      int    // the relay worker's asynq concurrency, as asynq reports it
 	worker    *asynq.ServerInfo
 	start     time.Time
@@ -189,7 +193,8 @@ func newBench(ctx context.Context, o options) (*bench, error) {
 	// for all concurrent callers (http.DefaultTransport keeps 2 per host).
 	tr := newTransport()
 	return &bench{o: o, rdb: rdb, ropts: ropts, tr: tr, hc: &http.Client{Transport: tr, Timeout: 60 * time.Second},
-		prefix: newPrefix(), memPrefix: newPrefix(), evPrefix: newPrefix(), hdPrefix: newPrefix(), scPrefix: newPrefix(), start: time.Now()}, nil
+		prefix: newPrefix(), memPrefix: newPrefix(), evPrefix: newPrefix(), hdPrefix: newPrefix(), scPrefix: newPrefix(),
+		g1Prefix: newPrefix(), g4Prefix: newPrefix(), g5Prefix: newPrefix(), pPrefix: newPrefix(), start: time.Now()}, nil
 }
 
 func (b *bench) where() string {
@@ -211,7 +216,7 @@ func (b *bench) cleanup() error {
 	var errs []error
 	queues, err := b.rdb.SMembers(ctx, "asynq:queues").Result()
 	errs = append(errs, err)
-	for _, p := range []string{b.prefix, b.memPrefix, b.evPrefix, b.hdPrefix, b.scPrefix} {
+	for _, p := range []string{b.prefix, b.memPrefix, b.evPrefix, b.hdPrefix, b.scPrefix, b.g1Prefix, b.g4Prefix, b.g5Prefix, b.pPrefix + "a", b.pPrefix + "b"} {
 		errs = append(errs, store.DeleteMatching(ctx, b.rdb, p+":*"))
 		errs = append(errs, store.DeleteMatching(ctx, b.rdb, "asynq:{"+p+":*"))
 		for _, q := range queues {
@@ -269,6 +274,8 @@ type results struct {
 	ev   eventsResult
 	hd   heldResult
 	sc   schedResult
+	gl   goalsResult
+	pr   peerResult
 }
 
 // runs reports whether -rows asks for a row (a, b and c run together).
@@ -320,6 +327,27 @@ func (b *bench) run(ctx context.Context) (string, error) {
 		stopProf()
 		if err != nil {
 			return "", fmt.Errorf("(g): %w", err)
+		}
+	}
+	// (h) the goals of the performance issue, each in relays of their own.
+	if o.runs("h") {
+		b.logf("(h) goals, prefixes %s %s %s", b.g1Prefix, b.g4Prefix, b.g5Prefix)
+		stopProf := b.profileStart("goals")
+		res.gl, err = b.runGoals(ctx)
+		stopProf()
+		if err != nil {
+			return "", fmt.Errorf("(h): %w", err)
+		}
+	}
+	// (p) paired relays: a cross-relay send and remote event delivery.
+	if o.runs("p") {
+		rounds, events := 200, 20
+		if o.quick {
+			rounds, events = 30, 6
+		}
+		b.logf("(p) paired relays, prefixes %sa %sb", b.pPrefix, b.pPrefix)
+		if res.pr, err = benchPeer(ctx, b, b.pPrefix, rounds, events); err != nil {
+			return "", fmt.Errorf("(p): %w", err)
 		}
 	}
 	b.logf("done")
@@ -434,11 +462,14 @@ func (b *bench) table(ctx context.Context, r results) string {
 		worker = fmt.Sprintf("relay worker's asynq concurrency %d", o.concurrency)
 	}
 	if b.worker != nil {
-		worker = fmt.Sprintf("relay worker's asynq config (also the bare hop's): concurrency %d, %d queues, TaskCheckInterval 25ms, DelayedTaskCheckInterval 100ms; MCP clients in %s",
+		worker = fmt.Sprintf("relay worker's asynq config (also the bare hop's): concurrency %d, %d queues, the waker (worker/wake.go: pub/sub wake-up, 1 s idle check), TaskCheckInterval 1ms, DelayedTaskCheckInterval 100ms (forward scripts answered locally while nothing is due); MCP clients in %s",
 			b.conc, len(b.worker.Queues), b.where())
 	}
 	row("run", "setup", fmt.Sprintf("%s run, rows %s; Redis %s at %s; %s, GOMAXPROCS %d, %d CPUs; %s",
 		mode, o.rows, serverInfo(ctx, b.rdb), b.o.redisURL, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), worker), "", "")
+	if o.runs("h") {
+		b.tableGoals(row, r.gl)
+	}
 	if o.runs("a") {
 		b.tableABC(row, r)
 	}
@@ -453,6 +484,9 @@ func (b *bench) table(ctx context.Context, r results) string {
 	}
 	if o.runs("g") {
 		b.tableG(row, r.sc)
+	}
+	if o.runs("p") {
+		tablePeer(row, r.pr)
 	}
 	return sb.String()
 }

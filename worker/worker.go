@@ -21,9 +21,19 @@ import (
 // Options configures the worker.
 type Options struct {
 	Queues      jobs.Queues
-	Concurrency int           // default DefaultConcurrency (64)
-	PollEvery   time.Duration // TaskCheckInterval, default 25ms (asynq's default 1s makes turns start late)
-	Logger      *slog.Logger
+	Concurrency int // default DefaultConcurrency (64)
+	// PollEvery is asynq's TaskCheckInterval: how long the processor sleeps
+	// after finding every queue empty. Default 1 ms with the wake-up path
+	// (the waker blocks an idle processor until work arrives, see wake.go),
+	// 25 ms without it (asynq's default 1 s makes turns start late).
+	PollEvery time.Duration
+	// NoWake turns the wake-up path off: asynq polls every PollEvery and its
+	// forwarder every DelayedTaskCheckInterval, as asynq does by itself.
+	NoWake bool
+	// IdleCheck bounds how long an idle worker goes without asking Redis
+	// (default 1 s): the longest a lost wake-up delays a task.
+	IdleCheck time.Duration
+	Logger    *slog.Logger
 	// ShutdownTimeout bounds how long Shutdown waits for handlers (default 8s);
 	// running turns are handed back to their queue before that.
 	ShutdownTimeout time.Duration
@@ -31,18 +41,35 @@ type Options struct {
 
 // Worker is the asynq server of one process.
 type Worker struct {
-	srv *asynq.Server
-	r   *relay.Relay
-	log *slog.Logger
+	srv  *asynq.Server
+	r    *relay.Relay
+	log  *slog.Logger
+	wake *Waker // nil with NoWake
 }
 
-// New builds a worker on rdb (shared with the rest of the process).
 // DefaultConcurrency is how many jobs a worker runs at once when not set.
 const DefaultConcurrency = 64
 
+// New builds a worker on rdb (shared with the rest of the process). Unless
+// o.NoWake, it adds the waker's hook to rdb (wake.go): call New before the
+// client is in use, and build one worker per client.
 func New(rdb redis.UniversalClient, r *relay.Relay, o Options) *Worker {
 	if o.Concurrency <= 0 {
 		o.Concurrency = DefaultConcurrency
+	}
+	if o.IdleCheck <= 0 {
+		o.IdleCheck = time.Second
+	}
+	var wk *Waker
+	delayedCheck := 100 * time.Millisecond
+	if !o.NoWake {
+		wk = NewWaker(rdb, o.Queues.All(), o.IdleCheck)
+		rdb.AddHook(wk)
+		// The forwarder still ticks every 100 ms, but the waker answers its
+		// script locally while nothing in a set can be due.
+		if o.PollEvery <= 0 {
+			o.PollEvery = time.Millisecond
+		}
 	}
 	if o.PollEvery <= 0 {
 		o.PollEvery = 25 * time.Millisecond
@@ -57,7 +84,7 @@ func New(rdb redis.UniversalClient, r *relay.Relay, o Options) *Worker {
 		Concurrency:              o.Concurrency,
 		Queues:                   map[string]int{o.Queues.Turns: 1, o.Queues.Events: 1},
 		TaskCheckInterval:        o.PollEvery,
-		DelayedTaskCheckInterval: 100 * time.Millisecond,
+		DelayedTaskCheckInterval: delayedCheck,
 		ShutdownTimeout:          o.ShutdownTimeout,
 		RetryDelayFunc:           retryDelay,
 		IsFailure:                func(err error) bool { return !errors.Is(err, relay.ErrRetryLater) },
@@ -65,7 +92,15 @@ func New(rdb redis.UniversalClient, r *relay.Relay, o Options) *Worker {
 		LogLevel:                 asynq.WarnLevel,
 		ErrorHandler:             asynq.ErrorHandlerFunc(jobFailed(o.Logger)),
 	})
-	return &Worker{srv: srv, r: r, log: o.Logger}
+	return &Worker{srv: srv, r: r, log: o.Logger, wake: wk}
+}
+
+// WakeStats says what the wake-up path did so far (zero with NoWake).
+func (w *Worker) WakeStats() WakeStats {
+	if w.wake == nil {
+		return WakeStats{}
+	}
+	return w.wake.Stats()
 }
 
 // jobFailed logs a failed job (R18.9): WARN while asynq will retry it, ERROR
@@ -122,11 +157,23 @@ func (w *Worker) Start() error {
 	mux.HandleFunc(jobs.TypeFire, handle(func(ctx context.Context, p relay.FirePayload) error {
 		return wrap(w.r.Fire(ctx, p.Schedule, time.UnixMilli(p.At).UTC(), p.Approved), "fire schedule %s", p.Schedule)
 	}))
-	return w.srv.Start(mux)
+	if w.wake != nil {
+		w.wake.Start()
+	}
+	if err := w.srv.Start(mux); err != nil {
+		if w.wake != nil {
+			w.wake.Shutdown()
+		}
+		return err
+	}
+	return nil
 }
 
 // Shutdown hands running turns back to their queues and stops the server.
 func (w *Worker) Shutdown() {
+	if w.wake != nil {
+		w.wake.Shutdown() // a blocked processor returns now; empty polls wait 25 ms from here on
+	}
 	w.r.Shutdown()
 	w.srv.Shutdown()
 }

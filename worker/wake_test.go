@@ -1,0 +1,223 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oar/relay/jobs"
+	"github.com/oar/relay/store"
+)
+
+// realRedis is a client of $REDIS_URL; without one the test skips (fails with CI=true).
+func realRedis(t *testing.T) *redis.Client {
+	t.Helper()
+	url := os.Getenv("REDIS_URL")
+	if url == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("REDIS_URL unset with CI=true: the wake-up path needs a real Redis")
+		}
+		t.Skip("REDIS_URL unset: the wake-up path is tested against a real Redis")
+	}
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(o)
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("redis %s: %v", url, err)
+	}
+	return rdb
+}
+
+// scriptCounter counts the dequeue and forward scripts that reach Redis.
+type scriptCounter struct{ dequeue, forward, all atomic.Int64 }
+
+func (c *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.all.Add(1)
+		switch k, _, _ := classify(cmd); k {
+		case scriptDequeue:
+			c.dequeue.Add(1)
+		case scriptForward:
+			c.forward.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (c *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.all.Add(1)
+			switch k, _, _ := classify(cmd); k {
+			case scriptDequeue:
+				c.dequeue.Add(1)
+			case scriptForward:
+				c.forward.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// An idle worker with the waker asks Redis about once a second per queue, a
+// task enqueued in this process or another one (whose client has the hook)
+// starts within milliseconds, a scheduled task runs when due, and a task
+// pushed by a client without the hook still runs within IdleCheck.
+func TestWakeUpPath(t *testing.T) {
+	rdb := realRedis(t)
+	defer func() { _ = rdb.Close() }()
+	prefix := "wktest" + store.NewID(8)
+	q := jobs.QueuesFor(prefix)
+	defer func() {
+		ctx := context.Background()
+		_ = store.DeleteMatching(ctx, rdb, "asynq:{"+prefix+":*")
+		for _, name := range q.All() {
+			rdb.SRem(ctx, "asynq:queues", name)
+		}
+	}()
+
+	wrdb := redis.NewClient(rdb.Options()) // the worker process's client
+	defer func() { _ = wrdb.Close() }()
+	wk := NewWaker(wrdb, q.All(), time.Second)
+	wrdb.AddHook(wk)
+	cnt := &scriptCounter{}
+	wrdb.AddHook(cnt) // inner: sees what goes to Redis
+
+	started := make(chan string, 16)
+	srv := asynq.NewServerFromRedisClient(wrdb, asynq.Config{
+		Concurrency: 4, Queues: map[string]int{q.Turns: 1, q.Events: 1},
+		TaskCheckInterval: time.Millisecond, DelayedTaskCheckInterval: 100 * time.Millisecond,
+		LogLevel: asynq.ErrorLevel,
+	})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc("wk:test", func(_ context.Context, task *asynq.Task) error {
+		started <- string(task.Payload())
+		return nil
+	})
+	wk.Start()
+	if err := srv.Start(mux); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		wk.Shutdown()
+		srv.Shutdown()
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for !wk.ready.Load() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !wk.ready.Load() {
+		t.Fatal("the wake subscription was not confirmed within 5 s")
+	}
+	time.Sleep(500 * time.Millisecond)
+
+	// Idle: dequeue and forward scripts that reach Redis over 3 s.
+	d0, f0 := cnt.dequeue.Load(), cnt.forward.Load()
+	time.Sleep(3 * time.Second)
+	dq, fw := cnt.dequeue.Load()-d0, cnt.forward.Load()-f0
+	t.Logf("idle 3 s: %d dequeue scripts, %d forward scripts reached Redis; %+v", dq, fw, wk.Stats())
+	// Two queues, one round a second (each round asks both): about 6; asynq
+	// alone at 1 ms would be thousands, at 25 ms about 240.
+	if dq > 20 {
+		t.Errorf("idle worker sent %d dequeue scripts in 3 s, want about 6", dq)
+	}
+	// 4 sets, each checked about once a second: about 12 (asynq alone: 120).
+	if fw > 24 {
+		t.Errorf("idle worker sent %d forward scripts in 3 s, want about 12", fw)
+	}
+
+	hop := func(c *asynq.Client, name string, opts ...asynq.Option) time.Duration {
+		t.Helper()
+		t0 := time.Now()
+		if _, err := c.Enqueue(asynq.NewTask("wk:test", []byte(name), append([]asynq.Option{asynq.Queue(q.Turns)}, opts...)...)); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			select {
+			case got := <-started:
+				if got == name {
+					return time.Since(t0)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("task %s did not start within 5 s", name)
+			}
+		}
+	}
+
+	// Enqueued in the worker's process (its client has the hook).
+	local := asynq.NewClientFromRedisClient(wrdb)
+	var worst time.Duration
+	for i := 0; i < 5; i++ {
+		time.Sleep(300 * time.Millisecond) // let the processor block again
+		if d := hop(local, fmt.Sprintf("local%d", i)); d > worst {
+			worst = d
+		}
+	}
+	t.Logf("hop from this process, worst of 5 after idling: %s", worst)
+	if worst > 200*time.Millisecond {
+		t.Errorf("an idle worker took %s to start a task enqueued in its process (want milliseconds)", worst)
+	}
+
+	// Enqueued by another process whose client has the hook (publishes only).
+	ordb := redis.NewClient(rdb.Options())
+	defer func() { _ = ordb.Close() }()
+	ow := NewWaker(ordb, q.All(), time.Second)
+	ordb.AddHook(ow)
+	other := asynq.NewClientFromRedisClient(ordb)
+	worst = 0
+	for i := 0; i < 5; i++ {
+		time.Sleep(300 * time.Millisecond)
+		if d := hop(other, fmt.Sprintf("other%d", i)); d > worst {
+			worst = d
+		}
+	}
+	t.Logf("hop from another process, worst of 5 after idling: %s", worst)
+	if worst > 200*time.Millisecond {
+		t.Errorf("an idle worker took %s to start a task enqueued by another process (want milliseconds)", worst)
+	}
+
+	// A client without the hook: no wake-up; IdleCheck bounds the wait.
+	plain := asynq.NewClientFromRedisClient(rdb)
+	time.Sleep(300 * time.Millisecond)
+	if d := hop(plain, "plain"); d > 1500*time.Millisecond {
+		t.Errorf("a task pushed without a wake-up started after %s (want within IdleCheck 1 s)", d)
+	}
+
+	// A scheduled task (from another process) runs when due, not before.
+	// asynq scores it in whole seconds: it is due from the start of its second.
+	at := time.Now().Add(1500 * time.Millisecond)
+	due := time.Unix(at.Unix(), 0)
+	hop(other, "scheduled", asynq.ProcessAt(at))
+	late := time.Since(due)
+	t.Logf("scheduled task: started %s after the start of its due second", late)
+	if late < 0 {
+		t.Errorf("scheduled task started %s before it was due", -late)
+	}
+	if late > 1200*time.Millisecond {
+		t.Errorf("scheduled task started %s after it was due", late)
+	}
+
+	// Shutdown ends a blocked processor's wait at once.
+	time.Sleep(300 * time.Millisecond)
+	t0 := time.Now()
+	wk.Shutdown()
+	srv.Shutdown()
+	if el := time.Since(t0); el > 900*time.Millisecond {
+		t.Errorf("shutdown took %s", el)
+	}
+	if s := wk.Stats(); s.Blocks == 0 || s.Published == 0 && ow.Stats().Published == 0 {
+		t.Errorf("the waker never blocked or published: %+v", s)
+	}
+	if !strings.HasSuffix(WakeChannel(q.Turns), "}:wake") || queueOfChannel(WakeChannel(q.Turns)) != q.Turns {
+		t.Errorf("wake channel %q does not name its queue", WakeChannel(q.Turns))
+	}
+}
