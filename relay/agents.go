@@ -14,7 +14,7 @@ import (
 // Activity appends an activity line of the running turn to the conversation
 // (role "activity", R17.3).
 func (h *host) Activity(line string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), liveWriteTimeout)
 	defer cancel()
 	m := &store.Message{ID: store.NewID(16), Role: "activity", Text: line, CreatedAt: h.r.now()}
 	if err := h.r.st.AppendMessage(ctx, h.sid, m); err != nil {
@@ -26,7 +26,7 @@ func (h *host) Activity(line string) {
 
 // SetAgentSession stores the agent CLI's conversation id with the session (R17.2).
 func (h *host) SetAgentSession(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), liveWriteTimeout)
 	defer cancel()
 	if err := h.r.st.SetAgentSession(ctx, h.sid, h.prov, id); err != nil {
 		h.r.log.Warn("agent conversation id not stored", "session", h.sid, "err", err)

@@ -200,7 +200,7 @@ func (r *Relay) listSchedules(ctx context.Context, c *caller, a *args) (*result,
 	if err != nil {
 		return nil, internal(err)
 	}
-	ended, err := r.st.EndedSchedules(ctx, c.s.ID, r.now().Add(-time.Hour))
+	ended, err := r.st.EndedSchedules(ctx, c.s.ID, r.now().Add(-endedListWindow))
 	if err != nil {
 		return nil, internal(err)
 	}
@@ -341,7 +341,7 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 			return err
 		}
 		// The safety net: look again in a minute.
-		recheck := now.Add(time.Minute)
+		recheck := now.Add(scheduleRecheck)
 		return r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()},
 			fmt.Sprintf("sched:%s:held:%d", sc.ID, recheck.Unix()), recheck)
 	default:
@@ -358,7 +358,7 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 		}
 		// At most one firing per occurrence, whichever task gets here first.
 		once := fmt.Sprintf("fire:%s:%d", sc.ID, sc.NextFireAt.UnixMilli())
-		if ok, err := r.st.SetOnce(ctx, once, 24*time.Hour); err != nil || !ok {
+		if ok, err := r.st.SetOnce(ctx, once, occurrenceMarkKeep); err != nil || !ok {
 			return err
 		}
 		when := "once"
@@ -403,7 +403,7 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 	next := scheduler.NextFire(sc.First, time.Duration(sc.EveryMinutes)*time.Minute, now)
 	if next.IsZero() {
 		// A once schedule whose single firing was skipped: try again in a minute.
-		next = now.Add(time.Minute)
+		next = now.Add(scheduleRecheck)
 	}
 	sc.NextFireAt = next
 	if err := r.st.SaveSchedule(ctx, sc); err != nil {
@@ -460,7 +460,7 @@ func (r *Relay) RecoverSchedules(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	overdue := r.now().Add(-30 * time.Second)
+	overdue := r.now().Add(-overdueAfter)
 	for _, sc := range all {
 		if sc.NextFireAt.IsZero() || sc.NextFireAt.After(overdue) || !sc.HeldSince.IsZero() {
 			continue

@@ -3,39 +3,86 @@ package relay
 import (
 	"context"
 	"fmt"
+	"time"
 
+	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
 
+// send queues a prompt into another session (R7.7) and waits for its reply
+// (R7.11). Its checks run in R3.4a's order: shapes, target, self, rule
+// limits, provider / model / effort, card; only then the effect.
 func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	// Shapes first (R3.4a).
-	text, e := promptText(a, nothingSent)
+	in, e := r.parseSendArgs(ctx, a)
 	if e != nil {
 		return nil, e
 	}
-	wait, note, e := r.waitArg(ctx, a, nothingSent)
+	pl, e := r.checkSend(ctx, c, a, in)
 	if e != nil {
 		return nil, e
 	}
-	mode, e := a.str("mode")
-	if e != nil {
+	defer func() {
+		if !pl.queued {
+			r.giveBack(ctx, pl.need, c) // nothing was sent: the prompt does not count (R5.2.6)
+		}
+	}()
+	if e := r.cardSend(ctx, c, in, pl); e != nil {
 		return nil, e
 	}
-	model, e := a.str("model")
-	if e != nil {
+	return r.applySend(ctx, c, in, pl)
+}
+
+// sendArgs are send's arguments, their shapes checked.
+type sendArgs struct {
+	text                        string
+	wait                        time.Duration
+	note                        string // wait_seconds was capped
+	mode, model, effort, provID string
+}
+
+// sendPlan is what send's checks found: the target, the provider its turn
+// runs on, and the card's state.
+type sendPlan struct {
+	s         *store.Session
+	switchTo  string // the billing partner the session switches to (R7.8), "" for none
+	info      provider.Info
+	modelNote string
+	mode      string // the mode the prompt runs in (R7.10)
+	need      *cardNeed
+	queued    bool // the prompt was queued: its loop count stays taken
+}
+
+// parseSendArgs reads send's arguments: shapes first (R3.4a).
+func (r *Relay) parseSendArgs(ctx context.Context, a *args) (*sendArgs, *Error) {
+	in := &sendArgs{}
+	var e *Error
+	if in.text, e = promptText(a, nothingSent); e != nil {
 		return nil, e
 	}
-	effort, e := a.str("effort")
-	if e != nil {
+	if in.wait, in.note, e = r.waitArg(ctx, a, nothingSent); e != nil {
 		return nil, e
 	}
-	provID, e := a.str("provider")
-	if e != nil {
+	if in.mode, e = a.str("mode"); e != nil {
 		return nil, e
 	}
-	if e := checkMode(mode, nothingSent); e != nil {
+	if in.model, e = a.str("model"); e != nil {
 		return nil, e
 	}
+	if in.effort, e = a.str("effort"); e != nil {
+		return nil, e
+	}
+	if in.provID, e = a.str("provider"); e != nil {
+		return nil, e
+	}
+	if e := checkMode(in.mode, nothingSent); e != nil {
+		return nil, e
+	}
+	return in, nil
+}
+
+// checkSend applies send's rules in order: target, self, the 4-at-work cap,
+// provider switch, model and effort.
+func (r *Relay) checkSend(ctx context.Context, c *caller, a *args, in *sendArgs) (*sendPlan, *Error) {
 	// Target, self.
 	s, e := r.target(ctx, a, "session")
 	if e != nil {
@@ -57,18 +104,18 @@ func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) 
 	// Provider switch (R7.8), model, effort.
 	target := s.Provider
 	switchTo := ""
-	if provID != "" && provID != s.Provider {
+	if in.provID != "" && in.provID != s.Provider {
 		cur, ok := r.providers[s.Provider]
 		partner := ""
 		if ok {
 			partner = cur.Info().SwitchTo
 		}
-		p, ok2 := r.providers[provID]
-		if !ok2 || (partner != provID && p.Info().SwitchTo != s.Provider) {
-			return nil, Errorf(CodeProviderUnavailable, "Provider %q is not set up as a billing partner of %q on relay %q. %s", provID, s.Provider, r.opts.Name, nothingSent).
-				With("remoteCode", remoteName(provID)+"_NOT_CONFIGURED")
+		p, ok2 := r.providers[in.provID]
+		if !ok2 || (partner != in.provID && p.Info().SwitchTo != s.Provider) {
+			return nil, Errorf(CodeProviderUnavailable, "Provider %q is not set up as a billing partner of %q on relay %q. %s", in.provID, s.Provider, r.opts.Name, nothingSent).
+				With("remoteCode", remoteName(in.provID)+"_NOT_CONFIGURED")
 		}
-		target, switchTo = provID, provID
+		target, switchTo = in.provID, in.provID
 	}
 	p, e := r.provider(target, nothingSent)
 	if e != nil {
@@ -81,7 +128,7 @@ func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) 
 		return nil, e
 	}
 	info := p.Info()
-	checkM := model
+	checkM := in.model
 	if switchTo != "" && checkM == "" {
 		checkM = s.Model
 	}
@@ -89,39 +136,41 @@ func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) 
 	if e != nil {
 		return nil, e
 	}
-	if e := r.checkEffort(info, effort, nothingSent); e != nil {
+	if e := r.checkEffort(info, in.effort, nothingSent); e != nil {
 		return nil, e
 	}
-	// Card.
+	mode := in.mode
 	if mode == "" {
 		mode = c.s.Mode // a send without mode passes the caller's own mode (R7.10)
 	}
-	need := &cardNeed{}
-	modeCard(need, c, "send")
-	if e := r.loopCard(ctx, need, c); e != nil {
-		return nil, e
+	return &sendPlan{s: s, switchTo: switchTo, info: info, modelNote: modelNote, mode: mode, need: &cardNeed{}}, nil
+}
+
+// cardSend asks the owner when a card is needed: loop protection (R5.2.6),
+// ask/plan mode (R5.2.3).
+func (r *Relay) cardSend(ctx context.Context, c *caller, in *sendArgs, pl *sendPlan) *Error {
+	s := pl.s
+	modeCard(pl.need, c, "send")
+	if e := r.loopCard(ctx, pl.need, c); e != nil {
+		return e
 	}
-	queued := false
-	defer func() {
-		if !queued {
-			r.giveBack(ctx, need, c) // nothing was sent: the prompt does not count (R5.2.6)
-		}
-	}()
-	lines := []string{fmt.Sprintf("Send to %q (%s): %s", s.Title, id8(s.ID), excerpt(text, 200)),
-		settingsLine(firstNonEmpty(model, s.Model), firstNonEmpty(effort, s.Effort), mode)}
-	if switchTo != "" {
-		lines = append(lines, "Switches billing to "+info.Name)
+	lines := []string{fmt.Sprintf("Send to %q (%s): %s", s.Title, id8(s.ID), excerpt(in.text, 200)),
+		settingsLine(firstNonEmpty(in.model, s.Model), firstNonEmpty(in.effort, s.Effort), pl.mode)}
+	if pl.switchTo != "" {
+		lines = append(lines, "Switches billing to "+pl.info.Name)
 	}
 	tid := s.ID
-	if e := r.askCard(ctx, c, need, "send", &tid, lines, nothingSent); e != nil {
-		return nil, e
-	}
+	return r.askCard(ctx, c, pl.need, "send", &tid, lines, nothingSent)
+}
+
+// applySend writes the prompt's settings, queues it and waits for the reply.
+func (r *Relay) applySend(ctx context.Context, c *caller, in *sendArgs, pl *sendPlan) (*result, *Error) {
 	// Effect. It completes even if the caller's client goes away now (its
 	// context ends on a disconnect, R18.12); only the wait for the reply ends.
 	waitCtx := ctx
 	ctx = context.WithoutCancel(ctx)
 	// Read the session again: a card may have taken minutes.
-	s, err := r.st.GetSession(ctx, s.ID)
+	s, err := r.st.GetSession(ctx, pl.s.ID)
 	if err != nil {
 		return nil, internal(err)
 	}
@@ -137,16 +186,16 @@ func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) 
 			changes[field], undo[field] = nw, old
 		}
 	}
-	change("mode", s.Mode, mode)
-	change("model", s.Model, model)
-	change("effort", s.Effort, effort)
-	change("provider", s.Provider, switchTo)
+	change("mode", s.Mode, pl.mode)
+	change("model", s.Model, in.model)
+	change("effort", s.Effort, in.effort)
+	change("provider", s.Provider, pl.switchTo)
 	if len(changes) > 0 {
 		if err := r.st.SetSessionFields(ctx, s.ID, changes); err != nil {
 			return nil, internal(err)
 		}
 	}
-	t, err := r.queue(ctx, s, text, "agent", r.fromRef(c), c.origin(r.opts.Name), c.s.ID, true, wait)
+	t, err := r.queue(ctx, s, in.text, "agent", r.fromRef(c), c.origin(r.opts.Name), c.s.ID, true, in.wait)
 	if err != nil {
 		if len(undo) > 0 {
 			if uerr := r.st.SetSessionFields(context.WithoutCancel(ctx), s.ID, undo); uerr != nil {
@@ -155,18 +204,18 @@ func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) 
 		}
 		return nil, AsError(err)
 	}
-	queued = true
-	t, e = r.sent(waitCtx, c, t, wait, "the prompt was queued (message_id "+t.ID+")")
+	pl.queued = true
+	t, e := r.sent(waitCtx, c, t, in.wait, "the prompt was queued (message_id "+t.ID+")")
 	if e != nil {
 		return nil, e
 	}
 	res := newResult(s.ID, "")
 	r.turnResult(ctx, res, t)
-	if note != "" {
-		res.set("note", note)
+	if in.note != "" {
+		res.set("note", in.note)
 	}
-	if modelNote != "" {
-		res.note("modelNote", modelNote)
+	if pl.modelNote != "" {
+		res.note("modelNote", pl.modelNote)
 	}
 	return res, nil
 }

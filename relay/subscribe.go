@@ -16,13 +16,57 @@ import (
 
 const nothingSubscribed = "No subscription was made."
 
+// subscribe makes a subscription: the calling conversation watches sessions
+// for events (R8.4). Its checks run in R3.4a's order: shapes, targets, self,
+// the limit, card; only then the effect.
 func (r *Relay) subscribe(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	if isExternal(c.s) {
 		return nil, notWakeable("subscribe", nothingSubscribed)
 	}
-	bad := func(format string, v ...any) *Error {
-		return Errorf(CodeInvalidInput, format+" "+nothingSubscribed, v...)
+	in, e := r.parseSubscribeArgs(a)
+	if e != nil {
+		return nil, e
 	}
+	pl, e := r.checkSubscribe(ctx, c, in)
+	if e != nil {
+		return nil, e
+	}
+	if e := r.cardSubscribe(ctx, c, in, pl); e != nil {
+		return nil, e
+	}
+	return r.applySubscribe(ctx, c, in, pl)
+}
+
+// subscribeArgs are subscribe's arguments, their shapes checked.
+type subscribeArgs struct {
+	refs        []string // the sessions to watch; empty when all
+	all         bool
+	excludeRefs []string
+	events      []string // the default when none are named
+	once        bool
+	match       string
+	stalled     int // minutes
+	heartbeat   int // minutes, 0 for none
+	digest      int // minutes, 0 for none
+	quiet       *store.Quiet
+	q           *scheduler.Quiet // quiet, parsed
+}
+
+// subscribePlan is what subscribe's checks found.
+type subscribePlan struct {
+	watched []*store.Session // none when all
+	exclude []string         // session ids
+}
+
+// badSubscribe is subscribe's INVALID_INPUT error.
+func badSubscribe(format string, v ...any) *Error {
+	return Errorf(CodeInvalidInput, format+" "+nothingSubscribed, v...)
+}
+
+// parseSubscribeArgs reads subscribe's arguments: shapes first (R3.4a).
+func (r *Relay) parseSubscribeArgs(a *args) (*subscribeArgs, *Error) {
+	bad := badSubscribe
+	in := &subscribeArgs{}
 	refs, e := a.strs("sessions")
 	if e != nil {
 		return nil, bad("sessions must be a list of session ids, or [\"all\"].")
@@ -30,66 +74,39 @@ func (r *Relay) subscribe(ctx context.Context, c *caller, a *args) (*result, *Er
 	if len(refs) == 0 {
 		return nil, bad(`sessions is required: the ids of the sessions to watch, or ["all"].`)
 	}
-	events, e := a.strs("events")
-	if e != nil {
+	if in.events, e = a.strs("events"); e != nil {
 		return nil, bad("events must be a list of event kinds.")
 	}
-	for _, ev := range events {
+	for _, ev := range in.events {
 		if !slices.Contains(eventKinds, ev) {
 			return nil, bad("Unknown event kind %q; kinds: %s.", ev, strings.Join(eventKinds, ", "))
 		}
 	}
-	if len(events) == 0 {
-		events = defaultEvents
+	if len(in.events) == 0 {
+		in.events = defaultEvents
 	}
-	once := false
 	if v, ok := a.m["once"]; ok {
-		if json.Unmarshal(v, &once) != nil {
+		if json.Unmarshal(v, &in.once) != nil {
 			return nil, bad("once must be true or false.")
 		}
 	}
-	match, e := a.str("match")
-	if e != nil {
+	if in.match, e = a.str("match"); e != nil {
 		return nil, bad("match must be a string (a regular expression).")
 	}
-	if e := maxChars("match", match, 500, nothingSubscribed); e != nil {
+	if e := maxChars("match", in.match, 500, nothingSubscribed); e != nil {
 		return nil, e
 	}
-	if match != "" {
-		if _, err := regexp.Compile("(?i)" + match); err != nil {
+	if in.match != "" {
+		if _, err := regexp.Compile("(?i)" + in.match); err != nil {
 			return nil, bad("match is not a valid regular expression: %v.", err)
 		}
 	}
-	minutes := func(k string, hi int, def int) (int, *Error) {
-		n, ok, e := a.integer(k)
-		if e != nil {
-			return 0, bad("%s must be a whole number of minutes.", k)
-		}
-		if !ok {
-			return def, nil
-		}
-		if n < 1 || n > hi {
-			return 0, bad("%s must be between 1 and %d (got %d).", k, hi, n)
-		}
-		return n, nil
-	}
-	stalled, e := minutes("stalled_minutes", 1440, int(r.opts.Timing.StalledDefault/time.Minute))
-	if e != nil {
+	if e := parseSubMinutes(a, in, int(r.opts.Timing.StalledDefault/time.Minute)); e != nil {
 		return nil, e
 	}
-	heartbeat, e := minutes("heartbeat_minutes", 1440, 0)
-	if e != nil {
-		return nil, e
+	if in.heartbeat > 0 && !slices.Contains(in.events, EvHeartbeat) {
+		in.events = append(slices.Clone(in.events), EvHeartbeat) // heartbeat_minutes asks for heartbeats
 	}
-	digest, e := minutes("digest_minutes", 1440, 0)
-	if e != nil {
-		return nil, e
-	}
-	if heartbeat > 0 && !slices.Contains(events, EvHeartbeat) {
-		events = append(slices.Clone(events), EvHeartbeat) // heartbeat_minutes asks for heartbeats
-	}
-	var quiet *store.Quiet
-	var q *scheduler.Quiet
 	if v, ok := a.m["quiet_hours"]; ok {
 		var qh struct {
 			From string `json:"from"`
@@ -104,45 +121,79 @@ func (r *Relay) subscribe(ctx context.Context, c *caller, a *args) (*result, *Er
 			return nil, bad("%s.", err.Error())
 		}
 		if parsed != nil {
-			q = parsed
-			quiet = &store.Quiet{From: qh.From, To: qh.To, TZ: qh.TZ}
+			in.q = parsed
+			in.quiet = &store.Quiet{From: qh.From, To: qh.To, TZ: qh.TZ}
 		}
 	}
-	excludeRefs, e := a.strs("exclude")
-	if e != nil {
+	if in.excludeRefs, e = a.strs("exclude"); e != nil {
 		return nil, bad("exclude must be a list of session ids.")
 	}
-	all := len(refs) == 1 && strings.EqualFold(refs[0], "all")
-	if !all && slices.ContainsFunc(refs, func(s string) bool { return strings.EqualFold(s, "all") }) {
+	in.all = len(refs) == 1 && strings.EqualFold(refs[0], "all")
+	if !in.all && slices.ContainsFunc(refs, func(s string) bool { return strings.EqualFold(s, "all") }) {
 		return nil, bad(`sessions takes either ["all"] or a list of session ids, not both.`)
 	}
-	if len(excludeRefs) > 0 && !all {
+	if len(in.excludeRefs) > 0 && !in.all {
 		return nil, bad("exclude goes with sessions [\"all\"] only; a list of sessions names what it watches.")
 	}
-	// Targets exist, then self.
-	var watched []*store.Session
-	if !all {
-		for _, ref := range refs {
-			s, e := r.sessionByRef(ctx, ref)
-			if e != nil {
-				e.Msg = strings.Replace(e.Msg, nothingDone, nothingSubscribed, 1)
-				return nil, e
-			}
-			if !slices.ContainsFunc(watched, func(x *store.Session) bool { return x.ID == s.ID }) {
-				watched = append(watched, s)
-			}
-		}
+	if !in.all {
+		in.refs = refs
 	}
-	var exclude []string
-	for _, ref := range excludeRefs {
+	return in, nil
+}
+
+// parseSubMinutes reads stalled_minutes, heartbeat_minutes and
+// digest_minutes (1–1440 each, spec §14).
+func parseSubMinutes(a *args, in *subscribeArgs, stalledDefault int) *Error {
+	minutes := func(k string, hi int, def int) (int, *Error) {
+		n, ok, e := a.integer(k)
+		if e != nil {
+			return 0, badSubscribe("%s must be a whole number of minutes.", k)
+		}
+		if !ok {
+			return def, nil
+		}
+		if n < 1 || n > hi {
+			return 0, badSubscribe("%s must be between 1 and %d (got %d).", k, hi, n)
+		}
+		return n, nil
+	}
+	var e *Error
+	if in.stalled, e = minutes("stalled_minutes", 1440, stalledDefault); e != nil {
+		return e
+	}
+	if in.heartbeat, e = minutes("heartbeat_minutes", 1440, 0); e != nil {
+		return e
+	}
+	if in.digest, e = minutes("digest_minutes", 1440, 0); e != nil {
+		return e
+	}
+	return nil
+}
+
+// checkSubscribe applies subscribe's rules in order: targets exist, then
+// self, then the subscriptions limit.
+func (r *Relay) checkSubscribe(ctx context.Context, c *caller, in *subscribeArgs) (*subscribePlan, *Error) {
+	// Targets exist, then self.
+	pl := &subscribePlan{}
+	for _, ref := range in.refs {
 		s, e := r.sessionByRef(ctx, ref)
 		if e != nil {
 			e.Msg = strings.Replace(e.Msg, nothingDone, nothingSubscribed, 1)
 			return nil, e
 		}
-		exclude = append(exclude, s.ID)
+		if !slices.ContainsFunc(pl.watched, func(x *store.Session) bool { return x.ID == s.ID }) {
+			pl.watched = append(pl.watched, s)
+		}
 	}
-	for _, s := range watched {
+	for _, ref := range in.excludeRefs {
+		s, e := r.sessionByRef(ctx, ref)
+		if e != nil {
+			e.Msg = strings.Replace(e.Msg, nothingDone, nothingSubscribed, 1)
+			return nil, e
+		}
+		pl.exclude = append(pl.exclude, s.ID)
+	}
+	for _, s := range pl.watched {
 		if s.ID == c.s.ID {
 			return nil, Errorf(CodeSelf, "A conversation cannot watch itself; leave out its own id. %s", nothingSubscribed)
 		}
@@ -156,37 +207,45 @@ func (r *Relay) subscribe(ctx context.Context, c *caller, a *args) (*result, *Er
 		return nil, Errorf(CodeLimit, "This conversation already has %d subscriptions, the most it may have; unsubscribe from one first. %s",
 			len(active), nothingSubscribed)
 	}
+	return pl, nil
+}
+
+// cardSubscribe asks the owner when a card is needed.
+func (r *Relay) cardSubscribe(ctx context.Context, c *caller, in *subscribeArgs, pl *subscribePlan) *Error {
 	// Card: the first subscribe of a conversation names its options (R5.2.2, R5.4).
-	opts := subOptions(digest, q, len(exclude))
+	opts := subOptions(in.digest, in.q, len(pl.exclude))
 	need := &cardNeed{}
 	ok, err := r.st.Flag(ctx, c.s.ID, "subscribed")
 	if err != nil {
-		return nil, internal(err)
+		return internal(err)
 	}
 	if !ok {
 		need.add("This is the first time this conversation watches sessions.")
 		need.flags = append(need.flags, "subscribed")
 	}
 	what := "all sessions"
-	if !all {
+	if !in.all {
 		var names []string
-		for _, s := range watched {
+		for _, s := range pl.watched {
 			names = append(names, fmt.Sprintf("%q (%s)", s.Title, id8(s.ID)))
 		}
 		what = strings.Join(names, ", ")
 	}
-	lines := []string{fmt.Sprintf("Watch %s for %s", what, strings.Join(events, ", "))}
+	lines := []string{fmt.Sprintf("Watch %s for %s", what, strings.Join(in.events, ", "))}
 	if opts != "" {
 		lines = append(lines, opts)
 	}
-	if e := r.askCard(ctx, c, need, "subscribe", nil, lines, nothingSubscribed); e != nil {
-		return nil, e
-	}
+	return r.askCard(ctx, c, need, "subscribe", nil, lines, nothingSubscribed)
+}
+
+// applySubscribe writes the subscription (the limit checked again) and
+// schedules its first heartbeat.
+func (r *Relay) applySubscribe(ctx context.Context, c *caller, in *subscribeArgs, pl *subscribePlan) (*result, *Error) {
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
-	sub := &store.Subscription{ID: "sub_" + store.NewID(5), Watcher: c.s.ID, All: all, Exclude: exclude, Events: events,
-		Once: once, Match: match, StalledMinutes: stalled, HeartbeatMinutes: heartbeat, DigestMinutes: digest,
-		Quiet: quiet, CreatedAt: r.now()}
-	for _, s := range watched {
+	sub := &store.Subscription{ID: "sub_" + store.NewID(5), Watcher: c.s.ID, All: in.all, Exclude: pl.exclude, Events: in.events,
+		Once: in.once, Match: in.match, StalledMinutes: in.stalled, HeartbeatMinutes: in.heartbeat, DigestMinutes: in.digest,
+		Quiet: in.quiet, CreatedAt: r.now()}
+	for _, s := range pl.watched {
 		sub.Sessions = append(sub.Sessions, s.ID)
 	}
 	// The limit again, checked and written in one step (R18.6).
@@ -197,15 +256,15 @@ func (r *Relay) subscribe(ctx context.Context, c *caller, a *args) (*result, *Er
 		}
 		return nil, internal(err)
 	}
-	if heartbeat > 0 {
-		at := sub.CreatedAt.Add(time.Duration(heartbeat) * time.Minute)
+	if in.heartbeat > 0 {
+		at := sub.CreatedAt.Add(time.Duration(in.heartbeat) * time.Minute)
 		if err := r.schedule(ctx, JobHeartbeat, HeartbeatPayload{Sub: sub.ID, At: at.UnixMilli()}, fmt.Sprintf("hb:%s:%d", sub.ID, at.UnixMilli()), at); err != nil {
 			return nil, internal(err)
 		}
 	}
 	n := "all sessions"
-	if !all {
-		n = plural(len(watched), "session", "sessions")
+	if !in.all {
+		n = plural(len(pl.watched), "session", "sessions")
 	}
 	view, err := r.subView(ctx, sub)
 	if err != nil {
@@ -389,7 +448,7 @@ func (r *Relay) SubscriptionList(ctx context.Context, watcher string) ([]any, er
 	if err != nil {
 		return nil, err
 	}
-	ended, err := r.st.EndedSubscriptions(ctx, watcher, r.now().Add(-time.Hour))
+	ended, err := r.st.EndedSubscriptions(ctx, watcher, r.now().Add(-endedListWindow))
 	if err != nil {
 		return nil, err
 	}

@@ -179,7 +179,7 @@ func (h *taskHandle) Output(line string) {
 	if h.end {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), detachedWriteTimeout)
 	defer cancel()
 	for _, l := range strings.Split(strings.TrimRight(line, "\n"), "\n") {
 		h.t.Lines++
@@ -202,7 +202,7 @@ func (h *taskHandle) finish(code int, killed bool) {
 		return
 	}
 	h.end = true
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), detachedWriteTimeout)
 	defer cancel()
 	h.t.EndedAt = h.r.now()
 	h.t.ExitCode = &code

@@ -102,7 +102,61 @@ func nilIfEmpty(s string) any {
 	return s
 }
 
+// updateSession changes settings of another session (R7.10). Its checks run
+// in R3.4a's order: shapes, target, self, model / effort / group / folder,
+// card; only then the effect. A call that changes nothing asks no card.
 func (r *Relay) updateSession(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	in, e := parseUpdateArgs(a)
+	if e != nil {
+		return nil, e
+	}
+	pl, e := r.checkUpdate(ctx, c, a, in)
+	if e != nil {
+		return nil, e
+	}
+	ch := r.updateChanges(ctx, in, pl)
+	res := newResult(pl.s.ID, "")
+	if len(pl.notes) > 0 {
+		res.set("note", strings.Join(pl.notes, " "))
+	}
+	if pl.modelNote != "" {
+		res.set("modelNote", pl.modelNote)
+	}
+	if len(ch.names) == 0 {
+		res.what = "nothing changed"
+		res.set("settings", r.settingsOf(ctx, pl.s)).set("changed", []string{})
+		return res, nil
+	}
+	if e := r.cardUpdate(ctx, c, pl, ch); e != nil {
+		return nil, e
+	}
+	return r.applyUpdate(ctx, in, pl, ch, res)
+}
+
+// updateArgs are update_session's arguments, their shapes checked.
+type updateArgs struct {
+	model, effort, mode, title, groupRef, cwd, display string
+	acw                                                int
+	hasACW                                             bool
+	think                                              string
+}
+
+// updatePlan is what update_session's checks found.
+type updatePlan struct {
+	s         *store.Session
+	p         provider.Provider
+	modelNote string
+	notes     []string
+	// Group: "none" leaves, a grp_ id must exist, an unknown name creates one.
+	group       *store.Group
+	leave       bool
+	createGroup string
+	cwd         string // the folder, cleaned
+	acw         int    // auto_compact_window, rounded to an allowed value
+}
+
+// parseUpdateArgs reads update_session's arguments: shapes first (R3.4a).
+func parseUpdateArgs(a *args) (*updateArgs, *Error) {
 	var e *Error
 	get := func(k string) string {
 		v, err := a.str(k)
@@ -112,31 +166,37 @@ func (r *Relay) updateSession(ctx context.Context, c *caller, a *args) (*result,
 		}
 		return v
 	}
-	model, effort, mode, title, groupRef, cwd, display := get("model"), get("effort"), get("mode"), get("title"), get("group"), get("cwd"), get("thinking_display")
+	in := &updateArgs{}
+	in.model, in.effort, in.mode, in.title, in.groupRef, in.cwd, in.display = get("model"), get("effort"), get("mode"), get("title"), get("group"), get("cwd"), get("thinking_display")
 	if e != nil {
 		return nil, e
 	}
-	acw, hasACW, e := a.integer("auto_compact_window")
-	if e != nil {
+	if in.acw, in.hasACW, e = a.integer("auto_compact_window"); e != nil {
 		e.Msg = strings.Replace(e.Msg, nothingDone, nothingChanged, 1)
 		return nil, e
 	}
-	think, e := a.thinking()
-	if e != nil {
+	if in.think, e = a.thinking(); e != nil {
 		return nil, e
 	}
-	if model == "" && effort == "" && mode == "" && title == "" && groupRef == "" && cwd == "" && display == "" && !hasACW && think == "" {
+	if in.model == "" && in.effort == "" && in.mode == "" && in.title == "" && in.groupRef == "" && in.cwd == "" && in.display == "" && !in.hasACW && in.think == "" {
 		return nil, Errorf(CodeInvalidInput, "update_session needs at least one setting: model, effort, mode, title, group, cwd, auto_compact_window, thinking_enabled, thinking_display. %s", nothingChanged)
 	}
-	if e := checkMode(mode, nothingChanged); e != nil {
+	if e := checkMode(in.mode, nothingChanged); e != nil {
 		return nil, e
 	}
-	if len(title) > 200 {
+	if len(in.title) > 200 {
 		return nil, Errorf(CodeInvalidInput, "title may have at most 200 characters. %s", nothingChanged)
 	}
-	if hasACW && acw <= 0 {
-		return nil, Errorf(CodeInvalidInput, "auto_compact_window must be a positive number of tokens (got %d). %s", acw, nothingChanged)
+	if in.hasACW && in.acw <= 0 {
+		return nil, Errorf(CodeInvalidInput, "auto_compact_window must be a positive number of tokens (got %d). %s", in.acw, nothingChanged)
 	}
+	return in, nil
+}
+
+// checkUpdate applies update_session's rules in order: target, self, model,
+// effort, group, folder (not while the session is busy), and notes what is
+// rounded or ignored.
+func (r *Relay) checkUpdate(ctx context.Context, c *caller, a *args, in *updateArgs) (*updatePlan, *Error) {
 	s, e := r.target(ctx, a, "session")
 	if e != nil {
 		return nil, e
@@ -148,38 +208,35 @@ func (r *Relay) updateSession(ctx context.Context, c *caller, a *args) (*result,
 	if e != nil {
 		return nil, e
 	}
+	pl := &updatePlan{s: s, p: p, cwd: in.cwd, acw: in.acw}
 	info := p.Info()
-	var notes []string
-	modelNote, e := r.checkModel(info, model, nothingChanged, false)
-	if e != nil {
+	if pl.modelNote, e = r.checkModel(info, in.model, nothingChanged, false); e != nil {
 		return nil, e
 	}
-	if e := r.checkEffort(info, effort, nothingChanged); e != nil {
+	if e := r.checkEffort(info, in.effort, nothingChanged); e != nil {
 		return nil, e
 	}
 	// Group: "none" leaves, a grp_ id must exist, an unknown name creates one.
-	var group *store.Group
-	leave, createGroup := false, ""
 	switch {
-	case groupRef == "":
-	case strings.EqualFold(groupRef, "none"):
-		leave = s.GroupID != ""
+	case in.groupRef == "":
+	case strings.EqualFold(in.groupRef, "none"):
+		pl.leave = s.GroupID != ""
 	default:
-		g, ge := r.findGroup(ctx, groupRef, nothingChanged)
+		g, ge := r.findGroup(ctx, in.groupRef, nothingChanged)
 		switch {
 		case ge == nil:
-			group = g
-		case strings.HasPrefix(groupRef, "grp_") || strings.Contains(ge.Msg, "more than one"):
+			pl.group = g
+		case strings.HasPrefix(in.groupRef, "grp_") || strings.Contains(ge.Msg, "more than one"):
 			return nil, ge
 		default:
-			createGroup = groupRef
+			pl.createGroup = in.groupRef
 		}
 	}
-	if cwd != "" {
-		if cwd, e = r.checkFolder(cwd, nothingChanged); e != nil {
+	if pl.cwd != "" {
+		if pl.cwd, e = r.checkFolder(pl.cwd, nothingChanged); e != nil {
 			return nil, e
 		}
-		if cwd != s.Cwd {
+		if pl.cwd != s.Cwd {
 			busy, why, err := r.busy(ctx, s.ID)
 			if err != nil {
 				return nil, internal(err)
@@ -189,70 +246,82 @@ func (r *Relay) updateSession(ctx context.Context, c *caller, a *args) (*result,
 			}
 		}
 	}
-	if hasACW {
-		if n := nearestWindow(acw); n != acw {
-			notes = append(notes, fmt.Sprintf("auto_compact_window %d was rounded to %d, the nearest allowed value.", acw, n))
-			acw = n
+	if in.hasACW {
+		if n := nearestWindow(pl.acw); n != pl.acw {
+			pl.notes = append(pl.notes, fmt.Sprintf("auto_compact_window %d was rounded to %d, the nearest allowed value.", pl.acw, n))
+			pl.acw = n
 		}
 	}
-	if n := ignoredNote(p, map[string]bool{"effort": effort != "", "thinking_enabled": think != "",
-		"thinking_display": display != "", "auto_compact_window": hasACW}); n != "" {
-		notes = append(notes, n)
+	if n := ignoredNote(p, map[string]bool{"effort": in.effort != "", "thinking_enabled": in.think != "",
+		"thinking_display": in.display != "", "auto_compact_window": in.hasACW}); n != "" {
+		pl.notes = append(pl.notes, n)
 	}
+	return pl, nil
+}
+
+// updateText is one of update_session's text settings: its argument, its
+// card label, its value and the session field it writes.
+type updateText struct {
+	name, label, value string
+	field              func(*store.Session) *string
+}
+
+// updateChange is what update_session would change: the settings in
+// argument order, the card's lines, and the text settings to write.
+type updateChange struct {
+	names, lines []string
+	texts        []updateText
+}
+
+// updateChanges compares the settings with the session now; they are written
+// after the card.
+func (r *Relay) updateChanges(ctx context.Context, in *updateArgs, pl *updatePlan) *updateChange {
+	s := pl.s
 	// What would change: the text settings in one table (compared now, written after the card).
-	texts := []struct {
-		name, label, value string
-		field              func(*store.Session) *string
-	}{
-		{"model", "Model", model, func(s *store.Session) *string { return &s.Model }},
-		{"effort", "Effort", effort, func(s *store.Session) *string { return &s.Effort }},
-		{"mode", "Mode", mode, func(s *store.Session) *string { return &s.Mode }},
-		{"title", "Title", title, func(s *store.Session) *string { return &s.Title }},
-		{"cwd", "Folder", cwd, func(s *store.Session) *string { return &s.Cwd }},
-		{"thinking_enabled", "Thinking", think, func(s *store.Session) *string { return &s.ThinkingEnabled }},
-		{"thinking_display", "Thinking display", display, func(s *store.Session) *string { return &s.ThinkingDisplay }},
-	}
-	var changed, lines []string
-	for _, t := range texts {
-		if t.name == "thinking_enabled" && hasACW && acw != s.AutoCompactWindow { // in argument order
-			changed = append(changed, "auto_compact_window")
-			lines = append(lines, fmt.Sprintf("Auto-compact window: %d", acw))
+	ch := &updateChange{texts: []updateText{
+		{"model", "Model", in.model, func(s *store.Session) *string { return &s.Model }},
+		{"effort", "Effort", in.effort, func(s *store.Session) *string { return &s.Effort }},
+		{"mode", "Mode", in.mode, func(s *store.Session) *string { return &s.Mode }},
+		{"title", "Title", in.title, func(s *store.Session) *string { return &s.Title }},
+		{"cwd", "Folder", pl.cwd, func(s *store.Session) *string { return &s.Cwd }},
+		{"thinking_enabled", "Thinking", in.think, func(s *store.Session) *string { return &s.ThinkingEnabled }},
+		{"thinking_display", "Thinking display", in.display, func(s *store.Session) *string { return &s.ThinkingDisplay }},
+	}}
+	for _, t := range ch.texts {
+		if t.name == "thinking_enabled" && in.hasACW && pl.acw != s.AutoCompactWindow { // in argument order
+			ch.names = append(ch.names, "auto_compact_window")
+			ch.lines = append(ch.lines, fmt.Sprintf("Auto-compact window: %d", pl.acw))
 		}
 		if t.value != "" && t.value != *t.field(s) {
-			changed = append(changed, t.name)
-			lines = append(lines, t.label+": "+t.value)
+			ch.names = append(ch.names, t.name)
+			ch.lines = append(ch.lines, t.label+": "+t.value)
 		}
 	}
 	switch {
-	case leave:
-		changed = append(changed, "group")
-		lines = append(lines, "Group: none")
-	case group != nil && group.ID != s.GroupID:
-		changed = append(changed, "group")
-		lines = append(lines, fmt.Sprintf("Group: %s (%s)", r.groupName(ctx, group), group.ID))
-	case createGroup != "":
-		changed = append(changed, "group")
-		lines = append(lines, fmt.Sprintf("Group: %s (new)", createGroup))
+	case pl.leave:
+		ch.names = append(ch.names, "group")
+		ch.lines = append(ch.lines, "Group: none")
+	case pl.group != nil && pl.group.ID != s.GroupID:
+		ch.names = append(ch.names, "group")
+		ch.lines = append(ch.lines, fmt.Sprintf("Group: %s (%s)", r.groupName(ctx, pl.group), pl.group.ID))
+	case pl.createGroup != "":
+		ch.names = append(ch.names, "group")
+		ch.lines = append(ch.lines, fmt.Sprintf("Group: %s (new)", pl.createGroup))
 	}
-	res := newResult(s.ID, "")
-	if len(notes) > 0 {
-		res.set("note", strings.Join(notes, " "))
-	}
-	if modelNote != "" {
-		res.set("modelNote", modelNote)
-	}
-	if len(changed) == 0 {
-		res.what = "nothing changed"
-		res.set("settings", r.settingsOf(ctx, s)).set("changed", []string{})
-		return res, nil
-	}
-	// Card: a session this conversation did not start, once per conversation and relay (R5.2.4).
+	return ch
+}
+
+// cardUpdate asks the owner when a card is needed: a session this
+// conversation did not start, once per conversation and relay (R5.2.4), and
+// ask/plan mode (R5.2.3).
+func (r *Relay) cardUpdate(ctx context.Context, c *caller, pl *updatePlan, ch *updateChange) *Error {
+	s := pl.s
 	need := &cardNeed{}
 	if s.StartedBy == nil || s.StartedBy.Session != c.s.ID || s.StartedBy.Relay != r.opts.Name {
 		flag := "update:" + r.opts.Name
 		ok, err := r.st.Flag(ctx, c.s.ID, flag)
 		if err != nil {
-			return nil, internal(err)
+			return internal(err)
 		}
 		if !ok {
 			need.add("This conversation did not start that session; allowing covers its later such changes on this relay.")
@@ -261,32 +330,33 @@ func (r *Relay) updateSession(ctx context.Context, c *caller, a *args) (*result,
 	}
 	modeCard(need, c, "update_session")
 	tid := s.ID
-	cardLines := []string{fmt.Sprintf("Change %q (%s):", s.Title, id8(s.ID)), strings.Join(lines, " · ")}
-	if e := r.askCard(ctx, c, need, "update_session", &tid, cardLines, nothingChanged); e != nil {
-		return nil, e
-	}
+	cardLines := []string{fmt.Sprintf("Change %q (%s):", s.Title, id8(s.ID)), strings.Join(ch.lines, " · ")}
+	return r.askCard(ctx, c, need, "update_session", &tid, cardLines, nothingChanged)
+}
+
+// applyUpdate writes the changes to the session as it is after the card.
+func (r *Relay) applyUpdate(ctx context.Context, in *updateArgs, pl *updatePlan, ch *updateChange, res *result) (*result, *Error) {
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
 	// Effect. Re-read the session: a card may have taken minutes.
-	s2, err := r.st.GetSession(ctx, s.ID)
+	s, err := r.st.GetSession(ctx, pl.s.ID)
 	if err != nil {
 		return nil, internal(err)
 	}
-	s = s2
 	var written []string
 	var groupCreated *store.Group
-	for _, name := range changed {
+	for _, name := range ch.names {
 		switch name {
 		case "auto_compact_window":
-			s.AutoCompactWindow = acw
+			s.AutoCompactWindow = pl.acw
 		case "group":
 			var gerr error
 			switch {
-			case leave:
+			case pl.leave:
 				gerr = r.leaveGroup(ctx, s)
-			case group != nil:
-				gerr = r.joinGroup(ctx, s, group)
+			case pl.group != nil:
+				gerr = r.joinGroup(ctx, s, pl.group)
 			default:
-				groupCreated, gerr = r.newGroup(ctx, createGroup, s.ID, false)
+				groupCreated, gerr = r.newGroup(ctx, pl.createGroup, s.ID, false)
 				if gerr == nil {
 					gerr = r.joinGroup(ctx, s, groupCreated)
 				}
@@ -300,7 +370,7 @@ func (r *Relay) updateSession(ctx context.Context, c *caller, a *args) (*result,
 				return nil, internalAfter(gerr, done+" (the group was not changed)").With("changed", nonNil(written))
 			}
 		default:
-			for _, t := range texts {
+			for _, t := range ch.texts {
 				if t.name == name {
 					*t.field(s) = t.value
 				}
@@ -311,9 +381,10 @@ func (r *Relay) updateSession(ctx context.Context, c *caller, a *args) (*result,
 	if err := r.st.SaveSession(ctx, s); err != nil {
 		return nil, internal(err)
 	}
-	if cwd != "" && contains(written, "cwd") {
-		_ = r.st.NoteCwd(ctx, cwd, r.now())
-		if keepsConversation(p) {
+	if pl.cwd != "" && contains(written, "cwd") {
+		notes := pl.notes
+		_ = r.st.NoteCwd(ctx, pl.cwd, r.now())
+		if keepsConversation(pl.p) {
 			// R17.2: the agent CLI's conversation belongs to the old folder; the next turn starts a fresh one.
 			if err := r.st.ClearAgentSession(ctx, s.ID); err != nil {
 				return nil, internalAfter(err, "changing "+strings.Join(written, ", "))
