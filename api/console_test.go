@@ -115,7 +115,7 @@ func TestConsoleSignIn(t *testing.T) {
 		t.Fatalf("GET / with the cookie: status %d: %.300s", resp.StatusCode, body)
 	}
 	for p, want := range map[string]string{"/?archived=1": "live-archived", "/waiting": "live-waiting", "/inbox": "live-inbox",
-		"/settings": "max_turn_seconds", "/relays": "not available in this version", "/s/" + r.NewSession(nil).ID: "live-msgs"} {
+		"/settings": "max_turn_seconds", "/relays": "Pair a relay", "/s/" + r.NewSession(nil).ID: "live-msgs"} {
 		resp, body := request(t, "GET", r.URL+p, "", nil, c)
 		if resp.StatusCode != http.StatusOK || !strings.Contains(body, want) {
 			t.Errorf("GET %s with the cookie: status %d, want %q in: %.300s", p, resp.StatusCode, want, body)

@@ -43,16 +43,12 @@ func (o *owner) routes(g *gin.RouterGroup) {
 	g.DELETE("/schedules/:id", o.cancelSchedule)
 	g.GET("/inbox", o.inbox)
 	g.POST("/inbox/:id", o.answerAsk)
-	g.GET("/relays", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"relays": []any{}}) }) // no pairing yet
-	g.POST("/relays", notYet)
-	g.PATCH("/relays/:id", notYet)
-	g.DELETE("/relays/:id", notYet)
-	g.Any("/peer-tokens", notYet)
+	g.POST("/peer-tokens", o.peerToken)
+	g.GET("/relays", o.relays)
+	g.POST("/relays", o.pair)
+	g.PATCH("/relays/:name", o.patchRelay)
+	g.DELETE("/relays/:name", o.unpair)
 	g.DELETE("/subscriptions/:id", o.unsubscribe)
-}
-
-func notYet(c *gin.Context) {
-	c.JSON(http.StatusNotImplemented, gin.H{"error": "This relay does not support " + c.FullPath() + " yet.", "code": relay.CodeUnsupported})
 }
 
 // fail answers a domain error once, here, for the whole owner API.
@@ -244,7 +240,17 @@ func (o *owner) cancelSchedule(c *gin.Context) {
 	c.JSON(http.StatusOK, out)
 }
 
+// inbox: this relay's open asks; with ?relays=all also the paired relays' (R10.3).
 func (o *owner) inbox(c *gin.Context) {
+	if v := c.Query("relays"); v != "" && v != "0" && v != "false" {
+		list, unreachable, err := o.r.InboxWithPaired(c.Request.Context())
+		if err != nil {
+			fail(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, gin.H{"asks": list, "unreachable": unreachable})
+		return
+	}
 	list, err := o.r.Inbox(c.Request.Context())
 	if err != nil {
 		fail(c, err)
@@ -258,7 +264,13 @@ func (o *owner) answerAsk(c *gin.Context) {
 	if !bind(c, &in, false) {
 		return
 	}
-	out, err := o.r.AnswerAsk(c.Request.Context(), c.Param("id"), in)
+	var out map[string]any
+	var err error
+	if rl := c.Query("relay"); rl != "" && rl != "this" && rl != o.r.Name() {
+		out, err = o.r.AnswerPairedAsk(c.Request.Context(), rl, c.Param("id"), in) // an ask kept on a paired relay
+	} else {
+		out, err = o.r.AnswerAsk(c.Request.Context(), c.Param("id"), in)
+	}
 	if err != nil {
 		fail(c, err)
 		return

@@ -46,6 +46,8 @@ func NewRouter(o Options) http.Handler {
 	v1 := g.Group("/api/v1", ownerAuth(o.OwnerToken))
 	ow := &owner{r: o.Relay}
 	ow.routes(v1)
+	pr := &peer{r: o.Relay}
+	pr.routes(g.Group("/peer/v1", pr.auth))
 	sse := newStreams(o.Relay)
 	// The owner's console (R19): GET / and its pages; live updates on /api/v1/stream.
 	v1.GET("/stream", sse.handle)

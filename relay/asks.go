@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/oar/relay/store"
 )
@@ -134,7 +133,7 @@ func (r *Relay) listQuestions(ctx context.Context, c *caller, a *args) (*result,
 		}
 		only = s.ID
 	}
-	asks, err := r.st.AsksBy(ctx, c.s.ID, r.now().Add(-24*time.Hour))
+	asks, err := r.st.AsksBy(ctx, c.s.ID, r.now().Add(-askListWindow))
 	if err != nil {
 		return nil, internal(err)
 	}
@@ -180,7 +179,7 @@ func (r *Relay) withdraw(ctx context.Context, c *caller, a *args) (*result, *Err
 	ak, err := r.st.GetAsk(ctx, id)
 	if errors.Is(err, store.ErrNotFound) && len(id) >= 8 {
 		// A unique prefix of 8 or more characters (R3.7), among this conversation's asks.
-		mine, lerr := r.st.AsksBy(ctx, c.s.ID, r.now().Add(-24*time.Hour))
+		mine, lerr := r.st.AsksBy(ctx, c.s.ID, r.now().Add(-askListWindow))
 		if lerr != nil {
 			return nil, internal(lerr)
 		}
@@ -243,6 +242,9 @@ type InboxAnswer struct {
 	Answer  string `json:"answer"`
 	Choice  string `json:"choice"`
 	Dismiss bool   `json:"dismiss"`
+	// Via is the relay whose inbox the owner answered in (set by the peer
+	// route when a paired relay's inbox forwards the answer; default this one).
+	Via string `json:"-"`
 }
 
 // AnswerAsk answers or dismisses an ask; the asking conversation (and the
@@ -265,6 +267,9 @@ func (r *Relay) AnswerAsk(ctx context.Context, id string, in InboxAnswer) (map[s
 		return nil, Errorf(CodeInvalidInput, "choice %q is not one of the options: %s. Nothing was changed.", in.Choice, strings.Join(ak.Options, ", "))
 	}
 	ak.EndedAt, ak.Via = r.now(), r.opts.Name
+	if in.Via != "" {
+		ak.Via = in.Via
+	}
 	if in.Dismiss {
 		ak.Status = "dismissed"
 	} else {
@@ -304,7 +309,7 @@ func (r *Relay) endAsksFor(ctx context.Context, sid string) error {
 	if err != nil {
 		return err
 	}
-	by, err := r.st.AsksBy(ctx, sid, r.now().Add(-24*time.Hour))
+	by, err := r.st.AsksBy(ctx, sid, r.now().Add(-askListWindow))
 	if err != nil {
 		return err
 	}

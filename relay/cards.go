@@ -19,6 +19,7 @@ type cardNeed struct {
 	// atomically by loopCard, or after an allowed loop card); giveBack undoes
 	// it when the prompt is not sent after all.
 	counted bool
+	relay   string // the paired relay the action goes to ("" = this relay)
 }
 
 func (n *cardNeed) add(reason string) { n.reasons = append(n.reasons, reason) }
@@ -46,6 +47,9 @@ func modeCard(n *cardNeed, c *caller, action string) {
 // one atomic step, R18.6); otherwise a card asks, and Allow resets the count
 // and counts this prompt.
 func (r *Relay) loopCard(ctx context.Context, n *cardNeed, c *caller) *Error {
+	if c.remote != nil {
+		return nil // counted on the caller's relay (R13.1)
+	}
 	taken, cnt, err := r.st.TakeLoop(ctx, c.s.ID, r.opts.Limits.AgentPromptsBeforeCard)
 	if err != nil {
 		return internal(err)
@@ -73,7 +77,7 @@ func (r *Relay) giveBack(ctx context.Context, n *cardNeed, c *caller) {
 // maxWait is the relay's longest wait per tool call.
 func (r *Relay) maxWait(ctx context.Context) time.Duration {
 	st, err := r.settings(ctx)
-	d := 600 * time.Second
+	d := defaultMaxWait
 	if err == nil && st.MaxWaitSeconds > 0 {
 		d = time.Duration(st.MaxWaitSeconds) * time.Second
 	}
@@ -87,14 +91,18 @@ func (r *Relay) maxWait(ctx context.Context) time.Duration {
 // until the owner decides or the longest wait runs out (R5.1). nothing ends
 // the error sentence on a denial.
 func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action string, target *string, lines []string, nothing string) *Error {
-	if !need.needed() {
-		return nil
+	if !need.needed() || c.remote != nil {
+		return nil // a paired relay's agent had its cards on its own relay (R13.1)
 	}
 	// An external session's call is its own live turn (R17.7): it blocks until the owner decides.
 	if c.turn == nil && !isExternal(c.s) {
 		return Errorf(CodeNoActiveTurn, "%s needs the owner's approval, and a card can only be asked inside a running turn of this conversation. %s", action, nothing)
 	}
-	card := &store.Card{ID: "card_" + store.NewID(8), Session: c.s.ID, Action: action, Relay: r.opts.Name,
+	cardRelay := r.opts.Name
+	if need.relay != "" {
+		cardRelay = need.relay
+	}
+	card := &store.Card{ID: "card_" + store.NewID(8), Session: c.s.ID, Action: action, Relay: cardRelay,
 		Target: target, Lines: append(append([]string{}, lines...), need.reasons...), CreatedAt: r.now()}
 	ch, unsub := r.hub.sub("card:" + card.ID)
 	defer unsub()
@@ -108,7 +116,7 @@ func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action s
 	_ = r.st.Notify(ctx, "cards")
 	deadline := time.NewTimer(r.maxWait(ctx))
 	defer deadline.Stop()
-	recheck := time.NewTicker(2 * time.Second)
+	recheck := time.NewTicker(recheckEvery)
 	defer recheck.Stop()
 	for {
 		cur, err := r.st.GetCard(ctx, card.ID)
@@ -160,7 +168,7 @@ func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action s
 }
 
 func (r *Relay) withdrawCard(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), detachedWriteTimeout)
 	defer cancel()
 	if _, _, err := r.st.DecideCard(ctx, id, "withdrawn"); err != nil {
 		r.log.Warn("withdraw card", "card", id, "err", err)

@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/oar/relay/config"
+	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
 
@@ -57,13 +59,57 @@ func (r *Relay) folderAllowed(dir string) (resolved, why string) {
 	return resolved, ""
 }
 
+// createSession starts a session with a first prompt (R7.9) and waits for
+// its reply (R7.11). Its checks run in R3.4a's order: shapes, rule limits,
+// provider / model / effort / group / folder, card; only then the effect.
 func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	text, e := promptText(a, nothingCreated)
+	in, e := r.parseCreateArgs(ctx, a)
 	if e != nil {
 		return nil, e
 	}
-	wait, note, e := r.waitArg(ctx, a, nothingCreated)
+	pl, e := r.checkCreate(ctx, c, in)
 	if e != nil {
+		return nil, e
+	}
+	defer func() {
+		if !pl.queued {
+			r.giveBack(ctx, pl.need, c) // nothing was sent: the prompt does not count (R5.2.6)
+		}
+	}()
+	if e := r.cardCreate(ctx, c, in, pl); e != nil {
+		return nil, e
+	}
+	return r.applyCreate(ctx, c, in, pl)
+}
+
+// createArgs are create_session's arguments, their shapes checked.
+type createArgs struct {
+	text                             string
+	wait                             time.Duration
+	note                             string // wait_seconds was capped
+	provID, model, effort, mode, cwd string
+	repo, branch, title, groupRef    string
+}
+
+// createPlan is what create_session's checks found: the settings of the new
+// session (what the agent left out filled in) and the card's state.
+type createPlan struct {
+	provID, model, effort, mode, cwd, title string
+	info                                    provider.Info
+	modelNote                               string
+	group                                   *store.Group // the named group, nil for none
+	need                                    *cardNeed
+	queued                                  bool // the first prompt was queued: its loop count stays taken
+}
+
+// parseCreateArgs reads create_session's arguments: shapes first (R3.4a).
+func (r *Relay) parseCreateArgs(ctx context.Context, a *args) (*createArgs, *Error) {
+	in := &createArgs{}
+	var e *Error
+	if in.text, e = promptText(a, nothingCreated); e != nil {
+		return nil, e
+	}
+	if in.wait, in.note, e = r.waitArg(ctx, a, nothingCreated); e != nil {
 		return nil, e
 	}
 	get := func(k string) string {
@@ -74,17 +120,24 @@ func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result,
 		}
 		return v
 	}
-	provID, model, effort, mode, cwd := get("provider"), get("model"), get("effort"), get("mode"), get("cwd")
-	repo, branch, title, groupRef := get("repo"), get("branch"), get("title"), get("group")
+	in.provID, in.model, in.effort, in.mode, in.cwd = get("provider"), get("model"), get("effort"), get("mode"), get("cwd")
+	in.repo, in.branch, in.title, in.groupRef = get("repo"), get("branch"), get("title"), get("group")
 	if e != nil {
 		return nil, e
 	}
-	if e := checkMode(mode, nothingCreated); e != nil {
+	if e := checkMode(in.mode, nothingCreated); e != nil {
 		return nil, e
 	}
-	if len(title) > 200 {
+	if len(in.title) > 200 {
 		return nil, Errorf(CodeInvalidInput, "title may have at most 200 characters. %s", nothingCreated)
 	}
+	return in, nil
+}
+
+// checkCreate applies create_session's rules in order: one level, the cap,
+// then provider, model, effort, group and folder, filling in what the agent
+// left out.
+func (r *Relay) checkCreate(ctx context.Context, c *caller, in *createArgs) (*createPlan, *Error) {
 	// Rule limits: one level (R6.2), the cap (R6.1).
 	if c.s.StartedBy != nil && !c.s.MayCreateSessions {
 		return nil, Errorf(CodeForbidden, "This session was started by an agent, and such sessions cannot start sessions themselves unless the owner allows it for this conversation. %s", nothingCreated)
@@ -97,87 +150,88 @@ func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result,
 		return nil, Errorf(CodeSessionLimit, "%d sessions this conversation started already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
 			n, r.opts.Limits.ActiveSessions, nothingCreated)
 	}
+	pl := &createPlan{provID: in.provID, model: in.model, effort: in.effort, mode: in.mode, need: &cardNeed{}}
 	// What the agent leaves out follows the caller's session.
-	if provID == "" {
-		provID = c.s.Provider
+	if pl.provID == "" {
+		pl.provID = c.s.Provider
 		if isExternal(c.s) {
 			// An external client's sessions run on the relay's first provider.
-			provID = r.providerIDs()[0]
+			pl.provID = r.providerIDs()[0]
 		}
 	}
-	if provID == ProviderExternal {
+	if pl.provID == ProviderExternal {
 		return nil, Errorf(CodeInvalidInput, "An agent cannot start an external session: its agent is an MCP client the owner connects. %s", nothingCreated)
 	}
-	p, e := r.provider(provID, nothingCreated)
+	p, e := r.provider(pl.provID, nothingCreated)
 	if e != nil {
 		return nil, e
 	}
 	if e := r.checkAvailable(p, nothingCreated); e != nil { // R17.1
 		return nil, e
 	}
-	info := p.Info()
-	modelNote, e := r.checkModel(info, model, nothingCreated, true)
-	if e != nil {
+	pl.info = p.Info()
+	if pl.modelNote, e = r.checkModel(pl.info, pl.model, nothingCreated, true); e != nil {
 		return nil, e
 	}
-	if model == "" {
-		model = info.DefaultModel
-		if provID == c.s.Provider && c.s.Model != "" {
-			model = c.s.Model
+	if pl.model == "" {
+		pl.model = pl.info.DefaultModel
+		if pl.provID == c.s.Provider && c.s.Model != "" {
+			pl.model = c.s.Model
 		}
 	}
-	if e := r.checkEffort(info, effort, nothingCreated); e != nil {
+	if e := r.checkEffort(pl.info, pl.effort, nothingCreated); e != nil {
 		return nil, e
 	}
-	if effort == "" && contains(info.Efforts, c.s.Effort) {
-		effort = c.s.Effort
+	if pl.effort == "" && contains(pl.info.Efforts, c.s.Effort) {
+		pl.effort = c.s.Effort
 	}
-	if mode == "" {
-		mode = firstNonEmpty(c.s.Mode, "agent")
+	if pl.mode == "" {
+		pl.mode = firstNonEmpty(c.s.Mode, "agent")
 	}
-	var group *store.Group
-	if groupRef != "" {
-		if group, e = r.findGroup(ctx, groupRef, nothingCreated); e != nil {
+	if in.groupRef != "" {
+		if pl.group, e = r.findGroup(ctx, in.groupRef, nothingCreated); e != nil {
 			return nil, e
 		}
 	}
-	if cwd, e = r.checkFolder(cwd, nothingCreated); e != nil {
+	if pl.cwd, e = r.checkFolder(in.cwd, nothingCreated); e != nil {
 		return nil, e
 	}
-	if cwd == "" {
-		cwd = firstNonEmpty(c.s.Cwd, r.opts.DefaultCwd)
+	if pl.cwd == "" {
+		pl.cwd = firstNonEmpty(c.s.Cwd, r.opts.DefaultCwd)
 	}
-	if title == "" {
-		title = titleFrom(text)
+	pl.title = in.title
+	if pl.title == "" {
+		pl.title = titleFrom(in.text)
 	}
-	// Card.
-	need := &cardNeed{}
+	return pl, nil
+}
+
+// cardCreate asks the owner when a card is needed: the conversation's first
+// session (R5.2.1), ask/plan mode (R5.2.3), loop protection (R5.2.6).
+func (r *Relay) cardCreate(ctx context.Context, c *caller, in *createArgs, pl *createPlan) *Error {
 	first, err := r.st.Flag(ctx, c.s.ID, "created")
 	if err != nil {
-		return nil, internal(err)
+		return internal(err)
 	}
 	if !first {
-		need.add("This is the first session an agent starts in this conversation.")
-		need.flags = append(need.flags, "created")
+		pl.need.add("This is the first session an agent starts in this conversation.")
+		pl.need.flags = append(pl.need.flags, "created")
 	}
-	modeCard(need, c, "create_session")
-	if e := r.loopCard(ctx, need, c); e != nil {
-		return nil, e
+	modeCard(pl.need, c, "create_session")
+	if e := r.loopCard(ctx, pl.need, c); e != nil {
+		return e
 	}
-	queued := false
-	defer func() {
-		if !queued {
-			r.giveBack(ctx, need, c) // nothing was sent: the prompt does not count (R5.2.6)
-		}
-	}()
-	lines := []string{fmt.Sprintf("Start a session %q with %s in %s: %s", title, info.Name, cwd, excerpt(text, 200)),
-		settingsLine(model, effort, mode)}
-	if group != nil {
-		lines = append(lines, fmt.Sprintf("Group: %s (%s)", r.groupName(ctx, group), group.ID))
+	lines := []string{fmt.Sprintf("Start a session %q with %s in %s: %s", pl.title, pl.info.Name, pl.cwd, excerpt(in.text, 200)),
+		settingsLine(pl.model, pl.effort, pl.mode)}
+	if pl.group != nil {
+		lines = append(lines, fmt.Sprintf("Group: %s (%s)", r.groupName(ctx, pl.group), pl.group.ID))
 	}
-	if e := r.askCard(ctx, c, need, "create_session", nil, lines, nothingCreated); e != nil {
-		return nil, e
-	}
+	return r.askCard(ctx, c, pl.need, "create_session", nil, lines, nothingCreated)
+}
+
+// applyCreate creates the session in its group, queues its first prompt and
+// waits for the reply.
+func (r *Relay) applyCreate(ctx context.Context, c *caller, in *createArgs, pl *createPlan) (*result, *Error) {
 	// Effect. It completes even if the caller's client goes away now (its
 	// context ends on a disconnect, R18.12); only the wait for the reply ends.
 	waitCtx := ctx
@@ -187,6 +241,7 @@ func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result,
 	if fresh, err := r.st.GetSession(ctx, c.s.ID); err == nil {
 		c.s = fresh
 	}
+	group := pl.group
 	if group != nil {
 		if _, err := r.st.GetGroup(ctx, group.ID); errors.Is(err, store.ErrNotFound) {
 			return nil, Errorf(CodeUnknownGroup, "The session group %q (%s) on relay %q was dissolved before the session could start. %s",
@@ -196,9 +251,9 @@ func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result,
 		}
 	}
 	now := r.now()
-	s := &store.Session{ID: store.NewID(16), Title: title, Provider: provID, Model: model, Effort: effort, Mode: mode,
-		Cwd: cwd, Repo: repo, Branch: branch, Token: store.NewID(24), CreatedAt: now, LastActivityAt: now,
-		StartedBy: &store.Ref{Relay: r.opts.Name, Session: c.s.ID, Title: c.s.Title}}
+	s := &store.Session{ID: store.NewID(16), Title: pl.title, Provider: pl.provID, Model: pl.model, Effort: pl.effort, Mode: pl.mode,
+		Cwd: pl.cwd, Repo: in.repo, Branch: in.branch, Token: store.NewID(24), CreatedAt: now, LastActivityAt: now,
+		StartedBy: r.startedBy(c)}
 	if err := r.st.Reserve(ctx, c.s.ID, s.ID, r.opts.Limits.ActiveSessions); err != nil {
 		if errors.Is(err, store.ErrSessionLimit) {
 			return nil, Errorf(CodeSessionLimit, "%d sessions this conversation started already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
@@ -210,8 +265,54 @@ func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result,
 		r.unreserve(ctx, c.s.ID, s.ID)
 		return nil, internal(err)
 	}
-	_ = r.st.NoteCwd(ctx, cwd, now)
-	var groupWarning string
+	_ = r.st.NoteCwd(ctx, pl.cwd, now)
+	group, groupWarning := r.groupCreated(ctx, c, s, group)
+	t, err := r.queue(ctx, s, in.text, "agent", r.fromRef(c), c.origin(r.opts.Name), c.s.ID, false, in.wait)
+	if err != nil {
+		r.unreserve(ctx, c.s.ID, s.ID)
+		return nil, internalAfter(err, "session "+s.ID+" was created, but its first prompt was not queued")
+	}
+	pl.queued = true
+	t, e := r.sent(waitCtx, c, t, in.wait, "session "+s.ID+" was created and its prompt queued (message_id "+t.ID+")")
+	if e != nil {
+		return nil, e
+	}
+	res := newResult(s.ID, "")
+	r.turnResult(ctx, res, t)
+	res.what = fmt.Sprintf("%q, %s", pl.title, res.what)
+	res.set("provider", pl.provID).set("model", pl.model).set("mode", pl.mode).set("effort", pl.effort).set("title", pl.title)
+	if in.repo != "" {
+		res.set("repo", in.repo)
+	}
+	if in.branch != "" {
+		res.set("branch", in.branch)
+	}
+	if group != nil {
+		role := "member"
+		if group.Head == s.ID {
+			role = "head"
+		}
+		res.set("group", map[string]any{"id": group.ID, "name": r.groupName(ctx, group), "role": role})
+	} else {
+		res.set("group", nil)
+	}
+	if groupWarning != "" {
+		res.set("groupWarning", groupWarning).set("note", "The session was created but did not land in a group; tell the owner.")
+		res.what += " (no group: " + groupWarning + ")"
+	} else if in.note != "" {
+		res.set("note", in.note)
+	}
+	if pl.modelNote != "" {
+		res.note("modelNote", pl.modelNote)
+	}
+	return res, nil
+}
+
+// groupCreated puts a just created session into its group: the named one,
+// else the caller's, else a new one with the caller as head. It returns the
+// group joined, or nil and a warning when that failed (the session stays).
+func (r *Relay) groupCreated(ctx context.Context, c *caller, s *store.Session, group *store.Group) (*store.Group, string) {
+	var err error
 	if group == nil {
 		// Join the caller's group, or found one with the caller as head.
 		if c.s.GroupID != "" {
@@ -236,47 +337,8 @@ func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result,
 	}
 	if err != nil {
 		r.log.Error("create_session: group not joined", "session", s.ID, "err", err)
-		groupWarning = "the relay could not put the session into its group"
-		group = nil
 		s.GroupID = ""
+		return nil, "the relay could not put the session into its group"
 	}
-	t, err := r.queue(ctx, s, text, "agent", r.fromRef(c), c.origin(r.opts.Name), c.s.ID, false, wait)
-	if err != nil {
-		r.unreserve(ctx, c.s.ID, s.ID)
-		return nil, internalAfter(err, "session "+s.ID+" was created, but its first prompt was not queued")
-	}
-	queued = true
-	t, e = r.sent(waitCtx, c, t, wait, "session "+s.ID+" was created and its prompt queued (message_id "+t.ID+")")
-	if e != nil {
-		return nil, e
-	}
-	res := newResult(s.ID, "")
-	r.turnResult(ctx, res, t)
-	res.what = fmt.Sprintf("%q, %s", title, res.what)
-	res.set("provider", provID).set("model", model).set("mode", mode).set("effort", effort).set("title", title)
-	if repo != "" {
-		res.set("repo", repo)
-	}
-	if branch != "" {
-		res.set("branch", branch)
-	}
-	if group != nil {
-		role := "member"
-		if group.Head == s.ID {
-			role = "head"
-		}
-		res.set("group", map[string]any{"id": group.ID, "name": r.groupName(ctx, group), "role": role})
-	} else {
-		res.set("group", nil)
-	}
-	if groupWarning != "" {
-		res.set("groupWarning", groupWarning).set("note", "The session was created but did not land in a group; tell the owner.")
-		res.what += " (no group: " + groupWarning + ")"
-	} else if note != "" {
-		res.set("note", note)
-	}
-	if modelNote != "" {
-		res.note("modelNote", modelNote)
-	}
-	return res, nil
+	return group, ""
 }

@@ -64,7 +64,7 @@ func (r *Relay) early(ctx context.Context, due time.Time, kind string, payload a
 		return false, nil
 	}
 	wait := time.Until(r.opts.RealAt(due))
-	if wait <= 3*time.Second {
+	if wait <= earlyWaitMax {
 		t := time.NewTimer(wait)
 		defer t.Stop()
 		select {
@@ -140,12 +140,20 @@ func (r *Relay) Fanout(ctx context.Context, ev *store.Event) error {
 		if !r.takes(sub, ev) {
 			continue
 		}
-		if err := r.st.AppendSubEvent(ctx, sub.ID, ev, int64(r.opts.Limits.ReplayEvents), r.opts.Timing.ReplayKeep); err != nil {
-			return err
+		// A paired relay's conversation watches (R8.20): the event goes into
+		// the subscription's stream only once it is to be delivered (after the
+		// once and no-echo rules below), for its relay to poll; digest and
+		// quiet hours are applied there (R8.21). Every other subscription's
+		// stream keeps what it took, for replay.
+		peerWatched := isPeerConversation(sub.Watcher)
+		if !peerWatched {
+			if err := r.st.AppendSubEvent(ctx, sub.ID, ev, int64(r.opts.Limits.ReplayEvents), r.opts.Timing.ReplayKeep); err != nil {
+				return err
+			}
 		}
 		once := sub.Once
 		if once {
-			first, err := r.st.SetOnce(ctx, "fired:"+sub.ID, 8*24*time.Hour)
+			first, err := r.st.SetOnce(ctx, "fired:"+sub.ID, onceMarkKeep)
 			if err != nil {
 				return err
 			}
@@ -178,6 +186,12 @@ func (r *Relay) Fanout(ctx context.Context, ev *store.Event) error {
 					continue
 				}
 			}
+		}
+		if peerWatched {
+			if err := r.st.AppendSubEvent(ctx, sub.ID, ev, int64(r.opts.Limits.ReplayEvents), r.opts.Timing.ReplayKeep); err != nil {
+				return err
+			}
+			continue
 		}
 		if err := r.offer(ctx, sub, ev); err != nil {
 			return err
@@ -269,6 +283,19 @@ func (r *Relay) Release(ctx context.Context, subID string) error {
 // per watcher, R8.12); urgent ones are delivered at once with what the
 // buffer holds, others when the coalescing window closes (R8.16).
 func (r *Relay) release(ctx context.Context, watcher string, b store.Batch) error {
+	if isPeerConversation(watcher) {
+		// A paired relay's conversation: its relay reads the subscription's
+		// stream (held echoes, heartbeats, all_idle, stalled end up there).
+		if b.Sub == "" {
+			return nil
+		}
+		for i := range b.Events {
+			if err := r.st.AppendSubEvent(ctx, b.Sub, &b.Events[i], int64(r.opts.Limits.ReplayEvents), r.opts.Timing.ReplayKeep); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	kept := b.Events[:0:0]
 	for _, ev := range b.Events {
 		fresh, err := r.st.MarkDelivered(ctx, watcher, ev.ID)
@@ -560,7 +587,7 @@ func (r *Relay) checkAllIdle(ctx context.Context, subs []*store.Subscription) er
 		if !idle {
 			continue
 		}
-		first, err := r.st.SetOnce(ctx, "idle:"+sub.ID, 8*24*time.Hour)
+		first, err := r.st.SetOnce(ctx, "idle:"+sub.ID, onceMarkKeep)
 		if err != nil {
 			return err
 		}
@@ -699,7 +726,7 @@ func (r *Relay) stalled(ctx context.Context, sub *store.Subscription, s *store.S
 	if now.Sub(last) < limit {
 		return nil
 	}
-	first, err := r.st.SetOnce(ctx, "stall:"+sub.ID+":"+what, 24*time.Hour)
+	first, err := r.st.SetOnce(ctx, "stall:"+sub.ID+":"+what, occurrenceMarkKeep)
 	if err != nil || !first {
 		return err
 	}

@@ -143,6 +143,7 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (map[stri
 	}
 	var turnID string
 	if strings.TrimSpace(in.Text) != "" {
+		r.unlockMentions(ctx, s.ID, in.Text)
 		t, err := r.queue(ctx, s, in.Text, "user", nil, store.Origin{Path: []string{r.opts.Name}}, "", false, 0)
 		if err != nil {
 			return nil, err
@@ -214,7 +215,8 @@ func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (map[string]
 	if err := r.st.ResetLoop(ctx, s.ID); err != nil {
 		return nil, err
 	}
-	r.releaseHeld(ctx, s.ID, false) // the owner wrote: held schedule firings go (R9.6)
+	r.unlockMentions(ctx, s.ID, text) // R4.4: the owner mentioned paired relays
+	r.releaseHeld(ctx, s.ID, false)   // the owner wrote: held schedule firings go (R9.6)
 	t, err := r.queue(ctx, s, text, "user", nil, store.Origin{Path: []string{r.opts.Name}}, "", false, 0)
 	if err != nil {
 		return nil, err
@@ -282,7 +284,7 @@ func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (map[string]
 	// The drain ends the stopped turn and the queued ones of an archived
 	// session; wait for that (bounded) so no turn end writes into a deleted
 	// session.
-	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); {
+	for deadline := time.Now().Add(deleteDrainWait); time.Now().Before(deadline); {
 		quiet, err := r.st.SessionQuiet(ctx, s.ID)
 		if err != nil {
 			return nil, err
@@ -293,7 +295,7 @@ func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (map[string]
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(deleteDrainPoll):
 		}
 	}
 	if err := r.leaveGroup(ctx, s); err != nil {

@@ -61,13 +61,21 @@ func (r *Relay) capWait(ctx context.Context, d time.Duration) (time.Duration, st
 
 // orchestrator is the conversation whose 4-at-work cap a session counts toward.
 func (r *Relay) orchestrator(s *store.Session) string {
-	if s.StartedBy != nil && s.StartedBy.Relay == r.opts.Name {
+	if s.StartedBy == nil {
+		return ""
+	}
+	if s.StartedBy.Relay == r.opts.Name {
 		return s.StartedBy.Session
 	}
-	return ""
+	// Started by another relay's agent: its conversation's stand-in here
+	// counts the cap under this relay's rules (R13.1).
+	return peerConversation(s.StartedBy.Relay, s.StartedBy.Session)
 }
 
 func (r *Relay) fromRef(c *caller) *store.Ref {
+	if c.remote != nil {
+		return &store.Ref{Relay: c.remote.Relay, Session: c.remote.Session, Title: c.remote.Title, Model: c.remote.Model}
+	}
 	return &store.Ref{Relay: r.opts.Name, Session: c.s.ID, Title: c.s.Title, Model: c.s.Model}
 }
 
@@ -79,11 +87,17 @@ func (r *Relay) queue(ctx context.Context, s *store.Session, text, role string, 
 	if isExternal(s) {
 		return nil, notPromptable(s, nothingSent) // R17.7: no turn can run there
 	}
+	remote := from != nil && from.Relay != "" && !strings.EqualFold(from.Relay, r.opts.Name)
+	if remote {
+		// R4.8: the other agent learns who speaks; R4.4(b): its relay is unlocked here.
+		text = RemotePromptLine(from) + "\n" + text
+		r.unlockFrom(ctx, s.ID, from.Relay)
+	}
 	now := r.now()
 	t := &store.Turn{ID: store.NewID(16), Session: s.ID, Role: role, From: from, Origin: origin, Caller: callerID, CreatedAt: now, Text: text}
 	drainID := "drain:" + s.ID + ":" + store.NewID(6)
 	if waitFor > 0 {
-		if err := r.st.SetWaiting(ctx, t.ID, waitFor+time.Minute); err != nil {
+		if err := r.st.SetWaiting(ctx, t.ID, waitFor+waitingSlack); err != nil {
 			return nil, err
 		}
 	}
@@ -112,7 +126,7 @@ func (r *Relay) waitTurn(ctx context.Context, id string, d time.Duration) (*stor
 	defer unsub()
 	timer := time.NewTimer(d)
 	defer timer.Stop()
-	recheck := time.NewTicker(2 * time.Second)
+	recheck := time.NewTicker(recheckEvery)
 	defer recheck.Stop()
 	for {
 		t, err := r.st.GetTurn(ctx, id)
@@ -154,7 +168,7 @@ func terminal(status store.TurnStatus) bool { return status.Ended() }
 // the client went away (ctx ended) ends at once.
 func (r *Relay) waitReply(ctx context.Context, id string, d time.Duration) (*store.Turn, error) {
 	if d > 0 {
-		if err := r.st.SetWaiting(ctx, id, d+time.Minute); err != nil { // wait: the caller comes back for it
+		if err := r.st.SetWaiting(ctx, id, d+waitingSlack); err != nil { // wait: the caller comes back for it
 			return nil, err
 		}
 	}
@@ -291,7 +305,7 @@ func (r *Relay) wait(ctx context.Context, c *caller, a *args) (*result, *Error) 
 // start after all. A failure is logged at ERROR with both ids: that slot
 // then stays taken in Redis (P:busy:ORCH) until someone removes the member.
 func (r *Relay) unreserve(ctx context.Context, orch, sid string) {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), detachedWriteTimeout)
 	defer cancel()
 	if err := r.st.Unreserve(wctx, orch, sid); err != nil {
 		r.log.Error("give back a 4-at-work slot", "orchestrator", id8(orch), "session", id8(sid), "err", err)

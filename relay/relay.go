@@ -159,10 +159,15 @@ func (r *Relay) Start(ctx context.Context) error {
 		defer r.bg.Done()
 		r.hub.listen(ctx, r.st, ready, r.log)
 	}()
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		r.peerLoop(ctx) // paired relays: remote subscriptions, asks, link state
+	}()
 	select {
 	case <-ready:
 	case <-ctx.Done():
-	case <-time.After(5 * time.Second):
+	case <-time.After(notifyReadyTimeout):
 		return errors.New("subscribe to notifications: no answer from Redis")
 	}
 	return nil
@@ -272,7 +277,7 @@ func (h *hub) listen(ctx context.Context, st *store.Store, ready chan struct{}, 
 				log.Warn("notification subscription failed; retrying", "err", err)
 				select {
 				case <-ctx.Done():
-				case <-time.After(time.Second):
+				case <-time.After(notifyRetry):
 				}
 			}
 			continue

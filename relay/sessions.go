@@ -49,11 +49,19 @@ func (r *Relay) listRelays(ctx context.Context, c *caller, a *args) (*result, *E
 		return nil, internal(err)
 	}
 	relays := []any{}
+	unlocked := 0
 	if st.AgentSessions {
 		relays = append(relays, map[string]any{"name": r.opts.Name, "self": true, "online": true,
 			"version": r.opts.Version, "permission": "full", "unlocked": true})
+		unlocked++
 	}
-	res := newResult("", fmt.Sprintf("%s, %d unlocked", plural(len(relays), "relay", "relays"), len(relays)))
+	paired, n, err := r.pairedRelays(ctx, c.s.ID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	relays = append(relays, paired...)
+	unlocked += n
+	res := newResult("", fmt.Sprintf("%s, %d unlocked", plural(len(relays), "relay", "relays"), unlocked))
 	res.set("self", map[string]any{"name": r.opts.Name}).set("relays", relays).
 		set("limits", map[string]any{"maxWaitSeconds": st.MaxWaitSeconds, "maxActiveSessions": r.opts.Limits.ActiveSessions})
 	return res, nil

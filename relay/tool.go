@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,10 +15,21 @@ import (
 type caller struct {
 	s    *store.Session
 	turn *store.Turn // its running turn, nil outside a turn
+	// remote is set when the caller is an agent on a paired relay (a peer
+	// call, R13.1): s is then a stand-in record named after it, and its
+	// cards were asked on its own relay.
+	remote *PeerOrigin
 }
 
 // origin is the chain the caller's prompts continue (R4.7).
 func (c *caller) origin(self string) store.Origin {
+	if c.remote != nil {
+		path := slices.Clone(c.remote.Path)
+		if len(path) == 0 || !strings.EqualFold(path[len(path)-1], c.remote.Relay) {
+			path = append(path, c.remote.Relay)
+		}
+		return store.Origin{Path: append(path, self), Unlocked: slices.Clone(c.remote.Unlocked)}
+	}
 	if c.turn != nil && len(c.turn.Origin.Path) > 0 {
 		return c.turn.Origin
 	}
@@ -30,6 +42,7 @@ type result struct {
 	session string // target session id for the summary
 	task    string
 	what    string
+	remote  string // the paired relay that did it (its envelope keeps its own summary)
 }
 
 func newResult(session, what string) *result {
@@ -92,6 +105,11 @@ func (r *Relay) CallTool(ctx context.Context, callerID string, raw json.RawMessa
 	start := time.Now()
 	action := "unknown"
 	out, e := r.call(ctx, callerID, raw, &action)
+	return r.envelope(action, callerID, start, out, e)
+}
+
+// envelope renders an action's outcome as the result envelope and counts it.
+func (r *Relay) envelope(action, callerID string, start time.Time, out *result, e *Error) (json.RawMessage, bool) {
 	env := map[string]any{}
 	code := "ok"
 	if e != nil {
@@ -147,9 +165,26 @@ func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, 
 	if err != nil {
 		return nil, AsError(err)
 	}
-	if e := r.checkRelay(ctx, c, a); e != nil {
+	p, e := r.checkRelay(ctx, c, a)
+	if e != nil {
 		return nil, e
 	}
+	if p != nil {
+		res, e := r.remoteCall(ctx, c, a, p)
+		if e != nil {
+			return nil, e
+		}
+		res.fields["relay"] = p.Name
+		if len(a.ignored) > 0 {
+			res.fields["ignored"] = a.ignored
+		}
+		return res, nil
+	}
+	return r.runLocal(ctx, c, a)
+}
+
+// runLocal runs a checked action on this relay and completes its result.
+func (r *Relay) runLocal(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	res, e := r.handlers()[a.action](ctx, c, a)
 	if e != nil {
 		return nil, e
@@ -217,37 +252,50 @@ func (r *Relay) loadCaller(ctx context.Context, sid string) (*caller, error) {
 }
 
 // checkRelay resolves `relay` and applies R4.2 (R3.4a: relay checks come
-// right after argument shapes).
-func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) *Error {
+// right after argument shapes). It returns the pairing when `relay` names a
+// paired relay.
+func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) (*store.Pairing, *Error) {
 	if a.action == "list_relays" {
-		return nil
+		return nil, nil
 	}
 	name, e := a.str("relay")
 	if e != nil {
-		return e
+		return nil, e
 	}
 	if name == "" {
 		if !optionalRelay[a.action] {
-			return Errorf(CodeInvalidInput, `relay is required; use "this" for this relay. Nothing was done.`)
+			return nil, Errorf(CodeInvalidInput, `relay is required; use "this" for this relay. Nothing was done.`)
 		}
 		name = "this"
 	}
 	if !strings.EqualFold(name, "this") && !strings.EqualFold(name, r.opts.Name) {
-		// (A paired relay named in a schedule action will answer UNSUPPORTED, R4.3; pairing is not built yet.)
-		return Errorf(CodeUnknownRelay, "No paired relay is named %q. Call list_relays to see the relays you can use (\"this\" is this relay). Nothing was done.", name).
-			With("relays", []string{r.opts.Name})
+		p, err := r.pairing(ctx, name)
+		if err != nil {
+			return nil, AsError(err)
+		}
+		if p == nil {
+			known := []string{r.opts.Name}
+			if ps, err := r.st.Pairings(ctx); err == nil {
+				for _, p := range ps {
+					known = append(known, p.Name)
+				}
+			}
+			return nil, Errorf(CodeUnknownRelay, "No paired relay is named %q. Call list_relays to see the relays you can use (\"this\" is this relay). Nothing was done.", name).
+				With("relays", known)
+		}
+		return p, nil
 	}
 	// R4.2: agent sessions are off until the owner turns them on.
 	exempt := a.action == "list_questions" || a.action == "withdraw" || (a.action == "ask" && !a.has("session"))
 	if exempt {
-		return nil
+		return nil, nil
 	}
 	st, err := r.settings(ctx)
 	if err != nil {
-		return internal(err)
+		return nil, internal(err)
 	}
 	if !st.AgentSessions {
-		return Errorf(CodeDisabled, "Agent sessions are off on relay %q: the owner has not turned on agent sessions there. Ask the owner to turn them on. Nothing was done.", r.opts.Name)
+		return nil, Errorf(CodeDisabled, "Agent sessions are off on relay %q: the owner has not turned on agent sessions there. Ask the owner to turn them on. Nothing was done.", r.opts.Name)
 	}
-	return nil
+	return nil, nil
 }

@@ -54,7 +54,7 @@ func (r *Relay) Drain(ctx context.Context, sid string) error {
 		return ErrRetryLater
 	}
 	defer func() {
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rctx, cancel := context.WithTimeout(context.Background(), detachedWriteTimeout)
 		defer cancel()
 		_ = r.st.ReleaseLease(rctx, sid, owner)
 	}()
@@ -103,7 +103,7 @@ func (r *Relay) Drain(ctx context.Context, sid string) error {
 // Redis error on the way) to the head of its queue, so the drain's retry runs
 // it instead of finding it abandoned (R18.11). It returns cause for the retry.
 func (r *Relay) putBack(ctx context.Context, sid, turnID string, cause error) error {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), detachedWriteTimeout)
 	defer cancel()
 	if err := r.st.RequeueTurn(wctx, sid, turnID); err != nil {
 		r.log.Error("a taken turn could not be put back; it will end as abandoned", "session", sid, "turn", turnID, "err", err, "cause", cause)
@@ -128,12 +128,12 @@ func (r *Relay) finishLater(ctx context.Context, sid string, write func(context.
 	owner, _ := ctx.Value(leaseOwnerKey{}).(string)
 	r.log.Warn("the turn's outcome could not be written; retrying until Redis answers", "session", id8(sid), "err", first)
 	deadline := time.Now().Add(finishGiveUp)
-	wait := 250 * time.Millisecond
+	wait := finishRetryFirst
 	err := first
 	for time.Now().Before(deadline) {
 		time.Sleep(wait)
-		wait = min(2*wait, 2*time.Second)
-		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		wait = min(2*wait, finishRetryMax)
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), detachedWriteTimeout)
 		if owner != "" {
 			if ok, lerr := r.st.RenewLease(c, sid, owner, leaseTTL); lerr == nil && !ok {
 				if got, aerr := r.st.AcquireLease(c, sid, owner, leaseTTL); aerr == nil && !got {
@@ -156,7 +156,7 @@ func (r *Relay) finishLater(ctx context.Context, sid string, write func(context.
 // finish ends a turn and records its outcome; it reports whether more turns wait.
 func (r *Relay) finish(ctx context.Context, s *store.Session, orch, id string, status store.TurnStatus, reply, model, errText string) (bool, error) {
 	// Write even if the job's context is gone: the outcome must not be lost.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
 	defer cancel()
 	now := r.now()
 	var msg *store.Message
@@ -180,7 +180,7 @@ func (r *Relay) finish(ctx context.Context, s *store.Session, orch, id string, s
 			return false, err
 		}
 		var cancelAgain context.CancelFunc
-		wctx, cancelAgain = context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second) // for the events below
+		wctx, cancelAgain = context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout) // for the events below
 		defer cancelAgain()
 	}
 	// Events (R8.1): an error emits both error and turn_end (error).
@@ -310,9 +310,9 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	}
 	pt := provider.Turn{SessionID: s.ID, TurnID: t.ID, Prompt: t.Text, Model: s.Model, Effort: s.Effort, Mode: s.Mode,
 		Cwd: cwd, History: history, Token: s.Token, RelayURL: base, Relay: r.opts.Name, AgentSession: agentSessionOf(s)}
-	// The agent is offered relay_tool only while agent sessions are on (R4.2
-	// Decision; paired relays will count too).
-	if base != "" && st.AgentSessions {
+	// The agent is offered relay_tool while agent sessions are on or at
+	// least one relay is paired (R4.2 Decision).
+	if base != "" && (st.AgentSessions || r.anyPairing(ctx)) {
 		pt.MCPURL = base + "/mcp"
 	}
 	h := &host{r: r, sid: s.ID, turn: t.ID, prov: s.Provider}
@@ -422,13 +422,13 @@ func (h *host) Partial(text string) {
 	text = provider.BoundPartial(text)
 	h.mu.Lock()
 	h.partial = text
-	if time.Since(h.last) < 200*time.Millisecond {
+	if time.Since(h.last) < partialEvery {
 		h.mu.Unlock()
 		return
 	}
 	h.last = time.Now()
 	h.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), liveWriteTimeout)
 	defer cancel()
 	_ = h.r.st.SetTurnPartial(ctx, h.turn, text, h.r.now())
 	_ = h.r.st.Notify(ctx, "session:"+h.sid) // the partial reply, live in the console (R19.6)
@@ -458,7 +458,7 @@ func (h *host) AskUser(ctx context.Context, text string, options []string) (stri
 	}
 	r.emit(ctx, &store.Event{Kind: EvQuestionAsked, Session: h.sid, QuestionID: q.ID, Text: text})
 	_ = r.st.Notify(ctx, "turn:"+h.turn)
-	recheck := time.NewTicker(2 * time.Second)
+	recheck := time.NewTicker(recheckEvery)
 	defer recheck.Stop()
 	for {
 		cur, err := r.st.GetQuestion(ctx, q.ID)
@@ -470,7 +470,7 @@ func (h *host) AskUser(ctx context.Context, text string, options []string) (stri
 		case <-ch:
 		case <-recheck.C:
 		case <-ctx.Done():
-			wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			wctx, cancel := context.WithTimeout(context.Background(), detachedWriteTimeout)
 			q.Status = "cancelled"
 			_ = r.st.SaveQuestion(wctx, q)
 			cancel()

@@ -64,6 +64,12 @@ type Subscription struct {
 	EndedAt          time.Time `json:"endedAt,omitzero"`
 	EndReason        string    `json:"endReason,omitempty"`
 	LastDigestAt     time.Time `json:"lastDigestAt,omitzero"`
+	// A mirror of a subscription that lives on a paired relay (R8.20): the
+	// pairing's local name, the stream cursor read so far, and since when the
+	// link is down (zero while it answers).
+	Relay      string    `json:"relay,omitempty"`
+	Cursor     string    `json:"cursor,omitempty"`
+	LinkDownAt time.Time `json:"linkDownAt,omitzero"`
 }
 
 // AppendEvent adds an event to the relay's stream (kept to about the last
@@ -149,6 +155,15 @@ func (s *Store) SaveSubscription(ctx context.Context, sub *Subscription) error {
 	}
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, s.subKey(sub.ID), b, 0)
+		if sub.Relay != "" { // a mirror: polled, never fanned out to
+			if sub.EndReason == "" {
+				p.SAdd(ctx, s.k("rsubs"), sub.ID)
+			} else {
+				p.SRem(ctx, s.k("rsubs"), sub.ID)
+				p.Expire(ctx, s.subKey(sub.ID), 8*24*time.Hour)
+			}
+			return nil
+		}
 		idx := s.subIndexKeys(sub)
 		if sub.EndReason == "" {
 			p.SAdd(ctx, s.k("subs", sub.Watcher), sub.ID)

@@ -1,0 +1,376 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oar/relay/store"
+)
+
+// Actions on a paired relay, on the caller's side (§4, R13.1): the lock of
+// the conversation, the pairing's permission level, the hop limit and the
+// cards are checked here, before the call is sent; the paired relay then
+// applies its own rules (accept setting, hop limit, caps, limits).
+
+// Permission levels of a pairing (R4.5).
+var levelRank = map[string]int{"none": 0, "read": 1, "prompt": 2, "full": 3}
+
+// Levels lists the permission levels, lowest first.
+var Levels = []string{"none", "read", "prompt", "full"}
+
+// neededLevel is the lowest level that allows an action (R4.5's table).
+func neededLevel(a *args) string {
+	switch a.action {
+	case "list_relays", "list_questions", "withdraw":
+		return "none"
+	case "relay_info", "usage", "list_sessions", "read_session", "read_task_output", "wait",
+		"subscribe", "unsubscribe", "list_subscriptions":
+		return "read"
+	case "send", "answer_question", "ask":
+		return "prompt"
+	}
+	return "full"
+}
+
+// promptsAgent reports an action that carries a prompt to another agent (hop limit, R4.7).
+func promptsAgent(a *args) bool {
+	return a.action == "send" || a.action == "create_session" || (a.action == "ask" && a.has("session"))
+}
+
+// hopCheck applies R4.7 to a prompt of the chain o going to relay target
+// (its own name): a chain that already holds two relays goes on only to a
+// relay the owner unlocked where the chain began (never back to its start).
+func hopCheck(o store.Origin, target string, hops int) *Error {
+	if hops < 1 {
+		hops = 2
+	}
+	if len(o.Path) < hops {
+		return nil
+	}
+	if !strings.EqualFold(o.Path[0], target) && slices.ContainsFunc(o.Unlocked, func(u string) bool { return strings.EqualFold(u, target) }) {
+		return nil
+	}
+	return Errorf(CodeHopLimit, "This prompt's chain has already crossed two relays (%s); it may go on to relay %q only if the owner unlocked %q by mentioning it in the conversation where the chain began. Nothing was sent.",
+		strings.Join(o.Path, " → "), target, target)
+}
+
+// chain is the origin the caller's prompts carry (R4.7). A chain that
+// begins here takes the relays the owner unlocked in this conversation, by
+// the names they give themselves.
+func (r *Relay) chain(ctx context.Context, c *caller) store.Origin {
+	o := c.origin(r.opts.Name)
+	if c.remote != nil || len(o.Path) != 1 || !strings.EqualFold(o.Path[0], r.opts.Name) || len(o.Unlocked) > 0 {
+		return o
+	}
+	ps, err := r.st.Pairings(ctx)
+	if err != nil {
+		return o
+	}
+	for _, p := range ps {
+		// Only the owner's mentions count, not R4.4 b (an agent there wrote here).
+		if ok, err := r.st.Flag(ctx, c.s.ID, mentionFlag(p.Name)); err == nil && ok {
+			o.Unlocked = append(o.Unlocked, p.SelfName())
+		}
+	}
+	return o
+}
+
+// mentionFlag marks, per conversation, a paired relay the owner unlocked by mention (R4.7).
+func mentionFlag(name string) string { return "mention:" + strings.ToLower(name) }
+
+// pairing finds a paired relay by its name or its host (R4.3), case-insensitively.
+func (r *Relay) pairing(ctx context.Context, name string) (*store.Pairing, error) {
+	ps, err := r.st.Pairings(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range ps {
+		if strings.EqualFold(p.Name, name) {
+			return p, nil
+		}
+	}
+	var found *store.Pairing
+	for _, p := range ps {
+		if strings.EqualFold(p.Host, name) {
+			if found != nil {
+				return nil, Errorf(CodeUnknownRelay, "Host %q names more than one paired relay (%s, %s); name the relay instead. Nothing was done.", name, found.Name, p.Name)
+			}
+			found = p
+		}
+	}
+	if found == nil {
+		return nil, nil
+	}
+	return found, nil
+}
+
+// remoteCall runs an action on a paired relay for the caller.
+func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pairing) (*result, *Error) {
+	switch a.action {
+	case "schedule", "list_schedules", "unschedule":
+		return nil, Errorf(CodeUnsupported, "Schedules work on this relay only; relay %q keeps none for agents here. Use relay \"this\". Nothing was done.", p.Name)
+	case "ask":
+		if !a.has("session") {
+			return nil, Errorf(CodeInvalidInput, "An ask on paired relay %q needs session: the session there it is about. An ask into this conversation uses relay \"this\". Nothing was asked.", p.Name)
+		}
+	}
+	if isExternal(c.s) && (a.action == "subscribe" || a.action == "ask") {
+		return nil, notWakeable(a.action, nothingDone)
+	}
+	// R4.4: locked until the owner mentions it here or its agent wrote here;
+	// list_questions and withdraw reach the asks this conversation made there.
+	if a.action != "list_questions" && a.action != "withdraw" {
+		ok, err := r.st.IsUnlocked(ctx, c.s.ID, p.Name)
+		if err != nil {
+			return nil, internal(err)
+		}
+		if !ok {
+			return nil, Errorf(CodeLocked, "Relay %q is locked in this conversation. Ask the owner to mention it (for example @%s) in a message here; then it is unlocked for the rest of the conversation. Nothing was done.", p.Name, p.Name)
+		}
+	}
+	// R4.5: the pairing's level.
+	need := neededLevel(a)
+	if levelRank[p.Permission] < levelRank[need] {
+		return nil, Errorf(CodePermission, "Relay %q lets agents here %s; %s needs %q. The owner sets this per paired relay. Nothing was done.",
+			p.Name, levelText(p.Permission), a.action, need)
+	}
+	if a.action == "transfer_subscriptions" { // after lock and level: R4.4, R4.5 name it
+		return nil, Errorf(CodeUnsupported, "transfer_subscriptions moves subscriptions on this relay only; on relay %q, unsubscribe and subscribe again. Nothing was moved.", p.Name)
+	}
+	origin := r.chain(ctx, c)
+	if promptsAgent(a) {
+		if e := hopCheck(origin, p.SelfName(), r.opts.Limits.Hops); e != nil {
+			return nil, e
+		}
+	}
+	// Cards are asked here, in the calling conversation, before the call is sent (R13.1).
+	cn, e := r.remoteCards(ctx, c, a, p)
+	if e != nil {
+		return nil, e
+	}
+	sent := false
+	defer func() {
+		if !sent {
+			r.giveBack(ctx, cn, c)
+		}
+	}()
+	if e := r.askCard(ctx, c, cn, a.action, targetOf(a), remoteCardLines(a, p), nothingDone); e != nil {
+		return nil, e
+	}
+	out := make(map[string]json.RawMessage, len(a.m))
+	for k, v := range a.m {
+		if k != "relay" {
+			out[k] = v
+		}
+	}
+	// The longest wait is this relay's (R7.11); the call's timeout covers it.
+	timeout := r.opts.Timing.PeerTimeout
+	waitNote := ""
+	if a.action == "send" || a.action == "create_session" || a.action == "wait" {
+		wait, note, e := r.waitArg(ctx, a, nothingDone)
+		if e != nil {
+			return nil, e
+		}
+		out["wait_seconds"] = json.RawMessage(fmt.Sprint(int(wait / time.Second)))
+		timeout += wait
+		waitNote = note
+	}
+	body := PeerCallBody{Action: a.action, Args: out, Origin: PeerOrigin{Relay: r.opts.Name, Session: c.s.ID, Title: c.s.Title,
+		Model: c.s.Model, Path: origin.Path, Unlocked: origin.Unlocked}}
+	if c.turn != nil && c.turn.ReplyModel != "" {
+		body.Origin.Model = c.turn.ReplyModel
+	}
+	// The effect completes even if the caller goes away (R18.12).
+	env, e := r.peerCall(context.WithoutCancel(ctx), p, body, timeout)
+	if e != nil {
+		if e.Code != CodeOffline {
+			return nil, e
+		}
+		sent = true // it may have arrived: the loop count stays
+		return nil, e
+	}
+	if ok, _ := env["ok"].(bool); !ok {
+		code, _ := env["code"].(string)
+		msg, _ := env["error"].(string)
+		if code == "" {
+			code = CodeInternal
+		}
+		er := &Error{Code: code, Msg: msg}
+		for k, v := range env {
+			switch k {
+			case "ok", "code", "error":
+			default:
+				er = er.With(k, v)
+			}
+		}
+		return nil, er
+	}
+	sent = true
+	r.afterRemote(ctx, c, a, p, env)
+	res := &result{fields: map[string]any{}, remote: p.Name}
+	for k, v := range env {
+		if k != "ok" {
+			res.fields[k] = v
+		}
+	}
+	if waitNote != "" {
+		res.note("note", waitNote)
+	}
+	return res, nil
+}
+
+func levelText(level string) string {
+	switch level {
+	case "none":
+		return "do nothing but list it"
+	case "read":
+		return "read only (level \"read\")"
+	case "prompt":
+		return "read and prompt (level \"prompt\")"
+	}
+	return "do everything (level \"full\")"
+}
+
+func targetOf(a *args) *string {
+	if s, _ := a.str("session"); s != "" {
+		return &s
+	}
+	return nil
+}
+
+// remoteCards are the cards of R5.2 for an action on a paired relay.
+func (r *Relay) remoteCards(ctx context.Context, c *caller, a *args, p *store.Pairing) (*cardNeed, *Error) {
+	n := &cardNeed{relay: p.Name}
+	flag := func(name, reason string) *Error {
+		ok, err := r.st.Flag(ctx, c.s.ID, name)
+		if err != nil {
+			return internal(err)
+		}
+		if !ok {
+			n.add(reason)
+			n.flags = append(n.flags, name)
+		}
+		return nil
+	}
+	switch a.action {
+	case "create_session":
+		if e := flag("created", "This is the first session an agent starts in this conversation."); e != nil {
+			return nil, e
+		}
+	case "subscribe":
+		if e := flag("subscribed", "This is the first time this conversation watches sessions."); e != nil {
+			return nil, e
+		}
+	case "update_session":
+		if e := flag("update:"+strings.ToLower(p.Name), fmt.Sprintf("This conversation changes settings of sessions on relay %q for the first time.", p.Name)); e != nil {
+			return nil, e
+		}
+	}
+	if writeActions[a.action] || (a.action == "ask" && a.has("session")) {
+		if c.s.Mode == "ask" || c.s.Mode == "plan" {
+			n.add(fmt.Sprintf("This conversation is in %s mode: every write action needs your approval.", c.s.Mode))
+		}
+	}
+	if a.action == "send" || a.action == "create_session" {
+		if e := r.loopCard(ctx, n, c); e != nil {
+			return nil, e
+		}
+	}
+	return n, nil
+}
+
+func remoteCardLines(a *args, p *store.Pairing) []string {
+	line := fmt.Sprintf("%s on relay %q", a.action, p.Name)
+	if s, _ := a.str("session"); s != "" {
+		line += fmt.Sprintf(", session %s", s)
+	}
+	for _, k := range []string{"text", "question"} {
+		if t, _ := a.str(k); t != "" {
+			line += ": " + excerpt(t, 200)
+			break
+		}
+	}
+	lines := []string{line}
+	var set []string
+	for _, k := range []string{"model", "effort", "mode", "group", "title", "cwd"} {
+		if v, _ := a.str(k); v != "" {
+			set = append(set, fmt.Sprintf("%s: %s", strings.ToUpper(k[:1])+k[1:], v))
+		}
+	}
+	if len(set) > 0 {
+		lines = append(lines, strings.Join(set, " · "))
+	}
+	return lines
+}
+
+// afterRemote keeps what this relay must follow of a successful remote call:
+// a subscription there is polled from here (R8.20), an ask there too (R10.5).
+func (r *Relay) afterRemote(ctx context.Context, c *caller, a *args, p *store.Pairing, env map[string]any) {
+	ctx = context.WithoutCancel(ctx)
+	switch a.action {
+	case "subscribe":
+		sm, _ := env["subscription"].(map[string]any)
+		id, _ := sm["id"].(string)
+		if id == "" {
+			return
+		}
+		sub := &store.Subscription{ID: id, Watcher: c.s.ID, Relay: p.Name, Cursor: "0", CreatedAt: r.now()}
+		sub.Events, _ = a.strs("events")
+		sub.Exclude, _ = a.strs("exclude")
+		sub.Match, _ = a.str("match")
+		sub.DigestMinutes, _, _ = a.integer("digest_minutes")
+		if raw, ok := a.m["quiet_hours"]; ok {
+			var q store.Quiet
+			if json.Unmarshal(raw, &q) == nil && (q.From != "" || q.To != "") {
+				sub.Quiet = &q
+			}
+		}
+		if err := r.st.SaveSubscription(ctx, sub); err != nil {
+			r.log.Error("keep remote subscription", "relay", p.Name, "sub", id, "err", err)
+		}
+	case "unsubscribe":
+		subs, err := r.st.RemoteSubscriptions(ctx)
+		if err != nil {
+			r.log.Warn("remote subscriptions unreadable", "err", err)
+			return
+		}
+		ref, _ := a.str("subscription_id")
+		for _, s := range subs {
+			if s.Watcher == c.s.ID && strings.EqualFold(s.Relay, p.Name) && (ref == "all" || strings.HasPrefix(s.ID, ref)) {
+				r.endMirror(ctx, s, "unsubscribed")
+			}
+		}
+	case "ask":
+		id, _ := env["question_id"].(string)
+		if id == "" {
+			return
+		}
+		sid, _ := a.str("session")
+		q, _ := a.str("question")
+		ra := &store.RemoteAsk{ID: id, Relay: p.Name, Asker: c.s.ID, Session: sid, Question: q, CreatedAt: r.now(),
+			NextPollAt: r.now().Add(r.opts.Timing.AskPoll)}
+		if err := r.st.SaveRemoteAsk(ctx, ra); err != nil {
+			r.log.Error("keep remote ask", "relay", p.Name, "ask", id, "err", err)
+		}
+	}
+}
+
+func (r *Relay) endMirror(ctx context.Context, s *store.Subscription, reason string) {
+	s.EndReason, s.EndedAt = reason, r.now()
+	if err := r.st.SaveSubscription(ctx, s); err != nil {
+		r.log.Warn("end remote subscription", "sub", s.ID, "err", err)
+	}
+}
+
+// startedBy is the startedBy record of a session the caller starts (R4.11):
+// for another relay's agent, that relay and its session.
+func (r *Relay) startedBy(c *caller) *store.Ref {
+	if c.remote != nil {
+		return &store.Ref{Relay: c.remote.Relay, Session: c.remote.Session, Title: c.remote.Title}
+	}
+	return &store.Ref{Relay: r.opts.Name, Session: c.s.ID, Title: c.s.Title}
+}

@@ -1,0 +1,310 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Paired relays (§4, §13). Keys:
+//
+//	relays            hash: lower-case local name → Pairing JSON
+//	peertok           hash: sha256(token) → PeerToken JSON (tokens other relays present here)
+//	unlock:SID        set: local names of paired relays unlocked in conversation SID (R4.4)
+//	rsubs             set: ids of subscriptions this relay's conversations hold on paired relays
+//	rasks             hash: ask id → RemoteAsk JSON (asks kept on a paired relay, polled, R10.5)
+//	instance          this relay's random instance id (hello: a pairing that points at itself)
+
+// Pairing is a paired relay as this relay knows it.
+type Pairing struct {
+	Name       string    `json:"name"`  // the local name agents use
+	URL        string    `json:"url"`   // base URL, no trailing slash
+	Host       string    `json:"host"`  // the URL's host without port (mentions, R13.1a)
+	Token      string    `json:"token"` // the peer token this relay presents there
+	Permission string    `json:"permission"`
+	RemoteName string    `json:"remoteName,omitempty"` // the name it gives itself (hops, R4.7)
+	Instance   string    `json:"instance,omitempty"`
+	Version    string    `json:"version,omitempty"`
+	Features   []string  `json:"features,omitempty"`
+	Online     bool      `json:"online"`
+	PairedAt   time.Time `json:"pairedAt"`
+	LastSeenAt time.Time `json:"lastSeenAt,omitzero"`
+	Reason     string    `json:"reason,omitempty"` // why it is offline, last seen
+}
+
+// SelfName is the name the paired relay gives itself, or the local one.
+func (p *Pairing) SelfName() string {
+	if p.RemoteName != "" {
+		return p.RemoteName
+	}
+	return p.Name
+}
+
+// HasFeature reports whether the relay announced a feature (an unknown
+// feature list, from an offline pairing, counts as having it).
+func (p *Pairing) HasFeature(f string) bool {
+	if p.Features == nil {
+		return true
+	}
+	for _, x := range p.Features {
+		if x == f {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrExists is returned when a record with that name exists already.
+var ErrExists = errors.New("exists")
+
+// AddPairing stores a new pairing in one step (nothing half-paired): it fails
+// with ErrExists when the name is taken.
+func (s *Store) AddPairing(ctx context.Context, p *Pairing) error {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	ok, err := s.rdb.HSetNX(ctx, s.k("relays"), strings.ToLower(p.Name), b).Result()
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return ErrExists
+	}
+	return nil
+}
+
+// SavePairing overwrites a pairing's record (settings, link state).
+func (s *Store) SavePairing(ctx context.Context, p *Pairing) error {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return s.rdb.HSet(ctx, s.k("relays"), strings.ToLower(p.Name), b).Err()
+}
+
+// GetPairing reads a pairing by its local name (case-insensitive).
+func (s *Store) GetPairing(ctx context.Context, name string) (*Pairing, error) {
+	v, err := s.rdb.HGet(ctx, s.k("relays"), strings.ToLower(name)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	var p Pairing
+	if err := json.Unmarshal([]byte(v), &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Pairings lists every pairing by name.
+func (s *Store) Pairings(ctx context.Context) ([]*Pairing, error) {
+	m, err := s.rdb.HGetAll(ctx, s.k("relays")).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Pairing, 0, len(m))
+	for _, v := range m {
+		var p Pairing
+		if json.Unmarshal([]byte(v), &p) == nil {
+			out = append(out, &p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// DeletePairing removes a pairing; false when there was none.
+func (s *Store) DeletePairing(ctx context.Context, name string) (bool, error) {
+	n, err := s.rdb.HDel(ctx, s.k("relays"), strings.ToLower(name)).Result()
+	return n > 0, err
+}
+
+// PeerToken is a token this relay issued for another relay to pair with it.
+type PeerToken struct {
+	CreatedAt time.Time `json:"createdAt"`
+	Label     string    `json:"label,omitempty"`
+}
+
+func tokenHash(tok string) string {
+	h := sha256.Sum256([]byte(tok))
+	return hex.EncodeToString(h[:])
+}
+
+// AddPeerToken stores a peer token (only its hash is kept).
+func (s *Store) AddPeerToken(ctx context.Context, tok string, t PeerToken) error {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	return s.rdb.HSet(ctx, s.k("peertok"), tokenHash(tok), b).Err()
+}
+
+// PeerTokenValid reports whether tok is a peer token this relay issued.
+func (s *Store) PeerTokenValid(ctx context.Context, tok string) (bool, error) {
+	if tok == "" {
+		return false, nil
+	}
+	return s.rdb.HExists(ctx, s.k("peertok"), tokenHash(tok)).Result()
+}
+
+// RevokePeerTokens removes every issued peer token; it returns how many there were.
+func (s *Store) RevokePeerTokens(ctx context.Context) (int64, error) {
+	n, err := s.rdb.HLen(ctx, s.k("peertok")).Result()
+	if err != nil {
+		return 0, err
+	}
+	return n, s.rdb.Del(ctx, s.k("peertok")).Err()
+}
+
+// Instance returns this relay's instance id, made on first use.
+func (s *Store) Instance(ctx context.Context) (string, error) {
+	id := NewID(12)
+	if _, err := s.rdb.SetNX(ctx, s.k("instance"), id, 0).Result(); err != nil {
+		return "", err
+	}
+	return s.rdb.Get(ctx, s.k("instance")).Result()
+}
+
+// Unlock records paired relays as unlocked in a conversation (R4.4: it stays so).
+func (s *Store) Unlock(ctx context.Context, sid string, names ...string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	m := make([]any, len(names))
+	for i, n := range names {
+		m[i] = strings.ToLower(n)
+	}
+	return s.rdb.SAdd(ctx, s.k("unlock", sid), m...).Err()
+}
+
+// Unlocked lists the (lower-case local) names of the relays unlocked in a conversation.
+func (s *Store) Unlocked(ctx context.Context, sid string) ([]string, error) {
+	return s.rdb.SMembers(ctx, s.k("unlock", sid)).Result()
+}
+
+// IsUnlocked reports whether a paired relay is unlocked in a conversation.
+func (s *Store) IsUnlocked(ctx context.Context, sid, name string) (bool, error) {
+	return s.rdb.SIsMember(ctx, s.k("unlock", sid), strings.ToLower(name)).Result()
+}
+
+// Subscriptions this relay's conversations hold on paired relays (R8.20):
+// a mirror record under the same sub:ID key (Relay and Cursor set), indexed
+// in rsubs instead of the session indexes, so fan-out never sees it.
+
+// RemoteSubscriptions lists the active mirrors.
+func (s *Store) RemoteSubscriptions(ctx context.Context) ([]*Subscription, error) {
+	ids, err := s.rdb.SMembers(ctx, s.k("rsubs")).Result()
+	if err != nil {
+		return nil, err
+	}
+	return s.getSubs(ctx, ids)
+}
+
+// TryLock takes a short named lock (one poller per mirror across processes).
+func (s *Store) TryLock(ctx context.Context, name string, ttl time.Duration) (bool, error) {
+	return s.rdb.SetNX(ctx, s.k("lock", name), "1", ttl).Result()
+}
+
+// ReleaseLock releases a named lock.
+func (s *Store) ReleaseLock(ctx context.Context, name string) error {
+	return s.rdb.Del(ctx, s.k("lock", name)).Err()
+}
+
+// RemoteAsk is an ask this relay's conversation made about a session on a
+// paired relay; the ask is kept there and polled from here (R10.5).
+type RemoteAsk struct {
+	ID         string    `json:"id"`
+	Relay      string    `json:"relay"` // local pairing name
+	Asker      string    `json:"asker"`
+	Session    string    `json:"session"`
+	Question   string    `json:"question"`
+	CreatedAt  time.Time `json:"createdAt"`
+	NextPollAt time.Time `json:"nextPollAt"`
+}
+
+// SaveRemoteAsk writes (or rewrites) a polled remote ask.
+func (s *Store) SaveRemoteAsk(ctx context.Context, a *RemoteAsk) error {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	return s.rdb.HSet(ctx, s.k("rasks"), a.ID, b).Err()
+}
+
+// RemoteAsks lists the polled remote asks.
+func (s *Store) RemoteAsks(ctx context.Context) ([]*RemoteAsk, error) {
+	m, err := s.rdb.HGetAll(ctx, s.k("rasks")).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*RemoteAsk, 0, len(m))
+	for _, v := range m {
+		var a RemoteAsk
+		if json.Unmarshal([]byte(v), &a) == nil {
+			out = append(out, &a)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+// DeleteRemoteAsk stops polling an ask; false when another process did first.
+func (s *Store) DeleteRemoteAsk(ctx context.Context, id string) (bool, error) {
+	n, err := s.rdb.HDel(ctx, s.k("rasks"), id).Result()
+	return n > 0, err
+}
+
+// Link is a pairing's last known link state, kept apart from its settings so
+// a poll never overwrites an owner's change (relaylink hash).
+type Link struct {
+	Online     bool      `json:"online"`
+	LastSeenAt time.Time `json:"lastSeenAt,omitzero"`
+	Reason     string    `json:"reason,omitempty"`
+	Version    string    `json:"version,omitempty"`
+}
+
+// SetLink records a pairing's link state; it reports whether online changed.
+func (s *Store) SetLink(ctx context.Context, name string, l Link) (bool, error) {
+	b, err := json.Marshal(l)
+	if err != nil {
+		return false, err
+	}
+	old, err := s.rdb.HGet(ctx, s.k("relaylink"), strings.ToLower(name)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return false, err
+	}
+	var prev Link
+	known := old != "" && json.Unmarshal([]byte(old), &prev) == nil
+	return !known || prev.Online != l.Online, s.rdb.HSet(ctx, s.k("relaylink"), strings.ToLower(name), b).Err()
+}
+
+// Links reads every pairing's link state by lower-case name.
+func (s *Store) Links(ctx context.Context) (map[string]Link, error) {
+	m, err := s.rdb.HGetAll(ctx, s.k("relaylink")).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]Link, len(m))
+	for k, v := range m {
+		var l Link
+		if json.Unmarshal([]byte(v), &l) == nil {
+			out[k] = l
+		}
+	}
+	return out, nil
+}
+
+// DropLink forgets a removed pairing's link state.
+func (s *Store) DropLink(ctx context.Context, name string) error {
+	return s.rdb.HDel(ctx, s.k("relaylink"), strings.ToLower(name)).Err()
+}
