@@ -130,6 +130,8 @@ type view struct {
 	Models    []string
 
 	Settings store.Settings
+
+	Relays []map[string]any // the pairings (GET /api/v1/relays)
 }
 
 type nav struct {
@@ -230,6 +232,11 @@ func (c *console) load(ctx context.Context, name string, g *gin.Context) (*view,
 		v.Settings = st
 	case "relays":
 		v.Title = "Relays"
+		list, err := c.r.Relays(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		v.Relays = maps(list)
 	}
 	return v, http.StatusOK, nil
 }

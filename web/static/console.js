@@ -61,9 +61,10 @@
       var ms = split(b.dataset.call);
       var body = b.dataset.json ? JSON.parse(b.dataset.json) : undefined;
       busy(b, true);
-      api(ms[0], ms[1], body).then(function () {
+      api(ms[0], ms[1], body).then(function (data) {
         busy(b, false);
-        say((b.getAttribute("aria-label") || b.textContent.trim()) + ": done.");
+        if (b.dataset.show) show(document.getElementById(b.dataset.show), data || {});
+        say(b.dataset.done || ((b.getAttribute("aria-label") || b.textContent.trim()) + ": done."));
         refresh();
       }, function (e) { say(e.message, true); busy(b, false); });
       return;
@@ -76,19 +77,62 @@
     }
   });
 
+  // show fills an element's [data-field] parts from an API answer (a value
+  // shown once, like a new peer token) and shows it.
+  function show(el, data) {
+    if (!el) return;
+    Array.prototype.forEach.call(el.querySelectorAll("[data-field]"), function (f) {
+      var v = data[f.dataset.field];
+      v = v === undefined || v === null ? "" : String(v);
+      if (f.tagName === "INPUT" || f.tagName === "TEXTAREA") { f.value = v; return; }
+      f.textContent = v && f.dataset.format ? f.dataset.format.replace("{}", v) : v;
+    });
+    el.hidden = false;
+    var first = el.querySelector("input[data-field]");
+    if (first) { first.focus(); first.select(); }
+  }
+
   document.addEventListener("submit", function (ev) {
     var f = ev.target;
     if (!f.dataset.api) return;
     ev.preventDefault();
     var ms = split(f.dataset.api);
+    // A form with a [data-form-error] part shows a refusal there, next to what was typed.
+    var errEl = f.querySelector("[data-form-error]");
+    if (errEl) { errEl.hidden = true; errEl.textContent = ""; }
     busy(f, true);
     api(ms[0], ms[1], formBody(f)).then(function (data) {
       busy(f, false);
       if (f.dataset.go && data && data.id) { location.href = f.dataset.go.replace("{id}", data.id); return; }
       if (f.hasAttribute("data-reset")) f.reset();
-      say("Saved.");
+      say(f.dataset.done || "Saved.");
       refresh();
-    }, function (e) { busy(f, false); say(e.message, true); });
+    }, function (e) {
+      busy(f, false);
+      if (errEl) { errEl.textContent = e.message; errEl.hidden = false; say(""); return; }
+      say(e.message, true);
+    });
+  });
+
+  // A select with data-change="METHOD URL" sends {name: value} when it changes;
+  // a refusal puts it back to what the page last showed.
+  document.addEventListener("change", function (ev) {
+    var sel = ev.target;
+    if (!sel.dataset || !sel.dataset.change) return;
+    var ms = split(sel.dataset.change), body = {};
+    body[sel.name] = sel.value;
+    var label = sel.labels && sel.labels[0] ? sel.labels[0].textContent.trim() : sel.name;
+    var chosen = sel.options[sel.selectedIndex] ? sel.options[sel.selectedIndex].textContent : sel.value;
+    sel.disabled = true;
+    api(ms[0], ms[1], body).then(function () {
+      sel.disabled = false;
+      say(label + ": " + chosen + ". Saved.");
+      refresh();
+    }, function (e) {
+      sel.disabled = false;
+      Array.prototype.forEach.call(sel.options, function (o) { o.selected = o.defaultSelected; });
+      say(e.message, true);
+    });
   });
 
   // Ctrl+Enter sends a message.
