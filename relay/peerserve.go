@@ -108,8 +108,6 @@ func (r *Relay) peerCheck(ctx context.Context, c *caller, a *args) (*result, *Er
 	switch a.action {
 	case "schedule", "list_schedules", "unschedule":
 		return nil, Errorf(CodeUnsupported, "Schedules work on the agent's own relay only. Nothing was done.")
-	case "transfer_subscriptions":
-		return nil, Errorf(CodeUnsupported, "transfer_subscriptions moves subscriptions on the agent's own relay only. Nothing was moved.")
 	case "ask":
 		if !a.has("session") {
 			return nil, Errorf(CodeInvalidInput, "An ask from another relay needs session: the session here it is about. Nothing was asked.")

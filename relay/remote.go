@@ -138,8 +138,16 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 		return nil, Errorf(CodePermission, "Relay %q lets agents here %s; %s needs %q. The owner sets this per paired relay. Nothing was done.",
 			p.Name, levelText(p.Permission), a.action, need)
 	}
-	if a.action == "transfer_subscriptions" { // after lock and level: R4.4, R4.5 name it
-		return nil, Errorf(CodeUnsupported, "transfer_subscriptions moves subscriptions on this relay only; on relay %q, unsubscribe and subscribe again. Nothing was moved.", p.Name)
+	if a.action == "transfer_subscriptions" {
+		// from is a conversation here: checked here, sent as its full id.
+		from, e := r.target(ctx, a, "from")
+		if e != nil {
+			return nil, e
+		}
+		if from.ID == c.s.ID {
+			return nil, Errorf(CodeSelf, "from names this conversation itself; its subscriptions are already here. Nothing was moved.")
+		}
+		a.m["from"] = quoteJSON(from.ID)
 	}
 	origin := r.chain(ctx, c)
 	if promptsAgent(a) {
@@ -270,6 +278,9 @@ func (r *Relay) remoteCards(ctx context.Context, c *caller, a *args, p *store.Pa
 			return nil, e
 		}
 	}
+	if a.action == "transfer_subscriptions" {
+		n.add("Moving subscriptions always needs your approval.")
+	}
 	if writeActions[a.action] || (a.action == "ask" && a.has("session")) {
 		if c.s.Mode == "ask" || c.s.Mode == "plan" {
 			n.add(fmt.Sprintf("This conversation is in %s mode: every write action needs your approval.", c.s.Mode))
@@ -344,6 +355,8 @@ func (r *Relay) afterRemote(ctx context.Context, c *caller, a *args, p *store.Pa
 				r.endMirror(ctx, s, "unsubscribed")
 			}
 		}
+	case "transfer_subscriptions":
+		r.moveMirrors(ctx, c, a, p, env)
 	case "ask":
 		id, _ := env["question_id"].(string)
 		if id == "" {
@@ -373,4 +386,39 @@ func (r *Relay) startedBy(c *caller) *store.Ref {
 		return &store.Ref{Relay: c.remote.Relay, Session: c.remote.Session, Title: c.remote.Title}
 	}
 	return &store.Ref{Relay: r.opts.Name, Session: c.s.ID, Title: c.s.Title}
+}
+
+// moveMirrors follows a transfer on a paired relay: the moved subscriptions
+// are polled for the caller now, the old mirrors end as transferred.
+func (r *Relay) moveMirrors(ctx context.Context, c *caller, a *args, p *store.Pairing, env map[string]any) {
+	from, _ := a.str("from")
+	subs, err := r.st.RemoteSubscriptions(ctx)
+	if err != nil {
+		r.log.Warn("remote subscriptions unreadable", "err", err)
+		return
+	}
+	old := map[string]*store.Subscription{}
+	for _, s := range subs {
+		if s.Watcher == from && strings.EqualFold(s.Relay, p.Name) {
+			old[s.ID] = s
+		}
+	}
+	moved, _ := env["subscriptions"].([]any)
+	for _, x := range moved {
+		v, _ := x.(map[string]any)
+		id, _ := v["id"].(string)
+		was, _ := v["movedFrom"].(string)
+		o := old[was]
+		if id == "" || o == nil {
+			continue
+		}
+		nu := *o
+		nu.ID, nu.Watcher, nu.Cursor, nu.LinkDownAt, nu.CreatedAt, nu.LastDigestAt = id, c.s.ID, "0", time.Time{}, r.now(), time.Time{}
+		if err := r.st.SaveSubscription(ctx, &nu); err != nil {
+			r.log.Error("keep moved remote subscription", "relay", p.Name, "sub", id, "err", err)
+		}
+	}
+	for _, o := range old {
+		r.endMirror(ctx, o, "transferred")
+	}
 }

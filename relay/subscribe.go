@@ -467,7 +467,7 @@ func (r *Relay) transferSubscriptions(ctx context.Context, c *caller, a *args) (
 	if isExternal(c.s) {
 		return nil, notWakeable("transfer_subscriptions", "Nothing was moved.")
 	}
-	from, e := r.target(ctx, a, "from")
+	from, e := r.transferFrom(ctx, c, a)
 	if e != nil {
 		return nil, e
 	}
@@ -528,6 +528,7 @@ func (r *Relay) transferSubscriptions(ctx context.Context, c *caller, a *args) (
 		if err != nil {
 			return nil, internal(err)
 		}
+		v["movedFrom"] = old.ID // a paired relay's caller moves its mirror along
 		moved = append(moved, v)
 	}
 	if moved == nil {
@@ -580,4 +581,21 @@ func (r *Relay) endSubscriptionsFor(ctx context.Context, sid, reason string) err
 		}
 	}
 	return nil
+}
+
+// transferFrom is the conversation transfer_subscriptions moves from: a
+// session here, or for another relay's agent a conversation on its own
+// relay (its stand-in here, R13.1; that relay checked it).
+func (r *Relay) transferFrom(ctx context.Context, c *caller, a *args) (*store.Session, *Error) {
+	if c.remote == nil {
+		return r.target(ctx, a, "from")
+	}
+	ref, e := a.str("from")
+	if e != nil {
+		return nil, e
+	}
+	if ref == "" {
+		return nil, Errorf(CodeInvalidInput, "from is required: the id of a conversation on your relay. Nothing was moved.")
+	}
+	return &store.Session{ID: peerConversation(c.remote.Relay, ref), Title: ref}, nil
 }

@@ -61,3 +61,56 @@ func TestPeerSmoke(t *testing.T) {
 	t.Logf("relays: %v", rel)
 	_ = time.Second
 }
+
+// TestPeerTransferAndEvents: a subscription on a paired relay delivers its
+// events here with the relay's name (R8.14, R8.20), and transfer_subscriptions
+// moves it to another conversation here, which then gets the events (R8.24).
+func TestPeerTransferAndEvents(t *testing.T) {
+	fast := func(name string) func(*config.Config) {
+		return func(c *config.Config) {
+			c.Name = name
+			c.Timing.PeerPoll = 300 * time.Millisecond
+			c.Timing.Coalesce = 0
+		}
+	}
+	a := Start(t, Options{Config: fast("alpha")})
+	b := Start(t, Options{Config: fast("bravo")})
+	pairRelays(t, a, b, nil)
+	c1 := a.NewSession(map[string]any{"title": "first watcher"})
+	c2 := a.NewSession(map[string]any{"title": "second watcher"})
+	watched := b.NewSession(map[string]any{"title": "Nightly deploy"})
+	a.Message(c1.ID, "watch @bravo")
+	a.Message(c2.ID, "take over from the first watcher on @bravo")
+	res, card := a.InTurn(c1, map[string]any{"action": "subscribe", "relay": "bravo", "sessions": []string{watched.ID}, "events": []string{"turn_end"}}, "allow")
+	if res["ok"] != true || card["relay"] != "bravo" {
+		t.Fatalf("subscribe: %v, card %v", res, card)
+	}
+	b.WaitTurn(b.Message(watched.ID, "deployed one"), 20*time.Second, "done")
+	Eventually(t, 15*time.Second, func() bool {
+		for _, e := range a.EventTexts(c1.ID) {
+			if strings.Contains(e, `[relay event] bravo · session "Nightly deploy"`) && strings.Contains(e, "echo: deployed one") {
+				return true
+			}
+		}
+		return false
+	}, "the bravo event in the first watcher")
+	res, card = a.InTurn(c2, map[string]any{"action": "transfer_subscriptions", "relay": "bravo", "from": c1.ID}, "allow")
+	if res["ok"] != true || card == nil {
+		t.Fatalf("transfer: %v, card %v", res, card)
+	}
+	b.WaitTurn(b.Message(watched.ID, "deployed two"), 20*time.Second, "done")
+	Eventually(t, 15*time.Second, func() bool {
+		for _, e := range a.EventTexts(c2.ID) {
+			if strings.Contains(e, "echo: deployed two") {
+				return true
+			}
+		}
+		return false
+	}, "the bravo event in the second watcher after the transfer")
+	time.Sleep(time.Second)
+	for _, e := range a.EventTexts(c1.ID) {
+		if strings.Contains(e, "deployed two") {
+			t.Fatalf("the first watcher still got an event after the transfer: %q", e)
+		}
+	}
+}
