@@ -177,6 +177,21 @@ func New(cfg config.Config, o Options) (*App, error) {
 		_, s, _ := a.counts()
 		return float64(s)
 	})
+	a.met.AddGauge("relay_paired_relays_offline", "Paired relays whose last hello, call or poll got no answer (or a rejected token).", func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		links, err := a.st.Links(ctx)
+		if err != nil {
+			return 0
+		}
+		n := 0
+		for _, l := range links {
+			if !l.Online {
+				n++
+			}
+		}
+		return float64(n)
+	})
 	a.met.AddGauge("relay_events_held", "Events held by digests and quiet hours.", func() float64 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

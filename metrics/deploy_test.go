@@ -61,6 +61,7 @@ func exported(t *testing.T) map[string]series {
 	m.Event("turn_done")
 	m.Delivery("message")
 	m.HTTPRequest("api", 200)
+	m.PeerRequest("events", "ok")
 
 	mfs, err := m.Registry.Gather()
 	if err != nil {

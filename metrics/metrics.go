@@ -33,6 +33,7 @@ type Metrics struct {
 	httpRequests  *prometheus.CounterVec
 	events        *prometheus.CounterVec
 	deliveries    *prometheus.CounterVec
+	peerRequests  *prometheus.CounterVec
 }
 
 // New builds the registry with the Go and process collectors.
@@ -58,12 +59,15 @@ func New() *Metrics {
 			Help: "HTTP requests by route kind and status class."}, []string{"kind", "status"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "relay_events_total",
 			Help: "Events emitted, by kind."}, []string{"kind"}),
+		peerRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "relay_peer_requests_total",
+			Help: "Requests to paired relays by kind (call, events, hello, inbox) and code (ok, or the error code: REMOTE_RELAY_OFFLINE, REMOTE_RELAY_AUTH, …); polls are kind events."},
+			[]string{"kind", "code"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "relay_deliveries_total",
 			Help: "Event deliveries by kind: message and summary are wakes of a watcher (summary = wake-limit summary); digest_release and quiet_release are held events released by a digest or the end of quiet hours."},
 			[]string{"kind"}),
 	}
 	reg.MustRegister(m.toolCalls, m.toolDuration, m.turnsStarted, m.turnsFinished, m.turnDuration, m.cards, m.httpRequests,
-		m.events, m.deliveries,
+		m.events, m.deliveries, m.peerRequests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -91,6 +95,9 @@ func (m *Metrics) Event(kind string) { m.events.WithLabelValues(kind).Inc() }
 
 // Delivery counts a delivery step (message, summary, digest_release, quiet_release).
 func (m *Metrics) Delivery(kind string) { m.deliveries.WithLabelValues(kind).Inc() }
+
+// PeerRequest counts one request to a paired relay (code "ok" or an error code).
+func (m *Metrics) PeerRequest(kind, code string) { m.peerRequests.WithLabelValues(kind, code).Inc() }
 
 // HTTPRequest counts one HTTP request; kind is mcp, api, peer, metrics or health.
 func (m *Metrics) HTTPRequest(kind string, status int) {

@@ -65,8 +65,25 @@ var peerHTTP = &http.Client{
 	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 }
 
+// peerMetrics is what the metrics count of peer requests (paired-relay link
+// state and poll errors, §16).
+type peerMetrics interface{ PeerRequest(kind, code string) }
+
 // peerDo sends one peer request and decodes its JSON answer into out.
-func (r *Relay) peerDo(ctx context.Context, name, base, token, method, path string, body any, timeout time.Duration, out any) *Error {
+func (r *Relay) peerDo(ctx context.Context, name, base, token, method, path string, body any, timeout time.Duration, out any) (e *Error) {
+	if pm, ok := r.met.(peerMetrics); ok {
+		defer func() {
+			code := "ok"
+			if e != nil {
+				code = e.Code
+			}
+			kind := strings.TrimPrefix(path, "/peer/v1/")
+			if i := strings.IndexAny(kind, "/?"); i >= 0 {
+				kind = kind[:i]
+			}
+			pm.PeerRequest(kind, code)
+		}()
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var rd io.Reader
