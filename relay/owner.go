@@ -144,7 +144,7 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (map[stri
 	var turnID string
 	if strings.TrimSpace(in.Text) != "" {
 		r.unlockMentions(ctx, s.ID, in.Text)
-		t, err := r.queue(ctx, s, in.Text, "user", nil, store.Origin{Path: []string{r.opts.Name}}, "", false, 0)
+		t, err := r.queue(ctx, s, in.Text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.mentionedRelays(ctx, s.ID)}, "", false, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -217,7 +217,7 @@ func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (map[string]
 	}
 	r.unlockMentions(ctx, s.ID, text) // R4.4: the owner mentioned paired relays
 	r.releaseHeld(ctx, s.ID, false)   // the owner wrote: held schedule firings go (R9.6)
-	t, err := r.queue(ctx, s, text, "user", nil, store.Origin{Path: []string{r.opts.Name}}, "", false, 0)
+	t, err := r.queue(ctx, s, text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.mentionedRelays(ctx, s.ID)}, "", false, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -54,29 +54,44 @@ func hopCheck(o store.Origin, target string, hops int) *Error {
 	if !strings.EqualFold(o.Path[0], target) && slices.ContainsFunc(o.Unlocked, func(u string) bool { return strings.EqualFold(u, target) }) {
 		return nil
 	}
-	return Errorf(CodeHopLimit, "This prompt's chain has already crossed two relays (%s); it may go on to relay %q only if the owner unlocked %q by mentioning it in the conversation where the chain began. Nothing was sent.",
-		strings.Join(o.Path, " → "), target, target)
+	return Errorf(CodeHopLimit, "This prompt's chain has already been on %d relays (%s); it may go on to relay %q only if the owner unlocked %q by mentioning it in the conversation where the chain began. Nothing was sent.",
+		len(o.Path), strings.Join(o.Path, " → "), target, target)
 }
 
-// chain is the origin the caller's prompts carry (R4.7). A chain that
-// begins here takes the relays the owner unlocked in this conversation, by
-// the names they give themselves.
+// chain is the origin the caller's prompts carry (R4.7): the relays the
+// chain has been on, and the relays the owner unlocked by mention where it
+// began, by the names they give themselves. An owner's message stamps them
+// into its turn's origin (OwnerMessage), and a turn an agent here started
+// inherits its starter's, so a chain keeps them across local hops; a turn
+// that began here otherwise (an event, a schedule, a call outside a turn)
+// reads this conversation's mentions now.
 func (r *Relay) chain(ctx context.Context, c *caller) store.Origin {
 	o := c.origin(r.opts.Name)
 	if c.remote != nil || len(o.Path) != 1 || !strings.EqualFold(o.Path[0], r.opts.Name) || len(o.Unlocked) > 0 {
 		return o
 	}
-	ps, err := r.st.Pairings(ctx)
-	if err != nil {
-		return o
+	if c.turn != nil && c.turn.Caller != "" {
+		return o // an agent here started this turn: the chain began in its starter's conversation
 	}
+	o.Unlocked = r.mentionedRelays(ctx, c.s.ID)
+	return o
+}
+
+// mentionedRelays are the paired relays the owner mentioned in a
+// conversation (not those unlocked because their agent wrote there, R4.4 b),
+// by the names they give themselves.
+func (r *Relay) mentionedRelays(ctx context.Context, sid string) []string {
+	ps, err := r.st.Pairings(ctx)
+	if err != nil || len(ps) == 0 {
+		return nil
+	}
+	var out []string
 	for _, p := range ps {
-		// Only the owner's mentions count, not R4.4 b (an agent there wrote here).
-		if ok, err := r.st.Flag(ctx, c.s.ID, mentionFlag(p.Name)); err == nil && ok {
-			o.Unlocked = append(o.Unlocked, p.SelfName())
+		if ok, err := r.st.Flag(ctx, sid, mentionFlag(p.Name)); err == nil && ok {
+			out = append(out, p.SelfName())
 		}
 	}
-	return o
+	return out
 }
 
 // mentionFlag marks, per conversation, a paired relay the owner unlocked by mention (R4.7).

@@ -316,7 +316,7 @@ func (s *Store) DeleteSession(ctx context.Context, sid, busyKey string) error {
 		}
 		for _, name := range []string{"sess", "msgs", "q", "cur", "drain", "tasks", "sq", "flags", "loop", "busy",
 			"subs", "subsended", "subidx", "schinto", "schby", "schended", "asksby", "asksopen", "asksin",
-			"buf", "win", "wakes", "wl", "wlnext", "dlv"} {
+			"buf", "win", "wakes", "wl", "wlnext", "dlv", "unlock"} {
 			p.Del(ctx, s.k(name, sid))
 		}
 		p.SRem(ctx, s.drainsKey(), sid)
