@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -29,13 +31,14 @@ import (
 //  5. 100,000 idle sessions and 10,000 subscriptions: memory, list_sessions p99, fan-out ∝ matching
 
 type goalSizes struct {
-	rounds     int // interleaved rounds (goals 1–4)
+	rounds     int // interleaved rounds (goals 1–3)
 	n1         int // goal 1: calls per variant per round
 	agents     int // goal 2: concurrent agents
 	targets    int // goal 2: target sessions
 	n2         int // goal 2: round trips per agent per round
 	idleSecs   int // goal 3: idle window
 	hops3      int // goal 3: idle-gapped hops per variant per round
+	rounds4    int // goal 4: interleaved pairs of rounds (one worker, two)
 	conc4      int // goal 4: asynq concurrency of each worker
 	sessions4  int // goal 4: sessions
 	turns4     int // goal 4: turns per round
@@ -48,10 +51,10 @@ type goalSizes struct {
 
 func goalSizesFor(quick bool) goalSizes {
 	if quick {
-		return goalSizes{rounds: 1, n1: 10, agents: 8, targets: 10, n2: 3, idleSecs: 3, hops3: 5, conc4: 4, sessions4: 16,
-			turns4: 48, sessions5: 1500, subs5: 300, calls5: 40, probes5: 6, turnMillis: 50}
+		return goalSizes{rounds: 1, n1: 10, agents: 8, targets: 10, n2: 3, idleSecs: 3, hops3: 5, rounds4: 3, conc4: 4, sessions4: 16,
+			turns4: 160, sessions5: 1500, subs5: 300, calls5: 40, probes5: 6, turnMillis: 50}
 	}
-	return goalSizes{rounds: 3, n1: 60, agents: 32, targets: 50, n2: 40, idleSecs: 20, hops3: 30, conc4: 8, sessions4: 64,
+	return goalSizes{rounds: 3, n1: 60, agents: 32, targets: 50, n2: 40, idleSecs: 20, hops3: 30, rounds4: 5, conc4: 8, sessions4: 64,
 		turns4: 480, sessions5: 100000, subs5: 10000, calls5: 800, probes5: 40, turnMillis: 50}
 }
 
@@ -70,8 +73,11 @@ type goalsResult struct {
 	asynqIdle10, asynqIdleWake   float64         // server-wide commands/s of a bare idle asynq server (10 ms polling) and with the waker
 	asynqIdleRT10, asynqIdleRTWk float64         // its client's round trips/s
 	// goal 4
-	one4, two4 []float64 // turns/s per round
-	turn4      dist      // the turns' own length (turn record StartedAt → EndedAt)
+	one4, two4 []float64     // turns/s per round
+	second4    []float64     // per two-worker round: the share of its turns the second worker ran
+	turn4      dist          // the turns' own length (turn record StartedAt → EndedAt)
+	load4      string        // the machine's load over the measured rounds
+	cpu4       time.Duration // CPU of this process (both workers, the senders) per turn
 	// goal 5
 	n5, subs5             int
 	used5, usage5, keys5  int64
@@ -377,7 +383,16 @@ func idleHops(ctx context.Context, opts *redis.Options, info *redis.Client, pref
 }
 
 // goal4 measures turns/s with one worker and with two (a second relay process
-// in worker mode on the same prefix), in interleaved rounds.
+// in worker mode on the same prefix and configuration), in interleaved rounds.
+//
+// A worker runs at most its asynq concurrency of turns at once (a drain task
+// holds its slot for the whole turn: relay.Drain runs the agent and writes the
+// outcome before it returns), so a worker's bound is concurrency ÷ the slot
+// time of a turn: the agent's 50 ms plus the relay's own work around it (the
+// drain's preamble, the outcome, the next drain's hop). Every round checks that
+// each turn ended done and ran at least the agent's sleep: a turn that fails
+// at once (for example a second worker whose configuration does not allow the
+// sessions' folder) would otherwise count as throughput.
 func (b *bench) goal4(ctx context.Context, out *goalsResult) error {
 	sz := out.sz
 	prefix := b.g4Prefix
@@ -397,7 +412,8 @@ func (b *bench) goal4(ctx context.Context, out *goalsResult) error {
 	st := rp.app.Store()
 	var all4 []string
 	// round sends turns4 owner messages (16 senders) and waits until every
-	// one of those turns has ended (its turn record's EndedAt), polling every 5 ms.
+	// one of those turns has ended (its turn record's EndedAt), polling every
+	// 5 ms; then it checks every turn ended done after at least the agent's sleep.
 	round := func() (float64, error) {
 		t0 := time.Now()
 		msgs := make([]string, sz.turns4)
@@ -417,54 +433,84 @@ func (b *bench) goal4(ctx context.Context, out *goalsResult) error {
 			return 0, err
 		}
 		deadline := time.Now().Add(2 * time.Minute)
-		for len(msgs) > 0 {
-			var left []string
-			for _, id := range msgs {
-				tr, err := st.GetTurn(ctx, id)
-				if err != nil {
-					return 0, err
-				}
-				if tr.EndedAt.IsZero() {
-					left = append(left, id)
-					break // the rest are later in their sessions' queues or checked next time
-				}
+		for left := msgs; len(left) > 0; {
+			tr, err := st.GetTurn(ctx, left[0])
+			if err != nil {
+				return 0, err
 			}
-			if len(left) > 0 {
-				i := slices.Index(msgs, left[0])
-				msgs = msgs[i:]
-				if time.Now().After(deadline) {
-					return 0, fmt.Errorf("%d turns not ended after 2 min", len(msgs))
-				}
-				time.Sleep(5 * time.Millisecond)
+			if !tr.EndedAt.IsZero() {
+				left = left[1:] // the rest are later in their sessions' queues or checked next
 				continue
 			}
-			msgs = nil
+			if time.Now().After(deadline) {
+				return 0, fmt.Errorf("%d turns not ended after 2 min", len(left))
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
 		el := time.Since(t0)
+		bad, short, first := 0, 0, ""
+		for _, id := range msgs {
+			tr, err := st.GetTurn(ctx, id)
+			if err != nil {
+				return 0, err
+			}
+			switch {
+			case tr.Status != store.TurnDone:
+				bad++
+				if first == "" {
+					first = fmt.Sprintf("%s: %s", tr.Status, tr.Error)
+				}
+			case tr.EndedAt.Sub(tr.StartedAt) < time.Duration(sz.turnMillis)*time.Millisecond-time.Millisecond: // whole ms
+				short++
+			}
+		}
+		if bad > 0 || short > 0 {
+			return 0, fmt.Errorf("%d of %d turns did not end done (first: %s), %d ended before the agent's %d ms", bad, len(msgs), first, short, sz.turnMillis)
+		}
 		return rate(sz.turns4, el), waitQueuesIdleEvery(ctx, b.rdb, q.All(), time.Minute, 5*time.Millisecond)
+	}
+	// two runs a round with a second worker, started before and stopped after it.
+	two := func() (float64, error) {
+		wp, counter, err := startWorkerProc(b.o.redisURL, prefix, rp.dir, sz.conc4)
+		if err != nil {
+			return 0, err
+		}
+		n0 := counter.started.Load()
+		thr, err := round()
+		ran := counter.started.Load() - n0
+		if serr := wp.stop(); err == nil && serr != nil {
+			err = serr
+		}
+		out.second4 = append(out.second4, float64(ran)/float64(sz.turns4))
+		return thr, err
 	}
 	if _, err := round(); err != nil { // warm-up
 		return err
 	}
-	for i := 0; i < sz.rounds; i++ {
-		b.logf("(h) goal 4 round %d/%d: one worker", i+1, sz.rounds)
-		one, err := round()
-		if err != nil {
-			return err
+	s0 := takeSnapshot(ctx, b.rdb, nil, nil)
+	for i := 0; i < sz.rounds4; i++ {
+		// Alternate the order (one, two; two, one; …) so a drift in the
+		// machine's load does not favour either.
+		for _, second := range []bool{i%2 == 1, i%2 == 0} {
+			var thr float64
+			var err error
+			if second {
+				b.logf("(h) goal 4 round %d/%d: two workers", i+1, sz.rounds4)
+				thr, err = two()
+				out.two4 = append(out.two4, thr)
+			} else {
+				b.logf("(h) goal 4 round %d/%d: one worker", i+1, sz.rounds4)
+				thr, err = round()
+				out.one4 = append(out.one4, thr)
+			}
+			if err != nil {
+				return err
+			}
 		}
-		out.one4 = append(out.one4, one)
-		b.logf("(h) goal 4 round %d/%d: two workers", i+1, sz.rounds)
-		wp, err := startWorkerProc(b.o.redisURL, prefix, sz.conc4)
-		if err != nil {
-			return err
-		}
-		two, err := round()
-		_ = wp.stop()
-		if err != nil {
-			return err
-		}
-		out.two4 = append(out.two4, two)
 	}
+	d := takeSnapshot(ctx, b.rdb, nil, nil).sub(s0)
+	out.load4 = d.load(0)
+	out.cpu4 = d.procCPU / time.Duration(2*sz.rounds4*sz.turns4)
 	var durs []time.Duration
 	for _, id := range all4 {
 		if tr, err := st.GetTurn(ctx, id); err == nil && !tr.EndedAt.IsZero() && !tr.StartedAt.IsZero() {
@@ -475,12 +521,38 @@ func (b *bench) goal4(ctx context.Context, out *goalsResult) error {
 	return nil
 }
 
-// startWorkerProc starts a second relay process in worker mode (app.ModeWorker) on prefix.
-func startWorkerProc(redisURL, prefix string, concurrency int) (*relayProc, error) {
-	dir, err := os.MkdirTemp("", "relay-bench-w-")
-	if err != nil {
-		return nil, err
+// turnCounter is a slog handler that counts a relay's "turn started" records
+// and passes warnings and errors on.
+type turnCounter struct {
+	next    slog.Handler
+	started *atomic.Int64
+}
+
+func (c turnCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+
+func (c turnCounter) Handle(ctx context.Context, rec slog.Record) error {
+	if rec.Message == "turn started" {
+		c.started.Add(1)
 	}
+	if rec.Level >= slog.LevelWarn {
+		return c.next.Handle(ctx, rec)
+	}
+	return nil
+}
+
+func (c turnCounter) WithAttrs(as []slog.Attr) slog.Handler {
+	return turnCounter{next: c.next.WithAttrs(as), started: c.started}
+}
+
+func (c turnCounter) WithGroup(g string) slog.Handler {
+	return turnCounter{next: c.next.WithGroup(g), started: c.started}
+}
+
+// startWorkerProc starts a second relay process in worker mode (app.ModeWorker,
+// what `relay worker` runs) on prefix, with the configuration of the serve
+// process whose folder is dir (a worker shares the relay's config file: the
+// same folders and providers). It counts the turns the worker starts.
+func startWorkerProc(redisURL, prefix, dir string, concurrency int) (*relayProc, turnCounter, error) {
 	cfg := config.Default()
 	cfg.Name = "bench" // the same relay as the serve process
 	cfg.Addr = "127.0.0.1:0"
@@ -490,26 +562,25 @@ func startWorkerProc(redisURL, prefix string, concurrency int) (*relayProc, erro
 	cfg.OwnerToken = "bench-owner-" + store.NewID(12)
 	cfg.Providers = []config.Provider{config.ScriptedProvider()}
 	cfg.Limits.AgentPromptsBeforeCard = 1 << 30
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	a, err := app.New(cfg, app.Options{KeyPrefix: prefix, Logger: logger, Concurrency: concurrency, Mode: app.ModeWorker, ShutdownGrace: 2 * time.Second})
+	counter := turnCounter{next: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}), started: &atomic.Int64{}}
+	a, err := app.New(cfg, app.Options{KeyPrefix: prefix, Logger: slog.New(counter), Concurrency: concurrency, Mode: app.ModeWorker, ShutdownGrace: 2 * time.Second})
 	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
+		return nil, counter, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &relayProc{app: a, prefix: prefix, dir: dir, rt: &rtCounter{}, cancel: cancel, done: make(chan error, 1)}
+	// dir stays "": the folder is the serve process's, removed when it stops.
+	p := &relayProc{app: a, prefix: prefix, rt: &rtCounter{}, cancel: cancel, done: make(chan error, 1)}
 	go func() { p.done <- a.Run(ctx) }()
 	select {
 	case <-a.Started():
 	case err := <-p.done:
 		cancel()
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("worker did not start: %w", err)
+		return nil, counter, fmt.Errorf("worker did not start: %w", err)
 	case <-time.After(20 * time.Second):
 		cancel()
-		return nil, fmt.Errorf("worker did not start within 20 s")
+		return nil, counter, fmt.Errorf("worker did not start within 20 s")
 	}
-	return p, nil
+	return p, counter, nil
 }
 
 // waitQueuesIdleEvery is waitQueuesIdle polling every step.
@@ -690,9 +761,18 @@ func (b *bench) tableGoals(row rowFunc, g goalsResult) {
 	// Goal 4.
 	one, two := medianF(g.one4), medianF(g.two4)
 	r4 := ratio(two, one)
-	row("G4", fmt.Sprintf("turn throughput, two worker processes ÷ one: %d sessions, scripted agent turns of %d ms, asynq concurrency %d per worker (so the agent, not the 2 shared cores, bounds a worker), %d turns per round, medians of %d interleaved rounds; the second process is `relay worker` (app.ModeWorker) in this program", sz.sessions4, sz.turnMillis, sz.conc4, sz.turns4, len(g.one4)),
-		fmt.Sprintf("**%.2f×** (one: %.0f turns/s, two: %.0f turns/s; rounds one %s, two %s; ceiling %d turns/s per worker at %d ms a turn; the turns took p50 %s, p99 %s, n=%d)", r4, one, two, fltList(g.one4), fltList(g.two4), sz.conc4*1000/sz.turnMillis, sz.turnMillis,
-			fms(g.turn4.p50()), fms(g.turn4.p99()), len(g.turn4)),
+	pairs := make([]string, 0, len(g.one4))
+	for i := range min(len(g.one4), len(g.two4)) {
+		pairs = append(pairs, fmt.Sprintf("%.2f", ratio(g.two4[i], g.one4[i])))
+	}
+	ceiling := float64(sz.conc4*1000) / float64(sz.turnMillis)
+	// A worker's slot time per turn: concurrency × wall ÷ turns (the agent's
+	// sleep plus the relay's own work and the next drain's hop).
+	slot1, slot2 := float64(sz.conc4)*1000/one, float64(2*sz.conc4)*1000/two
+	row("G4", fmt.Sprintf("turn throughput, two worker processes ÷ one: %d sessions, scripted agent turns of %d ms, asynq concurrency %d per worker, %d turns per round (each checked: ended done, after at least %d ms), medians of %d interleaved pairs of rounds (order alternating); the second worker is app.ModeWorker (what `relay worker` runs) with the serve process's configuration, same Redis, prefix and name, in this program: both workers, the senders and Redis share the machine's %d CPUs", sz.sessions4, sz.turnMillis, sz.conc4, sz.turns4, sz.turnMillis, len(g.one4), runtime.NumCPU()),
+		fmt.Sprintf("**%.2f×** (one: %.0f turns/s, two: %.0f turns/s; rounds one %s, two %s, pairs %s; the second worker ran %.0f%% of the two-worker turns; a worker's bound is concurrency ÷ slot time per turn: nominal %.0f turns/s at %d ms, measured slot time per turn %.1f ms with one worker, %.1f ms with two; the turns took p50 %s, p99 %s, n=%d; CPU of this process %s per turn; load %s)",
+			r4, one, two, fltList(g.one4), fltList(g.two4), strings.Join(pairs, ", "), 100*medianF(g.second4), ceiling, sz.turnMillis, slot1, slot2,
+			fms(g.turn4.p50()), fms(g.turn4.p99()), len(g.turn4), fms(g.cpu4), g.load4),
 		"≥ 1.7×", verdict(r4 >= 1.7)+g4note(one, two, sz))
 	// Goal 5.
 	c := func(total, m, iso int) *fanCell {
@@ -732,11 +812,12 @@ func fltList(xs []float64) string {
 	return strings.Join(parts, ", ")
 }
 
-// g4note flags a result the workers' concurrency cannot explain.
+// g4note flags a result the workers' concurrency cannot explain (every
+// turn is checked to have run the agent's sleep, so this should not happen).
 func g4note(one, two float64, sz goalSizes) string {
 	ceiling := float64(sz.conc4*1000) / float64(sz.turnMillis)
-	if two > 2.1*one || two > 2.1*ceiling {
-		return " (suspect: two workers ran more than twice one, or above two ceilings; the asynq concurrency does not bound the turns alone)"
+	if two > 2.1*one || two > 2*ceiling || one > ceiling {
+		return " (suspect: above the workers' concurrency × 1000 ÷ turn ms, or two more than twice one)"
 	}
 	return ""
 }
