@@ -91,8 +91,12 @@ func (r *Relay) peerLoop(ctx context.Context) {
 				for _, p := range ps {
 					p := p
 					spawn("hello:"+strings.ToLower(p.Name), healthEvery-time.Second, func(ctx context.Context) {
-						if _, e := r.hello(ctx, p.Name, p.URL, p.Token, helloTimeout); e == nil || e.Code == CodeOffline || e.Code == CodeAuth {
+						h, e := r.hello(ctx, p.Name, p.URL, p.Token, helloTimeout)
+						if e == nil || e.Code == CodeOffline || e.Code == CodeAuth {
 							r.link(ctx, p, e)
+						}
+						if e == nil {
+							r.refreshPairing(ctx, p.Name, h)
 						}
 					})
 				}
@@ -268,5 +272,21 @@ func (r *Relay) pollAsk(ctx context.Context, a *store.RemoteAsk) {
 		}
 		r.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: a.Asker, QuestionID: a.ID, Text: a.Question,
 			Answer: answer, Choice: choice, Dismissed: status == "dismissed", Via: via})
+	}
+}
+
+// refreshPairing keeps what a paired relay says of itself current (an
+// upgrade brings new features; a pairing made offline learns its name).
+func (r *Relay) refreshPairing(ctx context.Context, name string, h *Hello) {
+	p, err := r.st.GetPairing(ctx, name) // fresh: an owner's change in between is kept
+	if err != nil {
+		return
+	}
+	if p.Version == h.Version && p.RemoteName == h.Name && p.Instance == h.Instance && slices.Equal(p.Features, h.Features) {
+		return
+	}
+	p.Version, p.RemoteName, p.Instance, p.Features = h.Version, h.Name, h.Instance, append([]string{}, h.Features...)
+	if err := r.st.SavePairing(ctx, p); err != nil {
+		r.log.Warn("refresh pairing", "relay", name, "err", err)
 	}
 }

@@ -164,6 +164,11 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 		}
 		a.m["from"] = quoteJSON(from.ID)
 	}
+	// R13.3: a relay too old for what the action needs says so in its hello.
+	if f := neededFeature(a); !p.HasFeature(f) {
+		return nil, Errorf(CodeUnsupported, "Relay %q runs a version (%s) that does not serve %q, which %s needs; it needs an update. Nothing was done.",
+			p.Name, firstNonEmpty(p.Version, "unknown"), f, a.action)
+	}
 	origin := r.chain(ctx, c)
 	if promptsAgent(a) {
 		if e := hopCheck(origin, p.SelfName(), r.opts.Limits.Hops); e != nil {
@@ -436,4 +441,15 @@ func (r *Relay) moveMirrors(ctx context.Context, c *caller, a *args, p *store.Pa
 	for _, o := range old {
 		r.endMirror(ctx, o, "transferred")
 	}
+}
+
+// neededFeature is the hello feature an action on a paired relay needs (R13.3).
+func neededFeature(a *args) string {
+	switch a.action {
+	case "subscribe":
+		return "events"
+	case "ask", "list_questions", "withdraw":
+		return "asks"
+	}
+	return "call"
 }

@@ -928,3 +928,44 @@ func TestPeerHops(t *testing.T) {
 		t.Errorf("served send with bravo unlocked where the chain began: %v", env)
 	}
 }
+
+// TestPeerOldRelayFeatures (R13.3): a relay whose hello lacks a feature is
+// refused before any call with REMOTE_RELAY_UNSUPPORTED naming the feature;
+// what it serves still works.
+func TestPeerOldRelayFeatures(t *testing.T) {
+	a := Start(t, Options{Config: func(c *config.Config) { c.Name = "alpha" }})
+	var calls atomic.Int32
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/peer/v1/hello":
+			_, _ = w.Write([]byte(`{"name":"oldbox","version":"0.8.0","instance":"inst-old","features":["call"]}`))
+		case "/peer/v1/call":
+			calls.Add(1)
+			_, _ = w.Write([]byte(`{"ok":true,"relay":"oldbox","summary":"list_sessions → oldbox: 0 sessions","sessions":[]}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(old.Close)
+	var p map[string]any
+	if st := a.Owner("POST", "/api/v1/relays", map[string]any{"url": old.URL, "token": "rpt_x"}, &p); st != 201 {
+		t.Fatalf("pair: %d %v", st, p)
+	}
+	s := a.NewSession(map[string]any{"title": "caller", "text": "use @oldbox"})
+	res := prRun(t, a, s,
+		prTool(map[string]any{"action": "subscribe", "relay": "oldbox", "sessions": []string{"0123456789abcdef"}}),
+		prTool(map[string]any{"action": "ask", "relay": "oldbox", "session": "0123456789abcdef", "question": "ship?"}),
+		prTool(map[string]any{"action": "list_sessions", "relay": "oldbox"}))
+	for i, action := range []string{"subscribe", "ask"} {
+		if prCode(res[i]) != "REMOTE_RELAY_UNSUPPORTED" || !strings.Contains(prErr(res[i]), "0.8.0") {
+			t.Errorf("%s on an old relay: %v", action, res[i])
+		}
+	}
+	if res[2]["ok"] != true {
+		t.Errorf("list_sessions on the old relay: %v", res[2])
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the old relay got %d calls, want 1 (the refused ones are never sent)", n)
+	}
+}
