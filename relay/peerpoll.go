@@ -109,44 +109,45 @@ func (r *Relay) peerLoop(ctx context.Context) {
 // where digest and quiet hours apply (R8.21). After a lost link, what comes
 // is one message between link_lost and link_restored, each event replayed.
 func (r *Relay) pollMirror(ctx context.Context, id string) {
+	sub, err := r.st.GetSubscription(ctx, id)
+	if err != nil || sub.EndReason != "" || sub.Relay == "" {
+		return
+	}
+	p, err := r.st.GetPairing(ctx, sub.Relay)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			r.endMirror(ctx, sub, "unpaired")
+		}
+		return
+	}
+	// The watcher was archived or deleted: the subscription ends on both sides (R8.19).
+	ws, err := r.st.GetSession(ctx, sub.Watcher)
+	if (err == nil && ws.Archived) || errors.Is(err, store.ErrNotFound) {
+		r.remoteUnsubscribe(ctx, p, sub)
+		r.endMirror(ctx, sub, "archived")
+		return
+	}
+	// Every page there is now is read before anything is offered, so what a
+	// lost link kept comes as one message (R8.21, up to 500 events).
+	cursor, ended := sub.Cursor, ""
+	var evs []store.Event
 	for page := 0; page < 50; page++ {
-		sub, err := r.st.GetSubscription(ctx, id)
-		if err != nil || sub.EndReason != "" || sub.Relay == "" {
-			return
-		}
-		p, err := r.st.GetPairing(ctx, sub.Relay)
-		if err != nil {
-			if errors.Is(err, store.ErrNotFound) {
-				r.endMirror(ctx, sub, "unpaired")
-			}
-			return
-		}
-		if page == 0 {
-			// The watcher was archived or deleted: the subscription ends on both sides (R8.19).
-			ws, err := r.st.GetSession(ctx, sub.Watcher)
-			if (err == nil && ws.Archived) || errors.Is(err, store.ErrNotFound) {
-				r.remoteUnsubscribe(ctx, p, sub)
-				r.endMirror(ctx, sub, "archived")
-				return
-			}
-		}
-		pe, e := r.peerEvents(ctx, p, sub.ID, sub.Cursor, 0)
+		pe, e := r.peerEvents(ctx, p, sub.ID, cursor, 0)
 		if e != nil {
 			if e.Code == CodeNotFound {
 				r.log.Info("remote subscription gone on its relay", "relay", p.Name, "sub", sub.ID)
 				r.endMirror(ctx, sub, "unsubscribed")
 				return
 			}
-			if sub.LinkDownAt.IsZero() {
+			if page == 0 && sub.LinkDownAt.IsZero() {
 				sub.LinkDownAt = r.now()
 				if err := r.st.SaveSubscription(ctx, sub); err != nil {
 					r.log.Warn("mark link down", "sub", sub.ID, "err", err)
 				}
 				r.log.Warn("link to paired relay lost", "relay", p.Name, "sub", sub.ID, "reason", e.Msg)
 			}
-			return
+			return // the cursor stays: the next poll reads it all again
 		}
-		evs := make([]store.Event, 0, len(pe.Events))
 		for _, ev := range pe.Events {
 			if ev.Session != "" && slices.Contains(sub.Exclude, ev.Session) {
 				continue // exclude applied here too (R8.21), for a relay that does not know it
@@ -155,26 +156,27 @@ func (r *Relay) pollMirror(ctx context.Context, id string) {
 			ev.Sub, ev.Watcher = sub.ID, "" // the same id on both relays: all_idle and heartbeat lines name it
 			evs = append(evs, ev)
 		}
-		if err := r.offerRemote(ctx, sub, p, evs); err != nil {
-			r.log.Error("deliver remote events", "relay", p.Name, "sub", sub.ID, "err", err)
-			return // the cursor stays: they come again and are delivered once (R8.12)
-		}
-		fresh, err := r.st.GetSubscription(ctx, id)
-		if err != nil {
-			return
-		}
-		fresh.Cursor, fresh.LinkDownAt = pe.Cursor, time.Time{}
-		if err := r.st.SaveSubscription(ctx, fresh); err != nil {
-			r.log.Warn("save remote cursor", "sub", id, "err", err)
-			return
-		}
-		if pe.Ended != "" && len(pe.Events) < peerEventsBatch {
-			r.endMirror(ctx, fresh, pe.Ended)
-			return
-		}
+		cursor = pe.Cursor
 		if len(pe.Events) < peerEventsBatch {
-			return
+			ended = pe.Ended
+			break
 		}
+	}
+	if err := r.offerRemote(ctx, sub, p, evs); err != nil {
+		r.log.Error("deliver remote events", "relay", p.Name, "sub", sub.ID, "err", err)
+		return // the cursor stays: they come again and are delivered once (R8.12)
+	}
+	fresh, err := r.st.GetSubscription(ctx, id)
+	if err != nil {
+		return
+	}
+	fresh.Cursor, fresh.LinkDownAt = cursor, time.Time{}
+	if err := r.st.SaveSubscription(ctx, fresh); err != nil {
+		r.log.Warn("save remote cursor", "sub", id, "err", err)
+		return
+	}
+	if ended != "" {
+		r.endMirror(ctx, fresh, ended)
 	}
 }
 
@@ -192,7 +194,6 @@ func (r *Relay) offerRemote(ctx context.Context, sub *store.Subscription, p *sto
 	now := r.now()
 	q := quietOf(sub)
 	held := 0
-	now2 := now
 	var batch []store.Event
 	first := sub.LinkDownAt
 	for i := range evs {
@@ -212,7 +213,7 @@ func (r *Relay) offerRemote(ctx context.Context, sub *store.Subscription, p *sto
 	}
 	mark := sub.LinkDownAt.UnixMilli()
 	lost := store.Event{ID: fmt.Sprintf("lost_%s_%d", sub.ID, mark), Kind: EvLinkLost, Relay: p.Name, At: first.Add(-time.Millisecond)}
-	restored := store.Event{ID: fmt.Sprintf("restored_%s_%d", sub.ID, mark), Kind: EvLinkRestored, Relay: p.Name, At: now2.Add(time.Millisecond),
+	restored := store.Event{ID: fmt.Sprintf("restored_%s_%d", sub.ID, mark), Kind: EvLinkRestored, Relay: p.Name, At: now.Add(time.Millisecond),
 		Text: fmt.Sprintf("link_restored: %s, %d held for later", plural(len(evs), "replayed event", "replayed events"), held)}
 	for i := range batch {
 		if !batch[i].At.After(lost.At) {
