@@ -449,13 +449,12 @@ func (r *Relay) deliver(ctx context.Context, watcher string, batches []store.Bat
 func (r *Relay) endWait(ctx context.Context, turnID string, gotReply bool) error {
 	ctx = context.WithoutCancel(ctx) // also runs after the call returned or was cut off
 	finish := func(seen bool) error {
-		if seen {
-			if err := r.st.MarkTurnSeen(ctx, turnID); err != nil {
+		// Marked seen, then the wait ended, in one step (one round trip).
+		held, err := r.st.SeenEndWaiting(ctx, turnID, seen)
+		if err != nil {
+			if seen {
 				return err
 			}
-		}
-		held, err := r.st.EndWaiting(ctx, turnID)
-		if err != nil {
 			r.log.Warn("end wait", "turn", turnID, "err", err)
 			return nil
 		}

@@ -84,6 +84,12 @@ func (r *Relay) fromRef(c *caller) *store.Ref {
 // waitFor > 0 marks, before the turn can run, that the caller waits on its
 // reply (the no-echo rule must know it before the turn_end can fan out).
 func (r *Relay) queue(ctx context.Context, s *store.Session, text, role string, from *store.Ref, origin store.Origin, callerID string, enforce bool, waitFor time.Duration) (*store.Turn, error) {
+	return r.queueTurn(ctx, store.NewID(16), s, text, role, from, origin, callerID, enforce, waitFor)
+}
+
+// queueTurn is queue with the turn's id chosen by the caller (who may listen
+// for the turn's notifications before it can run).
+func (r *Relay) queueTurn(ctx context.Context, id string, s *store.Session, text, role string, from *store.Ref, origin store.Origin, callerID string, enforce bool, waitFor time.Duration) (*store.Turn, error) {
 	if isExternal(s) {
 		return nil, notPromptable(s, nothingSent) // R17.7: no turn can run there
 	}
@@ -94,14 +100,15 @@ func (r *Relay) queue(ctx context.Context, s *store.Session, text, role string, 
 		r.unlockFrom(ctx, s.ID, from.Relay)
 	}
 	now := r.now()
-	t := &store.Turn{ID: store.NewID(16), Session: s.ID, Role: role, From: from, Origin: origin, Caller: callerID, CreatedAt: now, Text: text}
+	t := &store.Turn{ID: id, Session: s.ID, Role: role, From: from, Origin: origin, Caller: callerID, CreatedAt: now, Text: text}
 	drainID := "drain:" + s.ID + ":" + store.NewID(6)
+	waiting := time.Duration(0)
 	if waitFor > 0 {
-		if err := r.st.SetWaiting(ctx, t.ID, waitFor+waitingSlack); err != nil {
-			return nil, err
-		}
+		waiting = waitFor + waitingSlack
 	}
-	start, err := r.st.PushTurn(ctx, t, r.orchestrator(s), r.opts.Limits.ActiveSessions, enforce, drainID)
+	// One step: the waiting mark (set before the turn can run), the prompt,
+	// and the owner's console notified (R19.6).
+	start, err := r.st.QueueTurn(ctx, t, r.orchestrator(s), r.opts.Limits.ActiveSessions, enforce, drainID, waiting)
 	if errors.Is(err, store.ErrSessionLimit) {
 		return nil, Errorf(CodeSessionLimit, "%d sessions started by the same conversation already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
 			r.opts.Limits.ActiveSessions, r.opts.Limits.ActiveSessions, nothingSent)
@@ -116,7 +123,6 @@ func (r *Relay) queue(ctx context.Context, s *store.Session, text, role string, 
 		}
 	}
 	t.Status = store.TurnQueued
-	_ = r.st.Notify(ctx, "session:"+s.ID) // the owner's console (R19.6)
 	return t, nil
 }
 
@@ -124,17 +130,27 @@ func (r *Relay) queue(ctx context.Context, s *store.Session, text, role string, 
 func (r *Relay) waitTurn(ctx context.Context, id string, d time.Duration) (*store.Turn, error) {
 	ch, unsub := r.hub.sub("turn:" + id)
 	defer unsub()
+	return r.waitTurnOn(ctx, id, d, ch, nil)
+}
+
+// waitTurnOn is waitTurn on ch, the turn's notifications. queued is the turn
+// as just queued when ch listened before it was queued (no notification can
+// have been missed): the first read is then skipped while d > 0.
+func (r *Relay) waitTurnOn(ctx context.Context, id string, d time.Duration, ch <-chan struct{}, queued *store.Turn) (*store.Turn, error) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	recheck := time.NewTicker(recheckEvery)
 	defer recheck.Stop()
+	t := queued
 	for {
-		t, err := r.st.GetTurn(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		if t.Status == store.TurnDone || t.Status == store.TurnError || t.Status == store.TurnStopped || t.Question != "" || d <= 0 {
-			return t, nil
+		if t == nil || d <= 0 {
+			var err error
+			if t, err = r.st.GetTurn(ctx, id); err != nil {
+				return nil, err
+			}
+			if t.Status == store.TurnDone || t.Status == store.TurnError || t.Status == store.TurnStopped || t.Question != "" || d <= 0 {
+				return t, nil
+			}
 		}
 		select {
 		case <-ch:
@@ -142,8 +158,12 @@ func (r *Relay) waitTurn(ctx context.Context, id string, d time.Duration) (*stor
 		case <-timer.C:
 			return r.st.GetTurn(ctx, id)
 		case <-ctx.Done():
+			if t == queued { // not read yet
+				return r.st.GetTurn(context.WithoutCancel(ctx), id)
+			}
 			return t, nil
 		}
+		t = nil
 	}
 }
 
@@ -152,7 +172,19 @@ func (r *Relay) waitTurn(ctx context.Context, id string, d time.Duration) (*stor
 // the card check (loopCard). done says what already happened, for an error
 // from here on.
 func (r *Relay) sent(ctx context.Context, c *caller, t *store.Turn, wait time.Duration, done string) (*store.Turn, *Error) {
-	t, err := r.waitReply(ctx, t.ID, wait)
+	return r.sentOn(ctx, t, wait, nil, done)
+}
+
+// sentOn is sent with ch, the turn's notifications listened to since before
+// it was queued (nil: listen from now). queue already marked the wait
+// (waitFor), so it is not marked again.
+func (r *Relay) sentOn(ctx context.Context, t *store.Turn, wait time.Duration, ch <-chan struct{}, done string) (*store.Turn, *Error) {
+	var err error
+	if ch != nil {
+		t, err = r.waitReplyOn(ctx, t.ID, wait, ch, t)
+	} else {
+		t, err = r.waitReplyQueued(ctx, t.ID, wait)
+	}
 	if err != nil {
 		return nil, internalAfter(err, done)
 	}
@@ -172,7 +204,20 @@ func (r *Relay) waitReply(ctx context.Context, id string, d time.Duration) (*sto
 			return nil, err
 		}
 	}
-	t, err := r.waitTurn(ctx, id, d)
+	return r.waitReplyQueued(ctx, id, d)
+}
+
+// waitReplyQueued is waitReply for a turn whose wait was marked when it was
+// queued.
+func (r *Relay) waitReplyQueued(ctx context.Context, id string, d time.Duration) (*store.Turn, error) {
+	ch, unsub := r.hub.sub("turn:" + id)
+	defer unsub()
+	return r.waitReplyOn(ctx, id, d, ch, nil)
+}
+
+// waitReplyOn is waitReplyQueued on ch (see waitTurnOn for queued).
+func (r *Relay) waitReplyOn(ctx context.Context, id string, d time.Duration, ch <-chan struct{}, queued *store.Turn) (*store.Turn, error) {
+	t, err := r.waitTurnOn(ctx, id, d, ch, queued)
 	got := err == nil && terminal(t.Status)
 	if serr := r.endWait(ctx, id, got); serr != nil {
 		return nil, serr

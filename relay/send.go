@@ -169,10 +169,14 @@ func (r *Relay) applySend(ctx context.Context, c *caller, in *sendArgs, pl *send
 	// context ends on a disconnect, R18.12); only the wait for the reply ends.
 	waitCtx := ctx
 	ctx = context.WithoutCancel(ctx)
-	// Read the session again: a card may have taken minutes.
-	s, err := r.st.GetSession(ctx, pl.s.ID)
-	if err != nil {
-		return nil, internal(err)
+	// Read the session again when a card was asked: it may have taken
+	// minutes. Without a card the checks just read it.
+	s := pl.s
+	if pl.need.needed() {
+		var err error
+		if s, err = r.st.GetSession(ctx, pl.s.ID); err != nil {
+			return nil, internal(err)
+		}
 	}
 	if s.Archived {
 		return nil, Errorf(CodeInvalidInput, "Session %s was archived meanwhile; it takes no prompts. %s", id8(s.ID), nothingSent)
@@ -195,7 +199,12 @@ func (r *Relay) applySend(ctx context.Context, c *caller, in *sendArgs, pl *send
 			return nil, internal(err)
 		}
 	}
-	t, err := r.queue(ctx, s, in.text, "agent", r.fromRef(c), c.origin(r.opts.Name), c.s.ID, true, in.wait)
+	// Listen for the turn's notifications before it can run: the wait then
+	// needs no first read of the turn.
+	id := store.NewID(16)
+	ch, unsub := r.hub.sub("turn:" + id)
+	defer unsub()
+	t, err := r.queueTurn(ctx, id, s, in.text, "agent", r.fromRef(c), c.origin(r.opts.Name), c.s.ID, true, in.wait)
 	if err != nil {
 		if len(undo) > 0 {
 			if uerr := r.st.SetSessionFields(context.WithoutCancel(ctx), s.ID, undo); uerr != nil {
@@ -205,7 +214,7 @@ func (r *Relay) applySend(ctx context.Context, c *caller, in *sendArgs, pl *send
 		return nil, AsError(err)
 	}
 	pl.queued = true
-	t, e := r.sent(waitCtx, c, t, in.wait, "the prompt was queued (message_id "+t.ID+")")
+	t, e := r.sentOn(waitCtx, t, in.wait, ch, "the prompt was queued (message_id "+t.ID+")")
 	if e != nil {
 		return nil, e
 	}

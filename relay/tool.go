@@ -227,7 +227,7 @@ func id8(id string) string {
 }
 
 func (r *Relay) loadCaller(ctx context.Context, sid string) (*caller, error) {
-	s, err := r.st.GetSession(ctx, sid)
+	s, cur, err := r.st.GetSessionCurrent(ctx, sid) // one round trip
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, Errorf(CodeNotFound, "The calling session no longer exists. Nothing was done.")
@@ -239,10 +239,6 @@ func (r *Relay) loadCaller(ctx context.Context, sid string) (*caller, error) {
 		return nil, Errorf(CodeForbidden, "The calling session is archived; its token no longer works. Nothing was done.")
 	}
 	c := &caller{s: s}
-	cur, err := r.st.CurrentTurn(ctx, sid)
-	if err != nil {
-		return nil, err
-	}
 	if cur != "" {
 		if t, err := r.st.GetTurn(ctx, cur); err == nil && t.Status == store.TurnRunning {
 			c.turn = t

@@ -36,53 +36,69 @@ func (r *Relay) Drain(ctx context.Context, sid string) error {
 	if r.isStopping() {
 		return ErrRetryLater
 	}
-	s, err := r.st.GetSession(ctx, sid)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	orch := r.orchestrator(s)
 	owner := r.opts.WorkerID + ":" + store.NewID(4)
 	ctx = context.WithValue(ctx, leaseOwnerKey{}, owner)
-	ok, err := r.st.AcquireLease(ctx, sid, owner, leaseTTL)
+	// One round trip: the session, its lease, and (no turn left running, one
+	// queued) the next turn popped and marked running, the console notified
+	// (R19.6), whether anything watches the session, the turn's history.
+	d, err := r.st.StartDrain(ctx, sid, owner, leaseTTL, r.now(), historyRead)
 	if err != nil {
 		return err
 	}
-	if !ok {
+	switch d.State {
+	case store.DrainNoSession:
+		return nil
+	case store.DrainLeaseHeld:
 		return ErrRetryLater
 	}
+	s := d.Session
+	orch := r.orchestrator(s)
+	rel := &leaseRelease{owner: owner}
 	defer func() {
+		if rel.released {
+			return // with the turn's outcome (FinishTurnEmit)
+		}
 		rctx, cancel := context.WithTimeout(context.Background(), detachedWriteTimeout)
 		defer cancel()
 		_ = r.st.ReleaseLease(rctx, sid, owner)
 	}()
-	// A turn left running holds no lease any more: its worker died.
-	if cur, err := r.st.CurrentTurn(ctx, sid); err != nil {
-		return err
-	} else if cur != "" {
-		r.log.Warn("turn abandoned by a dead worker", "session", sid, "turn", cur)
-		if _, err := r.finish(ctx, s, orch, cur, store.TurnError, "", "",
-			"The worker running this turn stopped before the turn finished (its process ended); the prompt was not run again."); err != nil {
+	id, t := "", d.Turn
+	if t != nil {
+		id = t.ID
+		if d.Watched {
+			r.busyAgain(ctx, sid)
+		}
+	} else {
+		// A turn left running holds no lease any more: its worker died.
+		if cur, err := r.st.CurrentTurn(ctx, sid); err != nil {
+			return err
+		} else if cur != "" {
+			r.log.Warn("turn abandoned by a dead worker", "session", sid, "turn", cur)
+			if _, err := r.finish(ctx, s, orch, cur, store.TurnError, "", "",
+				"The worker running this turn stopped before the turn finished (its process ended); the prompt was not run again."); err != nil {
+				return err
+			}
+		}
+		id, err = r.st.PopTurn(ctx, sid, orch, r.now())
+		if err != nil || id == "" {
 			return err
 		}
+		t, err = r.st.GetTurn(ctx, id)
+		if err != nil {
+			return r.putBack(ctx, sid, id, err)
+		}
+		r.busyAgain(ctx, sid)
+		_ = r.st.Notify(ctx, "session:"+sid) // the turn runs: the owner's console (R19.6)
+		d.History = nil                      // read when the turn starts
 	}
-	id, err := r.st.PopTurn(ctx, sid, orch, r.now())
-	if err != nil || id == "" {
-		return err
-	}
-	t, err := r.st.GetTurn(ctx, id)
-	if err != nil {
-		return r.putBack(ctx, sid, id, err)
-	}
-	r.busyAgain(ctx, sid)
-	_ = r.st.Notify(ctx, "session:"+sid) // the turn runs: the owner's console (R19.6)
+	// From here, the turn's outcome may release the lease when nothing more
+	// is queued (one round trip less).
+	ctx = context.WithValue(ctx, leaseReleaseKey{}, rel)
 	var more bool
 	if s.Archived {
 		more, err = r.finish(ctx, s, orch, id, store.TurnStopped, "", "", "the session was archived")
 	} else {
-		more, err = r.run(ctx, s, orch, t, owner)
+		more, err = r.run(ctx, s, orch, t, owner, d.History)
 	}
 	if err != nil {
 		return err
@@ -115,6 +131,19 @@ func (r *Relay) putBack(ctx context.Context, sid, turnID string, cause error) er
 
 // leaseOwnerKey carries the drain's lease owner to finish (finishLater).
 type leaseOwnerKey struct{}
+
+// leaseReleaseKey carries a *leaseRelease: the drain lets the turn's outcome
+// release its lease when no more turns are queued.
+type leaseReleaseKey struct{}
+
+type leaseRelease struct {
+	owner    string
+	released bool
+}
+
+// historyRead is how many last messages a turn's history is read from: the
+// prompt is near the end unless many were queued after it.
+const historyRead = 64
 
 // finishGiveUp bounds how long a finished turn's outcome is retried while
 // Redis does not answer.
@@ -166,6 +195,9 @@ func (r *Relay) finish(ctx context.Context, s *store.Session, orch, id string, s
 	case status == store.TurnError:
 		msg = &store.Message{ID: store.NewID(16), Role: "event", Text: "The turn ended with an error: " + errText, CreatedAt: now}
 	}
+	if status != store.TurnError {
+		return r.finishEmit(ctx, s, orch, id, status, reply, model, msg, now)
+	}
 	more, err := r.st.FinishTurn(wctx, s.ID, orch, id, msg, now, "status", status, "reply", reply, "replyModel", model,
 		"error", errText, "ended", now.UnixMilli(), "partial", "", "question", "")
 	if err != nil {
@@ -197,6 +229,60 @@ func (r *Relay) finish(ctx context.Context, s *store.Session, orch, id string, s
 	return more, r.st.Notify(wctx, "turn:"+id)
 }
 
+// finishEmit is finish for a turn that did not end in error: its outcome,
+// its turn_end event (R8.1) and the notifications, in one round trip
+// (FinishTurnEmit), in the order finish writes them one by one: the outcome,
+// the event, "session:SID", the event's fan-out job when something might
+// watch it, then "turn:ID". With the drain's leaseRelease in ctx, nothing
+// more queued and no fan-out to start, the lease is released in the same
+// step (the drain has nothing left to do under it).
+func (r *Relay) finishEmit(ctx context.Context, s *store.Session, orch, id string, status store.TurnStatus, reply, model string, msg *store.Message, now time.Time) (bool, error) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
+	defer cancel()
+	ev := &store.Event{ID: "ev_" + store.NewID(8), At: r.now(), Kind: EvTurnEnd, Session: s.ID, Title: s.Title,
+		Status: string(status), Text: excerpt(reply, 240), Turn: id}
+	if ev.Title == "" {
+		if cur, err := r.st.GetSession(wctx, s.ID); err == nil {
+			ev.Title = cur.Title
+		}
+	}
+	rel, _ := ctx.Value(leaseReleaseKey{}).(*leaseRelease)
+	owner := ""
+	if rel != nil {
+		owner = rel.owner
+	}
+	var watched, released bool
+	write := func(c context.Context) (bool, error) {
+		more, w, rl, err := r.st.FinishTurnEmit(c, s.ID, orch, id, msg, now, ev, owner,
+			"status", status, "reply", reply, "replyModel", model, "error", "", "ended", now.UnixMilli(), "partial", "", "question", "")
+		watched, released = w, rl
+		return more, err
+	}
+	more, err := write(wctx)
+	if err != nil {
+		// Redis is away: as in finish, write once it is back, under the lease.
+		if more, err = r.finishLater(ctx, s.ID, write, err); err != nil {
+			return false, err
+		}
+		var cancelAgain context.CancelFunc
+		wctx, cancelAgain = context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
+		defer cancelAgain()
+	}
+	if rel != nil && released {
+		rel.released = true
+	}
+	if r.met != nil {
+		r.met.Event(ev.Kind)
+	}
+	if !watched {
+		return more, nil // "turn:ID" was published with the outcome
+	}
+	if err := r.enq.Enqueue(wctx, JobFanout, ev, "", timeZero); err != nil {
+		r.log.Warn("event fan-out not started", "kind", ev.Kind, "session", ev.Session, "err", err)
+	}
+	return more, r.st.Notify(wctx, "turn:"+id)
+}
+
 func (r *Relay) isStopping() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -214,7 +300,7 @@ func (r *Relay) Shutdown() {
 	r.mu.Unlock()
 }
 
-func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store.Turn, leaseOwner string) (bool, error) {
+func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store.Turn, leaseOwner string, msgs []store.Message) (bool, error) {
 	p, ok := r.providers[s.Provider]
 	if !ok {
 		return r.finish(ctx, s, orch, t.ID, store.TurnError, "", "", fmt.Sprintf("provider %q is not configured on this relay", s.Provider))
@@ -300,8 +386,10 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	if t.StopRequested {
 		cancel(errStopped)
 	}
-	history, err := r.history(ctx, s.ID, t.ID)
-	if err != nil {
+	var history []provider.HistoryItem
+	if msgs != nil { // read when the turn was popped
+		history = historyOf(msgs, t.ID)
+	} else if history, err = r.history(ctx, s.ID, t.ID); err != nil {
 		return false, r.putBack(ctx, s.ID, t.ID, err)
 	}
 	base := r.opts.BaseURL
@@ -376,10 +464,15 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 
 // history is the conversation before a turn's prompt (at most 50 messages).
 func (r *Relay) history(ctx context.Context, sid, turnID string) ([]provider.HistoryItem, error) {
-	msgs, err := r.st.LastMessages(ctx, sid, 64) // the prompt is near the end unless many were queued after it
+	msgs, err := r.st.LastMessages(ctx, sid, historyRead)
 	if err != nil {
 		return nil, err
 	}
+	return historyOf(msgs, turnID), nil
+}
+
+// historyOf is the history before turnID's prompt in msgs, the session's last messages.
+func historyOf(msgs []store.Message, turnID string) []provider.HistoryItem {
 	end := len(msgs)
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].ID == turnID {
@@ -398,7 +491,7 @@ func (r *Relay) history(ctx context.Context, sid, turnID string) ([]provider.His
 		}
 		out = append(out, provider.HistoryItem{Role: m.Role, Text: m.Text})
 	}
-	return out, nil
+	return out
 }
 
 // host is the relay as a provider sees it during one turn.

@@ -556,8 +556,13 @@ func (s *Store) EndWaiting(ctx context.Context, turn string) (map[string][]Batch
 	if err != nil {
 		return nil, err
 	}
+	return decodeEchoes(items.Val()), nil
+}
+
+// decodeEchoes reads held echoes (watcher → groups).
+func decodeEchoes(items []string) map[string][]Batch {
 	out := map[string][]Batch{}
-	for _, r := range items.Val() {
+	for _, r := range items {
 		var x struct {
 			Watcher string `json:"watcher"`
 			Batch   Batch  `json:"group"`
@@ -566,7 +571,7 @@ func (s *Store) EndWaiting(ctx context.Context, turn string) (map[string][]Batch
 			out[x.Watcher] = append(out[x.Watcher], x.Batch)
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Flags on subscriptions: all_idle emitted, a stall already reported.

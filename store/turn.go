@@ -181,19 +181,22 @@ return 1
 `)
 
 // KEYS: q:SID, drain:SID, busy:ORCH ("" = none), turn:ID, tids, msgs:SID, sess:SID,
-// sessions:active, drains, turn: (the prefix of turn keys). ARGV: turn id, session id,
-// limit, enforce (1|0), drain task id, message JSON, created (ms), then the turn's
-// field/value pairs.
+// sessions:active, drains, turn: (the prefix of turn keys), waiting:ID. ARGV: turn id,
+// session id, limit, enforce (1|0), drain task id, message JSON, created (ms), waiting
+// ttl (ms; 0 = the caller does not wait), notify channel, notification ("" = none),
+// then the turn's field/value pairs.
 var pushScript = redis.NewScript(`
 local busy = KEYS[3]
 if busy ~= '' and redis.call('SISMEMBER', busy, ARGV[2]) == 0 then
   if ARGV[4] == '1' and redis.call('SCARD', busy) >= tonumber(ARGV[3]) then return -1 end
   redis.call('SADD', busy, ARGV[2])
 end
+if tonumber(ARGV[8]) > 0 then redis.call('SET', KEYS[11], '1', 'PX', ARGV[8]) end
 redis.call('RPUSH', KEYS[6], ARGV[6])
 if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('HSET', KEYS[7], 'last', ARGV[7]) end
 redis.call('ZADD', KEYS[8], 'XX', ARGV[7], ARGV[2])
-redis.call('HSET', KEYS[4], unpack(ARGV, 8))
+redis.call('HSET', KEYS[4], unpack(ARGV, 11))
+if ARGV[10] ~= '' then redis.call('PUBLISH', ARGV[9], ARGV[10]) end
 local placed = false
 if redis.call('HGET', KEYS[4], 'role') == 'event' then
   -- R8.15: an event message is the next prompt: after the events already
@@ -259,6 +262,18 @@ func (s *Store) BusyCount(ctx context.Context, orchestrator string) (int, error)
 // after the events already waiting (R8.15). It
 // returns whether the caller must enqueue a drain task with id drainID.
 func (s *Store) PushTurn(ctx context.Context, t *Turn, orchestrator string, limit int, enforce bool, drainID string) (bool, error) {
+	return s.pushTurn(ctx, t, orchestrator, limit, enforce, drainID, 0, false)
+}
+
+// QueueTurn is PushTurn for the hot path, in the same one step: when waiting
+// > 0 it also marks that the prompt's caller waits on its reply (SetWaiting,
+// before the turn can run: no echo, R8.18), and it publishes the
+// "session:SID" notification (the owner's console, R19.6).
+func (s *Store) QueueTurn(ctx context.Context, t *Turn, orchestrator string, limit int, enforce bool, drainID string, waiting time.Duration) (bool, error) {
+	return s.pushTurn(ctx, t, orchestrator, limit, enforce, drainID, waiting, true)
+}
+
+func (s *Store) pushTurn(ctx context.Context, t *Turn, orchestrator string, limit int, enforce bool, drainID string, waiting time.Duration, notify bool) (bool, error) {
 	from, origin := "", ""
 	if t.From != nil {
 		b, _ := json.Marshal(t.From)
@@ -270,12 +285,20 @@ func (s *Store) PushTurn(ctx context.Context, t *Turn, orchestrator string, limi
 	if err != nil {
 		return false, err
 	}
-	args := []any{t.ID, t.Session, limit, b2s(enforce), drainID, msg, ms(t.CreatedAt),
+	note := ""
+	if notify {
+		note = "session:" + t.Session
+	}
+	waitMS := int64(0)
+	if waiting > 0 {
+		waitMS = max(waiting.Milliseconds(), 1)
+	}
+	args := []any{t.ID, t.Session, limit, b2s(enforce), drainID, msg, ms(t.CreatedAt), waitMS, s.NotifyChannel(), note,
 		"id", t.ID, "session", t.Session, "status", TurnQueued, "role", t.Role, "from", from,
 		"origin", origin, "caller", t.Caller, "created", ms(t.CreatedAt), "text", t.Text}
 	r, err := pushScript.Run(ctx, s.rdb, []string{s.k("q", t.Session), s.k("drain", t.Session),
 		s.BusyKey(orchestrator), s.turnKey(t.ID), s.k("tids"), s.msgsKey(t.Session), s.sessKey(t.Session),
-		s.k("sessions", "active"), s.drainsKey(), s.turnKey("")}, args...).Int()
+		s.k("sessions", "active"), s.drainsKey(), s.turnKey(""), s.k("waiting", t.ID)}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("queue turn %s: %w", t.ID, err)
 	}

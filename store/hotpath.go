@@ -1,0 +1,213 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The send→reply hot path: steps that used to be several round trips, each
+// now one (a pipeline, a MULTI or a script), with the same effects in the
+// same order.
+
+// GetSessionCurrent reads a session and the id of its running turn ("" when
+// none) in one round trip; ErrNotFound when the session does not exist.
+func (s *Store) GetSessionCurrent(ctx context.Context, id string) (*Session, string, error) {
+	var sess *redis.MapStringStringCmd
+	var cur *redis.StringCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		sess = p.HGetAll(ctx, s.sessKey(id))
+		cur = p.Get(ctx, s.k("cur", id))
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, "", fmt.Errorf("get session %s: %w", id, err)
+	}
+	m := sess.Val()
+	if len(m) == 0 {
+		return nil, "", ErrNotFound
+	}
+	return sessionFrom(m), cur.Val(), nil
+}
+
+// DrainState is what StartDrain found.
+type DrainState int
+
+// StartDrain's outcomes.
+const (
+	DrainNoSession DrainState = iota // the session does not exist; nothing was taken
+	DrainLeaseHeld                   // another drain holds the session's lease
+	DrainCurrent                     // lease taken; a turn is left running (its worker died)
+	DrainEmpty                       // lease taken; the queue is empty
+	DrainStarted                     // lease taken; the next turn was popped and marked running
+)
+
+// Drain is StartDrain's result.
+type Drain struct {
+	State   DrainState
+	Session *Session  // every state but DrainNoSession and DrainLeaseHeld
+	Turn    *Turn     // DrainStarted: the turn, as marked running
+	Watched bool      // DrainStarted: a subscription names the session or all sessions
+	History []Message // DrainStarted: the session's last messages, oldest first
+}
+
+// KEYS: sess:SID, lease:SID, cur:SID, q:SID, msgs:SID, subidx:SID, subidx:all.
+// ARGV: owner, lease ttl (ms), now (ms), turn: (the prefix of turn keys), notify
+// channel, notification, how many last messages to return.
+var startDrainScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
+if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1} end
+local sess = redis.call('HGETALL', KEYS[1])
+if redis.call('GET', KEYS[3]) then return {2, sess} end
+local id = redis.call('LPOP', KEYS[4])
+if not id then return {3, sess} end
+redis.call('SET', KEYS[3], id)
+redis.call('HSET', ARGV[4] .. id, 'status', 'running', 'started', ARGV[3])
+local turn = redis.call('HGETALL', ARGV[4] .. id)
+redis.call('PUBLISH', ARGV[5], ARGV[6])
+local subs = redis.call('SCARD', KEYS[6]) + redis.call('SCARD', KEYS[7])
+local msgs = redis.call('LRANGE', KEYS[5], -tonumber(ARGV[7]), -1)
+return {4, sess, id, turn, subs, msgs}
+`)
+
+// StartDrain is a drain's first step in one round trip: it takes the
+// session's lease for owner (for ttl) and, when no turn is left running and
+// a turn is queued, pops it and marks it running (as PopTurn), publishes
+// "session:SID" (the owner's console), and returns the session, the turn,
+// whether any subscription might watch the session and its last history
+// messages. With a turn left running or an empty queue it only takes the
+// lease: the caller goes the long way (CurrentTurn, PopTurn) under it.
+func (s *Store) StartDrain(ctx context.Context, sid, owner string, ttl time.Duration, now time.Time, history int) (*Drain, error) {
+	if ttl <= 0 {
+		return nil, fmt.Errorf("lease of %s: ttl %v: a lease must expire", sid, ttl)
+	}
+	res, err := startDrainScript.Run(ctx, s.rdb, []string{s.sessKey(sid), s.k("lease", sid), s.k("cur", sid),
+		s.k("q", sid), s.msgsKey(sid), s.k("subidx", sid), s.k("subidx", "all")},
+		owner, max(ttl.Milliseconds(), 1), ms(now), s.turnKey(""), s.NotifyChannel(), "session:"+sid, history).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("start drain %s: %w", sid, err)
+	}
+	code, _ := res[0].(int64)
+	d := &Drain{State: DrainState(code)}
+	if d.State == DrainNoSession || d.State == DrainLeaseHeld {
+		return d, nil
+	}
+	d.Session = sessionFrom(flatMap(res[1]))
+	if d.State != DrainStarted {
+		return d, nil
+	}
+	id, _ := res[2].(string)
+	d.Turn = turnFrom(flatMap(res[3]))
+	d.Turn.ID = id
+	n, _ := res[4].(int64)
+	d.Watched = n > 0
+	raw, _ := res[5].([]any)
+	d.History = make([]Message, 0, len(raw))
+	for _, r := range raw {
+		var m Message
+		if str, ok := r.(string); ok && json.Unmarshal([]byte(str), &m) == nil {
+			d.History = append(d.History, m)
+		}
+	}
+	return d, nil
+}
+
+// flatMap turns a script's HGETALL reply (field, value, …) into a map.
+func flatMap(v any) map[string]string {
+	a, _ := v.([]any)
+	m := make(map[string]string, len(a)/2)
+	for i := 0; i+1 < len(a); i += 2 {
+		k, _ := a[i].(string)
+		val, _ := a[i+1].(string)
+		m[k] = val
+	}
+	return m
+}
+
+// KEYS: q:SID, cur:SID, drain:SID, busy:ORCH ("" = none), turn:ID, msgs:SID, sess:SID,
+// sessions:active, drains, events, subidx:SID, subidx:all, lease:SID. ARGV: session id,
+// message JSON ("" = none), at (ms), event JSON, watched anyway (1|0), lease owner
+// ("" = keep the lease), notify channel, the session's notification, the turn's
+// notification, then the turn's field/value pairs.
+var finishEmitScript = redis.NewScript(`
+if #ARGV >= 11 then redis.call('HSET', KEYS[5], unpack(ARGV, 10)) end
+if redis.call('GET', KEYS[2]) == redis.call('HGET', KEYS[5], 'id') then redis.call('DEL', KEYS[2]) end
+if ARGV[2] ~= '' then redis.call('RPUSH', KEYS[6], ARGV[2]) end
+if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('HSET', KEYS[7], 'last', ARGV[3]) end
+redis.call('ZADD', KEYS[8], 'XX', ARGV[3], ARGV[1])
+local more = 1
+if redis.call('LLEN', KEYS[1]) == 0 then
+  redis.call('DEL', KEYS[3])
+  redis.call('SREM', KEYS[9], ARGV[1])
+  if KEYS[4] ~= '' then redis.call('SREM', KEYS[4], ARGV[1]) end
+  more = 0
+end
+redis.call('XADD', KEYS[10], 'MAXLEN', '~', 10000, '*', 'e', ARGV[4])
+local watched = 0
+if ARGV[5] == '1' or redis.call('SCARD', KEYS[11]) > 0 or redis.call('SCARD', KEYS[12]) > 0 then watched = 1 end
+redis.call('PUBLISH', ARGV[7], ARGV[8])
+local released = 0
+if watched == 0 then
+  redis.call('PUBLISH', ARGV[7], ARGV[9])
+  if more == 0 and ARGV[6] ~= '' and redis.call('GET', KEYS[13]) == ARGV[6] then
+    redis.call('DEL', KEYS[13])
+    released = 1
+  end
+end
+return {more, watched, released}
+`)
+
+// FinishTurnEmit is FinishTurn followed by AppendEvent of the turn's event
+// (ev, its ID and At set), in one step, and the notifications that follow
+// them: "session:SID", then, when no subscription might take the event,
+// "turn:ID". When one might (watched), the caller starts the event's fan-out
+// and then publishes "turn:ID" itself, as before. With releaseOwner set, no
+// more turns queued and the event not watched (nothing left for the drain to
+// do), the session's lease is released in the same step if releaseOwner
+// still holds it (released reports that).
+func (s *Store) FinishTurnEmit(ctx context.Context, sid, orchestrator, turnID string, msg *Message, at time.Time, ev *Event, releaseOwner string, kv ...any) (more, watched, released bool, err error) {
+	m := ""
+	if msg != nil {
+		b, err := json.Marshal(msg)
+		if err != nil {
+			return false, false, false, err
+		}
+		m = string(b)
+	}
+	evb, err := json.Marshal(ev)
+	if err != nil {
+		return false, false, false, err
+	}
+	args := append([]any{sid, m, ms(at), string(evb), b2s(ev.Sub != "" || ev.Watcher != ""), releaseOwner,
+		s.NotifyChannel(), "session:" + sid, "turn:" + turnID}, kv...)
+	res, err := finishEmitScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
+		s.BusyKey(orchestrator), s.turnKey(turnID), s.msgsKey(sid), s.sessKey(sid), s.k("sessions", "active"), s.drainsKey(),
+		s.k("events"), s.k("subidx", ev.Session), s.k("subidx", "all"), s.k("lease", sid)}, args...).Int64Slice()
+	if err != nil {
+		return false, false, false, fmt.Errorf("finish turn %s: %w", turnID, err)
+	}
+	return res[0] == 1, res[1] == 1, res[2] == 1, nil
+}
+
+// SeenEndWaiting is MarkTurnSeen (when seen) then EndWaiting, in one MULTI:
+// the turn is marked seen before its wait ends, as when they were two steps.
+func (s *Store) SeenEndWaiting(ctx context.Context, turn string, seen bool) (map[string][]Batch, error) {
+	var items *redis.StringSliceCmd
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		if seen {
+			p.HSet(ctx, s.turnKey(turn), "waited", "1")
+		}
+		p.Del(ctx, s.k("waiting", turn))
+		items = p.LRange(ctx, s.k("echo", turn), 0, -1)
+		p.Del(ctx, s.k("echo", turn))
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return decodeEchoes(items.Val()), nil
+}
