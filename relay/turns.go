@@ -104,6 +104,15 @@ func (r *Relay) Drain(ctx context.Context, sid string) error {
 		return err
 	}
 	if more {
+		// The lease goes before the next drain is enqueued: a worker that
+		// takes that drain at once must find the session free, or it would
+		// wait out a retry (1 s) for nothing.
+		if !rel.released {
+			rel.released = true
+			if err := r.st.ReleaseLease(ctx, sid, owner); err != nil {
+				r.log.Warn("release the lease before the next drain; it expires on its own", "session", id8(sid), "err", err)
+			}
+		}
 		next := "drain:" + sid + ":" + store.NewID(6)
 		if err := r.st.SetDrainID(ctx, sid, next); err != nil {
 			return err
