@@ -57,7 +57,7 @@ func (p *peer) call(c *gin.Context) {
 		c.JSON(http.StatusRequestEntityTooLarge, gin.H{"error": "The peer call is too large. Nothing was done.", "code": relay.CodeInvalidInput})
 		return
 	}
-	env, _ := p.r.PeerCall(c.Request.Context(), body)
+	env, _ := p.r.PeerCall(c.Request.Context(), bearerToken(c.Request), body)
 	c.Data(http.StatusOK, "application/json", env)
 }
 
@@ -76,7 +76,7 @@ func (p *peer) events(c *gin.Context) {
 		}
 		wait = n
 	}
-	out, err := p.r.PeerEventsFor(c.Request.Context(), sub, c.Query("after"), time.Duration(wait)*time.Second)
+	out, err := p.r.PeerEventsFor(c.Request.Context(), bearerToken(c.Request), sub, c.Query("after"), time.Duration(wait)*time.Second)
 	if err != nil {
 		fail(c, err)
 		return

@@ -39,8 +39,10 @@ func (r *Relay) PeerHello(ctx context.Context) (Hello, error) {
 var acceptGated = map[string]bool{"send": true, "create_session": true, "answer_question": true, "stop": true,
 	"archive": true, "update_session": true, "subscribe": true, "transfer_subscriptions": true}
 
-// PeerCall performs POST /peer/v1/call: an action for an agent of a paired relay (R13.1).
-func (r *Relay) PeerCall(ctx context.Context, raw []byte) (json.RawMessage, bool) {
+// PeerCall performs POST /peer/v1/call: an action for an agent of a paired
+// relay (R13.1). tok is the peer token the call came with: the first call
+// ties it to the calling relay's name, and it never speaks for another.
+func (r *Relay) PeerCall(ctx context.Context, tok string, raw []byte) (json.RawMessage, bool) {
 	start := time.Now()
 	var body PeerCallBody
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -53,6 +55,14 @@ func (r *Relay) PeerCall(ctx context.Context, raw []byte) (json.RawMessage, bool
 	action := body.Action
 	if _, ok := actionArgs[action]; !ok {
 		action = "unknown"
+	}
+	bound, err := r.st.BindPeerToken(ctx, tok, body.Origin.Relay)
+	if err != nil {
+		return r.envelope(action, "", start, nil, internal(err))
+	}
+	if !strings.EqualFold(bound, body.Origin.Relay) {
+		r.log.Warn("peer call refused: the token belongs to another relay", "from", body.Origin.Relay, "token_of", bound)
+		return r.envelope(action, "", start, nil, Errorf(CodeAuth, "This peer token belongs to relay %q; it cannot speak for relay %q. Nothing was done.", bound, body.Origin.Relay))
 	}
 	m := map[string]json.RawMessage{}
 	for k, v := range body.Args {
@@ -136,13 +146,21 @@ func (r *Relay) peerCheck(ctx context.Context, c *caller, a *args) (*result, *Er
 // PeerEventsFor answers GET /peer/v1/events (R13.2): the events of a
 // subscription a paired relay's conversation holds here, after a cursor,
 // waiting up to wait for the first one.
-func (r *Relay) PeerEventsFor(ctx context.Context, subID, after string, wait time.Duration) (*PeerEvents, error) {
+func (r *Relay) PeerEventsFor(ctx context.Context, tok, subID, after string, wait time.Duration) (*PeerEvents, error) {
 	sub, err := r.st.GetSubscription(ctx, subID)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && !isPeerConversation(sub.Watcher)) {
 		return nil, Errorf(CodeNotFound, "No subscription %q of another relay's agent here.", subID)
 	}
 	if err != nil {
 		return nil, err
+	}
+	// Only the relay whose conversation holds it reads it (the token's relay).
+	bound, err := r.st.PeerTokenRelay(ctx, tok)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.HasPrefix(strings.ToLower(sub.Watcher), PeerWatcherPrefix+bound+":") {
+		return nil, Errorf(CodeNotFound, "No subscription %q of another relay's agent here.", subID)
 	}
 	if wait > 25*time.Second {
 		wait = 25 * time.Second

@@ -969,3 +969,46 @@ func TestPeerOldRelayFeatures(t *testing.T) {
 		t.Errorf("the old relay got %d calls, want 1 (the refused ones are never sent)", n)
 	}
 }
+
+// TestPeerTokenBoundToRelay: a peer token speaks for the relay that first
+// used it and for no other (a holder of alpha's token cannot pose as
+// another relay's agent on bravo).
+func TestPeerTokenBoundToRelay(t *testing.T) {
+	a, b := prStartPair(t, nil, nil)
+	var tok map[string]any
+	if st := b.Owner("POST", "/api/v1/peer-tokens", map[string]any{}, &tok); st != 201 {
+		t.Fatalf("peer token: %d %v", st, tok)
+	}
+	var p map[string]any
+	if st := a.Owner("POST", "/api/v1/relays", map[string]any{"url": b.URL, "token": tok["token"]}, &p); st != 201 {
+		t.Fatalf("pair: %d %v", st, p)
+	}
+	s := a.NewSession(map[string]any{"title": "caller", "text": "use @bravo"})
+	if res := prRun(t, a, s, prTool(map[string]any{"action": "list_sessions", "relay": "bravo"})); res[0]["ok"] != true {
+		t.Fatalf("list_sessions on bravo: %v", res[0])
+	}
+	call := func(relayName string) map[string]any {
+		body, _ := json.Marshal(map[string]any{"action": "list_sessions", "args": map[string]any{},
+			"origin": map[string]any{"relay": relayName, "session": "0123456789abcdef", "title": "x", "path": []string{relayName}}})
+		req, _ := http.NewRequest("POST", b.URL+"/peer/v1/call", strings.NewReader(string(body)))
+		req.Header.Set("Authorization", "Bearer "+tok["token"].(string))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var env map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	if env := call("alpha"); env["ok"] != true {
+		t.Errorf("the token's own relay: %v", env)
+	}
+	env := call("mallory")
+	if env["code"] != "REMOTE_RELAY_AUTH" || !strings.Contains(env["error"].(string), `belongs to relay "alpha"`) {
+		t.Errorf("another relay's name with alpha's token: %v", env)
+	}
+}

@@ -17,6 +17,7 @@ import (
 //
 //	relays            hash: lower-case local name → Pairing JSON
 //	peertok           hash: sha256(token) → PeerToken JSON (tokens other relays present here)
+//	peertokrelay      hash: sha256(token) → the relay name it was first used by
 //	unlock:SID        set: local names of paired relays unlocked in conversation SID (R4.4)
 //	rsubs             set: ids of subscriptions this relay's conversations hold on paired relays
 //	rasks             hash: ask id → RemoteAsk JSON (asks kept on a paired relay, polled, R10.5)
@@ -163,7 +164,7 @@ func (s *Store) RevokePeerTokens(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return n, s.rdb.Del(ctx, s.k("peertok")).Err()
+	return n, s.rdb.Del(ctx, s.k("peertok"), s.k("peertokrelay")).Err()
 }
 
 // Instance returns this relay's instance id, made on first use.
@@ -307,4 +308,30 @@ func (s *Store) Links(ctx context.Context) (map[string]Link, error) {
 // DropLink forgets a removed pairing's link state.
 func (s *Store) DropLink(ctx context.Context, name string) error {
 	return s.rdb.HDel(ctx, s.k("relaylink"), strings.ToLower(name)).Err()
+}
+
+// BindPeerToken ties a peer token to the relay that first speaks with it
+// (peertokrelay hash: sha256(token) → relay name) and returns the name it is
+// tied to: a token one relay was given cannot later speak for another.
+func (s *Store) BindPeerToken(ctx context.Context, tok, relay string) (string, error) {
+	h := tokenHash(tok)
+	var get *redis.StringCmd
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSetNX(ctx, s.k("peertokrelay"), h, strings.ToLower(relay))
+		get = p.HGet(ctx, s.k("peertokrelay"), h)
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return get.Val(), nil
+}
+
+// PeerTokenRelay is the relay a peer token is tied to ("" before its first call).
+func (s *Store) PeerTokenRelay(ctx context.Context, tok string) (string, error) {
+	v, err := s.rdb.HGet(ctx, s.k("peertokrelay"), tokenHash(tok)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return v, err
 }
