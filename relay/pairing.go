@@ -149,25 +149,20 @@ func (r *Relay) Pair(ctx context.Context, in PairRequest) (map[string]any, error
 				return nil, Errorf(CodeInvalidInput, "The relay at %q calls itself %q, which cannot be used here (%s); give a name. Nothing was paired.", base, h.Name, e.Msg)
 			}
 		}
-		p.RemoteName, p.Instance, p.Version, p.Features, p.Online = h.Name, h.Instance, h.Version, h.Features, true
-		p.Features = append([]string{}, h.Features...)
-		p.LastSeenAt = r.now()
+		p.RemoteName, p.Instance, p.Version, p.Features = h.Name, h.Instance, h.Version, append([]string{}, h.Features...)
 	case e.Code == CodeAuth:
 		return nil, Errorf(CodeAuth, "The relay at %q rejects this token. Make a new one there (POST /api/v1/peer-tokens) and pair again. Nothing was paired.", base)
 	case p.Name == "":
 		return nil, Errorf(CodeOffline, "The relay at %q did not answer hello within 5 s (%s). Give a name to pair it while it is offline. Nothing was paired.", base, e.Msg)
 	default:
-		p.Online, p.Reason = false, e.Msg
 	}
 	if err := r.st.AddPairing(ctx, p); errors.Is(err, store.ErrExists) {
 		return nil, Errorf(CodeInvalidInput, "A relay named %q is paired already; give another name or remove that pairing first. Nothing was paired.", p.Name)
 	} else if err != nil {
 		return nil, err
 	}
-	if _, err := r.st.SetLink(ctx, p.Name, store.Link{Online: p.Online, LastSeenAt: p.LastSeenAt, Reason: p.Reason, Version: p.Version}); err != nil {
-		r.log.Warn("record link state", "relay", p.Name, "err", err)
-	}
-	r.log.Info("relay paired", "relay", p.Name, "url", base, "online", p.Online, "permission", p.Permission)
+	r.link(ctx, p, e)
+	r.log.Info("relay paired", "relay", p.Name, "url", base, "online", e == nil, "permission", p.Permission)
 	links, _ := r.st.Links(ctx)
 	return r.pairingView(p, links), nil
 }
@@ -183,20 +178,14 @@ func (r *Relay) checkRelayName(name string) *Error {
 }
 
 func (r *Relay) pairingView(p *store.Pairing, links map[string]store.Link) map[string]any {
-	online, seen, reason, version := p.Online, p.LastSeenAt, p.Reason, p.Version
-	if l, ok := links[strings.ToLower(p.Name)]; ok {
-		online, seen, reason = l.Online, l.LastSeenAt, l.Reason
-		if l.Version != "" {
-			version = l.Version
-		}
-	}
-	m := map[string]any{"name": p.Name, "url": p.URL, "host": p.Host, "online": online, "version": version,
-		"permission": p.Permission, "pairedAt": ts(p.PairedAt), "lastSeenAt": ts(seen)}
+	l := links[strings.ToLower(p.Name)]
+	m := map[string]any{"name": p.Name, "url": p.URL, "host": p.Host, "online": l.Online, "version": p.Version,
+		"permission": p.Permission, "pairedAt": ts(p.PairedAt), "lastSeenAt": ts(l.LastSeenAt)}
 	if p.RemoteName != "" && !strings.EqualFold(p.RemoteName, p.Name) {
 		m["remoteName"] = p.RemoteName
 	}
-	if !online && reason != "" {
-		m["offlineReason"] = reason
+	if !l.Online && l.Reason != "" {
+		m["offlineReason"] = l.Reason
 	}
 	return m
 }
@@ -365,13 +354,8 @@ func (r *Relay) unlockMentions(ctx context.Context, sid, text string) {
 			names = append(names, p.Name)
 		}
 	}
-	if err := r.st.Unlock(ctx, sid, names...); err != nil {
+	if err := r.st.Unlock(ctx, sid, true, names...); err != nil {
 		r.log.Warn("unlock mentioned relays", "session", sid, "err", err)
-	}
-	for _, n := range names { // the chain's unlocked relays are the owner's mentions only (R4.7)
-		if err := r.st.SetFlag(ctx, sid, mentionFlag(n)); err != nil {
-			r.log.Warn("record mentioned relay", "session", sid, "relay", n, "err", err)
-		}
 	}
 }
 
@@ -384,7 +368,7 @@ func (r *Relay) unlockFrom(ctx context.Context, sid, relayName string) {
 	}
 	for _, p := range ps {
 		if strings.EqualFold(p.SelfName(), relayName) || strings.EqualFold(p.Name, relayName) {
-			if err := r.st.Unlock(ctx, sid, p.Name); err != nil {
+			if err := r.st.Unlock(ctx, sid, false, p.Name); err != nil {
 				r.log.Warn("unlock relay", "session", sid, "relay", p.Name, "err", err)
 			}
 		}
@@ -418,12 +402,7 @@ func (r *Relay) pairedRelays(ctx context.Context, sid string) ([]any, int, error
 	n := 0
 	for _, p := range ps {
 		v := r.pairingView(p, links)
-		open := false
-		for _, u := range unlocked {
-			if strings.EqualFold(u, p.Name) {
-				open = true
-			}
-		}
+		_, open := unlocked[strings.ToLower(p.Name)]
 		if open {
 			n++
 		}
@@ -498,6 +477,6 @@ func (r *Relay) AnswerPairedAsk(ctx context.Context, relayName, id string, in In
 // anyPairing reports whether at least one relay is paired (an unreadable
 // list counts as none: the agent is then offered no tool this turn).
 func (r *Relay) anyPairing(ctx context.Context) bool {
-	ps, err := r.st.Pairings(ctx)
-	return err == nil && len(ps) > 0
+	n, err := r.st.PairingCount(ctx)
+	return err == nil && n > 0
 }

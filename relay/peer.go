@@ -197,27 +197,22 @@ func (r *Relay) hello(ctx context.Context, name, base, token string, timeout tim
 
 // link records whether a paired relay answered (list_relays shows it).
 func (r *Relay) link(ctx context.Context, p *store.Pairing, e *Error) {
-	l := store.Link{Online: true, LastSeenAt: r.now()}
+	online, reason := e == nil, ""
 	if e != nil {
 		if e.Code != CodeOffline && e.Code != CodeAuth {
 			return // it answered: a refusal under its rules says nothing about the link
 		}
-		l = store.Link{Online: false, Reason: e.Msg}
-		if old, err := r.st.Links(ctx); err == nil {
-			l.LastSeenAt = old[strings.ToLower(p.Name)].LastSeenAt
-		}
+		reason = e.Msg
 	}
-	changed, err := r.st.SetLink(context.WithoutCancel(ctx), p.Name, l)
+	changed, err := r.st.SetLink(context.WithoutCancel(ctx), p.Name, online, r.now(), reason)
 	if err != nil {
 		r.log.Warn("record link state", "relay", p.Name, "err", err)
 		return
 	}
-	if changed {
-		if l.Online {
-			r.log.Info("paired relay online", "relay", p.Name)
-		} else {
-			r.log.Warn("paired relay offline", "relay", p.Name, "reason", l.Reason)
-		}
+	if changed && online {
+		r.log.Info("paired relay online", "relay", p.Name)
+	} else if changed {
+		r.log.Warn("paired relay offline", "relay", p.Name, "reason", reason)
 	}
 }
 

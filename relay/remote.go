@@ -81,21 +81,22 @@ func (r *Relay) chain(ctx context.Context, c *caller) store.Origin {
 // conversation (not those unlocked because their agent wrote there, R4.4 b),
 // by the names they give themselves.
 func (r *Relay) mentionedRelays(ctx context.Context, sid string) []string {
+	unlocked, err := r.st.Unlocked(ctx, sid)
+	if err != nil || len(unlocked) == 0 {
+		return nil
+	}
 	ps, err := r.st.Pairings(ctx)
-	if err != nil || len(ps) == 0 {
+	if err != nil {
 		return nil
 	}
 	var out []string
 	for _, p := range ps {
-		if ok, err := r.st.Flag(ctx, sid, mentionFlag(p.Name)); err == nil && ok {
+		if unlocked[strings.ToLower(p.Name)] {
 			out = append(out, p.SelfName())
 		}
 	}
 	return out
 }
-
-// mentionFlag marks, per conversation, a paired relay the owner unlocked by mention (R4.7).
-func mentionFlag(name string) string { return "mention:" + strings.ToLower(name) }
 
 // pairing finds a paired relay by its name or its host (R4.3), case-insensitively.
 func (r *Relay) pairing(ctx context.Context, name string) (*store.Pairing, error) {

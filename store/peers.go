@@ -18,7 +18,7 @@ import (
 //	relays            hash: lower-case local name → Pairing JSON
 //	peertok           hash: sha256(token) → PeerToken JSON (tokens other relays present here)
 //	peertokrelay      hash: sha256(token) → the relay name it was first used by
-//	unlock:SID        set: local names of paired relays unlocked in conversation SID (R4.4)
+//	unlock:SID        hash: local names of paired relays unlocked in conversation SID (R4.4) → owner | agent
 //	rsubs             set: ids of subscriptions this relay's conversations hold on paired relays
 //	rasks             hash: ask id → RemoteAsk JSON (asks kept on a paired relay, polled, R10.5)
 //	instance          this relay's random instance id (hello: a pairing that points at itself)
@@ -34,10 +34,8 @@ type Pairing struct {
 	Instance   string    `json:"instance,omitempty"`
 	Version    string    `json:"version,omitempty"`
 	Features   []string  `json:"features,omitempty"`
-	Online     bool      `json:"online"`
 	PairedAt   time.Time `json:"pairedAt"`
-	LastSeenAt time.Time `json:"lastSeenAt,omitzero"`
-	Reason     string    `json:"reason,omitempty"` // why it is offline, last seen
+	// Whether it answers is its Link, kept apart (SetLink).
 }
 
 // SelfName is the name the paired relay gives itself, or the local one.
@@ -124,6 +122,11 @@ func (s *Store) Pairings(ctx context.Context) ([]*Pairing, error) {
 	return out, nil
 }
 
+// PairingCount is how many relays are paired.
+func (s *Store) PairingCount(ctx context.Context) (int64, error) {
+	return s.rdb.HLen(ctx, s.k("relays")).Result()
+}
+
 // DeletePairing removes a pairing; false when there was none.
 func (s *Store) DeletePairing(ctx context.Context, name string) (bool, error) {
 	n, err := s.rdb.HDel(ctx, s.k("relays"), strings.ToLower(name)).Result()
@@ -176,26 +179,45 @@ func (s *Store) Instance(ctx context.Context) (string, error) {
 	return s.rdb.Get(ctx, s.k("instance")).Result()
 }
 
-// Unlock records paired relays as unlocked in a conversation (R4.4: it stays so).
-func (s *Store) Unlock(ctx context.Context, sid string, names ...string) error {
+// Unlock records paired relays as unlocked in a conversation (R4.4: it
+// stays so). byOwner says the owner mentioned them; otherwise an agent on
+// that relay wrote here. Only the owner's mentions count for a chain's
+// unlocked relays (R4.7), so a mention overrides, and an agent's write never
+// downgrades one.
+func (s *Store) Unlock(ctx context.Context, sid string, byOwner bool, names ...string) error {
 	if len(names) == 0 {
 		return nil
 	}
-	m := make([]any, len(names))
-	for i, n := range names {
-		m[i] = strings.ToLower(n)
-	}
-	return s.rdb.SAdd(ctx, s.k("unlock", sid), m...).Err()
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, n := range names {
+			if byOwner {
+				p.HSet(ctx, s.k("unlock", sid), strings.ToLower(n), "owner")
+			} else {
+				p.HSetNX(ctx, s.k("unlock", sid), strings.ToLower(n), "agent")
+			}
+		}
+		return nil
+	})
+	return err
 }
 
-// Unlocked lists the (lower-case local) names of the relays unlocked in a conversation.
-func (s *Store) Unlocked(ctx context.Context, sid string) ([]string, error) {
-	return s.rdb.SMembers(ctx, s.k("unlock", sid)).Result()
+// Unlocked maps the (lower-case local) names of the relays unlocked in a
+// conversation to whether the owner mentioned them.
+func (s *Store) Unlocked(ctx context.Context, sid string) (map[string]bool, error) {
+	m, err := s.rdb.HGetAll(ctx, s.k("unlock", sid)).Result()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(m))
+	for k, v := range m {
+		out[k] = v == "owner"
+	}
+	return out, nil
 }
 
 // IsUnlocked reports whether a paired relay is unlocked in a conversation.
 func (s *Store) IsUnlocked(ctx context.Context, sid, name string) (bool, error) {
-	return s.rdb.SIsMember(ctx, s.k("unlock", sid), strings.ToLower(name)).Result()
+	return s.rdb.HExists(ctx, s.k("unlock", sid), strings.ToLower(name)).Result()
 }
 
 // Subscriptions this relay's conversations hold on paired relays (R8.20):
@@ -266,27 +288,40 @@ func (s *Store) DeleteRemoteAsk(ctx context.Context, id string) (bool, error) {
 }
 
 // Link is a pairing's last known link state, kept apart from its settings so
-// a poll never overwrites an owner's change (relaylink hash).
+// a poll never overwrites an owner's change: relaylink hash, fields
+// NAME:online ("1"/"0"), NAME:seen (unix ms of the last answer), NAME:reason.
 type Link struct {
-	Online     bool      `json:"online"`
-	LastSeenAt time.Time `json:"lastSeenAt,omitzero"`
-	Reason     string    `json:"reason,omitempty"`
-	Version    string    `json:"version,omitempty"`
+	Online     bool
+	LastSeenAt time.Time
+	Reason     string // why it is offline
 }
 
-// SetLink records a pairing's link state; it reports whether online changed.
-func (s *Store) SetLink(ctx context.Context, name string, l Link) (bool, error) {
-	b, err := json.Marshal(l)
-	if err != nil {
-		return false, err
+// setLinkScript records a link state and reports whether online changed.
+// KEYS[1] relaylink hash. ARGV[1] name, ARGV[2] online "1"|"0", ARGV[3] now
+// (unix ms, written as seen when online), ARGV[4] reason (when offline).
+var setLinkScript = redis.NewScript(`
+local old = redis.call('HGET', KEYS[1], ARGV[1] .. ':online')
+redis.call('HSET', KEYS[1], ARGV[1] .. ':online', ARGV[2])
+if ARGV[2] == '1' then
+  redis.call('HSET', KEYS[1], ARGV[1] .. ':seen', ARGV[3])
+  redis.call('HDEL', KEYS[1], ARGV[1] .. ':reason')
+else
+  redis.call('HSET', KEYS[1], ARGV[1] .. ':reason', ARGV[4])
+end
+if old == ARGV[2] then return 0 end
+return 1
+`)
+
+// SetLink records whether a pairing answered, in one round trip; it keeps
+// the last time it answered while it does not, and reports whether online
+// changed.
+func (s *Store) SetLink(ctx context.Context, name string, online bool, at time.Time, reason string) (bool, error) {
+	on := "0"
+	if online {
+		on = "1"
 	}
-	old, err := s.rdb.HGet(ctx, s.k("relaylink"), strings.ToLower(name)).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return false, err
-	}
-	var prev Link
-	known := old != "" && json.Unmarshal([]byte(old), &prev) == nil
-	return !known || prev.Online != l.Online, s.rdb.HSet(ctx, s.k("relaylink"), strings.ToLower(name), b).Err()
+	n, err := setLinkScript.Run(ctx, s.rdb, []string{s.k("relaylink")}, strings.ToLower(name), on, ms(at), reason).Int()
+	return n == 1, err
 }
 
 // Links reads every pairing's link state by lower-case name.
@@ -295,19 +330,31 @@ func (s *Store) Links(ctx context.Context) (map[string]Link, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]Link, len(m))
+	out := map[string]Link{}
 	for k, v := range m {
-		var l Link
-		if json.Unmarshal([]byte(v), &l) == nil {
-			out[k] = l
+		i := strings.LastIndexByte(k, ':')
+		if i < 0 {
+			continue
 		}
+		name, field := k[:i], k[i+1:]
+		l := out[name]
+		switch field {
+		case "online":
+			l.Online = v == "1"
+		case "seen":
+			l.LastSeenAt = fromMS(atoi64(v))
+		case "reason":
+			l.Reason = v
+		}
+		out[name] = l
 	}
 	return out, nil
 }
 
 // DropLink forgets a removed pairing's link state.
 func (s *Store) DropLink(ctx context.Context, name string) error {
-	return s.rdb.HDel(ctx, s.k("relaylink"), strings.ToLower(name)).Err()
+	n := strings.ToLower(name)
+	return s.rdb.HDel(ctx, s.k("relaylink"), n+":online", n+":seen", n+":reason").Err()
 }
 
 // BindPeerToken ties a peer token to the relay that first speaks with it
