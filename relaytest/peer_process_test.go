@@ -227,17 +227,7 @@ func (p *peerProc) turn(id string) *store.Turn {
 // waitTurn waits until a turn reaches one of the statuses.
 func (p *peerProc) waitTurn(id string, d time.Duration, statuses ...store.TurnStatus) *store.Turn {
 	p.t.Helper()
-	var tr *store.Turn
-	Eventually(p.t, d, func() bool {
-		tr = p.turn(id)
-		for _, s := range statuses {
-			if tr.Status == s {
-				return true
-			}
-		}
-		return false
-	}, "%s: turn %s to reach %v", p.label, id, statuses)
-	return tr
+	return waitTurnStatus(p.t, d, p.turn, p.label+": ", id, statuses)
 }
 
 // waitDone waits for a turn to end and fails unless it is done.

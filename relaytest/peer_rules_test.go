@@ -682,6 +682,20 @@ func TestPeerFaults(t *testing.T) {
 		}
 	}
 
+	// §16: the link state and the failed requests show in /metrics.
+	resp, err := http.Get(a.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	for _, want := range []string{`relay_peer_requests_total{code="REMOTE_RELAY_OFFLINE",kind="call"}`,
+		`relay_peer_requests_total{code="REMOTE_RELAY_AUTH",kind="call"}`, `relay_paired_relays_offline 4`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+
 	// No blocking: while one session waits on the hanging relay, another
 	// session's local call answers at once.
 	mid := a.Message(sa.ID, Script(prTool(map[string]any{"action": "wait", "relay": "fhang", "session": "zzzzzzzzzzzz", "wait_seconds": 6})))

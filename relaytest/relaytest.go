@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -327,16 +328,18 @@ func (r *Relay) Turn(id string) *store.Turn {
 // WaitTurn waits until a turn reaches one of the statuses.
 func (r *Relay) WaitTurn(id string, d time.Duration, statuses ...store.TurnStatus) *store.Turn {
 	r.tb.Helper()
+	return waitTurnStatus(r.tb, d, r.Turn, "", id, statuses)
+}
+
+// waitTurnStatus waits until get(id) reaches one of the statuses (where
+// names the relay in the failure, "" for the only one).
+func waitTurnStatus(tb testing.TB, d time.Duration, get func(string) *store.Turn, where, id string, statuses []store.TurnStatus) *store.Turn {
+	tb.Helper()
 	var t *store.Turn
-	Eventually(r.tb, d, func() bool {
-		t = r.Turn(id)
-		for _, s := range statuses {
-			if t.Status == s {
-				return true
-			}
-		}
-		return false
-	}, "turn %s to reach %v", id, statuses)
+	Eventually(tb, d, func() bool {
+		t = get(id)
+		return slices.Contains(statuses, t.Status)
+	}, "%sturn %s to reach %v", where, id, statuses)
 	return t
 }
 
