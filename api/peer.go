@@ -85,7 +85,7 @@ func (p *peer) events(c *gin.Context) {
 }
 
 func (p *peer) inbox(c *gin.Context) {
-	list, err := p.r.PeerInbox(c.Request.Context())
+	list, err := p.r.Inbox(c.Request.Context()) // this relay's open asks, for a paired relay's inbox (R10.3)
 	if err != nil {
 		fail(c, err)
 		return

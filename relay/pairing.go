@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/oar/relay/store"
@@ -435,18 +436,33 @@ func (r *Relay) InboxWithPaired(ctx context.Context) ([]any, []any, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// Every paired relay at once: one that does not answer costs its timeout, not the sum.
+	type answer struct {
+		asks []map[string]any
+		e    *Error
+	}
+	answers := make([]answer, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var out struct {
+				Asks []map[string]any `json:"asks"`
+			}
+			e := r.peerDo(ctx, p.Name, p.URL, p.Token, http.MethodGet, "/peer/v1/inbox", nil, r.opts.Timing.PeerTimeout, &out)
+			r.link(ctx, p, e)
+			answers[i] = answer{out.Asks, e}
+		}()
+	}
+	wg.Wait()
 	unreachable := []any{}
-	for _, p := range ps {
-		var out struct {
-			Asks []map[string]any `json:"asks"`
-		}
-		e := r.peerDo(ctx, p.Name, p.URL, p.Token, http.MethodGet, "/peer/v1/inbox", nil, r.opts.Timing.PeerTimeout, &out)
-		r.link(ctx, p, e)
-		if e != nil {
+	for i, p := range ps {
+		if e := answers[i].e; e != nil {
 			unreachable = append(unreachable, map[string]any{"relay": p.Name, "code": e.Code, "error": e.Msg})
 			continue
 		}
-		for _, m := range out.Asks {
+		for _, m := range answers[i].asks {
 			m["relay"] = p.Name
 			list = append(list, m)
 		}

@@ -189,9 +189,6 @@ func (r *Relay) PeerEventsFor(ctx context.Context, tok, subID, after string, wai
 	}
 }
 
-// PeerInbox lists this relay's open asks for a paired relay's inbox (R10.3).
-func (r *Relay) PeerInbox(ctx context.Context) ([]any, error) { return r.Inbox(ctx) }
-
 // PeerAnswer answers an ask of this relay from a paired relay's inbox.
 func (r *Relay) PeerAnswer(ctx context.Context, id string, in InboxAnswer, via string) (map[string]any, error) {
 	in.Via = via

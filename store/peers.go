@@ -161,15 +161,6 @@ func (s *Store) PeerTokenValid(ctx context.Context, tok string) (bool, error) {
 	return s.rdb.HExists(ctx, s.k("peertok"), tokenHash(tok)).Result()
 }
 
-// RevokePeerTokens removes every issued peer token; it returns how many there were.
-func (s *Store) RevokePeerTokens(ctx context.Context) (int64, error) {
-	n, err := s.rdb.HLen(ctx, s.k("peertok")).Result()
-	if err != nil {
-		return 0, err
-	}
-	return n, s.rdb.Del(ctx, s.k("peertok"), s.k("peertokrelay")).Err()
-}
-
 // Instance returns this relay's instance id, made on first use.
 func (s *Store) Instance(ctx context.Context) (string, error) {
 	id := NewID(12)
