@@ -150,14 +150,20 @@ func totalCommands(ctx context.Context, rdb *redis.Client) int64 {
 func (b *bench) runGoals(ctx context.Context) (goalsResult, error) {
 	sz := goalSizesFor(b.o.quick)
 	out := goalsResult{sz: sz, cells5: map[[3]int]*fanCell{}}
-	if err := b.goals123(ctx, &out); err != nil {
-		return out, fmt.Errorf("goals 1–3: %w", err)
+	if strings.ContainsAny(b.o.goals, "123") {
+		if err := b.goals123(ctx, &out); err != nil {
+			return out, fmt.Errorf("goals 1–3: %w", err)
+		}
 	}
-	if err := b.goal4(ctx, &out); err != nil {
-		return out, fmt.Errorf("goal 4: %w", err)
+	if strings.Contains(b.o.goals, "4") {
+		if err := b.goal4(ctx, &out); err != nil {
+			return out, fmt.Errorf("goal 4: %w", err)
+		}
 	}
-	if err := b.goal5(ctx, &out); err != nil {
-		return out, fmt.Errorf("goal 5: %w", err)
+	if strings.Contains(b.o.goals, "5") {
+		if err := b.goal5(ctx, &out); err != nil {
+			return out, fmt.Errorf("goal 5: %w", err)
+		}
 	}
 	return out, nil
 }
@@ -737,8 +743,13 @@ func (b *bench) goal5(ctx context.Context, out *goalsResult) error {
 	return nil
 }
 
-func (b *bench) tableGoals(row rowFunc, g goalsResult) {
+func (b *bench) tableGoals(all rowFunc, g goalsResult) {
 	sz := g.sz
+	row := func(n, m, r, t, v string) {
+		if strings.Contains(b.o.goals, strings.TrimPrefix(n, "G")) {
+			all(n, m, r, t, v)
+		}
+	}
 	// Goal 1.
 	s1, m1, h1 := medianD(g.send1), medianD(g.mcp1), medianD(g.hop1)
 	r1 := ratio(float64(s1), float64(m1+h1))

@@ -61,6 +61,7 @@ type options struct {
 	profile     string
 	inproc      bool // MCP clients in this process instead of a child process
 	rtCallers   bool // print the relay's Redis round trips of (a) by calling site
+	goals       string // which goals of row h to measure ("123" run together)
 }
 
 func parseFlags() options {
@@ -88,6 +89,7 @@ func parseFlags() options {
 	flag.IntVar(&o.fireRate, "fire-rate", 100, "(g) schedules due per second in the firing window (one per conversation)")
 	flag.IntVar(&o.fireSecs, "fire-secs", 15, "(g) seconds of the firing window (at most 20: the schedules into one conversation)")
 	flag.BoolVar(&o.inproc, "inproc", false, "run the MCP clients of (a) and (c) in the relay's process instead of a child process")
+	flag.StringVar(&o.goals, "goals", "12345", "row h: which goals to measure (1, 2 and 3 run together; a goal left out prints no row)")
 	flag.BoolVar(&o.rtCallers, "rtcallers", false, "print to stderr where the relay's Redis round trips of (a) come from (file:line), per send round trip")
 	flag.StringVar(&o.profile, "profile", "", "directory to write CPU profiles and execution traces of the send and list phases to (send.pprof, send.trace, list.pprof, list.trace)")
 	flag.Parse()

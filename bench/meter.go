@@ -32,14 +32,16 @@ type rtCounter struct {
 	siteCount int
 }
 
-// site names the first caller in the relay's own packages (or asynq's).
+// site names the first caller in the relay's own packages (or asynq's),
+// past the store and the waker's go-redis hook.
 func site() string {
 	pcs := make([]uintptr, 40)
 	n := runtime.Callers(4, pcs)
 	frames := runtime.CallersFrames(pcs[:n])
 	for {
 		f, more := frames.Next()
-		if strings.Contains(f.Function, "github.com/oar/relay/") && !strings.Contains(f.Function, "/relay/store.") ||
+		if strings.Contains(f.Function, "github.com/oar/relay/") && !strings.Contains(f.Function, "/relay/store.") &&
+			!strings.Contains(f.Function, "/relay/worker.(*Waker)") ||
 			strings.Contains(f.Function, "github.com/hibiken/asynq.") {
 			return fmt.Sprintf("%s (%s:%d)", strings.TrimPrefix(f.Function, "github.com/"), filepath.Base(f.File), f.Line)
 		}
