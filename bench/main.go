@@ -59,8 +59,8 @@ type options struct {
 	fireRate    int // (g) schedules due per second
 	fireSecs    int // (g) seconds of the firing window
 	profile     string
-	inproc      bool // MCP clients in this process instead of a child process
-	rtCallers   bool // print the relay's Redis round trips of (a) by calling site
+	inproc      bool   // MCP clients in this process instead of a child process
+	rtCallers   bool   // print the relay's Redis round trips of (a) by calling site
 	goals       string // which goals of row h to measure ("123" run together)
 }
 
