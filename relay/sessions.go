@@ -348,22 +348,18 @@ func (r *Relay) sessionByRef(ctx context.Context, ref string) (*store.Session, *
 	if len(ref) < 8 {
 		return nil, Errorf(CodeInvalidInput, "session %q is too short: give the full id or at least its first 8 characters. Nothing was done.", ref)
 	}
-	id, n, err := r.st.ResolveSessionID(ctx, ref)
+	s, n, err := r.st.ResolveSession(ctx, ref) // one round trip for a whole id
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, Errorf(CodeNotFound, "Relay %q has no session %q. Nothing was done.", r.opts.Name, ref)
+	}
 	if err != nil {
 		return nil, internal(err)
 	}
 	if n > 1 {
 		return nil, Errorf(CodeInvalidInput, "session %q matches more than one session; give more characters of the id. Nothing was done.", ref)
 	}
-	if id == "" {
+	if s == nil {
 		return nil, Errorf(CodeNotFound, "Relay %q has no session %q. Nothing was done.", r.opts.Name, ref)
-	}
-	s, err := r.st.GetSession(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, Errorf(CodeNotFound, "Relay %q has no session %q. Nothing was done.", r.opts.Name, ref)
-	}
-	if err != nil {
-		return nil, internal(err)
 	}
 	return s, nil
 }

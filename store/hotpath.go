@@ -34,6 +34,58 @@ func (s *Store) GetSessionCurrent(ctx context.Context, id string) (*Session, str
 	return sessionFrom(m), cur.Val(), nil
 }
 
+// ResolveSession finds the session whose id is ref or starts with it and
+// reads it: matches is how many ids start with ref (1 when found; more: ref
+// is ambiguous, the session is nil). A whole id (32 hex digits, the shape of
+// every session id) is looked up and read in one round trip; a shorter
+// prefix takes a second one to read the session it names. A matching id
+// whose record is gone is ErrNotFound.
+func (s *Store) ResolveSession(ctx context.Context, ref string) (sess *Session, matches int, err error) {
+	if !wholeID(ref) {
+		id, n, err := s.ResolveSessionID(ctx, ref)
+		if err != nil || id == "" {
+			return nil, n, err
+		}
+		sess, err = s.GetSession(ctx, id)
+		return sess, 1, err
+	}
+	var ids *redis.StringSliceCmd
+	var rec *redis.MapStringStringCmd
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		ids = p.ZRangeByLex(ctx, s.k("sids"), prefixRange(ref))
+		rec = p.HGetAll(ctx, s.sessKey(ref))
+		return nil
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("resolve session %s: %w", ref, err)
+	}
+	id, n := pickMatch(ids.Val(), ref)
+	switch {
+	case id == "":
+		return nil, n, nil
+	case id != ref: // cannot happen for a whole id unless ids change shape
+		sess, err = s.GetSession(ctx, id)
+		return sess, 1, err
+	case len(rec.Val()) == 0:
+		return nil, 1, ErrNotFound
+	}
+	return sessionFrom(rec.Val()), 1, nil
+}
+
+// wholeID reports whether ref has the shape of a whole session id: 32
+// lowercase hex digits (NewID(16)).
+func wholeID(ref string) bool {
+	if len(ref) != 32 {
+		return false
+	}
+	for i := 0; i < len(ref); i++ {
+		if c := ref[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // DrainState is what StartDrain found.
 type DrainState int
 
@@ -52,7 +104,7 @@ type Drain struct {
 	Session *Session  // every state but DrainNoSession and DrainLeaseHeld
 	Turn    *Turn     // DrainStarted: the turn, as marked running
 	Watched bool      // DrainStarted: a subscription names the session or all sessions
-	History []Message // DrainStarted: the session's last messages, oldest first
+	History []Message // DrainStarted: the session's last messages, oldest first (nil when none were asked for)
 }
 
 // KEYS: sess:SID, lease:SID, cur:SID, q:SID, msgs:SID, subidx:SID, subidx:all.
@@ -70,7 +122,8 @@ redis.call('HSET', ARGV[4] .. id, 'status', 'running', 'started', ARGV[3])
 local turn = redis.call('HGETALL', ARGV[4] .. id)
 redis.call('PUBLISH', ARGV[5], ARGV[6])
 local subs = redis.call('SCARD', KEYS[6]) + redis.call('SCARD', KEYS[7])
-local msgs = redis.call('LRANGE', KEYS[5], -tonumber(ARGV[7]), -1)
+local msgs = {}
+if tonumber(ARGV[7]) > 0 then msgs = redis.call('LRANGE', KEYS[5], -tonumber(ARGV[7]), -1) end
 return {4, sess, id, turn, subs, msgs}
 `)
 
@@ -105,6 +158,9 @@ func (s *Store) StartDrain(ctx context.Context, sid, owner string, ttl time.Dura
 	d.Turn.ID = id
 	n, _ := res[4].(int64)
 	d.Watched = n > 0
+	if history <= 0 {
+		return d, nil // no history asked for: History stays nil
+	}
 	raw, _ := res[5].([]any)
 	d.History = make([]Message, 0, len(raw))
 	for _, r := range raw {
@@ -129,12 +185,21 @@ func flatMap(v any) map[string]string {
 }
 
 // KEYS: q:SID, cur:SID, drain:SID, busy:ORCH ("" = none), turn:ID, msgs:SID, sess:SID,
-// sessions:active, drains, events, subidx:SID, subidx:all, lease:SID. ARGV: session id,
-// message JSON ("" = none), at (ms), event JSON, watched anyway (1|0), lease owner
-// ("" = keep the lease), notify channel, the session's notification, the turn's
-// notification, then the turn's field/value pairs.
+// sessions:active, drains, events, subidx:SID, subidx:all, lease:SID, usage:PROVIDER.
+// ARGV: session id, message JSON ("" = none), at (ms), event JSON, watched anyway
+// (1|0), lease owner ("" = keep the lease), notify channel, the session's
+// notification, the turn's notification, the usage counted ("" = none, else
+// input tokens, output tokens, cost in micro-dollars, clear the pause 1|0), then
+// the turn's field/value pairs.
 var finishEmitScript = redis.NewScript(`
-if #ARGV >= 11 then redis.call('HSET', KEYS[5], unpack(ARGV, 10)) end
+if #ARGV >= 15 then redis.call('HSET', KEYS[5], unpack(ARGV, 14)) end
+if ARGV[10] ~= '' then
+  redis.call('HINCRBY', KEYS[14], 'turns', 1)
+  redis.call('HINCRBY', KEYS[14], 'inputTokens', ARGV[10])
+  redis.call('HINCRBY', KEYS[14], 'outputTokens', ARGV[11])
+  if tonumber(ARGV[12]) > 0 then redis.call('HINCRBY', KEYS[14], 'costMicroUSD', ARGV[12]) end
+  if ARGV[13] == '1' then redis.call('HDEL', KEYS[14], 'paused', 'pausedAt') end
+end
 if redis.call('GET', KEYS[2]) == redis.call('HGET', KEYS[5], 'id') then redis.call('DEL', KEYS[2]) end
 if ARGV[2] ~= '' then redis.call('RPUSH', KEYS[6], ARGV[2]) end
 if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('HSET', KEYS[7], 'last', ARGV[3]) end
@@ -168,8 +233,10 @@ return {more, watched, released}
 // and then publishes "turn:ID" itself, as before. With releaseOwner set, no
 // more turns queued and the event not watched (nothing left for the drain to
 // do), the session's lease is released in the same step if releaseOwner
-// still holds it (released reports that).
-func (s *Store) FinishTurnEmit(ctx context.Context, sid, orchestrator, turnID string, msg *Message, at time.Time, ev *Event, releaseOwner string, kv ...any) (more, watched, released bool, err error) {
+// still holds it (released reports that). u, when not nil, is the turn's
+// usage, counted in the same step (as AddUsage, AddUsageCost and clearing
+// the pause would, one by one).
+func (s *Store) FinishTurnEmit(ctx context.Context, sid, orchestrator, turnID string, msg *Message, at time.Time, ev *Event, releaseOwner string, u *UsageAdd, kv ...any) (more, watched, released bool, err error) {
 	m := ""
 	if msg != nil {
 		b, err := json.Marshal(msg)
@@ -182,15 +249,31 @@ func (s *Store) FinishTurnEmit(ctx context.Context, sid, orchestrator, turnID st
 	if err != nil {
 		return false, false, false, err
 	}
-	args := append([]any{sid, m, ms(at), string(evb), b2s(ev.Sub != "" || ev.Watcher != ""), releaseOwner,
-		s.NotifyChannel(), "session:" + sid, "turn:" + turnID}, kv...)
+	args := []any{sid, m, ms(at), string(evb), b2s(ev.Sub != "" || ev.Watcher != ""), releaseOwner,
+		s.NotifyChannel(), "session:" + sid, "turn:" + turnID}
+	usageKey := s.k("usage", "")
+	if u != nil {
+		usageKey = s.k("usage", u.Provider)
+		args = append(args, u.InputTokens, u.OutputTokens, u.CostMicroUSD, b2s(u.ClearPause))
+	} else {
+		args = append(args, "", "", "", "")
+	}
+	args = append(args, kv...)
 	res, err := finishEmitScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
 		s.BusyKey(orchestrator), s.turnKey(turnID), s.msgsKey(sid), s.sessKey(sid), s.k("sessions", "active"), s.drainsKey(),
-		s.k("events"), s.k("subidx", ev.Session), s.k("subidx", "all"), s.k("lease", sid)}, args...).Int64Slice()
+		s.k("events"), s.k("subidx", ev.Session), s.k("subidx", "all"), s.k("lease", sid), usageKey}, args...).Int64Slice()
 	if err != nil {
 		return false, false, false, fmt.Errorf("finish turn %s: %w", turnID, err)
 	}
 	return res[0] == 1, res[1] == 1, res[2] == 1, nil
+}
+
+// UsageAdd is a done turn's usage, counted with its outcome (FinishTurnEmit).
+type UsageAdd struct {
+	Provider                  string
+	InputTokens, OutputTokens int64
+	CostMicroUSD              int64 // added when > 0
+	ClearPause                bool  // the provider's pause by a usage limit ends (the turn succeeded)
 }
 
 // SeenEndWaiting is MarkTurnSeen (when seen) then EndWaiting, in one MULTI:

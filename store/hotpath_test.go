@@ -1,9 +1,12 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // QueueTurn marks the wait and publishes the session's notification in the
@@ -137,6 +140,15 @@ func TestStartDrain(t *testing.T) {
 	if err != nil || d.State != DrainStarted || !d.Watched {
 		t.Fatalf("watched: %+v %v", d, err)
 	}
+	// No history asked for (no provider uses it): none read, not the whole
+	// list (LRANGE from -0 would be all of it).
+	e.createSession("s3", base)
+	e.push(newTurn("s3", "agent", "a", base), "", 4, true, "d3")
+	e.push(newTurn("s3", "agent", "b", base), "", 4, true, "d3")
+	d, err = e.s.StartDrain(e.ctx, "s3", "w1", time.Minute, now, 0)
+	if err != nil || d.State != DrainStarted || d.History != nil {
+		t.Fatalf("no history: %+v %v", d, err)
+	}
 }
 
 func TestFinishTurnEmit(t *testing.T) {
@@ -158,7 +170,7 @@ func TestFinishTurnEmit(t *testing.T) {
 	ev := &Event{ID: "ev_1", Kind: "turn_end", Session: "s1", Turn: t1.ID, Status: "done", At: at}
 	msg := &Message{ID: "m1", Role: "assistant", Text: "echo", CreatedAt: at}
 	// More queued: the lease stays; not watched: both notifications.
-	more, watched, released, err := e.s.FinishTurnEmit(e.ctx, "s1", "orch", t1.ID, msg, at, ev, "w1", "status", TurnDone, "reply", "echo")
+	more, watched, released, err := e.s.FinishTurnEmit(e.ctx, "s1", "orch", t1.ID, msg, at, ev, "w1", nil, "status", TurnDone, "reply", "echo")
 	if err != nil || !more || watched || released {
 		t.Fatalf("more %v watched %v err %v", more, watched, err)
 	}
@@ -192,7 +204,7 @@ func TestFinishTurnEmit(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev2 := &Event{ID: "ev_2", Kind: "turn_end", Session: "s1", Turn: t2.ID, Status: "done", At: at}
-	more, watched, released, err = e.s.FinishTurnEmit(e.ctx, "s1", "orch", t2.ID, nil, at, ev2, "w1", "status", TurnDone)
+	more, watched, released, err = e.s.FinishTurnEmit(e.ctx, "s1", "orch", t2.ID, nil, at, ev2, "w1", nil, "status", TurnDone)
 	if err != nil || more || !watched || released {
 		t.Fatalf("more %v watched %v released %v err %v", more, watched, released, err)
 	}
@@ -211,7 +223,7 @@ func TestFinishTurnEmit(t *testing.T) {
 	}
 	e.push(newTurn("s1", "agent", "three", base), "", 4, true, "d3")
 	id, _ := e.s.PopTurn(e.ctx, "s1", "", now)
-	if _, _, released, err := e.s.FinishTurnEmit(e.ctx, "s1", "", id, nil, at, ev2, "w1", "status", TurnDone); err != nil || !released {
+	if _, _, released, err := e.s.FinishTurnEmit(e.ctx, "s1", "", id, nil, at, ev2, "w1", nil, "status", TurnDone); err != nil || !released {
 		t.Fatalf("released %v err %v", released, err)
 	}
 	if h, _ := e.s.LeaseHolder(e.ctx, "s1"); h != "" {
@@ -222,7 +234,7 @@ func TestFinishTurnEmit(t *testing.T) {
 	if ok, _ := e.s.AcquireLease(e.ctx, "s1", "w2", time.Minute); !ok {
 		t.Fatal("lease")
 	}
-	if _, _, released, err := e.s.FinishTurnEmit(e.ctx, "s1", "", id, nil, at, ev2, "w1", "status", TurnDone); err != nil || released {
+	if _, _, released, err := e.s.FinishTurnEmit(e.ctx, "s1", "", id, nil, at, ev2, "w1", nil, "status", TurnDone); err != nil || released {
 		t.Fatalf("released %v err %v", released, err)
 	}
 	if h, _ := e.s.LeaseHolder(e.ctx, "s1"); h != "w2" {
@@ -263,5 +275,102 @@ func TestSeenEndWaiting(t *testing.T) {
 	}
 	if got, _ := e.s.GetTurn(e.ctx, t2.ID); got.Waited {
 		t.Fatal("marked seen")
+	}
+}
+
+// rtHook counts a client's round trips (a pipeline is one).
+type rtHook struct{ n int }
+
+func (h *rtHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *rtHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.n++; return next(ctx, cmd) }
+}
+func (h *rtHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.n++; return next(ctx, cmds) }
+}
+
+// ResolveSession finds what ResolveSessionID and GetSession found, a whole
+// id in one round trip.
+func TestResolveSession(t *testing.T) {
+	e := newEnv(t)
+	a, b := "abcdef01"+NewID(12), "abcdef01"+NewID(12) // share their first 8 characters
+	e.createSession(a, base)
+	e.createSession(b, base)
+	e.createSession("short-id", base)
+	h := &rtHook{}
+	e.rdb.AddHook(h)
+
+	s, n, err := e.s.ResolveSession(e.ctx, a)
+	if err != nil || n != 1 || s == nil || s.ID != a || s.Title != "t "+a {
+		t.Fatalf("whole id: %+v %d %v", s, n, err)
+	}
+	if h.n != 1 {
+		t.Fatalf("a whole id took %d round trips, want 1", h.n)
+	}
+	if s, n, err := e.s.ResolveSession(e.ctx, a[:12]); err != nil || n != 1 || s == nil || s.ID != a {
+		t.Fatalf("prefix: %+v %d %v", s, n, err)
+	}
+	if s, n, err := e.s.ResolveSession(e.ctx, a[:8]); err != nil || n != 2 || s != nil {
+		t.Fatalf("ambiguous prefix: %+v %d %v", s, n, err)
+	}
+	if s, n, err := e.s.ResolveSession(e.ctx, "short-id"); err != nil || n != 1 || s == nil || s.ID != "short-id" {
+		t.Fatalf("an id of another shape: %+v %d %v", s, n, err)
+	}
+	if s, n, err := e.s.ResolveSession(e.ctx, NewID(16)); err != nil || n != 0 || s != nil {
+		t.Fatalf("unknown whole id: %+v %d %v", s, n, err)
+	}
+	// Listed but its record gone: not found, as GetSession says.
+	if err := e.rdb.Del(e.ctx, e.key("sess", b)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.s.ResolveSession(e.ctx, b); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("record gone: %v", err)
+	}
+	if _, _, err := e.s.ResolveSession(e.ctx, b[:12]); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("record gone, by prefix: %v", err)
+	}
+}
+
+// A done turn's usage is counted with its outcome: tokens, cost, the end of
+// a pause; without usage the provider's counters are not touched.
+func TestFinishTurnEmitUsage(t *testing.T) {
+	e := newEnv(t)
+	e.createSession("s1", base)
+	if err := e.s.SetUsagePaused(e.ctx, "prov", "rate limit", base); err != nil {
+		t.Fatal(err)
+	}
+	at := base.Add(time.Second)
+	for i, u := range []*UsageAdd{
+		{Provider: "prov", InputTokens: 10, OutputTokens: 3, CostMicroUSD: 250, ClearPause: false},
+		nil,
+		{Provider: "prov", InputTokens: 5, OutputTokens: 2, ClearPause: true},
+	} {
+		tr := newTurn("s1", "agent", "x", base)
+		e.push(tr, "", 4, true, "d")
+		if _, err := e.s.PopTurn(e.ctx, "s1", "", at); err != nil {
+			t.Fatal(err)
+		}
+		ev := &Event{ID: "ev_" + NewID(4), Kind: "turn_end", Session: "s1", Turn: tr.ID, Status: "done", At: at}
+		if _, _, _, err := e.s.FinishTurnEmit(e.ctx, "s1", "", tr.ID, nil, at, ev, "", u, "status", TurnDone); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := e.s.GetTurn(e.ctx, tr.ID)
+		if got.Status != TurnDone {
+			t.Fatalf("turn %d: %+v", i, got)
+		}
+		reason, _, _ := e.s.UsagePaused(e.ctx, "prov")
+		if wantPaused := i < 2; (reason != "") != wantPaused {
+			t.Fatalf("after turn %d: paused %q", i, reason)
+		}
+	}
+	m, err := e.s.Usage(e.ctx, "prov")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["turns"] != 2 || m["inputTokens"] != 15 || m["outputTokens"] != 5 {
+		t.Fatalf("usage %v", m)
+	}
+	if c := e.rdb.HGet(e.ctx, e.key("usage", "prov"), "costMicroUSD").Val(); c != "250" {
+		t.Fatalf("cost %q", c)
 	}
 }

@@ -178,19 +178,32 @@ func (s *Store) ResolveSessionID(ctx context.Context, idOrPrefix string) (id str
 }
 
 func (s *Store) resolve(ctx context.Context, key, prefix string) (string, int, error) {
-	res, err := s.rdb.ZRangeByLex(ctx, key, &redis.ZRangeBy{Min: "[" + prefix, Max: "[" + prefix + "\xff", Count: 2}).Result()
+	res, err := s.rdb.ZRangeByLex(ctx, key, prefixRange(prefix)).Result()
 	if err != nil {
 		return "", 0, fmt.Errorf("resolve %s: %w", prefix, err)
 	}
+	id, n := pickMatch(res, prefix)
+	return id, n, nil
+}
+
+// prefixRange is the ZRANGEBYLEX range of the ids starting with prefix (two
+// are enough to tell one from several).
+func prefixRange(prefix string) *redis.ZRangeBy {
+	return &redis.ZRangeBy{Min: "[" + prefix, Max: "[" + prefix + "\xff", Count: 2}
+}
+
+// pickMatch is the id prefix names among res, the ids starting with it: the
+// only one, or the one equal to it; else "" and how many matched.
+func pickMatch(res []string, prefix string) (string, int) {
 	if len(res) == 1 {
-		return res[0], 1, nil
+		return res[0], 1
 	}
 	for _, r := range res {
 		if r == prefix {
-			return r, 1, nil
+			return r, 1
 		}
 	}
-	return "", len(res), nil
+	return "", len(res)
 }
 
 // ListSessionIDs lists session ids by scope (active|archived|all), most recent
