@@ -131,6 +131,7 @@ func (o *OpenAI) Info() Info {
 		ModelsDiscovered: len(o.c.Models) == 0,
 		Efforts:          append([]string(nil), o.c.Efforts...),
 		SwitchTo:         o.c.SwitchTo,
+		WantsHistory:     true, // the model sees the conversation only as the request carries it
 	}
 }
 

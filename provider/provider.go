@@ -27,6 +27,10 @@ type Info struct {
 	// binary cannot be found); StatusReason says why.
 	Status       string
 	StatusReason string
+	// WantsHistory: the provider's turns need the conversation's earlier
+	// messages (Turn.History); the others keep their own conversation or
+	// need none, and the relay does not read it for them.
+	WantsHistory bool
 }
 
 // StatusUnavailable is Info.Status of a provider that cannot run turns now.

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"time"
 
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
@@ -53,9 +52,11 @@ func keepsConversation(p provider.Provider) bool {
 	return ok && k.KeepsConversation()
 }
 
-// countUsage records a finished turn's usage (R7.3): tokens and cost of a
-// done turn; a limit the agent hit pauses the provider, a done turn ends the pause.
-func (r *Relay) countUsage(ctx context.Context, provID string, status store.TurnStatus, out provider.Result) {
+// countUsage records a finished turn's usage (R7.3): a limit the agent hit
+// pauses the provider, and a capped provider's month counts a done turn
+// (R7.8). The rest of a done turn's usage (tokens, cost, the end of a pause)
+// is returned: the turn's outcome counts it in the same step (FinishTurnEmit).
+func (r *Relay) countUsage(ctx context.Context, provID string, status store.TurnStatus, out provider.Result) *store.UsageAdd {
 	ctx = context.WithoutCancel(ctx)
 	if out.Paused != "" {
 		if err := r.st.SetUsagePaused(ctx, provID, out.Paused, r.now()); err != nil {
@@ -63,22 +64,19 @@ func (r *Relay) countUsage(ctx context.Context, provID string, status store.Turn
 		}
 	}
 	if status != store.TurnDone {
-		return
+		return nil
 	}
-	_ = r.st.AddUsage(ctx, provID, out.Usage.InputTokens, out.Usage.OutputTokens)
-	_ = r.st.AddUsageCost(ctx, provID, out.Usage.CostUSD)
+	micro := int64(0)
+	if out.Usage.CostUSD > 0 {
+		micro = int64(out.Usage.CostUSD*1e6 + 0.5)
+	}
 	if _, capped := r.opts.Caps[provID]; capped { // counted per calendar month for the cap (R7.8)
-		micro := int64(0)
-		if out.Usage.CostUSD > 0 {
-			micro = int64(out.Usage.CostUSD*1e6 + 0.5)
-		}
 		if err := r.st.AddMonthUsage(ctx, provID, usageMonth(r.now()), out.Usage.InputTokens+out.Usage.OutputTokens, micro); err != nil {
 			r.log.Warn("monthly usage not counted", "provider", provID, "err", err)
 		}
 	}
-	if out.Paused == "" {
-		_ = r.st.SetUsagePaused(ctx, provID, "", time.Time{})
-	}
+	return &store.UsageAdd{Provider: provID, InputTokens: out.Usage.InputTokens, OutputTokens: out.Usage.OutputTokens,
+		CostMicroUSD: micro, ClearPause: out.Paused == ""}
 }
 
 // checkAvailable refuses a prompt to a provider that cannot run turns now

@@ -72,6 +72,9 @@ type Relay struct {
 	providers map[string]provider.Provider
 	order     []string // provider ids in config order
 	hub       *hub
+	// drainHistory is how many last messages a drain reads with the turn it
+	// starts: historyRead when a provider's turns use the history, else 0.
+	drainHistory int
 
 	mu       sync.Mutex
 	running  map[string]context.CancelCauseFunc // turn id -> cancel (turns this process runs)
@@ -109,6 +112,9 @@ func New(st *store.Store, enq Enqueuer, provs []provider.Provider, opts Options)
 		id := p.Info().ID
 		r.providers[id] = p
 		r.order = append(r.order, id)
+		if p.Info().WantsHistory {
+			r.drainHistory = historyRead
+		}
 	}
 	// The external session kind (R17.7) has a provider record so settings
 	// and look-ups work, but it is listed nowhere and runs no turns.

@@ -41,7 +41,7 @@ func (r *Relay) Drain(ctx context.Context, sid string) error {
 	// One round trip: the session, its lease, and (no turn left running, one
 	// queued) the next turn popped and marked running, the console notified
 	// (R19.6), whether anything watches the session, the turn's history.
-	d, err := r.st.StartDrain(ctx, sid, owner, leaseTTL, r.now(), historyRead)
+	d, err := r.st.StartDrain(ctx, sid, owner, leaseTTL, r.now(), r.drainHistory)
 	if err != nil {
 		return err
 	}
@@ -193,6 +193,12 @@ func (r *Relay) finishLater(ctx context.Context, sid string, write func(context.
 
 // finish ends a turn and records its outcome; it reports whether more turns wait.
 func (r *Relay) finish(ctx context.Context, s *store.Session, orch, id string, status store.TurnStatus, reply, model, errText string) (bool, error) {
+	return r.finishUsage(ctx, s, orch, id, status, reply, model, errText, nil)
+}
+
+// finishUsage is finish for a turn whose agent ran: u (nil: none) is its
+// usage, counted with the outcome of a done turn (countUsage).
+func (r *Relay) finishUsage(ctx context.Context, s *store.Session, orch, id string, status store.TurnStatus, reply, model, errText string, u *store.UsageAdd) (bool, error) {
 	// Write even if the job's context is gone: the outcome must not be lost.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
 	defer cancel()
@@ -205,7 +211,7 @@ func (r *Relay) finish(ctx context.Context, s *store.Session, orch, id string, s
 		msg = &store.Message{ID: store.NewID(16), Role: "event", Text: "The turn ended with an error: " + errText, CreatedAt: now}
 	}
 	if status != store.TurnError {
-		return r.finishEmit(ctx, s, orch, id, status, reply, model, msg, now)
+		return r.finishEmit(ctx, s, orch, id, status, reply, model, msg, now, u)
 	}
 	more, err := r.st.FinishTurn(wctx, s.ID, orch, id, msg, now, "status", status, "reply", reply, "replyModel", model,
 		"error", errText, "ended", now.UnixMilli(), "partial", "", "question", "")
@@ -245,7 +251,7 @@ func (r *Relay) finish(ctx context.Context, s *store.Session, orch, id string, s
 // watch it, then "turn:ID". With the drain's leaseRelease in ctx, nothing
 // more queued and no fan-out to start, the lease is released in the same
 // step (the drain has nothing left to do under it).
-func (r *Relay) finishEmit(ctx context.Context, s *store.Session, orch, id string, status store.TurnStatus, reply, model string, msg *store.Message, now time.Time) (bool, error) {
+func (r *Relay) finishEmit(ctx context.Context, s *store.Session, orch, id string, status store.TurnStatus, reply, model string, msg *store.Message, now time.Time, u *store.UsageAdd) (bool, error) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
 	defer cancel()
 	ev := &store.Event{ID: "ev_" + store.NewID(8), At: r.now(), Kind: EvTurnEnd, Session: s.ID, Title: s.Title,
@@ -262,7 +268,7 @@ func (r *Relay) finishEmit(ctx context.Context, s *store.Session, orch, id strin
 	}
 	var watched, released bool
 	write := func(c context.Context) (bool, error) {
-		more, w, rl, err := r.st.FinishTurnEmit(c, s.ID, orch, id, msg, now, ev, owner,
+		more, w, rl, err := r.st.FinishTurnEmit(c, s.ID, orch, id, msg, now, ev, owner, u,
 			"status", status, "reply", reply, "replyModel", model, "error", "", "ended", now.UnixMilli(), "partial", "", "question", "")
 		watched, released = w, rl
 		return more, err
@@ -396,10 +402,14 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 		cancel(errStopped)
 	}
 	var history []provider.HistoryItem
-	if msgs != nil { // read when the turn was popped
+	switch {
+	case !p.Info().WantsHistory: // the agent keeps its own conversation, or needs none
+	case msgs != nil: // read when the turn was popped
 		history = historyOf(msgs, t.ID)
-	} else if history, err = r.history(ctx, s.ID, t.ID); err != nil {
-		return false, r.putBack(ctx, s.ID, t.ID, err)
+	default:
+		if history, err = r.history(ctx, s.ID, t.ID); err != nil {
+			return false, r.putBack(ctx, s.ID, t.ID, err)
+		}
 	}
 	base := r.opts.BaseURL
 	if base == "" {
@@ -462,13 +472,13 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	} else {
 		r.log.Info("turn ended", "session", id8(s.ID), "turn", id8(t.ID), "provider", s.Provider, "status", status, "duration", took)
 	}
-	r.countUsage(ctx, s.Provider, status, out) // tokens, cost, a usage limit (R7.3, R17.3)
+	u := r.countUsage(ctx, s.Provider, status, out) // tokens, cost, a usage limit (R7.3, R17.3)
 	model := out.Model
 	if model == "" {
 		model = s.Model
 	}
 	r.noteModel(ctx, s, t.ID, status, out.Model)
-	return r.finish(ctx, s, orch, t.ID, status, reply, model, errText)
+	return r.finishUsage(ctx, s, orch, t.ID, status, reply, model, errText, u)
 }
 
 // history is the conversation before a turn's prompt (at most 50 messages).

@@ -179,6 +179,28 @@ func TestOpenAIProviderEndToEnd(t *testing.T) {
 	if !found {
 		t.Errorf("usage lists no provider local: %v", u["providers"])
 	}
+
+	// A second turn: the model sees the conversation so far (the relay reads
+	// the history for providers whose turns use it), then the new prompt.
+	tid2 := r.Message(s.ID, "And now?")
+	if t2 := r.WaitTurn(tid2, 20*time.Second, store.TurnDone, store.TurnError, store.TurnStopped); t2.Status != store.TurnDone {
+		t.Fatalf("second turn ended %s: %q", t2.Status, t2.Error)
+	}
+	reqs, _ = fake.requests()
+	if len(reqs) != 4 {
+		t.Fatalf("chat requests = %d, want 4", len(reqs))
+	}
+	var seen []string
+	for _, mv := range list(t, reqs[2]["messages"], "messages") {
+		mm := obj(t, mv, "message")
+		seen = append(seen, fmt.Sprintf("%v: %v", mm["role"], mm["content"]))
+	}
+	got := strings.Join(seen, " | ")
+	for _, want := range []string{"user: Which sessions are there?", "assistant: " + turn.Reply, "user: And now?"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the second turn's request lacks %q: %s", want, got)
+		}
+	}
 }
 
 // R17.6: a stop ends a streaming openai turn at once, keeping what was

@@ -41,15 +41,6 @@ func (s *Store) AppendMessage(ctx context.Context, sid string, m *Message) error
 	return nil
 }
 
-// AddUsageCost adds a turn's cost as the agent CLI reported it (R17.3), in
-// micro-dollars to keep integer counters.
-func (s *Store) AddUsageCost(ctx context.Context, provider string, usd float64) error {
-	if usd <= 0 {
-		return nil
-	}
-	return s.rdb.HIncrBy(ctx, s.k("usage", provider), "costMicroUSD", int64(usd*1e6+0.5)).Err()
-}
-
 // SetUsagePaused marks a provider paused by a usage or rate limit (R7.3,
 // R17.3) with the reason; "" clears it (a turn succeeded again).
 func (s *Store) SetUsagePaused(ctx context.Context, provider, reason string, at time.Time) error {

@@ -579,18 +579,6 @@ func (s *Store) SetFlag(ctx context.Context, sid, name string) error {
 
 // Usage counters per provider (R7.3): turns and tokens.
 
-// AddUsage counts one finished turn of a provider.
-func (s *Store) AddUsage(ctx context.Context, provider string, in, out int64) error {
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		k := s.k("usage", provider)
-		p.HIncrBy(ctx, k, "turns", 1)
-		p.HIncrBy(ctx, k, "inputTokens", in)
-		p.HIncrBy(ctx, k, "outputTokens", out)
-		return nil
-	})
-	return err
-}
-
 // Usage reads a provider's counters.
 func (s *Store) Usage(ctx context.Context, provider string) (map[string]int64, error) {
 	m, err := s.rdb.HGetAll(ctx, s.k("usage", provider)).Result()
