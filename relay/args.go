@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/oar/relay/store"
 )
 
 // actionArgs lists each action's arguments in the order SPEC names them.
@@ -98,6 +100,9 @@ type args struct {
 	m       map[string]json.RawMessage
 	order   []string // argument names in the order sent
 	ignored []string
+	// pre is the `session` argument's session as read with the caller
+	// (loadCall), nil when it was not; target uses it instead of reading again.
+	pre *store.Call
 }
 
 // parseArgs decodes the call's JSON object and separates the arguments the

@@ -340,15 +340,26 @@ func (r *Relay) target(ctx context.Context, a *args, key string) (*store.Session
 	if ref == "" {
 		return nil, Errorf(CodeInvalidInput, "%s is required: the id of a session (list_sessions shows them). Nothing was done.", key)
 	}
+	if key == "session" && a.pre != nil { // read with the caller (loadCall), this call's ref
+		return r.sessionFound(normRef(ref), a.pre.Target, a.pre.TargetMatches, a.pre.TargetErr)
+	}
 	return r.sessionByRef(ctx, ref)
 }
 
+// normRef is a session reference as looked up: lowercase, no spaces around.
+func normRef(ref string) string { return strings.ToLower(strings.TrimSpace(ref)) }
+
 func (r *Relay) sessionByRef(ctx context.Context, ref string) (*store.Session, *Error) {
-	ref = strings.ToLower(strings.TrimSpace(ref))
+	ref = normRef(ref)
 	if len(ref) < 8 {
 		return nil, Errorf(CodeInvalidInput, "session %q is too short: give the full id or at least its first 8 characters. Nothing was done.", ref)
 	}
 	s, n, err := r.st.ResolveSession(ctx, ref) // one round trip for a whole id
+	return r.sessionFound(ref, s, n, err)
+}
+
+// sessionFound is the answer to a look-up of ref: the session, or why not.
+func (r *Relay) sessionFound(ref string, s *store.Session, n int, err error) (*store.Session, *Error) {
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, Errorf(CodeNotFound, "Relay %q has no session %q. Nothing was done.", r.opts.Name, ref)
 	}

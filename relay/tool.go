@@ -3,7 +3,6 @@ package relay
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -161,10 +160,13 @@ func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, 
 		return nil, e
 	}
 	*action = a.action
-	c, err := r.loadCaller(ctx, callerID)
+	// The caller and, when `session` is a whole id, that session: one round trip.
+	ref, _ := a.str("session")
+	c, pre, err := r.loadCall(ctx, callerID, normRef(ref))
 	if err != nil {
 		return nil, AsError(err)
 	}
+	a.pre = pre
 	p, e := r.checkRelay(ctx, c, a)
 	if e != nil {
 		return nil, e
@@ -227,24 +229,33 @@ func id8(id string) string {
 }
 
 func (r *Relay) loadCaller(ctx context.Context, sid string) (*caller, error) {
-	s, cur, err := r.st.GetSessionCurrent(ctx, sid) // one round trip
+	c, _, err := r.loadCall(ctx, sid, "")
+	return c, err
+}
+
+// loadCall reads the caller (its session and running turn) and, when ref is
+// a whole session id, resolves and reads that session too (the action's
+// target, see [Relay.target]), in one round trip.
+func (r *Relay) loadCall(ctx context.Context, sid, ref string) (*caller, *store.Call, error) {
+	lc, err := r.st.LoadCall(ctx, sid, ref)
 	if err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, Errorf(CodeNotFound, "The calling session no longer exists. Nothing was done.")
-		}
-		return nil, err
+		return nil, nil, err
 	}
-	if s.Archived {
+	if lc.Caller == nil {
+		return nil, nil, Errorf(CodeNotFound, "The calling session no longer exists. Nothing was done.")
+	}
+	if lc.Caller.Archived {
 		// Its token was revoked (R18.2); a process that still knew it refuses too.
-		return nil, Errorf(CodeForbidden, "The calling session is archived; its token no longer works. Nothing was done.")
+		return nil, nil, Errorf(CodeForbidden, "The calling session is archived; its token no longer works. Nothing was done.")
 	}
-	c := &caller{s: s}
-	if cur != "" {
-		if t, err := r.st.GetTurn(ctx, cur); err == nil && t.Status == store.TurnRunning {
-			c.turn = t
-		}
+	c := &caller{s: lc.Caller}
+	if lc.Turn != nil && lc.Turn.Status == store.TurnRunning {
+		c.turn = lc.Turn
 	}
-	return c, nil
+	if !lc.Looked {
+		return c, nil, nil
+	}
+	return c, lc, nil
 }
 
 // checkRelay resolves `relay` and applies R4.2 (R3.4a: relay checks come

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -14,24 +13,83 @@ import (
 // now one (a pipeline, a MULTI or a script), with the same effects in the
 // same order.
 
-// GetSessionCurrent reads a session and the id of its running turn ("" when
-// none) in one round trip; ErrNotFound when the session does not exist.
-func (s *Store) GetSessionCurrent(ctx context.Context, id string) (*Session, string, error) {
-	var sess *redis.MapStringStringCmd
-	var cur *redis.StringCmd
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		sess = p.HGetAll(ctx, s.sessKey(id))
-		cur = p.Get(ctx, s.k("cur", id))
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, "", fmt.Errorf("get session %s: %w", id, err)
+// KEYS: sess:CALLER, cur:CALLER, sids, sess:REF. ARGV: turn key prefix, the
+// look-up's range start and end ("" = no target to look up).
+var loadCallScript = redis.NewScript(`
+local sess = redis.call('HGETALL', KEYS[1])
+local cur = redis.call('GET', KEYS[2])
+local turn = {}
+if cur then turn = redis.call('HGETALL', ARGV[1] .. cur) else cur = '' end
+local ids, rec = {}, {}
+if ARGV[2] ~= '' then
+  ids = redis.call('ZRANGEBYLEX', KEYS[3], ARGV[2], ARGV[3], 'LIMIT', 0, 2)
+  rec = redis.call('HGETALL', KEYS[4])
+end
+return {sess, cur, turn, ids, rec}
+`)
+
+// Call is what a tool call reads first (LoadCall).
+type Call struct {
+	Caller  *Session // nil: the calling session does not exist
+	Current string   // the caller's running turn id, "" when none
+	Turn    *Turn    // that turn's record (nil when none or gone)
+	// The target looked up with it: Looked says whether it was (ref was a
+	// whole id); then as ResolveSession answers.
+	Looked        bool
+	Target        *Session
+	TargetMatches int
+	TargetErr     error
+}
+
+// LoadCall reads a tool call's caller (its record, its running turn's id
+// and record) and, when ref is a whole session id, resolves and reads that
+// session as ResolveSession would, all in one round trip.
+func (s *Store) LoadCall(ctx context.Context, caller, ref string) (*Call, error) {
+	lo, hi := "", ""
+	if wholeID(ref) {
+		r := prefixRange(ref)
+		lo, hi = r.Min, r.Max
+	} else {
+		ref = ""
 	}
-	m := sess.Val()
-	if len(m) == 0 {
-		return nil, "", ErrNotFound
+	res, err := loadCallScript.Run(ctx, s.rdb, []string{s.sessKey(caller), s.k("cur", caller), s.k("sids"), s.sessKey(ref)},
+		s.turnKey(""), lo, hi).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("load call of %s: %w", caller, err)
 	}
-	return sessionFrom(m), cur.Val(), nil
+	c := &Call{}
+	if m := flatMap(res[0]); len(m) > 0 {
+		c.Caller = sessionFrom(m)
+	}
+	c.Current, _ = res[1].(string)
+	if m := flatMap(res[2]); len(m) > 0 {
+		c.Turn = turnFrom(m)
+	}
+	if ref == "" {
+		return c, nil
+	}
+	c.Looked = true
+	raw, _ := res[3].([]any)
+	ids := make([]string, 0, len(raw))
+	for _, v := range raw {
+		if id, ok := v.(string); ok {
+			ids = append(ids, id)
+		}
+	}
+	id, n := pickMatch(ids, ref)
+	c.TargetMatches = n
+	switch {
+	case id == "":
+	case id != ref:
+		c.Target, c.TargetErr = s.GetSession(ctx, id)
+	default:
+		if m := flatMap(res[4]); len(m) > 0 {
+			c.Target = sessionFrom(m)
+		} else {
+			c.TargetErr = ErrNotFound
+		}
+	}
+	return c, nil
 }
 
 // ResolveSession finds the session whose id is ref or starts with it and
