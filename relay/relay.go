@@ -78,6 +78,7 @@ type Relay struct {
 
 	mu       sync.Mutex
 	running  map[string]context.CancelCauseFunc // turn id -> cancel (turns this process runs)
+	claims   map[string]bool                    // turn id -> its agent started: turns this process's drains took (resumable)
 	stopping bool
 
 	bg     sync.WaitGroup // goroutines of Start: notification listener, cache watcher
@@ -106,7 +107,7 @@ func New(st *store.Store, enq Enqueuer, provs []provider.Provider, opts Options)
 		opts.WorkerID = store.NewID(8)
 	}
 	r := &Relay{st: st, enq: enq, opts: opts, now: opts.Clock, log: opts.Logger, met: opts.Metrics,
-		providers: map[string]provider.Provider{}, hub: newHub(), running: map[string]context.CancelCauseFunc{},
+		providers: map[string]provider.Provider{}, hub: newHub(), running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{},
 		tokens: map[string]tokenEntry{}}
 	for _, p := range provs {
 		id := p.Info().ID

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,7 +33,7 @@ const leaseTTL = 15 * time.Second
 
 // Drain runs the next queued turn of a session (one turn per job, in order,
 // under the session's lease) and starts the job for the one after it.
-func (r *Relay) Drain(ctx context.Context, sid string) error {
+func (r *Relay) Drain(ctx context.Context, sid string) (err error) {
 	if r.isStopping() {
 		return ErrRetryLater
 	}
@@ -65,32 +66,48 @@ func (r *Relay) Drain(ctx context.Context, sid string) error {
 	id, t := "", d.Turn
 	if t != nil {
 		id = t.ID
+		r.claim(id)
 		if d.Watched {
 			r.busyAgain(ctx, sid)
 		}
 	} else {
-		// A turn left running holds no lease any more: its worker died.
-		if cur, err := r.st.CurrentTurn(ctx, sid); err != nil {
+		// A turn left running holds no lease any more: its worker died —
+		// unless this process took it and never learned it (resumable).
+		cur, err := r.st.CurrentTurn(ctx, sid)
+		if err != nil {
 			return err
-		} else if cur != "" {
-			r.log.Warn("turn abandoned by a dead worker", "session", sid, "turn", cur)
-			if _, err := r.finish(ctx, s, orch, cur, store.TurnError, "", "",
-				"The worker running this turn stopped before the turn finished (its process ended); the prompt was not run again."); err != nil {
-				return err
+		}
+		if cur != "" {
+			if rt := r.resumable(ctx, cur); rt != nil {
+				r.log.Warn("turn resumed: this process took it off its queue but the answer was lost (Redis went away); its agent had not started",
+					"session", id8(sid), "turn", id8(cur))
+				id, t = cur, rt
+				r.claim(id)
+				r.busyAgain(ctx, sid)
+			} else {
+				r.log.Warn("turn abandoned by a dead worker", "session", sid, "turn", cur)
+				if _, err := r.finish(ctx, s, orch, cur, store.TurnError, "", "",
+					"The worker running this turn stopped before the turn finished (its process ended); the prompt was not run again."); err != nil {
+					return err
+				}
 			}
 		}
-		id, err = r.st.PopTurn(ctx, sid, orch, r.now())
-		if err != nil || id == "" {
-			return err
+		if t == nil {
+			id, err = r.st.PopTurnBy(ctx, sid, orch, r.now(), owner)
+			if err != nil || id == "" {
+				return err
+			}
+			r.claim(id)
+			t, err = r.st.GetTurn(ctx, id)
+			if err != nil {
+				return r.putBack(ctx, sid, id, err)
+			}
+			r.busyAgain(ctx, sid)
+			_ = r.st.Notify(ctx, "session:"+sid) // the turn runs: the owner's console (R19.6)
 		}
-		t, err = r.st.GetTurn(ctx, id)
-		if err != nil {
-			return r.putBack(ctx, sid, id, err)
-		}
-		r.busyAgain(ctx, sid)
-		_ = r.st.Notify(ctx, "session:"+sid) // the turn runs: the owner's console (R19.6)
-		d.History = nil                      // read when the turn starts
+		d.History = nil // read when the turn starts
 	}
+	defer func() { r.unclaim(id, err) }()
 	// From here, the turn's outcome may release the lease when nothing more
 	// is queued (one round trip less).
 	ctx = context.WithValue(ctx, leaseReleaseKey{}, rel)
@@ -122,6 +139,53 @@ func (r *Relay) Drain(ctx context.Context, sid string) error {
 		}
 	}
 	return nil
+}
+
+// claim records that this process took turn id off its queue (see resumable).
+func (r *Relay) claim(id string) {
+	r.mu.Lock()
+	r.claims[id] = false
+	r.mu.Unlock()
+}
+
+// agentStarted records that the claimed turn's agent started in this process.
+func (r *Relay) agentStarted(id string) {
+	r.mu.Lock()
+	if _, ok := r.claims[id]; ok {
+		r.claims[id] = true
+	}
+	r.mu.Unlock()
+}
+
+// unclaim forgets a turn once its drain is over, except one whose agent ran
+// and whose outcome could not be written (err): a later drain must not run
+// that prompt again.
+func (r *Relay) unclaim(id string, err error) {
+	r.mu.Lock()
+	if ran := r.claims[id]; !ran || err == nil {
+		delete(r.claims, id)
+	}
+	r.mu.Unlock()
+}
+
+// resumable returns the turn cur, left running without a lease, when this
+// process took it off its queue (its record names a lease owner of this
+// process) but no drain here claimed it: the step that took it ran in Redis
+// and its answer was lost (Redis stopped or the connection broke), so its
+// agent never started and the turn can run now. Else nil: the turn was
+// abandoned by another process, or its agent ran here.
+func (r *Relay) resumable(ctx context.Context, cur string) *store.Turn {
+	t, err := r.st.GetTurn(ctx, cur)
+	if err != nil || t.Status != store.TurnRunning || !strings.HasPrefix(t.Drainer, r.opts.WorkerID+":") {
+		return nil
+	}
+	r.mu.Lock()
+	_, claimed := r.claims[cur]
+	r.mu.Unlock()
+	if claimed {
+		return nil
+	}
+	return t
 }
 
 // putBack returns a turn that was taken but whose agent never started (a
@@ -428,6 +492,7 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	}
 	// R18.9: each turn's start and end (ids and provider; never the prompt).
 	r.log.Info("turn started", "session", id8(s.ID), "turn", id8(t.ID), "provider", s.Provider)
+	r.agentStarted(t.ID)
 	out, runErr := p.Run(tctx, pt, h)
 	out.Text = provider.BoundReply(out.Text) // R18.4, whatever the provider
 	cause := context.Cause(tctx)

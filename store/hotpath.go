@@ -176,7 +176,7 @@ if redis.call('GET', KEYS[3]) then return {2, sess} end
 local id = redis.call('LPOP', KEYS[4])
 if not id then return {3, sess} end
 redis.call('SET', KEYS[3], id)
-redis.call('HSET', ARGV[4] .. id, 'status', 'running', 'started', ARGV[3])
+redis.call('HSET', ARGV[4] .. id, 'status', 'running', 'started', ARGV[3], 'drainer', ARGV[1])
 local turn = redis.call('HGETALL', ARGV[4] .. id)
 redis.call('PUBLISH', ARGV[5], ARGV[6])
 local subs = redis.call('SCARD', KEYS[6]) + redis.call('SCARD', KEYS[7])
@@ -187,7 +187,7 @@ return {4, sess, id, turn, subs, msgs}
 
 // StartDrain is a drain's first step in one round trip: it takes the
 // session's lease for owner (for ttl) and, when no turn is left running and
-// a turn is queued, pops it and marks it running (as PopTurn), publishes
+// a turn is queued, pops it and marks it running (as PopTurnBy owner), publishes
 // "session:SID" (the owner's console), and returns the session, the turn,
 // whether any subscription might watch the session and its last history
 // messages. With a turn left running or an empty queue it only takes the

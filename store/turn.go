@@ -66,6 +66,11 @@ type Turn struct {
 	Text          string // the prompt
 	StopRequested bool
 	PartialAt     time.Time // last output of the running turn (stalled)
+	// Drainer is the lease owner of the drain that took the turn off its
+	// queue ("WORKERID:…"; "" when not recorded): a drain of that same
+	// process that finds the turn left running knows whether its agent ever
+	// started there.
+	Drainer string
 }
 
 func (s *Store) turnKey(id string) string { return s.k("turn", id) }
@@ -77,6 +82,7 @@ func turnFrom(m map[string]string) *Turn {
 		EndedAt: fromMS(atoi64(m["ended"])), Reply: m["reply"], ReplyModel: m["replyModel"], ModelAsked: m["modelAsked"],
 		Error: m["error"], Partial: m["partial"], Question: m["question"], Waited: m["waited"] == "1",
 		Text: m["text"], StopRequested: m["stopRequested"] == "1", PartialAt: fromMS(atoi64(m["partialAt"])),
+		Drainer: m["drainer"],
 	}
 	if v := m["from"]; v != "" {
 		var r Ref
@@ -309,7 +315,7 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, orchestrator string, limi
 }
 
 // KEYS: q:SID, cur:SID, drain:SID, busy:ORCH ("" = none), drains. ARGV: session id,
-// now (ms), turn: (the prefix of turn keys).
+// now (ms), turn: (the prefix of turn keys), the drainer ("" = not recorded).
 var popScript = redis.NewScript(`
 local id = redis.call('LPOP', KEYS[1])
 if not id then
@@ -320,6 +326,7 @@ if not id then
 end
 redis.call('SET', KEYS[2], id)
 redis.call('HSET', ARGV[3] .. id, 'status', 'running', 'started', ARGV[2])
+if ARGV[4] and ARGV[4] ~= '' then redis.call('HSET', ARGV[3] .. id, 'drainer', ARGV[4]) end
 return id
 `)
 
@@ -327,8 +334,13 @@ return id
 // the queue is empty (the session then leaves its orchestrator's semaphore
 // and the drain flag is cleared).
 func (s *Store) PopTurn(ctx context.Context, sid, orchestrator string, now time.Time) (string, error) {
+	return s.PopTurnBy(ctx, sid, orchestrator, now, "")
+}
+
+// PopTurnBy is PopTurn recording drainer (the drain's lease owner) in the turn.
+func (s *Store) PopTurnBy(ctx context.Context, sid, orchestrator string, now time.Time, drainer string) (string, error) {
 	id, err := popScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
-		s.BusyKey(orchestrator), s.drainsKey()}, sid, ms(now), s.k("turn", "")).Text()
+		s.BusyKey(orchestrator), s.drainsKey()}, sid, ms(now), s.k("turn", ""), drainer).Text()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}
