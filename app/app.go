@@ -155,6 +155,14 @@ func New(cfg config.Config, o Options) (*App, error) {
 		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Logger: a.log, Metrics: a.met,
 		MaxWaitCap: o.MaxWaitCap, Caps: map[string]relay.Cap{},
 	}
+	if o.Mode == ModeServe {
+		// The worker runs here too: a prompt whose caller waits may start
+		// its drain here, up to as many at once as the worker runs tasks.
+		ropt.DirectDrains = o.Concurrency
+		if ropt.DirectDrains <= 0 {
+			ropt.DirectDrains = worker.DefaultConcurrency
+		}
+	}
 	for _, p := range cfg.Providers {
 		if p.MonthlyCap > 0 {
 			ropt.Caps[p.ID] = relay.Cap{Amount: p.MonthlyCap, Unit: p.CapUnit}

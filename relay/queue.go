@@ -116,7 +116,7 @@ func (r *Relay) queueTurn(ctx context.Context, id string, s *store.Session, text
 	if err != nil {
 		return nil, err
 	}
-	if start {
+	if start && (waitFor <= 0 || !r.startHere(s.ID)) {
 		if err := r.enq.EnqueueDrain(ctx, s.ID, drainID); err != nil {
 			// The prompt is queued; the recovery sweep starts the drain.
 			r.log.Warn("enqueue drain failed; the sweep will retry", "session", s.ID, "err", err)

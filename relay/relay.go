@@ -59,6 +59,9 @@ type Options struct {
 	MaxWaitCap time.Duration
 	// Caps are the providers' monthly spending caps by provider id (R7.8).
 	Caps map[string]Cap
+	// DirectDrains is how many drains a process that runs a worker may start
+	// itself for prompts whose caller waits (direct.go); 0: none.
+	DirectDrains int
 }
 
 // Relay is the domain service.
@@ -79,6 +82,8 @@ type Relay struct {
 	mu       sync.Mutex
 	running  map[string]context.CancelCauseFunc // turn id -> cancel (turns this process runs)
 	claims   map[string]bool                    // turn id -> its agent started: turns this process's drains took (resumable)
+	direct   chan struct{}                      // slots of drains started here (direct.go); nil: none
+	directWG sync.WaitGroup
 	stopping bool
 
 	bg     sync.WaitGroup // goroutines of Start: notification listener, cache watcher
@@ -116,6 +121,9 @@ func New(st *store.Store, enq Enqueuer, provs []provider.Provider, opts Options)
 		if p.Info().WantsHistory {
 			r.drainHistory = historyRead
 		}
+	}
+	if opts.DirectDrains > 0 {
+		r.direct = make(chan struct{}, opts.DirectDrains)
 	}
 	// The external session kind (R17.7) has a provider record so settings
 	// and look-ups work, but it is listed nowhere and runs no turns.
@@ -181,8 +189,9 @@ func (r *Relay) Start(ctx context.Context) error {
 }
 
 // Wait returns when the goroutines Start began have ended (after Start's ctx
-// was cancelled): the process shuts down with nothing of the relay running.
-func (r *Relay) Wait() { r.bg.Wait() }
+// was cancelled) and so have the drains started here (after Shutdown): the
+// process shuts down with nothing of the relay running.
+func (r *Relay) Wait() { r.bg.Wait(); r.directWG.Wait() }
 
 // settings reads the owner's settings (shared by every process through Redis).
 // They are cached for settingsTTL; a change anywhere is announced on the

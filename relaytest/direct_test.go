@@ -1,0 +1,75 @@
+package relaytest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/oar/relay/jobs"
+	"github.com/oar/relay/store"
+)
+
+// drainTasksDone counts the drain tasks the relay's turns queue has
+// processed (asynq's own count).
+func drainTasksDone(t *testing.T, r *Relay) func() int {
+	t.Helper()
+	opt, err := asynq.ParseRedisURI(r.Redis.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insp := asynq.NewInspector(opt)
+	t.Cleanup(func() { _ = insp.Close() })
+	q := jobs.QueuesFor(r.Redis.Prefix).Turns
+	return func() int {
+		info, err := insp.GetQueueInfo(q)
+		if err != nil {
+			return 0 // no task yet
+		}
+		return info.ProcessedTotal
+	}
+}
+
+// A prompt whose caller waits starts its drain in the serving process (no
+// asynq hop on the reply's path); one the caller does not wait for goes
+// through the queue. A drain started here that cannot run (the session's
+// lease is held elsewhere) hands over to the queue, and the reply still
+// comes (R7.11, R18.11).
+func TestWaitedSendStartsItsDrainHere(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	done := drainTasksDone(t, r)
+	orch := r.NewSession(map[string]any{"title": "orchestrator"})
+	target := r.NewSession(map[string]any{"title": "target"})
+	m := r.Connect(orch.Token, nil)
+
+	// An owner message (nobody waits): a drain task.
+	tid := r.Message(target.ID, Script(stepReply("queued")))
+	r.WaitTurn(tid, 10*time.Second, store.TurnDone)
+	Eventually(t, 10*time.Second, func() bool { return done() >= 1 }, "the owner message's drain task to be processed")
+	before := done()
+
+	for i := range 5 {
+		env := m.MustOK(map[string]any{"action": "send", "relay": "this", "session": target.ID, "text": Script(stepReply("direct")), "wait_seconds": 20})
+		if got := obj(t, env["reply"], "reply")["text"]; got != "direct" {
+			t.Fatalf("send %d: reply %v", i, env["reply"])
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // a drain task would have been counted by now (it ends before its reply is read)
+	if n := done() - before; n != 0 {
+		t.Fatalf("%d drain tasks ran for 5 waited sends, want 0 (each drain starts where the prompt was queued)", n)
+	}
+
+	// The lease held elsewhere: the drain started here hands over to the
+	// queue, whose task runs once the lease is gone.
+	ctx := context.Background()
+	if ok, err := r.App.Store().AcquireLease(ctx, target.ID, "elsewhere:1", 1500*time.Millisecond); err != nil || !ok {
+		t.Fatalf("lease: %v %v", ok, err)
+	}
+	env := m.MustOK(map[string]any{"action": "send", "relay": "this", "session": target.ID, "text": Script(stepReply("after the lease")), "wait_seconds": 30})
+	if got := obj(t, env["reply"], "reply")["text"]; got != "after the lease" {
+		t.Fatalf("reply %v (%v)", env["reply"], env)
+	}
+	Eventually(t, 10*time.Second, func() bool { return done() > before }, "the handed-over drain task to be processed")
+}
