@@ -105,18 +105,15 @@ func NewMCPHandler(d ToolDomain, o MCPOptions) http.Handler {
 	server := mcp.NewServer(&mcp.Implementation{Name: "relay", Version: o.Version}, &mcp.ServerOptions{
 		Logger: slog.New(minLevelHandler{Handler: o.Logger.Handler(), min: slog.LevelWarn}),
 	})
-	// The schema as JSON, made once: the SDK marshals a tool's schema again
-	// on every tools/call that carries the standard MCP headers (to look for
-	// x-mcp-header annotations), and a map is the slow thing to marshal.
-	_, _, schema := RelayToolForModels()
 	tool := &mcp.Tool{
 		Name:        relayToolName,
 		Description: relayToolDescription,
-		InputSchema: schema,
+		InputSchema: relayToolInputSchema(),
 	}
 	server.AddTool(tool, r.callTool)
 	legacy := *tool
 	legacy.Name = legacyToolName
+	legacy.InputSchema = relayToolInputSchema()
 	server.AddTool(&legacy, r.callTool)
 	server.AddReceivingMiddleware(hideTools(legacyToolName))
 
