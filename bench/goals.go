@@ -241,46 +241,52 @@ func (b *bench) goals123(ctx context.Context, out *goalsResult) error {
 		}
 		out.hop1 = append(out.hop1, h.lat.p50())
 
-		// Goal 2: agents at once, each to its own target.
-		b.logf("(h) goal 2 round %d/%d: %d agents × %d round trips", r+1, sz.rounds, sz.agents, sz.n2)
-		s2, err := benchSend(ctx, cl, rp, m, b.g1Prefix+":turns", orch, targets[:len(orch)], 2, sz.n2)
-		if err != nil {
-			return err
-		}
-		p := s2.cost.per(s2.n)
-		out.thr2 = append(out.thr2, rate(s2.n, s2.wall))
-		out.rts2 = append(out.rts2, p.rts)
-		out.cmds2 = append(out.cmds2, p.cmds)
-		out.cpu2 = append(out.cpu2, float64(p.procCPU)/float64(time.Millisecond))
-		out.p50s2 = append(out.p50s2, s2.lat.p50())
-		// Its floor: what go-sdk alone costs per call and go-redis per
-		// round trip at the same concurrency, in this process.
-		c2, err := runCalls(ctx, cl, meter{rdb: b.rdb, rt: &rtCounter{}}, bare.url, "x", "noop", map[string]any{}, sz.agents, sz.agents*sz.n2, 2)
-		if err != nil {
-			return err
-		}
-		out.mcpCPU2 = append(out.mcpCPU2, float64(c2.cost.per(c2.n).procCPU)/float64(time.Millisecond))
-		rtCPU, err := redisRTCPU(ctx, &hopRedis, b.rdb, sz.agents, sz.agents*sz.n2*8)
-		if err != nil {
-			return err
-		}
-		out.rtCPU2 = append(out.rtCPU2, rtCPU)
-
-		// Goal 3, the hop: idle-gapped hops, the relay's config (waker) vs asynq polling every 10 ms.
-		b.logf("(h) goal 3 round %d/%d: %d idle-gapped hops with the waker and with 10 ms polling", r+1, sz.rounds, sz.hops3)
-		for _, wake := range []bool{true, false} {
-			d, _, _, err := idleHops(ctx, &hopRedis, b.rdb, b.g1Prefix, wake, sz.hops3, 0)
+		if strings.Contains(b.o.goals, "2") {
+			// Goal 2: agents at once, each to its own target.
+			b.logf("(h) goal 2 round %d/%d: %d agents × %d round trips", r+1, sz.rounds, sz.agents, sz.n2)
+			s2, err := benchSend(ctx, cl, rp, m, b.g1Prefix+":turns", orch, targets[:len(orch)], 2, sz.n2)
 			if err != nil {
 				return err
 			}
-			if wake {
-				out.hopWake = append(out.hopWake, d.p50())
-			} else {
-				out.hopPoll10 = append(out.hopPoll10, d.p50())
+			p := s2.cost.per(s2.n)
+			out.thr2 = append(out.thr2, rate(s2.n, s2.wall))
+			out.rts2 = append(out.rts2, p.rts)
+			out.cmds2 = append(out.cmds2, p.cmds)
+			out.cpu2 = append(out.cpu2, float64(p.procCPU)/float64(time.Millisecond))
+			out.p50s2 = append(out.p50s2, s2.lat.p50())
+			// Its floor: what go-sdk alone costs per call and go-redis per
+			// round trip at the same concurrency, in this process.
+			c2, err := runCalls(ctx, cl, meter{rdb: b.rdb, rt: &rtCounter{}}, bare.url, "x", "noop", map[string]any{}, sz.agents, sz.agents*sz.n2, 2)
+			if err != nil {
+				return err
+			}
+			out.mcpCPU2 = append(out.mcpCPU2, float64(c2.cost.per(c2.n).procCPU)/float64(time.Millisecond))
+			rtCPU, err := redisRTCPU(ctx, &hopRedis, b.rdb, sz.agents, sz.agents*sz.n2*8)
+			if err != nil {
+				return err
+			}
+			out.rtCPU2 = append(out.rtCPU2, rtCPU)
+		}
+		if strings.Contains(b.o.goals, "3") {
+			// Goal 3, the hop: idle-gapped hops, the relay's config (waker) vs asynq polling every 10 ms.
+			b.logf("(h) goal 3 round %d/%d: %d idle-gapped hops with the waker and with 10 ms polling", r+1, sz.rounds, sz.hops3)
+			for _, wake := range []bool{true, false} {
+				d, _, _, err := idleHops(ctx, &hopRedis, b.rdb, b.g1Prefix, wake, sz.hops3, 0)
+				if err != nil {
+					return err
+				}
+				if wake {
+					out.hopWake = append(out.hopWake, d.p50())
+				} else {
+					out.hopPoll10 = append(out.hopPoll10, d.p50())
+				}
 			}
 		}
 	}
 
+	if !strings.Contains(b.o.goals, "3") {
+		return nil
+	}
 	// Goal 3, the idle load: the relay with no turns and nothing due.
 	if err := waitQueuesIdle(ctx, b.rdb, jobs.QueuesFor(b.g1Prefix).All(), time.Minute); err != nil {
 		return err
