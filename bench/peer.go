@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"time"
@@ -131,6 +132,34 @@ func benchPeer(ctx context.Context, b *bench, prefix string, rounds, events int)
 		}
 	}
 	res.local, res.remote, res.http = newDist(lo), newDist(re), newDist(ht)
+	if b.o.rtCallers {
+		// Where each relay's Redis round trips of a cross-relay send come from.
+		const n = 50
+		for _, rp := range []*relayProc{alpha, bravo} {
+			rp.rt.callers.Store(true)
+			defer rp.rt.record()()
+		}
+		for i := range n {
+			if _, err := send("bravo", remote.ID, fmt.Sprintf("sites %d", i)); err != nil {
+				return res, err
+			}
+		}
+		for _, x := range []struct {
+			name string
+			rp   *relayProc
+		}{{"alpha (caller)", alpha}, {"bravo (target)", bravo}} {
+			fmt.Fprintf(os.Stderr, "(p) %s: Redis round trips of a cross-relay send by calling site, per send (%d sends):\n", x.name, n)
+			for _, line := range x.rp.rt.sites() {
+				var k int
+				var where string
+				if _, err := fmt.Sscanf(line, "%d", &k); err == nil {
+					where = strings.TrimSpace(strings.TrimLeft(strings.TrimSpace(line), "0123456789"))
+					fmt.Fprintf(os.Stderr, "  %6.2f  %s\n", float64(k)/n, where)
+				}
+			}
+			x.rp.rt.callers.Store(false)
+		}
+	}
 	if d := res.local.p50() + res.http.p50(); d > 0 {
 		res.ratio = float64(res.remote.p50()) / float64(d)
 	}

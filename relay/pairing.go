@@ -34,9 +34,58 @@ func (r *Relay) NewPeerToken(ctx context.Context, label string) (map[string]any,
 		"note": "Give this token to the other relay's owner: they pair with POST /api/v1/relays {url, token}. It is shown only once."}, nil
 }
 
-// PeerTokenValid reports whether a bearer token is a peer token of this relay.
+// peerTokenTTL is how long a process trusts that a peer token it checked is
+// still one of this relay's (no route revokes peer tokens today).
+const peerTokenTTL = 30 * time.Second
+
+// peerTok is what a process knows of a peer token: valid until, and the
+// relay it is tied to ("" before its first call; a tie never changes).
+type peerTok struct {
+	until time.Time
+	bound string
+}
+
+// PeerTokenValid reports whether a bearer token is a peer token of this
+// relay; a valid one is remembered for peerTokenTTL (one round trip less on
+// every peer request).
 func (r *Relay) PeerTokenValid(ctx context.Context, tok string) (bool, error) {
-	return r.st.PeerTokenValid(ctx, tok)
+	r.peerTokMu.Lock()
+	e, ok := r.peerToks[tok]
+	r.peerTokMu.Unlock()
+	if ok && time.Now().Before(e.until) {
+		return true, nil
+	}
+	valid, err := r.st.PeerTokenValid(ctx, tok)
+	if err != nil || !valid {
+		return valid, err
+	}
+	r.peerTokMu.Lock()
+	e = r.peerToks[tok]
+	e.until = time.Now().Add(peerTokenTTL)
+	r.peerToks[tok] = e
+	r.peerTokMu.Unlock()
+	return true, nil
+}
+
+// bindPeerToken is store.BindPeerToken, remembered once tied.
+func (r *Relay) bindPeerToken(ctx context.Context, tok, relayName string) (string, error) {
+	r.peerTokMu.Lock()
+	e := r.peerToks[tok]
+	r.peerTokMu.Unlock()
+	if e.bound != "" {
+		return e.bound, nil
+	}
+	bound, err := r.st.BindPeerToken(ctx, tok, relayName)
+	if err != nil || bound == "" {
+		return bound, err
+	}
+	r.peerTokMu.Lock()
+	if cur, ok := r.peerToks[tok]; ok { // only tokens found valid are kept
+		cur.bound = bound
+		r.peerToks[tok] = cur
+	}
+	r.peerTokMu.Unlock()
+	return bound, nil
 }
 
 // PairRequest is POST /api/v1/relays.

@@ -195,6 +195,10 @@ func (r *Relay) hello(ctx context.Context, name, base, token string, timeout tim
 	return &h, nil
 }
 
+// linkRefresh is how often a process records again that a paired relay it
+// keeps reaching answered (its "seen" time): not on every call.
+const linkRefresh = time.Second
+
 // link records whether a paired relay answered (list_relays shows it).
 func (r *Relay) link(ctx context.Context, p *store.Pairing, e *Error) {
 	online, reason := e == nil, ""
@@ -204,6 +208,18 @@ func (r *Relay) link(ctx context.Context, p *store.Pairing, e *Error) {
 		}
 		reason = e.Msg
 	}
+	key := strings.ToLower(p.Name)
+	r.linkMu.Lock()
+	if online {
+		if at, ok := r.linkOnline[key]; ok && time.Since(at) < linkRefresh {
+			r.linkMu.Unlock()
+			return // recorded online by this process a moment ago
+		}
+		r.linkOnline[key] = time.Now()
+	} else {
+		delete(r.linkOnline, key)
+	}
+	r.linkMu.Unlock()
 	changed, err := r.st.SetLink(context.WithoutCancel(ctx), p.Name, online, r.now(), reason)
 	if err != nil {
 		r.log.Warn("record link state", "relay", p.Name, "err", err)

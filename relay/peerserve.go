@@ -56,7 +56,7 @@ func (r *Relay) PeerCall(ctx context.Context, tok string, raw []byte) (json.RawM
 	if _, ok := actionArgs[action]; !ok {
 		action = "unknown"
 	}
-	bound, err := r.st.BindPeerToken(ctx, tok, body.Origin.Relay)
+	bound, err := r.bindPeerToken(ctx, tok, body.Origin.Relay)
 	if err != nil {
 		return r.envelope(action, "", start, nil, internal(err))
 	}

@@ -84,6 +84,12 @@ type Relay struct {
 	claims   map[string]bool                    // turn id -> its agent started: turns this process's drains took (resumable)
 	direct   chan struct{}                      // slots of drains started here (direct.go); nil: none
 	directWG sync.WaitGroup
+
+	linkMu     sync.Mutex
+	linkOnline map[string]time.Time // paired relay (lower case) -> when this process last recorded it online (peer.go link)
+
+	peerTokMu sync.Mutex
+	peerToks  map[string]peerTok // peer tokens found valid (pairing.go PeerTokenValid)
 	stopping bool
 
 	bg     sync.WaitGroup // goroutines of Start: notification listener, cache watcher
@@ -112,7 +118,7 @@ func New(st *store.Store, enq Enqueuer, provs []provider.Provider, opts Options)
 		opts.WorkerID = store.NewID(8)
 	}
 	r := &Relay{st: st, enq: enq, opts: opts, now: opts.Clock, log: opts.Logger, met: opts.Metrics,
-		providers: map[string]provider.Provider{}, hub: newHub(), running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{},
+		providers: map[string]provider.Provider{}, hub: newHub(), running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, linkOnline: map[string]time.Time{}, peerToks: map[string]peerTok{},
 		tokens: map[string]tokenEntry{}}
 	for _, p := range provs {
 		id := p.Info().ID

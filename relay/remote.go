@@ -81,12 +81,8 @@ func (r *Relay) chain(ctx context.Context, c *caller) store.Origin {
 // conversation (not those unlocked because their agent wrote there, R4.4 b),
 // by the names they give themselves.
 func (r *Relay) mentionedRelays(ctx context.Context, sid string) []string {
-	unlocked, err := r.st.Unlocked(ctx, sid)
+	unlocked, ps, err := r.st.UnlockedPairings(ctx, sid) // one round trip
 	if err != nil || len(unlocked) == 0 {
-		return nil
-	}
-	ps, err := r.st.Pairings(ctx)
-	if err != nil {
 		return nil
 	}
 	var out []string

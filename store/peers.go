@@ -111,6 +111,11 @@ func (s *Store) Pairings(ctx context.Context) ([]*Pairing, error) {
 	if err != nil {
 		return nil, err
 	}
+	return pairingsFrom(m), nil
+}
+
+// pairingsFrom decodes the pairings hash, sorted by name.
+func pairingsFrom(m map[string]string) []*Pairing {
 	out := make([]*Pairing, 0, len(m))
 	for _, v := range m {
 		var p Pairing
@@ -119,7 +124,7 @@ func (s *Store) Pairings(ctx context.Context) ([]*Pairing, error) {
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, nil
+	return out
 }
 
 // PairingCount is how many relays are paired.
@@ -204,6 +209,24 @@ func (s *Store) Unlocked(ctx context.Context, sid string) (map[string]bool, erro
 		out[k] = v == "owner"
 	}
 	return out, nil
+}
+
+// UnlockedPairings is Unlocked and Pairings in one round trip.
+func (s *Store) UnlockedPairings(ctx context.Context, sid string) (map[string]bool, []*Pairing, error) {
+	var un, ps *redis.MapStringStringCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		un = p.HGetAll(ctx, s.k("unlock", sid))
+		ps = p.HGetAll(ctx, s.k("relays"))
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	unlocked := make(map[string]bool, len(un.Val()))
+	for k, v := range un.Val() {
+		unlocked[k] = v == "owner"
+	}
+	return unlocked, pairingsFrom(ps.Val()), nil
 }
 
 // IsUnlocked reports whether a paired relay is unlocked in a conversation.

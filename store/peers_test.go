@@ -80,4 +80,12 @@ func TestUnlockByOwnerAndAgent(t *testing.T) {
 	if ok, _ := e.s.IsUnlocked(e.ctx, "s2", "bravo"); ok {
 		t.Error("another conversation stays locked")
 	}
+	// With the pairings, in one round trip: the same answers.
+	if err := e.s.AddPairing(e.ctx, &Pairing{Name: "charlie", URL: "http://127.0.0.1:1"}); err != nil {
+		t.Fatal(err)
+	}
+	un, ps, err := e.s.UnlockedPairings(e.ctx, "s1")
+	if err != nil || len(un) != len(want) || !un["charlie"] || un["bravo"] || len(ps) != 1 || ps[0].Name != "charlie" {
+		t.Fatalf("UnlockedPairings: %v %v %v", un, ps, err)
+	}
 }
