@@ -90,7 +90,7 @@ type Relay struct {
 
 	peerTokMu sync.Mutex
 	peerToks  map[string]peerTok // peer tokens found valid (pairing.go PeerTokenValid)
-	stopping bool
+	stopping  bool
 
 	bg     sync.WaitGroup // goroutines of Start: notification listener, cache watcher
 	tokMu  sync.RWMutex
