@@ -157,11 +157,8 @@ func New(cfg config.Config, o Options) (*App, error) {
 	}
 	if o.Mode == ModeServe {
 		// The worker runs here too: a prompt whose caller waits may start
-		// its drain here, up to as many at once as the worker runs tasks.
-		ropt.DirectDrains = o.Concurrency
-		if ropt.DirectDrains <= 0 {
-			ropt.DirectDrains = worker.DefaultConcurrency
-		}
+		// its drain here (limits.direct_starts at once).
+		ropt.DirectDrains = cfg.Limits.DirectStarts
 	}
 	for _, p := range cfg.Providers {
 		if p.MonthlyCap > 0 {

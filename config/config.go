@@ -103,6 +103,11 @@ type Limits struct {
 	OpenAsksPerSession           int // open_asks_per_session, default 20
 	ReplayEvents                 int // replay_events, default 500
 	Hops                         int // hops, default 2
+	// DirectStarts is how many drains a serve process starts itself at once
+	// for prompts whose caller waits (direct_starts, default 64; 0: every
+	// prompt goes through the queue, so agents run only where queue workers
+	// take it).
+	DirectStarts int
 }
 
 // Environment variable names (SPEC §2).
@@ -201,6 +206,7 @@ func Default() Config {
 			OpenAsksPerSession:           20,
 			ReplayEvents:                 500,
 			Hops:                         2,
+			DirectStarts:                 64,
 		},
 	}
 	if len(folders) > 0 {
@@ -524,6 +530,9 @@ func (c Config) Validate() error {
 			return err
 		}
 	}
+	if l.DirectStarts < 0 {
+		return fmt.Errorf("config: limits.direct_starts must be 0 (off) or more (got %d)", l.DirectStarts)
+	}
 	return nil
 }
 
@@ -770,6 +779,7 @@ func (d *fileDecoder) decode(c *Config, data []byte) error {
 			{"open_asks_per_session", d.integer(&c.Limits.OpenAsksPerSession)},
 			{"replay_events", d.integer(&c.Limits.ReplayEvents)},
 			{"hops", d.integer(&c.Limits.Hops)},
+			{"direct_starts", d.integer(&c.Limits.DirectStarts)},
 		})},
 	})
 }

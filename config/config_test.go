@@ -77,6 +77,7 @@ func defaultLimits() Limits {
 		OpenAsksPerSession:           20,
 		ReplayEvents:                 500,
 		Hops:                         2,
+		DirectStarts:                 64,
 	}
 }
 
@@ -230,6 +231,7 @@ func TestLoadCustomFile(t *testing.T) {
 			OpenAsksPerSession:           7,
 			ReplayEvents:                 8,
 			Hops:                         9,
+			DirectStarts:                 0,
 		},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -702,6 +704,8 @@ func TestValidate(t *testing.T) {
 			"config: limits.replay_events must be at least 1 (got 0)"},
 		{"hops", func(c *Config) { c.Limits.Hops = -1 },
 			"config: limits.hops must be at least 1 (got -1)"},
+		{"direct starts", func(c *Config) { c.Limits.DirectStarts = -1 },
+			"config: limits.direct_starts must be 0 (off) or more (got -1)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
