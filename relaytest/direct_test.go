@@ -7,6 +7,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/oar/relay/config"
 	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/store"
 )
@@ -72,4 +73,22 @@ func TestWaitedSendStartsItsDrainHere(t *testing.T) {
 		t.Fatalf("reply %v (%v)", env["reply"], env)
 	}
 	Eventually(t, 10*time.Second, func() bool { return done() > before }, "the handed-over drain task to be processed")
+}
+
+// limits.direct_starts 0: every prompt, waited or not, goes through the
+// queue (agents run only where queue workers take the turn).
+func TestDirectStartsOff(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{Config: func(c *config.Config) { c.Limits.DirectStarts = 0 }})
+	done := drainTasksDone(t, r)
+	orch := r.NewSession(map[string]any{"title": "orchestrator"})
+	target := r.NewSession(map[string]any{"title": "target"})
+	m := r.Connect(orch.Token, nil)
+	for i := range 3 {
+		env := m.MustOK(map[string]any{"action": "send", "relay": "this", "session": target.ID, "text": Script(stepReply("queued")), "wait_seconds": 20})
+		if got := obj(t, env["reply"], "reply")["text"]; got != "queued" {
+			t.Fatalf("send %d: reply %v", i, env["reply"])
+		}
+	}
+	Eventually(t, 10*time.Second, func() bool { return done() >= 3 }, "a drain task for each of the 3 waited sends")
 }
