@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -352,7 +353,7 @@ func redisRTCPU(ctx context.Context, opts *redis.Options, info *redis.Client, co
 	for range conc {
 		wg.Go(func() {
 			for range n / conc {
-				if err := rdb.Get(ctx, key).Err(); err != nil && err != redis.Nil {
+				if err := rdb.Get(ctx, key).Err(); err != nil && !errors.Is(err, redis.Nil) {
 					failed.Store(err)
 					return
 				}

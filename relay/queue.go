@@ -154,6 +154,11 @@ func (r *Relay) waitTurnOn(ctx context.Context, id string, d time.Duration, ch <
 		}
 		select {
 		case <-ch:
+			// The turn ended in this process: its record as it ended.
+			if ft, _ := r.hub.val("turn:" + id).(*store.Turn); ft != nil && ft.Status.Ended() {
+				cp := *ft
+				return &cp, nil
+			}
 		case <-recheck.C:
 		case <-timer.C:
 			return r.st.GetTurn(ctx, id)

@@ -241,9 +241,14 @@ func (r *Relay) dropSettings() {
 type hub struct {
 	mu      sync.Mutex
 	waiters map[string]map[chan struct{}]struct{}
+	// vals are what fireWith handed the waiters of a key, kept while any
+	// waits on it.
+	vals map[string]any
 }
 
-func newHub() *hub { return &hub{waiters: map[string]map[chan struct{}]struct{}{}} }
+func newHub() *hub {
+	return &hub{waiters: map[string]map[chan struct{}]struct{}{}, vals: map[string]any{}}
+}
 
 // sub registers interest in key; the channel receives (without blocking) on each fire.
 func (h *hub) sub(key string) (chan struct{}, func()) {
@@ -259,6 +264,7 @@ func (h *hub) sub(key string) (chan struct{}, func()) {
 		delete(h.waiters[key], ch)
 		if len(h.waiters[key]) == 0 {
 			delete(h.waiters, key)
+			delete(h.vals, key)
 		}
 		h.mu.Unlock()
 	}
@@ -273,6 +279,23 @@ func (h *hub) fire(key string) {
 		}
 	}
 	h.mu.Unlock()
+}
+
+// fireWith is fire handing v to the key's waiters (val), when any waits.
+func (h *hub) fireWith(key string, v any) {
+	h.mu.Lock()
+	if len(h.waiters[key]) > 0 {
+		h.vals[key] = v
+	}
+	h.mu.Unlock()
+	h.fire(key)
+}
+
+// val is what fireWith last handed key's waiters (nil: nothing).
+func (h *hub) val(key string) any {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.vals[key]
 }
 
 // fireAll wakes every waiter (after a lost subscription, so each re-checks).

@@ -228,11 +228,6 @@ func id8(id string) string {
 	return id
 }
 
-func (r *Relay) loadCaller(ctx context.Context, sid string) (*caller, error) {
-	c, _, err := r.loadCall(ctx, sid, "")
-	return c, err
-}
-
 // loadCall reads the caller (its session and running turn) and, when ref is
 // a whole session id, resolves and reads that session too (the action's
 // target, see [Relay.target]), in one round trip.

@@ -305,6 +305,7 @@ func (r *Relay) finishUsage(ctx context.Context, s *store.Session, orch, id stri
 	text = excerpt(text, 240) // a line shows 120 characters; events and replay streams keep no whole replies
 	r.emit(wctx, &store.Event{Kind: EvTurnEnd, Session: s.ID, Title: s.Title, Status: string(status), Text: text, Turn: id})
 	_ = r.st.Notify(wctx, "session:"+s.ID)
+	defer r.hub.fire("turn:" + id) // a caller waiting in this process wakes now, not when the notification comes back
 	return more, r.st.Notify(wctx, "turn:"+id)
 }
 
@@ -331,10 +332,11 @@ func (r *Relay) finishEmit(ctx context.Context, s *store.Session, orch, id strin
 		owner = rel.owner
 	}
 	var watched, released bool
+	var ended *store.Turn
 	write := func(c context.Context) (bool, error) {
-		more, w, rl, err := r.st.FinishTurnEmit(c, s.ID, orch, id, msg, now, ev, owner, u,
+		more, w, rl, t, err := r.st.FinishTurnEmit(c, s.ID, orch, id, msg, now, ev, owner, u,
 			"status", status, "reply", reply, "replyModel", model, "error", "", "ended", now.UnixMilli(), "partial", "", "question", "")
-		watched, released = w, rl
+		watched, released, ended = w, rl, t
 		return more, err
 	}
 	more, err := write(wctx)
@@ -353,6 +355,10 @@ func (r *Relay) finishEmit(ctx context.Context, s *store.Session, orch, id strin
 	if r.met != nil {
 		r.met.Event(ev.Kind)
 	}
+	// A caller waiting in this process (the drain started where the prompt
+	// was queued) wakes now, with the turn as it ended, rather than when the
+	// notification comes back and it reads the turn.
+	defer r.hub.fireWith("turn:"+id, ended)
 	if !watched {
 		return more, nil // "turn:ID" was published with the outcome
 	}

@@ -281,7 +281,7 @@ if watched == 0 then
     released = 1
   end
 end
-return {more, watched, released}
+return {more, watched, released, redis.call('HGETALL', KEYS[5])}
 `)
 
 // FinishTurnEmit is FinishTurn followed by AppendEvent of the turn's event
@@ -293,19 +293,20 @@ return {more, watched, released}
 // do), the session's lease is released in the same step if releaseOwner
 // still holds it (released reports that). u, when not nil, is the turn's
 // usage, counted in the same step (as AddUsage, AddUsageCost and clearing
-// the pause would, one by one).
-func (s *Store) FinishTurnEmit(ctx context.Context, sid, orchestrator, turnID string, msg *Message, at time.Time, ev *Event, releaseOwner string, u *UsageAdd, kv ...any) (more, watched, released bool, err error) {
+// the pause would, one by one). ended is the turn's record as the step left
+// it (what GetTurn would read now).
+func (s *Store) FinishTurnEmit(ctx context.Context, sid, orchestrator, turnID string, msg *Message, at time.Time, ev *Event, releaseOwner string, u *UsageAdd, kv ...any) (more, watched, released bool, ended *Turn, err error) {
 	m := ""
 	if msg != nil {
 		b, err := json.Marshal(msg)
 		if err != nil {
-			return false, false, false, err
+			return false, false, false, nil, err
 		}
 		m = string(b)
 	}
 	evb, err := json.Marshal(ev)
 	if err != nil {
-		return false, false, false, err
+		return false, false, false, nil, err
 	}
 	args := []any{sid, m, ms(at), string(evb), b2s(ev.Sub != "" || ev.Watcher != ""), releaseOwner,
 		s.NotifyChannel(), "session:" + sid, "turn:" + turnID}
@@ -319,11 +320,18 @@ func (s *Store) FinishTurnEmit(ctx context.Context, sid, orchestrator, turnID st
 	args = append(args, kv...)
 	res, err := finishEmitScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
 		s.BusyKey(orchestrator), s.turnKey(turnID), s.msgsKey(sid), s.sessKey(sid), s.k("sessions", "active"), s.drainsKey(),
-		s.k("events"), s.k("subidx", ev.Session), s.k("subidx", "all"), s.k("lease", sid), usageKey}, args...).Int64Slice()
+		s.k("events"), s.k("subidx", ev.Session), s.k("subidx", "all"), s.k("lease", sid), usageKey}, args...).Slice()
 	if err != nil {
-		return false, false, false, fmt.Errorf("finish turn %s: %w", turnID, err)
+		return false, false, false, nil, fmt.Errorf("finish turn %s: %w", turnID, err)
 	}
-	return res[0] == 1, res[1] == 1, res[2] == 1, nil
+	if len(res) < 4 {
+		return false, false, false, nil, fmt.Errorf("finish turn %s: %d values in the answer, want 4", turnID, len(res))
+	}
+	one := func(v any) bool { n, _ := v.(int64); return n == 1 }
+	if m := flatMap(res[3]); len(m) > 0 {
+		ended = turnFrom(m)
+	}
+	return one(res[0]), one(res[1]), one(res[2]), ended, nil
 }
 
 // UsageAdd is a done turn's usage, counted with its outcome (FinishTurnEmit).
