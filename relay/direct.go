@@ -3,6 +3,8 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime/debug"
 
 	"github.com/oar/relay/store"
 )
@@ -40,7 +42,7 @@ func (r *Relay) startHere(sid string) bool {
 	go func() {
 		defer func() { <-r.direct; r.directWG.Done() }()
 		ctx := context.Background() // not the call's: the turn runs on when the caller leaves
-		err := r.Drain(ctx, sid)
+		err := r.drainRecovered(ctx, sid)
 		if err == nil {
 			return
 		}
@@ -57,4 +59,16 @@ func (r *Relay) startHere(sid string) bool {
 		}
 	}()
 	return true
+}
+
+// drainRecovered is Drain with a panic turned into an error, as asynq does
+// for a task: a drain started here must not take the process down.
+func (r *Relay) drainRecovered(ctx context.Context, sid string) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("a drain started here panicked", "session", id8(sid), "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			err = fmt.Errorf("drain of %s panicked: %v", id8(sid), p)
+		}
+	}()
+	return r.Drain(ctx, sid)
 }

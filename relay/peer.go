@@ -210,20 +210,21 @@ func (r *Relay) link(ctx context.Context, p *store.Pairing, e *Error) {
 	}
 	key := strings.ToLower(p.Name)
 	r.linkMu.Lock()
-	if online {
-		if at, ok := r.linkOnline[key]; ok && time.Since(at) < linkRefresh {
-			r.linkMu.Unlock()
-			return // recorded online by this process a moment ago
-		}
-		r.linkOnline[key] = time.Now()
-	} else {
-		delete(r.linkOnline, key)
+	if at, ok := r.linkOnline[key]; online && ok && time.Since(at) < linkRefresh {
+		r.linkMu.Unlock()
+		return // recorded online by this process a moment ago
 	}
+	delete(r.linkOnline, key) // set again once this write is done
 	r.linkMu.Unlock()
 	changed, err := r.st.SetLink(context.WithoutCancel(ctx), p.Name, online, r.now(), reason)
 	if err != nil {
 		r.log.Warn("record link state", "relay", p.Name, "err", err)
 		return
+	}
+	if online {
+		r.linkMu.Lock()
+		r.linkOnline[key] = time.Now()
+		r.linkMu.Unlock()
 	}
 	if changed && online {
 		r.log.Info("paired relay online", "relay", p.Name)

@@ -33,7 +33,7 @@ const leaseTTL = 15 * time.Second
 
 // Drain runs the next queued turn of a session (one turn per job, in order,
 // under the session's lease) and starts the job for the one after it.
-func (r *Relay) Drain(ctx context.Context, sid string) (err error) {
+func (r *Relay) Drain(ctx context.Context, sid string) error {
 	if r.isStopping() {
 		return ErrRetryLater
 	}
@@ -64,6 +64,13 @@ func (r *Relay) Drain(ctx context.Context, sid string) (err error) {
 		_ = r.st.ReleaseLease(rctx, sid, owner)
 	}()
 	id, t := "", d.Turn
+	// The claim on the turn this drain takes goes with the drain, unless
+	// its agent started here and its outcome was not written (unclaim).
+	defer func() {
+		if id != "" {
+			r.unclaim(id)
+		}
+	}()
 	if t != nil {
 		id = t.ID
 		r.claim(id)
@@ -107,7 +114,6 @@ func (r *Relay) Drain(ctx context.Context, sid string) (err error) {
 		}
 		d.History = nil // read when the turn starts
 	}
-	defer func() { r.unclaim(id, err) }()
 	// From here, the turn's outcome may release the lease when nothing more
 	// is queued (one round trip less).
 	ctx = context.WithValue(ctx, leaseReleaseKey{}, rel)
@@ -157,14 +163,23 @@ func (r *Relay) agentStarted(id string) {
 	r.mu.Unlock()
 }
 
-// unclaim forgets a turn once its drain is over, except one whose agent ran
-// and whose outcome could not be written (err): a later drain must not run
-// that prompt again.
-func (r *Relay) unclaim(id string, err error) {
+// unclaim ends a drain's claim on a turn whose agent did not start here (a
+// later drain may run it). A claim whose agent started stays until the
+// turn's outcome is written (forgetClaim): if it never is (Redis stayed
+// away, a panic), no later drain here runs that prompt again; one ends it
+// as abandoned.
+func (r *Relay) unclaim(id string) {
 	r.mu.Lock()
-	if ran := r.claims[id]; !ran || err == nil {
+	if !r.claims[id] {
 		delete(r.claims, id)
 	}
+	r.mu.Unlock()
+}
+
+// forgetClaim drops the claim on a turn whose outcome was written.
+func (r *Relay) forgetClaim(id string) {
+	r.mu.Lock()
+	delete(r.claims, id)
 	r.mu.Unlock()
 }
 
@@ -294,6 +309,7 @@ func (r *Relay) finishUsage(ctx context.Context, s *store.Session, orch, id stri
 		wctx, cancelAgain = context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout) // for the events below
 		defer cancelAgain()
 	}
+	r.forgetClaim(id) // the outcome is written
 	// Events (R8.1): an error emits both error and turn_end (error).
 	if status == store.TurnError {
 		r.emit(wctx, &store.Event{Kind: EvError, Session: s.ID, Title: s.Title, Text: errText, Turn: id})
@@ -349,6 +365,7 @@ func (r *Relay) finishEmit(ctx context.Context, s *store.Session, orch, id strin
 		wctx, cancelAgain = context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
 		defer cancelAgain()
 	}
+	r.forgetClaim(id) // the outcome is written
 	if rel != nil && released {
 		rel.released = true
 	}

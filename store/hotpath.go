@@ -250,6 +250,15 @@ func flatMap(v any) map[string]string {
 // input tokens, output tokens, cost in micro-dollars, clear the pause 1|0), then
 // the turn's field/value pairs.
 var finishEmitScript = redis.NewScript(`
+if redis.call('HGET', KEYS[5], 'ended') == ARGV[3] then
+  -- This step already ran (its answer was lost and it is tried again): the
+  -- outcome, message, event and usage stay as they were written once.
+  local more = 0
+  if redis.call('LLEN', KEYS[1]) > 0 then more = 1 end
+  local watched = 0
+  if ARGV[5] == '1' or redis.call('SCARD', KEYS[11]) > 0 or redis.call('SCARD', KEYS[12]) > 0 then watched = 1 end
+  return {more, watched, 0, redis.call('HGETALL', KEYS[5])}
+end
 if #ARGV >= 15 then redis.call('HSET', KEYS[5], unpack(ARGV, 14)) end
 if ARGV[10] ~= '' then
   redis.call('HINCRBY', KEYS[14], 'turns', 1)
@@ -294,7 +303,9 @@ return {more, watched, released, redis.call('HGETALL', KEYS[5])}
 // still holds it (released reports that). u, when not nil, is the turn's
 // usage, counted in the same step (as AddUsage, AddUsageCost and clearing
 // the pause would, one by one). ended is the turn's record as the step left
-// it (what GetTurn would read now).
+// it (what GetTurn would read now). The turn's field pairs must set "ended"
+// to at (ms): a step tried again after its answer was lost (the turn
+// already ended at at) changes nothing a second time.
 func (s *Store) FinishTurnEmit(ctx context.Context, sid, orchestrator, turnID string, msg *Message, at time.Time, ev *Event, releaseOwner string, u *UsageAdd, kv ...any) (more, watched, released bool, ended *Turn, err error) {
 	m := ""
 	if msg != nil {

@@ -379,3 +379,35 @@ func TestFinishTurnEmitUsage(t *testing.T) {
 		t.Fatalf("cost %q", c)
 	}
 }
+
+// A finish step tried again after its answer was lost changes nothing a
+// second time: one reply message, one event, the usage counted once.
+func TestFinishTurnEmitTwice(t *testing.T) {
+	e := newEnv(t)
+	e.createSession("s1", base)
+	tr := newTurn("s1", "agent", "x", base)
+	e.push(tr, "", 4, true, "d")
+	if _, err := e.s.PopTurn(e.ctx, "s1", "", base); err != nil {
+		t.Fatal(err)
+	}
+	at := base.Add(time.Second)
+	msg := &Message{ID: "m1", Role: "assistant", Text: "echo", CreatedAt: at}
+	ev := &Event{ID: "ev_1", Kind: "turn_end", Session: "s1", Turn: tr.ID, Status: "done", At: at}
+	u := &UsageAdd{Provider: "prov", InputTokens: 10, OutputTokens: 2}
+	for i := range 2 {
+		_, _, _, ended, err := e.s.FinishTurnEmit(e.ctx, "s1", "", tr.ID, msg, at, ev, "", u,
+			"status", TurnDone, "reply", "echo", "ended", at.UnixMilli())
+		if err != nil || ended == nil || ended.Status != TurnDone || ended.Reply != "echo" {
+			t.Fatalf("try %d: %+v %v", i, ended, err)
+		}
+	}
+	if ids := e.messageIDs("s1"); len(ids) != 2 || ids[1] != "m1" {
+		t.Fatalf("messages %v, want the prompt and one reply", ids)
+	}
+	if n := e.rdb.XLen(e.ctx, e.key("events")).Val(); n != 1 {
+		t.Fatalf("events %d, want 1", n)
+	}
+	if m, _ := e.s.Usage(e.ctx, "prov"); m["turns"] != 1 || m["inputTokens"] != 10 {
+		t.Fatalf("usage %v, counted once", m)
+	}
+}
