@@ -544,21 +544,6 @@ func (s *Store) HoldEcho(ctx context.Context, turn string, g Batch, watcher stri
 	return err
 }
 
-// EndWaiting ends a caller's wait and returns the echoes held meanwhile (watcher → groups).
-func (s *Store) EndWaiting(ctx context.Context, turn string) (map[string][]Batch, error) {
-	var items *redis.StringSliceCmd
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, s.k("waiting", turn))
-		items = p.LRange(ctx, s.k("echo", turn), 0, -1)
-		p.Del(ctx, s.k("echo", turn))
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return decodeEchoes(items.Val()), nil
-}
-
 // decodeEchoes reads held echoes (watcher → groups).
 func decodeEchoes(items []string) map[string][]Batch {
 	out := map[string][]Batch{}

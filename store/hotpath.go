@@ -353,8 +353,9 @@ type UsageAdd struct {
 	ClearPause                bool  // the provider's pause by a usage limit ends (the turn succeeded)
 }
 
-// SeenEndWaiting is MarkTurnSeen (when seen) then EndWaiting, in one MULTI:
-// the turn is marked seen before its wait ends, as when they were two steps.
+// SeenEndWaiting ends a caller's wait on a turn and returns the echoes held
+// meanwhile (watcher → groups), in one MULTI; with seen, the turn is first
+// marked seen (MarkTurnSeen), so it is seen before its wait ends.
 func (s *Store) SeenEndWaiting(ctx context.Context, turn string, seen bool) (map[string][]Batch, error) {
 	var items *redis.StringSliceCmd
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
