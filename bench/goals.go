@@ -530,7 +530,7 @@ func (b *bench) goal4(ctx context.Context, out *goalsResult) error {
 		if bad > 0 || short > 0 {
 			return 0, fmt.Errorf("%d of %d turns did not end done (first: %s), %d ended before the agent's %d ms", bad, len(msgs), first, short, sz.turnMillis)
 		}
-		return rate(sz.turns4, el), waitQueuesIdleEvery(ctx, b.rdb, q.All(), time.Minute, 5*time.Millisecond)
+		return rate(sz.turns4, el), waitQueues(ctx, b.rdb, q.All(), time.Minute, 5*time.Millisecond, true)
 	}
 	// two runs a round with a second worker, started before and stopped after it.
 	two := func() (float64, error) {
@@ -644,40 +644,6 @@ func startWorkerProc(redisURL, prefix, dir string, concurrency int) (*relayProc,
 		return nil, counter, fmt.Errorf("worker did not start within 20 s")
 	}
 	return p, counter, nil
-}
-
-// waitQueuesIdleEvery is waitQueuesIdle polling every step.
-func waitQueuesIdleEvery(ctx context.Context, rdb *redis.Client, queues []string, d, step time.Duration) error {
-	deadline := time.Now().Add(d)
-	for {
-		busy := int64(0)
-		for _, q := range queues {
-			for _, k := range []string{"pending", "active", "scheduled", "retry"} {
-				var n int64
-				var err error
-				if k == "pending" || k == "active" {
-					n, err = rdb.LLen(ctx, "asynq:{"+q+"}:"+k).Result()
-				} else {
-					n, err = rdb.ZCard(ctx, "asynq:{"+q+"}:"+k).Result()
-				}
-				if err != nil {
-					return err
-				}
-				busy += n
-			}
-		}
-		if busy == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("queues still hold %d tasks after %s", busy, d)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(step):
-		}
-	}
 }
 
 // goal5 measures 100,000 idle sessions and 10,000 subscriptions in one relay.

@@ -171,12 +171,22 @@ func (c *ctxCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // waitQueuesIdle waits until the relay's asynq queues have nothing pending or
 // active (the turns and deliveries a phase started have run), at most d.
 func waitQueuesIdle(ctx context.Context, rdb *redis.Client, queues []string, d time.Duration) error {
+	return waitQueues(ctx, rdb, queues, d, 50*time.Millisecond, false)
+}
+
+// waitQueues waits until the queues hold no pending or active task (with
+// delayed, none scheduled or waiting for a retry either), looking every step
+// in one round trip.
+func waitQueues(ctx context.Context, rdb *redis.Client, queues []string, d, step time.Duration, delayed bool) error {
 	deadline := time.Now().Add(d)
 	for {
 		var cmds []*redis.IntCmd
 		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, q := range queues {
 				cmds = append(cmds, p.LLen(ctx, "asynq:{"+q+"}:pending"), p.LLen(ctx, "asynq:{"+q+"}:active"))
+				if delayed {
+					cmds = append(cmds, p.ZCard(ctx, "asynq:{"+q+"}:scheduled"), p.ZCard(ctx, "asynq:{"+q+"}:retry"))
+				}
 			}
 			return nil
 		})
@@ -196,7 +206,7 @@ func waitQueuesIdle(ctx context.Context, rdb *redis.Client, queues []string, d t
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(step):
 		}
 	}
 }
