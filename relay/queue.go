@@ -159,6 +159,12 @@ func (r *Relay) waitTurnOn(ctx context.Context, id string, d time.Duration, ch <
 				cp := *ft
 				return &cp, nil
 			}
+			if r.isEnding(id) {
+				// A drain here is writing the turn's end: it hands the
+				// record over right after the notification this wake-up
+				// came from (the 2 s re-check reads it should it not).
+				continue
+			}
 		case <-recheck.C:
 		case <-timer.C:
 			return r.st.GetTurn(ctx, id)

@@ -79,11 +79,12 @@ type Relay struct {
 	// starts: historyRead when a provider's turns use the history, else 0.
 	drainHistory int
 
-	mu       sync.Mutex
-	running  map[string]context.CancelCauseFunc // turn id -> cancel (turns this process runs)
-	claims   map[string]bool                    // turn id -> its agent started: turns this process's drains took (resumable)
-	direct   chan struct{}                      // slots of drains started here (direct.go); nil: none
-	directWG sync.WaitGroup
+	mu        sync.Mutex
+	running   map[string]context.CancelCauseFunc // turn id -> cancel (turns this process runs)
+	claims    map[string]bool                    // turn id -> its agent started: turns this process's drains took (resumable)
+	endingNow map[string]bool                    // turns whose outcome a drain here is writing (finishEmit)
+	direct    chan struct{}                      // slots of drains started here (direct.go); nil: none
+	directWG  sync.WaitGroup
 
 	linkMu     sync.Mutex
 	linkOnline map[string]time.Time // paired relay (lower case) -> when this process last recorded it online (peer.go link)
@@ -118,7 +119,7 @@ func New(st *store.Store, enq Enqueuer, provs []provider.Provider, opts Options)
 		opts.WorkerID = store.NewID(8)
 	}
 	r := &Relay{st: st, enq: enq, opts: opts, now: opts.Clock, log: opts.Logger, met: opts.Metrics,
-		providers: map[string]provider.Provider{}, hub: newHub(), running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, linkOnline: map[string]time.Time{}, peerToks: map[string]peerTok{},
+		providers: map[string]provider.Provider{}, hub: newHub(), running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}, linkOnline: map[string]time.Time{}, peerToks: map[string]peerTok{},
 		tokens: map[string]tokenEntry{}}
 	for _, p := range provs {
 		id := p.Info().ID

@@ -176,6 +176,26 @@ func (r *Relay) unclaim(id string) {
 	r.mu.Unlock()
 }
 
+// ending marks (on) or unmarks a turn whose outcome a drain of this process
+// is writing: the notification of its end may wake a waiting caller here
+// before the record is handed over (finishEmit).
+func (r *Relay) ending(id string, on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if on {
+		r.endingNow[id] = true
+	} else {
+		delete(r.endingNow, id)
+	}
+}
+
+// isEnding reports whether a drain of this process is writing turn id's outcome.
+func (r *Relay) isEnding(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.endingNow[id]
+}
+
 // forgetClaim drops the claim on a turn whose outcome was written.
 func (r *Relay) forgetClaim(id string) {
 	r.mu.Lock()
@@ -355,6 +375,10 @@ func (r *Relay) finishEmit(ctx context.Context, s *store.Session, orch, id strin
 		watched, released, ended = w, rl, t
 		return more, err
 	}
+	// Until the caller waiting here has the record (deferred below), a
+	// wake-up from the end's notification does not read the turn.
+	r.ending(id, true)
+	defer r.ending(id, false)
 	more, err := write(wctx)
 	if err != nil {
 		// Redis is away: as in finish, write once it is back, under the lease.

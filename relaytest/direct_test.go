@@ -2,10 +2,14 @@ package relaytest
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/jobs"
@@ -32,6 +36,43 @@ func drainTasksDone(t *testing.T, r *Relay) func() int {
 	}
 }
 
+// keyReads is a go-redis hook counting the HGETALLs of each key.
+type keyReads struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (k *keyReads) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (k *keyReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) == 2 && strings.EqualFold(cmd.Name(), "hgetall") {
+			k.mu.Lock()
+			if k.n == nil {
+				k.n = map[string]int{}
+			}
+			k.n[fmt.Sprint(args[1])]++
+			k.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (k *keyReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// of is how many HGETALLs read a key ending in suffix.
+func (k *keyReads) of(suffix string) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := 0
+	for key, c := range k.n {
+		if strings.HasSuffix(key, suffix) {
+			n += c
+		}
+	}
+	return n
+}
+
 // A prompt whose caller waits starts its drain in the serving process (no
 // asynq hop on the reply's path); one the caller does not wait for goes
 // through the queue. A drain started here that cannot run (the session's
@@ -51,10 +92,17 @@ func TestWaitedSendStartsItsDrainHere(t *testing.T) {
 	Eventually(t, 10*time.Second, func() bool { return done() >= 1 }, "the owner message's drain task to be processed")
 	before := done()
 
+	reads := &keyReads{}
+	r.App.Redis().AddHook(reads)
 	for i := range 5 {
 		env := m.MustOK(map[string]any{"action": "send", "relay": "this", "session": target.ID, "text": Script(stepReply("direct")), "wait_seconds": 20})
 		if got := obj(t, env["reply"], "reply")["text"]; got != "direct" {
 			t.Fatalf("send %d: reply %v", i, env["reply"])
+		}
+		// The caller got the turn as it ended, handed over in the process:
+		// it did not read the turn again.
+		if n := reads.of(":turn:" + str(env["message_id"])); n != 0 {
+			t.Fatalf("send %d: the waiting caller read its turn %d times, want 0", i, n)
 		}
 	}
 	time.Sleep(300 * time.Millisecond) // a drain task would have been counted by now (it ends before its reply is read)
