@@ -284,10 +284,8 @@ type redisServer struct {
 	port int
 	dir  string
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan error
-	out    *syncBuffer
+	child
+	out *syncBuffer
 }
 
 func freeLoopbackPort(t *testing.T) int {
@@ -308,14 +306,7 @@ func startRedisServer(t *testing.T) *redisServer {
 	}
 	rs := &redisServer{t: t, port: freeLoopbackPort(t), dir: t.TempDir(), out: &syncBuffer{}}
 	t.Cleanup(func() {
-		rs.mu.Lock()
-		cmd, exited := rs.cmd, rs.exited
-		rs.cmd = nil
-		rs.mu.Unlock()
-		if cmd != nil {
-			_ = cmd.Process.Kill()
-			<-exited //nolint:errcheck // reaped after a kill: its exit status says nothing
-		}
+		rs.kill()
 		if t.Failed() {
 			t.Logf("redis-server output:\n%s", rs.out.String())
 		}
@@ -332,14 +323,9 @@ func (rs *redisServer) start() {
 	cmd := exec.Command("redis-server", "--port", strconv.Itoa(rs.port), "--bind", "127.0.0.1",
 		"--appendonly", "yes", "--appendfsync", "always", "--dir", rs.dir, "--save", "")
 	cmd.Stdout, cmd.Stderr = rs.out, rs.out
-	if err := cmd.Start(); err != nil {
+	if _, err := rs.run(cmd); err != nil {
 		rs.t.Fatalf("start redis-server: %v", err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	rs.mu.Lock()
-	rs.cmd, rs.exited = cmd, exited
-	rs.mu.Unlock()
 	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", rs.port), MaxRetries: -1})
 	defer func() { _ = c.Close() }()
 	Eventually(rs.t, 15*time.Second, func() bool {
@@ -352,22 +338,8 @@ func (rs *redisServer) start() {
 // stop ends redis-server with SIGTERM (it writes and syncs its AOF) and waits for it.
 func (rs *redisServer) stop() {
 	rs.t.Helper()
-	rs.mu.Lock()
-	cmd, exited := rs.cmd, rs.exited
-	rs.cmd = nil
-	rs.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		rs.t.Fatalf("SIGTERM redis-server: %v", err)
-	}
-	select {
-	case <-exited: //nolint:errcheck // a SIGTERMed redis-server's exit status is not checked
-	case <-time.After(15 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited //nolint:errcheck // reaped after a kill
-		rs.t.Fatalf("redis-server did not stop within 15 s of SIGTERM")
+	if _, _, err := rs.child.stop(15 * time.Second); err != nil { // a SIGTERMed redis-server's exit status is not checked
+		rs.t.Fatalf("redis-server: %v", err)
 	}
 }
 

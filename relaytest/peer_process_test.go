@@ -71,19 +71,17 @@ func freeAddr(t *testing.T) string {
 
 // peerProc is one `relay serve` process.
 type peerProc struct {
-	t      *testing.T
-	label  string // bravo1, bravo2, … (the relay's name is in the config)
-	bin    string
-	rd     *Redis
-	addr   string
-	cfg    string
-	name   string
-	api    *Relay // the owner API client (URL and tb only: no in-process app)
-	st     *store.Store
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan error
-	out    *syncBuffer
+	t     *testing.T
+	label string // bravo1, bravo2, … (the relay's name is in the config)
+	bin   string
+	rd    *Redis
+	addr  string
+	cfg   string
+	name  string
+	api   *Relay // the owner API client (URL and tb only: no in-process app)
+	st    *store.Store
+	child
+	out *syncBuffer
 }
 
 // startPeerProc starts `relay serve` named name on rd with timing (YAML lines
@@ -133,14 +131,10 @@ func (p *peerProc) start() {
 	cmd.Env = append(env, "RELAY_KEY_PREFIX="+p.rd.Prefix)
 	fmt.Fprintf(p.out, "==== %s start %s ====\n", p.label, time.Now().Format("15:04:05.000"))
 	cmd.Stdout, cmd.Stderr = p.out, p.out
-	if err := cmd.Start(); err != nil {
+	exited, err := p.run(cmd)
+	if err != nil {
 		p.t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	p.mu.Lock()
-	p.cmd, p.exited = cmd, exited
-	p.mu.Unlock()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		select {
@@ -167,46 +161,19 @@ func (p *peerProc) start() {
 // stop ends the process with SIGTERM and waits for it.
 func (p *peerProc) stop() {
 	p.t.Helper()
-	p.mu.Lock()
-	cmd, exited := p.cmd, p.exited
-	p.cmd = nil
-	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
 	begin := time.Now()
-	_ = cmd.Process.Signal(syscall.SIGCONT)
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		p.t.Fatal(err)
+	ran, exit, err := p.child.stop(20 * time.Second)
+	if err != nil {
+		p.t.Fatalf("%s: %v", p.label, err)
 	}
-	select {
-	case err := <-exited:
-		p.t.Logf("%s stopped (SIGTERM) after %s: %v", p.label, time.Since(begin).Round(time.Millisecond), err)
-	case <-time.After(20 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited //nolint:errcheck // only waiting for it to be reaped
-		p.t.Fatalf("%s did not stop within 20 s of SIGTERM", p.label)
+	if ran {
+		p.t.Logf("%s stopped (SIGTERM) after %s: %v", p.label, time.Since(begin).Round(time.Millisecond), exit)
 	}
-}
-
-// kill ends the process at once (cleanup).
-func (p *peerProc) kill() {
-	p.mu.Lock()
-	cmd, exited := p.cmd, p.exited
-	p.cmd = nil
-	p.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Kill()
-	<-exited //nolint:errcheck // only waiting for it to be reaped
 }
 
 func (p *peerProc) signal(sig syscall.Signal) {
 	p.t.Helper()
-	p.mu.Lock()
-	cmd := p.cmd
-	p.mu.Unlock()
+	cmd := p.running()
 	if cmd == nil {
 		p.t.Fatalf("%s is not running", p.label)
 	}
