@@ -616,15 +616,7 @@ func (c turnCounter) WithGroup(g string) slog.Handler {
 // process whose folder is dir (a worker shares the relay's config file: the
 // same folders and providers). It counts the turns the worker starts.
 func startWorkerProc(redisURL, prefix, dir string, concurrency int) (*relayProc, turnCounter, error) {
-	cfg := config.Default()
-	cfg.Name = "bench" // the same relay as the serve process
-	cfg.Addr = "127.0.0.1:0"
-	cfg.RedisURL = redisURL
-	cfg.Folders = []string{dir}
-	cfg.DefaultCwd = dir
-	cfg.OwnerToken = "bench-owner-" + store.NewID(12)
-	cfg.Providers = []config.Provider{config.ScriptedProvider()}
-	cfg.Limits.AgentPromptsBeforeCard = 1 << 30
+	cfg := benchConfig(redisURL, dir) // the same relay as the serve process
 	counter := turnCounter{next: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}), started: &atomic.Int64{}}
 	a, err := app.New(cfg, app.Options{KeyPrefix: prefix, Logger: slog.New(counter), Concurrency: concurrency, Mode: app.ModeWorker, ShutdownGrace: 2 * time.Second})
 	if err != nil {

@@ -19,15 +19,10 @@ import (
 	"github.com/oar/relay/store"
 )
 
-// startRelayWith starts a relay like startRelay does (scripted provider,
-// 127.0.0.1:0, its own key prefix, agent prompts before a card raised), with
-// the config adjusted by adjust and extra go-redis hooks on its client (added
-// before Run, while nothing uses the client yet).
-func startRelayWith(redisURL, prefix string, concurrency int, hc *http.Client, adjust func(*config.Config), hooks ...redis.Hook) (*relayProc, error) {
-	dir, err := os.MkdirTemp("", "relay-bench-")
-	if err != nil {
-		return nil, err
-	}
+// benchConfig is the configuration of a bench relay named "bench" on
+// redisURL with folder dir: the scripted provider, loop protection out of
+// the way (a client sends far more than 30 prompts).
+func benchConfig(redisURL, dir string) config.Config {
 	cfg := config.Default()
 	cfg.Name = "bench"
 	cfg.Addr = "127.0.0.1:0"
@@ -37,6 +32,19 @@ func startRelayWith(redisURL, prefix string, concurrency int, hc *http.Client, a
 	cfg.OwnerToken = "bench-owner-" + store.NewID(12)
 	cfg.Providers = []config.Provider{config.ScriptedProvider()}
 	cfg.Limits.AgentPromptsBeforeCard = 1 << 30
+	return cfg
+}
+
+// startRelayWith starts a relay like startRelay does (scripted provider,
+// 127.0.0.1:0, its own key prefix, agent prompts before a card raised), with
+// the config adjusted by adjust and extra go-redis hooks on its client (added
+// before Run, while nothing uses the client yet).
+func startRelayWith(redisURL, prefix string, concurrency int, hc *http.Client, adjust func(*config.Config), hooks ...redis.Hook) (*relayProc, error) {
+	dir, err := os.MkdirTemp("", "relay-bench-")
+	if err != nil {
+		return nil, err
+	}
+	cfg := benchConfig(redisURL, dir)
 	if adjust != nil {
 		adjust(&cfg)
 	}
