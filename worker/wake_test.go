@@ -41,28 +41,25 @@ func realRedis(t *testing.T) *redis.Client {
 type scriptCounter struct{ dequeue, forward, all atomic.Int64 }
 
 func (c *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *scriptCounter) count(cmd redis.Cmder) {
+	c.all.Add(1)
+	switch k, _, _ := classify(cmd); k {
+	case scriptDequeue:
+		c.dequeue.Add(1)
+	case scriptForward:
+		c.forward.Add(1)
+	}
+}
 func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.all.Add(1)
-		switch k, _, _ := classify(cmd); k {
-		case scriptDequeue:
-			c.dequeue.Add(1)
-		case scriptForward:
-			c.forward.Add(1)
-		}
+		c.count(cmd)
 		return next(ctx, cmd)
 	}
 }
 func (c *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for _, cmd := range cmds {
-			c.all.Add(1)
-			switch k, _, _ := classify(cmd); k {
-			case scriptDequeue:
-				c.dequeue.Add(1)
-			case scriptForward:
-				c.forward.Add(1)
-			}
+			c.count(cmd)
 		}
 		return next(ctx, cmds)
 	}
