@@ -49,16 +49,21 @@ func (r *Relay) startHere(sid string) bool {
 		if !errors.Is(err, ErrRetryLater) {
 			r.log.Warn("a drain started here failed; the queue takes it over", "session", id8(sid), "err", err)
 		}
-		next := "drain:" + sid + ":" + store.NewID(6)
-		if err := r.st.SetDrainID(ctx, sid, next); err != nil {
-			r.log.Warn("hand a drain to the queue; the sweep will restart it", "session", id8(sid), "err", err)
-			return
-		}
-		if err := r.enq.EnqueueDrain(ctx, sid, next); err != nil {
+		if err := r.enqueueDrain(ctx, sid); err != nil {
 			r.log.Warn("hand a drain to the queue; the sweep will restart it", "session", id8(sid), "err", err)
 		}
 	}()
 	return true
+}
+
+// enqueueDrain gives the session's drain to the queue as a new task: its
+// id becomes the drain flag, then the task is enqueued.
+func (r *Relay) enqueueDrain(ctx context.Context, sid string) error {
+	next := "drain:" + sid + ":" + store.NewID(6)
+	if err := r.st.SetDrainID(ctx, sid, next); err != nil {
+		return err
+	}
+	return r.enq.EnqueueDrain(ctx, sid, next)
 }
 
 // drainRecovered is Drain with a panic turned into an error, as asynq does

@@ -451,11 +451,7 @@ func (r *Relay) RecoverDrains(ctx context.Context, stale func(map[string]string)
 		if err != nil || waiting {
 			continue
 		}
-		next := "drain:" + sid + ":" + store.NewID(6)
-		if err := r.st.SetDrainID(ctx, sid, next); err != nil {
-			return n, err
-		}
-		if err := r.enq.EnqueueDrain(ctx, sid, next); err != nil {
+		if err := r.enqueueDrain(ctx, sid); err != nil {
 			return n, fmt.Errorf("recover drain %s: %w", sid, err)
 		}
 		r.log.Warn("restarted a lost drain", "session", sid, "lost_task", taskID)

@@ -136,11 +136,7 @@ func (r *Relay) Drain(ctx context.Context, sid string) error {
 				r.log.Warn("release the lease before the next drain; it expires on its own", "session", id8(sid), "err", err)
 			}
 		}
-		next := "drain:" + sid + ":" + store.NewID(6)
-		if err := r.st.SetDrainID(ctx, sid, next); err != nil {
-			return err
-		}
-		if err := r.enq.EnqueueDrain(ctx, sid, next); err != nil {
+		if err := r.enqueueDrain(ctx, sid); err != nil {
 			return err
 		}
 	}
