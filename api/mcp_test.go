@@ -167,6 +167,11 @@ func checkInputSchema(t *testing.T, schema any) {
 	if err := json.Unmarshal(raw, &s); err != nil {
 		t.Fatal(err)
 	}
+	// The tools are registered with a stand-in schema that has no x-mcp-header bindings, so
+	// the SDK checks none; the listed schema must have none either (NewMCPHandler).
+	if strings.Contains(string(raw), "x-mcp-header") {
+		t.Errorf("the schema binds a parameter to a header: %s", raw)
+	}
 	if s.Type != "object" || !slices.Equal(s.Required, []string{"action"}) || s.AdditionalProperties != nil {
 		t.Errorf("schema head: type %q, required %v, additionalProperties %v", s.Type, s.Required, s.AdditionalProperties)
 	}

@@ -245,7 +245,9 @@ func (b *bench) goals123(ctx context.Context, out *goalsResult) error {
 		if strings.Contains(b.o.goals, "2") {
 			// Goal 2: agents at once, each to its own target.
 			b.logf("(h) goal 2 round %d/%d: %d agents × %d round trips", r+1, sz.rounds, sz.agents, sz.n2)
+			stopProf := b.profileStart(fmt.Sprintf("goal2-%d", r+1))
 			s2, err := benchSend(ctx, cl, rp, m, b.g1Prefix+":turns", orch, targets[:len(orch)], 2, sz.n2)
+			stopProf()
 			if err != nil {
 				return err
 			}

@@ -59,6 +59,7 @@ type options struct {
 	fireRate    int // (g) schedules due per second
 	fireSecs    int // (g) seconds of the firing window
 	profile     string
+	trace       bool
 	inproc      bool   // MCP clients in this process instead of a child process
 	rtCallers   bool   // print the relay's Redis round trips of (a) by calling site
 	goals       string // which goals of row h to measure ("123" run together)
@@ -91,6 +92,7 @@ func parseFlags() options {
 	flag.BoolVar(&o.inproc, "inproc", false, "run the MCP clients of (a) and (c) in the relay's process instead of a child process")
 	flag.StringVar(&o.goals, "goals", "12345", "row h: which goals to measure (1, 2 and 3 run together; a goal left out prints no row)")
 	flag.BoolVar(&o.rtCallers, "rtcallers", false, "print to stderr where the relay's Redis round trips of (a) come from (file:line), per send round trip")
+	flag.BoolVar(&o.trace, "trace", true, "with -profile, also write execution traces (they cost the profiled process CPU of their own)")
 	flag.StringVar(&o.profile, "profile", "", "directory to write CPU profiles and execution traces of the send and list phases to (send.pprof, send.trace, list.pprof, list.trace)")
 	flag.Parse()
 	if o.quick {
@@ -247,23 +249,29 @@ func (b *bench) profileStart(name string) func() {
 		log.Printf("profile: %v", err)
 		return func() {}
 	}
-	tf, err := os.Create(filepath.Join(b.o.profile, name+".trace"))
-	if err != nil {
-		log.Printf("profile: %v", err)
-		_ = pf.Close()
-		return func() {}
+	var tf *os.File
+	if b.o.trace {
+		if tf, err = os.Create(filepath.Join(b.o.profile, name+".trace")); err != nil {
+			log.Printf("profile: %v", err)
+			_ = pf.Close()
+			return func() {}
+		}
 	}
 	if err := pprof.StartCPUProfile(pf); err != nil {
 		log.Printf("profile: %v", err)
 	}
-	if err := trace.Start(tf); err != nil {
-		log.Printf("trace: %v", err)
+	if tf != nil {
+		if err := trace.Start(tf); err != nil {
+			log.Printf("trace: %v", err)
+		}
 	}
 	return func() {
-		trace.Stop()
+		if tf != nil {
+			trace.Stop()
+			_ = tf.Close()
+		}
 		pprof.StopCPUProfile()
 		_ = pf.Close()
-		_ = tf.Close()
 	}
 }
 
@@ -297,9 +305,7 @@ func (b *bench) run(ctx context.Context) (string, error) {
 	// keys (d–g keep theirs until the end) and a large heap behind.
 	if o.runs("h") {
 		b.logf("(h) goals, prefixes %s %s %s", b.g1Prefix, b.g4Prefix, b.g5Prefix)
-		stopProf := b.profileStart("goals")
 		res.gl, err = b.runGoals(ctx)
-		stopProf()
 		if err != nil {
 			return "", fmt.Errorf("(h): %w", err)
 		}
