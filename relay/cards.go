@@ -58,9 +58,14 @@ func (r *Relay) loopCard(ctx context.Context, n *cardNeed, c *caller) *Error {
 		n.counted = true
 		return nil
 	}
+	addLoopReason(n, cnt)
+	return nil
+}
+
+// addLoopReason adds loop protection's reason: cnt prompts were counted.
+func addLoopReason(n *cardNeed, cnt int) {
 	n.add(fmt.Sprintf("Loop protection: this conversation has sent %d prompts to other agents since you last wrote in it.", cnt))
 	n.loop = true
-	return nil
 }
 
 // giveBack undoes the loop count of a prompt that was not sent after all.

@@ -20,29 +20,43 @@ import (
 // the queue as a drain task. A process that dies mid-turn leaves a flag
 // without a lease, which the drain sweep restarts, as it does for a task.
 
-// startHere starts the session's drain in this process and reports whether
-// it did; false: the caller enqueues the drain task as usual.
-func (r *Relay) startHere(sid string) bool {
+// A prompt that may start its drain here reserves a slot before it is queued:
+// its push then also takes the drain's first step (StartDrain) when it is the
+// prompt that starts the drain, one round trip less.
+
+// reserveDirect takes a slot for a drain started here; false when there is
+// none (no worker here, every slot busy, or the process is stopping).
+func (r *Relay) reserveDirect() bool {
 	if r.direct == nil {
 		return false
 	}
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.stopping {
-		r.mu.Unlock()
 		return false
 	}
 	select {
 	case r.direct <- struct{}{}:
 	default:
-		r.mu.Unlock()
 		return false // every slot busy: the queue spreads the work
 	}
 	r.directWG.Add(1)
-	r.mu.Unlock()
+	return true
+}
+
+// releaseDirect gives back a slot reserveDirect took and no drain used.
+func (r *Relay) releaseDirect() {
+	<-r.direct
+	r.directWG.Done()
+}
+
+// runHere runs the session's drain from its first step d (taken for owner
+// with the prompt's push) in this process, on the slot reserveDirect took.
+func (r *Relay) runHere(sid, owner string, d *store.Drain) {
 	go func() {
-		defer func() { <-r.direct; r.directWG.Done() }()
+		defer r.releaseDirect()
 		ctx := context.Background() // not the call's: the turn runs on when the caller leaves
-		err := r.drainRecovered(ctx, sid)
+		err := r.drainRecovered(sid, func() error { return r.drainFrom(ctx, sid, owner, d) })
 		if err == nil {
 			return
 		}
@@ -53,7 +67,6 @@ func (r *Relay) startHere(sid string) bool {
 			r.log.Warn("hand a drain to the queue; the sweep will restart it", "session", id8(sid), "err", err)
 		}
 	}()
-	return true
 }
 
 // enqueueDrain gives the session's drain to the queue as a new task: its
@@ -66,14 +79,14 @@ func (r *Relay) enqueueDrain(ctx context.Context, sid string) error {
 	return r.enq.EnqueueDrain(ctx, sid, next)
 }
 
-// drainRecovered is Drain with a panic turned into an error, as asynq does
-// for a task: a drain started here must not take the process down.
-func (r *Relay) drainRecovered(ctx context.Context, sid string) (err error) {
+// drainRecovered runs drain (a drain started here) with a panic turned into
+// an error, as asynq does for a task: it must not take the process down.
+func (r *Relay) drainRecovered(sid string, drain func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			r.log.Error("a drain started here panicked", "session", id8(sid), "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			err = fmt.Errorf("drain of %s panicked: %v", id8(sid), p)
 		}
 	}()
-	return r.Drain(ctx, sid)
+	return drain()
 }

@@ -84,12 +84,14 @@ func (r *Relay) fromRef(c *caller) *store.Ref {
 // waitFor > 0 marks, before the turn can run, that the caller waits on its
 // reply (the no-echo rule must know it before the turn_end can fan out).
 func (r *Relay) queue(ctx context.Context, s *store.Session, text, role string, from *store.Ref, origin store.Origin, callerID string, enforce bool, waitFor time.Duration) (*store.Turn, error) {
-	return r.queueTurn(ctx, store.NewID(16), s, text, role, from, origin, callerID, enforce, waitFor)
+	return r.queueTurn(ctx, store.NewID(16), s, text, role, from, origin, callerID, enforce, waitFor, "")
 }
 
 // queueTurn is queue with the turn's id chosen by the caller (who may listen
-// for the turn's notifications before it can run).
-func (r *Relay) queueTurn(ctx context.Context, id string, s *store.Session, text, role string, from *store.Ref, origin store.Origin, callerID string, enforce bool, waitFor time.Duration) (*store.Turn, error) {
+// for the turn's notifications before it can run). loopOf, when set, is the
+// conversation whose loop-protection count the prompt takes in the same step
+// (R5.2.6); a used-up count queues nothing (*store.LoopUsedError).
+func (r *Relay) queueTurn(ctx context.Context, id string, s *store.Session, text, role string, from *store.Ref, origin store.Origin, callerID string, enforce bool, waitFor time.Duration, loopOf string) (*store.Turn, error) {
 	if isExternal(s) {
 		return nil, notPromptable(s, nothingSent) // R17.7: no turn can run there
 	}
@@ -106,9 +108,21 @@ func (r *Relay) queueTurn(ctx context.Context, id string, s *store.Session, text
 	if waitFor > 0 {
 		waiting = waitFor + waitingSlack
 	}
-	// One step: the waiting mark (set before the turn can run), the prompt,
-	// and the owner's console notified (R19.6).
-	start, err := r.st.QueueTurn(ctx, t, r.orchestrator(s), r.opts.Limits.ActiveSessions, enforce, drainID, waiting)
+	o := store.QueueOpts{Orchestrator: r.orchestrator(s), Limit: r.opts.Limits.ActiveSessions, Enforce: enforce,
+		DrainID: drainID, Waiting: waiting, LoopOf: loopOf, LoopLimit: r.opts.Limits.AgentPromptsBeforeCard}
+	// A waited prompt starts its drain here when a slot is free (direct.go):
+	// the push then takes the drain's first step too.
+	here := waitFor > 0 && r.reserveDirect()
+	if here {
+		o.StartOwner, o.LeaseTTL, o.History = r.newLeaseOwner(), leaseTTL, r.drainHistory
+	}
+	// One step: the loop count, the waiting mark (set before the turn can
+	// run), the prompt, the owner's console notified (R19.6), and the drain's
+	// first step.
+	q, err := r.st.QueueTurn(ctx, t, o)
+	if here && (err != nil || q.Drain == nil) {
+		r.releaseDirect()
+	}
 	if errors.Is(err, store.ErrSessionLimit) {
 		return nil, Errorf(CodeSessionLimit, "%d sessions started by the same conversation already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
 			r.opts.Limits.ActiveSessions, r.opts.Limits.ActiveSessions, nothingSent)
@@ -116,7 +130,10 @@ func (r *Relay) queueTurn(ctx context.Context, id string, s *store.Session, text
 	if err != nil {
 		return nil, err
 	}
-	if start && (waitFor <= 0 || !r.startHere(s.ID)) {
+	switch {
+	case q.Drain != nil:
+		r.runHere(s.ID, o.StartOwner, q.Drain)
+	case q.Start:
 		if err := r.enq.EnqueueDrain(ctx, s.ID, drainID); err != nil {
 			// The prompt is queued; the recovery sweep starts the drain.
 			r.log.Warn("enqueue drain failed; the sweep will retry", "session", s.ID, "err", err)

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -50,6 +51,9 @@ type sendPlan struct {
 	mode      string // the mode the prompt runs in (R7.10)
 	need      *cardNeed
 	queued    bool // the prompt was queued: its loop count stays taken
+	// loopAtQueue: no card was asked, and the prompt's push takes its loop
+	// count (or finds it used up).
+	loopAtQueue bool
 }
 
 // parseSendArgs reads send's arguments: shapes first (R3.4a).
@@ -148,12 +152,24 @@ func (r *Relay) checkSend(ctx context.Context, c *caller, a *args, in *sendArgs)
 
 // cardSend asks the owner when a card is needed: loop protection (R5.2.6),
 // ask/plan mode (R5.2.3).
+// With no other reason for a card, the loop count is taken by the prompt's
+// push (loopAtQueue): one round trip less, and a prompt that is not queued is
+// never counted; a used-up count then asks the loop card (loopCardSend).
 func (r *Relay) cardSend(ctx context.Context, c *caller, in *sendArgs, pl *sendPlan) *Error {
-	s := pl.s
 	modeCard(pl.need, c, "send")
+	if !pl.need.needed() && c.remote == nil {
+		pl.loopAtQueue = true
+		return nil
+	}
 	if e := r.loopCard(ctx, pl.need, c); e != nil {
 		return e
 	}
+	return r.askSendCard(ctx, c, in, pl)
+}
+
+// askSendCard asks the owner about the send for the reasons in pl.need.
+func (r *Relay) askSendCard(ctx context.Context, c *caller, in *sendArgs, pl *sendPlan) *Error {
+	s := pl.s
 	lines := []string{fmt.Sprintf("Send to %q (%s): %s", s.Title, id8(s.ID), excerpt(in.text, 200)),
 		settingsLine(firstNonEmpty(in.model, s.Model), firstNonEmpty(in.effort, s.Effort), pl.mode)}
 	if pl.switchTo != "" {
@@ -161,6 +177,18 @@ func (r *Relay) cardSend(ctx context.Context, c *caller, in *sendArgs, pl *sendP
 	}
 	tid := s.ID
 	return r.askCard(ctx, c, pl.need, "send", &tid, lines, nothingSent)
+}
+
+// loopCardSend is a send whose push found the loop count used up (nothing was
+// written): it asks the loop card (R5.2.6) and, allowed, sends again (the
+// card counted the prompt).
+func (r *Relay) loopCardSend(ctx context.Context, c *caller, in *sendArgs, pl *sendPlan, count int) (*result, *Error) {
+	pl.loopAtQueue = false
+	addLoopReason(pl.need, count)
+	if e := r.askSendCard(ctx, c, in, pl); e != nil {
+		return nil, e
+	}
+	return r.applySend(ctx, c, in, pl)
 }
 
 // applySend writes the prompt's settings, queues it and waits for the reply.
@@ -204,12 +232,19 @@ func (r *Relay) applySend(ctx context.Context, c *caller, in *sendArgs, pl *send
 	id := store.NewID(16)
 	ch, unsub := r.hub.sub("turn:" + id)
 	defer unsub()
-	t, err := r.queueTurn(ctx, id, s, in.text, "agent", r.fromRef(c), c.origin(r.opts.Name), c.s.ID, true, in.wait)
+	loopOf := ""
+	if pl.loopAtQueue {
+		loopOf = c.s.ID
+	}
+	t, err := r.queueTurn(ctx, id, s, in.text, "agent", r.fromRef(c), c.origin(r.opts.Name), c.s.ID, true, in.wait, loopOf)
 	if err != nil {
 		if len(undo) > 0 {
 			if uerr := r.st.SetSessionFields(context.WithoutCancel(ctx), s.ID, undo); uerr != nil {
 				r.log.Error("undo settings of a refused send", "session", s.ID, "err", uerr)
 			}
+		}
+		if used := (*store.LoopUsedError)(nil); errors.As(err, &used) {
+			return r.loopCardSend(waitCtx, c, in, pl, used.Count)
 		}
 		return nil, AsError(err)
 	}

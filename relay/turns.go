@@ -37,8 +37,7 @@ func (r *Relay) Drain(ctx context.Context, sid string) error {
 	if r.isStopping() {
 		return ErrRetryLater
 	}
-	owner := r.opts.WorkerID + ":" + store.NewID(4)
-	ctx = context.WithValue(ctx, leaseOwnerKey{}, owner)
+	owner := r.newLeaseOwner()
 	// One round trip: the session, its lease, and (no turn left running, one
 	// queued) the next turn popped and marked running, the console notified
 	// (R19.6), whether anything watches the session, the turn's history.
@@ -46,6 +45,18 @@ func (r *Relay) Drain(ctx context.Context, sid string) error {
 	if err != nil {
 		return err
 	}
+	return r.drainFrom(ctx, sid, owner, d)
+}
+
+// newLeaseOwner names a drain's hold on a session's lease; its prefix is this
+// process's worker id (resumable).
+func (r *Relay) newLeaseOwner() string { return r.opts.WorkerID + ":" + store.NewID(4) }
+
+// drainFrom is Drain after its first step d, taken for owner (by StartDrain,
+// or with the prompt's push when the drain starts where it was queued).
+func (r *Relay) drainFrom(ctx context.Context, sid, owner string, d *store.Drain) error {
+	ctx = context.WithValue(ctx, leaseOwnerKey{}, owner)
+	var err error
 	switch d.State {
 	case store.DrainNoSession:
 		return nil

@@ -23,7 +23,7 @@ func TestDrainResumesATurnWhosePopWasLost(t *testing.T) {
 		s := r.NewSession(map[string]any{"title": title})
 		// Queued as a prompt is, but with no drain task: only this test drains it.
 		tr := &store.Turn{ID: store.NewID(16), Session: s.ID, Role: "user", Text: Script(stepReply(title + " done")), CreatedAt: time.Now()}
-		if _, err := st.QueueTurn(ctx, tr, "", 4, false, "drain:"+s.ID+":test", 0); err != nil {
+		if _, err := st.QueueTurn(ctx, tr, store.QueueOpts{Limit: 4, DrainID: "drain:" + s.ID + ":test"}); err != nil {
 			t.Fatal(err)
 		}
 		// The drain's first step runs in Redis; its answer never arrives.

@@ -165,24 +165,33 @@ type Drain struct {
 	History []Message // DrainStarted: the session's last messages, oldest first (nil when none were asked for)
 }
 
+// startDrainLua defines startDrain, a drain's first step (StartDrain), for the
+// scripts that take it: startDrainScript and pushScript.
+const startDrainLua = `
+local function startDrain(sess, lease, cur, q, msgs, sub, suball, owner, ttl, now, tprefix, chan, note, hist)
+  if redis.call('EXISTS', sess) == 0 then return {0} end
+  if not redis.call('SET', lease, owner, 'NX', 'PX', ttl) then return {1} end
+  local s = redis.call('HGETALL', sess)
+  if redis.call('GET', cur) then return {2, s} end
+  local id = redis.call('LPOP', q)
+  if not id then return {3, s} end
+  redis.call('SET', cur, id)
+  redis.call('HSET', tprefix .. id, 'status', 'running', 'started', now, 'drainer', owner)
+  local turn = redis.call('HGETALL', tprefix .. id)
+  redis.call('PUBLISH', chan, note)
+  local subs = redis.call('SCARD', sub) + redis.call('SCARD', suball)
+  local m = {}
+  if tonumber(hist) > 0 then m = redis.call('LRANGE', msgs, -tonumber(hist), -1) end
+  return {4, s, id, turn, subs, m}
+end
+`
+
 // KEYS: sess:SID, lease:SID, cur:SID, q:SID, msgs:SID, subidx:SID, subidx:all.
 // ARGV: owner, lease ttl (ms), now (ms), turn: (the prefix of turn keys), notify
 // channel, notification, how many last messages to return.
-var startDrainScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
-if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1} end
-local sess = redis.call('HGETALL', KEYS[1])
-if redis.call('GET', KEYS[3]) then return {2, sess} end
-local id = redis.call('LPOP', KEYS[4])
-if not id then return {3, sess} end
-redis.call('SET', KEYS[3], id)
-redis.call('HSET', ARGV[4] .. id, 'status', 'running', 'started', ARGV[3], 'drainer', ARGV[1])
-local turn = redis.call('HGETALL', ARGV[4] .. id)
-redis.call('PUBLISH', ARGV[5], ARGV[6])
-local subs = redis.call('SCARD', KEYS[6]) + redis.call('SCARD', KEYS[7])
-local msgs = {}
-if tonumber(ARGV[7]) > 0 then msgs = redis.call('LRANGE', KEYS[5], -tonumber(ARGV[7]), -1) end
-return {4, sess, id, turn, subs, msgs}
+var startDrainScript = redis.NewScript(startDrainLua + `
+return startDrain(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
+  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
 `)
 
 // StartDrain is a drain's first step in one round trip: it takes the
@@ -198,9 +207,22 @@ func (s *Store) StartDrain(ctx context.Context, sid, owner string, ttl time.Dura
 	}
 	res, err := startDrainScript.Run(ctx, s.rdb, []string{s.sessKey(sid), s.k("lease", sid), s.k("cur", sid),
 		s.k("q", sid), s.msgsKey(sid), s.k("subidx", sid), s.k("subidx", "all")},
-		owner, max(ttl.Milliseconds(), 1), ms(now), s.turnKey(""), s.NotifyChannel(), "session:"+sid, history).Slice()
+		owner, max(ttl.Milliseconds(), 1), ms(now), s.turnKey(""), s.NotifyChannel(), "session:"+sid, history).Result()
 	if err != nil {
 		return nil, fmt.Errorf("start drain %s: %w", sid, err)
+	}
+	d, err := drainFrom(res, history)
+	if err != nil {
+		return nil, fmt.Errorf("start drain %s: %w", sid, err)
+	}
+	return d, nil
+}
+
+// drainFrom reads startDrain's answer.
+func drainFrom(v any, history int) (*Drain, error) {
+	res, _ := v.([]any)
+	if len(res) == 0 {
+		return nil, fmt.Errorf("unexpected answer %v", v)
 	}
 	code, _ := res[0].(int64)
 	d := &Drain{State: DrainState(code)}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -21,9 +22,9 @@ func TestQueueTurnWaitingAndNotify(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := newTurn("s1", "agent", "x", base)
-	start, err := e.s.QueueTurn(e.ctx, tr, "", 4, true, "d1", time.Minute)
-	if err != nil || !start {
-		t.Fatalf("QueueTurn: start %v err %v", start, err)
+	q, err := e.s.QueueTurn(e.ctx, tr, QueueOpts{Limit: 4, Enforce: true, DrainID: "d1", Waiting: time.Minute})
+	if err != nil || !q.Start || q.Drain != nil {
+		t.Fatalf("QueueTurn: %+v err %v", q, err)
 	}
 	if w, _ := e.s.Waiting(e.ctx, tr.ID); !w {
 		t.Fatal("the caller's wait is not marked")
@@ -37,7 +38,7 @@ func TestQueueTurnWaitingAndNotify(t *testing.T) {
 	}
 	// No wait: no mark. PushTurn publishes nothing.
 	t2 := newTurn("s1", "agent", "y", base)
-	if _, err := e.s.QueueTurn(e.ctx, t2, "", 4, true, "d2", 0); err != nil {
+	if _, err := e.s.QueueTurn(e.ctx, t2, QueueOpts{Limit: 4, Enforce: true, DrainID: "d2"}); err != nil {
 		t.Fatal(err)
 	}
 	if w, _ := e.s.Waiting(e.ctx, t2.ID); w {
@@ -54,7 +55,7 @@ func TestQueueTurnWaitingAndNotify(t *testing.T) {
 	}
 	e.createSession("o5", base)
 	t3 := newTurn("o5", "agent", "x", base)
-	if _, err := e.s.QueueTurn(e.ctx, t3, "orch", 4, true, "d3", time.Minute); !errors.Is(err, ErrSessionLimit) {
+	if _, err := e.s.QueueTurn(e.ctx, t3, QueueOpts{Orchestrator: "orch", Limit: 4, Enforce: true, DrainID: "d3", Waiting: time.Minute}); !errors.Is(err, ErrSessionLimit) {
 		t.Fatalf("want ErrSessionLimit, got %v", err)
 	}
 	if w, _ := e.s.Waiting(e.ctx, t3.ID); w {
@@ -409,5 +410,121 @@ func TestFinishTurnEmitTwice(t *testing.T) {
 	}
 	if m, _ := e.s.Usage(e.ctx, "prov"); m["turns"] != 1 || m["inputTokens"] != 10 {
 		t.Fatalf("usage %v, counted once", m)
+	}
+}
+
+// QueueTurn counts the caller's prompt toward loop protection in its one step
+// (R5.2.6): a used-up count, or the 4-at-work cap (R6.1), writes nothing and
+// counts nothing.
+func TestQueueTurnLoopCount(t *testing.T) {
+	e := newEnv(t)
+	e.createSession("s1", base)
+	loop := QueueOpts{Limit: 4, Enforce: true, DrainID: "d1", LoopOf: "caller", LoopLimit: 2}
+	for i := range 2 {
+		if _, err := e.s.QueueTurn(e.ctx, newTurn("s1", "agent", "x", base), loop); err != nil {
+			t.Fatalf("prompt %d: %v", i+1, err)
+		}
+	}
+	if got := e.get(e.key("loop", "caller")); got != "2" {
+		t.Fatalf("loop count %q, want 2", got)
+	}
+	before := e.keysOf(e.key("*"))
+	refused := newTurn("s1", "agent", "third", base)
+	_, err := e.s.QueueTurn(e.ctx, refused, loop)
+	var used *LoopUsedError
+	if !errors.As(err, &used) || used.Count != 2 {
+		t.Fatalf("third prompt: %v, want a LoopUsedError of 2", err)
+	}
+	if after := e.keysOf(e.key("*")); len(after) != len(before) || e.exists(e.key("turn", refused.ID)) {
+		t.Fatalf("a refused prompt wrote keys: %v → %v", before, after)
+	}
+	if got := e.queue("s1"); len(got) != 2 || slices.Contains(got, refused.ID) {
+		t.Fatalf("queue %v", got)
+	}
+	if ids := e.messageIDs("s1"); slices.Contains(ids, refused.ID) {
+		t.Fatalf("messages %v", ids)
+	}
+	// Refused by the cap: the loop count stays.
+	for i := range 4 {
+		sid := "o" + string(rune('a'+i))
+		e.createSession(sid, base)
+		e.push(newTurn(sid, "agent", "x", base), "orch", 4, true, "d-"+sid)
+	}
+	e.createSession("o5", base)
+	capped := QueueOpts{Orchestrator: "orch", Limit: 4, Enforce: true, DrainID: "d5", LoopOf: "other", LoopLimit: 30}
+	if _, err := e.s.QueueTurn(e.ctx, newTurn("o5", "agent", "x", base), capped); !errors.Is(err, ErrSessionLimit) {
+		t.Fatalf("want ErrSessionLimit, got %v", err)
+	}
+	if e.exists(e.key("loop", "other")) {
+		t.Fatal("a prompt refused by the cap was counted")
+	}
+}
+
+// QueueTurn with a lease owner takes the drain's first step (StartDrain) when
+// its prompt starts the drain, and only then.
+func TestQueueTurnStartsTheDrain(t *testing.T) {
+	e := newEnv(t)
+	e.createSession("s1", base)
+	ps := e.s.SubscribeNotify(e.ctx)
+	defer func() { _ = ps.Close() }()
+	if _, err := ps.Receive(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	start := QueueOpts{Limit: 4, DrainID: "d1", StartOwner: "w1:x", LeaseTTL: time.Minute, History: 8}
+	t1 := newTurn("s1", "agent", "one", base)
+	q, err := e.s.QueueTurn(e.ctx, t1, start)
+	if err != nil || !q.Start || q.Drain == nil || q.Drain.State != DrainStarted {
+		t.Fatalf("first prompt: %+v %v", q, err)
+	}
+	// The console is told once (queued and started in one step).
+	if err := e.s.Notify(e.ctx, "marker"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"session:s1", "marker"} {
+		if msg, err := ps.ReceiveMessage(e.ctx); err != nil || msg.Payload != want {
+			t.Fatalf("notification %v %v, want %s", msg, err, want)
+		}
+	}
+	d := q.Drain
+	if d.Turn.ID != t1.ID || d.Turn.Status != TurnRunning || d.Turn.Drainer != "w1:x" || !d.Turn.StartedAt.Equal(t1.CreatedAt) || d.Session.ID != "s1" {
+		t.Fatalf("turn %+v session %+v", d.Turn, d.Session)
+	}
+	if len(d.History) != 1 || d.History[0].ID != t1.ID {
+		t.Fatalf("history %+v", d.History)
+	}
+	if cur, _ := e.s.CurrentTurn(e.ctx, "s1"); cur != t1.ID {
+		t.Fatalf("current %q", cur)
+	}
+	if h, _ := e.s.LeaseHolder(e.ctx, "s1"); h != "w1:x" {
+		t.Fatalf("lease %q", h)
+	}
+	if got := e.get(e.key("drain", "s1")); got != "d1" {
+		t.Fatalf("drain flag %q", got)
+	}
+	// The drain runs: the next prompt queues behind it and starts nothing.
+	t2 := newTurn("s1", "agent", "two", base)
+	q, err = e.s.QueueTurn(e.ctx, t2, QueueOpts{Limit: 4, DrainID: "d2", StartOwner: "w1:y", LeaseTTL: time.Minute})
+	if err != nil || q.Start || q.Drain != nil {
+		t.Fatalf("second prompt: %+v %v", q, err)
+	}
+	if got := e.queue("s1"); len(got) != 1 || got[0] != t2.ID {
+		t.Fatalf("queue %v", got)
+	}
+	// The flag is clear but another drain still holds the lease: the flag is
+	// set, nothing is popped, the caller hands the drain to the queue.
+	e.createSession("s2", base)
+	if err := e.rdb.Set(e.ctx, e.key("lease", "s2"), "other", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t3 := newTurn("s2", "agent", "three", base)
+	q, err = e.s.QueueTurn(e.ctx, t3, QueueOpts{Limit: 4, DrainID: "d3", StartOwner: "w1:z", LeaseTTL: time.Minute})
+	if err != nil || !q.Start || q.Drain == nil || q.Drain.State != DrainLeaseHeld {
+		t.Fatalf("lease held: %+v %v", q, err)
+	}
+	if got := e.queue("s2"); len(got) != 1 || got[0] != t3.ID {
+		t.Fatalf("queue %v", got)
+	}
+	if _, err := e.s.QueueTurn(e.ctx, newTurn("s2", "agent", "x", base), QueueOpts{DrainID: "d4", StartOwner: "w1:z"}); err == nil {
+		t.Fatal("a start without a lease ttl was accepted")
 	}
 }

@@ -187,22 +187,32 @@ return 1
 `)
 
 // KEYS: q:SID, drain:SID, busy:ORCH ("" = none), turn:ID, tids, msgs:SID, sess:SID,
-// sessions:active, drains, turn: (the prefix of turn keys), waiting:ID. ARGV: turn id,
+// sessions:active, drains, turn: (the prefix of turn keys), waiting:ID, loop:CALLER
+// ("" = not counted), lease:SID, cur:SID, subidx:SID, subidx:all. ARGV: turn id,
 // session id, limit, enforce (1|0), drain task id, message JSON, created (ms), waiting
 // ttl (ms; 0 = the caller does not wait), notify channel, notification ("" = none),
-// then the turn's field/value pairs.
-var pushScript = redis.NewScript(`
+// loop limit, the drain's lease owner ("" = the drain is not started here), lease ttl
+// (ms), now (ms), history, then the turn's field/value pairs. It returns {-2, loop
+// count} (loop protection: nothing was written), {-1} (the 4-at-work cap: nothing was
+// written), {0} (queued behind a drain), {1} (queued, the drain flag set: the caller
+// starts the drain) or {1, startDrain's answer} (the drain's first step taken too).
+var pushScript = redis.NewScript(startDrainLua + `
+local loop = 0
+if KEYS[12] ~= '' then
+  loop = tonumber(redis.call('GET', KEYS[12]) or '0')
+  if loop >= tonumber(ARGV[11]) then return {-2, loop} end
+end
 local busy = KEYS[3]
 if busy ~= '' and redis.call('SISMEMBER', busy, ARGV[2]) == 0 then
-  if ARGV[4] == '1' and redis.call('SCARD', busy) >= tonumber(ARGV[3]) then return -1 end
+  if ARGV[4] == '1' and redis.call('SCARD', busy) >= tonumber(ARGV[3]) then return {-1} end
   redis.call('SADD', busy, ARGV[2])
 end
+if KEYS[12] ~= '' then redis.call('INCR', KEYS[12]) end
 if tonumber(ARGV[8]) > 0 then redis.call('SET', KEYS[11], '1', 'PX', ARGV[8]) end
 redis.call('RPUSH', KEYS[6], ARGV[6])
 if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('HSET', KEYS[7], 'last', ARGV[7]) end
 redis.call('ZADD', KEYS[8], 'XX', ARGV[7], ARGV[2])
-redis.call('HSET', KEYS[4], unpack(ARGV, 11))
-if ARGV[10] ~= '' then redis.call('PUBLISH', ARGV[9], ARGV[10]) end
+redis.call('HSET', KEYS[4], unpack(ARGV, 16))
 local placed = false
 if redis.call('HGET', KEYS[4], 'role') == 'event' then
   -- R8.15: an event message is the next prompt: after the events already
@@ -217,12 +227,21 @@ if redis.call('HGET', KEYS[4], 'role') == 'event' then
 end
 if not placed then redis.call('RPUSH', KEYS[1], ARGV[1]) end
 redis.call('ZADD', KEYS[5], 0, ARGV[1])
+local start = 0
 if redis.call('EXISTS', KEYS[2]) == 0 then
   redis.call('SET', KEYS[2], ARGV[5])
   redis.call('SADD', KEYS[9], ARGV[2])
-  return 1
+  start = 1
+  if ARGV[12] ~= '' then
+    local d = startDrain(KEYS[7], KEYS[13], KEYS[14], KEYS[1], KEYS[6], KEYS[15], KEYS[16],
+      ARGV[12], ARGV[13], ARGV[14], KEYS[10], ARGV[9], 'session:' .. ARGV[2], ARGV[15])
+    -- A started turn published the session's notification already.
+    if d[1] ~= 4 and ARGV[10] ~= '' then redis.call('PUBLISH', ARGV[9], ARGV[10]) end
+    return {1, d}
+  end
 end
-return 0
+if ARGV[10] ~= '' then redis.call('PUBLISH', ARGV[9], ARGV[10]) end
+return {start}
 `)
 
 // BusyKey is the semaphore key of an orchestrating conversation ("" = none).
@@ -268,18 +287,59 @@ func (s *Store) BusyCount(ctx context.Context, orchestrator string) (int, error)
 // after the events already waiting (R8.15). It
 // returns whether the caller must enqueue a drain task with id drainID.
 func (s *Store) PushTurn(ctx context.Context, t *Turn, orchestrator string, limit int, enforce bool, drainID string) (bool, error) {
-	return s.pushTurn(ctx, t, orchestrator, limit, enforce, drainID, 0, false)
+	q, err := s.pushTurn(ctx, t, QueueOpts{Orchestrator: orchestrator, Limit: limit, Enforce: enforce, DrainID: drainID}, false)
+	if err != nil {
+		return false, err
+	}
+	return q.Start, nil
 }
 
-// QueueTurn is PushTurn for the hot path, in the same one step: when waiting
-// > 0 it also marks that the prompt's caller waits on its reply (SetWaiting,
-// before the turn can run: no echo, R8.18), and it publishes the
-// "session:SID" notification (the owner's console, R19.6).
-func (s *Store) QueueTurn(ctx context.Context, t *Turn, orchestrator string, limit int, enforce bool, drainID string, waiting time.Duration) (bool, error) {
-	return s.pushTurn(ctx, t, orchestrator, limit, enforce, drainID, waiting, true)
+// QueueOpts are QueueTurn's settings besides the turn.
+type QueueOpts struct {
+	Orchestrator string // whose 4-at-work cap the session counts toward ("" = none)
+	Limit        int    // the cap
+	Enforce      bool   // refuse the prompt when the cap is reached (ErrSessionLimit)
+	DrainID      string // the drain flag set when this prompt starts the session's drain
+	// Waiting > 0 marks that the prompt's caller waits on its reply (SetWaiting,
+	// before the turn can run: no echo, R8.18).
+	Waiting time.Duration
+	// LoopOf, when set, counts the prompt toward that conversation's loop
+	// protection (TakeLoop, R5.2.6) in the same step; with the count at
+	// LoopLimit nothing is written and the error is a *LoopUsedError.
+	LoopOf    string
+	LoopLimit int
+	// StartOwner, when set, also takes the drain's first step (StartDrain for
+	// that lease owner, LeaseTTL, History) when this prompt starts the drain.
+	StartOwner string
+	LeaseTTL   time.Duration
+	History    int
 }
 
-func (s *Store) pushTurn(ctx context.Context, t *Turn, orchestrator string, limit int, enforce bool, drainID string, waiting time.Duration, notify bool) (bool, error) {
+// Queued is what QueueTurn did.
+type Queued struct {
+	// Start: this prompt set the drain flag (QueueOpts.DrainID); the caller
+	// starts the drain (it was started when Drain is set).
+	Start bool
+	// Drain is the drain's first step, taken for QueueOpts.StartOwner.
+	Drain *Drain
+}
+
+// LoopUsedError is QueueTurn's refusal when the caller's loop-protection count
+// is used up (R5.2.6): Count prompts were counted.
+type LoopUsedError struct{ Count int }
+
+func (e *LoopUsedError) Error() string {
+	return fmt.Sprintf("loop protection: %d prompts counted", e.Count)
+}
+
+// QueueTurn is PushTurn for the hot path, in the same one step: the QueueOpts
+// (the wait mark, the loop count, the drain's first step), and it publishes
+// the "session:SID" notification (the owner's console, R19.6).
+func (s *Store) QueueTurn(ctx context.Context, t *Turn, o QueueOpts) (*Queued, error) {
+	return s.pushTurn(ctx, t, o, true)
+}
+
+func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool) (*Queued, error) {
 	from, origin := "", ""
 	if t.From != nil {
 		b, _ := json.Marshal(t.From)
@@ -289,29 +349,54 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, orchestrator string, limi
 	origin = string(b)
 	msg, err := json.Marshal(Message{ID: t.ID, Role: t.Role, Text: t.Text, From: t.From, CreatedAt: t.CreatedAt})
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	note := ""
 	if notify {
 		note = "session:" + t.Session
 	}
 	waitMS := int64(0)
-	if waiting > 0 {
-		waitMS = max(waiting.Milliseconds(), 1)
+	if o.Waiting > 0 {
+		waitMS = max(o.Waiting.Milliseconds(), 1)
 	}
-	args := []any{t.ID, t.Session, limit, b2s(enforce), drainID, msg, ms(t.CreatedAt), waitMS, s.NotifyChannel(), note,
+	loopKey := ""
+	if o.LoopOf != "" {
+		loopKey = s.k("loop", o.LoopOf)
+	}
+	ttl := int64(0)
+	if o.StartOwner != "" {
+		if o.LeaseTTL <= 0 {
+			return nil, fmt.Errorf("lease of %s: ttl %v: a lease must expire", t.Session, o.LeaseTTL)
+		}
+		ttl = max(o.LeaseTTL.Milliseconds(), 1)
+	}
+	args := []any{t.ID, t.Session, o.Limit, b2s(o.Enforce), o.DrainID, msg, ms(t.CreatedAt), waitMS, s.NotifyChannel(), note,
+		o.LoopLimit, o.StartOwner, ttl, ms(t.CreatedAt), o.History,
 		"id", t.ID, "session", t.Session, "status", TurnQueued, "role", t.Role, "from", from,
 		"origin", origin, "caller", t.Caller, "created", ms(t.CreatedAt), "text", t.Text}
-	r, err := pushScript.Run(ctx, s.rdb, []string{s.k("q", t.Session), s.k("drain", t.Session),
-		s.BusyKey(orchestrator), s.turnKey(t.ID), s.k("tids"), s.msgsKey(t.Session), s.sessKey(t.Session),
-		s.k("sessions", "active"), s.drainsKey(), s.turnKey(""), s.k("waiting", t.ID)}, args...).Int()
+	sid := t.Session
+	res, err := pushScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("drain", sid),
+		s.BusyKey(o.Orchestrator), s.turnKey(t.ID), s.k("tids"), s.msgsKey(sid), s.sessKey(sid),
+		s.k("sessions", "active"), s.drainsKey(), s.turnKey(""), s.k("waiting", t.ID), loopKey,
+		s.k("lease", sid), s.k("cur", sid), s.k("subidx", sid), s.k("subidx", "all")}, args...).Slice()
 	if err != nil {
-		return false, fmt.Errorf("queue turn %s: %w", t.ID, err)
+		return nil, fmt.Errorf("queue turn %s: %w", t.ID, err)
 	}
-	if r < 0 {
-		return false, ErrSessionLimit
+	code, _ := res[0].(int64)
+	switch code {
+	case -2:
+		n, _ := res[1].(int64)
+		return nil, &LoopUsedError{Count: int(n)}
+	case -1:
+		return nil, ErrSessionLimit
 	}
-	return r == 1, nil
+	q := &Queued{Start: code == 1}
+	if len(res) > 1 {
+		if q.Drain, err = drainFrom(res[1], o.History); err != nil {
+			return nil, fmt.Errorf("queue turn %s: %w", t.ID, err)
+		}
+	}
+	return q, nil
 }
 
 // KEYS: q:SID, cur:SID, drain:SID, busy:ORCH ("" = none), drains. ARGV: session id,
