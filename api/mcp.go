@@ -192,7 +192,7 @@ func (r *mcpRoute) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 		post.add(settle)
 	}
 
-	stop := r.keepCallAlive(ctx, req, actionOf(args))
+	stop := r.keepCallAlive(ctx, req, args)
 	result, isError := r.runDomain(ctx, caller, args)
 	stop()
 
@@ -229,48 +229,56 @@ func toolResult(envelope json.RawMessage, isError bool) *mcp.CallToolResult {
 // keepCallAlive keeps the client from giving up on a long call (R7.11): after ProgressFirst
 // and then every ProgressEvery until stop is called, it sends a progress notification when
 // the request carries a progress token, and otherwise an SSE comment line on the POST's
-// response. stop returns once nothing more will be written.
-func (r *mcpRoute) keepCallAlive(ctx context.Context, req *mcp.CallToolRequest, action string) (stop func()) {
+// response. stop returns once nothing more will be written. A progress message names the
+// call's action (args).
+func (r *mcpRoute) keepCallAlive(ctx context.Context, req *mcp.CallToolRequest, args json.RawMessage) (stop func()) {
 	token := req.Params.GetProgressToken()
 	kw, _ := ctx.Value(keepAliveKey{}).(*keepAliveWriter)
 	if token == nil && kw == nil {
 		return func() {}
 	}
-	prefix := ""
-	if action != "" {
-		prefix = action + ": "
-	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		start := time.Now()
-		timer := time.NewTimer(r.opts.ProgressFirst)
-		defer timer.Stop()
-		for n := 1; ; n++ {
-			select {
-			case <-done:
-				return
-			case <-timer.C:
-			}
-			if token != nil {
-				err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
-					ProgressToken: token,
-					Progress:      float64(n),
-					Message:       fmt.Sprintf("%swaiting… %s", prefix, time.Since(start).Round(time.Second)),
-				})
-				if err != nil {
-					r.log.DebugContext(ctx, "mcp: progress notification", "err", err)
-				}
-			} else if !kw.keepAlive() {
-				return // the response is finished or is not an event stream
-			}
-			timer.Reset(r.opts.ProgressEvery)
+	// A timer, not a goroutine: most calls end before the first keep-alive is due.
+	// A tick holds mu while it runs, so stop returns only once none is running:
+	// nothing is sent for the call after its result.
+	var (
+		mu      sync.Mutex
+		stopped bool
+		n       int
+		timer   *time.Timer
+	)
+	start := time.Now()
+	mu.Lock()
+	timer = time.AfterFunc(r.opts.ProgressFirst, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
 		}
-	}()
+		n++
+		if token != nil {
+			prefix := ""
+			if action := actionOf(args); action != "" {
+				prefix = action + ": "
+			}
+			err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+				ProgressToken: token,
+				Progress:      float64(n),
+				Message:       fmt.Sprintf("%swaiting… %s", prefix, time.Since(start).Round(time.Second)),
+			})
+			if err != nil {
+				r.log.DebugContext(ctx, "mcp: progress notification", "err", err)
+			}
+		} else if !kw.keepAlive() {
+			return // the response is finished or is not an event stream
+		}
+		timer.Reset(r.opts.ProgressEvery)
+	})
+	mu.Unlock()
 	return func() {
-		close(done)
-		<-finished
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		timer.Stop()
 	}
 }
 
