@@ -97,6 +97,14 @@ type goalsResult struct {
 	createWall5, subWall5 time.Duration
 }
 
+// liveHeapMiB collects and returns the live heap, in MiB.
+func liveHeapMiB() float64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return float64(ms.HeapAlloc) / (1 << 20)
+}
+
 func medianD(xs []time.Duration) time.Duration {
 	if len(xs) == 0 {
 		return 0
@@ -248,6 +256,7 @@ func (b *bench) goals123(ctx context.Context, out *goalsResult) error {
 			stopProf := b.profileStart(fmt.Sprintf("goal2-%d", r+1))
 			s2, err := benchSend(ctx, cl, rp, m, b.g1Prefix+":turns", orch, targets[:len(orch)], 2, sz.n2)
 			stopProf()
+			b.logf("(h) goal 2 round %d/%d: the bench process's live heap after it (relay and clients' bookkeeping): %.1f MiB", r+1, sz.rounds, liveHeapMiB())
 			if err != nil {
 				return err
 			}
