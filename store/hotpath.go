@@ -375,22 +375,22 @@ type UsageAdd struct {
 	ClearPause                bool  // the provider's pause by a usage limit ends (the turn succeeded)
 }
 
+// KEYS: turn:ID, waiting:ID, echo:ID. ARGV: seen (1|0).
+var seenEndWaitingScript = redis.NewScript(`
+if ARGV[1] == '1' then redis.call('HSET', KEYS[1], 'waited', '1') end
+redis.call('DEL', KEYS[2])
+local items = redis.call('LRANGE', KEYS[3], 0, -1)
+if #items > 0 then redis.call('DEL', KEYS[3]) end
+return items
+`)
+
 // SeenEndWaiting ends a caller's wait on a turn and returns the echoes held
-// meanwhile (watcher → groups), in one MULTI; with seen, the turn is first
+// meanwhile (watcher → groups), in one step; with seen, the turn is first
 // marked seen (MarkTurnSeen), so it is seen before its wait ends.
 func (s *Store) SeenEndWaiting(ctx context.Context, turn string, seen bool) (map[string][]Batch, error) {
-	var items *redis.StringSliceCmd
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		if seen {
-			p.HSet(ctx, s.turnKey(turn), "waited", "1")
-		}
-		p.Del(ctx, s.k("waiting", turn))
-		items = p.LRange(ctx, s.k("echo", turn), 0, -1)
-		p.Del(ctx, s.k("echo", turn))
-		return nil
-	})
+	items, err := seenEndWaitingScript.Run(ctx, s.rdb, []string{s.turnKey(turn), s.k("waiting", turn), s.k("echo", turn)}, b2s(seen)).StringSlice()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("end the wait on %s: %w", turn, err)
 	}
-	return decodeEchoes(items.Val()), nil
+	return decodeEchoes(items), nil
 }
