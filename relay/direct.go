@@ -53,7 +53,7 @@ func (r *Relay) releaseDirect() {
 // runHere runs the session's drain from its first step d (taken for owner
 // with the prompt's push) in this process, on the slot reserveDirect took.
 func (r *Relay) runHere(sid, owner string, d *store.Drain) {
-	go func() {
+	r.warm.start(func() {
 		defer r.releaseDirect()
 		ctx := context.Background() // not the call's: the turn runs on when the caller leaves
 		err := r.drainRecovered(sid, func() error { return r.drainFrom(ctx, sid, owner, d) })
@@ -66,7 +66,7 @@ func (r *Relay) runHere(sid, owner string, d *store.Drain) {
 		if err := r.enqueueDrain(ctx, sid); err != nil {
 			r.log.Warn("hand a drain to the queue; the sweep will restart it", "session", id8(sid), "err", err)
 		}
-	}()
+	})
 }
 
 // enqueueDrain gives the session's drain to the queue as a new task: its

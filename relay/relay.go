@@ -85,6 +85,7 @@ type Relay struct {
 	endingNow map[string]bool                    // turns whose outcome a drain here is writing (finishEmit)
 	direct    chan struct{}                      // slots of drains started here (direct.go); nil: none
 	directWG  sync.WaitGroup
+	warm      *warmGoroutines // tool calls and drains started here run on kept goroutines (stacks.go)
 
 	linkMu     sync.Mutex
 	linkOnline map[string]time.Time // paired relay (lower case) -> when this process last recorded it online (peer.go link)
@@ -120,7 +121,7 @@ func New(st *store.Store, enq Enqueuer, provs []provider.Provider, opts Options)
 	}
 	r := &Relay{st: st, enq: enq, opts: opts, now: opts.Clock, log: opts.Logger, met: opts.Metrics,
 		providers: map[string]provider.Provider{}, hub: newHub(), running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}, linkOnline: map[string]time.Time{}, peerToks: map[string]peerTok{},
-		tokens: map[string]tokenEntry{}}
+		tokens: map[string]tokenEntry{}, warm: newWarmGoroutines(keptGoroutines)}
 	for _, p := range provs {
 		id := p.Info().ID
 		r.providers[id] = p
@@ -204,6 +205,7 @@ func (r *Relay) Wait() {
 	r.mu.Lock()
 	r.stopping = true // no drain starts here any more (startHere)
 	r.mu.Unlock()
+	r.warm.stop()
 	done := make(chan struct{})
 	go func() { r.directWG.Wait(); close(done) }()
 	select {
@@ -214,6 +216,10 @@ func (r *Relay) Wait() {
 		r.log.Warn("drains started here still running at shutdown; leaving them", "waited", directWaitMax)
 	}
 }
+
+// keptGoroutines is how many goroutines a process keeps for tool calls and
+// drains started here (stacks.go): about the calls it serves at once.
+const keptGoroutines = 128
 
 // directWaitMax bounds how long Wait waits for the drains started here.
 const directWaitMax = 10 * time.Second

@@ -103,7 +103,11 @@ var optionalRelay = map[string]bool{
 func (r *Relay) CallTool(ctx context.Context, callerID string, raw json.RawMessage) (json.RawMessage, bool) {
 	start := time.Now()
 	action := "unknown"
-	out, e := r.call(ctx, callerID, raw, &action)
+	var (
+		out *result
+		e   *Error
+	)
+	r.warm.call(func() { out, e = r.call(ctx, callerID, raw, &action) })
 	return r.envelope(action, callerID, start, out, e)
 }
 
