@@ -55,7 +55,7 @@ func goalSizesFor(quick bool) goalSizes {
 		return goalSizes{rounds: 1, n1: 10, agents: 8, targets: 10, n2: 3, idleSecs: 3, hops3: 5, rounds4: 3, conc4: 4, sessions4: 16,
 			turns4: 160, sessions5: 1500, subs5: 300, calls5: 40, probes5: 6, turnMillis: 50}
 	}
-	return goalSizes{rounds: 3, n1: 60, agents: 32, targets: 50, n2: 40, idleSecs: 20, hops3: 30, rounds4: 5, conc4: 8, sessions4: 64,
+	return goalSizes{rounds: 5, n1: 60, agents: 32, targets: 50, n2: 40, idleSecs: 20, hops3: 30, rounds4: 5, conc4: 8, sessions4: 64,
 		turns4: 480, sessions5: 100000, subs5: 10000, calls5: 800, probes5: 40, turnMillis: 50}
 }
 
