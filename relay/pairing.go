@@ -409,22 +409,6 @@ func (r *Relay) unlockMentions(ctx context.Context, sid, text string) {
 	}
 }
 
-// unlockFrom unlocks the paired relay a prompt came from (R4.4 b), when this
-// relay has paired it (one pairing direction is enough to be written to).
-func (r *Relay) unlockFrom(ctx context.Context, sid, relayName string) {
-	ps, err := r.st.Pairings(ctx)
-	if err != nil {
-		return
-	}
-	for _, p := range ps {
-		if strings.EqualFold(p.SelfName(), relayName) || strings.EqualFold(p.Name, relayName) {
-			if err := r.st.Unlock(ctx, sid, false, p.Name); err != nil {
-				r.log.Warn("unlock relay", "session", sid, "relay", p.Name, "err", err)
-			}
-		}
-	}
-}
-
 // RemotePromptLine is the first line of a prompt from another relay's agent (R4.8).
 func RemotePromptLine(from *store.Ref) string {
 	model := from.Model

@@ -95,11 +95,13 @@ func (r *Relay) queueTurn(ctx context.Context, id string, s *store.Session, text
 	if isExternal(s) {
 		return nil, notPromptable(s, nothingSent) // R17.7: no turn can run there
 	}
-	remote := from != nil && from.Relay != "" && !strings.EqualFold(from.Relay, r.opts.Name)
-	if remote {
-		// R4.8: the other agent learns who speaks; R4.4(b): its relay is unlocked here.
+	unlockFrom := ""
+	if from != nil && from.Relay != "" && !strings.EqualFold(from.Relay, r.opts.Name) {
+		// R4.8: the other agent learns who speaks; R4.4(b): its relay is unlocked
+		// here, in the push (when this relay has paired it: one pairing
+		// direction is enough to be written to).
 		text = RemotePromptLine(from) + "\n" + text
-		r.unlockFrom(ctx, s.ID, from.Relay)
+		unlockFrom = from.Relay
 	}
 	now := r.now()
 	t := &store.Turn{ID: id, Session: s.ID, Role: role, From: from, Origin: origin, Caller: callerID, CreatedAt: now, Text: text}
@@ -109,7 +111,7 @@ func (r *Relay) queueTurn(ctx context.Context, id string, s *store.Session, text
 		waiting = waitFor + waitingSlack
 	}
 	o := store.QueueOpts{Orchestrator: r.orchestrator(s), Limit: r.opts.Limits.ActiveSessions, Enforce: enforce,
-		DrainID: drainID, Waiting: waiting, LoopOf: loopOf, LoopLimit: r.opts.Limits.AgentPromptsBeforeCard}
+		DrainID: drainID, Waiting: waiting, LoopOf: loopOf, LoopLimit: r.opts.Limits.AgentPromptsBeforeCard, UnlockFrom: unlockFrom}
 	// A waited prompt starts its drain here when a slot is free (direct.go):
 	// the push then takes the drain's first step too.
 	here := waitFor > 0 && r.reserveDirect()

@@ -73,7 +73,11 @@ func (r *Relay) chain(ctx context.Context, c *caller) store.Origin {
 	if c.turn != nil && c.turn.Caller != "" {
 		return o // an agent here started this turn: the chain began in its starter's conversation
 	}
-	o.Unlocked = r.mentionedRelays(ctx, c.s.ID)
+	if c.peers != nil {
+		o.Unlocked = c.peers.mentioned() // read with the pairing this call names
+	} else {
+		o.Unlocked = r.mentionedRelays(ctx, c.s.ID)
+	}
 	return o
 }
 
@@ -81,13 +85,30 @@ func (r *Relay) chain(ctx context.Context, c *caller) store.Origin {
 // conversation (not those unlocked because their agent wrote there, R4.4 b),
 // by the names they give themselves.
 func (r *Relay) mentionedRelays(ctx context.Context, sid string) []string {
-	unlocked, ps, err := r.st.UnlockedPairings(ctx, sid) // one round trip
-	if err != nil || len(unlocked) == 0 {
+	un, ps, err := r.st.UnlockState(ctx, sid) // one round trip
+	if err != nil {
 		return nil
 	}
+	return (&peerState{unlock: un, pairings: ps}).mentioned()
+}
+
+// peerState is what a call read once of the pairings and of the relays
+// unlocked in the caller's conversation (store.UnlockState).
+type peerState struct {
+	unlock   map[string]string // lower-case local name → "owner" | "agent"
+	pairings []*store.Pairing
+}
+
+// unlocked reports whether the paired relay is unlocked in the conversation (R4.4).
+func (v *peerState) unlocked(p *store.Pairing) bool {
+	return v.unlock[strings.ToLower(p.Name)] != ""
+}
+
+// mentioned lists the relays the owner mentioned, by the names they give themselves (R4.7).
+func (v *peerState) mentioned() []string {
 	var out []string
-	for _, p := range ps {
-		if unlocked[strings.ToLower(p.Name)] {
+	for _, p := range v.pairings {
+		if v.unlock[strings.ToLower(p.Name)] == "owner" {
 			out = append(out, p.SelfName())
 		}
 	}
@@ -100,6 +121,16 @@ func (r *Relay) pairing(ctx context.Context, name string) (*store.Pairing, error
 	if err != nil {
 		return nil, err
 	}
+	p, e := findPairing(ps, name)
+	if e != nil {
+		return nil, e
+	}
+	return p, nil
+}
+
+// findPairing finds a paired relay in ps by its name or its host (R4.3),
+// case-insensitively; nil when none matches.
+func findPairing(ps []*store.Pairing, name string) (*store.Pairing, *Error) {
 	for _, p := range ps {
 		if strings.EqualFold(p.Name, name) {
 			return p, nil
@@ -136,9 +167,12 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 	// R4.4: locked until the owner mentions it here or its agent wrote here;
 	// list_questions and withdraw reach the asks this conversation made there.
 	if a.action != "list_questions" && a.action != "withdraw" {
-		ok, err := r.st.IsUnlocked(ctx, c.s.ID, p.Name)
-		if err != nil {
-			return nil, internal(err)
+		ok := c.peers != nil && c.peers.unlocked(p)
+		if c.peers == nil {
+			var err error
+			if ok, err = r.st.IsUnlocked(ctx, c.s.ID, p.Name); err != nil {
+				return nil, internal(err)
+			}
 		}
 		if !ok {
 			return nil, Errorf(CodeLocked, "Relay %q is locked in this conversation. Ask the owner to mention it (for example @%s) in a message here; then it is unlocked for the rest of the conversation. Nothing was done.", p.Name, p.Name)

@@ -18,6 +18,9 @@ type caller struct {
 	// call, R13.1): s is then a stand-in record named after it, and its
 	// cards were asked on its own relay.
 	remote *PeerOrigin
+	// peers is what the call read of the pairings and of the relays unlocked
+	// in this conversation (peerState), when it named a paired relay.
+	peers *peerState
 }
 
 // origin is the chain the caller's prompts continue (R4.7).
@@ -275,16 +278,20 @@ func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) (*store.Pair
 		name = "this"
 	}
 	if !strings.EqualFold(name, "this") && !strings.EqualFold(name, r.opts.Name) {
-		p, err := r.pairing(ctx, name)
+		// One read for the call: the pairings, and what is unlocked here (remoteCall, chain).
+		un, ps, err := r.st.UnlockState(ctx, c.s.ID)
 		if err != nil {
-			return nil, AsError(err)
+			return nil, internal(err)
+		}
+		c.peers = &peerState{unlock: un, pairings: ps}
+		p, e := findPairing(ps, name)
+		if e != nil {
+			return nil, e
 		}
 		if p == nil {
 			known := []string{r.opts.Name}
-			if ps, err := r.st.Pairings(ctx); err == nil {
-				for _, p := range ps {
-					known = append(known, p.Name)
-				}
+			for _, p := range ps {
+				known = append(known, p.Name)
 			}
 			return nil, Errorf(CodeUnknownRelay, "No paired relay is named %q. Call list_relays to see the relays you can use (\"this\" is this relay). Nothing was done.", name).
 				With("relays", known)

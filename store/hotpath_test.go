@@ -528,3 +528,48 @@ func TestQueueTurnStartsTheDrain(t *testing.T) {
 		t.Fatal("a start without a lease ttl was accepted")
 	}
 }
+
+// QueueTurn unlocks, in its one step, the pairing of the relay whose agent
+// sent the prompt (by the name it gives itself or the local one; R4.4 b); an
+// owner's mention stays one, and a refused prompt unlocks nothing.
+func TestQueueTurnUnlocksTheSendersRelay(t *testing.T) {
+	e := newEnv(t)
+	for _, p := range []*Pairing{
+		{Name: "bravo", RemoteName: "Build-Box", URL: "http://127.0.0.1:1"},
+		{Name: "charlie", URL: "http://127.0.0.1:2"},
+		{Name: "delta", URL: "http://127.0.0.1:3"},
+	} {
+		if err := e.s.AddPairing(e.ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.createSession("s1", base)
+	if err := e.s.Unlock(e.ctx, "s1", true, "charlie"); err != nil {
+		t.Fatal(err)
+	}
+	for _, from := range []string{"BUILD-BOX", "Charlie", "nobody"} {
+		if _, err := e.s.QueueTurn(e.ctx, newTurn("s1", "agent", "x", base), QueueOpts{Limit: 4, DrainID: "d1", UnlockFrom: from}); err != nil {
+			t.Fatalf("from %s: %v", from, err)
+		}
+	}
+	un, _, err := e.s.UnlockState(e.ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"bravo": "agent", "charlie": "owner"}; !reflect.DeepEqual(un, want) {
+		t.Fatalf("unlocked %v, want %v", un, want)
+	}
+	// Refused by the cap: delta stays locked.
+	for i := range 4 {
+		sid := "o" + string(rune('a'+i))
+		e.createSession(sid, base)
+		e.push(newTurn(sid, "agent", "x", base), "orch", 4, true, "d-"+sid)
+	}
+	e.createSession("o5", base)
+	if _, err := e.s.QueueTurn(e.ctx, newTurn("o5", "agent", "x", base), QueueOpts{Orchestrator: "orch", Limit: 4, Enforce: true, DrainID: "d5", UnlockFrom: "delta"}); !errors.Is(err, ErrSessionLimit) {
+		t.Fatalf("want ErrSessionLimit, got %v", err)
+	}
+	if ok, _ := e.s.IsUnlocked(e.ctx, "o5", "delta"); ok {
+		t.Fatal("a refused prompt unlocked its relay")
+	}
+}

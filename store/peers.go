@@ -211,8 +211,10 @@ func (s *Store) Unlocked(ctx context.Context, sid string) (map[string]bool, erro
 	return out, nil
 }
 
-// UnlockedPairings is Unlocked and Pairings in one round trip.
-func (s *Store) UnlockedPairings(ctx context.Context, sid string) (map[string]bool, []*Pairing, error) {
+// UnlockState reads, in one round trip, the relays unlocked in a conversation
+// (lower-case local name → "owner" for a mention, "agent" for a relay whose
+// agent wrote there) and the pairings.
+func (s *Store) UnlockState(ctx context.Context, sid string) (map[string]string, []*Pairing, error) {
 	var un, ps *redis.MapStringStringCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		un = p.HGetAll(ctx, s.k("unlock", sid))
@@ -222,11 +224,7 @@ func (s *Store) UnlockedPairings(ctx context.Context, sid string) (map[string]bo
 	if err != nil {
 		return nil, nil, err
 	}
-	unlocked := make(map[string]bool, len(un.Val()))
-	for k, v := range un.Val() {
-		unlocked[k] = v == "owner"
-	}
-	return unlocked, pairingsFrom(ps.Val()), nil
+	return un.Val(), pairingsFrom(ps.Val()), nil
 }
 
 // IsUnlocked reports whether a paired relay is unlocked in a conversation.

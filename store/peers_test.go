@@ -84,8 +84,8 @@ func TestUnlockByOwnerAndAgent(t *testing.T) {
 	if err := e.s.AddPairing(e.ctx, &Pairing{Name: "charlie", URL: "http://127.0.0.1:1"}); err != nil {
 		t.Fatal(err)
 	}
-	un, ps, err := e.s.UnlockedPairings(e.ctx, "s1")
-	if err != nil || len(un) != len(want) || !un["charlie"] || un["bravo"] || len(ps) != 1 || ps[0].Name != "charlie" {
-		t.Fatalf("UnlockedPairings: %v %v %v", un, ps, err)
+	un, ps, err := e.s.UnlockState(e.ctx, "s1")
+	if err != nil || len(un) != len(want) || un["charlie"] != "owner" || un["bravo"] != "agent" || len(ps) != 1 || ps[0].Name != "charlie" {
+		t.Fatalf("UnlockState: %v %v %v", un, ps, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -188,11 +189,12 @@ return 1
 
 // KEYS: q:SID, drain:SID, busy:ORCH ("" = none), turn:ID, tids, msgs:SID, sess:SID,
 // sessions:active, drains, turn: (the prefix of turn keys), waiting:ID, loop:CALLER
-// ("" = not counted), lease:SID, cur:SID, subidx:SID, subidx:all. ARGV: turn id,
-// session id, limit, enforce (1|0), drain task id, message JSON, created (ms), waiting
-// ttl (ms; 0 = the caller does not wait), notify channel, notification ("" = none),
-// loop limit, the drain's lease owner ("" = the drain is not started here), lease ttl
-// (ms), now (ms), history, then the turn's field/value pairs. It returns {-2, loop
+// ("" = not counted), lease:SID, cur:SID, subidx:SID, subidx:all, relays, unlock:SID.
+// ARGV: turn id, session id, limit, enforce (1|0), drain task id, message JSON, created
+// (ms), waiting ttl (ms; 0 = the caller does not wait), notify channel, notification
+// ("" = none), loop limit, the drain's lease owner ("" = the drain is not started
+// here), lease ttl (ms), now (ms), history, the paired relay the prompt came from
+// (lower case, "" = none), then the turn's field/value pairs. It returns {-2, loop
 // count} (loop protection: nothing was written), {-1} (the 4-at-work cap: nothing was
 // written), {0} (queued behind a drain), {1} (queued, the drain flag set: the caller
 // starts the drain) or {1, startDrain's answer} (the drain's first step taken too).
@@ -208,11 +210,26 @@ if busy ~= '' and redis.call('SISMEMBER', busy, ARGV[2]) == 0 then
   redis.call('SADD', busy, ARGV[2])
 end
 if KEYS[12] ~= '' then redis.call('INCR', KEYS[12]) end
+if ARGV[16] ~= '' then
+  -- R4.4 (b): the paired relay whose agent wrote here is unlocked here (a
+  -- mention by the owner stays one).
+  local rel = redis.call('HGETALL', KEYS[17])
+  for i = 1, #rel, 2 do
+    local ok, p = pcall(cjson.decode, rel[i + 1])
+    if ok and type(p) == 'table' then
+      local name, self = p['name'], p['remoteName']
+      if (type(name) == 'string' and string.lower(name) == ARGV[16]) or
+         (type(self) == 'string' and string.lower(self) == ARGV[16]) then
+        redis.call('HSETNX', KEYS[18], rel[i], 'agent')
+      end
+    end
+  end
+end
 if tonumber(ARGV[8]) > 0 then redis.call('SET', KEYS[11], '1', 'PX', ARGV[8]) end
 redis.call('RPUSH', KEYS[6], ARGV[6])
 if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('HSET', KEYS[7], 'last', ARGV[7]) end
 redis.call('ZADD', KEYS[8], 'XX', ARGV[7], ARGV[2])
-redis.call('HSET', KEYS[4], unpack(ARGV, 16))
+redis.call('HSET', KEYS[4], unpack(ARGV, 17))
 local placed = false
 if redis.call('HGET', KEYS[4], 'role') == 'event' then
   -- R8.15: an event message is the next prompt: after the events already
@@ -313,6 +330,10 @@ type QueueOpts struct {
 	StartOwner string
 	LeaseTTL   time.Duration
 	History    int
+	// UnlockFrom is the paired relay whose agent sent the prompt, by the name
+	// it gives itself: the pairing it matches (by that name or the local one)
+	// is unlocked in the session's conversation (Unlock by an agent, R4.4 b).
+	UnlockFrom string
 }
 
 // Queued is what QueueTurn did.
@@ -371,14 +392,14 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool)
 		ttl = max(o.LeaseTTL.Milliseconds(), 1)
 	}
 	args := []any{t.ID, t.Session, o.Limit, b2s(o.Enforce), o.DrainID, msg, ms(t.CreatedAt), waitMS, s.NotifyChannel(), note,
-		o.LoopLimit, o.StartOwner, ttl, ms(t.CreatedAt), o.History,
+		o.LoopLimit, o.StartOwner, ttl, ms(t.CreatedAt), o.History, strings.ToLower(o.UnlockFrom),
 		"id", t.ID, "session", t.Session, "status", TurnQueued, "role", t.Role, "from", from,
 		"origin", origin, "caller", t.Caller, "created", ms(t.CreatedAt), "text", t.Text}
 	sid := t.Session
 	res, err := pushScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("drain", sid),
 		s.BusyKey(o.Orchestrator), s.turnKey(t.ID), s.k("tids"), s.msgsKey(sid), s.sessKey(sid),
 		s.k("sessions", "active"), s.drainsKey(), s.turnKey(""), s.k("waiting", t.ID), loopKey,
-		s.k("lease", sid), s.k("cur", sid), s.k("subidx", sid), s.k("subidx", "all")}, args...).Slice()
+		s.k("lease", sid), s.k("cur", sid), s.k("subidx", sid), s.k("subidx", "all"), s.k("relays"), s.k("unlock", sid)}, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("queue turn %s: %w", t.ID, err)
 	}
