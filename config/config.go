@@ -355,10 +355,12 @@ func (c Config) Provider(id string) (Provider, bool) {
 // (R18.3): it returns dir resolved, or an error when dir cannot be resolved
 // (it does not exist). A folder that cannot be resolved is compared as given.
 func InsideResolved(folders []string, dir string) (string, bool, error) {
-	resolved, err := filepath.EvalSymlinks(dir)
-	if err != nil {
-		return "", false, err
-	}
+	return InsideReal(ResolveFolders(folders), dir)
+}
+
+// ResolveFolders resolves the symbolic links of folders (InsideResolved); a
+// folder that cannot be resolved stays as given, cleaned; empty ones are left out.
+func ResolveFolders(folders []string) []string {
 	real := make([]string, 0, len(folders))
 	for _, f := range folders {
 		if f == "" {
@@ -369,6 +371,15 @@ func InsideResolved(folders []string, dir string) (string, bool, error) {
 		} else {
 			real = append(real, filepath.Clean(f))
 		}
+	}
+	return real
+}
+
+// InsideReal is InsideResolved with the folders resolved already (ResolveFolders).
+func InsideReal(real []string, dir string) (string, bool, error) {
+	resolved, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", false, err
 	}
 	return resolved, Inside(real, resolved), nil
 }

@@ -46,10 +46,26 @@ func (r *Relay) checkFolder(dir, nothing string) (string, *Error) {
 	return dir, nil
 }
 
+// realFolders are the folders rule's folders with their symbolic links
+// resolved, for folderRecheck: a turn start resolves its session's folder
+// every time, while the rule's own folders (the operator's configuration)
+// are resolved again once folderRecheck has passed since they last were.
+func (r *Relay) realFolders() []string {
+	r.foldMu.Lock()
+	defer r.foldMu.Unlock()
+	if r.foldReal == nil || time.Since(r.foldAt) >= folderRecheck {
+		r.foldReal, r.foldAt = config.ResolveFolders(r.opts.Folders), time.Now()
+	}
+	return r.foldReal
+}
+
+// folderRecheck is how long the folders rule's resolved folders are kept.
+const folderRecheck = 10 * time.Second
+
 // folderAllowed resolves a session's folder and checks it against the
 // folders rule after symbolic links (R18.3); why is "" when it is allowed.
 func (r *Relay) folderAllowed(dir string) (resolved, why string) {
-	resolved, ok, err := config.InsideResolved(r.opts.Folders, dir)
+	resolved, ok, err := config.InsideReal(r.realFolders(), dir)
 	if err != nil {
 		return "", fmt.Sprintf("The folder %s cannot be resolved on relay %q (it no longer exists or cannot be read).", dir, r.opts.Name)
 	}

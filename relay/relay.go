@@ -101,6 +101,10 @@ type Relay struct {
 	setMu    sync.Mutex
 	setCache store.Settings
 	setAt    time.Time
+
+	foldMu   sync.Mutex
+	foldReal []string // the folders rule's folders resolved (realFolders)
+	foldAt   time.Time
 }
 
 // New builds a Relay.
