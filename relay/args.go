@@ -107,6 +107,19 @@ type args struct {
 
 // parseArgs decodes the call's JSON object and separates the arguments the
 // action does not take.
+// actionKnown is actionArgs as sets.
+var actionKnown = func() map[string]map[string]bool {
+	out := make(map[string]map[string]bool, len(actionArgs))
+	for name, list := range actionArgs {
+		known := make(map[string]bool, len(list))
+		for _, k := range list {
+			known[k] = true
+		}
+		out[name] = known
+	}
+	return out
+}()
+
 func parseArgs(raw json.RawMessage) (*args, *Error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
@@ -146,10 +159,7 @@ func parseArgs(raw json.RawMessage) (*args, *Error) {
 	}
 	a.action = name
 	delete(a.m, "action")
-	known := map[string]bool{}
-	for _, k := range actionArgs[name] {
-		known[k] = true
-	}
+	known := actionKnown[name]
 	var unknown []string
 	for _, k := range a.order {
 		if k == "action" || known[k] {

@@ -85,7 +85,8 @@ type Relay struct {
 	endingNow map[string]bool                    // turns whose outcome a drain here is writing (finishEmit)
 	direct    chan struct{}                      // slots of drains started here (direct.go); nil: none
 	directWG  sync.WaitGroup
-	warm      *warmGoroutines // tool calls and drains started here run on kept goroutines (stacks.go)
+	warm      *warmGoroutines    // tool calls and drains started here run on kept goroutines (stacks.go)
+	handler   map[string]handler // the actions' handlers (handlers), built once
 
 	linkMu     sync.Mutex
 	linkOnline map[string]time.Time // paired relay (lower case) -> when this process last recorded it online (peer.go link)
@@ -126,6 +127,7 @@ func New(st *store.Store, enq Enqueuer, provs []provider.Provider, opts Options)
 	r := &Relay{st: st, enq: enq, opts: opts, now: opts.Clock, log: opts.Logger, met: opts.Metrics,
 		providers: map[string]provider.Provider{}, hub: newHub(), running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}, linkOnline: map[string]time.Time{}, peerToks: map[string]peerTok{},
 		tokens: map[string]tokenEntry{}, warm: newWarmGoroutines(keptGoroutines)}
+	r.handler = r.handlers()
 	for _, p := range provs {
 		id := p.Info().ID
 		r.providers[id] = p

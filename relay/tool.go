@@ -151,18 +151,12 @@ func (r *Relay) envelope(action, callerID string, start time.Time, out *result, 
 }
 
 func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, action *string) (*result, *Error) {
-	// R3.4a: the one check before all others, even before argument shapes.
-	var peek struct {
-		Action     string `json:"action"`
-		QuestionID any    `json:"question_id"`
-	}
-	if json.Unmarshal(raw, &peek) == nil && peek.Action == "answer_question" {
-		if q, ok := peek.QuestionID.(string); ok && strings.HasPrefix(q, "ask_") {
-			*action = peek.Action
-			return nil, Errorf(CodeForbidden, "Only the owner answers asks; answer_question answers question cards (q_…). Nothing was sent.")
-		}
-	}
 	a, e := parseArgs(raw)
+	// R3.4a: the one check before all others, even before argument shapes.
+	if answersAnAsk(raw, a) {
+		*action = "answer_question"
+		return nil, Errorf(CodeForbidden, "Only the owner answers asks; answer_question answers question cards (q_…). Nothing was sent.")
+	}
 	if e != nil {
 		return nil, e
 	}
@@ -192,9 +186,32 @@ func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, 
 	return r.runLocal(ctx, c, a)
 }
 
+// answersAnAsk reports whether a call is answer_question with an ask's id
+// (ask_…), from its parsed arguments a, or from raw when they did not parse.
+func answersAnAsk(raw json.RawMessage, a *args) bool {
+	var q any
+	if a != nil {
+		v, ok := a.m["question_id"]
+		if a.action != "answer_question" || !ok || json.Unmarshal(v, &q) != nil {
+			return false
+		}
+	} else {
+		var peek struct {
+			Action     string `json:"action"`
+			QuestionID any    `json:"question_id"`
+		}
+		if json.Unmarshal(raw, &peek) != nil || peek.Action != "answer_question" {
+			return false
+		}
+		q = peek.QuestionID
+	}
+	s, ok := q.(string)
+	return ok && strings.HasPrefix(s, "ask_")
+}
+
 // runLocal runs a checked action on this relay and completes its result.
 func (r *Relay) runLocal(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	res, e := r.handlers()[a.action](ctx, c, a)
+	res, e := r.handler[a.action](ctx, c, a)
 	if e != nil {
 		return nil, e
 	}
