@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -464,6 +466,17 @@ type keepAliveWriter struct {
 	post      *mcpPost    // the POST: its context, its calls (nil: none known)
 	result    bool        // the SDK wrote after the tool calls returned: their results
 	failed    bool        // a write or flush failed or came after the client went away
+	// The results of a response nothing was sent of yet are held and sent at finish
+	// with their length, headers and body in one write, instead of an event stream
+	// written in chunks and flushed per event (one write more, and the chunks' end).
+	held     bytes.Buffer
+	heldCode int // the status the SDK set for the held results (0: 200)
+}
+
+// holdingLocked reports whether what the SDK writes now is held for finish: the
+// response is not committed and the POST's tool calls all returned (results only).
+func (k *keepAliveWriter) holdingLocked() bool {
+	return !k.committed && k.post != nil && k.post.returned()
 }
 
 func newKeepAliveWriter(w http.ResponseWriter) *keepAliveWriter {
@@ -484,8 +497,12 @@ func (k *keepAliveWriter) Header() http.Header { return k.header }
 func (k *keepAliveWriter) WriteHeader(code int) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.closed || k.committed {
+	if k.closed || k.committed || k.heldCode != 0 {
 		return // as net/http: a later WriteHeader is superfluous
+	}
+	if k.holdingLocked() {
+		k.heldCode = code
+		return
 	}
 	k.commitLocked(code)
 }
@@ -499,6 +516,9 @@ func (k *keepAliveWriter) Write(p []byte) (int, error) {
 	k.checkGoneLocked()
 	if len(p) > 0 && k.post != nil && k.post.returned() {
 		k.result = true
+	}
+	if k.holdingLocked() {
+		return k.held.Write(p)
 	}
 	if !k.committed {
 		k.commitLocked(http.StatusOK)
@@ -531,6 +551,9 @@ func (k *keepAliveWriter) FlushError() error {
 	defer k.mu.Unlock()
 	if k.closed {
 		return errResponseFinished
+	}
+	if k.holdingLocked() {
+		return nil // sent at finish
 	}
 	if !k.committed {
 		k.commitLocked(http.StatusOK)
@@ -571,8 +594,9 @@ func (k *keepAliveWriter) keepAlive() bool {
 	return true
 }
 
-// finish commits a response the SDK left untouched (as net/http would on return), flushes
-// what the SDK wrote and closes. It reports whether the response reached the client as far
+// finish commits a response the SDK left untouched (as net/http would on return) or held
+// (its results, sent now with their length: one write), flushes what the SDK wrote and
+// closes. It reports whether the response reached the client as far
 // as the server can tell: the SDK wrote the calls' results, every write came while the
 // client was there, and no write or flush failed (a client that leaves once it has the
 // result does not undo that).
@@ -583,7 +607,17 @@ func (k *keepAliveWriter) finish() bool {
 		return false
 	}
 	if !k.committed {
-		k.commitLocked(http.StatusOK)
+		code := cmp.Or(k.heldCode, http.StatusOK)
+		if k.held.Len() > 0 {
+			k.header.Set("Content-Length", strconv.Itoa(k.held.Len()))
+		}
+		k.commitLocked(code)
+		if k.held.Len() > 0 {
+			k.checkGoneLocked()
+			if _, err := k.w.Write(k.held.Bytes()); err != nil {
+				k.failed = true
+			}
+		}
 	}
 	if err := http.NewResponseController(k.w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		k.failed = true

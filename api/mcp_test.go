@@ -305,6 +305,22 @@ func TestMCPLegacyAliasNotListed(t *testing.T) {
 	}
 }
 
+// A call that returns before any keep-alive is answered in one piece: its
+// event stream with a Content-Length, not in chunks.
+func TestMCPQuickResultInOnePiece(t *testing.T) {
+	t.Parallel()
+	url := startMCP(t, newFakeDomain(), MCPOptions{})
+	body := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"relay_tool","arguments":{"action":"list_relays"}}}`
+	resp := mustRawPost(t, url, "tok-a", "2025-11-25", body)
+	defer resp.Body.Close()
+	if resp.ContentLength <= 0 || len(resp.TransferEncoding) != 0 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		t.Errorf("Content-Length %d, Transfer-Encoding %v, Content-Type %q", resp.ContentLength, resp.TransferEncoding, resp.Header.Get("Content-Type"))
+	}
+	if r := findResponse(t, rawEvents(t, resp), 3); r.Error != nil {
+		t.Errorf("error %s", r.Error)
+	}
+}
+
 func TestMCPArgumentsPassThrough(t *testing.T) {
 	t.Parallel()
 	d := newFakeDomain()
@@ -704,6 +720,40 @@ func TestKeepAliveWriter(t *testing.T) {
 		kw.finish()
 		if rec.Code != http.StatusAccepted || rec.Body.Len() != 0 {
 			t.Errorf("status %d body %q", rec.Code, rec.Body.String())
+		}
+	})
+	t.Run("results of calls that returned are held and sent at finish with their length", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		kw := newKeepAliveWriter(rec)
+		kw.post = &mcpPost{ctx: context.Background()}
+		kw.post.begin()
+		kw.post.end()
+		kw.Header().Set("Content-Type", "text/event-stream")
+		kw.WriteHeader(http.StatusOK)
+		_, _ = kw.Write([]byte("event: message\ndata: {}\n\n"))
+		kw.Flush()
+		if rec.Flushed || rec.Body.Len() != 0 {
+			t.Fatalf("results went out before finish: flushed %v, body %q", rec.Flushed, rec.Body.String())
+		}
+		if !kw.finish() {
+			t.Error("finish = false: the results count as not delivered")
+		}
+		res := rec.Result()
+		if res.StatusCode != http.StatusOK || res.Header.Get("Content-Length") != "25" || rec.Body.String() != "event: message\ndata: {}\n\n" {
+			t.Errorf("status %d, Content-Length %q, body %q", res.StatusCode, res.Header.Get("Content-Length"), rec.Body.String())
+		}
+	})
+	t.Run("held results for a client that left are not delivered", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		kw := newKeepAliveWriter(rec)
+		ctx, cancel := context.WithCancel(context.Background())
+		kw.post = &mcpPost{ctx: ctx}
+		kw.post.begin()
+		kw.post.end()
+		_, _ = kw.Write([]byte("event: message\ndata: {}\n\n"))
+		cancel()
+		if kw.finish() {
+			t.Error("finish = true for a client that went away")
 		}
 	})
 	t.Run("untouched response is committed on finish", func(t *testing.T) {
