@@ -16,11 +16,7 @@ import (
 func TestQueueTurnWaitingAndNotify(t *testing.T) {
 	e := newEnv(t)
 	e.createSession("s1", base)
-	ps := e.s.SubscribeNotify(e.ctx)
-	defer func() { _ = ps.Close() }()
-	if _, err := ps.Receive(e.ctx); err != nil {
-		t.Fatal(err)
-	}
+	ps := e.notifications()
 	tr := newTurn("s1", "agent", "x", base)
 	q, err := e.s.QueueTurn(e.ctx, tr, QueueOpts{Limit: 4, Enforce: true, DrainID: "d1", Waiting: time.Minute})
 	if err != nil || !q.Start || q.Drain != nil {
@@ -48,12 +44,7 @@ func TestQueueTurnWaitingAndNotify(t *testing.T) {
 		t.Fatalf("queue %v", got)
 	}
 	// Refused by the 4-at-work cap: nothing marked.
-	for i := range 4 {
-		sid := "o" + string(rune('a'+i))
-		e.createSession(sid, base)
-		e.push(newTurn(sid, "agent", "x", base), "orch", 4, true, "d-"+sid)
-	}
-	e.createSession("o5", base)
+	e.fillCap("orch")
 	t3 := newTurn("o5", "agent", "x", base)
 	if _, err := e.s.QueueTurn(e.ctx, t3, QueueOpts{Orchestrator: "orch", Limit: 4, Enforce: true, DrainID: "d3", Waiting: time.Minute}); !errors.Is(err, ErrSessionLimit) {
 		t.Fatalf("want ErrSessionLimit, got %v", err)
@@ -91,11 +82,7 @@ func TestStartDrain(t *testing.T) {
 	t1, t2 := newTurn("s1", "agent", "one", base), newTurn("s1", "agent", "two", base)
 	e.push(t1, "", 4, true, "d1")
 	e.push(t2, "", 4, true, "d1")
-	ps := e.s.SubscribeNotify(e.ctx)
-	defer func() { _ = ps.Close() }()
-	if _, err := ps.Receive(e.ctx); err != nil {
-		t.Fatal(err)
-	}
+	ps := e.notifications()
 	d, err = e.s.StartDrain(e.ctx, "s1", "w1", time.Minute, now, 64)
 	if err != nil || d.State != DrainStarted {
 		t.Fatalf("started: %+v %v", d, err)
@@ -163,11 +150,7 @@ func TestFinishTurnEmit(t *testing.T) {
 	if _, err := e.s.StartDrain(e.ctx, "s1", "w1", time.Minute, now, 64); err != nil {
 		t.Fatal(err)
 	}
-	ps := e.s.SubscribeNotify(e.ctx)
-	defer func() { _ = ps.Close() }()
-	if _, err := ps.Receive(e.ctx); err != nil {
-		t.Fatal(err)
-	}
+	ps := e.notifications()
 	at := base.Add(2 * time.Second)
 	ev := &Event{ID: "ev_1", Kind: "turn_end", Session: "s1", Turn: t1.ID, Status: "done", At: at}
 	msg := &Message{ID: "m1", Role: "assistant", Text: "echo", CreatedAt: at}
@@ -445,12 +428,7 @@ func TestQueueTurnLoopCount(t *testing.T) {
 		t.Fatalf("messages %v", ids)
 	}
 	// Refused by the cap: the loop count stays.
-	for i := range 4 {
-		sid := "o" + string(rune('a'+i))
-		e.createSession(sid, base)
-		e.push(newTurn(sid, "agent", "x", base), "orch", 4, true, "d-"+sid)
-	}
-	e.createSession("o5", base)
+	e.fillCap("orch")
 	capped := QueueOpts{Orchestrator: "orch", Limit: 4, Enforce: true, DrainID: "d5", LoopOf: "other", LoopLimit: 30}
 	if _, err := e.s.QueueTurn(e.ctx, newTurn("o5", "agent", "x", base), capped); !errors.Is(err, ErrSessionLimit) {
 		t.Fatalf("want ErrSessionLimit, got %v", err)
@@ -465,11 +443,7 @@ func TestQueueTurnLoopCount(t *testing.T) {
 func TestQueueTurnStartsTheDrain(t *testing.T) {
 	e := newEnv(t)
 	e.createSession("s1", base)
-	ps := e.s.SubscribeNotify(e.ctx)
-	defer func() { _ = ps.Close() }()
-	if _, err := ps.Receive(e.ctx); err != nil {
-		t.Fatal(err)
-	}
+	ps := e.notifications()
 	start := QueueOpts{Limit: 4, DrainID: "d1", StartOwner: "w1:x", LeaseTTL: time.Minute, History: 8}
 	t1 := newTurn("s1", "agent", "one", base)
 	q, err := e.s.QueueTurn(e.ctx, t1, start)
@@ -560,16 +534,34 @@ func TestQueueTurnUnlocksTheSendersRelay(t *testing.T) {
 		t.Fatalf("unlocked %v, want %v", un, want)
 	}
 	// Refused by the cap: delta stays locked.
-	for i := range 4 {
-		sid := "o" + string(rune('a'+i))
-		e.createSession(sid, base)
-		e.push(newTurn(sid, "agent", "x", base), "orch", 4, true, "d-"+sid)
-	}
-	e.createSession("o5", base)
+	e.fillCap("orch")
 	if _, err := e.s.QueueTurn(e.ctx, newTurn("o5", "agent", "x", base), QueueOpts{Orchestrator: "orch", Limit: 4, Enforce: true, DrainID: "d5", UnlockFrom: "delta"}); !errors.Is(err, ErrSessionLimit) {
 		t.Fatalf("want ErrSessionLimit, got %v", err)
 	}
 	if ok, _ := e.s.IsUnlocked(e.ctx, "o5", "delta"); ok {
 		t.Fatal("a refused prompt unlocked its relay")
 	}
+}
+
+// fillCap makes four sessions busy for orchestrator (the 4-at-work cap, R6.1)
+// and creates a fifth, "o5", that it started.
+func (e *testEnv) fillCap(orchestrator string) {
+	e.t.Helper()
+	for i := range 4 {
+		sid := "o" + string(rune('a'+i))
+		e.createSession(sid, base)
+		e.push(newTurn(sid, "agent", "x", base), orchestrator, 4, true, "d-"+sid)
+	}
+	e.createSession("o5", base)
+}
+
+// notifications subscribes to the notification channel, confirmed, until the test ends.
+func (e *testEnv) notifications() *redis.PubSub {
+	e.t.Helper()
+	ps := e.s.SubscribeNotify(e.ctx)
+	e.t.Cleanup(func() { _ = ps.Close() })
+	if _, err := ps.Receive(e.ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	return ps
 }
