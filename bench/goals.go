@@ -796,8 +796,8 @@ func (b *bench) tableGoals(all rowFunc, g goalsResult) {
 		g2 += fmt.Sprintf(" (CPU: the MCP call and the Redis round trips alone take %.2f ms)", floor)
 	}
 	row("G2", fmt.Sprintf("send→reply with %d agents (each its own orchestrator session and MCP client, sending to its own target; %d target sessions created), medians of %d rounds of %d round trips per agent; the CPU floor, in each round at the same concurrency: a bare go-sdk server's no-op tool (%d clients) and a bare go-redis client's round trips (%d goroutines), process CPU per call and per round trip", sz.agents, sz.targets, len(g.thr2), sz.n2, sz.agents, sz.agents),
-		fmt.Sprintf("**%.0f round trips/s** (p50 %s) · **%.1f Redis round trips** (relay client) · %.1f Redis commands (INFO total_commands_processed delta, the sum of commandstats calls, Lua-internal calls included) · **%.2f ms relay CPU** (rusage) per round trip · its floor: a go-sdk no-op call %.2f ms + %.1f Redis round trips × %.3f ms = **%.2f ms**; the relay's own work above it %.2f ms",
-			thr, fms(medianD(g.p50s2)), rts, cmds, cpu, mcpCPU, rts, rtCPU, floor, cpu-floor),
+		fmt.Sprintf("**%.0f round trips/s** (p50 %s) · **%.1f Redis round trips** (relay client) · %.1f Redis commands (INFO total_commands_processed delta, the sum of commandstats calls, Lua-internal calls included) · **%.2f ms relay CPU** (rusage) per round trip · its floor: a go-sdk no-op call %.2f ms + %.1f Redis round trips × %.3f ms = **%.2f ms**; the relay's own work above it %.2f ms; per round: relay CPU %s ms, go-sdk no-op %s ms",
+			thr, fms(medianD(g.p50s2)), rts, cmds, cpu, mcpCPU, rts, rtCPU, floor, cpu-floor, msList(g.cpu2), msList(g.mcpCPU2)),
 		"≥ 600/s, ≤ 12 RT, ≤ 0.8 ms", g2)
 	// Goal 3.
 	hw, hp := medianD(g.hopWake), medianD(g.hopPoll10)
@@ -848,6 +848,15 @@ func fmsList(ds []time.Duration) string {
 	parts := make([]string, len(ds))
 	for i, d := range ds {
 		parts[i] = fms(d)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// msList lists milliseconds to two places.
+func msList(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.2f", x)
 	}
 	return strings.Join(parts, ", ")
 }
