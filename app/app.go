@@ -353,9 +353,9 @@ func (a *App) ready(ctx context.Context) error {
 // gcPercent is the Go collector's target a relay process runs with unless
 // the environment sets GOGC: a relay's live heap is small (sessions live in
 // Redis; 7.5 MiB in the benchmark) while each MCP call allocates much (the MCP
-// SDK's decoding), and GC work per call falls with the target. In the
-// benchmark 800 took about a quarter off the CPU per send→reply against Go's
-// default (200: 5–10%, 400: about 20%). The heap then peaks at nine times the
+// SDK's decoding), and GC work per call falls with the target. In A/B runs
+// of the benchmark each doubling took CPU off a send→reply: 5–10% from 100 to
+// 200, 10–15% from 200 to 400, 3–12% from 400 to 800. The heap then peaks at nine times the
 // live heap, so a soft memory limit (gcMemoryLimit, unless GOMEMLIMIT is set)
 // makes the collector work harder before a large live heap grows that far
 // (docs/OPERATIONS.md).
