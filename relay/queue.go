@@ -124,6 +124,11 @@ func (r *Relay) queueTurn(ctx context.Context, id string, s *store.Session, text
 	q, err := r.st.QueueTurn(ctx, t, o)
 	if here && (err != nil || q.Drain == nil) {
 		r.releaseDirect()
+		if (err != nil && !refused(err)) || (err == nil && q.Again) {
+			// The push may have run with its answer lost, taking the turn for
+			// a drain that will not run: give the turn back (undoStart).
+			r.undoStart(ctx, s.ID, t.ID, o.StartOwner, q)
+		}
 	}
 	if errors.Is(err, store.ErrSessionLimit) {
 		return nil, Errorf(CodeSessionLimit, "%d sessions started by the same conversation already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
@@ -143,6 +148,42 @@ func (r *Relay) queueTurn(ctx context.Context, id string, s *store.Session, text
 	}
 	t.Status = store.TurnQueued
 	return t, nil
+}
+
+// refused reports a push's refusals, which wrote nothing.
+func refused(err error) bool {
+	var used *store.LoopUsedError
+	return errors.Is(err, store.ErrSessionLimit) || errors.As(err, &used)
+}
+
+// undoStart gives back a turn that a push run with the drain's first step for
+// owner took while its answer was lost (q.Again; or err, when q is nil and it
+// is not known whether it ran): the turn goes back to the head of its queue,
+// owner's lease is released and the drain goes to the queue. Nothing is
+// done when the turn was not taken by owner; what cannot be done now (Redis
+// away) the drain sweep recovers (R18.11).
+func (r *Relay) undoStart(ctx context.Context, sid, turnID, owner string, q *store.Queued) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), detachedWriteTimeout)
+	defer cancel()
+	drainer := ""
+	if q != nil {
+		drainer = q.Drainer
+	} else if t, err := r.st.GetTurn(ctx, turnID); err == nil {
+		drainer = t.Drainer
+	}
+	if drainer != owner {
+		return
+	}
+	if err := r.st.RequeueTurn(ctx, sid, turnID); err != nil {
+		r.log.Warn("give back a turn whose push answer was lost; the drain sweep will", "session", id8(sid), "turn", id8(turnID), "err", err)
+		return
+	}
+	if err := r.st.ReleaseLease(ctx, sid, owner); err != nil {
+		r.log.Warn("release the lease of a turn given back", "session", id8(sid), "err", err)
+	}
+	if err := r.enqueueDrain(ctx, sid); err != nil {
+		r.log.Warn("hand a drain to the queue; the sweep will restart it", "session", id8(sid), "err", err)
+	}
 }
 
 // waitTurn waits until the turn ends, waits on a question, or d passes.

@@ -565,3 +565,39 @@ func (e *testEnv) notifications() *redis.PubSub {
 	}
 	return ps
 }
+
+// A push that is run again (its answer was lost and go-redis retried it)
+// writes nothing twice and says who took the turn.
+func TestQueueTurnRunAgain(t *testing.T) {
+	e := newEnv(t)
+	e.createSession("s1", base)
+	tr := newTurn("s1", "agent", "x", base)
+	o := QueueOpts{Limit: 4, DrainID: "d1", StartOwner: "w1:x", LeaseTTL: time.Minute, LoopOf: "caller", LoopLimit: 30}
+	if q, err := e.s.QueueTurn(e.ctx, tr, o); err != nil || q.Drain == nil || q.Drain.State != DrainStarted {
+		t.Fatalf("first run: %+v %v", q, err)
+	}
+	q, err := e.s.QueueTurn(e.ctx, tr, o)
+	if err != nil || !q.Again || q.Drainer != "w1:x" || q.Start || q.Drain != nil {
+		t.Fatalf("second run: %+v %v", q, err)
+	}
+	if got := e.queue("s1"); len(got) != 0 {
+		t.Fatalf("queue %v: the turn was queued again", got)
+	}
+	if ids := e.messageIDs("s1"); len(ids) != 1 {
+		t.Fatalf("messages %v", ids)
+	}
+	if got := e.get(e.key("loop", "caller")); got != "1" {
+		t.Fatalf("loop count %q, want 1", got)
+	}
+	// Not taken by any drain: no drainer.
+	t2 := newTurn("s1", "agent", "y", base)
+	if _, err := e.s.QueueTurn(e.ctx, t2, QueueOpts{Limit: 4, DrainID: "d2"}); err != nil {
+		t.Fatal(err)
+	}
+	if q, err := e.s.QueueTurn(e.ctx, t2, QueueOpts{Limit: 4, DrainID: "d2"}); err != nil || !q.Again || q.Drainer != "" {
+		t.Fatalf("queued turn run again: %+v %v", q, err)
+	}
+	if got := e.queue("s1"); len(got) != 1 || got[0] != t2.ID {
+		t.Fatalf("queue %v", got)
+	}
+}

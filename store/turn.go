@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -197,8 +196,14 @@ return 1
 // (lower case, "" = none), then the turn's field/value pairs. It returns {-2, loop
 // count} (loop protection: nothing was written), {-1} (the 4-at-work cap: nothing was
 // written), {0} (queued behind a drain), {1} (queued, the drain flag set: the caller
-// starts the drain) or {1, startDrain's answer} (the drain's first step taken too).
+// starts the drain), {1, startDrain's answer} (the drain's first step taken too) or
+// {2, the turn's drainer} (the turn exists: this push ran before and its answer was lost).
 var pushScript = redis.NewScript(startDrainLua + `
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  -- This push ran already (its answer was lost and go-redis tried again):
+  -- nothing is written twice; the caller learns who took the turn, if anyone.
+  return {2, redis.call('HGET', KEYS[4], 'drainer') or ''}
+end
 local loop = 0
 if KEYS[12] ~= '' then
   loop = tonumber(redis.call('GET', KEYS[12]) or '0')
@@ -343,6 +348,22 @@ type Queued struct {
 	Start bool
 	// Drain is the drain's first step, taken for QueueOpts.StartOwner.
 	Drain *Drain
+	// Again: this push had run before (go-redis tried it again after its
+	// answer was lost); Start is unknown then, and Drainer is the lease owner
+	// that took the turn ("" when none did yet).
+	Again   bool
+	Drainer string
+}
+
+// asciiLower lowers A–Z only, as Lua's string.lower does in the push script.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 // LoopUsedError is QueueTurn's refusal when the caller's loop-protection count
@@ -392,7 +413,7 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool)
 		ttl = max(o.LeaseTTL.Milliseconds(), 1)
 	}
 	args := []any{t.ID, t.Session, o.Limit, b2s(o.Enforce), o.DrainID, msg, ms(t.CreatedAt), waitMS, s.NotifyChannel(), note,
-		o.LoopLimit, o.StartOwner, ttl, ms(t.CreatedAt), o.History, strings.ToLower(o.UnlockFrom),
+		o.LoopLimit, o.StartOwner, ttl, ms(t.CreatedAt), o.History, asciiLower(o.UnlockFrom),
 		"id", t.ID, "session", t.Session, "status", TurnQueued, "role", t.Role, "from", from,
 		"origin", origin, "caller", t.Caller, "created", ms(t.CreatedAt), "text", t.Text}
 	sid := t.Session
@@ -410,6 +431,10 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool)
 		return nil, &LoopUsedError{Count: int(n)}
 	case -1:
 		return nil, ErrSessionLimit
+	}
+	if code == 2 {
+		d, _ := res[1].(string)
+		return &Queued{Again: true, Drainer: d}, nil
 	}
 	q := &Queued{Start: code == 1}
 	if len(res) > 1 {
