@@ -479,6 +479,19 @@ func (k *keepAliveWriter) holdingLocked() bool {
 	return !k.committed && k.post != nil && k.post.returned()
 }
 
+// commitHeldLocked commits the response, with the status the SDK set for what is held,
+// and writes what is held: a call of the same POST (a batch) began after the others
+// returned, and the response goes out before finish.
+func (k *keepAliveWriter) commitHeldLocked() {
+	k.commitLocked(cmp.Or(k.heldCode, http.StatusOK))
+	if k.held.Len() > 0 {
+		if _, err := k.w.Write(k.held.Bytes()); err != nil {
+			k.failed = true
+		}
+		k.held.Reset()
+	}
+}
+
 func newKeepAliveWriter(w http.ResponseWriter) *keepAliveWriter {
 	return &keepAliveWriter{w: w, header: w.Header().Clone()}
 }
@@ -497,7 +510,7 @@ func (k *keepAliveWriter) Header() http.Header { return k.header }
 func (k *keepAliveWriter) WriteHeader(code int) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.closed || k.committed || k.heldCode != 0 {
+	if k.closed || k.committed || k.heldCode != 0 || k.held.Len() > 0 {
 		return // as net/http: a later WriteHeader is superfluous
 	}
 	if k.holdingLocked() {
@@ -521,7 +534,7 @@ func (k *keepAliveWriter) Write(p []byte) (int, error) {
 		return k.held.Write(p)
 	}
 	if !k.committed {
-		k.commitLocked(http.StatusOK)
+		k.commitHeldLocked()
 	} else if k.keptAlive && mediaType(k.header) == "application/json" {
 		// The response went out as an event stream before the SDK decided to answer with a
 		// plain JSON body (a protocol-level error of 2026-07-28): deliver it as an event.
@@ -556,7 +569,7 @@ func (k *keepAliveWriter) FlushError() error {
 		return nil // sent at finish
 	}
 	if !k.committed {
-		k.commitLocked(http.StatusOK)
+		k.commitHeldLocked()
 	}
 	err := http.NewResponseController(k.w).Flush()
 	if err != nil && !errors.Is(err, http.ErrNotSupported) {
@@ -579,7 +592,7 @@ func (k *keepAliveWriter) keepAlive() bool {
 		if mediaType(k.header) != "text/event-stream" {
 			return false
 		}
-		k.commitLocked(http.StatusOK)
+		k.commitHeldLocked()
 		k.keptAlive = true
 	}
 	if !k.sse {

@@ -743,6 +743,28 @@ func TestKeepAliveWriter(t *testing.T) {
 			t.Errorf("status %d, Content-Length %q, body %q", res.StatusCode, res.Header.Get("Content-Length"), rec.Body.String())
 		}
 	})
+	t.Run("held results go out first when a later call of the batch keeps the response alive", func(t *testing.T) {
+		rec := httptest.NewRecorder()
+		kw := newKeepAliveWriter(rec)
+		kw.post = &mcpPost{ctx: context.Background()}
+		kw.post.begin()
+		kw.post.end() // call A returned: its result is held
+		kw.Header().Set("Content-Type", "text/event-stream")
+		_, _ = kw.Write([]byte("event: message\ndata: {\"id\":1}\n\n"))
+		kw.post.begin() // call B of the same batch begins and waits
+		if !kw.keepAlive() {
+			t.Fatal("keepAlive = false")
+		}
+		kw.post.end()
+		_, _ = kw.Write([]byte("event: message\ndata: {\"id\":2}\n\n"))
+		if !kw.finish() {
+			t.Error("finish = false")
+		}
+		want := "event: message\ndata: {\"id\":1}\n\n: keepalive\n\nevent: message\ndata: {\"id\":2}\n\n"
+		if rec.Body.String() != want || rec.Result().Header.Get("Content-Length") != "" {
+			t.Errorf("body %q (Content-Length %q), want %q", rec.Body.String(), rec.Result().Header.Get("Content-Length"), want)
+		}
+	})
 	t.Run("held results for a client that left are not delivered", func(t *testing.T) {
 		rec := httptest.NewRecorder()
 		kw := newKeepAliveWriter(rec)
