@@ -30,7 +30,11 @@ func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) 
 	if e := r.cardSend(ctx, c, in, pl); e != nil {
 		return nil, e
 	}
-	return r.applySend(ctx, c, in, pl)
+	res, e := r.applySend(ctx, c, in, pl)
+	if pl.loopUsed != nil {
+		return r.loopCardSend(ctx, c, in, pl, pl.loopUsed.Count)
+	}
+	return res, e
 }
 
 // sendArgs are send's arguments, their shapes checked.
@@ -54,6 +58,7 @@ type sendPlan struct {
 	// loopAtQueue: no card was asked, and the prompt's push takes its loop
 	// count (or finds it used up).
 	loopAtQueue bool
+	loopUsed    *store.LoopUsedError // the push found the count used up: nothing was queued
 }
 
 // parseSendArgs reads send's arguments: shapes first (R3.4a).
@@ -152,12 +157,14 @@ func (r *Relay) checkSend(ctx context.Context, c *caller, a *args, in *sendArgs)
 
 // cardSend asks the owner when a card is needed: loop protection (R5.2.6),
 // ask/plan mode (R5.2.3).
-// With no other reason for a card, the loop count is taken by the prompt's
-// push (loopAtQueue): one round trip less, and a prompt that is not queued is
-// never counted; a used-up count then asks the loop card (loopCardSend).
+// With no other reason for a card and no setting to write first, the loop
+// count is taken by the prompt's push (loopAtQueue): one round trip less, and
+// a prompt that is not queued is never counted; a used-up count then asks the
+// loop card (loopCardSend).
 func (r *Relay) cardSend(ctx context.Context, c *caller, in *sendArgs, pl *sendPlan) *Error {
 	modeCard(pl.need, c, "send")
-	if !pl.need.needed() && c.remote == nil {
+	if changes, _ := sendChanges(pl.s, in, pl); !pl.need.needed() && c.remote == nil && len(changes) == 0 {
+		// Nothing is written before the push: a used-up count leaves nothing to undo.
 		pl.loopAtQueue = true
 		return nil
 	}
@@ -179,11 +186,27 @@ func (r *Relay) askSendCard(ctx context.Context, c *caller, in *sendArgs, pl *se
 	return r.askCard(ctx, c, pl.need, "send", &tid, lines, nothingSent)
 }
 
+// sendChanges are the session settings a send writes before its prompt is
+// queued (R7.8, R7.10), and their old values.
+func sendChanges(s *store.Session, in *sendArgs, pl *sendPlan) (changes, undo map[string]any) {
+	changes, undo = map[string]any{}, map[string]any{}
+	change := func(field, old, nw string) {
+		if nw != "" && nw != old {
+			changes[field], undo[field] = nw, old
+		}
+	}
+	change("mode", s.Mode, pl.mode)
+	change("model", s.Model, in.model)
+	change("effort", s.Effort, in.effort)
+	change("provider", s.Provider, pl.switchTo)
+	return changes, undo
+}
+
 // loopCardSend is a send whose push found the loop count used up (nothing was
 // written): it asks the loop card (R5.2.6) and, allowed, sends again (the
 // card counted the prompt).
 func (r *Relay) loopCardSend(ctx context.Context, c *caller, in *sendArgs, pl *sendPlan, count int) (*result, *Error) {
-	pl.loopAtQueue = false
+	pl.loopAtQueue, pl.loopUsed = false, nil
 	addLoopReason(pl.need, count)
 	if e := r.askSendCard(ctx, c, in, pl); e != nil {
 		return nil, e
@@ -212,16 +235,7 @@ func (r *Relay) applySend(ctx context.Context, c *caller, in *sendArgs, pl *send
 	// The settings the prompt changes, written before it is queued (the turn
 	// runs with them) and put back if the queue refuses it: a rejected message
 	// switches nothing (R7.8).
-	changes, undo := map[string]any{}, map[string]any{}
-	change := func(field, old, nw string) {
-		if nw != "" && nw != old {
-			changes[field], undo[field] = nw, old
-		}
-	}
-	change("mode", s.Mode, pl.mode)
-	change("model", s.Model, in.model)
-	change("effort", s.Effort, in.effort)
-	change("provider", s.Provider, pl.switchTo)
+	changes, undo := sendChanges(s, in, pl)
 	if len(changes) > 0 {
 		if err := r.st.SetSessionFields(ctx, s.ID, changes); err != nil {
 			return nil, internal(err)
@@ -244,7 +258,8 @@ func (r *Relay) applySend(ctx context.Context, c *caller, in *sendArgs, pl *send
 			}
 		}
 		if used := (*store.LoopUsedError)(nil); errors.As(err, &used) {
-			return r.loopCardSend(waitCtx, c, in, pl, used.Count)
+			pl.loopUsed = used // send asks the loop card and sends again
+			return nil, nil
 		}
 		return nil, AsError(err)
 	}
