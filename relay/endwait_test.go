@@ -31,6 +31,20 @@ func (j *jobRecorder) Enqueue(_ context.Context, typ string, _ any, _ string, _ 
 	return nil
 }
 
+// EnqueueDrain records a drain task as the job "drain:SESSION".
+func (j *jobRecorder) EnqueueDrain(_ context.Context, session, _ string) error {
+	return j.Enqueue(context.Background(), "drain:"+session, nil, "", time.Time{})
+}
+
+// testStore is a store on a miniredis of the test's own (key prefix "t").
+func testStore(t *testing.T) (*store.Store, *redis.Client) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return store.New(rdb, "t"), rdb
+}
+
 func (j *jobRecorder) count(typ string) int {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -49,10 +63,7 @@ func (j *jobRecorder) count(typ string) int {
 // result that did not reach the caller releases the held turn_end.
 func TestEndWaitSeenOnlyOnceDelivered(t *testing.T) {
 	t.Parallel()
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	st := store.New(rdb, "t")
+	st, rdb := testStore(t)
 	jobs := &jobRecorder{}
 	r := New(st, jobs, nil, Options{Name: "desk", Timing: config.Timing{Coalesce: 30 * time.Second},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -64,7 +75,7 @@ func TestEndWaitSeenOnlyOnceDelivered(t *testing.T) {
 		t.Helper()
 		id := store.NewID(16)
 		watcher := "w-" + id
-		// A finished turn's record, written directly (prefix "t", as store.New above).
+		// A finished turn's record, written directly (prefix "t", as testStore's).
 		if err := rdb.HSet(ctx, "t:turn:"+id, "id", id, "status", string(store.TurnDone), "caller", watcher).Err(); err != nil {
 			t.Fatal(err)
 		}

@@ -4,30 +4,11 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/oar/relay/store"
 )
-
-// drainRecorder records the drain tasks the domain enqueues.
-type drainRecorder struct {
-	Enqueuer
-
-	mu     sync.Mutex
-	drains []string
-}
-
-func (d *drainRecorder) EnqueueDrain(_ context.Context, session, _ string) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.drains = append(d.drains, session)
-	return nil
-}
 
 // R18.11: a push that took its turn for a drain here and whose answer was
 // lost (go-redis ran it again, or gave up) gives the turn back: at the head of
@@ -35,11 +16,8 @@ func (d *drainRecorder) EnqueueDrain(_ context.Context, session, _ string) error
 // drain of this call took is left alone.
 func TestUndoStartGivesTheTurnBack(t *testing.T) {
 	t.Parallel()
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { _ = rdb.Close() })
-	st := store.New(rdb, "t")
-	enq := &drainRecorder{}
+	st, rdb := testStore(t)
+	enq := &jobRecorder{}
 	r := New(st, enq, nil, Options{Name: "desk", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx := context.Background()
 	if err := rdb.HSet(ctx, "t:sess:s1", "id", "s1").Err(); err != nil {
@@ -52,8 +30,8 @@ func TestUndoStartGivesTheTurnBack(t *testing.T) {
 	}
 	// Another owner's turn, or none: nothing changes.
 	r.undoStart(ctx, "s1", tr.ID, "w:other", &store.Queued{Again: true, Drainer: "w:x"})
-	if h, _ := st.LeaseHolder(ctx, "s1"); h != "w:x" || len(enq.drains) != 0 {
-		t.Fatalf("another owner's turn was touched: lease %q, drains %v", h, enq.drains)
+	if h, _ := st.LeaseHolder(ctx, "s1"); h != "w:x" || enq.count("drain:s1") != 0 {
+		t.Fatalf("another owner's turn was touched: lease %q, drains %d", h, enq.count("drain:s1"))
 	}
 	// The answer was lost (nil: not known whether it ran): read, then given back.
 	r.undoStart(ctx, "s1", tr.ID, "w:x", nil)
@@ -69,7 +47,7 @@ func TestUndoStartGivesTheTurnBack(t *testing.T) {
 	if h, _ := st.LeaseHolder(ctx, "s1"); h != "" {
 		t.Fatalf("lease still held by %q", h)
 	}
-	if len(enq.drains) != 1 || enq.drains[0] != "s1" {
-		t.Fatalf("drains enqueued %v", enq.drains)
+	if n := enq.count("drain:s1"); n != 1 {
+		t.Fatalf("%d drains enqueued, want 1", n)
 	}
 }
