@@ -64,8 +64,8 @@ func hopCheck(o store.Origin, target string, hops int) *Error {
 // into its turn's origin (OwnerMessage), and a turn an agent here started
 // inherits its starter's, so a chain keeps them across local hops; a turn
 // that began here otherwise (an event, a schedule, a call outside a turn)
-// reads this conversation's mentions now.
-func (r *Relay) chain(ctx context.Context, c *caller) store.Origin {
+// takes this conversation's mentions as the call read them (pv).
+func (r *Relay) chain(c *caller, pv *peerState) store.Origin {
 	o := c.origin(r.opts.Name)
 	if c.remote != nil || len(o.Path) != 1 || !strings.EqualFold(o.Path[0], r.opts.Name) || len(o.Unlocked) > 0 {
 		return o
@@ -73,11 +73,7 @@ func (r *Relay) chain(ctx context.Context, c *caller) store.Origin {
 	if c.turn != nil && c.turn.Caller != "" {
 		return o // an agent here started this turn: the chain began in its starter's conversation
 	}
-	if c.peers != nil {
-		o.Unlocked = c.peers.mentioned() // read with the pairing this call names
-	} else {
-		o.Unlocked = r.mentionedRelays(ctx, c.s.ID)
-	}
+	o.Unlocked = pv.mentioned()
 	return o
 }
 
@@ -151,8 +147,9 @@ func findPairing(ps []*store.Pairing, name string) (*store.Pairing, *Error) {
 	return found, nil
 }
 
-// remoteCall runs an action on a paired relay for the caller.
-func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pairing) (*result, *Error) {
+// remoteCall runs an action on a paired relay for the caller; pv is what
+// checkRelay read of the pairings and of this conversation's unlocked relays.
+func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pairing, pv *peerState) (*result, *Error) {
 	switch a.action {
 	case "schedule", "list_schedules", "unschedule":
 		return nil, Errorf(CodeUnsupported, "Schedules work on this relay only; relay %q keeps none for agents here. Use relay \"this\". Nothing was done.", p.Name)
@@ -167,14 +164,7 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 	// R4.4: locked until the owner mentions it here or its agent wrote here;
 	// list_questions and withdraw reach the asks this conversation made there.
 	if a.action != "list_questions" && a.action != "withdraw" {
-		ok := c.peers != nil && c.peers.unlocked(p)
-		if c.peers == nil {
-			var err error
-			if ok, err = r.st.IsUnlocked(ctx, c.s.ID, p.Name); err != nil {
-				return nil, internal(err)
-			}
-		}
-		if !ok {
+		if !pv.unlocked(p) {
 			return nil, Errorf(CodeLocked, "Relay %q is locked in this conversation. Ask the owner to mention it (for example @%s) in a message here; then it is unlocked for the rest of the conversation. Nothing was done.", p.Name, p.Name)
 		}
 	}
@@ -200,7 +190,7 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 		return nil, Errorf(CodeUnsupported, "Relay %q runs a version (%s) that does not serve %q, which %s needs; it needs an update. Nothing was done.",
 			p.Name, firstNonEmpty(p.Version, "unknown"), f, a.action)
 	}
-	origin := r.chain(ctx, c)
+	origin := r.chain(c, pv)
 	if promptsAgent(a) {
 		if e := hopCheck(origin, p.SelfName(), r.opts.Limits.Hops); e != nil {
 			return nil, e

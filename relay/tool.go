@@ -18,9 +18,6 @@ type caller struct {
 	// call, R13.1): s is then a stand-in record named after it, and its
 	// cards were asked on its own relay.
 	remote *PeerOrigin
-	// peers is what the call read of the pairings and of the relays unlocked
-	// in this conversation (peerState), when it named a paired relay.
-	peers *peerState
 }
 
 // origin is the chain the caller's prompts continue (R4.7).
@@ -168,12 +165,12 @@ func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, 
 		return nil, AsError(err)
 	}
 	a.pre = pre
-	p, e := r.checkRelay(ctx, c, a)
+	p, pv, e := r.checkRelay(ctx, c, a)
 	if e != nil {
 		return nil, e
 	}
 	if p != nil {
-		res, e := r.remoteCall(ctx, c, a, p)
+		res, e := r.remoteCall(ctx, c, a, p, pv)
 		if e != nil {
 			return nil, e
 		}
@@ -280,17 +277,17 @@ func (r *Relay) loadCall(ctx context.Context, sid, ref string) (*caller, *store.
 // checkRelay resolves `relay` and applies R4.2 (R3.4a: relay checks come
 // right after argument shapes). It returns the pairing when `relay` names a
 // paired relay.
-func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) (*store.Pairing, *Error) {
+func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) (*store.Pairing, *peerState, *Error) {
 	if a.action == "list_relays" {
-		return nil, nil
+		return nil, nil, nil
 	}
 	name, e := a.str("relay")
 	if e != nil {
-		return nil, e
+		return nil, nil, e
 	}
 	if name == "" {
 		if !optionalRelay[a.action] {
-			return nil, Errorf(CodeInvalidInput, `relay is required; use "this" for this relay. Nothing was done.`)
+			return nil, nil, Errorf(CodeInvalidInput, `relay is required; use "this" for this relay. Nothing was done.`)
 		}
 		name = "this"
 	}
@@ -298,34 +295,34 @@ func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) (*store.Pair
 		// One read for the call: the pairings, and what is unlocked here (remoteCall, chain).
 		un, ps, err := r.st.UnlockState(ctx, c.s.ID)
 		if err != nil {
-			return nil, internal(err)
+			return nil, nil, internal(err)
 		}
-		c.peers = &peerState{unlock: un, pairings: ps}
+		pv := &peerState{unlock: un, pairings: ps}
 		p, e := findPairing(ps, name)
 		if e != nil {
-			return nil, e
+			return nil, nil, e
 		}
 		if p == nil {
 			known := []string{r.opts.Name}
 			for _, p := range ps {
 				known = append(known, p.Name)
 			}
-			return nil, Errorf(CodeUnknownRelay, "No paired relay is named %q. Call list_relays to see the relays you can use (\"this\" is this relay). Nothing was done.", name).
+			return nil, nil, Errorf(CodeUnknownRelay, "No paired relay is named %q. Call list_relays to see the relays you can use (\"this\" is this relay). Nothing was done.", name).
 				With("relays", known)
 		}
-		return p, nil
+		return p, pv, nil
 	}
 	// R4.2: agent sessions are off until the owner turns them on.
 	exempt := a.action == "list_questions" || a.action == "withdraw" || (a.action == "ask" && !a.has("session"))
 	if exempt {
-		return nil, nil
+		return nil, nil, nil
 	}
 	st, err := r.settings(ctx)
 	if err != nil {
-		return nil, internal(err)
+		return nil, nil, internal(err)
 	}
 	if !st.AgentSessions {
-		return nil, Errorf(CodeDisabled, "Agent sessions are off on relay %q: the owner has not turned on agent sessions there. Ask the owner to turn them on. Nothing was done.", r.opts.Name)
+		return nil, nil, Errorf(CodeDisabled, "Agent sessions are off on relay %q: the owner has not turned on agent sessions there. Ask the owner to turn them on. Nothing was done.", r.opts.Name)
 	}
-	return nil, nil
+	return nil, nil, nil
 }

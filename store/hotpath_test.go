@@ -538,7 +538,7 @@ func TestQueueTurnUnlocksTheSendersRelay(t *testing.T) {
 	if _, err := e.s.QueueTurn(e.ctx, newTurn("o5", "agent", "x", base), QueueOpts{Orchestrator: "orch", Limit: 4, Enforce: true, DrainID: "d5", UnlockFrom: "delta"}); !errors.Is(err, ErrSessionLimit) {
 		t.Fatalf("want ErrSessionLimit, got %v", err)
 	}
-	if ok, _ := e.s.IsUnlocked(e.ctx, "o5", "delta"); ok {
+	if un, _, _ := e.s.UnlockState(e.ctx, "o5"); un["delta"] != "" {
 		t.Fatal("a refused prompt unlocked its relay")
 	}
 }

@@ -227,11 +227,6 @@ func (s *Store) UnlockState(ctx context.Context, sid string) (map[string]string,
 	return un.Val(), pairingsFrom(ps.Val()), nil
 }
 
-// IsUnlocked reports whether a paired relay is unlocked in a conversation.
-func (s *Store) IsUnlocked(ctx context.Context, sid, name string) (bool, error) {
-	return s.rdb.HExists(ctx, s.k("unlock", sid), strings.ToLower(name)).Result()
-}
-
 // Subscriptions this relay's conversations hold on paired relays (R8.20):
 // a mirror record under the same sub:ID key (Relay and Cursor set), indexed
 // in rsubs instead of the session indexes, so fan-out never sees it.
