@@ -56,13 +56,8 @@ func (w *warmGoroutines) call(f func()) {
 	}
 	<-done
 	if raised != nil {
-		panicAgain(raised, stack)
+		panic(fmt.Sprintf("%v\n\n(raised in a kept goroutine:)\n%s", raised, stack))
 	}
-}
-
-// panicAgain raises a worker's panic in the caller's goroutine.
-func panicAgain(p any, stack []byte) {
-	panic(fmt.Sprintf("%v\n\n(raised in a kept goroutine:)\n%s", p, stack))
 }
 
 // start runs f on a kept goroutine, or else a new one, and returns at once.
