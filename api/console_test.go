@@ -124,7 +124,11 @@ func TestConsoleSignIn(t *testing.T) {
 	if resp, _ := request(t, "GET", r.URL+"/s/0123456789abcdef", "", nil, c); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("GET an unknown session: status %d, want 404", resp.StatusCode)
 	}
-	forged := &http.Cookie{Name: c.Name, Value: c.Value[:len(c.Value)-2] + "00"}
+	tail := "00" // a different ending: a cookie that already ends in "00" made this test pass the real one
+	if strings.HasSuffix(c.Value, tail) {
+		tail = "11"
+	}
+	forged := &http.Cookie{Name: c.Name, Value: c.Value[:len(c.Value)-2] + tail}
 	if _, body := request(t, "GET", r.URL+"/", "", nil, forged); strings.Contains(body, "live-sessions") {
 		t.Errorf("a forged cookie opened the console")
 	}
