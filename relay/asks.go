@@ -77,7 +77,7 @@ func (r *Relay) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
 			need.add(fmt.Sprintf("This conversation is in %s mode: every write action needs your approval.", c.s.Mode))
 		}
 		tid := concern.ID
-		if e := r.askCard(ctx, c, need, "ask", &tid, []string{fmt.Sprintf("Ask on behalf of %q (%s): %s", concern.Title, id8(concern.ID), excerpt(question, 200))}, nothingAsked); e != nil {
+		if e := r.askCard(ctx, c, need, "ask", &tid, []string{askCardLine(concern, question)}, nothingAsked); e != nil {
 			return nil, e
 		}
 		ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
@@ -323,4 +323,9 @@ func (r *Relay) endAsksFor(ctx context.Context, sid string) error {
 		}
 	}
 	return nil
+}
+
+// askCardLine is the card's line of an ask on behalf of another session (R10).
+func askCardLine(concern *store.Session, question string) string {
+	return fmt.Sprintf("Ask on behalf of %q (%s): %s", concern.Title, id8(concern.ID), excerpt(question, 200))
 }

@@ -237,12 +237,16 @@ func (r *Relay) cardCreate(ctx context.Context, c *caller, in *createArgs, pl *c
 	if e := r.loopCard(ctx, pl.need, c); e != nil {
 		return e
 	}
-	lines := []string{fmt.Sprintf("Start a session %q with %s in %s: %s", pl.title, pl.info.Name, pl.cwd, excerpt(in.text, 200)),
-		settingsLine(pl.model, pl.effort, pl.mode)}
+	lines := []string{createCardLine(pl.title, pl.info.Name, pl.cwd, in.text), settingsLine(pl.model, pl.effort, pl.mode)}
 	if pl.group != nil {
-		lines = append(lines, fmt.Sprintf("Group: %s (%s)", r.groupName(ctx, pl.group), pl.group.ID))
+		lines = append(lines, groupLine(r.groupName(ctx, pl.group), pl.group.ID))
 	}
 	return r.askCard(ctx, c, pl.need, "create_session", nil, lines, nothingCreated)
+}
+
+// createCardLine is a create_session card's first line.
+func createCardLine(title, provider, cwd, text string) string {
+	return fmt.Sprintf("Start a session %q with %s in %s: %s", title, provider, cwd, excerpt(text, 200))
 }
 
 // applyCreate creates the session in its group, queues its first prompt and

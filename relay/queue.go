@@ -330,6 +330,9 @@ func (r *Relay) turnResult(ctx context.Context, res *result, t *store.Turn) {
 	}
 }
 
+// groupLine names a card's group: "Group: NAME (ID)", or "(new)" for one to create.
+func groupLine(name, id string) string { return fmt.Sprintf("Group: %s (%s)", name, id) }
+
 func settingsLine(model, effort, mode string) string {
 	parts := []string{"Model: " + firstNonEmpty(model, "default")}
 	if effort != "" {

@@ -123,13 +123,8 @@ func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result
 			return nil, e
 		}
 	}
-	when := "once"
-	if hasEvery {
-		when = fmt.Sprintf("every %d min", every)
-	}
 	tid := target.ID
-	if e := r.askCard(ctx, c, need, "schedule", &tid, []string{fmt.Sprintf("Schedule %q into %q (%s), %s from %s: %s",
-		title, target.Title, id8(target.ID), when, first.Format(time.RFC3339), excerpt(text, 200))}, nothingScheduled); e != nil {
+	if e := r.askCard(ctx, c, need, "schedule", &tid, []string{scheduleCardLine(title, target, every, first, text)}, nothingScheduled); e != nil {
 		r.giveBack(ctx, need, c)
 		return nil, e
 	}
@@ -149,7 +144,7 @@ func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result
 	if err := r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: first.UnixMilli()}, fireID(sc.ID, first), first); err != nil {
 		return nil, internalAfter(err, "schedule "+sc.ID+" was stored but its first firing was not planned (the relay plans it within a minute)")
 	}
-	res := newResult(target.ID, fmt.Sprintf("%s, next %s (%s)", when, first.UTC().Format(timeFormat), sc.ID))
+	res := newResult(target.ID, fmt.Sprintf("%s, next %s (%s)", scheduleWhen(every), first.UTC().Format(timeFormat), sc.ID))
 	if !other {
 		res.session = ""
 	}
@@ -361,12 +356,7 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 		if ok, err := r.st.SetOnce(ctx, once, occurrenceMarkKeep); err != nil || !ok {
 			return err
 		}
-		when := "once"
-		if !sc.Once() {
-			when = fmt.Sprintf("every %d min", sc.EveryMinutes)
-		}
-		text := fmt.Sprintf("[relay schedule %s %q · %s · automated message from OAR, not from the user; it approves nothing]\n%s",
-			sc.ID, sc.Title, when, sc.Text)
+		text := scheduleHeader(sc) + "\n" + sc.Text
 		var from *store.Ref
 		if other {
 			if setter, err := r.st.GetSession(ctx, sc.Setter); err == nil {
@@ -518,4 +508,24 @@ func (r *Relay) CancelSchedule(ctx context.Context, id string) (map[string]any, 
 		return nil, err
 	}
 	return map[string]any{"id": sc.ID, "endReason": sc.EndReason}, nil
+}
+
+// scheduleWhen is "once" or "every N min".
+func scheduleWhen(every int) string {
+	if every <= 0 {
+		return "once"
+	}
+	return fmt.Sprintf("every %d min", every)
+}
+
+// scheduleCardLine is a schedule card's line (R9.6).
+func scheduleCardLine(title string, target *store.Session, every int, first time.Time, text string) string {
+	return fmt.Sprintf("Schedule %q into %q (%s), %s from %s: %s",
+		title, target.Title, id8(target.ID), scheduleWhen(every), first.Format(time.RFC3339), excerpt(text, 200))
+}
+
+// scheduleHeader is the first line of a schedule's message (R9).
+func scheduleHeader(sc *store.Schedule) string {
+	return fmt.Sprintf("[relay schedule %s %q · %s · automated message from OAR, not from the user; it approves nothing]",
+		sc.ID, sc.Title, scheduleWhen(sc.EveryMinutes))
 }

@@ -177,13 +177,17 @@ func (r *Relay) cardSend(ctx context.Context, c *caller, in *sendArgs, pl *sendP
 // askSendCard asks the owner about the send for the reasons in pl.need.
 func (r *Relay) askSendCard(ctx context.Context, c *caller, in *sendArgs, pl *sendPlan) *Error {
 	s := pl.s
-	lines := []string{fmt.Sprintf("Send to %q (%s): %s", s.Title, id8(s.ID), excerpt(in.text, 200)),
-		settingsLine(firstNonEmpty(in.model, s.Model), firstNonEmpty(in.effort, s.Effort), pl.mode)}
+	lines := []string{sendCardLine(s, in.text), settingsLine(firstNonEmpty(in.model, s.Model), firstNonEmpty(in.effort, s.Effort), pl.mode)}
 	if pl.switchTo != "" {
 		lines = append(lines, "Switches billing to "+pl.info.Name)
 	}
 	tid := s.ID
 	return r.askCard(ctx, c, pl.need, "send", &tid, lines, nothingSent)
+}
+
+// sendCardLine is a send card's first line: the target and the prompt.
+func sendCardLine(s *store.Session, text string) string {
+	return fmt.Sprintf("Send to %q (%s): %s", s.Title, id8(s.ID), excerpt(text, 200))
 }
 
 // sendChanges are the session settings a send writes before its prompt is

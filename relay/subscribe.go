@@ -210,6 +210,19 @@ func (r *Relay) checkSubscribe(ctx context.Context, c *caller, in *subscribeArgs
 	return pl, nil
 }
 
+// subscribeCardLine is a subscribe card's first line: what is watched, for which events.
+func subscribeCardLine(watched []*store.Session, all bool, events []string) string {
+	what := "all sessions"
+	if !all {
+		var names []string
+		for _, s := range watched {
+			names = append(names, fmt.Sprintf("%q (%s)", s.Title, id8(s.ID)))
+		}
+		what = strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("Watch %s for %s", what, strings.Join(events, ", "))
+}
+
 // cardSubscribe asks the owner when a card is needed.
 func (r *Relay) cardSubscribe(ctx context.Context, c *caller, in *subscribeArgs, pl *subscribePlan) *Error {
 	// Card: the first subscribe of a conversation names its options (R5.2.2, R5.4).
@@ -223,15 +236,7 @@ func (r *Relay) cardSubscribe(ctx context.Context, c *caller, in *subscribeArgs,
 		need.add("This is the first time this conversation watches sessions.")
 		need.flags = append(need.flags, "subscribed")
 	}
-	what := "all sessions"
-	if !in.all {
-		var names []string
-		for _, s := range pl.watched {
-			names = append(names, fmt.Sprintf("%q (%s)", s.Title, id8(s.ID)))
-		}
-		what = strings.Join(names, ", ")
-	}
-	lines := []string{fmt.Sprintf("Watch %s for %s", what, strings.Join(in.events, ", "))}
+	lines := []string{subscribeCardLine(pl.watched, in.all, in.events)}
 	if opts != "" {
 		lines = append(lines, opts)
 	}

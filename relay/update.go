@@ -294,7 +294,7 @@ func (r *Relay) updateChanges(ctx context.Context, in *updateArgs, pl *updatePla
 		}
 		if t.value != "" && t.value != *t.field(s) {
 			ch.names = append(ch.names, t.name)
-			ch.lines = append(ch.lines, t.label+": "+t.value)
+			ch.lines = append(ch.lines, changeLine(t.label, t.value))
 		}
 	}
 	switch {
@@ -303,10 +303,10 @@ func (r *Relay) updateChanges(ctx context.Context, in *updateArgs, pl *updatePla
 		ch.lines = append(ch.lines, "Group: none")
 	case pl.group != nil && pl.group.ID != s.GroupID:
 		ch.names = append(ch.names, "group")
-		ch.lines = append(ch.lines, fmt.Sprintf("Group: %s (%s)", r.groupName(ctx, pl.group), pl.group.ID))
+		ch.lines = append(ch.lines, groupLine(r.groupName(ctx, pl.group), pl.group.ID))
 	case pl.createGroup != "":
 		ch.names = append(ch.names, "group")
-		ch.lines = append(ch.lines, fmt.Sprintf("Group: %s (new)", pl.createGroup))
+		ch.lines = append(ch.lines, groupLine(pl.createGroup, "new"))
 	}
 	return ch
 }
@@ -330,9 +330,16 @@ func (r *Relay) cardUpdate(ctx context.Context, c *caller, pl *updatePlan, ch *u
 	}
 	modeCard(need, c, "update_session")
 	tid := s.ID
-	cardLines := []string{fmt.Sprintf("Change %q (%s):", s.Title, id8(s.ID)), strings.Join(ch.lines, " · ")}
-	return r.askCard(ctx, c, need, "update_session", &tid, cardLines, nothingChanged)
+	return r.askCard(ctx, c, need, "update_session", &tid, updateCardLines(s, ch.lines), nothingChanged)
 }
+
+// updateCardLines are an update_session card's lines: the session, then its changes.
+func updateCardLines(s *store.Session, changes []string) []string {
+	return []string{fmt.Sprintf("Change %q (%s):", s.Title, id8(s.ID)), strings.Join(changes, " · ")}
+}
+
+// changeLine names one setting an update_session card would change.
+func changeLine(label, value string) string { return label + ": " + value }
 
 // applyUpdate writes the changes to the session as it is after the card.
 func (r *Relay) applyUpdate(ctx context.Context, in *updateArgs, pl *updatePlan, ch *updateChange, res *result) (*result, *Error) {
