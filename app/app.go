@@ -18,12 +18,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oar/relay/api"
 	"github.com/oar/relay/config"
+	"github.com/oar/relay/embedded"
 	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/metrics"
 	"github.com/oar/relay/provider"
@@ -79,7 +79,7 @@ type App struct {
 	opts Options
 	log  *slog.Logger
 
-	mini     *miniredis.Miniredis
+	emb      *embedded.Server // the embedded store (no Redis URL), else nil
 	rdb      *redis.Client
 	st       *store.Store
 	relay    *relay.Relay
@@ -123,11 +123,18 @@ func New(cfg config.Config, o Options) (*App, error) {
 	ropts := &redis.Options{DialTimeout: 2 * time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second,
 		MaxRetries: 1, PoolSize: 64}
 	if cfg.RedisURL == "" {
-		a.mini = miniredis.NewMiniRedis()
-		m := a.mini
-		ropts.Addr = "embedded"
-		ropts.Dialer = func(context.Context, string, string) (net.Conn, error) { return m.Dial() }
-		a.log.Warn("Redis: embedded in-memory server (no --redis / REDIS_URL): nothing is kept across restarts and only this one process can use it; set REDIS_URL for a real Redis and several workers")
+		// R20: the embedded store on a loopback port of its own (no
+		// fixed-size pipe: pipelines and scripts of any size), kept in the
+		// data directory. A directory in use or a file that cannot be read
+		// stops the start here, touching nothing.
+		emb, err := embedded.Open(embedded.Options{Dir: cfg.DataDir, Logger: a.log})
+		if err != nil {
+			return nil, err
+		}
+		a.emb = emb
+		ropts.Addr, ropts.Password = emb.Addr(), emb.Password()
+		a.log.Info("Redis: the embedded store (no --redis / REDIS_URL), kept in the data directory; one process only: set REDIS_URL for a real Redis and several workers",
+			"data_dir", emb.Dir())
 	} else {
 		u, err := redis.ParseURL(cfg.RedisURL)
 		if err != nil {
@@ -146,6 +153,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 
 	provs, scripted, err := buildProviders(cfg, a.log)
 	if err != nil {
+		a.close()
 		return nil, err
 	}
 	a.scripted = scripted
@@ -274,6 +282,9 @@ func (a *App) Store() *store.Store { return a.st }
 // Redis returns the shared client.
 func (a *App) Redis() *redis.Client { return a.rdb }
 
+// Embedded is the embedded store, nil on a real Redis.
+func (a *App) Embedded() *embedded.Server { return a.emb }
+
 // Started is closed once the process serves.
 func (a *App) Started() <-chan struct{} { return a.started }
 
@@ -381,12 +392,6 @@ func tuneGC() {
 func (a *App) Run(ctx context.Context) (err error) {
 	defer a.close()
 	gcOnce.Do(tuneGC)
-	if a.mini != nil {
-		ffCtx, stopFF := context.WithCancel(ctx)
-		ffDone := make(chan struct{})
-		go func() { defer close(ffDone); a.fastForward(ffCtx) }()
-		defer func() { stopFF(); <-ffDone }() // joined before close() stops the embedded server
-	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err = a.st.Ping(pctx)
 	cancel()
@@ -509,9 +514,13 @@ func (a *App) Run(ctx context.Context) (err error) {
 			return a.st.AnnounceProc(ctx, a.proc())
 		})
 	}()
-	a.log.Info("relay process started", "role", a.opts.Mode, "name", a.cfg.Name, "version", Version,
-		"redis", redactURL(a.cfg.RedisURL), "key_prefix", a.st.Prefix(), "queues", strings.Join(a.queues.All(), ","),
-		"concurrency", conc, "worker_id", a.relay.WorkerID())
+	where := []any{"redis", redactURL(a.cfg.RedisURL)}
+	if a.emb != nil {
+		where = append(where, "data_dir", a.emb.Dir()) // R20.1: where the data lives
+	}
+	a.log.Info("relay process started", append([]any{"role", a.opts.Mode, "name", a.cfg.Name, "version", Version},
+		append(where, "key_prefix", a.st.Prefix(), "queues", strings.Join(a.queues.All(), ","),
+			"concurrency", conc, "worker_id", a.relay.WorkerID())...)...)
 	close(a.started)
 	select {
 	case <-ctx.Done():
@@ -558,25 +567,20 @@ func (a *App) setupOwnerToken(ctx context.Context) error {
 	return nil
 }
 
-func (a *App) fastForward(ctx context.Context) {
-	t := time.NewTicker(250 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			a.mini.FastForward(250 * time.Millisecond)
-		}
-	}
-}
+// Close frees what New took (the Redis clients, the embedded store and its
+// data directory) for an App that is not run; Run does it itself.
+func (a *App) Close() { a.close() }
 
 func (a *App) close() {
 	_ = a.aq.Close()
 	_ = a.insp.Close()
 	_ = a.rdb.Close()
-	if a.mini != nil {
-		a.mini.Close()
+	if a.emb != nil {
+		// After every client of it closed: its last checkpoint then has
+		// every write (a clean stop loses nothing, R20.1).
+		if err := a.emb.Close(); err != nil {
+			a.log.Error("embedded store: close", "err", err)
+		}
 	}
 }
 
@@ -592,7 +596,7 @@ func (r redisLogger) Printf(_ context.Context, format string, v ...any) {
 // redactURL hides a password in a Redis URL for logs and errors.
 func redactURL(u string) string {
 	if u == "" {
-		return "(embedded)"
+		return "(embedded store)"
 	}
 	p, err := url.Parse(u)
 	if err != nil {

@@ -28,8 +28,11 @@ import (
 
 // Config is the whole configuration of one relay process.
 type Config struct {
-	Addr        string // --addr / RELAY_ADDR, default "127.0.0.1:7420"
-	RedisURL    string // --redis / REDIS_URL, default "" (embedded)
+	Addr     string // --addr / RELAY_ADDR, default "127.0.0.1:7420"
+	RedisURL string // --redis / REDIS_URL, default "" (embedded)
+	// DataDir is where the embedded store keeps its data (--data-dir /
+	// RELAY_DATA_DIR; default DefaultDataDir()); used only without RedisURL (R20.1).
+	DataDir     string
 	Name        string // --name / RELAY_NAME / yaml name, default os.Hostname()
 	ConfigPath  string // --config / RELAY_CONFIG, "" when no file is used
 	OwnerToken  string // --owner-token / RELAY_OWNER_TOKEN, "" = generate
@@ -121,6 +124,7 @@ const (
 	MinOwnerTokenLen = 16
 	EnvMetricsAddr   = "RELAY_METRICS_ADDR"
 	EnvPublicURL     = "RELAY_PUBLIC_URL"
+	EnvDataDir       = "RELAY_DATA_DIR"
 )
 
 // DefaultAddr is the default listen address.
@@ -172,6 +176,7 @@ func Default() Config {
 	}
 	c := Config{
 		Addr:      DefaultAddr,
+		DataDir:   DefaultDataDir(),
 		Name:      name,
 		Folders:   folders,
 		Providers: []Provider{ScriptedProvider()},
@@ -224,6 +229,7 @@ var flagEnv = []struct{ flag, env string }{
 	{"owner-token", EnvOwnerToken},
 	{"metrics-addr", EnvMetricsAddr},
 	{"public-url", EnvPublicURL},
+	{"data-dir", EnvDataDir},
 }
 
 // Load builds the configuration with precedence defaults < YAML file <
@@ -270,6 +276,7 @@ func Load(flags map[string]string, env func(string) (string, bool)) (Config, err
 		"owner-token":  &c.OwnerToken,
 		"metrics-addr": &c.MetricsAddr,
 		"public-url":   &c.PublicURL,
+		"data-dir":     &c.DataDir,
 	}
 	for _, fe := range flagEnv {
 		p, ok := targets[fe.flag]
@@ -302,6 +309,14 @@ func knownFlag(k string) bool {
 
 // fillDefaults applies the defaults that depend on other values.
 func (c *Config) fillDefaults() {
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir()
+	}
+	if c.DataDir == "~" || strings.HasPrefix(c.DataDir, "~/") {
+		if home, err := os.UserHomeDir(); err == nil {
+			c.DataDir = filepath.Join(home, c.DataDir[1:])
+		}
+	}
 	if c.DefaultCwd == "" && len(c.Folders) > 0 {
 		c.DefaultCwd = c.Folders[0]
 	}
@@ -1094,4 +1109,17 @@ func describe(n *yaml.Node) string {
 	default:
 		return strconv.Quote(n.Value)
 	}
+}
+
+// DefaultDataDir is the embedded store's data directory when none is given
+// (R20.1): $XDG_DATA_HOME/relay, else ~/.local/share/relay.
+func DefaultDataDir() string {
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "relay")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		return filepath.Join(os.TempDir(), "relay-data")
+	}
+	return filepath.Join(home, ".local", "share", "relay")
 }

@@ -17,7 +17,29 @@ func withHome(t *testing.T) string {
 	t.Helper()
 	home := t.TempDir()
 	t.Setenv("HOME", home)
+	t.Setenv("XDG_DATA_HOME", "") // the data directory's default then lies under HOME (R20.1)
 	return home
+}
+
+// R20.1: the data directory's default is $XDG_DATA_HOME/relay, else
+// ~/.local/share/relay; --data-dir and RELAY_DATA_DIR set it ("~" expanded).
+func TestDataDir(t *testing.T) {
+	home := withHome(t)
+	if got := DefaultDataDir(); got != filepath.Join(home, ".local", "share", "relay") {
+		t.Errorf("DefaultDataDir() = %q without XDG_DATA_HOME", got)
+	}
+	t.Setenv("XDG_DATA_HOME", "/srv/data")
+	if got := DefaultDataDir(); got != "/srv/data/relay" {
+		t.Errorf("DefaultDataDir() = %q with XDG_DATA_HOME=/srv/data", got)
+	}
+	c, err := Load(map[string]string{"data-dir": "~/relay-data"}, envOf(map[string]string{"RELAY_DATA_DIR": "/elsewhere"}))
+	if err != nil || c.DataDir != filepath.Join(home, "relay-data") {
+		t.Errorf("--data-dir ~/relay-data: %q, %v", c.DataDir, err)
+	}
+	c, err = Load(nil, envOf(map[string]string{"RELAY_DATA_DIR": "/elsewhere"}))
+	if err != nil || c.DataDir != "/elsewhere" {
+		t.Errorf("RELAY_DATA_DIR=/elsewhere: %q, %v", c.DataDir, err)
+	}
 }
 
 func hostname(t *testing.T) string {
@@ -94,6 +116,7 @@ func TestDefault(t *testing.T) {
 	home := withHome(t)
 	want := Config{
 		Addr:       "127.0.0.1:7420",
+		DataDir:    filepath.Join(home, ".local", "share", "relay"), // R20.1
 		Name:       hostname(t),
 		Folders:    []string{home},
 		DefaultCwd: home,
@@ -120,13 +143,14 @@ func TestDefault(t *testing.T) {
 }
 
 func TestLoadSpecExample(t *testing.T) {
-	withHome(t)
+	home := withHome(t)
 	got, err := Load(map[string]string{"config": "testdata/spec.yaml"}, envOf(nil))
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
 	want := Config{
 		Addr:       "127.0.0.1:7420",
+		DataDir:    filepath.Join(home, ".local", "share", "relay"), // R20.1
 		Name:       "desk",
 		ConfigPath: "testdata/spec.yaml",
 		Folders:    []string{"/home/dev/projects"},
@@ -167,6 +191,7 @@ func TestLoadCustomFile(t *testing.T) {
 	}
 	want := Config{
 		Addr:       "127.0.0.1:7420",
+		DataDir:    filepath.Join(home, ".local", "share", "relay"), // R20.1
 		Name:       "filebox",
 		ConfigPath: "testdata/custom.yaml",
 		Folders:    []string{filepath.Join(home, "work"), "/srv/shared"},

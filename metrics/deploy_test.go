@@ -48,11 +48,13 @@ var targetLabels = []string{"job", "instance"}
 // adds it.
 func exported(t *testing.T) map[string]series {
 	t.Helper()
-	a, err := app.New(config.Default(), app.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg := config.Default()
+	cfg.DataDir = t.TempDir() // the embedded store's data directory
+	a, err := app.New(cfg, app.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
 	}
-	t.Cleanup(func() { _ = a.Redis().Close() })
+	t.Cleanup(a.Close)
 	m := a.Metrics()
 	m.ToolCall("send", "ok", time.Millisecond)
 	m.TurnStarted("scripted")

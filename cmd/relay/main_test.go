@@ -18,6 +18,7 @@ func cleanEnv(t *testing.T) {
 		"RELAY_METRICS_ADDR", "RELAY_KEY_PREFIX", "RELAY_PUBLIC_URL"} {
 		t.Setenv(k, "")
 	}
+	t.Setenv("RELAY_DATA_DIR", t.TempDir()) // never the owner's own data directory
 }
 
 // runCLI runs the command line in-process and returns its exit code, stdout and stderr.

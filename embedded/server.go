@@ -1,0 +1,559 @@
+package embedded
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/gofrs/flock"
+	"github.com/redis/go-redis/v9"
+)
+
+// Options configure an embedded server.
+type Options struct {
+	// Dir is the data directory (created 0700 when missing).
+	Dir    string
+	Logger *slog.Logger
+	// Every is the checkpoint interval (default 1 s: a crash loses at most
+	// about the last second of changes, R20.1).
+	Every time.Duration
+	// CompactAt is the segment bytes that start a merge into the base file
+	// (default 4 MiB or half the base file, whichever is larger).
+	CompactAt int64
+}
+
+// LockedError is a data directory another process holds (R20.2).
+type LockedError struct {
+	Dir string
+	PID int // 0 when the lock file names none
+}
+
+func (e *LockedError) Error() string {
+	who := "another process"
+	if e.PID > 0 {
+		who = "process " + strconv.Itoa(e.PID)
+	}
+	return fmt.Sprintf("data directory %s is in use by %s: one relay process per data directory (stop it, or give this one its own --data-dir, or use a real Redis for several processes)", e.Dir, who)
+}
+
+// Server is a running embedded store.
+type Server struct {
+	opts Options
+	log  *slog.Logger
+	lock *flock.Flock
+	mini *miniredis.Miniredis
+	pass string
+	tr   *tracker
+	cli  *redis.Client // the checkpointer's own connection
+
+	mu        sync.Mutex // one checkpoint at a time; guards the fields below
+	seq       uint64     // the last segment written
+	baseSeq   uint64     // the last segment merged into the base file
+	baseBytes int64
+	segBytes  int64
+	last      map[string]uint64 // key → hash of the record last written for it
+
+	compacting atomic.Bool
+	compactWG  sync.WaitGroup
+	stop       chan struct{}
+	done       chan struct{}
+	closeOnce  sync.Once
+	closeErr   error
+
+	stats statCounters
+}
+
+type statCounters struct {
+	checkpoints, records, bytes, compactions atomic.Int64
+	lastCheckpointNs, lastCompactNs          atomic.Int64
+}
+
+// Stats are the persistence's counters (bench, metrics).
+type Stats struct {
+	Checkpoints, Records, Bytes, Compactions int64
+	LastCheckpoint, LastCompaction           time.Duration
+	BaseBytes, SegmentBytes                  int64
+}
+
+// DefaultDir is the data directory when none is given: $XDG_DATA_HOME/relay,
+// else ~/.local/share/relay.
+func DefaultDir() string {
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "relay")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		return filepath.Join(os.TempDir(), "relay-data")
+	}
+	return filepath.Join(home, ".local", "share", "relay")
+}
+
+// Open locks the data directory, loads its dataset into a new server on a
+// loopback port and starts the checkpoints. A data file that cannot be read
+// is a *CorruptError and a directory in use a *LockedError; neither touches
+// a file.
+func Open(o Options) (*Server, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Every <= 0 {
+		o.Every = time.Second
+	}
+	if o.CompactAt <= 0 {
+		o.CompactAt = 4 << 20
+	}
+	dir, err := filepath.Abs(o.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("data directory %q: %w", o.Dir, err)
+	}
+	o.Dir = dir
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	s := &Server{opts: o, log: o.Logger, last: map[string]uint64{}, stop: make(chan struct{}), done: make(chan struct{})}
+	if err := s.takeLock(); err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.shutdown()
+		}
+	}()
+	var pw [16]byte
+	if _, err := rand.Read(pw[:]); err != nil {
+		return nil, err
+	}
+	s.pass = hex.EncodeToString(pw[:])
+	s.mini = miniredis.NewMiniRedis()
+	s.mini.RequireAuth(s.pass)
+	if err := s.mini.StartAddr("127.0.0.1:0"); err != nil {
+		return nil, fmt.Errorf("embedded store: listen on loopback: %w", err)
+	}
+	s.cli = redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.pass, PoolSize: 2, MaxRetries: -1,
+		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second})
+	start := time.Now()
+	keys, err := s.load()
+	if err != nil {
+		return nil, err
+	}
+	s.tr = newTracker(s.mini.Server(), s.log)
+	s.mini.Server().SetPreHook(s.tr.hook)
+	s.log.Info("embedded store: data directory loaded", "data_dir", dir, "keys", keys,
+		"base_bytes", s.baseBytes, "segment_bytes", s.segBytes, "took", time.Since(start).Round(time.Millisecond))
+	go s.loop()
+	ok = true
+	return s, nil
+}
+
+// Addr is the server's loopback address.
+func (s *Server) Addr() string { return s.mini.Addr() }
+
+// Password is the server's random password (each start makes a new one).
+func (s *Server) Password() string { return s.pass }
+
+// Dir is the data directory.
+func (s *Server) Dir() string { return s.opts.Dir }
+
+// Stats returns the persistence's counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	base, seg := s.baseBytes, s.segBytes
+	s.mu.Unlock()
+	return Stats{Checkpoints: s.stats.checkpoints.Load(), Records: s.stats.records.Load(), Bytes: s.stats.bytes.Load(),
+		Compactions: s.stats.compactions.Load(), LastCheckpoint: time.Duration(s.stats.lastCheckpointNs.Load()),
+		LastCompaction: time.Duration(s.stats.lastCompactNs.Load()), BaseBytes: base, SegmentBytes: seg}
+}
+
+func (s *Server) takeLock() error {
+	path := filepath.Join(s.opts.Dir, lockName)
+	s.lock = flock.New(path, flock.SetPermissions(0o600))
+	got, err := s.lock.TryLock()
+	if err != nil {
+		return fmt.Errorf("data directory %s: lock: %w", s.opts.Dir, err)
+	}
+	if !got {
+		b, _ := os.ReadFile(path)
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return &LockedError{Dir: s.opts.Dir, PID: pid}
+	}
+	return os.WriteFile(path, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600)
+}
+
+// load reads the base file and then each later segment into the server.
+func (s *Server) load() (int, error) {
+	ctx := context.Background()
+	now := time.Now()
+	ld := &loader{ctx: ctx, p: s.cli.Pipeline(), now: now}
+	basePath := filepath.Join(s.opts.Dir, baseName)
+	if fi, err := os.Stat(basePath); err == nil {
+		seq, err := readFile(basePath, kindBase, func(r *Record) error {
+			s.last[r.Key] = hashRecord(r)
+			return ld.add(r, false)
+		})
+		if err != nil {
+			return 0, err
+		}
+		s.baseSeq, s.seq, s.baseBytes = seq, seq, fi.Size()
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return 0, &CorruptError{Path: basePath, Err: err}
+	}
+	segs, err := segments(s.opts.Dir)
+	if err != nil {
+		return 0, fmt.Errorf("data directory: %w", err)
+	}
+	for _, seq := range segs {
+		if seq <= s.baseSeq {
+			continue // merged already (a merge that stopped before removing it)
+		}
+		path := filepath.Join(s.opts.Dir, segName(seq))
+		got, err := readFile(path, kindSeg, func(r *Record) error {
+			if r.Type == TypeNone {
+				delete(s.last, r.Key)
+			} else {
+				s.last[r.Key] = hashRecord(r)
+			}
+			return ld.add(r, true)
+		})
+		if err != nil {
+			return 0, err
+		}
+		if got != seq {
+			return 0, &CorruptError{Path: path, Err: fmt.Errorf("names segment %d in its header", got)}
+		}
+		if fi, err := os.Stat(path); err == nil {
+			s.segBytes += fi.Size()
+		}
+		s.seq = seq
+	}
+	if err := ld.flush(); err != nil {
+		return 0, fmt.Errorf("embedded store: load the data directory: %w", err)
+	}
+	// Merged segments a stopped merge left behind are removed once all read.
+	for _, seq := range segs {
+		if seq <= s.baseSeq {
+			_ = os.Remove(filepath.Join(s.opts.Dir, segName(seq)))
+		}
+	}
+	n, err := s.cli.DBSize(ctx).Result()
+	return int(n), err
+}
+
+// loader sends records' commands to the server in pipelines.
+type loader struct {
+	ctx context.Context
+	p   redis.Pipeliner
+	now time.Time
+	n   int
+}
+
+func (l *loader) add(r *Record, replace bool) error {
+	if replace {
+		l.p.Del(l.ctx, r.Key)
+		l.n++
+	}
+	for _, c := range r.Commands(l.now) {
+		args := make([]any, len(c))
+		for i, a := range c {
+			args[i] = a
+		}
+		l.p.Do(l.ctx, args...)
+		l.n++
+	}
+	if l.n >= 1000 {
+		return l.flush()
+	}
+	return nil
+}
+
+func (l *loader) flush() error {
+	l.n = 0
+	cmds, err := l.p.Exec(l.ctx)
+	if err != nil && !errors.Is(err, redis.Nil) {
+		for _, c := range cmds {
+			if c.Err() != nil && !errors.Is(c.Err(), redis.Nil) {
+				return fmt.Errorf("%v: %w", c.Args()[:min(2, len(c.Args()))], c.Err())
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+func hashRecord(r *Record) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write(encodeRecord(nil, r))
+	return h.Sum64()
+}
+
+func (s *Server) loop() {
+	defer close(s.done)
+	cp := time.NewTicker(s.opts.Every)
+	defer cp.Stop()
+	// miniredis counts TTLs down only when told the time moved on.
+	ff := time.NewTicker(250 * time.Millisecond)
+	defer ff.Stop()
+	lastFF := time.Now()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-ff.C:
+			s.mini.FastForward(now.Sub(lastFF))
+			lastFF = now
+		case <-cp.C:
+			if err := s.Checkpoint(context.Background()); err != nil {
+				s.log.Error("embedded store: checkpoint failed (retried in a second)", "data_dir", s.opts.Dir, "err", err)
+			}
+		}
+	}
+}
+
+// Checkpoint writes the keys changed since the last one as a new segment.
+func (s *Server) Checkpoint(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	start := time.Now()
+	keys, all := s.tr.take()
+	if all {
+		seen := map[string]bool{}
+		for _, k := range keys {
+			seen[k] = true
+		}
+		for k := range s.last {
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+		if err := ScanKeys(ctx, s.cli, 1000, func(ks []string) error {
+			for _, k := range ks {
+				if !seen[k] {
+					seen[k] = true
+					keys = append(keys, k)
+				}
+			}
+			return nil
+		}); err != nil {
+			s.tr.again(nil, true)
+			return err
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	var out []*Record
+	hashes := map[string]uint64{}
+	const batch = 4096
+	for i := 0; i < len(keys); i += batch {
+		part := keys[i:min(i+batch, len(keys))]
+		recs, retry, err := ReadKeys(ctx, s.cli, part)
+		if err != nil {
+			s.tr.again(keys[i:], false)
+			return err
+		}
+		s.tr.again(retry, false)
+		for _, r := range recs {
+			old, had := s.last[r.Key]
+			if r.Type == TypeNone {
+				if had {
+					out = append(out, r)
+					hashes[r.Key] = 0
+				}
+				continue
+			}
+			if h := hashRecord(r); !had || h != old {
+				out = append(out, r)
+				hashes[r.Key] = h
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	seq := s.seq + 1
+	fw, err := newFileWriter(filepath.Join(s.opts.Dir, segName(seq)), kindSeg, seq)
+	if err == nil {
+		for _, r := range out {
+			if err = fw.add(r); err != nil {
+				break
+			}
+		}
+		if err != nil {
+			fw.abort()
+		}
+	}
+	var n int64
+	if err == nil {
+		n, err = fw.commit()
+	}
+	if err != nil {
+		ks := make([]string, 0, len(out))
+		for _, r := range out {
+			ks = append(ks, r.Key)
+		}
+		s.tr.again(ks, false)
+		return fmt.Errorf("write segment %d: %w", seq, err)
+	}
+	s.seq = seq
+	for k, h := range hashes {
+		if h == 0 {
+			delete(s.last, k)
+		} else {
+			s.last[k] = h
+		}
+	}
+	s.segBytes += n
+	s.stats.checkpoints.Add(1)
+	s.stats.records.Add(int64(len(out)))
+	s.stats.bytes.Add(n)
+	s.stats.lastCheckpointNs.Store(int64(time.Since(start)))
+	if s.segBytes >= max(s.opts.CompactAt, s.baseBytes/2) && s.compacting.CompareAndSwap(false, true) {
+		s.compactWG.Add(1)
+		go func(upto uint64) {
+			defer s.compactWG.Done()
+			defer s.compacting.Store(false)
+			if err := s.compact(upto); err != nil {
+				s.log.Error("embedded store: merging segments into the base file failed (tried again later)", "data_dir", s.opts.Dir, "err", err)
+			}
+		}(seq)
+	}
+	return nil
+}
+
+// Compact merges every segment written so far into the base file.
+func (s *Server) Compact() error {
+	for !s.compacting.CompareAndSwap(false, true) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	defer s.compacting.Store(false)
+	s.mu.Lock()
+	upto := s.seq
+	s.mu.Unlock()
+	return s.compact(upto)
+}
+
+// compact writes a new base file of the old one and the segments up to
+// upto, then removes those segments. It reads files only: the server and
+// the checkpoints go on meanwhile (new segments have higher numbers).
+func (s *Server) compact(upto uint64) error {
+	start := time.Now()
+	s.mu.Lock()
+	from := s.baseSeq
+	s.mu.Unlock()
+	if upto <= from {
+		return nil
+	}
+	segs, err := segments(s.opts.Dir)
+	if err != nil {
+		return err
+	}
+	newer := map[string]*Record{}
+	var merged []uint64
+	var mergedBytes int64
+	for _, seq := range segs {
+		if seq <= from || seq > upto {
+			continue
+		}
+		path := filepath.Join(s.opts.Dir, segName(seq))
+		if _, err := readFile(path, kindSeg, func(r *Record) error { newer[r.Key] = r; return nil }); err != nil {
+			return err
+		}
+		if fi, err := os.Stat(path); err == nil {
+			mergedBytes += fi.Size()
+		}
+		merged = append(merged, seq)
+	}
+	now := time.Now()
+	basePath := filepath.Join(s.opts.Dir, baseName)
+	fw, err := newFileWriter(basePath, kindBase, upto)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(basePath); err == nil {
+		_, err := readFile(basePath, kindBase, func(r *Record) error {
+			if _, ok := newer[r.Key]; ok || r.Expired(now) {
+				return nil
+			}
+			return fw.add(r)
+		})
+		if err != nil {
+			fw.abort()
+			return err
+		}
+	}
+	for _, r := range newer {
+		if r.Type == TypeNone || r.Expired(now) {
+			continue
+		}
+		if err := fw.add(r); err != nil {
+			fw.abort()
+			return err
+		}
+	}
+	n, err := fw.commit()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.baseSeq, s.baseBytes = upto, n
+	s.segBytes -= mergedBytes
+	s.mu.Unlock()
+	for _, seq := range merged {
+		_ = os.Remove(filepath.Join(s.opts.Dir, segName(seq)))
+	}
+	s.stats.compactions.Add(1)
+	s.stats.lastCompactNs.Store(int64(time.Since(start)))
+	return nil
+}
+
+// Close takes a last checkpoint (a clean stop loses nothing: call it after
+// every client of the server is done), stops the server and frees the data
+// directory.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		<-s.done
+		s.compactWG.Wait()
+		if err := s.Checkpoint(context.Background()); err != nil {
+			s.closeErr = fmt.Errorf("embedded store: last checkpoint: %w", err)
+			s.log.Error("embedded store: last checkpoint failed: changes of the last second are lost", "data_dir", s.opts.Dir, "err", err)
+		}
+		s.shutdown()
+	})
+	return s.closeErr
+}
+
+// Kill stops the server without a last checkpoint, as a crash would (tests).
+func (s *Server) Kill() {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		<-s.done
+		s.compactWG.Wait()
+		s.shutdown()
+	})
+}
+
+func (s *Server) shutdown() {
+	if s.cli != nil {
+		_ = s.cli.Close()
+	}
+	if s.mini != nil {
+		s.mini.Close()
+	}
+	if s.lock != nil {
+		_ = s.lock.Unlock()
+	}
+}

@@ -1,0 +1,258 @@
+package embedded
+
+import (
+	"log/slog"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/alicebob/miniredis/v2/server"
+)
+
+// tracker is the server's pre-hook: it marks the keys each command may
+// change. The hook runs before a command, outside the server's lock, so a
+// checkpoint could read a key after the hook marked it but before the
+// command changed it. A connection's commands run one after the other, so a
+// command is done when its connection sends the next one (or goes away):
+// until then its keys stay pending and every checkpoint reads them again.
+// Inside MULTI the queued commands run at EXEC, so a transaction's keys stay
+// pending until the command after EXEC. Commands a Lua script runs (nested)
+// run under the server's lock right after their hook, which a checkpoint's
+// read also needs: they are marked and done at once.
+type tracker struct {
+	srv *server.Server
+	log *slog.Logger
+
+	mu      sync.Mutex
+	dirty   map[string]struct{}
+	all     bool // every key may have changed (FLUSHALL, an unknown command)
+	peers   map[*server.Peer]*peerState
+	unknown map[string]bool // unknown commands already logged
+}
+
+type peerState struct {
+	pending []string
+	all     bool
+	inTx    bool
+}
+
+func newTracker(srv *server.Server, log *slog.Logger) *tracker {
+	return &tracker{srv: srv, log: log, dirty: map[string]struct{}{}, peers: map[*server.Peer]*peerState{}, unknown: map[string]bool{}}
+}
+
+// isNested says whether a command comes from a Lua script: miniredis sets
+// connCtx.nested on the connection a script's redis.call runs on, and gives
+// no other way to tell (TestScriptWritesKept fails if an upgrade changes it).
+func isNested(c *server.Peer) bool {
+	if c.Ctx == nil {
+		return false
+	}
+	v := reflect.ValueOf(c.Ctx)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return false
+	}
+	e := v.Elem()
+	if e.Kind() != reflect.Struct {
+		return false
+	}
+	f := e.FieldByName("nested")
+	return f.IsValid() && f.Kind() == reflect.Bool && f.Bool()
+}
+
+const oneDB = "ERR the embedded store has one database (0): give each relay its own key prefix, or use a real Redis"
+
+func (t *tracker) hook(c *server.Peer, cmd string, args ...string) bool {
+	switch cmd {
+	case "SELECT":
+		if len(args) == 1 && args[0] != "0" {
+			c.WriteError(oneDB)
+			return true
+		}
+	case "SWAPDB", "MOVE":
+		c.WriteError(oneDB)
+		return true
+	}
+	keys, all, write := t.writeKeys(cmd, args)
+	if isNested(c) {
+		if write {
+			t.mu.Lock()
+			t.mark(keys, all)
+			t.mu.Unlock()
+		}
+		return false
+	}
+	t.mu.Lock()
+	ps := t.peers[c]
+	if ps == nil {
+		ps = &peerState{}
+		t.peers[c] = ps
+		c.OnDisconnect(func() { t.gone(c) })
+	}
+	if !ps.inTx {
+		// The connection's previous command is done: its keys were marked
+		// when it came; mark them again, in case a checkpoint read them
+		// before it ran.
+		t.mark(ps.pending, ps.all)
+		ps.pending, ps.all = ps.pending[:0], false
+	}
+	if write {
+		t.mark(keys, all)
+		ps.pending = append(ps.pending, keys...)
+		ps.all = ps.all || all
+	}
+	switch cmd {
+	case "MULTI":
+		ps.inTx = true
+	case "EXEC", "DISCARD":
+		ps.inTx = false
+	}
+	t.mu.Unlock()
+	return false
+}
+
+func (t *tracker) gone(c *server.Peer) {
+	t.mu.Lock()
+	if ps := t.peers[c]; ps != nil {
+		t.mark(ps.pending, ps.all)
+		delete(t.peers, c)
+	}
+	t.mu.Unlock()
+}
+
+func (t *tracker) mark(keys []string, all bool) {
+	for _, k := range keys {
+		t.dirty[k] = struct{}{}
+	}
+	t.all = t.all || all
+}
+
+// take returns the keys to read now: those marked since the last take and
+// those of commands that may not have run yet; all = every key.
+func (t *tracker) take() (keys []string, all bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	all = t.all
+	seen := t.dirty
+	for _, ps := range t.peers {
+		all = all || ps.all
+		for _, k := range ps.pending {
+			seen[k] = struct{}{}
+		}
+	}
+	keys = make([]string, 0, len(seen))
+	for k := range seen {
+		keys = append(keys, k)
+	}
+	t.dirty, t.all = make(map[string]struct{}, len(seen)), false
+	return keys, all
+}
+
+// again marks keys for the next checkpoint (a read that must be retried).
+func (t *tracker) again(keys []string, all bool) {
+	t.mu.Lock()
+	t.mark(keys, all)
+	t.mu.Unlock()
+}
+
+// Commands by what they may change. Each write command's keys are found by
+// its argument layout; a command in neither list marks every key (and is
+// logged once), so an unforeseen command costs time, never data.
+var (
+	noData = set("AUTH CLIENT CLUSTER COMMAND DBSIZE DISCARD ECHO EVAL EVALSHA EVAL_RO EVALSHA_RO EXEC HELLO INFO MEMORY MULTI PING PSUBSCRIBE PUBLISH PUBSUB PUNSUBSCRIBE QUIT SCRIPT SELECT SUBSCRIBE TIME UNSUBSCRIBE UNWATCH WAIT WATCH " +
+		// reads
+		"BITCOUNT BITPOS DUMP EXISTS EXPIRETIME GEODIST GEOPOS GEORADIUSBYMEMBER_RO GEORADIUS_RO GEOSEARCH GET GETBIT GETRANGE HEXISTS HGET HGETALL HKEYS HLEN HMGET HPTTL HRANDFIELD HSCAN HSTRLEN HTTL HVALS KEYS LINDEX LLEN LPOS LRANGE MGET OBJECT PEXPIRETIME PFCOUNT PTTL RANDOMKEY SCAN SCARD SDIFF SINTER SINTERCARD SISMEMBER SMEMBERS SMISMEMBER SRANDMEMBER SSCAN STRLEN SUNION TOUCH TTL TYPE XINFO XLEN XPENDING XRANGE XREAD XREVRANGE ZCARD ZCOUNT ZINTER ZLEXCOUNT ZMSCORE ZRANDMEMBER ZRANGE ZRANGEBYLEX ZRANGEBYSCORE ZRANK ZREVRANGE ZREVRANGEBYLEX ZREVRANGEBYSCORE ZREVRANK ZSCAN ZSCORE ZUNION")
+	firstKey    = set("APPEND DECR DECRBY DELEX EXPIRE EXPIREAT GEOADD GETDEL GETEX GETSET HDEL HEXPIRE HINCRBY HINCRBYFLOAT HMSET HPERSIST HPEXPIRE HSET HSETEX HSETNX INCR INCRBY INCRBYFLOAT LINSERT LPOP LPUSH LPUSHX LREM LSET LTRIM PERSIST PEXPIRE PEXPIREAT PFADD PFMERGE PSETEX RESTORE RPOP RPUSH RPUSHX SADD SDIFFSTORE SET SETBIT SETEX SETNX SETRANGE SINTERSTORE SPOP SREM SUNIONSTORE XACK XADD XAUTOCLAIM XCLAIM XDEL XSETID XTRIM ZADD ZDIFFSTORE ZINCRBY ZINTERSTORE ZPOPMAX ZPOPMIN ZRANGESTORE ZREM ZREMRANGEBYLEX ZREMRANGEBYRANK ZREMRANGEBYSCORE ZUNIONSTORE GEOSEARCHSTORE")
+	twoKeys     = set("BLMOVE BRPOPLPUSH COPY LMOVE RENAME RENAMENX RPOPLPUSH SMOVE")
+	allArgs     = set("DEL UNLINK")
+	allButLast  = set("BLPOP BRPOP BZPOPMAX BZPOPMIN")
+	everyKey    = set("FLUSHALL FLUSHDB")
+	numKeysAt0  = set("LMPOP ZMPOP")
+	numKeysAt1  = set("BLMPOP BZMPOP")
+	withStoreOp = set("GEORADIUS GEORADIUSBYMEMBER")
+)
+
+func set(s string) map[string]bool {
+	m := map[string]bool{}
+	for _, w := range strings.Fields(s) {
+		m[w] = true
+	}
+	return m
+}
+
+// writeKeys says which keys cmd may change; all = possibly every key.
+func (t *tracker) writeKeys(cmd string, args []string) (keys []string, all, write bool) {
+	switch {
+	case noData[cmd]:
+		return nil, false, false
+	case firstKey[cmd]:
+		if len(args) == 0 {
+			return nil, false, false
+		}
+		return args[:1], false, true
+	case twoKeys[cmd]:
+		return args[:min(2, len(args))], false, true
+	case allArgs[cmd]:
+		return args, false, true
+	case allButLast[cmd]:
+		if len(args) == 0 {
+			return nil, false, false
+		}
+		return args[:len(args)-1], false, true
+	case everyKey[cmd]:
+		return nil, true, true
+	case numKeysAt0[cmd], numKeysAt1[cmd]:
+		at := 0
+		if numKeysAt1[cmd] {
+			at = 1
+		}
+		if len(args) <= at {
+			return nil, false, false
+		}
+		n, err := strconv.Atoi(args[at])
+		if err != nil || n < 0 || at+1+n > len(args) {
+			return nil, false, false // refused by the command itself
+		}
+		return args[at+1 : at+1+n], false, true
+	case cmd == "MSET" || cmd == "MSETNX":
+		for i := 0; i < len(args); i += 2 {
+			keys = append(keys, args[i])
+		}
+		return keys, false, true
+	case cmd == "BITOP":
+		if len(args) < 2 {
+			return nil, false, false
+		}
+		return args[1:2], false, true
+	case cmd == "XGROUP":
+		if len(args) < 2 {
+			return nil, false, false
+		}
+		return args[1:2], false, true
+	case cmd == "XREADGROUP":
+		for i, a := range args {
+			if strings.EqualFold(a, "STREAMS") {
+				rest := args[i+1:]
+				return rest[:len(rest)/2], false, true
+			}
+		}
+		return nil, false, false
+	case withStoreOp[cmd]:
+		for _, a := range args {
+			if u := strings.ToUpper(a); u == "STORE" || u == "STOREDIST" {
+				return nil, true, true
+			}
+		}
+		return nil, false, false
+	}
+	if !t.srv.IsRegisteredCommand(cmd) {
+		return nil, false, false // answered "unknown command"
+	}
+	t.mu.Lock()
+	if !t.unknown[cmd] {
+		t.unknown[cmd] = true
+		t.log.Warn("embedded store: a command the persistence does not know; every key is written at the next checkpoint", "command", cmd)
+	}
+	t.mu.Unlock()
+	return nil, true, true
+}
