@@ -19,6 +19,7 @@ import (
 
 	"github.com/oar/relay/app"
 	"github.com/oar/relay/config"
+	"github.com/oar/relay/embedded"
 )
 
 // usageError is a bad flag or config: exit code 2 with one line.
@@ -69,6 +70,7 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &flagError{err} })
 	root.AddCommand(newCmd(app.ModeServe, "Run the API, a worker and the scheduler in one process", stderr),
 		newCmd(app.ModeWorker, "Run a worker only, joining the same Redis (for horizontal scale)", stderr),
+		newExportCmd(stdout),
 		&cobra.Command{Use: "version", Short: "Print the relay's version", Args: cobra.NoArgs,
 			Run: func(cmd *cobra.Command, _ []string) { fmt.Fprintln(cmd.OutOrStdout(), "relay", app.Version) }})
 	return root
@@ -85,7 +87,8 @@ func newCmd(mode, short string, stderr io.Writer) *cobra.Command {
 	if mode == app.ModeServe {
 		f.String("addr", config.DefaultAddr, "listen address of the API ("+config.EnvAddr+")")
 		f.String("public-url", "", "base URL handed to agents and printed at start; default the listen address ("+config.EnvPublicURL+")")
-		f.String("redis", "", "Redis URL redis://host:port/db; empty = embedded in-memory server, one process only ("+config.EnvRedis+")")
+		f.String("redis", "", "Redis URL redis://host:port/db; empty = the embedded store, one process only ("+config.EnvRedis+")")
+		f.String("data-dir", "", "where the embedded store (no --redis) keeps its data; default $XDG_DATA_HOME/relay, else ~/.local/share/relay ("+config.EnvDataDir+")")
 		f.String("owner-token", "", "owner token for /api/v1, at least 16 characters; default: generated on first start and kept in Redis ("+config.EnvOwnerToken+")")
 	} else {
 		f.String("redis", "", "Redis URL redis://host:port/db of the relay to join; required ("+config.EnvRedis+")")
@@ -143,7 +146,11 @@ func newCmd(mode, short string, stderr io.Writer) *cobra.Command {
 		// RELAY_KEY_PREFIX lets several relays (or tests) share one Redis database.
 		a, err := app.New(cfg, app.Options{Mode: mode, Logger: log, KeyPrefix: os.Getenv("RELAY_KEY_PREFIX")})
 		if err != nil {
-			return usageError{err}
+			var le *embedded.LockedError
+			if errors.As(err, &le) {
+				return err // R20.2: exit 1, the line names the directory and its process
+			}
+			return usageError{err} // a bad config, or a data file that cannot be read (R20.3)
 		}
 		err = a.Run(ctx)
 		var le *app.ListenError

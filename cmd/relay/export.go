@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+
+	"github.com/oar/relay/config"
+	"github.com/oar/relay/embedded"
+)
+
+// newExportCmd is `relay export` (R20.4): the whole dataset as RESP
+// commands on stdout, which `redis-cli --pipe` loads into an empty Redis.
+func newExportCmd(stdout io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "export",
+		Short: "Write the whole dataset to stdout as Redis commands (RESP) for redis-cli --pipe",
+		Long: "Write the whole dataset to stdout as Redis commands in RESP, which `redis-cli --pipe` loads into an empty Redis.\n" +
+			"From the embedded store's data directory (--data-dir; no relay may be running on it) or from a real Redis (--redis: a backup).\n" +
+			"Moving from the embedded store to Redis: stop the relay, `relay export --data-dir DIR | redis-cli -u URL --pipe`, then `relay serve --redis URL`.",
+		Args: cobra.NoArgs,
+	}
+	f := cmd.Flags()
+	f.String("data-dir", "", "the embedded store's data directory; default $XDG_DATA_HOME/relay, else ~/.local/share/relay ("+config.EnvDataDir+")")
+	f.String("redis", "", "export a real Redis instead: redis://host:port/db ("+config.EnvRedis+" is not read: say which one)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		dir, _ := cmd.Flags().GetString("data-dir")
+		url, _ := cmd.Flags().GetString("redis")
+		if dir != "" && url != "" {
+			return usageError{errors.New("relay export: give --data-dir or --redis, not both")}
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		w := bufio.NewWriterSize(stdout, 1<<20)
+		var n int
+		var err error
+		if url != "" {
+			opt, perr := redis.ParseURL(url)
+			if perr != nil {
+				return usageError{fmt.Errorf("relay export: --redis: %w", perr)}
+			}
+			c := redis.NewClient(opt)
+			defer c.Close()
+			n, err = embedded.Export(ctx, c, w)
+		} else {
+			if dir == "" {
+				dir = os.Getenv(config.EnvDataDir)
+			}
+			if dir == "" {
+				dir = config.DefaultDataDir()
+			}
+			if _, serr := os.Stat(dir); serr != nil {
+				return usageError{fmt.Errorf("relay export: data directory %s: %w", dir, serr)}
+			}
+			s, oerr := embedded.Open(embedded.Options{Dir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if oerr != nil {
+				var ce *embedded.CorruptError
+				if errors.As(oerr, &ce) {
+					return usageError{oerr}
+				}
+				return oerr
+			}
+			c := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.Password()})
+			n, err = embedded.Export(ctx, c, w)
+			_ = c.Close()
+			s.Kill() // read only: nothing to write back
+		}
+		if err == nil {
+			err = w.Flush()
+		}
+		if err != nil {
+			return fmt.Errorf("relay export: %w", err)
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "relay export: %d keys\n", n)
+		return nil
+	}
+	return cmd
+}
