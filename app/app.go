@@ -71,6 +71,9 @@ type Options struct {
 	Clock *scheduler.Scaled
 	// StallScanEvery is how often the stall scan is started (default 30s).
 	StallScanEvery time.Duration
+	// EmbeddedEvery is the embedded store's checkpoint interval (default 1 s,
+	// R20.1; the bench turns checkpoints off with a huge one).
+	EmbeddedEvery time.Duration
 }
 
 // App is one relay process.
@@ -127,7 +130,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 		// fixed-size pipe: pipelines and scripts of any size), kept in the
 		// data directory. A directory in use or a file that cannot be read
 		// stops the start here, touching nothing.
-		emb, err := embedded.Open(embedded.Options{Dir: cfg.DataDir, Logger: a.log})
+		emb, err := embedded.Open(embedded.Options{Dir: cfg.DataDir, Logger: a.log, Every: o.EmbeddedEvery})
 		if err != nil {
 			return nil, err
 		}
