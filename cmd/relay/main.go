@@ -141,6 +141,9 @@ func newCmd(mode, short string, stderr io.Writer) *cobra.Command {
 			return usageError{fmt.Errorf("--log-format must be text or json (got %q)", format)}
 		}
 		log := slog.New(h)
+		if err := nonDumpable(); err != nil {
+			log.Warn("cannot make the relay process non-dumpable: agents running as this user may read its environment", "err", err)
+		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 		// RELAY_KEY_PREFIX lets several relays (or tests) share one Redis database.
