@@ -19,6 +19,9 @@ var (
 	errStopped  = errors.New("stopped")
 	errTimeout  = errors.New("turn timeout")
 	errShutdown = errors.New("process shutting down")
+	// errLeaseLost: the drain no longer holds its session's lease (this
+	// process was paused or cut off past it); another process ends the turn.
+	errLeaseLost = errors.New("session lease lost")
 )
 
 // ErrRetryLater tells the worker to run the drain again later (the session's
@@ -269,7 +272,7 @@ const finishGiveUp = 3 * time.Minute
 // whose agent finished during an outage is recorded as it ended instead of
 // being found "abandoned" when Redis returns.
 func (r *Relay) finishLater(ctx context.Context, sid string, write func(context.Context) (bool, error), first error) (bool, error) {
-	owner, _ := ctx.Value(leaseOwnerKey{}).(string)
+	owner := leaseOwnerOf(ctx)
 	r.log.Warn("the turn's outcome could not be written; retrying until Redis answers", "session", id8(sid), "err", first)
 	deadline := time.Now().Add(finishGiveUp)
 	wait := finishRetryFirst
@@ -293,8 +296,29 @@ func (r *Relay) finishLater(ctx context.Context, sid string, write func(context.
 			r.log.Info("the turn's outcome was written after Redis came back", "session", id8(sid))
 			return more, nil
 		}
+		if errors.Is(err, store.ErrFenced) {
+			return false, err
+		}
 	}
 	return false, fmt.Errorf("write the turn's outcome: %w", err)
+}
+
+// leaseOwnerOf is the drain's lease owner in ctx ("" outside a drain).
+func leaseOwnerOf(ctx context.Context) string {
+	owner, _ := ctx.Value(leaseOwnerKey{}).(string)
+	return owner
+}
+
+// fenced is the end of a drain whose outcome the store refused: the session's
+// lease is another drain's now, or the turn was ended by another process
+// (this one was paused or cut off past the lease). Nothing of this turn is
+// written — no reply, event, usage or next drain — so each turn keeps one
+// outcome, in order; the drain that holds the lease took the session over.
+func (r *Relay) fenced(sid, turnID string) (bool, error) {
+	r.forgetClaim(turnID)
+	r.log.Warn("the turn's outcome was not written: this process lost the session's lease while the turn ran (paused or cut off from Redis); another process ended the turn",
+		"session", id8(sid), "turn", id8(turnID))
+	return false, nil
 }
 
 // finish ends a turn and records its outcome; it reports whether more turns wait.
@@ -319,16 +343,23 @@ func (r *Relay) finishUsage(ctx context.Context, s *store.Session, orch, id stri
 	if status != store.TurnError {
 		return r.finishEmit(ctx, s, orch, id, status, reply, model, msg, now, u)
 	}
-	more, err := r.st.FinishTurn(wctx, s.ID, orch, id, msg, now, "status", status, "reply", reply, "replyModel", model,
+	fence := leaseOwnerOf(ctx)
+	more, err := r.st.FinishTurn(wctx, s.ID, orch, id, fence, msg, now, "status", status, "reply", reply, "replyModel", model,
 		"error", errText, "ended", now.UnixMilli(), "partial", "", "question", "")
+	if errors.Is(err, store.ErrFenced) {
+		return r.fenced(s.ID, id)
+	}
 	if err != nil {
 		// Redis is away (a restart, a blip): keep the outcome and write it once
 		// it is back, holding the session's lease again first, so no other
 		// process takes the turn for abandoned meanwhile.
 		more, err = r.finishLater(ctx, s.ID, func(c context.Context) (bool, error) {
-			return r.st.FinishTurn(c, s.ID, orch, id, msg, now, "status", status, "reply", reply, "replyModel", model,
+			return r.st.FinishTurn(c, s.ID, orch, id, fence, msg, now, "status", status, "reply", reply, "replyModel", model,
 				"error", errText, "ended", now.UnixMilli(), "partial", "", "question", "")
 		}, err)
+		if errors.Is(err, store.ErrFenced) {
+			return r.fenced(s.ID, id)
+		}
 		if err != nil {
 			return false, err
 		}
@@ -376,8 +407,9 @@ func (r *Relay) finishEmit(ctx context.Context, s *store.Session, orch, id strin
 	}
 	var watched, released bool
 	var ended *store.Turn
+	fence := leaseOwnerOf(ctx)
 	write := func(c context.Context) (bool, error) {
-		more, w, rl, t, err := r.st.FinishTurnEmit(c, s.ID, orch, id, msg, now, ev, owner, u,
+		more, w, rl, t, err := r.st.FinishTurnEmit(c, s.ID, orch, id, fence, msg, now, ev, owner, u,
 			"status", status, "reply", reply, "replyModel", model, "error", "", "ended", now.UnixMilli(), "partial", "", "question", "")
 		watched, released, ended = w, rl, t
 		return more, err
@@ -387,9 +419,14 @@ func (r *Relay) finishEmit(ctx context.Context, s *store.Session, orch, id strin
 	r.ending(id, true)
 	defer r.ending(id, false)
 	more, err := write(wctx)
+	if errors.Is(err, store.ErrFenced) {
+		return r.fenced(s.ID, id)
+	}
 	if err != nil {
 		// Redis is away: as in finish, write once it is back, under the lease.
-		if more, err = r.finishLater(ctx, s.ID, write, err); err != nil {
+		if more, err = r.finishLater(ctx, s.ID, write, err); errors.Is(err, store.ErrFenced) {
+			return r.fenced(s.ID, id)
+		} else if err != nil {
 			return false, err
 		}
 		var cancelAgain context.CancelFunc
@@ -507,7 +544,10 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 				recheckLimit()
 			case <-renew.C:
 				if ok, err := r.st.RenewLease(context.WithoutCancel(ctx), s.ID, leaseOwner, leaseTTL); err == nil && !ok {
-					r.log.Warn("session lease lost", "session", s.ID)
+					// Another drain may run this session now: the agent is
+					// stopped and nothing more of this turn is written.
+					r.log.Warn("session lease lost: the agent is stopped", "session", id8(s.ID), "turn", id8(t.ID))
+					cancel(errLeaseLost)
 				}
 				// A stop whose notification was missed.
 				if cur, err := r.st.GetTurn(context.WithoutCancel(ctx), t.ID); err == nil && cur.StopRequested {
@@ -540,7 +580,7 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	if base != "" && (st.AgentSessions || r.anyPairing(ctx)) {
 		pt.MCPURL = base + "/mcp"
 	}
-	h := &host{r: r, sid: s.ID, turn: t.ID, prov: s.Provider}
+	h := &host{r: r, sid: s.ID, turn: t.ID, prov: s.Provider, fence: leaseOwner}
 	if r.met != nil {
 		r.met.TurnStarted(s.Provider)
 	}
@@ -555,8 +595,12 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	}
 	status, reply, errText := store.TurnDone, out.Text, ""
 	switch {
+	case errors.Is(cause, errLeaseLost):
+		return r.fenced(s.ID, t.ID)
 	case errors.Is(cause, errShutdown):
-		if err := r.st.RequeueTurn(context.WithoutCancel(ctx), s.ID, t.ID); err != nil {
+		if err := r.st.RequeueTurnBy(context.WithoutCancel(ctx), s.ID, t.ID, leaseOwner); errors.Is(err, store.ErrFenced) {
+			return r.fenced(s.ID, t.ID)
+		} else if err != nil {
 			return false, err
 		}
 		r.log.Info("turn handed back (shutdown)", "session", id8(s.ID), "turn", id8(t.ID), "provider", s.Provider)
@@ -571,7 +615,9 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	case cause != nil:
 		// The job's own context ended (its process is going away); hand the
 		// turn back. Drain jobs have no timeout of their own (R18.13).
-		if err := r.st.RequeueTurn(context.WithoutCancel(ctx), s.ID, t.ID); err != nil {
+		if err := r.st.RequeueTurnBy(context.WithoutCancel(ctx), s.ID, t.ID, leaseOwner); errors.Is(err, store.ErrFenced) {
+			return r.fenced(s.ID, t.ID)
+		} else if err != nil {
 			return false, err
 		}
 		return false, ErrRetryLater
@@ -634,10 +680,11 @@ func historyOf(msgs []store.Message, turnID string) []provider.HistoryItem {
 
 // host is the relay as a provider sees it during one turn.
 type host struct {
-	r    *Relay
-	sid  string
-	turn string
-	prov string
+	r     *Relay
+	sid   string
+	turn  string
+	prov  string
+	fence string // the drain's lease owner: the turn's writes are fenced by it
 
 	mu      sync.Mutex
 	partial string
@@ -661,7 +708,9 @@ func (h *host) Partial(text string) {
 	h.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), liveWriteTimeout)
 	defer cancel()
-	_ = h.r.st.SetTurnPartial(ctx, h.turn, text, h.r.now())
+	if err := h.r.st.SetTurnPartial(ctx, h.sid, h.turn, h.fence, text, h.r.now()); err != nil {
+		return // fenced (another drain holds the session) or Redis away: no notification either
+	}
 	_ = h.r.st.Notify(ctx, "session:"+h.sid) // the partial reply, live in the console (R19.6)
 }
 

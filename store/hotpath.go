@@ -269,8 +269,8 @@ func flatMap(v any) map[string]string {
 // ARGV: session id, message JSON ("" = none), at (ms), event JSON, watched anyway
 // (1|0), lease owner ("" = keep the lease), notify channel, the session's
 // notification, the turn's notification, the usage counted ("" = none, else
-// input tokens, output tokens, cost in micro-dollars, clear the pause 1|0), then
-// the turn's field/value pairs.
+// input tokens, output tokens, cost in micro-dollars, clear the pause 1|0), the
+// fence (the drain's lease owner, "" = none), then the turn's field/value pairs.
 var finishEmitScript = redis.NewScript(`
 if redis.call('HGET', KEYS[5], 'ended') == ARGV[3] then
   -- This step already ran (its answer was lost and it is tried again): the
@@ -281,7 +281,10 @@ if redis.call('HGET', KEYS[5], 'ended') == ARGV[3] then
   if ARGV[5] == '1' or redis.call('SCARD', KEYS[11]) > 0 or redis.call('SCARD', KEYS[12]) > 0 then watched = 1 end
   return {more, watched, 0, redis.call('HGETALL', KEYS[5])}
 end
-if #ARGV >= 15 then redis.call('HSET', KEYS[5], unpack(ARGV, 14)) end
+if ARGV[14] ~= '' and (redis.call('GET', KEYS[13]) ~= ARGV[14] or redis.call('HGET', KEYS[5], 'status') ~= 'running') then
+  return {-1}
+end
+if #ARGV >= 16 then redis.call('HSET', KEYS[5], unpack(ARGV, 15)) end
 if ARGV[10] ~= '' then
   redis.call('HINCRBY', KEYS[14], 'turns', 1)
   redis.call('HINCRBY', KEYS[14], 'inputTokens', ARGV[10])
@@ -328,7 +331,11 @@ return {more, watched, released, redis.call('HGETALL', KEYS[5])}
 // it (what GetTurn would read now). The turn's field pairs must set "ended"
 // to at (ms): a step tried again after its answer was lost (the turn
 // already ended at at) changes nothing a second time.
-func (s *Store) FinishTurnEmit(ctx context.Context, sid, orchestrator, turnID string, msg *Message, at time.Time, ev *Event, releaseOwner string, u *UsageAdd, kv ...any) (more, watched, released bool, ended *Turn, err error) {
+//
+// With fence (the drain's lease owner) set, it writes only while fence holds
+// the session's lease and the turn is still running; else nothing at all (no
+// outcome, message, event, usage or notification) and ErrFenced.
+func (s *Store) FinishTurnEmit(ctx context.Context, sid, orchestrator, turnID, fence string, msg *Message, at time.Time, ev *Event, releaseOwner string, u *UsageAdd, kv ...any) (more, watched, released bool, ended *Turn, err error) {
 	m := ""
 	if msg != nil {
 		b, err := json.Marshal(msg)
@@ -350,12 +357,16 @@ func (s *Store) FinishTurnEmit(ctx context.Context, sid, orchestrator, turnID st
 	} else {
 		args = append(args, "", "", "", "")
 	}
+	args = append(args, fence)
 	args = append(args, kv...)
 	res, err := finishEmitScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
 		s.BusyKey(orchestrator), s.turnKey(turnID), s.msgsKey(sid), s.sessKey(sid), s.k("sessions", "active"), s.drainsKey(),
 		s.k("events"), s.k("subidx", ev.Session), s.k("subidx", "all"), s.k("lease", sid), usageKey}, args...).Slice()
 	if err != nil {
 		return false, false, false, nil, fmt.Errorf("finish turn %s: %w", turnID, err)
+	}
+	if len(res) == 1 {
+		return false, false, false, nil, fmt.Errorf("finish turn %s: %w", turnID, ErrFenced)
 	}
 	if len(res) < 4 {
 		return false, false, false, nil, fmt.Errorf("finish turn %s: %d values in the answer, want 4", turnID, len(res))

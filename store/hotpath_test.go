@@ -155,7 +155,7 @@ func TestFinishTurnEmit(t *testing.T) {
 	ev := &Event{ID: "ev_1", Kind: "turn_end", Session: "s1", Turn: t1.ID, Status: "done", At: at}
 	msg := &Message{ID: "m1", Role: "assistant", Text: "echo", CreatedAt: at}
 	// More queued: the lease stays; not watched: both notifications.
-	more, watched, released, ended, err := e.s.FinishTurnEmit(e.ctx, "s1", "orch", t1.ID, msg, at, ev, "w1", nil, "status", TurnDone, "reply", "echo")
+	more, watched, released, ended, err := e.s.FinishTurnEmit(e.ctx, "s1", "orch", t1.ID, "", msg, at, ev, "w1", nil, "status", TurnDone, "reply", "echo")
 	if err != nil || !more || watched || released {
 		t.Fatalf("more %v watched %v err %v", more, watched, err)
 	}
@@ -193,7 +193,7 @@ func TestFinishTurnEmit(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev2 := &Event{ID: "ev_2", Kind: "turn_end", Session: "s1", Turn: t2.ID, Status: "done", At: at}
-	more, watched, released, _, err = e.s.FinishTurnEmit(e.ctx, "s1", "orch", t2.ID, nil, at, ev2, "w1", nil, "status", TurnDone)
+	more, watched, released, _, err = e.s.FinishTurnEmit(e.ctx, "s1", "orch", t2.ID, "", nil, at, ev2, "w1", nil, "status", TurnDone)
 	if err != nil || more || !watched || released {
 		t.Fatalf("more %v watched %v released %v err %v", more, watched, released, err)
 	}
@@ -212,7 +212,7 @@ func TestFinishTurnEmit(t *testing.T) {
 	}
 	e.push(newTurn("s1", "agent", "three", base), "", 4, true, "d3")
 	id, _ := e.s.PopTurn(e.ctx, "s1", "", now)
-	if _, _, released, _, err := e.s.FinishTurnEmit(e.ctx, "s1", "", id, nil, at, ev2, "w1", nil, "status", TurnDone); err != nil || !released {
+	if _, _, released, _, err := e.s.FinishTurnEmit(e.ctx, "s1", "", id, "", nil, at, ev2, "w1", nil, "status", TurnDone); err != nil || !released {
 		t.Fatalf("released %v err %v", released, err)
 	}
 	if h, _ := e.s.LeaseHolder(e.ctx, "s1"); h != "" {
@@ -223,7 +223,7 @@ func TestFinishTurnEmit(t *testing.T) {
 	if ok, _ := e.s.AcquireLease(e.ctx, "s1", "w2", time.Minute); !ok {
 		t.Fatal("lease")
 	}
-	if _, _, released, _, err := e.s.FinishTurnEmit(e.ctx, "s1", "", id, nil, at, ev2, "w1", nil, "status", TurnDone); err != nil || released {
+	if _, _, released, _, err := e.s.FinishTurnEmit(e.ctx, "s1", "", id, "", nil, at, ev2, "w1", nil, "status", TurnDone); err != nil || released {
 		t.Fatalf("released %v err %v", released, err)
 	}
 	if h, _ := e.s.LeaseHolder(e.ctx, "s1"); h != "w2" {
@@ -340,7 +340,7 @@ func TestFinishTurnEmitUsage(t *testing.T) {
 			t.Fatal(err)
 		}
 		ev := &Event{ID: "ev_" + NewID(4), Kind: "turn_end", Session: "s1", Turn: tr.ID, Status: "done", At: at}
-		if _, _, _, _, err := e.s.FinishTurnEmit(e.ctx, "s1", "", tr.ID, nil, at, ev, "", u, "status", TurnDone); err != nil {
+		if _, _, _, _, err := e.s.FinishTurnEmit(e.ctx, "s1", "", tr.ID, "", nil, at, ev, "", u, "status", TurnDone); err != nil {
 			t.Fatal(err)
 		}
 		got, _ := e.s.GetTurn(e.ctx, tr.ID)
@@ -379,7 +379,7 @@ func TestFinishTurnEmitTwice(t *testing.T) {
 	ev := &Event{ID: "ev_1", Kind: "turn_end", Session: "s1", Turn: tr.ID, Status: "done", At: at}
 	u := &UsageAdd{Provider: "prov", InputTokens: 10, OutputTokens: 2}
 	for i := range 2 {
-		_, _, _, ended, err := e.s.FinishTurnEmit(e.ctx, "s1", "", tr.ID, msg, at, ev, "", u,
+		_, _, _, ended, err := e.s.FinishTurnEmit(e.ctx, "s1", "", tr.ID, "", msg, at, ev, "", u,
 			"status", TurnDone, "reply", "echo", "ended", at.UnixMilli())
 		if err != nil || ended == nil || ended.Status != TurnDone || ended.Reply != "echo" {
 			t.Fatalf("try %d: %+v %v", i, ended, err)

@@ -25,7 +25,7 @@ func TestKnownBugWriteRecreatesDeletedSession(t *testing.T) {
 	if err := e.s.DeleteSession(e.ctx, sid, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.s.FinishTurn(e.ctx, sid, "", tr.ID, nil, base.Add(time.Minute), "status", TurnDone); err != nil {
+	if _, err := e.s.FinishTurn(e.ctx, sid, "", tr.ID, "", nil, base.Add(time.Minute), "status", TurnDone); err != nil {
 		t.Fatal(err)
 	}
 	if s, err := e.s.GetSession(e.ctx, sid); !errors.Is(err, ErrNotFound) {
@@ -56,7 +56,7 @@ func TestKnownBugFinishTurnWithoutFields(t *testing.T) {
 	tr := newTurn(sid, "user", "x", base)
 	e.push(tr, "", 4, false, "d")
 	_, _ = e.s.PopTurn(e.ctx, sid, "", base)
-	if _, err := e.s.FinishTurn(e.ctx, sid, "", tr.ID, nil, base); err != nil {
+	if _, err := e.s.FinishTurn(e.ctx, sid, "", tr.ID, "", nil, base); err != nil {
 		t.Errorf("FinishTurn without fields = %v", err)
 	}
 }

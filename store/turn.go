@@ -128,9 +128,26 @@ func (s *Store) SetTurnModelAsked(ctx context.Context, id, model string) error {
 	return s.setTurnFields(ctx, id, "modelAsked", model)
 }
 
-// SetTurnPartial records the reply written so far (read_session's inFlight).
-func (s *Store) SetTurnPartial(ctx context.Context, id, text string, at time.Time) error {
-	return s.setTurnFields(ctx, id, "partial", text, "partialAt", ms(at))
+// KEYS: turn:ID, lease:SID. ARGV: the fence ("" = none), partial text, at (ms).
+var partialScript = redis.NewScript(`
+if ARGV[1] ~= '' and (redis.call('GET', KEYS[2]) ~= ARGV[1] or redis.call('HGET', KEYS[1], 'status') ~= 'running') then
+  return -1
+end
+redis.call('HSET', KEYS[1], 'partial', ARGV[2], 'partialAt', ARGV[3])
+return 1
+`)
+
+// SetTurnPartial records the reply written so far (read_session's inFlight)
+// of session sid's turn id, fenced by the drain's lease owner as FinishTurn.
+func (s *Store) SetTurnPartial(ctx context.Context, sid, id, fence, text string, at time.Time) error {
+	n, err := partialScript.Run(ctx, s.rdb, []string{s.turnKey(id), s.k("lease", sid)}, fence, text, ms(at)).Int()
+	if err != nil {
+		return fmt.Errorf("partial reply of turn %s: %w", id, err)
+	}
+	if n == -1 {
+		return fmt.Errorf("partial reply of turn %s: %w", id, ErrFenced)
+	}
+	return nil
 }
 
 // SetTurnQuestion records the question card a running turn waits on ("" for none).
@@ -482,10 +499,13 @@ func (s *Store) PopTurnBy(ctx context.Context, sid, orchestrator string, now tim
 }
 
 // KEYS: q:SID, cur:SID, drain:SID, busy:ORCH ("" = none), turn:ID, msgs:SID, sess:SID,
-// sessions:active, drains. ARGV: session id, message JSON ("" = none), at (ms), then
-// the turn's field/value pairs.
+// sessions:active, drains, lease:SID. ARGV: session id, message JSON ("" = none), at (ms),
+// the fence (the drain's lease owner; "" = none), then the turn's field/value pairs.
 var finishScript = redis.NewScript(`
-if #ARGV >= 5 then redis.call('HSET', KEYS[5], unpack(ARGV, 4)) end
+if ARGV[4] ~= '' and (redis.call('GET', KEYS[10]) ~= ARGV[4] or redis.call('HGET', KEYS[5], 'status') ~= 'running') then
+  return -1
+end
+if #ARGV >= 6 then redis.call('HSET', KEYS[5], unpack(ARGV, 5)) end
 if redis.call('GET', KEYS[2]) == redis.call('HGET', KEYS[5], 'id') then redis.call('DEL', KEYS[2]) end
 if ARGV[2] ~= '' then redis.call('RPUSH', KEYS[6], ARGV[2]) end
 if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('HSET', KEYS[7], 'last', ARGV[3]) end
@@ -499,12 +519,20 @@ end
 return 1
 `)
 
+// ErrFenced is a drain's write refused because the drain no longer holds its
+// session's lease, or its turn is no longer running: another process took
+// the session over (this one was paused, or cut off from Redis, past the
+// lease). Nothing was written.
+var ErrFenced = errors.New("the session's lease is no longer this drain's")
+
 // FinishTurn writes a turn's end (fields as key/value pairs), appends the
 // message it leaves in the conversation (nil for none), moves the session's
 // last activity and clears its current turn, in one step. It returns whether
 // more turns are queued (the drain flag then stays set and the caller
-// enqueues the next drain).
-func (s *Store) FinishTurn(ctx context.Context, sid, orchestrator, turnID string, msg *Message, at time.Time, kv ...any) (bool, error) {
+// enqueues the next drain). With fence (the drain's lease owner) set, it
+// writes only while fence holds the session's lease and the turn is still
+// running; else nothing, and ErrFenced.
+func (s *Store) FinishTurn(ctx context.Context, sid, orchestrator, turnID, fence string, msg *Message, at time.Time, kv ...any) (bool, error) {
 	m := ""
 	if msg != nil {
 		b, err := json.Marshal(msg)
@@ -513,17 +541,24 @@ func (s *Store) FinishTurn(ctx context.Context, sid, orchestrator, turnID string
 		}
 		m = string(b)
 	}
-	args := append([]any{sid, m, ms(at)}, kv...)
+	args := append([]any{sid, m, ms(at), fence}, kv...)
 	r, err := finishScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
-		s.BusyKey(orchestrator), s.turnKey(turnID), s.msgsKey(sid), s.sessKey(sid), s.k("sessions", "active"), s.drainsKey()}, args...).Int()
+		s.BusyKey(orchestrator), s.turnKey(turnID), s.msgsKey(sid), s.sessKey(sid), s.k("sessions", "active"), s.drainsKey(),
+		s.k("lease", sid)}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("finish turn %s: %w", turnID, err)
+	}
+	if r == -1 {
+		return false, fmt.Errorf("finish turn %s: %w", turnID, ErrFenced)
 	}
 	return r == 1, nil
 }
 
-// KEYS: q:SID, cur:SID, turn:ID. ARGV: turn id.
+// KEYS: q:SID, cur:SID, turn:ID, lease:SID. ARGV: turn id, the fence ("" = none).
 var requeueScript = redis.NewScript(`
+if ARGV[2] ~= '' and (redis.call('GET', KEYS[4]) ~= ARGV[2] or redis.call('HGET', KEYS[3], 'status') ~= 'running') then
+  return -1
+end
 redis.call('LPUSH', KEYS[1], ARGV[1])
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[3], 'status', 'queued', 'started', 0)
@@ -533,7 +568,20 @@ return 1
 // RequeueTurn puts a running turn back at the head of its session's queue
 // (graceful shutdown): it runs again on another worker, nothing lost.
 func (s *Store) RequeueTurn(ctx context.Context, sid, turnID string) error {
-	return requeueScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.turnKey(turnID)}, turnID).Err()
+	return s.RequeueTurnBy(ctx, sid, turnID, "")
+}
+
+// RequeueTurnBy is RequeueTurn fenced by the drain's lease owner (as
+// FinishTurn): a drain that lost its session's lease puts nothing back.
+func (s *Store) RequeueTurnBy(ctx context.Context, sid, turnID, fence string) error {
+	n, err := requeueScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.turnKey(turnID), s.k("lease", sid)}, turnID, fence).Int()
+	if err != nil {
+		return fmt.Errorf("requeue turn %s: %w", turnID, err)
+	}
+	if n == -1 {
+		return fmt.Errorf("requeue turn %s: %w", turnID, ErrFenced)
+	}
+	return nil
 }
 
 // CurrentTurn returns the id of the session's running turn, "" when none.

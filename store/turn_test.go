@@ -459,7 +459,7 @@ func TestFinishTurn(t *testing.T) {
 
 	at := base.Add(time.Minute)
 	reply := &Message{ID: NewID(8), Role: "assistant", Text: "done 1", CreatedAt: at}
-	more, err := e.s.FinishTurn(e.ctx, sid, orch, t1.ID, reply, at, "status", TurnDone, "reply", "done 1", "ended", ms(at))
+	more, err := e.s.FinishTurn(e.ctx, sid, orch, t1.ID, "", reply, at, "status", TurnDone, "reply", "done 1", "ended", ms(at))
 	if err != nil || !more {
 		t.Fatalf("FinishTurn with a turn queued = %v, %v; want true", more, err)
 	}
@@ -484,7 +484,7 @@ func TestFinishTurn(t *testing.T) {
 	}
 
 	_, _ = e.s.PopTurn(e.ctx, sid, orch, at)
-	more, err = e.s.FinishTurn(e.ctx, sid, orch, t2.ID, nil, at.Add(time.Second), "status", TurnError, "error", "boom")
+	more, err = e.s.FinishTurn(e.ctx, sid, orch, t2.ID, "", nil, at.Add(time.Second), "status", TurnError, "error", "boom")
 	if err != nil || more {
 		t.Fatalf("FinishTurn of the last turn = %v, %v; want false", more, err)
 	}
@@ -514,7 +514,7 @@ func TestFinishTurnOtherThanCurrent(t *testing.T) {
 	e.push(t1, "", 4, false, "d")
 	e.push(t2, "", 4, false, "d")
 	_, _ = e.s.PopTurn(e.ctx, sid, "", base) // t1 runs
-	if _, err := e.s.FinishTurn(e.ctx, sid, "", t2.ID, nil, base, "status", TurnStopped); err != nil {
+	if _, err := e.s.FinishTurn(e.ctx, sid, "", t2.ID, "", nil, base, "status", TurnStopped); err != nil {
 		t.Fatal(err)
 	}
 	if cur, _ := e.s.CurrentTurn(e.ctx, sid); cur != t1.ID {
@@ -538,7 +538,7 @@ func TestFinishTurnReleasesSlot(t *testing.T) {
 		t.Fatalf("fifth push = %v, want ErrSessionLimit", err)
 	}
 	_, _ = e.s.PopTurn(e.ctx, "s0", orch, base)
-	if more, err := e.s.FinishTurn(e.ctx, "s0", orch, first.ID, nil, base, "status", TurnDone); err != nil || more {
+	if more, err := e.s.FinishTurn(e.ctx, "s0", orch, first.ID, "", nil, base, "status", TurnDone); err != nil || more {
 		t.Fatalf("FinishTurn = %v, %v", more, err)
 	}
 	if _, err := e.s.PushTurn(e.ctx, newTurn("s4", "agent", "x", base), orch, 4, true, "d"); err != nil {
