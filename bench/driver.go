@@ -32,6 +32,7 @@ type driveSpec struct {
 	Args     []map[string]any `json:"args"` // per client
 	Warm     int              `json:"warm"` // unmeasured calls per client first
 	N        int              `json:"n"`    // measured calls per client
+	For      int64            `json:"for"`  // with For > 0: each client calls for this long (ns) instead of N times
 	Send     bool             `json:"send"` // a send: check for a done "echo: x" reply, keep the message id
 }
 
@@ -138,7 +139,11 @@ func drive(ctx context.Context, spec driveSpec, tr http.RoundTripper, ready func
 			case <-ctx.Done():
 				return
 			}
-			for r := 0; r < spec.N && ctx.Err() == nil; r++ {
+			end := time.Now().Add(time.Duration(spec.For))
+			for r := 0; ctx.Err() == nil; r++ {
+				if spec.For > 0 && time.Now().After(end) || spec.For <= 0 && r >= spec.N {
+					break
+				}
 				if s, ok := one(i); ok {
 					samples[i] = append(samples[i], s)
 				}

@@ -79,7 +79,7 @@ func parseFlags() options {
 	flag.IntVar(&o.calls, "calls", 4000, "(c) calls per variant (list_sessions, same payload, no-op)")
 	flag.IntVar(&o.conc, "conc", 8, "(c) concurrent MCP clients per variant")
 	flag.IntVar(&o.idle, "idle", 10000, "(d) idle sessions whose Redis memory is measured")
-	flag.StringVar(&o.rows, "rows", "abcdefghp", "which rows to run (a, b and c run together; h: the goals G1–G5; p: paired relays)")
+	flag.StringVar(&o.rows, "rows", "abcdefghpm", "which rows to run (a, b and c run together; h: the goals G1–G5; p: paired relays; m: the embedded default beside the real Redis)")
 	flag.IntVar(&o.probes, "probes", 200, "(e) in-process Relay.Fanout calls per (total, matching) cell")
 	flag.IntVar(&o.eventRate, "event-rate", 100, "(e) owner messages (turn_end events) per second in the paced phase")
 	flag.IntVar(&o.eventSecs, "event-secs", 10, "(e) seconds of the paced phase")
@@ -129,8 +129,8 @@ func main() {
 	if o.fireSecs < 1 || o.fireSecs > perTarget {
 		log.Fatalf("-fire-secs must be between 1 and %d", perTarget)
 	}
-	if strings.Trim(o.rows, "abcdefghp") != "" || o.rows == "" {
-		log.Fatal("-rows takes letters of abcdefghp")
+	if strings.Trim(o.rows, "abcdefghpm") != "" || o.rows == "" {
+		log.Fatal("-rows takes letters of abcdefghpm")
 	}
 	if o.listN < 2*o.clients {
 		o.listN = 2 * o.clients
@@ -166,6 +166,7 @@ type bench struct {
 	g4Prefix  string // relay (and second worker) of goal 4
 	g5Prefix  string // relay of goal 5
 	pPrefix   string // relays of (p): PREFIXa and PREFIXb
+	mPrefix   string // relays of (m) (the real Redis's one; the embedded ones use it too, in stores of their own)
 	conc      int    // the relay worker's asynq concurrency, as asynq reports it
 	worker    *asynq.ServerInfo
 	start     time.Time
@@ -198,7 +199,7 @@ func newBench(ctx context.Context, o options) (*bench, error) {
 	tr := newTransport()
 	return &bench{o: o, rdb: rdb, ropts: ropts, tr: tr, hc: &http.Client{Transport: tr, Timeout: 60 * time.Second},
 		prefix: newPrefix(), memPrefix: newPrefix(), evPrefix: newPrefix(), hdPrefix: newPrefix(), scPrefix: newPrefix(),
-		g1Prefix: newPrefix(), g4Prefix: newPrefix(), g5Prefix: newPrefix(), pPrefix: newPrefix(), start: time.Now()}, nil
+		g1Prefix: newPrefix(), g4Prefix: newPrefix(), g5Prefix: newPrefix(), pPrefix: newPrefix(), mPrefix: newPrefix(), start: time.Now()}, nil
 }
 
 func (b *bench) where() string {
@@ -220,7 +221,7 @@ func (b *bench) cleanup() error {
 	var errs []error
 	queues, err := b.rdb.SMembers(ctx, "asynq:queues").Result()
 	errs = append(errs, err)
-	for _, p := range []string{b.prefix, b.memPrefix, b.evPrefix, b.hdPrefix, b.scPrefix, b.g1Prefix, b.g4Prefix, b.g5Prefix, b.pPrefix + "a", b.pPrefix + "b"} {
+	for _, p := range []string{b.prefix, b.memPrefix, b.evPrefix, b.hdPrefix, b.scPrefix, b.g1Prefix, b.g4Prefix, b.g5Prefix, b.pPrefix + "a", b.pPrefix + "b", b.mPrefix} {
 		errs = append(errs, store.DeleteMatching(ctx, b.rdb, p+":*"))
 		errs = append(errs, store.DeleteMatching(ctx, b.rdb, "asynq:{"+p+":*"))
 		for _, q := range queues {
@@ -286,6 +287,7 @@ type results struct {
 	sc   schedResult
 	gl   goalsResult
 	pr   peerResult
+	em   embResult
 }
 
 // runs reports whether -rows asks for a row (a, b and c run together).
@@ -358,6 +360,13 @@ func (b *bench) run(ctx context.Context) (string, error) {
 		b.logf("(p) paired relays, prefixes %sa %sb", b.pPrefix, b.pPrefix)
 		if res.pr, err = benchPeer(ctx, b, b.pPrefix, rounds, events); err != nil {
 			return "", fmt.Errorf("(p): %w", err)
+		}
+	}
+	// (m) the embedded default beside the real Redis.
+	if o.runs("m") {
+		b.logf("(m) the embedded default beside the real Redis, prefix %s", b.mPrefix)
+		if res.em, err = b.runEmbedded(ctx); err != nil {
+			return "", fmt.Errorf("(m): %w", err)
 		}
 	}
 	b.logf("done")
@@ -497,6 +506,9 @@ func (b *bench) table(ctx context.Context, r results) string {
 	}
 	if o.runs("p") {
 		tablePeer(row, r.pr)
+	}
+	if o.runs("m") {
+		b.tableM(row, r.em)
 	}
 	return sb.String()
 }

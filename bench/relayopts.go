@@ -40,6 +40,12 @@ func benchConfig(redisURL, dir string) config.Config {
 // the config adjusted by adjust and extra go-redis hooks on its client (added
 // before Run, while nothing uses the client yet).
 func startRelayWith(redisURL, prefix string, concurrency int, hc *http.Client, adjust func(*config.Config), hooks ...redis.Hook) (*relayProc, error) {
+	return startRelayApp(redisURL, prefix, concurrency, hc, adjust, nil, hooks...)
+}
+
+// startRelayApp is startRelayWith with the process options adjusted by
+// adjustApp too.
+func startRelayApp(redisURL, prefix string, concurrency int, hc *http.Client, adjust func(*config.Config), adjustApp func(*app.Options), hooks ...redis.Hook) (*relayProc, error) {
 	dir, err := os.MkdirTemp("", "relay-bench-")
 	if err != nil {
 		return nil, err
@@ -53,8 +59,11 @@ func startRelayWith(redisURL, prefix string, concurrency int, hc *http.Client, a
 		return nil, err
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	a, err := app.New(cfg, app.Options{KeyPrefix: prefix, Logger: logger, Concurrency: concurrency,
-		ShutdownGrace: 2 * time.Second})
+	aopts := app.Options{KeyPrefix: prefix, Logger: logger, Concurrency: concurrency, ShutdownGrace: 2 * time.Second}
+	if adjustApp != nil {
+		adjustApp(&aopts)
+	}
+	a, err := app.New(cfg, aopts)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err

@@ -27,6 +27,7 @@ type relayProc struct {
 	owner  string
 	prefix string
 	dir    string
+	data   string // the embedded store's data directory (removed at stop), else ""
 	hc     *http.Client
 	rt     *rtCounter // round trips of the relay's Redis client (API, worker and loops share it)
 	cancel context.CancelFunc
@@ -39,10 +40,25 @@ func startRelay(redisURL, prefix string, concurrency int, hc *http.Client) (*rel
 	return startRelayWith(redisURL, prefix, concurrency, hc, nil)
 }
 
-// stop shuts the relay down and waits for it.
+// stop shuts the relay down and waits for it. An embedded store is merged
+// into its base file first: the last checkpoint of Close may start a merge
+// that Close does not wait for, which would then fail on the removed data
+// directory; after a merge that checkpoint is too small to start one.
 func (p *relayProc) stop() error {
+	if e := p.app.Embedded(); e != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := e.Checkpoint(ctx); err == nil {
+			_ = e.Compact()
+		}
+		cancel()
+	}
 	p.cancel()
-	defer func() { _ = os.RemoveAll(p.dir) }()
+	defer func() {
+		_ = os.RemoveAll(p.dir)
+		if p.data != "" {
+			_ = os.RemoveAll(p.data)
+		}
+	}()
 	select {
 	case err := <-p.done:
 		return err
