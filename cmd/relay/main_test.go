@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // cleanEnv keeps the caller's environment (REDIS_URL in CI, RELAY_*) out of run: a
@@ -234,5 +236,36 @@ func TestComposeRequiresOwnerToken(t *testing.T) {
 	}
 	if !strings.Contains(s, `"${RELAY_PUBLISH:-127.0.0.1}:7420:7420"`) {
 		t.Errorf("docker-compose.yml publishes the API beyond loopback by default")
+	}
+}
+
+// Issue 20 item 7: compose runs Redis with a password that has no default,
+// and every relay process reaches it with that password.
+func TestComposeRedisNeedsPassword(t *testing.T) {
+	b, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Services map[string]struct {
+			Command     []string          `yaml:"command"`
+			Environment map[string]string `yaml:"environment"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	redisSvc, ok := doc.Services["redis"]
+	if !ok {
+		t.Fatal("docker-compose.yml has no redis service")
+	}
+	if !strings.Contains(strings.Join(redisSvc.Command, " "), "--requirepass") ||
+		!strings.HasPrefix(redisSvc.Environment["REDIS_PASSWORD"], "${RELAY_REDIS_PASSWORD:?") {
+		t.Errorf("redis runs without a required password: command %q, REDIS_PASSWORD %q", redisSvc.Command, redisSvc.Environment["REDIS_PASSWORD"])
+	}
+	for name, svc := range doc.Services {
+		if u, ok := svc.Environment["REDIS_URL"]; ok && !strings.HasPrefix(u, "redis://:${RELAY_REDIS_PASSWORD:?") {
+			t.Errorf("service %s reaches Redis without the password: REDIS_URL %q", name, u)
+		}
 	}
 }
