@@ -28,6 +28,9 @@ type Options struct {
 	Ready  func(ctx context.Context) error
 	MCP    MCPOptions
 	Logger *slog.Logger
+	// PublicURL is --public-url: its host is accepted in Host on a loopback
+	// listener (R18.24) as the loopback names are.
+	PublicURL string
 }
 
 // NewRouter builds the HTTP handler of `relay serve`.
@@ -36,9 +39,13 @@ func NewRouter(o Options) http.Handler {
 		o.Logger = slog.Default()
 	}
 	g := gin.New()
-	g.Use(gin.Recovery(), logRequests(o.Logger, o.Metrics))
+	g.Use(gin.Recovery(), logRequests(o.Logger, o.Metrics), hostGuard(o.PublicURL, o.MCP.DisableLocalhostProtection))
 	g.HandleMethodNotAllowed = true
-	mcpH := gin.WrapH(NewMCPHandler(o.Relay, o.MCP))
+	// hostGuard checks Host on every route, /mcp too, with the public URL's
+	// host allowed: the SDK's own check (which would refuse that host) is off.
+	mcpOpts := o.MCP
+	mcpOpts.DisableLocalhostProtection = true
+	mcpH := gin.WrapH(NewMCPHandler(o.Relay, mcpOpts))
 	g.POST("/mcp", mcpH)
 	g.GET("/mcp", mcpH)
 	g.DELETE("/mcp", mcpH)
@@ -84,7 +91,7 @@ func AddHealth(g *gin.Engine, ready func(context.Context) error, m *metrics.Metr
 // NewHealthRouter serves only health and metrics (relay worker --metrics-addr).
 func NewHealthRouter(ready func(context.Context) error, m *metrics.Metrics) http.Handler {
 	g := gin.New()
-	g.Use(gin.Recovery())
+	g.Use(gin.Recovery(), hostGuard("", false)) // R18.24, as on relay serve's listener
 	AddHealth(g, ready, m)
 	return g
 }

@@ -429,7 +429,8 @@ func (a *App) Run(ctx context.Context) (err error) {
 		if mcpOpts.Logger == nil {
 			mcpOpts.Logger = a.log
 		}
-		h := api.NewRouter(api.Options{Relay: a.relay, Metrics: a.met, OwnerToken: a.ownerToken, Ready: a.ready, MCP: mcpOpts, Logger: a.log})
+		h := api.NewRouter(api.Options{Relay: a.relay, Metrics: a.met, OwnerToken: a.ownerToken, Ready: a.ready, MCP: mcpOpts, Logger: a.log,
+			PublicURL: a.PublicURL()})
 		srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	case ModeWorker:
 		if a.cfg.MetricsAddr != "" {
