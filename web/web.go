@@ -73,6 +73,12 @@ func Register(g *gin.Engine, o Options) {
 	c.tpl = template.Must(template.New("").Funcs(c.funcs()).ParseFS(templateFS, "templates/*.html"))
 	files := http.StripPrefix("/static/", http.FileServer(http.FS(static)))
 	g.GET("/static/*file", func(ctx *gin.Context) {
+		// Files only: a directory (/static/ itself) is not listed.
+		if st, err := fs.Stat(static, strings.TrimPrefix(ctx.Param("file"), "/")); err != nil || st.IsDir() {
+			ctx.Header("X-Content-Type-Options", "nosniff")
+			ctx.String(http.StatusNotFound, "404 page not found")
+			return
+		}
 		ctx.Header("Cache-Control", "public, max-age=31536000, immutable")
 		ctx.Header("X-Content-Type-Options", "nosniff")
 		files.ServeHTTP(ctx.Writer, ctx.Request)
