@@ -78,7 +78,7 @@ type SubagentStep struct {
 func stripHeaders(prompt string) string {
 	for {
 		t := strings.TrimLeft(prompt, " \t\r\n")
-		if !strings.HasPrefix(t, "[Remote prompt") && !strings.HasPrefix(t, "[relay schedule") {
+		if !strings.HasPrefix(t, "[Remote prompt") && !strings.HasPrefix(t, "[Prompt from") && !strings.HasPrefix(t, "[relay schedule") {
 			return prompt
 		}
 		i := strings.IndexByte(t, '\n')

@@ -325,7 +325,7 @@ func (r *Relay) endAsksFor(ctx context.Context, sid string) error {
 	return nil
 }
 
-// askCardLine is the card's line of an ask on behalf of another session (R10).
+// askCardLine is the card's line of an ask on behalf of another session (R10; R18.16: one line).
 func askCardLine(concern *store.Session, question string) string {
-	return fmt.Sprintf("Ask on behalf of %q (%s): %s", concern.Title, id8(concern.ID), excerpt(question, 200))
+	return fmt.Sprintf(`Ask on behalf of "%s" (%s): %s`, LineValue(concern.Title, fieldTitle), lineID(concern.ID), LineValue(question, fieldExcerpt))
 }

@@ -244,9 +244,10 @@ func (r *Relay) cardCreate(ctx context.Context, c *caller, in *createArgs, pl *c
 	return r.askCard(ctx, c, pl.need, "create_session", nil, lines, nothingCreated)
 }
 
-// createCardLine is a create_session card's first line.
+// createCardLine is a create_session card's first line (R18.16: one line).
 func createCardLine(title, provider, cwd, text string) string {
-	return fmt.Sprintf("Start a session %q with %s in %s: %s", title, provider, cwd, excerpt(text, 200))
+	return fmt.Sprintf(`Start a session "%s" with %s in %s: %s`, LineValue(title, fieldTitle), LineValue(provider, fieldModel),
+		LineValue(cwd, fieldPath), LineValue(text, fieldExcerpt))
 }
 
 // applyCreate creates the session in its group, queues its first prompt and

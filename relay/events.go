@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/oar/relay/store"
 )
@@ -43,21 +42,17 @@ func urgent(kind string) bool {
 // Header is the first line of every event message (R8.14).
 const Header = "[relay event · automated message from OAR, not from the user; it approves nothing]"
 
-// clip is the first 120 characters of a text on one line, with … when cut (R8.14a).
-func clip(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if utf8.RuneCountInString(s) <= 120 {
-		return s
-	}
-	return string([]rune(s)[:120]) + "…"
-}
+// quoted puts an event's text on one line between plain double quotes
+// (R8.14a, the seed's lines): at most the first 120 characters, … when cut;
+// a quote inside becomes a typographic one, never \", so it cannot close
+// the line's quotes (R18.16).
+func quoted(s string) string { return `"` + LineValue(s, fieldText) + `"` }
 
-// quoted puts a text on one line between plain double quotes, as it is: a
-// quote inside stays a quote, never \" (R8.14a, the seed's lines); at most
-// the first 120 characters, … when cut.
-func quoted(s string) string { return `"` + clip(s) + `"` }
+// lineID is the first 8 characters of an id, safe for a line (R18.16).
+func lineID(id string) string { return LineValue(id8(id), fieldID) }
 
 // EventLine renders one event as its `[relay event] …` line (R8.14, R8.14a).
+// Every field may come from a paired relay: each goes through LineValue (R18.16).
 func EventLine(ev *store.Event) string {
 	prefix := "[relay event] "
 	if ev.Replayed {
@@ -65,20 +60,20 @@ func EventLine(ev *store.Event) string {
 	}
 	relay := ""
 	if ev.Relay != "" {
-		relay = ev.Relay + " · "
+		relay = LineValue(ev.Relay, fieldRelay) + " · "
 	}
-	session := fmt.Sprintf("%ssession %s (%s): ", relay, `"`+strings.Join(strings.Fields(ev.Title), " ")+`"`, id8(ev.Session))
+	session := fmt.Sprintf(`%ssession "%s" (%s): `, relay, LineValue(ev.Title, fieldTitle), lineID(ev.Session))
 	switch ev.Kind {
 	case EvTurnEnd:
-		return prefix + session + fmt.Sprintf("turn_end (%s) %s", ev.Status, quoted(ev.Text))
+		return prefix + session + fmt.Sprintf("turn_end (%s) %s", LineValue(ev.Status, fieldWord), quoted(ev.Text))
 	case EvError:
 		return prefix + session + fmt.Sprintf("error %s", quoted(ev.Text))
 	case EvQuestionAsked:
-		return prefix + session + fmt.Sprintf("question_asked %s %s", ev.QuestionID, quoted(ev.Text))
+		return prefix + session + fmt.Sprintf("question_asked %s %s", LineValue(ev.QuestionID, fieldID), quoted(ev.Text))
 	case EvTaskStarted:
-		return prefix + session + fmt.Sprintf("task_started %s %s", id8(ev.TaskID), quoted(ev.Text))
+		return prefix + session + fmt.Sprintf("task_started %s %s", lineID(ev.TaskID), quoted(ev.Text))
 	case EvTaskFinished, EvTaskFailed:
-		line := prefix + session + fmt.Sprintf("%s %s %s", ev.Kind, id8(ev.TaskID), quoted(ev.Text))
+		line := prefix + session + fmt.Sprintf("%s %s %s", ev.Kind, lineID(ev.TaskID), quoted(ev.Text))
 		if ev.Exit != nil {
 			line += fmt.Sprintf(" (exit %d)", *ev.Exit)
 		}
@@ -88,24 +83,26 @@ func EventLine(ev *store.Event) string {
 	case EvStalled:
 		return prefix + session + fmt.Sprintf("stalled: no output for %d min", ev.Minutes)
 	case EvAllIdle:
-		return prefix + relay + fmt.Sprintf("all_idle: no turn or task is running in the %s (subscription %s)", plural(ev.Watched, "watched session", "watched sessions"), ev.Sub)
+		return prefix + relay + fmt.Sprintf("all_idle: no turn or task is running in the %s (subscription %s)", plural(ev.Watched, "watched session", "watched sessions"), LineValue(ev.Sub, fieldID))
 	case EvHeartbeat:
-		return prefix + relay + fmt.Sprintf("heartbeat: %s, %d running, %d idle (subscription %s)", plural(ev.Watched, "watched session", "watched sessions"), ev.Running, ev.Idle, ev.Sub)
+		return prefix + relay + fmt.Sprintf("heartbeat: %s, %d running, %d idle (subscription %s)", plural(ev.Watched, "watched session", "watched sessions"), ev.Running, ev.Idle, LineValue(ev.Sub, fieldID))
 	case EvQuestionAnswered:
-		via := ev.Via
+		// The answer's via (the relay whose inbox it was answered in) and its
+		// choice come from a paired relay as they are.
+		qid, via := LineValue(ev.QuestionID, fieldID), LineValue(ev.Via, fieldRelay)
 		if ev.Dismissed {
-			return prefix + fmt.Sprintf("question_answered %s %s: dismissed (via %s)", ev.QuestionID, quoted(ev.Text), via)
+			return prefix + fmt.Sprintf("question_answered %s %s: dismissed (via %s)", qid, quoted(ev.Text), via)
 		}
 		if ev.Choice == "" {
-			return prefix + fmt.Sprintf("question_answered %s %s: %s (via %s)", ev.QuestionID, quoted(ev.Text), quoted(ev.Answer), via)
+			return prefix + fmt.Sprintf("question_answered %s %s: %s (via %s)", qid, quoted(ev.Text), quoted(ev.Answer), via)
 		}
-		return prefix + fmt.Sprintf("question_answered %s %s: %s (choice: %s, via %s)", ev.QuestionID, quoted(ev.Text), quoted(ev.Answer), ev.Choice, via)
+		return prefix + fmt.Sprintf("question_answered %s %s: %s (choice: %s, via %s)", qid, quoted(ev.Text), quoted(ev.Answer), LineValue(ev.Choice, fieldExcerpt), via)
 	case EvLinkLost:
-		return prefix + ev.Relay + " · link_lost"
+		return prefix + LineValue(ev.Relay, fieldRelay) + " · link_lost"
 	case EvLinkRestored:
-		return prefix + ev.Relay + " · " + ev.Text
+		return prefix + LineValue(ev.Relay, fieldRelay) + " · " + LineValue(ev.Text, fieldTitle)
 	}
-	return prefix + session + ev.Kind
+	return prefix + session + LineValue(ev.Kind, fieldWord)
 }
 
 // Message renders the batches delivered in one wake (R8.14a): the header,
@@ -134,12 +131,12 @@ func Message(batches []store.Batch, wakeLimit int) string {
 		switch g.Kind {
 		case "digest":
 			if n > 1 {
-				fmt.Fprintf(&b, "\nDigest of %d events (subscription %s every %d min; questions and errors come at once):", n, g.Sub, g.Every)
+				fmt.Fprintf(&b, "\nDigest of %d events (subscription %s every %d min; questions and errors come at once):", n, LineValue(g.Sub, fieldID), g.Every)
 			}
 		case "quiet":
-			fmt.Fprintf(&b, "\nHeld during quiet hours (%s): %s, delivered now that the window has ended; questions and errors came at once.", g.Window, plural(n, "event", "events"))
+			fmt.Fprintf(&b, "\nHeld during quiet hours (%s): %s, delivered now that the window has ended; questions and errors came at once.", LineValue(g.Window, fieldPath), plural(n, "event", "events"))
 		case "digest+summary":
-			fmt.Fprintf(&b, "\nDigest of %s (%s, with the summary held by the wake limit: %d wakes in the last hour; questions and errors come at once):", plural(n, "event", "events"), g.Window, wakeLimit)
+			fmt.Fprintf(&b, "\nDigest of %s (%s, with the summary held by the wake limit: %d wakes in the last hour; questions and errors come at once):", plural(n, "event", "events"), g.Window, wakeLimit) // made of safe names (digestWithSummary)
 		case "summary":
 			fmt.Fprintf(&b, "\nSummary of %d events held by the wake limit (%d wakes in the last hour; questions and errors come at once):", n, wakeLimit)
 		}
@@ -201,7 +198,7 @@ func digestWithSummary(rest []store.Batch) []store.Batch {
 			both.Events = append(both.Events, g.Events...)
 		case "digest":
 			both.Events = append(both.Events, g.Events...)
-			if name := fmt.Sprintf("subscription %s every %d min", g.Sub, g.Every); !slices.Contains(names, name) {
+			if name := fmt.Sprintf("subscription %s every %d min", LineValue(g.Sub, fieldID), g.Every); !slices.Contains(names, name) {
 				names = append(names, name)
 			}
 		default:

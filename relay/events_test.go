@@ -51,11 +51,12 @@ func TestEventLine(t *testing.T) {
 		{"question dismissed", store.Event{Kind: EvQuestionAnswered, QuestionID: "ask_7d2a", Text: "Merge now?", Dismissed: true, Via: "desk"},
 			`[relay event] question_answered ask_7d2a "Merge now?": dismissed (via desk)`},
 		{"link_lost", store.Event{Kind: EvLinkLost, Relay: "build-box"}, `[relay event] build-box · link_lost`},
-		// Issue 13: quotes inside a title or text stay as they are, never \"; one watched session.
-		{"quotes as they are", store.Event{Kind: EvTurnEnd, Session: s, Title: `Say "hi"`, Status: "done", Text: `He said "done" and left`},
-			`[relay event] session "Say "hi"" (3f9c2a1e): turn_end (done) "He said "done" and left"`},
+		// Issue 13: quotes inside a title or text are never escaped as \"; R18.16:
+		// they become typographic quotes, so they cannot close the line's own.
+		{"quotes inside", store.Event{Kind: EvTurnEnd, Session: s, Title: `Say "hi"`, Status: "done", Text: `He said "done" and left`},
+			`[relay event] session "Say “hi”" (3f9c2a1e): turn_end (done) "He said “done” and left"`},
 		{"answer with quotes", store.Event{Kind: EvQuestionAnswered, QuestionID: "ask_7d2a", Text: `Use "v2"?`, Answer: `yes, "v2"`, Via: "desk"},
-			`[relay event] question_answered ask_7d2a "Use "v2"?": "yes, "v2"" (via desk)`},
+			`[relay event] question_answered ask_7d2a "Use “v2”?": "yes, “v2”" (via desk)`},
 		{"all_idle of one", store.Event{Kind: EvAllIdle, Sub: "sub_ab12cd34ef", Watched: 1},
 			`[relay event] all_idle: no turn or task is running in the 1 watched session (subscription sub_ab12cd34ef)`},
 		{"heartbeat of one", store.Event{Kind: EvHeartbeat, Sub: "sub_ab12cd34ef", Watched: 1, Running: 0, Idle: 1},

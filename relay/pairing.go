@@ -409,13 +409,20 @@ func (r *Relay) unlockMentions(ctx context.Context, sid, text string) {
 	}
 }
 
-// RemotePromptLine is the first line of a prompt from another relay's agent (R4.8).
-func RemotePromptLine(from *store.Ref) string {
-	model := from.Model
+// PromptLine is the first line of a prompt an agent sent: from another
+// relay's agent (R4.8), or, local, from an agent on this relay (R18.15), so
+// no agent takes another agent's words for its owner's. The sender's relay,
+// title and model go through LineValue (R18.16).
+func PromptLine(from *store.Ref, local bool) string {
+	model := LineValue(from.Model, fieldModel)
 	if model == "" {
 		model = "unknown model"
 	}
-	return fmt.Sprintf("[Remote prompt from an agent on relay %q · session %q · %s · acting for the user]", from.Relay, from.Title, model)
+	title := LineValue(from.Title, fieldTitle)
+	if local {
+		return fmt.Sprintf(`[Prompt from an agent on this relay · session "%s" · %s · acting for the user]`, title, model)
+	}
+	return fmt.Sprintf(`[Remote prompt from an agent on relay "%s" · session "%s" · %s · acting for the user]`, LineValue(from.Relay, fieldRelay), title, model)
 }
 
 // pairedRelays is list_relays' view of the pairings for a conversation.

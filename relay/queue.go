@@ -96,12 +96,16 @@ func (r *Relay) queueTurn(ctx context.Context, id string, s *store.Session, text
 		return nil, notPromptable(s, nothingSent) // R17.7: no turn can run there
 	}
 	unlockFrom := ""
-	if from != nil && from.Relay != "" && !strings.EqualFold(from.Relay, r.opts.Name) {
-		// R4.8: the other agent learns who speaks; R4.4(b): its relay is unlocked
-		// here, in the push (when this relay has paired it: one pairing
-		// direction is enough to be written to).
-		text = RemotePromptLine(from) + "\n" + text
-		unlockFrom = from.Relay
+	if from != nil {
+		// R4.8, R18.15: the agent learns that another agent speaks, from this
+		// relay or another; the line is part of the stored text (R13.1).
+		local := from.Relay == "" || strings.EqualFold(from.Relay, r.opts.Name)
+		text = PromptLine(from, local) + "\n" + text
+		if !local {
+			// R4.4(b): the other relay is unlocked here, in the push (when this
+			// relay has paired it: one pairing direction is enough to be written to).
+			unlockFrom = from.Relay
+		}
 	}
 	now := r.now()
 	t := &store.Turn{ID: id, Session: s.ID, Role: role, From: from, Origin: origin, Caller: callerID, CreatedAt: now, Text: text}
@@ -331,14 +335,17 @@ func (r *Relay) turnResult(ctx context.Context, res *result, t *store.Turn) {
 }
 
 // groupLine names a card's group: "Group: NAME (ID)", or "(new)" for one to create.
-func groupLine(name, id string) string { return fmt.Sprintf("Group: %s (%s)", name, id) }
+func groupLine(name, id string) string {
+	return fmt.Sprintf("Group: %s (%s)", LineValue(name, fieldTitle), LineValue(id, fieldID))
+}
 
+// settingsLine is a card's line of the model, effort and mode (R18.16: one line).
 func settingsLine(model, effort, mode string) string {
-	parts := []string{"Model: " + firstNonEmpty(model, "default")}
-	if effort != "" {
+	parts := []string{"Model: " + firstNonEmpty(LineValue(model, fieldModel), "default")}
+	if effort = LineValue(effort, fieldModel); effort != "" {
 		parts = append(parts, "Effort: "+effort)
 	}
-	if mode != "" {
+	if mode = LineValue(mode, fieldModel); mode != "" {
 		parts = append(parts, "Mode: "+mode)
 	}
 	return strings.Join(parts, " · ")

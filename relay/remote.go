@@ -336,13 +336,14 @@ func (r *Relay) remoteCards(ctx context.Context, c *caller, a *args, p *store.Pa
 }
 
 func remoteCardLines(a *args, p *store.Pairing) []string {
-	line := fmt.Sprintf("%s on relay %q", a.action, p.Name)
+	// R18.16: the agent's arguments go into the lines made safe for a line.
+	line := fmt.Sprintf(`%s on relay "%s"`, a.action, LineValue(p.Name, fieldRelay))
 	if s, _ := a.str("session"); s != "" {
-		line += fmt.Sprintf(", session %s", s)
+		line += fmt.Sprintf(", session %s", LineValue(s, fieldID))
 	}
 	for _, k := range []string{"text", "question"} {
 		if t, _ := a.str(k); t != "" {
-			line += ": " + excerpt(t, 200)
+			line += ": " + LineValue(t, fieldExcerpt)
 			break
 		}
 	}
@@ -350,7 +351,7 @@ func remoteCardLines(a *args, p *store.Pairing) []string {
 	var set []string
 	for _, k := range []string{"model", "effort", "mode", "group", "title", "cwd"} {
 		if v, _ := a.str(k); v != "" {
-			set = append(set, fmt.Sprintf("%s: %s", strings.ToUpper(k[:1])+k[1:], v))
+			set = append(set, fmt.Sprintf("%s: %s", strings.ToUpper(k[:1])+k[1:], LineValue(v, fieldOf(k))))
 		}
 	}
 	if len(set) > 0 {

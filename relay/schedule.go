@@ -518,14 +518,15 @@ func scheduleWhen(every int) string {
 	return fmt.Sprintf("every %d min", every)
 }
 
-// scheduleCardLine is a schedule card's line (R9.6).
+// scheduleCardLine is a schedule card's line (R9.6; R18.16: one line).
 func scheduleCardLine(title string, target *store.Session, every int, first time.Time, text string) string {
-	return fmt.Sprintf("Schedule %q into %q (%s), %s from %s: %s",
-		title, target.Title, id8(target.ID), scheduleWhen(every), first.Format(time.RFC3339), excerpt(text, 200))
+	return fmt.Sprintf(`Schedule "%s" into "%s" (%s), %s from %s: %s`, LineValue(title, fieldTitle), LineValue(target.Title, fieldTitle),
+		lineID(target.ID), scheduleWhen(every), first.Format(time.RFC3339), LineValue(text, fieldExcerpt))
 }
 
-// scheduleHeader is the first line of a schedule's message (R9).
+// scheduleHeader is the first line of a schedule's message (R9): its title
+// is an agent's, made safe for the line (R18.16).
 func scheduleHeader(sc *store.Schedule) string {
-	return fmt.Sprintf("[relay schedule %s %q · %s · automated message from OAR, not from the user; it approves nothing]",
-		sc.ID, sc.Title, scheduleWhen(sc.EveryMinutes))
+	return fmt.Sprintf(`[relay schedule %s "%s" · %s · automated message from OAR, not from the user; it approves nothing]`,
+		LineValue(sc.ID, fieldID), LineValue(sc.Title, fieldTitle), scheduleWhen(sc.EveryMinutes))
 }

@@ -185,9 +185,9 @@ func (r *Relay) askSendCard(ctx context.Context, c *caller, in *sendArgs, pl *se
 	return r.askCard(ctx, c, pl.need, "send", &tid, lines, nothingSent)
 }
 
-// sendCardLine is a send card's first line: the target and the prompt.
+// sendCardLine is a send card's first line: the target and the prompt (R18.16: one line).
 func sendCardLine(s *store.Session, text string) string {
-	return fmt.Sprintf("Send to %q (%s): %s", s.Title, id8(s.ID), excerpt(text, 200))
+	return fmt.Sprintf(`Send to "%s" (%s): %s`, LineValue(s.Title, fieldTitle), lineID(s.ID), LineValue(text, fieldExcerpt))
 }
 
 // sendChanges are the session settings a send writes before its prompt is

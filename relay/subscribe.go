@@ -216,11 +216,15 @@ func subscribeCardLine(watched []*store.Session, all bool, events []string) stri
 	if !all {
 		var names []string
 		for _, s := range watched {
-			names = append(names, fmt.Sprintf("%q (%s)", s.Title, id8(s.ID)))
+			names = append(names, fmt.Sprintf(`"%s" (%s)`, LineValue(s.Title, fieldTitle), lineID(s.ID)))
 		}
 		what = strings.Join(names, ", ")
 	}
-	return fmt.Sprintf("Watch %s for %s", what, strings.Join(events, ", "))
+	kinds := make([]string, len(events))
+	for i, k := range events {
+		kinds[i] = LineValue(k, fieldWord)
+	}
+	return fmt.Sprintf("Watch %s for %s", what, strings.Join(kinds, ", "))
 }
 
 // cardSubscribe asks the owner when a card is needed.

@@ -294,7 +294,7 @@ func (r *Relay) updateChanges(ctx context.Context, in *updateArgs, pl *updatePla
 		}
 		if t.value != "" && t.value != *t.field(s) {
 			ch.names = append(ch.names, t.name)
-			ch.lines = append(ch.lines, changeLine(t.label, t.value))
+			ch.lines = append(ch.lines, changeLine(t.label, t.value, fieldOf(t.name)))
 		}
 	}
 	switch {
@@ -333,13 +333,26 @@ func (r *Relay) cardUpdate(ctx context.Context, c *caller, pl *updatePlan, ch *u
 	return r.askCard(ctx, c, need, "update_session", &tid, updateCardLines(s, ch.lines), nothingChanged)
 }
 
-// updateCardLines are an update_session card's lines: the session, then its changes.
+// updateCardLines are an update_session card's lines: the session, then its
+// changes (each made by changeLine or groupLine; R18.16: one line each).
 func updateCardLines(s *store.Session, changes []string) []string {
-	return []string{fmt.Sprintf("Change %q (%s):", s.Title, id8(s.ID)), strings.Join(changes, " · ")}
+	return []string{fmt.Sprintf(`Change "%s" (%s):`, LineValue(s.Title, fieldTitle), lineID(s.ID)), strings.Join(changes, " · ")}
 }
 
-// changeLine names one setting an update_session card would change.
-func changeLine(label, value string) string { return label + ": " + value }
+// changeLine names one setting an update_session card would change, its
+// value at most max characters.
+func changeLine(label, value string, max int) string { return label + ": " + LineValue(value, max) }
+
+// fieldOf is the length of a setting's value in a card's line (R18.16).
+func fieldOf(setting string) int {
+	switch setting {
+	case "title", "group":
+		return fieldTitle
+	case "cwd":
+		return fieldPath
+	}
+	return fieldModel
+}
 
 // applyUpdate writes the changes to the session as it is after the card.
 func (r *Relay) applyUpdate(ctx context.Context, in *updateArgs, pl *updatePlan, ch *updateChange, res *result) (*result, *Error) {

@@ -764,7 +764,8 @@ func TestActionsReadSession(t *testing.T) {
 		}
 	}
 	wantEq(t, "roles", roles, []string{"user", "assistant", "agent", "assistant", "user", "event"})
-	wantEq(t, "texts[:4]", texts[:4], []string{"hi", "echo: hi", "hello", "echo: hello"})
+	// R18.15: the agent's prompt starts with its line; the scripted agent answers the text after it.
+	wantEq(t, "texts[:4]", texts[:4], []string{"hi", "echo: hi", agentLine("caller", "scripted-1") + "\nhello", "echo: hello"})
 	wantHas(t, "event text", texts[5], "kaput")
 	agentMsg := obj(t, msgs[2], "agent message")
 	wantEq(t, "from", agentMsg["from"], map[string]any{"relay": "desk", "session": a.ID, "title": "caller", "model": "scripted-1"})

@@ -162,7 +162,7 @@ func TestDisconnectedWaitIsNotSeen(t *testing.T) {
 	text := Script(map[string]any{"sleep_ms": 1500}, map[string]any{"reply": "cut send"})
 	call := startCutCall(t, client, r, w.Token, map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": text, "wait_seconds": 15})
 	call.running(t)
-	sendID := promptID(t, r, b.ID, text)
+	sendID := promptID(t, r, b.ID, agentLine("watcher", "scripted-1")+"\n"+text) // R18.15
 	r.WaitTurn(sendID, ev2Wait, "running")
 	call.cut(t)
 	if tr := r.WaitTurn(sendID, ev2Wait, "done", "error", "stopped"); tr.Status != "done" {

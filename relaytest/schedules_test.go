@@ -612,7 +612,7 @@ func TestScheduleSessionLoopProtectionHeld(t *testing.T) {
 	if len(msgs) != 1 {
 		t.Fatalf("%d firings reached the target, want 1", len(msgs))
 	}
-	wantEq(t, "text", msgs[0]["text"], schHeader(id, "Ping", "every 1 min")+"\nping")
+	wantEq(t, "text", msgs[0]["text"], agentLine("setter", "scripted-1")+"\n"+schHeader(id, "Ping", "every 1 min")+"\nping") // R18.15
 	if from, _ := msgs[0]["from"].(map[string]any); from == nil || from["session"] != a.ID {
 		t.Errorf("firing from = %v, want the setting session %s", msgs[0]["from"], a.ID)
 	}

@@ -184,6 +184,30 @@ func skipString(s string, i int) int {
 	return i
 }
 
+// EscapeEnd returns the index just after the terminal escape sequence that
+// starts at s[i] (ESC, or a C1 introducer — CSI, DCS, SOS, OSC, PM, APC — as
+// a UTF-8 rune or a raw 8-bit byte), parsed as StripANSI parses it; i when no
+// escape sequence starts there. The relay's line values use it (R18.16).
+func EscapeEnd(s string, i int) int {
+	if i >= len(s) {
+		return i
+	}
+	if s[i] == 0x1b {
+		return skipEscape(s, i+1)
+	}
+	r, size := utf8.DecodeRuneInString(s[i:])
+	if r == utf8.RuneError && size == 1 {
+		r = rune(s[i]) // a raw 8-bit introducer
+	}
+	switch r {
+	case 0x9b:
+		return skipCSI(s, i+size)
+	case 0x90, 0x98, 0x9d, 0x9e, 0x9f:
+		return skipString(s, i+size)
+	}
+	return i
+}
+
 // ---------------------------------------------------------------------------
 // Mask
 

@@ -814,3 +814,32 @@ func TestParseCountsHuge(t *testing.T) {
 		t.Fatalf("counts %+v", c)
 	}
 }
+
+// EscapeEnd finds the end of the escape sequence that starts at an index, as
+// StripANSI parses it (the relay's line values use it, R18.16).
+func TestEscapeEnd(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		in   string
+		i    int
+		want int
+	}{
+		{"plain", 0, 0},
+		{"\x1b[31mred", 0, 5},
+		{"ab\x1b[0m", 2, 6},
+		{"\x1b]0;title\x07rest", 0, 10},
+		{"\x1b]8;;u\x1b\\link", 0, 8},
+		{"\x1bc!", 0, 2},
+		{"\u009b2Jx", 0, 4},
+		{"\x9b2Jx", 0, 3},
+		{"\u009dtitle\u009cx", 0, 9},
+		{"\x1b", 0, 1},
+		{"é", 0, 0},
+		{"x", 5, 5},
+	}
+	for _, c := range cases {
+		if got := EscapeEnd(c.in, c.i); got != c.want {
+			t.Errorf("EscapeEnd(%q, %d) = %d, want %d", c.in, c.i, got, c.want)
+		}
+	}
+}
