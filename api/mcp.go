@@ -76,8 +76,23 @@ func (o MCPOptions) WithDefaults() MCPOptions {
 	return o
 }
 
+// Bounded work per caller (R18.18).
+const (
+	// MaxBatch is how many JSON-RPC messages one POST /mcp may hold (a batch
+	// of more is refused with 400, nothing run).
+	MaxBatch = 32
+	// MaxCallsPerToken is how many tool calls one session token may have
+	// running at once in a process (more: REMOTE_RELAY_BUSY, nothing done).
+	MaxCallsPerToken = 16
+	// maxMCPBody is the SDK's own limit on a POST's body
+	// (mcp.DefaultMaxRequestBodyBytes), applied before the batch is counted.
+	maxMCPBody = mcp.DefaultMaxRequestBodyBytes
+)
+
 // Envelopes the route answers itself, without the domain.
 var (
+	envelopeBusy = json.RawMessage(`{"ok":false,"code":"REMOTE_RELAY_BUSY","error":"This session token already has ` +
+		strconv.Itoa(MaxCallsPerToken) + ` tool calls running on this relay, the most one token may have at once; call again when one of them has returned. Nothing was done."}`)
 	envelopeArgsNotObject = json.RawMessage(`{"ok":false,"code":"REMOTE_RELAY_INVALID_INPUT","error":"arguments must be a JSON object. Nothing was done."}`)
 	envelopeInternal      = json.RawMessage(`{"ok":false,"code":"REMOTE_RELAY_INTERNAL","error":"The relay hit an unexpected error; its log has the detail. It is not known whether the action took effect."}`)
 )
@@ -102,7 +117,7 @@ var errTokenCheck = errors.New("the session token could not be checked now; try 
 // and without a write error (relay.WithDelivery).
 func NewMCPHandler(d ToolDomain, o MCPOptions) http.Handler {
 	o = o.WithDefaults()
-	r := &mcpRoute{domain: d, opts: o, log: o.Logger}
+	r := &mcpRoute{domain: d, opts: o, log: o.Logger, running: map[string]int{}}
 
 	server := mcp.NewServer(&mcp.Implementation{Name: "relay", Version: o.Version}, &mcp.ServerOptions{
 		Logger: slog.New(minLevelHandler{Handler: o.Logger.Handler(), min: slog.LevelWarn}),
@@ -131,13 +146,92 @@ func NewMCPHandler(d ToolDomain, o MCPOptions) http.Handler {
 		Logger:                     slog.New(minLevelHandler{Handler: o.Logger.Handler(), min: slog.LevelWarn}),
 	})
 	requireToken := auth.RequireBearerToken(r.verifyToken, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
-	return requireToken(keepAliveHandler{next: streamable})
+	return requireToken(batchLimit{next: keepAliveHandler{next: streamable}})
 }
 
 type mcpRoute struct {
 	domain ToolDomain
 	opts   MCPOptions
 	log    *slog.Logger
+
+	mu      sync.Mutex
+	running map[string]int // session id → its tool calls running in this process
+}
+
+// take counts a tool call of a session as running, unless MaxCallsPerToken
+// of its calls already run; release undoes it.
+func (r *mcpRoute) take(session string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running[session] >= MaxCallsPerToken {
+		return false
+	}
+	r.running[session]++
+	return true
+}
+
+func (r *mcpRoute) release(session string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running[session]--; r.running[session] <= 0 {
+		delete(r.running, session)
+	}
+}
+
+// batchLimit refuses a JSON-RPC batch of more than MaxBatch messages before
+// the SDK decodes it (it would run every call of it at once): 400 with a
+// JSON-RPC error, nothing run (R18.18).
+type batchLimit struct {
+	next http.Handler
+}
+
+func (b batchLimit) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodPost || req.Body == nil {
+		b.next.ServeHTTP(w, req)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxMCPBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			http.Error(w, fmt.Sprintf("request body exceeds %d bytes", mbe.Limit), http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "failed to read body", http.StatusBadRequest)
+		return
+	}
+	if n := batchLen(body, MaxBatch+1); n > MaxBatch {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"A JSON-RPC batch on /mcp may hold at most %d requests; this one holds more. Nothing was run: send them in smaller batches."}}`, MaxBatch)
+		return
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	req.ContentLength = int64(len(body))
+	b.next.ServeHTTP(w, req)
+}
+
+// batchLen counts the messages of a JSON array body, stopping at stop (a body
+// that is not an array: 0; a malformed one: what was counted, for the SDK to
+// refuse).
+func batchLen(body []byte, stop int) int {
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) == 0 || trimmed[0] != '[' {
+		return 0
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	if _, err := dec.Token(); err != nil {
+		return 0
+	}
+	n := 0
+	for n < stop && dec.More() {
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			break
+		}
+		n++
+	}
+	return n
 }
 
 // verifyToken is the auth.TokenVerifier: the token's session id becomes TokenInfo.UserID,
@@ -194,6 +288,10 @@ func (r *mcpRoute) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 		post.add(settle)
 	}
 
+	if !r.take(caller) {
+		return toolResult(envelopeBusy, true), nil
+	}
+	defer r.release(caller)
 	stop := r.keepCallAlive(ctx, req, args)
 	result, isError := r.runDomain(ctx, caller, args)
 	stop()

@@ -431,7 +431,10 @@ func (a *App) Run(ctx context.Context) (err error) {
 		}
 		h := api.NewRouter(api.Options{Relay: a.relay, Metrics: a.met, OwnerToken: a.ownerToken, Ready: a.ready, MCP: mcpOpts, Logger: a.log,
 			PublicURL: a.PublicURL()})
-		srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		// R18.18: bounded headers, idle connections closed, at most
+		// api.MaxConns connections (the least recently busy idle one closed
+		// for a new one), so a flood cannot stop /healthz or the owner API.
+		srv = api.NewServer(h)
 	case ModeWorker:
 		if a.cfg.MetricsAddr != "" {
 			ln, err = net.Listen("tcp", a.cfg.MetricsAddr)
