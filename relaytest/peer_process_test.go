@@ -118,9 +118,16 @@ func startPeerProc(t *testing.T, label, name string, rd *Redis, timing string) *
 // start (re)starts the process on its address and waits until it is ready.
 func (p *peerProc) start() {
 	p.t.Helper()
-	begin := time.Now()
 	cmd := exec.Command(p.bin, "serve", "--addr", p.addr, "--redis", p.rd.URL, "--owner-token", OwnerToken,
 		"--config", p.cfg, "--log-level", "debug")
+	cmd.Env = relayEnv("RELAY_KEY_PREFIX=" + p.rd.Prefix)
+	took := runServe(p.t, &p.child, cmd, p.out, p.label, p.api.URL)
+	p.t.Logf("%s (relay %q) ready on %s after %s", p.label, p.name, p.addr, took.Round(time.Millisecond))
+}
+
+// relayEnv is the test's environment without RELAY_* and REDIS_URL (a relay
+// subprocess gets only the settings its test gives it), plus extra.
+func relayEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if strings.HasPrefix(kv, "RELAY_") || strings.HasPrefix(kv, "REDIS_URL=") {
@@ -128,31 +135,39 @@ func (p *peerProc) start() {
 		}
 		env = append(env, kv)
 	}
-	cmd.Env = append(env, "RELAY_KEY_PREFIX="+p.rd.Prefix)
-	fmt.Fprintf(p.out, "==== %s start %s ====\n", p.label, time.Now().Format("15:04:05.000"))
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	exited, err := p.run(cmd)
+	return append(env, extra...)
+}
+
+// runServe starts cmd, a `relay serve` whose API is at url, as c's process
+// (its output, after a start marker, into out) and waits until /readyz
+// answers 200; the test fails if it exits first or is not ready in 20 s.
+// It returns how long the start took.
+func runServe(t *testing.T, c *child, cmd *exec.Cmd, out *syncBuffer, label, url string) time.Duration {
+	t.Helper()
+	begin := time.Now()
+	fmt.Fprintf(out, "==== %s start %s ====\n", label, time.Now().Format("15:04:05.000"))
+	cmd.Stdout, cmd.Stderr = out, out
+	exited, err := c.run(cmd)
 	if err != nil {
-		p.t.Fatal(err)
+		t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		select {
 		case err := <-exited:
 			exited <- err
-			p.t.Fatalf("%s exited at start: %v\n%s", p.label, err, p.out.String())
+			t.Fatalf("%s exited at start: %v\n%s", label, err, out.String())
 		default:
 		}
-		resp, err := http.Get(p.api.URL + "/readyz")
+		resp, err := http.Get(url + "/readyz")
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				p.t.Logf("%s (relay %q) ready on %s after %s", p.label, p.name, p.addr, time.Since(begin).Round(time.Millisecond))
-				return
+				return time.Since(begin)
 			}
 		}
 		if time.Now().After(deadline) {
-			p.t.Fatalf("%s not ready within 20 s", p.label)
+			t.Fatalf("%s not ready within 20 s", label)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
