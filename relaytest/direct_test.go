@@ -20,12 +20,7 @@ import (
 // processed (asynq's own count).
 func drainTasksDone(t *testing.T, r *Relay) func() int {
 	t.Helper()
-	opt, err := asynq.ParseRedisURI(r.Redis.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	insp := asynq.NewInspector(opt)
-	t.Cleanup(func() { _ = insp.Close() })
+	insp := asynq.NewInspectorFromRedisClient(r.App.Redis()) // a real Redis or the embedded store
 	q := jobs.QueuesFor(r.Redis.Prefix).Turns
 	return func() int {
 		info, err := insp.GetQueueInfo(q)

@@ -119,6 +119,7 @@ func durStats(ds []time.Duration) (lo, med, hi time.Duration) {
 // stopped within 30 s (R18.11), every queued prompt runs in order, the sessions take
 // new prompts, and no session is left with a running turn, a queue, a drain flag or a lease.
 func TestFaultKillTenTrials(t *testing.T) {
+	NeedsSharedRedis(t, "a serve and `relay worker` child processes on one Redis")
 	if testing.Short() {
 		t.Skip("builds the relay binary and kills ten worker processes (~3 min)")
 	}
@@ -359,6 +360,7 @@ type sentPrompt struct {
 // and 200 after; every prompt the API accepted (2xx with a message id) runs to done,
 // in order per session, and prompts that were refused leave nothing.
 func TestFaultRedisRestartWithAOF(t *testing.T) {
+	NeedsSharedRedis(t, "it stops and restarts its own redis-server")
 	if testing.Short() {
 		t.Skip("runs its own redis-server and stops it for 10 s")
 	}

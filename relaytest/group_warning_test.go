@@ -3,8 +3,6 @@ package relaytest
 import (
 	"context"
 	"testing"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // R7.9 (issue 13, untested before): when the relay cannot put a new session
@@ -15,12 +13,7 @@ func TestCreateSessionGroupWarning(t *testing.T) {
 	r := Start(t, Options{})
 	gid := ownerGroup(t, r, "Release 2.4")
 	a := r.NewSession(map[string]any{"title": "lead"})
-	opt, err := redis.ParseURL(r.Redis.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := r.App.Redis() // the relay's own client: a real Redis or the embedded store
 
 	mid := r.Message(a.ID, Script(map[string]any{"tool": map[string]any{"action": "create_session", "relay": "this", "text": "hi", "group": gid, "wait_seconds": 15}}))
 	card := r.WaitCard(a.ID)

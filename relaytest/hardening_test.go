@@ -89,6 +89,7 @@ func parallel(t *testing.T, clients []*MCP, n int, args func(i int) map[string]a
 
 // R18.2: archiving a session revokes its token at once in every process.
 func TestArchiveRevokesTokenEverywhere(t *testing.T) {
+	NeedsSharedRedis(t, "two relay processes on one Redis")
 	t.Parallel()
 	rd := NewRedis(t)
 	r1 := Start(t, Options{Redis: rd})
@@ -215,6 +216,7 @@ func TestSizeLimitsAndAskExpiry(t *testing.T) {
 
 // R18.6: count limits hold under concurrent calls from two processes.
 func TestCountLimitsAreAtomic(t *testing.T) {
+	NeedsSharedRedis(t, "two relay processes on one Redis")
 	t.Parallel()
 	rd := NewRedis(t)
 	lim := func(c *config.Config) { c.Limits.AgentPromptsBeforeCard = 5 }

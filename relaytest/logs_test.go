@@ -53,6 +53,7 @@ func TestOperatorLogs(t *testing.T) {
 
 // Two relays with different names on one Redis and prefix are warned about at start.
 func TestNameConflictWarning(t *testing.T) {
+	NeedsSharedRedis(t, "relays of different names on one Redis and prefix")
 	t.Parallel()
 	rd := NewRedis(t)
 	Start(t, Options{Redis: rd})

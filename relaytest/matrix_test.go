@@ -392,12 +392,7 @@ func TestPermissionMatrix(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
 	r := Start(t, Options{}) // agent sessions on for the setup
-	opt, err := redis.ParseURL(r.Redis.URL)
-	if err != nil {
-		t.Fatalf("redis url: %v", err)
-	}
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := r.App.Redis()     // the relay's own client: a real Redis or the embedded store
 	prefix := r.Redis.Prefix
 	snap := func() mxDump { return mxSnapshot(t, rdb, prefix) }
 

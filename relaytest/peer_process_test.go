@@ -302,6 +302,7 @@ func replyResults(t *testing.T, res map[string]any) []map[string]any {
 }
 
 func TestPeerProcessesSendAndList(t *testing.T) {
+	NeedsSharedRedis(t, "it reads each `relay serve` child's Redis itself")
 	t.Parallel()
 	begin := time.Now()
 	alpha := startPeerProc(t, "alpha", "alpha", NewRedis(t), "")
@@ -414,6 +415,7 @@ func pairAll(t *testing.T, ps ...*peerProc) {
 
 // TestPeerHopLimitThreeRelays: R4.7 with alpha → bravo → charlie (→ alpha).
 func TestPeerHopLimitThreeRelays(t *testing.T) {
+	NeedsSharedRedis(t, "it reads each `relay serve` child's Redis itself")
 	t.Parallel()
 	begin := time.Now()
 	alpha := startPeerProc(t, "alpha", "alpha", NewRedis(t), "")
@@ -517,6 +519,7 @@ func (p *peerProc) relayOnline(name string) bool {
 // watched session; when bravo1 answers again, alpha's conversation gets them
 // as one message between link_lost and link_restored, each line replayed, once.
 func TestPeerLinkCutReplay(t *testing.T) {
+	NeedsSharedRedis(t, "two `relay serve` children of one relay on one Redis")
 	t.Parallel()
 	begin := time.Now()
 	rdB := NewRedis(t)
@@ -639,6 +642,7 @@ func (p *peerProc) timedTool(s Session, args map[string]any) (map[string]any, ti
 // caller keep their speed (R13.4); a rejected token is REMOTE_RELAY_AUTH and
 // nothing is paired.
 func TestPeerProcessFaults(t *testing.T) {
+	NeedsSharedRedis(t, "it reads each `relay serve` child's Redis itself")
 	t.Parallel()
 	begin := time.Now()
 	const peerTimeout = 2 * time.Second

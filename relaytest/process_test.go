@@ -28,6 +28,7 @@ import (
 // ---- SPEC §2: graceful shutdown hands running turns back, nothing lost ----
 
 func TestGracefulHandover(t *testing.T) {
+	NeedsSharedRedis(t, "a serve handing its turn to a worker process on one Redis")
 	t.Parallel()
 	rd := NewRedis(t)
 	a := Start(t, Options{Redis: rd}) // serve; alone, so it runs the first turn
@@ -110,6 +111,7 @@ func (l *syncBuffer) String() string {
 // start-up recovery picks it up. RELAY_TEST_NATURAL_RECOVERY=1 waits for the natural recovery
 // instead (up to ~2 min) and logs how long it took.
 func TestWorkerKilledMidTurn(t *testing.T) {
+	NeedsSharedRedis(t, "a serve and a `relay worker` child process on one Redis")
 	if testing.Short() {
 		t.Skip("builds the relay binary and waits up to 30 s for the dead worker's turn")
 	}
@@ -201,6 +203,7 @@ func TestWorkerKilledMidTurn(t *testing.T) {
 // ---- Redis down and back ----
 
 func TestRedisDownAndBack(t *testing.T) {
+	NeedsSharedRedis(t, "it stops and restarts its Redis server")
 	t.Parallel()
 	rd := NewMiniRedis(t)
 	r := Start(t, Options{Redis: rd})

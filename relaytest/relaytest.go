@@ -2,12 +2,18 @@
 // 127.0.0.1:0, against the Redis in REDIS_URL (each with its own key prefix)
 // or, without it, against an in-process Redis-compatible server on loopback.
 // With CI=true an unreachable Redis fails the test instead of skipping.
+//
+// With RELAY_TEST_STORE=embedded every relay runs on the embedded default
+// instead (R20.6): no Redis URL, the store kept in a data directory of the
+// test's own, one process per directory. Tests that need one Redis shared by
+// several live processes call NeedsSharedRedis, which skips them there.
 package relaytest
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -26,6 +32,7 @@ import (
 	"github.com/oar/relay/api"
 	"github.com/oar/relay/app"
 	"github.com/oar/relay/config"
+	"github.com/oar/relay/embedded"
 	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/scheduler"
 	"github.com/oar/relay/store"
@@ -34,11 +41,16 @@ import (
 // OwnerToken is the owner token every test relay uses.
 const OwnerToken = "test-owner-token"
 
-// Redis is a Redis server for one test: its URL and a key prefix of its own.
+// Redis is a Redis server for one test: its URL and a key prefix of its own,
+// or (DataDir set, no URL) the embedded default kept in a data directory.
 type Redis struct {
 	URL    string
 	Prefix string
 	Mini   *miniredis.Miniredis // nil on a real Redis
+	// DataDir is the embedded default's data directory (URL empty): a relay
+	// started on this Redis runs the embedded store kept there, so one
+	// stopped and started again on it keeps its data, as an owner's does.
+	DataDir string
 	// Dir is the folder every relay on this Redis and prefix may use: the
 	// processes of one relay share their folders (R18.3 checks a session's
 	// folder again on whichever process runs its turn).
@@ -47,11 +59,35 @@ type Redis struct {
 
 var miniMu sync.Mutex
 
-// NewRedis returns the Redis a test uses: REDIS_URL when set (it must answer;
-// with CI=true an unreachable one fails the test), else a fresh in-process
-// server on loopback. Keys of the prefix are removed when the test ends.
+// StoreEnv is the environment variable that picks the store of the tests'
+// relays: "embedded" runs every relay on the embedded default (R20.6).
+const StoreEnv = "RELAY_TEST_STORE"
+
+// EmbeddedMode says whether the tests run on the embedded default
+// (RELAY_TEST_STORE=embedded).
+func EmbeddedMode() bool { return os.Getenv(StoreEnv) == "embedded" }
+
+// NeedsSharedRedis skips the test on the embedded default (and only there):
+// it needs one Redis shared by several live processes or relays at once, one
+// it dials itself, or one it stops and starts, and the embedded store is one
+// process's own (R20.2: one process per data directory). why says which.
+func NeedsSharedRedis(tb testing.TB, why string) {
+	tb.Helper()
+	if EmbeddedMode() {
+		tb.Skipf("%s=embedded: needs a Redis shared by several processes (%s); the embedded default serves one process only (R20.2)", StoreEnv, why)
+	}
+}
+
+// NewRedis returns the Redis a test uses: the embedded default with
+// RELAY_TEST_STORE=embedded (NewEmbedded), else REDIS_URL when set (it must
+// answer; with CI=true an unreachable one fails the test), else a fresh
+// in-process server on loopback. Keys of the prefix are removed when the
+// test ends.
 func NewRedis(tb testing.TB) *Redis {
 	tb.Helper()
+	if EmbeddedMode() {
+		return NewEmbedded(tb)
+	}
 	prefix := "t" + store.NewID(5)
 	url := os.Getenv("REDIS_URL")
 	if url == "" {
@@ -82,6 +118,15 @@ func NewRedis(tb testing.TB) *Redis {
 		_ = c.Close()
 	})
 	return &Redis{URL: url, Prefix: prefix, Dir: tb.TempDir()}
+}
+
+// NewEmbedded is always the embedded default, whatever RELAY_TEST_STORE
+// says: no URL, a fresh data directory and the default key prefix, as an
+// owner's `relay serve` with no Redis. The directory goes when the test ends
+// (after its relays stopped).
+func NewEmbedded(tb testing.TB) *Redis {
+	tb.Helper()
+	return &Redis{Prefix: "relay", DataDir: tb.TempDir(), Dir: tb.TempDir()}
 }
 
 // NewMiniRedis always starts an in-process server (for tests that stop Redis).
@@ -176,6 +221,12 @@ func Start(tb testing.TB, o Options) *Relay {
 		cfg.Folders, cfg.DefaultCwd = []string{o.Redis.Dir}, o.Redis.Dir
 	}
 	cfg.RedisURL = o.Redis.URL
+	if o.Redis.URL == "" {
+		if o.Redis.DataDir == "" {
+			tb.Fatalf("relaytest.Redis with neither a URL nor a data directory")
+		}
+		cfg.DataDir = o.Redis.DataDir // the embedded default
+	}
 	if o.AgentSessionsOff {
 		cfg.Settings.AgentSessions = false
 	}
@@ -198,6 +249,10 @@ func Start(tb testing.TB, o Options) *Relay {
 		MaxWaitCap: o.MaxWaitCap, MCP: o.MCP, Concurrency: o.Concurrency, SweepEvery: time.Second, ShutdownGrace: time.Second,
 		Clock: o.Clock, StallScanEvery: o.StallScanEvery})
 	if err != nil {
+		var locked *embedded.LockedError
+		if errors.As(err, &locked) {
+			tb.Fatalf("new relay: %v (a test that starts a second live relay on one Redis calls NeedsSharedRedis)", err)
+		}
 		tb.Fatalf("new relay: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -586,6 +586,7 @@ func TestValidationBeforeCard(t *testing.T) {
 // ---- R6.1 the 4-at-work cap under concurrent calls, two processes ----
 
 func TestFourAtWorkCapConcurrent(t *testing.T) {
+	NeedsSharedRedis(t, "two relay processes (API + worker each) on one Redis")
 	t.Parallel()
 	noLoop := func(c *config.Config) { c.Limits.AgentPromptsBeforeCard = 1000 }
 	r1 := Start(t, Options{Config: noLoop})
@@ -763,6 +764,7 @@ func TestFourAtWorkCapConcurrent(t *testing.T) {
 // Architecture "Per-session order": 100 prompts to one session, two worker processes:
 // every reply arrives and the turns ran one at a time in the order queued.
 func TestOrderHundredPromptsTwoWorkers(t *testing.T) {
+	NeedsSharedRedis(t, "a serve and a second worker process on one Redis")
 	t.Parallel()
 	r1 := Start(t, Options{})
 	r2 := Start(t, Options{Redis: r1.Redis, Mode: "worker"})
