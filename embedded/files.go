@@ -272,7 +272,8 @@ func (c *crcReader) ReadByte() (byte, error) {
 	return b, err
 }
 
-var typeCodes = []string{TypeNone, TypeString, TypeHash, TypeList, TypeSet, TypeZSet, TypeStream}
+var typeCodes = []string{TypeNone, TypeString, TypeHash, TypeList, TypeSet, TypeZSet, TypeStream,
+	PatchHash, PatchSet, PatchZSet, PatchList, PatchStream}
 
 func typeCode(t string) byte {
 	for i, s := range typeCodes {
@@ -306,15 +307,24 @@ func encodeRecord(b []byte, r *Record) []byte {
 	switch r.Type {
 	case TypeString:
 		b = appendString(b, r.Str)
-	case TypeHash, TypeList, TypeSet:
+	case TypeHash, TypeList, TypeSet, PatchList:
 		b = appendStrings(b, r.Items)
-	case TypeZSet:
+	case PatchHash, PatchSet:
+		b = appendStrings(b, r.Items)
+		b = appendStrings(b, r.Del)
+	case TypeZSet, PatchZSet:
 		b = binary.AppendUvarint(b, uint64(len(r.Items)))
 		for i, m := range r.Items {
 			b = appendString(b, m)
 			b = binary.BigEndian.AppendUint64(b, math.Float64bits(r.Scores[i]))
 		}
-	case TypeStream:
+		if r.Type == PatchZSet {
+			b = appendStrings(b, r.Del)
+		}
+	case TypeStream, PatchStream:
+		if r.Type == PatchStream {
+			b = appendString(b, r.FirstID)
+		}
 		b = binary.AppendUvarint(b, uint64(len(r.Entries)))
 		for _, e := range r.Entries {
 			b = appendString(b, e.ID)
@@ -394,9 +404,12 @@ func decodeRecord(b []byte) (*Record, error) {
 	switch r.Type {
 	case TypeString:
 		r.Str = d.str()
-	case TypeHash, TypeList, TypeSet:
+	case TypeHash, TypeList, TypeSet, PatchList:
 		r.Items = d.strs()
-	case TypeZSet:
+	case PatchHash, PatchSet:
+		r.Items = d.strs()
+		r.Del = d.strs()
+	case TypeZSet, PatchZSet:
 		n := d.count()
 		for i := 0; i < n && d.err == nil; i++ {
 			r.Items = append(r.Items, d.str())
@@ -407,7 +420,13 @@ func decodeRecord(b []byte) (*Record, error) {
 			r.Scores = append(r.Scores, math.Float64frombits(binary.BigEndian.Uint64(d.b)))
 			d.b = d.b[8:]
 		}
-	case TypeStream:
+		if r.Type == PatchZSet {
+			r.Del = d.strs()
+		}
+	case TypeStream, PatchStream:
+		if r.Type == PatchStream {
+			r.FirstID = d.str()
+		}
 		n := d.count()
 		for i := 0; i < n && d.err == nil; i++ {
 			e := StreamEntry{ID: d.str()}

@@ -38,23 +38,9 @@ func ReadKeys(ctx context.Context, c redis.Cmdable, keys []string) (recs []*Reco
 	now := time.Now()
 	_, err = c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
-			t := types[i].Val()
 			reads[i].typ = p.Type(ctx, k)
 			reads[i].pttl = p.PTTL(ctx, k)
-			switch t {
-			case TypeString:
-				reads[i].val = p.Get(ctx, k)
-			case TypeHash:
-				reads[i].val = p.HGetAll(ctx, k)
-			case TypeList:
-				reads[i].val = p.LRange(ctx, k, 0, -1)
-			case TypeSet:
-				reads[i].val = p.SMembers(ctx, k)
-			case TypeZSet:
-				reads[i].val = p.ZRangeWithScores(ctx, k, 0, -1)
-			case TypeStream:
-				reads[i].val = p.XRange(ctx, k, "-", "+")
-			}
+			reads[i].val = queueWhole(ctx, p, k, types[i].Val())
 		}
 		return nil
 	})
@@ -67,58 +53,99 @@ func ReadKeys(ctx context.Context, c redis.Cmdable, keys []string) (recs []*Reco
 			retry = append(retry, k)
 			continue
 		}
-		r := &Record{Key: k, Type: got}
-		if got == TypeNone {
-			recs = append(recs, r)
-			continue
-		}
-		if d := reads[i].pttl.Val(); d > 0 {
-			r.ExpireAt = now.Add(d).UnixMilli()
-		}
-		switch v := reads[i].val.(type) {
-		case *redis.StringCmd:
-			r.Str = v.Val()
-		case *redis.MapStringStringCmd:
-			m := v.Val()
-			fields := make([]string, 0, len(m))
-			for f := range m {
-				fields = append(fields, f)
-			}
-			sort.Strings(fields) // one order, so an unchanged key hashes the same
-			r.Items = make([]string, 0, 2*len(m))
-			for _, f := range fields {
-				r.Items = append(r.Items, f, m[f])
-			}
-		case *redis.StringSliceCmd:
-			r.Items = v.Val()
-			if got == TypeSet {
-				sort.Strings(r.Items)
-			}
-		case *redis.ZSliceCmd:
-			for _, z := range v.Val() {
-				m, _ := z.Member.(string)
-				r.Items = append(r.Items, m)
-				r.Scores = append(r.Scores, z.Score)
-			}
-		case *redis.XMessageSliceCmd:
-			for _, x := range v.Val() {
-				e := StreamEntry{ID: x.ID}
-				fields := make([]string, 0, len(x.Values))
-				for f := range x.Values {
-					fields = append(fields, f)
-				}
-				sort.Strings(fields) // go-redis gives an entry's fields as a map
-				for _, f := range fields {
-					e.Fields = append(e.Fields, f, fmt.Sprint(x.Values[f]))
-				}
-				r.Entries = append(r.Entries, e)
-			}
-		default:
-			return nil, nil, fmt.Errorf("key %q: type %q is not kept", k, got)
+		r, err := wholeRecord(k, got, reads[i].pttl.Val(), reads[i].val, now)
+		if err != nil {
+			return nil, nil, err
 		}
 		recs = append(recs, r)
 	}
 	return recs, retry, nil
+}
+
+// queueWhole queues the read of a key's whole contents by its type (nil for
+// none).
+func queueWhole(ctx context.Context, p redis.Pipeliner, k, t string) redis.Cmder {
+	switch t {
+	case TypeString:
+		return p.Get(ctx, k)
+	case TypeHash:
+		return p.HGetAll(ctx, k)
+	case TypeList:
+		return p.LRange(ctx, k, 0, -1)
+	case TypeSet:
+		return p.SMembers(ctx, k)
+	case TypeZSet:
+		return p.ZRangeWithScores(ctx, k, 0, -1)
+	case TypeStream:
+		return p.XRange(ctx, k, "-", "+")
+	}
+	return nil
+}
+
+// expireAt is a PTTL read at now as an expiry in Unix ms (0 = none).
+func expireAt(pttl time.Duration, now time.Time) int64 {
+	if pttl > 0 {
+		return now.Add(pttl).UnixMilli()
+	}
+	return 0
+}
+
+// wholeRecord is the record of key k of type t from its whole read val
+// (queueWhole) and its PTTL.
+func wholeRecord(k, t string, pttl time.Duration, val redis.Cmder, now time.Time) (*Record, error) {
+	r := &Record{Key: k, Type: t}
+	if t == TypeNone {
+		return r, nil
+	}
+	r.ExpireAt = expireAt(pttl, now)
+	switch v := val.(type) {
+	case *redis.StringCmd:
+		r.Str = v.Val()
+	case *redis.MapStringStringCmd:
+		m := v.Val()
+		fields := make([]string, 0, len(m))
+		for f := range m {
+			fields = append(fields, f)
+		}
+		sort.Strings(fields) // one order, so an unchanged key hashes the same
+		r.Items = make([]string, 0, 2*len(m))
+		for _, f := range fields {
+			r.Items = append(r.Items, f, m[f])
+		}
+	case *redis.StringSliceCmd:
+		r.Items = v.Val()
+		if t == TypeSet {
+			sort.Strings(r.Items)
+		}
+	case *redis.ZSliceCmd:
+		for _, z := range v.Val() {
+			m, _ := z.Member.(string)
+			r.Items = append(r.Items, m)
+			r.Scores = append(r.Scores, z.Score)
+		}
+	case *redis.XMessageSliceCmd:
+		r.Entries = streamEntries(v.Val())
+	default:
+		return nil, fmt.Errorf("key %q: type %q is not kept", k, t)
+	}
+	return r, nil
+}
+
+func streamEntries(msgs []redis.XMessage) []StreamEntry {
+	out := make([]StreamEntry, 0, len(msgs))
+	for _, x := range msgs {
+		e := StreamEntry{ID: x.ID}
+		fields := make([]string, 0, len(x.Values))
+		for f := range x.Values {
+			fields = append(fields, f)
+		}
+		sort.Strings(fields) // go-redis gives an entry's fields as a map
+		for _, f := range fields {
+			e.Fields = append(e.Fields, f, fmt.Sprint(x.Values[f]))
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // ScanKeys lists every key of the database (SCAN, so a real Redis is not

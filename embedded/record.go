@@ -15,7 +15,9 @@ package embedded
 import (
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -29,6 +31,21 @@ const (
 	TypeZSet   = "zset"
 	TypeStream = "stream"
 )
+
+// Patch types: a change to a key a record of its whole state came before
+// (in the base file or an earlier segment). A checkpoint writes these for
+// keys whose commands named fields or members, or appended, so what it
+// writes follows the change rather than the key's size.
+const (
+	PatchHash   = "hash+"   // Items: fields set (pairs); Del: fields removed
+	PatchSet    = "set+"    // Items: members added; Del: members removed
+	PatchZSet   = "zset+"   // Items, Scores: members set; Del: members removed
+	PatchList   = "list+"   // Items: elements appended at the tail
+	PatchStream = "stream+" // Entries: appended; FirstID: the first entry kept ("" = none)
+)
+
+// IsPatch says whether t is a patch type.
+func IsPatch(t string) bool { return strings.HasSuffix(t, "+") }
 
 // Record is the whole state of one key at one point in time.
 type Record struct {
@@ -44,6 +61,10 @@ type Record struct {
 	Scores []float64
 	// Entries are a stream's entries in order.
 	Entries []StreamEntry
+	// Del: a patch's removed fields or members.
+	Del []string
+	// FirstID: a stream patch's first entry left after trimming ("" = none).
+	FirstID string
 }
 
 // StreamEntry is one entry of a stream.
@@ -62,7 +83,7 @@ func (r *Record) Expired(now time.Time) bool {
 // is its arguments, the name first. Big values are split over several
 // commands of at most chunk elements, so no single command grows unbounded.
 func (r *Record) Commands(now time.Time) [][]string {
-	if r.Type == TypeNone || r.Expired(now) {
+	if r.Type == TypeNone || r.Expired(now) || IsPatch(r.Type) {
 		return nil
 	}
 	const chunk = 512
@@ -104,6 +125,161 @@ func (r *Record) Commands(now time.Time) [][]string {
 	return out
 }
 
+// patchCommands returns the commands that apply a patch record to its key
+// as it is.
+func (r *Record) patchCommands() [][]string {
+	const chunk = 512
+	var out [][]string
+	add := func(name string, per int, items []string) {
+		for len(items) > 0 {
+			n := min(len(items), chunk*per)
+			cmd := make([]string, 0, 2+n)
+			cmd = append(cmd, name, r.Key)
+			out = append(out, append(cmd, items[:n]...))
+			items = items[n:]
+		}
+	}
+	switch r.Type {
+	case PatchHash:
+		add("HSET", 2, r.Items)
+		add("HDEL", 1, r.Del)
+	case PatchSet:
+		add("SADD", 1, r.Items)
+		add("SREM", 1, r.Del)
+	case PatchZSet:
+		pairs := make([]string, 0, 2*len(r.Items))
+		for i, m := range r.Items {
+			pairs = append(pairs, strconv.FormatFloat(r.Scores[i], 'g', -1, 64), m)
+		}
+		add("ZADD", 2, pairs)
+		add("ZREM", 1, r.Del)
+	case PatchList:
+		add("RPUSH", 1, r.Items)
+	case PatchStream:
+		for _, e := range r.Entries {
+			cmd := make([]string, 0, 3+len(e.Fields))
+			cmd = append(cmd, "XADD", r.Key, e.ID)
+			out = append(out, append(cmd, e.Fields...))
+		}
+		if r.FirstID != "" {
+			out = append(out, []string{"XTRIM", r.Key, "MINID", r.FirstID})
+		} else {
+			out = append(out, []string{"XTRIM", r.Key, "MAXLEN", "0"})
+		}
+	}
+	if r.ExpireAt > 0 {
+		out = append(out, []string{"PEXPIREAT", r.Key, strconv.FormatInt(r.ExpireAt, 10)})
+	} else {
+		out = append(out, []string{"PERSIST", r.Key})
+	}
+	return out
+}
+
+// apply applies patch p to r, the whole state of the same key, as the
+// patch's commands would (a merge of segments into the base file).
+func (r *Record) apply(p *Record) {
+	r.ExpireAt = p.ExpireAt
+	switch p.Type {
+	case PatchHash:
+		m := make(map[string]string, len(r.Items)/2+len(p.Items)/2)
+		for i := 0; i+1 < len(r.Items); i += 2 {
+			m[r.Items[i]] = r.Items[i+1]
+		}
+		for i := 0; i+1 < len(p.Items); i += 2 {
+			m[p.Items[i]] = p.Items[i+1]
+		}
+		for _, f := range p.Del {
+			delete(m, f)
+		}
+		fields := make([]string, 0, len(m))
+		for f := range m {
+			fields = append(fields, f)
+		}
+		sort.Strings(fields)
+		r.Items = r.Items[:0]
+		for _, f := range fields {
+			r.Items = append(r.Items, f, m[f])
+		}
+	case PatchSet:
+		m := make(map[string]bool, len(r.Items)+len(p.Items))
+		for _, x := range r.Items {
+			m[x] = true
+		}
+		for _, x := range p.Items {
+			m[x] = true
+		}
+		for _, x := range p.Del {
+			delete(m, x)
+		}
+		r.Items = r.Items[:0]
+		for x := range m {
+			r.Items = append(r.Items, x)
+		}
+		sort.Strings(r.Items)
+	case PatchZSet:
+		m := make(map[string]float64, len(r.Items)+len(p.Items))
+		for i, x := range r.Items {
+			m[x] = r.Scores[i]
+		}
+		for i, x := range p.Items {
+			m[x] = p.Scores[i]
+		}
+		for _, x := range p.Del {
+			delete(m, x)
+		}
+		members := make([]string, 0, len(m))
+		for x := range m {
+			members = append(members, x)
+		}
+		sort.Slice(members, func(i, j int) bool {
+			a, b := m[members[i]], m[members[j]]
+			return a < b || (a == b && members[i] < members[j])
+		})
+		r.Items, r.Scores = members, make([]float64, len(members))
+		for i, x := range members {
+			r.Scores[i] = m[x]
+		}
+	case PatchList:
+		r.Items = append(r.Items, p.Items...)
+	case PatchStream:
+		r.Entries = append(r.Entries, p.Entries...)
+		keep := r.Entries[:0]
+		for _, e := range r.Entries {
+			if p.FirstID != "" && !streamIDLess(e.ID, p.FirstID) {
+				keep = append(keep, e)
+			}
+		}
+		r.Entries = keep
+	}
+}
+
+// empty says whether a whole record holds no element (its key would not
+// exist in Redis; a stream may exist empty).
+func (r *Record) empty() bool {
+	switch r.Type {
+	case TypeHash, TypeList, TypeSet, TypeZSet:
+		return len(r.Items) == 0
+	}
+	return false
+}
+
+// streamIDLess compares two stream entry ids "MS-SEQ".
+func streamIDLess(a, b string) bool {
+	am, as := splitStreamID(a)
+	bm, bs := splitStreamID(b)
+	return am < bm || (am == bm && as < bs)
+}
+
+func splitStreamID(id string) (uint64, uint64) {
+	ms, seq, _ := strings.Cut(id, "-")
+	m, _ := strconv.ParseUint(ms, 10, 64)
+	s, _ := strconv.ParseUint(seq, 10, 64)
+	return m, s
+}
+
+// patchType is the patch type of a whole type.
+func patchType(t string) string { return t + "+" }
+
 // WriteRESP writes one command as a RESP array of bulk strings (what
 // `redis-cli --pipe` reads).
 func WriteRESP(w io.Writer, args []string) error {
@@ -125,12 +301,12 @@ func WriteRESP(w io.Writer, args []string) error {
 // validate checks a decoded record's shape.
 func (r *Record) validate() error {
 	switch r.Type {
-	case TypeNone, TypeString, TypeList, TypeSet, TypeStream:
-	case TypeHash:
+	case TypeNone, TypeString, TypeList, TypeSet, TypeStream, PatchSet, PatchList, PatchStream:
+	case TypeHash, PatchHash:
 		if len(r.Items)%2 != 0 {
 			return fmt.Errorf("key %q: hash with an odd number of items", r.Key)
 		}
-	case TypeZSet:
+	case TypeZSet, PatchZSet:
 		if len(r.Items) != len(r.Scores) {
 			return fmt.Errorf("key %q: sorted set with %d members and %d scores", r.Key, len(r.Items), len(r.Scores))
 		}

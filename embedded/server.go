@@ -63,9 +63,10 @@ type Server struct {
 	baseSeq   uint64     // the last segment merged into the base file
 	baseBytes int64
 	segBytes  int64
-	last      map[string]uint64 // key → hash of the record last written for it
+	keys      map[string]*keyState // every key written to the data directory and not deleted
 
 	compacting atomic.Bool
+	closing    atomic.Bool // Close runs: its last checkpoint starts no merge
 	compactWG  sync.WaitGroup
 	stop       chan struct{}
 	done       chan struct{}
@@ -122,7 +123,7 @@ func Open(o Options) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
-	s := &Server{opts: o, log: o.Logger, last: map[string]uint64{}, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Server{opts: o, log: o.Logger, keys: map[string]*keyState{}, stop: make(chan struct{}), done: make(chan struct{})}
 	if err := s.takeLock(); err != nil {
 		return nil, err
 	}
@@ -200,7 +201,7 @@ func (s *Server) load() (int, error) {
 	basePath := filepath.Join(s.opts.Dir, baseName)
 	if fi, err := os.Stat(basePath); err == nil {
 		seq, err := readFile(basePath, kindBase, func(r *Record) error {
-			s.last[r.Key] = hashRecord(r)
+			s.noteWritten(r)
 			return ld.add(r, false)
 		})
 		if err != nil {
@@ -220,11 +221,7 @@ func (s *Server) load() (int, error) {
 		}
 		path := filepath.Join(s.opts.Dir, segName(seq))
 		got, err := readFile(path, kindSeg, func(r *Record) error {
-			if r.Type == TypeNone {
-				delete(s.last, r.Key)
-			} else {
-				s.last[r.Key] = hashRecord(r)
-			}
+			s.noteWritten(r)
 			return ld.add(r, true)
 		})
 		if err != nil {
@@ -260,11 +257,14 @@ type loader struct {
 }
 
 func (l *loader) add(r *Record, replace bool) error {
-	if replace {
+	cmds := r.Commands(l.now)
+	if IsPatch(r.Type) {
+		cmds = r.patchCommands()
+	} else if replace {
 		l.p.Del(l.ctx, r.Key)
 		l.n++
 	}
-	for _, c := range r.Commands(l.now) {
+	for _, c := range cmds {
 		args := make([]any, len(c))
 		for i, a := range c {
 			args[i] = a
@@ -321,118 +321,6 @@ func (s *Server) loop() {
 	}
 }
 
-// Checkpoint writes the keys changed since the last one as a new segment.
-func (s *Server) Checkpoint(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	start := time.Now()
-	keys, all := s.tr.take()
-	if all {
-		seen := map[string]bool{}
-		for _, k := range keys {
-			seen[k] = true
-		}
-		for k := range s.last {
-			if !seen[k] {
-				seen[k] = true
-				keys = append(keys, k)
-			}
-		}
-		if err := ScanKeys(ctx, s.cli, 1000, func(ks []string) error {
-			for _, k := range ks {
-				if !seen[k] {
-					seen[k] = true
-					keys = append(keys, k)
-				}
-			}
-			return nil
-		}); err != nil {
-			s.tr.again(nil, true)
-			return err
-		}
-	}
-	if len(keys) == 0 {
-		return nil
-	}
-	var out []*Record
-	hashes := map[string]uint64{}
-	const batch = 4096
-	for i := 0; i < len(keys); i += batch {
-		part := keys[i:min(i+batch, len(keys))]
-		recs, retry, err := ReadKeys(ctx, s.cli, part)
-		if err != nil {
-			s.tr.again(keys[i:], false)
-			return err
-		}
-		s.tr.again(retry, false)
-		for _, r := range recs {
-			old, had := s.last[r.Key]
-			if r.Type == TypeNone {
-				if had {
-					out = append(out, r)
-					hashes[r.Key] = 0
-				}
-				continue
-			}
-			if h := hashRecord(r); !had || h != old {
-				out = append(out, r)
-				hashes[r.Key] = h
-			}
-		}
-	}
-	if len(out) == 0 {
-		return nil
-	}
-	seq := s.seq + 1
-	fw, err := newFileWriter(filepath.Join(s.opts.Dir, segName(seq)), kindSeg, seq)
-	if err == nil {
-		for _, r := range out {
-			if err = fw.add(r); err != nil {
-				break
-			}
-		}
-		if err != nil {
-			fw.abort()
-		}
-	}
-	var n int64
-	if err == nil {
-		n, err = fw.commit()
-	}
-	if err != nil {
-		ks := make([]string, 0, len(out))
-		for _, r := range out {
-			ks = append(ks, r.Key)
-		}
-		s.tr.again(ks, false)
-		return fmt.Errorf("write segment %d: %w", seq, err)
-	}
-	s.seq = seq
-	for k, h := range hashes {
-		if h == 0 {
-			delete(s.last, k)
-		} else {
-			s.last[k] = h
-		}
-	}
-	s.segBytes += n
-	s.stats.checkpoints.Add(1)
-	s.stats.records.Add(int64(len(out)))
-	s.stats.bytes.Add(n)
-	s.stats.lastCheckpointNs.Store(int64(time.Since(start)))
-	if s.segBytes >= max(s.opts.CompactAt, s.baseBytes/2) && s.compacting.CompareAndSwap(false, true) {
-		s.compactWG.Add(1)
-		go func(upto uint64) {
-			defer s.compactWG.Done()
-			defer s.compacting.Store(false)
-			if err := s.compact(upto); err != nil {
-				s.log.Error("embedded store: merging segments into the base file failed (tried again later)", "data_dir", s.opts.Dir, "err", err)
-			}
-		}(seq)
-	}
-	return nil
-}
-
 // Compact merges every segment written so far into the base file.
 func (s *Server) Compact() error {
 	for !s.compacting.CompareAndSwap(false, true) {
@@ -460,7 +348,11 @@ func (s *Server) compact(upto uint64) error {
 	if err != nil {
 		return err
 	}
+	// newer: the keys whose whole state (or deletion) a segment wrote, with
+	// the patches after it applied; onBase: patches of keys whose whole
+	// state is in the base file.
 	newer := map[string]*Record{}
+	onBase := map[string][]*Record{}
 	var merged []uint64
 	var mergedBytes int64
 	for _, seq := range segs {
@@ -468,7 +360,21 @@ func (s *Server) compact(upto uint64) error {
 			continue
 		}
 		path := filepath.Join(s.opts.Dir, segName(seq))
-		if _, err := readFile(path, kindSeg, func(r *Record) error { newer[r.Key] = r; return nil }); err != nil {
+		if _, err := readFile(path, kindSeg, func(r *Record) error {
+			if !IsPatch(r.Type) {
+				newer[r.Key] = r
+				delete(onBase, r.Key)
+				return nil
+			}
+			if w, ok := newer[r.Key]; ok {
+				if w.Type != TypeNone {
+					w.apply(r)
+				}
+				return nil
+			}
+			onBase[r.Key] = append(onBase[r.Key], r)
+			return nil
+		}); err != nil {
 			return err
 		}
 		if fi, err := os.Stat(path); err == nil {
@@ -484,7 +390,13 @@ func (s *Server) compact(upto uint64) error {
 	}
 	if _, err := os.Stat(basePath); err == nil {
 		_, err := readFile(basePath, kindBase, func(r *Record) error {
-			if _, ok := newer[r.Key]; ok || r.Expired(now) {
+			if _, ok := newer[r.Key]; ok {
+				return nil
+			}
+			for _, p := range onBase[r.Key] {
+				r.apply(p)
+			}
+			if r.Expired(now) || r.empty() {
 				return nil
 			}
 			return fw.add(r)
@@ -495,7 +407,7 @@ func (s *Server) compact(upto uint64) error {
 		}
 	}
 	for _, r := range newer {
-		if r.Type == TypeNone || r.Expired(now) {
+		if r.Type == TypeNone || r.Expired(now) || r.empty() {
 			continue
 		}
 		if err := fw.add(r); err != nil {
@@ -524,6 +436,7 @@ func (s *Server) compact(upto uint64) error {
 // directory.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
+		s.closing.Store(true)
 		close(s.stop)
 		<-s.done
 		s.compactWG.Wait()
@@ -531,6 +444,7 @@ func (s *Server) Close() error {
 			s.closeErr = fmt.Errorf("embedded store: last checkpoint: %w", err)
 			s.log.Error("embedded store: last checkpoint failed: changes of the last second are lost", "data_dir", s.opts.Dir, "err", err)
 		}
+		s.compactWG.Wait() // a merge the last checkpoint started ends before the directory is freed
 		s.shutdown()
 	})
 	return s.closeErr
@@ -539,6 +453,7 @@ func (s *Server) Close() error {
 // Kill stops the server without a last checkpoint, as a crash would (tests).
 func (s *Server) Kill() {
 	s.closeOnce.Do(func() {
+		s.closing.Store(true)
 		close(s.stop)
 		<-s.done
 		s.compactWG.Wait()

@@ -392,8 +392,12 @@ func TestIdleWritesNothing(t *testing.T) {
 	defer func() { _ = c.Close(); _ = s.Close() }()
 	ctx := context.Background()
 	fill(t, c, "i:")
-	if err := s.Checkpoint(ctx); err != nil {
-		t.Fatal(err)
+	// Twice: the commands still pending at the first (their connection sent
+	// nothing since) are read once more by the second.
+	for range 2 {
+		if err := s.Checkpoint(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	n := s.Stats().Checkpoints
 	c.Get(ctx, "i:str")
@@ -404,5 +408,110 @@ func TestIdleWritesNothing(t *testing.T) {
 	}
 	if got := s.Stats().Checkpoints; got != n {
 		t.Fatalf("a checkpoint of unchanged keys wrote a segment (%d → %d)", n, got)
+	}
+}
+
+// What a checkpoint writes follows the change, not the key's size: an
+// element appended to a long list, an entry added to a long stream (trimmed
+// at its head), a field of a big hash, a member of a big set or sorted set
+// are written as patches of their own size; a restart, and a merge of the
+// patches into the base file, give back exactly the dataset.
+func TestPatchesFollowTheChange(t *testing.T) {
+	dir := t.TempDir()
+	s, c := open(t, dir, func(o *Options) { o.Every = time.Hour })
+	ctx := context.Background()
+	big := strings.Repeat("x", 1000)
+	p := c.Pipeline()
+	for i := range 2000 {
+		p.RPush(ctx, "msgs", fmt.Sprintf("%d:%s", i, big))
+		p.XAdd(ctx, &redis.XAddArgs{Stream: "events", MaxLen: 1500, Values: []any{"e", fmt.Sprintf("%d:%s", i, big)}})
+		p.HSet(ctx, "hash", fmt.Sprint("f", i), big)
+		p.SAdd(ctx, "set", fmt.Sprint("m", i, big))
+		p.ZAdd(ctx, "zset", redis.Z{Score: float64(i), Member: fmt.Sprint("z", i, big)})
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Checkpoint(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Checkpoint(ctx) // the pending commands' second read
+	whole := s.Stats().Bytes
+	if whole < 9_000_000 {
+		t.Fatalf("the first checkpoint wrote %d bytes, want the whole dataset (over 9 MB)", whole)
+	}
+	for round := range 3 {
+		before := s.Stats().Bytes
+		p := c.Pipeline()
+		p.RPush(ctx, "msgs", fmt.Sprint("new message ", round))
+		p.XAdd(ctx, &redis.XAddArgs{Stream: "events", MaxLen: 1500, Values: []any{"e", fmt.Sprint("new event ", round)}})
+		p.HSet(ctx, "hash", "f7", fmt.Sprint("changed ", round), "fresh", "yes")
+		p.HDel(ctx, "hash", fmt.Sprint("f", 100+round))
+		p.SAdd(ctx, "set", fmt.Sprint("new member ", round))
+		p.SRem(ctx, "set", fmt.Sprint("m", 5+round, big))
+		p.ZAdd(ctx, "zset", redis.Z{Score: -1, Member: fmt.Sprint("z", 9, big)})
+		p.ZIncrBy(ctx, "zset", 0.5, fmt.Sprint("z", 10+round, big))
+		p.ZRem(ctx, "zset", fmt.Sprint("z", 20+round, big))
+		p.Ping(ctx) // the connection's next command: the ones before it ran
+		if _, err := p.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Checkpoint(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if d := s.Stats().Bytes - before; d > 20_000 {
+			t.Fatalf("round %d: a checkpoint of small changes to big keys wrote %d bytes", round, d)
+		}
+	}
+	want := dump(t, c)
+	_ = c.Close()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, c2 := open(t, dir, func(o *Options) { o.Every = time.Hour })
+	if d := cmp.Diff(want, dump(t, c2)); d != "" {
+		t.Fatalf("after restart (-before +after):\n%s", d)
+	}
+	// Merged into the base file, the patches give the same dataset.
+	if err := s2.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c2.Close()
+	if err := s2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s3, c3 := open(t, dir)
+	defer func() { _ = c3.Close(); _ = s3.Close() }()
+	if d := cmp.Diff(want, dump(t, c3)); d != "" {
+		t.Fatalf("after merge and restart (-before +after):\n%s", d)
+	}
+}
+
+// Close frees the data directory only once nothing writes to it: no merge
+// runs on after it (a merge after every checkpoint here).
+func TestCloseLeavesNothingRunning(t *testing.T) {
+	dir := t.TempDir()
+	s, c := open(t, dir, func(o *Options) { o.Every = 5 * time.Millisecond; o.CompactAt = 1 })
+	ctx := context.Background()
+	for i := range 200 {
+		c.HSet(ctx, fmt.Sprint("k", i%20), "f", strings.Repeat("v", 5000))
+	}
+	_ = c.Close()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	state := func() string {
+		ents, _ := os.ReadDir(dir)
+		var b strings.Builder
+		for _, e := range ents {
+			fi, _ := e.Info()
+			fmt.Fprintf(&b, "%s %d %d\n", e.Name(), fi.Size(), fi.ModTime().UnixNano())
+		}
+		return b.String()
+	}
+	before := state()
+	time.Sleep(300 * time.Millisecond)
+	if after := state(); after != before {
+		t.Fatalf("the data directory changed after Close:\nbefore\n%s\nafter\n%s", before, after)
 	}
 }

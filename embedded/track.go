@@ -25,20 +25,50 @@ type tracker struct {
 	log *slog.Logger
 
 	mu      sync.Mutex
-	dirty   map[string]struct{}
+	dirty   map[string]*change
 	all     bool // every key may have changed (FLUSHALL, an unknown command)
 	peers   map[*server.Peer]*peerState
 	unknown map[string]bool // unknown commands already logged
 }
 
 type peerState struct {
-	pending []string
+	pending []keyOp
 	all     bool
 	inTx    bool
 }
 
+// opKind is what a command did to a key, as far as a checkpoint must read it
+// again: the whole key, or only the fields or members it named (a hash, set
+// or sorted set), or what was appended at a list's tail or a stream's end.
+// A checkpoint then writes only that (a patch record), so the bytes written
+// follow the change, not the key's size (a conversation's message list, the
+// event stream).
+type opKind uint8
+
+const (
+	opWhole opKind = iota
+	opHash
+	opSet
+	opZSet
+	opListAppend
+	opStreamAppend
+)
+
+// keyOp is one command's effect on one key.
+type keyOp struct {
+	key   string
+	kind  opKind
+	elems []string // opHash: fields; opSet, opZSet: members
+}
+
+// change is what happened to a key since the last checkpoint took it.
+type change struct {
+	kind  opKind
+	elems map[string]struct{}
+}
+
 func newTracker(srv *server.Server, log *slog.Logger) *tracker {
-	return &tracker{srv: srv, log: log, dirty: map[string]struct{}{}, peers: map[*server.Peer]*peerState{}, unknown: map[string]bool{}}
+	return &tracker{srv: srv, log: log, dirty: map[string]*change{}, peers: map[*server.Peer]*peerState{}, unknown: map[string]bool{}}
 }
 
 // isNested says whether a command comes from a Lua script: miniredis sets
@@ -73,11 +103,11 @@ func (t *tracker) hook(c *server.Peer, cmd string, args ...string) bool {
 		c.WriteError(oneDB)
 		return true
 	}
-	keys, all, write := t.writeKeys(cmd, args)
+	ops, all, write := t.writeOps(cmd, args)
 	if isNested(c) {
 		if write {
 			t.mu.Lock()
-			t.mark(keys, all)
+			t.mark(ops, all)
 			t.mu.Unlock()
 		}
 		return false
@@ -97,8 +127,8 @@ func (t *tracker) hook(c *server.Peer, cmd string, args ...string) bool {
 		ps.pending, ps.all = ps.pending[:0], false
 	}
 	if write {
-		t.mark(keys, all)
-		ps.pending = append(ps.pending, keys...)
+		t.mark(ops, all)
+		ps.pending = append(ps.pending, ops...)
 		ps.all = ps.all || all
 	}
 	switch cmd {
@@ -120,38 +150,71 @@ func (t *tracker) gone(c *server.Peer) {
 	t.mu.Unlock()
 }
 
-func (t *tracker) mark(keys []string, all bool) {
-	for _, k := range keys {
-		t.dirty[k] = struct{}{}
+func (t *tracker) mark(ops []keyOp, all bool) {
+	for _, op := range ops {
+		markIn(t.dirty, op)
 	}
 	t.all = t.all || all
 }
 
-// take returns the keys to read now: those marked since the last take and
-// those of commands that may not have run yet; all = every key.
-func (t *tracker) take() (keys []string, all bool) {
+// markIn adds op to the changes in m: ops of one kind add up (the fields,
+// the members, or appends), two kinds make the key's change whole.
+func markIn(m map[string]*change, op keyOp) {
+	c := m[op.key]
+	switch {
+	case c == nil:
+		c = &change{kind: op.kind}
+		m[op.key] = c
+	case c.kind != op.kind:
+		c.kind, c.elems = opWhole, nil
+	}
+	if c.kind == opHash || c.kind == opSet || c.kind == opZSet {
+		if c.elems == nil {
+			c.elems = make(map[string]struct{}, len(op.elems))
+		}
+		for _, e := range op.elems {
+			c.elems[e] = struct{}{}
+		}
+	}
+}
+
+// take returns the changes to read now: those marked since the last take
+// and those of commands that may not have run yet; all = every key.
+func (t *tracker) take() (changes map[string]*change, all bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	all = t.all
-	seen := t.dirty
+	changes = t.dirty
 	for _, ps := range t.peers {
 		all = all || ps.all
-		for _, k := range ps.pending {
-			seen[k] = struct{}{}
+		for _, op := range ps.pending {
+			markIn(changes, op)
 		}
 	}
-	keys = make([]string, 0, len(seen))
-	for k := range seen {
-		keys = append(keys, k)
-	}
-	t.dirty, t.all = make(map[string]struct{}, len(seen)), false
-	return keys, all
+	t.dirty, t.all = make(map[string]*change, len(changes)), false
+	return changes, all
 }
 
-// again marks keys for the next checkpoint (a read that must be retried).
+// again marks keys whole for the next checkpoint (a read to retry).
 func (t *tracker) again(keys []string, all bool) {
 	t.mu.Lock()
-	t.mark(keys, all)
+	for _, k := range keys {
+		markIn(t.dirty, keyOp{key: k, kind: opWhole})
+	}
+	t.all = t.all || all
+	t.mu.Unlock()
+}
+
+// againChanges marks changes for the next checkpoint as they were.
+func (t *tracker) againChanges(changes map[string]*change) {
+	t.mu.Lock()
+	for k, c := range changes {
+		op := keyOp{key: k, kind: c.kind}
+		for e := range c.elems {
+			op.elems = append(op.elems, e)
+		}
+		markIn(t.dirty, op)
+	}
 	t.mu.Unlock()
 }
 
@@ -178,6 +241,60 @@ func set(s string) map[string]bool {
 		m[w] = true
 	}
 	return m
+}
+
+// writeOps says what cmd may change: for the commands the relay and asynq
+// write collections with, the fields, members or appends; for every other
+// write, whole keys (writeKeys); all = possibly every key.
+func (t *tracker) writeOps(cmd string, args []string) (ops []keyOp, all, write bool) {
+	if len(args) >= 2 {
+		k := args[0]
+		switch cmd {
+		case "HSET", "HMSET":
+			fields := make([]string, 0, len(args)/2)
+			for i := 1; i < len(args); i += 2 {
+				fields = append(fields, args[i])
+			}
+			return []keyOp{{key: k, kind: opHash, elems: fields}}, false, true
+		case "HSETNX", "HINCRBY", "HINCRBYFLOAT":
+			return []keyOp{{key: k, kind: opHash, elems: args[1:2]}}, false, true
+		case "HDEL":
+			return []keyOp{{key: k, kind: opHash, elems: args[1:]}}, false, true
+		case "SADD", "SREM":
+			return []keyOp{{key: k, kind: opSet, elems: args[1:]}}, false, true
+		case "ZREM":
+			return []keyOp{{key: k, kind: opZSet, elems: args[1:]}}, false, true
+		case "ZINCRBY":
+			if len(args) == 3 {
+				return []keyOp{{key: k, kind: opZSet, elems: args[2:3]}}, false, true
+			}
+		case "ZADD":
+			i := 1
+		options:
+			for i < len(args) {
+				switch strings.ToUpper(args[i]) {
+				case "NX", "XX", "GT", "LT", "CH", "INCR":
+					i++
+				default:
+					break options
+				}
+			}
+			var members []string
+			for j := i + 1; j < len(args); j += 2 {
+				members = append(members, args[j])
+			}
+			return []keyOp{{key: k, kind: opZSet, elems: members}}, false, true
+		case "RPUSH", "RPUSHX":
+			return []keyOp{{key: k, kind: opListAppend}}, false, true
+		case "XADD":
+			return []keyOp{{key: k, kind: opStreamAppend}}, false, true
+		}
+	}
+	keys, all, write := t.writeKeys(cmd, args)
+	for _, k := range keys {
+		ops = append(ops, keyOp{key: k, kind: opWhole})
+	}
+	return ops, all, write
 }
 
 // writeKeys says which keys cmd may change; all = possibly every key.
