@@ -18,6 +18,10 @@ type keyState struct {
 	patch      uint64 // of the patch last written (0: none since the whole record)
 	listLen    int64  // a list's length as written; -1 unknown
 	streamLast string // a stream's last entry id as written; "" unknown
+	// expires: the key was written with a TTL. It is then always read whole:
+	// it may expire unseen and come back as a new key, which a patch of the
+	// old one would mix with what expired.
+	expires bool
 }
 
 // noteWritten records r, written to (or read from) the data directory, in
@@ -29,7 +33,7 @@ func (s *Server) noteWritten(r *Record) {
 	}
 	st := s.keys[r.Key]
 	if !IsPatch(r.Type) {
-		st = &keyState{hash: hashRecord(r), listLen: -1}
+		st = &keyState{hash: hashRecord(r), listLen: -1, expires: r.ExpireAt > 0}
 		switch r.Type {
 		case TypeList:
 			st.listLen = int64(len(r.Items))
@@ -45,6 +49,7 @@ func (s *Server) noteWritten(r *Record) {
 		return // a patch of a key never written whole cannot be read back: refused at load
 	}
 	st.hash, st.patch = 0, hashRecord(r)
+	st.expires = st.expires || r.ExpireAt > 0
 	switch r.Type {
 	case PatchList:
 		if st.listLen >= 0 {
@@ -311,7 +316,7 @@ func (s *Server) readChanges(ctx context.Context, keys []string, changes map[str
 // part when the data directory holds its whole state and the change allows
 // it, else whole.
 func modeOf(t string, c *change, st *keyState) readMode {
-	if st == nil || c == nil {
+	if st == nil || c == nil || st.expires {
 		return readWhole
 	}
 	switch {
