@@ -388,6 +388,7 @@ func (s *Server) compact(upto uint64) error {
 	if err != nil {
 		return err
 	}
+	fw.paced = true
 	if _, err := os.Stat(basePath); err == nil {
 		_, err := readFile(basePath, kindBase, func(r *Record) error {
 			if _, ok := newer[r.Key]; ok {
