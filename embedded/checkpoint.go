@@ -71,6 +71,9 @@ const checkpointBatch = 1024
 // whole state of keys a command changed as a whole, and patches (the fields,
 // members, or appended elements) of keys only named parts of changed.
 func (s *Server) Checkpoint(ctx context.Context) error {
+	if s.opts.ReadOnly {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	start := time.Now()

@@ -198,6 +198,10 @@ func readFile(path string, kind byte, fn func(*Record) error) (uint64, error) {
 		return 0, &CorruptError{Path: path, Err: err}
 	}
 	defer f.Close()
+	var size int64
+	if fi, err := f.Stat(); err == nil {
+		size = fi.Size()
+	}
 	crc := crc32.NewIEEE()
 	br := bufio.NewReaderSize(f, 256<<10)
 	r := &crcReader{r: br, crc: crc}
@@ -225,7 +229,7 @@ func readFile(path string, kind byte, fn func(*Record) error) (uint64, error) {
 		if l == 0 {
 			break
 		}
-		if l > maxField*4 {
+		if l > maxField*4 || int64(l) > size { // a damaged length: no buffer larger than the file
 			return 0, corrupt("record %d: length %d", count, l)
 		}
 		if uint64(cap(buf)) < l {

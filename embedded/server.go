@@ -32,6 +32,10 @@ type Options struct {
 	// CompactAt is the segment bytes that start a merge into the base file
 	// (default 4 MiB or half the base file, whichever is larger).
 	CompactAt int64
+	// ReadOnly loads the directory and writes nothing to it: no checkpoint,
+	// no merge, no clean-up of files a stopped merge or write left
+	// (`relay export`).
+	ReadOnly bool
 }
 
 // LockedError is a data directory another process holds (R20.2).
@@ -151,10 +155,16 @@ func Open(o Options) (*Server, error) {
 		return nil, err
 	}
 	s.tr = newTracker(s.mini.Server(), s.log)
-	s.mini.Server().SetPreHook(s.tr.hook)
+	if !o.ReadOnly {
+		s.mini.Server().SetPreHook(s.tr.hook)
+	}
 	s.log.Info("embedded store: data directory loaded", "data_dir", dir, "keys", keys,
 		"base_bytes", s.baseBytes, "segment_bytes", s.segBytes, "took", time.Since(start).Round(time.Millisecond))
-	go s.loop()
+	if o.ReadOnly {
+		close(s.done)
+	} else {
+		go s.loop()
+	}
 	ok = true
 	return s, nil
 }
@@ -238,10 +248,21 @@ func (s *Server) load() (int, error) {
 	if err := ld.flush(); err != nil {
 		return 0, fmt.Errorf("embedded store: load the data directory: %w", err)
 	}
-	// Merged segments a stopped merge left behind are removed once all read.
-	for _, seq := range segs {
-		if seq <= s.baseSeq {
-			_ = os.Remove(filepath.Join(s.opts.Dir, segName(seq)))
+	if !s.opts.ReadOnly {
+		// Merged segments a stopped merge left behind are removed once all
+		// read, and so are the temporary files of writes a crash cut short
+		// (never renamed into place, so never part of the data).
+		for _, seq := range segs {
+			if seq <= s.baseSeq {
+				_ = os.Remove(filepath.Join(s.opts.Dir, segName(seq)))
+			}
+		}
+		if ents, err := os.ReadDir(s.opts.Dir); err == nil {
+			for _, e := range ents {
+				if n := e.Name(); strings.HasPrefix(n, "."+segPrefix) || strings.HasPrefix(n, "."+baseName) {
+					_ = os.Remove(filepath.Join(s.opts.Dir, n))
+				}
+			}
 		}
 	}
 	n, err := s.cli.DBSize(ctx).Result()
@@ -323,6 +344,9 @@ func (s *Server) loop() {
 
 // Compact merges every segment written so far into the base file.
 func (s *Server) Compact() error {
+	if s.opts.ReadOnly {
+		return nil
+	}
 	for !s.compacting.CompareAndSwap(false, true) {
 		time.Sleep(10 * time.Millisecond)
 	}

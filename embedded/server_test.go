@@ -550,3 +550,64 @@ func TestExpiredKeyComesBackNew(t *testing.T) {
 		t.Fatalf("after restart the hash is %v, want only new=c", got)
 	}
 }
+
+// A start removes the temporary files of writes a crash cut short; a
+// read-only open (relay export) writes and removes nothing.
+func TestLeftoversAndReadOnly(t *testing.T) {
+	dir := t.TempDir()
+	s, c := open(t, dir, func(o *Options) { o.Every = time.Hour })
+	ctx := context.Background()
+	c.Set(ctx, "k", "v", 0)
+	_ = c.Close()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	torn := filepath.Join(dir, ".seg-0000000000000009.rdat123456")
+	if err := os.WriteFile(torn, []byte("half a segm"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	list := func() []string {
+		ents, _ := os.ReadDir(dir)
+		var names []string
+		for _, e := range ents {
+			fi, _ := e.Info()
+			names = append(names, fmt.Sprint(e.Name(), " ", fi.Size(), " ", fi.ModTime().UnixNano()))
+		}
+		return names
+	}
+	before := list()
+	ro, err := Open(Options{Dir: dir, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(&redis.Options{Addr: ro.Addr(), Password: ro.Password()})
+	if v := rc.Get(ctx, "k").Val(); v != "v" {
+		t.Fatalf("read-only open reads %q", v)
+	}
+	rc.Set(ctx, "k", "changed", 0)
+	_ = rc.Close()
+	if err := ro.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after := list()
+	// The lock file's PID is the one thing a read-only open writes.
+	strip := func(ls []string) (out []string) {
+		for _, l := range ls {
+			if !strings.HasPrefix(l, lockName+" ") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	if d := cmp.Diff(strip(before), strip(after)); d != "" {
+		t.Fatalf("a read-only open changed the directory (-before +after):\n%s", d)
+	}
+	s2, c2 := open(t, dir)
+	defer func() { _ = c2.Close(); _ = s2.Close() }()
+	if _, err := os.Stat(torn); !os.IsNotExist(err) {
+		t.Fatalf("the torn temporary file is still there after a start: %v", err)
+	}
+	if v := c2.Get(ctx, "k").Val(); v != "v" {
+		t.Fatalf("after a read-only open, the data is %q", v)
+	}
+}

@@ -61,7 +61,7 @@ func newExportCmd(stdout io.Writer) *cobra.Command {
 			if _, serr := os.Stat(dir); serr != nil {
 				return usageError{fmt.Errorf("relay export: data directory %s: %w", dir, serr)}
 			}
-			s, oerr := embedded.Open(embedded.Options{Dir: dir, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			s, oerr := embedded.Open(embedded.Options{Dir: dir, ReadOnly: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if oerr != nil {
 				var ce *embedded.CorruptError
 				if errors.As(oerr, &ce) {
