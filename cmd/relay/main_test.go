@@ -269,3 +269,29 @@ func TestComposeRedisNeedsPassword(t *testing.T) {
 		}
 	}
 }
+
+// Issue 20 item 7: the systemd units in docs/OPERATIONS.md set file and
+// memory limits and sandbox the service.
+func TestSystemdUnitsHardened(t *testing.T) {
+	b, err := os.ReadFile("../../docs/OPERATIONS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	units := regexp.MustCompile("(?s)```ini\n(.*?)```").FindAllStringSubmatch(string(b), -1)
+	n := 0
+	for _, u := range units {
+		if !strings.Contains(u[1], "[Service]") {
+			continue
+		}
+		n++
+		for _, want := range []string{"LimitNOFILE=", "MemoryMax=", "NoNewPrivileges=yes", "PrivateTmp=yes", "ProtectSystem=",
+			"ProtectKernelTunables=yes", "ProtectControlGroups=yes", "RestrictSUIDSGID=yes"} {
+			if !strings.Contains(u[1], want) {
+				t.Errorf("a systemd unit in docs/OPERATIONS.md lacks %s:\n%s", want, u[1])
+			}
+		}
+	}
+	if n < 2 {
+		t.Fatalf("docs/OPERATIONS.md has %d systemd units, want the serve and the worker unit", n)
+	}
+}
