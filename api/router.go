@@ -50,7 +50,12 @@ func NewRouter(o Options) http.Handler {
 	g.GET("/mcp", mcpH)
 	g.DELETE("/mcp", mcpH)
 	AddHealth(g, o.Ready, o.Metrics)
-	v1 := g.Group("/api/v1", ownerAuth(o.OwnerToken))
+	var sessions web.Sessions // nil without a relay (the docs test's router)
+	if o.Relay != nil {
+		sessions = o.Relay.Store()
+	}
+	auth := web.NewAuth(o.OwnerToken, sessions)
+	v1 := g.Group("/api/v1", ownerOrCookie(auth))
 	ow := &owner{r: o.Relay}
 	ow.routes(v1)
 	pr := &peer{r: o.Relay}
@@ -58,7 +63,7 @@ func NewRouter(o Options) http.Handler {
 	sse := newStreams(o.Relay)
 	// The owner's console (R19): GET / and its pages; live updates on /api/v1/stream.
 	v1.GET("/stream", sse.handle)
-	web.Register(g, web.Options{Relay: o.Relay, Auth: web.NewAuth(o.OwnerToken), Logger: o.Logger})
+	web.Register(g, web.Options{Relay: o.Relay, Auth: auth, Logger: o.Logger})
 	g.NoRoute(func(c *gin.Context) {
 		c.JSON(http.StatusNotFound, gin.H{"error": "No such route: " + c.Request.Method + " " + c.Request.URL.Path, "code": relay.CodeNotFound})
 	})
@@ -142,9 +147,6 @@ func bearerToken(r *http.Request) string {
 	}
 	return ""
 }
-
-// ownerAuth: the owner token, or the console's cookie (see ownerOrCookie).
-func ownerAuth(token string) gin.HandlerFunc { return ownerOrCookie(web.NewAuth(token)) }
 
 // readyReason says why the process is not ready without internals (addresses).
 func readyReason(err error) string {

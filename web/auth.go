@@ -1,15 +1,15 @@
 package web
 
 import (
-	"crypto/hmac"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -20,21 +20,40 @@ const CookieName = "relay_owner"
 // cookieLife is how long a sign-in lasts.
 const cookieLife = 30 * 24 * time.Hour
 
-// Auth signs and checks the console's sign-in cookie. The cookie holds an
-// expiry and a random nonce, signed with a key derived from the owner token:
-// it never contains the token, it survives a restart of the relay, and it
-// stops working when the owner token changes. Signing out clears it in the
-// browser.
-type Auth struct {
-	token string
-	key   []byte
-	now   func() time.Time
+// Sessions keeps the console's sign-in sessions (the store's console
+// sessions, R18.22).
+type Sessions interface {
+	AddConsoleSession(ctx context.Context, id, owner string, ttl time.Duration) error
+	ConsoleSession(ctx context.Context, id string) (owner string, ok bool, err error)
+	EndConsoleSession(ctx context.Context, id string) error
 }
 
-// NewAuth returns the cookie signer for an owner token.
-func NewAuth(ownerToken string) *Auth {
-	k := sha256.Sum256([]byte("relay console cookie v1\x00" + ownerToken))
-	return &Auth{token: ownerToken, key: k[:], now: time.Now}
+// Auth checks the owner token and keeps the console's sign-in: a server-side
+// session (R18.22). The cookie holds only a random id; the session's record
+// (in Redis, through Sessions) names the owner token it was signed in with by
+// a fingerprint, so signing out ends it at once in every process, and a
+// rotated owner token ends every session signed in with the old one. The
+// cookie never contains the token.
+type Auth struct {
+	token    string
+	owner    string // fingerprint of the token, kept with each session
+	sessions Sessions
+	now      func() time.Time
+}
+
+// NewAuth returns the owner-token check and console sign-in for an owner
+// token, its sessions kept in sessions.
+func NewAuth(ownerToken string, sessions Sessions) *Auth {
+	h := sha256.Sum256([]byte(ownerToken))
+	return &Auth{token: ownerToken, owner: ownerFingerprint(hex.EncodeToString(h[:])), sessions: sessions, now: time.Now}
+}
+
+// ownerFingerprint is what a console session keeps of the owner token: made
+// from the token's hex SHA-256 (the form the store keeps of a generated owner
+// token), never the token, and not that hash itself either.
+func ownerFingerprint(tokenHash string) string {
+	k := sha256.Sum256([]byte("relay console session v2\x00" + tokenHash))
+	return hex.EncodeToString(k[:])
 }
 
 // CheckToken reports whether s is the owner token (constant time).
@@ -42,58 +61,61 @@ func (a *Auth) CheckToken(s string) bool {
 	return a.token != "" && s != "" && subtle.ConstantTimeCompare([]byte(s), []byte(a.token)) == 1
 }
 
-func (a *Auth) sign(payload string) string {
-	m := hmac.New(sha256.New, a.key)
-	m.Write([]byte(payload))
-	return hex.EncodeToString(m.Sum(nil))
-}
+// cookiePrefix marks a v2 cookie: a session id, nothing signed.
+const cookiePrefix = "v2."
 
-// value makes a new cookie value valid until exp.
-func (a *Auth) value(exp time.Time) string {
-	var n [12]byte
-	_, _ = rand.Read(n[:])
-	payload := "v1." + strconv.FormatInt(exp.Unix(), 10) + "." + base64.RawURLEncoding.EncodeToString(n[:])
-	return payload + "." + a.sign(payload)
-}
-
-// valid checks a cookie value: signature and expiry.
-func (a *Auth) valid(v string) bool {
-	if a.token == "" {
-		return false
-	}
-	i := strings.LastIndexByte(v, '.')
-	if i < 0 {
-		return false
-	}
-	payload, sig := v[:i], v[i+1:]
-	if !hmac.Equal([]byte(sig), []byte(a.sign(payload))) {
-		return false
-	}
-	parts := strings.Split(payload, ".")
-	if len(parts) != 3 || parts[0] != "v1" {
-		return false
-	}
-	exp, err := strconv.ParseInt(parts[1], 10, 64)
-	return err == nil && a.now().Unix() < exp
-}
-
-// Cookie reports whether the request carries a valid sign-in cookie.
-func (a *Auth) Cookie(r *http.Request) bool {
+// sessionID returns the session id of the request's cookie ("" without one).
+func sessionID(r *http.Request) string {
 	c, err := r.Cookie(CookieName)
-	return err == nil && a.valid(c.Value)
+	if err != nil {
+		return ""
+	}
+	id, ok := strings.CutPrefix(c.Value, cookiePrefix)
+	if !ok || len(id) != 43 { // 32 random bytes, base64url
+		return ""
+	}
+	return id
 }
 
-// SetCookie signs the browser in.
-func (a *Auth) SetCookie(w http.ResponseWriter, r *http.Request) {
+// Cookie reports whether the request carries the cookie of a live console
+// session signed in with the owner token in force. A store that does not
+// answer counts as signed out (the page shows the sign-in).
+func (a *Auth) Cookie(r *http.Request) bool {
+	id := sessionID(r)
+	if a.token == "" || id == "" || a.sessions == nil {
+		return false
+	}
+	owner, ok, err := a.sessions.ConsoleSession(r.Context(), id)
+	return err == nil && ok && subtle.ConstantTimeCompare([]byte(owner), []byte(a.owner)) == 1
+}
+
+// SetCookie signs the browser in: a new session, its id in the cookie.
+func (a *Auth) SetCookie(w http.ResponseWriter, r *http.Request) error {
+	if a.sessions == nil {
+		return errors.New("no session store")
+	}
+	var n [32]byte
+	_, _ = rand.Read(n[:])
+	id := base64.RawURLEncoding.EncodeToString(n[:])
+	if err := a.sessions.AddConsoleSession(r.Context(), id, a.owner, cookieLife); err != nil {
+		return err
+	}
 	exp := a.now().Add(cookieLife)
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: a.value(exp), Path: "/", Expires: exp,
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: cookiePrefix + id, Path: "/", Expires: exp,
 		MaxAge: int(cookieLife / time.Second), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure(r)})
+	return nil
 }
 
-// ClearCookie signs the browser out.
-func ClearCookie(w http.ResponseWriter, r *http.Request) {
+// SignOut ends the request's console session (its cookie stops working at
+// once, wherever it was copied) and clears the cookie.
+func (a *Auth) SignOut(w http.ResponseWriter, r *http.Request) error {
+	var err error
+	if id := sessionID(r); id != "" && a.sessions != nil {
+		err = a.sessions.EndConsoleSession(r.Context(), id)
+	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/", MaxAge: -1, Expires: time.Unix(1, 0),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: secure(r)})
+	return err
 }
 
 // secure: the cookie is Secure when the browser reached the relay over TLS

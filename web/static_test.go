@@ -13,7 +13,7 @@ import (
 // directory (issue 20 item 7).
 func TestStaticServesFilesOnly(t *testing.T) {
 	g := gin.New()
-	Register(g, Options{Auth: NewAuth("owner-token-0123456789")})
+	Register(g, Options{Auth: NewAuth("owner-token-0123456789", nil)})
 	get := func(path string) (int, string) {
 		w := httptest.NewRecorder()
 		g.ServeHTTP(w, httptest.NewRequest("GET", path, nil))

@@ -469,7 +469,12 @@ func (c *console) signIn(ctx *gin.Context) {
 			Error: "That is not this relay's owner token."})
 		return
 	}
-	c.auth.SetCookie(ctx.Writer, ctx.Request)
+	if err := c.auth.SetCookie(ctx.Writer, ctx.Request); err != nil {
+		c.log.Error("console sign-in: record the session", "err", err)
+		c.render(ctx, http.StatusServiceUnavailable, &view{Page: "signin", Title: "Sign in", Next: next,
+			Error: "The relay could not record the sign-in (its store does not answer); try again."})
+		return
+	}
 	ctx.Redirect(http.StatusSeeOther, next)
 }
 
@@ -479,15 +484,36 @@ func (c *console) signOut(ctx *gin.Context) {
 		ctx.String(http.StatusForbidden, "This request did not come from this relay's own page; nothing was done.")
 		return
 	}
-	ClearCookie(ctx.Writer, ctx.Request)
+	if err := c.auth.SignOut(ctx.Writer, ctx.Request); err != nil {
+		// The cookie is cleared in this browser; the record expires with its TTL.
+		c.log.Error("console sign-out: end the session", "err", err)
+	}
 	ctx.Redirect(http.StatusSeeOther, "/")
 }
 
-// safeNext keeps a redirect after sign-in on this relay's own pages.
+// safeNext keeps a redirect after sign-in on this relay's own pages (R18.22):
+// only a path of this relay is taken, else "/". Browsers read a backslash as a
+// slash and drop tabs and newlines in a URL, so "/\\host" or "/\t/host" would
+// be "//host", another site: a value with a backslash (also escaped, %5C),
+// a control character, a scheme, a host, or a path that starts with two
+// slashes once unescaped is refused, as are the API's and the static files'
+// paths.
 func safeNext(s string) string {
+	if s == "" || len(s) > 2048 || s[0] != '/' {
+		return "/"
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || r == '\\' || (r >= 0x80 && r <= 0x9f) {
+			return "/"
+		}
+	}
 	u, err := url.Parse(s)
-	if err != nil || s == "" || u.IsAbs() || u.Host != "" || !strings.HasPrefix(s, "/") || strings.HasPrefix(s, "//") ||
-		strings.HasPrefix(s, "/api/") || strings.HasPrefix(s, "/static/") {
+	if err != nil || u.Scheme != "" || u.Host != "" || u.Opaque != "" || u.User != nil {
+		return "/"
+	}
+	p := u.Path
+	if strings.ContainsAny(p, "\\") || strings.HasPrefix(p, "//") || strings.HasPrefix(u.EscapedPath(), "//") ||
+		strings.Contains(strings.ToLower(u.RawPath), "%5c") || strings.HasPrefix(p, "/api/") || strings.HasPrefix(p, "/static/") {
 		return "/"
 	}
 	return s
