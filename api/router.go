@@ -31,6 +31,9 @@ type Options struct {
 	// PublicURL is --public-url: its host is accepted in Host on a loopback
 	// listener (R18.24) as the loopback names are.
 	PublicURL string
+	// AuthWindow is the window of failed-token counting (R18.23); default a
+	// minute (tests run a shorter one).
+	AuthWindow time.Duration
 }
 
 // NewRouter builds the HTTP handler of `relay serve`.
@@ -46,24 +49,31 @@ func NewRouter(o Options) http.Handler {
 	mcpOpts := o.MCP
 	mcpOpts.DisableLocalhostProtection = true
 	mcpH := gin.WrapH(NewMCPHandler(o.Relay, mcpOpts))
-	g.POST("/mcp", mcpH)
-	g.GET("/mcp", mcpH)
-	g.DELETE("/mcp", mcpH)
-	AddHealth(g, o.Ready, o.Metrics)
+	// R18.23: failed tokens of every kind count per address in one window.
+	fails := web.NewFailures(o.AuthWindow)
 	var sessions web.Sessions // nil without a relay (the docs test's router)
 	if o.Relay != nil {
 		sessions = o.Relay.Store()
 	}
 	auth := web.NewAuth(o.OwnerToken, sessions)
-	v1 := g.Group("/api/v1", ownerOrCookie(auth))
+	limitMCP := limitTokens(fails, func(ctx context.Context, tok string) (bool, error) {
+		_, ok, err := o.Relay.SessionForToken(ctx, tok)
+		return ok, err
+	})
+	g.POST("/mcp", limitMCP, mcpH)
+	g.GET("/mcp", limitMCP, mcpH)
+	g.DELETE("/mcp", limitMCP, mcpH)
+	AddHealth(g, o.Ready, o.Metrics)
+	v1 := g.Group("/api/v1", limitTokens(fails, func(_ context.Context, tok string) (bool, error) { return auth.CheckToken(tok), nil }),
+		ownerOrCookie(auth))
 	ow := &owner{r: o.Relay}
 	ow.routes(v1)
 	pr := &peer{r: o.Relay}
-	pr.routes(g.Group("/peer/v1", pr.auth))
+	pr.routes(g.Group("/peer/v1", limitTokens(fails, func(ctx context.Context, tok string) (bool, error) { return o.Relay.PeerTokenValid(ctx, tok) }), pr.auth))
 	sse := newStreams(o.Relay)
 	// The owner's console (R19): GET / and its pages; live updates on /api/v1/stream.
 	v1.GET("/stream", sse.handle)
-	web.Register(g, web.Options{Relay: o.Relay, Auth: auth, Logger: o.Logger})
+	web.Register(g, web.Options{Relay: o.Relay, Auth: auth, Logger: o.Logger, Failures: fails})
 	g.NoRoute(func(c *gin.Context) {
 		c.JSON(http.StatusNotFound, gin.H{"error": "No such route: " + c.Request.Method + " " + c.Request.URL.Path, "code": relay.CodeNotFound})
 	})

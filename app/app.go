@@ -429,8 +429,14 @@ func (a *App) Run(ctx context.Context) (err error) {
 		if mcpOpts.Logger == nil {
 			mcpOpts.Logger = a.log
 		}
+		// R18.23: failed tokens count over a minute of this process's clock
+		// (a test's faster clock makes it shorter).
+		authWindow := time.Minute
+		if a.opts.Clock != nil && a.opts.Clock.Factor > 1 {
+			authWindow = time.Duration(float64(time.Minute) / a.opts.Clock.Factor)
+		}
 		h := api.NewRouter(api.Options{Relay: a.relay, Metrics: a.met, OwnerToken: a.ownerToken, Ready: a.ready, MCP: mcpOpts, Logger: a.log,
-			PublicURL: a.PublicURL()})
+			PublicURL: a.PublicURL(), AuthWindow: authWindow})
 		// R18.18: bounded headers, idle connections closed, at most
 		// api.MaxConns connections (the least recently busy idle one closed
 		// for a new one), so a flood cannot stop /healthz or the owner API.

@@ -40,11 +40,15 @@ type Options struct {
 	Relay  *relay.Relay
 	Auth   *Auth
 	Logger *slog.Logger
+	// Failures counts failed sign-ins with the owner API's failed tokens
+	// (R18.23); nil: not counted.
+	Failures *Failures
 }
 
 type console struct {
 	r      *relay.Relay
 	auth   *Auth
+	fails  *Failures
 	log    *slog.Logger
 	tpl    *template.Template
 	assets map[string]string // file name -> /static/NAME?v=HASH
@@ -56,7 +60,7 @@ func Register(g *gin.Engine, o Options) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	c := &console{r: o.Relay, auth: o.Auth, log: o.Logger, assets: map[string]string{}}
+	c := &console{r: o.Relay, auth: o.Auth, fails: o.Failures, log: o.Logger, assets: map[string]string{}}
 	static, err := fs.Sub(staticFS, "static")
 	if err != nil {
 		panic(err)
@@ -462,8 +466,18 @@ func (c *console) signIn(ctx *gin.Context) {
 			Error: "This sign-in did not come from this relay's own page; nothing was done."})
 		return
 	}
+	if d := c.fails.Blocked(ctx.Request); d > 0 {
+		RetryAfter(ctx.Writer, d)
+		c.render(ctx, http.StatusTooManyRequests, &view{Page: "signin", Title: "Sign in", Next: next, Error: TooManyMessage(d)})
+		return
+	}
 	if !c.auth.CheckToken(strings.TrimSpace(ctx.PostForm("token"))) {
 		time.Sleep(300 * time.Millisecond) // slows guessing a little
+		if d := c.fails.Fail(ctx.Request); d > 0 {
+			RetryAfter(ctx.Writer, d)
+			c.render(ctx, http.StatusTooManyRequests, &view{Page: "signin", Title: "Sign in", Next: next, Error: TooManyMessage(d)})
+			return
+		}
 		// 200: the page itself is fine (a 401 document is a console error in browsers); no cookie is set.
 		c.render(ctx, http.StatusOK, &view{Page: "signin", Title: "Sign in", Next: next,
 			Error: "That is not this relay's owner token."})
