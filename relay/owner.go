@@ -36,7 +36,7 @@ func (r *Relay) SessionForToken(ctx context.Context, token string) (string, bool
 	r.tokMu.RLock()
 	ent, ok := r.tokens[token]
 	r.tokMu.RUnlock()
-	if ok && time.Since(ent.at) < tokenTTL {
+	if ok && time.Since(ent.at) < tokenCacheTTL(token) {
 		return ent.id, true, nil
 	}
 	id, err := r.st.SessionByToken(ctx, token)

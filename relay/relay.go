@@ -7,6 +7,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sort"
 	"sync"
@@ -159,6 +160,13 @@ func (r *Relay) Store() *store.Store { return r.st }
 
 // Start initialises stored settings and listens for notifications until ctx ends.
 func (r *Relay) Start(ctx context.Context) error {
+	// R18.19: tokens a relay before stored in plain text become hashes, once,
+	// before anything is served.
+	if n, err := r.st.UpgradeTokens(ctx); err != nil {
+		return fmt.Errorf("upgrade stored tokens to hashes: %w", err)
+	} else if n > 0 {
+		r.log.Info("stored tokens upgraded: only their SHA-256 hashes are kept now", "tokens", n)
+	}
 	s := r.opts.Settings
 	if _, err := r.st.InitSettings(ctx, store.Settings{AgentSessions: s.AgentSessions,
 		AcceptAgentPrompts: s.AcceptAgentPrompts, MaxWaitSeconds: s.MaxWaitSeconds,

@@ -524,6 +524,13 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 		delete(r.running, t.ID)
 		r.mu.Unlock()
 	}()
+	// R18.19: an agent process gets a token of its own for this turn (the
+	// session's token is stored as a hash and cannot be handed out again).
+	turnTok, dropTok, err := r.mintTurnToken(ctx, p, s.ID)
+	if err != nil {
+		return false, r.putBack(ctx, s.ID, t.ID, err)
+	}
+	defer dropTok()
 	// Stop requests arrive through the notification hub.
 	stopCh, unsub := r.hub.sub("stop:" + t.ID)
 	defer unsub()
@@ -548,6 +555,9 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 					// stopped and nothing more of this turn is written.
 					r.log.Warn("session lease lost: the agent is stopped", "session", id8(s.ID), "turn", id8(t.ID))
 					cancel(errLeaseLost)
+				}
+				if turnTok != "" {
+					_, _ = r.st.RenewTurnToken(context.WithoutCancel(ctx), turnTok, turnTokenTTL)
 				}
 				// A stop whose notification was missed.
 				if cur, err := r.st.GetTurn(context.WithoutCancel(ctx), t.ID); err == nil && cur.StopRequested {
@@ -574,7 +584,7 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 		base, _ = r.st.APIURL(ctx) // a worker-only process: the API recorded where it listens
 	}
 	pt := provider.Turn{SessionID: s.ID, TurnID: t.ID, Prompt: t.Text, Model: s.Model, Effort: s.Effort, Mode: s.Mode,
-		Cwd: cwd, History: history, Token: s.Token, RelayURL: base, Relay: r.opts.Name, AgentSession: agentSessionOf(s)}
+		Cwd: cwd, History: history, Token: turnTok, RelayURL: base, Relay: r.opts.Name, AgentSession: agentSessionOf(s)}
 	// The agent is offered relay_tool while agent sessions are on or at
 	// least one relay is paired (R4.2 Decision).
 	if base != "" && (st.AgentSessions || r.anyPairing(ctx)) {
@@ -588,6 +598,7 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	r.log.Info("turn started", "session", id8(s.ID), "turn", id8(t.ID), "provider", s.Provider)
 	r.agentStarted(t.ID)
 	out, runErr := p.Run(tctx, pt, h)
+	dropTok()                                // the agent is gone: its token ends with it
 	out.Text = provider.BoundReply(out.Text) // R18.4, whatever the provider
 	cause := context.Cause(tctx)
 	if tctx.Err() == nil {

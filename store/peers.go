@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"sort"
@@ -142,11 +140,6 @@ func (s *Store) DeletePairing(ctx context.Context, name string) (bool, error) {
 type PeerToken struct {
 	CreatedAt time.Time `json:"createdAt"`
 	Label     string    `json:"label,omitempty"`
-}
-
-func tokenHash(tok string) string {
-	h := sha256.Sum256([]byte(tok))
-	return hex.EncodeToString(h[:])
 }
 
 // AddPeerToken stores a peer token (only its hash is kept).

@@ -21,16 +21,19 @@ type Ref struct {
 
 // Session is one agent conversation's record (R7.4 fields, R7.10 settings).
 type Session struct {
-	ID                string
-	Title             string
-	Provider          string
-	Model             string
-	Effort            string
-	Mode              string
-	Cwd               string
-	Repo              string
-	Branch            string
+	ID       string
+	Title    string
+	Provider string
+	Model    string
+	Effort   string
+	Mode     string
+	Cwd      string
+	Repo     string
+	Branch   string
+	// Token is the session's bearer token, known only when the session is
+	// made (shown once, R18.19); TokenHash, its SHA-256, is what is stored.
 	Token             string
+	TokenHash         string
 	CreatedAt         time.Time
 	LastActivityAt    time.Time
 	Archived          bool
@@ -57,7 +60,7 @@ func (s *Session) fields() map[string]any {
 	}
 	return map[string]any{
 		"id": s.ID, "title": s.Title, "provider": s.Provider, "model": s.Model, "effort": s.Effort,
-		"mode": s.Mode, "cwd": s.Cwd, "repo": s.Repo, "branch": s.Branch, "token": s.Token,
+		"mode": s.Mode, "cwd": s.Cwd, "repo": s.Repo, "branch": s.Branch, "tokh": s.tokh(),
 		"created": ms(s.CreatedAt), "last": ms(s.LastActivityAt), "archived": b2s(s.Archived),
 		"archivedAt": ms(s.ArchivedAt), "group": s.GroupID, "startedBy": sb,
 		"mayCreate": b2s(s.MayCreateSessions), "acw": s.AutoCompactWindow, "think": s.ThinkingEnabled,
@@ -65,10 +68,18 @@ func (s *Session) fields() map[string]any {
 	}
 }
 
+// tokh is the stored form of the session's token.
+func (s *Session) tokh() string {
+	if s.Token != "" {
+		return TokenHash(s.Token)
+	}
+	return s.TokenHash
+}
+
 func sessionFrom(m map[string]string) *Session {
 	s := &Session{
 		ID: m["id"], Title: m["title"], Provider: m["provider"], Model: m["model"], Effort: m["effort"],
-		Mode: m["mode"], Cwd: m["cwd"], Repo: m["repo"], Branch: m["branch"], Token: m["token"],
+		Mode: m["mode"], Cwd: m["cwd"], Repo: m["repo"], Branch: m["branch"], TokenHash: m["tokh"],
 		CreatedAt: fromMS(atoi64(m["created"])), LastActivityAt: fromMS(atoi64(m["last"])),
 		Archived: m["archived"] == "1", ArchivedAt: fromMS(atoi64(m["archivedAt"])), GroupID: m["group"],
 		MayCreateSessions: m["mayCreate"] == "1", AutoCompactWindow: int(atoi64(m["acw"])),
@@ -102,7 +113,7 @@ func (s *Store) sessKey(id string) string { return s.k("sess", id) }
 func (s *Store) CreateSession(ctx context.Context, sess *Session) error {
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, s.sessKey(sess.ID), sess.fields())
-		p.Set(ctx, s.k("tok", sess.Token), sess.ID, 0)
+		p.Set(ctx, s.tokKey(sess.tokh()), sess.ID, 0)
 		p.ZAdd(ctx, s.k("sids"), redis.Z{Member: sess.ID})
 		p.ZAdd(ctx, s.k("sessions", "active"), redis.Z{Score: float64(ms(sess.LastActivityAt)), Member: sess.ID})
 		return nil
@@ -162,9 +173,10 @@ func (s *Store) SetSessionFields(ctx context.Context, id string, kv map[string]a
 	return nil
 }
 
-// SessionByToken returns the session id a token names, "" when none.
+// SessionByToken returns the session id a token (the session's own or its
+// running turn's) names, "" when none; it is looked up by its hash (R18.19).
 func (s *Store) SessionByToken(ctx context.Context, token string) (string, error) {
-	id, err := s.rdb.Get(ctx, s.k("tok", token)).Result()
+	id, err := s.rdb.Get(ctx, s.tokKey(TokenHash(token))).Result()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}
@@ -256,20 +268,29 @@ func (s *Store) ListSessionIDs(ctx context.Context, scope string, limit int) ([]
 
 // ArchiveSession marks the session archived and moves it between the indexes.
 func (s *Store) ArchiveSession(ctx context.Context, id string, now time.Time) error {
-	token, err := s.rdb.HGet(ctx, s.sessKey(id), "token").Result()
+	toks, err := s.rdb.HMGet(ctx, s.sessKey(id), "tokh", "turntok").Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return err
 	}
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		if token != "" {
-			p.Del(ctx, s.k("tok", token)) // revoked (R18.2)
-		}
+		s.revokeTokens(ctx, p, id, toks) // R18.2
 		p.HSet(ctx, s.sessKey(id), "archived", "1", "archivedAt", ms(now))
 		p.ZRem(ctx, s.k("sessions", "active"), id)
 		p.ZAdd(ctx, s.k("sessions", "archived"), redis.Z{Score: float64(ms(now)), Member: id})
 		return nil
 	})
 	return err
+}
+
+// revokeTokens deletes the look-up keys of a session's token and its running
+// turn's (hashes as read from its record: tokh, turntok).
+func (s *Store) revokeTokens(ctx context.Context, p redis.Pipeliner, sid string, toks []any) {
+	for _, v := range toks {
+		if h, _ := v.(string); h != "" {
+			p.Del(ctx, s.tokKey(h))
+		}
+	}
+	p.HDel(ctx, s.sessKey(sid), "turntok")
 }
 
 // SessionQuiet says whether a session has no running turn, no queued prompt
@@ -285,7 +306,7 @@ func (s *Store) SessionQuiet(ctx context.Context, sid string) (bool, error) {
 // the indexes naming it. busyKey is its orchestrator's semaphore ("" = none).
 // Schedules, asks and subscriptions are ended by the domain before.
 func (s *Store) DeleteSession(ctx context.Context, sid, busyKey string) error {
-	token, err := s.rdb.HGet(ctx, s.sessKey(sid), "token").Result()
+	toks, err := s.rdb.HMGet(ctx, s.sessKey(sid), "tokh", "turntok").Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return err
 	}
@@ -313,9 +334,7 @@ func (s *Store) DeleteSession(ctx context.Context, sid, busyKey string) error {
 		}
 	}
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		if token != "" {
-			p.Del(ctx, s.k("tok", token)) // revoked (R18.2)
-		}
+		s.revokeTokens(ctx, p, sid, toks) // R18.2
 		for _, id := range ids {
 			p.Del(ctx, s.turnKey(id))
 			p.ZRem(ctx, s.k("tids"), id)

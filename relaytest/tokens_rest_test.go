@@ -1,0 +1,220 @@
+package relaytest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oar/relay/config"
+	"github.com/oar/relay/store"
+)
+
+// plainIn lists every key of prefix (and its asynq queues) that holds one of
+// toks in its name or value, whatever its type.
+func plainIn(t *testing.T, rdb *redis.Client, prefix string, toks ...string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var found []string
+	for _, pattern := range []string{prefix + ":*", "asynq:{" + prefix + ":*"} {
+		var cursor uint64
+		for {
+			keys, next, err := rdb.Scan(ctx, cursor, pattern, 500).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keys {
+				v := valueText(ctx, rdb, k)
+				for _, tok := range toks {
+					if strings.Contains(k, tok) || strings.Contains(v, tok) {
+						found = append(found, k)
+					}
+				}
+			}
+			cursor = next
+			if cursor == 0 {
+				break
+			}
+		}
+	}
+	return found
+}
+
+// valueText is a key's whole value as text, whatever its type (DUMP would
+// compress long values).
+func valueText(ctx context.Context, rdb *redis.Client, k string) string {
+	var b strings.Builder
+	switch rdb.Type(ctx, k).Val() {
+	case "string":
+		b.WriteString(rdb.Get(ctx, k).Val())
+	case "hash":
+		for f, v := range rdb.HGetAll(ctx, k).Val() {
+			b.WriteString(f + "=" + v + "\n")
+		}
+	case "list":
+		b.WriteString(strings.Join(rdb.LRange(ctx, k, 0, -1).Val(), "\n"))
+	case "set":
+		b.WriteString(strings.Join(rdb.SMembers(ctx, k).Val(), "\n"))
+	case "zset":
+		b.WriteString(strings.Join(rdb.ZRange(ctx, k, 0, -1).Val(), "\n"))
+	case "stream":
+		for _, m := range rdb.XRange(ctx, k, "-", "+").Val() {
+			b.WriteString(fmt.Sprint(m.Values) + "\n")
+		}
+	}
+	return b.String()
+}
+
+func redisClient(t *testing.T, rd *Redis) *redis.Client {
+	t.Helper()
+	opt, err := redis.ParseURL(rd.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// mcpStatus is the HTTP status of a bare MCP request with token.
+func mcpStatus(t *testing.T, r *Relay, token string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, r.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// R18.19's upgrade path: a dataset an older relay wrote (session tokens
+// in plain text) is re-hashed at the first start:
+// the old tokens still work, and no plain token remains anywhere in Redis.
+func TestTokensAtRestUpgrade(t *testing.T) {
+	NeedsSharedRedis(t, "writes an older relay's layout into the Redis before the relay starts")
+	rd := NewRedis(t)
+	if rd.URL == "" {
+		t.Skip("needs a Redis URL")
+	}
+	old := Start(t, Options{Redis: rd})
+	live := old.NewSession(map[string]any{"title": "live"})
+	gone := old.NewSession(map[string]any{"title": "archived"})
+	if st := old.Owner("POST", "/api/v1/sessions/"+gone.ID+"/archive", nil, nil); st != http.StatusOK {
+		t.Fatalf("archive: %d", st)
+	}
+	old.Stop()
+
+	// The layout before: tok:TOKEN → id, the session's token field.
+	ctx := context.Background()
+	rdb := redisClient(t, rd)
+	p := rd.Prefix + ":"
+	const genOwner = OwnerToken
+	for _, s := range []Session{live, gone} {
+		rdb.HSet(ctx, p+"sess:"+s.ID, "token", s.Token)
+		rdb.HDel(ctx, p+"sess:"+s.ID, "tokh")
+		rdb.Del(ctx, p+"tokh:"+sha256Hex(s.Token))
+	}
+	rdb.Set(ctx, p+"tok:"+live.Token, live.ID, 0)
+	rdb.Del(ctx, p+"tokfmt")
+	if got := plainIn(t, rdb, rd.Prefix, live.Token, gone.Token); len(got) == 0 {
+		t.Fatalf("the old layout was not written")
+	}
+
+	r := Start(t, Options{Redis: rd})
+	if got := plainIn(t, rdb, rd.Prefix, live.Token, gone.Token); len(got) > 0 {
+		t.Fatalf("plain tokens remain after the upgrade in %v", got)
+	}
+	var set map[string]any
+	if st := r.do("GET", "/api/v1/settings", genOwner, nil, &set); st != http.StatusOK {
+		t.Fatalf("the owner token after the upgrade: %d %v", st, set)
+	}
+	m := r.Connect(live.Token, nil)
+	out := m.MustOK(map[string]any{"action": "read_session", "relay": "this", "session": live.ID})
+	if out["id"] != live.ID && !strings.Contains(jsonString(out), live.ID) {
+		t.Fatalf("read_session with the old token: %v", out)
+	}
+	if st := mcpStatus(t, r, gone.Token); st != http.StatusUnauthorized {
+		t.Fatalf("the archived session's token after the upgrade: %d, want 401", st)
+	}
+	// A session made now: its token is shown once and stored as a hash.
+	fresh := r.do("POST", "/api/v1/sessions", genOwner, map[string]any{"title": "new"}, &set)
+	if fresh != http.StatusCreated || set["token"] == nil {
+		t.Fatalf("create: %d %v", fresh, set)
+	}
+	tok := set["token"].(string)
+	if got := plainIn(t, rdb, rd.Prefix, tok, live.Token); len(got) > 0 {
+		t.Fatalf("plain tokens stored in %v", got)
+	}
+	var detail map[string]any
+	if st := r.do("GET", "/api/v1/sessions/"+set["id"].(string), genOwner, nil, &detail); st != http.StatusOK || strings.Contains(jsonString(detail), tok) {
+		t.Fatalf("the session's token is shown again: %d", st)
+	}
+}
+
+// R18.19: an agent process gets a token of its own for its turn (the
+// session's is stored only as a hash): it acts as its session while the turn
+// runs, is never stored in plain text, and stops working when the turn ends.
+func TestTurnTokenLivesWithItsTurn(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	script := `echo "$RELAY_TOKEN" > ` + filepath.Join(dir, "tok.tmp") + ` && mv ` + filepath.Join(dir, "tok.tmp") + ` ` + filepath.Join(dir, "tok") +
+		`; i=0; while [ ! -e ` + filepath.Join(dir, "go") + ` ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; echo finished`
+	r := Start(t, Options{Config: func(c *config.Config) {
+		c.Providers = append(c.Providers, config.Provider{ID: "sh", Name: "Sh", Type: config.TypeExec, Command: []string{"/bin/sh", "-c", script}})
+	}})
+	s := r.NewSession(map[string]any{"provider": "sh", "title": "agent"})
+	id := r.Message(s.ID, "go")
+	var tok string
+	Eventually(t, 20*time.Second, func() bool {
+		b, err := os.ReadFile(filepath.Join(dir, "tok"))
+		tok = strings.TrimSpace(string(b))
+		return err == nil && tok != ""
+	}, "the agent wrote its token")
+	if tok == s.Token {
+		t.Fatalf("the agent was handed the session's own token")
+	}
+	m := r.Connect(tok, nil)
+	env := m.MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
+	if !strings.Contains(jsonString(env), s.ID) {
+		t.Fatalf("list_sessions with the turn token: %v", env)
+	}
+	if r.Redis.URL != "" {
+		if got := plainIn(t, redisClient(t, r.Redis), r.Redis.Prefix, tok, s.Token); len(got) > 0 {
+			t.Fatalf("plain tokens stored in %v", got)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if tr := r.WaitTurn(id, 20*time.Second, store.TurnDone, store.TurnError); tr.Status != store.TurnDone {
+		t.Fatalf("turn: %s %q", tr.Status, tr.Error)
+	}
+	Eventually(t, 10*time.Second, func() bool { return mcpStatus(t, r, tok) == http.StatusUnauthorized },
+		"the turn's token is refused once its turn ended")
+	if st := mcpStatus(t, r, s.Token); st == http.StatusUnauthorized {
+		t.Fatalf("the session's own token stopped working")
+	}
+}
+
+func sha256Hex(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+func jsonString(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

@@ -1,0 +1,168 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Tokens at rest (R18.19): session, turn, owner and peer tokens are kept as
+// SHA-256 hashes only; every look-up hashes the presented token first. Keys:
+//
+//	tokh:SHA256       string: the session id a session or turn token names (a
+//	                  turn token's with a TTL, renewed while its turn runs)
+//	tokfmt            string: "2" once the stored tokens are hashes (the upgrade ran)
+//	sess:ID tokh      the hash of the session's own token; turntok: of its running turn's
+//
+// The layout before: tok:TOKEN → session id, and the session's "token" field, in plain
+// text. UpgradeTokens moves
+// them once, at start.
+
+// TokenHash is the hex SHA-256 of a token, the only form kept at rest.
+func TokenHash(tok string) string {
+	h := sha256.Sum256([]byte(tok))
+	return hex.EncodeToString(h[:])
+}
+
+func tokenHash(tok string) string { return TokenHash(tok) }
+
+func (s *Store) tokKey(hash string) string { return s.k("tokh", hash) }
+
+// AddTurnToken stores a token for one running turn of session sid (only its
+// hash, expiring after ttl unless renewed) and records it on the session, so
+// archiving revokes it with the session's own token.
+func (s *Store) AddTurnToken(ctx context.Context, sid, tok string, ttl time.Duration) error {
+	h := TokenHash(tok)
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Set(ctx, s.tokKey(h), sid, ttl)
+		p.HSet(ctx, s.sessKey(sid), "turntok", h)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("turn token of %s: %w", sid, err)
+	}
+	return nil
+}
+
+// RenewTurnToken moves a turn token's expiry to ttl from now (false: it is
+// gone: revoked or expired).
+func (s *Store) RenewTurnToken(ctx context.Context, tok string, ttl time.Duration) (bool, error) {
+	return s.rdb.Expire(ctx, s.tokKey(TokenHash(tok)), ttl).Result()
+}
+
+// KEYS: tokh:HASH, sess:SID. ARGV: hash.
+var dropTurnTokenScript = redis.NewScript(`
+redis.call('DEL', KEYS[1])
+if redis.call('HGET', KEYS[2], 'turntok') == ARGV[1] then redis.call('HDEL', KEYS[2], 'turntok') end
+return 1
+`)
+
+// DropTurnToken revokes a turn token when its turn ends.
+func (s *Store) DropTurnToken(ctx context.Context, sid, tok string) error {
+	h := TokenHash(tok)
+	return dropTurnTokenScript.Run(ctx, s.rdb, []string{s.tokKey(h), s.sessKey(sid)}, h).Err()
+}
+
+// tokFormat is the value of tokfmt once every stored token is a hash.
+const tokFormat = "2"
+
+// KEYS: sess:SID, tok:PLAIN (old), tokh:HASH. ARGV: plain, hash.
+// The session's plain token becomes its hash; its old look-up key moves.
+var upgradeSessionTokenScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'tokh', ARGV[2])
+redis.call('HDEL', KEYS[1], 'token')
+local sid = redis.call('GET', KEYS[2])
+if sid then
+  redis.call('SET', KEYS[3], sid)
+  redis.call('DEL', KEYS[2])
+end
+return 1
+`)
+
+// KEYS: tok:PLAIN (old), tokh:HASH.
+var upgradeTokKeyScript = redis.NewScript(`
+local sid = redis.call('GET', KEYS[1])
+if not sid then return 0 end
+redis.call('SET', KEYS[2], sid)
+redis.call('DEL', KEYS[1])
+return 1
+`)
+
+// UpgradeTokens re-hashes the tokens a relay before R18.19 stored in plain
+// text (session tokens and their look-up keys): one
+// step at start, idempotent (every move is one script that does nothing when
+// already done), safe with several processes starting at once. It returns
+// how many tokens it moved.
+func (s *Store) UpgradeTokens(ctx context.Context) (int, error) {
+	done, err := s.rdb.Get(ctx, s.k("tokfmt")).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	if done == tokFormat {
+		return 0, nil
+	}
+	n := 0
+	sessPrefix := s.k("sess", "")
+	if err := s.scan(ctx, sessPrefix+"*", func(key string) error {
+		if strings.Contains(key[len(sessPrefix):], ":") {
+			return nil
+		}
+		tok, err := s.rdb.HGet(ctx, key, "token").Result()
+		if errors.Is(err, redis.Nil) || (err == nil && tok == "") {
+			if err == nil {
+				return s.rdb.HDel(ctx, key, "token").Err()
+			}
+			return nil
+		}
+		if err != nil {
+			if strings.Contains(err.Error(), "WRONGTYPE") {
+				return nil
+			}
+			return err
+		}
+		h := TokenHash(tok)
+		moved, err := upgradeSessionTokenScript.Run(ctx, s.rdb, []string{key, s.k("tok", tok), s.tokKey(h)}, tok, h).Int()
+		n += moved
+		return err
+	}); err != nil {
+		return n, fmt.Errorf("upgrade session tokens: %w", err)
+	}
+	// Look-up keys left without a session record naming them.
+	tokPrefix := s.k("tok", "")
+	if err := s.scan(ctx, tokPrefix+"*", func(key string) error {
+		tok := key[len(tokPrefix):]
+		moved, err := upgradeTokKeyScript.Run(ctx, s.rdb, []string{key, s.tokKey(TokenHash(tok))}).Int()
+		n += moved
+		return err
+	}); err != nil {
+		return n, fmt.Errorf("upgrade token keys: %w", err)
+	}
+	return n, s.rdb.Set(ctx, s.k("tokfmt"), tokFormat, 0).Err()
+}
+
+// scan calls fn for every key matching pattern.
+func (s *Store) scan(ctx context.Context, pattern string, fn func(key string) error) error {
+	var cursor uint64
+	for {
+		keys, next, err := s.rdb.Scan(ctx, cursor, pattern, 1000).Result()
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if err := fn(k); err != nil {
+				return err
+			}
+		}
+		cursor = next
+		if cursor == 0 {
+			return nil
+		}
+	}
+}
