@@ -44,6 +44,8 @@ func (o *owner) routes(g *gin.RouterGroup) {
 	g.GET("/inbox", o.inbox)
 	g.POST("/inbox/:id", o.answerAsk)
 	g.POST("/peer-tokens", o.peerToken)
+	g.GET("/peer-tokens", o.peerTokens)
+	g.DELETE("/peer-tokens/:id", o.revokePeerToken)
 	g.GET("/relays", o.relays)
 	g.POST("/relays", o.pair)
 	g.PATCH("/relays/:name", o.patchRelay)

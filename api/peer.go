@@ -85,7 +85,8 @@ func (p *peer) events(c *gin.Context) {
 }
 
 func (p *peer) inbox(c *gin.Context) {
-	list, err := p.r.Inbox(c.Request.Context()) // this relay's open asks, for a paired relay's inbox (R10.3)
+	// The asks the token's relay's conversations made here, for its inbox (R10.3, R18.21).
+	list, err := p.r.PeerInbox(c.Request.Context(), bearerToken(c.Request))
 	if err != nil {
 		fail(c, err)
 		return
@@ -101,7 +102,7 @@ func (p *peer) answer(c *gin.Context) {
 	if !bind(c, &in, false) {
 		return
 	}
-	out, err := p.r.PeerAnswer(c.Request.Context(), c.Param("id"), in.InboxAnswer, in.Via)
+	out, err := p.r.PeerAnswer(c.Request.Context(), bearerToken(c.Request), c.Param("id"), in.InboxAnswer, in.Via)
 	if err != nil {
 		fail(c, err)
 		return

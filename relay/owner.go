@@ -72,11 +72,15 @@ type tokenEntry struct {
 	at time.Time
 }
 
-// dropTokens empties this process's token cache.
+// dropTokens empties this process's token caches (session and turn tokens,
+// peer tokens: an archive or a peer token's revocation, R18.2, R18.20).
 func (r *Relay) dropTokens() {
 	r.tokMu.Lock()
 	r.tokens = map[string]tokenEntry{}
 	r.tokMu.Unlock()
+	r.peerTokMu.Lock()
+	clear(r.peerToks)
+	r.peerTokMu.Unlock()
 }
 
 // OwnerCreateSession creates a session for the owner; with text its first prompt is queued.

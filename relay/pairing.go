@@ -30,19 +30,21 @@ func (r *Relay) NewPeerToken(ctx context.Context, label string) (map[string]any,
 		return nil, err
 	}
 	r.log.Info("peer token issued", "label", label)
-	return map[string]any{"token": tok, "relay": r.opts.Name, "url": r.opts.BaseURL, "createdAt": ts(now),
+	return map[string]any{"token": tok, "id": store.PeerTokenID(tok), "relay": r.opts.Name, "url": r.opts.BaseURL, "createdAt": ts(now),
 		"note": "Give this token to the other relay's owner: they pair with POST /api/v1/relays {url, token}. It is shown only once."}, nil
 }
 
 // peerTokenTTL is how long a process trusts that a peer token it checked is
-// still one of this relay's (no route revokes peer tokens today).
+// still one of this relay's (a revocation empties every process's cache at
+// once through the "tokens" notification; this is the safety net).
 const peerTokenTTL = 30 * time.Second
 
 // peerTok is what a process knows of a peer token: valid until, and the
 // relay it is tied to ("" before its first call; a tie never changes).
 type peerTok struct {
-	until time.Time
-	bound string
+	until   time.Time
+	bound   string
+	touched time.Time // lastUsedAt last written by this process
 }
 
 // PeerTokenValid reports whether a bearer token is a peer token of this
@@ -53,6 +55,7 @@ func (r *Relay) PeerTokenValid(ctx context.Context, tok string) (bool, error) {
 	e, ok := r.peerToks[tok]
 	r.peerTokMu.Unlock()
 	if ok && time.Now().Before(e.until) {
+		r.touchPeerToken(ctx, tok)
 		return true, nil
 	}
 	valid, err := r.st.PeerTokenValid(ctx, tok)
@@ -64,6 +67,7 @@ func (r *Relay) PeerTokenValid(ctx context.Context, tok string) (bool, error) {
 	e.until = time.Now().Add(peerTokenTTL)
 	r.peerToks[tok] = e
 	r.peerTokMu.Unlock()
+	r.touchPeerToken(ctx, tok)
 	return true, nil
 }
 

@@ -56,7 +56,15 @@ func (r *Relay) PeerCall(ctx context.Context, tok string, raw []byte) (json.RawM
 	if _, ok := actionArgs[action]; !ok {
 		action = "unknown"
 	}
+	if strings.EqualFold(body.Origin.Relay, r.opts.Name) || strings.EqualFold(body.Origin.Relay, "this") {
+		r.log.Warn("peer call refused: it claims this relay's own name", "from", body.Origin.Relay)
+		return r.envelope(action, "", start, nil, Errorf(CodeAuth, "A paired relay cannot speak as %q: that is this relay's own name. Nothing was done.", body.Origin.Relay))
+	}
 	bound, err := r.bindPeerToken(ctx, tok, body.Origin.Relay)
+	if errors.Is(err, store.ErrRelayNameTaken) {
+		r.log.Warn("peer call refused: another peer token holds this relay's name", "from", body.Origin.Relay)
+		return r.envelope(action, "", start, nil, Errorf(CodeAuth, "Relay %q is paired here with another peer token; this token cannot speak for it. Nothing was done.", body.Origin.Relay))
+	}
 	if err != nil {
 		return r.envelope(action, "", start, nil, internal(err))
 	}
@@ -155,11 +163,11 @@ func (r *Relay) PeerEventsFor(ctx context.Context, tok, subID, after string, wai
 		return nil, err
 	}
 	// Only the relay whose conversation holds it reads it (the token's relay).
-	bound, err := r.st.PeerTokenRelay(ctx, tok)
+	bound, err := r.peerBound(ctx, tok)
 	if err != nil {
 		return nil, err
 	}
-	if !strings.HasPrefix(strings.ToLower(sub.Watcher), PeerWatcherPrefix+bound+":") {
+	if !peerOwns(bound, sub.Watcher) {
 		return nil, Errorf(CodeNotFound, "No subscription %q of another relay's agent here.", subID)
 	}
 	if wait > 25*time.Second {
@@ -187,10 +195,4 @@ func (r *Relay) PeerEventsFor(ctx context.Context, tok, subID, after string, wai
 			sub = s2
 		}
 	}
-}
-
-// PeerAnswer answers an ask of this relay from a paired relay's inbox.
-func (r *Relay) PeerAnswer(ctx context.Context, id string, in InboxAnswer, via string) (map[string]any, error) {
-	in.Via = via
-	return r.AnswerAsk(ctx, id, in)
 }

@@ -615,6 +615,7 @@ func TestPermissionMatrix(t *testing.T) {
 		"DELETE /api/v1/relays/:id":                {"/api/v1/relays/" + fakeRelay, nil, "/api/v1/relays/" + fakeRelay, nil},
 		"DELETE /api/v1/relays/:name":              {"/api/v1/relays/" + fakeRelay, nil, "/api/v1/relays/" + fakeRelay, nil},
 		"DELETE /api/v1/subscriptions/:id":         {"/api/v1/subscriptions/" + subID, nil, "/api/v1/subscriptions/" + fakeSub, nil},
+		"DELETE /api/v1/peer-tokens/:id":           {"/api/v1/peer-tokens/0000000000000000", nil, "/api/v1/peer-tokens/0000000000000000", nil},
 	}
 	for _, me := range []string{"GET", "POST", "PUT", "PATCH", "HEAD", "OPTIONS", "DELETE", "CONNECT", "TRACE"} {
 		routes[me+" /api/v1/peer-tokens"] = mxRoute{"/api/v1/peer-tokens", nil, "/api/v1/peer-tokens", nil}

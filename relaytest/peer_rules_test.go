@@ -282,7 +282,15 @@ func TestPeerPermissionTable(t *testing.T) {
 
 func TestPeerLocks(t *testing.T) {
 	a, b := prStartPair(t, nil, nil)
-	pairRelays(t, a, b, nil)
+	// One peer token for both of alpha's pairings of bravo below: bravo binds
+	// the name alpha to the first token that used it (R18.20).
+	var bt map[string]any
+	if st := b.Owner("POST", "/api/v1/peer-tokens", map[string]any{}, &bt); st != 201 {
+		t.Fatalf("peer token: %d %v", st, bt)
+	}
+	if st := a.Owner("POST", "/api/v1/relays", map[string]any{"url": b.URL, "token": bt["token"]}, nil); st != 201 {
+		t.Fatalf("pair: %d", st)
+	}
 	sb := b.NewSession(map[string]any{"title": "target"})
 	// The scripts name bravo by its host: an IP counts only with @, so the
 	// script itself unlocks nothing.
@@ -355,7 +363,9 @@ func TestPeerLocks(t *testing.T) {
 
 	// A pairing whose name is an IP address counts only with @ (its name is
 	// in the script, without @).
-	pairRelays(t, a, b, map[string]any{"name": "10.9.8.7"})
+	if st := a.Owner("POST", "/api/v1/relays", map[string]any{"url": b.URL, "token": bt["token"], "name": "10.9.8.7"}, nil); st != 201 {
+		t.Fatalf("pair as 10.9.8.7: %d", st)
+	}
 	s5 := a.NewSession(map[string]any{"title": "five"})
 	byIPName := prTool(map[string]any{"action": "relay_info", "relay": "10.9.8.7"})
 	if res := prRun(t, a, s5, byIPName); prCode(res[0]) != "REMOTE_RELAY_LOCKED" {
@@ -907,14 +917,14 @@ func TestPeerHops(t *testing.T) {
 	}
 
 	// The serving side applies the hop limit too (R13.1), whatever the
-	// caller's relay checked: a forged chain [charlie, alpha] to bravo.
+	// caller's relay checked: a forged chain [charlie, delta] to bravo.
 	var tok map[string]any
 	b.Owner("POST", "/api/v1/peer-tokens", map[string]any{}, &tok)
 	call := func(action string, args map[string]any, unlocked []string) map[string]any {
 		t.Helper()
 		body, _ := json.Marshal(map[string]any{"action": action, "args": args,
-			"origin": map[string]any{"relay": "alpha", "session": "s-forged", "title": "forged", "model": "m",
-				"path": []string{"charlie", "alpha"}, "unlocked": unlocked}})
+			"origin": map[string]any{"relay": "delta", "session": "s-forged", "title": "forged", "model": "m",
+				"path": []string{"charlie", "delta"}, "unlocked": unlocked}})
 		req, _ := http.NewRequest("POST", b.URL+"/peer/v1/call", strings.NewReader(string(body)))
 		req.Header.Set("Authorization", "Bearer "+tok["token"].(string))
 		req.Header.Set("Content-Type", "application/json")
@@ -930,13 +940,13 @@ func TestPeerHops(t *testing.T) {
 		return env
 	}
 	if env := call("send", map[string]any{"session": sb.ID, "text": "forged"}, nil); prCode(env) != "REMOTE_RELAY_HOP_LIMIT" {
-		t.Errorf("served send with path [charlie, alpha]: %v", env)
+		t.Errorf("served send with path [charlie, delta]: %v", env)
 	}
-	if env := call("ask", map[string]any{"session": sb.ID, "question": "forged?"}, []string{"alpha"}); prCode(env) != "REMOTE_RELAY_HOP_LIMIT" {
-		t.Errorf("served ask with path [charlie, alpha]: %v", env)
+	if env := call("ask", map[string]any{"session": sb.ID, "question": "forged?"}, []string{"delta"}); prCode(env) != "REMOTE_RELAY_HOP_LIMIT" {
+		t.Errorf("served ask with path [charlie, delta]: %v", env)
 	}
 	if env := call("read_session", map[string]any{"session": sb.ID}, nil); prCode(env) != "ok" {
-		t.Errorf("served read_session with path [charlie, alpha]: %v", env)
+		t.Errorf("served read_session with path [charlie, delta]: %v", env)
 	}
 	if env := call("send", map[string]any{"session": sb.ID, "text": "allowed", "wait_seconds": 5}, []string{"Bravo"}); prCode(env) != "ok" {
 		t.Errorf("served send with bravo unlocked where the chain began: %v", env)

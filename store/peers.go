@@ -357,23 +357,6 @@ func (s *Store) DropLink(ctx context.Context, name string) error {
 	return s.rdb.HDel(ctx, s.k("relaylink"), n+":online", n+":seen", n+":reason").Err()
 }
 
-// BindPeerToken ties a peer token to the relay that first speaks with it
-// (peertokrelay hash: sha256(token) → relay name) and returns the name it is
-// tied to: a token one relay was given cannot later speak for another.
-func (s *Store) BindPeerToken(ctx context.Context, tok, relay string) (string, error) {
-	h := tokenHash(tok)
-	var get *redis.StringCmd
-	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSetNX(ctx, s.k("peertokrelay"), h, strings.ToLower(relay))
-		get = p.HGet(ctx, s.k("peertokrelay"), h)
-		return nil
-	})
-	if err != nil {
-		return "", err
-	}
-	return get.Val(), nil
-}
-
 // PeerTokenRelay is the relay a peer token is tied to ("" before its first call).
 func (s *Store) PeerTokenRelay(ctx context.Context, tok string) (string, error) {
 	v, err := s.rdb.HGet(ctx, s.k("peertokrelay"), tokenHash(tok)).Result()

@@ -1,0 +1,177 @@
+package relaytest
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oar/relay/config"
+)
+
+// peerReq sends a /peer/v1 request with a peer token; out gets the JSON answer.
+func peerReq(t *testing.T, r *Relay, tok, method, path string, body any, out any) int {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, r.URL+path, rd)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil && len(data) > 0 {
+		_ = json.Unmarshal(data, out)
+	}
+	return resp.StatusCode
+}
+
+// peerCall is POST /peer/v1/call as relay's conversation session.
+func peerCall(t *testing.T, r *Relay, tok, relay, session, action string, args map[string]any) map[string]any {
+	t.Helper()
+	if args == nil {
+		args = map[string]any{}
+	}
+	var env map[string]any
+	st := peerReq(t, r, tok, "POST", "/peer/v1/call", map[string]any{"action": action, "args": args,
+		"origin": map[string]any{"relay": relay, "session": session, "title": "t", "model": "m", "path": []string{relay}}}, &env)
+	if st != http.StatusOK {
+		t.Fatalf("peer call %s as %s: %d %v", action, relay, st, env)
+	}
+	return env
+}
+
+func newPeerToken(t *testing.T, r *Relay) (tok, id string) {
+	t.Helper()
+	var out map[string]any
+	if st := r.Owner("POST", "/api/v1/peer-tokens", map[string]any{}, &out); st != http.StatusCreated {
+		t.Fatalf("peer token: %d %v", st, out)
+	}
+	id, _ = out["id"].(string)
+	return out["token"].(string), id
+}
+
+// R18.20: a relay name bound to one peer token cannot be claimed by another,
+// nor this relay's own name by any; peer tokens are listed without the token
+// and revoked at once in every process of the relay.
+func TestPeerTokensBindListRevoke(t *testing.T) {
+	NeedsSharedRedis(t, "two processes of one relay")
+	b := Start(t, Options{Config: func(c *config.Config) { c.Name = "bravo" }})
+	b2 := Start(t, Options{Redis: b.Redis, Config: func(c *config.Config) { c.Name = "bravo" }})
+	tok1, id1 := newPeerToken(t, b)
+	tok2, _ := newPeerToken(t, b)
+
+	if env := peerCall(t, b, tok1, "alpha", "s1", "list_sessions", nil); prCode(env) != "ok" {
+		t.Fatalf("first call binds alpha: %v", env)
+	}
+	if env := peerCall(t, b, tok2, "alpha", "s9", "list_sessions", nil); prCode(env) != "REMOTE_RELAY_AUTH" {
+		t.Fatalf("a second token claims alpha's name: %v", env)
+	}
+	if env := peerCall(t, b, tok2, "Alpha", "s9", "list_sessions", nil); prCode(env) != "REMOTE_RELAY_AUTH" {
+		t.Fatalf("a second token claims alpha's name in other case: %v", env)
+	}
+	if env := peerCall(t, b, tok2, "bravo", "s9", "list_sessions", nil); prCode(env) != "REMOTE_RELAY_AUTH" {
+		t.Fatalf("a peer claims this relay's own name: %v", env)
+	}
+
+	var list struct {
+		PeerTokens []map[string]any `json:"peerTokens"`
+	}
+	var raw json.RawMessage
+	if st := b.Owner("GET", "/api/v1/peer-tokens", nil, &raw); st != http.StatusOK {
+		t.Fatalf("list: %d %s", st, raw)
+	}
+	if strings.Contains(string(raw), tok1) || strings.Contains(string(raw), tok2) {
+		t.Fatalf("the list shows a token: %s", raw)
+	}
+	_ = json.Unmarshal(raw, &list)
+	if len(list.PeerTokens) != 2 {
+		t.Fatalf("list: %s", raw)
+	}
+	var first map[string]any
+	for _, pt := range list.PeerTokens {
+		if pt["id"] == id1 {
+			first = pt
+		}
+	}
+	if first == nil || first["relay"] != "alpha" || first["createdAt"] == nil || first["lastUsedAt"] == nil || strings.HasPrefix(first["lastUsedAt"].(string), "0001") {
+		t.Fatalf("token 1 in the list: %v (%s)", first, raw)
+	}
+
+	// Both processes know tok1 (cached), then the owner revokes it in one.
+	for _, r := range []*Relay{b, b2} {
+		if st := peerReq(t, r, tok1, "GET", "/peer/v1/hello", nil, nil); st != http.StatusOK {
+			t.Fatalf("hello before revoking: %d", st)
+		}
+	}
+	var rev map[string]any
+	if st := b.Owner("DELETE", "/api/v1/peer-tokens/"+id1, nil, &rev); st != http.StatusOK {
+		t.Fatalf("revoke: %d %v", st, rev)
+	}
+	if st := peerReq(t, b, tok1, "GET", "/peer/v1/hello", nil, nil); st != http.StatusUnauthorized {
+		t.Fatalf("revoked token in the process that revoked it: %d", st)
+	}
+	Eventually(t, 5*time.Second, func() bool { return peerReq(t, b2, tok1, "GET", "/peer/v1/hello", nil, nil) == http.StatusUnauthorized },
+		"the revoked token is refused by the relay's other process")
+	if st := b.Owner("DELETE", "/api/v1/peer-tokens/"+id1, nil, &rev); st != http.StatusNotFound {
+		t.Fatalf("revoke again: %d %v", st, rev)
+	}
+	// The name is free again for the token the owner gives alpha next.
+	if env := peerCall(t, b, tok2, "alpha", "s9", "list_sessions", nil); prCode(env) != "ok" {
+		t.Fatalf("a new token for alpha after the old one was revoked: %v", env)
+	}
+}
+
+// R18.21: a peer token reads and answers only the asks its own relay's
+// conversations made; never the asks this relay's own agents put to their
+// owner, nor another paired relay's.
+func TestPeerTokenReachesOnlyItsAsks(t *testing.T) {
+	b := Start(t, Options{Config: func(c *config.Config) { c.Name = "bravo" }})
+	tokA, _ := newPeerToken(t, b)
+	tokC, _ := newPeerToken(t, b)
+	local := b.NewSession(map[string]any{"title": "local"})
+	m := b.Connect(local.Token, nil)
+	own := m.MustOK(map[string]any{"action": "ask", "relay": "this", "question": "bravo's own agent asks its owner"})
+	ownID, _ := own["question_id"].(string)
+	envA := peerCall(t, b, tokA, "alpha", "sa", "ask", map[string]any{"question": "alpha's agent asks", "session": local.ID})
+	if prCode(envA) != "ok" {
+		t.Fatalf("alpha's ask: %v", envA)
+	}
+	askA, _ := envA["question_id"].(string)
+	if env := peerCall(t, b, tokC, "charlie", "sc", "list_sessions", nil); prCode(env) != "ok" {
+		t.Fatalf("charlie binds: %v", env)
+	}
+	var inbox struct {
+		Asks []map[string]any `json:"asks"`
+	}
+	if st := peerReq(t, b, tokA, "GET", "/peer/v1/inbox", nil, &inbox); st != http.StatusOK {
+		t.Fatalf("inbox: %d", st)
+	}
+	if len(inbox.Asks) != 1 || inbox.Asks[0]["id"] != askA {
+		t.Fatalf("alpha's inbox on bravo: %v (want only %s; bravo's own %s never)", inbox.Asks, askA, ownID)
+	}
+	inbox.Asks = nil
+	peerReq(t, b, tokC, "GET", "/peer/v1/inbox", nil, &inbox)
+	if len(inbox.Asks) != 0 {
+		t.Fatalf("charlie's inbox on bravo shows others' asks: %v", inbox.Asks)
+	}
+	var out map[string]any
+	if st := peerReq(t, b, tokA, "POST", "/peer/v1/inbox/"+ownID, map[string]any{"answer": "yes", "via": "alpha"}, &out); st != http.StatusNotFound {
+		t.Fatalf("alpha answers bravo's own agent's ask: %d %v", st, out)
+	}
+	if st := peerReq(t, b, tokC, "POST", "/peer/v1/inbox/"+askA, map[string]any{"answer": "yes", "via": "charlie"}, &out); st != http.StatusNotFound {
+		t.Fatalf("charlie answers alpha's ask: %d %v", st, out)
+	}
+	if st := peerReq(t, b, tokA, "POST", "/peer/v1/inbox/"+askA, map[string]any{"answer": "fine", "via": "alpha"}, &out); st != http.StatusOK {
+		t.Fatalf("alpha answers its own ask: %d %v", st, out)
+	}
+}
