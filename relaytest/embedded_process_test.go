@@ -86,7 +86,9 @@ func (p *embProc) args() []string {
 // start (re)starts the process and waits until it is ready.
 func (p *embProc) start() {
 	p.t.Helper()
-	took := runServe(p.t, &p.child, exec.Command(p.bin, p.args()...), p.out, p.label, p.api.URL)
+	cmd := exec.Command(p.bin, p.args()...)
+	cmd.Env = relayEnv() // no REDIS_URL (CI sets one): --data-dir is the embedded default
+	took := runServe(p.t, &p.child, cmd, p.out, p.label, p.api.URL)
 	p.t.Logf("%s ready on %s after %s", p.label, p.addr, took.Round(time.Millisecond))
 }
 
