@@ -17,12 +17,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -192,7 +194,20 @@ func mxDiff(before, after mxDump) []string {
 
 // ---- HTTP helpers ----------------------------------------------------------
 
-var mxHTTP = &http.Client{Timeout: 20 * time.Second}
+// mxHTTP sends each request from a loopback address of its own turn
+// (127.0.0.2 … 127.0.0.251): the matrix sends thousands of wrong tokens on
+// purpose, and more than 20 from one address within a minute are answered
+// 429 (R18.23), which would hide the answer each row checks.
+var mxHTTP = &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
+	DisableKeepAlives: true,
+	DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		n := mxSource.Add(1)%250 + 2
+		d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(n))}}
+		return d.DialContext(ctx, network, addr)
+	},
+}}
+
+var mxSource atomic.Uint32
 
 // mxRequest sends one request with an optional bearer token (token "" = no
 // Authorization header) and returns the status and the start of the body.
@@ -270,7 +285,7 @@ func mxToolsCall(args map[string]any) map[string]any {
 func mxConnectErr(r *Relay, token string) error {
 	c := mcp.NewClient(&mcp.Implementation{Name: "relaytest-matrix", Version: "1"}, nil)
 	tr := &mcp.StreamableClientTransport{Endpoint: r.URL + "/mcp",
-		HTTPClient: &http.Client{Transport: bearerTransport{token: token, base: http.DefaultTransport}}, DisableStandaloneSSE: true}
+		HTTPClient: &http.Client{Transport: bearerTransport{token: token, base: mxHTTP.Transport}}, DisableStandaloneSSE: true}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := c.Connect(ctx, tr, nil)
