@@ -24,6 +24,10 @@ type Options struct {
 	Relay      *relay.Relay
 	Metrics    *metrics.Metrics
 	OwnerToken string
+	// OwnerTokenHash is the hex SHA-256 of the owner token, used when
+	// OwnerToken is "" (a relay that generated its owner token at an earlier
+	// start keeps only its hash, R18.19).
+	OwnerTokenHash string
 	// Ready reports whether the process can serve (Redis reachable, not draining).
 	Ready  func(ctx context.Context) error
 	MCP    MCPOptions
@@ -56,6 +60,9 @@ func NewRouter(o Options) http.Handler {
 		sessions = o.Relay.Store()
 	}
 	auth := web.NewAuth(o.OwnerToken, sessions)
+	if o.OwnerToken == "" && o.OwnerTokenHash != "" {
+		auth = web.NewAuthHash(o.OwnerTokenHash, sessions)
+	}
 	limitMCP := limitTokens(fails, func(ctx context.Context, tok string) (bool, error) {
 		_, ok, err := o.Relay.SessionForToken(ctx, tok)
 		return ok, err

@@ -98,8 +98,11 @@ type App struct {
 	started    chan struct{}
 	addr       string
 	ownerToken string
-	draining   bool
-	mu         sync.Mutex
+	// ownerTokenHash is the hex SHA-256 of the owner token in force: the
+	// only form of a generated one kept (R18.19).
+	ownerTokenHash string
+	draining       bool
+	mu             sync.Mutex
 }
 
 // New connects to Redis and builds the process; Run starts it.
@@ -348,7 +351,9 @@ func publicHostPort(addr string) string {
 	return net.JoinHostPort(host, port)
 }
 
-// OwnerToken is the owner token in force (after Started).
+// OwnerToken is the owner token in force (after Started): the configured one,
+// or the one generated at this start; "" when an earlier start generated it
+// (only its hash is stored, R18.19).
 func (a *App) OwnerToken() string { return a.ownerToken }
 
 func (a *App) ready(ctx context.Context) error {
@@ -435,7 +440,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		if a.opts.Clock != nil && a.opts.Clock.Factor > 1 {
 			authWindow = time.Duration(float64(time.Minute) / a.opts.Clock.Factor)
 		}
-		h := api.NewRouter(api.Options{Relay: a.relay, Metrics: a.met, OwnerToken: a.ownerToken, Ready: a.ready, MCP: mcpOpts, Logger: a.log,
+		h := api.NewRouter(api.Options{Relay: a.relay, Metrics: a.met, OwnerToken: a.ownerToken, OwnerTokenHash: a.ownerTokenHash, Ready: a.ready, MCP: mcpOpts, Logger: a.log,
 			PublicURL: a.PublicURL(), AuthWindow: authWindow})
 		// R18.18: bounded headers, idle connections closed, at most
 		// api.MaxConns connections (the least recently busy idle one closed
@@ -565,15 +570,19 @@ func (a *App) Run(ctx context.Context) (err error) {
 func (a *App) setupOwnerToken(ctx context.Context) error {
 	want := a.cfg.OwnerToken
 	if want != "" {
-		a.ownerToken = want
+		a.ownerToken, a.ownerTokenHash = want, store.TokenHash(want)
 		return nil
 	}
-	tok, created, err := a.st.OwnerToken(ctx, store.NewID(24))
+	// R18.19: only the generated token's hash is stored; the token itself is
+	// known only to the process that made it, which shows it once.
+	tok := store.NewID(24)
+	hash, created, err := a.st.OwnerToken(ctx, tok)
 	if err != nil {
 		return fmt.Errorf("owner token: %w", err)
 	}
-	a.ownerToken = tok
+	a.ownerTokenHash = hash
 	if created {
+		a.ownerToken = tok
 		a.log.Warn("generated an owner token (shown once; keep it): use it as Authorization: Bearer for the owner API",
 			"owner_token", tok, "owner_api", "http://"+a.cfg.Addr+"/api/v1")
 	}

@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/store"
+	"github.com/oar/relay/web"
 )
 
 // plainIn lists every key of prefix (and its asynq queues) that holds one of
@@ -217,4 +220,163 @@ func sha256Hex(s string) string {
 func jsonString(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// consoleSignIn signs a browser in on the console with token: the cookie, or
+// nil when the sign-in is refused.
+func consoleSignIn(t *testing.T, r *Relay, token string) *http.Cookie {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, r.URL+"/signin", strings.NewReader(url.Values{"token": {token}, "next": {"/"}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", r.URL)
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, k := range resp.Cookies() {
+		if k.Name == web.CookieName && k.Value != "" && resp.StatusCode == http.StatusSeeOther {
+			return &http.Cookie{Name: k.Name, Value: k.Value}
+		}
+	}
+	return nil
+}
+
+// consoleOpens reports whether cookie opens the console's page and the owner
+// API (GET /api/v1/settings).
+func consoleOpens(t *testing.T, r *Relay, cookie *http.Cookie) (page, api bool) {
+	t.Helper()
+	get := func(path string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, r.URL+path, nil)
+		req.AddCookie(cookie)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	_, body := get("/")
+	st, _ := get("/api/v1/settings")
+	return strings.Contains(body, "live-sessions"), st == http.StatusOK
+}
+
+// R18.19 for the generated owner token: a relay started without one stores
+// only its hash (the token is shown once, in the log); a later start without
+// one knows only that hash and still takes the token on /api/v1 and the
+// console's sign-in, and a console session signed in before stays valid.
+func TestGeneratedOwnerTokenStoredHashed(t *testing.T) {
+	rd := NewRedis(t)
+	noToken := func(c *config.Config) { c.OwnerToken = "" }
+	first := Start(t, Options{Redis: rd, Config: noToken})
+	gen := first.App.OwnerToken()
+	if len(gen) < config.MinOwnerTokenLen {
+		t.Fatalf("the first start generated %q", gen)
+	}
+	if st := first.do("GET", "/api/v1/settings", gen, nil, nil); st != http.StatusOK {
+		t.Fatalf("the generated owner token at its first start: %d", st)
+	}
+	cookie := consoleSignIn(t, first, gen)
+	if cookie == nil {
+		t.Fatalf("console sign-in with the generated token refused")
+	}
+	if rd.URL != "" {
+		if got := plainIn(t, redisClient(t, rd), rd.Prefix, gen); len(got) > 0 {
+			t.Fatalf("the generated owner token is stored in plain text in %v", got)
+		}
+	}
+	first.Stop()
+
+	again := Start(t, Options{Redis: rd, Config: noToken})
+	if tok := again.App.OwnerToken(); tok != "" {
+		t.Fatalf("a later start knows an owner token (%q): only its hash is kept", tok)
+	}
+	if st := again.do("GET", "/api/v1/settings", gen, nil, nil); st != http.StatusOK {
+		t.Fatalf("the generated owner token after a restart: %d", st)
+	}
+	if st := again.do("GET", "/api/v1/settings", OwnerToken, nil, nil); st != http.StatusUnauthorized {
+		t.Fatalf("another owner token after a restart: %d", st)
+	}
+	if page, api := consoleOpens(t, again, cookie); !page || !api {
+		t.Fatalf("the console session from before the restart: page %v, owner API %v", page, api)
+	}
+	if c := consoleSignIn(t, again, gen); c == nil {
+		t.Fatalf("console sign-in with the generated token after a restart refused")
+	}
+	if c := consoleSignIn(t, again, OwnerToken); c != nil {
+		t.Fatalf("console sign-in with another token accepted")
+	}
+}
+
+// R18.19's upgrade path for the generated owner token: a dataset an older
+// relay wrote (owner → the token in plain text), with or without its session
+// tokens already hashed, is re-hashed at the first start: the old token still
+// works on /api/v1 and the console's sign-in, a console session signed in
+// with it stays valid, and no plain owner token remains in any key.
+func TestOwnerTokenAtRestUpgrade(t *testing.T) {
+	NeedsSharedRedis(t, "writes an older relay's layout into the Redis before the relay starts")
+	for _, tc := range []struct {
+		name   string
+		tokfmt bool // the session tokens were hashed by an earlier upgrade
+	}{{"plain dataset", false}, {"session tokens already hashed", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rd := NewRedis(t)
+			if rd.URL == "" {
+				t.Skip("needs a Redis URL")
+			}
+			const genOwner = "0123456789abcdef0123456789abcdef0123456789abcdef"
+			// A browser signed in with that token before the upgrade (the
+			// session's record names the token by its fingerprint only).
+			old := Start(t, Options{Redis: rd, Config: func(c *config.Config) { c.OwnerToken = genOwner }})
+			cookie := consoleSignIn(t, old, genOwner)
+			if cookie == nil {
+				t.Fatalf("sign-in before the upgrade refused")
+			}
+			old.Stop()
+
+			ctx := context.Background()
+			rdb := redisClient(t, rd)
+			p := rd.Prefix + ":"
+			rdb.Set(ctx, p+"owner", genOwner, 0)
+			rdb.Del(ctx, p+"ownerh")
+			if !tc.tokfmt {
+				rdb.Del(ctx, p+"tokfmt")
+			}
+			if got := plainIn(t, rdb, rd.Prefix, genOwner); len(got) == 0 {
+				t.Fatalf("the old layout was not written")
+			}
+
+			r := Start(t, Options{Redis: rd, Config: func(c *config.Config) { c.OwnerToken = "" }})
+			if got := plainIn(t, rdb, rd.Prefix, genOwner); len(got) > 0 {
+				t.Fatalf("the plain owner token remains after the upgrade in %v", got)
+			}
+			if tok := r.App.OwnerToken(); tok != "" {
+				t.Fatalf("the upgraded relay generated a new owner token %q", tok)
+			}
+			if st := r.do("GET", "/api/v1/settings", genOwner, nil, nil); st != http.StatusOK {
+				t.Fatalf("the old owner token after the upgrade: %d", st)
+			}
+			if st := r.do("GET", "/api/v1/settings", OwnerToken, nil, nil); st != http.StatusUnauthorized {
+				t.Fatalf("another owner token: %d", st)
+			}
+			if page, api := consoleOpens(t, r, cookie); !page || !api {
+				t.Fatalf("the console session from before the upgrade: page %v, owner API %v", page, api)
+			}
+			if c := consoleSignIn(t, r, genOwner); c == nil {
+				t.Fatalf("console sign-in with the old token after the upgrade refused")
+			}
+			r.Stop()
+
+			// Idempotent: a second start changes nothing and the token still works.
+			r2 := Start(t, Options{Redis: rd, Config: func(c *config.Config) { c.OwnerToken = "" }})
+			if st := r2.do("GET", "/api/v1/settings", genOwner, nil, nil); st != http.StatusOK {
+				t.Fatalf("the old owner token after a second start: %d", st)
+			}
+			if got := plainIn(t, rdb, rd.Prefix, genOwner); len(got) > 0 {
+				t.Fatalf("the plain owner token is back in %v", got)
+			}
+		})
+	}
 }

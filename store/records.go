@@ -363,20 +363,6 @@ func (s *Store) InitSettings(ctx context.Context, st Settings) (Settings, error)
 	return cur, err
 }
 
-// OwnerToken returns the stored owner token, creating token if none is stored;
-// created reports whether token was stored now.
-func (s *Store) OwnerToken(ctx context.Context, token string) (string, bool, error) {
-	ok, err := s.rdb.SetNX(ctx, s.k("owner"), token, 0).Result()
-	if err != nil {
-		return "", false, err
-	}
-	if ok {
-		return token, true, nil
-	}
-	v, err := s.rdb.Get(ctx, s.k("owner")).Result()
-	return v, false, err
-}
-
 // RecentCwds returns the folders sessions used most recently.
 func (s *Store) RecentCwds(ctx context.Context, n int) ([]string, error) {
 	return s.rdb.ZRevRange(ctx, s.k("cwds"), 0, int64(n-1)).Result()

@@ -17,11 +17,12 @@ import (
 //
 //	tokh:SHA256       string: the session id a session or turn token names (a
 //	                  turn token's with a TTL, renewed while its turn runs)
+//	ownerh            string: the SHA-256 of the generated owner token
 //	tokfmt            string: "2" once the stored tokens are hashes (the upgrade ran)
 //	sess:ID tokh      the hash of the session's own token; turntok: of its running turn's
 //
-// The layout before: tok:TOKEN → session id, and the session's "token" field, in plain
-// text. UpgradeTokens moves
+// The layout before: tok:TOKEN → session id, the session's "token" field and
+// owner (the generated owner token), all in plain text. UpgradeTokens moves
 // them once, at start.
 
 // TokenHash is the hex SHA-256 of a token, the only form kept at rest.
@@ -69,6 +70,21 @@ func (s *Store) DropTurnToken(ctx context.Context, sid, tok string) error {
 	return dropTurnTokenScript.Run(ctx, s.rdb, []string{s.tokKey(h), s.sessKey(sid)}, h).Err()
 }
 
+// OwnerToken stores the hash of a generated owner token unless one is stored;
+// it returns the stored hash and whether token's was stored now (only then
+// may the caller show token: it is never read back, R18.19).
+func (s *Store) OwnerToken(ctx context.Context, token string) (hash string, created bool, err error) {
+	ok, err := s.rdb.SetNX(ctx, s.k("ownerh"), TokenHash(token), 0).Result()
+	if err != nil {
+		return "", false, err
+	}
+	if ok {
+		return TokenHash(token), true, nil
+	}
+	v, err := s.rdb.Get(ctx, s.k("ownerh")).Result()
+	return v, false, err
+}
+
 // tokFormat is the value of tokfmt once every stored token is a hash.
 const tokFormat = "2"
 
@@ -95,20 +111,53 @@ redis.call('DEL', KEYS[1])
 return 1
 `)
 
+// KEYS: owner (old), ownerh. ARGV: the hash of the old value.
+// The plain generated owner token becomes its hash (one already kept wins).
+var upgradeOwnerScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+redis.call('SETNX', KEYS[2], ARGV[1])
+redis.call('DEL', KEYS[1])
+return 1
+`)
+
+// upgradeOwnerToken moves a plain generated owner token (the key owner) to
+// its hash; nothing to do (0) when there is none.
+func (s *Store) upgradeOwnerToken(ctx context.Context) (int, error) {
+	v, err := s.rdb.Get(ctx, s.k("owner")).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("upgrade owner token: %w", err)
+	}
+	n, err := upgradeOwnerScript.Run(ctx, s.rdb, []string{s.k("owner"), s.k("ownerh")}, TokenHash(v)).Int()
+	if err != nil {
+		return 0, fmt.Errorf("upgrade owner token: %w", err)
+	}
+	return n, nil
+}
+
 // UpgradeTokens re-hashes the tokens a relay before R18.19 stored in plain
-// text (session tokens and their look-up keys): one
+// text (the generated owner token, session tokens and their look-up keys): one
 // step at start, idempotent (every move is one script that does nothing when
 // already done), safe with several processes starting at once. It returns
 // how many tokens it moved.
 func (s *Store) UpgradeTokens(ctx context.Context) (int, error) {
+	// The owner token first and always: a dataset whose session tokens an
+	// earlier upgrade already moved (tokfmt set) may still keep it in plain
+	// text; one GET when there is nothing to do.
+	n, err := s.upgradeOwnerToken(ctx)
+	if err != nil {
+		return n, err
+	}
 	done, err := s.rdb.Get(ctx, s.k("tokfmt")).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return 0, err
+		return n, err
 	}
 	if done == tokFormat {
-		return 0, nil
+		return n, nil
 	}
-	n := 0
 	sessPrefix := s.k("sess", "")
 	if err := s.scan(ctx, sessPrefix+"*", func(key string) error {
 		if strings.Contains(key[len(sessPrefix):], ":") {

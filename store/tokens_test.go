@@ -132,8 +132,43 @@ func TestSessionTokenStoredHashed(t *testing.T) {
 	}
 }
 
-// R18.19's upgrade: the layout before (tok:TOKEN, the session's token field in
-// plain text) becomes hashes in one idempotent step; the tokens
+// R18.19: the generated owner token is kept as its hash only; a later start
+// gets the stored hash back, never a token.
+func TestOwnerTokenStoredHashed(t *testing.T) {
+	e := newEnv(t)
+	h, created, err := e.s.OwnerToken(e.ctx, "owner-aaaaaaaaaaaaaaaa")
+	if err != nil || !created || h != TokenHash("owner-aaaaaaaaaaaaaaaa") {
+		t.Fatalf("first: %q %v %v", h, created, err)
+	}
+	h2, created, err := e.s.OwnerToken(e.ctx, "owner-bbbbbbbbbbbbbbbb")
+	if err != nil || created || h2 != h {
+		t.Fatalf("second: %q %v %v", h2, created, err)
+	}
+	e.noPlain("owner-aaaaaaaaaaaaaaaa", "owner-bbbbbbbbbbbbbbbb")
+}
+
+// R18.19's upgrade of a dataset whose session tokens an earlier upgrade
+// already hashed (tokfmt set) but whose generated owner token is still plain.
+func TestUpgradeOwnerTokenAfterSessionUpgrade(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.s.UpgradeTokens(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.rdb.Set(e.ctx, e.key("owner"), "plain-owner-token-4567", 0)
+	if n, err := e.s.UpgradeTokens(e.ctx); n != 1 || err != nil {
+		t.Fatalf("upgrade: %d %v", n, err)
+	}
+	e.noPlain("plain-owner-token-4567")
+	if h, created, _ := e.s.OwnerToken(e.ctx, "another-one-0123456"); created || h != TokenHash("plain-owner-token-4567") {
+		t.Errorf("owner after upgrade: %q created=%v", h, created)
+	}
+	if n, err := e.s.UpgradeTokens(e.ctx); n != 0 || err != nil {
+		t.Fatalf("second upgrade: %d %v", n, err)
+	}
+}
+
+// R18.19's upgrade: the layout before (tok:TOKEN, the session's token field,
+// owner in plain text) becomes hashes in one idempotent step; the tokens
 // still name what they named.
 func TestUpgradeTokens(t *testing.T) {
 	e := newEnv(t)
@@ -142,11 +177,12 @@ func TestUpgradeTokens(t *testing.T) {
 	e.rdb.Set(e.ctx, e.key("tok", live), "s1", 0)
 	e.rdb.HSet(e.ctx, e.key("sess", "s2"), "id", "s2", "title", "archived", "token", archived, "archived", "1")
 	e.rdb.Set(e.ctx, e.key("tok", orphan), "s3", 0)
+	e.rdb.Set(e.ctx, e.key("owner"), "plain-owner-token-0123", 0)
 	n, err := e.s.UpgradeTokens(e.ctx)
-	if err != nil || n != 3 {
+	if err != nil || n != 4 {
 		t.Fatalf("upgrade: %d %v", n, err)
 	}
-	e.noPlain(live, archived, orphan)
+	e.noPlain(live, archived, orphan, "plain-owner-token-0123")
 	for tok, want := range map[string]string{live: "s1", archived: "", orphan: "s3"} {
 		if id, err := e.s.SessionByToken(e.ctx, tok); id != want || err != nil {
 			t.Errorf("after the upgrade %s names %q, want %q (%v)", tok, id, want, err)
@@ -154,6 +190,9 @@ func TestUpgradeTokens(t *testing.T) {
 	}
 	if s, _ := e.s.GetSession(e.ctx, "s2"); s.TokenHash != TokenHash(archived) {
 		t.Errorf("archived session's hash %q", s.TokenHash)
+	}
+	if h, created, _ := e.s.OwnerToken(e.ctx, "another-one-0123456"); created || h != TokenHash("plain-owner-token-0123") {
+		t.Errorf("owner after upgrade: %q created=%v", h, created)
 	}
 	// Again: nothing to do, nothing changed.
 	before := e.dumpPrefix()

@@ -34,8 +34,12 @@ type Sessions interface {
 // a fingerprint, so signing out ends it at once in every process, and a
 // rotated owner token ends every session signed in with the old one. The
 // cookie never contains the token.
+//
+// Auth keeps only the owner token's hex SHA-256 (R18.19: a relay started
+// again without --owner-token has only the stored hash of the token it
+// generated); a presented token is hashed and compared with it.
 type Auth struct {
-	token    string
+	hash     string // hex SHA-256 of the owner token ("": none, nothing passes)
 	owner    string // fingerprint of the token, kept with each session
 	sessions Sessions
 	now      func() time.Time
@@ -44,8 +48,23 @@ type Auth struct {
 // NewAuth returns the owner-token check and console sign-in for an owner
 // token, its sessions kept in sessions.
 func NewAuth(ownerToken string, sessions Sessions) *Auth {
-	h := sha256.Sum256([]byte(ownerToken))
-	return &Auth{token: ownerToken, owner: ownerFingerprint(hex.EncodeToString(h[:])), sessions: sessions, now: time.Now}
+	if ownerToken == "" {
+		return NewAuthHash("", sessions)
+	}
+	return NewAuthHash(tokenHash(ownerToken), sessions)
+}
+
+// NewAuthHash is NewAuth from the owner token's hex SHA-256 only (the form
+// the store keeps of a generated owner token). A console session signed in
+// with the token has the same fingerprint either way.
+func NewAuthHash(ownerTokenHash string, sessions Sessions) *Auth {
+	ownerTokenHash = strings.ToLower(ownerTokenHash)
+	return &Auth{hash: ownerTokenHash, owner: ownerFingerprint(ownerTokenHash), sessions: sessions, now: time.Now}
+}
+
+func tokenHash(tok string) string {
+	h := sha256.Sum256([]byte(tok))
+	return hex.EncodeToString(h[:])
 }
 
 // ownerFingerprint is what a console session keeps of the owner token: made
@@ -57,8 +76,9 @@ func ownerFingerprint(tokenHash string) string {
 }
 
 // CheckToken reports whether s is the owner token (constant time).
+// It compares the token's hash with the kept one.
 func (a *Auth) CheckToken(s string) bool {
-	return a.token != "" && s != "" && subtle.ConstantTimeCompare([]byte(s), []byte(a.token)) == 1
+	return a.hash != "" && s != "" && subtle.ConstantTimeCompare([]byte(tokenHash(s)), []byte(a.hash)) == 1
 }
 
 // cookiePrefix marks a v2 cookie: a session id, nothing signed.
@@ -82,7 +102,7 @@ func sessionID(r *http.Request) string {
 // answer counts as signed out (the page shows the sign-in).
 func (a *Auth) Cookie(r *http.Request) bool {
 	id := sessionID(r)
-	if a.token == "" || id == "" || a.sessions == nil {
+	if a.hash == "" || id == "" || a.sessions == nil {
 		return false
 	}
 	owner, ok, err := a.sessions.ConsoleSession(r.Context(), id)

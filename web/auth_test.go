@@ -89,6 +89,15 @@ func TestCookieIsAServerSideSession(t *testing.T) {
 	if NewAuth("", store).Cookie(req(v)) {
 		t.Errorf("a relay without an owner token accepts a cookie")
 	}
+	// R18.19: a relay that keeps only the token's hash (a generated owner
+	// token, a later start) takes the token and the sessions signed in with it.
+	byHash := NewAuthHash(tokenHash("owner-token-0123456789"), store)
+	if !byHash.Cookie(req(v)) || !byHash.CheckToken("owner-token-0123456789") {
+		t.Errorf("the owner token's hash does not take its token or its session")
+	}
+	if byHash.CheckToken(tokenHash("owner-token-0123456789")) || byHash.CheckToken("") || NewAuthHash("", store).CheckToken("") {
+		t.Errorf("the hash itself or nothing passes as the owner token")
+	}
 	for _, bad := range []string{"", "v2", "v2.", v + "0", "v1" + v[2:], v[:len(v)-1] + "x", strings.Repeat("A", len(v))} {
 		if a.Cookie(req(bad)) {
 			t.Errorf("cookie %q accepted", bad)

@@ -89,7 +89,7 @@ func newCmd(mode, short string, stderr io.Writer) *cobra.Command {
 		f.String("public-url", "", "base URL handed to agents and printed at start; default the listen address ("+config.EnvPublicURL+")")
 		f.String("redis", "", "Redis URL redis://host:port/db; empty = the embedded store, one process only ("+config.EnvRedis+")")
 		f.String("data-dir", "", "where the embedded store (no --redis) keeps its data; default $XDG_DATA_HOME/relay, else ~/.local/share/relay ("+config.EnvDataDir+")")
-		f.String("owner-token", "", "owner token for /api/v1, at least 16 characters; default: generated on first start and kept in Redis ("+config.EnvOwnerToken+")")
+		f.String("owner-token", "", "owner token for /api/v1, at least 16 characters; default: generated on first start, logged once, its SHA-256 kept in Redis ("+config.EnvOwnerToken+")")
 	} else {
 		f.String("redis", "", "Redis URL redis://host:port/db of the relay to join; required ("+config.EnvRedis+")")
 		f.String("metrics-addr", "", "serve /metrics, /healthz and /readyz here; default off ("+config.EnvMetricsAddr+")")
