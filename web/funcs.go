@@ -117,6 +117,14 @@ type sessionRow struct {
 }
 
 // ago writes a domain time as a short relative or absolute time.
+// timeText is t as the domain writes times; "" for the zero time.
+func timeText(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(timeLayout)
+}
+
 func ago(x any) string {
 	s := str(x)
 	t, err := time.Parse(timeLayout, s)

@@ -1,6 +1,10 @@
 package web_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -175,6 +179,136 @@ func TestRelaysPageInBrowser(t *testing.T) {
 		}
 	}
 	if len(errs) > 0 {
+		t.Errorf("console errors: %v", errs)
+	}
+	t.Logf("screenshot: %s", shot)
+}
+
+// peerStatus is the HTTP status of POST /peer/v1/call on r with tok, as
+// relay's conversation "s1" (list_sessions).
+func peerStatus(t *testing.T, r *relaytest.Relay, tok, relay string) int {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"action": "list_sessions", "args": map[string]any{},
+		"origin": map[string]any{"relay": relay, "session": "s1", "title": "t", "model": "m", "path": []string{relay}}})
+	req, _ := http.NewRequest(http.MethodPost, r.URL+"/peer/v1/call", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// peerTokenList is GET /api/v1/peer-tokens on r.
+func peerTokenList(t *testing.T, r *relaytest.Relay) []map[string]any {
+	t.Helper()
+	var out struct {
+		PeerTokens []map[string]any `json:"peerTokens"`
+	}
+	if st := r.Owner("GET", "/api/v1/peer-tokens", nil, &out); st != 200 {
+		t.Fatalf("GET /api/v1/peer-tokens: status %d", st)
+	}
+	return out.PeerTokens
+}
+
+// TestPeerTokensInBrowser (R18.20, R19.5): the Relays page lists this relay's
+// peer tokens — id, the relay bound at first use or "not used yet", made,
+// last used; never the token — a token made in the page joins the list, and
+// Revoke (after a confirm) ends a token at once: its next /peer/v1 call is 401.
+func TestPeerTokensInBrowser(t *testing.T) {
+	b := newBrowser(t)
+	desk := relaytest.Start(t, relaytest.Options{})
+	var made struct {
+		Token string `json:"token"`
+		ID    string `json:"id"`
+	}
+	if st := desk.Owner("POST", "/api/v1/peer-tokens", map[string]any{"label": "for bravo"}, &made); st != 201 || made.ID == "" {
+		t.Fatalf("peer token: status %d, %+v", st, made)
+	}
+	// bravo's first call binds the token to bravo.
+	if st := peerStatus(t, desk, made.Token, "bravo"); st != http.StatusOK {
+		t.Fatalf("bravo's first peer call: %d", st)
+	}
+	relaytest.Eventually(t, 5*time.Second, func() bool {
+		l := peerTokenList(t, desk)
+		return len(l) == 1 && l[0]["relay"] == "bravo" && !strings.HasPrefix(fmt.Sprint(l[0]["lastUsedAt"]), "0001")
+	}, "the token bound to bravo, its use recorded")
+	b.collectConsole()
+
+	b.do("open /relays", chromedp.Navigate(desk.URL+"/relays"), chromedp.WaitVisible("#token"),
+		chromedp.SendKeys("#token", relaytest.OwnerToken), chromedp.Submit("#token"), chromedp.WaitVisible("#live-peertokens"))
+	b.waitJS("the stream", `document.body.dataset.stream === "open"`, 5*time.Second)
+	row := "#ptk-" + made.ID
+	b.waitJS("bravo's token listed", `!!document.querySelector("`+row+`")`, 5*time.Second)
+	got := b.text(row)
+	for _, want := range []string{made.ID, "used by bravo", "for bravo", "made ", "last used ", "Revoke"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the token's row %q lacks %q", got, want)
+		}
+	}
+	if n := eval[int](b, `document.querySelectorAll("#live-peertokens .ptrow").length`); n != 1 {
+		t.Errorf("%d peer tokens listed, want 1", n)
+	}
+	if html := eval[string](b, `document.documentElement.outerHTML`); strings.Contains(html, made.Token) {
+		t.Fatalf("the page holds a peer token")
+	}
+
+	// ---- a token made in the page joins the list, "not used yet" --------------
+	b.do("make a peer token", chromedp.Click("#pt-make"))
+	b.waitJS("the new token", `document.querySelector("#pt-token").value.indexOf("rpt_") === 0`, 5*time.Second)
+	b.waitJS("two tokens listed", `document.querySelectorAll("#live-peertokens .ptrow").length === 2`, 5*time.Second)
+	fresh := eval[string](b, `document.querySelector("#pt-token").value`)
+	var freshID string
+	for _, p := range peerTokenList(t, desk) {
+		if p["id"] != made.ID {
+			freshID, _ = p["id"].(string)
+		}
+	}
+	if freshID == "" {
+		t.Fatalf("the token made in the page is not listed by the API")
+	}
+	if s := b.text("#ptk-" + freshID); !strings.Contains(s, "not used yet") || !strings.Contains(s, "never used") {
+		t.Errorf("the new token's row reads %q", s)
+	}
+	if l := eval[string](b, `document.querySelector("#live-peertokens").outerHTML`); strings.Contains(l, fresh) || strings.Contains(l, "rpt_") {
+		t.Errorf("the list holds a token")
+	}
+	shot := b.screenshot(artifacts(t), "console-peer-tokens-360.png", 360, 900)
+	if w := eval[int](b, `document.documentElement.scrollWidth`); w > 360 {
+		t.Errorf("at 360 px the relays page is %d px wide (scrolls sideways)", w)
+	}
+	b.do("desktop", chromedp.EmulateViewport(1280, 900))
+
+	// ---- Revoke asks first; declined, the token still works --------------------
+	btn := row + " button.deny"
+	eval[bool](b, `(function(){window.__asked=""; window.confirm=function(m){window.__asked=m; return false}; return true})()`)
+	b.do("Revoke, declined", chromedp.ScrollIntoView(btn), chromedp.Click(btn))
+	if asked := eval[string](b, `window.__asked`); !strings.Contains(asked, made.ID) || !strings.Contains(asked, "bravo") {
+		t.Errorf("Revoke asked %q, want a confirm naming the token and bravo", asked)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if st := peerStatus(t, desk, made.Token, "bravo"); st != http.StatusOK {
+		t.Fatalf("after a declined Revoke the token answers %d", st)
+	}
+	eval[bool](b, `(function(){window.confirm=function(){return true}; return true})()`)
+	b.do("Revoke", chromedp.ScrollIntoView(btn), chromedp.Click(btn))
+	b.waitJS("the token to leave the list", `!document.querySelector("`+row+`")`, 5*time.Second)
+	if st := peerStatus(t, desk, made.Token, "bravo"); st != http.StatusUnauthorized {
+		t.Errorf("a /peer/v1 call with the revoked token: %d, want 401", st)
+	}
+	if st := peerStatus(t, desk, fresh, "charlie"); st != http.StatusOK {
+		t.Errorf("the other token after the revocation: %d", st)
+	}
+	if l := peerTokenList(t, desk); len(l) != 1 || l[0]["id"] != freshID {
+		t.Errorf("after Revoke the API lists %v", l)
+	}
+	if n := eval[int](b, `document.querySelectorAll("#live-peertokens .ptrow").length`); n != 1 {
+		t.Errorf("after Revoke %d tokens listed, want 1", n)
+	}
+	b.screenshot(artifacts(t), "console-peer-tokens-revoked.png", 1280, 900)
+	if errs := b.errors(); len(errs) > 0 {
 		t.Errorf("console errors: %v", errs)
 	}
 	t.Logf("screenshot: %s", shot)

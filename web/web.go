@@ -141,7 +141,15 @@ type view struct {
 
 	Settings store.Settings
 
-	Relays []map[string]any // the pairings (GET /api/v1/relays)
+	Relays     []map[string]any // the pairings (GET /api/v1/relays)
+	PeerTokens []peerTokenView  // the peer tokens this relay issued (GET /api/v1/peer-tokens)
+}
+
+// peerTokenView is a peer token as the Relays page lists it (R18.20): never
+// the token; times as the domain writes them ("" for never).
+type peerTokenView struct {
+	ID, Relay, Label      string
+	CreatedAt, LastUsedAt string
 }
 
 type nav struct {
@@ -247,6 +255,14 @@ func (c *console) load(ctx context.Context, name string, g *gin.Context) (*view,
 			return nil, 0, err
 		}
 		v.Relays = maps(list)
+		toks, err := c.r.PeerTokens(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, t := range toks {
+			v.PeerTokens = append(v.PeerTokens, peerTokenView{ID: t.ID, Relay: t.Relay, Label: t.Label,
+				CreatedAt: timeText(t.CreatedAt), LastUsedAt: timeText(t.LastUsedAt)})
+		}
 	}
 	return v, http.StatusOK, nil
 }
