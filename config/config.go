@@ -111,6 +111,10 @@ type Limits struct {
 	// prompt goes through the queue, so agents run only where queue workers
 	// take it).
 	DirectStarts int
+	// ActiveSessionsPerPeerToken: the sessions one paired relay's
+	// conversations started here (all of them together, per peer token) that
+	// may be at work at once (active_sessions_per_peer_token, default 16, R18.21).
+	ActiveSessionsPerPeerToken int
 }
 
 // Environment variable names (SPEC §2).
@@ -203,6 +207,7 @@ func Default() Config {
 		},
 		Limits: Limits{
 			ActiveSessions:               4,
+			ActiveSessionsPerPeerToken:   16,
 			SubscriptionsPerConversation: 20,
 			AgentPromptsBeforeCard:       30,
 			SchedulesIntoConversation:    20,
@@ -543,6 +548,7 @@ func (c Config) Validate() error {
 		v   int
 	}{
 		{"limits.active_sessions", l.ActiveSessions},
+		{"limits.active_sessions_per_peer_token", l.ActiveSessionsPerPeerToken},
 		{"limits.subscriptions_per_conversation", l.SubscriptionsPerConversation},
 		{"limits.agent_prompts_before_card", l.AgentPromptsBeforeCard},
 		{"limits.schedules_into_conversation", l.SchedulesIntoConversation},
@@ -797,6 +803,7 @@ func (d *fileDecoder) decode(c *Config, data []byte) error {
 		})},
 		{"limits", d.section([]field{
 			{"active_sessions", d.integer(&c.Limits.ActiveSessions)},
+			{"active_sessions_per_peer_token", d.integer(&c.Limits.ActiveSessionsPerPeerToken)},
 			{"subscriptions_per_conversation", d.integer(&c.Limits.SubscriptionsPerConversation)},
 			{"agent_prompts_before_card", d.integer(&c.Limits.AgentPromptsBeforeCard)},
 			{"schedules_into_conversation", d.integer(&c.Limits.SchedulesIntoConversation)},

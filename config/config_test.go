@@ -100,6 +100,7 @@ func defaultLimits() Limits {
 		ReplayEvents:                 500,
 		Hops:                         2,
 		DirectStarts:                 64,
+		ActiveSessionsPerPeerToken:   16,
 	}
 }
 
@@ -257,6 +258,7 @@ func TestLoadCustomFile(t *testing.T) {
 			ReplayEvents:                 8,
 			Hops:                         9,
 			DirectStarts:                 0,
+			ActiveSessionsPerPeerToken:   10,
 		},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -731,6 +733,8 @@ func TestValidate(t *testing.T) {
 			"config: limits.hops must be at least 1 (got -1)"},
 		{"direct starts", func(c *Config) { c.Limits.DirectStarts = -1 },
 			"config: limits.direct_starts must be 0 (off) or more (got -1)"},
+		{"active_sessions_per_peer_token", func(c *Config) { c.Limits.ActiveSessionsPerPeerToken = 0 },
+			"config: limits.active_sessions_per_peer_token must be at least 1 (got 0)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

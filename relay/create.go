@@ -275,7 +275,10 @@ func (r *Relay) applyCreate(ctx context.Context, c *caller, in *createArgs, pl *
 	s := &store.Session{ID: store.NewID(16), Title: pl.title, Provider: pl.provID, Model: pl.model, Effort: pl.effort, Mode: pl.mode,
 		Cwd: pl.cwd, Repo: in.repo, Branch: in.branch, Token: store.NewID(24), CreatedAt: now, LastActivityAt: now,
 		StartedBy: r.startedBy(c)}
-	if err := r.st.Reserve(ctx, c.s.ID, s.ID, r.opts.Limits.ActiveSessions); err != nil {
+	if err := r.st.ReserveUnder(ctx, c.s.ID, s.ID, r.opts.Limits.ActiveSessions, r.opts.Limits.ActiveSessionsPerPeerToken); err != nil {
+		if errors.Is(err, store.ErrPeerSessionLimit) {
+			return nil, r.peerCapError(s.StartedBy, nothingCreated)
+		}
 		if errors.Is(err, store.ErrSessionLimit) {
 			return nil, Errorf(CodeSessionLimit, "%d sessions this conversation started already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
 				r.opts.Limits.ActiveSessions, r.opts.Limits.ActiveSessions, nothingCreated)

@@ -305,7 +305,7 @@ func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (map[string]
 	if err := r.leaveGroup(ctx, s); err != nil {
 		return nil, err
 	}
-	if err := r.st.DeleteSession(ctx, s.ID, r.st.BusyKey(r.orchestrator(s))); err != nil {
+	if err := r.st.DeleteSession(ctx, s.ID, r.st.BusyKey(r.orchestrator(s)), r.st.PeerBusyKey(r.orchestrator(s))); err != nil {
 		return nil, err
 	}
 	_ = r.st.Notify(ctx, "tokens")

@@ -115,7 +115,7 @@ func (r *Relay) queueTurn(ctx context.Context, id string, s *store.Session, text
 		waiting = waitFor + waitingSlack
 	}
 	o := store.QueueOpts{Orchestrator: r.orchestrator(s), Limit: r.opts.Limits.ActiveSessions, Enforce: enforce,
-		DrainID: drainID, Waiting: waiting, LoopOf: loopOf, LoopLimit: r.opts.Limits.AgentPromptsBeforeCard, UnlockFrom: unlockFrom}
+		PeerLimit: r.opts.Limits.ActiveSessionsPerPeerToken, DrainID: drainID, Waiting: waiting, LoopOf: loopOf, LoopLimit: r.opts.Limits.AgentPromptsBeforeCard, UnlockFrom: unlockFrom}
 	// A waited prompt starts its drain here when a slot is free (direct.go):
 	// the push then takes the drain's first step too.
 	here := waitFor > 0 && r.reserveDirect()
@@ -133,6 +133,9 @@ func (r *Relay) queueTurn(ctx context.Context, id string, s *store.Session, text
 			// a drain that will not run: give the turn back (undoStart).
 			r.undoStart(ctx, s.ID, t.ID, o.StartOwner, q)
 		}
+	}
+	if errors.Is(err, store.ErrPeerSessionLimit) {
+		return nil, r.peerCapError(s.StartedBy, nothingSent)
 	}
 	if errors.Is(err, store.ErrSessionLimit) {
 		return nil, Errorf(CodeSessionLimit, "%d sessions started by the same conversation already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
@@ -152,6 +155,18 @@ func (r *Relay) queueTurn(ctx context.Context, id string, s *store.Session, text
 	}
 	t.Status = store.TurnQueued
 	return t, nil
+}
+
+// peerCapError is the refusal by a paired relay's cap here (R18.21): the
+// sessions all its conversations started here, together, per peer token.
+func (r *Relay) peerCapError(by *store.Ref, nothing string) *Error {
+	name := ""
+	if by != nil {
+		name = by.Relay
+	}
+	n := r.opts.Limits.ActiveSessionsPerPeerToken
+	return Errorf(CodeSessionLimit, "Relay %q already has %d prompts at work here (sessions its conversations started on relay %q with a turn queued or running, all of them together); the limit is %d per paired relay. Wait for one to finish. %s",
+		name, n, r.opts.Name, n, nothing)
 }
 
 // refused reports a push's refusals, which wrote nothing.

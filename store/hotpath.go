@@ -265,8 +265,8 @@ func flatMap(v any) map[string]string {
 }
 
 // KEYS: q:SID, cur:SID, drain:SID, busy:ORCH ("" = none), turn:ID, msgs:SID, sess:SID,
-// sessions:active, drains, events, subidx:SID, subidx:all, lease:SID, usage:PROVIDER.
-// ARGV: session id, message JSON ("" = none), at (ms), event JSON, watched anyway
+// sessions:active, drains, events, subidx:SID, subidx:all, lease:SID, usage:PROVIDER,
+// busypeer:RELAY ("" = none). ARGV: session id, message JSON ("" = none), at (ms), event JSON, watched anyway
 // (1|0), lease owner ("" = keep the lease), notify channel, the session's
 // notification, the turn's notification, the usage counted ("" = none, else
 // input tokens, output tokens, cost in micro-dollars, clear the pause 1|0), the
@@ -301,6 +301,7 @@ if redis.call('LLEN', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[3])
   redis.call('SREM', KEYS[9], ARGV[1])
   if KEYS[4] ~= '' then redis.call('SREM', KEYS[4], ARGV[1]) end
+  if KEYS[15] ~= '' then redis.call('SREM', KEYS[15], ARGV[1]) end
   more = 0
 end
 redis.call('XADD', KEYS[10], 'MAXLEN', '~', 10000, '*', 'e', ARGV[4])
@@ -361,7 +362,7 @@ func (s *Store) FinishTurnEmit(ctx context.Context, sid, orchestrator, turnID, f
 	args = append(args, kv...)
 	res, err := finishEmitScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
 		s.BusyKey(orchestrator), s.turnKey(turnID), s.msgsKey(sid), s.sessKey(sid), s.k("sessions", "active"), s.drainsKey(),
-		s.k("events"), s.k("subidx", ev.Session), s.k("subidx", "all"), s.k("lease", sid), usageKey}, args...).Slice()
+		s.k("events"), s.k("subidx", ev.Session), s.k("subidx", "all"), s.k("lease", sid), usageKey, s.PeerBusyKey(orchestrator)}, args...).Slice()
 	if err != nil {
 		return false, false, false, nil, fmt.Errorf("finish turn %s: %w", turnID, err)
 	}

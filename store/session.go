@@ -303,9 +303,10 @@ func (s *Store) SessionQuiet(ctx context.Context, sid string) (bool, error) {
 // DeleteSession removes a session and what is its alone (owner's DELETE
 // /sessions/{id}): the record, token, messages and their turns, queue, tasks
 // and their output, question cards, flags, loop count, its watcher state and
-// the indexes naming it. busyKey is its orchestrator's semaphore ("" = none).
-// Schedules, asks and subscriptions are ended by the domain before.
-func (s *Store) DeleteSession(ctx context.Context, sid, busyKey string) error {
+// the indexes naming it. busyKeys are its orchestrator's semaphores (BusyKey,
+// PeerBusyKey; "" = none). Schedules, asks and subscriptions are ended by the
+// domain before.
+func (s *Store) DeleteSession(ctx context.Context, sid string, busyKeys ...string) error {
 	toks, err := s.rdb.HMGet(ctx, s.sessKey(sid), "tokh", "turntok").Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return err
@@ -355,8 +356,10 @@ func (s *Store) DeleteSession(ctx context.Context, sid, busyKey string) error {
 		p.ZRem(ctx, s.k("sids"), sid)
 		p.ZRem(ctx, s.k("sessions", "active"), sid)
 		p.ZRem(ctx, s.k("sessions", "archived"), sid)
-		if busyKey != "" {
-			p.SRem(ctx, busyKey, sid)
+		for _, k := range busyKeys {
+			if k != "" {
+				p.SRem(ctx, k, sid)
+			}
 		}
 		return nil
 	})

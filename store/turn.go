@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -193,26 +194,58 @@ func (s *Store) MessageCount(ctx context.Context, sid string) (int, error) {
 // ErrSessionLimit is returned when a prompt would make one more session busy than allowed.
 var ErrSessionLimit = errors.New("session limit")
 
-// KEYS: busy:ORCH ("" = no orchestrator). ARGV: session id, limit, enforce (1|0).
+// ErrPeerSessionLimit is the refusal by the cap of a paired relay's
+// conversations together (R18.21): it is also an ErrSessionLimit.
+var ErrPeerSessionLimit = fmt.Errorf("peer token: %w", ErrSessionLimit)
+
+// PeerConversationPrefix starts an orchestrator id that is a paired relay's
+// conversation's stand-in here: "peer:RELAY:SESSION" (relay.PeerWatcherPrefix).
+const PeerConversationPrefix = "peer:"
+
+// PeerBusyKey is the second semaphore of a session whose orchestrator is a
+// paired relay's conversation: the sessions every conversation of that relay
+// started here, together (R18.21: per peer token, since a peer token speaks
+// for one relay name and a name is bound to one token). "" for any other
+// orchestrator. The relay is the stand-in's part before its first ":" after
+// the prefix, lower-cased: the same for every conversation a token speaks for,
+// however its origin.session is spelled.
+func (s *Store) PeerBusyKey(orchestrator string) string {
+	rest, ok := strings.CutPrefix(orchestrator, PeerConversationPrefix)
+	if !ok {
+		return ""
+	}
+	rel, _, _ := strings.Cut(rest, ":")
+	return s.k("busypeer", strings.ToLower(rel))
+}
+
+// KEYS: busy:ORCH ("" = no orchestrator), busypeer:RELAY ("" = none). ARGV:
+// session id, limit, enforce (1|0), the peer limit. It returns 1, -1 (the
+// conversation's cap) or -2 (the paired relay's cap); a refusal writes nothing.
 var reserveScript = redis.NewScript(`
-local busy = KEYS[1]
+local busy, peer = KEYS[1], KEYS[2]
 if busy == '' then return 1 end
 if redis.call('SISMEMBER', busy, ARGV[1]) == 1 then return 1 end
 if ARGV[3] == '1' and redis.call('SCARD', busy) >= tonumber(ARGV[2]) then return -1 end
+if peer ~= '' and redis.call('SISMEMBER', peer, ARGV[1]) == 0 then
+  if ARGV[3] == '1' and redis.call('SCARD', peer) >= tonumber(ARGV[4]) then return -2 end
+  redis.call('SADD', peer, ARGV[1])
+end
 redis.call('SADD', busy, ARGV[1])
 return 1
 `)
 
 // KEYS: q:SID, drain:SID, busy:ORCH ("" = none), turn:ID, tids, msgs:SID, sess:SID,
 // sessions:active, drains, turn: (the prefix of turn keys), waiting:ID, loop:CALLER
-// ("" = not counted), lease:SID, cur:SID, subidx:SID, subidx:all, relays, unlock:SID.
+// ("" = not counted), lease:SID, cur:SID, subidx:SID, subidx:all, relays, unlock:SID,
+// busypeer:RELAY ("" = none).
 // ARGV: turn id, session id, limit, enforce (1|0), drain task id, message JSON, created
 // (ms), waiting ttl (ms; 0 = the caller does not wait), notify channel, notification
 // ("" = none), loop limit, the drain's lease owner ("" = the drain is not started
 // here), lease ttl (ms), now (ms), history, the paired relay the prompt came from
-// (lower case, "" = none), then the turn's field/value pairs. It returns {-2, loop
-// count} (loop protection: nothing was written), {-1} (the 4-at-work cap: nothing was
-// written), {0} (queued behind a drain), {1} (queued, the drain flag set: the caller
+// (lower case, "" = none), the peer limit, then the turn's field/value pairs. It
+// returns {-2, loop count} (loop protection: nothing was written), {-1} (the
+// 4-at-work cap: nothing was written), {-3} (the paired relay's cap, R18.21: nothing
+// was written), {0} (queued behind a drain), {1} (queued, the drain flag set: the caller
 // starts the drain), {1, startDrain's answer} (the drain's first step taken too) or
 // {2, the turn's drainer} (the turn exists: this push ran before and its answer was lost).
 var pushScript = redis.NewScript(startDrainLua + `
@@ -226,9 +259,14 @@ if KEYS[12] ~= '' then
   loop = tonumber(redis.call('GET', KEYS[12]) or '0')
   if loop >= tonumber(ARGV[11]) then return {-2, loop} end
 end
-local busy = KEYS[3]
+local busy, peer = KEYS[3], KEYS[19]
 if busy ~= '' and redis.call('SISMEMBER', busy, ARGV[2]) == 0 then
   if ARGV[4] == '1' and redis.call('SCARD', busy) >= tonumber(ARGV[3]) then return {-1} end
+  if peer ~= '' and redis.call('SISMEMBER', peer, ARGV[2]) == 0 then
+    -- R18.21: the paired relay's conversations together.
+    if ARGV[4] == '1' and redis.call('SCARD', peer) >= tonumber(ARGV[17]) then return {-3} end
+    redis.call('SADD', peer, ARGV[2])
+  end
   redis.call('SADD', busy, ARGV[2])
 end
 if KEYS[12] ~= '' then redis.call('INCR', KEYS[12]) end
@@ -251,7 +289,7 @@ if tonumber(ARGV[8]) > 0 then redis.call('SET', KEYS[11], '1', 'PX', ARGV[8]) en
 redis.call('RPUSH', KEYS[6], ARGV[6])
 if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('HSET', KEYS[7], 'last', ARGV[7]) end
 redis.call('ZADD', KEYS[8], 'XX', ARGV[7], ARGV[2])
-redis.call('HSET', KEYS[4], unpack(ARGV, 17))
+redis.call('HSET', KEYS[4], unpack(ARGV, 18))
 local placed = false
 if redis.call('HGET', KEYS[4], 'role') == 'event' then
   -- R8.15: an event message is the next prompt: after the events already
@@ -294,12 +332,26 @@ func (s *Store) BusyKey(orchestrator string) string {
 // Reserve makes sid busy in its orchestrator's semaphore before the session
 // exists (create_session), failing with ErrSessionLimit when full.
 func (s *Store) Reserve(ctx context.Context, orchestrator, sid string, limit int) error {
-	r, err := reserveScript.Run(ctx, s.rdb, []string{s.BusyKey(orchestrator)}, sid, limit, "1").Int()
+	return s.ReserveUnder(ctx, orchestrator, sid, limit, 0)
+}
+
+// ReserveUnder is Reserve with the paired relay's cap too (peerLimit > 0 and
+// a paired relay's conversation as orchestrator, R18.21), in the same step:
+// ErrPeerSessionLimit when that one is full.
+func (s *Store) ReserveUnder(ctx context.Context, orchestrator, sid string, limit, peerLimit int) error {
+	peer := ""
+	if peerLimit > 0 {
+		peer = s.PeerBusyKey(orchestrator)
+	}
+	r, err := reserveScript.Run(ctx, s.rdb, []string{s.BusyKey(orchestrator), peer}, sid, limit, "1", peerLimit).Int()
 	if err != nil {
 		return fmt.Errorf("reserve %s: %w", sid, err)
 	}
-	if r < 0 {
+	switch r {
+	case -1:
 		return ErrSessionLimit
+	case -2:
+		return ErrPeerSessionLimit
 	}
 	return nil
 }
@@ -309,7 +361,27 @@ func (s *Store) Unreserve(ctx context.Context, orchestrator, sid string) error {
 	if orchestrator == "" {
 		return nil
 	}
-	return s.rdb.SRem(ctx, s.BusyKey(orchestrator), sid).Err()
+	peer := s.PeerBusyKey(orchestrator)
+	if peer == "" {
+		return s.rdb.SRem(ctx, s.BusyKey(orchestrator), sid).Err()
+	}
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.SRem(ctx, s.BusyKey(orchestrator), sid)
+		p.SRem(ctx, peer, sid)
+		return nil
+	})
+	return err
+}
+
+// PeerBusyCount returns how many sessions the conversations of the paired
+// relay an orchestrator stands in for have at work here (R18.21).
+func (s *Store) PeerBusyCount(ctx context.Context, orchestrator string) (int, error) {
+	k := s.PeerBusyKey(orchestrator)
+	if k == "" {
+		return 0, nil
+	}
+	n, err := s.rdb.SCard(ctx, k).Result()
+	return int(n), err
 }
 
 // BusyCount returns how many sessions of an orchestrator are busy.
@@ -356,6 +428,11 @@ type QueueOpts struct {
 	// it gives itself: the pairing it matches (by that name or the local one)
 	// is unlocked in the session's conversation (Unlock by an agent, R4.4 b).
 	UnlockFrom string
+	// PeerLimit > 0: a session whose Orchestrator is a paired relay's
+	// conversation also counts toward that relay's cap, all its
+	// conversations together (PeerBusyKey, R18.21), checked in the same
+	// step (ErrPeerSessionLimit).
+	PeerLimit int
 }
 
 // Queued is what QueueTurn did.
@@ -430,14 +507,18 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool)
 		ttl = max(o.LeaseTTL.Milliseconds(), 1)
 	}
 	args := []any{t.ID, t.Session, o.Limit, b2s(o.Enforce), o.DrainID, msg, ms(t.CreatedAt), waitMS, s.NotifyChannel(), note,
-		o.LoopLimit, o.StartOwner, ttl, ms(t.CreatedAt), o.History, asciiLower(o.UnlockFrom),
+		o.LoopLimit, o.StartOwner, ttl, ms(t.CreatedAt), o.History, asciiLower(o.UnlockFrom), o.PeerLimit,
 		"id", t.ID, "session", t.Session, "status", TurnQueued, "role", t.Role, "from", from,
 		"origin", origin, "caller", t.Caller, "created", ms(t.CreatedAt), "text", t.Text}
+	peer := ""
+	if o.PeerLimit > 0 {
+		peer = s.PeerBusyKey(o.Orchestrator)
+	}
 	sid := t.Session
 	res, err := pushScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("drain", sid),
 		s.BusyKey(o.Orchestrator), s.turnKey(t.ID), s.k("tids"), s.msgsKey(sid), s.sessKey(sid),
 		s.k("sessions", "active"), s.drainsKey(), s.turnKey(""), s.k("waiting", t.ID), loopKey,
-		s.k("lease", sid), s.k("cur", sid), s.k("subidx", sid), s.k("subidx", "all"), s.k("relays"), s.k("unlock", sid)}, args...).Slice()
+		s.k("lease", sid), s.k("cur", sid), s.k("subidx", sid), s.k("subidx", "all"), s.k("relays"), s.k("unlock", sid), peer}, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("queue turn %s: %w", t.ID, err)
 	}
@@ -448,6 +529,8 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool)
 		return nil, &LoopUsedError{Count: int(n)}
 	case -1:
 		return nil, ErrSessionLimit
+	case -3:
+		return nil, ErrPeerSessionLimit
 	}
 	if code == 2 {
 		d, _ := res[1].(string)
@@ -462,14 +545,16 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool)
 	return q, nil
 }
 
-// KEYS: q:SID, cur:SID, drain:SID, busy:ORCH ("" = none), drains. ARGV: session id,
-// now (ms), turn: (the prefix of turn keys), the drainer ("" = not recorded).
+// KEYS: q:SID, cur:SID, drain:SID, busy:ORCH ("" = none), drains, busypeer:RELAY
+// ("" = none). ARGV: session id, now (ms), turn: (the prefix of turn keys), the
+// drainer ("" = not recorded).
 var popScript = redis.NewScript(`
 local id = redis.call('LPOP', KEYS[1])
 if not id then
   redis.call('DEL', KEYS[3])
   redis.call('SREM', KEYS[5], ARGV[1])
   if KEYS[4] ~= '' then redis.call('SREM', KEYS[4], ARGV[1]) end
+  if KEYS[6] ~= '' then redis.call('SREM', KEYS[6], ARGV[1]) end
   return false
 end
 redis.call('SET', KEYS[2], id)
@@ -488,7 +573,7 @@ func (s *Store) PopTurn(ctx context.Context, sid, orchestrator string, now time.
 // PopTurnBy is PopTurn recording drainer (the drain's lease owner) in the turn.
 func (s *Store) PopTurnBy(ctx context.Context, sid, orchestrator string, now time.Time, drainer string) (string, error) {
 	id, err := popScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
-		s.BusyKey(orchestrator), s.drainsKey()}, sid, ms(now), s.k("turn", ""), drainer).Text()
+		s.BusyKey(orchestrator), s.drainsKey(), s.PeerBusyKey(orchestrator)}, sid, ms(now), s.k("turn", ""), drainer).Text()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}
@@ -499,7 +584,7 @@ func (s *Store) PopTurnBy(ctx context.Context, sid, orchestrator string, now tim
 }
 
 // KEYS: q:SID, cur:SID, drain:SID, busy:ORCH ("" = none), turn:ID, msgs:SID, sess:SID,
-// sessions:active, drains, lease:SID. ARGV: session id, message JSON ("" = none), at (ms),
+// sessions:active, drains, lease:SID, busypeer:RELAY ("" = none). ARGV: session id, message JSON ("" = none), at (ms),
 // the fence (the drain's lease owner; "" = none), then the turn's field/value pairs.
 var finishScript = redis.NewScript(`
 if ARGV[4] ~= '' and (redis.call('GET', KEYS[10]) ~= ARGV[4] or redis.call('HGET', KEYS[5], 'status') ~= 'running') then
@@ -514,6 +599,7 @@ if redis.call('LLEN', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[3])
   redis.call('SREM', KEYS[9], ARGV[1])
   if KEYS[4] ~= '' then redis.call('SREM', KEYS[4], ARGV[1]) end
+  if KEYS[11] ~= '' then redis.call('SREM', KEYS[11], ARGV[1]) end
   return 0
 end
 return 1
@@ -544,7 +630,7 @@ func (s *Store) FinishTurn(ctx context.Context, sid, orchestrator, turnID, fence
 	args := append([]any{sid, m, ms(at), fence}, kv...)
 	r, err := finishScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
 		s.BusyKey(orchestrator), s.turnKey(turnID), s.msgsKey(sid), s.sessKey(sid), s.k("sessions", "active"), s.drainsKey(),
-		s.k("lease", sid)}, args...).Int()
+		s.k("lease", sid), s.PeerBusyKey(orchestrator)}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("finish turn %s: %w", turnID, err)
 	}
