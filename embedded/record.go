@@ -86,17 +86,8 @@ func (r *Record) Commands(now time.Time) [][]string {
 	if r.Type == TypeNone || r.Expired(now) || IsPatch(r.Type) {
 		return nil
 	}
-	const chunk = 512
 	var out [][]string
-	add := func(name string, per int, items []string) {
-		for len(items) > 0 {
-			n := min(len(items), chunk*per)
-			cmd := make([]string, 0, 2+n)
-			cmd = append(cmd, name, r.Key)
-			out = append(out, append(cmd, items[:n]...))
-			items = items[n:]
-		}
-	}
+	add := func(name string, per int, items []string) { out = appendChunked(out, name, r.Key, per, items) }
 	switch r.Type {
 	case TypeString:
 		out = append(out, []string{"SET", r.Key, r.Str})
@@ -107,17 +98,10 @@ func (r *Record) Commands(now time.Time) [][]string {
 	case TypeSet:
 		add("SADD", 1, r.Items)
 	case TypeZSet:
-		pairs := make([]string, 0, 2*len(r.Items))
-		for i, m := range r.Items {
-			pairs = append(pairs, strconv.FormatFloat(r.Scores[i], 'g', -1, 64), m)
-		}
+		pairs := scorePairs(r.Items, r.Scores)
 		add("ZADD", 2, pairs)
 	case TypeStream:
-		for _, e := range r.Entries {
-			cmd := make([]string, 0, 3+len(e.Fields))
-			cmd = append(cmd, "XADD", r.Key, e.ID)
-			out = append(out, append(cmd, e.Fields...))
-		}
+		out = appendXAdds(out, r.Key, r.Entries)
 	}
 	if r.ExpireAt > 0 && len(out) > 0 {
 		out = append(out, []string{"PEXPIREAT", r.Key, strconv.FormatInt(r.ExpireAt, 10)})
@@ -125,20 +109,44 @@ func (r *Record) Commands(now time.Time) [][]string {
 	return out
 }
 
+// appendChunked appends NAME KEY ITEMS… commands of at most 512 groups of
+// per items each, so no single command grows unbounded.
+func appendChunked(out [][]string, name, key string, per int, items []string) [][]string {
+	const chunk = 512
+	for len(items) > 0 {
+		n := min(len(items), chunk*per)
+		cmd := make([]string, 0, 2+n)
+		cmd = append(cmd, name, key)
+		out = append(out, append(cmd, items[:n]...))
+		items = items[n:]
+	}
+	return out
+}
+
+// scorePairs is ZADD's score, member arguments.
+func scorePairs(members []string, scores []float64) []string {
+	pairs := make([]string, 0, 2*len(members))
+	for i, m := range members {
+		pairs = append(pairs, strconv.FormatFloat(scores[i], 'g', -1, 64), m)
+	}
+	return pairs
+}
+
+// appendXAdds appends one XADD KEY ID FIELDS… per entry.
+func appendXAdds(out [][]string, key string, entries []StreamEntry) [][]string {
+	for _, e := range entries {
+		cmd := make([]string, 0, 3+len(e.Fields))
+		cmd = append(cmd, "XADD", key, e.ID)
+		out = append(out, append(cmd, e.Fields...))
+	}
+	return out
+}
+
 // patchCommands returns the commands that apply a patch record to its key
 // as it is.
 func (r *Record) patchCommands() [][]string {
-	const chunk = 512
 	var out [][]string
-	add := func(name string, per int, items []string) {
-		for len(items) > 0 {
-			n := min(len(items), chunk*per)
-			cmd := make([]string, 0, 2+n)
-			cmd = append(cmd, name, r.Key)
-			out = append(out, append(cmd, items[:n]...))
-			items = items[n:]
-		}
-	}
+	add := func(name string, per int, items []string) { out = appendChunked(out, name, r.Key, per, items) }
 	switch r.Type {
 	case PatchHash:
 		add("HSET", 2, r.Items)
@@ -147,20 +155,13 @@ func (r *Record) patchCommands() [][]string {
 		add("SADD", 1, r.Items)
 		add("SREM", 1, r.Del)
 	case PatchZSet:
-		pairs := make([]string, 0, 2*len(r.Items))
-		for i, m := range r.Items {
-			pairs = append(pairs, strconv.FormatFloat(r.Scores[i], 'g', -1, 64), m)
-		}
+		pairs := scorePairs(r.Items, r.Scores)
 		add("ZADD", 2, pairs)
 		add("ZREM", 1, r.Del)
 	case PatchList:
 		add("RPUSH", 1, r.Items)
 	case PatchStream:
-		for _, e := range r.Entries {
-			cmd := make([]string, 0, 3+len(e.Fields))
-			cmd = append(cmd, "XADD", r.Key, e.ID)
-			out = append(out, append(cmd, e.Fields...))
-		}
+		out = appendXAdds(out, r.Key, r.Entries)
 		if r.FirstID != "" {
 			out = append(out, []string{"XTRIM", r.Key, "MINID", r.FirstID})
 		} else {

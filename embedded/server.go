@@ -92,19 +92,6 @@ type Stats struct {
 	BaseBytes, SegmentBytes                  int64
 }
 
-// DefaultDir is the data directory when none is given: $XDG_DATA_HOME/relay,
-// else ~/.local/share/relay.
-func DefaultDir() string {
-	if x := os.Getenv("XDG_DATA_HOME"); x != "" && filepath.IsAbs(x) {
-		return filepath.Join(x, "relay")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil || home == "" {
-		return filepath.Join(os.TempDir(), "relay-data")
-	}
-	return filepath.Join(home, ".local", "share", "relay")
-}
-
 // Open locks the data directory, loads its dataset into a new server on a
 // loopback port and starts the checkpoints. A data file that cannot be read
 // is a *CorruptError and a directory in use a *LockedError; neither touches
