@@ -141,7 +141,7 @@ func (o *owner) listSessions(c *gin.Context) {
 	for _, it := range items {
 		if m, ok := it.(map[string]any); ok {
 			if sb, ok := m["startedBy"].(*store.Ref); ok && sb != nil {
-				m["via"] = fmt.Sprintf("via agent · %q", sb.Title) // R4.11
+				m["via"] = relay.ViaAgentBadge(sb.Title) // R4.11, one line (R18.16)
 			}
 		}
 	}

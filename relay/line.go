@@ -86,3 +86,9 @@ func LineValue(v string, max int) string {
 func lineBreaking(r rune) bool {
 	return unicode.IsControl(r) || r == utf8.RuneError || (unicode.Is(unicode.Cf, r) && r != '\u200d')
 }
+
+// ViaAgentBadge is the `via agent · "TITLE"` badge of a session an agent
+// started (R4.11), its title made safe for one line (R18.16).
+func ViaAgentBadge(title string) string {
+	return `via agent · "` + LineValue(title, fieldTitle) + `"`
+}

@@ -42,3 +42,16 @@ func TestLineValue(t *testing.T) {
 		})
 	}
 }
+
+// R4.11, R18.16: the via-agent badge stays one line, its title can close no
+// quote, and a plain title reads as before.
+func TestViaAgentBadge(t *testing.T) {
+	for _, tc := range []struct{ title, want string }{
+		{"orchestrator", `via agent · "orchestrator"`},
+		{"a\nb\"c\x1b[31m", `via agent · "a b“c"`},
+	} {
+		if got := ViaAgentBadge(tc.title); got != tc.want {
+			t.Errorf("ViaAgentBadge(%q) = %q, want %q", tc.title, got, tc.want)
+		}
+	}
+}
