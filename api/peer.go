@@ -77,6 +77,11 @@ func (p *peer) events(c *gin.Context) {
 		wait = n
 	}
 	out, err := p.r.PeerEventsFor(c.Request.Context(), bearerToken(c.Request), sub, c.Query("after"), time.Duration(wait)*time.Second)
+	if err != nil && relay.AsError(err).Code == relay.CodeAuth {
+		// The token was revoked while the poll was open (R18.20): 401, as at the door.
+		c.JSON(http.StatusUnauthorized, gin.H{"error": "This is not a peer token of this relay.", "code": relay.CodeAuth})
+		return
+	}
 	if err != nil {
 		fail(c, err)
 		return

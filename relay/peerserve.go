@@ -191,6 +191,12 @@ func (r *Relay) PeerEventsFor(ctx context.Context, tok, subID, after string, wai
 			return &PeerEvents{Events: []store.Event{}, Cursor: after}, nil
 		case <-time.After(250 * time.Millisecond):
 		}
+		// A token revoked while its poll is open ends the poll (R18.20): the
+		// revoke's "tokens" notification empties the cache, so this asks the
+		// store again and finds it gone.
+		if ok, err := r.PeerTokenValid(ctx, tok); err == nil && !ok {
+			return nil, Errorf(CodeAuth, "This peer token was revoked.")
+		}
 		if s2, err := r.st.GetSubscription(ctx, subID); err == nil {
 			sub = s2
 		}

@@ -427,6 +427,10 @@ func (r *Relay) listSubscriptions(ctx context.Context, c *caller, a *args) (*res
 	watcher := c.s.ID
 	if ref, e := a.str("watcher"); e != nil {
 		return nil, e
+	} else if ref != "" && c.remote != nil {
+		// Another relay's agent names a conversation on its own relay (its
+		// stand-in here), never one of this relay's (R18.21).
+		watcher = peerConversation(c.remote.Relay, ref)
 	} else if ref != "" {
 		s, e := r.sessionByRef(ctx, ref)
 		if e != nil {

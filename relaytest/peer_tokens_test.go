@@ -3,6 +3,7 @@ package relaytest
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -173,5 +174,101 @@ func TestPeerTokenReachesOnlyItsAsks(t *testing.T) {
 	}
 	if st := peerReq(t, b, tokA, "POST", "/peer/v1/inbox/"+askA, map[string]any{"answer": "fine", "via": "alpha"}, &out); st != http.StatusOK {
 		t.Fatalf("alpha answers its own ask: %d %v", st, out)
+	}
+}
+
+// R18.21: a peer token reaches only the subscriptions its own relay's
+// conversations made here: another paired relay's token asking for one by
+// its id (events, unsubscribe, list_subscriptions with watcher) is refused
+// and gets nothing, nor the subscriptions this relay's own conversations hold.
+func TestPeerTokenReachesOnlyItsSubscriptions(t *testing.T) {
+	b := Start(t, Options{Config: func(c *config.Config) { c.Name = "bravo" }})
+	tokA, _ := newPeerToken(t, b)
+	tokC, _ := newPeerToken(t, b)
+	watched := b.NewSession(map[string]any{"title": "watched"})
+	w := b.NewSession(map[string]any{"title": "bravo's own watcher"})
+	b.subscribeFromTurn(w, map[string]any{"sessions": []string{watched.ID}})
+	envA := peerCall(t, b, tokA, "alpha", "sa-conversation", "subscribe", map[string]any{"sessions": []string{watched.ID}})
+	if prCode(envA) != "ok" {
+		t.Fatalf("alpha subscribes: %v", envA)
+	}
+	subA, _ := envA["subscription"].(map[string]any)["id"].(string)
+	if env := peerCall(t, b, tokC, "charlie", "sc-conversation", "list_sessions", nil); prCode(env) != "ok" {
+		t.Fatalf("charlie binds: %v", env)
+	}
+
+	var out map[string]any
+	if st := peerReq(t, b, tokC, "GET", "/peer/v1/events?subscription="+subA, nil, &out); st != http.StatusNotFound || out["events"] != nil {
+		t.Fatalf("charlie reads alpha's subscription: %d %v", st, out)
+	}
+	if env := peerCall(t, b, tokC, "charlie", "sc-conversation", "unsubscribe", map[string]any{"subscription_id": subA}); prCode(env) != "REMOTE_RELAY_NOT_FOUND" {
+		t.Fatalf("charlie ends alpha's subscription: %v", env)
+	}
+	for _, watcher := range []string{"sa-conversation", w.ID, "peer:alpha:sa-conversation"} {
+		env := peerCall(t, b, tokC, "charlie", "sc-conversation", "list_subscriptions", map[string]any{"watcher": watcher})
+		if list, _ := env["subscriptions"].([]any); len(list) != 0 {
+			t.Fatalf("charlie lists the subscriptions of %s: %v", watcher, env)
+		}
+	}
+	env := peerCall(t, b, tokA, "alpha", "sa-conversation", "list_subscriptions", nil)
+	if list, _ := env["subscriptions"].([]any); len(list) != 1 || list[0].(map[string]any)["id"] != subA || list[0].(map[string]any)["endReason"] != nil {
+		t.Fatalf("alpha's own list (its subscription still active): %v", env)
+	}
+	env = peerCall(t, b, tokA, "alpha", "sa-other", "list_subscriptions", map[string]any{"watcher": "sa-conversation"})
+	if list, _ := env["subscriptions"].([]any); len(list) != 1 || list[0].(map[string]any)["id"] != subA {
+		t.Fatalf("alpha lists another of its own conversations: %v", env)
+	}
+	if st := peerReq(t, b, tokA, "GET", "/peer/v1/events?subscription="+subA, nil, &out); st != http.StatusOK {
+		t.Fatalf("alpha reads its own subscription: %d %v", st, out)
+	}
+}
+
+// R18.20: a /peer/v1/events long-poll open when its token is revoked ends
+// at once with 401, in the process that revoked it and in another.
+func TestPeerTokenRevokeEndsOpenPoll(t *testing.T) {
+	b := Start(t, Options{Config: func(c *config.Config) { c.Name = "bravo" }})
+	polls := []*Relay{b}
+	if !EmbeddedMode() { // and in another process of the relay
+		polls = append(polls, Start(t, Options{Redis: b.Redis, Config: func(c *config.Config) { c.Name = "bravo" }}))
+	}
+	watched := b.NewSession(map[string]any{"title": "watched"})
+	for i, p := range polls {
+		tok, id := newPeerToken(t, b)
+		conv := fmt.Sprintf("conv-%d", i)
+		env := peerCall(t, b, tok, "alpha", conv, "subscribe", map[string]any{"sessions": []string{watched.ID}})
+		if prCode(env) != "ok" {
+			t.Fatalf("subscribe: %v", env)
+		}
+		sub, _ := env["subscription"].(map[string]any)["id"].(string)
+		var first map[string]any
+		if st := peerReq(t, p, tok, "GET", "/peer/v1/events?subscription="+sub, nil, &first); st != http.StatusOK {
+			t.Fatalf("first poll: %d %v", st, first)
+		}
+		cursor, _ := first["cursor"].(string)
+		done := make(chan int, 1)
+		go func() {
+			req, _ := http.NewRequest("GET", p.URL+"/peer/v1/events?subscription="+sub+"&after="+cursor+"&wait=20", nil)
+			req.Header.Set("Authorization", "Bearer "+tok)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				done <- 0
+				return
+			}
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+		time.Sleep(700 * time.Millisecond)
+		var rev map[string]any
+		if st := b.Owner("DELETE", "/api/v1/peer-tokens/"+id, nil, &rev); st != http.StatusOK {
+			t.Fatalf("revoke: %d %v", st, rev)
+		}
+		select {
+		case st := <-done:
+			if st != http.StatusUnauthorized {
+				t.Fatalf("process %d: the open poll ended with %d, want 401", i, st)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("process %d: the open poll still runs 2 s after its token was revoked", i)
+		}
 	}
 }
