@@ -125,7 +125,7 @@ func createSession(base, title string) (string, error) {
 		Token string `json:"token"`
 	}
 	if err := json.Unmarshal(data, &out); err != nil || out.Token == "" {
-		return "", fmt.Errorf("answer %s: no token (%v)", data, err)
+		return "", fmt.Errorf("answer %s: no token (%w)", data, err)
 	}
 	return out.Token, nil
 }

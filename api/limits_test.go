@@ -28,6 +28,7 @@ func TestMCPBatchBounded(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer tok-a")
 		resp := doRaw(t, req)
 		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
 		if resp.StatusCode != want {
 			t.Errorf("a batch of %d: status %d, want %d: %.200s", n, resp.StatusCode, want, b)
 		}

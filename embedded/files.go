@@ -183,7 +183,7 @@ func syncDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	defer d.Close()
+	defer func() { _ = d.Close() }()
 	return d.Sync()
 }
 
@@ -197,7 +197,7 @@ func readFile(path string, kind byte, fn func(*Record) error) (uint64, error) {
 	if err != nil {
 		return 0, &CorruptError{Path: path, Err: err}
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only: a close error loses nothing
 	var size int64
 	if fi, err := f.Stat(); err == nil {
 		size = fi.Size()

@@ -728,7 +728,7 @@ func redisKeys(t *testing.T, url string) map[string]string {
 		t.Fatal(err)
 	}
 	c := redis.NewClient(opt)
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx := context.Background()
 	out := map[string]string{}
 	iter := c.Scan(ctx, 0, "*", 1000).Iterator()

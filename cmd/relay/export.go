@@ -49,7 +49,7 @@ func newExportCmd(stdout io.Writer) *cobra.Command {
 				return usageError{fmt.Errorf("relay export: --redis: %w", perr)}
 			}
 			c := redis.NewClient(opt)
-			defer c.Close()
+			defer func() { _ = c.Close() }()
 			n, err = embedded.Export(ctx, c, w)
 		} else {
 			if dir == "" {
