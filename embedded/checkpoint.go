@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -175,14 +176,9 @@ const (
 // again later (a type that changed between the two steps, or a list shorter
 // than written).
 func (s *Server) readChanges(ctx context.Context, keys []string, changes map[string]*change) (recs []*Record, retry []string, err error) {
-	types := make([]*redis.StatusCmd, len(keys))
-	if _, err := s.cli.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range keys {
-			types[i] = p.Type(ctx, k)
-		}
-		return nil
-	}); err != nil {
-		return nil, nil, fmt.Errorf("read key types: %w", err)
+	types, err := readTypes(ctx, s.cli, keys)
+	if err != nil {
+		return nil, nil, err
 	}
 	type read struct {
 		mode  readMode
@@ -349,8 +345,7 @@ func toAny(ss []string) []any {
 func zscore(v any) (float64, bool) {
 	switch x := v.(type) {
 	case string:
-		var f float64
-		_, err := fmt.Sscan(x, &f)
+		f, err := strconv.ParseFloat(x, 64)
 		return f, err == nil
 	case float64:
 		return x, true

@@ -20,14 +20,9 @@ func ReadKeys(ctx context.Context, c redis.Cmdable, keys []string) (recs []*Reco
 	if len(keys) == 0 {
 		return nil, nil, nil
 	}
-	types := make([]*redis.StatusCmd, len(keys))
-	if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range keys {
-			types[i] = p.Type(ctx, k)
-		}
-		return nil
-	}); err != nil {
-		return nil, nil, fmt.Errorf("read key types: %w", err)
+	types, err := readTypes(ctx, c, keys)
+	if err != nil {
+		return nil, nil, err
 	}
 	type read struct {
 		typ  *redis.StatusCmd
@@ -60,6 +55,21 @@ func ReadKeys(ctx context.Context, c redis.Cmdable, keys []string) (recs []*Reco
 		recs = append(recs, r)
 	}
 	return recs, retry, nil
+}
+
+// readTypes reads keys' types in one pipeline (the first step of a
+// consistent read: the MULTI after it reads each key by its type).
+func readTypes(ctx context.Context, c redis.Cmdable, keys []string) ([]*redis.StatusCmd, error) {
+	types := make([]*redis.StatusCmd, len(keys))
+	if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			types[i] = p.Type(ctx, k)
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read key types: %w", err)
+	}
+	return types, nil
 }
 
 // queueWhole queues the read of a key's whole contents by its type (nil for
