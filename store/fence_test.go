@@ -84,3 +84,28 @@ func TestWritesFencedByTheLease(t *testing.T) {
 		t.Fatalf("the ended turn became %s %q", tr.Status, tr.Reply)
 	}
 }
+
+// A fenced FinishTurn whose answer was lost and that its drain runs again
+// (go-redis retries, finishLater) is the same step: no error, the same
+// "more", nothing written twice; it is not taken for fenced.
+func TestFinishTurnRetriedIsNotFenced(t *testing.T) {
+	e := newEnv(t)
+	e.createSession("s1", base)
+	t1, t2 := newTurn("s1", "agent", "one", base), newTurn("s1", "agent", "two", base)
+	e.push(t1, "orch", 4, true, "d1")
+	e.push(t2, "orch", 4, true, "d1")
+	if d, err := e.s.StartDrain(e.ctx, "s1", "w1", time.Minute, base.Add(time.Second), 0); err != nil || d.State != DrainStarted {
+		t.Fatalf("StartDrain = %+v, %v", d, err)
+	}
+	at := base.Add(2 * time.Second)
+	msg := &Message{ID: "m-err", Role: "event", Text: "The turn ended with an error: boom", CreatedAt: at}
+	for try := range 2 {
+		more, err := e.s.FinishTurn(e.ctx, "s1", "orch", t1.ID, "w1", msg, at, "status", TurnError, "error", "boom", "ended", ms(at))
+		if err != nil || !more {
+			t.Fatalf("try %d: FinishTurn = %v, %v; want more and no error", try+1, more, err)
+		}
+	}
+	if msgs, _ := e.s.LastMessages(e.ctx, "s1", 10); len(msgs) != 3 {
+		t.Fatalf("%d messages after the step ran twice, want the 2 prompts and one outcome", len(msgs))
+	}
+}

@@ -587,6 +587,12 @@ func (s *Store) PopTurnBy(ctx context.Context, sid, orchestrator string, now tim
 // sessions:active, drains, lease:SID, busypeer:RELAY ("" = none). ARGV: session id, message JSON ("" = none), at (ms),
 // the fence (the drain's lease owner; "" = none), then the turn's field/value pairs.
 var finishScript = redis.NewScript(`
+if ARGV[4] ~= '' and redis.call('HGET', KEYS[5], 'ended') == ARGV[3] then
+  -- This step already ran (its answer was lost and it is tried again, by
+  -- this drain): it changes nothing a second time, and is not fenced.
+  if redis.call('LLEN', KEYS[1]) > 0 then return 1 end
+  return 0
+end
 if ARGV[4] ~= '' and (redis.call('GET', KEYS[10]) ~= ARGV[4] or redis.call('HGET', KEYS[5], 'status') ~= 'running') then
   return -1
 end
