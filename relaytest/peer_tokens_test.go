@@ -161,7 +161,9 @@ func TestPeerTokenReachesOnlyItsAsks(t *testing.T) {
 		t.Fatalf("alpha's inbox on bravo: %v (want only %s; bravo's own %s never)", inbox.Asks, askA, ownID)
 	}
 	inbox.Asks = nil
-	peerReq(t, b, tokC, "GET", "/peer/v1/inbox", nil, &inbox)
+	if st := peerReq(t, b, tokC, "GET", "/peer/v1/inbox", nil, &inbox); st != http.StatusOK {
+		t.Fatalf("charlie's inbox: %d", st) // a refused request would show no asks for the wrong reason
+	}
 	if len(inbox.Asks) != 0 {
 		t.Fatalf("charlie's inbox on bravo shows others' asks: %v", inbox.Asks)
 	}
@@ -257,7 +259,12 @@ func TestPeerTokenRevokeEndsOpenPoll(t *testing.T) {
 			resp.Body.Close()
 			done <- resp.StatusCode
 		}()
-		time.Sleep(700 * time.Millisecond)
+		time.Sleep(700 * time.Millisecond) // the poll is open by now …
+		select {
+		case st := <-done: // … unless it was answered already: then the revoke below proves nothing
+			t.Fatalf("process %d: the poll ended before the revoke: %d", i, st)
+		default:
+		}
 		var rev map[string]any
 		if st := b.Owner("DELETE", "/api/v1/peer-tokens/"+id, nil, &rev); st != http.StatusOK {
 			t.Fatalf("revoke: %d %v", st, rev)

@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/oar/relay/store"
 )
 
 // CookieName is the console's sign-in cookie.
@@ -62,10 +64,7 @@ func NewAuthHash(ownerTokenHash string, sessions Sessions) *Auth {
 	return &Auth{hash: ownerTokenHash, owner: ownerFingerprint(ownerTokenHash), sessions: sessions, now: time.Now}
 }
 
-func tokenHash(tok string) string {
-	h := sha256.Sum256([]byte(tok))
-	return hex.EncodeToString(h[:])
-}
+func tokenHash(tok string) string { return store.TokenHash(tok) } // the form the store keeps
 
 // ownerFingerprint is what a console session keeps of the owner token: made
 // from the token's hex SHA-256 (the form the store keeps of a generated owner

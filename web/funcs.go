@@ -116,7 +116,6 @@ type sessionRow struct {
 	Clocks int
 }
 
-// ago writes a domain time as a short relative or absolute time.
 // timeText is t as the domain writes times; "" for the zero time.
 func timeText(t time.Time) string {
 	if t.IsZero() {
@@ -125,6 +124,7 @@ func timeText(t time.Time) string {
 	return t.UTC().Format(timeLayout)
 }
 
+// ago writes a domain time as a short relative or absolute time.
 func ago(x any) string {
 	s := str(x)
 	t, err := time.Parse(timeLayout, s)

@@ -107,11 +107,14 @@ func (f *Failures) Fail(r *http.Request) time.Duration {
 // RetryAfter sets the Retry-After header for a refusal lasting d (whole
 // seconds, at least 1).
 func RetryAfter(w http.ResponseWriter, d time.Duration) {
-	w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(d.Seconds())))))
+	w.Header().Set("Retry-After", strconv.Itoa(retrySeconds(d)))
 }
+
+// retrySeconds is d in whole seconds, rounded up, at least 1.
+func retrySeconds(d time.Duration) int { return max(1, int(math.Ceil(d.Seconds()))) }
 
 // TooManyMessage is the sentence of a 429 for failed authentication.
 func TooManyMessage(d time.Duration) string {
 	return "Too many failed tokens came from this address; every token from it is refused for " +
-		strconv.Itoa(max(1, int(math.Ceil(d.Seconds())))) + " s more (Retry-After). Nothing was done."
+		strconv.Itoa(retrySeconds(d)) + " s more (Retry-After). Nothing was done."
 }

@@ -483,15 +483,13 @@ func (c *console) signIn(ctx *gin.Context) {
 		return
 	}
 	if d := c.fails.Blocked(ctx.Request); d > 0 {
-		RetryAfter(ctx.Writer, d)
-		c.render(ctx, http.StatusTooManyRequests, &view{Page: "signin", Title: "Sign in", Next: next, Error: TooManyMessage(d)})
+		c.tooMany(ctx, next, d)
 		return
 	}
 	if !c.auth.CheckToken(strings.TrimSpace(ctx.PostForm("token"))) {
 		time.Sleep(300 * time.Millisecond) // slows guessing a little
 		if d := c.fails.Fail(ctx.Request); d > 0 {
-			RetryAfter(ctx.Writer, d)
-			c.render(ctx, http.StatusTooManyRequests, &view{Page: "signin", Title: "Sign in", Next: next, Error: TooManyMessage(d)})
+			c.tooMany(ctx, next, d)
 			return
 		}
 		// 200: the page itself is fine (a 401 document is a console error in browsers); no cookie is set.
@@ -506,6 +504,12 @@ func (c *console) signIn(ctx *gin.Context) {
 		return
 	}
 	ctx.Redirect(http.StatusSeeOther, next)
+}
+
+// tooMany answers a sign-in from an address slowed for failed tokens (R18.23).
+func (c *console) tooMany(ctx *gin.Context, next string, d time.Duration) {
+	RetryAfter(ctx.Writer, d)
+	c.render(ctx, http.StatusTooManyRequests, &view{Page: "signin", Title: "Sign in", Next: next, Error: TooManyMessage(d)})
 }
 
 func (c *console) signOut(ctx *gin.Context) {
