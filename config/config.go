@@ -314,14 +314,7 @@ func knownFlag(k string) bool {
 
 // fillDefaults applies the defaults that depend on other values.
 func (c *Config) fillDefaults() {
-	if c.DataDir == "" {
-		c.DataDir = DefaultDataDir()
-	}
-	if c.DataDir == "~" || strings.HasPrefix(c.DataDir, "~/") {
-		if home, err := os.UserHomeDir(); err == nil {
-			c.DataDir = filepath.Join(home, c.DataDir[1:])
-		}
-	}
+	c.DataDir = DataDir(c.DataDir)
 	if c.DefaultCwd == "" && len(c.Folders) > 0 {
 		c.DefaultCwd = c.Folders[0]
 	}
@@ -1116,6 +1109,20 @@ func describe(n *yaml.Node) string {
 	default:
 		return strconv.Quote(n.Value)
 	}
+}
+
+// DataDir is the data directory v names: DefaultDataDir() for "", a leading
+// "~" expanded to the home directory (serve and `relay export` alike).
+func DataDir(v string) string {
+	if v == "" {
+		return DefaultDataDir()
+	}
+	if v == "~" || strings.HasPrefix(v, "~/") {
+		if home, err := os.UserHomeDir(); err == nil {
+			return filepath.Join(home, v[1:])
+		}
+	}
+	return v
 }
 
 // DefaultDataDir is the embedded store's data directory when none is given

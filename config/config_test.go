@@ -36,6 +36,9 @@ func TestDataDir(t *testing.T) {
 	if err != nil || c.DataDir != filepath.Join(home, "relay-data") {
 		t.Errorf("--data-dir ~/relay-data: %q, %v", c.DataDir, err)
 	}
+	if got := DataDir("~/x"); got != filepath.Join(home, "x") {
+		t.Errorf(`DataDir("~/x") = %q (relay export resolves RELAY_DATA_DIR with it)`, got)
+	}
 	c, err = Load(nil, envOf(map[string]string{"RELAY_DATA_DIR": "/elsewhere"}))
 	if err != nil || c.DataDir != "/elsewhere" {
 		t.Errorf("RELAY_DATA_DIR=/elsewhere: %q, %v", c.DataDir, err)

@@ -55,9 +55,7 @@ func newExportCmd(stdout io.Writer) *cobra.Command {
 			if dir == "" {
 				dir = os.Getenv(config.EnvDataDir)
 			}
-			if dir == "" {
-				dir = config.DefaultDataDir()
-			}
+			dir = config.DataDir(dir) // as serve resolves it: the default, "~" expanded
 			if _, serr := os.Stat(dir); serr != nil {
 				return usageError{fmt.Errorf("relay export: data directory %s: %w", dir, serr)}
 			}
