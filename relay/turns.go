@@ -530,7 +530,7 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	if err != nil {
 		return false, r.putBack(ctx, s.ID, t.ID, err)
 	}
-	defer dropTok()
+	defer dropTok() // once the outcome is written: no round trip in front of the reply (the agent is gone by then)
 	// Stop requests arrive through the notification hub.
 	stopCh, unsub := r.hub.sub("stop:" + t.ID)
 	defer unsub()
@@ -598,7 +598,6 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	r.log.Info("turn started", "session", id8(s.ID), "turn", id8(t.ID), "provider", s.Provider)
 	r.agentStarted(t.ID)
 	out, runErr := p.Run(tctx, pt, h)
-	dropTok()                                // the agent is gone: its token ends with it
 	out.Text = provider.BoundReply(out.Text) // R18.4, whatever the provider
 	cause := context.Cause(tctx)
 	if tctx.Err() == nil {

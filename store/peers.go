@@ -148,7 +148,7 @@ func (s *Store) AddPeerToken(ctx context.Context, tok string, t PeerToken) error
 	if err != nil {
 		return err
 	}
-	return s.rdb.HSet(ctx, s.k("peertok"), tokenHash(tok), b).Err()
+	return s.rdb.HSet(ctx, s.k("peertok"), TokenHash(tok), b).Err()
 }
 
 // PeerTokenValid reports whether tok is a peer token this relay issued.
@@ -156,7 +156,7 @@ func (s *Store) PeerTokenValid(ctx context.Context, tok string) (bool, error) {
 	if tok == "" {
 		return false, nil
 	}
-	return s.rdb.HExists(ctx, s.k("peertok"), tokenHash(tok)).Result()
+	return s.rdb.HExists(ctx, s.k("peertok"), TokenHash(tok)).Result()
 }
 
 // Instance returns this relay's instance id, made on first use.
@@ -359,7 +359,7 @@ func (s *Store) DropLink(ctx context.Context, name string) error {
 
 // PeerTokenRelay is the relay a peer token is tied to ("" before its first call).
 func (s *Store) PeerTokenRelay(ctx context.Context, tok string) (string, error) {
-	v, err := s.rdb.HGet(ctx, s.k("peertokrelay"), tokenHash(tok)).Result()
+	v, err := s.rdb.HGet(ctx, s.k("peertokrelay"), TokenHash(tok)).Result()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}

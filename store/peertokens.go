@@ -29,7 +29,7 @@ const peerTokenIDLen = 16
 var ErrRelayNameTaken = errors.New("relay name bound to another peer token")
 
 // PeerTokenID is the id of a peer token (what the owner API names it by).
-func PeerTokenID(tok string) string { return tokenHash(tok)[:peerTokenIDLen] }
+func PeerTokenID(tok string) string { return TokenHash(tok)[:peerTokenIDLen] }
 
 // PeerTokenInfo is a peer token as the owner API lists it (never the token).
 type PeerTokenInfo struct {
@@ -98,7 +98,7 @@ func (s *Store) RevokePeerToken(ctx context.Context, id string) (bool, error) {
 
 // TouchPeerToken records that a peer token was used now.
 func (s *Store) TouchPeerToken(ctx context.Context, tok string, now time.Time) error {
-	return s.rdb.HSet(ctx, s.k("peertokused"), tokenHash(tok), ms(now)).Err()
+	return s.rdb.HSet(ctx, s.k("peertokused"), TokenHash(tok), ms(now)).Err()
 }
 
 // KEYS: peertokrelay, peertok. ARGV: hash, relay name (lower case).
@@ -122,7 +122,7 @@ return ARGV[2]
 // given cannot later speak for another, and a name bound to one token cannot
 // be claimed by another (ErrRelayNameTaken).
 func (s *Store) BindPeerToken(ctx context.Context, tok, relay string) (string, error) {
-	v, err := bindPeerTokenScript.Run(ctx, s.rdb, []string{s.k("peertokrelay"), s.k("peertok")}, tokenHash(tok), strings.ToLower(relay)).Text()
+	v, err := bindPeerTokenScript.Run(ctx, s.rdb, []string{s.k("peertokrelay"), s.k("peertok")}, TokenHash(tok), strings.ToLower(relay)).Text()
 	if err != nil {
 		return "", err
 	}

@@ -31,8 +31,6 @@ func TokenHash(tok string) string {
 	return hex.EncodeToString(h[:])
 }
 
-func tokenHash(tok string) string { return TokenHash(tok) }
-
 func (s *Store) tokKey(hash string) string { return s.k("tokh", hash) }
 
 // AddTurnToken stores a token for one running turn of session sid (only its
