@@ -271,7 +271,7 @@ func flatMap(v any) map[string]string {
 // notification, the turn's notification, the usage counted ("" = none, else
 // input tokens, output tokens, cost in micro-dollars, clear the pause 1|0), the
 // fence (the drain's lease owner, "" = none), then the turn's field/value pairs.
-var finishEmitScript = redis.NewScript(`
+var finishEmitScript = redis.NewScript(fenceLua + `
 if redis.call('HGET', KEYS[5], 'ended') == ARGV[3] then
   -- This step already ran (its answer was lost and it is tried again): the
   -- outcome, message, event and usage stay as they were written once.
@@ -281,7 +281,7 @@ if redis.call('HGET', KEYS[5], 'ended') == ARGV[3] then
   if ARGV[5] == '1' or redis.call('SCARD', KEYS[11]) > 0 or redis.call('SCARD', KEYS[12]) > 0 then watched = 1 end
   return {more, watched, 0, redis.call('HGETALL', KEYS[5])}
 end
-if ARGV[14] ~= '' and (redis.call('GET', KEYS[13]) ~= ARGV[14] or redis.call('HGET', KEYS[5], 'status') ~= 'running') then
+if fenced(KEYS[13], KEYS[5], ARGV[14]) then
   return {-1}
 end
 if #ARGV >= 16 then redis.call('HSET', KEYS[5], unpack(ARGV, 15)) end

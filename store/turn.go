@@ -130,8 +130,8 @@ func (s *Store) SetTurnModelAsked(ctx context.Context, id, model string) error {
 }
 
 // KEYS: turn:ID, lease:SID. ARGV: the fence ("" = none), partial text, at (ms).
-var partialScript = redis.NewScript(`
-if ARGV[1] ~= '' and (redis.call('GET', KEYS[2]) ~= ARGV[1] or redis.call('HGET', KEYS[1], 'status') ~= 'running') then
+var partialScript = redis.NewScript(fenceLua + `
+if fenced(KEYS[2], KEYS[1], ARGV[1]) then
   return -1
 end
 redis.call('HSET', KEYS[1], 'partial', ARGV[2], 'partialAt', ARGV[3])
@@ -586,14 +586,14 @@ func (s *Store) PopTurnBy(ctx context.Context, sid, orchestrator string, now tim
 // KEYS: q:SID, cur:SID, drain:SID, busy:ORCH ("" = none), turn:ID, msgs:SID, sess:SID,
 // sessions:active, drains, lease:SID, busypeer:RELAY ("" = none). ARGV: session id, message JSON ("" = none), at (ms),
 // the fence (the drain's lease owner; "" = none), then the turn's field/value pairs.
-var finishScript = redis.NewScript(`
+var finishScript = redis.NewScript(fenceLua + `
 if ARGV[4] ~= '' and redis.call('HGET', KEYS[5], 'ended') == ARGV[3] then
   -- This step already ran (its answer was lost and it is tried again, by
   -- this drain): it changes nothing a second time, and is not fenced.
   if redis.call('LLEN', KEYS[1]) > 0 then return 1 end
   return 0
 end
-if ARGV[4] ~= '' and (redis.call('GET', KEYS[10]) ~= ARGV[4] or redis.call('HGET', KEYS[5], 'status') ~= 'running') then
+if fenced(KEYS[10], KEYS[5], ARGV[4]) then
   return -1
 end
 if #ARGV >= 6 then redis.call('HSET', KEYS[5], unpack(ARGV, 5)) end
@@ -610,6 +610,16 @@ if redis.call('LLEN', KEYS[1]) == 0 then
 end
 return 1
 `)
+
+// fenceLua defines fenced(lease, turn, owner): a drain's write (owner its
+// lease owner; "" = not fenced) must be refused, because owner no longer
+// holds the session's lease or the turn is no longer running. Every write a
+// drain makes after its turn started checks it first (ErrFenced).
+const fenceLua = `
+local function fenced(lease, turn, owner)
+  return owner ~= '' and (redis.call('GET', lease) ~= owner or redis.call('HGET', turn, 'status') ~= 'running')
+end
+`
 
 // ErrFenced is a drain's write refused because the drain no longer holds its
 // session's lease, or its turn is no longer running: another process took
@@ -647,8 +657,8 @@ func (s *Store) FinishTurn(ctx context.Context, sid, orchestrator, turnID, fence
 }
 
 // KEYS: q:SID, cur:SID, turn:ID, lease:SID. ARGV: turn id, the fence ("" = none).
-var requeueScript = redis.NewScript(`
-if ARGV[2] ~= '' and (redis.call('GET', KEYS[4]) ~= ARGV[2] or redis.call('HGET', KEYS[3], 'status') ~= 'running') then
+var requeueScript = redis.NewScript(fenceLua + `
+if fenced(KEYS[4], KEYS[3], ARGV[2]) then
   return -1
 end
 redis.call('LPUSH', KEYS[1], ARGV[1])
