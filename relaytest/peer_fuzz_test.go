@@ -31,11 +31,7 @@ func FuzzPeerProtocol(f *testing.F) {
 		f.Add([]byte(seed.call), []byte(seed.events))
 	}
 	r := Start(f, Options{Config: func(c *config.Config) { c.Name = "bravo" }})
-	var out map[string]any
-	if st := r.Owner("POST", "/api/v1/peer-tokens", map[string]any{}, &out); st != http.StatusCreated {
-		f.Fatalf("peer token: %d", st)
-	}
-	tok := out["token"].(string)
+	tok, _ := newPeerToken(f, r)
 	f.Fuzz(func(t *testing.T, call, events []byte) {
 		req, _ := http.NewRequest(http.MethodPost, r.URL+"/peer/v1/call", bytes.NewReader(call))
 		req.Header.Set("Authorization", "Bearer "+tok)

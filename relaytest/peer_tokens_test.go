@@ -51,7 +51,7 @@ func peerCall(t *testing.T, r *Relay, tok, relay, session, action string, args m
 	return env
 }
 
-func newPeerToken(t *testing.T, r *Relay) (tok, id string) {
+func newPeerToken(t testing.TB, r *Relay) (tok, id string) {
 	t.Helper()
 	var out map[string]any
 	if st := r.Owner("POST", "/api/v1/peer-tokens", map[string]any{}, &out); st != http.StatusCreated {

@@ -88,21 +88,6 @@ func redisClient(t *testing.T, rd *Redis) *redis.Client {
 	return c
 }
 
-// mcpStatus is the HTTP status of a bare MCP request with token.
-func mcpStatus(t *testing.T, r *Relay, token string) int {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, r.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
-}
-
 // R18.19's upgrade path: a dataset an older relay wrote (session tokens
 // in plain text) is re-hashed at the first start:
 // the old tokens still work, and no plain token remains anywhere in Redis.
@@ -149,7 +134,7 @@ func TestTokensAtRestUpgrade(t *testing.T) {
 	if out["id"] != live.ID && !strings.Contains(jsonString(out), live.ID) {
 		t.Fatalf("read_session with the old token: %v", out)
 	}
-	if st := mcpStatus(t, r, gone.Token); st != http.StatusUnauthorized {
+	if st := rawMCPStatus(t, r.URL, gone.Token); st != http.StatusUnauthorized {
 		t.Fatalf("the archived session's token after the upgrade: %d, want 401", st)
 	}
 	// A session made now: its token is shown once and stored as a hash.
@@ -205,9 +190,9 @@ func TestTurnTokenLivesWithItsTurn(t *testing.T) {
 	if tr := r.WaitTurn(id, 20*time.Second, store.TurnDone, store.TurnError); tr.Status != store.TurnDone {
 		t.Fatalf("turn: %s %q", tr.Status, tr.Error)
 	}
-	Eventually(t, 10*time.Second, func() bool { return mcpStatus(t, r, tok) == http.StatusUnauthorized },
+	Eventually(t, 10*time.Second, func() bool { return rawMCPStatus(t, r.URL, tok) == http.StatusUnauthorized },
 		"the turn's token is refused once its turn ended")
-	if st := mcpStatus(t, r, s.Token); st == http.StatusUnauthorized {
+	if st := rawMCPStatus(t, r.URL, s.Token); st == http.StatusUnauthorized {
 		t.Fatalf("the session's own token stopped working")
 	}
 }
