@@ -94,6 +94,8 @@ func streamEvent(payload string) (event, data string) {
 		return "turn", strings.TrimPrefix(payload, "turn:")
 	case payload == "cards" || strings.HasPrefix(payload, "card:"):
 		return "cards", strings.TrimPrefix(strings.TrimPrefix(payload, "cards"), "card:")
+	case payload == "sessions": // the list itself: groups, a subscription to all sessions
+		return "sessions", ""
 	case payload == "inbox":
 		return "inbox", ""
 	case payload == "settings":

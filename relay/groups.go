@@ -200,6 +200,7 @@ func (r *Relay) CreateGroup(ctx context.Context, name string) (map[string]any, e
 	if err != nil {
 		return nil, err
 	}
+	r.notifyGroups(ctx) // the owner's console shows it, empty (R19.6)
 	return map[string]any{"id": g.ID, "name": g.Name, "memberCount": 0, "ownerCreated": true, "createdAt": ts(g.CreatedAt)}, nil
 }
 
@@ -251,6 +252,7 @@ func (r *Relay) RenameGroup(ctx context.Context, id, name string) (map[string]an
 	for _, sid := range members {
 		_ = r.st.Notify(ctx, "session:"+sid) // the owner's console (R19.6)
 	}
+	r.notifyGroups(ctx) // an empty group has no member to announce it
 	return map[string]any{"id": g.ID, "name": g.Name, "memberCount": len(members), "head": g.Head, "ownerCreated": g.OwnerCreated}, nil
 }
 
@@ -283,5 +285,6 @@ func (r *Relay) DissolveGroup(ctx context.Context, id string) (map[string]any, e
 		}
 		_ = r.st.Notify(ctx, "session:"+sid) // the owner's console (R19.6)
 	}
+	r.notifyGroups(ctx) // an empty group has no member to announce it
 	return map[string]any{"id": g.ID, "dissolved": true, "ungrouped": members}, nil
 }

@@ -141,6 +141,7 @@ func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result
 		}
 		return nil, internal(err)
 	}
+	r.notifySchedule(ctx, sc) // the owner's console (R19.6)
 	if err := r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: first.UnixMilli()}, fireID(sc.ID, first), first); err != nil {
 		return nil, internalAfter(err, "schedule "+sc.ID+" was stored but its first firing was not planned (the relay plans it within a minute)")
 	}
@@ -262,7 +263,11 @@ func (r *Relay) endSchedule(ctx context.Context, sc *store.Schedule, reason stri
 		return nil
 	}
 	sc.EndReason, sc.EndedAt = reason, r.now()
-	return r.st.SaveSchedule(ctx, sc)
+	if err := r.st.SaveSchedule(ctx, sc); err != nil {
+		return err
+	}
+	r.notifySchedule(ctx, sc) // the owner's console (R19.6)
+	return nil
 }
 
 // Fire runs a schedule's occurrence (one asynq task per occurrence, R9.2–R9.6).
@@ -399,6 +404,7 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 	if err := r.st.SaveSchedule(ctx, sc); err != nil {
 		return err
 	}
+	r.notifySchedule(ctx, sc) // its next firing, in the owner's console (R19.6)
 	return r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: next.UnixMilli()}, fireID(sc.ID, next), next)
 }
 

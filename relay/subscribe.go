@@ -265,6 +265,7 @@ func (r *Relay) applySubscribe(ctx context.Context, c *caller, in *subscribeArgs
 		}
 		return nil, internal(err)
 	}
+	r.notifySub(ctx, sub) // the owner's console (R19.6)
 	if in.heartbeat > 0 {
 		at := sub.CreatedAt.Add(time.Duration(in.heartbeat) * time.Minute)
 		if err := r.schedule(ctx, JobHeartbeat, HeartbeatPayload{Sub: sub.ID, At: at.UnixMilli()}, fmt.Sprintf("hb:%s:%d", sub.ID, at.UnixMilli()), at); err != nil {
@@ -405,7 +406,11 @@ func (r *Relay) endSubscription(ctx context.Context, sub *store.Subscription, re
 	}
 	sub.EndReason = reason
 	sub.EndedAt = r.now()
-	return r.st.SaveSubscription(ctx, sub)
+	if err := r.st.SaveSubscription(ctx, sub); err != nil {
+		return err
+	}
+	r.notifySub(ctx, sub) // the owner's console (R19.6)
+	return nil
 }
 
 // Unsubscribe is the owner's DELETE /subscriptions/{id}.

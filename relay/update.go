@@ -401,6 +401,7 @@ func (r *Relay) applyUpdate(ctx context.Context, in *updateArgs, pl *updatePlan,
 	if err := r.st.SaveSession(ctx, s); err != nil {
 		return nil, internal(err)
 	}
+	r.notifySessions(ctx, s.ID) // the owner's console (R19.6)
 	if pl.cwd != "" && contains(written, "cwd") {
 		notes := pl.notes
 		_ = r.st.NoteCwd(ctx, pl.cwd, r.now())

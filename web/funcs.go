@@ -107,11 +107,18 @@ func (c *console) funcs() template.FuncMap {
 			id := str(s["id"])
 			return sessionRow{S: s, Mark: v.Marks[id], Clocks: v.Clocks[id]}
 		},
+		// rowIn is a session's row in the grouped list, with its role there.
+		"rowIn": func(r *sessionRow, v *view) sessionRow {
+			id := str(r.S["id"])
+			return sessionRow{S: r.S, Role: r.Role, Mark: v.Marks[id], Clocks: v.Clocks[id]}
+		},
+		"plural": plural,
 	}
 }
 
 type sessionRow struct {
 	S      map[string]any
+	Role   string // in the grouped list: "head" or "member" of the group above it; "" alone
 	Mark   string
 	Clocks int
 }

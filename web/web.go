@@ -121,6 +121,7 @@ type view struct {
 	Nav     nav
 
 	Sessions     []map[string]any
+	List         []listItem // the active sessions as the list shows them: grouped
 	ShowArchived bool
 	Archived     []map[string]any
 	Marks        map[string]string // session id -> marker text for pending cards/questions
@@ -128,9 +129,10 @@ type view struct {
 	Providers    []provider.Info
 	Groups       []any
 
-	Cards     []cardView
-	Questions []questionView
-	Asks      []map[string]any
+	Cards       []cardView
+	Questions   []questionView
+	Asks        []map[string]any
+	Unreachable []map[string]any // paired relays whose asks the Inbox could not read
 
 	S         map[string]any
 	Subs      []map[string]any
@@ -138,6 +140,7 @@ type view struct {
 	Schedules []map[string]any
 	Efforts   []string
 	Models    []string
+	Mentions  []string // the paired relays' names, offered after @ in the message box
 
 	Settings store.Settings
 
@@ -214,6 +217,42 @@ func (c *console) navCounts(ctx context.Context, v *view) {
 	if asks, err := c.r.Inbox(ctx); err == nil {
 		v.Nav.Inbox = len(asks)
 	}
+	// The asks this relay's agents made on paired relays, as this relay
+	// last polled them (R10.5): counted without asking those relays.
+	if remote, err := c.r.Store().RemoteAsks(ctx); err == nil {
+		v.Nav.Inbox += len(remote)
+	}
+}
+
+// loadInbox reads the Inbox: this relay's open asks and those this relay's
+// agents made on paired relays (R10.3), each of those marked "on" with its
+// relay and answered there (?relay=); "asker" becomes this relay's session
+// that asked, with its title.
+func (c *console) loadInbox(ctx context.Context, v *view) error {
+	asks, unreachable, err := c.r.InboxWithPaired(ctx)
+	if err != nil {
+		return err
+	}
+	v.Asks, v.Unreachable = maps(asks), maps(unreachable)
+	stand := relay.PeerWatcherPrefix + c.r.Name() + ":"
+	var ids []string
+	for _, a := range v.Asks {
+		if rl := str(a["relay"]); rl != "" && rl != c.r.Name() {
+			a["on"] = rl
+			a["asker"] = strings.TrimPrefix(str(a["asker"]), stand)
+		}
+		ids = append(ids, str(a["asker"]))
+	}
+	ss, err := c.r.Store().GetSessions(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for i, s := range ss {
+		if s != nil && s.Title != "" {
+			v.Asks[i]["askerTitle"] = s.Title
+		}
+	}
+	return nil
 }
 
 // load reads what a page shows, through the domain's owner operations.
@@ -236,11 +275,9 @@ func (c *console) load(ctx context.Context, name string, g *gin.Context) (*view,
 		}
 	case "inbox":
 		v.Title = "Inbox"
-		asks, err := c.r.Inbox(ctx)
-		if err != nil {
+		if err := c.loadInbox(ctx, v); err != nil {
 			return nil, 0, err
 		}
-		v.Asks = maps(asks)
 	case "settings":
 		v.Title = "Settings"
 		st, err := c.r.Settings(ctx)
@@ -324,7 +361,11 @@ func (c *console) loadSessions(ctx context.Context, v *view, archived bool) erro
 	}
 	v.Providers = c.r.Providers()
 	v.Groups, err = c.r.Groups(ctx)
-	return err
+	if err != nil {
+		return err
+	}
+	v.List = groupedList(v.Sessions, maps(v.Groups))
+	return nil
 }
 
 // questions lists the pending question cards of running sessions (a
@@ -471,6 +512,14 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 			v.Models, v.Efforts = p.Models, p.Efforts
 		}
 	}
+	relays, err := c.r.Relays(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range maps(relays) {
+		v.Mentions = append(v.Mentions, str(p["name"]))
+	}
+	sort.Strings(v.Mentions)
 	return nil
 }
 

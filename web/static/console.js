@@ -143,6 +143,100 @@
     }
   });
 
+  // @ in the message box offers the paired relays' names (data-mentions);
+  // choosing one inserts "@name ", the mention that unlocks that relay in
+  // the conversation. Not after a word character (an e-mail address is no
+  // mention). Arrows move, Enter or Tab inserts, Escape closes.
+  var men = { box: null, list: null, start: 0, names: [], at: 0 };
+  var wordChar = /[A-Za-z0-9_\-\u0080-\uffff]/;
+  function mentionQuery(box) {
+    var pos = box.selectionStart;
+    if (pos !== box.selectionEnd) return null;
+    var before = box.value.slice(0, pos);
+    var m = /@([A-Za-z0-9_.\-\u0080-\uffff]*)$/.exec(before);
+    if (!m) return null;
+    var start = pos - m[0].length;
+    if (start > 0 && wordChar.test(before.charAt(start - 1))) return null;
+    return { start: start, q: m[1].toLowerCase() };
+  }
+  function mentionClose() {
+    if (men.list) { men.list.hidden = true; men.list.replaceChildren(); }
+    if (men.box) { men.box.setAttribute("aria-expanded", "false"); men.box.removeAttribute("aria-activedescendant"); }
+    men.names = [];
+  }
+  function mentionMark() {
+    Array.prototype.forEach.call(men.list.children, function (li, i) {
+      li.setAttribute("aria-selected", i === men.at ? "true" : "false");
+    });
+    men.box.setAttribute("aria-activedescendant", "mention-" + men.at);
+  }
+  function mentionOpen(box) {
+    var list = document.getElementById(box.getAttribute("aria-controls") || "");
+    var q = mentionQuery(box);
+    if (!list || !q) { mentionClose(); return; }
+    var all = box.dataset.mentions.split("\n").filter(Boolean);
+    var names = all.filter(function (n) { return n.toLowerCase().indexOf(q.q) === 0; });
+    if (!names.length) { mentionClose(); return; }
+    men.box = box; men.list = list; men.start = q.start; men.names = names; men.at = 0;
+    list.replaceChildren();
+    names.forEach(function (n, i) {
+      var li = document.createElement("li");
+      li.id = "mention-" + i;
+      li.setAttribute("role", "option");
+      li.textContent = n;
+      list.appendChild(li);
+    });
+    list.hidden = false;
+    box.setAttribute("aria-expanded", "true");
+    mentionMark();
+  }
+  function mentionInsert(i) {
+    var box = men.box, name = men.names[i];
+    if (!box || name === undefined) return;
+    var pos = box.selectionStart, v = box.value;
+    var text = "@" + name + " ";
+    box.value = v.slice(0, men.start) + text + v.slice(pos);
+    var caret = men.start + text.length;
+    box.setSelectionRange(caret, caret);
+    mentionClose();
+    box.focus();
+  }
+  document.addEventListener("input", function (ev) {
+    if (ev.target.dataset && ev.target.dataset.mentions !== undefined) mentionOpen(ev.target);
+  });
+  document.addEventListener("keydown", function (ev) {
+    men.swallow = false;
+    if (!men.names.length || ev.target !== men.box || ev.ctrlKey || ev.metaKey || ev.altKey) return;
+    var n = men.names.length;
+    if (ev.key === "ArrowDown" || ev.key === "ArrowUp") {
+      men.at = (men.at + (ev.key === "ArrowDown" ? 1 : n - 1)) % n;
+      mentionMark();
+    } else if (ev.key === "Enter" || ev.key === "Tab") {
+      mentionInsert(men.at);
+      men.swallow = true; // and not the newline of the key's keypress
+    } else if (ev.key === "Escape") {
+      mentionClose();
+    } else {
+      return;
+    }
+    ev.preventDefault();
+    ev.stopPropagation();
+  }, true);
+  document.addEventListener("keypress", function (ev) {
+    if (men.swallow) { ev.preventDefault(); men.swallow = false; }
+  }, true);
+  // mousedown keeps the focus in the box; the click chooses.
+  document.addEventListener("mousedown", function (ev) {
+    if (ev.target.closest && ev.target.closest(".mentions [role=option]")) ev.preventDefault();
+  });
+  document.addEventListener("click", function (ev) {
+    var o = ev.target.closest && ev.target.closest(".mentions [role=option]");
+    if (o) mentionInsert(Array.prototype.indexOf.call(o.parentNode.children, o));
+  });
+  document.addEventListener("focusout", function (ev) {
+    if (ev.target === men.box) setTimeout(function () { if (document.activeElement !== men.box) mentionClose(); }, 0);
+  });
+
   // New session: the model list follows the provider.
   document.addEventListener("change", function (ev) {
     var sel = ev.target;
@@ -239,6 +333,8 @@
       refresh();
     });
     ["cards", "inbox", "question", "settings"].forEach(function (k) { es.addEventListener(k, refresh); });
+    // The sessions list itself changed (a group made, renamed or dissolved; a subscription to all sessions).
+    es.addEventListener("sessions", function () { if (page === "sessions" || page === "session") refresh(); });
     es.addEventListener("turn", function () { if (page !== "session") refresh(); });
     es.onerror = function () {
       document.body.dataset.stream = "closed";

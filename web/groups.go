@@ -1,0 +1,96 @@
+package web
+
+// The sessions list groups sessions as the feature page's sidebar does
+// (R19.2): a group's line, its head conversation, then its other members;
+// an owner's group with no session is a line of its own (`group · empty`),
+// with the same menu (rename, dissolve); sessions in no group stand alone.
+
+// listItem is one line of the sessions list: a group's line or a session.
+type listItem struct {
+	Group *groupLine
+	Row   *sessionRow
+}
+
+// groupLine is a group's line in the list.
+type groupLine struct {
+	ID, Name string
+	Members  int // sessions of the group (archived ones too)
+	Active   int // of them in the active list
+}
+
+// groupedList orders the active sessions (most recent first, as listed) into
+// the list's lines: a group comes where its most recent session would, with
+// its head first; groups with no active session follow the sessions.
+func groupedList(sessions []map[string]any, groups []map[string]any) []listItem {
+	info := map[string]map[string]any{}
+	for _, g := range groups {
+		info[str(g["id"])] = g
+	}
+	members := map[string][]map[string]any{}
+	for _, s := range sessions {
+		if gid := sessionGroup(s); gid != "" {
+			members[gid] = append(members[gid], s)
+		}
+	}
+	var out []listItem
+	placed := map[string]bool{}
+	for _, s := range sessions {
+		gid := sessionGroup(s)
+		if gid == "" {
+			out = append(out, listItem{Row: &sessionRow{S: s}})
+			continue
+		}
+		if placed[gid] {
+			continue
+		}
+		placed[gid] = true
+		ms := members[gid]
+		line := &groupLine{ID: gid, Active: len(ms), Members: len(ms)}
+		if g := info[gid]; g != nil {
+			line.Name = str(g["name"])
+			if n, ok := g["memberCount"].(int); ok {
+				line.Members = n
+			}
+		}
+		if line.Name == "" {
+			if ref, ok := s["group"].(map[string]any); ok {
+				line.Name = str(ref["name"])
+			}
+		}
+		out = append(out, listItem{Group: line})
+		// The head conversation first, the others under it in list order.
+		for _, m := range ms {
+			if groupRole(m) == "head" {
+				out = append(out, listItem{Row: &sessionRow{S: m, Role: "head"}})
+			}
+		}
+		for _, m := range ms {
+			if groupRole(m) != "head" {
+				out = append(out, listItem{Row: &sessionRow{S: m, Role: "member"}})
+			}
+		}
+	}
+	for _, g := range groups {
+		id := str(g["id"])
+		if placed[id] {
+			continue
+		}
+		n, _ := g["memberCount"].(int)
+		out = append(out, listItem{Group: &groupLine{ID: id, Name: str(g["name"]), Members: n}})
+	}
+	return out
+}
+
+func sessionGroup(s map[string]any) string {
+	if ref, ok := s["group"].(map[string]any); ok {
+		return str(ref["id"])
+	}
+	return ""
+}
+
+func groupRole(s map[string]any) string {
+	if ref, ok := s["group"].(map[string]any); ok {
+		return str(ref["role"])
+	}
+	return ""
+}
