@@ -296,6 +296,16 @@ func TestConsoleGroupedSessions(t *testing.T) {
 	if w := eval[int](b, `document.documentElement.scrollWidth`); w > 360 {
 		t.Errorf("at 360 px the grouped list is %d px wide (scrolls sideways)", w)
 	}
+	// The menu opened at 360 px stays on the screen.
+	b.do("open a menu at 360 px", chromedp.Click("#g-"+hotID+" .gmenu summary"), chromedp.WaitVisible("#g-"+hotID+" .gmenu input[name=name]"))
+	if w := eval[int](b, `document.documentElement.scrollWidth`); w > 360 {
+		t.Errorf("at 360 px an open group menu makes the page %d px wide", w)
+	}
+	if right := eval[float64](b, `document.querySelector("#g-`+hotID+` .gmenu-body").getBoundingClientRect().left`); right < 0 {
+		t.Errorf("at 360 px the open group menu starts %.0f px left of the screen", right)
+	}
+	shots = append(shots, b.screenshot(artifacts(t), "console-groups-menu-360.png", 360, 900))
+	b.do("close the menu", chromedp.Click("#g-"+hotID+" .gmenu summary"))
 	b.do("desktop", chromedp.EmulateViewport(1280, 900))
 
 	// ---- the menu: rename the emptied group -----------------------------------
@@ -456,6 +466,7 @@ func TestConsoleMentionRelays(t *testing.T) {
 	if got := options(); got != "bravo*,build-box,charlie" {
 		t.Errorf("@ offers %q, want the three paired relays, the first chosen", got)
 	}
+	shot := b.screenshot(artifacts(t), "console-mention-1280.png", 1280, 900)
 	if v := eval[string](b, `document.querySelector("#msg").getAttribute("aria-expanded")`); v != "true" {
 		t.Errorf("the box's aria-expanded is %q while the names show", v)
 	}
@@ -517,4 +528,5 @@ func TestConsoleMentionRelays(t *testing.T) {
 	if errs := b.errors(); len(errs) > 0 {
 		t.Errorf("console errors: %v", errs)
 	}
+	t.Logf("screenshot: %s", shot)
 }
