@@ -186,7 +186,7 @@ func (r *Relay) OwnerSession(ctx context.Context, ref string, last int) (map[str
 		}
 	}
 	m["cards"] = mine
-	watching, err := r.SubscriptionList(ctx, s.ID)
+	watching, err := r.watchingList(ctx, s.ID) // those on paired relays too
 	if err != nil {
 		return nil, err
 	}

@@ -306,7 +306,8 @@ func (r *Relay) PatchRelay(ctx context.Context, name string, in RelayPatch) (map
 }
 
 // Unpair removes a pairing; subscriptions and asks this relay's
-// conversations hold there end (R8.19 unpaired, R10.8).
+// conversations hold there end (R8.19 unpaired, R10.8), on that relay too
+// while it can still be reached, and the answer counts both.
 func (r *Relay) Unpair(ctx context.Context, name string) (map[string]any, error) {
 	p, err := r.st.GetPairing(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
@@ -315,7 +316,7 @@ func (r *Relay) Unpair(ctx context.Context, name string) (map[string]any, error)
 	if err != nil {
 		return nil, err
 	}
-	ended := 0
+	ended, untold := 0, 0
 	subs, err := r.st.RemoteSubscriptions(ctx)
 	if err != nil {
 		return nil, err
@@ -323,7 +324,9 @@ func (r *Relay) Unpair(ctx context.Context, name string) (map[string]any, error)
 	for _, s := range subs {
 		if strings.EqualFold(s.Relay, p.Name) {
 			// Tell the other side while it can still be reached (best effort, short).
-			r.remoteUnsubscribe(ctx, p, s)
+			if !r.remoteUnsubscribe(ctx, p, s) {
+				untold++
+			}
 			r.endMirror(ctx, s, "unpaired")
 			ended++
 		}
@@ -335,6 +338,10 @@ func (r *Relay) Unpair(ctx context.Context, name string) (map[string]any, error)
 	endedAsks := 0
 	for _, a := range asks {
 		if strings.EqualFold(a.Relay, p.Name) {
+			// The ask is kept there: it ends there, out of that relay's inbox (R10.8).
+			if !r.remoteWithdraw(ctx, p, a) {
+				untold++
+			}
 			if ok, err := r.st.DeleteRemoteAsk(ctx, a.ID); err == nil && ok {
 				endedAsks++
 			}
@@ -346,16 +353,13 @@ func (r *Relay) Unpair(ctx context.Context, name string) (map[string]any, error)
 	if err := r.st.DropLink(ctx, p.Name); err != nil {
 		r.log.Warn("drop link state", "relay", p.Name, "err", err)
 	}
-	r.log.Info("relay unpaired", "relay", p.Name, "subscriptions_ended", ended, "asks_ended", endedAsks)
-	return map[string]any{"name": p.Name, "removed": true, "subscriptionsEnded": ended, "asksEnded": endedAsks}, nil
-}
-
-func (r *Relay) remoteUnsubscribe(ctx context.Context, p *store.Pairing, s *store.Subscription) {
-	body := PeerCallBody{Action: "unsubscribe", Args: map[string]json.RawMessage{"subscription_id": quoteJSON(s.ID)},
-		Origin: PeerOrigin{Relay: r.opts.Name, Session: s.Watcher, Path: []string{r.opts.Name}}}
-	if _, e := r.peerCall(ctx, p, body, 3*time.Second); e != nil {
-		r.log.Info("unsubscribe on unpaired relay failed; it ends there when its events expire", "relay", p.Name, "sub", s.ID, "err", e.Msg)
+	r.log.Info("relay unpaired", "relay", p.Name, "subscriptions_ended", ended, "asks_ended", endedAsks, "not_told", untold)
+	out := map[string]any{"name": p.Name, "removed": true, "subscriptionsEnded": ended, "asksEnded": endedAsks}
+	if untold > 0 {
+		out["note"] = fmt.Sprintf("Relay %q did not answer: %d of them ended here only; it stops keeping their events within %s of the last one, and its owner can dismiss the asks there.",
+			p.Name, untold, r.opts.Timing.ReplayKeep.Round(time.Hour))
 	}
+	return out, nil
 }
 
 // Mentions (R4.4, R13.1a): a pairing's name or host as a word, or with a

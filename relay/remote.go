@@ -366,25 +366,9 @@ func (r *Relay) afterRemote(ctx context.Context, c *caller, a *args, p *store.Pa
 	ctx = context.WithoutCancel(ctx)
 	switch a.action {
 	case "subscribe":
-		sm, _ := env["subscription"].(map[string]any)
-		id, _ := sm["id"].(string)
-		if id == "" {
-			return
-		}
-		sub := &store.Subscription{ID: id, Watcher: c.s.ID, Relay: p.Name, Cursor: "0", CreatedAt: r.now()}
-		sub.Events, _ = a.strs("events")
-		sub.Exclude, _ = a.strs("exclude")
-		sub.Match, _ = a.str("match")
-		sub.DigestMinutes, _, _ = a.integer("digest_minutes")
-		if raw, ok := a.m["quiet_hours"]; ok {
-			var q store.Quiet
-			if json.Unmarshal(raw, &q) == nil && (q.From != "" || q.To != "") {
-				sub.Quiet = &q
-			}
-		}
-		if err := r.st.SaveSubscription(ctx, sub); err != nil {
-			r.log.Error("keep remote subscription", "relay", p.Name, "sub", id, "err", err)
-		}
+		r.keepMirror(ctx, c, a, p, env)
+	case "list_subscriptions":
+		r.heldHere(ctx, p, env) // what this relay holds for them (R8.23)
 	case "unsubscribe":
 		subs, err := r.st.RemoteSubscriptions(ctx)
 		if err != nil {

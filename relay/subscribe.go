@@ -300,7 +300,18 @@ func subOptions(digest int, q *scheduler.Quiet, excluded int) string {
 
 func (r *Relay) subView(ctx context.Context, sub *store.Subscription) (map[string]any, error) {
 	var sessions any = "all" // as the seed shows it
-	if !sub.All {
+	if !sub.All && sub.Relay != "" {
+		// A mirror: the sessions are on its relay, named as it named them.
+		list := []any{}
+		for i, id := range sub.Sessions {
+			title := ""
+			if i < len(sub.Titles) {
+				title = sub.Titles[i]
+			}
+			list = append(list, map[string]any{"id": id, "title": title})
+		}
+		sessions = list
+	} else if !sub.All {
 		ss, err := r.st.GetSessions(ctx, sub.Sessions)
 		if err != nil {
 			return nil, err
@@ -335,6 +346,9 @@ func (r *Relay) subView(ctx context.Context, sub *store.Subscription) (map[strin
 	}
 	if len(sub.Exclude) > 0 {
 		m["exclude"] = sub.Exclude
+	}
+	if sub.Relay != "" {
+		m["relay"] = sub.Relay
 	}
 	return m, nil
 }
@@ -421,6 +435,9 @@ func (r *Relay) Unsubscribe(ctx context.Context, id string) (map[string]any, err
 	}
 	if err != nil {
 		return nil, err
+	}
+	if sub.Relay != "" {
+		return r.unsubscribeMirror(ctx, sub) // held on a paired relay: it ends there too
 	}
 	if err := r.endSubscription(ctx, sub, "unsubscribed"); err != nil {
 		return nil, err

@@ -70,6 +70,9 @@ type Subscription struct {
 	Relay      string    `json:"relay,omitempty"`
 	Cursor     string    `json:"cursor,omitempty"`
 	LinkDownAt time.Time `json:"linkDownAt,omitzero"`
+	// Titles are a mirror's sessions' titles as its relay named them (the
+	// owner's view here shows them; this relay has no such sessions).
+	Titles []string `json:"titles,omitempty"`
 }
 
 // AppendEvent adds an event to the relay's stream (kept to about the last
@@ -161,6 +164,9 @@ func (s *Store) SaveSubscription(ctx context.Context, sub *Subscription) error {
 			} else {
 				p.SRem(ctx, s.k("rsubs"), sub.ID)
 				p.Expire(ctx, s.subKey(sub.ID), 8*24*time.Hour)
+				// The owner's view of the watcher lists it as ended for an hour (R8.23).
+				p.ZAdd(ctx, s.k("rsubsended", sub.Watcher), redis.Z{Score: float64(ms(sub.EndedAt)), Member: sub.ID})
+				p.Expire(ctx, s.k("rsubsended", sub.Watcher), 8*24*time.Hour)
 			}
 			return nil
 		}

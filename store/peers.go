@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -227,6 +228,31 @@ func (s *Store) UnlockState(ctx context.Context, sid string) (map[string]string,
 // RemoteSubscriptions lists the active mirrors.
 func (s *Store) RemoteSubscriptions(ctx context.Context) ([]*Subscription, error) {
 	ids, err := s.rdb.SMembers(ctx, s.k("rsubs")).Result()
+	if err != nil {
+		return nil, err
+	}
+	return s.getSubs(ctx, ids)
+}
+
+// WatcherMirrors lists the active mirrors one conversation here holds,
+// oldest first (the owner's view of its subscriptions, R8.23).
+func (s *Store) WatcherMirrors(ctx context.Context, watcher string) ([]*Subscription, error) {
+	all, err := s.RemoteSubscriptions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Subscription
+	for _, sub := range all {
+		if sub.Watcher == watcher {
+			out = append(out, sub)
+		}
+	}
+	return out, nil
+}
+
+// EndedMirrors lists a conversation's mirrors ended since `since`.
+func (s *Store) EndedMirrors(ctx context.Context, watcher string, since time.Time) ([]*Subscription, error) {
+	ids, err := s.rdb.ZRangeByScore(ctx, s.k("rsubsended", watcher), &redis.ZRangeBy{Min: fmt.Sprint(ms(since)), Max: "+inf"}).Result()
 	if err != nil {
 		return nil, err
 	}

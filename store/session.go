@@ -349,7 +349,7 @@ func (s *Store) DeleteSession(ctx context.Context, sid string, busyKeys ...strin
 		}
 		for _, name := range []string{"sess", "msgs", "q", "cur", "drain", "tasks", "sq", "flags", "loop", "busy",
 			"subs", "subsended", "subidx", "schinto", "schby", "schended", "asksby", "asksopen", "asksin",
-			"buf", "win", "wakes", "wl", "wlnext", "dlv", "unlock"} {
+			"buf", "win", "wakes", "wl", "wlnext", "dlv", "unlock", "rsubsended"} {
 			p.Del(ctx, s.k(name, sid))
 		}
 		p.SRem(ctx, s.drainsKey(), sid)
