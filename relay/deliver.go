@@ -210,17 +210,7 @@ func (r *Relay) offer(ctx context.Context, sub *store.Subscription, ev *store.Ev
 		return r.release(ctx, sub.Watcher, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}, Urgent: urgent(ev.Kind)})
 	}
 	now := r.now()
-	due := now
-	if sub.DigestMinutes > 0 {
-		anchor := sub.CreatedAt
-		if !sub.LastDigestAt.IsZero() {
-			anchor = sub.LastDigestAt
-		}
-		if d := anchor.Add(time.Duration(sub.DigestMinutes) * time.Minute); d.After(due) {
-			due = d
-		}
-	}
-	due = quietOf(sub).Defer(due)
+	due := holdDue(sub, now)
 	if !due.After(now) {
 		// The digest is due already (none for N minutes): this event is that digest,
 		// and the next one comes N minutes after it.
@@ -231,6 +221,28 @@ func (r *Relay) offer(ctx context.Context, sub *store.Subscription, ev *store.Ev
 		}
 		return r.release(ctx, sub.Watcher, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}})
 	}
+	return r.hold(ctx, sub, ev, due)
+}
+
+// holdDue is when a subscription's digest and quiet hours let an event
+// offered at now go: now itself when nothing holds it.
+func holdDue(sub *store.Subscription, now time.Time) time.Time {
+	due := now
+	if sub.DigestMinutes > 0 {
+		anchor := sub.CreatedAt
+		if !sub.LastDigestAt.IsZero() {
+			anchor = sub.LastDigestAt
+		}
+		if d := anchor.Add(time.Duration(sub.DigestMinutes) * time.Minute); d.After(due) {
+			due = d
+		}
+	}
+	return quietOf(sub).Defer(due)
+}
+
+// hold keeps an event for a subscription until due (or the earlier due time
+// in force) and schedules the release with the first one.
+func (r *Relay) hold(ctx context.Context, sub *store.Subscription, ev *store.Event, due time.Time) error {
 	inForce, first, err := r.st.HoldEvent(ctx, sub.ID, ev, due)
 	if err != nil {
 		return err

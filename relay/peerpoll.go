@@ -149,7 +149,7 @@ func (r *Relay) pollMirror(ctx context.Context, id string) {
 			return // the cursor stays: the next poll reads it all again
 		}
 		for _, ev := range pe.Events {
-			if ev.Session != "" && slices.Contains(sub.Exclude, ev.Session) {
+			if mirrorExcludes(sub, ev.Session) {
 				continue // exclude applied here too (R8.21), for a relay that does not know it
 			}
 			ev.Relay = p.Name
@@ -190,10 +190,12 @@ func (r *Relay) offerRemote(ctx context.Context, sub *store.Subscription, p *sto
 		return nil
 	}
 	// The link is back: replayed events in one message, those the
-	// subscription's digest or quiet hours hold come later (R8.21).
+	// subscription's digest or quiet hours hold come later (R8.21), as
+	// offer would hold them: a digest already due takes them all now.
 	now := r.now()
-	q := quietOf(sub)
-	held := 0
+	due := holdDue(sub, now)
+	holding := due.After(now)
+	held, digested := 0, false
 	var batch []store.Event
 	first := sub.LinkDownAt
 	for i := range evs {
@@ -202,14 +204,20 @@ func (r *Relay) offerRemote(ctx context.Context, sub *store.Subscription, p *sto
 		if ev.At.Before(first) {
 			first = ev.At
 		}
-		if !urgent(ev.Kind) && (sub.DigestMinutes > 0 || (q != nil && q.In(now))) {
-			if err := r.offer(ctx, sub, ev); err != nil {
+		if !urgent(ev.Kind) && holding {
+			if err := r.hold(ctx, sub, ev, due); err != nil {
 				return err
 			}
 			held++
 			continue
 		}
+		digested = digested || !urgent(ev.Kind)
 		batch = append(batch, *ev)
+	}
+	if digested && sub.DigestMinutes > 0 {
+		if err := r.st.SetLastDigest(ctx, sub, now); err != nil { // this was the digest: the next one N minutes on
+			return err
+		}
 	}
 	mark := sub.LinkDownAt.UnixMilli()
 	lost := store.Event{ID: fmt.Sprintf("lost_%s_%d", sub.ID, mark), Kind: EvLinkLost, Relay: p.Name, At: first.Add(-time.Millisecond)}
@@ -218,6 +226,11 @@ func (r *Relay) offerRemote(ctx context.Context, sub *store.Subscription, p *sto
 	for i := range batch {
 		if !batch[i].At.After(lost.At) {
 			batch[i].At = lost.At.Add(time.Microsecond)
+		}
+		// The other relay's clock may run ahead of this one's: link_restored
+		// still ends the message (lines go oldest first).
+		if !restored.At.After(batch[i].At) {
+			restored.At = batch[i].At.Add(time.Millisecond)
 		}
 	}
 	all := append(append([]store.Event{lost}, batch...), restored)

@@ -175,7 +175,7 @@ func (r *Relay) PeerEventsFor(ctx context.Context, tok, subID, after string, wai
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		evs, cursor, err := r.st.SubEvents(ctx, subID, after, peerEventsBatch)
+		evs, cursor, err := r.keptSubEvents(ctx, subID, after)
 		if err != nil {
 			return nil, err
 		}
@@ -199,6 +199,35 @@ func (r *Relay) PeerEventsFor(ctx context.Context, tok, subID, after string, wai
 		}
 		if s2, err := r.st.GetSubscription(ctx, subID); err == nil {
 			sub = s2
+		}
+	}
+}
+
+// keptSubEvents reads up to peerEventsBatch events of a subscription's
+// stream after a cursor, leaving out those that happened longer than
+// replay_keep ago: each event is kept 7 days from when it happened, however
+// many came after it (R8.21, R13.2; the stream's own expiry starts again
+// with every event). The cursor passes what was left out; a full batch
+// means more may follow.
+func (r *Relay) keptSubEvents(ctx context.Context, subID, after string) ([]store.Event, string, error) {
+	keep := r.opts.Timing.ReplayKeep
+	out := []store.Event{}
+	for {
+		want := int64(peerEventsBatch - len(out))
+		evs, cursor, err := r.st.SubEvents(ctx, subID, after, want)
+		if err != nil {
+			return nil, after, err
+		}
+		cutoff := r.now().Add(-keep)
+		for _, ev := range evs {
+			if keep > 0 && ev.At.Before(cutoff) {
+				continue
+			}
+			out = append(out, ev)
+		}
+		after = cursor
+		if int64(len(evs)) < want || len(out) == peerEventsBatch {
+			return out, after, nil
 		}
 	}
 }
