@@ -333,9 +333,15 @@ func (r *Relay) applyCreate(ctx context.Context, c *caller, in *createArgs, pl *
 }
 
 // groupCreated puts a just created session into its group: the named one,
-// else the caller's, else a new one with the caller as head. It returns the
-// group joined, or nil and a warning when that failed (the session stays).
+// else the caller's, else a new one with the caller as head. A session that
+// another relay's agent started joins no group unless it named one (R7.9):
+// its caller is a stand-in here, no session to head or share a group with.
+// It returns the group joined, or nil and a warning when that failed (the
+// session stays).
 func (r *Relay) groupCreated(ctx context.Context, c *caller, s *store.Session, group *store.Group) (*store.Group, string) {
+	if group == nil && c.remote != nil {
+		return nil, ""
+	}
 	var err error
 	if group == nil {
 		// Join the caller's group, or found one with the caller as head.
