@@ -186,9 +186,8 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 		a.m["from"] = quoteJSON(from.ID)
 	}
 	// R13.3: a relay too old for what the action needs says so in its hello.
-	if f := neededFeature(a); !p.HasFeature(f) {
-		return nil, Errorf(CodeUnsupported, "Relay %q runs a version (%s) that does not serve %q, which %s needs; it needs an update. Nothing was done.",
-			p.Name, firstNonEmpty(p.Version, "unknown"), f, a.action)
+	if e := unsupportedThere(a, p); e != nil {
+		return nil, e
 	}
 	origin := r.chain(c, pv)
 	if promptsAgent(a) {
@@ -265,6 +264,9 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 		if k != "ok" {
 			res.fields[k] = v
 		}
+	}
+	if a.action == "relay_info" {
+		remoteGroups(res, p)
 	}
 	if waitNote != "" {
 		res.note("note", waitNote)
@@ -457,6 +459,55 @@ func neededFeature(a *args) string {
 		return "events"
 	case "ask", "list_questions", "withdraw":
 		return "asks"
+	case "read_task_output":
+		return "task_output"
+	case "update_session":
+		return "update_session"
+	case "send":
+		if a.has("provider") { // the billing switch (R7.8)
+			return "billing_switch"
+		}
+	case "create_session":
+		if a.has("group") {
+			return "groups"
+		}
 	}
 	return "call"
+}
+
+// unsupportedThere refuses an action a paired relay's hello says it cannot
+// serve (R13.3), before anything is sent.
+func unsupportedThere(a *args, p *store.Pairing) *Error {
+	f := neededFeature(a)
+	if p.HasFeature(f) {
+		return nil
+	}
+	version := firstNonEmpty(p.Version, "unknown")
+	switch f {
+	case "groups":
+		return Errorf(CodeUnsupported, "The target relay doesn't support groups on create_session yet: relay %q runs a version (%s) that does not serve %q; it needs an update. Leave out group to start the session there without one. %s",
+			p.Name, version, f, nothingCreated)
+	case "billing_switch":
+		return Errorf(CodeUnsupported, "Relay %q runs a version (%s) that does not serve %q, which send with provider (the billing switch) needs; it needs an update. Send without provider to keep the session's billing. %s",
+			p.Name, version, f, nothingSent)
+	}
+	nothing := nothingDone
+	if a.action == "update_session" {
+		nothing = nothingChanged
+	}
+	return Errorf(CodeUnsupported, "Relay %q runs a version (%s) that does not serve %q, which %s needs; it needs an update. %s",
+		p.Name, version, f, a.action, nothing)
+}
+
+// remoteGroups marks relay_info of a paired relay too old to list its
+// groups (R7.2): groups null, and groupsNote says why and that
+// create_session cannot take group there.
+func remoteGroups(res *result, p *store.Pairing) {
+	if _, ok := res.fields["groups"]; ok && p.HasFeature("groups") {
+		return // listed, or null with that relay's own note
+	}
+	delete(res.fields, "groupsTotal")
+	res.fields["groups"] = nil
+	res.fields["groupsNote"] = fmt.Sprintf("Relay %q runs a version (%s) that does not list its session groups, so create_session cannot take group there; it needs an update.",
+		p.Name, firstNonEmpty(p.Version, "unknown"))
 }
