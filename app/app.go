@@ -243,6 +243,14 @@ func buildProviders(cfg config.Config, log *slog.Logger) ([]provider.Provider, *
 				log.Warn("provider unavailable: prompts to it are refused until its command can be found", "provider", p.ID, "why", in.StatusReason)
 			}
 			out = append(out, cli)
+		case config.TypeACP: // R22.1
+			ap := provider.NewACP(provider.ACPConfig{ID: p.ID, Name: p.Name, Command: p.Command, Env: p.Env, Models: p.Models,
+				DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo, Silence: cfg.Timing.AgentSilence,
+				Idle: cfg.Timing.ACPIdle, Logger: log})
+			if in := ap.Info(); in.Status == provider.StatusUnavailable {
+				log.Warn("provider unavailable: prompts to it are refused until its command can be found", "provider", p.ID, "why", in.StatusReason)
+			}
+			out = append(out, ap)
 		case config.TypeOpenAI:
 			name, desc, schema := api.RelayToolForModels()
 			out = append(out, provider.NewOpenAI(provider.OpenAIConfig{ID: p.ID, Name: p.Name, BaseURL: p.BaseURL, APIKeyEnv: p.APIKeyEnv,
@@ -561,6 +569,11 @@ func (a *App) Run(ctx context.Context) (err error) {
 	_ = a.st.RemoveProc(rctx, a.relay.WorkerID())
 	rcancel()
 	a.scripted.Close()
+	for _, p := range a.provs {
+		if c, ok := p.(interface{ Close() }); ok && p != provider.Provider(a.scripted) {
+			c.Close() // the ACP agents' kept processes
+		}
+	}
 	stopLoops()
 	wg.Wait()
 	a.log.Info("stopped")

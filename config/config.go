@@ -54,8 +54,8 @@ type Config struct {
 type Provider struct {
 	ID           string            // id
 	Name         string            // name; defaults to ID
-	Type         string            // type: exec | openai | scripted | claude-code | codex | gemini-cli
-	Command      []string          // command (exec; agent CLIs: binary and fixed leading args, default [claude] [codex] [gemini])
+	Type         string            // type: exec | openai | scripted | claude-code | codex | gemini-cli | acp
+	Command      []string          // command (exec, acp; agent CLIs: binary and fixed leading args, default [claude] [codex] [gemini])
 	Args         []string          // args (agent CLIs): extra arguments appended to every run
 	Models       []string          // models
 	DefaultModel string            // default_model; defaults to Models[0]
@@ -93,6 +93,9 @@ type Timing struct {
 	DefaultWait      time.Duration // default_wait, default 60s
 	PeerTimeout      time.Duration // peer_timeout, default 10s
 	AgentSilence     time.Duration // agent_silence, default 10m: an agent CLI silent this long is stopped (R17.5)
+	// ACPIdle: an ACP agent's process is stopped when its session was idle
+	// this long (acp_idle; 0 = the default, 10 min; R22.1).
+	ACPIdle time.Duration
 }
 
 // Limits holds the counting limits (yaml limits:); each is >= 1.
@@ -143,6 +146,8 @@ const (
 	TypeClaudeCode = "claude-code"
 	TypeCodex      = "codex"
 	TypeGeminiCLI  = "gemini-cli"
+	// TypeACP is any agent speaking the Agent Client Protocol on stdio (R22.1).
+	TypeACP = "acp"
 )
 
 // IsAgentCLI reports whether a provider type is an agent CLI (R17.1).
@@ -534,6 +539,9 @@ func (c Config) Validate() error {
 	if t.AgentSilence < 0 { // 0 = the default (10 min)
 		return fmt.Errorf("config: timing.agent_silence must not be negative (got %s)", t.AgentSilence)
 	}
+	if t.ACPIdle < 0 { // 0 = the default (10 min)
+		return fmt.Errorf("config: timing.acp_idle must not be negative (got %s)", t.ACPIdle)
+	}
 
 	l := c.Limits
 	for _, n := range []struct {
@@ -579,9 +587,12 @@ func (c Config) validateProviders() error {
 	for i, p := range c.Providers {
 		at := fmt.Sprintf("providers[%d]", i)
 		switch p.Type {
-		case TypeExec, TypeOpenAI, TypeScripted, TypeClaudeCode, TypeCodex, TypeGeminiCLI:
+		case TypeExec, TypeOpenAI, TypeScripted, TypeClaudeCode, TypeCodex, TypeGeminiCLI, TypeACP:
 		default:
-			return fmt.Errorf("config: %s.type must be one of exec, openai, scripted, claude-code, codex, gemini-cli (got %q)", at, p.Type)
+			return fmt.Errorf("config: %s.type must be one of exec, openai, scripted, claude-code, codex, gemini-cli, acp (got %q)", at, p.Type)
+		}
+		if p.Type == TypeACP && (len(p.Command) == 0 || p.Command[0] == "") {
+			return fmt.Errorf("config: %s.command must name the ACP agent's binary and its arguments for type acp (e.g. [gemini, --acp])", at)
 		}
 		if len(p.Args) > 0 && !IsAgentCLI(p.Type) {
 			return fmt.Errorf("config: %s.args is only for the agent CLI types claude-code, codex, gemini-cli (got type %q)", at, p.Type)
@@ -793,6 +804,7 @@ func (d *fileDecoder) decode(c *Config, data []byte) error {
 			{"default_wait", d.duration(&c.Timing.DefaultWait)},
 			{"peer_timeout", d.duration(&c.Timing.PeerTimeout)},
 			{"agent_silence", d.duration(&c.Timing.AgentSilence)},
+			{"acp_idle", d.duration(&c.Timing.ACPIdle)},
 		})},
 		{"limits", d.section([]field{
 			{"active_sessions", d.integer(&c.Limits.ActiveSessions)},
