@@ -737,6 +737,17 @@ func (pr *acpProc) outcome(at *acpTurn, res acp.PromptResponse, err error) (Resu
 	if res.Usage != nil {
 		out.Usage.InputTokens = int64(res.Usage.InputTokens)
 		out.Usage.OutputTokens = int64(res.Usage.OutputTokens)
+	} else if q := jmap(res.Meta, "quota"); q != nil {
+		// Gemini CLI reports the turn's tokens in _meta.quota.
+		out.Usage.InputTokens = int64(jnum(q, "token_count", "input_tokens"))
+		out.Usage.OutputTokens = int64(jnum(q, "token_count", "output_tokens"))
+		if mu, _ := q["model_usage"].([]any); len(mu) == 1 {
+			if m, _ := mu[0].(map[string]any); m != nil {
+				if name := jstr(m, "model"); name != "" {
+					out.Model = name
+				}
+			}
+		}
 	}
 	if err != nil {
 		if pr.gone() {
@@ -797,7 +808,7 @@ func (pr *acpProc) SessionUpdate(_ context.Context, n acp.SessionNotification) e
 		}
 	case u.ToolCall != nil:
 		tc := u.ToolCall
-		at.tool(string(tc.ToolCallId), tc.Title, tc.Kind, tc.RawInput, string(tc.Status))
+		at.tool(string(tc.ToolCallId), tc.Title, tc.Kind, toolArgs(tc.RawInput, tc.Content), string(tc.Status))
 	case u.ToolCallUpdate != nil:
 		tc := u.ToolCallUpdate
 		title := ""
@@ -812,7 +823,7 @@ func (pr *acpProc) SessionUpdate(_ context.Context, n acp.SessionNotification) e
 		if tc.Kind != nil {
 			kind = *tc.Kind
 		}
-		at.tool(string(tc.ToolCallId), title, kind, tc.RawInput, status)
+		at.tool(string(tc.ToolCallId), title, kind, toolArgs(tc.RawInput, nil), status)
 	}
 	return nil
 }
@@ -892,6 +903,15 @@ func (pr *acpProc) RequestPermission(ctx context.Context, req acp.RequestPermiss
 		}
 		at.mu.Unlock()
 	}
+	// The request may be the first the relay hears of the call (Gemini CLI
+	// sends no tool_call first; the arguments are its content).
+	{
+		kind := acp.ToolKind("")
+		if req.ToolCall.Kind != nil {
+			kind = *req.ToolCall.Kind
+		}
+		at.tool(string(req.ToolCall.ToolCallId), title, kind, toolArgs(req.ToolCall.RawInput, req.ToolCall.Content), "")
+	}
 	pick := func(kinds ...acp.PermissionOptionKind) (acp.RequestPermissionResponse, bool) {
 		for _, k := range kinds {
 			for _, o := range req.Options {
@@ -961,6 +981,24 @@ func (pr *acpProc) RequestPermission(ctx context.Context, req acp.RequestPermiss
 	// A free answer that names no option: the agent gets a rejection.
 	r, _ := pick(acp.PermissionOptionKindRejectOnce, acp.PermissionOptionKindRejectAlways)
 	return r, nil
+}
+
+// toolArgs is a tool call's input: rawInput, else a text content that is a
+// JSON object (Gemini CLI shows an MCP call's arguments so).
+func toolArgs(raw any, content []acp.ToolCallContent) any {
+	if raw != nil {
+		return raw
+	}
+	for _, c := range content {
+		if c.Content != nil && c.Content.Content.Text != nil {
+			t := strings.TrimSpace(c.Content.Content.Text.Text)
+			var m map[string]any
+			if strings.HasPrefix(t, "{") && json.Unmarshal([]byte(t), &m) == nil {
+				return m
+			}
+		}
+	}
+	return nil
 }
 
 // writeKind: tool kinds that change files or run commands; plan mode

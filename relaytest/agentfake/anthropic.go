@@ -71,7 +71,11 @@ func (s *Server) anthropic(w http.ResponseWriter, r *http.Request) {
 	}
 	if st.Tool != nil {
 		stop = "tool_use"
-		content = append(content, map[string]any{"type": "tool_use", "id": "toolu_" + nid(), "name": tool, "input": st.Tool})
+		name := tool
+		if st.ToolName != "" {
+			name = st.ToolName
+		}
+		content = append(content, map[string]any{"type": "tool_use", "id": "toolu_" + nid(), "name": name, "input": st.Tool})
 	}
 	usage := map[string]any{"input_tokens": st.InputTokens, "output_tokens": st.OutputTokens,
 		"cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}

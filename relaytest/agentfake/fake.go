@@ -37,6 +37,9 @@ type Ask struct {
 type Step struct {
 	// Tool, when set, makes the model call relay_tool with these arguments.
 	Tool map[string]any
+	// ToolName, when set, names another of the CLI's tools for Tool's call
+	// (e.g. Gemini CLI's run_shell_command, Claude Code's Bash).
+	ToolName string
 	// Text is streamed in Chunks pieces, ChunkDelay apart.
 	Text       string
 	Chunks     int
@@ -271,6 +274,9 @@ func (s *Server) step(w http.ResponseWriter, a Ask, tool string) (Step, bool) {
 		w.WriteHeader(st.Status)
 		_, _ = w.Write([]byte(st.ErrorBody))
 		return st, false
+	}
+	if st.Tool != nil && st.ToolName != "" {
+		return st, true
 	}
 	if st.Tool != nil && tool == "" {
 		st.Tool, st.Text = nil, "(no relay_tool offered)"

@@ -80,7 +80,11 @@ func (s *Server) gemini(w http.ResponseWriter, r *http.Request, stream bool) {
 	}
 	var toolPart []map[string]any
 	if st.Tool != nil {
-		toolPart = []map[string]any{{"functionCall": map[string]any{"name": tool, "args": st.Tool}}}
+		name := tool
+		if st.ToolName != "" {
+			name = st.ToolName
+		}
+		toolPart = []map[string]any{{"functionCall": map[string]any{"name": name, "args": st.Tool}}}
 	}
 	if !stream {
 		parts := []map[string]any{}

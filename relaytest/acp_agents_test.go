@@ -1,0 +1,141 @@
+package relaytest
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oar/relay/config"
+	"github.com/oar/relay/relaytest/agentfake"
+)
+
+// The acp provider (R22) with real agents, offline: the agent CLI in its ACP
+// mode, installed from npm (agentfake.Install), against a fake model API on
+// 127.0.0.1.
+
+// acpShellScript is the fake model's behaviour for the ACP end-to-end tests:
+//   - a prompt with RUNSHELL: call the CLI's shell tool (shellTool) with
+//     shellArgs;
+//   - a prompt with CALLTOOL SID: call relay_tool read_session of SID;
+//   - after a tool result: "FINAL: " and whether the result holds
+//     "shell-says-hi" or an ok relay_tool answer;
+//   - any other prompt: "ANSWER: " + the prompt's last line.
+func acpShellScript(shellTool string, shellArgs map[string]any) agentfake.Script {
+	return func(a agentfake.Ask) agentfake.Step {
+		if a.AfterTool {
+			switch {
+			case strings.Contains(a.ToolResult, "shell-says-hi"):
+				return agentfake.Step{Text: "FINAL: the shell said hi", InputTokens: 20, OutputTokens: 5}
+			case strings.Contains(a.ToolResult, `"ok":true`) || strings.Contains(a.ToolResult, `\"ok\":true`):
+				return agentfake.Step{Text: "FINAL: relay answered ok=true", InputTokens: 20, OutputTokens: 5}
+			}
+			return agentfake.Step{Text: "FINAL: no luck: " + excerptT(a.ToolResult, 300)}
+		}
+		if strings.Contains(a.Prompt, "RUNSHELL") {
+			return agentfake.Step{Text: "Running it.", Tool: shellArgs, ToolName: shellTool}
+		}
+		if m := callToolRe.FindStringSubmatch(a.Prompt); m != nil && a.HasRelayTool {
+			return agentfake.Step{Text: "Let me look.", Tool: map[string]any{"action": "read_session", "relay": "this", "session": m[1]}}
+		}
+		lines := strings.Split(strings.TrimSpace(a.Prompt), "\n")
+		return agentfake.Step{Text: "ANSWER: " + strings.TrimSpace(lines[len(lines)-1])}
+	}
+}
+
+// R22.2, R22.3, R22.6 with Gemini CLI --acp: relay_tool handed over in
+// session/new (its own permission answered by the relay), a shell command's
+// permission request is a question card that another session answers with
+// answer_question, and the second turn resumes the conversation in the kept
+// process. Gemini CLI runs its shell inside its own process (it does not use
+// the client's terminals), so its command is no task here.
+func TestACPGeminiCLI(t *testing.T) {
+	t.Parallel()
+	bin := agentfake.Install(t, agentfake.GeminiCLI)
+	fake := agentfake.Gemini(t, acpShellScript("run_shell_command",
+		map[string]any{"command": "mkdir -p out && echo shell-says-hi > out/hi.txt && cat out/hi.txt", "description": "say hi"}))
+	defer func() {
+		if t.Failed() {
+			t.Logf("fake model requests:\n%s", fake.Dump())
+		}
+	}()
+	home := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	settings, _ := json.Marshal(map[string]any{
+		"security":  map[string]any{"auth": map[string]any{"selectedType": "gemini-api-key"}},
+		"privacy":   map[string]any{"usageStatisticsEnabled": false},
+		"telemetry": map[string]any{"enabled": false},
+		"general":   map[string]any{"enableAutoUpdate": false, "enableAutoUpdateNotification": false},
+	})
+	if err := os.WriteFile(filepath.Join(home, ".gemini", "settings.json"), settings, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	prov := config.Provider{ID: "gemini-acp", Name: "Gemini CLI (ACP)", Type: config.TypeACP,
+		Command: []string{bin, "--acp", "-m", "gemini-2.5-flash"}, Models: []string{"gemini-2.5-flash"},
+		Env: map[string]string{
+			"HOME":                       home,
+			"GEMINI_CLI_HOME":            home,
+			"GOOGLE_GEMINI_BASE_URL":     fake.URL,
+			"GEMINI_API_KEY":             "dummy",
+			"GEMINI_CLI_TRUST_WORKSPACE": "true",
+		}}
+	r := Start(t, Options{Config: func(cfg *config.Config) { cfg.Providers = append(cfg.Providers, prov) }})
+	target := r.NewSession(map[string]any{"title": "target"})
+	a := r.NewSession(map[string]any{"title": "gemini", "provider": prov.ID})
+	other := r.NewSession(map[string]any{"title": "other"})
+	m := r.Connect(other.Token, nil)
+
+	// Turn 1: relay_tool through the MCP server of session/new.
+	start := time.Now()
+	turn := r.WaitTurn(r.Message(a.ID, "Please CALLTOOL "+target.ID+" and report."), 120*time.Second, "done", "error", "stopped")
+	t.Logf("gemini --acp turn 1 (relay_tool): %s", time.Since(start).Round(time.Millisecond))
+	if turn.Status != "done" || turn.Reply != "FINAL: relay answered ok=true" {
+		t.Fatalf("turn 1 ended %s %q: %s", turn.Status, turn.Reply, turn.Error)
+	}
+	acts := r.Messages(a.ID, "activity")
+	want := "🛰️ read_session → desk session " + target.ID[:8]
+	if len(acts) < 1 || acts[0]["text"] != want {
+		t.Fatalf("activity lines %v, want %q first", acts, want)
+	}
+
+	// Turn 2: the shell command asks permission: a question card that
+	// another session answers; the command runs, and the conversation is
+	// the same (the model's request carries turn 1's prompt).
+	before := len(fake.Requests())
+	mid := r.Message(a.ID, "RUNSHELL please")
+	q := pendingQuestion(t, m, a.ID)
+	if q["kind"] != "ask_user" || !strings.Contains(str(q["question"]), "mkdir -p out") {
+		t.Fatalf("question %v, want the command as an ask_user card", q)
+	}
+	opts, _ := json.Marshal(q["options"])
+	if !strings.Contains(string(opts), `"Allow"`) {
+		t.Fatalf("question options %s, want Gemini's Allow", opts)
+	}
+	m.MustOK(map[string]any{"action": "answer_question", "relay": "this", "session": a.ID, "question_id": q["id"], "choices": []string{"Allow"}})
+	turn = r.WaitTurn(mid, 120*time.Second, "done", "error", "stopped")
+	if turn.Status != "done" || turn.Reply != "FINAL: the shell said hi" {
+		t.Fatalf("turn 2 ended %s %q: %s", turn.Status, turn.Reply, turn.Error)
+	}
+	resumed := false
+	for _, rq := range fake.Requests()[before:] {
+		if strings.Contains(string(rq.Body), "RUNSHELL") && strings.Contains(string(rq.Body), "CALLTOOL "+target.ID) {
+			resumed = true
+		}
+	}
+	if !resumed {
+		t.Fatalf("turn 2's model request does not carry turn 1's prompt")
+	}
+	found := false
+	for _, act := range r.Messages(a.ID, "activity") {
+		if strings.HasPrefix(str(act["text"]), "🔧 ") && strings.Contains(str(act["text"]), "completed") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no activity line for the shell tool call: %v", r.Messages(a.ID, "activity"))
+	}
+}
