@@ -698,7 +698,11 @@ func (pr *acpProc) startError(step string, err error) string {
 	if pr.gone() {
 		return pr.crashText()
 	}
-	return fmt.Sprintf("The agent (acp) refused %s: %s", step, excerptLine(reqErrText(err), 500))
+	msg := fmt.Sprintf("The agent (acp) refused %s: %s", step, excerptLine(reqErrText(err), 500))
+	if tail := strings.TrimSpace(pr.errTail.String()); tail != "" {
+		msg += " (its stderr: " + excerptLine(tail, 500) + ")"
+	}
+	return msg
 }
 
 // reqErrText is an ACP error's message and detail.
@@ -986,6 +990,9 @@ func (pr *acpProc) RequestPermission(ctx context.Context, req acp.RequestPermiss
 // toolArgs is a tool call's input: rawInput, else a text content that is a
 // JSON object (Gemini CLI shows an MCP call's arguments so).
 func toolArgs(raw any, content []acp.ToolCallContent) any {
+	if m, ok := raw.(map[string]any); ok && len(m) == 0 {
+		raw = nil // Claude Code's adapter starts the call with {} while the arguments stream
+	}
 	if raw != nil {
 		return raw
 	}

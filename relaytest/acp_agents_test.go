@@ -139,3 +139,96 @@ func TestACPGeminiCLI(t *testing.T) {
 		t.Fatalf("no activity line for the shell tool call: %v", r.Messages(a.ID, "activity"))
 	}
 }
+
+// R22.3, R22.4 with Zed's claude-code-acp adapter over Claude Code: the
+// relay offers terminals, so the adapter runs Claude Code's shell commands
+// through terminal/create; the command's permission request is a question
+// card that another session answers with answer_question, the command runs
+// as a task of the session whose output read_task_output reads, and the
+// second turn resumes the conversation.
+func TestACPClaudeCodeAdapter(t *testing.T) {
+	t.Parallel()
+	bin := agentfake.Install(t, agentfake.ClaudeCodeACP)
+	fake := agentfake.Anthropic(t, acpShellScript("mcp__acp__Bash",
+		map[string]any{"command": "mkdir -p out && echo shell-says-hi > out/hi.txt && cat out/hi.txt && echo '2 passed, 0 failed'",
+			"timeout": 60000, "description": "say hi"}))
+	defer func() {
+		if t.Failed() {
+			t.Logf("fake model requests:\n%s", fake.Dump())
+		}
+	}()
+	home := t.TempDir()
+	prov := config.Provider{ID: "claude-acp", Name: "Claude Code (ACP)", Type: config.TypeACP,
+		Command: []string{bin}, Models: []string{"claude-sonnet-4-5"},
+		Env: map[string]string{
+			"HOME":               home,
+			"ANTHROPIC_BASE_URL": fake.URL,
+			"ANTHROPIC_API_KEY":  "dummy",
+			"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+			"DISABLE_AUTOUPDATER":                      "1",
+			"ENABLE_TOOL_SEARCH":                       "false",
+			// The adapter starts Claude Code with --dangerously-skip-permissions
+			// (it asks the client itself), which Claude Code refuses as root
+			// outside a sandbox: CI runs as root.
+			"IS_SANDBOX": "1",
+		}}
+	r := Start(t, Options{Config: func(cfg *config.Config) { cfg.Providers = append(cfg.Providers, prov) }})
+	target := r.NewSession(map[string]any{"title": "target"})
+	a := r.NewSession(map[string]any{"title": "claude", "provider": prov.ID})
+	other := r.NewSession(map[string]any{"title": "other"})
+	m := r.Connect(other.Token, nil)
+
+	start := time.Now()
+	turn := r.WaitTurn(r.Message(a.ID, "Please CALLTOOL "+target.ID+" and report."), 120*time.Second, "done", "error", "stopped")
+	t.Logf("claude-code-acp turn 1 (relay_tool): %s", time.Since(start).Round(time.Millisecond))
+	if turn.Status != "done" || turn.Reply != "FINAL: relay answered ok=true" {
+		t.Fatalf("turn 1 ended %s %q: %s", turn.Status, turn.Reply, turn.Error)
+	}
+	acts := r.Messages(a.ID, "activity")
+	want := "🛰️ read_session → desk session " + target.ID[:8]
+	if len(acts) < 1 || acts[0]["text"] != want {
+		t.Fatalf("activity lines %v, want %q first", acts, want)
+	}
+
+	before := len(fake.Requests())
+	mid := r.Message(a.ID, "RUNSHELL please")
+	q := pendingQuestion(t, m, a.ID)
+	opts, _ := json.Marshal(q["options"])
+	t.Logf("claude-code-acp permission card: %q options %s", q["question"], opts)
+	var allow string
+	for _, o := range q["options"].([]any) {
+		if s := str(o); strings.HasPrefix(s, "Allow") && allow == "" {
+			allow = s
+		}
+	}
+	if q["kind"] != "ask_user" || allow == "" {
+		t.Fatalf("question %v, want an ask_user card with an Allow option", q)
+	}
+	m.MustOK(map[string]any{"action": "answer_question", "relay": "this", "session": a.ID, "question_id": q["id"], "choices": []string{allow}})
+	turn = r.WaitTurn(mid, 120*time.Second, "done", "error", "stopped")
+	if turn.Status != "done" || turn.Reply != "FINAL: the shell said hi" {
+		t.Fatalf("turn 2 ended %s %q: %s", turn.Status, turn.Reply, turn.Error)
+	}
+	tasks := list(t, readSession(m, a.ID, 1)["tasks"], "tasks")
+	if len(tasks) != 1 {
+		t.Fatalf("tasks %v, want the shell command's terminal", tasks)
+	}
+	tk := obj(t, tasks[0], "task")
+	out := m.MustOK(map[string]any{"action": "read_task_output", "relay": "this", "session": a.ID, "task_id": tk["taskId"]})
+	tail, _ := json.Marshal(out["tail"])
+	if !strings.Contains(string(tail), "shell-says-hi") || obj(t, out["task"], "task")["status"] != "done" {
+		t.Fatalf("read_task_output %v", out)
+	}
+	if c := obj(t, out["counts"], "counts"); c["passed"] != float64(2) {
+		t.Fatalf("counts %v", c)
+	}
+	resumed := false
+	for _, rq := range fake.Requests()[before:] {
+		if strings.Contains(string(rq.Body), "RUNSHELL") && strings.Contains(string(rq.Body), "CALLTOOL "+target.ID) {
+			resumed = true
+		}
+	}
+	if !resumed {
+		t.Fatalf("turn 2's model request does not carry turn 1's prompt")
+	}
+}

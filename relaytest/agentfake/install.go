@@ -28,6 +28,9 @@ var (
 	ClaudeCode = Package{"@anthropic-ai/claude-code", "2.1.332", "claude"}
 	Codex      = Package{"@openai/codex", "0.169.0", "codex"}
 	GeminiCLI  = Package{"@google/gemini-cli", "0.61.0", "gemini"}
+	// ClaudeCodeACP is Zed's ACP adapter over Claude Code (the Claude
+	// Agent SDK inside it brings its own Claude Code).
+	ClaudeCodeACP = Package{"@zed-industries/claude-code-acp", "0.16.2", "claude-code-acp"}
 )
 
 // CacheDir is where the CLIs are installed: ${XDG_CACHE_HOME:-$HOME/.cache}/relay-ci/npm.
