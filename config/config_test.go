@@ -650,9 +650,9 @@ func TestValidate(t *testing.T) {
 		{"duplicate provider id", func(c *Config) { c.Providers[1].ID = "claude" },
 			`config: providers[1].id "claude" is already used by providers[0]`},
 		{"provider type", func(c *Config) { c.Providers[0].Type = "bash" },
-			`config: providers[0].type must be one of exec, openai, scripted, claude-code, codex, gemini-cli (got "bash")`},
+			`config: providers[0].type must be one of exec, openai, scripted, claude-code, codex, gemini-cli, acp (got "bash")`},
 		{"provider type empty", func(c *Config) { c.Providers[1].Type = "" },
-			`config: providers[1].type must be one of exec, openai, scripted, claude-code, codex, gemini-cli (got "")`},
+			`config: providers[1].type must be one of exec, openai, scripted, claude-code, codex, gemini-cli, acp (got "")`},
 		{"scripted id with other type", func(c *Config) {
 			c.Providers[2].Type = "exec"
 			c.Providers[2].Command = []string{"x"}
