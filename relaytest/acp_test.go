@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -424,5 +425,24 @@ func TestACPErrors(t *testing.T) {
 	fail(acpScript(map[string]any{"sleep_ms": 20000}), "sent nothing for 2s and was stopped (timing.agent_silence)")
 	if got := doneTurn(t, r, r.Message(a.ID, "and now?")); got != "ANSWER: and now? (prompt 9)" {
 		t.Fatalf("turn after silence %q", got)
+	}
+}
+
+// R22.1: an idle session's agent process is stopped after timing.acp_idle;
+// the next turn starts a new one that loads the conversation.
+func TestACPIdleStop(t *testing.T) {
+	t.Parallel()
+	f := newACPFake(t, nil)
+	r, _ := startACP(t, f, func(cfg *config.Config) { cfg.Timing.ACPIdle = time.Second })
+	a := r.NewSession(map[string]any{"title": "acp agent", "provider": "fakeacp"})
+	doneTurn(t, r, r.Message(a.ID, "one"))
+	pid := f.log(t)[0].PID
+	Eventually(t, 20*time.Second, func() bool { return syscall.Kill(pid, 0) != nil },
+		"the idle agent process %d to be stopped", pid)
+	if got := doneTurn(t, r, r.Message(a.ID, "two")); got != "ANSWER: two (prompt 2)" {
+		t.Fatalf("turn after the idle stop %q", got)
+	}
+	if n := f.count(t, "session/load"); n != 1 || f.count(t, "initialize") != 2 {
+		t.Fatalf("%d loads and %d initialize after the idle stop, want 1 and 2", n, f.count(t, "initialize"))
 	}
 }
