@@ -261,7 +261,7 @@ type acpProc struct {
 
 	caps      acp.AgentCapabilities
 	initDone  bool
-	acpSess   string // the ACP session open in this process
+	acpSess   atomic.Pointer[string] // the ACP session open in this process (read by the SDK's goroutines)
 	stopOnce  sync.Once
 	idleTimer *time.Timer
 
@@ -323,6 +323,14 @@ func (p *ACP) start(t Turn, px *mcpProxy) (*acpProc, error) {
 	pr.conn = acp.NewClientSideConnection(pr, stdinW, stdoutR)
 	pr.conn.SetLogger(slog.New(slog.NewTextHandler(io.Discard, nil))) // garbage is reported by lineFilter
 	return pr, nil
+}
+
+// sess is the ACP session open in this process, "" before the first.
+func (pr *acpProc) sess() string {
+	if p := pr.acpSess.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 func (pr *acpProc) touch() { pr.last.Store(time.Now().UnixNano()) }
@@ -541,7 +549,7 @@ func (pr *acpProc) run(ctx context.Context, t Turn, h Host, model string) (Resul
 		}
 		// The prompt runs on the process's own context: a stop is
 		// session/cancel, and the agent ends the prompt itself.
-		res, err := pr.conn.Prompt(context.Background(), acp.PromptRequest{SessionId: acp.SessionId(pr.acpSess),
+		res, err := pr.conn.Prompt(context.Background(), acp.PromptRequest{SessionId: acp.SessionId(pr.sess()),
 			Prompt: []acp.ContentBlock{acp.TextBlock(prompt)}})
 		done <- outcome{res, err}
 	}()
@@ -583,8 +591,8 @@ func (pr *acpProc) run(ctx context.Context, t Turn, h Host, model string) (Resul
 			// A stop (R22.2): session/cancel, then the process group is
 			// killed if the prompt has not ended within 10 s.
 			stopped = true
-			if pr.acpSess != "" {
-				_ = pr.conn.Cancel(context.Background(), acp.CancelNotification{SessionId: acp.SessionId(pr.acpSess)})
+			if id := pr.sess(); id != "" {
+				_ = pr.conn.Cancel(context.Background(), acp.CancelNotification{SessionId: acp.SessionId(id)})
 			}
 			timer := time.NewTimer(acpCancelGrace)
 			defer timer.Stop()
@@ -636,7 +644,7 @@ func (pr *acpProc) open(t Turn, at *acpTurn) (string, error) {
 		pr.initDone = true
 	}
 	want := t.AgentSession
-	if want != "" && want == pr.acpSess {
+	if want != "" && want == pr.sess() {
 		return "", nil
 	}
 	servers := pr.mcpServers(t)
@@ -653,7 +661,7 @@ func (pr *acpProc) open(t Turn, at *acpTurn) (string, error) {
 			pr.cur = at
 			pr.mu.Unlock()
 			if err == nil {
-				pr.acpSess = want
+				pr.acpSess.Store(&want)
 				return "", nil
 			}
 			if pr.gone() {
@@ -671,9 +679,10 @@ func (pr *acpProc) open(t Turn, at *acpTurn) (string, error) {
 	if res.SessionId == "" {
 		return "", &TurnError{Msg: fmt.Sprintf("acp provider %q: the agent's session/new named no session", id)}
 	}
-	pr.acpSess = string(res.SessionId)
+	sid := string(res.SessionId)
+	pr.acpSess.Store(&sid)
 	if ah, ok := at.h.(AgentSessionHost); ok {
-		ah.SetAgentSession(pr.acpSess)
+		ah.SetAgentSession(sid)
 	}
 	return note, nil
 }
@@ -801,7 +810,7 @@ func (pr *acpProc) turn() *acpTurn {
 func (pr *acpProc) SessionUpdate(_ context.Context, n acp.SessionNotification) error {
 	pr.touch()
 	at := pr.turn()
-	if at == nil || string(n.SessionId) != pr.acpSess {
+	if at == nil || string(n.SessionId) != pr.sess() {
 		return nil // a replay of session/load, or between turns
 	}
 	u := n.Update
