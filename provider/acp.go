@@ -61,13 +61,11 @@ type ACP struct {
 	c   ACPConfig
 	log *slog.Logger
 
-	mu      sync.Mutex
-	procs   map[string]*acpProc // by relay session id
-	proxy   *mcpProxy
-	closed  bool
-	checked time.Time
-	status  string
-	reason  string
+	mu     sync.Mutex
+	procs  map[string]*acpProc // by relay session id
+	proxy  *mcpProxy
+	closed bool
+	cmd    cmdCheck
 }
 
 var _ Provider = (*ACP)(nil)
@@ -111,34 +109,11 @@ func (p *ACP) Info() Info {
 func (p *ACP) KeepsConversation() bool { return true }
 
 func (p *ACP) availability() (string, string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.checked.IsZero() && time.Since(p.checked) < 10*time.Second {
-		return p.status, p.reason
+	name := ""
+	if len(p.c.Command) > 0 {
+		name = p.c.Command[0]
 	}
-	p.checked = time.Now()
-	p.status, p.reason = "", ""
-	if len(p.c.Command) == 0 || p.c.Command[0] == "" {
-		p.status, p.reason = StatusUnavailable, "no command is configured"
-		return p.status, p.reason
-	}
-	name := p.c.Command[0]
-	path, err := lookPath(name, p.baseEnv())
-	if err == nil && strings.Contains(name, "/") {
-		fi, serr := os.Stat(path)
-		if serr != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
-			err = errors.New("missing")
-		}
-	}
-	if err != nil {
-		p.status = StatusUnavailable
-		if strings.Contains(name, "/") {
-			p.reason = fmt.Sprintf("the ACP agent command %q does not exist or is not executable", name)
-		} else {
-			p.reason = fmt.Sprintf("the ACP agent command %q was not found on PATH", name)
-		}
-	}
-	return p.status, p.reason
+	return p.cmd.get("the ACP agent command", name, p.baseEnv)
 }
 
 func (p *ACP) baseEnv() []string { return withExtras(AgentEnv(os.Environ()), p.c.Env) }

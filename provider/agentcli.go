@@ -68,10 +68,7 @@ type CLI struct {
 	c CLIConfig
 	d dialect
 
-	mu      sync.Mutex
-	checked time.Time
-	status  string
-	reason  string
+	cmd cmdCheck
 }
 
 var _ Provider = (*CLI)(nil)
@@ -148,30 +145,7 @@ func (p *CLI) KeepsConversation() bool { return true }
 
 // availability looks the binary up (at most every 10 s).
 func (p *CLI) availability() (string, string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.checked.IsZero() && time.Since(p.checked) < 10*time.Second {
-		return p.status, p.reason
-	}
-	p.checked = time.Now()
-	p.status, p.reason = "", ""
-	name := p.c.Command[0]
-	path, err := lookPath(name, p.baseEnv())
-	if err == nil && strings.Contains(name, "/") {
-		fi, serr := os.Stat(path)
-		if serr != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
-			err = errors.New("missing")
-		}
-	}
-	if err != nil {
-		p.status = StatusUnavailable
-		if strings.Contains(name, "/") {
-			p.reason = fmt.Sprintf("the %s command %q does not exist or is not executable", p.c.Type, name)
-		} else {
-			p.reason = fmt.Sprintf("the %s command %q was not found on PATH", p.c.Type, name)
-		}
-	}
-	return p.status, p.reason
+	return p.cmd.get(fmt.Sprintf("the %s command", p.c.Type), p.c.Command[0], p.baseEnv)
 }
 
 // baseEnv is AgentEnv plus the configured extras (sorted, later wins).
