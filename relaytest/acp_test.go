@@ -55,7 +55,7 @@ func (f *acpFake) log(t *testing.T) []acpLogEntry {
 	if err != nil {
 		return nil
 	}
-	defer fh.Close()
+	defer func() { _ = fh.Close() }() // read only
 	var out []acpLogEntry
 	sc := bufio.NewScanner(fh)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
