@@ -103,6 +103,9 @@ type args struct {
 	// pre is the `session` argument's session as read with the caller
 	// (loadCall), nil when it was not; target uses it instead of reading again.
 	pre *store.Call
+	// peer: the call came from a paired relay's agent; its relay capped
+	// wait_seconds by its own longest wait per call (R7.11).
+	peer bool
 }
 
 // parseArgs decodes the call's JSON object and separates the arguments the
