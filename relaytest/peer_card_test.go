@@ -1,7 +1,12 @@
 package relaytest
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -319,5 +324,59 @@ func TestPeerWaitIsCallersLimit(t *testing.T) {
 	}
 	if note, ok := env["note"]; ok {
 		t.Errorf("send with wait_seconds 60 within alpha's limit: note %v, want none", note)
+	}
+}
+
+// TestPeerCheckOlderRelay (issue 21 item 2; R13.3): a paired relay that
+// does not serve the check keeps the old order, card first: one whose hello
+// lacks "check" is never asked, and one whose pairing knows no features
+// (its hello listed none) is asked, answers 404, and the card still comes.
+func TestPeerCheckOlderRelay(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		features []string
+		checks   int
+	}{
+		{"hello without check", []string{"call", "events", "asks", "inbox", "exclude", "task_output", "update_session", "billing_switch", "groups"}, 0},
+		{"no features known", []string{}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := prStartPair(t, nil, nil)
+			var mu sync.Mutex
+			checks := 0
+			old := startOlderPeer(t, b, "0.9.18", tc.features)
+			front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/peer/v1/check" {
+					mu.Lock()
+					checks++
+					mu.Unlock()
+					http.NotFound(w, r) // a relay from before the check
+					return
+				}
+				u, _ := url.Parse(old.srv.URL)
+				httputil.NewSingleHostReverseProxy(u).ServeHTTP(w, r)
+			}))
+			t.Cleanup(front.Close)
+			tok, _ := newPeerToken(t, b)
+			var p map[string]any
+			if code := a.Owner("POST", "/api/v1/relays", map[string]any{"url": front.URL, "token": tok}, &p); code != 201 || p["name"] != "bravo" {
+				t.Fatalf("pair the older bravo: %d %v", code, p)
+			}
+			sa := a.NewSession(map[string]any{"title": "caller", "text": "use @bravo"})
+			prQuiet(t, a)
+			res, cards := pcRun(t, a, sa, "allow",
+				prTool(map[string]any{"action": "create_session", "relay": "bravo", "text": "bad model", "model": "scripted-l", "wait_seconds": 5}))
+			if prCode(res[0]) != "REMOTE_RELAY_UNKNOWN_MODEL" {
+				t.Errorf("create_session with a bad model on the older bravo: %s (%s)", prCode(res[0]), prErr(res[0]))
+			}
+			if len(cards) != 1 || cards[0].action != "create_session" {
+				t.Errorf("cards: %+v, want the first-session card before the call, as before", cards)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if checks != tc.checks {
+				t.Errorf("checks sent to the older bravo: %d, want %d", checks, tc.checks)
+			}
+		})
 	}
 }
