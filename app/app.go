@@ -167,7 +167,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 	ropt := relay.Options{
 		Name: cfg.Name, Version: Version, Folders: cfg.Folders, DefaultCwd: cfg.DefaultCwd,
 		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Logger: a.log, Metrics: a.met,
-		MaxWaitCap: o.MaxWaitCap, Caps: map[string]relay.Cap{},
+		MaxWaitCap: o.MaxWaitCap, Caps: map[string]relay.Cap{}, Traits: map[string]relay.SessionTraits{},
 	}
 	if o.Mode == ModeServe {
 		// The worker runs here too: a prompt whose caller waits may start
@@ -178,6 +178,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 		if p.MonthlyCap > 0 {
 			ropt.Caps[p.ID] = relay.Cap{Amount: p.MonthlyCap, Unit: p.CapUnit}
 		}
+		ropt.Traits[p.ID] = relay.SessionTraits{Claude: p.ClaudeSessions(), CompactWindowZero: p.CompactWindowZero, AlwaysThinks: p.AlwaysThinks}
 	}
 	if o.Clock != nil {
 		ropt.Clock, ropt.RealAt = o.Clock.Now, o.Clock.RealAt

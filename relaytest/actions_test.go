@@ -1451,7 +1451,7 @@ func TestActionsUpdateSession(t *testing.T) {
 	if !strings.HasPrefix(str(gc["id"]), "grp_") {
 		t.Errorf("groupCreated.id %v", gc["id"])
 	}
-	wantEq(t, "settings.group", obj(t, env["settings"], "settings")["group"], map[string]any{"id": gc["id"], "name": "Team X"})
+	wantEq(t, "settings.group", obj(t, env["settings"], "settings")["group"], map[string]any{"id": gc["id"], "name": "Team X", "role": "head"})
 	info := m.MustOK(map[string]any{"action": "relay_info", "relay": "this"})
 	wantEq(t, "relay_info groups", info["groups"], []any{map[string]any{"id": gc["id"], "name": "Team X", "memberCount": float64(1)}})
 	env = m.MustOK(upd(map[string]any{"group": "none"}))
@@ -1467,7 +1467,7 @@ func TestActionsUpdateSession(t *testing.T) {
 	env = m.MustOK(upd(map[string]any{"group": "OPS"}))
 	wantEq(t, "changed", env["changed"], []any{"group"})
 	wantNoKey(t, "joining", env, "groupCreated")
-	wantEq(t, "settings.group", obj(t, env["settings"], "settings")["group"], map[string]any{"id": ops, "name": "Ops"})
+	wantEq(t, "settings.group", obj(t, env["settings"], "settings")["group"], map[string]any{"id": ops, "name": "Ops", "role": "member"})
 	m.MustOK(upd(map[string]any{"group": "none"}))
 	og := findByID(t, ownerGroups(t, r), ops)
 	if og == nil {

@@ -1,6 +1,7 @@
 package relaytest
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/oar/relay/config"
@@ -38,4 +39,101 @@ func TestSeedCopilotSpellingOnCreateNamesTheOtherProvider(t *testing.T) {
 	env = m.MustFail(map[string]any{"action": "update_session", "relay": "this", "session": b.ID, "model": "claude-opus-5-5"}, codeUnknownModel)
 	wantEq(t, "update remoteCode", env["remoteCode"], "COPILOT_MODEL_UNAVAILABLE")
 	wantEq(t, "provider kept", r.Get(b.ID)["provider"], "copilot")
+}
+
+// Issue 21 item 10 (R7.10, the seed's update_session): settings.group
+// carries role; auto_compact_window and thinking_* apply to Claude sessions
+// (an exec provider marked claude here), and only other sessions get the
+// note that says so; a provider that declares its own window semantics (the
+// seed's DeepSeek) gets that note with what it does; "auto" and 0 are
+// windows; every refusal ends "Nothing was changed.".
+func TestSeedUpdateSessionClaudeSettings(t *testing.T) {
+	r := Start(t, Options{Config: func(c *config.Config) {
+		c.Providers = append(c.Providers,
+			config.Provider{ID: "claude-api", Name: "Claude API", Type: config.TypeExec, Command: []string{"/bin/echo"},
+				Models: []string{"m1"}, Claude: true},
+			config.Provider{ID: "deepseek", Name: "DeepSeek", Type: config.TypeExec, Command: []string{"/bin/echo"},
+				Models: []string{"m1"}, CompactWindowZero: 400000, AlwaysThinks: true})
+	}})
+	a := r.NewSession(map[string]any{"title": "lead"})
+	m := r.Connect(a.Token, nil)
+	first, _ := r.InTurn(a, map[string]any{"action": "create_session", "relay": "this", "text": "hi", "wait_seconds": 15}, "allow")
+	mustEnvOK(t, first)
+	sessions := map[string]string{"scripted": str(first["session"])}
+	for _, p := range []string{"claude-api", "deepseek"} {
+		env := m.MustOK(map[string]any{"action": "create_session", "relay": "this", "text": "hi", "provider": p, "wait_seconds": 15})
+		sessions[p] = str(env["session"])
+	}
+	upd := func(prov string, extra map[string]any) map[string]any {
+		args := map[string]any{"action": "update_session", "relay": "this", "session": sessions[prov]}
+		for k, v := range extra {
+			args[k] = v
+		}
+		return args
+	}
+	all := map[string]any{"thinking_enabled": "on", "thinking_display": "summarized", "auto_compact_window": 200000}
+
+	// A Claude session: the settings apply, no note.
+	env := m.MustOK(upd("claude-api", all))
+	wantNoKey(t, "Claude session", env, "note")
+	wantEq(t, "changed", env["changed"], []any{"auto_compact_window", "thinking_enabled", "thinking_display"})
+	// Another provider: the note says they apply to Claude sessions only.
+	env = m.MustOK(upd("scripted", all))
+	wantEq(t, "scripted note", env["note"], "thinking_enabled, thinking_display, auto_compact_window apply only to Claude sessions "+
+		"(Claude API sessions included) and change nothing for the Scripted provider (scripted); stored for later turns.")
+	env = m.MustOK(upd("scripted", map[string]any{"thinking_display": "full"}))
+	wantEq(t, "one setting", env["note"], "thinking_display applies only to Claude sessions (Claude API sessions included) "+
+		"and changes nothing for the Scripted provider (scripted); stored for later turns.")
+	// The DeepSeek note: the window works there and 0 means 400,000 tokens; it always thinks.
+	env = m.MustOK(upd("deepseek", all))
+	wantEq(t, "deepseek note", env["note"], "thinking_enabled, thinking_display, auto_compact_window apply only to Claude sessions "+
+		"(Claude API sessions included); on the DeepSeek provider (exec) thinking_enabled changes nothing, as a DeepSeek session always thinks; "+
+		"auto_compact_window does take effect, and 0 means 400,000 tokens; thinking_display changes nothing; stored for later turns.")
+
+	// settings.group carries role: a session the lead started is a member of its group ...
+	settings := obj(t, env["settings"], "settings")
+	group := obj(t, settings["group"], "settings.group")
+	wantEq(t, "role in the starter's group", group["role"], "member")
+	// ... and the first session of a group that update_session creates heads it.
+	env = m.MustOK(upd("claude-api", map[string]any{"group": "Release 2.4"}))
+	group = obj(t, obj(t, env["settings"], "settings")["group"], "settings.group")
+	wantEq(t, "group", group, map[string]any{"id": obj(t, env["groupCreated"], "groupCreated")["id"], "name": "Release 2.4", "role": "head"})
+	env = m.MustOK(upd("deepseek", map[string]any{"group": "Release 2.4"}))
+	wantEq(t, "joined role", obj(t, obj(t, env["settings"], "settings")["group"], "settings.group")["role"], "member")
+
+	// "auto" and 0 are windows: the provider's own, shown as "auto".
+	env = m.MustOK(upd("claude-api", map[string]any{"auto_compact_window": "auto"}))
+	wantEq(t, "auto changed", env["changed"], []any{"auto_compact_window"})
+	wantEq(t, "auto", obj(t, env["settings"], "settings")["auto_compact_window"], "auto")
+	m.MustOK(upd("claude-api", map[string]any{"auto_compact_window": 500000}))
+	env = m.MustOK(upd("claude-api", map[string]any{"auto_compact_window": 0}))
+	wantEq(t, "0 changed", env["changed"], []any{"auto_compact_window"})
+	wantEq(t, "0 is auto", obj(t, env["settings"], "settings")["auto_compact_window"], "auto")
+	wantNoKey(t, "0 is not rounded", env, "note")
+	env = m.MustOK(upd("claude-api", map[string]any{"auto_compact_window": "AUTO"}))
+	wantEq(t, "auto again changes nothing", env["changed"], []any{})
+
+	// Every refusal says "Nothing was changed.", the shared checks' too.
+	for _, bad := range []map[string]any{
+		upd("claude-api", map[string]any{"auto_compact_window": "huge"}),
+		upd("claude-api", map[string]any{"auto_compact_window": -5}),
+		upd("claude-api", map[string]any{"session": 12345, "title": "x"}),
+		upd("claude-api", map[string]any{"relay": "nowhere", "title": "x"}),
+		upd("claude-api", map[string]any{"session": "0123456789abcdef0123", "title": "x"}),
+		{"action": "update_session", "session": sessions["claude-api"], "title": "x"},
+	} {
+		ok := false
+		env, isErr := m.Call(bad)
+		if isErr && env["ok"] == false {
+			ok = true
+		}
+		if !ok {
+			t.Errorf("%v was accepted: %v", bad, env)
+			continue
+		}
+		if !strings.HasSuffix(str(env["error"]), "Nothing was changed.") {
+			t.Errorf("%v: error %q does not end %q", bad, env["error"], "Nothing was changed.")
+		}
+	}
+	wantEq(t, "title kept", r.Get(sessions["claude-api"])["title"], obj(t, env["settings"], "settings")["title"])
 }
