@@ -1,8 +1,13 @@
 package relaytest
 
 import (
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/oar/relay/config"
 )
@@ -136,4 +141,77 @@ func TestSeedUpdateSessionClaudeSettings(t *testing.T) {
 		}
 	}
 	wantEq(t, "title kept", r.Get(sessions["claude-api"])["title"], obj(t, env["settings"], "settings")["title"])
+}
+
+// activityTexts are the texts of a session's 🛰️/activity lines, oldest first.
+func activityTexts(r *Relay, sid string) []string {
+	var out []string
+	for _, m := range r.Messages(sid, "activity") {
+		out = append(out, str(m["text"]))
+	}
+	return out
+}
+
+// Issue 21 item 9 (R17.3, R19.3; the seed's "Der Tool-Aufruf in der
+// Antwort"): every relay_tool call a session makes during its turn gets one
+// 🛰️ line — the relay writes it, whatever the provider: scripted (each call
+// of a turn, a refused one too), exec (over /mcp), openai, an external
+// session's calls; none for a call outside a turn. (The agent CLIs and ACP
+// agents: TestAgentCLIs*, TestACP* check their one line.)
+func TestSeedRelayWritesTheActivityLineOfEveryCall(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatalf("curl is needed for the exec callback: %v", err)
+	}
+	dir := t.TempDir()
+	cb := filepath.Join(dir, "callback.sh")
+	if err := os.WriteFile(cb, []byte(execCallbackScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fake := &llmFake{}
+	srv := httptest.NewServer(fake)
+	t.Cleanup(srv.Close)
+	r := Start(t, Options{Config: func(c *config.Config) {
+		c.Providers = append(c.Providers,
+			config.Provider{ID: "cb", Name: "Callback", Type: config.TypeExec, Command: []string{"/bin/sh", cb}, Models: []string{"cb-1"}},
+			config.Provider{ID: "local", Name: "Local", Type: config.TypeOpenAI, BaseURL: srv.URL + "/v1", Models: []string{"llama-test"}})
+	}})
+	target := r.NewSession(map[string]any{"title": "target"})
+
+	// Scripted: three calls in one turn, one of them refused, in order.
+	a := r.NewSession(map[string]any{"title": "scripted"})
+	mid := r.Message(a.ID, Script(
+		map[string]any{"tool": map[string]any{"action": "list_sessions", "relay": "this"}},
+		map[string]any{"tool": map[string]any{"action": "read_session", "relay": "this", "session": target.ID}},
+		map[string]any{"tool": map[string]any{"action": "nope", "relay": "box", "session": "abcdef0123456789"}},
+	))
+	if tr := r.WaitTurn(mid, 30*time.Second, "done", "error", "stopped"); tr.Status != "done" {
+		t.Fatalf("scripted turn ended %s: %s", tr.Status, tr.Error)
+	}
+	wantEq(t, "scripted lines", activityTexts(r, a.ID), []string{"🛰️ list_sessions → desk",
+		"🛰️ read_session → desk session " + target.ID[:8], "🛰️ nope → box session abcdef01"})
+
+	// Outside a turn: no line.
+	m := r.Connect(a.Token, nil)
+	m.MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
+	wantEq(t, "after a call outside a turn", len(activityTexts(r, a.ID)), 3)
+
+	// exec: the command calls relay_tool over /mcp with the session's token.
+	e := r.NewSession(map[string]any{"provider": "cb", "title": "exec"})
+	if tr := r.WaitTurn(r.Message(e.ID, "list them"), 30*time.Second, "done", "error", "stopped"); tr.Status != "done" {
+		t.Fatalf("exec turn ended %s: %s", tr.Status, tr.Error)
+	}
+	wantEq(t, "exec lines", activityTexts(r, e.ID), []string{"🛰️ list_sessions → desk"})
+
+	// openai: the model's tool call.
+	o := r.NewSession(map[string]any{"provider": "local", "title": "llm"})
+	if tr := r.WaitTurn(r.Message(o.ID, "Which sessions are there?"), 30*time.Second, "done", "error", "stopped"); tr.Status != "done" {
+		t.Fatalf("openai turn ended %s: %s", tr.Status, tr.Error)
+	}
+	wantEq(t, "openai lines", activityTexts(r, o.ID), []string{"🛰️ list_sessions → desk"})
+
+	// An external session: its agent has no turns the relay runs; each call is its activity.
+	x := r.NewSession(map[string]any{"provider": "external", "title": "my terminal agent"})
+	xm := r.Connect(x.Token, nil)
+	xm.MustOK(map[string]any{"action": "read_session", "relay": "this", "session": target.ID})
+	wantEq(t, "external lines", activityTexts(r, x.ID), []string{"🛰️ read_session → desk session " + target.ID[:8]})
 }
