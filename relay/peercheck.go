@@ -212,7 +212,7 @@ func (r *Relay) checkThere(ctx context.Context, p *store.Pairing, body PeerCallB
 	e := r.peerDo(ctx, p.Name, p.URL, p.Token, http.MethodPost, "/peer/v1/check", body, r.opts.Timing.PeerTimeout, &env)
 	r.link(ctx, p, e)
 	if e != nil {
-		if e.Code == CodeUnsupported && strings.Contains(e.Msg, "/peer/v1/check") {
+		if notServed(e, "/peer/v1/check") {
 			return nil, nil // a relay from before the check, whose pairing knows no features
 		}
 		return nil, e
@@ -236,6 +236,13 @@ func (r *Relay) checkThere(ctx context.Context, p *store.Pairing, body PeerCallB
 		return nil, Errorf(CodeOffline, "Relay %q answered the check with JSON this relay cannot read (%v). Nothing was done.", p.Name, err)
 	}
 	return &chk, nil
+}
+
+// notServed reports a 404 for path: as text (CodeUnsupported from peerDo),
+// or as the JSON this relay's own router answers for a route it does not
+// know, which an older relay of this project answers.
+func notServed(e *Error, path string) bool {
+	return (e.Code == CodeUnsupported || e.Code == CodeNotFound) && strings.Contains(e.Msg, path)
 }
 
 // envError is the error of a paired relay's failed envelope, its fields kept.

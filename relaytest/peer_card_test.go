@@ -330,15 +330,19 @@ func TestPeerWaitIsCallersLimit(t *testing.T) {
 // TestPeerCheckOlderRelay (issue 21 item 2; R13.3): a paired relay that
 // does not serve the check keeps the old order, card first: one whose hello
 // lacks "check" is never asked, and one whose pairing knows no features
-// (its hello listed none) is asked, answers 404, and the card still comes.
+// (its hello listed none) is asked, answers 404 (as text, or as JSON the
+// way this project's router answers an unknown route), and the card still
+// comes.
 func TestPeerCheckOlderRelay(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		features []string
 		checks   int
+		jsonNF   bool // the 404 as this project's router writes it (JSON, REMOTE_RELAY_NOT_FOUND)
 	}{
-		{"hello without check", []string{"call", "events", "asks", "inbox", "exclude", "task_output", "update_session", "billing_switch", "groups"}, 0},
-		{"no features known", []string{}, 1},
+		{"hello without check", []string{"call", "events", "asks", "inbox", "exclude", "task_output", "update_session", "billing_switch", "groups"}, 0, false},
+		{"no features known", []string{}, 1, false},
+		{"no features known, JSON 404", []string{}, 1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := prStartPair(t, nil, nil)
@@ -350,6 +354,13 @@ func TestPeerCheckOlderRelay(t *testing.T) {
 					mu.Lock()
 					checks++
 					mu.Unlock()
+					if tc.jsonNF {
+						// An older relay of this project: its router's NoRoute answers JSON.
+						w.Header().Set("Content-Type", "application/json; charset=utf-8")
+						w.WriteHeader(http.StatusNotFound)
+						_, _ = w.Write([]byte(`{"code":"REMOTE_RELAY_NOT_FOUND","error":"No such route: POST /peer/v1/check"}`))
+						return
+					}
 					http.NotFound(w, r) // a relay from before the check
 					return
 				}
