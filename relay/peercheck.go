@@ -16,7 +16,7 @@ import (
 // POST /peer/v1/check, with the same body as the call. The other relay runs
 // the action's checks (the accept setting, the hop limit, target, model with
 // its did-you-mean, effort, group, folder, billing partner, subscribe's
-// options, the limits) and nothing else: it changes nothing and counts
+// options, an ask's or answer's arguments, the limits) and nothing else: it changes nothing and counts
 // nothing. A refusal comes back as the call's would, and the caller's relay
 // gives it to its agent without a card; a pass names what the other relay
 // resolved, so the card can say it (`Group: Release 2.4 (grp_…)`,
@@ -28,7 +28,7 @@ import (
 // PeerChecked is what POST /peer/v1/check answers in `check`.
 type PeerChecked struct {
 	Action   string         `json:"action"`
-	Session  *CheckedRef    `json:"session,omitempty"`  // send, update_session, stop, archive, ask: the target
+	Session  *CheckedRef    `json:"session,omitempty"`  // send, update_session, stop, archive, ask, answer_question: the target
 	Title    string         `json:"title,omitempty"`    // create_session: the new session's title
 	Provider string         `json:"provider,omitempty"` // the provider's name the turn runs on
 	Model    string         `json:"model,omitempty"`
@@ -186,14 +186,24 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 			chk.Watched = append(chk.Watched, CheckedRef{ID: s.ID, Title: s.Title})
 		}
 		chk.All, chk.Events, chk.DigestMinutes, chk.QuietHours, chk.Excluded = in.all, in.events, in.digest, in.quiet, len(pl.exclude)
-	case "stop", "archive", "ask":
-		if a.has("session") {
-			s, e := r.target(ctx, a, "session")
-			if e != nil {
-				return nil, e
-			}
-			chk.Session = &CheckedRef{ID: s.ID, Title: s.Title}
+	case "ask":
+		in, e := r.checkAsk(ctx, c, a)
+		if e != nil {
+			return nil, e
 		}
+		chk.Session = &CheckedRef{ID: in.concern.ID, Title: in.concern.Title}
+	case "answer_question":
+		_, s, _, e := r.checkAnswer(ctx, c, a)
+		if e != nil {
+			return nil, e
+		}
+		chk.Session = &CheckedRef{ID: s.ID, Title: s.Title}
+	case "stop", "archive":
+		s, e := r.target(ctx, a, "session")
+		if e != nil {
+			return nil, e
+		}
+		chk.Session = &CheckedRef{ID: s.ID, Title: s.Title}
 	}
 	return chk, nil
 }

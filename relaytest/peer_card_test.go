@@ -214,6 +214,24 @@ func TestPeerChecksBeforeCard(t *testing.T) {
 	if cards[0].target != sb.ID {
 		t.Errorf("send card's target %q, want %s", cards[0].target, sb.ID)
 	}
+
+	// ask and answer_question with bad arguments, from the ask-mode
+	// conversation: bravo's checks refuse them, no card is asked (R5.3).
+	long := strings.Repeat("x", 4001)
+	res, cards = pcRun(t, a, sk, "deny",
+		onB("answer_question", map[string]any{"session": sb.ID, "question_id": "q_zzzzzzzzzzzz", "answer": "yes"}),
+		onB("answer_question", map[string]any{"session": sb.ID, "question_id": "q_zzzzzzzzzzzz"}),
+		onB("ask", map[string]any{"session": sb.ID, "question": "  "}),
+		onB("ask", map[string]any{"session": sb.ID, "question": long}),
+		onB("ask", map[string]any{"session": sb.ID, "question": "Ship it?", "options": []string{"1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11"}}))
+	for i, want := range []string{"REMOTE_RELAY_NOT_FOUND", "REMOTE_RELAY_INVALID_INPUT", "REMOTE_RELAY_INVALID_INPUT", "REMOTE_RELAY_INVALID_INPUT", "REMOTE_RELAY_INVALID_INPUT"} {
+		if prCode(res[i]) != want {
+			t.Errorf("bad %d on bravo: %s (%s), want %s before any card", i, prCode(res[i]), prErr(res[i]), want)
+		}
+	}
+	if len(cards) != 0 {
+		t.Errorf("cards asked for an ask or answer bravo refuses: %+v", cards)
+	}
 }
 
 // TestPeerUpdateStartedHereNoCard (issue 21 item 3; R5.2.4, R7.10):
