@@ -1,6 +1,8 @@
 package relaytest
 
 import (
+	"context"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -214,4 +216,83 @@ func TestSeedRelayWritesTheActivityLineOfEveryCall(t *testing.T) {
 	xm := r.Connect(x.Token, nil)
 	xm.MustOK(map[string]any{"action": "read_session", "relay": "this", "session": target.ID})
 	wantEq(t, "external lines", activityTexts(r, x.ID), []string{"🛰️ read_session → desk session " + target.ID[:8]})
+}
+
+// Issue 21 item 12 (R7.6, the seed's read_task_output): each of the note's
+// cases — only the end exists, the output is gone, a sub-agent, and the
+// agent's process was asked for the output (a task whose output stays in the
+// agent until asked, the scripted agent's held task) and the call should be
+// repeated in a few seconds, after which the output is there.
+func TestSeedReadTaskOutputNotes(t *testing.T) {
+	r := Start(t, Options{})
+	a := r.NewSession(map[string]any{"title": "caller"})
+	m := r.Connect(a.Token, nil)
+	ctx := context.Background()
+	taskOf := func(sid, desc string) string {
+		t.Helper()
+		var id string
+		Eventually(t, 30*time.Second, func() bool {
+			tasks, err := r.App.Store().Tasks(ctx, sid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tk := range tasks {
+				if tk.Description == desc {
+					id = tk.ID
+				}
+			}
+			return id != ""
+		}, "task %q of %s", desc, sid)
+		return id
+	}
+	read := func(sid, tid string) map[string]any {
+		return m.MustOK(map[string]any{"action": "read_task_output", "relay": "this", "session": sid, "task_id": tid})
+	}
+
+	// Only the end is kept.
+	long := make([]string, 5003)
+	for i := range long {
+		long[i] = fmt.Sprintf("line %d", i+1)
+	}
+	b := r.NewSession(map[string]any{"title": "builder"})
+	r.WaitTurn(r.Message(b.ID, Script(
+		map[string]any{"task": map[string]any{"description": "long", "lines": long, "exit": 0}},
+		map[string]any{"task": map[string]any{"description": "short", "lines": []string{"one", "two"}, "exit": 0}},
+		map[string]any{"subagent": map[string]any{"description": "helper", "ms": 0}},
+	)), turnWait, "done")
+	env := read(b.ID, taskOf(b.ID, "long"))
+	wantEq(t, "only the end", env["note"], "Only the end of the output is kept (the last 5000 of 5003 lines).")
+	wantEq(t, "truncated", env["truncated"], true)
+	// A sub-agent.
+	env = read(b.ID, taskOf(b.ID, "helper"))
+	wantEq(t, "sub-agent", env["note"], "A sub-agent writes no output to read; its status is shown.")
+	// Gone: the task ended within the hour but its output is no longer there.
+	short := taskOf(b.ID, "short")
+	wantNoKey(t, "short", read(b.ID, short), "note")
+	if err := r.App.Store().ExpireTaskOutput(ctx, short, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 15*time.Second, func() bool { return read(b.ID, short)["note"] == "The output of this task is gone." }, "the gone note")
+
+	// Held by the agent's process: the call asks it, says so, and a later call finds the output.
+	held := make([]string, 600)
+	for i := range held {
+		held[i] = fmt.Sprintf("step %d", i+1)
+	}
+	c := r.NewSession(map[string]any{"title": "held"})
+	r.WaitTurn(r.Message(c.ID, Script(map[string]any{"task": map[string]any{"description": "npm test", "lines": held, "line_ms": 100,
+		"held": true, "background": true}})), turnWait, "done")
+	tid := taskOf(c.ID, "npm test")
+	env = read(c.ID, tid)
+	wantEq(t, "status", obj(t, env["task"], "task")["status"], "running")
+	wantHas(t, "asked note", env["note"], "the agent's process was asked; call again in a few seconds")
+	Eventually(t, 30*time.Second, func() bool {
+		tail := strList(t, read(c.ID, tid)["tail"], "tail")
+		return len(tail) > 0 && tail[0] == "step 1"
+	}, "the held output after asking")
+	// An ordinary running task's output is the relay's: no such note.
+	d := r.NewSession(map[string]any{"title": "plain"})
+	r.WaitTurn(r.Message(d.ID, Script(map[string]any{"task": map[string]any{"description": "plain", "lines": held, "line_ms": 100,
+		"background": true}})), turnWait, "done")
+	wantNoKey(t, "plain running task", read(d.ID, taskOf(d.ID, "plain")), "note")
 }
