@@ -16,7 +16,7 @@ import (
 // POST /peer/v1/check, with the same body as the call. The other relay runs
 // the action's checks (the accept setting, the hop limit, target, model with
 // its did-you-mean, effort, group, folder, billing partner, subscribe's
-// options, an ask's or answer's arguments, the limits) and nothing else: it changes nothing and counts
+// options, an ask's or answer's arguments, a transfer's limit, the limits) and nothing else: it changes nothing and counts
 // nothing. A refusal comes back as the call's would, and the caller's relay
 // gives it to its agent without a card; a pass names what the other relay
 // resolved, so the card can say it (`Group: Release 2.4 (grp_…)`,
@@ -198,6 +198,10 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 			return nil, e
 		}
 		chk.Session = &CheckedRef{ID: s.ID, Title: s.Title}
+	case "transfer_subscriptions":
+		if _, _, e := r.checkTransfer(ctx, c, a); e != nil {
+			return nil, e
+		}
 	case "stop", "archive":
 		s, e := r.target(ctx, a, "session")
 		if e != nil {

@@ -499,27 +499,9 @@ func (r *Relay) SubscriptionList(ctx context.Context, watcher string) ([]any, er
 }
 
 func (r *Relay) transferSubscriptions(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	if isExternal(c.s) {
-		return nil, notWakeable("transfer_subscriptions", "Nothing was moved.")
-	}
-	from, e := r.transferFrom(ctx, c, a)
+	from, subs, e := r.checkTransfer(ctx, c, a)
 	if e != nil {
 		return nil, e
-	}
-	if from.ID == c.s.ID {
-		return nil, Errorf(CodeSelf, "from names this conversation itself; its subscriptions are already here. Nothing was moved.")
-	}
-	subs, err := r.st.WatcherSubscriptions(ctx, from.ID)
-	if err != nil {
-		return nil, internal(err)
-	}
-	mine, err := r.st.WatcherSubscriptions(ctx, c.s.ID)
-	if err != nil {
-		return nil, internal(err)
-	}
-	if len(mine)+len(subs) > r.opts.Limits.SubscriptionsPerConversation {
-		return nil, Errorf(CodeLimit, "Moving %d subscriptions would give this conversation more than %d. Nothing was moved.",
-			len(subs), r.opts.Limits.SubscriptionsPerConversation)
 	}
 	need := &cardNeed{}
 	need.add("Moving subscriptions always needs your approval.")
@@ -616,6 +598,36 @@ func (r *Relay) endSubscriptionsFor(ctx context.Context, sid, reason string) err
 		}
 	}
 	return nil
+}
+
+// checkTransfer applies transfer_subscriptions' checks (from, self, the
+// limit) and returns the conversation it moves from and its subscriptions;
+// nothing is written (also the check a paired relay asks before its card,
+// R5.3).
+func (r *Relay) checkTransfer(ctx context.Context, c *caller, a *args) (*store.Session, []*store.Subscription, *Error) {
+	if isExternal(c.s) {
+		return nil, nil, notWakeable("transfer_subscriptions", "Nothing was moved.")
+	}
+	from, e := r.transferFrom(ctx, c, a)
+	if e != nil {
+		return nil, nil, e
+	}
+	if from.ID == c.s.ID {
+		return nil, nil, Errorf(CodeSelf, "from names this conversation itself; its subscriptions are already here. Nothing was moved.")
+	}
+	subs, err := r.st.WatcherSubscriptions(ctx, from.ID)
+	if err != nil {
+		return nil, nil, internal(err)
+	}
+	mine, err := r.st.WatcherSubscriptions(ctx, c.s.ID)
+	if err != nil {
+		return nil, nil, internal(err)
+	}
+	if len(mine)+len(subs) > r.opts.Limits.SubscriptionsPerConversation {
+		return nil, nil, Errorf(CodeLimit, "Moving %d subscriptions would give this conversation more than %d. Nothing was moved.",
+			len(subs), r.opts.Limits.SubscriptionsPerConversation)
+	}
+	return from, subs, nil
 }
 
 // transferFrom is the conversation transfer_subscriptions moves from: a

@@ -409,3 +409,29 @@ func TestPeerCheckOlderRelay(t *testing.T) {
 		})
 	}
 }
+
+// TestPeerTransferCheckedBeforeCard (R5.3, R8.24): transfer_subscriptions
+// on a paired relay always asks a card, but that relay's checks come
+// first: a move that would give the conversation more subscriptions there
+// than it allows is refused without a card and nothing moves.
+func TestPeerTransferCheckedBeforeCard(t *testing.T) {
+	a, b := prStartPair(t, nil, func(c *config.Config) { c.Limits.SubscriptionsPerConversation = 1 })
+	pairRelays(t, a, b, nil)
+	watched := b.NewSession(map[string]any{"title": "watched"})
+	c1 := a.NewSession(map[string]any{"title": "first watcher", "text": "use @bravo"})
+	c2 := a.NewSession(map[string]any{"title": "second watcher", "text": "use @bravo"})
+	prQuiet(t, a)
+	sub := prTool(map[string]any{"action": "subscribe", "relay": "bravo", "sessions": []string{watched.ID}, "events": []string{"turn_end"}})
+	for _, c := range []Session{c1, c2} {
+		if res, _ := pcRun(t, a, c, "allow", sub); prCode(res[0]) != "ok" {
+			t.Fatalf("subscribe on bravo from %s: %v", c.ID, res[0])
+		}
+	}
+	res, cards := pcRun(t, a, c2, "deny", prTool(map[string]any{"action": "transfer_subscriptions", "relay": "bravo", "from": c1.ID}))
+	if prCode(res[0]) != "REMOTE_RELAY_LIMIT" {
+		t.Errorf("transfer over bravo's limit: %s (%s), want REMOTE_RELAY_LIMIT", prCode(res[0]), prErr(res[0]))
+	}
+	if len(cards) != 0 {
+		t.Errorf("a card was asked for a transfer bravo refuses: %+v", cards)
+	}
+}
