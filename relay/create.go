@@ -166,6 +166,9 @@ func (r *Relay) checkCreate(ctx context.Context, c *caller, in *createArgs) (*cr
 		return nil, Errorf(CodeSessionLimit, "%d sessions this conversation started already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
 			n, r.opts.Limits.ActiveSessions, nothingCreated)
 	}
+	if e := r.precheckPeerCap(ctx, c.s.ID, r.startedBy(c), nothingCreated); e != nil {
+		return nil, e
+	}
 	pl := &createPlan{provID: in.provID, model: in.model, effort: in.effort, mode: in.mode, need: &cardNeed{}}
 	// What the agent leaves out follows the caller's session.
 	if pl.provID == "" {

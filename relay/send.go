@@ -307,5 +307,22 @@ func (r *Relay) precheckCap(ctx context.Context, s *store.Session) *Error {
 		return Errorf(CodeSessionLimit, "%d sessions started by the same conversation already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
 			n, r.opts.Limits.ActiveSessions, nothingSent)
 	}
+	return r.precheckPeerCap(ctx, orch, s.StartedBy, nothingSent)
+}
+
+// precheckPeerCap refuses a prompt that would make one more session of a
+// paired relay's conversations busy beyond the cap per paired relay (checked
+// again atomically when queued); nil for a conversation on this relay.
+func (r *Relay) precheckPeerCap(ctx context.Context, orch string, by *store.Ref, nothing string) *Error {
+	if r.opts.Limits.ActiveSessionsPerPeerToken <= 0 || !isPeerConversation(orch) {
+		return nil
+	}
+	n, err := r.st.PeerBusyCount(ctx, orch)
+	if err != nil {
+		return internal(err)
+	}
+	if n >= r.opts.Limits.ActiveSessionsPerPeerToken {
+		return r.peerCapError(by, nothing)
+	}
 	return nil
 }

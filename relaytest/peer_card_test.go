@@ -435,3 +435,39 @@ func TestPeerTransferCheckedBeforeCard(t *testing.T) {
 		t.Errorf("a card was asked for a transfer bravo refuses: %+v", cards)
 	}
 }
+
+// TestPeerCapCheckedBeforeCard (R5.3, R6.1): the cap of sessions one paired
+// relay's conversations keep at work on a relay is among the checks there
+// before a card: with bravo's cap at 1 and one session alpha's agent started
+// there still at work, a create_session that would need a card is refused
+// without one.
+func TestPeerCapCheckedBeforeCard(t *testing.T) {
+	a, b := prStartPair(t, nil, func(c *config.Config) { c.Limits.ActiveSessionsPerPeerToken = 1 })
+	pairRelays(t, a, b, nil)
+	c1 := a.NewSession(map[string]any{"title": "starter", "text": "use @bravo"})
+	prQuiet(t, a)
+	// The child's turn waits on a question: it stays at work.
+	busy := Script(map[string]any{"question": map[string]any{"text": "Go on?", "options": []string{"yes"}}}, map[string]any{"reply": "went on"})
+	res, _ := pcRun(t, a, c1, "allow", prTool(map[string]any{"action": "create_session", "relay": "bravo", "text": busy, "wait_seconds": 0}))
+	if prCode(res[0]) != "ok" {
+		t.Fatalf("create_session on bravo: %v", res[0])
+	}
+	child, _ := res[0]["session"].(string)
+	Eventually(t, 20*time.Second, func() bool {
+		q, _ := b.Get(child)["pendingQuestions"].([]any)
+		return len(q) > 0
+	}, "the child's question on bravo")
+	c2 := a.NewSession(map[string]any{"title": "second", "text": "use @bravo"})
+	prQuiet(t, a)
+	before := pcSessions(t, b)
+	res, cards := pcRun(t, a, c2, "deny", prTool(map[string]any{"action": "create_session", "relay": "bravo", "text": "one more", "wait_seconds": 0}))
+	if prCode(res[0]) != "REMOTE_RELAY_SESSION_LIMIT" || !strings.Contains(prErr(res[0]), "per paired relay") {
+		t.Errorf("create_session over bravo's cap per paired relay: %s (%s), want REMOTE_RELAY_SESSION_LIMIT", prCode(res[0]), prErr(res[0]))
+	}
+	if len(cards) != 0 {
+		t.Errorf("a card was asked for a create_session bravo refuses: %+v", cards)
+	}
+	if n := pcSessions(t, b); n != before {
+		t.Errorf("bravo has %d sessions, want %d", n, before)
+	}
+}
