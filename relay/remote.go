@@ -217,6 +217,19 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 	if c.turn != nil && c.turn.ReplyModel != "" {
 		body.Origin.Model = c.turn.ReplyModel
 	}
+	// The longest wait is this relay's (R7.11); the call's timeout covers it.
+	// A bad wait_seconds is refused before any card (R5.3).
+	timeout := r.opts.Timing.PeerTimeout
+	waitNote := ""
+	if a.action == "send" || a.action == "create_session" || a.action == "wait" {
+		wait, note, e := r.waitArg(ctx, a, nothingDone)
+		if e != nil {
+			return nil, e
+		}
+		out["wait_seconds"] = json.RawMessage(fmt.Sprint(int(wait / time.Second)))
+		timeout += wait
+		waitNote = note
+	}
 	lines, target := remoteCardLines(a, p), targetOf(a)
 	if cn.needed() && checkable(a) && p.HasFeature("check") {
 		// The other relay's checks come before any card (R5.3): a call it
@@ -243,18 +256,6 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 	}
 	if e := r.askCard(ctx, c, cn, a.action, target, lines, nothingDone); e != nil {
 		return nil, e
-	}
-	// The longest wait is this relay's (R7.11); the call's timeout covers it.
-	timeout := r.opts.Timing.PeerTimeout
-	waitNote := ""
-	if a.action == "send" || a.action == "create_session" || a.action == "wait" {
-		wait, note, e := r.waitArg(ctx, a, nothingDone)
-		if e != nil {
-			return nil, e
-		}
-		out["wait_seconds"] = json.RawMessage(fmt.Sprint(int(wait / time.Second)))
-		timeout += wait
-		waitNote = note
 	}
 	// The effect completes even if the caller goes away (R18.12).
 	env, e := r.peerCall(context.WithoutCancel(ctx), p, body, timeout)

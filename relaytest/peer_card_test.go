@@ -401,6 +401,15 @@ func TestPeerCheckOlderRelay(t *testing.T) {
 			if len(cards) != 1 || cards[0].action != "create_session" {
 				t.Errorf("cards: %+v, want the first-session card before the call, as before", cards)
 			}
+			// A bad wait_seconds is refused here before any card (a fresh
+			// conversation's first session would ask one), whatever that relay serves.
+			s2 := a.NewSession(map[string]any{"title": "second caller", "text": "use @bravo"})
+			prQuiet(t, a)
+			res, cards = pcRun(t, a, s2, "allow",
+				prTool(map[string]any{"action": "create_session", "relay": "bravo", "text": "bad wait", "wait_seconds": -1}))
+			if prCode(res[0]) != "REMOTE_RELAY_INVALID_INPUT" || len(cards) != 0 {
+				t.Errorf("create_session with wait_seconds -1 on the older bravo: %s (%s), cards %+v; want REMOTE_RELAY_INVALID_INPUT and no card", prCode(res[0]), prErr(res[0]), cards)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if checks != tc.checks {
