@@ -39,40 +39,12 @@ func prStartPair(t *testing.T, alpha, bravo func(c *config.Config)) (*Relay, *Re
 
 func prTool(args map[string]any) map[string]any { return map[string]any{"tool": args} }
 
-// runScript writes a script of steps as the owner in session s, allows every
+// prRun writes a script of steps as the owner in session s, allows every
 // card the turn asks meanwhile, and returns the tool results in order.
 func prRun(t *testing.T, r *Relay, s Session, steps ...map[string]any) []map[string]any {
 	t.Helper()
-	mid := r.Message(s.ID, Script(steps...))
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		tr := r.Turn(mid)
-		if tr.Status == "done" || tr.Status == "error" || tr.Status == "stopped" {
-			if tr.Status != "done" {
-				t.Fatalf("turn of %s ended %s: %s", s.ID, tr.Status, tr.Error)
-			}
-			res := ToolResults(tr.Reply)
-			n := 0
-			for _, st := range steps {
-				if _, ok := st["tool"]; ok {
-					n++
-				}
-			}
-			if len(res) != n {
-				t.Fatalf("the turn's reply holds %d tool results, want %d: %q", len(res), n, tr.Reply)
-			}
-			return res
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("turn %s of %s still %s after 90 s", mid, s.ID, tr.Status)
-		}
-		for _, c := range r.Cards() {
-			if c["session"] == s.ID {
-				r.Decide(c["id"].(string), "allow")
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	res, _ := pcRun(t, r, s, "allow", steps...)
+	return res
 }
 
 func prCode(res map[string]any) string {
