@@ -109,11 +109,7 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 	chk := &PeerChecked{Action: a.action}
 	switch a.action {
 	case "send":
-		in, e := r.parseSendArgs(ctx, a)
-		if e != nil {
-			return nil, e
-		}
-		pl, e := r.checkSend(ctx, c, a, in)
+		in, pl, e := r.sendChecks(ctx, c, a)
 		if e != nil {
 			return nil, e
 		}
@@ -123,11 +119,7 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 			chk.Billing = pl.info.Name
 		}
 	case "create_session":
-		in, e := r.parseCreateArgs(ctx, a)
-		if e != nil {
-			return nil, e
-		}
-		pl, e := r.checkCreate(ctx, c, in)
+		_, pl, e := r.createChecks(ctx, c, a)
 		if e != nil {
 			return nil, e
 		}
@@ -136,18 +128,13 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 			chk.Group = &CheckedRef{ID: pl.group.ID, Name: r.groupName(ctx, pl.group)}
 		}
 	case "update_session":
-		in, e := parseUpdateArgs(a)
-		if e != nil {
-			return nil, e
-		}
-		pl, e := r.checkUpdate(ctx, c, a, in)
+		_, pl, ch, e := r.updateChecks(ctx, c, a)
 		if e != nil {
 			return nil, e
 		}
 		s := pl.s
 		chk.Session = &CheckedRef{ID: s.ID, Title: s.Title}
 		chk.StartedByCaller = s.StartedBy != nil && strings.EqualFold(s.StartedBy.Relay, c.remote.Relay) && s.StartedBy.Session == c.remote.Session
-		ch := r.updateChanges(ctx, in, pl)
 		chk.Changed = nonNil(ch.names)
 		for _, name := range ch.names {
 			v := CheckedValue{Setting: name}
@@ -174,11 +161,7 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 			chk.Changes = append(chk.Changes, v)
 		}
 	case "subscribe":
-		in, e := r.parseSubscribeArgs(a)
-		if e != nil {
-			return nil, e
-		}
-		pl, e := r.checkSubscribe(ctx, c, in)
+		in, pl, e := r.subscribeChecks(ctx, c, a)
 		if e != nil {
 			return nil, e
 		}

@@ -14,11 +14,7 @@ import (
 // (R7.11). Its checks run in R3.4a's order: shapes, target, self, rule
 // limits, provider / model / effort, card; only then the effect.
 func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	in, e := r.parseSendArgs(ctx, a)
-	if e != nil {
-		return nil, e
-	}
-	pl, e := r.checkSend(ctx, c, a, in)
+	in, pl, e := r.sendChecks(ctx, c, a)
 	if e != nil {
 		return nil, e
 	}
@@ -59,6 +55,20 @@ type sendPlan struct {
 	// count (or finds it used up).
 	loopAtQueue bool
 	loopUsed    *store.LoopUsedError // the push found the count used up: nothing was queued
+}
+
+// sendChecks are all of send's checks before its card: the arguments'
+// shapes, then its rules (also the check a paired relay asks, R5.3).
+func (r *Relay) sendChecks(ctx context.Context, c *caller, a *args) (*sendArgs, *sendPlan, *Error) {
+	in, e := r.parseSendArgs(ctx, a)
+	if e != nil {
+		return nil, nil, e
+	}
+	pl, e := r.checkSend(ctx, c, a, in)
+	if e != nil {
+		return nil, nil, e
+	}
+	return in, pl, nil
 }
 
 // parseSendArgs reads send's arguments: shapes first (R3.4a).

@@ -20,14 +20,7 @@ const nothingSubscribed = "No subscription was made."
 // for events (R8.4). Its checks run in R3.4a's order: shapes, targets, self,
 // the limit, card; only then the effect.
 func (r *Relay) subscribe(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	if isExternal(c.s) {
-		return nil, notWakeable("subscribe", nothingSubscribed)
-	}
-	in, e := r.parseSubscribeArgs(a)
-	if e != nil {
-		return nil, e
-	}
-	pl, e := r.checkSubscribe(ctx, c, in)
+	in, pl, e := r.subscribeChecks(ctx, c, a)
 	if e != nil {
 		return nil, e
 	}
@@ -35,6 +28,24 @@ func (r *Relay) subscribe(ctx context.Context, c *caller, a *args) (*result, *Er
 		return nil, e
 	}
 	return r.applySubscribe(ctx, c, in, pl)
+}
+
+// subscribeChecks are all of subscribe's checks before its card: the
+// caller can be woken, the arguments' shapes, then its rules (also the check
+// a paired relay asks, R5.3).
+func (r *Relay) subscribeChecks(ctx context.Context, c *caller, a *args) (*subscribeArgs, *subscribePlan, *Error) {
+	if isExternal(c.s) {
+		return nil, nil, notWakeable("subscribe", nothingSubscribed)
+	}
+	in, e := r.parseSubscribeArgs(a)
+	if e != nil {
+		return nil, nil, e
+	}
+	pl, e := r.checkSubscribe(ctx, c, in)
+	if e != nil {
+		return nil, nil, e
+	}
+	return in, pl, nil
 }
 
 // subscribeArgs are subscribe's arguments, their shapes checked.
