@@ -1,6 +1,8 @@
 package relaytest
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -276,6 +278,16 @@ func TestPeerUpdateStartedHereNoCard(t *testing.T) {
 	// Another conversation on alpha did not start the child: it is asked.
 	so := a.NewSession(map[string]any{"title": "other", "text": "use @bravo"})
 	prQuiet(t, a)
+	// First a change to what the session already has: it changes nothing
+	// and asks nobody, though this conversation has not been allowed yet.
+	res, cards = pcRun(t, a, so, "deny",
+		prTool(map[string]any{"action": "update_session", "relay": "bravo", "session": sb.ID, "title": "renamed by an agent"}))
+	if ch, ok := res[0]["changed"].([]any); prCode(res[0]) != "ok" || !ok || len(ch) != 0 {
+		t.Errorf("update_session that changes nothing: %v, want ok and changed []", res[0])
+	}
+	if len(cards) != 0 {
+		t.Errorf("cards of an update_session that changes nothing: %+v, want none", cards)
+	}
 	res, cards = pcRun(t, a, so, "allow",
 		prTool(map[string]any{"action": "update_session", "relay": "bravo", "session": child, "title": "renamed by another"}))
 	if prCode(res[0]) != "ok" {
@@ -478,5 +490,81 @@ func TestPeerCapCheckedBeforeCard(t *testing.T) {
 	}
 	if n := pcSessions(t, b); n != before {
 		t.Errorf("bravo has %d sessions, want %d", n, before)
+	}
+}
+
+// TestPeerCheckEndpoint (R5.3, R13.1, R13.4, R18.20, R7.11): POST
+// /peer/v1/check takes a peer token as /peer/v1/call does (a token this relay
+// did not issue is 401; a token bound to one relay cannot speak for another)
+// and changes nothing: after checks of create_session, send, subscribe and
+// ask there is no new session, no prompt, no subscription and no ask. A
+// paired relay's call waits by the wait it carries, bounded by 3600 s.
+func TestPeerCheckEndpoint(t *testing.T) {
+	b := Start(t, Options{Config: func(c *config.Config) { c.Name = "bravo" }})
+	tok, _ := newPeerToken(t, b)
+	sb := b.NewSession(map[string]any{"title": "target"})
+	post := func(path, token, relay, action string, args map[string]any) (int, map[string]any) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"action": action, "args": args,
+			"origin": map[string]any{"relay": relay, "session": "0123456789abcdef", "title": "caller", "model": "scripted-1", "path": []string{relay}}})
+		req, _ := http.NewRequest("POST", b.URL+path, bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var env map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&env)
+		return resp.StatusCode, env
+	}
+	if st, env := post("/peer/v1/check", "not-a-peer-token-of-bravo", "alpha", "create_session", map[string]any{"text": "x"}); st != http.StatusUnauthorized {
+		t.Errorf("check with a token bravo did not issue: %d %v, want 401", st, env)
+	}
+	sessions := pcSessions(t, b)
+	checks := []struct {
+		action string
+		args   map[string]any
+	}{
+		{"create_session", map[string]any{"text": "a new session", "wait_seconds": 5}},
+		{"send", map[string]any{"session": sb.ID, "text": "a prompt", "wait_seconds": 5}},
+		{"subscribe", map[string]any{"sessions": []string{sb.ID}}},
+		{"ask", map[string]any{"session": sb.ID, "question": "Ship it?"}},
+	}
+	for _, c := range checks {
+		st, env := post("/peer/v1/check", tok, "alpha", c.action, c.args)
+		if st != http.StatusOK || env["ok"] != true {
+			t.Errorf("check of %s: %d %v", c.action, st, env)
+		} else if chk, _ := env["check"].(map[string]any); chk["action"] != c.action {
+			t.Errorf("check of %s: check %v", c.action, env["check"])
+		}
+	}
+	if st, env := post("/peer/v1/check", tok, "delta", "create_session", map[string]any{"text": "x"}); st != http.StatusOK || prCode(env) != "REMOTE_RELAY_AUTH" {
+		t.Errorf("check speaking for delta with alpha's token: %d %v, want REMOTE_RELAY_AUTH", st, env)
+	}
+	if n := pcSessions(t, b); n != sessions {
+		t.Errorf("bravo has %d sessions after the checks, want %d", n, sessions)
+	}
+	if msgs, _ := b.Get(sb.ID)["messages"].([]any); len(msgs) != 0 {
+		t.Errorf("the target has messages after a check of send: %v", msgs)
+	}
+	if _, env := post("/peer/v1/call", tok, "alpha", "list_subscriptions", map[string]any{}); prCode(env) != "ok" {
+		t.Errorf("list_subscriptions: %v", env)
+	} else if subs, _ := env["subscriptions"].([]any); len(subs) != 0 {
+		t.Errorf("subscriptions after a check of subscribe: %v", subs)
+	}
+	if _, env := post("/peer/v1/call", tok, "alpha", "list_questions", map[string]any{}); prCode(env) != "ok" {
+		t.Errorf("list_questions: %v", env)
+	} else if qs, _ := env["questions"].([]any); len(qs) != 0 {
+		t.Errorf("asks after a check of ask: %v", qs)
+	}
+	// A wait beyond what any relay may allow is bounded by 3600 s, and says so.
+	_, env := post("/peer/v1/call", tok, "alpha", "send", map[string]any{"session": sb.ID, "text": "hi", "wait_seconds": 5000})
+	if prCode(env) != "ok" || env["status"] != "done" {
+		t.Fatalf("send with wait_seconds 5000: %v", env)
+	}
+	if note, _ := env["note"].(string); !strings.Contains(note, "capped at 3600") {
+		t.Errorf("send with wait_seconds 5000: note %q, want the 3600 s bound", note)
 	}
 }
