@@ -212,6 +212,12 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 			out[k] = v
 		}
 	}
+	if mode, _ := a.str("mode"); mode == "" && c.s.Mode != "" && (a.action == "send" || a.action == "create_session") {
+		// What the agent leaves out follows the caller's session (R7.9): a
+		// send or a new session without mode runs in the caller's own (R7.10),
+		// not in the other relay's stand-in's.
+		out["mode"] = quoteJSON(c.s.Mode)
+	}
 	body := PeerCallBody{Action: a.action, Args: out, Origin: PeerOrigin{Relay: r.opts.Name, Session: c.s.ID, Title: c.s.Title,
 		Model: c.s.Model, Path: origin.Path, Unlocked: origin.Unlocked}}
 	if c.turn != nil && c.turn.ReplyModel != "" {

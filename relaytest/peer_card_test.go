@@ -216,6 +216,13 @@ func TestPeerChecksBeforeCard(t *testing.T) {
 	if cards[0].target != sb.ID {
 		t.Errorf("send card's target %q, want %s", cards[0].target, sb.ID)
 	}
+	// A send without mode passes the caller's own mode (R7.10), there too.
+	if !strings.Contains(cards[0].lines, "Mode: ask") {
+		t.Errorf("send card: %q, want Mode: ask, the calling conversation's mode", cards[0].lines)
+	}
+	if m := b.Get(sb.ID)["mode"]; m != "ask" {
+		t.Errorf("the session on bravo after a send from an ask-mode conversation: mode %v, want ask", m)
+	}
 
 	// ask and answer_question with bad arguments, from the ask-mode
 	// conversation: bravo's checks refuse them, no card is asked (R5.3).
