@@ -256,7 +256,8 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 			}
 			lines = checkedCardLines(a, p, chk)
 			if chk.Session != nil {
-				target = &chk.Session.ID
+				id := LineValue(chk.Session.ID, fieldID) // it came from that relay (R18.16)
+				target = &id
 			}
 		}
 	}

@@ -575,3 +575,55 @@ func TestPeerCheckEndpoint(t *testing.T) {
 		t.Errorf("send with wait_seconds 5000: note %q, want the 3600 s bound", note)
 	}
 }
+
+// TestPeerCheckedCardLinesSafe (R18.16, R5.1): what a paired relay's check
+// answers goes into the card made safe for a line: a title, a provider, a
+// folder, a group or a session id with line breaks, escape sequences or a
+// great length neither breaks a line nor carries the escapes, and a card
+// has exactly its lines.
+func TestPeerCheckedCardLinesSafe(t *testing.T) {
+	a, b := prStartPair(t, nil, nil)
+	hostile := "line one\nline two\r\n\x1b[31mred\x1b[0m \u2028sep " + strings.Repeat("y", 3000)
+	answer, _ := json.Marshal(map[string]any{"ok": true, "check": map[string]any{
+		"action": "create_session", "title": hostile, "provider": hostile, "model": hostile, "effort": hostile, "mode": hostile,
+		"cwd": hostile, "group": map[string]any{"id": hostile, "name": hostile},
+		"session": map[string]any{"id": "0123456789abcdef\n" + hostile, "title": hostile}}})
+	u, _ := url.Parse(b.URL)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/peer/v1/check" {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(answer)
+			return
+		}
+		httputil.NewSingleHostReverseProxy(u).ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	tok, _ := newPeerToken(t, b)
+	if code := a.Owner("POST", "/api/v1/relays", map[string]any{"url": front.URL, "token": tok}, nil); code != 201 {
+		t.Fatalf("pair bravo behind the front: %d", code)
+	}
+	sb := b.NewSession(map[string]any{"title": "target"})
+	sk := a.NewSession(map[string]any{"title": "asker", "mode": "ask", "text": "use @bravo"})
+	prQuiet(t, a)
+	_, cards := pcRun(t, a, sk, "deny",
+		prTool(map[string]any{"action": "create_session", "relay": "bravo", "text": "child"}),
+		prTool(map[string]any{"action": "send", "relay": "bravo", "session": sb.ID, "text": "hi"}))
+	if len(cards) != 2 {
+		t.Fatalf("cards: %+v, want one for the create_session and one for the send", cards)
+	}
+	// create_session: its line, the settings, the group, two reasons; send: its line, the settings, the reason.
+	for i, want := range []int{5, 3} {
+		lines := strings.Split(cards[i].lines, "\n")
+		if len(lines) != want {
+			t.Errorf("card %d (%s) has %d lines, want %d: %q", i, cards[i].action, len(lines), want, cards[i].lines)
+		}
+		for _, l := range lines {
+			if strings.ContainsAny(l, "\r\x1b\u2028") || len(l) > 2000 {
+				t.Errorf("card %d line not made safe (%d bytes): %q", i, len(l), l)
+			}
+		}
+	}
+	if tg := cards[1].target; strings.ContainsAny(tg, "\n\r\x1b") || len(tg) > 64*4 {
+		t.Errorf("send card's target from bravo's check not made safe (%d bytes): %.200q", len(tg), tg)
+	}
+}
