@@ -85,10 +85,7 @@ func (r *Relay) PeerCheck(ctx context.Context, tok string, raw []byte) json.RawM
 		if e.Code == CodeInternal {
 			r.log.Error("peer check failed", "action", action, "err", e.cause)
 		}
-		for k, v := range e.Fields {
-			env[k] = v
-		}
-		env["ok"], env["code"], env["error"] = false, e.Code, e.Msg
+		errorEnvelope(env, e)
 		if c != nil {
 			r.log.Info("peer check refused", "action", action, "from", c.remote.Relay, "code", e.Code)
 		}
@@ -298,11 +295,7 @@ func checkedCardLines(a *args, p *store.Pairing, k *PeerChecked) []string {
 		for i, w := range k.Watched {
 			watched[i] = &store.Session{ID: w.ID, Title: w.Title}
 		}
-		line := subscribeCardLine(watched, k.All, k.Events)
-		if i := strings.LastIndex(line, " for "); i >= 0 { // the events' kinds hold no " for "
-			line = line[:i] + ` on relay "` + relay + `"` + line[i:]
-		}
-		lines := []string{line}
+		lines := []string{subscribeCardLine(watched, k.All, k.Events, ` on relay "`+relay+`"`)}
 		var q *scheduler.Quiet
 		if k.QuietHours != nil {
 			q, _ = scheduler.ParseQuiet(k.QuietHours.From, k.QuietHours.To, k.QuietHours.TZ) // checked again: it came from that relay

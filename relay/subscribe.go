@@ -221,8 +221,10 @@ func (r *Relay) checkSubscribe(ctx context.Context, c *caller, in *subscribeArgs
 	return pl, nil
 }
 
-// subscribeCardLine is a subscribe card's first line: what is watched, for which events.
-func subscribeCardLine(watched []*store.Session, all bool, events []string) string {
+// subscribeCardLine is a subscribe card's first line: what is watched, for
+// which events; where names a paired relay's (` on relay "NAME"`, made safe
+// for a line), "" on this relay.
+func subscribeCardLine(watched []*store.Session, all bool, events []string, where string) string {
 	what := "all sessions"
 	if !all {
 		var names []string
@@ -235,7 +237,7 @@ func subscribeCardLine(watched []*store.Session, all bool, events []string) stri
 	for i, k := range events {
 		kinds[i] = LineValue(k, fieldWord)
 	}
-	return fmt.Sprintf("Watch %s for %s", what, strings.Join(kinds, ", "))
+	return fmt.Sprintf("Watch %s%s for %s", what, where, strings.Join(kinds, ", "))
 }
 
 // cardSubscribe asks the owner when a card is needed.
@@ -251,7 +253,7 @@ func (r *Relay) cardSubscribe(ctx context.Context, c *caller, in *subscribeArgs,
 		need.add("This is the first time this conversation watches sessions.")
 		need.flags = append(need.flags, "subscribed")
 	}
-	lines := []string{subscribeCardLine(pl.watched, in.all, in.events)}
+	lines := []string{subscribeCardLine(pl.watched, in.all, in.events, "")}
 	if opts != "" {
 		lines = append(lines, opts)
 	}

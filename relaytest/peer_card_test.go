@@ -187,6 +187,9 @@ func TestPeerChecksBeforeCard(t *testing.T) {
 	if want := `on relay "bravo"`; !strings.Contains(cards[0].lines, want) || !strings.Contains(cards[0].lines, "Model: scripted-1") {
 		t.Errorf("create_session card: %q, want %s and the model bravo picked", cards[0].lines, want)
 	}
+	if want := `Watch all sessions on relay "bravo" for `; !strings.Contains(cards[1].lines, want) {
+		t.Errorf("subscribe card: %q, want %q", cards[1].lines, want)
+	}
 	if want := "digest every 30 min, quiet 23:00–06:00 Europe/Berlin, except 1 it leaves out"; !strings.Contains(cards[1].lines, want) {
 		t.Errorf("subscribe card: %q, want its options %q", cards[1].lines, want)
 	}
