@@ -503,6 +503,24 @@ func TestPeerCapCheckedBeforeCard(t *testing.T) {
 	}
 }
 
+// peerPost sends a peer request's body to path on r with a peer token and
+// returns the status and the decoded answer (nil when it is not JSON).
+func peerPost(t *testing.T, r *Relay, path, token string, body any) (int, map[string]any) {
+	t.Helper()
+	raw, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", r.URL+path, bytes.NewReader(raw))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var env map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&env)
+	return resp.StatusCode, env
+}
+
 // TestPeerCheckEndpoint (R5.3, R13.1, R13.4, R18.20, R7.11): POST
 // /peer/v1/check takes a peer token as /peer/v1/call does (a token this relay
 // did not issue is 401; a token bound to one relay cannot speak for another)
@@ -515,19 +533,8 @@ func TestPeerCheckEndpoint(t *testing.T) {
 	sb := b.NewSession(map[string]any{"title": "target"})
 	post := func(path, token, relay, action string, args map[string]any) (int, map[string]any) {
 		t.Helper()
-		body, _ := json.Marshal(map[string]any{"action": action, "args": args,
+		return peerPost(t, b, path, token, map[string]any{"action": action, "args": args,
 			"origin": map[string]any{"relay": relay, "session": "0123456789abcdef", "title": "caller", "model": "scripted-1", "path": []string{relay}}})
-		req, _ := http.NewRequest("POST", b.URL+path, bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+token)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = resp.Body.Close() }()
-		var env map[string]any
-		_ = json.NewDecoder(resp.Body).Decode(&env)
-		return resp.StatusCode, env
 	}
 	if st, env := post("/peer/v1/check", "not-a-peer-token-of-bravo", "alpha", "create_session", map[string]any{"text": "x"}); st != http.StatusUnauthorized {
 		t.Errorf("check with a token bravo did not issue: %d %v, want 401", st, env)

@@ -894,21 +894,9 @@ func TestPeerHops(t *testing.T) {
 	b.Owner("POST", "/api/v1/peer-tokens", map[string]any{}, &tok)
 	call := func(action string, args map[string]any, unlocked []string) map[string]any {
 		t.Helper()
-		body, _ := json.Marshal(map[string]any{"action": action, "args": args,
+		_, env := peerPost(t, b, "/peer/v1/call", tok["token"].(string), map[string]any{"action": action, "args": args,
 			"origin": map[string]any{"relay": "delta", "session": "s-forged", "title": "forged", "model": "m",
 				"path": []string{"charlie", "delta"}, "unlocked": unlocked}})
-		req, _ := http.NewRequest("POST", b.URL+"/peer/v1/call", strings.NewReader(string(body)))
-		req.Header.Set("Authorization", "Bearer "+tok["token"].(string))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var env map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
-			t.Fatal(err)
-		}
 		return env
 	}
 	if env := call("send", map[string]any{"session": sb.ID, "text": "forged"}, nil); prCode(env) != "REMOTE_RELAY_HOP_LIMIT" {
@@ -984,20 +972,8 @@ func TestPeerTokenBoundToRelay(t *testing.T) {
 		t.Fatalf("list_sessions on bravo: %v", res[0])
 	}
 	call := func(relayName string) map[string]any {
-		body, _ := json.Marshal(map[string]any{"action": "list_sessions", "args": map[string]any{},
+		_, env := peerPost(t, b, "/peer/v1/call", tok["token"].(string), map[string]any{"action": "list_sessions", "args": map[string]any{},
 			"origin": map[string]any{"relay": relayName, "session": "0123456789abcdef", "title": "x", "path": []string{relayName}}})
-		req, _ := http.NewRequest("POST", b.URL+"/peer/v1/call", strings.NewReader(string(body)))
-		req.Header.Set("Authorization", "Bearer "+tok["token"].(string))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = resp.Body.Close() }()
-		var env map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
-			t.Fatal(err)
-		}
 		return env
 	}
 	if env := call("alpha"); env["ok"] != true {
