@@ -52,6 +52,9 @@ type haSet interface {
 	// Revive starts the killed node again as a replica and waits until the
 	// set is whole (ready for the next kill).
 	Revive(t *testing.T)
+	// Subscribers counts the subscribers of each pub/sub channel whose name
+	// holds prefix, on the node that serves it.
+	Subscribers(t *testing.T, c redis.UniversalClient, prefix string) map[string]int64
 }
 
 // ciScript is the path of a script in the repository's .ci folder.
@@ -185,6 +188,21 @@ func (s *sentinelSet) KillMaster(t *testing.T, _ redis.UniversalClient, _ string
 	return ""
 }
 
+func (s *sentinelSet) Subscribers(t *testing.T, c redis.UniversalClient, prefix string) map[string]int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	chans, err := c.PubSubChannels(ctx, "*"+prefix+"*").Result()
+	if err != nil || len(chans) == 0 {
+		return map[string]int64{}
+	}
+	n, err := c.PubSubNumSub(ctx, chans...).Result()
+	if err != nil {
+		return map[string]int64{}
+	}
+	return n
+}
+
 func (s *sentinelSet) Revive(t *testing.T) {
 	t.Helper()
 	runCI(t, s.script, "revive", s.dir)
@@ -239,7 +257,8 @@ func runFailover(t *testing.T, set haSet) {
 	st := store.New(obs, rd.Prefix)
 
 	cfg := filepath.Join(t.TempDir(), "relay.yaml")
-	yaml := fmt.Sprintf("name: desk\nfolders: [%s]\ndefault_cwd: %s\nsettings:\n  agent_sessions: true\n", rd.Dir, rd.Dir)
+	// The agent's session sends hundreds of prompts: no loop-protection card after 30.
+	yaml := fmt.Sprintf("name: desk\nfolders: [%s]\ndefault_cwd: %s\nsettings:\n  agent_sessions: true\nlimits:\n  agent_prompts_before_card: 100000\n", rd.Dir, rd.Dir)
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -307,6 +326,19 @@ func runFailover(t *testing.T, set haSet) {
 	if s := readyz(); s != http.StatusOK {
 		t.Fatalf("/readyz %d before the first kill", s)
 	}
+	// The processes' subscriptions (notifications, the waker's wake
+	// channels): each must be back on the promoted master after a kill.
+	var subs map[string]int64
+	Eventually(t, 15*time.Second, func() bool {
+		subs = set.Subscribers(t, obs, rd.Prefix)
+		for _, n := range subs {
+			if n != 2 { // the serve and the worker process
+				return false
+			}
+		}
+		return len(subs) >= 3 // notifications, the turns' and the events' wake channel
+	}, "the relay processes' subscriptions")
+	t.Logf("subscriptions before the kills: %v", subs)
 
 	var (
 		trialMu sync.Mutex
@@ -434,7 +466,8 @@ func runFailover(t *testing.T, set haSet) {
 	for k := 1; k <= trials; k++ {
 		// A turn certain to run across the kill, and a prompt behind it.
 		x := straddle{s: r.NewSession(map[string]any{"title": fmt.Sprintf("straddle %d", k)})}
-		x.long = r.Message(x.s.ID, Script(stepSleep(3000), stepReply("long done")))
+		// 8 s: its lease is renewed on the promoted master (every 5 s).
+		x.long = r.Message(x.s.ID, Script(stepSleep(8000), stepReply("long done")))
 		x.after = r.Message(x.s.ID, "behind the long turn")
 		straddles = append(straddles, x)
 		Eventually(t, 15*time.Second, func() bool {
@@ -491,6 +524,18 @@ func runFailover(t *testing.T, set haSet) {
 			t.Fatalf("trial %d: no owner prompt accepted within 90 s of killing the master %s", k, killed)
 		}
 		toWrite, toReady = append(toWrite, wd), append(toReady, ready)
+		var now map[string]int64
+		resub := time.Now()
+		for {
+			now = set.Subscribers(t, obs, rd.Prefix)
+			if equalCounts(now, subs) || time.Since(resub) > 30*time.Second {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !equalCounts(now, subs) {
+			t.Errorf("trial %d: 30 s after /readyz was 200 the subscriptions on the promoted master are %v, want %v as before the kill", k, now, subs)
+		}
 		n503 := 0
 		for _, s := range got[:len(got)-1] {
 			if s == http.StatusServiceUnavailable {
@@ -680,4 +725,16 @@ func runFailover(t *testing.T, set haSet) {
 		t.Errorf("/readyz %d at the end", s)
 	}
 	t.Logf("%s failover test took %s", set.Kind(), time.Since(begin).Round(100*time.Millisecond))
+}
+
+func equalCounts(a, b map[string]int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
 }
