@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -27,6 +26,7 @@ import (
 	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/metrics"
 	"github.com/oar/relay/provider"
+	"github.com/oar/relay/redisurl"
 	"github.com/oar/relay/relay"
 	"github.com/oar/relay/scheduler"
 	"github.com/oar/relay/store"
@@ -83,7 +83,7 @@ type App struct {
 	log  *slog.Logger
 
 	emb      *embedded.Server // the embedded store (no Redis URL), else nil
-	rdb      *redis.Client
+	rdb      redis.UniversalClient
 	st       *store.Store
 	relay    *relay.Relay
 	work     *worker.Worker
@@ -126,8 +126,9 @@ func New(cfg config.Config, o Options) (*App, error) {
 		o.StallScanEvery = 30 * time.Second
 	}
 	a := &App{cfg: cfg, opts: o, log: o.Logger, started: make(chan struct{})}
-	ropts := &redis.Options{DialTimeout: 2 * time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second,
+	tuning := redisurl.Tuning{DialTimeout: 2 * time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second,
 		MaxRetries: 1, PoolSize: 64}
+	var ru *redisurl.URL
 	if cfg.RedisURL == "" {
 		// R20: the embedded store on a loopback port of its own (no
 		// fixed-size pipe: pipelines and scripts of any size), kept in the
@@ -138,19 +139,19 @@ func New(cfg config.Config, o Options) (*App, error) {
 			return nil, err
 		}
 		a.emb = emb
-		ropts.Addr, ropts.Password = emb.Addr(), emb.Password()
+		ru = &redisurl.URL{Kind: redisurl.Single, Simple: &redis.Options{Addr: emb.Addr(), Password: emb.Password()}}
 		a.log.Info("Redis: the embedded store (no --redis / REDIS_URL), kept in the data directory; one process only: set REDIS_URL for a real Redis and several workers",
 			"data_dir", emb.Dir())
 	} else {
-		u, err := redis.ParseURL(cfg.RedisURL)
+		u, err := redisurl.Parse(cfg.RedisURL)
 		if err != nil {
 			return nil, fmt.Errorf("redis url: %w", err)
 		}
-		u.DialTimeout, u.ReadTimeout, u.WriteTimeout, u.MaxRetries, u.PoolSize = ropts.DialTimeout, ropts.ReadTimeout, ropts.WriteTimeout, ropts.MaxRetries, ropts.PoolSize
-		ropts = u
+		ru = u
 	}
+	ru.Tune(tuning)
 	redisLogOnce.Do(func() { redis.SetLogger(redisLogger{slog.Default()}) }) // a global of go-redis: set once
-	a.rdb = redis.NewClient(ropts)
+	a.rdb = ru.NewClient()
 	a.st = store.New(a.rdb, o.KeyPrefix)
 	a.queues = jobs.QueuesFor(o.KeyPrefix)
 	a.aq = asynq.NewClientFromRedisClient(a.rdb)
@@ -294,7 +295,7 @@ func (a *App) Relay() *relay.Relay { return a.relay }
 func (a *App) Store() *store.Store { return a.st }
 
 // Redis returns the shared client.
-func (a *App) Redis() *redis.Client { return a.rdb }
+func (a *App) Redis() redis.UniversalClient { return a.rdb }
 
 // Embedded is the embedded store, nil on a real Redis.
 func (a *App) Embedded() *embedded.Server { return a.emb }
@@ -633,9 +634,5 @@ func redactURL(u string) string {
 	if u == "" {
 		return "(embedded store)"
 	}
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return p.Redacted()
+	return redisurl.Redact(u)
 }

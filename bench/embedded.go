@@ -157,7 +157,7 @@ func startEmbeddedRelay(prefix string, concurrency int, b *bench, every time.Dur
 }
 
 // embClient is a client of its own to a relay's embedded store.
-func embClient(rp *relayProc) *redis.Client {
+func embClient(rp *relayProc) redis.UniversalClient {
 	e := rp.app.Embedded()
 	return redis.NewClient(&redis.Options{Addr: e.Addr(), Password: e.Password(), PoolSize: 4})
 }
@@ -197,7 +197,7 @@ func settledBytes(ctx context.Context, rp *relayProc) (int64, error) {
 type embStore struct {
 	rp      *relayProc
 	m       meter
-	own     *redis.Client // the embedded store's client of this program, else nil
+	own     redis.UniversalClient // the embedded store's client of this program, else nil
 	orch    []sessionRef
 	targets []string
 }

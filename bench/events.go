@@ -90,7 +90,7 @@ type eventsResult struct {
 type evBench struct {
 	rp       *relayProc
 	r        *relay.Relay
-	rdb      *redis.Client // this program's client (reads)
+	rdb      redis.UniversalClient // this program's client (reads)
 	cc       *ctxCounter
 	watchers []string
 	one      []string // sessions with 1 subscription (in order: the first evOneSmall also at 100)

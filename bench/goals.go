@@ -20,6 +20,7 @@ import (
 	"github.com/oar/relay/app"
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/jobs"
+	"github.com/oar/relay/redisurl"
 	"github.com/oar/relay/store"
 	"github.com/oar/relay/worker"
 )
@@ -158,7 +159,7 @@ func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	return func(ctx context.Context, cmds []redis.Cmder) error { c.add(cmds...); return next(ctx, cmds) }
 }
 
-func totalCommands(ctx context.Context, rdb *redis.Client) int64 {
+func totalCommands(ctx context.Context, rdb redis.UniversalClient) int64 {
 	s := takeSnapshot(ctx, rdb, &rtCounter{}, nil)
 	return s.cmds
 }
@@ -223,7 +224,7 @@ func (b *bench) goals123(ctx context.Context, out *goalsResult) error {
 	defer bare.stop()
 	cl := clients{inproc: b.o.inproc, tr: b.tr}
 	m := meter{rdb: b.rdb, rt: rp.rt, client: rp.app.Redis()}
-	hopRedis := *b.ropts
+	hopRedis := b.ropts
 
 	if strings.Contains(b.o.goals, "2") && !b.o.quick {
 		// A round of goal 2 and of its floor that is not counted: the first round
@@ -253,7 +254,7 @@ func (b *bench) goals123(ctx context.Context, out *goalsResult) error {
 			return err
 		}
 		out.mcp1 = append(out.mcp1, c.lat.p50())
-		h, err := benchHopWith(ctx, &hopRedis, b.rdb, b.g1Prefix, b.g1Prefix+":turns", w, 1, 2, sz.n1, true)
+		h, err := benchHopWith(ctx, hopRedis, b.rdb, b.g1Prefix, b.g1Prefix+":turns", w, 1, 2, sz.n1, true)
 		if err != nil {
 			return err
 		}
@@ -285,7 +286,7 @@ func (b *bench) goals123(ctx context.Context, out *goalsResult) error {
 				return err
 			}
 			out.mcpCPU2 = append(out.mcpCPU2, float64(c2.cost.per(c2.n).procCPU)/float64(time.Millisecond))
-			rtCPU, err := redisRTCPU(ctx, &hopRedis, b.rdb, sz.agents, sz.agents*sz.n2*8)
+			rtCPU, err := redisRTCPU(ctx, hopRedis, b.rdb, sz.agents, sz.agents*sz.n2*8)
 			if err != nil {
 				return err
 			}
@@ -295,7 +296,7 @@ func (b *bench) goals123(ctx context.Context, out *goalsResult) error {
 			// Goal 3, the hop: idle-gapped hops, the relay's config (waker) vs asynq polling every 10 ms.
 			b.logf("(h) goal 3 round %d/%d: %d idle-gapped hops with the waker and with 10 ms polling", r+1, sz.rounds, sz.hops3)
 			for _, wake := range []bool{true, false} {
-				d, _, _, err := idleHops(ctx, &hopRedis, b.rdb, b.g1Prefix, wake, sz.hops3, 0)
+				d, _, _, err := idleHops(ctx, hopRedis, b.rdb, b.g1Prefix, wake, sz.hops3, 0)
 				if err != nil {
 					return err
 				}
@@ -350,7 +351,7 @@ func (b *bench) goals123(ctx context.Context, out *goalsResult) error {
 
 	// A bare idle asynq server, the same queues: with 10 ms polling and with the waker.
 	for _, wake := range []bool{false, true} {
-		_, rts, srv, err := idleHops(ctx, &hopRedis, b.rdb, b.g1Prefix, wake, 0, min(sz.idleSecs, 10))
+		_, rts, srv, err := idleHops(ctx, hopRedis, b.rdb, b.g1Prefix, wake, 0, min(sz.idleSecs, 10))
 		if err != nil {
 			return err
 		}
@@ -365,8 +366,8 @@ func (b *bench) goals123(ctx context.Context, out *goalsResult) error {
 
 // redisRTCPU is the process CPU (ms) a bare go-redis client spends per round
 // trip: conc goroutines sending n one-key GETs in all, one at a time each.
-func redisRTCPU(ctx context.Context, opts *redis.Options, info *redis.Client, conc, n int) (float64, error) {
-	rdb := redis.NewClient(opts)
+func redisRTCPU(ctx context.Context, opts *redisurl.URL, info redis.UniversalClient, conc, n int) (float64, error) {
+	rdb := opts.NewClient()
 	defer func() { _ = rdb.Close() }()
 	key := fmt.Sprintf("bench-rt-%d", time.Now().UnixNano()) // never written: GET answers nil
 	m := meter{rdb: info, rt: &rtCounter{}}
@@ -397,9 +398,9 @@ func redisRTCPU(ctx context.Context, opts *redis.Options, info *redis.Client, co
 // of idling (the processor has gone back to waiting), and returns their
 // Enqueue→handler start times; with idleSecs > 0 it first measures the
 // server idle: its client's round trips/s and the server-wide commands/s.
-func idleHops(ctx context.Context, opts *redis.Options, info *redis.Client, prefix string, wake bool, n, idleSecs int) (dist, float64, float64, error) {
+func idleHops(ctx context.Context, opts *redisurl.URL, info redis.UniversalClient, prefix string, wake bool, n, idleSecs int) (dist, float64, float64, error) {
 	q := jobs.Queues{Turns: prefix + ":ihop", Events: prefix + ":ihop-ev"}
-	rdb := redis.NewClient(opts)
+	rdb := opts.NewClient()
 	defer func() { _ = rdb.Close() }()
 	var wk *worker.Waker
 	poll := 10 * time.Millisecond

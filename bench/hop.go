@@ -12,11 +12,12 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oar/relay/redisurl"
 	"github.com/oar/relay/worker"
 )
 
 // benchPing measures n sequential PINGs on one client.
-func benchPing(ctx context.Context, rdb *redis.Client, n int) (dist, error) {
+func benchPing(ctx context.Context, rdb redis.UniversalClient, n int) (dist, error) {
 	lat := make([]time.Duration, 0, n)
 	for i := 0; i < n && ctx.Err() == nil; i++ {
 		t0 := time.Now()
@@ -49,13 +50,13 @@ const hopTaskType = "bench:hop"
 // on a Redis client made like the relay's (app/app.go), with producers
 // concurrent producers each enqueueing the next task once the previous one
 // started.
-func benchHop(ctx context.Context, opts *redis.Options, info *redis.Client, prefix, turns string, w *asynq.ServerInfo, producers, warm, per int) (hopResult, error) {
+func benchHop(ctx context.Context, opts *redisurl.URL, info redis.UniversalClient, prefix, turns string, w *asynq.ServerInfo, producers, warm, per int) (hopResult, error) {
 	return benchHopWith(ctx, opts, info, prefix, turns, w, producers, warm, per, true)
 }
 
 // benchHopWith is benchHop with or without the relay worker's wake-up path
 // (worker.Waker, TaskCheckInterval 1 ms); without it asynq polls every 25 ms.
-func benchHopWith(ctx context.Context, opts *redis.Options, info *redis.Client, prefix, turns string, w *asynq.ServerInfo, producers, warm, per int, wake bool) (hopResult, error) {
+func benchHopWith(ctx context.Context, opts *redisurl.URL, info redis.UniversalClient, prefix, turns string, w *asynq.ServerInfo, producers, warm, per int, wake bool) (hopResult, error) {
 	queue := prefix + ":hop"
 	queues := map[string]int{}
 	i := 0
@@ -67,7 +68,7 @@ func benchHopWith(ctx context.Context, opts *redis.Options, info *redis.Client, 
 			queues[fmt.Sprintf("%s:hop-idle%d", prefix, i)] = weight
 		}
 	}
-	rdb := redis.NewClient(opts)
+	rdb := opts.NewClient()
 	defer func() { _ = rdb.Close() }()
 	poll := 25 * time.Millisecond
 	var wk *worker.Waker

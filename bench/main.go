@@ -32,6 +32,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oar/relay/redisurl"
 	"github.com/oar/relay/store"
 )
 
@@ -153,8 +154,8 @@ func main() {
 
 type bench struct {
 	o         options
-	rdb       *redis.Client
-	ropts     *redis.Options
+	rdb       redis.UniversalClient
+	ropts     *redisurl.URL
 	tr        *http.Transport
 	hc        *http.Client
 	prefix    string // relay of (a)–(c); its asynq queues are PREFIX:turns and PREFIX:hop
@@ -173,12 +174,12 @@ type bench struct {
 }
 
 // redisOptions are the relay's own client settings (app/app.go).
-func redisOptions(url string) (*redis.Options, error) {
-	u, err := redis.ParseURL(url)
+func redisOptions(url string) (*redisurl.URL, error) {
+	u, err := redisurl.Parse(url)
 	if err != nil {
 		return nil, fmt.Errorf("redis url: %w", err)
 	}
-	u.DialTimeout, u.ReadTimeout, u.WriteTimeout, u.MaxRetries, u.PoolSize = 2*time.Second, 3*time.Second, 3*time.Second, 1, 64
+	u.Tune(redisurl.Tuning{DialTimeout: 2 * time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second, MaxRetries: 1, PoolSize: 64})
 	return u, nil
 }
 
@@ -187,7 +188,7 @@ func newBench(ctx context.Context, o options) (*bench, error) {
 	if err != nil {
 		return nil, err
 	}
-	rdb := redis.NewClient(ropts)
+	rdb := ropts.NewClient()
 	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {

@@ -153,7 +153,7 @@ func benchSend(ctx context.Context, cl clients, rp *relayProc, m meter, queue st
 
 // sampleQueue sums the lengths of an asynq queue's pending and active lists
 // every 10 ms until stop; it returns the sums and the number of samples.
-func sampleQueue(ctx context.Context, rdb *redis.Client, queue string, stop chan struct{}) [3]float64 {
+func sampleQueue(ctx context.Context, rdb redis.UniversalClient, queue string, stop chan struct{}) [3]float64 {
 	var out [3]float64
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()

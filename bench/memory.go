@@ -27,7 +27,7 @@ func (m memResult) usedPer() float64  { return float64(m.usedDelta) / float64(m.
 // benchMemory starts a relay of its own (a fresh prefix, so the prefix's keys
 // are only these sessions and the relay's few fixed keys), creates n idle
 // sessions in-process and measures what Redis holds for them.
-func benchMemory(ctx context.Context, rdb *redis.Client, redisURL, prefix string, concurrency, n int, hc *http.Client) (memResult, error) {
+func benchMemory(ctx context.Context, rdb redis.UniversalClient, redisURL, prefix string, concurrency, n int, hc *http.Client) (memResult, error) {
 	out := memResult{n: n}
 	rp, err := startRelay(redisURL, prefix, concurrency, hc)
 	if err != nil {
@@ -67,7 +67,7 @@ func benchMemory(ctx context.Context, rdb *redis.Client, redisURL, prefix string
 
 // prefixUsage sums MEMORY USAGE (SAMPLES 0: exact for aggregates) over the
 // keys of prefix, found with SCAN.
-func prefixUsage(ctx context.Context, rdb *redis.Client, prefix string) (int, int64, error) {
+func prefixUsage(ctx context.Context, rdb redis.UniversalClient, prefix string) (int, int64, error) {
 	var (
 		cursor uint64
 		keys   int
@@ -104,7 +104,7 @@ func prefixUsage(ctx context.Context, rdb *redis.Client, prefix string) (int, in
 }
 
 // memInfo reads used_memory and lazyfree_pending_objects from INFO memory.
-func memInfo(ctx context.Context, rdb *redis.Client) (used, pending int64, err error) {
+func memInfo(ctx context.Context, rdb redis.UniversalClient) (used, pending int64, err error) {
 	s, err := rdb.Info(ctx, "memory").Result()
 	if err != nil {
 		return 0, 0, err
@@ -127,7 +127,7 @@ func memInfo(ctx context.Context, rdb *redis.Client) (used, pending int64, err e
 
 // settleLazyFree waits until Redis has no background frees pending (they
 // would lower used_memory while we measure) and lets client buffers drain.
-func settleLazyFree(ctx context.Context, rdb *redis.Client) error {
+func settleLazyFree(ctx context.Context, rdb redis.UniversalClient) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, pending, err := memInfo(ctx, rdb)
@@ -148,7 +148,7 @@ func settleLazyFree(ctx context.Context, rdb *redis.Client) error {
 }
 
 // serverInfo returns "redis_version" of INFO server.
-func serverInfo(ctx context.Context, rdb *redis.Client) string {
+func serverInfo(ctx context.Context, rdb redis.UniversalClient) string {
 	s, err := rdb.Info(ctx, "server").Result()
 	if err != nil {
 		return "?"

@@ -159,7 +159,7 @@ func machineBusy() time.Duration {
 
 var monoStart = time.Now()
 
-func takeSnapshot(ctx context.Context, rdb *redis.Client, c *rtCounter, client *redis.Client) snapshot {
+func takeSnapshot(ctx context.Context, rdb redis.UniversalClient, c *rtCounter, client redis.UniversalClient) snapshot {
 	var s snapshot
 	s.machBusy, s.wall = machineBusy(), time.Since(monoStart)
 	if c != nil {
@@ -208,9 +208,9 @@ func (s snapshot) add(a snapshot) snapshot {
 
 // meter takes snapshots of one Redis server and one counted client.
 type meter struct {
-	rdb    *redis.Client // INFO is read here
-	rt     *rtCounter    // round trips of the counted client
-	client *redis.Client // the counted client (pool stats)
+	rdb    redis.UniversalClient // INFO is read here
+	rt     *rtCounter            // round trips of the counted client
+	client redis.UniversalClient // the counted client (pool stats)
 }
 
 func (m meter) snap(ctx context.Context) snapshot { return takeSnapshot(ctx, m.rdb, m.rt, m.client) }

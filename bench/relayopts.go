@@ -187,14 +187,14 @@ func (c *ctxCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 
 // waitQueuesIdle waits until the relay's asynq queues have nothing pending or
 // active (the turns and deliveries a phase started have run), at most d.
-func waitQueuesIdle(ctx context.Context, rdb *redis.Client, queues []string, d time.Duration) error {
+func waitQueuesIdle(ctx context.Context, rdb redis.UniversalClient, queues []string, d time.Duration) error {
 	return waitQueues(ctx, rdb, queues, d, 50*time.Millisecond, false)
 }
 
 // waitQueues waits until the queues hold no pending or active task (with
 // delayed, none scheduled or waiting for a retry either), looking every step
 // in one round trip.
-func waitQueues(ctx context.Context, rdb *redis.Client, queues []string, d, step time.Duration, delayed bool) error {
+func waitQueues(ctx context.Context, rdb redis.UniversalClient, queues []string, d, step time.Duration, delayed bool) error {
 	deadline := time.Now().Add(d)
 	for {
 		var cmds []*redis.IntCmd

@@ -181,7 +181,7 @@ func (p *relayProc) createSessions(ctx context.Context, n, workers int, title st
 // workerConfig reads the relay worker's asynq concurrency, queues (with
 // their weights) and strict priority from the server info asynq keeps in
 // Redis (the server that serves queue).
-func workerConfig(ctx context.Context, rdb *redis.Client, queue string) (*asynq.ServerInfo, error) {
+func workerConfig(ctx context.Context, rdb redis.UniversalClient, queue string) (*asynq.ServerInfo, error) {
 	insp := asynq.NewInspectorFromRedisClient(rdb) // shared client: not closed here
 	deadline := time.Now().Add(10 * time.Second)
 	for {

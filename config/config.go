@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/oar/relay/redisurl"
 	"io"
 	"io/fs"
 	"math"
@@ -468,9 +469,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: the owner token must have at least %d characters (got %d); leave it unset to have one generated", MinOwnerTokenLen, len(c.OwnerToken))
 	}
 	if c.RedisURL != "" {
-		u, err := url.Parse(c.RedisURL)
-		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
-			return fmt.Errorf("config: redis must be a redis://, rediss:// or unix:// URL (got %q)", c.RedisURL)
+		if _, err := redisurl.Parse(c.RedisURL); err != nil {
+			return fmt.Errorf("config: redis: %w", err)
 		}
 	}
 

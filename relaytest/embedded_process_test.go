@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/oar/relay/redisurl"
 )
 
 // SPEC §20 with real processes: `relay serve` on the embedded default (no
@@ -723,11 +723,11 @@ func TestEmbeddedSecondProcess(t *testing.T) {
 // the other).
 func redisKeys(t *testing.T, url string) map[string]string {
 	t.Helper()
-	opt, err := redis.ParseURL(url)
+	ru, err := redisurl.Parse(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := redis.NewClient(opt)
+	c := ru.NewClient()
 	defer func() { _ = c.Close() }()
 	ctx := context.Background()
 	out := map[string]string{}

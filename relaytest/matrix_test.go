@@ -51,7 +51,7 @@ type mxDump map[string]mxKey
 // mxSnapshot reads every key of the relay's prefix (PREFIX:*; asynq's own keys
 // are asynq:{PREFIX:…} and not part of it) with type-specific reads, which
 // work the same on Redis and on the embedded server.
-func mxSnapshot(t testing.TB, rdb *redis.Client, prefix string) mxDump {
+func mxSnapshot(t testing.TB, rdb redis.UniversalClient, prefix string) mxDump {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

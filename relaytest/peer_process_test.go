@@ -14,8 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/oar/relay/redisurl"
 	"github.com/oar/relay/relay"
 	"github.com/oar/relay/store"
 )
@@ -96,11 +95,11 @@ func startPeerProc(t *testing.T, label, name string, rd *Redis, timing string) *
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	opt, err := redis.ParseURL(rd.URL)
+	ru, err := redisurl.Parse(rd.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb := redis.NewClient(opt)
+	rdb := ru.NewClient()
 	addr := freeAddr(t)
 	p := &peerProc{t: t, label: label, bin: peerRelayBinary(t), rd: rd, addr: addr, cfg: cfg, name: name,
 		api: &Relay{tb: t, URL: "http://" + addr}, st: store.New(rdb, rd.Prefix), out: &syncBuffer{}}

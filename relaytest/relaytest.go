@@ -27,13 +27,13 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/oar/relay/api"
 	"github.com/oar/relay/app"
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/embedded"
 	"github.com/oar/relay/jobs"
+	"github.com/oar/relay/redisurl"
 	"github.com/oar/relay/scheduler"
 	"github.com/oar/relay/store"
 )
@@ -96,11 +96,11 @@ func NewRedis(tb testing.TB) *Redis {
 		}
 		return startMini(tb, prefix)
 	}
-	opt, err := redis.ParseURL(url)
+	ru, err := redisurl.Parse(url)
 	if err != nil {
-		tb.Fatalf("REDIS_URL %q: %v", url, err)
+		tb.Fatalf("REDIS_URL: %v", err)
 	}
-	c := redis.NewClient(opt)
+	c := ru.NewClient()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {

@@ -18,13 +18,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oar/relay/config"
+	"github.com/oar/relay/redisurl"
 	"github.com/oar/relay/store"
 	"github.com/oar/relay/web"
 )
 
 // plainIn lists every key of prefix (and its asynq queues) that holds one of
 // toks in its name or value, whatever its type.
-func plainIn(t *testing.T, rdb *redis.Client, prefix string, toks ...string) []string {
+func plainIn(t *testing.T, rdb redis.UniversalClient, prefix string, toks ...string) []string {
 	t.Helper()
 	ctx := context.Background()
 	var found []string
@@ -54,7 +55,7 @@ func plainIn(t *testing.T, rdb *redis.Client, prefix string, toks ...string) []s
 
 // valueText is a key's whole value as text, whatever its type (DUMP would
 // compress long values).
-func valueText(ctx context.Context, rdb *redis.Client, k string) string {
+func valueText(ctx context.Context, rdb redis.UniversalClient, k string) string {
 	var b strings.Builder
 	switch rdb.Type(ctx, k).Val() {
 	case "string":
@@ -77,13 +78,13 @@ func valueText(ctx context.Context, rdb *redis.Client, k string) string {
 	return b.String()
 }
 
-func redisClient(t *testing.T, rd *Redis) *redis.Client {
+func redisClient(t *testing.T, rd *Redis) redis.UniversalClient {
 	t.Helper()
-	opt, err := redis.ParseURL(rd.URL)
+	ru, err := redisurl.Parse(rd.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := redis.NewClient(opt)
+	c := ru.NewClient()
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

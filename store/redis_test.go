@@ -10,6 +10,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/oar/relay/redisurl"
 )
 
 // testEnv is one test's Redis: REDIS_URL when set (it must answer), else an
@@ -18,7 +20,7 @@ import (
 type testEnv struct {
 	t      testing.TB
 	ctx    context.Context
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	mini   *miniredis.Miniredis // nil on a real Redis
 	prefix string
 	s      *Store
@@ -36,11 +38,11 @@ func newEnv(t testing.TB) *testEnv {
 		e.rdb = redis.NewClient(&redis.Options{Addr: e.mini.Addr()})
 		t.Cleanup(func() { _ = e.rdb.Close() })
 	} else {
-		opt, err := redis.ParseURL(url)
+		ru, err := redisurl.Parse(url)
 		if err != nil {
-			t.Fatalf("REDIS_URL %q: %v", url, err)
+			t.Fatalf("REDIS_URL: %v", err)
 		}
-		e.rdb = redis.NewClient(opt)
+		e.rdb = ru.NewClient()
 		ctx, cancel := context.WithTimeout(e.ctx, 3*time.Second)
 		defer cancel()
 		if err := e.rdb.Ping(ctx).Err(); err != nil {

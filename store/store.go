@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/oar/relay/redisurl"
 )
 
 // ErrNotFound is returned when a record does not exist.
@@ -77,24 +79,35 @@ func fromMS(v int64) time.Time {
 	return time.UnixMilli(v).UTC()
 }
 
-// DeleteMatching removes keys matching a pattern (tests clean up their prefix and asynq queues; never FLUSHALL).
+// DeleteMatching removes keys matching a pattern (tests clean up their
+// prefix and asynq queues; never FLUSHALL), on every master of a cluster.
 func DeleteMatching(ctx context.Context, rdb redis.UniversalClient, pattern string) error {
-	var cursor uint64
-	for {
-		keys, next, err := rdb.Scan(ctx, cursor, pattern, 500).Result()
-		if err != nil {
-			return err
-		}
-		if len(keys) > 0 {
-			if err := rdb.Unlink(ctx, keys...).Err(); err != nil {
+	return redisurl.ForEachMaster(ctx, rdb, func(ctx context.Context, node redis.UniversalClient) error {
+		var cursor uint64
+		for {
+			keys, next, err := node.Scan(ctx, cursor, pattern, 500).Result()
+			if err != nil {
 				return err
 			}
+			if len(keys) > 0 {
+				// One UNLINK per key: the keys of one node may sit in
+				// several slots.
+				_, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
+					for _, k := range keys {
+						p.Unlink(ctx, k)
+					}
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+			}
+			cursor = next
+			if cursor == 0 {
+				return nil
+			}
 		}
-		cursor = next
-		if cursor == 0 {
-			return nil
-		}
-	}
+	})
 }
 
 // Counts for gauges: pending cards and active sessions.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/embedded"
+	"github.com/oar/relay/redisurl"
 )
 
 // newExportCmd is `relay export` (R20.4): the whole dataset as RESP
@@ -44,13 +46,22 @@ func newExportCmd(stdout io.Writer) *cobra.Command {
 		var n int
 		var err error
 		if url != "" {
-			opt, perr := redis.ParseURL(url)
+			u, perr := redisurl.Parse(url)
 			if perr != nil {
 				return usageError{fmt.Errorf("relay export: --redis: %w", perr)}
 			}
-			c := redis.NewClient(opt)
+			c := u.NewClient()
 			defer func() { _ = c.Close() }()
-			n, err = embedded.Export(ctx, c, w)
+			// Every master's keys on a cluster, one master at a time (one
+			// writer); else the one Redis.
+			var mu sync.Mutex
+			err = redisurl.ForEachMaster(ctx, c, func(ctx context.Context, node redis.UniversalClient) error {
+				mu.Lock()
+				defer mu.Unlock()
+				k, err := embedded.Export(ctx, node, w)
+				n += k
+				return err
+			})
 		} else {
 			if dir == "" {
 				dir = os.Getenv(config.EnvDataDir)

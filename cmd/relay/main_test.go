@@ -185,6 +185,27 @@ func TestShortOwnerTokenExit2(t *testing.T) {
 	}
 }
 
+// R21.1: a bad Redis URL (any form) exits 2 with one line that hides the password.
+func TestBadRedisURLExits2(t *testing.T) {
+	cleanEnv(t)
+	for _, u := range []string{"redis+cluster://:hunter2@n1:7000/3", "redis+sentinel://:hunter2@s1:26379", "localhost:6379", "redis+cluster://n1:port"} {
+		for _, mode := range []string{"serve", "worker"} {
+			args := []string{mode, "--redis", u}
+			if mode == "serve" {
+				args = append(args, "--addr", "127.0.0.1:0")
+			}
+			code, _, errOut := runCLI(t, args...)
+			if code != 2 || !strings.Contains(errOut, "redis") || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || strings.Contains(errOut, "hunter2") {
+				t.Errorf("%s --redis %s: exit %d, stderr %q", mode, u, code, errOut)
+			}
+		}
+		code, _, errOut := runCLI(t, "export", "--redis", u)
+		if code != 2 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || strings.Contains(errOut, "hunter2") {
+			t.Errorf("export --redis %s: exit %d, stderr %q", u, code, errOut)
+		}
+	}
+}
+
 // R18.7: a worker without Redis exits 2; each command's --help lists only its flags; `relay version`.
 func TestWorkerNeedsRedisHelpAndVersion(t *testing.T) {
 	cleanEnv(t)
