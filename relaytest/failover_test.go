@@ -738,3 +738,165 @@ func equalCounts(a, b map[string]int64) bool {
 	}
 	return true
 }
+
+// clusterSet is .ci/redis-cluster's cluster: three masters with a replica each.
+type clusterSet struct {
+	script, dir, url string
+	killed           string // the port of the node killed last ("" when none is down)
+}
+
+func startClusterSet(t *testing.T) *clusterSet {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("redis-server is needed: %v", err)
+	}
+	c := &clusterSet{script: ciScript(t, "redis-cluster"), dir: t.TempDir()}
+	begin := time.Now()
+	c.url = runCI(t, c.script, "start", c.dir)
+	t.Cleanup(func() {
+		if t.Failed() && c.killed != "" {
+			if b, err := os.ReadFile(filepath.Join(c.dir, c.killed, "redis.log")); err == nil {
+				t.Logf("---- log of the node killed last (%s; last 3000 bytes) ----\n%s", c.killed, tail(string(b), 3000))
+			}
+		}
+		_ = exec.Command("bash", c.script, "stop", c.dir).Run()
+	})
+	t.Logf("cluster up in %s: %s", time.Since(begin).Round(time.Millisecond), c.url)
+	return c
+}
+
+func (c *clusterSet) Kind() string { return "cluster" }
+func (c *clusterSet) URL() string  { return c.url }
+
+func (c *clusterSet) Client(t *testing.T) redis.UniversalClient {
+	addrs := strings.Split(strings.TrimSuffix(strings.TrimPrefix(c.url, "redis+cluster://"), "/"), ",")
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, DialTimeout: time.Second, ReadTimeout: 2 * time.Second,
+		WriteTimeout: 2 * time.Second, MaxRedirects: 8})
+	t.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
+
+// slotKey is a key in the relay's hash slot (the prefix is the hash tag).
+func slotKey(prefix string) string { return "{" + prefix + "}:x" }
+
+func (c *clusterSet) KillMaster(t *testing.T, cl redis.UniversalClient, prefix string) string {
+	t.Helper()
+	cc := cl.(*redis.ClusterClient)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// The cluster's own view now (CLUSTER SLOTS), not the client's slot map.
+	slot, err := cc.ClusterKeySlot(ctx, slotKey(prefix)).Result()
+	if err != nil {
+		t.Fatalf("the relay's slot: %v", err)
+	}
+	ranges, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER SLOTS: %v", err)
+	}
+	addr := ""
+	for _, r := range ranges {
+		if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
+			addr = r.Nodes[0].Addr
+		}
+	}
+	if addr == "" {
+		t.Fatalf("no master serves slot %d: %v", slot, ranges)
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	killPortOwner(t, filepath.Join(c.dir, port, "redis.pid"), addr)
+	c.killed = port
+	return addr
+}
+
+// Revive starts the killed node again with its nodes.conf (the cluster makes
+// it a replica of the promoted one) and waits until every node is up and
+// every master has a replica.
+func (c *clusterSet) Revive(t *testing.T) {
+	t.Helper()
+	if c.killed == "" {
+		return
+	}
+	d := filepath.Join(c.dir, c.killed)
+	// As .ci/redis-cluster starts a node.
+	out, err := exec.Command("redis-server", "--port", c.killed, "--bind", "127.0.0.1", "--dir", d,
+		"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+		"--appendonly", "no", "--save", "", "--daemonize", "yes", "--pidfile", filepath.Join(d, "redis.pid"),
+		"--logfile", filepath.Join(d, "redis.log"), "--protected-mode", "no").CombinedOutput()
+	if err != nil {
+		t.Fatalf("restart the killed node %s: %v\n%s", c.killed, err, out)
+	}
+	nc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + c.killed})
+	defer func() { _ = nc.Close() }()
+	var nodes string
+	Eventually(t, 60*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		nodes, err = nc.ClusterNodes(ctx).Result()
+		if err != nil {
+			return false
+		}
+		masters, replicas := 0, 0
+		for _, l := range strings.Split(strings.TrimSpace(nodes), "\n") {
+			f := strings.Fields(l)
+			if len(f) < 8 || strings.Contains(f[2], "fail") || f[7] != "connected" {
+				return false
+			}
+			switch {
+			case strings.Contains(f[2], "master"):
+				masters++
+			case strings.Contains(f[2], "slave"):
+				replicas++
+			}
+		}
+		if masters != 3 || replicas != 3 {
+			return false
+		}
+		info, err := nc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	}, "the killed node %s back as a replica (cluster nodes:\n%s)", c.killed, nodes)
+	c.killed = ""
+}
+
+func (c *clusterSet) Subscribers(t *testing.T, cl redis.UniversalClient, prefix string) map[string]int64 {
+	t.Helper()
+	cc := cl.(*redis.ClusterClient)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	out := map[string]int64{}
+	add := func(m map[string]int64, kind string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for k, v := range m {
+			if v > 0 {
+				out[kind+k] += v
+			}
+		}
+	}
+	// Classic channels count on the node a subscriber is connected to,
+	// sharded ones on the master of their slot: every node is asked.
+	_ = cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+		if chans, err := n.PubSubChannels(ctx, "*"+prefix+"*").Result(); err == nil && len(chans) > 0 {
+			if m, err := n.PubSubNumSub(ctx, chans...).Result(); err == nil {
+				add(m, "")
+			}
+		}
+		if chans, err := n.PubSubShardChannels(ctx, "*"+prefix+"*").Result(); err == nil && len(chans) > 0 {
+			if m, err := n.PubSubShardNumSub(ctx, chans...).Result(); err == nil {
+				add(m, "shard ")
+			}
+		}
+		return nil
+	})
+	return out
+}
+
+// TestFailoverCluster: R21.3 on Redis Cluster (redis+cluster://): the master
+// of the relay's hash slot dies, its replica takes over.
+func TestFailoverCluster(t *testing.T) {
+	NeedsSharedRedis(t, "it runs its own Redis Cluster and kills a master")
+	if testing.Short() {
+		t.Skip("runs a Redis Cluster, a serve and a worker process, and kills a master several times")
+	}
+	runFailover(t, startClusterSet(t))
+}
