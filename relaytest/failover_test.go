@@ -506,9 +506,11 @@ func runFailover(t *testing.T, set haSet) {
 		}()
 		// /readyz every 100 ms until 200.
 		var got []int
-		var ready time.Duration
+		var ready, slowest time.Duration
 		for {
+			t0 := time.Now()
 			s := readyz()
+			slowest = max(slowest, time.Since(t0))
 			got = append(got, s)
 			if s == http.StatusOK {
 				ready = time.Since(kill)
@@ -547,8 +549,8 @@ func runFailover(t *testing.T, set haSet) {
 		if n503 == 0 {
 			readyBad = append(readyBad, fmt.Sprintf("trial %d: /readyz never said 503 after the master %s was killed (samples %v)", k, killed, got))
 		}
-		samples = append(samples, fmt.Sprintf("trial %d: master %s killed; first accepted write after %s, /readyz 200 after %s (%d samples 503 before)",
-			k, killed, wd.Round(10*time.Millisecond), ready.Round(10*time.Millisecond), n503))
+		samples = append(samples, fmt.Sprintf("trial %d: master %s killed; first accepted write after %s, /readyz 200 after %s (%d samples 503 before, the slowest answer %s)",
+			k, killed, wd.Round(10*time.Millisecond), ready.Round(10*time.Millisecond), n503, slowest.Round(time.Millisecond)))
 		t.Log(samples[len(samples)-1])
 		time.Sleep(2 * time.Second) // load on the promoted master
 		if k < trials {
