@@ -46,6 +46,10 @@ type haSet interface {
 	URL() string
 	// Client is a client of the set for the test's own reads.
 	Client(t *testing.T) redis.UniversalClient
+	// Master is the address of the master holding the keys of prefix, as
+	// the set itself says now (the sentinels, CLUSTER SLOTS); "" with err
+	// while it cannot say.
+	Master(c redis.UniversalClient, prefix string) (string, error)
 	// KillMaster SIGKILLs the master holding the keys of prefix and returns
 	// its address once it no longer answers.
 	KillMaster(t *testing.T, c redis.UniversalClient, prefix string) string
@@ -166,20 +170,28 @@ func (s *sentinelSet) Client(t *testing.T) redis.UniversalClient {
 	return c
 }
 
-func (s *sentinelSet) KillMaster(t *testing.T, _ redis.UniversalClient, _ string) string {
-	t.Helper()
+func (s *sentinelSet) Master(redis.UniversalClient, string) (string, error) {
 	sc := redis.NewSentinelClient(&redis.Options{Addr: s.sentinels[0]})
 	defer func() { _ = sc.Close() }()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	addr, err := sc.GetMasterAddrByName(ctx, s.name).Result()
 	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(addr[0], addr[1]), nil
+}
+
+func (s *sentinelSet) KillMaster(t *testing.T, c redis.UniversalClient, prefix string) string {
+	t.Helper()
+	master, err := s.Master(c, prefix)
+	if err != nil {
 		t.Fatalf("ask the sentinel for the master: %v", err)
 	}
-	master := net.JoinHostPort(addr[0], addr[1])
+	_, port, _ := net.SplitHostPort(master)
 	for _, n := range []string{"master", "replica"} {
 		p, err := os.ReadFile(filepath.Join(s.dir, n, "port"))
-		if err == nil && strings.TrimSpace(string(p)) == addr[1] {
+		if err == nil && strings.TrimSpace(string(p)) == port {
 			killPortOwner(t, filepath.Join(s.dir, n, "redis.pid"), master)
 			return master
 		}
@@ -456,7 +468,8 @@ func runFailover(t *testing.T, set haSet) {
 	var (
 		straddles               []straddle
 		toWrite, toReady        []time.Duration
-		probes                  []string // accepted probe prompts
+		toPromote               []time.Duration // kill → the set names the new master
+		probes                  []string        // accepted probe prompts
 		readyBad                []string
 		probe                   = r.NewSession(map[string]any{"title": "probe"})
 		killedAddrs             []string
@@ -482,6 +495,18 @@ func runFailover(t *testing.T, set haSet) {
 		killed := set.KillMaster(t, obs, rd.Prefix)
 		kill := time.Now()
 		killedAddrs = append(killedAddrs, killed)
+		// When the set names another master (the promotion, as the set itself says).
+		promoted := make(chan time.Duration, 1)
+		go func() {
+			for time.Since(kill) < 90*time.Second {
+				if m, err := set.Master(obs, rd.Prefix); err == nil && m != "" && m != killed {
+					promoted <- time.Since(kill)
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			promoted <- -1
+		}()
 
 		// The first accepted write after the kill (an owner prompt every 100 ms).
 		wrote := make(chan time.Duration, 1)
@@ -525,7 +550,8 @@ func runFailover(t *testing.T, set haSet) {
 		if wd < 0 {
 			t.Fatalf("trial %d: no owner prompt accepted within 90 s of killing the master %s", k, killed)
 		}
-		toWrite, toReady = append(toWrite, wd), append(toReady, ready)
+		pd := <-promoted
+		toWrite, toReady, toPromote = append(toWrite, wd), append(toReady, ready), append(toPromote, pd)
 		var now map[string]int64
 		resub := time.Now()
 		for {
@@ -549,8 +575,8 @@ func runFailover(t *testing.T, set haSet) {
 		if n503 == 0 {
 			readyBad = append(readyBad, fmt.Sprintf("trial %d: /readyz never said 503 after the master %s was killed (samples %v)", k, killed, got))
 		}
-		samples = append(samples, fmt.Sprintf("trial %d: master %s killed; first accepted write after %s, /readyz 200 after %s (%d samples 503 before, the slowest answer %s)",
-			k, killed, wd.Round(10*time.Millisecond), ready.Round(10*time.Millisecond), n503, slowest.Round(time.Millisecond)))
+		samples = append(samples, fmt.Sprintf("trial %d: master %s killed; the set named a new master after %s; first accepted write after %s, /readyz 200 after %s (%d samples 503 before, the slowest answer %s)",
+			k, killed, pd.Round(10*time.Millisecond), wd.Round(10*time.Millisecond), ready.Round(10*time.Millisecond), n503, slowest.Round(time.Millisecond)))
 		t.Log(samples[len(samples)-1])
 		time.Sleep(2 * time.Second) // load on the promoted master
 		if k < trials {
@@ -567,8 +593,9 @@ func runFailover(t *testing.T, set haSet) {
 
 	_, wMed, _ := durStats(toWrite)
 	_, rMed, _ := durStats(toReady)
-	t.Logf("%s failover, %d kills of the master: median time to the first accepted write %s, to /readyz 200 %s (each: %v; %v)",
-		set.Kind(), trials, wMed.Round(10*time.Millisecond), rMed.Round(10*time.Millisecond), toWrite, toReady)
+	_, pMed, _ := durStats(toPromote)
+	t.Logf("%s failover, %d kills of the master: median time from the kill to the set naming a new master %s, to the first accepted write %s, to /readyz 200 %s (each: %v; %v; %v)",
+		set.Kind(), trials, pMed.Round(10*time.Millisecond), wMed.Round(10*time.Millisecond), rMed.Round(10*time.Millisecond), toPromote, toWrite, toReady)
 	for _, s := range readyBad {
 		t.Error(s)
 	}
@@ -779,30 +806,36 @@ func (c *clusterSet) Client(t *testing.T) redis.UniversalClient {
 }
 
 // slotKey is a key in the relay's hash slot (the prefix is the hash tag).
-func slotKey(prefix string) string { return "{" + prefix + "}:x" }
+func slotKey(prefix string) string { return store.KeyBase(prefix) + "x" }
+
+// Master asks the cluster (CLUSTER SLOTS of some node), not the client's slot map.
+func (c *clusterSet) Master(cl redis.UniversalClient, prefix string) (string, error) {
+	cc := cl.(*redis.ClusterClient)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	slot := int64(redisSlot(slotKey(prefix)))
+	ranges, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return "", err
+	}
+	for _, r := range ranges {
+		if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
+			return r.Nodes[0].Addr, nil
+		}
+	}
+	return "", fmt.Errorf("no master serves slot %d: %v", slot, ranges)
+}
 
 func (c *clusterSet) KillMaster(t *testing.T, cl redis.UniversalClient, prefix string) string {
 	t.Helper()
-	cc := cl.(*redis.ClusterClient)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	// The cluster's own view now (CLUSTER SLOTS), not the client's slot map.
-	slot, err := cc.ClusterKeySlot(ctx, slotKey(prefix)).Result()
+	if got, err := cl.ClusterKeySlot(ctx, slotKey(prefix)).Result(); err != nil || got != int64(redisSlot(slotKey(prefix))) {
+		t.Fatalf("CLUSTER KEYSLOT %s: %d %v, redisSlot says %d", slotKey(prefix), got, err, redisSlot(slotKey(prefix)))
+	}
+	addr, err := c.Master(cl, prefix)
 	if err != nil {
-		t.Fatalf("the relay's slot: %v", err)
-	}
-	ranges, err := cc.ClusterSlots(ctx).Result()
-	if err != nil {
-		t.Fatalf("CLUSTER SLOTS: %v", err)
-	}
-	addr := ""
-	for _, r := range ranges {
-		if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
-			addr = r.Nodes[0].Addr
-		}
-	}
-	if addr == "" {
-		t.Fatalf("no master serves slot %d: %v", slot, ranges)
+		t.Fatalf("the master of the relay's slot: %v", err)
 	}
 	_, port, _ := net.SplitHostPort(addr)
 	killPortOwner(t, filepath.Join(c.dir, port, "redis.pid"), addr)
@@ -901,4 +934,25 @@ func TestFailoverCluster(t *testing.T) {
 		t.Skip("runs a Redis Cluster, a serve and a worker process, and kills a master several times")
 	}
 	runFailover(t, startClusterSet(t))
+}
+
+// redisSlot is Redis Cluster's hash slot of key (CRC16/XMODEM of its hash tag, mod 16384).
+func redisSlot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for b := 0; b < 8; b++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
 }
