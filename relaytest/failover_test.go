@@ -56,6 +56,8 @@ type haSet interface {
 	// Revive starts the killed node again as a replica and waits until the
 	// set is whole (ready for the next kill).
 	Revive(t *testing.T)
+	// Diagnose logs the set's own view (after a failover that did not come).
+	Diagnose(t *testing.T)
 	// Subscribers counts the subscribers of each pub/sub channel whose name
 	// holds prefix, on the node that serves it.
 	Subscribers(t *testing.T, c redis.UniversalClient, prefix string) map[string]int64
@@ -213,6 +215,14 @@ func (s *sentinelSet) Subscribers(t *testing.T, c redis.UniversalClient, prefix 
 		return map[string]int64{}
 	}
 	return n
+}
+
+func (s *sentinelSet) Diagnose(t *testing.T) {
+	for _, sp := range s.sentinels {
+		_, port, _ := net.SplitHostPort(sp)
+		out, _ := exec.Command("redis-cli", "-p", port, "sentinel", "master", s.name).CombinedOutput()
+		t.Logf("sentinel %s: SENTINEL MASTER %s:\n%s", sp, s.name, out)
+	}
 }
 
 func (s *sentinelSet) Revive(t *testing.T) {
@@ -542,12 +552,15 @@ func runFailover(t *testing.T, set haSet) {
 				break
 			}
 			if time.Since(kill) > 90*time.Second {
-				t.Fatalf("trial %d: /readyz not 200 within 90 s of killing the master %s (samples %v)", k, killed, got)
+				m, err := set.Master(obs, rd.Prefix)
+				set.Diagnose(t)
+				t.Fatalf("trial %d: /readyz not 200 within 90 s of killing the master %s (the set names %q as the master now, %v; samples %v)", k, killed, m, err, got)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
 		wd := <-wrote
 		if wd < 0 {
+			set.Diagnose(t)
 			t.Fatalf("trial %d: no owner prompt accepted within 90 s of killing the master %s", k, killed)
 		}
 		pd := <-promoted
@@ -790,7 +803,26 @@ func startClusterSet(t *testing.T) *clusterSet {
 		}
 		_ = exec.Command("bash", c.script, "stop", c.dir).Run()
 	})
-	t.Logf("cluster up in %s: %s", time.Since(begin).Round(time.Millisecond), c.url)
+	// Every replica's replication link up (the script waits for the
+	// cluster bus only): a replica that never synced with its master (the
+	// first full sync waits for repl-diskless-sync-delay, 5 s) is not
+	// promoted when that master dies.
+	raw, err := os.ReadFile(filepath.Join(c.dir, "ports"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range strings.Fields(string(raw)) {
+		nc := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + p})
+		var info string
+		Eventually(t, 60*time.Second, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			info, _ = nc.Info(ctx, "replication").Result()
+			return strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up")
+		}, "node %s: a master, or a replica whose link to its master is up (INFO replication:\n%s)", p, info)
+		_ = nc.Close()
+	}
+	t.Logf("cluster up in %s, every replica synced: %s", time.Since(begin).Round(time.Millisecond), c.url)
 	return c
 }
 
@@ -890,6 +922,17 @@ func (c *clusterSet) Revive(t *testing.T) {
 		return err == nil && strings.Contains(info, "master_link_status:up")
 	}, "the killed node %s back as a replica (cluster nodes:\n%s)", c.killed, nodes)
 	c.killed = ""
+}
+
+func (c *clusterSet) Diagnose(t *testing.T) {
+	raw, _ := os.ReadFile(filepath.Join(c.dir, "ports"))
+	for _, p := range strings.Fields(string(raw)) {
+		out, err := exec.Command("redis-cli", "-p", p, "cluster", "nodes").CombinedOutput()
+		t.Logf("node %s: CLUSTER NODES (%v):\n%s", p, err, out)
+		if b, err := os.ReadFile(filepath.Join(c.dir, p, "redis.log")); err == nil {
+			t.Logf("node %s: log (last 1500 bytes):\n%s", p, tail(string(b), 1500))
+		}
+	}
 }
 
 func (c *clusterSet) Subscribers(t *testing.T, cl redis.UniversalClient, prefix string) map[string]int64 {
