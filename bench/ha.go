@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,6 +50,59 @@ type haStore struct {
 	thr32     []float64       // per round: round trips/s at 32 agents
 	p50s32    []time.Duration // per round: p50 at 32 agents
 	rts32     []float64       // per round: the relay client's Redis round trips per round trip
+	rcpu32    []float64       // per round: Redis CPU (ms) per round trip, every node of the store
+	nodes     int             // how many redis-server processes that CPU is summed over
+}
+
+// storeCPU is the CPU (user + system) of every redis-server of a store this
+// program can reach: every node of a cluster (masters and replicas), the
+// master of a Sentinel set and its replicas (from INFO replication), else the
+// one server. Any client of those servers counts.
+func storeCPU(ctx context.Context, c redis.UniversalClient) (time.Duration, int) {
+	var addrs []string
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		var mu sync.Mutex
+		_ = cc.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+			mu.Lock()
+			addrs = append(addrs, n.Options().Addr)
+			mu.Unlock()
+			return nil
+		})
+	} else {
+		info, _ := c.Info(ctx, "replication").Result()
+		for _, line := range strings.Split(info, "\n") {
+			// slave0:ip=127.0.0.1,port=6380,state=online,...
+			if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && strings.HasPrefix(k, "slave") {
+				var ip, port string
+				for _, f := range strings.Split(v, ",") {
+					if x, ok := strings.CutPrefix(f, "ip="); ok {
+						ip = x
+					}
+					if x, ok := strings.CutPrefix(f, "port="); ok {
+						port = x
+					}
+				}
+				if ip != "" && port != "" {
+					addrs = append(addrs, net.JoinHostPort(ip, port))
+				}
+			}
+		}
+		var total time.Duration
+		total += takeSnapshot(ctx, c, nil, nil).redisCPU
+		for _, a := range addrs {
+			n := redis.NewClient(&redis.Options{Addr: a})
+			total += takeSnapshot(ctx, n, nil, nil).redisCPU
+			_ = n.Close()
+		}
+		return total, 1 + len(addrs)
+	}
+	var total time.Duration
+	for _, a := range addrs {
+		n := redis.NewClient(&redis.Options{Addr: a})
+		total += takeSnapshot(ctx, n, nil, nil).redisCPU
+		_ = n.Close()
+	}
+	return total, len(addrs)
 }
 
 type haResult struct {
@@ -136,10 +191,12 @@ func (b *bench) runHA(ctx context.Context) (out haResult, err error) {
 			if err != nil {
 				return out, fmt.Errorf("%s: %w", s.name, err)
 			}
+			c0, nodes := storeCPU(ctx, s.own)
 			s2, err := benchSend(ctx, cl, s.rp, m, queue, s.orch, s.targets, 2, sz.n2)
 			if err != nil {
 				return out, fmt.Errorf("%s: %w", s.name, err)
 			}
+			c1, _ := storeCPU(ctx, s.own)
 			if r < 0 {
 				continue
 			}
@@ -147,6 +204,9 @@ func (b *bench) runHA(ctx context.Context) (out haResult, err error) {
 			s.thr32 = append(s.thr32, rate(s2.n, s2.wall))
 			s.p50s32 = append(s.p50s32, s2.lat.p50())
 			s.rts32 = append(s.rts32, s2.cost.per(s2.n).rts)
+			// The warm-up round trips are in the CPU window too.
+			s.rcpu32 = append(s.rcpu32, float64(c1-c0)/float64(time.Millisecond)/float64(max(1, s2.n+2*sz.agents)))
+			s.nodes = nodes
 		}
 	}
 	out.load = takeSnapshot(ctx, b.rdb, nil, nil).sub(s0).load(0)
@@ -200,7 +260,9 @@ func (b *bench) tableK(row rowFunc, k haResult) {
 		row("k", fmt.Sprintf("%d agents × %d round trips a round, round trips/s, single Redis ÷ %s: the medians' ratio; the per-round ratios' median", sz.agents, sz.n2, s.name),
 			fmt.Sprintf("**%.2f×**; **%.2f×** (%s **%.0f/s** p50 %s, single **%.0f/s** p50 %s; per round: %s %s; single %s; ratios %s; the relay client's Redis round trips per round trip: %s %.1f, single %.1f)",
 				r2, medianF(pr2), s.name, medianF(s.thr32), fms(medianD(s.p50s32)), medianF(base.thr32), fms(medianD(base.p50s32)),
-				s.name, fltList(s.thr32), fltList(base.thr32), ratioList(pr2), s.name, medianF(s.rts32), medianF(base.rts32)),
+				s.name, fltList(s.thr32), fltList(base.thr32), ratioList(pr2), s.name, medianF(s.rts32), medianF(base.rts32))+
+				fmt.Sprintf("; Redis CPU per round trip (user + system of every redis-server of the store; any client counts): %s %.3f ms over %d processes, single %.3f ms over %d",
+					s.name, medianF(s.rcpu32), s.nodes, medianF(base.rcpu32), base.nodes),
 			"per-round ratios ≤ 1.2×", verdict(medianF(pr2) <= 1.2))
 	}
 }
