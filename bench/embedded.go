@@ -16,6 +16,8 @@ import (
 	"github.com/oar/relay/app"
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/embedded"
+	"github.com/oar/relay/jobs"
+	"github.com/oar/relay/store"
 )
 
 // Row m: the embedded default (no Redis URL: miniredis on a loopback port of
@@ -318,7 +320,7 @@ func (b *bench) embRounds(ctx context.Context, out *embResult) error {
 		}
 	}
 	cl := clients{inproc: b.o.inproc, tr: b.tr}
-	queue := b.mPrefix + ":turns"
+	queue := jobs.QueuesFor(b.mPrefix).Turns
 	listArgs := map[string]any{"action": "list_sessions", "relay": "this", "limit": 50}
 	const settle = 1200 * time.Millisecond // a checkpoint takes the round's last writes
 	warm := 1
@@ -438,7 +440,7 @@ func largestKeys(ctx context.Context, s *embStore, prefix string, n int) (string
 				}
 			}
 			total += size
-			if strings.HasPrefix(r.Key, prefix+":msgs:") {
+			if strings.HasPrefix(r.Key, store.KeyBase(prefix)+"msgs:") {
 				msgs++
 				msgBytes += size
 			}
@@ -562,7 +564,7 @@ func (b *bench) embSnapshot(ctx context.Context, out *embResult) error {
 					break
 				}
 				t0 := time.Now()
-				if err := own.Set(ctx, prefix+":bench:tick", i, 0).Err(); err != nil {
+				if err := own.Set(ctx, store.KeyBase(prefix)+"bench:tick", i, 0).Err(); err != nil {
 					return err
 				}
 				if err := e.Checkpoint(ctx); err != nil {

@@ -341,7 +341,7 @@ func (e *evBench) flow(ctx context.Context, m meter, eventsQueue, tag string, n 
 		return out, nil
 	}
 	st := e.rp.app.Store()
-	evKey := e.rp.prefix + ":events"
+	evKey := store.KeyBase(e.rp.prefix) + "events"
 	// Where the watchers' conversations and the event stream stand now.
 	offs := make([]int64, len(e.watchers))
 	for i, w := range e.watchers {
@@ -397,7 +397,7 @@ func (e *evBench) flow(ctx context.Context, m meter, eventsQueue, tag string, n 
 		cmds := make([]*redis.StringSliceCmd, len(e.watchers))
 		_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, w := range e.watchers {
-				cmds[i] = p.LRange(ctx, e.rp.prefix+":msgs:"+w, offs[i], -1)
+				cmds[i] = p.LRange(ctx, store.KeyBase(e.rp.prefix)+"msgs:"+w, offs[i], -1)
 			}
 			return nil
 		})

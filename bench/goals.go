@@ -198,7 +198,7 @@ func (b *bench) goals123(ctx context.Context, out *goalsResult) error {
 	if err := rp.enableAgentSessions(ctx); err != nil {
 		return err
 	}
-	w, err := workerConfig(ctx, b.rdb, b.g1Prefix+":turns")
+	w, err := workerConfig(ctx, b.rdb, jobs.QueuesFor(b.g1Prefix).Turns)
 	if err != nil {
 		return err
 	}
@@ -231,7 +231,7 @@ func (b *bench) goals123(ctx context.Context, out *goalsResult) error {
 		// at 32 clients runs while the process's heap, its kept goroutines and the
 		// connection pools grow (it measured 20–30% above the rounds after it).
 		b.logf("(h) goal 2 warm-up round (not counted): %d agents × %d round trips, and the floor", sz.agents, sz.n2)
-		if _, err := benchSend(ctx, cl, rp, m, b.g1Prefix+":turns", orch, targets[:len(orch)], 2, sz.n2); err != nil {
+		if _, err := benchSend(ctx, cl, rp, m, jobs.QueuesFor(b.g1Prefix).Turns, orch, targets[:len(orch)], 2, sz.n2); err != nil {
 			return err
 		}
 		if _, err := runCalls(ctx, cl, meter{rdb: b.rdb, rt: &rtCounter{}}, bare.url, "x", "noop", map[string]any{}, sz.agents, sz.agents*sz.n2, 2); err != nil {
@@ -241,7 +241,7 @@ func (b *bench) goals123(ctx context.Context, out *goalsResult) error {
 	for r := 0; r < sz.rounds; r++ {
 		// Goal 1: one client each, interleaved within the round.
 		b.logf("(h) goal 1 round %d/%d: 1 client, %d calls each: send→reply, bare MCP no-op, bare asynq hop", r+1, sz.rounds, sz.n1)
-		s, err := benchSend(ctx, cl, rp, m, b.g1Prefix+":turns", orch[:1], targets[:1], 2, sz.n1)
+		s, err := benchSend(ctx, cl, rp, m, jobs.QueuesFor(b.g1Prefix).Turns, orch[:1], targets[:1], 2, sz.n1)
 		if err != nil {
 			return err
 		}
@@ -254,7 +254,7 @@ func (b *bench) goals123(ctx context.Context, out *goalsResult) error {
 			return err
 		}
 		out.mcp1 = append(out.mcp1, c.lat.p50())
-		h, err := benchHopWith(ctx, hopRedis, b.rdb, b.g1Prefix, b.g1Prefix+":turns", w, 1, 2, sz.n1, true)
+		h, err := benchHopWith(ctx, hopRedis, b.rdb, b.g1Prefix, jobs.QueuesFor(b.g1Prefix).Turns, w, 1, 2, sz.n1, true)
 		if err != nil {
 			return err
 		}
@@ -267,7 +267,7 @@ func (b *bench) goals123(ctx context.Context, out *goalsResult) error {
 			// Goal 2: agents at once, each to its own target.
 			b.logf("(h) goal 2 round %d/%d: %d agents × %d round trips", r+1, sz.rounds, sz.agents, sz.n2)
 			stopProf := b.profileStart(fmt.Sprintf("goal2-%d", r+1))
-			s2, err := benchSend(ctx, cl, rp, m, b.g1Prefix+":turns", orch, targets[:len(orch)], 2, sz.n2)
+			s2, err := benchSend(ctx, cl, rp, m, jobs.QueuesFor(b.g1Prefix).Turns, orch, targets[:len(orch)], 2, sz.n2)
 			stopProf()
 			b.logf("(h) goal 2 round %d/%d: the bench process's live heap after it (relay and clients' bookkeeping): %.1f MiB", r+1, sz.rounds, liveHeapMiB())
 			if err != nil {

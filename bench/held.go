@@ -87,7 +87,7 @@ func benchHeld(ctx context.Context, b *bench, prefix string) (heldResult, error)
 	if err != nil {
 		return out, err
 	}
-	heldKey, subevKey := prefix+":held:"+sub.ID, prefix+":subev:"+sub.ID
+	heldKey, subevKey := store.KeyBase(prefix)+"held:"+sub.ID, store.KeyBase(prefix)+"subev:"+sub.ID
 	if out.heldLen, err = b.rdb.LLen(ctx, heldKey).Result(); err != nil {
 		return out, err
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/redisurl"
 	"github.com/oar/relay/store"
 )
@@ -223,8 +224,8 @@ func (b *bench) cleanup() error {
 	queues, err := b.rdb.SMembers(ctx, "asynq:queues").Result()
 	errs = append(errs, err)
 	for _, p := range []string{b.prefix, b.memPrefix, b.evPrefix, b.hdPrefix, b.scPrefix, b.g1Prefix, b.g4Prefix, b.g5Prefix, b.pPrefix + "a", b.pPrefix + "b", b.mPrefix} {
-		errs = append(errs, store.DeleteMatching(ctx, b.rdb, p+":*"))
-		errs = append(errs, store.DeleteMatching(ctx, b.rdb, "asynq:{"+p+":*"))
+		errs = append(errs, store.DeleteMatching(ctx, b.rdb, store.KeyBase(p)+"*"))
+		errs = append(errs, store.DeleteMatching(ctx, b.rdb, "asynq:{"+store.KeyBase(p)+"*"))
 		for _, q := range queues {
 			if strings.HasPrefix(q, p+":") {
 				errs = append(errs, b.rdb.SRem(ctx, "asynq:queues", q).Err())
@@ -391,7 +392,7 @@ func (b *bench) runABC(ctx context.Context, res *results) error {
 	if err := rp.enableAgentSessions(ctx); err != nil {
 		return err
 	}
-	if b.worker, err = workerConfig(ctx, b.rdb, b.prefix+":turns"); err != nil {
+	if b.worker, err = workerConfig(ctx, b.rdb, jobs.QueuesFor(b.prefix).Turns); err != nil {
 		return err
 	}
 	b.conc = b.worker.Concurrency
@@ -423,7 +424,7 @@ func (b *bench) runABC(ctx context.Context, res *results) error {
 		return err
 	}
 	b.logf("(b) bare asynq hop: %d producers × %d hops, concurrency %d and %d queues (as the relay worker's)", o.clients, o.hops, b.conc, len(b.worker.Queues))
-	if res.hop, err = benchHop(ctx, b.ropts, b.rdb, b.prefix, b.prefix+":turns", b.worker, o.clients, o.warm, o.hops); err != nil {
+	if res.hop, err = benchHop(ctx, b.ropts, b.rdb, b.prefix, jobs.QueuesFor(b.prefix).Turns, b.worker, o.clients, o.warm, o.hops); err != nil {
 		return err
 	}
 	if res.hop.errs > 0 {
@@ -436,7 +437,7 @@ func (b *bench) runABC(ctx context.Context, res *results) error {
 	m := meter{rdb: b.rdb, rt: rp.rt, client: rp.app.Redis()}
 	stopProf := b.profileStart("send")
 	rp.rt.callers.Store(o.rtCallers)
-	res.send, err = benchSend(ctx, cl, rp, m, b.prefix+":turns", orch, targets, o.warm, o.rounds)
+	res.send, err = benchSend(ctx, cl, rp, m, jobs.QueuesFor(b.prefix).Turns, orch, targets, o.warm, o.rounds)
 	rp.rt.callers.Store(false)
 	stopProf()
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/oar/relay/store"
 )
 
 type memResult struct {
@@ -74,7 +76,7 @@ func prefixUsage(ctx context.Context, rdb redis.UniversalClient, prefix string) 
 		sum    int64
 	)
 	for {
-		ks, next, err := rdb.Scan(ctx, cursor, prefix+":*", 1000).Result()
+		ks, next, err := rdb.Scan(ctx, cursor, store.KeyBase(prefix)+"*", 1000).Result()
 		if err != nil {
 			return 0, 0, err
 		}

@@ -186,7 +186,7 @@ func benchSchedules(ctx context.Context, b *bench, prefix string) (schedResult, 
 		cmds := make([]*redis.StringSliceCmd, len(fireIDs))
 		_, err := b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, sid := range fireIDs {
-				cmds[i] = p.LRange(ctx, prefix+":msgs:"+sid, 0, -1)
+				cmds[i] = p.LRange(ctx, store.KeyBase(prefix)+"msgs:"+sid, 0, -1)
 			}
 			return nil
 		})

@@ -40,9 +40,15 @@ type Queues struct {
 	Events string
 }
 
-// QueuesFor returns the queue names for a key prefix.
+// QueuesFor returns the queue names for a key prefix: PREFIX}:turns and
+// PREFIX}:events. asynq keeps a queue's keys under asynq:{QUEUE}:…, and
+// Redis Cluster hashes a key on what stands between its first "{" and the
+// first "}" after it: asynq:{PREFIX}:turns}:pending hashes on PREFIX, as the
+// relay's own keys ({PREFIX}:…) do. So both queues and all the relay's keys
+// share one hash slot, and the two queues stay apart (asynq weighs them,
+// and their depths are the relay_queue_* metrics).
 func QueuesFor(prefix string) Queues {
-	return Queues{Turns: prefix + ":turns", Events: prefix + ":events"}
+	return Queues{Turns: prefix + "}:turns", Events: prefix + "}:events"}
 }
 
 // All lists the queue names.

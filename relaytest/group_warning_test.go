@@ -3,6 +3,8 @@ package relaytest
 import (
 	"context"
 	"testing"
+
+	"github.com/oar/relay/store"
 )
 
 // R7.9 (issue 13, untested before): when the relay cannot put a new session
@@ -18,7 +20,7 @@ func TestCreateSessionGroupWarning(t *testing.T) {
 	mid := r.Message(a.ID, Script(map[string]any{"tool": map[string]any{"action": "create_session", "relay": "this", "text": "hi", "group": gid, "wait_seconds": 15}}))
 	card := r.WaitCard(a.ID)
 	// The look-up is done; now joining the group fails.
-	if err := rdb.Set(context.Background(), r.Redis.Prefix+":gm:"+gid, "not a set", 0).Err(); err != nil {
+	if err := rdb.Set(context.Background(), store.KeyBase(r.Redis.Prefix)+"gm:"+gid, "not a set", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	r.Decide(str(card["id"]), "allow")

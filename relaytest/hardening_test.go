@@ -210,12 +210,12 @@ func TestSizeLimitsAndAskExpiry(t *testing.T) {
 	if st := r.Owner(http.MethodPost, "/api/v1/inbox/"+id, map[string]any{"answer": "no"}, nil); st != http.StatusOK {
 		t.Fatalf("answer ask: %d", st)
 	}
-	ttl, err := r.App.Redis().PTTL(context.Background(), r.Redis.Prefix+":ask:"+id).Result()
+	ttl, err := r.App.Redis().PTTL(context.Background(), store.KeyBase(r.Redis.Prefix)+"ask:"+id).Result()
 	if err != nil || ttl < 6*24*time.Hour || ttl > 7*24*time.Hour {
 		t.Fatalf("closed ask TTL %v (%v), want 7 days", ttl, err)
 	}
 	open := m.MustOK(map[string]any{"action": "ask", "question": "open one"})["question_id"].(string)
-	if ttl, _ := r.App.Redis().PTTL(context.Background(), r.Redis.Prefix+":ask:"+open).Result(); ttl != -1 {
+	if ttl, _ := r.App.Redis().PTTL(context.Background(), store.KeyBase(r.Redis.Prefix)+"ask:"+open).Result(); ttl != -1 {
 		t.Fatalf("an open ask has a TTL: %v", ttl)
 	}
 }

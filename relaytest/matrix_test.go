@@ -34,6 +34,7 @@ import (
 
 	"github.com/oar/relay/api"
 	"github.com/oar/relay/relay"
+	"github.com/oar/relay/store"
 )
 
 // ---- Redis dumps -------------------------------------------------------------
@@ -58,7 +59,7 @@ func mxSnapshot(t testing.TB, rdb redis.UniversalClient, prefix string) mxDump {
 	var keys []string
 	var cursor uint64
 	for {
-		ks, next, err := rdb.Scan(ctx, cursor, prefix+":*", 1000).Result()
+		ks, next, err := rdb.Scan(ctx, cursor, store.KeyBase(prefix)+"*", 1000).Result()
 		if err != nil {
 			t.Fatalf("scan %s:*: %v", prefix, err)
 		}
@@ -73,7 +74,7 @@ func mxSnapshot(t testing.TB, rdb redis.UniversalClient, prefix string) mxDump {
 	// Written on their own clock, not by any call: each process's heartbeat
 	// (procs) and the short poll locks of paired relays (lock:…).
 	keys = slices.DeleteFunc(keys, func(k string) bool {
-		return k == prefix+":procs" || strings.HasPrefix(k, prefix+":lock:")
+		return k == store.KeyBase(prefix)+"procs" || strings.HasPrefix(k, store.KeyBase(prefix)+"lock:")
 	})
 	types := make([]*redis.StatusCmd, len(keys))
 	p := rdb.Pipeline()

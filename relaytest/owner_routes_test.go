@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/oar/relay/store"
 )
 
 // §12 Deleting: DELETE /sessions/{id} stops the turn, removes messages,
@@ -116,7 +118,7 @@ func TestOwnerDeleteSession(t *testing.T) {
 	rdb := r.App.Store().Redis()
 	ctx := context.Background()
 	var left []string
-	iter := rdb.Scan(ctx, 0, r.Redis.Prefix+":*", 1000).Iterator()
+	iter := rdb.Scan(ctx, 0, store.KeyBase(r.Redis.Prefix)+"*", 1000).Iterator()
 	for iter.Next(ctx) {
 		k := iter.Val()
 		if strings.Contains(k, b.ID) && !strings.Contains(k, ":lease:") {
@@ -124,13 +126,13 @@ func TestOwnerDeleteSession(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"sids", "sessions:active", "sessions:archived", "drains"} {
-		if n, _ := rdb.ZScore(ctx, r.Redis.Prefix+":"+k, b.ID).Result(); n != 0 {
+		if n, _ := rdb.ZScore(ctx, store.KeyBase(r.Redis.Prefix)+k, b.ID).Result(); n != 0 {
 			left = append(left, k)
 		}
-		if ok, _ := rdb.SIsMember(ctx, r.Redis.Prefix+":"+k, b.ID).Result(); ok {
+		if ok, _ := rdb.SIsMember(ctx, store.KeyBase(r.Redis.Prefix)+k, b.ID).Result(); ok {
 			left = append(left, k)
 		}
-		if _, err := rdb.ZRank(ctx, r.Redis.Prefix+":"+k, b.ID).Result(); err == nil {
+		if _, err := rdb.ZRank(ctx, store.KeyBase(r.Redis.Prefix)+k, b.ID).Result(); err == nil {
 			left = append(left, k)
 		}
 	}

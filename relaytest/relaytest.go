@@ -110,8 +110,8 @@ func NewRedis(tb testing.TB) *Redis {
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = store.DeleteMatching(ctx, c, prefix+":*")
-		_ = store.DeleteMatching(ctx, c, "asynq:{"+prefix+":*")
+		_ = store.DeleteMatching(ctx, c, store.KeyBase(prefix)+"*")
+		_ = store.DeleteMatching(ctx, c, "asynq:{"+prefix+"}*")
 		for _, q := range jobs.QueuesFor(prefix).All() {
 			_ = c.SRem(ctx, "asynq:queues", q).Err()
 		}

@@ -29,7 +29,7 @@ func plainIn(t *testing.T, rdb redis.UniversalClient, prefix string, toks ...str
 	t.Helper()
 	ctx := context.Background()
 	var found []string
-	for _, pattern := range []string{prefix + ":*", "asynq:{" + prefix + ":*"} {
+	for _, pattern := range []string{store.KeyBase(prefix) + "*", "asynq:{" + prefix + "}*"} {
 		var cursor uint64
 		for {
 			keys, next, err := rdb.Scan(ctx, cursor, pattern, 500).Result()
@@ -109,7 +109,7 @@ func TestTokensAtRestUpgrade(t *testing.T) {
 	// The layout before: tok:TOKEN → id, the session's token field.
 	ctx := context.Background()
 	rdb := redisClient(t, rd)
-	p := rd.Prefix + ":"
+	p := store.KeyBase(rd.Prefix)
 	const genOwner = OwnerToken
 	for _, s := range []Session{live, gone} {
 		rdb.HSet(ctx, p+"sess:"+s.ID, "token", s.Token)
@@ -324,7 +324,7 @@ func TestOwnerTokenAtRestUpgrade(t *testing.T) {
 
 			ctx := context.Background()
 			rdb := redisClient(t, rd)
-			p := rd.Prefix + ":"
+			p := store.KeyBase(rd.Prefix)
 			rdb.Set(ctx, p+"owner", genOwner, 0)
 			rdb.Del(ctx, p+"ownerh")
 			if !tc.tokfmt {

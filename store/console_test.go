@@ -28,7 +28,7 @@ func TestConsoleSessions(t *testing.T) {
 	if ttl := e.rdb.PTTL(e.ctx, k).Val(); ttl <= 0 || ttl > 2*time.Second {
 		t.Errorf("TTL %v, want the session's life", ttl)
 	}
-	keys, _ := e.rdb.Keys(e.ctx, e.prefix+":console:*").Result()
+	keys := e.keysOf("console:*")
 	for _, key := range keys {
 		if strings.Contains(key, id) {
 			t.Errorf("key %s holds the session id itself", key)

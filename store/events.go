@@ -299,7 +299,7 @@ return redis.call('GET', KEYS[4])
 // MoveHeld gives a subscription's held events and their due time to another
 // (transfer_subscriptions); it returns the due time, zero when nothing is held.
 func (s *Store) MoveHeld(ctx context.Context, from, to string) (time.Time, error) {
-	v, err := moveHeldScript.Run(ctx, s.rdb, []string{s.k("held", from), s.k("due", from), s.k("held", to), s.k("due", to)}).Text()
+	v, err := moveHeldScript.Run(ctx, s.scr, []string{s.k("held", from), s.k("due", from), s.k("held", to), s.k("due", to)}).Text()
 	if errors.Is(err, redis.Nil) {
 		return time.Time{}, nil
 	}
@@ -341,7 +341,7 @@ return items
 // TakeHeld takes a subscription's held events when they are due at now. It
 // returns (nil, due) when the due time lies ahead (a release job ran early).
 func (s *Store) TakeHeld(ctx context.Context, sub string, now time.Time) ([]Event, time.Time, error) {
-	res, err := takeHeldScript.Run(ctx, s.rdb, []string{s.k("held", sub), s.k("due", sub)}, ms(now)).StringSlice()
+	res, err := takeHeldScript.Run(ctx, s.scr, []string{s.k("held", sub), s.k("due", sub)}, ms(now)).StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, time.Time{}, err
 	}
@@ -444,7 +444,7 @@ func (s *Store) TakeBuffer(ctx context.Context, watcher string, window time.Time
 	if !window.IsZero() {
 		w = fmt.Sprint(ms(window))
 	}
-	res, err := takeBufScript.Run(ctx, s.rdb, []string{s.k("buf", watcher), s.k("win", watcher)}, w).StringSlice()
+	res, err := takeBufScript.Run(ctx, s.scr, []string{s.k("buf", watcher), s.k("win", watcher)}, w).StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
@@ -507,7 +507,7 @@ func (s *Store) HoldForSummary(ctx context.Context, watcher string, gs []Batch, 
 
 // TakeSummary takes the groups held by the wake limit (and clears the due time).
 func (s *Store) TakeSummary(ctx context.Context, watcher string) ([]Batch, error) {
-	res, err := takeBufScript.Run(ctx, s.rdb, []string{s.k("wl", watcher), s.k("wlnext", watcher)}, "").StringSlice()
+	res, err := takeBufScript.Run(ctx, s.scr, []string{s.k("wl", watcher), s.k("wlnext", watcher)}, "").StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}

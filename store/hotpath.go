@@ -13,13 +13,18 @@ import (
 // now one (a pipeline, a MULTI or a script), with the same effects in the
 // same order.
 
-// KEYS: sess:CALLER, cur:CALLER, sids, sess:REF. ARGV: turn key prefix, the
-// look-up's range start and end ("" = no target to look up).
+// KEYS: sess:CALLER, cur:CALLER, sids, sess:REF, turn:GUESS. ARGV: the
+// guessed running turn id of the caller (its key is KEYS[5]; every key a
+// script touches is in its KEYS), the look-up's range start and end ("" = no
+// target to look up). A running turn other than the guess comes back as its
+// id with no record (false): the caller reads it.
 var loadCallScript = redis.NewScript(`
 local sess = redis.call('HGETALL', KEYS[1])
 local cur = redis.call('GET', KEYS[2])
 local turn = {}
-if cur then turn = redis.call('HGETALL', ARGV[1] .. cur) else cur = '' end
+if cur then
+  if cur == ARGV[1] then turn = redis.call('HGETALL', KEYS[5]) else turn = false end
+else cur = '' end
 local ids, rec = {}, {}
 if ARGV[2] ~= '' then
   ids = redis.call('ZRANGEBYLEX', KEYS[3], ARGV[2], ARGV[3], 'LIMIT', 0, 2)
@@ -52,8 +57,13 @@ func (s *Store) LoadCall(ctx context.Context, caller, ref string) (*Call, error)
 	} else {
 		ref = ""
 	}
-	res, err := loadCallScript.Run(ctx, s.rdb, []string{s.sessKey(caller), s.k("cur", caller), s.k("sids"), s.sessKey(ref)},
-		s.turnKey(""), lo, hi).Slice()
+	g := s.curHint.Load(caller)
+	gkey := ""
+	if g != "" {
+		gkey = s.turnKey(g)
+	}
+	res, err := loadCallScript.Run(ctx, s.scr, []string{s.sessKey(caller), s.k("cur", caller), s.k("sids"), s.sessKey(ref), gkey},
+		g, lo, hi).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("load call of %s: %w", caller, err)
 	}
@@ -62,6 +72,17 @@ func (s *Store) LoadCall(ctx context.Context, caller, ref string) (*Call, error)
 		c.Caller = sessionFrom(m)
 	}
 	c.Current, _ = res[1].(string)
+	if c.Current == "" {
+		s.curHint.Delete(caller)
+	} else if c.Current != g {
+		s.curHint.Store(caller, c.Current)
+		// Not the guessed turn: its record is read now.
+		m, err := s.rdb.HGetAll(ctx, s.turnKey(c.Current)).Result()
+		if err != nil {
+			return nil, fmt.Errorf("load call of %s: %w", caller, err)
+		}
+		res[2] = flatList(m)
+	}
 	if m := flatMap(res[2]); len(m) > 0 {
 		c.Turn = turnFrom(m)
 	}
@@ -167,17 +188,26 @@ type Drain struct {
 
 // startDrainLua defines startDrain, a drain's first step (StartDrain), for the
 // scripts that take it: startDrainScript and pushScript.
+//
+// tkey is the key of the turn expected at the queue's head (expect; every key
+// a script touches is in its KEYS): when another turn is at the head and the
+// drain would take it, nothing is written and the answer is {5, that id}: the
+// caller asks again naming it.
 const startDrainLua = `
-local function startDrain(sess, lease, cur, q, msgs, sub, suball, owner, ttl, now, tprefix, chan, note, hist)
+local function startDrain(sess, lease, cur, q, msgs, sub, suball, owner, ttl, now, tkey, expect, chan, note, hist)
   if redis.call('EXISTS', sess) == 0 then return {0} end
+  local head = redis.call('LINDEX', q, 0)
+  if head and head ~= expect and redis.call('EXISTS', lease) == 0 and redis.call('EXISTS', cur) == 0 then
+    return {5, head}
+  end
   if not redis.call('SET', lease, owner, 'NX', 'PX', ttl) then return {1} end
   local s = redis.call('HGETALL', sess)
   if redis.call('GET', cur) then return {2, s} end
   local id = redis.call('LPOP', q)
   if not id then return {3, s} end
   redis.call('SET', cur, id)
-  redis.call('HSET', tprefix .. id, 'status', 'running', 'started', now, 'drainer', owner)
-  local turn = redis.call('HGETALL', tprefix .. id)
+  redis.call('HSET', tkey, 'status', 'running', 'started', now, 'drainer', owner)
+  local turn = redis.call('HGETALL', tkey)
   redis.call('PUBLISH', chan, note)
   local subs = redis.call('SCARD', sub) + redis.call('SCARD', suball)
   local m = {}
@@ -186,12 +216,12 @@ local function startDrain(sess, lease, cur, q, msgs, sub, suball, owner, ttl, no
 end
 `
 
-// KEYS: sess:SID, lease:SID, cur:SID, q:SID, msgs:SID, subidx:SID, subidx:all.
-// ARGV: owner, lease ttl (ms), now (ms), turn: (the prefix of turn keys), notify
-// channel, notification, how many last messages to return.
+// KEYS: sess:SID, lease:SID, cur:SID, q:SID, msgs:SID, subidx:SID, subidx:all,
+// turn:EXPECT. ARGV: owner, lease ttl (ms), now (ms), the turn expected at the
+// head ("" = none), notify channel, notification, how many last messages to return.
 var startDrainScript = redis.NewScript(startDrainLua + `
 return startDrain(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
-  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+  ARGV[1], ARGV[2], ARGV[3], KEYS[8], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
 `)
 
 // StartDrain is a drain's first step in one round trip: it takes the
@@ -205,17 +235,46 @@ func (s *Store) StartDrain(ctx context.Context, sid, owner string, ttl time.Dura
 	if ttl <= 0 {
 		return nil, fmt.Errorf("lease of %s: ttl %v: a lease must expire", sid, ttl)
 	}
-	res, err := startDrainScript.Run(ctx, s.rdb, []string{s.sessKey(sid), s.k("lease", sid), s.k("cur", sid),
-		s.k("q", sid), s.msgsKey(sid), s.k("subidx", sid), s.k("subidx", "all")},
-		owner, max(ttl.Milliseconds(), 1), ms(now), s.turnKey(""), s.NotifyChannel(), "session:"+sid, history).Result()
-	if err != nil {
-		return nil, fmt.Errorf("start drain %s: %w", sid, err)
+	expect := s.headHint.LoadAndDelete(sid)
+	for range 8 {
+		tkey := ""
+		if expect != "" {
+			tkey = s.turnKey(expect)
+		}
+		res, err := startDrainScript.Run(ctx, s.scr, []string{s.sessKey(sid), s.k("lease", sid), s.k("cur", sid),
+			s.k("q", sid), s.msgsKey(sid), s.k("subidx", sid), s.k("subidx", "all"), tkey},
+			owner, max(ttl.Milliseconds(), 1), ms(now), expect, s.NotifyChannel(), "session:"+sid, history).Result()
+		if err != nil {
+			return nil, fmt.Errorf("start drain %s: %w", sid, err)
+		}
+		if head, ok := otherHead(res); ok {
+			expect = head // another turn is at the head: ask again naming it
+			continue
+		}
+		d, err := drainFrom(res, history)
+		if err != nil {
+			return nil, fmt.Errorf("start drain %s: %w", sid, err)
+		}
+		return d, nil
 	}
-	d, err := drainFrom(res, history)
-	if err != nil {
-		return nil, fmt.Errorf("start drain %s: %w", sid, err)
+	return nil, fmt.Errorf("start drain %s: the queue's head kept changing", sid)
+}
+
+// drainOtherHead is startDrain's answer when another turn than the expected
+// one is at the queue's head (nothing was written).
+const drainOtherHead = 5
+
+// otherHead reads startDrain's {5, id}.
+func otherHead(v any) (string, bool) {
+	res, _ := v.([]any)
+	if len(res) != 2 {
+		return "", false
 	}
-	return d, nil
+	if code, _ := res[0].(int64); code != drainOtherHead {
+		return "", false
+	}
+	id, _ := res[1].(string)
+	return id, id != ""
 }
 
 // drainFrom reads startDrain's answer.
@@ -252,6 +311,15 @@ func drainFrom(v any, history int) (*Drain, error) {
 	return d, nil
 }
 
+// flatList is m as an HGETALL reply (field, value, …).
+func flatList(m map[string]string) []any {
+	out := make([]any, 0, 2*len(m))
+	for k, v := range m {
+		out = append(out, k, v)
+	}
+	return out
+}
+
 // flatMap turns a script's HGETALL reply (field, value, …) into a map.
 func flatMap(v any) map[string]string {
 	a, _ := v.([]any)
@@ -271,7 +339,7 @@ func flatMap(v any) map[string]string {
 // notification, the turn's notification, the usage counted ("" = none, else
 // input tokens, output tokens, cost in micro-dollars, clear the pause 1|0), the
 // fence (the drain's lease owner, "" = none), then the turn's field/value pairs.
-var finishEmitScript = redis.NewScript(fenceLua + `
+var finishEmitScript = redis.NewScript(noneLua + fenceLua + `
 if redis.call('HGET', KEYS[5], 'ended') == ARGV[3] then
   -- This step already ran (its answer was lost and it is tried again): the
   -- outcome, message, event and usage stay as they were written once.
@@ -300,8 +368,8 @@ local more = 1
 if redis.call('LLEN', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[3])
   redis.call('SREM', KEYS[9], ARGV[1])
-  if KEYS[4] ~= '' then redis.call('SREM', KEYS[4], ARGV[1]) end
-  if KEYS[15] ~= '' then redis.call('SREM', KEYS[15], ARGV[1]) end
+  if not isnone(KEYS[4]) then redis.call('SREM', KEYS[4], ARGV[1]) end
+  if not isnone(KEYS[15]) then redis.call('SREM', KEYS[15], ARGV[1]) end
   more = 0
 end
 redis.call('XADD', KEYS[10], 'MAXLEN', '~', 10000, '*', 'e', ARGV[4])
@@ -360,7 +428,7 @@ func (s *Store) FinishTurnEmit(ctx context.Context, sid, orchestrator, turnID, f
 	}
 	args = append(args, fence)
 	args = append(args, kv...)
-	res, err := finishEmitScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
+	res, err := finishEmitScript.Run(ctx, s.scr, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
 		s.BusyKey(orchestrator), s.turnKey(turnID), s.msgsKey(sid), s.sessKey(sid), s.k("sessions", "active"), s.drainsKey(),
 		s.k("events"), s.k("subidx", ev.Session), s.k("subidx", "all"), s.k("lease", sid), usageKey, s.PeerBusyKey(orchestrator)}, args...).Slice()
 	if err != nil {
@@ -400,7 +468,7 @@ return items
 // meanwhile (watcher → groups), in one step; with seen, the turn is first
 // marked seen (MarkTurnSeen), so it is seen before its wait ends.
 func (s *Store) SeenEndWaiting(ctx context.Context, turn string, seen bool) (map[string][]Batch, error) {
-	items, err := seenEndWaitingScript.Run(ctx, s.rdb, []string{s.turnKey(turn), s.k("waiting", turn), s.k("echo", turn)}, b2s(seen)).StringSlice()
+	items, err := seenEndWaitingScript.Run(ctx, s.scr, []string{s.turnKey(turn), s.k("waiting", turn), s.k("echo", turn)}, b2s(seen)).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("end the wait on %s: %w", turn, err)
 	}

@@ -54,7 +54,7 @@ func (s *Store) AddSchedule(ctx context.Context, sc *Schedule, intoLimit, byLimi
 	if sc.Setter != sc.Target {
 		other = "1"
 	}
-	res, err := addScheduleScript.Run(ctx, s.rdb, []string{s.k("sch", sc.ID), s.k("schs"), s.k("schinto", sc.Target), s.k("schby", sc.Setter)},
+	res, err := addScheduleScript.Run(ctx, s.scr, []string{s.k("sch", sc.ID), s.k("schs"), s.k("schinto", sc.Target), s.k("schby", sc.Setter)},
 		string(b), sc.ID, intoLimit, byLimit, other).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("add schedule: %w", err)
@@ -92,7 +92,7 @@ func (s *Store) AddAsk(ctx context.Context, a *Ask, askerLimit, sessionLimit int
 	if err != nil {
 		return err
 	}
-	res, err := addAskScript.Run(ctx, s.rdb, []string{s.k("ask", a.ID), s.k("asksby", a.Asker), s.k("asks", "open"),
+	res, err := addAskScript.Run(ctx, s.scr, []string{s.k("ask", a.ID), s.k("asksby", a.Asker), s.k("asks", "open"),
 		s.k("asksin", a.Session), s.k("asksopen", a.Asker)},
 		string(b), a.ID, ms(a.CreatedAt), askerLimit, sessionLimit, ms(a.CreatedAt.Add(-ClosedAskKeep-24*time.Hour))).Int64Slice()
 	if err != nil {
@@ -125,7 +125,7 @@ func (s *Store) AddSubscription(ctx context.Context, sub *Subscription, limit in
 	}
 	keys := []string{s.subKey(sub.ID), s.k("subs", sub.Watcher), s.k("subsall")}
 	keys = append(keys, s.subIndexKeys(sub)...)
-	res, err := addSubscriptionScript.Run(ctx, s.rdb, keys, string(b), sub.ID, limit).Int64Slice()
+	res, err := addSubscriptionScript.Run(ctx, s.scr, keys, string(b), sub.ID, limit).Int64Slice()
 	if err != nil {
 		return fmt.Errorf("add subscription: %w", err)
 	}
@@ -147,7 +147,7 @@ return {1, n + 1}
 // the count is below limit; taken=false means the count is used up (the
 // caller asks a card) and nothing was counted. n is the count after it.
 func (s *Store) TakeLoop(ctx context.Context, sid string, limit int) (taken bool, n int, err error) {
-	res, err := takeLoopScript.Run(ctx, s.rdb, []string{s.k("loop", sid)}, limit).Int64Slice()
+	res, err := takeLoopScript.Run(ctx, s.scr, []string{s.k("loop", sid)}, limit).Int64Slice()
 	if err != nil {
 		return false, 0, fmt.Errorf("loop count: %w", err)
 	}
@@ -163,5 +163,5 @@ return 1
 
 // GiveBackLoop undoes a TakeLoop whose prompt was not sent after all.
 func (s *Store) GiveBackLoop(ctx context.Context, sid string) error {
-	return giveBackLoopScript.Run(ctx, s.rdb, []string{s.k("loop", sid)}).Err()
+	return giveBackLoopScript.Run(ctx, s.scr, []string{s.k("loop", sid)}).Err()
 }

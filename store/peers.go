@@ -346,7 +346,7 @@ func (s *Store) SetLink(ctx context.Context, name string, online bool, at time.T
 	if online {
 		on = "1"
 	}
-	n, err := setLinkScript.Run(ctx, s.rdb, []string{s.k("relaylink")}, strings.ToLower(name), on, ms(at), reason).Int()
+	n, err := setLinkScript.Run(ctx, s.scr, []string{s.k("relaylink")}, strings.ToLower(name), on, ms(at), reason).Int()
 	return n == 1, err
 }
 

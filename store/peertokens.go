@@ -92,7 +92,7 @@ func (s *Store) RevokePeerToken(ctx context.Context, id string) (bool, error) {
 	if len(id) != peerTokenIDLen || strings.Trim(id, "0123456789abcdef") != "" {
 		return false, nil
 	}
-	n, err := revokePeerTokenScript.Run(ctx, s.rdb, []string{s.k("peertok"), s.k("peertokrelay"), s.k("peertokused")}, id).Int()
+	n, err := revokePeerTokenScript.Run(ctx, s.scr, []string{s.k("peertok"), s.k("peertokrelay"), s.k("peertokused")}, id).Int()
 	return n > 0, err
 }
 
@@ -122,7 +122,7 @@ return ARGV[2]
 // given cannot later speak for another, and a name bound to one token cannot
 // be claimed by another (ErrRelayNameTaken).
 func (s *Store) BindPeerToken(ctx context.Context, tok, relay string) (string, error) {
-	v, err := bindPeerTokenScript.Run(ctx, s.rdb, []string{s.k("peertokrelay"), s.k("peertok")}, TokenHash(tok), strings.ToLower(relay)).Text()
+	v, err := bindPeerTokenScript.Run(ctx, s.scr, []string{s.k("peertokrelay"), s.k("peertok")}, TokenHash(tok), strings.ToLower(relay)).Text()
 	if err != nil {
 		return "", err
 	}

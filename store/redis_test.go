@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,7 +53,7 @@ func newEnv(t testing.TB) *testEnv {
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if err := DeleteMatching(ctx, e.rdb, e.prefix+":*"); err != nil {
+			if err := DeleteMatching(ctx, e.rdb, "{"+e.prefix+"*"); err != nil { // its own, and the stores whose prefix starts with it
 				t.Errorf("clean up %s:*: %v", e.prefix, err)
 			}
 			_ = e.rdb.Close()
@@ -65,7 +66,7 @@ func newEnv(t testing.TB) *testEnv {
 // key is the full name of a key of this test's prefix, spelled out as
 // docs/ARCHITECTURE.md "Redis keys" names it (P:part:part).
 func (e *testEnv) key(parts ...string) string {
-	return e.prefix + ":" + strings.Join(parts, ":")
+	return KeyBase(e.prefix) + strings.Join(parts, ":")
 }
 
 // advance lets d pass for key expiry (miniredis's clock only moves when told).
@@ -162,16 +163,31 @@ func (e *testEnv) pttl(k string) time.Duration {
 // keysOf lists the keys of this test's prefix that match pattern (after the prefix).
 func (e *testEnv) keysOf(pattern string) []string {
 	e.t.Helper()
+	return e.scanAll(KeyBase(e.prefix) + pattern)
+}
+
+// scanAll lists the keys matching pattern on every master.
+func (e *testEnv) scanAll(pattern string) []string {
+	e.t.Helper()
 	var out []string
-	var cursor uint64
-	for {
-		keys, next, err := e.rdb.Scan(e.ctx, cursor, e.prefix+":"+pattern, 500).Result()
-		if err != nil {
-			e.t.Fatalf("SCAN: %v", err)
+	var mu sync.Mutex
+	err := redisurl.ForEachMaster(e.ctx, e.rdb, func(ctx context.Context, node redis.UniversalClient) error {
+		var cursor uint64
+		for {
+			keys, next, err := node.Scan(ctx, cursor, pattern, 500).Result()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			out = append(out, keys...)
+			mu.Unlock()
+			if cursor = next; cursor == 0 {
+				return nil
+			}
 		}
-		out = append(out, keys...)
-		if cursor = next; cursor == 0 {
-			return out
-		}
+	})
+	if err != nil {
+		e.t.Fatalf("SCAN: %v", err)
 	}
+	return out
 }

@@ -163,7 +163,7 @@ func (s *Store) CloseAsk(ctx context.Context, a *Ask) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	n, err := closeAskScript.Run(ctx, s.rdb, []string{s.k("ask", a.ID), s.k("asks", "open"), s.k("asksin", a.Session), s.k("asksopen", a.Asker)},
+	n, err := closeAskScript.Run(ctx, s.scr, []string{s.k("ask", a.ID), s.k("asks", "open"), s.k("asksin", a.Session), s.k("asksopen", a.Asker)},
 		string(b), a.ID, ClosedAskKeep.Milliseconds()).Int()
 	if err != nil {
 		return false, err

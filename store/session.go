@@ -347,7 +347,7 @@ func (s *Store) DeleteSession(ctx context.Context, sid string, busyKeys ...strin
 			p.Del(ctx, s.k("question", id))
 			p.ZRem(ctx, s.k("qids"), id)
 		}
-		for _, name := range []string{"sess", "msgs", "q", "cur", "drain", "tasks", "sq", "flags", "loop", "busy",
+		for _, name := range []string{"sess", "msgs", "q", "qev", "cur", "drain", "tasks", "sq", "flags", "loop", "busy",
 			"subs", "subsended", "subidx", "schinto", "schby", "schended", "asksby", "asksopen", "asksin",
 			"buf", "win", "wakes", "wl", "wlnext", "dlv", "unlock", "rsubsended"} {
 			p.Del(ctx, s.k(name, sid))

@@ -1,8 +1,11 @@
 // Package store is all Redis access for the relay's domain records. Keys and
 // Lua scripts live here and nowhere else (asynq keeps its own keys).
 //
-// Every key starts with the store's prefix (Options.Prefix, default "relay"),
-// so several relays or tests can share one Redis database.
+// Every key starts with the store's prefix (default "relay") in braces,
+// {PREFIX}:…, so several relays or tests can share one Redis database, and on
+// a Redis Cluster the prefix is the hash tag: all of one relay's keys sit in
+// one hash slot (its scripts and MULTIs may touch any of them). The relay's
+// asynq queues are named so their keys hash to the same slot (jobs.QueuesFor).
 package store
 
 import (
@@ -12,6 +15,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,23 +29,128 @@ var ErrNotFound = errors.New("not found")
 
 // Store reads and writes the relay's records in Redis.
 type Store struct {
-	rdb redis.UniversalClient
-	p   string // key prefix including the trailing ':'
+	rdb    redis.UniversalClient
+	scr    redis.Scripter // rdb for scripts: a "" key (none) becomes the slot's placeholder
+	p      string         // key base: "{PREFIX}:"
+	prefix string
+	// curHint remembers each caller's last running turn id (LoadCall names
+	// that turn's key in its script's KEYS; a wrong guess costs a read).
+	curHint hints
+	// headHint remembers the turn a push left at the head of a session's
+	// empty queue (StartDrain names its key first).
+	headHint hints
 }
 
-// New returns a Store on rdb whose keys start with prefix+":".
+// hints is a small bounded map of guesses (emptied when full): a lost
+// guess costs a round trip, never a wrong answer.
+type hints struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+const maxHints = 4096
+
+func (h *hints) Load(k string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.m[k]
+}
+
+func (h *hints) LoadAndDelete(k string) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v := h.m[k]
+	delete(h.m, k)
+	return v
+}
+
+func (h *hints) Store(k, v string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil || len(h.m) >= maxHints {
+		h.m = map[string]string{}
+	}
+	h.m[k] = v
+}
+
+func (h *hints) Delete(k string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.m, k)
+}
+
+// KeyBase is the start of every key of the relay with this prefix:
+// "{PREFIX}:" (the prefix is the Redis Cluster hash tag).
+func KeyBase(prefix string) string { return "{" + prefix + "}:" }
+
+// ValidPrefix says whether prefix can be a key prefix: not empty, no braces
+// (it is the hash tag), no whitespace.
+func ValidPrefix(prefix string) bool {
+	return prefix != "" && !strings.ContainsAny(prefix, "{} \t\r\n")
+}
+
+// New returns a Store on rdb whose keys start with KeyBase(prefix).
 func New(rdb redis.UniversalClient, prefix string) *Store {
 	if prefix == "" {
 		prefix = "relay"
 	}
-	return &Store{rdb: rdb, p: prefix + ":"}
+	s := &Store{rdb: rdb, p: KeyBase(prefix), prefix: prefix}
+	s.scr = noneKeys{rdb, s.none()}
+	return s
+}
+
+// none is the placeholder key a script gets for an absent optional key
+// ("{PREFIX}:-", never written): every key a script is given is in the
+// relay's slot. Scripts test for it with isnone (a key ending in "}:-").
+func (s *Store) none() string { return s.p + "-" }
+
+// noneLua is isnone(k): k is the placeholder (see Store.none).
+const noneLua = `
+local function isnone(k) return string.sub(k, -3) == '}:-' end
+`
+
+// noneKeys runs scripts on a client with every "" key replaced by none.
+type noneKeys struct {
+	redis.UniversalClient
+	none string
+}
+
+func (c noneKeys) fix(keys []string) []string {
+	for i, k := range keys {
+		if k == "" {
+			out := append([]string(nil), keys...)
+			for j := i; j < len(out); j++ {
+				if out[j] == "" {
+					out[j] = c.none
+				}
+			}
+			return out
+		}
+	}
+	return keys
+}
+
+func (c noneKeys) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return c.UniversalClient.Eval(ctx, script, c.fix(keys), args...)
+}
+
+func (c noneKeys) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return c.UniversalClient.EvalSha(ctx, sha1, c.fix(keys), args...)
+}
+
+func (c noneKeys) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return c.UniversalClient.EvalRO(ctx, script, c.fix(keys), args...)
+}
+
+func (c noneKeys) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return c.UniversalClient.EvalShaRO(ctx, sha1, c.fix(keys), args...)
 }
 
 // Redis returns the client (for pub/sub and health checks).
 func (s *Store) Redis() redis.UniversalClient { return s.rdb }
 
-// Prefix returns the key prefix without the trailing ':'.
-func (s *Store) Prefix() string { return s.p[:len(s.p)-1] }
+// Prefix returns the key prefix (without the braces of the key base).
+func (s *Store) Prefix() string { return s.prefix }
 
 // Ping checks that Redis answers.
 func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }

@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/oar/relay/redisurl"
 )
 
 // Tokens at rest (R18.19): session, turn, owner and peer tokens are kept as
@@ -65,7 +68,7 @@ return 1
 // DropTurnToken revokes a turn token when its turn ends.
 func (s *Store) DropTurnToken(ctx context.Context, sid, tok string) error {
 	h := TokenHash(tok)
-	return dropTurnTokenScript.Run(ctx, s.rdb, []string{s.tokKey(h), s.sessKey(sid)}, h).Err()
+	return dropTurnTokenScript.Run(ctx, s.scr, []string{s.tokKey(h), s.sessKey(sid)}, h).Err()
 }
 
 // OwnerToken stores the hash of a generated owner token unless one is stored;
@@ -129,7 +132,7 @@ func (s *Store) upgradeOwnerToken(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("upgrade owner token: %w", err)
 	}
-	n, err := upgradeOwnerScript.Run(ctx, s.rdb, []string{s.k("owner"), s.k("ownerh")}, TokenHash(v)).Int()
+	n, err := upgradeOwnerScript.Run(ctx, s.scr, []string{s.k("owner"), s.k("ownerh")}, TokenHash(v)).Int()
 	if err != nil {
 		return 0, fmt.Errorf("upgrade owner token: %w", err)
 	}
@@ -175,7 +178,7 @@ func (s *Store) UpgradeTokens(ctx context.Context) (int, error) {
 			return err
 		}
 		h := TokenHash(tok)
-		moved, err := upgradeSessionTokenScript.Run(ctx, s.rdb, []string{key, s.k("tok", tok), s.tokKey(h)}, tok, h).Int()
+		moved, err := upgradeSessionTokenScript.Run(ctx, s.scr, []string{key, s.k("tok", tok), s.tokKey(h)}, tok, h).Int()
 		n += moved
 		return err
 	}); err != nil {
@@ -185,7 +188,7 @@ func (s *Store) UpgradeTokens(ctx context.Context) (int, error) {
 	tokPrefix := s.k("tok", "")
 	if err := s.scan(ctx, tokPrefix+"*", func(key string) error {
 		tok := key[len(tokPrefix):]
-		moved, err := upgradeTokKeyScript.Run(ctx, s.rdb, []string{key, s.tokKey(TokenHash(tok))}).Int()
+		moved, err := upgradeTokKeyScript.Run(ctx, s.scr, []string{key, s.tokKey(TokenHash(tok))}).Int()
 		n += moved
 		return err
 	}); err != nil {
@@ -194,22 +197,30 @@ func (s *Store) UpgradeTokens(ctx context.Context) (int, error) {
 	return n, s.rdb.Set(ctx, s.k("tokfmt"), tokFormat, 0).Err()
 }
 
-// scan calls fn for every key matching pattern.
+// scan calls fn for every key matching pattern, on every master of a
+// cluster (the relay's keys all sit on the one holding its slot), one key at
+// a time.
 func (s *Store) scan(ctx context.Context, pattern string, fn func(key string) error) error {
-	var cursor uint64
-	for {
-		keys, next, err := s.rdb.Scan(ctx, cursor, pattern, 1000).Result()
-		if err != nil {
-			return err
-		}
-		for _, k := range keys {
-			if err := fn(k); err != nil {
+	var mu sync.Mutex
+	return redisurl.ForEachMaster(ctx, s.rdb, func(ctx context.Context, node redis.UniversalClient) error {
+		var cursor uint64
+		for {
+			keys, next, err := node.Scan(ctx, cursor, pattern, 1000).Result()
+			if err != nil {
 				return err
 			}
+			for _, k := range keys {
+				mu.Lock()
+				err := fn(k)
+				mu.Unlock()
+				if err != nil {
+					return err
+				}
+			}
+			cursor = next
+			if cursor == 0 {
+				return nil
+			}
 		}
-		cursor = next
-		if cursor == 0 {
-			return nil
-		}
-	}
+	})
 }

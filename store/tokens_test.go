@@ -13,13 +13,8 @@ import (
 func (e *testEnv) dumpPrefix() map[string]string {
 	e.t.Helper()
 	out := map[string]string{}
-	var cursor uint64
-	for {
-		keys, next, err := e.rdb.Scan(e.ctx, cursor, e.prefix+":*", 500).Result()
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		for _, k := range keys {
+	{
+		for _, k := range e.keysOf("*") {
 			var b strings.Builder
 			switch typ := e.rdb.Type(e.ctx, k).Val(); typ {
 			case "string":
@@ -46,11 +41,8 @@ func (e *testEnv) dumpPrefix() map[string]string {
 			}
 			out[k] = b.String()
 		}
-		cursor = next
-		if cursor == 0 {
-			return out
-		}
 	}
+	return out
 }
 
 func toString(v any) string {

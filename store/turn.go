@@ -141,7 +141,7 @@ return 1
 // SetTurnPartial records the reply written so far (read_session's inFlight)
 // of session sid's turn id, fenced by the drain's lease owner as FinishTurn.
 func (s *Store) SetTurnPartial(ctx context.Context, sid, id, fence, text string, at time.Time) error {
-	n, err := partialScript.Run(ctx, s.rdb, []string{s.turnKey(id), s.k("lease", sid)}, fence, text, ms(at)).Int()
+	n, err := partialScript.Run(ctx, s.scr, []string{s.turnKey(id), s.k("lease", sid)}, fence, text, ms(at)).Int()
 	if err != nil {
 		return fmt.Errorf("partial reply of turn %s: %w", id, err)
 	}
@@ -221,12 +221,12 @@ func (s *Store) PeerBusyKey(orchestrator string) string {
 // KEYS: busy:ORCH ("" = no orchestrator), busypeer:RELAY ("" = none). ARGV:
 // session id, limit, enforce (1|0), the peer limit. It returns 1, -1 (the
 // conversation's cap) or -2 (the paired relay's cap); a refusal writes nothing.
-var reserveScript = redis.NewScript(`
+var reserveScript = redis.NewScript(noneLua + `
 local busy, peer = KEYS[1], KEYS[2]
-if busy == '' then return 1 end
+if isnone(busy) then return 1 end
 if redis.call('SISMEMBER', busy, ARGV[1]) == 1 then return 1 end
 if ARGV[3] == '1' and redis.call('SCARD', busy) >= tonumber(ARGV[2]) then return -1 end
-if peer ~= '' and redis.call('SISMEMBER', peer, ARGV[1]) == 0 then
+if not isnone(peer) and redis.call('SISMEMBER', peer, ARGV[1]) == 0 then
   if ARGV[3] == '1' and redis.call('SCARD', peer) >= tonumber(ARGV[4]) then return -2 end
   redis.call('SADD', peer, ARGV[1])
 end
@@ -235,7 +235,7 @@ return 1
 `)
 
 // KEYS: q:SID, drain:SID, busy:ORCH ("" = none), turn:ID, tids, msgs:SID, sess:SID,
-// sessions:active, drains, turn: (the prefix of turn keys), waiting:ID, loop:CALLER
+// sessions:active, drains, qev:SID (the queued event turns), waiting:ID, loop:CALLER
 // ("" = not counted), lease:SID, cur:SID, subidx:SID, subidx:all, relays, unlock:SID,
 // busypeer:RELAY ("" = none).
 // ARGV: turn id, session id, limit, enforce (1|0), drain task id, message JSON, created
@@ -248,28 +248,28 @@ return 1
 // was written), {0} (queued behind a drain), {1} (queued, the drain flag set: the caller
 // starts the drain), {1, startDrain's answer} (the drain's first step taken too) or
 // {2, the turn's drainer} (the turn exists: this push ran before and its answer was lost).
-var pushScript = redis.NewScript(startDrainLua + `
+var pushScript = redis.NewScript(noneLua + startDrainLua + `
 if redis.call('EXISTS', KEYS[4]) == 1 then
   -- This push ran already (its answer was lost and go-redis tried again):
   -- nothing is written twice; the caller learns who took the turn, if anyone.
   return {2, redis.call('HGET', KEYS[4], 'drainer') or ''}
 end
 local loop = 0
-if KEYS[12] ~= '' then
+if not isnone(KEYS[12]) then
   loop = tonumber(redis.call('GET', KEYS[12]) or '0')
   if loop >= tonumber(ARGV[11]) then return {-2, loop} end
 end
 local busy, peer = KEYS[3], KEYS[19]
-if busy ~= '' and redis.call('SISMEMBER', busy, ARGV[2]) == 0 then
+if not isnone(busy) and redis.call('SISMEMBER', busy, ARGV[2]) == 0 then
   if ARGV[4] == '1' and redis.call('SCARD', busy) >= tonumber(ARGV[3]) then return {-1} end
-  if peer ~= '' and redis.call('SISMEMBER', peer, ARGV[2]) == 0 then
+  if not isnone(peer) and redis.call('SISMEMBER', peer, ARGV[2]) == 0 then
     -- R18.21: the paired relay's conversations together.
     if ARGV[4] == '1' and redis.call('SCARD', peer) >= tonumber(ARGV[17]) then return {-3} end
     redis.call('SADD', peer, ARGV[2])
   end
   redis.call('SADD', busy, ARGV[2])
 end
-if KEYS[12] ~= '' then redis.call('INCR', KEYS[12]) end
+if not isnone(KEYS[12]) then redis.call('INCR', KEYS[12]) end
 if ARGV[16] ~= '' then
   -- R4.4 (b): the paired relay whose agent wrote here is unlocked here (a
   -- mention by the owner stays one).
@@ -291,11 +291,16 @@ if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('HSET', KEYS[7], 'last', A
 redis.call('ZADD', KEYS[8], 'XX', ARGV[7], ARGV[2])
 redis.call('HSET', KEYS[4], unpack(ARGV, 18))
 local placed = false
+-- qev:SID names the queued turns of role event (the loop below reads it, not
+-- the turns' records: every key a script touches is in its KEYS); it starts
+-- afresh whenever the queue is empty.
+if redis.call('LLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[10]) end
 if redis.call('HGET', KEYS[4], 'role') == 'event' then
+  redis.call('SADD', KEYS[10], ARGV[1])
   -- R8.15: an event message is the next prompt: after the events already
   -- waiting at the head, before every other waiting prompt.
   for _, id in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
-    if redis.call('HGET', KEYS[10] .. id, 'role') ~= 'event' then
+    if redis.call('SISMEMBER', KEYS[10], id) == 0 then
       redis.call('LINSERT', KEYS[1], 'BEFORE', id, ARGV[1])
       placed = true
       break
@@ -311,7 +316,7 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
   start = 1
   if ARGV[12] ~= '' then
     local d = startDrain(KEYS[7], KEYS[13], KEYS[14], KEYS[1], KEYS[6], KEYS[15], KEYS[16],
-      ARGV[12], ARGV[13], ARGV[14], KEYS[10], ARGV[9], 'session:' .. ARGV[2], ARGV[15])
+      ARGV[12], ARGV[13], ARGV[14], KEYS[4], ARGV[1], ARGV[9], 'session:' .. ARGV[2], ARGV[15])
     -- A started turn published the session's notification already.
     if d[1] ~= 4 and ARGV[10] ~= '' then redis.call('PUBLISH', ARGV[9], ARGV[10]) end
     return {1, d}
@@ -343,7 +348,7 @@ func (s *Store) ReserveUnder(ctx context.Context, orchestrator, sid string, limi
 	if peerLimit > 0 {
 		peer = s.PeerBusyKey(orchestrator)
 	}
-	r, err := reserveScript.Run(ctx, s.rdb, []string{s.BusyKey(orchestrator), peer}, sid, limit, "1", peerLimit).Int()
+	r, err := reserveScript.Run(ctx, s.scr, []string{s.BusyKey(orchestrator), peer}, sid, limit, "1", peerLimit).Int()
 	if err != nil {
 		return fmt.Errorf("reserve %s: %w", sid, err)
 	}
@@ -386,6 +391,9 @@ func (s *Store) PeerBusyCount(ctx context.Context, orchestrator string) (int, er
 
 // BusyCount returns how many sessions of an orchestrator are busy.
 func (s *Store) BusyCount(ctx context.Context, orchestrator string) (int, error) {
+	if orchestrator == "" {
+		return 0, nil
+	}
 	n, err := s.rdb.SCard(ctx, s.BusyKey(orchestrator)).Result()
 	return int(n), err
 }
@@ -515,9 +523,9 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool)
 		peer = s.PeerBusyKey(o.Orchestrator)
 	}
 	sid := t.Session
-	res, err := pushScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("drain", sid),
+	res, err := pushScript.Run(ctx, s.scr, []string{s.k("q", sid), s.k("drain", sid),
 		s.BusyKey(o.Orchestrator), s.turnKey(t.ID), s.k("tids"), s.msgsKey(sid), s.sessKey(sid),
-		s.k("sessions", "active"), s.drainsKey(), s.turnKey(""), s.k("waiting", t.ID), loopKey,
+		s.k("sessions", "active"), s.drainsKey(), s.k("qev", sid), s.k("waiting", t.ID), loopKey,
 		s.k("lease", sid), s.k("cur", sid), s.k("subidx", sid), s.k("subidx", "all"), s.k("relays"), s.k("unlock", sid), peer}, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("queue turn %s: %w", t.ID, err)
@@ -538,28 +546,40 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool)
 	}
 	q := &Queued{Start: code == 1}
 	if len(res) > 1 {
+		if _, other := otherHead(res[1]); other {
+			// Another turn was at the head: the drain was not started here
+			// (the caller starts it the usual way).
+			return q, nil
+		}
 		if q.Drain, err = drainFrom(res[1], o.History); err != nil {
 			return nil, fmt.Errorf("queue turn %s: %w", t.ID, err)
 		}
+	}
+	if q.Start && q.Drain == nil {
+		s.headHint.Store(sid, t.ID) // most likely the head of the queue the drain takes
 	}
 	return q, nil
 }
 
 // KEYS: q:SID, cur:SID, drain:SID, busy:ORCH ("" = none), drains, busypeer:RELAY
-// ("" = none). ARGV: session id, now (ms), turn: (the prefix of turn keys), the
-// drainer ("" = not recorded).
-var popScript = redis.NewScript(`
+// ("" = none), turn:EXPECT. ARGV: session id, now (ms), the turn expected at the
+// head ("" = none), the drainer ("" = not recorded). Another turn at the head
+// comes back as {its id}, nothing written: the caller asks again naming it
+// (every key a script touches is in its KEYS).
+var popScript = redis.NewScript(noneLua + `
+local head = redis.call('LINDEX', KEYS[1], 0)
+if head and head ~= ARGV[3] then return {head} end
 local id = redis.call('LPOP', KEYS[1])
 if not id then
   redis.call('DEL', KEYS[3])
   redis.call('SREM', KEYS[5], ARGV[1])
-  if KEYS[4] ~= '' then redis.call('SREM', KEYS[4], ARGV[1]) end
-  if KEYS[6] ~= '' then redis.call('SREM', KEYS[6], ARGV[1]) end
+  if not isnone(KEYS[4]) then redis.call('SREM', KEYS[4], ARGV[1]) end
+  if not isnone(KEYS[6]) then redis.call('SREM', KEYS[6], ARGV[1]) end
   return false
 end
 redis.call('SET', KEYS[2], id)
-redis.call('HSET', ARGV[3] .. id, 'status', 'running', 'started', ARGV[2])
-if ARGV[4] and ARGV[4] ~= '' then redis.call('HSET', ARGV[3] .. id, 'drainer', ARGV[4]) end
+redis.call('HSET', KEYS[7], 'status', 'running', 'started', ARGV[2])
+if ARGV[4] and ARGV[4] ~= '' then redis.call('HSET', KEYS[7], 'drainer', ARGV[4]) end
 return id
 `)
 
@@ -572,21 +592,34 @@ func (s *Store) PopTurn(ctx context.Context, sid, orchestrator string, now time.
 
 // PopTurnBy is PopTurn recording drainer (the drain's lease owner) in the turn.
 func (s *Store) PopTurnBy(ctx context.Context, sid, orchestrator string, now time.Time, drainer string) (string, error) {
-	id, err := popScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
-		s.BusyKey(orchestrator), s.drainsKey(), s.PeerBusyKey(orchestrator)}, sid, ms(now), s.k("turn", ""), drainer).Text()
-	if errors.Is(err, redis.Nil) {
-		return "", nil
+	expect := ""
+	for range 8 {
+		tkey := ""
+		if expect != "" {
+			tkey = s.turnKey(expect)
+		}
+		v, err := popScript.Run(ctx, s.scr, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
+			s.BusyKey(orchestrator), s.drainsKey(), s.PeerBusyKey(orchestrator), tkey}, sid, ms(now), expect, drainer).Result()
+		if errors.Is(err, redis.Nil) {
+			return "", nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("pop turn %s: %w", sid, err)
+		}
+		if head, ok := v.([]any); ok && len(head) == 1 {
+			expect, _ = head[0].(string) // another turn at the head: ask again naming it
+			continue
+		}
+		id, _ := v.(string)
+		return id, nil
 	}
-	if err != nil {
-		return "", fmt.Errorf("pop turn %s: %w", sid, err)
-	}
-	return id, nil
+	return "", fmt.Errorf("pop turn %s: the queue's head kept changing", sid)
 }
 
 // KEYS: q:SID, cur:SID, drain:SID, busy:ORCH ("" = none), turn:ID, msgs:SID, sess:SID,
 // sessions:active, drains, lease:SID, busypeer:RELAY ("" = none). ARGV: session id, message JSON ("" = none), at (ms),
 // the fence (the drain's lease owner; "" = none), then the turn's field/value pairs.
-var finishScript = redis.NewScript(fenceLua + `
+var finishScript = redis.NewScript(noneLua + fenceLua + `
 if ARGV[4] ~= '' and redis.call('HGET', KEYS[5], 'ended') == ARGV[3] then
   -- This step already ran (its answer was lost and it is tried again, by
   -- this drain): it changes nothing a second time, and is not fenced.
@@ -604,8 +637,8 @@ redis.call('ZADD', KEYS[8], 'XX', ARGV[3], ARGV[1])
 if redis.call('LLEN', KEYS[1]) == 0 then
   redis.call('DEL', KEYS[3])
   redis.call('SREM', KEYS[9], ARGV[1])
-  if KEYS[4] ~= '' then redis.call('SREM', KEYS[4], ARGV[1]) end
-  if KEYS[11] ~= '' then redis.call('SREM', KEYS[11], ARGV[1]) end
+  if not isnone(KEYS[4]) then redis.call('SREM', KEYS[4], ARGV[1]) end
+  if not isnone(KEYS[11]) then redis.call('SREM', KEYS[11], ARGV[1]) end
   return 0
 end
 return 1
@@ -644,7 +677,7 @@ func (s *Store) FinishTurn(ctx context.Context, sid, orchestrator, turnID, fence
 		m = string(b)
 	}
 	args := append([]any{sid, m, ms(at), fence}, kv...)
-	r, err := finishScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
+	r, err := finishScript.Run(ctx, s.scr, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
 		s.BusyKey(orchestrator), s.turnKey(turnID), s.msgsKey(sid), s.sessKey(sid), s.k("sessions", "active"), s.drainsKey(),
 		s.k("lease", sid), s.PeerBusyKey(orchestrator)}, args...).Int()
 	if err != nil {
@@ -676,7 +709,7 @@ func (s *Store) RequeueTurn(ctx context.Context, sid, turnID string) error {
 // RequeueTurnBy is RequeueTurn fenced by the drain's lease owner (as
 // FinishTurn): a drain that lost its session's lease puts nothing back.
 func (s *Store) RequeueTurnBy(ctx context.Context, sid, turnID, fence string) error {
-	n, err := requeueScript.Run(ctx, s.rdb, []string{s.k("q", sid), s.k("cur", sid), s.turnKey(turnID), s.k("lease", sid)}, turnID, fence).Int()
+	n, err := requeueScript.Run(ctx, s.scr, []string{s.k("q", sid), s.k("cur", sid), s.turnKey(turnID), s.k("lease", sid)}, turnID, fence).Int()
 	if err != nil {
 		return fmt.Errorf("requeue turn %s: %w", turnID, err)
 	}
@@ -741,7 +774,7 @@ func (s *Store) DrainFlags(ctx context.Context) (map[string]string, error) {
 	}
 	for _, sid := range gone {
 		// A flag may be set again meanwhile: drop the member only while its flag is absent.
-		_ = dropDrainScript.Run(ctx, s.rdb, []string{s.drainsKey(), s.k("drain", sid.(string))}, sid).Err()
+		_ = dropDrainScript.Run(ctx, s.scr, []string{s.drainsKey(), s.k("drain", sid.(string))}, sid).Err()
 	}
 	return out, nil
 }
@@ -755,25 +788,16 @@ return 1
 // IndexDrainFlags adds every drain flag found by a keyspace scan to the
 // index (once at start: flags written before the index existed).
 func (s *Store) IndexDrainFlags(ctx context.Context) (int, error) {
-	var cursor uint64
 	prefix := s.k("drain", "")
 	n := 0
-	for {
-		keys, next, err := s.rdb.Scan(ctx, cursor, prefix+"*", 1000).Result()
-		if err != nil {
-			return n, err
+	err := s.scan(ctx, prefix+"*", func(k string) error {
+		if err := s.rdb.SAdd(ctx, s.drainsKey(), k[len(prefix):]).Err(); err != nil {
+			return err
 		}
-		for _, k := range keys {
-			if err := s.rdb.SAdd(ctx, s.drainsKey(), k[len(prefix):]).Err(); err != nil {
-				return n, err
-			}
-			n++
-		}
-		cursor = next
-		if cursor == 0 {
-			return n, nil
-		}
-	}
+		n++
+		return nil
+	})
+	return n, err
 }
 
 // Lease: one worker drains a session at a time.
@@ -798,13 +822,13 @@ return 0
 // RenewLease extends the lease if owner still holds it.
 func (s *Store) RenewLease(ctx context.Context, sid, owner string, ttl time.Duration) (bool, error) {
 	// At least 1 ms: 0 means release to the script.
-	n, err := renewScript.Run(ctx, s.rdb, []string{s.k("lease", sid)}, owner, max(ttl.Milliseconds(), 1)).Int()
+	n, err := renewScript.Run(ctx, s.scr, []string{s.k("lease", sid)}, owner, max(ttl.Milliseconds(), 1)).Int()
 	return n == 1, err
 }
 
 // ReleaseLease drops the lease if owner holds it.
 func (s *Store) ReleaseLease(ctx context.Context, sid, owner string) error {
-	return renewScript.Run(ctx, s.rdb, []string{s.k("lease", sid)}, owner, 0).Err()
+	return renewScript.Run(ctx, s.scr, []string{s.k("lease", sid)}, owner, 0).Err()
 }
 
 // LeaseHolder returns who holds a session's lease, "" when nobody.

@@ -76,7 +76,7 @@ func TestWakeUpPath(t *testing.T) {
 	q := jobs.QueuesFor(prefix)
 	defer func() {
 		ctx := context.Background()
-		_ = store.DeleteMatching(ctx, rdb, "asynq:{"+prefix+":*")
+		_ = store.DeleteMatching(ctx, rdb, "asynq:{"+store.KeyBase(prefix)+"*")
 		for _, name := range q.All() {
 			rdb.SRem(ctx, "asynq:queues", name)
 		}
