@@ -37,6 +37,7 @@ func (p *peer) auth(c *gin.Context) {
 func (p *peer) routes(g *gin.RouterGroup) {
 	g.GET("/hello", p.hello)
 	g.POST("/call", p.call)
+	g.POST("/check", p.check)
 	g.GET("/events", p.events)
 	g.GET("/inbox", p.inbox)
 	g.POST("/inbox/:id", p.answer)
@@ -59,6 +60,17 @@ func (p *peer) call(c *gin.Context) {
 	}
 	env, _ := p.r.PeerCall(c.Request.Context(), bearerToken(c.Request), body)
 	c.Data(http.StatusOK, "application/json", env)
+}
+
+// check answers whether a call would pass this relay's checks, and what
+// they resolved, before the calling relay shows its card (R5.3).
+func (p *peer) check(c *gin.Context) {
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, maxPeerBody))
+	if err != nil {
+		c.JSON(http.StatusRequestEntityTooLarge, gin.H{"error": "The peer check is too large. Nothing was done.", "code": relay.CodeInvalidInput})
+		return
+	}
+	c.Data(http.StatusOK, "application/json", p.r.PeerCheck(c.Request.Context(), bearerToken(c.Request), body))
 }
 
 func (p *peer) events(c *gin.Context) {

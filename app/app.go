@@ -168,7 +168,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 	ropt := relay.Options{
 		Name: cfg.Name, Version: Version, Folders: cfg.Folders, DefaultCwd: cfg.DefaultCwd,
 		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Logger: a.log, Metrics: a.met,
-		MaxWaitCap: o.MaxWaitCap, Caps: map[string]relay.Cap{},
+		MaxWaitCap: o.MaxWaitCap, Caps: map[string]relay.Cap{}, Traits: map[string]relay.SessionTraits{},
 	}
 	if o.Mode == ModeServe {
 		// The worker runs here too: a prompt whose caller waits may start
@@ -179,6 +179,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 		if p.MonthlyCap > 0 {
 			ropt.Caps[p.ID] = relay.Cap{Amount: p.MonthlyCap, Unit: p.CapUnit}
 		}
+		ropt.Traits[p.ID] = relay.SessionTraits{Claude: p.ClaudeSessions(), CompactWindowZero: p.CompactWindowZero, AlwaysThinks: p.AlwaysThinks}
 	}
 	if o.Clock != nil {
 		ropt.Clock, ropt.RealAt = o.Clock.Now, o.Clock.RealAt
@@ -415,6 +416,9 @@ func (a *App) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("redis %s: %w", redactURL(a.cfg.RedisURL), err)
 	}
+	if err := a.upgradeKeys(ctx); err != nil {
+		return err
+	}
 	hubCtx, stopHub := context.WithCancel(context.Background())
 	defer func() { stopHub(); a.relay.Wait() }() // the notification listener and cache watcher are joined
 	if err := a.relay.Start(hubCtx); err != nil {
@@ -630,6 +634,39 @@ func (r redisLogger) Printf(_ context.Context, format string, v ...any) {
 }
 
 // redactURL hides a password in a Redis URL for logs and errors.
+// upgradeKeys moves a dataset of the key format before one hash slot per
+// relay (PREFIX:… keys, the queues PREFIX:turns and PREFIX:events) to
+// {PREFIX}:… and the queues of jobs.QueuesFor, once (the marker
+// {PREFIX}:keyfmt), before anything is served. One process does it under a
+// lock; another starting meanwhile waits for the marker.
+func (a *App) upgradeKeys(ctx context.Context) error {
+	if done, err := a.st.KeyFormatDone(ctx); err != nil || done {
+		return err
+	}
+	got, err := a.st.TryLock(ctx, "keyfmt", 10*time.Minute)
+	if err != nil {
+		return err
+	}
+	if !got {
+		a.log.Info("another process is moving the keys to the current format: waiting")
+		return a.st.WaitKeyFormat(ctx, 10*time.Minute)
+	}
+	defer func() { _ = a.st.ReleaseLock(context.Background(), "keyfmt") }()
+	tasks, err := jobs.MoveOldQueues(a.insp, a.aq, a.st.Prefix())
+	if err != nil {
+		return fmt.Errorf("move the tasks of the old queues: %w", err)
+	}
+	keys, err := a.st.UpgradeKeyTags(ctx)
+	if err != nil {
+		return err
+	}
+	if keys > 0 || tasks > 0 {
+		a.log.Info("dataset upgraded to one hash slot per relay: keys renamed to {PREFIX}:…, tasks moved to the new queues",
+			"key_prefix", a.st.Prefix(), "keys", keys, "tasks", tasks, "queues", strings.Join(a.queues.All(), ","))
+	}
+	return nil
+}
+
 func redactURL(u string) string {
 	if u == "" {
 		return "(embedded store)"

@@ -233,9 +233,10 @@ func (b *bench) cleanup() error {
 	errs = append(errs, err)
 	for _, p := range []string{b.prefix, b.memPrefix, b.evPrefix, b.hdPrefix, b.scPrefix, b.g1Prefix, b.g4Prefix, b.g5Prefix, b.pPrefix + "a", b.pPrefix + "b", b.mPrefix, b.kPrefix} {
 		errs = append(errs, store.DeleteMatching(ctx, b.rdb, store.KeyBase(p)+"*"))
-		errs = append(errs, store.DeleteMatching(ctx, b.rdb, "asynq:{"+store.KeyBase(p)+"*"))
+		errs = append(errs, store.DeleteMatching(ctx, b.rdb, "asynq:{"+p+"}*")) // the relay's queues
+		errs = append(errs, store.DeleteMatching(ctx, b.rdb, "asynq:{"+p+":*")) // the bench's own (hop)
 		for _, q := range queues {
-			if strings.HasPrefix(q, p+":") {
+			if strings.HasPrefix(q, p+":") || strings.HasPrefix(q, p+"}") {
 				errs = append(errs, b.rdb.SRem(ctx, "asynq:queues", q).Err())
 			}
 		}

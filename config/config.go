@@ -69,7 +69,24 @@ type Provider struct {
 	MonthlyCap   float64           // monthly_cap: spending cap per calendar month (UTC) in CapUnit; 0 = none (R7.8)
 	CapUnit      string            // cap_unit: usd | tokens; required with monthly_cap
 	Env          map[string]string // env: extra environment for the provider
+	// Claude (claude, exec and openai only): the provider's sessions are
+	// Claude sessions (an exec command or an OpenAI-compatible endpoint that
+	// runs Claude), so auto_compact_window and thinking_* apply to them as
+	// to claude-code sessions (R7.10).
+	Claude bool
+	// CompactWindowZero (compact_window_zero): the provider declares its own
+	// window semantics: the window takes effect and 0 means this many tokens
+	// (a DeepSeek session: 400000); 0 = not declared.
+	CompactWindowZero int
+	// AlwaysThinks (always_thinks): the provider's model always thinks, so
+	// thinking_enabled changes nothing (a DeepSeek session).
+	AlwaysThinks bool
 }
+
+// ClaudeSessions reports whether a provider's sessions are Claude sessions,
+// to which auto_compact_window and thinking_* apply (R7.10): claude-code,
+// and exec or openai providers marked claude.
+func (p Provider) ClaudeSessions() bool { return p.Type == TypeClaudeCode || p.Claude }
 
 // Settings are the owner's settings (yaml settings:), changeable at run time.
 type Settings struct {
@@ -649,6 +666,15 @@ func (c Config) validateProviders() error {
 		if err := checkCap(at, p); err != nil {
 			return err
 		}
+		if p.Claude && p.Type != TypeExec && p.Type != TypeOpenAI {
+			return fmt.Errorf("config: %s.claude applies only to types exec and openai (this provider is type %s)", at, p.Type)
+		}
+		if p.CompactWindowZero < 0 {
+			return fmt.Errorf("config: %s.compact_window_zero must be a number of tokens above 0 (got %d; leave it out when the provider declares none)", at, p.CompactWindowZero)
+		}
+		if p.ClaudeSessions() && (p.CompactWindowZero > 0 || p.AlwaysThinks) {
+			return fmt.Errorf("config: %s.compact_window_zero and always_thinks are for providers whose sessions are not Claude sessions (this one's are)", at)
+		}
 		for k := range p.Env {
 			if k == "" || strings.ContainsAny(k, "=\x00") {
 				return fmt.Errorf("config: %s.env has an invalid variable name %q", at, k)
@@ -1089,6 +1115,9 @@ func (d *fileDecoder) providers(p *[]Provider) func(string, *yaml.Node) error {
 				{"monthly_cap", d.number(&pr.MonthlyCap)},
 				{"cap_unit", d.str(&pr.CapUnit)},
 				{"env", d.strMap(&pr.Env)},
+				{"claude", d.boolean(&pr.Claude)},
+				{"compact_window_zero", d.integer(&pr.CompactWindowZero)},
+				{"always_thinks", d.boolean(&pr.AlwaysThinks)},
 			})
 			if err != nil {
 				return err

@@ -3,6 +3,7 @@ package embedded
 import (
 	"context"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,9 +16,52 @@ import (
 // first for an exact copy; the embedded store's data directory cannot be
 // exported while a relay runs on it).
 func Export(ctx context.Context, c redis.Cmdable, w io.Writer) (int, error) {
+	return export(ctx, c, w, false)
+}
+
+// ExportNode is Export on one master of a Redis Cluster: a batch is read in
+// one MULTI per hash slot (a MULTI may not span slots), keys grouped by
+// their hash tag.
+func ExportNode(ctx context.Context, c redis.Cmdable, w io.Writer) (int, error) {
+	return export(ctx, c, w, true)
+}
+
+// hashTag is what Redis Cluster hashes of key: between the first "{" and the
+// first "}" after it when that is not empty, else the whole key.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+func export(ctx context.Context, c redis.Cmdable, w io.Writer, bySlot bool) (int, error) {
 	n := 0
 	var pending []string
+	var flushOne func(keys []string) error
 	flush := func(keys []string) error {
+		if !bySlot {
+			return flushOne(keys)
+		}
+		groups := map[string][]string{}
+		var order []string
+		for _, k := range keys {
+			t := hashTag(k)
+			if _, ok := groups[t]; !ok {
+				order = append(order, t)
+			}
+			groups[t] = append(groups[t], k)
+		}
+		for _, t := range order {
+			if err := flushOne(groups[t]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	flushOne = func(keys []string) error {
 		for len(keys) > 0 {
 			recs, retry, err := ReadKeys(ctx, c, keys)
 			if err != nil {

@@ -461,7 +461,6 @@ type acpTool struct {
 	title string
 	kind  acp.ToolKind
 	relay bool
-	noted bool // the activity line was written
 	done  bool
 }
 
@@ -828,9 +827,10 @@ func (at *acpTurn) addText(s string) {
 	at.h.Partial(out)
 }
 
-// tool records a tool call's start or update: relay_tool's calls get the
-// 🛰️ line (R19.3), other tools a line with their title and status when they
-// end (R22.6). A tool call starts a new reply segment.
+// tool records a tool call's start or update: other tools get a line with
+// their title and status when they end (R22.6); relay_tool's 🛰️ line
+// (R19.3) is the relay's, written once when the call reaches it. A tool
+// call starts a new reply segment.
 func (at *acpTurn) tool(id, title string, kind acp.ToolKind, raw any, status string) {
 	at.mu.Lock()
 	tc := at.tools[id]
@@ -853,11 +853,7 @@ func (at *acpTurn) tool(id, title string, kind acp.ToolKind, raw any, status str
 	}
 	ended := status == string(acp.ToolCallStatusCompleted) || status == string(acp.ToolCallStatusFailed)
 	var line string
-	switch {
-	case tc.relay && !tc.noted && (raw != nil || ended):
-		tc.noted = true
-		line = ActivityLine(at.t.Relay, raw)
-	case !tc.relay && !tc.done && ended:
+	if !tc.relay && !tc.done && ended {
 		line = "🔧 " + excerptLine(tc.title, 200) + ": " + status
 	}
 	if ended {

@@ -305,7 +305,7 @@ func (pr *acpProc) inside(path string, forWrite bool) (string, error) {
 	}
 	root, err := filepath.EvalSymlinks(pr.cwd)
 	if err != nil {
-		return "", fmt.Errorf("the session's folder cannot be resolved: %v", err)
+		return "", fmt.Errorf("the session's folder cannot be resolved: %w", err)
 	}
 	clean := filepath.Clean(path)
 	resolved, err := filepath.EvalSymlinks(clean)
@@ -327,7 +327,7 @@ func (pr *acpProc) inside(path string, forWrite bool) (string, error) {
 		}
 	}
 	if err != nil {
-		return "", fmt.Errorf("the path %q cannot be read: %v", path, err)
+		return "", fmt.Errorf("the path %q cannot be read: %w", path, err)
 	}
 	rel, err := filepath.Rel(root, resolved)
 	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
@@ -347,7 +347,7 @@ func (pr *acpProc) ReadTextFile(_ context.Context, req acp.ReadTextFileRequest) 
 	if err != nil {
 		return acp.ReadTextFileResponse{}, acp.NewInternalError(map[string]any{"error": err.Error()})
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only
 	b, err := io.ReadAll(io.LimitReader(f, MaxReplyBytes*8))
 	if err != nil {
 		return acp.ReadTextFileResponse{}, acp.NewInternalError(map[string]any{"error": err.Error()})

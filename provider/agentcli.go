@@ -556,8 +556,10 @@ func (s *stream) agentSession(id string) {
 	}
 }
 
-// toolCall reports a relay_tool call of the agent as an activity line (R17.3).
-func (s *stream) toolCall(callID, tool string, args any) {
+// toolCall notes a relay_tool call of the agent: it is pending until its
+// result comes (waiting). Its 🛰️ activity line (R17.3) is the relay's: the
+// relay sees the call itself and writes the line once.
+func (s *stream) toolCall(callID, tool string, _ any) {
 	if !isRelayTool(tool) {
 		return
 	}
@@ -571,10 +573,6 @@ func (s *stream) toolCall(callID, tool string, args any) {
 		s.pending[callID] = true
 	}
 	s.mu.Unlock()
-	line := ActivityLine(s.t.Relay, args)
-	if ah, ok := s.h.(ActivityHost); ok {
-		ah.Activity(line)
-	}
 }
 
 // toolDone marks a tool call answered.

@@ -88,9 +88,9 @@ func TestCLIClaudeStream(t *testing.T) {
 	if res.Usage != (Usage{InputTokens: 18, OutputTokens: 4, CostUSD: 0.25}) {
 		t.Fatalf("usage %+v", res.Usage)
 	}
-	want := []string{"🛰️ send → desk session abcdef01", "🛰️ list_sessions → box"}
-	if !slices.Equal(h.activities, want) {
-		t.Fatalf("activities %q, want %q", h.activities, want)
+	// The relay_tool calls' 🛰️ lines are the relay's (it sees each call): none from the provider.
+	if len(h.activities) != 0 {
+		t.Fatalf("activities %q, want none", h.activities)
 	}
 	if !slices.Equal(h.agentSess, []string{"11111111-2222-4333-8444-555555555555"}) {
 		t.Fatalf("agent session %q", h.agentSess)
@@ -175,7 +175,7 @@ echo '{"type":"turn.completed","usage":{"input_tokens":30,"cached_input_tokens":
 	if res.Text != "All good." || res.Usage.InputTokens != 30 || res.Usage.OutputTokens != 6 {
 		t.Fatalf("result %+v", res)
 	}
-	if !slices.Equal(h.activities, []string{"🛰️ read_session → desk session 01234567"}) || !slices.Equal(h.agentSess, []string{"th-1"}) {
+	if len(h.activities) != 0 || !slices.Equal(h.agentSess, []string{"th-1"}) {
 		t.Fatalf("activities %q sessions %q", h.activities, h.agentSess)
 	}
 	joined := strings.Join(argvLines(t, out), " ")
@@ -225,7 +225,7 @@ echo '{"type":"result","status":"success","stats":{"input_tokens":12,"output_tok
 	if res.Text != "Fine indeed." || res.Usage.InputTokens != 12 || res.Usage.OutputTokens != 3 {
 		t.Fatalf("result %+v", res)
 	}
-	if !slices.Equal(h.activities, []string{"🛰️ usage → desk"}) || !slices.Equal(h.agentSess, []string{"aaaaaaaa-2222-4333-8444-555555555555"}) {
+	if len(h.activities) != 0 || !slices.Equal(h.agentSess, []string{"aaaaaaaa-2222-4333-8444-555555555555"}) {
 		t.Fatalf("activities %q sessions %q", h.activities, h.agentSess)
 	}
 	b, _ := os.ReadFile(out)

@@ -85,6 +85,13 @@ type Result struct {
 type TaskSpec struct {
 	Description string
 	Type        string // shell | monitor | subagent
+	// Fetch, when set, says the task's output stays in the agent's process
+	// until asked for: the relay calls it when read_task_output is called
+	// for the running task, and the provider then hands over what it has
+	// through Task.Output, shortly after (R7.6: "call again in a few
+	// seconds"). It is called on a goroutine of its own while the task
+	// runs (one that comes as the task ends may find it ended).
+	Fetch func()
 }
 
 // Task is a running task; Output and Finish may be called after the turn

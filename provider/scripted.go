@@ -66,6 +66,10 @@ type TaskStep struct {
 	LineMS      int      `json:"line_ms"`
 	Exit        int      `json:"exit"`
 	Background  bool     `json:"background"`
+	// Held keeps the lines in the agent until the relay asks for them
+	// (TaskSpec.Fetch): each ask hands over the lines written so far, and
+	// the end hands over the rest (R7.6).
+	Held bool `json:"held"`
 }
 
 // SubagentStep is a background sub-agent.
@@ -204,18 +208,50 @@ func kill(t Task) {
 }
 
 func (p *Scripted) task(ctx context.Context, h Host, ts TaskStep) error {
-	task, err := h.StartTask(ctx, TaskSpec{Description: ts.Description, Type: "shell"})
+	spec := TaskSpec{Description: ts.Description, Type: "shell"}
+	var (
+		mu      sync.Mutex
+		task    Task
+		pending []string // held lines not handed over yet
+	)
+	// flush hands the held lines over (under mu: in order, once each).
+	flush := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if task == nil {
+			return
+		}
+		for _, l := range pending {
+			task.Output(l)
+		}
+		pending = nil
+	}
+	if ts.Held {
+		spec.Fetch = flush
+	}
+	t, err := h.StartTask(ctx, spec)
 	if err != nil {
 		return err
 	}
+	mu.Lock()
+	task = t
+	mu.Unlock()
 	runLines := func(c context.Context) error {
 		for _, l := range ts.Lines {
 			if err := sleep(c, time.Duration(ts.LineMS)*time.Millisecond); err != nil {
+				flush()
 				kill(task)
 				return err
 			}
+			if ts.Held {
+				mu.Lock()
+				pending = append(pending, l)
+				mu.Unlock()
+				continue
+			}
 			task.Output(l)
 		}
+		flush()
 		task.Finish(ts.Exit)
 		return nil
 	}

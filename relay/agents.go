@@ -2,6 +2,8 @@ package relay
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
@@ -11,8 +13,13 @@ import (
 // CLI's conversation id, usage with cost and pauses, availability.
 
 // Activity appends an activity line of the running turn to the conversation
-// (role "activity", R17.3).
+// (role "activity", R17.3). A 🛰️ line a provider reports is dropped: the
+// relay writes that line itself for every relay_tool call (noteCall), so it
+// comes once whatever the provider.
 func (h *host) Activity(line string) {
+	if strings.HasPrefix(line, relayCallMark) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), liveWriteTimeout)
 	defer cancel()
 	m := &store.Message{ID: store.NewID(16), Role: "activity", Text: line, CreatedAt: h.r.now()}
@@ -21,6 +28,38 @@ func (h *host) Activity(line string) {
 		return
 	}
 	_ = h.r.st.Notify(ctx, "session:"+h.sid) // the owner's console shows it live
+}
+
+// relayCallMark starts the activity line of a relay_tool call.
+const relayCallMark = "🛰️"
+
+// noteCall writes the 🛰️ activity line of one relay_tool call of the
+// caller's agent into the caller's conversation (R17.3, R19.3): for every
+// call made during one of its turns, whatever the provider (the call comes
+// through here from the scripted and openai providers, and over /mcp from
+// exec commands, the agent CLIs and ACP agents), and for every call of an
+// external session, whose agent has no turns the relay runs. Calls from
+// paired relays do not come through here (their relay writes the line).
+func (r *Relay) noteCall(ctx context.Context, c *caller, raw json.RawMessage) {
+	if c == nil || (c.turn == nil && !isExternal(c.s)) {
+		return
+	}
+	var args map[string]any
+	_ = json.Unmarshal(raw, &args)
+	line := provider.ActivityLine(r.opts.Name, args)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), liveWriteTimeout)
+	defer cancel()
+	m := &store.Message{ID: store.NewID(16), Role: "activity", Text: line, CreatedAt: r.now()}
+	if err := r.st.AppendActivity(ctx, c.s.ID, m); err != nil {
+		r.log.Warn("activity line not stored", "session", c.s.ID, "err", err)
+	}
+}
+
+// noteEarly is noteCall for a call refused before its caller was read.
+func (r *Relay) noteEarly(ctx context.Context, callerID string, raw json.RawMessage) {
+	if c, _, err := r.loadCall(ctx, callerID, ""); err == nil {
+		r.noteCall(ctx, c, raw)
+	}
 }
 
 // SetAgentSession stores the agent CLI's conversation id with the session (R17.2).

@@ -52,7 +52,7 @@ func Actions() []string {
 // argKinds is each argument's JSON shape; shapes are checked before anything
 // else (R3.4a). Not listed: string.
 var argKinds = map[string]string{
-	"wait_seconds": "int", "last": "int", "lines": "int", "limit": "int", "auto_compact_window": "int",
+	"wait_seconds": "int", "last": "int", "lines": "int", "limit": "int", "auto_compact_window": "window",
 	"stalled_minutes": "int", "heartbeat_minutes": "int", "digest_minutes": "int", "every_minutes": "int",
 	"sessions": "strings", "events": "strings", "exclude": "strings", "choices": "strings", "options": "strings",
 	"once": "bool", "thinking_enabled": "thinking", "quiet_hours": "object",
@@ -75,6 +75,9 @@ func (a *args) checkShape(k string) *Error {
 		}
 	case "thinking":
 		_, e := a.thinking()
+		return e
+	case "window":
+		_, _, e := a.window()
 		return e
 	case "object":
 		var m map[string]any
@@ -103,6 +106,9 @@ type args struct {
 	// pre is the `session` argument's session as read with the caller
 	// (loadCall), nil when it was not; target uses it instead of reading again.
 	pre *store.Call
+	// peer: the call came from a paired relay's agent; its relay capped
+	// wait_seconds by its own longest wait per call (R7.11).
+	peer bool
 }
 
 // parseArgs decodes the call's JSON object and separates the arguments the
@@ -268,6 +274,25 @@ func (a *args) strs(k string) ([]string, *Error) {
 		return []string{one}, nil
 	}
 	return nil, Errorf(CodeInvalidInput, "%s must be a list of strings. Nothing was done.", k)
+}
+
+// window reads auto_compact_window: a whole number of tokens (0 included)
+// or "auto", which is 0: the provider's own window (R7.10).
+func (a *args) window() (int, bool, *Error) {
+	const k = "auto_compact_window"
+	v, ok := a.m[k]
+	if !ok {
+		return 0, false, nil
+	}
+	var s string
+	if json.Unmarshal(v, &s) == nil && strings.EqualFold(strings.TrimSpace(s), "auto") {
+		return 0, true, nil
+	}
+	n, ok, e := a.integer(k)
+	if e != nil || n < 0 {
+		return 0, false, Errorf(CodeInvalidInput, `auto_compact_window must be a number of tokens, 0 or "auto". Nothing was changed.`)
+	}
+	return n, ok, nil
 }
 
 // thinking reads thinking_enabled: true/"on" → "on", "off" → "off" (R3.4).

@@ -13,6 +13,53 @@ import (
 const nothingAsked = "Nothing was asked."
 
 func (r *Relay) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	in, e := r.checkAsk(ctx, c, a)
+	if e != nil {
+		return nil, e
+	}
+	concern := in.concern
+	// With session it is a write action: a card in ask/plan mode (R10.4); not counted by loop protection.
+	if concern.ID != c.s.ID {
+		need := &cardNeed{}
+		if c.s.Mode == "ask" || c.s.Mode == "plan" {
+			need.add(fmt.Sprintf("This conversation is in %s mode: every write action needs your approval.", c.s.Mode))
+		}
+		tid := concern.ID
+		if e := r.askCard(ctx, c, need, "ask", &tid, []string{askCardLine(concern, in.question)}, nothingAsked); e != nil {
+			return nil, e
+		}
+		ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
+	}
+	ak := &store.Ask{ID: "ask_" + store.NewID(6), Asker: c.s.ID, Session: concern.ID, Question: in.question, Options: in.options,
+		Recommendation: in.rec, Detail: in.detail, Status: "pending", CreatedAt: r.now()}
+	// The limits again, checked and written in one step (R18.6).
+	if err := r.st.AddAsk(ctx, ak, r.opts.Limits.OpenAsksPerConversation, r.opts.Limits.OpenAsksPerSession); err != nil {
+		if le, ok := store.IsLimit(err); ok && le.Which == "asker" {
+			return nil, Errorf(CodeQuestionLimit, "This conversation already has %d open asks, the most allowed; withdraw one or wait for answers. %s", le.Count, nothingAsked)
+		} else if ok {
+			return nil, Errorf(CodeQuestionLimit, "Session %s already has %d open asks, the most allowed. %s", id8(concern.ID), le.Count, nothingAsked)
+		}
+		return nil, internal(err)
+	}
+	_ = r.st.Notify(ctx, "inbox")
+	res := newResult("", fmt.Sprintf("question %s pending", ak.ID))
+	if concern.ID != c.s.ID {
+		res.session = concern.ID
+	}
+	return res.set("question_id", ak.ID).set("status", "pending"), nil
+}
+
+// askArgs are an ask's arguments, checked, and the session it concerns.
+type askArgs struct {
+	question, rec, detail string
+	options               []string
+	concern               *store.Session
+}
+
+// checkAsk applies an ask's checks (shapes, the session it concerns, the
+// open asks' limits); nothing is written (also the check a paired relay
+// asks before its card, R5.3).
+func (r *Relay) checkAsk(ctx context.Context, c *caller, a *args) (*askArgs, *Error) {
 	question, e := a.str("question")
 	if e != nil {
 		return nil, e
@@ -70,35 +117,7 @@ func (r *Relay) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	if inSession >= r.opts.Limits.OpenAsksPerSession {
 		return nil, Errorf(CodeQuestionLimit, "Session %s already has %d open asks, the most allowed. %s", id8(concern.ID), inSession, nothingAsked)
 	}
-	// With session it is a write action: a card in ask/plan mode (R10.4); not counted by loop protection.
-	if concern.ID != c.s.ID {
-		need := &cardNeed{}
-		if c.s.Mode == "ask" || c.s.Mode == "plan" {
-			need.add(fmt.Sprintf("This conversation is in %s mode: every write action needs your approval.", c.s.Mode))
-		}
-		tid := concern.ID
-		if e := r.askCard(ctx, c, need, "ask", &tid, []string{askCardLine(concern, question)}, nothingAsked); e != nil {
-			return nil, e
-		}
-		ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
-	}
-	ak := &store.Ask{ID: "ask_" + store.NewID(6), Asker: c.s.ID, Session: concern.ID, Question: question, Options: options,
-		Recommendation: rec, Detail: detail, Status: "pending", CreatedAt: r.now()}
-	// The limits again, checked and written in one step (R18.6).
-	if err := r.st.AddAsk(ctx, ak, r.opts.Limits.OpenAsksPerConversation, r.opts.Limits.OpenAsksPerSession); err != nil {
-		if le, ok := store.IsLimit(err); ok && le.Which == "asker" {
-			return nil, Errorf(CodeQuestionLimit, "This conversation already has %d open asks, the most allowed; withdraw one or wait for answers. %s", le.Count, nothingAsked)
-		} else if ok {
-			return nil, Errorf(CodeQuestionLimit, "Session %s already has %d open asks, the most allowed. %s", id8(concern.ID), le.Count, nothingAsked)
-		}
-		return nil, internal(err)
-	}
-	_ = r.st.Notify(ctx, "inbox")
-	res := newResult("", fmt.Sprintf("question %s pending", ak.ID))
-	if concern.ID != c.s.ID {
-		res.session = concern.ID
-	}
-	return res.set("question_id", ak.ID).set("status", "pending"), nil
+	return &askArgs{question: question, rec: rec, detail: detail, options: options, concern: concern}, nil
 }
 
 func askView(ak *store.Ask) map[string]any {

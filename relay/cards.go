@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,6 +26,12 @@ type cardNeed struct {
 func (n *cardNeed) add(reason string) { n.reasons = append(n.reasons, reason) }
 
 func (n *cardNeed) needed() bool { return len(n.reasons) > 0 }
+
+// drop takes back a reason and the flag its Allow would set.
+func (n *cardNeed) drop(flag, reason string) {
+	n.flags = slices.DeleteFunc(n.flags, func(f string) bool { return f == flag })
+	n.reasons = slices.DeleteFunc(n.reasons, func(r string) bool { return r == reason })
+}
 
 // writeActions are the actions a card guards in ask/plan mode (R5.2.3).
 var writeActions = map[string]bool{"send": true, "create_session": true, "update_session": true,

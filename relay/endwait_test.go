@@ -76,7 +76,7 @@ func TestEndWaitSeenOnlyOnceDelivered(t *testing.T) {
 		id := store.NewID(16)
 		watcher := "w-" + id
 		// A finished turn's record, written directly (prefix "t", as testStore's).
-		if err := rdb.HSet(ctx, "t:turn:"+id, "id", id, "status", string(store.TurnDone), "caller", watcher).Err(); err != nil {
+		if err := rdb.HSet(ctx, store.KeyBase("t")+"turn:"+id, "id", id, "status", string(store.TurnDone), "caller", watcher).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if err := st.SetWaiting(ctx, id, time.Minute); err != nil {

@@ -187,22 +187,23 @@ func (r *Relay) unsubscribeMirror(ctx context.Context, sub *store.Subscription) 
 // remoteUnsubscribe ends a mirror's subscription on its relay (best effort,
 // short); it reports whether the relay answered.
 func (r *Relay) remoteUnsubscribe(ctx context.Context, p *store.Pairing, s *store.Subscription) bool {
-	body := PeerCallBody{Action: "unsubscribe", Args: map[string]json.RawMessage{"subscription_id": quoteJSON(s.ID)},
-		Origin: PeerOrigin{Relay: r.opts.Name, Session: s.Watcher, Path: []string{r.opts.Name}}}
-	if _, e := r.peerCall(context.WithoutCancel(ctx), p, body, 3*time.Second); e != nil {
-		r.log.Info("unsubscribe on paired relay failed", "relay", p.Name, "sub", s.ID, "err", e.Msg)
-		return false
-	}
-	return true
+	return r.tellPeer(ctx, p, "unsubscribe", "subscription_id", s.ID, s.Watcher)
 }
 
 // remoteWithdraw ends an ask this relay follows on the relay that keeps it
 // (R10.8: unpairing ends it there); it reports whether the relay answered.
 func (r *Relay) remoteWithdraw(ctx context.Context, p *store.Pairing, a *store.RemoteAsk) bool {
-	body := PeerCallBody{Action: "withdraw", Args: map[string]json.RawMessage{"question_id": quoteJSON(a.ID)},
-		Origin: PeerOrigin{Relay: r.opts.Name, Session: a.Asker, Path: []string{r.opts.Name}}}
+	return r.tellPeer(ctx, p, "withdraw", "question_id", a.ID, a.Asker)
+}
+
+// tellPeer makes a short best-effort peer call of action on the record id
+// (passed as the argument idArg) for this relay's conversation session; it
+// reports whether the relay answered.
+func (r *Relay) tellPeer(ctx context.Context, p *store.Pairing, action, idArg, id, session string) bool {
+	body := PeerCallBody{Action: action, Args: map[string]json.RawMessage{idArg: quoteJSON(id)},
+		Origin: PeerOrigin{Relay: r.opts.Name, Session: session, Path: []string{r.opts.Name}}}
 	if _, e := r.peerCall(context.WithoutCancel(ctx), p, body, 3*time.Second); e != nil {
-		r.log.Info("withdraw on paired relay failed", "relay", p.Name, "ask", a.ID, "err", e.Msg)
+		r.log.Info(action+" on paired relay failed", "relay", p.Name, "id", id, "err", e.Msg)
 		return false
 	}
 	return true

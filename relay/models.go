@@ -62,12 +62,11 @@ func (r *Relay) checkModel(p provider.Info, model, nothing string, create bool) 
 	}
 	msg += fmt.Sprintf(" Valid ids: %s. %s", strings.Join(p.Models, ", "), nothing)
 	e := Errorf(CodeUnknownModel, "%s", msg).With("suggestions", sugg).With("models", p.Models)
-	// Another spelling of one of this provider's ids (Copilot's claude-opus-5.5 for claude-opus-5-5).
-	for _, m := range p.Models {
-		if normModel(m) == nm {
-			return "", e.With("remoteCode", remoteName(p.ID)+"_MODEL_UNAVAILABLE")
-		}
-	}
+	// create_session: the id of the one other provider that has it answers
+	// with that provider's code, also when it is another spelling of one of
+	// this provider's ids (Copilot's claude-opus-5.5 for Claude's
+	// claude-opus-5-5): a session never switches provider because of a
+	// model name, so the agent must pass that provider.
 	if create {
 		var owners []string
 		for _, id := range r.providerIDs() {
@@ -83,6 +82,12 @@ func (r *Relay) checkModel(p provider.Info, model, nothing string, create bool) 
 		if len(owners) == 1 {
 			e.Msg = strings.TrimSuffix(e.Msg, " "+nothing) + fmt.Sprintf(" Provider %q offers '%s': pass provider %q. %s", owners[0], model, owners[0], nothing)
 			return "", e.With("remoteCode", remoteName(owners[0])+"_PROVIDER_REQUIRED")
+		}
+	}
+	// Another spelling of one of this provider's ids: the closest match.
+	for _, m := range p.Models {
+		if normModel(m) == nm {
+			return "", e.With("remoteCode", remoteName(p.ID)+"_MODEL_UNAVAILABLE")
 		}
 	}
 	return "", e

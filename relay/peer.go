@@ -24,7 +24,7 @@ import (
 // garbage) is said in one sentence without the body.
 
 // PeerFeatures are what this relay serves on /peer/v1 (R13.3).
-var PeerFeatures = []string{"call", "events", "asks", "inbox", "exclude", "task_output", "update_session", "billing_switch", "groups"}
+var PeerFeatures = []string{"call", "events", "asks", "inbox", "exclude", "task_output", "update_session", "billing_switch", "groups", "check"}
 
 const (
 	helloTimeout    = 5 * time.Second // R13.1a: pairing tries hello for 5 s

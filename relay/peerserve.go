@@ -44,13 +44,39 @@ var acceptGated = map[string]bool{"send": true, "create_session": true, "answer_
 // ties it to the calling relay's name, and it never speaks for another.
 func (r *Relay) PeerCall(ctx context.Context, tok string, raw []byte) (json.RawMessage, bool) {
 	start := time.Now()
+	action, c, a, e := r.peerCaller(ctx, tok, raw)
+	if e != nil {
+		sid := ""
+		if c != nil {
+			sid = c.s.ID
+		}
+		return r.envelope(action, sid, start, nil, e)
+	}
+	res, e := r.peerCheck(ctx, c, a)
+	if e == nil {
+		res, e = r.runLocal(ctx, c, a)
+	}
+	o := c.remote
+	if e != nil {
+		r.log.Info("peer call refused", "action", action, "from", o.Relay, "code", e.Code)
+	} else {
+		r.log.Info("peer call", "action", action, "from", o.Relay, "session", id8(o.Session))
+	}
+	return r.envelope(action, c.s.ID, start, res, e)
+}
+
+// peerCaller reads a peer request's body {action, args, origin} (call and
+// check): the origin must name a relay and a session, never this relay, and
+// the token speaks only for the relay it was first tied to. It returns the
+// action as the metrics name it, the stand-in caller and the arguments.
+func (r *Relay) peerCaller(ctx context.Context, tok string, raw []byte) (string, *caller, *args, *Error) {
 	var body PeerCallBody
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if err := dec.Decode(&body); err != nil {
-		return r.envelope("unknown", "", start, nil, Errorf(CodeInvalidInput, "The peer call is not valid JSON ({action, args, origin}). Nothing was done."))
+		return "unknown", nil, nil, Errorf(CodeInvalidInput, "The peer call is not valid JSON ({action, args, origin}). Nothing was done.")
 	}
 	if body.Origin.Relay == "" || body.Origin.Session == "" {
-		return r.envelope("unknown", "", start, nil, Errorf(CodeInvalidInput, "The peer call names no origin relay and session. Nothing was done."))
+		return "unknown", nil, nil, Errorf(CodeInvalidInput, "The peer call names no origin relay and session. Nothing was done.")
 	}
 	action := body.Action
 	if _, ok := actionArgs[action]; !ok {
@@ -58,19 +84,19 @@ func (r *Relay) PeerCall(ctx context.Context, tok string, raw []byte) (json.RawM
 	}
 	if strings.EqualFold(body.Origin.Relay, r.opts.Name) || strings.EqualFold(body.Origin.Relay, "this") {
 		r.log.Warn("peer call refused: it claims this relay's own name", "from", body.Origin.Relay)
-		return r.envelope(action, "", start, nil, Errorf(CodeAuth, "A paired relay cannot speak as %q: that is this relay's own name. Nothing was done.", body.Origin.Relay))
+		return action, nil, nil, Errorf(CodeAuth, "A paired relay cannot speak as %q: that is this relay's own name. Nothing was done.", body.Origin.Relay)
 	}
 	bound, err := r.bindPeerToken(ctx, tok, body.Origin.Relay)
 	if errors.Is(err, store.ErrRelayNameTaken) {
 		r.log.Warn("peer call refused: another peer token holds this relay's name", "from", body.Origin.Relay)
-		return r.envelope(action, "", start, nil, Errorf(CodeAuth, "Relay %q is paired here with another peer token; this token cannot speak for it. Nothing was done.", body.Origin.Relay))
+		return action, nil, nil, Errorf(CodeAuth, "Relay %q is paired here with another peer token; this token cannot speak for it. Nothing was done.", body.Origin.Relay)
 	}
 	if err != nil {
-		return r.envelope(action, "", start, nil, internal(err))
+		return action, nil, nil, internal(err)
 	}
 	if !strings.EqualFold(bound, body.Origin.Relay) {
 		r.log.Warn("peer call refused: the token belongs to another relay", "from", body.Origin.Relay, "token_of", bound)
-		return r.envelope(action, "", start, nil, Errorf(CodeAuth, "This peer token belongs to relay %q; it cannot speak for relay %q. Nothing was done.", bound, body.Origin.Relay))
+		return action, nil, nil, Errorf(CodeAuth, "This peer token belongs to relay %q; it cannot speak for relay %q. Nothing was done.", bound, body.Origin.Relay)
 	}
 	m := map[string]json.RawMessage{}
 	for k, v := range body.Args {
@@ -80,12 +106,14 @@ func (r *Relay) PeerCall(ctx context.Context, tok string, raw []byte) (json.RawM
 	m["relay"] = quoteJSON("this")
 	argRaw, err := json.Marshal(m)
 	if err != nil {
-		return r.envelope(action, "", start, nil, internal(err))
+		return action, nil, nil, internal(err)
 	}
 	a, e := parseArgs(argRaw)
 	if e != nil {
-		return r.envelope(action, "", start, nil, e)
+		return action, nil, nil, e
 	}
+	// The calling relay capped wait_seconds by its own longest wait (R7.11).
+	a.peer = true
 	o := body.Origin
 	c := &caller{s: &store.Session{ID: peerConversation(o.Relay, o.Session), Title: o.Title, Model: o.Model, Mode: "agent"}, remote: &o}
 	if a.action == "create_session" && !a.has("provider") {
@@ -93,16 +121,7 @@ func (r *Relay) PeerCall(ctx context.Context, tok string, raw []byte) (json.RawM
 		// this relay offers it: a provider with the caller's model, else the first.
 		c.s.Provider = r.peerProvider(a, o.Model)
 	}
-	res, e := r.peerCheck(ctx, c, a)
-	if e == nil {
-		res, e = r.runLocal(ctx, c, a)
-	}
-	if e != nil {
-		r.log.Info("peer call refused", "action", action, "from", o.Relay, "code", e.Code)
-	} else {
-		r.log.Info("peer call", "action", action, "from", o.Relay, "session", id8(o.Session))
-	}
-	return r.envelope(action, c.s.ID, start, res, e)
+	return action, c, a, nil
 }
 
 // peerProvider picks the provider a paired relay's agent's session runs on

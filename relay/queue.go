@@ -48,8 +48,22 @@ func (r *Relay) waitArg(ctx context.Context, a *args, nothing string) (time.Dura
 	if n < 0 {
 		return 0, "", Errorf(CodeInvalidInput, "wait_seconds must be 0 or more (got %d). %s", n, nothing)
 	}
-	return r.capWait(ctx, time.Duration(n)*time.Second)
+	d := time.Duration(n) * time.Second
+	if a.peer {
+		// The longest wait is the calling agent's relay's, also when the
+		// target is a paired relay (R7.11): that relay capped it and says
+		// so in its note; here only the largest a relay may set bounds it.
+		if d > maxPeerWait {
+			return maxPeerWait, fmt.Sprintf("wait_seconds was capped at %d, the longest wait per call a relay allows.", int(maxPeerWait/time.Second)), nil
+		}
+		return d, "", nil
+	}
+	return r.capWait(ctx, d)
 }
+
+// maxPeerWait bounds the wait of a paired relay's agent's call: the largest
+// longest wait per call a relay may set (spec §14: 120–3600 s).
+const maxPeerWait = 3600 * time.Second
 
 func (r *Relay) capWait(ctx context.Context, d time.Duration) (time.Duration, string, *Error) {
 	max := r.maxWait(ctx)

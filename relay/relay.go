@@ -60,6 +60,9 @@ type Options struct {
 	MaxWaitCap time.Duration
 	// Caps are the providers' monthly spending caps by provider id (R7.8).
 	Caps map[string]Cap
+	// Traits say per provider id how its sessions take update_session's
+	// Claude settings (R7.10); a provider not named has none.
+	Traits map[string]SessionTraits
 	// DirectDrains is how many drains a process that runs a worker may start
 	// itself for prompts whose caller waits (direct.go); 0: none.
 	DirectDrains int

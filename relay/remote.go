@@ -206,14 +206,43 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 			r.giveBack(ctx, cn, c)
 		}
 	}()
-	if e := r.askCard(ctx, c, cn, a.action, targetOf(a), remoteCardLines(a, p), nothingDone); e != nil {
-		return nil, e
-	}
 	out := make(map[string]json.RawMessage, len(a.m))
 	for k, v := range a.m {
 		if k != "relay" {
 			out[k] = v
 		}
+	}
+	body := PeerCallBody{Action: a.action, Args: out, Origin: PeerOrigin{Relay: r.opts.Name, Session: c.s.ID, Title: c.s.Title,
+		Model: c.s.Model, Path: origin.Path, Unlocked: origin.Unlocked}}
+	if c.turn != nil && c.turn.ReplyModel != "" {
+		body.Origin.Model = c.turn.ReplyModel
+	}
+	lines, target := remoteCardLines(a, p), targetOf(a)
+	if cn.needed() && checkable(a) && p.HasFeature("check") {
+		// The other relay's checks come before any card (R5.3): a call it
+		// would refuse is refused now, and the card names what it resolved.
+		chk, e := r.checkThere(ctx, p, body)
+		if e != nil {
+			return nil, e
+		}
+		if chk != nil {
+			if a.action == "update_session" {
+				if chk.StartedByCaller {
+					// That relay records this conversation as the session's starter (R7.10).
+					cn.drop(updateFlag(p), updateReason(p))
+				}
+				if len(chk.Changed) == 0 {
+					cn = &cardNeed{relay: p.Name} // a call that changes nothing asks nobody (R7.10)
+				}
+			}
+			lines = checkedCardLines(a, p, chk)
+			if chk.Session != nil {
+				target = &chk.Session.ID
+			}
+		}
+	}
+	if e := r.askCard(ctx, c, cn, a.action, target, lines, nothingDone); e != nil {
+		return nil, e
 	}
 	// The longest wait is this relay's (R7.11); the call's timeout covers it.
 	timeout := r.opts.Timing.PeerTimeout
@@ -227,11 +256,6 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 		timeout += wait
 		waitNote = note
 	}
-	body := PeerCallBody{Action: a.action, Args: out, Origin: PeerOrigin{Relay: r.opts.Name, Session: c.s.ID, Title: c.s.Title,
-		Model: c.s.Model, Path: origin.Path, Unlocked: origin.Unlocked}}
-	if c.turn != nil && c.turn.ReplyModel != "" {
-		body.Origin.Model = c.turn.ReplyModel
-	}
 	// The effect completes even if the caller goes away (R18.12).
 	env, e := r.peerCall(context.WithoutCancel(ctx), p, body, timeout)
 	if e != nil {
@@ -242,20 +266,7 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 		return nil, e
 	}
 	if ok, _ := env["ok"].(bool); !ok {
-		code, _ := env["code"].(string)
-		msg, _ := env["error"].(string)
-		if code == "" {
-			code = CodeInternal
-		}
-		er := &Error{Code: code, Msg: msg}
-		for k, v := range env {
-			switch k {
-			case "ok", "code", "error":
-			default:
-				er = er.With(k, v)
-			}
-		}
-		return nil, er
+		return nil, envError(env)
 	}
 	sent = true
 	r.afterRemote(ctx, c, a, p, env)
@@ -317,7 +328,7 @@ func (r *Relay) remoteCards(ctx context.Context, c *caller, a *args, p *store.Pa
 			return nil, e
 		}
 	case "update_session":
-		if e := flag("update:"+strings.ToLower(p.Name), fmt.Sprintf("This conversation changes settings of sessions on relay %q for the first time.", p.Name)); e != nil {
+		if e := flag(updateFlag(p), updateReason(p)); e != nil {
 			return nil, e
 		}
 	}
@@ -335,6 +346,15 @@ func (r *Relay) remoteCards(ctx context.Context, c *caller, a *args, p *store.Pa
 		}
 	}
 	return n, nil
+}
+
+// updateFlag and updateReason are the card of update_session on a paired
+// relay's session this conversation did not start: once per conversation
+// and relay (R5.2.4).
+func updateFlag(p *store.Pairing) string { return "update:" + strings.ToLower(p.Name) }
+
+func updateReason(p *store.Pairing) string {
+	return fmt.Sprintf("This conversation changes settings of sessions on relay %q for the first time.", p.Name)
 }
 
 func remoteCardLines(a *args, p *store.Pairing) []string {

@@ -10,49 +10,7 @@ import (
 )
 
 func (r *Relay) answerQuestion(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	qid, e := a.str("question_id")
-	if e != nil {
-		return nil, e
-	}
-	choices, e := a.strs("choices")
-	if e != nil {
-		return nil, e
-	}
-	answer, e := a.str("answer")
-	if e != nil {
-		return nil, e
-	}
-	if qid == "" {
-		return nil, Errorf(CodeInvalidInput, "question_id is required: read_session lists a session's pendingQuestions. %s", nothingSent)
-	}
-	if len(choices) == 0 && strings.TrimSpace(answer) == "" {
-		return nil, Errorf(CodeInvalidInput, "choices or answer is required. %s", nothingSent)
-	}
-	if strings.HasPrefix(qid, "card_") {
-		return nil, Errorf(CodeForbidden, "Approval cards are the owner's to decide; an agent cannot answer them. %s", nothingSent)
-	}
-	// session is optional (the seed's example names only question_id): the
-	// question says which session it belongs to; a session given must match.
-	var s *store.Session
-	if a.has("session") {
-		if s, e = r.target(ctx, a, "session"); e != nil {
-			return nil, e
-		}
-	}
-	q, e := r.findQuestion(ctx, sessionID(s), qid)
-	if e != nil {
-		return nil, e
-	}
-	if s == nil {
-		var err error
-		if s, err = r.st.GetSession(ctx, q.Session); err != nil {
-			return nil, internal(err)
-		}
-	}
-	if s.ID == c.s.ID {
-		return nil, Errorf(CodeSelf, "A conversation cannot answer its own question. %s", nothingSent)
-	}
-	text, e := answerText(q, choices, answer)
+	q, s, text, e := r.checkAnswer(ctx, c, a)
 	if e != nil {
 		return nil, e
 	}
@@ -69,6 +27,60 @@ func (r *Relay) answerQuestion(ctx context.Context, c *caller, a *args) (*result
 	res := newResult(s.ID, fmt.Sprintf("answered %s", q.ID))
 	res.set("question_id", q.ID).set("answer", text)
 	return res, nil
+}
+
+// checkAnswer applies answer_question's checks (shapes, the question, its
+// session, self, the choices) and returns the question, its session and the
+// answer's text; nothing is written (also the check a paired relay asks
+// before its card, R5.3).
+func (r *Relay) checkAnswer(ctx context.Context, c *caller, a *args) (*store.Question, *store.Session, string, *Error) {
+	qid, e := a.str("question_id")
+	if e != nil {
+		return nil, nil, "", e
+	}
+	choices, e := a.strs("choices")
+	if e != nil {
+		return nil, nil, "", e
+	}
+	answer, e := a.str("answer")
+	if e != nil {
+		return nil, nil, "", e
+	}
+	if qid == "" {
+		return nil, nil, "", Errorf(CodeInvalidInput, "question_id is required: read_session lists a session's pendingQuestions. %s", nothingSent)
+	}
+	if len(choices) == 0 && strings.TrimSpace(answer) == "" {
+		return nil, nil, "", Errorf(CodeInvalidInput, "choices or answer is required. %s", nothingSent)
+	}
+	if strings.HasPrefix(qid, "card_") {
+		return nil, nil, "", Errorf(CodeForbidden, "Approval cards are the owner's to decide; an agent cannot answer them. %s", nothingSent)
+	}
+	// session is optional (the seed's example names only question_id): the
+	// question says which session it belongs to; a session given must match.
+	var s *store.Session
+	if a.has("session") {
+		if s, e = r.target(ctx, a, "session"); e != nil {
+			return nil, nil, "", e
+		}
+	}
+	q, e := r.findQuestion(ctx, sessionID(s), qid)
+	if e != nil {
+		return nil, nil, "", e
+	}
+	if s == nil {
+		var err error
+		if s, err = r.st.GetSession(ctx, q.Session); err != nil {
+			return nil, nil, "", internal(err)
+		}
+	}
+	if s.ID == c.s.ID {
+		return nil, nil, "", Errorf(CodeSelf, "A conversation cannot answer its own question. %s", nothingSent)
+	}
+	text, e := answerText(q, choices, answer)
+	if e != nil {
+		return nil, nil, "", e
+	}
+	return q, s, text, nil
 }
 
 func sessionID(s *store.Session) string {

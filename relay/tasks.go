@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 	"github.com/oar/relay/taskout"
 )
@@ -129,6 +130,14 @@ func (r *Relay) readTaskOutput(ctx context.Context, c *caller, a *args) (*result
 	case t.Lines > len(raw):
 		res.set("note", fmt.Sprintf("Only the end of the output is kept (the last %d of %d lines).", len(raw), t.Lines))
 	}
+	if t.Held && t.Status == "running" {
+		// The output stays in the agent's process until asked for: ask the
+		// process running the task (wherever it runs) and say so.
+		if err := r.st.Notify(ctx, fetchKey(t.ID)); err != nil {
+			return nil, internal(err)
+		}
+		res.note("note", "This task's output stays with the agent's process until asked for: the agent's process was asked; call again in a few seconds.")
+	}
 	last := t.LastOutputAt
 	if last.IsZero() {
 		last = t.StartedAt
@@ -166,6 +175,8 @@ type taskHandle struct {
 	t   *store.Task
 	mu  chan struct{}
 	end bool
+	// stopFetch ends serveFetch when the held task ends; nil when not held.
+	stopFetch chan struct{}
 }
 
 func (h *taskHandle) ID() string { return h.t.ID }
@@ -202,6 +213,9 @@ func (h *taskHandle) finish(code int, killed bool) {
 		return
 	}
 	h.end = true
+	if h.stopFetch != nil {
+		close(h.stopFetch)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), detachedWriteTimeout)
 	defer cancel()
 	h.t.EndedAt = h.r.now()
@@ -231,19 +245,47 @@ func (h *taskHandle) finish(code int, killed bool) {
 	h.r.emit(ctx, ev)
 }
 
-func (r *Relay) startTask(ctx context.Context, sid, description, typ string) (*taskHandle, error) {
+func (r *Relay) startTask(ctx context.Context, sid string, spec provider.TaskSpec) (*taskHandle, error) {
+	typ := spec.Type
 	if typ == "" {
 		typ = "shell"
 	}
-	t := &store.Task{ID: store.NewID(6), Session: sid, Description: description, Type: typ, Status: "running", StartedAt: r.now()}
+	t := &store.Task{ID: store.NewID(6), Session: sid, Description: spec.Description, Type: typ, Status: "running", StartedAt: r.now(),
+		Held: spec.Fetch != nil && typ != "subagent"}
 	if err := r.st.SaveTask(ctx, t); err != nil {
 		return nil, err
 	}
 	r.busyAgain(ctx, sid)
 	if typ != "subagent" {
-		r.emit(ctx, &store.Event{Kind: EvTaskStarted, Session: sid, TaskID: t.ID, Text: description})
+		r.emit(ctx, &store.Event{Kind: EvTaskStarted, Session: sid, TaskID: t.ID, Text: spec.Description})
 	}
-	return &taskHandle{r: r, t: t, mu: make(chan struct{}, 1)}, nil
+	h := &taskHandle{r: r, t: t, mu: make(chan struct{}, 1)}
+	if t.Held {
+		h.serveFetch(spec.Fetch)
+	}
+	return h, nil
+}
+
+// fetchKey is the notification that asks the process running a held task
+// for its output (read_task_output, whichever process serves it).
+func fetchKey(taskID string) string { return "taskfetch:" + taskID }
+
+// serveFetch calls fetch each time read_task_output asks for the held
+// task's output, until the task ends.
+func (h *taskHandle) serveFetch(fetch func()) {
+	ch, unsub := h.r.hub.sub(fetchKey(h.t.ID))
+	h.stopFetch = make(chan struct{})
+	go func() {
+		defer unsub()
+		for {
+			select {
+			case <-h.stopFetch:
+				return
+			case <-ch:
+				fetch()
+			}
+		}
+	}()
 }
 
 // Kill ends the task as killed (a stopped turn's foreground task).

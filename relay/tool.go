@@ -108,6 +108,9 @@ func (r *Relay) CallTool(ctx context.Context, callerID string, raw json.RawMessa
 		e   *Error
 	)
 	r.warm.call(func() { out, e = r.call(ctx, callerID, raw, &action) })
+	if e != nil && (action == "update_session" || action == "unknown" && peekAction(raw) == "update_session") {
+		e = changedNotDone(e)
+	}
 	return r.envelope(action, callerID, start, out, e)
 }
 
@@ -152,9 +155,11 @@ func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, 
 	// R3.4a: the one check before all others, even before argument shapes.
 	if answersAnAsk(raw, a) {
 		*action = "answer_question"
+		r.noteEarly(ctx, callerID, raw)
 		return nil, Errorf(CodeForbidden, "Only the owner answers asks; answer_question answers question cards (q_…). Nothing was sent.")
 	}
 	if e != nil {
+		r.noteEarly(ctx, callerID, raw)
 		return nil, e
 	}
 	*action = a.action
@@ -165,6 +170,7 @@ func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, 
 		return nil, AsError(err)
 	}
 	a.pre = pre
+	r.noteCall(ctx, c, raw) // the 🛰️ line, once per call (R17.3)
 	p, pv, e := r.checkRelay(ctx, c, a)
 	if e != nil {
 		return nil, e
@@ -325,4 +331,26 @@ func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) (*store.Pair
 		return nil, nil, Errorf(CodeDisabled, "Agent sessions are off on relay %q: the owner has not turned on agent sessions there. Ask the owner to turn them on. Nothing was done.", r.opts.Name)
 	}
 	return nil, nil, nil
+}
+
+// changedNotDone words a refused update_session as the action does: every
+// failure ends "Nothing was changed.", also one of the checks all actions
+// share (argument shapes, the relay, the target; R3.3, R7.10).
+func changedNotDone(e *Error) *Error {
+	if !strings.HasSuffix(e.Msg, nothingDone) {
+		return e
+	}
+	c := *e
+	c.Msg = strings.TrimSuffix(e.Msg, nothingDone) + nothingChanged
+	return &c
+}
+
+// peekAction is the action a call names, "" when it names none.
+func peekAction(raw json.RawMessage) string {
+	var p struct {
+		Action any `json:"action"`
+	}
+	_ = json.Unmarshal(raw, &p)
+	s, _ := p.Action.(string)
+	return s
 }

@@ -731,7 +731,7 @@ func (h *host) partialText() string {
 }
 
 func (h *host) StartTask(ctx context.Context, spec provider.TaskSpec) (provider.Task, error) {
-	return h.r.startTask(ctx, h.sid, spec.Description, spec.Type)
+	return h.r.startTask(ctx, h.sid, spec)
 }
 
 func (h *host) AskUser(ctx context.Context, text string, options []string) (string, error) {

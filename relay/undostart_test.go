@@ -20,7 +20,7 @@ func TestUndoStartGivesTheTurnBack(t *testing.T) {
 	enq := &jobRecorder{}
 	r := New(st, enq, nil, Options{Name: "desk", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx := context.Background()
-	if err := rdb.HSet(ctx, "t:sess:s1", "id", "s1").Err(); err != nil {
+	if err := rdb.HSet(ctx, store.KeyBase("t")+"sess:s1", "id", "s1").Err(); err != nil {
 		t.Fatal(err)
 	}
 	tr := &store.Turn{ID: store.NewID(16), Session: "s1", Role: "agent", Text: "x", CreatedAt: time.Now()}

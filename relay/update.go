@@ -15,14 +15,33 @@ type effortUser interface {
 	UsesEffort() bool
 }
 
-// usesSetting reports whether a provider's turns use a session setting
-// (R7.10). Thinking and compaction settings reach no provider's turns on
-// this relay; effort reaches Claude Code, Codex, an openai provider with
-// efforts configured, and an exec command that has {effort}.
-func usesSetting(p provider.Provider, name string) bool {
-	if name != "effort" {
-		return false
+// SessionTraits say how a provider's sessions take update_session's Claude
+// settings (R7.10): Claude sessions (claude-code, and exec or openai
+// providers marked claude) use auto_compact_window and thinking_*; a
+// provider may declare its own window semantics (a DeepSeek endpoint: the
+// window takes effect and 0 means CompactWindowZero tokens; it always
+// thinks).
+type SessionTraits struct {
+	Claude            bool
+	CompactWindowZero int
+	AlwaysThinks      bool
+}
+
+// traits are a provider's SessionTraits; a claude-code provider's sessions
+// are Claude sessions whatever the options say.
+func (r *Relay) traits(p provider.Provider) SessionTraits {
+	in := p.Info()
+	t := r.opts.Traits[in.ID]
+	if in.Type == "claude-code" {
+		t.Claude = true
 	}
+	return t
+}
+
+// usesEffort reports whether a provider's turns pass the effort on (R7.10):
+// Claude Code, Codex, an openai provider with efforts configured, and an
+// exec command that has {effort}.
+func usesEffort(p provider.Provider) bool {
 	if u, ok := p.(effortUser); ok {
 		return u.UsesEffort()
 	}
@@ -35,24 +54,63 @@ func usesSetting(p provider.Provider, name string) bool {
 	return false
 }
 
-// ignoredNote is update_session's note naming the given settings that do
-// nothing for the session's provider (R7.10), "" when none.
-func ignoredNote(p provider.Provider, given map[string]bool) string {
+// claudeSettings are update_session's settings that apply to Claude
+// sessions only, in the note's order.
+var claudeSettings = []string{"thinking_enabled", "thinking_display", "auto_compact_window"}
+
+// settingsNote is update_session's note on the given settings the
+// session's provider does not use (R7.10), "" when none: effort where it
+// does not reach the turns; auto_compact_window and thinking_* for any
+// session that is not a Claude session, with what a provider that declares
+// its own semantics does with them (the seed's DeepSeek note).
+func (r *Relay) settingsNote(p provider.Provider, given map[string]bool) string {
+	in := p.Info()
+	var notes []string
+	if given["effort"] && !usesEffort(p) {
+		notes = append(notes, fmt.Sprintf("effort does nothing for the %s provider (%s); stored for later turns.", in.Name, in.Type))
+	}
+	tr := r.traits(p)
+	if tr.Claude {
+		return strings.Join(notes, " ")
+	}
 	var names []string
-	for _, n := range []string{"effort", "thinking_enabled", "thinking_display", "auto_compact_window"} {
-		if given[n] && !usesSetting(p, n) {
+	for _, n := range claudeSettings {
+		if given[n] {
 			names = append(names, n)
 		}
 	}
 	if len(names) == 0 {
-		return ""
+		return strings.Join(notes, " ")
 	}
-	verb := "does"
-	if len(names) > 1 {
-		verb = "do"
+	applies, change := "apply", "change"
+	if len(names) == 1 {
+		applies, change = "applies", "changes"
 	}
-	in := p.Info()
-	return fmt.Sprintf("%s %s nothing for the %s provider (%s); stored for later turns.", strings.Join(names, ", "), verb, in.Name, in.Type)
+	head := fmt.Sprintf("%s %s only to Claude sessions (Claude API sessions included)", strings.Join(names, ", "), applies)
+	var parts, rest []string
+	for _, n := range names {
+		switch {
+		case n == "auto_compact_window" && tr.CompactWindowZero > 0:
+			parts = append(parts, fmt.Sprintf("auto_compact_window does take effect, and 0 means %s tokens", thousands(tr.CompactWindowZero)))
+		case n == "thinking_enabled" && tr.AlwaysThinks:
+			parts = append(parts, fmt.Sprintf("thinking_enabled changes nothing, as a %s session always thinks", in.Name))
+		default:
+			rest = append(rest, n)
+		}
+	}
+	if len(parts) == 0 {
+		notes = append(notes, fmt.Sprintf("%s and %s nothing for the %s provider (%s); stored for later turns.", head, change, in.Name, in.Type))
+		return strings.Join(notes, " ")
+	}
+	if len(rest) > 0 {
+		verb := "changes"
+		if len(rest) > 1 {
+			verb = "change"
+		}
+		parts = append(parts, fmt.Sprintf("%s %s nothing", strings.Join(rest, ", "), verb))
+	}
+	notes = append(notes, fmt.Sprintf("%s; on the %s provider (%s) %s; stored for later turns.", head, in.Name, in.Type, strings.Join(parts, "; ")))
+	return strings.Join(notes, " ")
 }
 
 // compactWindows are the auto-compact windows a session may use (tokens).
@@ -79,14 +137,18 @@ func (r *Relay) settingsOf(ctx context.Context, s *store.Session) map[string]any
 	var group any
 	if s.GroupID != "" {
 		if g, err := r.st.GetGroup(ctx, s.GroupID); err == nil {
-			group = map[string]any{"id": g.ID, "name": r.groupName(ctx, g)}
+			role := "member"
+			if g.Head == s.ID {
+				role = "head"
+			}
+			group = map[string]any{"id": g.ID, "name": r.groupName(ctx, g), "role": role}
 		}
 	}
 	think := any(nil)
 	if s.ThinkingEnabled != "" {
 		think = s.ThinkingEnabled == "on"
 	}
-	acw := any(nil)
+	acw := any("auto") // 0: the provider's own window
 	if s.AutoCompactWindow > 0 {
 		acw = s.AutoCompactWindow
 	}
@@ -171,8 +233,7 @@ func parseUpdateArgs(a *args) (*updateArgs, *Error) {
 	if e != nil {
 		return nil, e
 	}
-	if in.acw, in.hasACW, e = a.integer("auto_compact_window"); e != nil {
-		e.Msg = strings.Replace(e.Msg, nothingDone, nothingChanged, 1)
+	if in.acw, in.hasACW, e = a.window(); e != nil {
 		return nil, e
 	}
 	if in.think, e = a.thinking(); e != nil {
@@ -186,9 +247,6 @@ func parseUpdateArgs(a *args) (*updateArgs, *Error) {
 	}
 	if len(in.title) > 200 {
 		return nil, Errorf(CodeInvalidInput, "title may have at most 200 characters. %s", nothingChanged)
-	}
-	if in.hasACW && in.acw <= 0 {
-		return nil, Errorf(CodeInvalidInput, "auto_compact_window must be a positive number of tokens (got %d). %s", in.acw, nothingChanged)
 	}
 	return in, nil
 }
@@ -246,13 +304,13 @@ func (r *Relay) checkUpdate(ctx context.Context, c *caller, a *args, in *updateA
 			}
 		}
 	}
-	if in.hasACW {
+	if in.hasACW && pl.acw > 0 { // 0 ("auto") is the provider's own window
 		if n := nearestWindow(pl.acw); n != pl.acw {
 			pl.notes = append(pl.notes, fmt.Sprintf("auto_compact_window %d was rounded to %d, the nearest allowed value.", pl.acw, n))
 			pl.acw = n
 		}
 	}
-	if n := ignoredNote(p, map[string]bool{"effort": in.effort != "", "thinking_enabled": in.think != "",
+	if n := r.settingsNote(p, map[string]bool{"effort": in.effort != "", "thinking_enabled": in.think != "",
 		"thinking_display": in.display != "", "auto_compact_window": in.hasACW}); n != "" {
 		pl.notes = append(pl.notes, n)
 	}

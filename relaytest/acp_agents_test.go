@@ -45,6 +45,64 @@ func acpShellScript(shellTool string, shellArgs map[string]any) agentfake.Script
 	}
 }
 
+// acpE2E is one end-to-end run's relay: a target session to read, the ACP
+// session under test, and another session's MCP client that answers its
+// questions.
+type acpE2E struct {
+	r      *Relay
+	target Session
+	a      Session
+	m      *MCP
+	fake   *agentfake.Server
+}
+
+// startACPE2E starts a relay with prov and the three sessions, and dumps the
+// fake model's requests when the test fails.
+func startACPE2E(t *testing.T, prov config.Provider, fake *agentfake.Server) *acpE2E {
+	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("fake model requests:\n%s", fake.Dump())
+		}
+	})
+	r := Start(t, Options{Config: func(cfg *config.Config) { cfg.Providers = append(cfg.Providers, prov) }})
+	e := &acpE2E{r: r, fake: fake}
+	e.target = r.NewSession(map[string]any{"title": "target"})
+	e.a = r.NewSession(map[string]any{"title": prov.ID, "provider": prov.ID})
+	other := r.NewSession(map[string]any{"title": "other"})
+	e.m = r.Connect(other.Token, nil)
+	return e
+}
+
+// turnOneRelayTool runs turn 1: relay_tool through the MCP server handed
+// over in session/new, and the relay's own activity line for the call.
+func (e *acpE2E) turnOneRelayTool(t *testing.T) {
+	t.Helper()
+	start := time.Now()
+	turn := e.r.WaitTurn(e.r.Message(e.a.ID, "Please CALLTOOL "+e.target.ID+" and report."), 120*time.Second, "done", "error", "stopped")
+	t.Logf("turn 1 (relay_tool): %s", time.Since(start).Round(time.Millisecond))
+	if turn.Status != "done" || turn.Reply != "FINAL: relay answered ok=true" {
+		t.Fatalf("turn 1 ended %s %q: %s", turn.Status, turn.Reply, turn.Error)
+	}
+	acts := e.r.Messages(e.a.ID, "activity")
+	want := "🛰️ read_session → desk session " + e.target.ID[:8]
+	if len(acts) < 1 || acts[0]["text"] != want {
+		t.Fatalf("activity lines %v, want %q first", acts, want)
+	}
+}
+
+// checkResumed fails unless a model request made since the first before
+// carries turn 1's prompt beside turn 2's: the conversation was resumed.
+func (e *acpE2E) checkResumed(t *testing.T, before int) {
+	t.Helper()
+	for _, rq := range e.fake.Requests()[before:] {
+		if strings.Contains(string(rq.Body), "RUNSHELL") && strings.Contains(string(rq.Body), "CALLTOOL "+e.target.ID) {
+			return
+		}
+	}
+	t.Fatalf("turn 2's model request does not carry turn 1's prompt")
+}
+
 // R22.2, R22.3, R22.6 with Gemini CLI --acp: relay_tool handed over in
 // session/new (its own permission answered by the relay), a shell command's
 // permission request is a question card that another session answers with
@@ -56,11 +114,6 @@ func TestACPGeminiCLI(t *testing.T) {
 	bin := agentfake.Install(t, agentfake.GeminiCLI)
 	fake := agentfake.Gemini(t, acpShellScript("run_shell_command",
 		map[string]any{"command": "mkdir -p out && echo shell-says-hi > out/hi.txt && cat out/hi.txt", "description": "say hi"}))
-	defer func() {
-		if t.Failed() {
-			t.Logf("fake model requests:\n%s", fake.Dump())
-		}
-	}()
 	home := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o700); err != nil {
 		t.Fatal(err)
@@ -83,24 +136,9 @@ func TestACPGeminiCLI(t *testing.T) {
 			"GEMINI_API_KEY":             "dummy",
 			"GEMINI_CLI_TRUST_WORKSPACE": "true",
 		}}
-	r := Start(t, Options{Config: func(cfg *config.Config) { cfg.Providers = append(cfg.Providers, prov) }})
-	target := r.NewSession(map[string]any{"title": "target"})
-	a := r.NewSession(map[string]any{"title": "gemini", "provider": prov.ID})
-	other := r.NewSession(map[string]any{"title": "other"})
-	m := r.Connect(other.Token, nil)
-
-	// Turn 1: relay_tool through the MCP server of session/new.
-	start := time.Now()
-	turn := r.WaitTurn(r.Message(a.ID, "Please CALLTOOL "+target.ID+" and report."), 120*time.Second, "done", "error", "stopped")
-	t.Logf("gemini --acp turn 1 (relay_tool): %s", time.Since(start).Round(time.Millisecond))
-	if turn.Status != "done" || turn.Reply != "FINAL: relay answered ok=true" {
-		t.Fatalf("turn 1 ended %s %q: %s", turn.Status, turn.Reply, turn.Error)
-	}
-	acts := r.Messages(a.ID, "activity")
-	want := "🛰️ read_session → desk session " + target.ID[:8]
-	if len(acts) < 1 || acts[0]["text"] != want {
-		t.Fatalf("activity lines %v, want %q first", acts, want)
-	}
+	e := startACPE2E(t, prov, fake)
+	r, a, m := e.r, e.a, e.m
+	e.turnOneRelayTool(t)
 
 	// Turn 2: the shell command asks permission: a question card that
 	// another session answers; the command runs, and the conversation is
@@ -116,19 +154,11 @@ func TestACPGeminiCLI(t *testing.T) {
 		t.Fatalf("question options %s, want Gemini's Allow", opts)
 	}
 	m.MustOK(map[string]any{"action": "answer_question", "relay": "this", "session": a.ID, "question_id": q["id"], "choices": []string{"Allow"}})
-	turn = r.WaitTurn(mid, 120*time.Second, "done", "error", "stopped")
+	turn := r.WaitTurn(mid, 120*time.Second, "done", "error", "stopped")
 	if turn.Status != "done" || turn.Reply != "FINAL: the shell said hi" {
 		t.Fatalf("turn 2 ended %s %q: %s", turn.Status, turn.Reply, turn.Error)
 	}
-	resumed := false
-	for _, rq := range fake.Requests()[before:] {
-		if strings.Contains(string(rq.Body), "RUNSHELL") && strings.Contains(string(rq.Body), "CALLTOOL "+target.ID) {
-			resumed = true
-		}
-	}
-	if !resumed {
-		t.Fatalf("turn 2's model request does not carry turn 1's prompt")
-	}
+	e.checkResumed(t, before)
 	found := false
 	for _, act := range r.Messages(a.ID, "activity") {
 		if strings.HasPrefix(str(act["text"]), "🔧 ") && strings.Contains(str(act["text"]), "completed") {
@@ -152,11 +182,6 @@ func TestACPClaudeCodeAdapter(t *testing.T) {
 	fake := agentfake.Anthropic(t, acpShellScript("mcp__acp__Bash",
 		map[string]any{"command": "mkdir -p out && echo shell-says-hi > out/hi.txt && cat out/hi.txt && echo '2 passed, 0 failed'",
 			"timeout": 60000, "description": "say hi"}))
-	defer func() {
-		if t.Failed() {
-			t.Logf("fake model requests:\n%s", fake.Dump())
-		}
-	}()
 	home := t.TempDir()
 	prov := config.Provider{ID: "claude-acp", Name: "Claude Code (ACP)", Type: config.TypeACP,
 		Command: []string{bin}, Models: []string{"claude-sonnet-4-5"},
@@ -172,23 +197,9 @@ func TestACPClaudeCodeAdapter(t *testing.T) {
 			// outside a sandbox: CI runs as root.
 			"IS_SANDBOX": "1",
 		}}
-	r := Start(t, Options{Config: func(cfg *config.Config) { cfg.Providers = append(cfg.Providers, prov) }})
-	target := r.NewSession(map[string]any{"title": "target"})
-	a := r.NewSession(map[string]any{"title": "claude", "provider": prov.ID})
-	other := r.NewSession(map[string]any{"title": "other"})
-	m := r.Connect(other.Token, nil)
-
-	start := time.Now()
-	turn := r.WaitTurn(r.Message(a.ID, "Please CALLTOOL "+target.ID+" and report."), 120*time.Second, "done", "error", "stopped")
-	t.Logf("claude-code-acp turn 1 (relay_tool): %s", time.Since(start).Round(time.Millisecond))
-	if turn.Status != "done" || turn.Reply != "FINAL: relay answered ok=true" {
-		t.Fatalf("turn 1 ended %s %q: %s", turn.Status, turn.Reply, turn.Error)
-	}
-	acts := r.Messages(a.ID, "activity")
-	want := "🛰️ read_session → desk session " + target.ID[:8]
-	if len(acts) < 1 || acts[0]["text"] != want {
-		t.Fatalf("activity lines %v, want %q first", acts, want)
-	}
+	e := startACPE2E(t, prov, fake)
+	r, a, m := e.r, e.a, e.m
+	e.turnOneRelayTool(t)
 
 	before := len(fake.Requests())
 	mid := r.Message(a.ID, "RUNSHELL please")
@@ -205,7 +216,7 @@ func TestACPClaudeCodeAdapter(t *testing.T) {
 		t.Fatalf("question %v, want an ask_user card with an Allow option", q)
 	}
 	m.MustOK(map[string]any{"action": "answer_question", "relay": "this", "session": a.ID, "question_id": q["id"], "choices": []string{allow}})
-	turn = r.WaitTurn(mid, 120*time.Second, "done", "error", "stopped")
+	turn := r.WaitTurn(mid, 120*time.Second, "done", "error", "stopped")
 	if turn.Status != "done" || turn.Reply != "FINAL: the shell said hi" {
 		t.Fatalf("turn 2 ended %s %q: %s", turn.Status, turn.Reply, turn.Error)
 	}
@@ -222,13 +233,5 @@ func TestACPClaudeCodeAdapter(t *testing.T) {
 	if c := obj(t, out["counts"], "counts"); c["passed"] != float64(2) {
 		t.Fatalf("counts %v", c)
 	}
-	resumed := false
-	for _, rq := range fake.Requests()[before:] {
-		if strings.Contains(string(rq.Body), "RUNSHELL") && strings.Contains(string(rq.Body), "CALLTOOL "+target.ID) {
-			resumed = true
-		}
-	}
-	if !resumed {
-		t.Fatalf("turn 2's model request does not carry turn 1's prompt")
-	}
+	e.checkResumed(t, before)
 }

@@ -6,10 +6,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,32 +19,10 @@ import (
 // (agentfake/acpagent, built on the ACP SDK's agent side), started by the
 // relay as a real process speaking JSON-RPC on its stdio.
 
-var (
-	acpAgentOnce sync.Once
-	acpAgentBin  string
-	acpAgentErr  error
-)
-
 // fakeACPAgent builds the fake agent once per test binary.
 func fakeACPAgent(t *testing.T) string {
 	t.Helper()
-	acpAgentOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "relay-acpagent-")
-		if err != nil {
-			acpAgentErr = err
-			return
-		}
-		acpAgentBin = filepath.Join(dir, "acpagent")
-		out, err := exec.Command("go", "build", "-o", acpAgentBin, "github.com/oar/relay/relaytest/agentfake/acpagent").CombinedOutput()
-		if err != nil {
-			acpAgentErr = err
-			acpAgentBin = string(out)
-		}
-	})
-	if acpAgentErr != nil {
-		t.Fatalf("build the fake ACP agent: %v: %s", acpAgentErr, acpAgentBin)
-	}
-	return acpAgentBin
+	return buildBinary(t, "github.com/oar/relay/relaytest/agentfake/acpagent")
 }
 
 // acpFake is the fake agent's provider config and its request log.
@@ -79,7 +55,7 @@ func (f *acpFake) log(t *testing.T) []acpLogEntry {
 	if err != nil {
 		return nil
 	}
-	defer fh.Close()
+	defer func() { _ = fh.Close() }() // read only
 	var out []acpLogEntry
 	sc := bufio.NewScanner(fh)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)

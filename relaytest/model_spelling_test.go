@@ -32,9 +32,11 @@ func TestCrossProviderModelSpellings(t *testing.T) {
 	wantEq(t, "messages", messageCount(t, r, b.ID), before)
 	wantEq(t, "model kept", r.Get(b.ID)["model"], "claude-opus-5.5")
 
+	// create_session on Copilot with Claude's spelling: the code of the one
+	// other provider that has the id (issue 21 item 11; the seed's words).
 	env = m.MustFail(map[string]any{"action": "create_session", "relay": "this", "text": "x", "provider": "gh-copilot", "model": "claude-opus-5-5"}, codeUnknownModel)
-	wantEq(t, "create on copilot remoteCode", env["remoteCode"], "GH_COPILOT_MODEL_UNAVAILABLE")
-	wantHas(t, "create error", env["error"], "No session was created.")
+	wantEq(t, "create on copilot remoteCode", env["remoteCode"], "CLAUDE_SUB_PROVIDER_REQUIRED")
+	wantHas(t, "create error", env["error"], "did you mean 'claude-opus-5.5'?", `pass provider "claude-sub"`, "No session was created.")
 
 	env = m.MustFail(map[string]any{"action": "create_session", "relay": "this", "text": "x", "model": "claude-opus-5-5"}, codeUnknownModel)
 	wantEq(t, "create without provider remoteCode", env["remoteCode"], "CLAUDE_SUB_PROVIDER_REQUIRED")

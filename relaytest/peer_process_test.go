@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,35 +22,10 @@ import (
 // §13), driven through the owner API over loopback HTTP. Each relay has its
 // own key prefix on the test Redis; the two processes of one relay share one.
 
-var (
-	peerBinOnce sync.Once
-	peerBin     string
-	peerBinErr  error
-)
-
 // peerRelayBinary builds ./cmd/relay once for the peer process tests.
 func peerRelayBinary(t *testing.T) string {
 	t.Helper()
-	peerBinOnce.Do(func() {
-		begin := time.Now()
-		defer func() {
-			t.Logf("relay binary built in %s (shared by the peer process tests)", time.Since(begin).Round(time.Millisecond))
-		}()
-		dir, err := os.MkdirTemp("", "relay-peer-bin-")
-		if err != nil {
-			peerBinErr = err
-			return
-		}
-		peerBin = filepath.Join(dir, "relay")
-		out, err := exec.Command("go", "build", "-o", peerBin, "github.com/oar/relay/cmd/relay").CombinedOutput()
-		if err != nil {
-			peerBinErr = fmt.Errorf("go build ./cmd/relay: %w\n%s", err, out)
-		}
-	})
-	if peerBinErr != nil {
-		t.Fatal(peerBinErr)
-	}
-	return peerBin
+	return buildBinary(t, "github.com/oar/relay/cmd/relay")
 }
 
 // freeAddr picks a free loopback port.

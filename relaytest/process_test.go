@@ -72,15 +72,10 @@ func TestGracefulHandover(t *testing.T) {
 
 // ---- a `relay worker` process killed with SIGKILL mid-turn ----
 
-// builtRelayBinary builds ./cmd/relay into the test's temp dir.
+// builtRelayBinary builds ./cmd/relay (once per test binary).
 func builtRelayBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "relay")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/oar/relay/cmd/relay").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build ./cmd/relay: %v\n%s", err, out)
-	}
-	return bin
+	return buildBinary(t, "github.com/oar/relay/cmd/relay")
 }
 
 // syncBuffer collects a subprocess's output.

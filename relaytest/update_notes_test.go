@@ -36,10 +36,11 @@ func TestUpdateSessionNotesIgnoredSettings(t *testing.T) {
 	all := map[string]any{"effort": "high", "thinking_enabled": "on", "thinking_display": "summarized", "auto_compact_window": 200000}
 
 	env := upd("scripted", all)
-	wantHas(t, "scripted note", env["note"], "effort, thinking_enabled, thinking_display, auto_compact_window do nothing for the Scripted provider (scripted)")
+	wantEq(t, "scripted note", env["note"], "effort does nothing for the Scripted provider (scripted); stored for later turns. "+
+		"thinking_enabled, thinking_display, auto_compact_window apply only to Claude sessions (Claude API sessions included) and change nothing for the Scripted provider (scripted); stored for later turns.")
 	env = upd("fx", all)
-	wantHas(t, "exec with {effort} note", env["note"], "thinking_enabled, thinking_display, auto_compact_window do nothing for the Effort exec provider (exec)")
-	if strings.Contains(str(env["note"]), "effort,") {
+	wantHas(t, "exec with {effort} note", env["note"], "thinking_enabled, thinking_display, auto_compact_window apply only to Claude sessions (Claude API sessions included) and change nothing for the Effort exec provider (exec)")
+	if strings.Contains(str(env["note"]), "effort does") {
 		t.Errorf("effort reaches fx's command, yet the note names it: %v", env["note"])
 	}
 	env = upd("plain", map[string]any{"effort": "low"})
@@ -51,6 +52,6 @@ func TestUpdateSessionNotesIgnoredSettings(t *testing.T) {
 	// The rounded auto_compact_window note, in full (issue 13, untested before).
 	env = upd("fx", map[string]any{"auto_compact_window": 120000})
 	wantEq(t, "rounded window note", env["note"], "auto_compact_window 120000 was rounded to 100000, the nearest allowed value. "+
-		"auto_compact_window does nothing for the Effort exec provider (exec); stored for later turns.")
+		"auto_compact_window applies only to Claude sessions (Claude API sessions included) and changes nothing for the Effort exec provider (exec); stored for later turns.")
 	wantEq(t, "window", obj(t, env["settings"], "settings")["auto_compact_window"], float64(100000))
 }

@@ -41,6 +41,25 @@ func (s *Store) AppendMessage(ctx context.Context, sid string, m *Message) error
 	return nil
 }
 
+// AppendActivity appends an activity line to a session's conversation and
+// publishes "session:SID" for the owner's console, in one round trip (the
+// 🛰️ line of each relay_tool call, R17.3, R19.3).
+func (s *Store) AppendActivity(ctx context.Context, sid string, m *Message) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.RPush(ctx, s.msgsKey(sid), b)
+		p.Publish(ctx, s.NotifyChannel(), "session:"+sid)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("append activity %s: %w", sid, err)
+	}
+	return nil
+}
+
 // SetUsagePaused marks a provider paused by a usage or rate limit (R7.3,
 // R17.3) with the reason; "" clears it (a turn succeeded again).
 func (s *Store) SetUsagePaused(ctx context.Context, provider, reason string, at time.Time) error {

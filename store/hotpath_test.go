@@ -601,3 +601,66 @@ func TestQueueTurnRunAgain(t *testing.T) {
 		t.Fatalf("queue %v", got)
 	}
 }
+
+// LoadCall reads the caller's running turn whether or not the process
+// guessed it (a wrong or missing guess costs a read, never a wrong answer),
+// and its script touches only its KEYS (R21.2).
+func TestLoadCallRunningTurn(t *testing.T) {
+	e := newEnv(t)
+	now := base.Add(time.Second)
+	e.createSession("c1", base)
+	c, err := e.s.LoadCall(e.ctx, "c1", "")
+	if err != nil || c.Caller == nil || c.Current != "" || c.Turn != nil {
+		t.Fatalf("idle caller: %+v %v", c, err)
+	}
+	t1 := newTurn("c1", "user", "one", base)
+	if _, err := e.s.PushTurn(e.ctx, t1, "", 4, false, "d1"); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := e.s.StartDrain(e.ctx, "c1", "w1", time.Minute, now, 0); err != nil || d.State != DrainStarted || d.Turn.ID != t1.ID {
+		t.Fatalf("start: %+v %v", d, err)
+	}
+	for i := range 2 { // no guess yet, then the right guess
+		c, err = e.s.LoadCall(e.ctx, "c1", "")
+		if err != nil || c.Current != t1.ID || c.Turn == nil || c.Turn.Text != "one" || c.Turn.Status != TurnRunning {
+			t.Fatalf("call %d: %+v %v", i, c, err)
+		}
+	}
+	e.s.curHint.Store("c1", "stale") // a wrong guess
+	c, err = e.s.LoadCall(e.ctx, "c1", "")
+	if err != nil || c.Current != t1.ID || c.Turn == nil || c.Turn.Text != "one" {
+		t.Fatalf("wrong guess: %+v %v", c, err)
+	}
+}
+
+// StartDrain and PopTurn name the turn they expect at the queue's head; with
+// another there (or none guessed) they are told its id and ask again.
+func TestDrainOtherHead(t *testing.T) {
+	e := newEnv(t)
+	now := base.Add(time.Second)
+	e.createSession("s1", base)
+	t1, t2 := newTurn("s1", "user", "one", base), newTurn("s1", "user", "two", base.Add(time.Millisecond))
+	for _, tr := range []*Turn{t1, t2} {
+		if _, err := e.s.PushTurn(e.ctx, tr, "", 4, false, "d1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.s.headHint.Store("s1", t2.ID) // wrong: t1 is at the head
+	d, err := e.s.StartDrain(e.ctx, "s1", "w1", time.Minute, now, 0)
+	if err != nil || d.State != DrainStarted || d.Turn.ID != t1.ID || d.Turn.Status != TurnRunning {
+		t.Fatalf("start: %+v %v", d, err)
+	}
+	if err := e.rdb.Del(e.ctx, e.key("cur", "s1")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	id, err := e.s.PopTurn(e.ctx, "s1", "", now)
+	if err != nil || id != t2.ID {
+		t.Fatalf("pop: %q %v", id, err)
+	}
+	if st := e.rdb.HGet(e.ctx, e.key("turn", t2.ID), "status").Val(); st != string(TurnRunning) {
+		t.Fatalf("popped turn status %q", st)
+	}
+	if id, err := e.s.PopTurn(e.ctx, "s1", "", now); err != nil || id != "" {
+		t.Fatalf("empty pop: %q %v", id, err)
+	}
+}

@@ -23,6 +23,8 @@ type Task struct {
 	EndedAt      time.Time `json:"endedAt,omitzero"`
 	LastOutputAt time.Time `json:"lastOutputAt,omitzero"`
 	Lines        int       `json:"lines"` // lines written so far
+	// Held: the output stays in the agent's process until asked for (R7.6).
+	Held bool `json:"held,omitempty"`
 }
 
 // MaxTaskLines is how many output lines a task keeps (the rest is "truncated").

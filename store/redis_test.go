@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -12,6 +14,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oar/relay/embedded"
 	"github.com/oar/relay/redisurl"
 )
 
@@ -31,7 +34,18 @@ func newEnv(t testing.TB) *testEnv {
 	t.Helper()
 	e := &testEnv{t: t, ctx: context.Background(), prefix: "st" + NewID(6)}
 	url := os.Getenv("REDIS_URL")
-	if url == "" {
+	if os.Getenv("RELAY_TEST_STORE") == "embedded" {
+		// The embedded store (the relay's default) in a data directory of its own.
+		srv, err := embedded.Open(embedded.Options{Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.rdb = redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: srv.Password()})
+		t.Cleanup(func() {
+			_ = e.rdb.Close()
+			_ = srv.Close()
+		})
+	} else if url == "" {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI=true but REDIS_URL is not set: the store tests must run against a real Redis in CI")
 		}

@@ -86,7 +86,9 @@ func KeyBase(prefix string) string { return "{" + prefix + "}:" }
 // ValidPrefix says whether prefix can be a key prefix: not empty, no braces
 // (it is the hash tag), no whitespace.
 func ValidPrefix(prefix string) bool {
-	return prefix != "" && !strings.ContainsAny(prefix, "{} \t\r\n")
+	return prefix != "" && !strings.ContainsFunc(prefix, func(r rune) bool {
+		return r == '{' || r == '}' || r <= ' ' || r == 0x7f
+	})
 }
 
 // New returns a Store on rdb whose keys start with KeyBase(prefix).

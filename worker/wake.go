@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/oar/relay/redisurl"
 )
 
 // The wake-up path of the worker (asynq v0.26.0 polls; this makes an idle
@@ -64,7 +66,8 @@ type Waker struct {
 	stop      chan struct{}
 	stopOnce  sync.Once
 	done      chan struct{}
-	ps        *redis.PubSub
+	ps        []*redis.PubSub
+	sharded   bool         // a cluster client: wake-ups go by SPUBLISH/SSUBSCRIBE on the queue's slot
 	blocks    atomic.Int64 // times the processor blocked
 	timeouts  atomic.Int64 // blocks that ended at IdleCheck
 	skipped   atomic.Int64 // forward scripts answered locally
@@ -86,7 +89,7 @@ type WakeStats struct {
 func NewWaker(rdb redis.UniversalClient, queues []string, idle time.Duration) *Waker {
 	w := &Waker{rdb: rdb, queues: queues, ours: map[string]bool{}, idle: idle, fallback: 25 * time.Millisecond,
 		wakeCh: make(chan struct{}), empty: map[string]uint64{}, delayed: map[string]*delayedState{},
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), sharded: redisurl.IsCluster(rdb)}
 	for _, q := range queues {
 		w.ours[q] = true
 		w.delayed[asynqKey(q, "scheduled")] = &delayedState{dirty: true}
@@ -103,44 +106,99 @@ func WakeChannel(q string) string { return "asynq:{" + q + "}:wake" }
 
 // Start subscribes to the queues' wake channels; blocking begins once the
 // subscription is confirmed (until then an empty poll waits the fallback).
+//
+// On a Redis Cluster the wake-ups are sharded pub/sub (SSUBSCRIBE, SPUBLISH):
+// a wake channel asynq:{QUEUE}:wake hashes to its queue's slot, so the
+// SPUBLISH goes to the master that ran the script, on the same connection
+// right after it (a plain PUBLISH would go to any node, and a wake could
+// reach a worker before the task it announces). Channels are subscribed per
+// hash tag (SSUBSCRIBE takes channels of one slot).
 func (w *Waker) Start() {
-	chans := make([]string, len(w.queues))
-	for i, q := range w.queues {
-		chans[i] = WakeChannel(q)
+	groups := map[string][]string{}
+	var order []string
+	for _, q := range w.queues {
+		tag := ""
+		if w.sharded {
+			tag = hashTag(WakeChannel(q))
+		}
+		if _, ok := groups[tag]; !ok {
+			order = append(order, tag)
+		}
+		groups[tag] = append(groups[tag], WakeChannel(q))
 	}
-	w.ps = w.rdb.Subscribe(context.Background(), chans...)
-	ch := w.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
+	var wg sync.WaitGroup
+	for _, tag := range order {
+		var ps *redis.PubSub
+		if w.sharded {
+			ps = w.rdb.SSubscribe(context.Background(), groups[tag]...)
+		} else {
+			ps = w.rdb.Subscribe(context.Background(), groups[tag]...)
+		}
+		w.ps = append(w.ps, ps)
+		ch := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.listen(ch)
+		}()
+	}
 	w.on.Store(true)
 	go func() {
-		defer close(w.done)
-		for {
-			select {
-			case <-w.stop:
+		wg.Wait()
+		close(w.done)
+	}()
+}
+
+// hashTag is what Redis Cluster hashes of key: between the first "{" and the
+// first "}" after it when that is not empty, else the whole key.
+func hashTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j]
+		}
+	}
+	return key
+}
+
+func (w *Waker) listen(ch <-chan any) {
+	for {
+		select {
+		case <-w.stop:
+			return
+		case m, ok := <-ch:
+			if !ok {
 				return
-			case m, ok := <-ch:
-				if !ok {
-					return
+			}
+			switch m := m.(type) {
+			case *redis.Subscription:
+				// (Re)subscribed: messages may have been missed.
+				if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
+					w.ready.Store(true)
 				}
-				switch m := m.(type) {
-				case *redis.Subscription:
-					// (Re)subscribed: messages may have been missed.
-					if m.Kind == "subscribe" {
-						w.ready.Store(true)
-					}
-					w.markAllDirty()
-					w.wake()
-				case *redis.Message:
-					q := queueOfChannel(m.Channel)
-					if m.Payload == "d" {
-						w.markDirty(asynqKey(q, "scheduled"))
-						w.markDirty(asynqKey(q, "retry"))
-						continue
-					}
-					w.wake()
+				w.markAllDirty()
+				w.wake()
+			case *redis.Message:
+				q := queueOfChannel(m.Channel)
+				if m.Payload == "d" {
+					w.markDirty(asynqKey(q, "scheduled"))
+					w.markDirty(asynqKey(q, "retry"))
+					continue
 				}
+				w.wake()
 			}
 		}
-	}()
+	}
+}
+
+// publish sends a wake message on q's channel (through p when not nil).
+func (w *Waker) publish(ctx context.Context, p redis.Cmdable, q, payload string) *redis.IntCmd {
+	if p == nil {
+		p = w.rdb
+	}
+	if w.sharded {
+		return p.SPublish(ctx, WakeChannel(q), payload)
+	}
+	return p.Publish(ctx, WakeChannel(q), payload)
 }
 
 // Shutdown stops blocking (a blocked processor returns at once) and ends the subscription.
@@ -151,7 +209,9 @@ func (w *Waker) Shutdown() {
 		close(w.stop)
 		w.wake()
 		if w.ps != nil {
-			_ = w.ps.Close()
+			for _, ps := range w.ps {
+				_ = ps.Close()
+			}
 			<-w.done
 		}
 	})
@@ -349,7 +409,7 @@ func (w *Waker) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (w *Waker) withPublish(ctx context.Context, cmd redis.Cmder, q, payload string) error {
 	pipe := w.rdb.Pipeline()
 	_ = pipe.Process(ctx, cmd)
-	pipe.Publish(ctx, WakeChannel(q), payload)
+	w.publish(ctx, pipe, q, payload)
 	_, _ = pipe.Exec(ctx)
 	if cmd.Err() == nil {
 		w.published.Add(1)
@@ -398,7 +458,7 @@ func (w *Waker) forward(ctx context.Context, next redis.ProcessHook, cmd redis.C
 	w.mu.Unlock()
 	if n, err := c.Int64(); err == nil && n > 0 {
 		w.wake() // this process's processor
-		if err := w.rdb.Publish(ctx, WakeChannel(q), "p").Err(); err == nil {
+		if err := w.publish(ctx, nil, q, "p").Err(); err == nil {
 			w.published.Add(1)
 		}
 	}

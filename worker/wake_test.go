@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,11 +15,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oar/relay/jobs"
+	"github.com/oar/relay/redisurl"
 	"github.com/oar/relay/store"
 )
 
 // realRedis is a client of $REDIS_URL; without one the test skips (fails with CI=true).
-func realRedis(t *testing.T) *redis.Client {
+// realRedis is REDIS_URL's Redis (one, or a cluster: redis+cluster://); the
+// second result makes more clients of it (other processes' clients).
+func realRedis(t *testing.T) (redis.UniversalClient, func() redis.UniversalClient) {
 	t.Helper()
 	url := os.Getenv("REDIS_URL")
 	if url == "" {
@@ -26,15 +31,15 @@ func realRedis(t *testing.T) *redis.Client {
 		}
 		t.Skip("REDIS_URL unset: the wake-up path is tested against a real Redis")
 	}
-	o, err := redis.ParseURL(url)
+	u, err := redisurl.Parse(url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb := redis.NewClient(o)
+	rdb := u.NewClient()
 	if err := rdb.Ping(context.Background()).Err(); err != nil {
 		t.Fatalf("redis %s: %v", url, err)
 	}
-	return rdb
+	return rdb, u.NewClient
 }
 
 // scriptCounter counts the dequeue and forward scripts that reach Redis.
@@ -70,19 +75,19 @@ func (c *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // starts within milliseconds, a scheduled task runs when due, and a task
 // pushed by a client without the hook still runs within IdleCheck.
 func TestWakeUpPath(t *testing.T) {
-	rdb := realRedis(t)
+	rdb, newClient := realRedis(t)
 	defer func() { _ = rdb.Close() }()
 	prefix := "wktest" + store.NewID(8)
 	q := jobs.QueuesFor(prefix)
 	defer func() {
 		ctx := context.Background()
-		_ = store.DeleteMatching(ctx, rdb, "asynq:{"+store.KeyBase(prefix)+"*")
+		_ = store.DeleteMatching(ctx, rdb, "asynq:{"+prefix+"}*")
 		for _, name := range q.All() {
 			rdb.SRem(ctx, "asynq:queues", name)
 		}
 	}()
 
-	wrdb := redis.NewClient(rdb.Options()) // the worker process's client
+	wrdb := newClient() // the worker process's client
 	defer func() { _ = wrdb.Close() }()
 	wk := NewWaker(wrdb, q.All(), time.Second)
 	wrdb.AddHook(wk)
@@ -114,6 +119,21 @@ func TestWakeUpPath(t *testing.T) {
 	}
 	if !wk.ready.Load() {
 		t.Fatal("the wake subscription was not confirmed within 5 s")
+	}
+	if redisurl.IsCluster(rdb) {
+		// On a cluster: sharded pub/sub, on the master of the queues' slot.
+		var mu sync.Mutex
+		var shard []string
+		_ = redisurl.ForEachMaster(context.Background(), rdb, func(ctx context.Context, n redis.UniversalClient) error {
+			chans, err := n.PubSubShardChannels(ctx, "*").Result()
+			mu.Lock()
+			shard = append(shard, chans...)
+			mu.Unlock()
+			return err
+		})
+		if !wk.sharded || !slices.Contains(shard, WakeChannel(q.Turns)) || !slices.Contains(shard, WakeChannel(q.Events)) {
+			t.Fatalf("sharded %v; shard channels %v, want %s and %s", wk.sharded, shard, WakeChannel(q.Turns), WakeChannel(q.Events))
+		}
 	}
 	time.Sleep(500 * time.Millisecond)
 
@@ -165,7 +185,7 @@ func TestWakeUpPath(t *testing.T) {
 	}
 
 	// Enqueued by another process whose client has the hook (publishes only).
-	ordb := redis.NewClient(rdb.Options())
+	ordb := newClient()
 	defer func() { _ = ordb.Close() }()
 	ow := NewWaker(ordb, q.All(), time.Second)
 	ordb.AddHook(ow)

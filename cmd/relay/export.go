@@ -58,7 +58,11 @@ func newExportCmd(stdout io.Writer) *cobra.Command {
 			err = redisurl.ForEachMaster(ctx, c, func(ctx context.Context, node redis.UniversalClient) error {
 				mu.Lock()
 				defer mu.Unlock()
-				k, err := embedded.Export(ctx, node, w)
+				export := embedded.Export
+				if redisurl.IsCluster(c) {
+					export = embedded.ExportNode
+				}
+				k, err := export(ctx, node, w)
 				n += k
 				return err
 			})

@@ -20,6 +20,7 @@ import (
 	"github.com/oar/relay/app"
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/embedded"
+	"github.com/oar/relay/store"
 )
 
 // usageError is a bad flag or config: exit code 2 with one line.
@@ -146,8 +147,13 @@ func newCmd(mode, short string, stderr io.Writer) *cobra.Command {
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
-		// RELAY_KEY_PREFIX lets several relays (or tests) share one Redis database.
-		a, err := app.New(cfg, app.Options{Mode: mode, Logger: log, KeyPrefix: os.Getenv("RELAY_KEY_PREFIX")})
+		// RELAY_KEY_PREFIX lets several relays (or tests) share one Redis
+		// database or cluster; it is the hash tag of the relay's keys.
+		prefix := os.Getenv("RELAY_KEY_PREFIX")
+		if prefix != "" && !store.ValidPrefix(prefix) {
+			return usageError{fmt.Errorf("RELAY_KEY_PREFIX %q: no braces, spaces or control characters (it is the Redis Cluster hash tag of the relay's keys)", prefix)}
+		}
+		a, err := app.New(cfg, app.Options{Mode: mode, Logger: log, KeyPrefix: prefix})
 		if err != nil {
 			var le *embedded.LockedError
 			if errors.As(err, &le) {
