@@ -2,6 +2,7 @@ package provider
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -43,7 +44,21 @@ func (claudeDialect) prepare(p *CLI, t Turn, model string, tf *turnFiles) ([]str
 	}
 	args = append(args, p.c.Args...)
 	args = append(args, "--", t.Prompt)
-	return args, nil, nil
+	return args, claudeSettingsEnv(t), nil
+}
+
+// claudeSettingsEnv passes update_session's Claude settings to Claude Code
+// (R7.10): the auto-compact window in tokens, and thinking turned off (no
+// thinking tokens); "on" and "" leave Claude Code's own default.
+func claudeSettingsEnv(t Turn) []string {
+	var env []string
+	if t.AutoCompactWindow > 0 {
+		env = append(env, "CLAUDE_CODE_AUTO_COMPACT_WINDOW="+strconv.Itoa(t.AutoCompactWindow))
+	}
+	if t.Thinking == "off" {
+		env = append(env, "MAX_THINKING_TOKENS=0")
+	}
+	return env
 }
 
 func (claudeDialect) event(ev map[string]any, s *stream) {

@@ -276,7 +276,18 @@ func (e *Exec) env(t Turn, cfgPath string) []string {
 		"RELAY_SESSION_ID="+t.SessionID,
 		"RELAY_TOKEN="+t.Token,
 		"RELAY_MCP_CONFIG="+cfgPath,
+		"RELAY_AUTO_COMPACT_WINDOW="+itoaOrEmpty(t.AutoCompactWindow),
+		"RELAY_THINKING="+t.Thinking,
+		"RELAY_THINKING_DISPLAY="+t.ThinkingDisplay,
 	)
+}
+
+// itoaOrEmpty is n in decimal, "" for 0 (not set).
+func itoaOrEmpty(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.Itoa(n)
 }
 
 // withExtras appends the provider's configured environment to env, in key

@@ -62,6 +62,14 @@ type Turn struct {
 	// AgentSession is the agent CLI's own conversation id stored with the
 	// session by an earlier turn (R17.2), "" for a fresh conversation.
 	AgentSession string
+	// The session's Claude settings (update_session, R7.10), set only for a
+	// provider whose sessions take them (claude-code, an exec or openai
+	// provider marked claude, or one that declares its window semantics):
+	// AutoCompactWindow in tokens (0: the agent's own), Thinking "on",
+	// "off" or "" (the agent's default), ThinkingDisplay as given.
+	AutoCompactWindow int
+	Thinking          string
+	ThinkingDisplay   string
 }
 
 // Usage is what a turn consumed, when the provider knows it.

@@ -585,6 +585,7 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	}
 	pt := provider.Turn{SessionID: s.ID, TurnID: t.ID, Prompt: t.Text, Model: s.Model, Effort: s.Effort, Mode: s.Mode,
 		Cwd: cwd, History: history, Token: turnTok, RelayURL: base, Relay: r.opts.Name, AgentSession: agentSessionOf(s)}
+	r.claudeSettings(p, s, &pt)
 	// The agent is offered relay_tool while agent sessions are on or at
 	// least one relay is paired (R4.2 Decision).
 	if base != "" && (st.AgentSessions || r.anyPairing(ctx)) {

@@ -38,6 +38,23 @@ func (r *Relay) traits(p provider.Provider) SessionTraits {
 	return t
 }
 
+// claudeSettings puts the session's auto_compact_window and thinking_*
+// settings on a turn whose provider takes them (R7.10): Claude sessions take
+// all three; a provider that declares its window semantics takes the window
+// (0 meaning CompactWindowZero tokens).
+func (r *Relay) claudeSettings(p provider.Provider, s *store.Session, pt *provider.Turn) {
+	tr := r.traits(p)
+	switch {
+	case tr.Claude:
+		pt.AutoCompactWindow, pt.Thinking, pt.ThinkingDisplay = s.AutoCompactWindow, s.ThinkingEnabled, s.ThinkingDisplay
+	case tr.CompactWindowZero > 0:
+		pt.AutoCompactWindow = s.AutoCompactWindow
+		if pt.AutoCompactWindow == 0 {
+			pt.AutoCompactWindow = tr.CompactWindowZero
+		}
+	}
+}
+
 // usesEffort reports whether a provider's turns pass the effort on (R7.10):
 // Claude Code, Codex, an openai provider with efforts configured, and an
 // exec command that has {effort}.

@@ -296,3 +296,44 @@ func TestSeedReadTaskOutputNotes(t *testing.T) {
 		"background": true}})), turnWait, "done")
 	wantNoKey(t, "plain running task", read(d.ID, taskOf(d.ID, "plain")), "note")
 }
+
+// TestSeedClaudeSettingsReachTheTurn (issue 21 item 10, R7.10): a Claude
+// session's auto_compact_window and thinking_* take effect on its next turn:
+// an exec provider marked claude gets them as RELAY_AUTO_COMPACT_WINDOW,
+// RELAY_THINKING and RELAY_THINKING_DISPLAY; a DeepSeek-style provider gets
+// the window (its "auto" as 400,000 tokens) and no thinking; any other
+// provider gets none of them.
+func TestSeedClaudeSettingsReachTheTurn(t *testing.T) {
+	show := []string{"/bin/sh", "-c", `echo "acw=$RELAY_AUTO_COMPACT_WINDOW think=$RELAY_THINKING disp=$RELAY_THINKING_DISPLAY"`}
+	r := Start(t, Options{Config: func(c *config.Config) {
+		c.Providers = append(c.Providers,
+			config.Provider{ID: "claude-api", Name: "Claude API", Type: config.TypeExec, Command: show, Models: []string{"m1"}, Claude: true},
+			config.Provider{ID: "deepseek", Name: "DeepSeek", Type: config.TypeExec, Command: show, Models: []string{"m1"},
+				CompactWindowZero: 400000, AlwaysThinks: true},
+			config.Provider{ID: "plain", Name: "Plain", Type: config.TypeExec, Command: show, Models: []string{"m1"}})
+	}})
+	a := r.NewSession(map[string]any{"title": "lead"})
+	m := r.Connect(a.Token, nil)
+	// The conversation's first create_session asks the owner once.
+	first, _ := r.InTurn(a, map[string]any{"action": "create_session", "relay": "this", "text": "hi", "wait_seconds": 15}, "allow")
+	mustEnvOK(t, first)
+	for _, c := range []struct {
+		prov, before, after string
+	}{
+		{"claude-api", "acw= think= disp=", "acw=200000 think=off disp=summarized"},
+		{"deepseek", "acw=400000 think= disp=", "acw=200000 think= disp="},
+		{"plain", "acw= think= disp=", "acw= think= disp="},
+	} {
+		// Started by this conversation, so update_session needs no card.
+		env := m.MustOK(map[string]any{"action": "create_session", "relay": "this", "text": "one", "provider": c.prov, "wait_seconds": 15})
+		if env["status"] != "done" || obj(t, env["reply"], "reply")["text"] != c.before {
+			t.Errorf("%s before update_session: %v, want reply %q", c.prov, env, c.before)
+		}
+		sid := str(env["session"])
+		m.MustOK(map[string]any{"action": "update_session", "relay": "this", "session": sid,
+			"auto_compact_window": 200000, "thinking_enabled": "off", "thinking_display": "summarized"})
+		if turn := r.WaitTurn(r.Message(sid, "two"), 30*time.Second, "done", "error"); turn.Reply != c.after {
+			t.Errorf("%s after update_session: reply %q (%s), want %q", c.prov, turn.Reply, turn.Error, c.after)
+		}
+	}
+}
