@@ -23,6 +23,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/oar/relay/config"
+	"github.com/oar/relay/store"
 )
 
 const (
@@ -631,7 +632,7 @@ func TestActionsRelayInfoGroupsUnreadable(t *testing.T) {
 	a := r.NewSession(map[string]any{"title": "caller"})
 	m := r.Connect(a.Token, nil)
 	ctx := context.Background()
-	key := r.App.Store().Prefix() + ":groups"
+	key := store.KeyBase(r.App.Store().Prefix()) + "groups"
 	rdb := r.App.Store().Redis()
 	if err := rdb.Del(ctx, key).Err(); err != nil {
 		t.Fatal(err)
