@@ -79,11 +79,7 @@ func (r *Relay) folderAllowed(dir string) (resolved, why string) {
 // its reply (R7.11). Its checks run in R3.4a's order: shapes, rule limits,
 // provider / model / effort / group / folder, card; only then the effect.
 func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	in, e := r.parseCreateArgs(ctx, a)
-	if e != nil {
-		return nil, e
-	}
-	pl, e := r.checkCreate(ctx, c, in)
+	in, pl, e := r.createChecks(ctx, c, a)
 	if e != nil {
 		return nil, e
 	}
@@ -116,6 +112,20 @@ type createPlan struct {
 	group                                   *store.Group // the named group, nil for none
 	need                                    *cardNeed
 	queued                                  bool // the first prompt was queued: its loop count stays taken
+}
+
+// createChecks are all of create_session's checks before its card: the
+// arguments' shapes, then its rules (also the check a paired relay asks, R5.3).
+func (r *Relay) createChecks(ctx context.Context, c *caller, a *args) (*createArgs, *createPlan, *Error) {
+	in, e := r.parseCreateArgs(ctx, a)
+	if e != nil {
+		return nil, nil, e
+	}
+	pl, e := r.checkCreate(ctx, c, in)
+	if e != nil {
+		return nil, nil, e
+	}
+	return in, pl, nil
 }
 
 // parseCreateArgs reads create_session's arguments: shapes first (R3.4a).
@@ -165,6 +175,9 @@ func (r *Relay) checkCreate(ctx context.Context, c *caller, in *createArgs) (*cr
 	if n >= r.opts.Limits.ActiveSessions {
 		return nil, Errorf(CodeSessionLimit, "%d sessions this conversation started already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
 			n, r.opts.Limits.ActiveSessions, nothingCreated)
+	}
+	if e := r.precheckPeerCap(ctx, c.s.ID, r.startedBy(c), nothingCreated); e != nil {
+		return nil, e
 	}
 	pl := &createPlan{provID: in.provID, model: in.model, effort: in.effort, mode: in.mode, need: &cardNeed{}}
 	// What the agent leaves out follows the caller's session.

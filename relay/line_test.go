@@ -87,7 +87,7 @@ func lineBuilders(t *testing.T) map[string]func(v string) []string {
 			return updateCardLines(&store.Session{ID: v, Title: v}, []string{changeLine("Title", v, fieldTitle), changeLine("Folder", v, fieldPath), changeLine("Model", v, fieldModel), groupLine(v, "new")})
 		},
 		"subscribe card": func(v string) []string {
-			return one(subscribeCardLine([]*store.Session{{ID: v, Title: v}, {ID: v, Title: v}}, false, []string{v}))
+			return one(subscribeCardLine([]*store.Session{{ID: v, Title: v}, {ID: v, Title: v}}, false, []string{v}, ""))
 		},
 		"ask card":                   func(v string) []string { return one(askCardLine(&store.Session{ID: v, Title: v}, v)) },
 		"remote send card":           remote("send", "session", "text", "model", "effort", "mode"),

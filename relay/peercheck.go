@@ -16,7 +16,7 @@ import (
 // POST /peer/v1/check, with the same body as the call. The other relay runs
 // the action's checks (the accept setting, the hop limit, target, model with
 // its did-you-mean, effort, group, folder, billing partner, subscribe's
-// options, an ask's or answer's arguments, the limits) and nothing else: it changes nothing and counts
+// options, an ask's or answer's arguments, a transfer's limit, the limits) and nothing else: it changes nothing and counts
 // nothing. A refusal comes back as the call's would, and the caller's relay
 // gives it to its agent without a card; a pass names what the other relay
 // resolved, so the card can say it (`Group: Release 2.4 (grp_…)`,
@@ -85,10 +85,7 @@ func (r *Relay) PeerCheck(ctx context.Context, tok string, raw []byte) json.RawM
 		if e.Code == CodeInternal {
 			r.log.Error("peer check failed", "action", action, "err", e.cause)
 		}
-		for k, v := range e.Fields {
-			env[k] = v
-		}
-		env["ok"], env["code"], env["error"] = false, e.Code, e.Msg
+		errorEnvelope(env, e)
 		if c != nil {
 			r.log.Info("peer check refused", "action", action, "from", c.remote.Relay, "code", e.Code)
 		}
@@ -109,11 +106,7 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 	chk := &PeerChecked{Action: a.action}
 	switch a.action {
 	case "send":
-		in, e := r.parseSendArgs(ctx, a)
-		if e != nil {
-			return nil, e
-		}
-		pl, e := r.checkSend(ctx, c, a, in)
+		in, pl, e := r.sendChecks(ctx, c, a)
 		if e != nil {
 			return nil, e
 		}
@@ -123,11 +116,7 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 			chk.Billing = pl.info.Name
 		}
 	case "create_session":
-		in, e := r.parseCreateArgs(ctx, a)
-		if e != nil {
-			return nil, e
-		}
-		pl, e := r.checkCreate(ctx, c, in)
+		_, pl, e := r.createChecks(ctx, c, a)
 		if e != nil {
 			return nil, e
 		}
@@ -136,18 +125,13 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 			chk.Group = &CheckedRef{ID: pl.group.ID, Name: r.groupName(ctx, pl.group)}
 		}
 	case "update_session":
-		in, e := parseUpdateArgs(a)
-		if e != nil {
-			return nil, e
-		}
-		pl, e := r.checkUpdate(ctx, c, a, in)
+		_, pl, ch, e := r.updateChecks(ctx, c, a)
 		if e != nil {
 			return nil, e
 		}
 		s := pl.s
 		chk.Session = &CheckedRef{ID: s.ID, Title: s.Title}
 		chk.StartedByCaller = s.StartedBy != nil && strings.EqualFold(s.StartedBy.Relay, c.remote.Relay) && s.StartedBy.Session == c.remote.Session
-		ch := r.updateChanges(ctx, in, pl)
 		chk.Changed = nonNil(ch.names)
 		for _, name := range ch.names {
 			v := CheckedValue{Setting: name}
@@ -174,11 +158,7 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 			chk.Changes = append(chk.Changes, v)
 		}
 	case "subscribe":
-		in, e := r.parseSubscribeArgs(a)
-		if e != nil {
-			return nil, e
-		}
-		pl, e := r.checkSubscribe(ctx, c, in)
+		in, pl, e := r.subscribeChecks(ctx, c, a)
 		if e != nil {
 			return nil, e
 		}
@@ -198,6 +178,10 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 			return nil, e
 		}
 		chk.Session = &CheckedRef{ID: s.ID, Title: s.Title}
+	case "transfer_subscriptions":
+		if _, _, e := r.checkTransfer(ctx, c, a); e != nil {
+			return nil, e
+		}
 	case "stop", "archive":
 		s, e := r.target(ctx, a, "session")
 		if e != nil {
@@ -311,11 +295,7 @@ func checkedCardLines(a *args, p *store.Pairing, k *PeerChecked) []string {
 		for i, w := range k.Watched {
 			watched[i] = &store.Session{ID: w.ID, Title: w.Title}
 		}
-		line := subscribeCardLine(watched, k.All, k.Events)
-		if i := strings.LastIndex(line, " for "); i >= 0 { // the events' kinds hold no " for "
-			line = line[:i] + ` on relay "` + relay + `"` + line[i:]
-		}
-		lines := []string{line}
+		lines := []string{subscribeCardLine(watched, k.All, k.Events, ` on relay "`+relay+`"`)}
 		var q *scheduler.Quiet
 		if k.QuietHours != nil {
 			q, _ = scheduler.ParseQuiet(k.QuietHours.From, k.QuietHours.To, k.QuietHours.TZ) // checked again: it came from that relay

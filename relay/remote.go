@@ -212,10 +212,29 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 			out[k] = v
 		}
 	}
+	if mode, _ := a.str("mode"); mode == "" && c.s.Mode != "" && (a.action == "send" || a.action == "create_session") {
+		// What the agent leaves out follows the caller's session (R7.9): a
+		// send or a new session without mode runs in the caller's own (R7.10),
+		// not in the other relay's stand-in's.
+		out["mode"] = quoteJSON(c.s.Mode)
+	}
 	body := PeerCallBody{Action: a.action, Args: out, Origin: PeerOrigin{Relay: r.opts.Name, Session: c.s.ID, Title: c.s.Title,
 		Model: c.s.Model, Path: origin.Path, Unlocked: origin.Unlocked}}
 	if c.turn != nil && c.turn.ReplyModel != "" {
 		body.Origin.Model = c.turn.ReplyModel
+	}
+	// The longest wait is this relay's (R7.11); the call's timeout covers it.
+	// A bad wait_seconds is refused before any card (R5.3).
+	timeout := r.opts.Timing.PeerTimeout
+	waitNote := ""
+	if a.action == "send" || a.action == "create_session" || a.action == "wait" {
+		wait, note, e := r.waitArg(ctx, a, nothingDone)
+		if e != nil {
+			return nil, e
+		}
+		out["wait_seconds"] = json.RawMessage(fmt.Sprint(int(wait / time.Second)))
+		timeout += wait
+		waitNote = note
 	}
 	lines, target := remoteCardLines(a, p), targetOf(a)
 	if cn.needed() && checkable(a) && p.HasFeature("check") {
@@ -237,24 +256,13 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 			}
 			lines = checkedCardLines(a, p, chk)
 			if chk.Session != nil {
-				target = &chk.Session.ID
+				id := LineValue(chk.Session.ID, fieldID) // it came from that relay (R18.16)
+				target = &id
 			}
 		}
 	}
 	if e := r.askCard(ctx, c, cn, a.action, target, lines, nothingDone); e != nil {
 		return nil, e
-	}
-	// The longest wait is this relay's (R7.11); the call's timeout covers it.
-	timeout := r.opts.Timing.PeerTimeout
-	waitNote := ""
-	if a.action == "send" || a.action == "create_session" || a.action == "wait" {
-		wait, note, e := r.waitArg(ctx, a, nothingDone)
-		if e != nil {
-			return nil, e
-		}
-		out["wait_seconds"] = json.RawMessage(fmt.Sprint(int(wait / time.Second)))
-		timeout += wait
-		waitNote = note
 	}
 	// The effect completes even if the caller goes away (R18.12).
 	env, e := r.peerCall(context.WithoutCancel(ctx), p, body, timeout)

@@ -14,11 +14,7 @@ import (
 // (R7.11). Its checks run in R3.4a's order: shapes, target, self, rule
 // limits, provider / model / effort, card; only then the effect.
 func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	in, e := r.parseSendArgs(ctx, a)
-	if e != nil {
-		return nil, e
-	}
-	pl, e := r.checkSend(ctx, c, a, in)
+	in, pl, e := r.sendChecks(ctx, c, a)
 	if e != nil {
 		return nil, e
 	}
@@ -59,6 +55,20 @@ type sendPlan struct {
 	// count (or finds it used up).
 	loopAtQueue bool
 	loopUsed    *store.LoopUsedError // the push found the count used up: nothing was queued
+}
+
+// sendChecks are all of send's checks before its card: the arguments'
+// shapes, then its rules (also the check a paired relay asks, R5.3).
+func (r *Relay) sendChecks(ctx context.Context, c *caller, a *args) (*sendArgs, *sendPlan, *Error) {
+	in, e := r.parseSendArgs(ctx, a)
+	if e != nil {
+		return nil, nil, e
+	}
+	pl, e := r.checkSend(ctx, c, a, in)
+	if e != nil {
+		return nil, nil, e
+	}
+	return in, pl, nil
 }
 
 // parseSendArgs reads send's arguments: shapes first (R3.4a).
@@ -306,6 +316,23 @@ func (r *Relay) precheckCap(ctx context.Context, s *store.Session) *Error {
 	if n >= r.opts.Limits.ActiveSessions {
 		return Errorf(CodeSessionLimit, "%d sessions started by the same conversation already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
 			n, r.opts.Limits.ActiveSessions, nothingSent)
+	}
+	return r.precheckPeerCap(ctx, orch, s.StartedBy, nothingSent)
+}
+
+// precheckPeerCap refuses a prompt that would make one more session of a
+// paired relay's conversations busy beyond the cap per paired relay (checked
+// again atomically when queued); nil for a conversation on this relay.
+func (r *Relay) precheckPeerCap(ctx context.Context, orch string, by *store.Ref, nothing string) *Error {
+	if r.opts.Limits.ActiveSessionsPerPeerToken <= 0 || !isPeerConversation(orch) {
+		return nil
+	}
+	n, err := r.st.PeerBusyCount(ctx, orch)
+	if err != nil {
+		return internal(err)
+	}
+	if n >= r.opts.Limits.ActiveSessionsPerPeerToken {
+		return r.peerCapError(by, nothing)
 	}
 	return nil
 }

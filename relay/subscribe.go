@@ -20,14 +20,7 @@ const nothingSubscribed = "No subscription was made."
 // for events (R8.4). Its checks run in R3.4a's order: shapes, targets, self,
 // the limit, card; only then the effect.
 func (r *Relay) subscribe(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	if isExternal(c.s) {
-		return nil, notWakeable("subscribe", nothingSubscribed)
-	}
-	in, e := r.parseSubscribeArgs(a)
-	if e != nil {
-		return nil, e
-	}
-	pl, e := r.checkSubscribe(ctx, c, in)
+	in, pl, e := r.subscribeChecks(ctx, c, a)
 	if e != nil {
 		return nil, e
 	}
@@ -35,6 +28,24 @@ func (r *Relay) subscribe(ctx context.Context, c *caller, a *args) (*result, *Er
 		return nil, e
 	}
 	return r.applySubscribe(ctx, c, in, pl)
+}
+
+// subscribeChecks are all of subscribe's checks before its card: the
+// caller can be woken, the arguments' shapes, then its rules (also the check
+// a paired relay asks, R5.3).
+func (r *Relay) subscribeChecks(ctx context.Context, c *caller, a *args) (*subscribeArgs, *subscribePlan, *Error) {
+	if isExternal(c.s) {
+		return nil, nil, notWakeable("subscribe", nothingSubscribed)
+	}
+	in, e := r.parseSubscribeArgs(a)
+	if e != nil {
+		return nil, nil, e
+	}
+	pl, e := r.checkSubscribe(ctx, c, in)
+	if e != nil {
+		return nil, nil, e
+	}
+	return in, pl, nil
 }
 
 // subscribeArgs are subscribe's arguments, their shapes checked.
@@ -210,8 +221,10 @@ func (r *Relay) checkSubscribe(ctx context.Context, c *caller, in *subscribeArgs
 	return pl, nil
 }
 
-// subscribeCardLine is a subscribe card's first line: what is watched, for which events.
-func subscribeCardLine(watched []*store.Session, all bool, events []string) string {
+// subscribeCardLine is a subscribe card's first line: what is watched, for
+// which events; where names a paired relay's (` on relay "NAME"`, made safe
+// for a line), "" on this relay.
+func subscribeCardLine(watched []*store.Session, all bool, events []string, where string) string {
 	what := "all sessions"
 	if !all {
 		var names []string
@@ -224,7 +237,7 @@ func subscribeCardLine(watched []*store.Session, all bool, events []string) stri
 	for i, k := range events {
 		kinds[i] = LineValue(k, fieldWord)
 	}
-	return fmt.Sprintf("Watch %s for %s", what, strings.Join(kinds, ", "))
+	return fmt.Sprintf("Watch %s%s for %s", what, where, strings.Join(kinds, ", "))
 }
 
 // cardSubscribe asks the owner when a card is needed.
@@ -240,7 +253,7 @@ func (r *Relay) cardSubscribe(ctx context.Context, c *caller, in *subscribeArgs,
 		need.add("This is the first time this conversation watches sessions.")
 		need.flags = append(need.flags, "subscribed")
 	}
-	lines := []string{subscribeCardLine(pl.watched, in.all, in.events)}
+	lines := []string{subscribeCardLine(pl.watched, in.all, in.events, "")}
 	if opts != "" {
 		lines = append(lines, opts)
 	}
@@ -499,27 +512,9 @@ func (r *Relay) SubscriptionList(ctx context.Context, watcher string) ([]any, er
 }
 
 func (r *Relay) transferSubscriptions(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	if isExternal(c.s) {
-		return nil, notWakeable("transfer_subscriptions", "Nothing was moved.")
-	}
-	from, e := r.transferFrom(ctx, c, a)
+	from, subs, e := r.checkTransfer(ctx, c, a)
 	if e != nil {
 		return nil, e
-	}
-	if from.ID == c.s.ID {
-		return nil, Errorf(CodeSelf, "from names this conversation itself; its subscriptions are already here. Nothing was moved.")
-	}
-	subs, err := r.st.WatcherSubscriptions(ctx, from.ID)
-	if err != nil {
-		return nil, internal(err)
-	}
-	mine, err := r.st.WatcherSubscriptions(ctx, c.s.ID)
-	if err != nil {
-		return nil, internal(err)
-	}
-	if len(mine)+len(subs) > r.opts.Limits.SubscriptionsPerConversation {
-		return nil, Errorf(CodeLimit, "Moving %d subscriptions would give this conversation more than %d. Nothing was moved.",
-			len(subs), r.opts.Limits.SubscriptionsPerConversation)
 	}
 	need := &cardNeed{}
 	need.add("Moving subscriptions always needs your approval.")
@@ -616,6 +611,36 @@ func (r *Relay) endSubscriptionsFor(ctx context.Context, sid, reason string) err
 		}
 	}
 	return nil
+}
+
+// checkTransfer applies transfer_subscriptions' checks (from, self, the
+// limit) and returns the conversation it moves from and its subscriptions;
+// nothing is written (also the check a paired relay asks before its card,
+// R5.3).
+func (r *Relay) checkTransfer(ctx context.Context, c *caller, a *args) (*store.Session, []*store.Subscription, *Error) {
+	if isExternal(c.s) {
+		return nil, nil, notWakeable("transfer_subscriptions", "Nothing was moved.")
+	}
+	from, e := r.transferFrom(ctx, c, a)
+	if e != nil {
+		return nil, nil, e
+	}
+	if from.ID == c.s.ID {
+		return nil, nil, Errorf(CodeSelf, "from names this conversation itself; its subscriptions are already here. Nothing was moved.")
+	}
+	subs, err := r.st.WatcherSubscriptions(ctx, from.ID)
+	if err != nil {
+		return nil, nil, internal(err)
+	}
+	mine, err := r.st.WatcherSubscriptions(ctx, c.s.ID)
+	if err != nil {
+		return nil, nil, internal(err)
+	}
+	if len(mine)+len(subs) > r.opts.Limits.SubscriptionsPerConversation {
+		return nil, nil, Errorf(CodeLimit, "Moving %d subscriptions would give this conversation more than %d. Nothing was moved.",
+			len(subs), r.opts.Limits.SubscriptionsPerConversation)
+	}
+	return from, subs, nil
 }
 
 // transferFrom is the conversation transfer_subscriptions moves from: a

@@ -123,12 +123,7 @@ func (r *Relay) envelope(action, callerID string, start time.Time, out *result, 
 		if e.Code == CodeInternal {
 			r.log.Error("relay_tool failed", "action", action, "session", callerID, "err", e.cause)
 		}
-		for k, v := range e.Fields {
-			env[k] = v
-		}
-		env["ok"] = false
-		env["code"] = e.Code
-		env["error"] = e.Msg
+		errorEnvelope(env, e)
 	} else {
 		for k, v := range out.fields {
 			env[k] = v
@@ -148,6 +143,15 @@ func (r *Relay) envelope(action, callerID string, start time.Time, out *result, 
 		return b, true
 	}
 	return b, e != nil
+}
+
+// errorEnvelope fills env with a failed result: the error's fields, ok,
+// code and error.
+func errorEnvelope(env map[string]any, e *Error) {
+	for k, v := range e.Fields {
+		env[k] = v
+	}
+	env["ok"], env["code"], env["error"] = false, e.Code, e.Msg
 }
 
 func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, action *string) (*result, *Error) {

@@ -185,15 +185,10 @@ func nilIfEmpty(s string) any {
 // in R3.4a's order: shapes, target, self, model / effort / group / folder,
 // card; only then the effect. A call that changes nothing asks no card.
 func (r *Relay) updateSession(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	in, e := parseUpdateArgs(a)
+	in, pl, ch, e := r.updateChecks(ctx, c, a)
 	if e != nil {
 		return nil, e
 	}
-	pl, e := r.checkUpdate(ctx, c, a, in)
-	if e != nil {
-		return nil, e
-	}
-	ch := r.updateChanges(ctx, in, pl)
 	res := newResult(pl.s.ID, "")
 	if len(pl.notes) > 0 {
 		res.set("note", strings.Join(pl.notes, " "))
@@ -232,6 +227,21 @@ type updatePlan struct {
 	createGroup string
 	cwd         string // the folder, cleaned
 	acw         int    // auto_compact_window, rounded to an allowed value
+}
+
+// updateChecks are all of update_session's checks before its card: the
+// arguments' shapes, its rules, and what would change (also the check a
+// paired relay asks, R5.3).
+func (r *Relay) updateChecks(ctx context.Context, c *caller, a *args) (*updateArgs, *updatePlan, *updateChange, *Error) {
+	in, e := parseUpdateArgs(a)
+	if e != nil {
+		return nil, nil, nil, e
+	}
+	pl, e := r.checkUpdate(ctx, c, a, in)
+	if e != nil {
+		return nil, nil, nil, e
+	}
+	return in, pl, r.updateChanges(ctx, in, pl), nil
 }
 
 // parseUpdateArgs reads update_session's arguments: shapes first (R3.4a).

@@ -1,6 +1,8 @@
 package relaytest
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -185,6 +187,9 @@ func TestPeerChecksBeforeCard(t *testing.T) {
 	if want := `on relay "bravo"`; !strings.Contains(cards[0].lines, want) || !strings.Contains(cards[0].lines, "Model: scripted-1") {
 		t.Errorf("create_session card: %q, want %s and the model bravo picked", cards[0].lines, want)
 	}
+	if want := `Watch all sessions on relay "bravo" for `; !strings.Contains(cards[1].lines, want) {
+		t.Errorf("subscribe card: %q, want %q", cards[1].lines, want)
+	}
 	if want := "digest every 30 min, quiet 23:00–06:00 Europe/Berlin, except 1 it leaves out"; !strings.Contains(cards[1].lines, want) {
 		t.Errorf("subscribe card: %q, want its options %q", cards[1].lines, want)
 	}
@@ -213,6 +218,13 @@ func TestPeerChecksBeforeCard(t *testing.T) {
 	}
 	if cards[0].target != sb.ID {
 		t.Errorf("send card's target %q, want %s", cards[0].target, sb.ID)
+	}
+	// A send without mode passes the caller's own mode (R7.10), there too.
+	if !strings.Contains(cards[0].lines, "Mode: ask") {
+		t.Errorf("send card: %q, want Mode: ask, the calling conversation's mode", cards[0].lines)
+	}
+	if m := b.Get(sb.ID)["mode"]; m != "ask" {
+		t.Errorf("the session on bravo after a send from an ask-mode conversation: mode %v, want ask", m)
 	}
 
 	// ask and answer_question with bad arguments, from the ask-mode
@@ -276,6 +288,16 @@ func TestPeerUpdateStartedHereNoCard(t *testing.T) {
 	// Another conversation on alpha did not start the child: it is asked.
 	so := a.NewSession(map[string]any{"title": "other", "text": "use @bravo"})
 	prQuiet(t, a)
+	// First a change to what the session already has: it changes nothing
+	// and asks nobody, though this conversation has not been allowed yet.
+	res, cards = pcRun(t, a, so, "deny",
+		prTool(map[string]any{"action": "update_session", "relay": "bravo", "session": sb.ID, "title": "renamed by an agent"}))
+	if ch, ok := res[0]["changed"].([]any); prCode(res[0]) != "ok" || !ok || len(ch) != 0 {
+		t.Errorf("update_session that changes nothing: %v, want ok and changed []", res[0])
+	}
+	if len(cards) != 0 {
+		t.Errorf("cards of an update_session that changes nothing: %+v, want none", cards)
+	}
 	res, cards = pcRun(t, a, so, "allow",
 		prTool(map[string]any{"action": "update_session", "relay": "bravo", "session": child, "title": "renamed by another"}))
 	if prCode(res[0]) != "ok" {
@@ -401,11 +423,217 @@ func TestPeerCheckOlderRelay(t *testing.T) {
 			if len(cards) != 1 || cards[0].action != "create_session" {
 				t.Errorf("cards: %+v, want the first-session card before the call, as before", cards)
 			}
+			// A bad wait_seconds is refused here before any card (a fresh
+			// conversation's first session would ask one), whatever that relay serves.
+			s2 := a.NewSession(map[string]any{"title": "second caller", "text": "use @bravo"})
+			prQuiet(t, a)
+			res, cards = pcRun(t, a, s2, "allow",
+				prTool(map[string]any{"action": "create_session", "relay": "bravo", "text": "bad wait", "wait_seconds": -1}))
+			if prCode(res[0]) != "REMOTE_RELAY_INVALID_INPUT" || len(cards) != 0 {
+				t.Errorf("create_session with wait_seconds -1 on the older bravo: %s (%s), cards %+v; want REMOTE_RELAY_INVALID_INPUT and no card", prCode(res[0]), prErr(res[0]), cards)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if checks != tc.checks {
 				t.Errorf("checks sent to the older bravo: %d, want %d", checks, tc.checks)
 			}
 		})
+	}
+}
+
+// TestPeerTransferCheckedBeforeCard (R5.3, R8.24): transfer_subscriptions
+// on a paired relay always asks a card, but that relay's checks come
+// first: a move that would give the conversation more subscriptions there
+// than it allows is refused without a card and nothing moves.
+func TestPeerTransferCheckedBeforeCard(t *testing.T) {
+	a, b := prStartPair(t, nil, func(c *config.Config) { c.Limits.SubscriptionsPerConversation = 1 })
+	pairRelays(t, a, b, nil)
+	watched := b.NewSession(map[string]any{"title": "watched"})
+	c1 := a.NewSession(map[string]any{"title": "first watcher", "text": "use @bravo"})
+	c2 := a.NewSession(map[string]any{"title": "second watcher", "text": "use @bravo"})
+	prQuiet(t, a)
+	sub := prTool(map[string]any{"action": "subscribe", "relay": "bravo", "sessions": []string{watched.ID}, "events": []string{"turn_end"}})
+	for _, c := range []Session{c1, c2} {
+		if res, _ := pcRun(t, a, c, "allow", sub); prCode(res[0]) != "ok" {
+			t.Fatalf("subscribe on bravo from %s: %v", c.ID, res[0])
+		}
+	}
+	res, cards := pcRun(t, a, c2, "deny", prTool(map[string]any{"action": "transfer_subscriptions", "relay": "bravo", "from": c1.ID}))
+	if prCode(res[0]) != "REMOTE_RELAY_LIMIT" {
+		t.Errorf("transfer over bravo's limit: %s (%s), want REMOTE_RELAY_LIMIT", prCode(res[0]), prErr(res[0]))
+	}
+	if len(cards) != 0 {
+		t.Errorf("a card was asked for a transfer bravo refuses: %+v", cards)
+	}
+}
+
+// TestPeerCapCheckedBeforeCard (R5.3, R6.1): the cap of sessions one paired
+// relay's conversations keep at work on a relay is among the checks there
+// before a card: with bravo's cap at 1 and one session alpha's agent started
+// there still at work, a create_session that would need a card is refused
+// without one.
+func TestPeerCapCheckedBeforeCard(t *testing.T) {
+	a, b := prStartPair(t, nil, func(c *config.Config) { c.Limits.ActiveSessionsPerPeerToken = 1 })
+	pairRelays(t, a, b, nil)
+	c1 := a.NewSession(map[string]any{"title": "starter", "text": "use @bravo"})
+	prQuiet(t, a)
+	// The child's turn waits on a question: it stays at work.
+	busy := Script(map[string]any{"question": map[string]any{"text": "Go on?", "options": []string{"yes"}}}, map[string]any{"reply": "went on"})
+	res, _ := pcRun(t, a, c1, "allow", prTool(map[string]any{"action": "create_session", "relay": "bravo", "text": busy, "wait_seconds": 0}))
+	if prCode(res[0]) != "ok" {
+		t.Fatalf("create_session on bravo: %v", res[0])
+	}
+	child, _ := res[0]["session"].(string)
+	Eventually(t, 20*time.Second, func() bool {
+		q, _ := b.Get(child)["pendingQuestions"].([]any)
+		return len(q) > 0
+	}, "the child's question on bravo")
+	c2 := a.NewSession(map[string]any{"title": "second", "text": "use @bravo"})
+	prQuiet(t, a)
+	before := pcSessions(t, b)
+	res, cards := pcRun(t, a, c2, "deny", prTool(map[string]any{"action": "create_session", "relay": "bravo", "text": "one more", "wait_seconds": 0}))
+	if prCode(res[0]) != "REMOTE_RELAY_SESSION_LIMIT" || !strings.Contains(prErr(res[0]), "per paired relay") {
+		t.Errorf("create_session over bravo's cap per paired relay: %s (%s), want REMOTE_RELAY_SESSION_LIMIT", prCode(res[0]), prErr(res[0]))
+	}
+	if len(cards) != 0 {
+		t.Errorf("a card was asked for a create_session bravo refuses: %+v", cards)
+	}
+	if n := pcSessions(t, b); n != before {
+		t.Errorf("bravo has %d sessions, want %d", n, before)
+	}
+}
+
+// peerPost sends a peer request's body to path on r with a peer token and
+// returns the status and the decoded answer (nil when it is not JSON).
+func peerPost(t *testing.T, r *Relay, path, token string, body any) (int, map[string]any) {
+	t.Helper()
+	raw, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", r.URL+path, bytes.NewReader(raw))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var env map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&env)
+	return resp.StatusCode, env
+}
+
+// TestPeerCheckEndpoint (R5.3, R13.1, R13.4, R18.20, R7.11): POST
+// /peer/v1/check takes a peer token as /peer/v1/call does (a token this relay
+// did not issue is 401; a token bound to one relay cannot speak for another)
+// and changes nothing: after checks of create_session, send, subscribe and
+// ask there is no new session, no prompt, no subscription and no ask. A
+// paired relay's call waits by the wait it carries, bounded by 3600 s.
+func TestPeerCheckEndpoint(t *testing.T) {
+	b := Start(t, Options{Config: func(c *config.Config) { c.Name = "bravo" }})
+	tok, _ := newPeerToken(t, b)
+	sb := b.NewSession(map[string]any{"title": "target"})
+	post := func(path, token, relay, action string, args map[string]any) (int, map[string]any) {
+		t.Helper()
+		return peerPost(t, b, path, token, map[string]any{"action": action, "args": args,
+			"origin": map[string]any{"relay": relay, "session": "0123456789abcdef", "title": "caller", "model": "scripted-1", "path": []string{relay}}})
+	}
+	if st, env := post("/peer/v1/check", "not-a-peer-token-of-bravo", "alpha", "create_session", map[string]any{"text": "x"}); st != http.StatusUnauthorized {
+		t.Errorf("check with a token bravo did not issue: %d %v, want 401", st, env)
+	}
+	sessions := pcSessions(t, b)
+	checks := []struct {
+		action string
+		args   map[string]any
+	}{
+		{"create_session", map[string]any{"text": "a new session", "wait_seconds": 5}},
+		{"send", map[string]any{"session": sb.ID, "text": "a prompt", "wait_seconds": 5}},
+		{"subscribe", map[string]any{"sessions": []string{sb.ID}}},
+		{"ask", map[string]any{"session": sb.ID, "question": "Ship it?"}},
+	}
+	for _, c := range checks {
+		st, env := post("/peer/v1/check", tok, "alpha", c.action, c.args)
+		if st != http.StatusOK || env["ok"] != true {
+			t.Errorf("check of %s: %d %v", c.action, st, env)
+		} else if chk, _ := env["check"].(map[string]any); chk["action"] != c.action {
+			t.Errorf("check of %s: check %v", c.action, env["check"])
+		}
+	}
+	if st, env := post("/peer/v1/check", tok, "delta", "create_session", map[string]any{"text": "x"}); st != http.StatusOK || prCode(env) != "REMOTE_RELAY_AUTH" {
+		t.Errorf("check speaking for delta with alpha's token: %d %v, want REMOTE_RELAY_AUTH", st, env)
+	}
+	if n := pcSessions(t, b); n != sessions {
+		t.Errorf("bravo has %d sessions after the checks, want %d", n, sessions)
+	}
+	if msgs, _ := b.Get(sb.ID)["messages"].([]any); len(msgs) != 0 {
+		t.Errorf("the target has messages after a check of send: %v", msgs)
+	}
+	if _, env := post("/peer/v1/call", tok, "alpha", "list_subscriptions", map[string]any{}); prCode(env) != "ok" {
+		t.Errorf("list_subscriptions: %v", env)
+	} else if subs, _ := env["subscriptions"].([]any); len(subs) != 0 {
+		t.Errorf("subscriptions after a check of subscribe: %v", subs)
+	}
+	if _, env := post("/peer/v1/call", tok, "alpha", "list_questions", map[string]any{}); prCode(env) != "ok" {
+		t.Errorf("list_questions: %v", env)
+	} else if qs, _ := env["questions"].([]any); len(qs) != 0 {
+		t.Errorf("asks after a check of ask: %v", qs)
+	}
+	// A wait beyond what any relay may allow is bounded by 3600 s, and says so.
+	_, env := post("/peer/v1/call", tok, "alpha", "send", map[string]any{"session": sb.ID, "text": "hi", "wait_seconds": 5000})
+	if prCode(env) != "ok" || env["status"] != "done" {
+		t.Fatalf("send with wait_seconds 5000: %v", env)
+	}
+	if note, _ := env["note"].(string); !strings.Contains(note, "capped at 3600") {
+		t.Errorf("send with wait_seconds 5000: note %q, want the 3600 s bound", note)
+	}
+}
+
+// TestPeerCheckedCardLinesSafe (R18.16, R5.1): what a paired relay's check
+// answers goes into the card made safe for a line: a title, a provider, a
+// folder, a group or a session id with line breaks, escape sequences or a
+// great length neither breaks a line nor carries the escapes, and a card
+// has exactly its lines.
+func TestPeerCheckedCardLinesSafe(t *testing.T) {
+	a, b := prStartPair(t, nil, nil)
+	hostile := "line one\nline two\r\n\x1b[31mred\x1b[0m \u2028sep " + strings.Repeat("y", 3000)
+	answer, _ := json.Marshal(map[string]any{"ok": true, "check": map[string]any{
+		"action": "create_session", "title": hostile, "provider": hostile, "model": hostile, "effort": hostile, "mode": hostile,
+		"cwd": hostile, "group": map[string]any{"id": hostile, "name": hostile},
+		"session": map[string]any{"id": "0123456789abcdef\n" + hostile, "title": hostile}}})
+	u, _ := url.Parse(b.URL)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/peer/v1/check" {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(answer)
+			return
+		}
+		httputil.NewSingleHostReverseProxy(u).ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	tok, _ := newPeerToken(t, b)
+	if code := a.Owner("POST", "/api/v1/relays", map[string]any{"url": front.URL, "token": tok}, nil); code != 201 {
+		t.Fatalf("pair bravo behind the front: %d", code)
+	}
+	sb := b.NewSession(map[string]any{"title": "target"})
+	sk := a.NewSession(map[string]any{"title": "asker", "mode": "ask", "text": "use @bravo"})
+	prQuiet(t, a)
+	_, cards := pcRun(t, a, sk, "deny",
+		prTool(map[string]any{"action": "create_session", "relay": "bravo", "text": "child"}),
+		prTool(map[string]any{"action": "send", "relay": "bravo", "session": sb.ID, "text": "hi"}))
+	if len(cards) != 2 {
+		t.Fatalf("cards: %+v, want one for the create_session and one for the send", cards)
+	}
+	// create_session: its line, the settings, the group, two reasons; send: its line, the settings, the reason.
+	for i, want := range []int{5, 3} {
+		lines := strings.Split(cards[i].lines, "\n")
+		if len(lines) != want {
+			t.Errorf("card %d (%s) has %d lines, want %d: %q", i, cards[i].action, len(lines), want, cards[i].lines)
+		}
+		for _, l := range lines {
+			if strings.ContainsAny(l, "\r\x1b\u2028") || len(l) > 2000 {
+				t.Errorf("card %d line not made safe (%d bytes): %q", i, len(l), l)
+			}
+		}
+	}
+	if tg := cards[1].target; strings.ContainsAny(tg, "\n\r\x1b") || len(tg) > 64*4 {
+		t.Errorf("send card's target from bravo's check not made safe (%d bytes): %.200q", len(tg), tg)
 	}
 }

@@ -39,40 +39,12 @@ func prStartPair(t *testing.T, alpha, bravo func(c *config.Config)) (*Relay, *Re
 
 func prTool(args map[string]any) map[string]any { return map[string]any{"tool": args} }
 
-// runScript writes a script of steps as the owner in session s, allows every
+// prRun writes a script of steps as the owner in session s, allows every
 // card the turn asks meanwhile, and returns the tool results in order.
 func prRun(t *testing.T, r *Relay, s Session, steps ...map[string]any) []map[string]any {
 	t.Helper()
-	mid := r.Message(s.ID, Script(steps...))
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		tr := r.Turn(mid)
-		if tr.Status == "done" || tr.Status == "error" || tr.Status == "stopped" {
-			if tr.Status != "done" {
-				t.Fatalf("turn of %s ended %s: %s", s.ID, tr.Status, tr.Error)
-			}
-			res := ToolResults(tr.Reply)
-			n := 0
-			for _, st := range steps {
-				if _, ok := st["tool"]; ok {
-					n++
-				}
-			}
-			if len(res) != n {
-				t.Fatalf("the turn's reply holds %d tool results, want %d: %q", len(res), n, tr.Reply)
-			}
-			return res
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("turn %s of %s still %s after 90 s", mid, s.ID, tr.Status)
-		}
-		for _, c := range r.Cards() {
-			if c["session"] == s.ID {
-				r.Decide(c["id"].(string), "allow")
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	res, _ := pcRun(t, r, s, "allow", steps...)
+	return res
 }
 
 func prCode(res map[string]any) string {
@@ -922,21 +894,9 @@ func TestPeerHops(t *testing.T) {
 	b.Owner("POST", "/api/v1/peer-tokens", map[string]any{}, &tok)
 	call := func(action string, args map[string]any, unlocked []string) map[string]any {
 		t.Helper()
-		body, _ := json.Marshal(map[string]any{"action": action, "args": args,
+		_, env := peerPost(t, b, "/peer/v1/call", tok["token"].(string), map[string]any{"action": action, "args": args,
 			"origin": map[string]any{"relay": "delta", "session": "s-forged", "title": "forged", "model": "m",
 				"path": []string{"charlie", "delta"}, "unlocked": unlocked}})
-		req, _ := http.NewRequest("POST", b.URL+"/peer/v1/call", strings.NewReader(string(body)))
-		req.Header.Set("Authorization", "Bearer "+tok["token"].(string))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var env map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
-			t.Fatal(err)
-		}
 		return env
 	}
 	if env := call("send", map[string]any{"session": sb.ID, "text": "forged"}, nil); prCode(env) != "REMOTE_RELAY_HOP_LIMIT" {
@@ -1012,20 +972,8 @@ func TestPeerTokenBoundToRelay(t *testing.T) {
 		t.Fatalf("list_sessions on bravo: %v", res[0])
 	}
 	call := func(relayName string) map[string]any {
-		body, _ := json.Marshal(map[string]any{"action": "list_sessions", "args": map[string]any{},
+		_, env := peerPost(t, b, "/peer/v1/call", tok["token"].(string), map[string]any{"action": "list_sessions", "args": map[string]any{},
 			"origin": map[string]any{"relay": relayName, "session": "0123456789abcdef", "title": "x", "path": []string{relayName}}})
-		req, _ := http.NewRequest("POST", b.URL+"/peer/v1/call", strings.NewReader(string(body)))
-		req.Header.Set("Authorization", "Bearer "+tok["token"].(string))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = resp.Body.Close() }()
-		var env map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
-			t.Fatal(err)
-		}
 		return env
 	}
 	if env := call("alpha"); env["ok"] != true {
