@@ -65,6 +65,8 @@ type options struct {
 	inproc      bool   // MCP clients in this process instead of a child process
 	rtCallers   bool   // print the relay's Redis round trips of (a) by calling site
 	goals       string // which goals of row h to measure ("123" run together)
+	clusterURL  string // row k: a Redis Cluster (redis+cluster://)
+	sentinelURL string // row k: a Sentinel set (redis+sentinel://), optional
 }
 
 func parseFlags() options {
@@ -81,7 +83,7 @@ func parseFlags() options {
 	flag.IntVar(&o.calls, "calls", 4000, "(c) calls per variant (list_sessions, same payload, no-op)")
 	flag.IntVar(&o.conc, "conc", 8, "(c) concurrent MCP clients per variant")
 	flag.IntVar(&o.idle, "idle", 10000, "(d) idle sessions whose Redis memory is measured")
-	flag.StringVar(&o.rows, "rows", "abcdefghpm", "which rows to run (a, b and c run together; h: the goals G1–G5; p: paired relays; m: the embedded default beside the real Redis)")
+	flag.StringVar(&o.rows, "rows", "abcdefghpm", "which rows to run (a, b and c run together; h: the goals G1–G5; p: paired relays; m: the embedded default beside the real Redis; k: a Redis Cluster, -cluster, beside the single Redis, not in the default)")
 	flag.IntVar(&o.probes, "probes", 200, "(e) in-process Relay.Fanout calls per (total, matching) cell")
 	flag.IntVar(&o.eventRate, "event-rate", 100, "(e) owner messages (turn_end events) per second in the paced phase")
 	flag.IntVar(&o.eventSecs, "event-secs", 10, "(e) seconds of the paced phase")
@@ -96,6 +98,8 @@ func parseFlags() options {
 	flag.BoolVar(&o.rtCallers, "rtcallers", false, "print to stderr where the relay's Redis round trips of (a) come from (file:line), per send round trip")
 	flag.BoolVar(&o.trace, "trace", true, "with -profile, also write execution traces (they cost the profiled process CPU of their own)")
 	flag.StringVar(&o.profile, "profile", "", "directory to write CPU profiles and execution traces of the send and list phases to (send.pprof, send.trace, list.pprof, list.trace)")
+	flag.StringVar(&o.clusterURL, "cluster", "", "row k: a Redis Cluster URL (redis+cluster://HOST:PORT,…), measured beside -redis")
+	flag.StringVar(&o.sentinelURL, "sentinel", "", "row k: also a Sentinel URL (redis+sentinel://HOST:PORT,…/MASTER), beside -redis")
 	flag.Parse()
 	if o.quick {
 		set := map[string]bool{}
@@ -131,8 +135,11 @@ func main() {
 	if o.fireSecs < 1 || o.fireSecs > perTarget {
 		log.Fatalf("-fire-secs must be between 1 and %d", perTarget)
 	}
-	if strings.Trim(o.rows, "abcdefghpm") != "" || o.rows == "" {
-		log.Fatal("-rows takes letters of abcdefghpm")
+	if strings.Trim(o.rows, "abcdefghpmk") != "" || o.rows == "" {
+		log.Fatal("-rows takes letters of abcdefghpmk")
+	}
+	if strings.Contains(o.rows, "k") && o.clusterURL == "" {
+		log.Fatal("row k needs -cluster URL (a Redis Cluster: bash .ci/redis-cluster start DIR prints one)")
 	}
 	if o.listN < 2*o.clients {
 		o.listN = 2 * o.clients
@@ -169,6 +176,7 @@ type bench struct {
 	g5Prefix  string // relay of goal 5
 	pPrefix   string // relays of (p): PREFIXa and PREFIXb
 	mPrefix   string // relays of (m) (the real Redis's one; the embedded ones use it too, in stores of their own)
+	kPrefix   string // relays of (k), one on each store
 	conc      int    // the relay worker's asynq concurrency, as asynq reports it
 	worker    *asynq.ServerInfo
 	start     time.Time
@@ -201,7 +209,7 @@ func newBench(ctx context.Context, o options) (*bench, error) {
 	tr := newTransport()
 	return &bench{o: o, rdb: rdb, ropts: ropts, tr: tr, hc: &http.Client{Transport: tr, Timeout: 60 * time.Second},
 		prefix: newPrefix(), memPrefix: newPrefix(), evPrefix: newPrefix(), hdPrefix: newPrefix(), scPrefix: newPrefix(),
-		g1Prefix: newPrefix(), g4Prefix: newPrefix(), g5Prefix: newPrefix(), pPrefix: newPrefix(), mPrefix: newPrefix(), start: time.Now()}, nil
+		g1Prefix: newPrefix(), g4Prefix: newPrefix(), g5Prefix: newPrefix(), pPrefix: newPrefix(), mPrefix: newPrefix(), kPrefix: newPrefix(), start: time.Now()}, nil
 }
 
 func (b *bench) where() string {
@@ -223,7 +231,7 @@ func (b *bench) cleanup() error {
 	var errs []error
 	queues, err := b.rdb.SMembers(ctx, "asynq:queues").Result()
 	errs = append(errs, err)
-	for _, p := range []string{b.prefix, b.memPrefix, b.evPrefix, b.hdPrefix, b.scPrefix, b.g1Prefix, b.g4Prefix, b.g5Prefix, b.pPrefix + "a", b.pPrefix + "b", b.mPrefix} {
+	for _, p := range []string{b.prefix, b.memPrefix, b.evPrefix, b.hdPrefix, b.scPrefix, b.g1Prefix, b.g4Prefix, b.g5Prefix, b.pPrefix + "a", b.pPrefix + "b", b.mPrefix, b.kPrefix} {
 		errs = append(errs, store.DeleteMatching(ctx, b.rdb, store.KeyBase(p)+"*"))
 		errs = append(errs, store.DeleteMatching(ctx, b.rdb, "asynq:{"+p+"}*")) // the relay's queues
 		errs = append(errs, store.DeleteMatching(ctx, b.rdb, "asynq:{"+p+":*")) // the bench's own (hop)
@@ -291,6 +299,7 @@ type results struct {
 	gl   goalsResult
 	pr   peerResult
 	em   embResult
+	ha   haResult
 }
 
 // runs reports whether -rows asks for a row (a, b and c run together).
@@ -370,6 +379,13 @@ func (b *bench) run(ctx context.Context) (string, error) {
 		b.logf("(m) the embedded default beside the real Redis, prefix %s", b.mPrefix)
 		if res.em, err = b.runEmbedded(ctx); err != nil {
 			return "", fmt.Errorf("(m): %w", err)
+		}
+	}
+	// (k) a Redis Cluster (and a Sentinel set) beside the single Redis.
+	if o.runs("k") {
+		b.logf("(k) the cluster beside the single Redis, prefix %s", b.kPrefix)
+		if res.ha, err = b.runHA(ctx); err != nil {
+			return "", fmt.Errorf("(k): %w", err)
 		}
 	}
 	b.logf("done")
@@ -512,6 +528,9 @@ func (b *bench) table(ctx context.Context, r results) string {
 	}
 	if o.runs("m") {
 		b.tableM(row, r.em)
+	}
+	if o.runs("k") {
+		b.tableK(row, r.ha)
 	}
 	return sb.String()
 }

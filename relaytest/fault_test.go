@@ -64,9 +64,11 @@ func startRelayWorker(t *testing.T, bin, cfgFile string, rd *Redis, name string)
 
 // sessionIdle reports why a session is not idle ("" when idle): a running
 // turn, queued turns, a drain flag or a lease left behind.
-func sessionIdle(r *Relay, sid string) string {
+func sessionIdle(r *Relay, sid string) string { return storeIdle(r.App.Store(), sid) }
+
+// storeIdle is sessionIdle on a store (a relay in another process).
+func storeIdle(st *store.Store, sid string) string {
 	ctx := context.Background()
-	st := r.App.Store()
 	if cur, err := st.CurrentTurn(ctx, sid); err != nil || cur != "" {
 		return fmt.Sprintf("current turn %q (%v)", cur, err)
 	}

@@ -154,8 +154,16 @@ func (s *Store) Redis() redis.UniversalClient { return s.rdb }
 // Prefix returns the key prefix (without the braces of the key base).
 func (s *Store) Prefix() string { return s.prefix }
 
-// Ping checks that Redis answers.
-func (s *Store) Ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
+// Ping checks that Redis answers: on a cluster, the master of the relay's
+// slot (a PING there may go to any node, which answers while that master is
+// down: /readyz would say ready while every call fails). The read names the
+// slot's placeholder key, never written.
+func (s *Store) Ping(ctx context.Context) error {
+	if redisurl.IsCluster(s.rdb) {
+		return s.rdb.Exists(ctx, s.none()).Err()
+	}
+	return s.rdb.Ping(ctx).Err()
+}
 
 func (s *Store) k(parts ...string) string {
 	out := s.p
