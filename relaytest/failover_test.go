@@ -840,22 +840,29 @@ func (c *clusterSet) Client(t *testing.T) redis.UniversalClient {
 // slotKey is a key in the relay's hash slot (the prefix is the hash tag).
 func slotKey(prefix string) string { return store.KeyBase(prefix) + "x" }
 
-// Master asks the cluster (CLUSTER SLOTS of some node), not the client's slot map.
+// Master asks the cluster (CLUSTER SHARDS of some node), not the client's slot map.
 func (c *clusterSet) Master(cl redis.UniversalClient, prefix string) (string, error) {
 	cc := cl.(*redis.ClusterClient)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	slot := int64(redisSlot(slotKey(prefix)))
-	ranges, err := cc.ClusterSlots(ctx).Result()
+	shards, err := cc.ClusterShards(ctx).Result()
 	if err != nil {
 		return "", err
 	}
-	for _, r := range ranges {
-		if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
-			return r.Nodes[0].Addr, nil
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if r.Start > slot || slot > r.End {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				if n.Role == "master" && n.Health == "online" {
+					return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)), nil
+				}
+			}
 		}
 	}
-	return "", fmt.Errorf("no master serves slot %d: %v", slot, ranges)
+	return "", fmt.Errorf("no master serves slot %d: %v", slot, shards)
 }
 
 func (c *clusterSet) KillMaster(t *testing.T, cl redis.UniversalClient, prefix string) string {
