@@ -175,14 +175,12 @@ func (r *Relay) Fanout(ctx context.Context, ev *store.Event) error {
 				if turn.Waited {
 					continue
 				}
-				waiting, err := r.st.Waiting(ctx, turn.ID)
+				// Seen, waiting or neither, decided in one step: the wait may end now.
+				echo, err := r.st.HoldEchoIfWaiting(ctx, turn.ID, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}}, sub.Watcher)
 				if err != nil {
 					return err
 				}
-				if waiting {
-					if err := r.st.HoldEcho(ctx, turn.ID, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}}, sub.Watcher); err != nil {
-						return err
-					}
+				if echo != store.EchoDeliver {
 					continue
 				}
 			}

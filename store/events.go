@@ -550,6 +550,41 @@ func (s *Store) HoldEcho(ctx context.Context, turn string, g Batch, watcher stri
 	return err
 }
 
+// Echo outcomes of [Store.HoldEchoIfWaiting].
+const (
+	EchoSeen    = "seen"    // the caller received the reply: drop the turn_end
+	EchoHeld    = "held"    // the caller still waits: kept until the wait ends
+	EchoDeliver = "deliver" // neither: deliver it as any event
+)
+
+// KEYS: turn:ID, waiting:ID, echo:ID. ARGV: the held group (JSON).
+var holdEchoScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'waited') == '1' then return 'seen' end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('RPUSH', KEYS[3], ARGV[1])
+  redis.call('PEXPIRE', KEYS[3], 7200000)
+  return 'held'
+end
+return 'deliver'
+`)
+
+// HoldEchoIfWaiting decides a turn_end for the turn's own caller (no echo,
+// R8.18) in one step, so that a wait ending at the same moment
+// ([Store.SeenEndWaiting]) cannot slip between the reads: the reply already
+// seen (EchoSeen), the caller still waiting (the event is held: EchoHeld),
+// or neither (EchoDeliver).
+func (s *Store) HoldEchoIfWaiting(ctx context.Context, turn string, g Batch, watcher string) (string, error) {
+	b, _ := json.Marshal(struct {
+		Watcher string `json:"watcher"`
+		Batch   Batch  `json:"group"`
+	}{watcher, g})
+	out, err := holdEchoScript.Run(ctx, s.scr, []string{s.turnKey(turn), s.k("waiting", turn), s.k("echo", turn)}, b).Text()
+	if err != nil {
+		return "", fmt.Errorf("hold the echo of %s: %w", turn, err)
+	}
+	return out, nil
+}
+
 // decodeEchoes reads held echoes (watcher → groups).
 func decodeEchoes(items []string) map[string][]Batch {
 	out := map[string][]Batch{}

@@ -664,3 +664,42 @@ func TestDrainOtherHead(t *testing.T) {
 		t.Fatalf("empty pop: %q %v", id, err)
 	}
 }
+
+// R8.18: the no-echo decision is one step against the wait's end: a turn_end
+// for its waiting caller is held, one whose reply the caller received is
+// dropped, and one nobody waits for (or whose reply did not reach the caller)
+// is delivered.
+func TestHoldEchoIfWaiting(t *testing.T) {
+	e := newEnv(t)
+	e.createSession("s1", base)
+	tr := newTurn("s1", "agent", "x", base)
+	e.push(tr, "", 4, true, "d")
+	g := Batch{Kind: "plain", Sub: "sub_1"}
+	if got, err := e.s.HoldEchoIfWaiting(e.ctx, tr.ID, g, "w"); err != nil || got != EchoDeliver {
+		t.Fatalf("nobody waits: %q %v, want deliver", got, err)
+	}
+	if err := e.s.SetWaiting(e.ctx, tr.ID, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.s.HoldEchoIfWaiting(e.ctx, tr.ID, g, "w"); err != nil || got != EchoHeld {
+		t.Fatalf("the caller waits: %q %v, want held", got, err)
+	}
+	held, err := e.s.SeenEndWaiting(e.ctx, tr.ID, true)
+	if err != nil || len(held["w"]) != 1 {
+		t.Fatalf("held %v err %v", held, err)
+	}
+	if got, err := e.s.HoldEchoIfWaiting(e.ctx, tr.ID, g, "w"); err != nil || got != EchoSeen {
+		t.Fatalf("the reply was received: %q %v, want seen", got, err)
+	}
+	t2 := newTurn("s1", "agent", "y", base)
+	e.push(t2, "", 4, true, "d")
+	if err := e.s.SetWaiting(e.ctx, t2.ID, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.SeenEndWaiting(e.ctx, t2.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.s.HoldEchoIfWaiting(e.ctx, t2.ID, g, "w"); err != nil || got != EchoDeliver {
+		t.Fatalf("the reply did not reach the caller: %q %v, want deliver", got, err)
+	}
+}
