@@ -323,11 +323,12 @@ func (r *Relay) Unpair(ctx context.Context, name string) (map[string]any, error)
 	}
 	for _, s := range subs {
 		if strings.EqualFold(s.Relay, p.Name) {
+			// Ended here first: the poller, seeing it end there, keeps this reason.
+			r.endMirror(ctx, s, "unpaired")
 			// Tell the other side while it can still be reached (best effort, short).
 			if !r.remoteUnsubscribe(ctx, p, s) {
 				untold++
 			}
-			r.endMirror(ctx, s, "unpaired")
 			ended++
 		}
 	}

@@ -430,6 +430,12 @@ func (r *Relay) afterRemote(ctx context.Context, c *caller, a *args, p *store.Pa
 }
 
 func (r *Relay) endMirror(ctx context.Context, s *store.Subscription, reason string) {
+	// Ended meanwhile (an unpairing, the owner's Unsubscribe, the poller
+	// seeing it end there): the first reason stays.
+	if fresh, err := r.st.GetSubscription(ctx, s.ID); err == nil && fresh.EndReason != "" {
+		*s = *fresh
+		return
+	}
 	s.EndReason, s.EndedAt = reason, r.now()
 	if err := r.st.SaveSubscription(ctx, s); err != nil {
 		r.log.Warn("end remote subscription", "sub", s.ID, "err", err)
