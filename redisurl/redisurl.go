@@ -180,39 +180,37 @@ type Tuning struct {
 
 // Tune applies t (zero fields are left alone).
 func (u *URL) Tune(t Tuning) {
-	set := func(d *time.Duration, v time.Duration) {
-		if v != 0 {
-			*d = v
-		}
-	}
-	seti := func(d *int, v int) {
-		if v != 0 {
-			*d = v
-		}
-	}
 	switch u.Kind {
 	case Single:
 		o := u.Simple
-		set(&o.DialTimeout, t.DialTimeout)
-		set(&o.ReadTimeout, t.ReadTimeout)
-		set(&o.WriteTimeout, t.WriteTimeout)
-		seti(&o.MaxRetries, t.MaxRetries)
-		seti(&o.PoolSize, t.PoolSize)
+		t.apply(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.PoolSize)
 	case Sentinel:
 		o := u.Failover
-		set(&o.DialTimeout, t.DialTimeout)
-		set(&o.ReadTimeout, t.ReadTimeout)
-		set(&o.WriteTimeout, t.WriteTimeout)
-		seti(&o.MaxRetries, t.MaxRetries)
-		seti(&o.PoolSize, t.PoolSize)
+		t.apply(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.MaxRetries, &o.PoolSize)
 	case Cluster:
 		o := u.Cluster
-		set(&o.DialTimeout, t.DialTimeout)
-		set(&o.ReadTimeout, t.ReadTimeout)
-		set(&o.WriteTimeout, t.WriteTimeout)
 		// MaxRetries stays the cluster client's own: it retries moves
 		// and failed nodes through MaxRedirects.
-		seti(&o.PoolSize, t.PoolSize)
+		t.apply(&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, nil, &o.PoolSize)
+	}
+}
+
+// apply sets each client option whose Tuning field is not zero; a nil
+// option is one this client keeps its own.
+func (t Tuning) apply(dial, read, write *time.Duration, retries, pool *int) {
+	for _, d := range []struct {
+		opt *time.Duration
+		v   time.Duration
+	}{{dial, t.DialTimeout}, {read, t.ReadTimeout}, {write, t.WriteTimeout}} {
+		if d.v != 0 {
+			*d.opt = d.v
+		}
+	}
+	if retries != nil && t.MaxRetries != 0 {
+		*retries = t.MaxRetries
+	}
+	if pool != nil && t.PoolSize != 0 {
+		*pool = t.PoolSize
 	}
 }
 
