@@ -10,7 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/oar/relay/relay"
+	"github.com/oar/relay/domain"
 	"github.com/oar/relay/web"
 )
 
@@ -23,7 +23,7 @@ func ownerOrCookie(auth *web.Auth) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if got := bearerToken(c.Request); got != "" {
 			if !auth.CheckToken(got) {
-				c.AbortWithStatusJSON(http.StatusUnauthorized, gin.H{"error": "The owner API needs Authorization: Bearer <owner token>.", "code": relay.CodeAuth})
+				c.AbortWithStatusJSON(http.StatusUnauthorized, gin.H{"error": "The owner API needs Authorization: Bearer <owner token>.", "code": domain.CodeAuth})
 				return
 			}
 			c.Next()
@@ -32,13 +32,13 @@ func ownerOrCookie(auth *web.Auth) gin.HandlerFunc {
 		if auth.Cookie(c.Request) {
 			if !web.Safe(c.Request.Method) && !web.SameOrigin(c.Request) {
 				c.AbortWithStatusJSON(http.StatusForbidden, gin.H{"error": "This request carries the console's cookie but does not come from this relay's own page (Origin). Nothing was done.",
-					"code": relay.CodeForbidden})
+					"code": domain.CodeForbidden})
 				return
 			}
 			c.Next()
 			return
 		}
-		c.AbortWithStatusJSON(http.StatusUnauthorized, gin.H{"error": "The owner API needs Authorization: Bearer <owner token>.", "code": relay.CodeAuth})
+		c.AbortWithStatusJSON(http.StatusUnauthorized, gin.H{"error": "The owner API needs Authorization: Bearer <owner token>.", "code": domain.CodeAuth})
 	}
 }
 
@@ -46,14 +46,14 @@ func ownerOrCookie(auth *web.Auth) gin.HandlerFunc {
 // console what changed (R19.6). Each stream follows the relay's notification
 // channel in Redis, so it sees changes made by any process of the relay.
 type streams struct {
-	r    *relay.Relay
+	r    *domain.Relay
 	mu   sync.Mutex
 	stop chan struct{}
 	keep time.Duration
 	srvs map[*http.Server]bool
 }
 
-func newStreams(r *relay.Relay) *streams {
+func newStreams(r *domain.Relay) *streams {
 	return &streams{r: r, stop: make(chan struct{}), keep: 15 * time.Second, srvs: map[*http.Server]bool{}}
 }
 
@@ -121,7 +121,7 @@ func (s *streams) handle(c *gin.Context) {
 	_, err := ps.Receive(rctx)
 	rcancel()
 	if err != nil {
-		c.JSON(http.StatusServiceUnavailable, gin.H{"error": "Redis is not reachable; try again.", "code": relay.CodeInternal})
+		c.JSON(http.StatusServiceUnavailable, gin.H{"error": "Redis is not reachable; try again.", "code": domain.CodeInternal})
 		return
 	}
 	w := c.Writer

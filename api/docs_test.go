@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/oar/relay/domain"
 	"github.com/oar/relay/metrics"
-	"github.com/oar/relay/relay"
 )
 
 // The references in docs/ are checked against the code here, where the
@@ -62,7 +62,7 @@ func TestToolDocNamesEveryAction(t *testing.T) {
 			missing = append(missing, a)
 		}
 	}
-	for _, a := range relay.Actions() {
+	for _, a := range domain.Actions() {
 		if !heads[a] && !slices.Contains(missing, a) {
 			missing = append(missing, a)
 		}
@@ -83,13 +83,13 @@ func TestToolDocNamesEveryAction(t *testing.T) {
 	}
 }
 
-// TestToolDocNamesEveryErrorCode: every Code… constant of relay/errors.go
+// TestToolDocNamesEveryErrorCode: every Code… constant of domain/errors.go
 // appears in docs/TOOL.md.
 func TestToolDocNamesEveryErrorCode(t *testing.T) {
 	doc := readDoc(t, toolDoc)
-	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "relay", "errors.go"), nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "domain", "errors.go"), nil, 0)
 	if err != nil {
-		t.Fatalf("parse relay/errors.go: %v", err)
+		t.Fatalf("parse domain/errors.go: %v", err)
 	}
 	var codes, missing []string
 	for _, d := range f.Decls {
@@ -116,10 +116,10 @@ func TestToolDocNamesEveryErrorCode(t *testing.T) {
 		}
 	}
 	if len(codes) < 10 {
-		t.Fatalf("found only %d error codes in relay/errors.go; has the file changed shape?", len(codes))
+		t.Fatalf("found only %d error codes in domain/errors.go; has the file changed shape?", len(codes))
 	}
 	if len(missing) > 0 {
-		t.Errorf("%s does not document these error codes of relay/errors.go: %s", toolDoc, strings.Join(missing, ", "))
+		t.Errorf("%s does not document these error codes of domain/errors.go: %s", toolDoc, strings.Join(missing, ", "))
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/oar/relay/relay"
+	"github.com/oar/relay/domain"
 )
 
 // hostGuard is R18.24: a request that reached a loopback listener must name a
@@ -31,7 +31,7 @@ func hostGuard(publicURL string, disabled bool) gin.HandlerFunc {
 		}
 		c.AbortWithStatusJSON(http.StatusForbidden, gin.H{
 			"error": "This relay listens on a loopback address and answers only requests whose Host header names a loopback host or its public URL's host. Nothing was done.",
-			"code":  relay.CodeForbidden})
+			"code":  domain.CodeForbidden})
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/oar/relay/relay"
+	"github.com/oar/relay/domain"
 	"github.com/oar/relay/web"
 )
 
@@ -43,5 +43,5 @@ func limitTokens(f *web.Failures, valid func(ctx context.Context, token string) 
 
 func tooMany(c *gin.Context, d time.Duration) {
 	web.RetryAfter(c.Writer, d)
-	c.AbortWithStatusJSON(http.StatusTooManyRequests, gin.H{"error": web.TooManyMessage(d), "code": relay.CodeAuth})
+	c.AbortWithStatusJSON(http.StatusTooManyRequests, gin.H{"error": web.TooManyMessage(d), "code": domain.CodeAuth})
 }

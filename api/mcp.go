@@ -20,7 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/oar/relay/relay"
+	"github.com/oar/relay/domain"
 )
 
 // ToolDomain is what the MCP route needs from the relay domain.
@@ -114,7 +114,7 @@ var errTokenCheck = errors.New("the session token could not be checked now; try 
 // context, so its wait ends at once, and what the domain records only once the caller has
 // the result (a reply seen, R18.12) is settled after the response was written: as delivered
 // only when the SDK wrote the result, after the calls returned, to a client still there
-// and without a write error (relay.WithDelivery).
+// and without a write error (domain.WithDelivery).
 func NewMCPHandler(d ToolDomain, o MCPOptions) http.Handler {
 	o = o.WithDefaults()
 	r := &mcpRoute{domain: d, opts: o, log: o.Logger, running: map[string]int{}}
@@ -284,7 +284,7 @@ func (r *mcpRoute) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 			cancel()
 		}()
 		var settle func(delivered bool)
-		ctx, settle = relay.WithDelivery(ctx)
+		ctx, settle = domain.WithDelivery(ctx)
 		post.add(settle)
 	}
 
@@ -464,7 +464,7 @@ type postKey struct{}
 
 // mcpPost is what the tool calls of one POST share with keepAliveHandler: the POST's own
 // context (done when the client went away) and the delivery hooks of the calls
-// (relay.WithDelivery), settled once the SDK finished writing the response.
+// (domain.WithDelivery), settled once the SDK finished writing the response.
 type mcpPost struct {
 	ctx context.Context
 

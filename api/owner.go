@@ -12,14 +12,14 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/oar/relay/relay"
+	"github.com/oar/relay/domain"
 	"github.com/oar/relay/store"
 )
 
 // maxBody bounds an owner request's body (a prompt may have 1 MiB).
 const maxBody = 2 << 20
 
-type owner struct{ r *relay.Relay }
+type owner struct{ r *domain.Relay }
 
 func (o *owner) routes(g *gin.RouterGroup) {
 	g.POST("/sessions", o.createSession)
@@ -55,15 +55,15 @@ func (o *owner) routes(g *gin.RouterGroup) {
 
 // fail answers a domain error once, here, for the whole owner API.
 func fail(c *gin.Context, err error) {
-	e := relay.AsError(err)
-	if e.Code == relay.CodeInternal {
+	e := domain.AsError(err)
+	if e.Code == domain.CodeInternal {
 		_ = c.Error(err)
 	}
 	body := gin.H{"error": e.Msg, "code": e.Code}
 	for k, v := range e.Fields {
 		body[k] = v
 	}
-	c.JSON(relay.HTTPStatus(e.Code), body)
+	c.JSON(domain.HTTPStatus(e.Code), body)
 }
 
 // bind decodes a JSON body strictly: unknown fields and wrong types are named.
@@ -74,17 +74,17 @@ func bind(c *gin.Context, dst any, optional bool) bool {
 		if errors.As(err, &tooLarge) {
 			// R18.14: 413, with the same error body as every other refusal.
 			c.JSON(http.StatusRequestEntityTooLarge, gin.H{"error": fmt.Sprintf("The request body is too large (at most %d bytes). Nothing was done.", maxBody),
-				"code": relay.CodeInvalidInput})
+				"code": domain.CodeInvalidInput})
 			return false
 		}
-		fail(c, relay.Errorf(relay.CodeInvalidInput, "The request body could not be read (%v). Nothing was done.", err))
+		fail(c, domain.Errorf(domain.CodeInvalidInput, "The request body could not be read (%v). Nothing was done.", err))
 		return false
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		if optional {
 			return true
 		}
-		fail(c, relay.Errorf(relay.CodeInvalidInput, "The request needs a JSON body. Nothing was done."))
+		fail(c, domain.Errorf(domain.CodeInvalidInput, "The request needs a JSON body. Nothing was done."))
 		return false
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -99,18 +99,18 @@ func bind(c *gin.Context, dst any, optional bool) bool {
 				msg = fmt.Sprintf("%s must be %s. Nothing was done.", te.Field, jsonKind(te.Type.Kind()))
 			}
 		}
-		fail(c, relay.Errorf(relay.CodeInvalidInput, "%s", msg))
+		fail(c, domain.Errorf(domain.CodeInvalidInput, "%s", msg))
 		return false
 	}
 	if dec.More() {
-		fail(c, relay.Errorf(relay.CodeInvalidInput, "The body holds more than one JSON value. Nothing was done."))
+		fail(c, domain.Errorf(domain.CodeInvalidInput, "The body holds more than one JSON value. Nothing was done."))
 		return false
 	}
 	return true
 }
 
 func (o *owner) createSession(c *gin.Context) {
-	var in relay.NewSession
+	var in domain.NewSession
 	if !bind(c, &in, true) {
 		return
 	}
@@ -125,12 +125,12 @@ func (o *owner) createSession(c *gin.Context) {
 func (o *owner) listSessions(c *gin.Context) {
 	scope := c.DefaultQuery("scope", "active")
 	if scope != "active" && scope != "archived" && scope != "all" {
-		fail(c, relay.Errorf(relay.CodeInvalidInput, `scope must be "active", "archived" or "all".`))
+		fail(c, domain.Errorf(domain.CodeInvalidInput, `scope must be "active", "archived" or "all".`))
 		return
 	}
 	limit, err := strconv.Atoi(c.DefaultQuery("limit", "200"))
 	if err != nil || limit < 1 || limit > 1000 {
-		fail(c, relay.Errorf(relay.CodeInvalidInput, "limit must be a whole number from 1 to 1000."))
+		fail(c, domain.Errorf(domain.CodeInvalidInput, "limit must be a whole number from 1 to 1000."))
 		return
 	}
 	items, total, err := o.r.SessionList(c.Request.Context(), scope, limit)
@@ -141,7 +141,7 @@ func (o *owner) listSessions(c *gin.Context) {
 	for _, it := range items {
 		if m, ok := it.(map[string]any); ok {
 			if sb, ok := m["startedBy"].(*store.Ref); ok && sb != nil {
-				m["via"] = relay.ViaAgentBadge(sb.Title) // R4.11, one line (R18.16)
+				m["via"] = domain.ViaAgentBadge(sb.Title) // R4.11, one line (R18.16)
 			}
 		}
 	}
@@ -151,7 +151,7 @@ func (o *owner) listSessions(c *gin.Context) {
 func (o *owner) getSession(c *gin.Context) {
 	last, err := strconv.Atoi(c.DefaultQuery("last", "50"))
 	if err != nil || last < 1 || last > 1000 {
-		fail(c, relay.Errorf(relay.CodeInvalidInput, "last must be a whole number from 1 to 1000."))
+		fail(c, domain.Errorf(domain.CodeInvalidInput, "last must be a whole number from 1 to 1000."))
 		return
 	}
 	out, err := o.r.OwnerSession(c.Request.Context(), c.Param("id"), last)
@@ -163,7 +163,7 @@ func (o *owner) getSession(c *gin.Context) {
 }
 
 func (o *owner) patchSession(c *gin.Context) {
-	var p relay.SessionPatch
+	var p domain.SessionPatch
 	if !bind(c, &p, false) {
 		return
 	}
@@ -262,7 +262,7 @@ func (o *owner) inbox(c *gin.Context) {
 }
 
 func (o *owner) answerAsk(c *gin.Context) {
-	var in relay.InboxAnswer
+	var in domain.InboxAnswer
 	if !bind(c, &in, false) {
 		return
 	}
@@ -327,7 +327,7 @@ func (o *owner) settings(c *gin.Context) {
 }
 
 func (o *owner) patchSettings(c *gin.Context) {
-	var p relay.SettingsPatch
+	var p domain.SettingsPatch
 	if !bind(c, &p, false) {
 		return
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/oar/relay/relay"
+	"github.com/oar/relay/domain"
 )
 
 // The peer protocol (/peer/v1, §13) and pairing in the owner API (§12).
@@ -16,7 +16,7 @@ import (
 // maxPeerBody bounds a peer call's body (a prompt may have 1 MiB).
 const maxPeerBody = 2 << 20
 
-type peer struct{ r *relay.Relay }
+type peer struct{ r *domain.Relay }
 
 // peerAuth admits a bearer token this relay issued for pairing (R13.4: a
 // rejected token is 401, which the caller reports as REMOTE_RELAY_AUTH).
@@ -24,11 +24,11 @@ func (p *peer) auth(c *gin.Context) {
 	ok, err := p.r.PeerTokenValid(c.Request.Context(), bearerToken(c.Request))
 	if err != nil {
 		_ = c.Error(err)
-		c.AbortWithStatusJSON(http.StatusServiceUnavailable, gin.H{"error": "The relay cannot check the token right now.", "code": relay.CodeInternal})
+		c.AbortWithStatusJSON(http.StatusServiceUnavailable, gin.H{"error": "The relay cannot check the token right now.", "code": domain.CodeInternal})
 		return
 	}
 	if !ok {
-		c.AbortWithStatusJSON(http.StatusUnauthorized, gin.H{"error": "This is not a peer token of this relay.", "code": relay.CodeAuth})
+		c.AbortWithStatusJSON(http.StatusUnauthorized, gin.H{"error": "This is not a peer token of this relay.", "code": domain.CodeAuth})
 		return
 	}
 	c.Next()
@@ -55,7 +55,7 @@ func (p *peer) hello(c *gin.Context) {
 func (p *peer) call(c *gin.Context) {
 	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, maxPeerBody))
 	if err != nil {
-		c.JSON(http.StatusRequestEntityTooLarge, gin.H{"error": "The peer call is too large. Nothing was done.", "code": relay.CodeInvalidInput})
+		c.JSON(http.StatusRequestEntityTooLarge, gin.H{"error": "The peer call is too large. Nothing was done.", "code": domain.CodeInvalidInput})
 		return
 	}
 	env, _ := p.r.PeerCall(c.Request.Context(), bearerToken(c.Request), body)
@@ -67,7 +67,7 @@ func (p *peer) call(c *gin.Context) {
 func (p *peer) check(c *gin.Context) {
 	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, maxPeerBody))
 	if err != nil {
-		c.JSON(http.StatusRequestEntityTooLarge, gin.H{"error": "The peer check is too large. Nothing was done.", "code": relay.CodeInvalidInput})
+		c.JSON(http.StatusRequestEntityTooLarge, gin.H{"error": "The peer check is too large. Nothing was done.", "code": domain.CodeInvalidInput})
 		return
 	}
 	c.Data(http.StatusOK, "application/json", p.r.PeerCheck(c.Request.Context(), bearerToken(c.Request), body))
@@ -76,22 +76,22 @@ func (p *peer) check(c *gin.Context) {
 func (p *peer) events(c *gin.Context) {
 	sub := c.Query("subscription")
 	if sub == "" {
-		fail(c, relay.Errorf(relay.CodeInvalidInput, "subscription is required."))
+		fail(c, domain.Errorf(domain.CodeInvalidInput, "subscription is required."))
 		return
 	}
 	wait := 0
 	if w := c.Query("wait"); w != "" {
 		n, err := strconv.Atoi(w)
 		if err != nil || n < 0 {
-			fail(c, relay.Errorf(relay.CodeInvalidInput, "wait must be a number of seconds (got %q).", w))
+			fail(c, domain.Errorf(domain.CodeInvalidInput, "wait must be a number of seconds (got %q).", w))
 			return
 		}
 		wait = n
 	}
 	out, err := p.r.PeerEventsFor(c.Request.Context(), bearerToken(c.Request), sub, c.Query("after"), time.Duration(wait)*time.Second)
-	if err != nil && relay.AsError(err).Code == relay.CodeAuth {
+	if err != nil && domain.AsError(err).Code == domain.CodeAuth {
 		// The token was revoked while the poll was open (R18.20): 401, as at the door.
-		c.JSON(http.StatusUnauthorized, gin.H{"error": "This is not a peer token of this relay.", "code": relay.CodeAuth})
+		c.JSON(http.StatusUnauthorized, gin.H{"error": "This is not a peer token of this relay.", "code": domain.CodeAuth})
 		return
 	}
 	if err != nil {
@@ -113,7 +113,7 @@ func (p *peer) inbox(c *gin.Context) {
 
 func (p *peer) answer(c *gin.Context) {
 	var in struct {
-		relay.InboxAnswer
+		domain.InboxAnswer
 		Via string `json:"via"`
 	}
 	if !bind(c, &in, false) {
@@ -154,7 +154,7 @@ func (o *owner) relays(c *gin.Context) {
 }
 
 func (o *owner) pair(c *gin.Context) {
-	var in relay.PairRequest
+	var in domain.PairRequest
 	if !bind(c, &in, false) {
 		return
 	}
@@ -167,7 +167,7 @@ func (o *owner) pair(c *gin.Context) {
 }
 
 func (o *owner) patchRelay(c *gin.Context) {
-	var in relay.RelayPatch
+	var in domain.RelayPatch
 	if !bind(c, &in, false) {
 		return
 	}

@@ -12,8 +12,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/oar/relay/domain"
 	"github.com/oar/relay/metrics"
-	"github.com/oar/relay/relay"
 	"github.com/oar/relay/web"
 )
 
@@ -21,7 +21,7 @@ func init() { gin.SetMode(gin.ReleaseMode) }
 
 // Options configures the router.
 type Options struct {
-	Relay      *relay.Relay
+	Relay      *domain.Relay
 	Metrics    *metrics.Metrics
 	OwnerToken string
 	// OwnerTokenHash is the hex SHA-256 of the owner token, used when
@@ -82,11 +82,11 @@ func NewRouter(o Options) http.Handler {
 	v1.GET("/stream", sse.handle)
 	web.Register(g, web.Options{Relay: o.Relay, Auth: auth, Logger: o.Logger, Failures: fails})
 	g.NoRoute(func(c *gin.Context) {
-		c.JSON(http.StatusNotFound, gin.H{"error": "No such route: " + c.Request.Method + " " + c.Request.URL.Path, "code": relay.CodeNotFound})
+		c.JSON(http.StatusNotFound, gin.H{"error": "No such route: " + c.Request.Method + " " + c.Request.URL.Path, "code": domain.CodeNotFound})
 	})
 	g.NoMethod(func(c *gin.Context) {
 		c.JSON(http.StatusMethodNotAllowed, gin.H{"error": "Method " + c.Request.Method + " is not allowed on " + c.Request.URL.Path + ". Nothing was done.",
-			"code": relay.CodeInvalidInput})
+			"code": domain.CodeInvalidInput})
 	})
 	return &router{Engine: g, streams: sse}
 }

@@ -22,12 +22,12 @@ import (
 
 	"github.com/oar/relay/api"
 	"github.com/oar/relay/config"
+	"github.com/oar/relay/domain"
 	"github.com/oar/relay/embedded"
 	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/metrics"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/redisurl"
-	"github.com/oar/relay/relay"
 	"github.com/oar/relay/scheduler"
 	"github.com/oar/relay/store"
 	"github.com/oar/relay/worker"
@@ -85,7 +85,7 @@ type App struct {
 	emb      *embedded.Server // the embedded store (no Redis URL), else nil
 	rdb      redis.UniversalClient
 	st       *store.Store
-	relay    *relay.Relay
+	relay    *domain.Relay
 	work     *worker.Worker
 	met      *metrics.Metrics
 	aq       *asynq.Client
@@ -165,10 +165,10 @@ func New(cfg config.Config, o Options) (*App, error) {
 	}
 	a.scripted = scripted
 	a.provs = provs
-	ropt := relay.Options{
+	ropt := domain.Options{
 		Name: cfg.Name, Version: Version, Folders: cfg.Folders, DefaultCwd: cfg.DefaultCwd,
 		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Logger: a.log, Metrics: a.met,
-		MaxWaitCap: o.MaxWaitCap, Caps: map[string]relay.Cap{}, Traits: map[string]relay.SessionTraits{},
+		MaxWaitCap: o.MaxWaitCap, Caps: map[string]domain.Cap{}, Traits: map[string]domain.SessionTraits{},
 	}
 	if o.Mode == ModeServe {
 		// The worker runs here too: a prompt whose caller waits may start
@@ -177,9 +177,9 @@ func New(cfg config.Config, o Options) (*App, error) {
 	}
 	for _, p := range cfg.Providers {
 		if p.MonthlyCap > 0 {
-			ropt.Caps[p.ID] = relay.Cap{Amount: p.MonthlyCap, Unit: p.CapUnit}
+			ropt.Caps[p.ID] = domain.Cap{Amount: p.MonthlyCap, Unit: p.CapUnit}
 		}
-		ropt.Traits[p.ID] = relay.SessionTraits{Claude: p.ClaudeSessions(), CompactWindowZero: p.CompactWindowZero, AlwaysThinks: p.AlwaysThinks}
+		ropt.Traits[p.ID] = domain.SessionTraits{Claude: p.ClaudeSessions(), CompactWindowZero: p.CompactWindowZero, AlwaysThinks: p.AlwaysThinks}
 	}
 	if o.Clock != nil {
 		ropt.Clock, ropt.RealAt = o.Clock.Now, o.Clock.RealAt
@@ -188,7 +188,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 	if o.Clock != nil {
 		a.clock = o.Clock.Now
 	}
-	a.relay = relay.New(a.st, jobs.NewClient(a.aq, a.insp, a.queues), provs, ropt)
+	a.relay = domain.New(a.st, jobs.NewClient(a.aq, a.insp, a.queues), provs, ropt)
 	a.work = worker.New(a.rdb, a.relay, worker.Options{Queues: a.queues, Concurrency: o.Concurrency, Logger: a.log})
 	a.met.AddQueues(a.queueStats)
 	a.met.AddGauge("relay_cards_pending", "Approval cards waiting for the owner.", func() float64 {
@@ -290,7 +290,7 @@ func (a *App) queueStats() []metrics.QueueStat {
 func (a *App) Metrics() *metrics.Metrics { return a.met }
 
 // Relay returns the domain service (tests).
-func (a *App) Relay() *relay.Relay { return a.relay }
+func (a *App) Relay() *domain.Relay { return a.relay }
 
 // Store returns the store (tests, bench).
 func (a *App) Store() *store.Store { return a.st }

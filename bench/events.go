@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oar/relay/config"
+	"github.com/oar/relay/domain"
 	"github.com/oar/relay/jobs"
-	"github.com/oar/relay/relay"
 	"github.com/oar/relay/store"
 )
 
@@ -89,7 +89,7 @@ type eventsResult struct {
 
 type evBench struct {
 	rp       *relayProc
-	r        *relay.Relay
+	r        *domain.Relay
 	rdb      redis.UniversalClient // this program's client (reads)
 	cc       *ctxCounter
 	watchers []string
@@ -205,7 +205,7 @@ func (e *evBench) subscribe(ctx context.Context, one, ten []string) ([]*store.Su
 	var subs []*store.Subscription
 	add := func(watcher, watched string) {
 		subs = append(subs, &store.Subscription{ID: "sub_" + store.NewID(5), Watcher: watcher, Sessions: []string{watched},
-			Events: []string{relay.EvTurnEnd}, StalledMinutes: e.stalled, CreatedAt: time.Now()})
+			Events: []string{domain.EvTurnEnd}, StalledMinutes: e.stalled, CreatedAt: time.Now()})
 	}
 	for _, s := range one {
 		add(e.watchers[e.nextW%evWatchers], s)
@@ -237,7 +237,7 @@ func (e *evBench) setActive(ctx context.Context, subs []*store.Subscription, act
 }
 
 func (e *evBench) probeEvent(sid, text string) *store.Event {
-	return &store.Event{ID: "ev_" + store.NewID(8), Kind: relay.EvTurnEnd, Session: sid, Title: e.titles[sid],
+	return &store.Event{ID: "ev_" + store.NewID(8), Kind: domain.EvTurnEnd, Session: sid, Title: e.titles[sid],
 		At: time.Now(), Status: string(store.TurnDone), Text: text}
 }
 
@@ -447,7 +447,7 @@ func (e *evBench) flow(ctx context.Context, m meter, eventsQueue, tag string, n 
 	for _, xm := range msgs {
 		v, _ := xm.Values["e"].(string)
 		var ev store.Event
-		if json.Unmarshal([]byte(v), &ev) != nil || ev.Kind != relay.EvTurnEnd {
+		if json.Unmarshal([]byte(v), &ev) != nil || ev.Kind != domain.EvTurnEnd {
 			continue
 		}
 		sm := emittedRe.FindStringSubmatch(ev.Text)

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oar/relay/config"
-	"github.com/oar/relay/relay"
+	"github.com/oar/relay/domain"
 	"github.com/oar/relay/store"
 )
 
@@ -50,7 +50,7 @@ func benchHeld(ctx context.Context, b *bench, prefix string) (heldResult, error)
 	}
 	watcher, watched := ids[0], ids[1]
 	sub := &store.Subscription{ID: "sub_" + store.NewID(5), Watcher: watcher, Sessions: []string{watched},
-		Events: []string{relay.EvTurnEnd}, StalledMinutes: int(config.Default().Timing.StalledDefault / time.Minute),
+		Events: []string{domain.EvTurnEnd}, StalledMinutes: int(config.Default().Timing.StalledDefault / time.Minute),
 		DigestMinutes: 60, CreatedAt: time.Now()}
 	if err := st.SaveSubscription(ctx, sub); err != nil {
 		return out, err
@@ -68,7 +68,7 @@ func benchHeld(ctx context.Context, b *bench, prefix string) (heldResult, error)
 	}
 	reply := replyText(o.heldReply)
 	mk := func() *store.Event {
-		return &store.Event{ID: "ev_" + store.NewID(8), Kind: relay.EvTurnEnd, Session: watched, Title: "Digest watched",
+		return &store.Event{ID: "ev_" + store.NewID(8), Kind: domain.EvTurnEnd, Session: watched, Title: "Digest watched",
 			At: time.Now(), Status: string(store.TurnDone), Text: reply, Turn: store.NewID(16)}
 	}
 	t := time.Now()

@@ -15,7 +15,7 @@ import (
 
 	"github.com/oar/relay/app"
 	"github.com/oar/relay/config"
-	"github.com/oar/relay/relay"
+	"github.com/oar/relay/domain"
 	"github.com/oar/relay/store"
 )
 
@@ -93,10 +93,10 @@ func startRelayApp(redisURL, prefix string, concurrency int, hc *http.Client, ad
 // newSessions creates n sessions in-process through the domain (the owner
 // API's path without HTTP) with workers goroutines and returns their ids in
 // order; title(i) names session i.
-func newSessions(ctx context.Context, r *relay.Relay, n, workers int, title func(int) string) ([]string, error) {
+func newSessions(ctx context.Context, r *domain.Relay, n, workers int, title func(int) string) ([]string, error) {
 	ids := make([]string, n)
 	err := parallel(ctx, n, workers, func(i int) error {
-		m, err := r.OwnerCreateSession(ctx, relay.NewSession{Title: title(i)})
+		m, err := r.OwnerCreateSession(ctx, domain.NewSession{Title: title(i)})
 		if err != nil {
 			return err
 		}

@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oar/relay/app"
-	"github.com/oar/relay/relay"
+	"github.com/oar/relay/domain"
 )
 
 // relayProc is one relay process started in this program (app.App on
@@ -150,7 +150,7 @@ func (p *relayProc) createSessions(ctx context.Context, n, workers int, title st
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				_, err := p.app.Relay().OwnerCreateSession(ctx, relay.NewSession{Title: fmt.Sprintf("%s %05d", title, i)})
+				_, err := p.app.Relay().OwnerCreateSession(ctx, domain.NewSession{Title: fmt.Sprintf("%s %05d", title, i)})
 				if err != nil {
 					mu.Lock()
 					if first == nil {

@@ -33,7 +33,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oar/relay/api"
-	"github.com/oar/relay/relay"
+	"github.com/oar/relay/domain"
 	"github.com/oar/relay/store"
 )
 
@@ -332,7 +332,7 @@ func mxSchemaActions(t *testing.T, m *MCP) []string {
 // mxOwnerRoutes lists every owner API route as "METHOD /api/v1/pattern": from
 // the router itself (gin's route table); if the router is ever wrapped so that
 // its table cannot be read, from the registrations in api/owner.go.
-func mxOwnerRoutes(t *testing.T, rel *relay.Relay) []string {
+func mxOwnerRoutes(t *testing.T, rel *domain.Relay) []string {
 	t.Helper()
 	var out []string
 	h := api.NewRouter(api.Options{Relay: rel, OwnerToken: "matrix-route-listing"})
@@ -585,7 +585,7 @@ func TestPermissionMatrix(t *testing.T) {
 			t.Errorf("the matrix has a row for %q, which relay_tool's schema does not list", name)
 		}
 	}
-	if got, want := relay.Actions(), slices.Sorted(slices.Values(enum)); !slices.Equal(got, want) {
+	if got, want := domain.Actions(), slices.Sorted(slices.Values(enum)); !slices.Equal(got, want) {
 		t.Errorf("the domain's actions %v differ from the schema enum %v", got, want)
 	}
 
@@ -785,8 +785,8 @@ func TestPermissionMatrix(t *testing.T) {
 			if !on && !a.exempt {
 				refused(what, func() bool {
 					env, isErr := m.Call(args)
-					if !isErr || env["ok"] != false || env["code"] != relay.CodeDisabled {
-						t.Errorf("LEAK: %s: want %s, got isError=%v %v", what, relay.CodeDisabled, isErr, env)
+					if !isErr || env["ok"] != false || env["code"] != domain.CodeDisabled {
+						t.Errorf("LEAK: %s: want %s, got isError=%v %v", what, domain.CodeDisabled, isErr, env)
 						return false
 					}
 					nothing := "Nothing was done."
@@ -800,7 +800,7 @@ func TestPermissionMatrix(t *testing.T) {
 			}
 			env, isErr := m.Call(args)
 			envelopeOK(what, a, env, isErr)
-			if code, _ := env["code"].(string); code == relay.CodeDisabled || code == relay.CodeAuth || code == relay.CodeInternal {
+			if code, _ := env["code"].(string); code == domain.CodeDisabled || code == domain.CodeAuth || code == domain.CodeInternal {
 				t.Errorf("%s: refused with %s: %v", what, code, env)
 			}
 			if !on && env["ok"] != true {

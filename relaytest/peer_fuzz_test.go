@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/oar/relay/config"
-	"github.com/oar/relay/relay"
+	"github.com/oar/relay/domain"
 )
 
 // FuzzPeerProtocol feeds the peer protocol's inputs to a real relay: bodies of
@@ -50,14 +50,14 @@ func FuzzPeerProtocol(f *testing.F) {
 			t.Fatalf("call %q: not an envelope: %s", call, body)
 		}
 
-		var batch relay.PeerEvents
+		var batch domain.PeerEvents
 		if json.Unmarshal(events, &batch) != nil {
 			return
 		}
 		for i := range batch.Events {
 			ev := batch.Events[i]
 			ev.Relay = "alpha"
-			if line := relay.EventLine(&ev); strings.ContainsAny(line, "\n\r\u2028\u2029\x1b") {
+			if line := domain.EventLine(&ev); strings.ContainsAny(line, "\n\r\u2028\u2029\x1b") {
 				t.Fatalf("event %+v makes a line that is not one line: %q", ev, line)
 			}
 		}

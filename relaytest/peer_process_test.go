@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oar/relay/domain"
 	"github.com/oar/relay/redisurl"
-	"github.com/oar/relay/relay"
 	"github.com/oar/relay/store"
 )
 
@@ -549,7 +549,7 @@ func TestPeerLinkCutReplay(t *testing.T) {
 	t.Logf("replay message:\n%s", replay[0])
 	// The default events include all_idle (R8.2): after each of the three
 	// turns the watched session went idle, which is replayed as well.
-	if lines[0] != relay.Header || len(lines) < 6 {
+	if lines[0] != domain.Header || len(lines) < 6 {
 		t.Fatalf("replay message: want the header and at least 5 lines, got %q", lines)
 	}
 	if lines[1] != "[relay event] bravo · link_lost" {

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/oar/relay/config"
-	"github.com/oar/relay/relay"
+	"github.com/oar/relay/domain"
 	"github.com/oar/relay/scheduler"
 	"github.com/oar/relay/store"
 )
@@ -133,7 +133,7 @@ func psReplay(t *testing.T, a *Relay, sid string) []string {
 		t.Fatalf("want one replay message, got %d: %q", len(found), found)
 	}
 	lines := strings.Split(found[0], "\n")
-	if len(lines) < 3 || lines[0] != relay.Header || lines[1] != "[relay event] bravo · link_lost" ||
+	if len(lines) < 3 || lines[0] != domain.Header || lines[1] != "[relay event] bravo · link_lost" ||
 		!strings.HasPrefix(lines[len(lines)-1], "[relay event] bravo · link_restored: ") {
 		t.Fatalf("replay message:\n%s", found[0])
 	}
@@ -419,7 +419,7 @@ func TestPeerSeedReplayKeptPerEvent(t *testing.T) {
 	// New events keep coming (one per look); the old one still goes once it
 	// is older than replay_keep. bravo's events route shows what it keeps.
 	kept := func() []string {
-		var pe relay.PeerEvents
+		var pe domain.PeerEvents
 		q := url.Values{"subscription": {subID}, "after": {cursor}, "wait": {"0"}}
 		if st := peerReq(t, b, tok, "GET", "/peer/v1/events?"+q.Encode(), nil, &pe); st != 200 {
 			t.Fatalf("bravo's events route: %d", st)
@@ -537,7 +537,7 @@ func TestPeerSeedReplayHeldCount(t *testing.T) {
 		}
 		return false
 	}, "the second replay message")
-	want := strings.Join([]string{relay.Header, "[relay event] bravo · link_lost",
+	want := strings.Join([]string{domain.Header, "[relay event] bravo · link_lost",
 		psTurnLine(sb.ID, "watched", "three", true), psTurnLine(sb.ID, "watched", "four", true),
 		"[relay event] bravo · link_restored: 2 replayed events, 0 held for later"}, "\n")
 	if replay != want {

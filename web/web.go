@@ -24,8 +24,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/oar/relay/domain"
 	"github.com/oar/relay/provider"
-	"github.com/oar/relay/relay"
 	"github.com/oar/relay/store"
 )
 
@@ -37,7 +37,7 @@ var staticFS embed.FS
 
 // Options configures the console.
 type Options struct {
-	Relay  *relay.Relay
+	Relay  *domain.Relay
 	Auth   *Auth
 	Logger *slog.Logger
 	// Failures counts failed sign-ins with the owner API's failed tokens
@@ -46,7 +46,7 @@ type Options struct {
 }
 
 type console struct {
-	r      *relay.Relay
+	r      *domain.Relay
 	auth   *Auth
 	fails  *Failures
 	log    *slog.Logger
@@ -178,11 +178,11 @@ func (c *console) page(name string) gin.HandlerFunc {
 		}
 		v, status, err := c.load(ctx.Request.Context(), name, ctx)
 		if err != nil {
-			e := relay.AsError(err)
-			if e.Code == relay.CodeInternal {
+			e := domain.AsError(err)
+			if e.Code == domain.CodeInternal {
 				c.log.Error("console page", "page", name, "err", err)
 			}
-			c.render(ctx, relay.HTTPStatus(e.Code), &view{Page: "error", Title: "Error", Error: e.Msg})
+			c.render(ctx, domain.HTTPStatus(e.Code), &view{Page: "error", Title: "Error", Error: e.Msg})
 			return
 		}
 		c.render(ctx, status, v)
@@ -234,7 +234,7 @@ func (c *console) loadInbox(ctx context.Context, v *view) error {
 		return err
 	}
 	v.Asks, v.Unreachable = maps(asks), maps(unreachable)
-	stand := relay.PeerWatcherPrefix + c.r.Name() + ":"
+	stand := domain.PeerWatcherPrefix + c.r.Name() + ":"
 	var ids []string
 	for _, a := range v.Asks {
 		if rl := str(a["relay"]); rl != "" && rl != c.r.Name() {
@@ -380,7 +380,7 @@ func (c *console) questions(ctx context.Context, sessions []map[string]any) ([]q
 	}
 	var out []questionView
 	for _, s := range sessions {
-		if s["state"] != relay.StateRunning {
+		if s["state"] != domain.StateRunning {
 			continue
 		}
 		id, _ := s["id"].(string)

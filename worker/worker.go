@@ -13,8 +13,8 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oar/relay/domain"
 	"github.com/oar/relay/jobs"
-	"github.com/oar/relay/relay"
 	"github.com/oar/relay/store"
 )
 
@@ -42,7 +42,7 @@ type Options struct {
 // Worker is the asynq server of one process.
 type Worker struct {
 	srv  *asynq.Server
-	r    *relay.Relay
+	r    *domain.Relay
 	log  *slog.Logger
 	wake *Waker // nil with NoWake
 }
@@ -53,7 +53,7 @@ const DefaultConcurrency = 64
 // New builds a worker on rdb (shared with the rest of the process). Unless
 // o.NoWake, it adds the waker's hook to rdb (wake.go): call New before the
 // client is in use, and build one worker per client.
-func New(rdb redis.UniversalClient, r *relay.Relay, o Options) *Worker {
+func New(rdb redis.UniversalClient, r *domain.Relay, o Options) *Worker {
 	if o.Concurrency <= 0 {
 		o.Concurrency = DefaultConcurrency
 	}
@@ -87,7 +87,7 @@ func New(rdb redis.UniversalClient, r *relay.Relay, o Options) *Worker {
 		DelayedTaskCheckInterval: delayedCheck,
 		ShutdownTimeout:          o.ShutdownTimeout,
 		RetryDelayFunc:           retryDelay,
-		IsFailure:                func(err error) bool { return !errors.Is(err, relay.ErrRetryLater) },
+		IsFailure:                func(err error) bool { return !errors.Is(err, domain.ErrRetryLater) },
 		Logger:                   asynqLogger{o.Logger},
 		LogLevel:                 asynq.WarnLevel,
 		ErrorHandler:             asynq.ErrorHandlerFunc(jobFailed(o.Logger)),
@@ -107,7 +107,7 @@ func (w *Worker) WakeStats() WakeStats {
 // when it gives up (the job's work — an event, a firing — is then dropped).
 func jobFailed(log *slog.Logger) func(ctx context.Context, t *asynq.Task, err error) {
 	return func(ctx context.Context, t *asynq.Task, err error) {
-		if errors.Is(err, relay.ErrRetryLater) {
+		if errors.Is(err, domain.ErrRetryLater) {
 			return
 		}
 		retried, _ := asynq.GetRetryCount(ctx)
@@ -121,7 +121,7 @@ func jobFailed(log *slog.Logger) func(ctx context.Context, t *asynq.Task, err er
 }
 
 func retryDelay(n int, err error, _ *asynq.Task) time.Duration {
-	if errors.Is(err, relay.ErrRetryLater) {
+	if errors.Is(err, domain.ErrRetryLater) {
 		return time.Second
 	}
 	d := time.Duration(n+1) * time.Second
@@ -139,22 +139,22 @@ func (w *Worker) Start() error {
 	mux.HandleFunc(jobs.TypeFanout, handle(func(ctx context.Context, ev store.Event) error {
 		return wrap(w.r.Fanout(ctx, &ev), "fan out %s event %s of session %s", ev.Kind, ev.ID, id8(ev.Session))
 	}))
-	mux.HandleFunc(jobs.TypeRelease, handle(func(ctx context.Context, p relay.ReleasePayload) error {
+	mux.HandleFunc(jobs.TypeRelease, handle(func(ctx context.Context, p domain.ReleasePayload) error {
 		return wrap(w.r.Release(ctx, p.Sub), "release held events of %s", p.Sub)
 	}))
-	mux.HandleFunc(jobs.TypeFlush, handle(func(ctx context.Context, p relay.FlushPayload) error {
+	mux.HandleFunc(jobs.TypeFlush, handle(func(ctx context.Context, p domain.FlushPayload) error {
 		return wrap(w.r.Flush(ctx, p.Watcher, time.UnixMilli(p.Window).UTC()), "deliver the coalesced events of watcher %s", id8(p.Watcher))
 	}))
-	mux.HandleFunc(jobs.TypeSummary, handle(func(ctx context.Context, p relay.SummaryPayload) error {
+	mux.HandleFunc(jobs.TypeSummary, handle(func(ctx context.Context, p domain.SummaryPayload) error {
 		return wrap(w.r.Summary(ctx, p.Watcher), "deliver the wake-limit summary of watcher %s", id8(p.Watcher))
 	}))
-	mux.HandleFunc(jobs.TypeHeartbeat, handle(func(ctx context.Context, p relay.HeartbeatPayload) error {
+	mux.HandleFunc(jobs.TypeHeartbeat, handle(func(ctx context.Context, p domain.HeartbeatPayload) error {
 		return wrap(w.r.Heartbeat(ctx, p.Sub, time.UnixMilli(p.At).UTC()), "heartbeat of %s", p.Sub)
 	}))
 	mux.HandleFunc(jobs.TypeStallScan, func(ctx context.Context, _ *asynq.Task) error {
 		return wrap(w.r.StallScan(ctx), "scan for stalled sessions")
 	})
-	mux.HandleFunc(jobs.TypeFire, handle(func(ctx context.Context, p relay.FirePayload) error {
+	mux.HandleFunc(jobs.TypeFire, handle(func(ctx context.Context, p domain.FirePayload) error {
 		return wrap(w.r.Fire(ctx, p.Schedule, time.UnixMilli(p.At).UTC(), p.Approved), "fire schedule %s", p.Schedule)
 	}))
 	if w.wake != nil {
@@ -198,7 +198,7 @@ func (w *Worker) drain(ctx context.Context, t *asynq.Task) error {
 		return fmt.Errorf("drain payload %q names no session: %w", t.Payload(), asynq.SkipRetry)
 	}
 	err := w.r.Drain(ctx, p.Session)
-	if err != nil && !errors.Is(err, relay.ErrRetryLater) {
+	if err != nil && !errors.Is(err, domain.ErrRetryLater) {
 		err = fmt.Errorf("drain session %s: %w", id8(p.Session), err)
 	}
 	return err
@@ -217,7 +217,7 @@ func (a asynqLogger) Fatal(args ...any) {
 
 // wrap says what a job was doing when it failed; nil stays nil.
 func wrap(err error, format string, a ...any) error {
-	if err == nil || errors.Is(err, relay.ErrRetryLater) {
+	if err == nil || errors.Is(err, domain.ErrRetryLater) {
 		return err
 	}
 	return fmt.Errorf(format+": %w", append(a, err)...)

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/oar/relay/domain"
 	"github.com/oar/relay/jobs"
-	"github.com/oar/relay/relay"
 )
 
 // The domain names its delivery jobs; the worker routes the jobs package's
@@ -13,13 +13,13 @@ import (
 func TestJobKindsAgree(t *testing.T) {
 	t.Parallel()
 	pairs := []struct{ domain, task string }{
-		{relay.JobFanout, jobs.TypeFanout},
-		{relay.JobRelease, jobs.TypeRelease},
-		{relay.JobFlush, jobs.TypeFlush},
-		{relay.JobSummary, jobs.TypeSummary},
-		{relay.JobHeartbeat, jobs.TypeHeartbeat},
-		{relay.JobStallScan, jobs.TypeStallScan},
-		{relay.JobFire, jobs.TypeFire},
+		{domain.JobFanout, jobs.TypeFanout},
+		{domain.JobRelease, jobs.TypeRelease},
+		{domain.JobFlush, jobs.TypeFlush},
+		{domain.JobSummary, jobs.TypeSummary},
+		{domain.JobHeartbeat, jobs.TypeHeartbeat},
+		{domain.JobStallScan, jobs.TypeStallScan},
+		{domain.JobFire, jobs.TypeFire},
 	}
 	for _, p := range pairs {
 		if p.domain != p.task {
@@ -38,7 +38,7 @@ func TestWrapSaysWhatTheJobDid(t *testing.T) {
 	if err.Error() != "fire schedule sch_1: redis: connection refused" || !errors.Is(err, base) {
 		t.Fatalf("wrap: %v", err)
 	}
-	if got := wrap(relay.ErrRetryLater, "drain"); got == nil || got.Error() != relay.ErrRetryLater.Error() {
+	if got := wrap(domain.ErrRetryLater, "drain"); got == nil || got.Error() != domain.ErrRetryLater.Error() {
 		t.Fatalf("retry-later wrapped: %v", got)
 	}
 }

@@ -1,0 +1,159 @@
+package domain
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+
+	"github.com/oar/relay/provider"
+	"github.com/oar/relay/store"
+)
+
+// Agent CLI providers (R17): the host's hooks for activity lines and the
+// CLI's conversation id, usage with cost and pauses, availability.
+
+// Activity appends an activity line of the running turn to the conversation
+// (role "activity", R17.3). A 🛰️ line a provider reports is dropped: the
+// relay writes that line itself for every relay_tool call (noteCall), so it
+// comes once whatever the provider.
+func (h *host) Activity(line string) {
+	if strings.HasPrefix(line, relayCallMark) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), liveWriteTimeout)
+	defer cancel()
+	m := &store.Message{ID: store.NewID(16), Role: "activity", Text: line, CreatedAt: h.r.now()}
+	if err := h.r.st.AppendMessage(ctx, h.sid, m); err != nil {
+		h.r.log.Warn("activity line not stored", "session", h.sid, "err", err)
+		return
+	}
+	_ = h.r.st.Notify(ctx, "session:"+h.sid) // the owner's console shows it live
+}
+
+// relayCallMark starts the activity line of a relay_tool call.
+const relayCallMark = "🛰️"
+
+// noteCall writes the 🛰️ activity line of one relay_tool call of the
+// caller's agent into the caller's conversation (R17.3, R19.3): for every
+// call made during one of its turns, whatever the provider (the call comes
+// through here from the scripted and openai providers, and over /mcp from
+// exec commands, the agent CLIs and ACP agents), and for every call of an
+// external session, whose agent has no turns the relay runs. Calls from
+// paired relays do not come through here (their relay writes the line).
+func (r *Relay) noteCall(ctx context.Context, c *caller, raw json.RawMessage) {
+	if c == nil || (c.turn == nil && !isExternal(c.s)) {
+		return
+	}
+	var args map[string]any
+	_ = json.Unmarshal(raw, &args)
+	line := provider.ActivityLine(r.opts.Name, args)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), liveWriteTimeout)
+	defer cancel()
+	m := &store.Message{ID: store.NewID(16), Role: "activity", Text: line, CreatedAt: r.now()}
+	if err := r.st.AppendActivity(ctx, c.s.ID, m); err != nil {
+		r.log.Warn("activity line not stored", "session", c.s.ID, "err", err)
+	}
+}
+
+// noteEarly is noteCall for a call refused before its caller was read.
+func (r *Relay) noteEarly(ctx context.Context, callerID string, raw json.RawMessage) {
+	if c, _, err := r.loadCall(ctx, callerID, ""); err == nil {
+		r.noteCall(ctx, c, raw)
+	}
+}
+
+// SetAgentSession stores the agent CLI's conversation id with the session (R17.2).
+func (h *host) SetAgentSession(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), liveWriteTimeout)
+	defer cancel()
+	if err := h.r.st.SetAgentSession(ctx, h.sid, h.prov, id); err != nil {
+		h.r.log.Warn("agent conversation id not stored", "session", h.sid, "err", err)
+	}
+}
+
+// agentSessionOf is the CLI conversation a session's next turn resumes: the
+// stored one when the session's provider made it.
+func agentSessionOf(s *store.Session) string {
+	if s.AgentProvider != s.Provider {
+		return ""
+	}
+	return s.AgentSession
+}
+
+// conversationKeeper is a provider that keeps its agent's own conversation
+// between turns (the agent CLIs): a new folder starts a fresh one.
+type conversationKeeper interface {
+	KeepsConversation() bool
+}
+
+func keepsConversation(p provider.Provider) bool {
+	k, ok := p.(conversationKeeper)
+	return ok && k.KeepsConversation()
+}
+
+// countUsage records a finished turn's usage (R7.3): a limit the agent hit
+// pauses the provider, and a capped provider's month counts a done turn
+// (R7.8). The rest of a done turn's usage (tokens, cost, the end of a pause)
+// is returned: the turn's outcome counts it in the same step (FinishTurnEmit).
+func (r *Relay) countUsage(ctx context.Context, provID string, status store.TurnStatus, out provider.Result) *store.UsageAdd {
+	ctx = context.WithoutCancel(ctx)
+	if out.Paused != "" {
+		if err := r.st.SetUsagePaused(ctx, provID, out.Paused, r.now()); err != nil {
+			r.log.Warn("usage pause not stored", "provider", provID, "err", err)
+		}
+	}
+	if status != store.TurnDone {
+		return nil
+	}
+	micro := int64(0)
+	if out.Usage.CostUSD > 0 {
+		micro = int64(out.Usage.CostUSD*1e6 + 0.5)
+	}
+	if _, capped := r.opts.Caps[provID]; capped { // counted per calendar month for the cap (R7.8)
+		if err := r.st.AddMonthUsage(ctx, provID, usageMonth(r.now()), out.Usage.InputTokens+out.Usage.OutputTokens, micro); err != nil {
+			r.log.Warn("monthly usage not counted", "provider", provID, "err", err)
+		}
+	}
+	return &store.UsageAdd{Provider: provID, InputTokens: out.Usage.InputTokens, OutputTokens: out.Usage.OutputTokens,
+		CostMicroUSD: micro, ClearPause: out.Paused == ""}
+}
+
+// checkAvailable refuses a prompt to a provider that cannot run turns now
+// (R17.1: its CLI's binary is missing); nothing is queued.
+func (r *Relay) checkAvailable(p provider.Provider, nothing string) *Error {
+	in := p.Info()
+	if in.Status != provider.StatusUnavailable {
+		return nil
+	}
+	return Errorf(CodeProviderUnavailable, "Provider %q on relay %q is unavailable: %s. %s", in.ID, r.opts.Name, in.StatusReason, nothing)
+}
+
+// agentUsage adds to a provider's usage entry what the agent CLIs report:
+// the cost counted, a pause by a usage or rate limit, an unavailable CLI.
+func (r *Relay) agentUsage(ctx context.Context, id string, u map[string]int64, pv map[string]any) {
+	if c := u["costMicroUSD"]; c > 0 {
+		pv["counted"].(map[string]any)["costUSD"] = float64(c) / 1e6
+	}
+	if reason, at, err := r.st.UsagePaused(ctx, id); err == nil && reason != "" {
+		pv["paused"], pv["pausedReason"], pv["pausedAt"] = true, reason, ts(at)
+		pv["status"] = "paused"
+	}
+	if in := r.providers[id].Info(); in.Status == provider.StatusUnavailable {
+		pv["status"], pv["statusReason"] = in.Status, in.StatusReason
+	}
+}
+
+// noteModel keeps with a done turn the model it asked for when the provider
+// reports that another one ran (R7.13): the result's modelNote says so.
+func (r *Relay) noteModel(ctx context.Context, s *store.Session, turnID string, status store.TurnStatus, ran string) {
+	asked := s.Model
+	if p, ok := r.providers[s.Provider]; ok && asked == "" {
+		asked = p.Info().DefaultModel
+	}
+	if status != store.TurnDone || ran == "" || asked == "" || ran == asked {
+		return
+	}
+	if err := r.st.SetTurnModelAsked(context.WithoutCancel(ctx), turnID, asked); err != nil {
+		r.log.Warn("asked model not kept with the turn", "turn", turnID, "err", err)
+	}
+}

@@ -1,0 +1,350 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/oar/relay/store"
+)
+
+const nothingAsked = "Nothing was asked."
+
+func (r *Relay) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	in, e := r.checkAsk(ctx, c, a)
+	if e != nil {
+		return nil, e
+	}
+	concern := in.concern
+	// With session it is a write action: a card in ask/plan mode (R10.4); not counted by loop protection.
+	if concern.ID != c.s.ID {
+		need := &cardNeed{}
+		if c.s.Mode == "ask" || c.s.Mode == "plan" {
+			need.add(fmt.Sprintf("This conversation is in %s mode: every write action needs your approval.", c.s.Mode))
+		}
+		tid := concern.ID
+		if e := r.askCard(ctx, c, need, "ask", &tid, []string{askCardLine(concern, in.question)}, nothingAsked); e != nil {
+			return nil, e
+		}
+		ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
+	}
+	ak := &store.Ask{ID: "ask_" + store.NewID(6), Asker: c.s.ID, Session: concern.ID, Question: in.question, Options: in.options,
+		Recommendation: in.rec, Detail: in.detail, Status: "pending", CreatedAt: r.now()}
+	// The limits again, checked and written in one step (R18.6).
+	if err := r.st.AddAsk(ctx, ak, r.opts.Limits.OpenAsksPerConversation, r.opts.Limits.OpenAsksPerSession); err != nil {
+		if le, ok := store.IsLimit(err); ok && le.Which == "asker" {
+			return nil, Errorf(CodeQuestionLimit, "This conversation already has %d open asks, the most allowed; withdraw one or wait for answers. %s", le.Count, nothingAsked)
+		} else if ok {
+			return nil, Errorf(CodeQuestionLimit, "Session %s already has %d open asks, the most allowed. %s", id8(concern.ID), le.Count, nothingAsked)
+		}
+		return nil, internal(err)
+	}
+	_ = r.st.Notify(ctx, "inbox")
+	res := newResult("", fmt.Sprintf("question %s pending", ak.ID))
+	if concern.ID != c.s.ID {
+		res.session = concern.ID
+	}
+	return res.set("question_id", ak.ID).set("status", "pending"), nil
+}
+
+// askArgs are an ask's arguments, checked, and the session it concerns.
+type askArgs struct {
+	question, rec, detail string
+	options               []string
+	concern               *store.Session
+}
+
+// checkAsk applies an ask's checks (shapes, the session it concerns, the
+// open asks' limits); nothing is written (also the check a paired relay
+// asks before its card, R5.3).
+func (r *Relay) checkAsk(ctx context.Context, c *caller, a *args) (*askArgs, *Error) {
+	question, e := a.str("question")
+	if e != nil {
+		return nil, e
+	}
+	if strings.TrimSpace(question) == "" {
+		return nil, Errorf(CodeInvalidInput, "question is required. %s", nothingAsked)
+	}
+	if e := maxChars("question", question, 4000, nothingAsked); e != nil {
+		return nil, e
+	}
+	options, e := a.strs("options")
+	if e != nil {
+		return nil, e
+	}
+	if len(options) > 10 {
+		return nil, Errorf(CodeInvalidInput, "options may list at most 10 choices (got %d). %s", len(options), nothingAsked)
+	}
+	for i, o := range options {
+		if e := maxChars(fmt.Sprintf("options[%d]", i), o, 200, nothingAsked); e != nil {
+			return nil, e
+		}
+	}
+	rec, e := a.str("recommendation")
+	if e != nil {
+		return nil, e
+	}
+	if e := maxChars("recommendation", rec, 1000, nothingAsked); e != nil {
+		return nil, e
+	}
+	detail, e := a.str("detail")
+	if e != nil {
+		return nil, e
+	}
+	if e := maxChars("detail", detail, 16000, nothingAsked); e != nil {
+		return nil, e
+	}
+	concern := c.s
+	if ref, e := a.str("session"); e != nil {
+		return nil, e
+	} else if ref != "" {
+		s, e := r.sessionByRef(ctx, ref)
+		if e != nil {
+			e.Msg = strings.Replace(e.Msg, nothingDone, nothingAsked, 1)
+			return nil, e
+		}
+		concern = s
+	}
+	byAsker, inSession, err := r.st.OpenAskCounts(ctx, c.s.ID, concern.ID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	if byAsker >= r.opts.Limits.OpenAsksPerConversation {
+		return nil, Errorf(CodeQuestionLimit, "This conversation already has %d open asks, the most allowed; withdraw one or wait for answers. %s", byAsker, nothingAsked)
+	}
+	if inSession >= r.opts.Limits.OpenAsksPerSession {
+		return nil, Errorf(CodeQuestionLimit, "Session %s already has %d open asks, the most allowed. %s", id8(concern.ID), inSession, nothingAsked)
+	}
+	return &askArgs{question: question, rec: rec, detail: detail, options: options, concern: concern}, nil
+}
+
+func askView(ak *store.Ask) map[string]any {
+	m := map[string]any{"question_id": ak.ID, "id": ak.ID, "question": ak.Question, "options": nonNil(ak.Options),
+		"status": ak.Status, "session": ak.Session, "createdAt": ts(ak.CreatedAt)}
+	if ak.Recommendation != "" {
+		m["recommendation"] = ak.Recommendation
+	}
+	if ak.Detail != "" {
+		m["detail"] = ak.Detail
+	}
+	if ak.Status != "pending" {
+		m["answer"] = nilIfEmpty(ak.Answer)
+		m["choice"] = nilIfEmpty(ak.Choice)
+		m["dismissed"] = ak.Status == "dismissed"
+		m["endedAt"] = ts(ak.EndedAt)
+		if ak.Via != "" {
+			m["via"] = ak.Via
+		}
+	}
+	return m
+}
+
+func (r *Relay) listQuestions(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	only := ""
+	if ref, e := a.str("session"); e != nil {
+		return nil, e
+	} else if ref != "" {
+		s, e := r.sessionByRef(ctx, ref)
+		if e != nil {
+			return nil, e
+		}
+		only = s.ID
+	}
+	asks, err := r.st.AsksBy(ctx, c.s.ID, r.now().Add(-askListWindow))
+	if err != nil {
+		return nil, internal(err)
+	}
+	if only != "" {
+		// With session: every open ask about that session, whoever asked
+		// (issue 13), besides this conversation's own about it.
+		about, err := r.st.AsksIn(ctx, only)
+		if err != nil {
+			return nil, internal(err)
+		}
+		for _, ak := range about {
+			if !slices.ContainsFunc(asks, func(x *store.Ask) bool { return x.ID == ak.ID }) {
+				asks = append(asks, ak)
+			}
+		}
+	}
+	list := []any{}
+	open := 0
+	for _, ak := range asks {
+		if only != "" && ak.Session != only {
+			continue
+		}
+		if ak.Status == "pending" {
+			open++
+		}
+		v := askView(ak)
+		if ak.Asker != c.s.ID {
+			v["askedBy"] = ak.Asker
+		}
+		list = append(list, v)
+	}
+	return newResult("", fmt.Sprintf("%d open, %d closed in the last day", open, len(list)-open)).set("questions", list), nil
+}
+
+func (r *Relay) withdraw(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	id, e := a.str("question_id")
+	if e != nil {
+		return nil, e
+	}
+	if id == "" {
+		return nil, Errorf(CodeInvalidInput, "question_id is required: an ask_… id from ask or list_questions. Nothing was done.")
+	}
+	ak, err := r.st.GetAsk(ctx, id)
+	if errors.Is(err, store.ErrNotFound) && len(id) >= 8 {
+		// A unique prefix of 8 or more characters (R3.7), among this conversation's asks.
+		mine, lerr := r.st.AsksBy(ctx, c.s.ID, r.now().Add(-askListWindow))
+		if lerr != nil {
+			return nil, internal(lerr)
+		}
+		var hits []*store.Ask
+		for _, x := range mine {
+			if strings.HasPrefix(x.ID, id) {
+				hits = append(hits, x)
+			}
+		}
+		if len(hits) > 1 {
+			return nil, Errorf(CodeInvalidInput, "question_id %q matches more than one ask; give more characters. Nothing was done.", id)
+		}
+		if len(hits) == 1 {
+			ak, err = hits[0], nil
+		}
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, Errorf(CodeNotFound, "No ask %q. Nothing was done.", id)
+	}
+	if err != nil {
+		return nil, internal(err)
+	}
+	if ak.Asker != c.s.ID {
+		return nil, Errorf(CodeForbidden, "Only the conversation that asked %s can withdraw it. Nothing was done.", id)
+	}
+	if ak.Status != "pending" {
+		return nil, Errorf(CodeNotFound, "Ask %s is no longer open (%s). Nothing was done.", id, ak.Status)
+	}
+	ak.Status, ak.EndedAt = "withdrawn", r.now()
+	ok, err := r.st.CloseAsk(ctx, ak)
+	if err != nil {
+		return nil, internal(err)
+	}
+	if !ok {
+		return nil, Errorf(CodeNotFound, "Ask %s was answered meanwhile. Nothing was done.", id)
+	}
+	return newResult("", ak.ID+" withdrawn").set("question_id", ak.ID).set("status", "withdrawn"), nil
+}
+
+// Inbox lists the owner's open asks.
+func (r *Relay) Inbox(ctx context.Context) ([]any, error) {
+	asks, err := r.st.OpenAsks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []any{}
+	for _, ak := range asks {
+		m := askView(ak)
+		m["asker"] = ak.Asker
+		if s, err := r.st.GetSession(ctx, ak.Session); err == nil {
+			m["sessionTitle"] = s.Title
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// InboxAnswer is the owner's answer (`answer`, `choice`) or dismissal of an ask (R10.2).
+type InboxAnswer struct {
+	Answer  string `json:"answer"`
+	Choice  string `json:"choice"`
+	Dismiss bool   `json:"dismiss"`
+	// Via is the relay whose inbox the owner answered in (set by the peer
+	// route when a paired relay's inbox forwards the answer; default this one).
+	Via string `json:"-"`
+}
+
+// AnswerAsk answers or dismisses an ask; the asking conversation (and the
+// session it concerns) gets question_answered at once.
+func (r *Relay) AnswerAsk(ctx context.Context, id string, in InboxAnswer) (map[string]any, error) {
+	ak, err := r.st.GetAsk(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, Errorf(CodeNotFound, "No ask %q. Nothing was done.", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if ak.Status != "pending" {
+		return nil, Errorf(CodeInvalidInput, "Ask %s is no longer open (%s). Nothing was changed.", id, ak.Status)
+	}
+	if !in.Dismiss && strings.TrimSpace(in.Answer) == "" && in.Choice == "" {
+		return nil, Errorf(CodeInvalidInput, "answer or choice is required, or dismiss: true. Nothing was changed.")
+	}
+	if in.Choice != "" && len(ak.Options) > 0 && !contains(ak.Options, in.Choice) {
+		return nil, Errorf(CodeInvalidInput, "choice %q is not one of the options: %s. Nothing was changed.", in.Choice, strings.Join(ak.Options, ", "))
+	}
+	ak.EndedAt, ak.Via = r.now(), r.opts.Name
+	if in.Via != "" {
+		ak.Via = in.Via
+	}
+	if in.Dismiss {
+		ak.Status = "dismissed"
+	} else {
+		ak.Status, ak.Answer, ak.Choice = "answered", strings.TrimSpace(in.Answer), in.Choice
+		if ak.Answer == "" {
+			ak.Answer = in.Choice
+		}
+	}
+	ok, err := r.st.CloseAsk(ctx, ak)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, Errorf(CodeInvalidInput, "Ask %s was closed meanwhile. Nothing was changed.", id)
+	}
+	_ = r.st.Notify(ctx, "inbox") // the owner's console (R19.6)
+	for _, who := range unique(ak.Asker, ak.Session) {
+		r.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: who, QuestionID: ak.ID, Text: ak.Question,
+			Answer: ak.Answer, Choice: ak.Choice, Dismissed: in.Dismiss, Via: ak.Via})
+	}
+	return askView(ak), nil
+}
+
+func unique(ids ...string) []string {
+	var out []string
+	for _, id := range ids {
+		if !contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// endAsksFor ends the open asks concerning or made by an archived session (nobody is told, R10.8).
+func (r *Relay) endAsksFor(ctx context.Context, sid string) error {
+	in, err := r.st.AsksIn(ctx, sid)
+	if err != nil {
+		return err
+	}
+	by, err := r.st.AsksBy(ctx, sid, r.now().Add(-askListWindow))
+	if err != nil {
+		return err
+	}
+	for _, ak := range append(in, by...) {
+		if ak.Status != "pending" {
+			continue
+		}
+		ak.Status, ak.EndedAt = "withdrawn", r.now()
+		if _, err := r.st.CloseAsk(ctx, ak); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// askCardLine is the card's line of an ask on behalf of another session (R10; R18.16: one line).
+func askCardLine(concern *store.Session, question string) string {
+	return fmt.Sprintf(`Ask on behalf of "%s" (%s): %s`, LineValue(concern.Title, fieldTitle), lineID(concern.ID), LineValue(question, fieldExcerpt))
+}

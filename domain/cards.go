@@ -1,0 +1,216 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oar/relay/store"
+)
+
+// cardNeed collects why a call needs the owner's approval (R5.2).
+type cardNeed struct {
+	reasons []string
+	flags   []string // per-conversation flags set when the owner allows
+	loop    bool     // the loop-protection count is reset when allowed
+	// counted: this call's prompt is counted toward loop protection (taken
+	// atomically by loopCard, or after an allowed loop card); giveBack undoes
+	// it when the prompt is not sent after all.
+	counted bool
+	relay   string // the paired relay the action goes to ("" = this relay)
+}
+
+func (n *cardNeed) add(reason string) { n.reasons = append(n.reasons, reason) }
+
+func (n *cardNeed) needed() bool { return len(n.reasons) > 0 }
+
+// drop takes back a reason and the flag its Allow would set.
+func (n *cardNeed) drop(flag, reason string) {
+	n.flags = slices.DeleteFunc(n.flags, func(f string) bool { return f == flag })
+	n.reasons = slices.DeleteFunc(n.reasons, func(r string) bool { return r == reason })
+}
+
+// writeActions are the actions a card guards in ask/plan mode (R5.2.3).
+var writeActions = map[string]bool{"send": true, "create_session": true, "update_session": true,
+	"answer_question": true, "stop": true, "archive": true, "transfer_subscriptions": true}
+
+// promptActions are the cards for a prompt to another agent: allowing one
+// releases the setter's held schedule firings (R9.6); any other card does not.
+// (A schedule's card is only asked for one into another session.)
+var promptActions = map[string]bool{"send": true, "create_session": true, "schedule": true}
+
+// modeCard adds the ask/plan mode reason.
+func modeCard(n *cardNeed, c *caller, action string) {
+	if writeActions[action] && (c.s.Mode == "ask" || c.s.Mode == "plan") {
+		n.add(fmt.Sprintf("This conversation is in %s mode: every write action needs your approval.", c.s.Mode))
+	}
+}
+
+// loopCard adds loop protection (R5.2.6).
+// The prompt is counted at once when the count allows it (check and count in
+// one atomic step, R18.6); otherwise a card asks, and Allow resets the count
+// and counts this prompt.
+func (r *Relay) loopCard(ctx context.Context, n *cardNeed, c *caller) *Error {
+	if c.remote != nil {
+		return nil // counted on the caller's relay (R13.1)
+	}
+	taken, cnt, err := r.st.TakeLoop(ctx, c.s.ID, r.opts.Limits.AgentPromptsBeforeCard)
+	if err != nil {
+		return internal(err)
+	}
+	if taken {
+		n.counted = true
+		return nil
+	}
+	addLoopReason(n, cnt)
+	return nil
+}
+
+// addLoopReason adds loop protection's reason: cnt prompts were counted.
+func addLoopReason(n *cardNeed, cnt int) {
+	n.add(fmt.Sprintf("Loop protection: this conversation has sent %d prompts to other agents since you last wrote in it.", cnt))
+	n.loop = true
+}
+
+// giveBack undoes the loop count of a prompt that was not sent after all.
+func (r *Relay) giveBack(ctx context.Context, n *cardNeed, c *caller) {
+	if !n.counted {
+		return
+	}
+	n.counted = false
+	if err := r.st.GiveBackLoop(context.WithoutCancel(ctx), c.s.ID); err != nil {
+		r.log.Warn("give back loop count", "session", c.s.ID, "err", err)
+	}
+}
+
+// maxWait is the relay's longest wait per tool call.
+func (r *Relay) maxWait(ctx context.Context) time.Duration {
+	st, err := r.settings(ctx)
+	d := defaultMaxWait
+	if err == nil && st.MaxWaitSeconds > 0 {
+		d = time.Duration(st.MaxWaitSeconds) * time.Second
+	}
+	if r.opts.MaxWaitCap > 0 && d > r.opts.MaxWaitCap {
+		d = r.opts.MaxWaitCap
+	}
+	return d
+}
+
+// askCard shows an approval card in the caller's conversation and blocks
+// until the owner decides or the longest wait runs out (R5.1). nothing ends
+// the error sentence on a denial.
+func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action string, target *string, lines []string, nothing string) *Error {
+	if !need.needed() || c.remote != nil {
+		return nil // a paired relay's agent had its cards on its own relay (R13.1)
+	}
+	// An external session's call is its own live turn (R17.7): it blocks until the owner decides.
+	if c.turn == nil && !isExternal(c.s) {
+		return Errorf(CodeNoActiveTurn, "%s needs the owner's approval, and a card can only be asked inside a running turn of this conversation. %s", action, nothing)
+	}
+	cardRelay := r.opts.Name
+	if need.relay != "" {
+		cardRelay = need.relay
+	}
+	card := &store.Card{ID: "card_" + store.NewID(8), Session: c.s.ID, Action: action, Relay: cardRelay,
+		Target: target, Lines: append(append([]string{}, lines...), need.reasons...), CreatedAt: r.now()}
+	ch, unsub := r.hub.sub("card:" + card.ID)
+	defer unsub()
+	if err := r.st.SaveCard(ctx, card); err != nil {
+		return internal(err)
+	}
+	if r.met != nil {
+		r.met.CardDecided("asked")
+	}
+	r.log.Info("card asked", "card", card.ID, "session", id8(c.s.ID), "action", action)
+	_ = r.st.Notify(ctx, "cards")
+	deadline := time.NewTimer(r.maxWait(ctx))
+	defer deadline.Stop()
+	recheck := time.NewTicker(recheckEvery)
+	defer recheck.Stop()
+	for {
+		cur, err := r.st.GetCard(ctx, card.ID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return internal(err)
+		}
+		if cur != nil && cur.Decision != "" {
+			if r.met != nil {
+				r.met.CardDecided(cur.Decision)
+			}
+			r.log.Info("card decided", "card", card.ID, "session", id8(c.s.ID), "action", action, "decision", cur.Decision)
+			if cur.Decision == "allow" {
+				for _, f := range need.flags {
+					if err := r.st.SetFlag(ctx, c.s.ID, f); err != nil {
+						return internal(err)
+					}
+				}
+				if need.loop {
+					if err := r.st.ResetLoop(ctx, c.s.ID); err != nil {
+						return internal(err)
+					}
+					if _, err := r.st.IncrLoop(ctx, c.s.ID); err != nil {
+						return internal(err)
+					}
+					need.counted = true
+				}
+				if promptActions[action] {
+					r.releaseHeld(ctx, c.s.ID, true) // the owner allowed this agent's card for a prompt to another agent (R9.6)
+				}
+				return nil
+			}
+			return Errorf(CodePermission, "The owner denied %s. %s", action, nothing)
+		}
+		select {
+		case <-ch:
+		case <-recheck.C:
+		case <-ctx.Done():
+			r.withdrawCard(card.ID)
+			return Errorf(CodePermission, "The call ended before the owner answered the approval card. %s", nothing)
+		case <-deadline.C:
+			r.withdrawCard(card.ID)
+			if r.met != nil {
+				r.met.CardDecided("timeout")
+			}
+			r.log.Info("card decided", "card", card.ID, "session", id8(c.s.ID), "action", action, "decision", "timeout")
+			return Errorf(CodePermission, "%s needs the owner's approval and the owner did not answer in time; the card was withdrawn. %s", action, nothing)
+		}
+	}
+}
+
+func (r *Relay) withdrawCard(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), detachedWriteTimeout)
+	defer cancel()
+	if _, _, err := r.st.DecideCard(ctx, id, "withdrawn"); err != nil {
+		r.log.Warn("withdraw card", "card", id, "err", err)
+	}
+	_ = r.st.Notify(ctx, "cards") // the owner's console drops it (R19.6)
+}
+
+// Cards lists the pending approval cards (owner API).
+func (r *Relay) Cards(ctx context.Context) ([]*store.Card, error) {
+	return r.st.PendingCards(ctx)
+}
+
+// DecideCard is the owner's Allow / Deny.
+func (r *Relay) DecideCard(ctx context.Context, id, decision string) (*store.Card, error) {
+	decision = strings.ToLower(strings.TrimSpace(decision))
+	if decision != "allow" && decision != "deny" {
+		return nil, Errorf(CodeInvalidInput, `decision must be "allow" or "deny" (got %q). Nothing was decided.`, decision)
+	}
+	c, ok, err := r.st.DecideCard(ctx, id, decision)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, Errorf(CodeNotFound, "No card %q. Nothing was decided.", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, Errorf(CodeInvalidInput, "Card %s was already decided (%s). Nothing was changed.", id, c.Decision)
+	}
+	if err := r.st.Notify(ctx, "card:"+id); err != nil {
+		return nil, err
+	}
+	return c, nil
+}

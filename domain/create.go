@@ -1,0 +1,387 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/oar/relay/config"
+	"github.com/oar/relay/provider"
+	"github.com/oar/relay/store"
+)
+
+func titleFrom(text string) string {
+	line := strings.TrimSpace(strings.SplitN(strings.TrimSpace(text), "\n", 2)[0])
+	if line == "" {
+		return "Untitled"
+	}
+	return excerpt(line, 60)
+}
+
+// checkFolder applies the folders rule; "" is fine (defaults apply).
+func (r *Relay) checkFolder(dir, nothing string) (string, *Error) {
+	if dir == "" {
+		return "", nil
+	}
+	if !filepath.IsAbs(dir) {
+		return "", Errorf(CodeInvalidInput, "cwd must be an absolute path (got %q). %s", dir, nothing)
+	}
+	if config.HasDotDot(dir) {
+		return "", Errorf(CodeInvalidInput, "cwd may not contain \"..\" (got %q). %s", dir, nothing)
+	}
+	dir = filepath.Clean(dir)
+	if !config.Inside(r.opts.Folders, dir) {
+		return "", Errorf(CodeInvalidInput, "Relay %q may not use the folder %s; sessions may use folders inside %s. %s", r.opts.Name, dir, strings.Join(r.opts.Folders, ", "), nothing)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return "", Errorf(CodeInvalidInput, "The folder %s does not exist on relay %q. %s", dir, r.opts.Name, nothing)
+	}
+	if _, why := r.folderAllowed(dir); why != "" {
+		return "", Errorf(CodeInvalidInput, "%s %s", why, nothing)
+	}
+	return dir, nil
+}
+
+// realFolders are the folders rule's folders with their symbolic links
+// resolved, for folderRecheck: a turn start resolves its session's folder
+// every time, while the rule's own folders (the operator's configuration)
+// are resolved again once folderRecheck has passed since they last were.
+func (r *Relay) realFolders() []string {
+	r.foldMu.Lock()
+	defer r.foldMu.Unlock()
+	if r.foldReal == nil || time.Since(r.foldAt) >= folderRecheck {
+		r.foldReal, r.foldAt = config.ResolveFolders(r.opts.Folders), time.Now()
+	}
+	return r.foldReal
+}
+
+// folderRecheck is how long the folders rule's resolved folders are kept.
+const folderRecheck = 10 * time.Second
+
+// folderAllowed resolves a session's folder and checks it against the
+// folders rule after symbolic links (R18.3); why is "" when it is allowed.
+func (r *Relay) folderAllowed(dir string) (resolved, why string) {
+	resolved, ok, err := config.InsideReal(r.realFolders(), dir)
+	if err != nil {
+		return "", fmt.Sprintf("The folder %s cannot be resolved on relay %q (it no longer exists or cannot be read).", dir, r.opts.Name)
+	}
+	if !ok {
+		return "", fmt.Sprintf("The folder %s resolves to %s, outside the folders relay %q may use (%s).", dir, resolved, r.opts.Name, strings.Join(r.opts.Folders, ", "))
+	}
+	return resolved, ""
+}
+
+// createSession starts a session with a first prompt (R7.9) and waits for
+// its reply (R7.11). Its checks run in R3.4a's order: shapes, rule limits,
+// provider / model / effort / group / folder, card; only then the effect.
+func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	in, pl, e := r.createChecks(ctx, c, a)
+	if e != nil {
+		return nil, e
+	}
+	defer func() {
+		if !pl.queued {
+			r.giveBack(ctx, pl.need, c) // nothing was sent: the prompt does not count (R5.2.6)
+		}
+	}()
+	if e := r.cardCreate(ctx, c, in, pl); e != nil {
+		return nil, e
+	}
+	return r.applyCreate(ctx, c, in, pl)
+}
+
+// createArgs are create_session's arguments, their shapes checked.
+type createArgs struct {
+	text                             string
+	wait                             time.Duration
+	note                             string // wait_seconds was capped
+	provID, model, effort, mode, cwd string
+	repo, branch, title, groupRef    string
+}
+
+// createPlan is what create_session's checks found: the settings of the new
+// session (what the agent left out filled in) and the card's state.
+type createPlan struct {
+	provID, model, effort, mode, cwd, title string
+	info                                    provider.Info
+	modelNote                               string
+	group                                   *store.Group // the named group, nil for none
+	need                                    *cardNeed
+	queued                                  bool // the first prompt was queued: its loop count stays taken
+}
+
+// createChecks are all of create_session's checks before its card: the
+// arguments' shapes, then its rules (also the check a paired relay asks, R5.3).
+func (r *Relay) createChecks(ctx context.Context, c *caller, a *args) (*createArgs, *createPlan, *Error) {
+	in, e := r.parseCreateArgs(ctx, a)
+	if e != nil {
+		return nil, nil, e
+	}
+	pl, e := r.checkCreate(ctx, c, in)
+	if e != nil {
+		return nil, nil, e
+	}
+	return in, pl, nil
+}
+
+// parseCreateArgs reads create_session's arguments: shapes first (R3.4a).
+func (r *Relay) parseCreateArgs(ctx context.Context, a *args) (*createArgs, *Error) {
+	in := &createArgs{}
+	var e *Error
+	if in.text, e = promptText(a, nothingCreated); e != nil {
+		return nil, e
+	}
+	if in.wait, in.note, e = r.waitArg(ctx, a, nothingCreated); e != nil {
+		return nil, e
+	}
+	get := func(k string) string {
+		v, err := a.str(k)
+		if err != nil && e == nil {
+			e = err
+			e.Msg = strings.Replace(e.Msg, nothingDone, nothingCreated, 1)
+		}
+		return v
+	}
+	in.provID, in.model, in.effort, in.mode, in.cwd = get("provider"), get("model"), get("effort"), get("mode"), get("cwd")
+	in.repo, in.branch, in.title, in.groupRef = get("repo"), get("branch"), get("title"), get("group")
+	if e != nil {
+		return nil, e
+	}
+	if e := checkMode(in.mode, nothingCreated); e != nil {
+		return nil, e
+	}
+	if len(in.title) > 200 {
+		return nil, Errorf(CodeInvalidInput, "title may have at most 200 characters. %s", nothingCreated)
+	}
+	return in, nil
+}
+
+// checkCreate applies create_session's rules in order: one level, the cap,
+// then provider, model, effort, group and folder, filling in what the agent
+// left out.
+func (r *Relay) checkCreate(ctx context.Context, c *caller, in *createArgs) (*createPlan, *Error) {
+	// Rule limits: one level (R6.2), the cap (R6.1).
+	if c.s.StartedBy != nil && !c.s.MayCreateSessions {
+		return nil, Errorf(CodeForbidden, "This session was started by an agent, and such sessions cannot start sessions themselves unless the owner allows it for this conversation. %s", nothingCreated)
+	}
+	n, err := r.st.BusyCount(ctx, c.s.ID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	if n >= r.opts.Limits.ActiveSessions {
+		return nil, Errorf(CodeSessionLimit, "%d sessions this conversation started already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
+			n, r.opts.Limits.ActiveSessions, nothingCreated)
+	}
+	if e := r.precheckPeerCap(ctx, c.s.ID, r.startedBy(c), nothingCreated); e != nil {
+		return nil, e
+	}
+	pl := &createPlan{provID: in.provID, model: in.model, effort: in.effort, mode: in.mode, need: &cardNeed{}}
+	// What the agent leaves out follows the caller's session.
+	if pl.provID == "" {
+		pl.provID = c.s.Provider
+		if isExternal(c.s) {
+			// An external client's sessions run on the relay's first provider.
+			pl.provID = r.providerIDs()[0]
+		}
+	}
+	if pl.provID == ProviderExternal {
+		return nil, Errorf(CodeInvalidInput, "An agent cannot start an external session: its agent is an MCP client the owner connects. %s", nothingCreated)
+	}
+	p, e := r.provider(pl.provID, nothingCreated)
+	if e != nil {
+		return nil, e
+	}
+	if e := r.checkAvailable(p, nothingCreated); e != nil { // R17.1
+		return nil, e
+	}
+	pl.info = p.Info()
+	if pl.modelNote, e = r.checkModel(pl.info, pl.model, nothingCreated, true); e != nil {
+		return nil, e
+	}
+	if pl.model == "" {
+		pl.model = pl.info.DefaultModel
+		if pl.provID == c.s.Provider && c.s.Model != "" {
+			pl.model = c.s.Model
+		}
+	}
+	if e := r.checkEffort(pl.info, pl.effort, nothingCreated); e != nil {
+		return nil, e
+	}
+	if pl.effort == "" && contains(pl.info.Efforts, c.s.Effort) {
+		pl.effort = c.s.Effort
+	}
+	if pl.mode == "" {
+		pl.mode = firstNonEmpty(c.s.Mode, "agent")
+	}
+	if in.groupRef != "" {
+		if pl.group, e = r.findGroup(ctx, in.groupRef, nothingCreated); e != nil {
+			return nil, e
+		}
+	}
+	if pl.cwd, e = r.checkFolder(in.cwd, nothingCreated); e != nil {
+		return nil, e
+	}
+	if pl.cwd == "" {
+		pl.cwd = firstNonEmpty(c.s.Cwd, r.opts.DefaultCwd)
+	}
+	pl.title = in.title
+	if pl.title == "" {
+		pl.title = titleFrom(in.text)
+	}
+	return pl, nil
+}
+
+// cardCreate asks the owner when a card is needed: the conversation's first
+// session (R5.2.1), ask/plan mode (R5.2.3), loop protection (R5.2.6).
+func (r *Relay) cardCreate(ctx context.Context, c *caller, in *createArgs, pl *createPlan) *Error {
+	first, err := r.st.Flag(ctx, c.s.ID, "created")
+	if err != nil {
+		return internal(err)
+	}
+	if !first {
+		pl.need.add("This is the first session an agent starts in this conversation.")
+		pl.need.flags = append(pl.need.flags, "created")
+	}
+	modeCard(pl.need, c, "create_session")
+	if e := r.loopCard(ctx, pl.need, c); e != nil {
+		return e
+	}
+	lines := []string{createCardLine(pl.title, pl.info.Name, pl.cwd, in.text), settingsLine(pl.model, pl.effort, pl.mode)}
+	if pl.group != nil {
+		lines = append(lines, groupLine(r.groupName(ctx, pl.group), pl.group.ID))
+	}
+	return r.askCard(ctx, c, pl.need, "create_session", nil, lines, nothingCreated)
+}
+
+// createCardLine is a create_session card's first line (R18.16: one line).
+func createCardLine(title, provider, cwd, text string) string {
+	return fmt.Sprintf(`Start a session "%s" with %s in %s: %s`, LineValue(title, fieldTitle), LineValue(provider, fieldModel),
+		LineValue(cwd, fieldPath), LineValue(text, fieldExcerpt))
+}
+
+// applyCreate creates the session in its group, queues its first prompt and
+// waits for the reply.
+func (r *Relay) applyCreate(ctx context.Context, c *caller, in *createArgs, pl *createPlan) (*result, *Error) {
+	// Effect. It completes even if the caller's client goes away now (its
+	// context ends on a disconnect, R18.12); only the wait for the reply ends.
+	waitCtx := ctx
+	ctx = context.WithoutCancel(ctx)
+	// The caller's record again (a card may have taken minutes), and the
+	// named group must still exist (R7.9): else nothing is created.
+	if fresh, err := r.st.GetSession(ctx, c.s.ID); err == nil {
+		c.s = fresh
+	}
+	group := pl.group
+	if group != nil {
+		if _, err := r.st.GetGroup(ctx, group.ID); errors.Is(err, store.ErrNotFound) {
+			return nil, Errorf(CodeUnknownGroup, "The session group %q (%s) on relay %q was dissolved before the session could start. %s",
+				r.groupName(ctx, group), group.ID, r.opts.Name, nothingCreated)
+		} else if err != nil {
+			return nil, internal(err)
+		}
+	}
+	now := r.now()
+	s := &store.Session{ID: store.NewID(16), Title: pl.title, Provider: pl.provID, Model: pl.model, Effort: pl.effort, Mode: pl.mode,
+		Cwd: pl.cwd, Repo: in.repo, Branch: in.branch, Token: store.NewID(24), CreatedAt: now, LastActivityAt: now,
+		StartedBy: r.startedBy(c)}
+	if err := r.st.ReserveUnder(ctx, c.s.ID, s.ID, r.opts.Limits.ActiveSessions, r.opts.Limits.ActiveSessionsPerPeerToken); err != nil {
+		if errors.Is(err, store.ErrPeerSessionLimit) {
+			return nil, r.peerCapError(s.StartedBy, nothingCreated)
+		}
+		if errors.Is(err, store.ErrSessionLimit) {
+			return nil, Errorf(CodeSessionLimit, "%d sessions this conversation started already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
+				r.opts.Limits.ActiveSessions, r.opts.Limits.ActiveSessions, nothingCreated)
+		}
+		return nil, internal(err)
+	}
+	if err := r.st.CreateSession(ctx, s); err != nil {
+		r.unreserve(ctx, c.s.ID, s.ID)
+		return nil, internal(err)
+	}
+	_ = r.st.NoteCwd(ctx, pl.cwd, now)
+	group, groupWarning := r.groupCreated(ctx, c, s, group)
+	t, err := r.queue(ctx, s, in.text, "agent", r.fromRef(c), c.origin(r.opts.Name), c.s.ID, false, in.wait)
+	if err != nil {
+		r.unreserve(ctx, c.s.ID, s.ID)
+		return nil, internalAfter(err, "session "+s.ID+" was created, but its first prompt was not queued")
+	}
+	pl.queued = true
+	t, e := r.sent(waitCtx, c, t, in.wait, "session "+s.ID+" was created and its prompt queued (message_id "+t.ID+")")
+	if e != nil {
+		return nil, e
+	}
+	res := newResult(s.ID, "")
+	r.turnResult(ctx, res, t)
+	res.what = fmt.Sprintf("%q, %s", pl.title, res.what)
+	res.set("provider", pl.provID).set("model", pl.model).set("mode", pl.mode).set("effort", pl.effort).set("title", pl.title)
+	if in.repo != "" {
+		res.set("repo", in.repo)
+	}
+	if in.branch != "" {
+		res.set("branch", in.branch)
+	}
+	if group != nil {
+		role := "member"
+		if group.Head == s.ID {
+			role = "head"
+		}
+		res.set("group", map[string]any{"id": group.ID, "name": r.groupName(ctx, group), "role": role})
+	} else {
+		res.set("group", nil)
+	}
+	if groupWarning != "" {
+		res.set("groupWarning", groupWarning).set("note", "The session was created but did not land in a group; tell the owner.")
+		res.what += " (no group: " + groupWarning + ")"
+	} else if in.note != "" {
+		res.set("note", in.note)
+	}
+	if pl.modelNote != "" {
+		res.note("modelNote", pl.modelNote)
+	}
+	return res, nil
+}
+
+// groupCreated puts a just created session into its group: the named one,
+// else the caller's, else a new one with the caller as head. A session that
+// another relay's agent started joins no group unless it named one (R7.9):
+// its caller is a stand-in here, no session to head or share a group with.
+// It returns the group joined, or nil and a warning when that failed (the
+// session stays).
+func (r *Relay) groupCreated(ctx context.Context, c *caller, s *store.Session, group *store.Group) (*store.Group, string) {
+	if group == nil && c.remote != nil {
+		return nil, ""
+	}
+	var err error
+	if group == nil {
+		// Join the caller's group, or found one with the caller as head.
+		if c.s.GroupID != "" {
+			group, err = r.st.GetGroup(ctx, c.s.GroupID)
+		}
+		if group == nil {
+			group, err = r.newGroup(ctx, "", c.s.ID, false)
+			if err == nil {
+				err = r.joinGroup(ctx, c.s, group)
+			}
+			if err == nil {
+				err = r.st.SaveSession(ctx, c.s)
+			}
+		}
+	} else if _, gerr := r.st.GetGroup(ctx, group.ID); gerr != nil {
+		err = fmt.Errorf("the group %s was dissolved before the session started", group.ID)
+	}
+	if err == nil && group != nil {
+		if err = r.joinGroup(ctx, s, group); err == nil {
+			err = r.st.SaveSession(ctx, s)
+		}
+	}
+	if err != nil {
+		r.log.Error("create_session: group not joined", "session", s.ID, "err", err)
+		s.GroupID = ""
+		return nil, "the relay could not put the session into its group"
+	}
+	return group, ""
+}

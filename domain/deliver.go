@@ -1,0 +1,744 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/oar/relay/scheduler"
+	"github.com/oar/relay/store"
+)
+
+// Job kinds the domain enqueues through Enqueuer.Enqueue (the worker routes them back here).
+const (
+	JobFanout    = "event:fanout"
+	JobRelease   = "event:release"
+	JobFlush     = "event:flush"
+	JobSummary   = "event:summary"
+	JobHeartbeat = "event:heartbeat"
+	JobStallScan = "event:stallscan"
+)
+
+var timeZero time.Time
+
+// Payloads of the delivery jobs.
+type (
+	ReleasePayload struct {
+		Sub string `json:"sub"`
+	}
+	FlushPayload struct {
+		Watcher string `json:"watcher"`
+		Window  int64  `json:"window"` // unix ms of the window's end
+	}
+	SummaryPayload struct {
+		Watcher string `json:"watcher"`
+	}
+	HeartbeatPayload struct {
+		Sub string `json:"sub"`
+		At  int64  `json:"at"` // unix ms (clock time) the beat is due
+	}
+)
+
+// asynq keeps due times in whole seconds (truncating), so a job can start up
+// to a second early; the handlers sleep that rest off (early) rather than
+// rounding up here, which would make every timed delivery up to a second late.
+func (r *Relay) schedule(ctx context.Context, kind string, payload any, id string, at time.Time) error {
+	real := r.opts.RealAt(at)
+	if !real.After(time.Now()) {
+		real = timeZero
+	}
+	return r.enq.Enqueue(ctx, kind, payload, id, real)
+}
+
+// early handles a job that asynq ran before its due time (ProcessAt can run
+// up to about a second early): a short wait is slept off; a longer one is
+// scheduled again under a fresh task id. It reports whether the caller must stop.
+func (r *Relay) early(ctx context.Context, due time.Time, kind string, payload any, id string) (bool, error) {
+	now := r.now()
+	if !now.Before(due) {
+		return false, nil
+	}
+	wait := time.Until(r.opts.RealAt(due))
+	if wait <= earlyWaitMax {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return false, nil
+		case <-ctx.Done():
+			return true, ctx.Err()
+		}
+	}
+	return true, r.schedule(ctx, kind, payload, id+":"+store.NewID(3), due)
+}
+
+func quietOf(sub *store.Subscription) *scheduler.Quiet {
+	if sub.Quiet == nil {
+		return nil
+	}
+	q, err := scheduler.ParseQuiet(sub.Quiet.From, sub.Quiet.To, sub.Quiet.TZ)
+	if err != nil {
+		return nil
+	}
+	return q
+}
+
+// takes reports whether a subscription takes an event (R8.4, R8.5, R8.7).
+func (r *Relay) takes(sub *store.Subscription, ev *store.Event) bool {
+	if sub.EndReason != "" {
+		return false
+	}
+	if ev.Sub != "" && ev.Sub != sub.ID {
+		return false
+	}
+	if ev.Session != "" && ev.Session == sub.Watcher {
+		return false // the own conversation is never watched
+	}
+	if ev.Session != "" && slices.Contains(sub.Exclude, ev.Session) {
+		return false
+	}
+	if !slices.Contains(sub.Events, ev.Kind) {
+		return false
+	}
+	if sub.Match != "" {
+		re, err := regexp.Compile("(?i)" + sub.Match)
+		if err != nil || !re.MatchString(EventLine(ev)) {
+			return false
+		}
+	}
+	return true
+}
+
+// Fanout matches an event against the subscriptions that watch its session
+// (an index per session plus the "all" ones: the cost follows the matching
+// subscriptions, not all of them) and offers it to each.
+func (r *Relay) Fanout(ctx context.Context, ev *store.Event) error {
+	if ev.Watcher != "" { // addressed to one conversation (an ask's answer): no subscription needed
+		return r.release(ctx, ev.Watcher, store.Batch{Kind: "plain", Events: []store.Event{*ev}, Urgent: urgent(ev.Kind)})
+	}
+	var subs []*store.Subscription
+	var err error
+	if ev.Sub != "" {
+		sub, gerr := r.st.GetSubscription(ctx, ev.Sub)
+		if errors.Is(gerr, store.ErrNotFound) {
+			return nil
+		}
+		if gerr != nil {
+			return gerr
+		}
+		subs = []*store.Subscription{sub}
+	} else if subs, err = r.st.SubscriptionsOf(ctx, ev.Session); err != nil {
+		return err
+	}
+	var turn *store.Turn
+	for _, sub := range subs {
+		if !r.takes(sub, ev) {
+			continue
+		}
+		// A paired relay's conversation watches (R8.20): the event goes into
+		// the subscription's stream only once it is to be delivered (after the
+		// once and no-echo rules below), for its relay to poll; digest and
+		// quiet hours are applied there (R8.21). Every other subscription's
+		// stream keeps what it took, for replay.
+		peerWatched := isPeerConversation(sub.Watcher)
+		if !peerWatched {
+			if err := r.st.AppendSubEvent(ctx, sub.ID, ev, int64(r.opts.Limits.ReplayEvents), r.opts.Timing.ReplayKeep); err != nil {
+				return err
+			}
+		}
+		once := sub.Once
+		if once {
+			first, err := r.st.SetOnce(ctx, "fired:"+sub.ID, onceMarkKeep)
+			if err != nil {
+				return err
+			}
+			if !first {
+				continue
+			}
+			if err := r.endSubscription(ctx, sub, "fired"); err != nil {
+				return err
+			}
+		}
+		// No echo (R8.18): the watcher's own prompt whose reply it received or still waits for.
+		if ev.Kind == EvTurnEnd && ev.Turn != "" && !once {
+			if turn == nil {
+				if turn, err = r.st.GetTurn(ctx, ev.Turn); err != nil && !errors.Is(err, store.ErrNotFound) {
+					return err
+				}
+			}
+			if turn != nil && turn.Caller == sub.Watcher {
+				if turn.Waited {
+					continue
+				}
+				// Seen, waiting or neither, decided in one step: the wait may end now.
+				echo, err := r.st.HoldEchoIfWaiting(ctx, turn.ID, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}}, sub.Watcher)
+				if err != nil {
+					return err
+				}
+				if echo != store.EchoDeliver {
+					continue
+				}
+			}
+		}
+		if peerWatched {
+			if err := r.st.AppendSubEvent(ctx, sub.ID, ev, int64(r.opts.Limits.ReplayEvents), r.opts.Timing.ReplayKeep); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := r.offer(ctx, sub, ev); err != nil {
+			return err
+		}
+	}
+	if ev.Sub == "" && (ev.Kind == EvTurnEnd || ev.Kind == EvTaskFinished || ev.Kind == EvTaskFailed || ev.Kind == EvSubagentFinished) {
+		return r.checkAllIdle(ctx, watching(subs, ev.Session))
+	}
+	return nil
+}
+
+// offer delivers an event now or holds it for the subscription's digest or
+// quiet hours (R8.8, R8.9, R8.11).
+func (r *Relay) offer(ctx context.Context, sub *store.Subscription, ev *store.Event) error {
+	if urgent(ev.Kind) || (sub.DigestMinutes == 0 && sub.Quiet == nil) {
+		return r.release(ctx, sub.Watcher, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}, Urgent: urgent(ev.Kind)})
+	}
+	now := r.now()
+	due := holdDue(sub, now)
+	if !due.After(now) {
+		// The digest is due already (none for N minutes): this event is that digest,
+		// and the next one comes N minutes after it.
+		if sub.DigestMinutes > 0 {
+			if err := r.st.SetLastDigest(ctx, sub, now); err != nil {
+				return err
+			}
+		}
+		return r.release(ctx, sub.Watcher, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}})
+	}
+	return r.hold(ctx, sub, ev, due)
+}
+
+// holdDue is when a subscription's digest and quiet hours let an event
+// offered at now go: now itself when nothing holds it.
+func holdDue(sub *store.Subscription, now time.Time) time.Time {
+	due := now
+	if sub.DigestMinutes > 0 {
+		anchor := sub.CreatedAt
+		if !sub.LastDigestAt.IsZero() {
+			anchor = sub.LastDigestAt
+		}
+		if d := anchor.Add(time.Duration(sub.DigestMinutes) * time.Minute); d.After(due) {
+			due = d
+		}
+	}
+	return quietOf(sub).Defer(due)
+}
+
+// hold keeps an event for a subscription until due (or the earlier due time
+// in force) and schedules the release with the first one.
+func (r *Relay) hold(ctx context.Context, sub *store.Subscription, ev *store.Event, due time.Time) error {
+	inForce, first, err := r.st.HoldEvent(ctx, sub.ID, ev, due)
+	if err != nil {
+		return err
+	}
+	if first {
+		return r.schedule(ctx, JobRelease, ReleasePayload{Sub: sub.ID}, fmt.Sprintf("rel:%s:%d", sub.ID, inForce.UnixMilli()), inForce)
+	}
+	return nil
+}
+
+// Release delivers a subscription's held events once they are due (a job at the due time).
+func (r *Relay) Release(ctx context.Context, subID string) error {
+	now := r.now()
+	evs, due, err := r.st.TakeHeld(ctx, subID, now)
+	if err != nil {
+		return err
+	}
+	if evs == nil && !due.IsZero() { // asynq ran the job early
+		if stop, err := r.early(ctx, due, JobRelease, ReleasePayload{Sub: subID}, fmt.Sprintf("rel:%s:%d", subID, due.UnixMilli())); stop || err != nil {
+			return err
+		}
+		if evs, _, err = r.st.TakeHeld(ctx, subID, r.now()); err != nil {
+			return err
+		}
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].At.Before(evs[j].At) }) // oldest first
+	sub, err := r.st.GetSubscription(ctx, subID)
+	if err != nil {
+		return err
+	}
+	b := store.Batch{Kind: "digest", Sub: sub.ID, Every: sub.DigestMinutes, Events: evs}
+	if q := quietOf(sub); q != nil && (sub.DigestMinutes == 0 || q.In(now.Add(-time.Minute))) {
+		b = store.Batch{Kind: "quiet", Sub: sub.ID, Window: q.String(), Events: evs}
+	}
+	if sub.DigestMinutes > 0 {
+		if err := r.st.SetLastDigest(ctx, sub, now); err != nil {
+			return err
+		}
+	}
+	if r.met != nil {
+		r.met.Delivery(b.Kind + "_release")
+	}
+	return r.release(ctx, sub.Watcher, b)
+}
+
+// release puts events into the watcher's delivery buffer (each event once
+// per watcher, R8.12); urgent ones are delivered at once with what the
+// buffer holds, others when the coalescing window closes (R8.16).
+func (r *Relay) release(ctx context.Context, watcher string, b store.Batch) error {
+	if isPeerConversation(watcher) {
+		// A paired relay's conversation: its relay reads the subscription's
+		// stream (held echoes, heartbeats, all_idle, stalled end up there).
+		if b.Sub == "" {
+			return nil
+		}
+		for i := range b.Events {
+			if err := r.st.AppendSubEvent(ctx, b.Sub, &b.Events[i], int64(r.opts.Limits.ReplayEvents), r.opts.Timing.ReplayKeep); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	kept := b.Events[:0:0]
+	for _, ev := range b.Events {
+		fresh, err := r.st.MarkDelivered(ctx, watcher, ev.ID)
+		if err != nil {
+			return err
+		}
+		if fresh {
+			kept = append(kept, ev)
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	b.Events = kept
+	now := r.now()
+	end := now.Add(r.opts.Timing.Coalesce)
+	opened, window, err := r.st.BufferGroup(ctx, watcher, b, end)
+	if err != nil {
+		return err
+	}
+	if b.Urgent || r.opts.Timing.Coalesce <= 0 {
+		return r.flush(ctx, watcher, timeZero, b.Urgent)
+	}
+	if opened {
+		return r.schedule(ctx, JobFlush, FlushPayload{Watcher: watcher, Window: window.UnixMilli()},
+			fmt.Sprintf("flush:%s:%d", watcher, window.UnixMilli()), window)
+	}
+	return nil
+}
+
+// Flush delivers a watcher's buffer when its coalescing window closes.
+func (r *Relay) Flush(ctx context.Context, watcher string, window time.Time) error {
+	if stop, err := r.early(ctx, window, JobFlush, FlushPayload{Watcher: watcher, Window: window.UnixMilli()},
+		fmt.Sprintf("flush:%s:%d", watcher, window.UnixMilli())); stop || err != nil {
+		return err
+	}
+	return r.flush(ctx, watcher, window, false)
+}
+
+func (r *Relay) flush(ctx context.Context, watcher string, window time.Time, urgentNow bool) error {
+	batches, err := r.st.TakeBuffer(ctx, watcher, window)
+	if err != nil || len(batches) == 0 {
+		return err
+	}
+	hasUrgent := urgentNow
+	for _, b := range batches {
+		hasUrgent = hasUrgent || b.Urgent
+	}
+	now := r.now()
+	limit := r.opts.Timing.WakeLimitPerHour
+	if !hasUrgent {
+		n, err := r.st.Wakes(ctx, watcher, now)
+		if err != nil {
+			return err
+		}
+		if n >= limit {
+			at := now.Add(r.opts.Timing.WakeSummaryEvery)
+			first, inForce, err := r.st.HoldForSummary(ctx, watcher, batches, at)
+			if err != nil {
+				return err
+			}
+			if first {
+				return r.schedule(ctx, JobSummary, SummaryPayload{Watcher: watcher}, fmt.Sprintf("sum:%s:%d", watcher, inForce.UnixMilli()), inForce)
+			}
+			return nil
+		}
+	} else {
+		// An urgent event takes along what the wake limit holds.
+		held, err := r.st.TakeSummary(ctx, watcher)
+		if err != nil {
+			return err
+		}
+		if len(held) > 0 {
+			batches = append(mergeSummary(held), batches...)
+		}
+	}
+	return r.deliver(ctx, watcher, batches, "message")
+}
+
+// mergeSummary makes the wake limit's held batches one summary; digests held
+// with it stay batches of their own, so that the message names both in one
+// `Digest of …` line (R8.17, see [Message]).
+func mergeSummary(held []store.Batch) []store.Batch {
+	b := store.Batch{Kind: "summary"}
+	var digests []store.Batch
+	for _, h := range held {
+		if h.Kind == "digest" {
+			digests = append(digests, h)
+			continue
+		}
+		b.Events = append(b.Events, h.Events...)
+	}
+	sort.SliceStable(b.Events, func(i, j int) bool { return b.Events[i].At.Before(b.Events[j].At) })
+	return append([]store.Batch{b}, digests...)
+}
+
+// Summary delivers the events the wake limit held, as one message (R8.17).
+func (r *Relay) Summary(ctx context.Context, watcher string) error {
+	due, err := r.st.SummaryDue(ctx, watcher)
+	if err != nil {
+		return err
+	}
+	if due.IsZero() {
+		return nil
+	}
+	if stop, err := r.early(ctx, due, JobSummary, SummaryPayload{Watcher: watcher}, fmt.Sprintf("sum:%s:%d", watcher, due.UnixMilli())); stop || err != nil {
+		return err
+	}
+	held, err := r.st.TakeSummary(ctx, watcher)
+	if err != nil || len(held) == 0 {
+		return err
+	}
+	return r.deliver(ctx, watcher, mergeSummary(held), "summary")
+}
+
+// deliver writes one event message into the watching conversation: a new
+// turn when it is idle, queued next when a turn runs (R8.15).
+func (r *Relay) deliver(ctx context.Context, watcher string, batches []store.Batch, kind string) error {
+	ws, err := r.st.GetSession(ctx, watcher)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if ws.Archived {
+		return nil
+	}
+	text := Message(batches, r.opts.Timing.WakeLimitPerHour)
+	if err := r.st.AddWake(ctx, watcher, r.now()); err != nil {
+		return err
+	}
+	if _, err := r.queue(ctx, ws, text, "event", nil, store.Origin{Path: []string{r.opts.Name}}, "", false, 0); err != nil {
+		return err
+	}
+	if r.met != nil {
+		r.met.Delivery(kind)
+	}
+	return nil
+}
+
+// endWait ends a caller's wait on a turn (R8.18, R18.12). gotReply says that
+// the call's result carries the turn's finished reply. The reply counts as
+// seen only once that result reached the caller (see [WithDelivery]): then the
+// turn is marked seen (no echo of its turn_end from now on) and the echoes held
+// meanwhile are dropped; a result that did not reach the caller (the client
+// went away) releases them as normal events instead. Without a delivery hook
+// (calls made in-process) the result has reached the caller when CallTool
+// returns, so that is settled here at once. The error is that of marking the
+// turn seen when that is settled at once.
+func (r *Relay) endWait(ctx context.Context, turnID string, gotReply bool) error {
+	ctx = context.WithoutCancel(ctx) // also runs after the call returned or was cut off
+	finish := func(seen bool) error {
+		// Marked seen, then the wait ended, in one step (one round trip).
+		held, err := r.st.SeenEndWaiting(ctx, turnID, seen)
+		if err != nil {
+			if seen {
+				return err
+			}
+			r.log.Warn("end wait", "turn", turnID, "err", err)
+			return nil
+		}
+		if seen {
+			return nil
+		}
+		for watcher, bs := range held {
+			for _, b := range bs {
+				if err := r.release(ctx, watcher, b); err != nil {
+					r.log.Warn("release held echo", "turn", turnID, "err", err)
+				}
+			}
+		}
+		return nil
+	}
+	d, _ := ctx.Value(deliveryKey{}).(*delivery)
+	if d == nil || !gotReply {
+		return finish(gotReply)
+	}
+	// The turn stays marked as waited on (its turn_end held) until the transport
+	// knows whether the result was written to the client.
+	d.after(func(delivered bool) {
+		if err := finish(delivered); err != nil {
+			r.log.Warn("mark reply seen", "turn", turnID, "err", err)
+		}
+	})
+	return nil
+}
+
+// deliveryKey is the context key of a tool call's [WithDelivery] hook.
+type deliveryKey struct{}
+
+// delivery holds what a tool call records only once its result reached the
+// client, until the transport settles whether it did.
+type delivery struct {
+	mu        sync.Mutex
+	settled   bool
+	delivered bool
+	pending   []func(delivered bool)
+}
+
+// WithDelivery prepares ctx for a [Relay.CallTool] whose result a transport
+// writes to its client after the call returned (MCP over HTTP). The transport
+// must then call settle once, with whether the result was written to the
+// client: what the call records only once the caller has its result — a
+// prompt's reply seen, which suppresses that turn's turn_end (no echo, R8.18) —
+// is recorded then, or not at all (R18.12). settle runs that work before it
+// returns; later calls do nothing. Without WithDelivery (the calls providers
+// make in-process) the result counts as delivered when CallTool returns.
+func WithDelivery(ctx context.Context) (_ context.Context, settle func(delivered bool)) {
+	d := &delivery{}
+	return context.WithValue(ctx, deliveryKey{}, d), d.settle
+}
+
+func (d *delivery) settle(delivered bool) {
+	d.mu.Lock()
+	if d.settled {
+		d.mu.Unlock()
+		return
+	}
+	d.settled, d.delivered = true, delivered
+	fns := d.pending
+	d.pending = nil
+	d.mu.Unlock()
+	for _, fn := range fns {
+		fn(delivered)
+	}
+}
+
+// after runs fn when the delivery is settled (at once if it is already).
+func (d *delivery) after(fn func(delivered bool)) {
+	d.mu.Lock()
+	if d.settled {
+		delivered := d.delivered
+		d.mu.Unlock()
+		fn(delivered)
+		return
+	}
+	d.pending = append(d.pending, fn)
+	d.mu.Unlock()
+}
+
+// watchedSessions lists the sessions a subscription watches now.
+func (r *Relay) watchedSessions(ctx context.Context, sub *store.Subscription) ([]*store.Session, error) {
+	ids := sub.Sessions
+	if sub.All {
+		all, _, err := r.st.ListSessionIDs(ctx, "active", 100000)
+		if err != nil {
+			return nil, err
+		}
+		ids = all
+	}
+	ss, err := r.st.GetSessions(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := ss[:0]
+	for _, s := range ss {
+		if s == nil || s.ID == sub.Watcher || slices.Contains(sub.Exclude, s.ID) || (sub.All && s.Archived) {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// checkAllIdle emits all_idle for subscriptions whose watched sessions all
+// went idle (a transition: once until something runs again).
+func (r *Relay) checkAllIdle(ctx context.Context, subs []*store.Subscription) error {
+	for _, sub := range subs {
+		if sub.EndReason != "" || !slices.Contains(sub.Events, EvAllIdle) {
+			continue
+		}
+		ss, err := r.watchedSessions(ctx, sub)
+		if err != nil {
+			return err
+		}
+		vs, err := r.views(ctx, ss)
+		if err != nil {
+			return err
+		}
+		idle := true
+		for _, v := range vs {
+			if v.state != StateIdle {
+				idle = false
+				break
+			}
+		}
+		if !idle {
+			continue
+		}
+		first, err := r.st.SetOnce(ctx, "idle:"+sub.ID, onceMarkKeep)
+		if err != nil {
+			return err
+		}
+		if first {
+			r.emit(ctx, &store.Event{Kind: EvAllIdle, Sub: sub.ID, Watched: len(vs)})
+		}
+	}
+	return nil
+}
+
+// watching keeps the subscriptions that really watch a session: not its own
+// watcher's, not those that exclude it.
+func watching(subs []*store.Subscription, sid string) []*store.Subscription {
+	var out []*store.Subscription
+	for _, s := range subs {
+		if s.Watcher != sid && !slices.Contains(s.Exclude, sid) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// busyAgain re-arms all_idle for the subscriptions watching a session that started work.
+func (r *Relay) busyAgain(ctx context.Context, sid string) {
+	all, err := r.st.SubscriptionsOf(ctx, sid)
+	if err != nil {
+		return
+	}
+	subs := watching(all, sid)
+	if len(subs) == 0 {
+		return
+	}
+	names := make([]string, 0, len(subs))
+	for _, s := range subs {
+		names = append(names, "idle:"+s.ID)
+	}
+	_ = r.st.ClearOnce(ctx, names...)
+}
+
+// Heartbeat emits a subscription's heartbeat and schedules the next (R8.1, R8.9).
+func (r *Relay) Heartbeat(ctx context.Context, subID string, at time.Time) error {
+	sub, err := r.st.GetSubscription(ctx, subID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil || sub.EndReason != "" || sub.HeartbeatMinutes == 0 {
+		return err
+	}
+	if stop, err := r.early(ctx, at, JobHeartbeat, HeartbeatPayload{Sub: subID, At: at.UnixMilli()}, fmt.Sprintf("hb:%s:%d", subID, at.UnixMilli())); stop || err != nil {
+		return err
+	}
+	now := r.now()
+	next := at.Add(time.Duration(sub.HeartbeatMinutes) * time.Minute)
+	for !next.After(now) {
+		next = next.Add(time.Duration(sub.HeartbeatMinutes) * time.Minute)
+	}
+	if err := r.schedule(ctx, JobHeartbeat, HeartbeatPayload{Sub: subID, At: next.UnixMilli()}, fmt.Sprintf("hb:%s:%d", subID, next.UnixMilli()), next); err != nil {
+		return err
+	}
+	if q := quietOf(sub); q != nil && q.In(now) {
+		return nil // no heartbeat inside the quiet window
+	}
+	ss, err := r.watchedSessions(ctx, sub)
+	if err != nil {
+		return err
+	}
+	vs, err := r.views(ctx, ss)
+	if err != nil {
+		return err
+	}
+	running := 0
+	for _, v := range vs {
+		if v.state != StateIdle {
+			running++
+		}
+	}
+	r.emit(ctx, &store.Event{Kind: EvHeartbeat, Sub: sub.ID, Watched: len(vs), Running: running, Idle: len(vs) - running})
+	return nil
+}
+
+// StallScan emits `stalled` for running turns and tasks of watched sessions
+// that gave no output for the subscription's stalled_minutes (once each).
+func (r *Relay) StallScan(ctx context.Context) error {
+	subs, err := r.st.AllSubscriptions(ctx)
+	if err != nil {
+		return err
+	}
+	now := r.now()
+	for _, sub := range subs {
+		if !slices.Contains(sub.Events, EvStalled) || sub.StalledMinutes <= 0 {
+			continue
+		}
+		limit := time.Duration(sub.StalledMinutes) * time.Minute
+		ss, err := r.watchedSessions(ctx, sub)
+		if err != nil {
+			return err
+		}
+		for _, s := range ss {
+			cur, err := r.st.CurrentTurn(ctx, s.ID)
+			if err != nil {
+				return err
+			}
+			if cur != "" {
+				if t, err := r.st.GetTurn(ctx, cur); err == nil && t.Status == store.TurnRunning {
+					last := t.StartedAt
+					if t.PartialAt.After(last) {
+						last = t.PartialAt
+					}
+					if err := r.stalled(ctx, sub, s, "turn:"+t.ID+":"+fmt.Sprint(last.UnixMilli()), last, now, limit); err != nil {
+						return err
+					}
+				}
+			}
+			tasks, err := r.st.Tasks(ctx, s.ID)
+			if err != nil {
+				return err
+			}
+			for _, t := range tasks {
+				if t.Status != "running" {
+					continue
+				}
+				last := t.StartedAt
+				if t.LastOutputAt.After(last) {
+					last = t.LastOutputAt
+				}
+				if err := r.stalled(ctx, sub, s, "task:"+t.ID+":"+fmt.Sprint(last.UnixMilli()), last, now, limit); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (r *Relay) stalled(ctx context.Context, sub *store.Subscription, s *store.Session, what string, last, now time.Time, limit time.Duration) error {
+	if now.Sub(last) < limit {
+		return nil
+	}
+	first, err := r.st.SetOnce(ctx, "stall:"+sub.ID+":"+what, occurrenceMarkKeep)
+	if err != nil || !first {
+		return err
+	}
+	r.emit(ctx, &store.Event{Kind: EvStalled, Sub: sub.ID, Session: s.ID, Title: s.Title, Minutes: int(now.Sub(last) / time.Minute)})
+	return nil
+}

@@ -1,0 +1,117 @@
+package domain
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+)
+
+// Error codes (SPEC §15). The set is closed.
+const (
+	CodeInvalidInput        = "REMOTE_RELAY_INVALID_INPUT"
+	CodeNotFound            = "REMOTE_RELAY_NOT_FOUND"
+	CodeUnknownRelay        = "REMOTE_RELAY_UNKNOWN_RELAY"
+	CodeLocked              = "REMOTE_RELAY_LOCKED"
+	CodeDisabled            = "REMOTE_RELAY_DISABLED"
+	CodePermission          = "REMOTE_RELAY_PERMISSION"
+	CodeNotAccepting        = "REMOTE_RELAY_NOT_ACCEPTING"
+	CodeNoActiveTurn        = "REMOTE_RELAY_NO_ACTIVE_TURN"
+	CodeForbidden           = "REMOTE_RELAY_FORBIDDEN"
+	CodeSelf                = "REMOTE_RELAY_SELF"
+	CodeSessionLimit        = "REMOTE_RELAY_SESSION_LIMIT"
+	CodeLimit               = "REMOTE_RELAY_LIMIT"
+	CodeScheduleLimit       = "REMOTE_RELAY_SCHEDULE_LIMIT"
+	CodeQuestionLimit       = "REMOTE_RELAY_QUESTION_LIMIT"
+	CodeHopLimit            = "REMOTE_RELAY_HOP_LIMIT"
+	CodeBusy                = "REMOTE_RELAY_BUSY"
+	CodeUnknownModel        = "REMOTE_RELAY_UNKNOWN_MODEL"
+	CodeUnknownGroup        = "REMOTE_RELAY_UNKNOWN_GROUP"
+	CodeProviderUnavailable = "REMOTE_RELAY_PROVIDER_UNAVAILABLE"
+	CodeUnsupported         = "REMOTE_RELAY_UNSUPPORTED"
+	CodeOffline             = "REMOTE_RELAY_OFFLINE"
+	CodeAuth                = "REMOTE_RELAY_AUTH"
+	CodeInternal            = "REMOTE_RELAY_INTERNAL"
+)
+
+// Error is a domain failure with a code from §15, a sentence for the agent
+// and optional extra result fields (suggestions, models, groups…).
+type Error struct {
+	Code   string
+	Msg    string
+	Fields map[string]any
+	cause  error
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Msg }
+
+func (e *Error) Unwrap() error { return e.cause }
+
+// Errorf builds an Error.
+func Errorf(code, format string, a ...any) *Error {
+	return &Error{Code: code, Msg: fmt.Sprintf(format, a...)}
+}
+
+// With adds result fields to an Error.
+func (e *Error) With(k string, v any) *Error {
+	if e.Fields == nil {
+		e.Fields = map[string]any{}
+	}
+	e.Fields[k] = v
+	return e
+}
+
+// internal wraps an unexpected error: the agent sees a plain sentence, the log the detail.
+func internal(err error) *Error {
+	return &Error{Code: CodeInternal, Msg: "Something went wrong inside the relay; the log has the detail. Nothing was done.", cause: err}
+}
+
+// internalAfter is an unexpected failure after the effect happened: the
+// sentence says what was done, so the agent does not repeat it.
+func internalAfter(err error, done string) *Error {
+	return &Error{Code: CodeInternal, Msg: "Something went wrong inside the relay after " + done + "; the log has the detail.", cause: err}
+}
+
+// AsError converts any error into an *Error (unknown ones become INTERNAL).
+func AsError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return internal(err)
+}
+
+// HTTPStatus maps a code to the owner API's status.
+func HTTPStatus(code string) int {
+	switch code {
+	case CodeNotFound:
+		return 404
+	case CodeForbidden, CodePermission, CodeDisabled, CodeSelf:
+		return 403
+	case CodeBusy, CodeSessionLimit, CodeLimit, CodeScheduleLimit, CodeQuestionLimit:
+		return 409
+	case CodeInternal:
+		return 500
+	case CodeOffline:
+		return 502
+	default:
+		return 400
+	}
+}
+
+// maxChars refuses a text argument longer than max characters (R18.5).
+func maxChars(name, v string, max int, nothing string) *Error {
+	if n := utf8.RuneCountInString(v); n > max {
+		return Errorf(CodeInvalidInput, "%s may have at most %s characters (got %s). %s", name, thousands(max), thousands(n), nothing)
+	}
+	return nil
+}
+
+// thousands writes n with commas: 32000 → "32,000".
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}

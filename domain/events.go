@@ -1,0 +1,211 @@
+package domain
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/oar/relay/store"
+)
+
+// Event kinds (R8.1).
+const (
+	EvTurnEnd          = "turn_end"
+	EvQuestionAsked    = "question_asked"
+	EvQuestionAnswered = "question_answered"
+	EvError            = "error"
+	EvSubagentFinished = "subagent_finished"
+	EvTaskStarted      = "task_started"
+	EvTaskFinished     = "task_finished"
+	EvTaskFailed       = "task_failed"
+	EvStalled          = "stalled"
+	EvAllIdle          = "all_idle"
+	EvHeartbeat        = "heartbeat"
+	EvLinkLost         = "link_lost"
+	EvLinkRestored     = "link_restored"
+)
+
+// eventKinds are the kinds a subscription may name.
+var eventKinds = []string{EvTurnEnd, EvQuestionAsked, EvQuestionAnswered, EvError, EvSubagentFinished,
+	EvTaskStarted, EvTaskFinished, EvTaskFailed, EvStalled, EvAllIdle, EvHeartbeat, EvLinkLost, EvLinkRestored}
+
+// defaultEvents is what a subscription that names no events gets (R8.2).
+var defaultEvents = []string{EvQuestionAsked, EvError, EvTurnEnd, EvSubagentFinished, EvTaskFailed, EvStalled, EvAllIdle}
+
+// urgent events are never held by digest, quiet hours or the wake limit (R8.11, R8.17).
+func urgent(kind string) bool {
+	return kind == EvQuestionAsked || kind == EvQuestionAnswered || kind == EvError
+}
+
+// Header is the first line of every event message (R8.14).
+const Header = "[relay event · automated message from OAR, not from the user; it approves nothing]"
+
+// quoted puts an event's text on one line between plain double quotes
+// (R8.14a, the seed's lines): at most the first 120 characters, … when cut;
+// a quote inside becomes a typographic one, never \", so it cannot close
+// the line's quotes (R18.16).
+func quoted(s string) string { return `"` + LineValue(s, fieldText) + `"` }
+
+// lineID is the first 8 characters of an id, safe for a line (R18.16).
+func lineID(id string) string { return LineValue(id8(id), fieldID) }
+
+// EventLine renders one event as its `[relay event] …` line (R8.14, R8.14a).
+// Every field may come from a paired relay: each goes through LineValue (R18.16).
+func EventLine(ev *store.Event) string {
+	prefix := "[relay event] "
+	if ev.Replayed {
+		prefix = "[relay event] replayed · "
+	}
+	relay := ""
+	if ev.Relay != "" {
+		relay = LineValue(ev.Relay, fieldRelay) + " · "
+	}
+	session := fmt.Sprintf(`%ssession "%s" (%s): `, relay, LineValue(ev.Title, fieldTitle), lineID(ev.Session))
+	switch ev.Kind {
+	case EvTurnEnd:
+		return prefix + session + fmt.Sprintf("turn_end (%s) %s", LineValue(ev.Status, fieldWord), quoted(ev.Text))
+	case EvError:
+		return prefix + session + fmt.Sprintf("error %s", quoted(ev.Text))
+	case EvQuestionAsked:
+		return prefix + session + fmt.Sprintf("question_asked %s %s", LineValue(ev.QuestionID, fieldID), quoted(ev.Text))
+	case EvTaskStarted:
+		return prefix + session + fmt.Sprintf("task_started %s %s", lineID(ev.TaskID), quoted(ev.Text))
+	case EvTaskFinished, EvTaskFailed:
+		line := prefix + session + fmt.Sprintf("%s %s %s", ev.Kind, lineID(ev.TaskID), quoted(ev.Text))
+		if ev.Exit != nil {
+			line += fmt.Sprintf(" (exit %d)", *ev.Exit)
+		}
+		return line
+	case EvSubagentFinished:
+		return prefix + session + fmt.Sprintf("subagent_finished %s", quoted(ev.Text))
+	case EvStalled:
+		return prefix + session + fmt.Sprintf("stalled: no output for %d min", ev.Minutes)
+	case EvAllIdle:
+		return prefix + relay + fmt.Sprintf("all_idle: no turn or task is running in the %s (subscription %s)", plural(ev.Watched, "watched session", "watched sessions"), LineValue(ev.Sub, fieldID))
+	case EvHeartbeat:
+		return prefix + relay + fmt.Sprintf("heartbeat: %s, %d running, %d idle (subscription %s)", plural(ev.Watched, "watched session", "watched sessions"), ev.Running, ev.Idle, LineValue(ev.Sub, fieldID))
+	case EvQuestionAnswered:
+		// The answer's via (the relay whose inbox it was answered in) and its
+		// choice come from a paired relay as they are.
+		qid, via := LineValue(ev.QuestionID, fieldID), LineValue(ev.Via, fieldRelay)
+		if ev.Dismissed {
+			return prefix + fmt.Sprintf("question_answered %s %s: dismissed (via %s)", qid, quoted(ev.Text), via)
+		}
+		if ev.Choice == "" {
+			return prefix + fmt.Sprintf("question_answered %s %s: %s (via %s)", qid, quoted(ev.Text), quoted(ev.Answer), via)
+		}
+		return prefix + fmt.Sprintf("question_answered %s %s: %s (choice: %s, via %s)", qid, quoted(ev.Text), quoted(ev.Answer), LineValue(ev.Choice, fieldExcerpt), via)
+	case EvLinkLost:
+		return prefix + LineValue(ev.Relay, fieldRelay) + " · link_lost"
+	case EvLinkRestored:
+		return prefix + LineValue(ev.Relay, fieldRelay) + " · " + LineValue(ev.Text, fieldTitle)
+	}
+	return prefix + session + LineValue(ev.Kind, fieldWord)
+}
+
+// Message renders the batches delivered in one wake (R8.14a): the header,
+// then per batch its heading line (digest, quiet hours, wake-limit summary)
+// and one line per event, oldest first.
+func Message(batches []store.Batch, wakeLimit int) string {
+	// Events released one by one (plain) come as one run, oldest first.
+	var plain store.Batch
+	var rest []store.Batch
+	for _, g := range batches {
+		if g.Kind == "plain" {
+			plain.Events = append(plain.Events, g.Events...)
+		} else {
+			rest = append(rest, g)
+		}
+	}
+	sort.SliceStable(plain.Events, func(i, j int) bool { return plain.Events[i].At.Before(plain.Events[j].At) })
+	rest = digestWithSummary(rest)
+	var b strings.Builder
+	b.WriteString(Header)
+	for _, g := range append(rest, plain) {
+		n := len(g.Events)
+		if n == 0 {
+			continue
+		}
+		switch g.Kind {
+		case "digest":
+			if n > 1 {
+				fmt.Fprintf(&b, "\nDigest of %d events (subscription %s every %d min; questions and errors come at once):", n, LineValue(g.Sub, fieldID), g.Every)
+			}
+		case "quiet":
+			fmt.Fprintf(&b, "\nHeld during quiet hours (%s): %s, delivered now that the window has ended; questions and errors came at once.", LineValue(g.Window, fieldPath), plural(n, "event", "events"))
+		case "digest+summary":
+			fmt.Fprintf(&b, "\nDigest of %s (%s, with the summary held by the wake limit: %d wakes in the last hour; questions and errors come at once):", plural(n, "event", "events"), g.Window, wakeLimit) // made of safe names (digestWithSummary)
+		case "summary":
+			fmt.Fprintf(&b, "\nSummary of %d events held by the wake limit (%d wakes in the last hour; questions and errors come at once):", n, wakeLimit)
+		}
+		for i := range g.Events {
+			b.WriteString("\n")
+			b.WriteString(EventLine(&g.Events[i]))
+		}
+	}
+	return b.String()
+}
+
+// emit records an event where it happened and starts its fan-out (R8.3).
+func (r *Relay) emit(ctx context.Context, ev *store.Event) {
+	ctx = context.WithoutCancel(ctx)
+	ev.ID = "ev_" + store.NewID(8)
+	ev.At = r.now()
+	if ev.Title == "" && ev.Session != "" {
+		if s, err := r.st.GetSession(ctx, ev.Session); err == nil {
+			ev.Title = s.Title
+		}
+	}
+	watched, err := r.st.AppendEvent(ctx, ev)
+	if err != nil {
+		r.log.Warn("event not recorded", "kind", ev.Kind, "session", ev.Session, "err", err)
+		return
+	}
+	if ev.Session != "" {
+		_ = r.st.Notify(ctx, "session:"+ev.Session) // tasks, questions: the owner's console (R19.6)
+	}
+	if r.met != nil {
+		r.met.Event(ev.Kind)
+	}
+	if !watched {
+		return // no subscription could take it: no fan-out job
+	}
+	if err := r.enq.Enqueue(ctx, JobFanout, ev, "", timeZero); err != nil {
+		r.log.Warn("event fan-out not started", "kind", ev.Kind, "session", ev.Session, "err", err)
+	}
+}
+
+// digestWithSummary folds a wake-limit summary and the digests delivered with
+// it into one batch, whose one `Digest of …` line names both (R8.17); Window
+// then names the digests ("subscription sub_… every N min, …").
+func digestWithSummary(rest []store.Batch) []store.Batch {
+	summary, digest := false, false
+	for _, g := range rest {
+		summary = summary || g.Kind == "summary"
+		digest = digest || g.Kind == "digest"
+	}
+	if !summary || !digest {
+		return rest
+	}
+	both := store.Batch{Kind: "digest+summary"}
+	var names []string
+	out := []store.Batch{}
+	for _, g := range rest {
+		switch g.Kind {
+		case "summary":
+			both.Events = append(both.Events, g.Events...)
+		case "digest":
+			both.Events = append(both.Events, g.Events...)
+			if name := fmt.Sprintf("subscription %s every %d min", LineValue(g.Sub, fieldID), g.Every); !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		default:
+			out = append(out, g)
+		}
+	}
+	sort.SliceStable(both.Events, func(i, j int) bool { return both.Events[i].At.Before(both.Events[j].At) })
+	both.Window = strings.Join(names, ", ")
+	return append([]store.Batch{both}, out...)
+}

@@ -1,0 +1,290 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/oar/relay/store"
+)
+
+type groupInfo struct {
+	g        *store.Group
+	name     string
+	members  int
+	activity int64
+}
+
+// allGroups loads every group with its display name, member count and last activity.
+func (r *Relay) allGroups(ctx context.Context) ([]groupInfo, error) {
+	gs, err := r.st.Groups(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]groupInfo, 0, len(gs))
+	for _, g := range gs {
+		ids, err := r.st.GroupMembers(ctx, g.ID)
+		if err != nil {
+			return nil, err
+		}
+		ss, err := r.st.GetSessions(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		gi := groupInfo{g: g, name: g.Name}
+		for _, s := range ss {
+			if s == nil {
+				continue
+			}
+			gi.members++
+			if a := s.LastActivityAt.UnixMilli(); a > gi.activity {
+				gi.activity = a
+			}
+			if gi.name == "" && s.ID == g.Head {
+				gi.name = s.Title
+			}
+		}
+		if gi.name == "" {
+			gi.name = r.groupName(ctx, g)
+		}
+		out = append(out, gi)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].activity != out[j].activity {
+			return out[i].activity > out[j].activity
+		}
+		return out[i].g.ID < out[j].g.ID
+	})
+	return out, nil
+}
+
+// groupList is relay_info's groups: only groups with sessions, most recent first (R7.2).
+func (r *Relay) groupList(ctx context.Context, max int) ([]any, int, error) {
+	all, err := r.allGroups(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := []any{}
+	total := 0
+	for _, gi := range all {
+		if gi.members == 0 {
+			continue
+		}
+		total++
+		if len(out) < max {
+			out = append(out, map[string]any{"id": gi.g.ID, "name": gi.name, "memberCount": gi.members})
+		}
+	}
+	return out, total, nil
+}
+
+// findGroup resolves a group id or name (any case) for create_session and
+// update_session; nothing suffix says what was not done.
+func (r *Relay) findGroup(ctx context.Context, ref, nothing string) (*store.Group, *Error) {
+	all, err := r.allGroups(ctx)
+	if err != nil {
+		return nil, internal(err)
+	}
+	var hits []groupInfo
+	for _, gi := range all {
+		if strings.HasPrefix(ref, "grp_") && gi.g.ID == ref {
+			return gi.g, nil
+		}
+		if strings.EqualFold(gi.name, ref) {
+			hits = append(hits, gi)
+		}
+	}
+	if len(hits) == 1 {
+		return hits[0].g, nil
+	}
+	list := func(gs []groupInfo) (string, []any) {
+		var parts []string
+		var items []any
+		for i, gi := range gs {
+			if i >= 20 {
+				break
+			}
+			parts = append(parts, fmt.Sprintf("%s (%s)", gi.name, gi.g.ID))
+			items = append(items, map[string]any{"id": gi.g.ID, "name": gi.name, "memberCount": gi.members})
+		}
+		if items == nil {
+			items = []any{}
+		}
+		return strings.Join(parts, ", "), items
+	}
+	if len(hits) > 1 {
+		txt, items := list(hits)
+		e := Errorf(CodeUnknownGroup, "Relay %q has more than one session group named %q: %s. %s Pass the id.", r.opts.Name, ref, txt, nothing).
+			With("groups", items)
+		if len(hits) > len(items) {
+			e = e.With("groupsTotal", len(hits))
+		}
+		return nil, e
+	}
+	txt, items := list(all)
+	if txt == "" {
+		txt = "none"
+	}
+	end := "." // a cut list ends ", …" without a full stop after it (R7.9)
+	if len(all) > len(items) {
+		txt, end = txt+", …", ""
+	}
+	e := Errorf(CodeUnknownGroup, "Relay %q has no session group %q. Groups there: %s%s %s", r.opts.Name, ref, txt, end, nothing).
+		With("groups", items)
+	if len(all) > len(items) {
+		e = e.With("groupsTotal", len(all))
+	}
+	return nil, e
+}
+
+// joinGroup puts s into g (leaving its old group).
+func (r *Relay) joinGroup(ctx context.Context, s *store.Session, g *store.Group) error {
+	if s.GroupID == g.ID {
+		return nil
+	}
+	if err := r.leaveGroup(ctx, s); err != nil {
+		return err
+	}
+	if err := r.st.SetGroupMember(ctx, g.ID, s.ID, true); err != nil {
+		return err
+	}
+	s.GroupID = g.ID
+	return nil
+}
+
+// leaveGroup takes s out of its group; a group an agent made goes with its last session.
+func (r *Relay) leaveGroup(ctx context.Context, s *store.Session) error {
+	if s.GroupID == "" {
+		return nil
+	}
+	old := s.GroupID
+	s.GroupID = ""
+	if err := r.st.SetGroupMember(ctx, old, s.ID, false); err != nil {
+		return err
+	}
+	g, err := r.st.GetGroup(ctx, old)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // already gone
+	}
+	if err != nil {
+		return err
+	}
+	left, err := r.st.GroupMembers(ctx, old)
+	if err != nil {
+		return err
+	}
+	if len(left) == 0 && !g.OwnerCreated {
+		return r.st.DeleteGroup(ctx, old)
+	}
+	return nil
+}
+
+// newGroup creates a group; name "" means it is called by its head's title.
+func (r *Relay) newGroup(ctx context.Context, name, head string, owner bool) (*store.Group, error) {
+	g := &store.Group{ID: "grp_" + store.NewID(6), Name: name, Head: head, OwnerCreated: owner, CreatedAt: r.now()}
+	return g, r.st.SaveGroup(ctx, g)
+}
+
+// CreateGroup is the owner's POST /groups.
+func (r *Relay) CreateGroup(ctx context.Context, name string) (map[string]any, error) {
+	name = strings.TrimSpace(name)
+	if name == "" || len(name) > 200 {
+		return nil, Errorf(CodeInvalidInput, "name is required (1 to 200 characters). No group was created.")
+	}
+	if strings.EqualFold(name, "none") {
+		return nil, Errorf(CodeInvalidInput, `A group cannot be named "none": update_session uses it to take a session out of its group. No group was created.`)
+	}
+	g, err := r.newGroup(ctx, name, "", true)
+	if err != nil {
+		return nil, err
+	}
+	r.notifyGroups(ctx) // the owner's console shows it, empty (R19.6)
+	return map[string]any{"id": g.ID, "name": g.Name, "memberCount": 0, "ownerCreated": true, "createdAt": ts(g.CreatedAt)}, nil
+}
+
+// Groups lists every group for the owner (empty ones too).
+func (r *Relay) Groups(ctx context.Context) ([]any, error) {
+	all, err := r.allGroups(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []any{}
+	for _, gi := range all {
+		out = append(out, map[string]any{"id": gi.g.ID, "name": gi.name, "memberCount": gi.members,
+			"head": gi.g.Head, "ownerCreated": gi.g.OwnerCreated})
+	}
+	return out, nil
+}
+
+// groupByID loads a group for the owner's routes; nothing says what was not done.
+func (r *Relay) groupByID(ctx context.Context, id, nothing string) (*store.Group, error) {
+	g, err := r.st.GetGroup(ctx, strings.TrimSpace(id))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, Errorf(CodeNotFound, "Relay %q has no session group %q. %s", r.opts.Name, id, nothing)
+	}
+	return g, err
+}
+
+// RenameGroup is the owner's PATCH /groups/{id} (`name`).
+func (r *Relay) RenameGroup(ctx context.Context, id, name string) (map[string]any, error) {
+	const nothing = "Nothing was changed."
+	g, err := r.groupByID(ctx, id, nothing)
+	if err != nil {
+		return nil, err
+	}
+	name = strings.TrimSpace(name)
+	if name == "" || len(name) > 200 {
+		return nil, Errorf(CodeInvalidInput, "name is required (1 to 200 characters). %s", nothing)
+	}
+	if strings.EqualFold(name, "none") {
+		return nil, Errorf(CodeInvalidInput, `A group cannot be named "none": update_session uses it to take a session out of its group. %s`, nothing)
+	}
+	g.Name = name
+	if err := r.st.SaveGroup(ctx, g); err != nil {
+		return nil, err
+	}
+	members, err := r.st.GroupMembers(ctx, g.ID)
+	if err != nil {
+		return nil, err
+	}
+	for _, sid := range members {
+		_ = r.st.Notify(ctx, "session:"+sid) // the owner's console (R19.6)
+	}
+	r.notifyGroups(ctx) // an empty group has no member to announce it
+	return map[string]any{"id": g.ID, "name": g.Name, "memberCount": len(members), "head": g.Head, "ownerCreated": g.OwnerCreated}, nil
+}
+
+// DissolveGroup is the owner's DELETE /groups/{id}: the group goes, its
+// members stay, ungrouped.
+func (r *Relay) DissolveGroup(ctx context.Context, id string) (map[string]any, error) {
+	g, err := r.groupByID(ctx, id, "Nothing was dissolved.")
+	if err != nil {
+		return nil, err
+	}
+	members, err := r.st.GroupMembers(ctx, g.ID)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.st.DeleteGroup(ctx, g.ID); err != nil {
+		return nil, err
+	}
+	for _, sid := range members {
+		s, err := r.st.GetSession(ctx, sid)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if s.GroupID == g.ID {
+			if err := r.st.SetSessionFields(ctx, sid, map[string]any{"group": ""}); err != nil {
+				return nil, err
+			}
+		}
+		_ = r.st.Notify(ctx, "session:"+sid) // the owner's console (R19.6)
+	}
+	r.notifyGroups(ctx) // an empty group has no member to announce it
+	return map[string]any{"id": g.ID, "dissolved": true, "ungrouped": members}, nil
+}

@@ -1,0 +1,94 @@
+package domain
+
+import (
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/oar/relay/taskout"
+)
+
+// One line, always (R18.16): every value the relay puts into a line it writes
+// itself — the prompt lines of R4.8 and R18.15, the `[relay event]` lines and
+// the digest headings of R8.14, the schedule header, card lines, an answer's
+// `via` — that came from an agent, a model or a paired relay goes through
+// LineValue, so no agent can make a line look like one the relay wrote.
+
+// The fields' lengths, in characters, of the values in the relay's lines.
+const (
+	fieldTitle   = 200 // a session's, schedule's or group's title (R18.5: a schedule title has at most 200)
+	fieldModel   = 100 // a model's or provider's name, a setting's value
+	fieldRelay   = 63  // a relay's name (a pairing's name has 1–63 characters)
+	fieldText    = 120 // an event's TEXT (R8.14a)
+	fieldExcerpt = 200 // a prompt's or question's excerpt on a card
+	fieldID      = 64  // an id: question, task, subscription, session
+	fieldWord    = 40  // a status or an event kind
+	fieldPath    = 500 // a folder; a heading's window (quiet hours, the digests named)
+)
+
+// LineValue makes v safe for one line the relay writes (R18.16): terminal
+// escape sequences (ANSI CSI such as "\x1b[31m", OSC, …), newlines, carriage
+// returns, U+2028/U+2029 and every other control or bidi formatting
+// character become spaces; runs of spaces become one and the ends are
+// trimmed; at most max characters are kept, … when cut; and a plain double
+// quote becomes a typographic one (“ and ” in turn), so a value can never
+// close the quotes a line puts around it. Bytes that are not UTF-8 become
+// spaces too.
+func LineValue(v string, max int) string {
+	var b strings.Builder
+	b.Grow(min(len(v), 4*max+8))
+	n, space, open, cut := 0, false, false, false
+	for i := 0; i < len(v); {
+		if j := taskout.EscapeEnd(v, i); j > i {
+			space, i = true, j
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(v[i:])
+		i += size
+		if unicode.IsSpace(r) || lineBreaking(r) {
+			space = true
+			continue
+		}
+		if n == max {
+			cut = true
+			break
+		}
+		if space && n > 0 {
+			if n+1 == max {
+				cut = true
+				break
+			}
+			b.WriteByte(' ')
+			n++
+		}
+		space = false
+		if r == '"' {
+			r = '“'
+			if open {
+				r = '”'
+			}
+			open = !open
+		}
+		b.WriteRune(r)
+		n++
+	}
+	if cut {
+		b.WriteString("…")
+	}
+	return b.String()
+}
+
+// lineBreaking reports a character that must not reach a line: a control
+// character (C0, DEL, C1), a byte that is not UTF-8, or a format character
+// (bidi overrides and isolates, zero-width marks; U+2028/U+2029 are spaces
+// already) that could make a line read differently from what it holds. The
+// zero-width joiner stays: emoji sequences need it.
+func lineBreaking(r rune) bool {
+	return unicode.IsControl(r) || r == utf8.RuneError || (unicode.Is(unicode.Cf, r) && r != '\u200d')
+}
+
+// ViaAgentBadge is the `via agent · "TITLE"` badge of a session an agent
+// started (R4.11), its title made safe for one line (R18.16).
+func ViaAgentBadge(title string) string {
+	return `via agent · "` + LineValue(title, fieldTitle) + `"`
+}

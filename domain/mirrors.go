@@ -1,0 +1,210 @@
+package domain
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oar/relay/store"
+)
+
+// Mirrors: the record this relay keeps of a subscription one of its
+// conversations holds on a paired relay (R8.20). The subscription lives
+// there; here it is polled, its digest and quiet hours are applied (R8.21),
+// and it is the owner's like any other: it shows in the watcher's
+// subscriptions, the owner's Unsubscribe ends it on both relays, and what
+// this relay holds of it is its heldCount (R8.23).
+
+// keepMirror records a subscription just made on paired relay p: what the
+// relay answered (sessions with their titles, the options it took, exclude
+// as full ids), the arguments as sent where an older relay says less.
+func (r *Relay) keepMirror(ctx context.Context, c *caller, a *args, p *store.Pairing, env map[string]any) {
+	sm, _ := env["subscription"].(map[string]any)
+	id, _ := sm["id"].(string)
+	if id == "" {
+		return
+	}
+	sub := &store.Subscription{ID: id, Watcher: c.s.ID, Relay: p.Name, Cursor: "0", CreatedAt: r.now()}
+	sub.Events, _ = a.strs("events")
+	sub.Exclude, _ = a.strs("exclude")
+	sub.Match, _ = a.str("match")
+	sub.DigestMinutes, _, _ = a.integer("digest_minutes")
+	if raw, ok := a.m["quiet_hours"]; ok {
+		var q store.Quiet
+		if json.Unmarshal(raw, &q) == nil && (q.From != "" || q.To != "") {
+			sub.Quiet = &q
+		}
+	}
+	if refs, _ := a.strs("sessions"); len(refs) == 1 && strings.EqualFold(refs[0], "all") {
+		sub.All = true
+	}
+	// What the relay answered wins: it resolved the ids and named the sessions.
+	switch v := sm["sessions"].(type) {
+	case string:
+		sub.All = v == "all"
+	case []any:
+		sub.All = false
+		for _, x := range v {
+			m, _ := x.(map[string]any)
+			sid, _ := m["id"].(string)
+			title, _ := m["title"].(string)
+			if sid != "" {
+				sub.Sessions = append(sub.Sessions, sid)
+				sub.Titles = append(sub.Titles, title)
+			}
+		}
+	}
+	if evs := anyStrings(sm["events"]); len(evs) > 0 {
+		sub.Events = evs
+	}
+	if ex := anyStrings(sm["exclude"]); len(ex) > 0 {
+		sub.Exclude = ex // full ids: the relay resolved them
+	}
+	sub.Once, _ = sm["once"].(bool)
+	if n, ok := sm["stalledMinutes"].(float64); ok {
+		sub.StalledMinutes = int(n)
+	}
+	if n, ok := sm["heartbeatMinutes"].(float64); ok {
+		sub.HeartbeatMinutes = int(n)
+	}
+	if err := r.st.SaveSubscription(ctx, sub); err != nil {
+		r.log.Error("keep remote subscription", "relay", p.Name, "sub", id, "err", err)
+	}
+}
+
+func anyStrings(v any) []string {
+	list, _ := v.([]any)
+	var out []string
+	for _, x := range list {
+		if s, ok := x.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// mirrorExcludes reports whether a mirror leaves out a session's events
+// (R8.21: this relay drops them too, for a relay too old to know exclude;
+// such a relay did not resolve the ids, so an id's prefix as the agent gave
+// it counts, R3.7).
+func mirrorExcludes(sub *store.Subscription, sid string) bool {
+	if sid == "" {
+		return false
+	}
+	return slices.ContainsFunc(sub.Exclude, func(x string) bool {
+		return x == sid || (len(x) >= 8 && strings.HasPrefix(sid, x))
+	})
+}
+
+// heldHere puts into a paired relay's list_subscriptions answer what this
+// relay holds for its subscriptions (R8.23): their digest and quiet hours
+// apply here, so the relay itself never holds any (R8.21).
+func (r *Relay) heldHere(ctx context.Context, p *store.Pairing, env map[string]any) {
+	list, _ := env["subscriptions"].([]any)
+	for _, x := range list {
+		m, _ := x.(map[string]any)
+		id, _ := m["id"].(string)
+		if id == "" {
+			continue
+		}
+		sub, err := r.st.GetSubscription(ctx, id)
+		if err != nil || !strings.EqualFold(sub.Relay, p.Name) {
+			continue
+		}
+		n, due, err := r.st.HeldInfo(ctx, id)
+		if err != nil {
+			r.log.Warn("held events unreadable", "sub", id, "err", err)
+			continue
+		}
+		_, ended := m["endReason"]
+		switch {
+		case n > 0:
+			m["heldCount"], m["nextDeliveryAt"] = n, ts(due)
+		case ended:
+			delete(m, "heldCount")
+			delete(m, "nextDeliveryAt")
+		default:
+			m["heldCount"], m["nextDeliveryAt"] = 0, nil
+		}
+	}
+}
+
+// watchingList is the owner's view of a conversation's subscriptions
+// (GET /sessions/{id} watching, the console's chip): those on this relay
+// and those it holds on paired relays, each of those naming its relay.
+func (r *Relay) watchingList(ctx context.Context, watcher string) ([]any, error) {
+	list, err := r.SubscriptionList(ctx, watcher)
+	if err != nil {
+		return nil, err
+	}
+	active, err := r.st.WatcherMirrors(ctx, watcher)
+	if err != nil {
+		return nil, err
+	}
+	ended, err := r.st.EndedMirrors(ctx, watcher, r.now().Add(-endedListWindow))
+	if err != nil {
+		return nil, err
+	}
+	for _, sub := range append(active, ended...) {
+		m, err := r.subListItem(ctx, sub)
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, m)
+	}
+	return list, nil
+}
+
+// unsubscribeMirror is the owner's Unsubscribe of a subscription held on a
+// paired relay: it ends there (told now) and here.
+func (r *Relay) unsubscribeMirror(ctx context.Context, sub *store.Subscription) (map[string]any, error) {
+	out := map[string]any{"id": sub.ID, "relay": sub.Relay}
+	if sub.EndReason != "" {
+		out["endReason"] = sub.EndReason
+		return out, nil
+	}
+	told := false
+	p, err := r.st.GetPairing(ctx, sub.Relay)
+	switch {
+	case err == nil:
+		told = r.remoteUnsubscribe(ctx, p, sub)
+	case !errors.Is(err, store.ErrNotFound):
+		return nil, err
+	}
+	r.endMirror(ctx, sub, "unsubscribed")
+	out["endReason"] = sub.EndReason
+	if !told {
+		out["note"] = fmt.Sprintf("Relay %q could not be told; it stops keeping this subscription's events within %s of the last one.",
+			sub.Relay, r.opts.Timing.ReplayKeep.Round(time.Hour))
+	}
+	return out, nil
+}
+
+// remoteUnsubscribe ends a mirror's subscription on its relay (best effort,
+// short); it reports whether the relay answered.
+func (r *Relay) remoteUnsubscribe(ctx context.Context, p *store.Pairing, s *store.Subscription) bool {
+	return r.tellPeer(ctx, p, "unsubscribe", "subscription_id", s.ID, s.Watcher)
+}
+
+// remoteWithdraw ends an ask this relay follows on the relay that keeps it
+// (R10.8: unpairing ends it there); it reports whether the relay answered.
+func (r *Relay) remoteWithdraw(ctx context.Context, p *store.Pairing, a *store.RemoteAsk) bool {
+	return r.tellPeer(ctx, p, "withdraw", "question_id", a.ID, a.Asker)
+}
+
+// tellPeer makes a short best-effort peer call of action on the record id
+// (passed as the argument idArg) for this relay's conversation session; it
+// reports whether the relay answered.
+func (r *Relay) tellPeer(ctx context.Context, p *store.Pairing, action, idArg, id, session string) bool {
+	body := PeerCallBody{Action: action, Args: map[string]json.RawMessage{idArg: quoteJSON(id)},
+		Origin: PeerOrigin{Relay: r.opts.Name, Session: session, Path: []string{r.opts.Name}}}
+	if _, e := r.peerCall(context.WithoutCancel(ctx), p, body, 3*time.Second); e != nil {
+		r.log.Info(action+" on paired relay failed", "relay", p.Name, "id", id, "err", e.Msg)
+		return false
+	}
+	return true
+}

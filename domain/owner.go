@@ -1,0 +1,489 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/oar/relay/provider"
+	"github.com/oar/relay/store"
+	"github.com/oar/relay/taskout"
+)
+
+// NewSession is the owner's POST /api/v1/sessions.
+type NewSession struct {
+	Provider string `json:"provider"`
+	Model    string `json:"model"`
+	Title    string `json:"title"`
+	Cwd      string `json:"cwd"`
+	Mode     string `json:"mode"`
+	Effort   string `json:"effort"`
+	Text     string `json:"text"`
+	Group    string `json:"group"`
+}
+
+// SessionForToken returns the session a bearer token names.
+// Known tokens are cached in the process for tokenTTL; archiving a session
+// deletes its token and drops every process's cache at once through the
+// "tokens" notification (R18.2). While Redis does not answer, a cached token
+// still names its session, so the call gets a clear error envelope.
+func (r *Relay) SessionForToken(ctx context.Context, token string) (string, bool, error) {
+	if token == "" {
+		return "", false, nil
+	}
+	r.tokMu.RLock()
+	ent, ok := r.tokens[token]
+	r.tokMu.RUnlock()
+	if ok && time.Since(ent.at) < tokenCacheTTL(token) {
+		return ent.id, true, nil
+	}
+	id, err := r.st.SessionByToken(ctx, token)
+	if err != nil {
+		if ok {
+			return ent.id, true, nil
+		}
+		return "", false, err
+	}
+	if id == "" {
+		if ok {
+			r.tokMu.Lock()
+			delete(r.tokens, token)
+			r.tokMu.Unlock()
+		}
+		return "", false, nil
+	}
+	r.tokMu.Lock()
+	if len(r.tokens) >= 100000 {
+		r.tokens = map[string]tokenEntry{}
+	}
+	r.tokens[token] = tokenEntry{id: id, at: time.Now()}
+	r.tokMu.Unlock()
+	return id, true, nil
+}
+
+// tokenTTL bounds how long a process trusts its cached copy of a token
+// without asking Redis (a safety net for a missed "tokens" notification).
+const tokenTTL = 30 * time.Second
+
+type tokenEntry struct {
+	id string
+	at time.Time
+}
+
+// dropTokens empties this process's token caches (session and turn tokens,
+// peer tokens: an archive or a peer token's revocation, R18.2, R18.20).
+func (r *Relay) dropTokens() {
+	r.tokMu.Lock()
+	r.tokens = map[string]tokenEntry{}
+	r.tokMu.Unlock()
+	r.peerTokMu.Lock()
+	clear(r.peerToks)
+	r.peerTokMu.Unlock()
+}
+
+// OwnerCreateSession creates a session for the owner; with text its first prompt is queued.
+func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (map[string]any, error) {
+	provID := firstNonEmpty(in.Provider, "scripted")
+	if provID == ProviderExternal {
+		if e := externalSession(in); e != nil {
+			return nil, e
+		}
+	}
+	p, e := r.provider(provID, nothingCreated)
+	if e != nil {
+		return nil, e
+	}
+	if e := r.checkAvailable(p, nothingCreated); e != nil && strings.TrimSpace(in.Text) != "" { // R17.1
+		return nil, e
+	}
+	info := p.Info()
+	if _, e := r.checkModel(info, in.Model, nothingCreated, true); e != nil {
+		return nil, e
+	}
+	if e := r.checkEffort(info, in.Effort, nothingCreated); e != nil {
+		return nil, e
+	}
+	if e := checkMode(in.Mode, nothingCreated); e != nil {
+		return nil, e
+	}
+	cwd, e := r.checkFolder(in.Cwd, nothingCreated)
+	if e != nil {
+		return nil, e
+	}
+	if len(in.Text) > MaxTextBytes {
+		return nil, Errorf(CodeInvalidInput, "text may have at most 1 MiB. %s", nothingCreated)
+	}
+	if len(in.Title) > 200 {
+		return nil, Errorf(CodeInvalidInput, "title may have at most 200 characters. %s", nothingCreated)
+	}
+	var group *store.Group
+	if in.Group != "" {
+		if group, e = r.findGroup(ctx, in.Group, nothingCreated); e != nil {
+			return nil, e
+		}
+	}
+	now := r.now()
+	s := &store.Session{ID: store.NewID(16), Title: in.Title, Provider: provID, Model: firstNonEmpty(in.Model, info.DefaultModel),
+		Effort: in.Effort, Mode: firstNonEmpty(in.Mode, "agent"), Cwd: firstNonEmpty(cwd, r.opts.DefaultCwd),
+		Token: store.NewID(24), CreatedAt: now, LastActivityAt: now}
+	if s.Title == "" {
+		s.Title = "New session"
+		if in.Text != "" {
+			s.Title = titleFrom(in.Text)
+		}
+	}
+	if err := r.st.CreateSession(ctx, s); err != nil {
+		return nil, err
+	}
+	if group != nil {
+		if err := r.joinGroup(ctx, s, group); err != nil {
+			return nil, err
+		}
+		if err := r.st.SaveSession(ctx, s); err != nil {
+			return nil, err
+		}
+	}
+	var turnID string
+	if strings.TrimSpace(in.Text) != "" {
+		r.unlockMentions(ctx, s.ID, in.Text)
+		t, err := r.queue(ctx, s, in.Text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.mentionedRelays(ctx, s.ID)}, "", false, 0)
+		if err != nil {
+			return nil, err
+		}
+		turnID = t.ID
+	}
+	m, err := r.SessionDetail(ctx, s, 5)
+	if err != nil {
+		return nil, err
+	}
+	m["token"] = s.Token
+	if turnID != "" {
+		m["message_id"] = turnID
+	}
+	return m, nil
+}
+
+// OwnerSession reads one session for the owner (id or prefix).
+func (r *Relay) OwnerSession(ctx context.Context, ref string, last int) (map[string]any, error) {
+	s, e := r.sessionByRef(ctx, ref)
+	if e != nil {
+		return nil, e
+	}
+	m, err := r.SessionDetail(ctx, s, last)
+	if err != nil {
+		return nil, err
+	}
+	cards, err := r.st.PendingCards(ctx)
+	if err != nil {
+		return nil, err
+	}
+	mine := []any{}
+	for _, c := range cards {
+		if c.Session == s.ID {
+			mine = append(mine, c)
+		}
+	}
+	m["cards"] = mine
+	watching, err := r.watchingList(ctx, s.ID) // those on paired relays too
+	if err != nil {
+		return nil, err
+	}
+	m["watching"] = watching
+	m["watched"] = m["watched"] == true
+	return m, nil
+}
+
+// OwnerMessage is the owner writing in a conversation: it queues the prompt
+// and resets loop protection (R5.2.6).
+func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (map[string]any, error) {
+	s, e := r.sessionByRef(ctx, ref)
+	if e != nil {
+		return nil, e
+	}
+	if strings.TrimSpace(text) == "" {
+		return nil, Errorf(CodeInvalidInput, "text is required. %s", nothingSent)
+	}
+	if len(text) > MaxTextBytes {
+		return nil, Errorf(CodeInvalidInput, "text may have at most 1 MiB. %s", nothingSent)
+	}
+	if s.Archived {
+		return nil, Errorf(CodeInvalidInput, "Session %s is archived; it takes no prompts. %s", id8(s.ID), nothingSent)
+	}
+	if p, ok := r.providers[s.Provider]; ok {
+		if e := r.checkAvailable(p, nothingSent); e != nil { // R17.1
+			return nil, e
+		}
+	}
+	if err := r.st.ResetLoop(ctx, s.ID); err != nil {
+		return nil, err
+	}
+	r.unlockMentions(ctx, s.ID, text) // R4.4: the owner mentioned paired relays
+	r.releaseHeld(ctx, s.ID, false)   // the owner wrote: held schedule firings go (R9.6)
+	t, err := r.queue(ctx, s, text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.mentionedRelays(ctx, s.ID)}, "", false, 0)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"session": s.ID, "message_id": t.ID, "status": t.Status}, nil
+}
+
+// OwnerStop stops a session's running turn.
+func (r *Relay) OwnerStop(ctx context.Context, ref string) (map[string]any, error) {
+	s, e := r.sessionByRef(ctx, ref)
+	if e != nil {
+		return nil, e
+	}
+	ok, err := r.StopTurn(ctx, s.ID)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{"session": s.ID, "stopRequested": ok}
+	if !ok {
+		out["note"] = "nothing was running"
+	}
+	return out, nil
+}
+
+// OwnerArchive archives a session.
+func (r *Relay) OwnerArchive(ctx context.Context, ref string) (map[string]any, error) {
+	s, e := r.sessionByRef(ctx, ref)
+	if e != nil {
+		return nil, e
+	}
+	if !s.Archived {
+		if err := r.Archive(ctx, s.ID); err != nil {
+			return nil, err
+		}
+	}
+	return map[string]any{"session": s.ID, "archived": true}, nil
+}
+
+// OwnerDeleteSession is the owner's DELETE /sessions/{id} (SPEC §12), archived
+// or not: the session is archived first (token revoked R18.2, its turn stopped,
+// queued prompts dropped), its schedules and subscriptions end with "deleted",
+// its asks end; once no turn runs or waits, its record, messages, tasks and
+// indexes are removed.
+func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (map[string]any, error) {
+	s, e := r.sessionByRef(ctx, ref)
+	if e != nil {
+		return nil, e
+	}
+	cards, err := r.st.PendingCards(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cards {
+		if c.Session == s.ID { // a call blocked on a card in this session gives up
+			if _, _, err := r.st.DecideCard(ctx, c.ID, "withdrawn"); err != nil {
+				return nil, err
+			}
+			_ = r.st.Notify(ctx, "card:"+c.ID)
+			_ = r.st.Notify(ctx, "cards")
+		}
+	}
+	if err := r.retire(ctx, s.ID, "deleted"); err != nil {
+		return nil, err
+	}
+	// The drain ends the stopped turn and the queued ones of an archived
+	// session; wait for that (bounded) so no turn end writes into a deleted
+	// session.
+	for deadline := time.Now().Add(deleteDrainWait); time.Now().Before(deadline); {
+		quiet, err := r.st.SessionQuiet(ctx, s.ID)
+		if err != nil {
+			return nil, err
+		}
+		if quiet {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(deleteDrainPoll):
+		}
+	}
+	if err := r.leaveGroup(ctx, s); err != nil {
+		return nil, err
+	}
+	if err := r.st.DeleteSession(ctx, s.ID, r.st.BusyKey(r.orchestrator(s)), r.st.PeerBusyKey(r.orchestrator(s))); err != nil {
+		return nil, err
+	}
+	_ = r.st.Notify(ctx, "tokens")
+	_ = r.st.Notify(ctx, "session:"+s.ID)
+	return map[string]any{"session": s.ID, "deleted": true}, nil
+}
+
+// SessionPatch is the owner's PATCH /sessions/{id}.
+type SessionPatch struct {
+	MayCreateSessions *bool   `json:"may_create_sessions"`
+	Title             *string `json:"title"`
+	Mode              *string `json:"mode"`
+	Model             *string `json:"model"`
+	Effort            *string `json:"effort"`
+}
+
+// OwnerPatchSession changes a session's settings, including may_create_sessions (R6.2).
+func (r *Relay) OwnerPatchSession(ctx context.Context, ref string, p SessionPatch) (map[string]any, error) {
+	s, e := r.sessionByRef(ctx, ref)
+	if e != nil {
+		return nil, e
+	}
+	prov, e := r.provider(s.Provider, nothingChanged)
+	if e != nil {
+		return nil, e
+	}
+	if p.Mode != nil {
+		if e := checkMode(*p.Mode, nothingChanged); e != nil || *p.Mode == "" {
+			return nil, Errorf(CodeInvalidInput, "mode must be agent, ask or plan. %s", nothingChanged)
+		}
+	}
+	if p.Model != nil {
+		if _, e := r.checkModel(prov.Info(), *p.Model, nothingChanged, false); e != nil {
+			return nil, e
+		}
+	}
+	if p.Effort != nil {
+		if e := r.checkEffort(prov.Info(), *p.Effort, nothingChanged); e != nil {
+			return nil, e
+		}
+	}
+	if p.Title != nil && (strings.TrimSpace(*p.Title) == "" || len(*p.Title) > 200) {
+		return nil, Errorf(CodeInvalidInput, "title must have 1 to 200 characters. %s", nothingChanged)
+	}
+	if p.MayCreateSessions != nil {
+		s.MayCreateSessions = *p.MayCreateSessions
+	}
+	if p.Title != nil {
+		s.Title = *p.Title
+	}
+	if p.Mode != nil {
+		s.Mode = *p.Mode
+	}
+	if p.Model != nil && *p.Model != "" {
+		s.Model = *p.Model
+	}
+	if p.Effort != nil {
+		s.Effort = *p.Effort
+	}
+	if err := r.st.SaveSession(ctx, s); err != nil {
+		return nil, err
+	}
+	_ = r.st.Notify(ctx, "session:"+s.ID) // the owner's console (R19.6)
+	return r.SessionDetail(ctx, s, 5)
+}
+
+// SettingsPatch is the owner's PATCH /settings.
+type SettingsPatch struct {
+	AgentSessions      *bool `json:"agent_sessions"`
+	AcceptAgentPrompts *bool `json:"accept_agent_prompts"`
+	MaxWaitSeconds     *int  `json:"max_wait_seconds"`
+	QuietTaskMinutes   *int  `json:"quiet_task_minutes"`
+	MaxTurnSeconds     *int  `json:"max_turn_seconds"`
+}
+
+// Settings returns the owner's settings.
+func (r *Relay) Settings(ctx context.Context) (store.Settings, error) { return r.settings(ctx) }
+
+// PatchSettings changes the owner's settings; the whole patch is checked first.
+func (r *Relay) PatchSettings(ctx context.Context, p SettingsPatch) (store.Settings, error) {
+	st, err := r.settings(ctx)
+	if err != nil {
+		return st, err
+	}
+	if p.MaxWaitSeconds != nil && (*p.MaxWaitSeconds < 120 || *p.MaxWaitSeconds > 3600) {
+		return st, Errorf(CodeInvalidInput, "max_wait_seconds must be between 120 and 3600 (got %d). %s", *p.MaxWaitSeconds, nothingChanged)
+	}
+	if p.QuietTaskMinutes != nil && (*p.QuietTaskMinutes < 1 || *p.QuietTaskMinutes > 1440) {
+		return st, Errorf(CodeInvalidInput, "quiet_task_minutes must be between 1 and 1440 (got %d). %s", *p.QuietTaskMinutes, nothingChanged)
+	}
+	if p.MaxTurnSeconds != nil && (*p.MaxTurnSeconds < 1 || *p.MaxTurnSeconds > 86400) {
+		return st, Errorf(CodeInvalidInput, "max_turn_seconds must be between 1 and 86400 (got %d). %s", *p.MaxTurnSeconds, nothingChanged)
+	}
+	if p.AgentSessions != nil {
+		st.AgentSessions = *p.AgentSessions
+	}
+	if p.AcceptAgentPrompts != nil {
+		st.AcceptAgentPrompts = *p.AcceptAgentPrompts
+	}
+	if p.MaxWaitSeconds != nil {
+		st.MaxWaitSeconds = *p.MaxWaitSeconds
+	}
+	if p.QuietTaskMinutes != nil {
+		st.QuietTaskMinutes = *p.QuietTaskMinutes
+	}
+	if p.MaxTurnSeconds != nil {
+		st.MaxTurnSeconds = *p.MaxTurnSeconds
+	}
+	if err := r.st.SaveSettings(ctx, st); err != nil {
+		return st, err
+	}
+	r.cacheSettings(st)
+	return st, r.st.Notify(ctx, "settings")
+}
+
+// Turn returns a turn's state for the owner (message id).
+func (r *Relay) Turn(ctx context.Context, id string) (*store.Turn, error) {
+	t, err := r.st.GetTurn(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, Errorf(CodeNotFound, "No message %q. Nothing was done.", id)
+	}
+	return t, err
+}
+
+// RecoverDrains restarts the drain of sessions whose drain job was lost
+// (an enqueue that failed, a Redis restart): any process may call it.
+// stale keeps only the flags seen unchanged by the previous sweep.
+func (r *Relay) RecoverDrains(ctx context.Context, stale func(map[string]string) map[string]string) (int, error) {
+	flags, err := r.st.DrainFlags(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if stale != nil {
+		flags = stale(flags)
+	}
+	n := 0
+	for sid, taskID := range flags {
+		holder, err := r.st.LeaseHolder(ctx, sid)
+		if err != nil || holder != "" {
+			continue
+		}
+		// No lease: no live worker runs this session (a running drain renews
+		// its lease every 5 s). A task still waiting will run; one gone, or
+		// active without a lease (its process died, R18.11), is replaced now
+		// rather than when asynq's own recovery hands it back (55–120 s).
+		waiting, err := r.enq.DrainTaskWaiting(ctx, taskID)
+		if err != nil || waiting {
+			continue
+		}
+		if err := r.enqueueDrain(ctx, sid); err != nil {
+			return n, fmt.Errorf("recover drain %s: %w", sid, err)
+		}
+		r.log.Warn("restarted a lost drain", "session", sid, "lost_task", taskID)
+		n++
+	}
+	return n, nil
+}
+
+// Providers describes the configured providers in config order (the console's New session form).
+func (r *Relay) Providers() []provider.Info {
+	out := []provider.Info{}
+	for _, id := range r.providerIDs() {
+		out = append(out, r.providers[id].Info())
+	}
+	return out
+}
+
+// QuestionCards lists a session's pending question cards (ask_user) for the owner.
+func (r *Relay) QuestionCards(ctx context.Context, sid string) ([]*store.Question, error) {
+	return r.st.PendingQuestions(ctx, sid)
+}
+
+// TaskTail is the end of a task's output as read_task_output shows it (the owner's console).
+func (r *Relay) TaskTail(ctx context.Context, taskID string, n int) ([]string, error) {
+	raw, err := r.st.TaskOutput(ctx, taskID)
+	if err != nil {
+		return nil, err
+	}
+	tail, _ := taskout.Tail(raw, n)
+	return tail, nil
+}

@@ -1,0 +1,548 @@
+package domain
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oar/relay/store"
+)
+
+// Pairing in the owner API (§12, R13.1a), mentions (R4.4) and list_relays.
+
+// NewPeerToken issues a token another relay pairs with (POST /api/v1/peer-tokens).
+func (r *Relay) NewPeerToken(ctx context.Context, label string) (map[string]any, error) {
+	if len(label) > 200 {
+		return nil, Errorf(CodeInvalidInput, "label may have at most 200 characters. No token was made.")
+	}
+	tok := "rpt_" + store.NewID(24)
+	now := r.now()
+	if err := r.st.AddPeerToken(ctx, tok, store.PeerToken{CreatedAt: now, Label: label}); err != nil {
+		return nil, err
+	}
+	r.log.Info("peer token issued", "label", label)
+	return map[string]any{"token": tok, "id": store.PeerTokenID(tok), "relay": r.opts.Name, "url": r.opts.BaseURL, "createdAt": ts(now),
+		"note": "Give this token to the other relay's owner: they pair with POST /api/v1/relays {url, token}. It is shown only once."}, nil
+}
+
+// peerTokenTTL is how long a process trusts that a peer token it checked is
+// still one of this relay's (a revocation empties every process's cache at
+// once through the "tokens" notification; this is the safety net).
+const peerTokenTTL = 30 * time.Second
+
+// peerTok is what a process knows of a peer token: valid until, and the
+// relay it is tied to ("" before its first call; a tie never changes).
+type peerTok struct {
+	until   time.Time
+	bound   string
+	touched time.Time // lastUsedAt last written by this process
+}
+
+// PeerTokenValid reports whether a bearer token is a peer token of this
+// relay; a valid one is remembered for peerTokenTTL (one round trip less on
+// every peer request).
+func (r *Relay) PeerTokenValid(ctx context.Context, tok string) (bool, error) {
+	r.peerTokMu.Lock()
+	e, ok := r.peerToks[tok]
+	r.peerTokMu.Unlock()
+	if ok && time.Now().Before(e.until) {
+		r.touchPeerToken(ctx, tok)
+		return true, nil
+	}
+	valid, err := r.st.PeerTokenValid(ctx, tok)
+	if err != nil || !valid {
+		return valid, err
+	}
+	r.peerTokMu.Lock()
+	e = r.peerToks[tok]
+	e.until = time.Now().Add(peerTokenTTL)
+	r.peerToks[tok] = e
+	r.peerTokMu.Unlock()
+	r.touchPeerToken(ctx, tok)
+	return true, nil
+}
+
+// bindPeerToken is store.BindPeerToken, remembered once tied.
+func (r *Relay) bindPeerToken(ctx context.Context, tok, relayName string) (string, error) {
+	r.peerTokMu.Lock()
+	e := r.peerToks[tok]
+	r.peerTokMu.Unlock()
+	if e.bound != "" {
+		return e.bound, nil
+	}
+	bound, err := r.st.BindPeerToken(ctx, tok, relayName)
+	if err != nil || bound == "" {
+		return bound, err
+	}
+	r.peerTokMu.Lock()
+	if cur, ok := r.peerToks[tok]; ok { // only tokens found valid are kept
+		cur.bound = bound
+		r.peerToks[tok] = cur
+	}
+	r.peerTokMu.Unlock()
+	return bound, nil
+}
+
+// PairRequest is POST /api/v1/relays.
+type PairRequest struct {
+	Name       string `json:"name"`
+	URL        string `json:"url"`
+	Token      string `json:"token"`
+	Permission string `json:"permission"`
+}
+
+// RelayPatch is PATCH /api/v1/relays/{name}.
+type RelayPatch struct {
+	Permission *string `json:"permission"`
+	URL        *string `json:"url"`
+	Token      *string `json:"token"`
+}
+
+var relayNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// checkPeerURL applies R4.10: https, or http only to loopback and private ranges.
+func checkPeerURL(raw string) (*url.URL, string, error) {
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		return nil, "", Errorf(CodeInvalidInput, "url is required: the other relay's address, like https://build-box.example.com. Nothing was paired.")
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return nil, "", Errorf(CodeInvalidInput, "url %q is not an http(s) address like https://build-box.example.com. Nothing was paired.", raw)
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, "", Errorf(CodeInvalidInput, "url %q may not carry a user, a query or a fragment: give the relay's base address. Nothing was paired.", raw)
+	}
+	host := u.Hostname()
+	if u.Scheme == "http" && !privateHost(host) {
+		return nil, "", Errorf(CodeInvalidInput, "url %q uses plain http:// on a public address; a paired relay must use https:// (http:// is accepted only for loopback and private networks: 127.0.0.0/8, ::1, 10/8, 172.16/12, 192.168/16, fc00::/7). Nothing was paired.", raw)
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	return u, strings.ToLower(host), nil
+}
+
+// privateHost: loopback and private ranges by address; a name only when it is
+// localhost or resolves to such addresses alone.
+func privateHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.IsLoopback() || a.IsPrivate()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil || len(addrs) == 0 {
+		return false
+	}
+	for _, a := range addrs {
+		a = a.Unmap()
+		if !a.IsLoopback() && !a.IsPrivate() {
+			return false
+		}
+	}
+	return true
+}
+
+// Pair pairs this relay with another (R13.1a): the URL is checked, hello is
+// tried for 5 s; on success its own name is the default name; without an
+// answer the pairing is kept offline only when a name was given.
+func (r *Relay) Pair(ctx context.Context, in PairRequest) (map[string]any, error) {
+	u, host, err := checkPeerURL(in.URL)
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(in.Token) == "" {
+		return nil, Errorf(CodeInvalidInput, "token is required: a peer token made on the other relay (POST /api/v1/peer-tokens there). Nothing was paired.")
+	}
+	perm := strings.ToLower(strings.TrimSpace(in.Permission))
+	if perm == "" {
+		perm = "full" // R4.5: new pairings start at full
+	}
+	if _, ok := levelRank[perm]; !ok {
+		return nil, Errorf(CodeInvalidInput, "permission must be one of %s (got %q). Nothing was paired.", strings.Join(Levels, ", "), in.Permission)
+	}
+	name := strings.TrimSpace(in.Name)
+	if name != "" {
+		if e := r.checkRelayName(name); e != nil {
+			return nil, e
+		}
+	}
+	base := u.String()
+	if r.opts.BaseURL != "" && strings.EqualFold(strings.TrimRight(r.opts.BaseURL, "/"), base) {
+		return nil, Errorf(CodeInvalidInput, "url %q is this relay itself; pair it with another relay. Nothing was paired.", base)
+	}
+	p := &store.Pairing{Name: name, URL: base, Host: host, Token: strings.TrimSpace(in.Token), Permission: perm, PairedAt: r.now()}
+	label := name
+	if label == "" {
+		label = host
+	}
+	h, e := r.hello(ctx, label, base, p.Token, helloTimeout)
+	switch {
+	case e == nil:
+		self, err := r.st.Instance(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if h.Instance != "" && h.Instance == self {
+			return nil, Errorf(CodeInvalidInput, "url %q leads back to this relay itself; pair it with another relay. Nothing was paired.", base)
+		}
+		if p.Name == "" {
+			p.Name = h.Name
+			if e := r.checkRelayName(p.Name); e != nil {
+				return nil, Errorf(CodeInvalidInput, "The relay at %q calls itself %q, which cannot be used here (%s); give a name. Nothing was paired.", base, h.Name, e.Msg)
+			}
+		}
+		p.RemoteName, p.Instance, p.Version, p.Features = h.Name, h.Instance, h.Version, append([]string{}, h.Features...)
+	case e.Code == CodeAuth:
+		return nil, Errorf(CodeAuth, "The relay at %q rejects this token. Make a new one there (POST /api/v1/peer-tokens) and pair again. Nothing was paired.", base)
+	case p.Name == "":
+		return nil, Errorf(CodeOffline, "The relay at %q did not answer hello within 5 s (%s). Give a name to pair it while it is offline. Nothing was paired.", base, e.Msg)
+	default:
+	}
+	if err := r.st.AddPairing(ctx, p); errors.Is(err, store.ErrExists) {
+		return nil, Errorf(CodeInvalidInput, "A relay named %q is paired already; give another name or remove that pairing first. Nothing was paired.", p.Name)
+	} else if err != nil {
+		return nil, err
+	}
+	r.link(ctx, p, e)
+	r.log.Info("relay paired", "relay", p.Name, "url", base, "online", e == nil, "permission", p.Permission)
+	links, _ := r.st.Links(ctx)
+	return r.pairingView(p, links), nil
+}
+
+func (r *Relay) checkRelayName(name string) *Error {
+	if !relayNameRE.MatchString(name) {
+		return Errorf(CodeInvalidInput, "name %q must be 1–63 letters, digits, '.', '_' or '-', starting with a letter or digit. Nothing was paired.", name)
+	}
+	if strings.EqualFold(name, "this") || strings.EqualFold(name, r.opts.Name) {
+		return Errorf(CodeInvalidInput, "name %q is this relay's own; give the paired relay another name. Nothing was paired.", name)
+	}
+	return nil
+}
+
+func (r *Relay) pairingView(p *store.Pairing, links map[string]store.Link) map[string]any {
+	l := links[strings.ToLower(p.Name)]
+	m := map[string]any{"name": p.Name, "url": p.URL, "host": p.Host, "online": l.Online, "version": p.Version,
+		"permission": p.Permission, "pairedAt": ts(p.PairedAt), "lastSeenAt": ts(l.LastSeenAt)}
+	if p.RemoteName != "" && !strings.EqualFold(p.RemoteName, p.Name) {
+		m["remoteName"] = p.RemoteName
+	}
+	if !l.Online && l.Reason != "" {
+		m["offlineReason"] = l.Reason
+	}
+	return m
+}
+
+// Relays lists the pairings (GET /api/v1/relays).
+func (r *Relay) Relays(ctx context.Context) ([]any, error) {
+	ps, err := r.st.Pairings(ctx)
+	if err != nil {
+		return nil, err
+	}
+	links, err := r.st.Links(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []any{}
+	for _, p := range ps {
+		out = append(out, r.pairingView(p, links))
+	}
+	return out, nil
+}
+
+// PatchRelay changes a pairing's level, URL or token.
+func (r *Relay) PatchRelay(ctx context.Context, name string, in RelayPatch) (map[string]any, error) {
+	p, err := r.st.GetPairing(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, Errorf(CodeNotFound, "No paired relay is named %q. Nothing was changed.", name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if in.Permission == nil && in.URL == nil && in.Token == nil {
+		return nil, Errorf(CodeInvalidInput, "Give permission, url or token to change. Nothing was changed.")
+	}
+	if in.Permission != nil {
+		perm := strings.ToLower(strings.TrimSpace(*in.Permission))
+		if _, ok := levelRank[perm]; !ok {
+			return nil, Errorf(CodeInvalidInput, "permission must be one of %s (got %q). Nothing was changed.", strings.Join(Levels, ", "), *in.Permission)
+		}
+		p.Permission = perm
+	}
+	if in.URL != nil {
+		u, host, err := checkPeerURL(*in.URL)
+		if err != nil {
+			var e *Error
+			if errors.As(err, &e) {
+				e.Msg = strings.Replace(e.Msg, "Nothing was paired.", "Nothing was changed.", 1)
+			}
+			return nil, err
+		}
+		p.URL, p.Host = u.String(), host
+	}
+	if in.Token != nil {
+		if strings.TrimSpace(*in.Token) == "" {
+			return nil, Errorf(CodeInvalidInput, "token may not be empty. Nothing was changed.")
+		}
+		p.Token = strings.TrimSpace(*in.Token)
+	}
+	if err := r.st.SavePairing(ctx, p); err != nil {
+		return nil, err
+	}
+	r.log.Info("pairing changed", "relay", p.Name, "permission", p.Permission)
+	links, _ := r.st.Links(ctx)
+	return r.pairingView(p, links), nil
+}
+
+// Unpair removes a pairing; subscriptions and asks this relay's
+// conversations hold there end (R8.19 unpaired, R10.8), on that relay too
+// while it can still be reached, and the answer counts both.
+func (r *Relay) Unpair(ctx context.Context, name string) (map[string]any, error) {
+	p, err := r.st.GetPairing(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, Errorf(CodeNotFound, "No paired relay is named %q. Nothing was changed.", name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ended, untold := 0, 0
+	subs, err := r.st.RemoteSubscriptions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range subs {
+		if strings.EqualFold(s.Relay, p.Name) {
+			// Ended here first: the poller, seeing it end there, keeps this reason.
+			r.endMirror(ctx, s, "unpaired")
+			// Tell the other side while it can still be reached (best effort, short).
+			if !r.remoteUnsubscribe(ctx, p, s) {
+				untold++
+			}
+			ended++
+		}
+	}
+	asks, err := r.st.RemoteAsks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	endedAsks := 0
+	for _, a := range asks {
+		if strings.EqualFold(a.Relay, p.Name) {
+			// The ask is kept there: it ends there, out of that relay's inbox (R10.8).
+			if !r.remoteWithdraw(ctx, p, a) {
+				untold++
+			}
+			if ok, err := r.st.DeleteRemoteAsk(ctx, a.ID); err == nil && ok {
+				endedAsks++
+			}
+		}
+	}
+	if _, err := r.st.DeletePairing(ctx, p.Name); err != nil {
+		return nil, err
+	}
+	if err := r.st.DropLink(ctx, p.Name); err != nil {
+		r.log.Warn("drop link state", "relay", p.Name, "err", err)
+	}
+	r.log.Info("relay unpaired", "relay", p.Name, "subscriptions_ended", ended, "asks_ended", endedAsks, "not_told", untold)
+	out := map[string]any{"name": p.Name, "removed": true, "subscriptionsEnded": ended, "asksEnded": endedAsks}
+	if untold > 0 {
+		out["note"] = fmt.Sprintf("Relay %q did not answer: %d of them ended here only; it stops keeping their events within %s of the last one, and its owner can dismiss the asks there.",
+			p.Name, untold, r.opts.Timing.ReplayKeep.Round(time.Hour))
+	}
+	return out, nil
+}
+
+// Mentions (R4.4, R13.1a): a pairing's name or host as a word, or with a
+// leading @; a name or host that is an IP address or localhost only with @.
+
+func mentioned(text, word string) bool {
+	if word == "" {
+		return false
+	}
+	atOnly := strings.EqualFold(word, "localhost") || net.ParseIP(word) != nil
+	lt, lw := strings.ToLower(text), strings.ToLower(word)
+	for i := 0; ; {
+		j := strings.Index(lt[i:], lw)
+		if j < 0 {
+			return false
+		}
+		start, end := i+j, i+j+len(lw)
+		i = start + 1
+		at := start > 0 && lt[start-1] == '@'
+		if atOnly && !at {
+			continue
+		}
+		if start > 0 && !at && isWordByte(lt[start-1]) {
+			continue
+		}
+		if end < len(lt) && (isWordByte(lt[end]) || (lt[end] == '.' && end+1 < len(lt) && isWordByte(lt[end+1]))) {
+			continue
+		}
+		if at && start > 1 && isWordByte(lt[start-2]) { // an e-mail address, not a mention
+			continue
+		}
+		return true
+	}
+}
+
+func isWordByte(b byte) bool {
+	return b == '_' || b == '-' || b >= 0x80 || (b >= '0' && b <= '9') || (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z')
+}
+
+// unlockMentions unlocks, in a conversation, the paired relays the owner's text mentions.
+func (r *Relay) unlockMentions(ctx context.Context, sid, text string) {
+	ps, err := r.st.Pairings(ctx)
+	if err != nil {
+		r.log.Warn("pairings unreadable; mentions not checked", "session", sid, "err", err)
+		return
+	}
+	var names []string
+	for _, p := range ps {
+		if mentioned(text, p.Name) || mentioned(text, p.Host) {
+			names = append(names, p.Name)
+		}
+	}
+	if err := r.st.Unlock(ctx, sid, true, names...); err != nil {
+		r.log.Warn("unlock mentioned relays", "session", sid, "err", err)
+	}
+}
+
+// PromptLine is the first line of a prompt an agent sent: from another
+// relay's agent (R4.8), or, local, from an agent on this relay (R18.15), so
+// no agent takes another agent's words for its owner's. The sender's relay,
+// title and model go through LineValue (R18.16).
+func PromptLine(from *store.Ref, local bool) string {
+	model := LineValue(from.Model, fieldModel)
+	if model == "" {
+		model = "unknown model"
+	}
+	title := LineValue(from.Title, fieldTitle)
+	if local {
+		return fmt.Sprintf(`[Prompt from an agent on this relay · session "%s" · %s · acting for the user]`, title, model)
+	}
+	return fmt.Sprintf(`[Remote prompt from an agent on relay "%s" · session "%s" · %s · acting for the user]`, LineValue(from.Relay, fieldRelay), title, model)
+}
+
+// pairedRelays is list_relays' view of the pairings for a conversation.
+func (r *Relay) pairedRelays(ctx context.Context, sid string) ([]any, int, error) {
+	ps, err := r.st.Pairings(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	links, err := r.st.Links(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	unlocked, err := r.st.Unlocked(ctx, sid)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := []any{}
+	n := 0
+	for _, p := range ps {
+		v := r.pairingView(p, links)
+		_, open := unlocked[strings.ToLower(p.Name)]
+		if open {
+			n++
+		}
+		out = append(out, map[string]any{"name": p.Name, "url": p.URL, "host": p.Host, "online": v["online"], "version": v["version"],
+			"permission": p.Permission, "unlocked": open})
+	}
+	return out, n, nil
+}
+
+func quoteJSON(s string) json.RawMessage {
+	b, _ := json.Marshal(s)
+	return b
+}
+
+// InboxWithPaired lists this relay's open asks and, for the owner's inbox on
+// request, those of every paired relay that answers (R10.3, R10.5); each
+// paired one carries "relay". Relays that do not answer are named in the
+// second result.
+func (r *Relay) InboxWithPaired(ctx context.Context) ([]any, []any, error) {
+	list, err := r.Inbox(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, x := range list {
+		if m, ok := x.(map[string]any); ok {
+			m["relay"] = r.opts.Name
+		}
+	}
+	ps, err := r.st.Pairings(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Every paired relay at once: one that does not answer costs its timeout, not the sum.
+	type answer struct {
+		asks []map[string]any
+		e    *Error
+	}
+	answers := make([]answer, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var out struct {
+				Asks []map[string]any `json:"asks"`
+			}
+			e := r.peerDo(ctx, p.Name, p.URL, p.Token, http.MethodGet, "/peer/v1/inbox", nil, r.opts.Timing.PeerTimeout, &out)
+			r.link(ctx, p, e)
+			answers[i] = answer{out.Asks, e}
+		}()
+	}
+	wg.Wait()
+	unreachable := []any{}
+	for i, p := range ps {
+		if e := answers[i].e; e != nil {
+			unreachable = append(unreachable, map[string]any{"relay": p.Name, "code": e.Code, "error": e.Msg})
+			continue
+		}
+		for _, m := range answers[i].asks {
+			m["relay"] = p.Name
+			list = append(list, m)
+		}
+	}
+	return list, unreachable, nil
+}
+
+// AnswerPairedAsk answers an ask kept on a paired relay from this relay's inbox (R10.3).
+func (r *Relay) AnswerPairedAsk(ctx context.Context, relayName, id string, in InboxAnswer) (map[string]any, error) {
+	p, err := r.pairing(ctx, relayName)
+	if err != nil {
+		return nil, err
+	}
+	if p == nil {
+		return nil, Errorf(CodeUnknownRelay, "No paired relay is named %q. Nothing was changed.", relayName)
+	}
+	body := map[string]any{"answer": in.Answer, "choice": in.Choice, "dismiss": in.Dismiss, "via": r.opts.Name}
+	var out map[string]any
+	e := r.peerDo(ctx, p.Name, p.URL, p.Token, http.MethodPost, "/peer/v1/inbox/"+url.PathEscape(id), body, r.opts.Timing.PeerTimeout, &out)
+	r.link(ctx, p, e)
+	if e != nil {
+		return nil, e
+	}
+	_ = r.st.Notify(ctx, "inbox") // every open console page drops it (R19.6)
+	out["relay"] = p.Name
+	return out, nil
+}
+
+// anyPairing reports whether at least one relay is paired (an unreadable
+// list counts as none: the agent is then offered no tool this turn).
+func (r *Relay) anyPairing(ctx context.Context) bool {
+	n, err := r.st.PairingCount(ctx)
+	return err == nil && n > 0
+}

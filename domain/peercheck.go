@@ -1,0 +1,309 @@
+package domain
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/oar/relay/scheduler"
+	"github.com/oar/relay/store"
+)
+
+// The check before a card (R5.3, R7.9, R7.13, R13.1): a call to a paired
+// relay that needs the owner's approval is first checked there, by
+// POST /peer/v1/check, with the same body as the call. The other relay runs
+// the action's checks (the accept setting, the hop limit, target, model with
+// its did-you-mean, effort, group, folder, billing partner, subscribe's
+// options, an ask's or answer's arguments, a transfer's limit, the limits) and nothing else: it changes nothing and counts
+// nothing. A refusal comes back as the call's would, and the caller's relay
+// gives it to its agent without a card; a pass names what the other relay
+// resolved, so the card can say it (`Group: Release 2.4 (grp_…)`,
+// `Switches billing to NAME`, digest and quiet hours), and whether that
+// relay records this conversation as the starter of the session an
+// update_session changes (then no card asks, R5.2.4). A relay whose hello
+// lacks "check" is not asked: its cards come before its checks, as before.
+
+// PeerChecked is what POST /peer/v1/check answers in `check`.
+type PeerChecked struct {
+	Action   string         `json:"action"`
+	Session  *CheckedRef    `json:"session,omitempty"`  // send, update_session, stop, archive, ask, answer_question: the target
+	Title    string         `json:"title,omitempty"`    // create_session: the new session's title
+	Provider string         `json:"provider,omitempty"` // the provider's name the turn runs on
+	Model    string         `json:"model,omitempty"`
+	Effort   string         `json:"effort,omitempty"`
+	Mode     string         `json:"mode,omitempty"`
+	Cwd      string         `json:"cwd,omitempty"`
+	Group    *CheckedRef    `json:"group,omitempty"`   // create_session: the group it joins (id, name)
+	Billing  string         `json:"billing,omitempty"` // send with provider: the partner's name it switches to (R7.8)
+	Changes  []CheckedValue `json:"changes,omitempty"` // update_session: what would change, in argument order
+	Changed  []string       `json:"changed,omitempty"` // update_session: the names of those settings
+	// StartedByCaller: update_session's session was started by the calling
+	// conversation, as this relay recorded it (R7.10: no card).
+	StartedByCaller bool         `json:"startedByCaller,omitempty"`
+	Watched         []CheckedRef `json:"watched,omitempty"` // subscribe: the sessions watched
+	All             bool         `json:"all,omitempty"`
+	Events          []string     `json:"events,omitempty"`
+	DigestMinutes   int          `json:"digestMinutes,omitempty"`
+	QuietHours      *store.Quiet `json:"quietHours,omitempty"`
+	Excluded        int          `json:"excluded,omitempty"`
+}
+
+// CheckedRef is a session or group the check resolved.
+type CheckedRef struct {
+	ID    string `json:"id"`
+	Name  string `json:"name,omitempty"`  // a group's
+	Title string `json:"title,omitempty"` // a session's
+}
+
+// CheckedValue is one setting update_session would change: its name, the
+// card's label and the new value (and a group's id; "new" for a group the
+// call would create).
+type CheckedValue struct {
+	Setting string `json:"setting"`
+	Label   string `json:"label"`
+	Value   string `json:"value"`
+	ID      string `json:"id,omitempty"`
+}
+
+// PeerCheck answers POST /peer/v1/check: the checks of a call a paired
+// relay's agent wants to make, and what they resolved, without the effect.
+// The answer is the result envelope: ok with `check`, or the error the call
+// would have got.
+func (r *Relay) PeerCheck(ctx context.Context, tok string, raw []byte) json.RawMessage {
+	env := map[string]any{}
+	action, c, a, e := r.peerCaller(ctx, tok, raw)
+	var chk *PeerChecked
+	if e == nil {
+		_, e = r.peerCheck(ctx, c, a)
+	}
+	if e == nil {
+		chk, e = r.checkAction(ctx, c, a)
+	}
+	if e != nil {
+		if e.Code == CodeInternal {
+			r.log.Error("peer check failed", "action", action, "err", e.cause)
+		}
+		errorEnvelope(env, e)
+		if c != nil {
+			r.log.Info("peer check refused", "action", action, "from", c.remote.Relay, "code", e.Code)
+		}
+	} else {
+		env["ok"], env["check"] = true, chk
+	}
+	b, err := json.Marshal(env)
+	if err != nil {
+		r.log.Error("encode check", "err", err)
+		return json.RawMessage(`{"ok":false,"code":"REMOTE_RELAY_INTERNAL","error":"The check could not be encoded. Nothing was done."}`)
+	}
+	return b
+}
+
+// checkAction runs an action's checks for a paired relay's agent and
+// names what they resolved; nothing is written.
+func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerChecked, *Error) {
+	chk := &PeerChecked{Action: a.action}
+	switch a.action {
+	case "send":
+		in, pl, e := r.sendChecks(ctx, c, a)
+		if e != nil {
+			return nil, e
+		}
+		chk.Session = &CheckedRef{ID: pl.s.ID, Title: pl.s.Title}
+		chk.Provider, chk.Model, chk.Effort, chk.Mode = pl.info.Name, firstNonEmpty(in.model, pl.s.Model), firstNonEmpty(in.effort, pl.s.Effort), pl.mode
+		if pl.switchTo != "" {
+			chk.Billing = pl.info.Name
+		}
+	case "create_session":
+		_, pl, e := r.createChecks(ctx, c, a)
+		if e != nil {
+			return nil, e
+		}
+		chk.Title, chk.Provider, chk.Model, chk.Effort, chk.Mode, chk.Cwd = pl.title, pl.info.Name, pl.model, pl.effort, pl.mode, pl.cwd
+		if pl.group != nil {
+			chk.Group = &CheckedRef{ID: pl.group.ID, Name: r.groupName(ctx, pl.group)}
+		}
+	case "update_session":
+		_, pl, ch, e := r.updateChecks(ctx, c, a)
+		if e != nil {
+			return nil, e
+		}
+		s := pl.s
+		chk.Session = &CheckedRef{ID: s.ID, Title: s.Title}
+		chk.StartedByCaller = s.StartedBy != nil && strings.EqualFold(s.StartedBy.Relay, c.remote.Relay) && s.StartedBy.Session == c.remote.Session
+		chk.Changed = nonNil(ch.names)
+		for _, name := range ch.names {
+			v := CheckedValue{Setting: name}
+			switch name {
+			case "auto_compact_window":
+				v.Label, v.Value = "Auto-compact window", fmt.Sprint(pl.acw)
+			case "group":
+				v.Label = "Group"
+				switch {
+				case pl.leave:
+					v.Value = "none"
+				case pl.group != nil:
+					v.Value, v.ID = r.groupName(ctx, pl.group), pl.group.ID
+				default:
+					v.Value, v.ID = pl.createGroup, "new"
+				}
+			default:
+				for _, t := range ch.texts {
+					if t.name == name {
+						v.Label, v.Value = t.label, t.value
+					}
+				}
+			}
+			chk.Changes = append(chk.Changes, v)
+		}
+	case "subscribe":
+		in, pl, e := r.subscribeChecks(ctx, c, a)
+		if e != nil {
+			return nil, e
+		}
+		for _, s := range pl.watched {
+			chk.Watched = append(chk.Watched, CheckedRef{ID: s.ID, Title: s.Title})
+		}
+		chk.All, chk.Events, chk.DigestMinutes, chk.QuietHours, chk.Excluded = in.all, in.events, in.digest, in.quiet, len(pl.exclude)
+	case "ask":
+		in, e := r.checkAsk(ctx, c, a)
+		if e != nil {
+			return nil, e
+		}
+		chk.Session = &CheckedRef{ID: in.concern.ID, Title: in.concern.Title}
+	case "answer_question":
+		_, s, _, e := r.checkAnswer(ctx, c, a)
+		if e != nil {
+			return nil, e
+		}
+		chk.Session = &CheckedRef{ID: s.ID, Title: s.Title}
+	case "transfer_subscriptions":
+		if _, _, e := r.checkTransfer(ctx, c, a); e != nil {
+			return nil, e
+		}
+	case "stop", "archive":
+		s, e := r.target(ctx, a, "session")
+		if e != nil {
+			return nil, e
+		}
+		chk.Session = &CheckedRef{ID: s.ID, Title: s.Title}
+	}
+	return chk, nil
+}
+
+// checkable are the actions a card may guard on a paired relay: they are
+// checked there before the card (R5.3).
+func checkable(a *args) bool {
+	return writeActions[a.action] || a.action == "subscribe" || (a.action == "ask" && a.has("session"))
+}
+
+// checkThere asks a paired relay to check a call before its card (R5.3):
+// nil, nil when that relay does not serve the check (an older relay: the
+// card comes first, as before); the other relay's refusal as the call's.
+func (r *Relay) checkThere(ctx context.Context, p *store.Pairing, body PeerCallBody) (*PeerChecked, *Error) {
+	var env map[string]json.RawMessage
+	e := r.peerDo(ctx, p.Name, p.URL, p.Token, http.MethodPost, "/peer/v1/check", body, r.opts.Timing.PeerTimeout, &env)
+	r.link(ctx, p, e)
+	if e != nil {
+		if notServed(e, "/peer/v1/check") {
+			return nil, nil // a relay from before the check, whose pairing knows no features
+		}
+		return nil, e
+	}
+	var ok bool
+	if json.Unmarshal(env["ok"], &ok) != nil {
+		return nil, Errorf(CodeOffline, "Relay %q answered the check without a result envelope. Nothing was done.", p.Name)
+	}
+	if !ok {
+		m := map[string]any{}
+		for k, v := range env {
+			var x any
+			if json.Unmarshal(v, &x) == nil {
+				m[k] = x
+			}
+		}
+		return nil, envError(m)
+	}
+	var chk PeerChecked
+	if err := json.Unmarshal(env["check"], &chk); err != nil {
+		return nil, Errorf(CodeOffline, "Relay %q answered the check with JSON this relay cannot read (%v). Nothing was done.", p.Name, err)
+	}
+	return &chk, nil
+}
+
+// notServed reports a 404 for path: as text (CodeUnsupported from peerDo),
+// or as the JSON this relay's own router answers for a route it does not
+// know, which an older relay of this project answers.
+func notServed(e *Error, path string) bool {
+	return (e.Code == CodeUnsupported || e.Code == CodeNotFound) && strings.Contains(e.Msg, path)
+}
+
+// envError is the error of a paired relay's failed envelope, its fields kept.
+func envError(env map[string]any) *Error {
+	code, _ := env["code"].(string)
+	msg, _ := env["error"].(string)
+	if code == "" {
+		code = CodeInternal
+	}
+	er := &Error{Code: code, Msg: msg}
+	for k, v := range env {
+		switch k {
+		case "ok", "code", "error":
+		default:
+			er = er.With(k, v)
+		}
+	}
+	return er
+}
+
+// checkedCardLines are the card's lines of a call a paired relay checked:
+// what it resolved, in the words of this relay's own cards (§5, R7.8, R7.9,
+// R5.4). Every value came from that relay or the agent and goes through
+// LineValue (R18.16).
+func checkedCardLines(a *args, p *store.Pairing, k *PeerChecked) []string {
+	relay := LineValue(p.Name, fieldRelay)
+	text, _ := a.str("text")
+	switch {
+	case a.action == "send" && k.Session != nil:
+		lines := []string{fmt.Sprintf(`Send to "%s" (%s) on relay "%s": %s`, LineValue(k.Session.Title, fieldTitle), lineID(k.Session.ID), relay, LineValue(text, fieldExcerpt)),
+			settingsLine(k.Model, k.Effort, k.Mode)}
+		if k.Billing != "" {
+			lines = append(lines, "Switches billing to "+LineValue(k.Billing, fieldModel))
+		}
+		return lines
+	case a.action == "create_session":
+		lines := []string{fmt.Sprintf(`Start a session "%s" with %s in %s on relay "%s": %s`, LineValue(k.Title, fieldTitle), LineValue(k.Provider, fieldModel),
+			LineValue(k.Cwd, fieldPath), relay, LineValue(text, fieldExcerpt)), settingsLine(k.Model, k.Effort, k.Mode)}
+		if k.Group != nil {
+			lines = append(lines, groupLine(k.Group.Name, k.Group.ID))
+		}
+		return lines
+	case a.action == "update_session" && k.Session != nil:
+		var changes []string
+		for _, v := range k.Changes {
+			label := LineValue(v.Label, fieldWord)
+			if v.ID != "" {
+				changes = append(changes, strings.Replace(groupLine(v.Value, v.ID), "Group", label, 1))
+				continue
+			}
+			changes = append(changes, changeLine(label, v.Value, fieldOf(v.Setting)))
+		}
+		return []string{fmt.Sprintf(`Change "%s" (%s) on relay "%s":`, LineValue(k.Session.Title, fieldTitle), lineID(k.Session.ID), relay), strings.Join(changes, " · ")}
+	case a.action == "subscribe":
+		watched := make([]*store.Session, len(k.Watched))
+		for i, w := range k.Watched {
+			watched[i] = &store.Session{ID: w.ID, Title: w.Title}
+		}
+		lines := []string{subscribeCardLine(watched, k.All, k.Events, ` on relay "`+relay+`"`)}
+		var q *scheduler.Quiet
+		if k.QuietHours != nil {
+			q, _ = scheduler.ParseQuiet(k.QuietHours.From, k.QuietHours.To, k.QuietHours.TZ) // checked again: it came from that relay
+		}
+		if opts := subOptions(k.DigestMinutes, q, k.Excluded); opts != "" {
+			lines = append(lines, opts)
+		}
+		return lines
+	}
+	return remoteCardLines(a, p)
+}

@@ -1,0 +1,308 @@
+package domain
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oar/relay/store"
+)
+
+// Polling paired relays, in every process (a short Redis lock per item makes
+// one process poll it at a time): the events of subscriptions this relay's
+// conversations hold there (R8.20, R8.21), the asks they made there (R10.5),
+// and the link state of each pairing for list_relays.
+
+const (
+	healthEvery = 30 * time.Second // hello to each pairing this often (list_relays' online)
+	askLockTTL  = time.Minute
+)
+
+// peerLoop runs until ctx ends; every poll it started has ended when it returns.
+func (r *Relay) peerLoop(ctx context.Context) {
+	every := r.opts.Timing.PeerPoll
+	if every <= 0 {
+		every = 3 * time.Second
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var mu sync.Mutex
+	busy := map[string]bool{}
+	spawn := func(key string, ttl time.Duration, f func(context.Context)) {
+		mu.Lock()
+		if busy[key] {
+			mu.Unlock()
+			return
+		}
+		busy[key] = true
+		mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { mu.Lock(); delete(busy, key); mu.Unlock() }()
+			ok, err := r.st.TryLock(ctx, key, ttl)
+			if err != nil || !ok {
+				return
+			}
+			defer func() {
+				if err := r.st.ReleaseLock(context.WithoutCancel(ctx), key); err != nil {
+					r.log.Warn("release poll lock", "key", key, "err", err)
+				}
+			}()
+			f(ctx)
+		}()
+	}
+	var lastHealth time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		subs, err := r.st.RemoteSubscriptions(ctx)
+		if err != nil {
+			r.log.Warn("remote subscriptions unreadable", "err", err)
+			continue
+		}
+		for _, s := range subs {
+			s := s
+			spawn("rsub:"+s.ID, 2*r.opts.Timing.PeerTimeout+every, func(ctx context.Context) { r.pollMirror(ctx, s.ID) })
+		}
+		asks, err := r.st.RemoteAsks(ctx)
+		if err == nil {
+			now := r.now()
+			for _, a := range asks {
+				if !a.NextPollAt.After(now) {
+					a := a
+					spawn("rask:"+a.ID, askLockTTL, func(ctx context.Context) { r.pollAsk(ctx, a) })
+				}
+			}
+		}
+		if time.Since(lastHealth) >= healthEvery {
+			lastHealth = time.Now()
+			if ps, err := r.st.Pairings(ctx); err == nil {
+				for _, p := range ps {
+					p := p
+					spawn("hello:"+strings.ToLower(p.Name), healthEvery-time.Second, func(ctx context.Context) {
+						h, e := r.hello(ctx, p.Name, p.URL, p.Token, helloTimeout)
+						if e == nil || e.Code == CodeOffline || e.Code == CodeAuth {
+							r.link(ctx, p, e)
+						}
+						if e == nil {
+							r.refreshPairing(ctx, p.Name, h)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// pollMirror reads a remote subscription's new events and offers them here,
+// where digest and quiet hours apply (R8.21). After a lost link, what comes
+// is one message between link_lost and link_restored, each event replayed.
+func (r *Relay) pollMirror(ctx context.Context, id string) {
+	sub, err := r.st.GetSubscription(ctx, id)
+	if err != nil || sub.EndReason != "" || sub.Relay == "" {
+		return
+	}
+	p, err := r.st.GetPairing(ctx, sub.Relay)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			r.endMirror(ctx, sub, "unpaired")
+		}
+		return
+	}
+	// The watcher was archived or deleted: the subscription ends on both sides (R8.19).
+	ws, err := r.st.GetSession(ctx, sub.Watcher)
+	if (err == nil && ws.Archived) || errors.Is(err, store.ErrNotFound) {
+		r.remoteUnsubscribe(ctx, p, sub)
+		r.endMirror(ctx, sub, "archived")
+		return
+	}
+	// Every page there is now is read before anything is offered, so what a
+	// lost link kept comes as one message (R8.21, up to 500 events).
+	cursor, ended := sub.Cursor, ""
+	var evs []store.Event
+	for page := 0; page < 50; page++ {
+		pe, e := r.peerEvents(ctx, p, sub.ID, cursor, 0)
+		if e != nil {
+			if e.Code == CodeNotFound {
+				r.log.Info("remote subscription gone on its relay", "relay", p.Name, "sub", sub.ID)
+				r.endMirror(ctx, sub, "unsubscribed")
+				return
+			}
+			if page == 0 && sub.LinkDownAt.IsZero() {
+				sub.LinkDownAt = r.now()
+				if err := r.st.SaveSubscription(ctx, sub); err != nil {
+					r.log.Warn("mark link down", "sub", sub.ID, "err", err)
+				}
+				r.log.Warn("link to paired relay lost", "relay", p.Name, "sub", sub.ID, "reason", e.Msg)
+			}
+			return // the cursor stays: the next poll reads it all again
+		}
+		for _, ev := range pe.Events {
+			if mirrorExcludes(sub, ev.Session) {
+				continue // exclude applied here too (R8.21), for a relay that does not know it
+			}
+			ev.Relay = p.Name
+			ev.Sub, ev.Watcher = sub.ID, "" // the same id on both relays: all_idle and heartbeat lines name it
+			evs = append(evs, ev)
+		}
+		cursor = pe.Cursor
+		if len(pe.Events) < peerEventsBatch {
+			ended = pe.Ended
+			break
+		}
+	}
+	if err := r.offerRemote(ctx, sub, p, evs); err != nil {
+		r.log.Error("deliver remote events", "relay", p.Name, "sub", sub.ID, "err", err)
+		return // the cursor stays: they come again and are delivered once (R8.12)
+	}
+	fresh, err := r.st.GetSubscription(ctx, id)
+	if err != nil {
+		return
+	}
+	fresh.Cursor, fresh.LinkDownAt = cursor, time.Time{}
+	if err := r.st.SaveSubscription(ctx, fresh); err != nil {
+		r.log.Warn("save remote cursor", "sub", id, "err", err)
+		return
+	}
+	if ended != "" {
+		r.endMirror(ctx, fresh, ended)
+	}
+}
+
+func (r *Relay) offerRemote(ctx context.Context, sub *store.Subscription, p *store.Pairing, evs []store.Event) error {
+	if sub.LinkDownAt.IsZero() || len(evs) == 0 {
+		for i := range evs {
+			if err := r.offer(ctx, sub, &evs[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// The link is back: replayed events in one message, those the
+	// subscription's digest or quiet hours hold come later (R8.21), as
+	// offer would hold them: a digest already due takes them all now.
+	now := r.now()
+	due := holdDue(sub, now)
+	holding := due.After(now)
+	held, digested := 0, false
+	var batch []store.Event
+	first := sub.LinkDownAt
+	for i := range evs {
+		ev := &evs[i]
+		ev.Replayed = true
+		if ev.At.Before(first) {
+			first = ev.At
+		}
+		if !urgent(ev.Kind) && holding {
+			if err := r.hold(ctx, sub, ev, due); err != nil {
+				return err
+			}
+			held++
+			continue
+		}
+		digested = digested || !urgent(ev.Kind)
+		batch = append(batch, *ev)
+	}
+	if digested && sub.DigestMinutes > 0 {
+		if err := r.st.SetLastDigest(ctx, sub, now); err != nil { // this was the digest: the next one N minutes on
+			return err
+		}
+	}
+	mark := sub.LinkDownAt.UnixMilli()
+	lost := store.Event{ID: fmt.Sprintf("lost_%s_%d", sub.ID, mark), Kind: EvLinkLost, Relay: p.Name, At: first.Add(-time.Millisecond)}
+	restored := store.Event{ID: fmt.Sprintf("restored_%s_%d", sub.ID, mark), Kind: EvLinkRestored, Relay: p.Name, At: now.Add(time.Millisecond),
+		Text: fmt.Sprintf("link_restored: %s, %d held for later", plural(len(evs), "replayed event", "replayed events"), held)}
+	for i := range batch {
+		if !batch[i].At.After(lost.At) {
+			batch[i].At = lost.At.Add(time.Microsecond)
+		}
+		// The other relay's clock may run ahead of this one's: link_restored
+		// still ends the message (lines go oldest first).
+		if !restored.At.After(batch[i].At) {
+			restored.At = batch[i].At.Add(time.Millisecond)
+		}
+	}
+	all := append(append([]store.Event{lost}, batch...), restored)
+	r.log.Info("link to paired relay restored", "relay", p.Name, "sub", sub.ID, "replayed", len(evs), "held", held)
+	return r.release(ctx, sub.Watcher, store.Batch{Kind: "plain", Sub: sub.ID, Events: all, Urgent: true})
+}
+
+// pollAsk asks the paired relay whether an ask made there was answered (R10.5).
+func (r *Relay) pollAsk(ctx context.Context, a *store.RemoteAsk) {
+	p, err := r.st.GetPairing(ctx, a.Relay)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			_, _ = r.st.DeleteRemoteAsk(ctx, a.ID)
+		}
+		return
+	}
+	body := PeerCallBody{Action: "list_questions", Args: map[string]json.RawMessage{"session": quoteJSON(a.Session)},
+		Origin: PeerOrigin{Relay: r.opts.Name, Session: a.Asker, Path: []string{r.opts.Name}}}
+	env, e := r.peerCall(ctx, p, body, r.opts.Timing.PeerTimeout)
+	if e != nil || env["ok"] != true {
+		a.NextPollAt = r.now().Add(r.opts.Timing.AskPollOffline) // every 30 s while it does not answer
+		if err := r.st.SaveRemoteAsk(ctx, a); err != nil {
+			r.log.Warn("save remote ask", "ask", a.ID, "err", err)
+		}
+		return
+	}
+	qs, _ := env["questions"].([]any)
+	var q map[string]any
+	for _, x := range qs {
+		if m, ok := x.(map[string]any); ok && m["question_id"] == a.ID {
+			q = m
+		}
+	}
+	status, _ := q["status"].(string)
+	switch {
+	case q == nil || status == "withdrawn":
+		_, _ = r.st.DeleteRemoteAsk(ctx, a.ID) // ended there (archived, deleted, withdrawn): nobody is told
+		_ = r.st.Notify(ctx, "inbox")          // but the owner's console drops it (R19.4)
+	case status == "pending":
+		a.NextPollAt = r.now().Add(r.opts.Timing.AskPoll)
+		if err := r.st.SaveRemoteAsk(ctx, a); err != nil {
+			r.log.Warn("save remote ask", "ask", a.ID, "err", err)
+		}
+	default:
+		ok, err := r.st.DeleteRemoteAsk(ctx, a.ID)
+		if err != nil || !ok {
+			return // another process told the asker
+		}
+		_ = r.st.Notify(ctx, "inbox") // answered there: the owner's console drops it (R19.4)
+		answer, _ := q["answer"].(string)
+		choice, _ := q["choice"].(string)
+		via, _ := q["via"].(string)
+		if via == "" {
+			via = p.Name
+		}
+		r.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: a.Asker, QuestionID: a.ID, Text: a.Question,
+			Answer: answer, Choice: choice, Dismissed: status == "dismissed", Via: via})
+	}
+}
+
+// refreshPairing keeps what a paired relay says of itself current (an
+// upgrade brings new features; a pairing made offline learns its name).
+func (r *Relay) refreshPairing(ctx context.Context, name string, h *Hello) {
+	p, err := r.st.GetPairing(ctx, name) // fresh: an owner's change in between is kept
+	if err != nil {
+		return
+	}
+	if p.Version == h.Version && p.RemoteName == h.Name && p.Instance == h.Instance && slices.Equal(p.Features, h.Features) {
+		return
+	}
+	p.Version, p.RemoteName, p.Instance, p.Features = h.Version, h.Name, h.Instance, append([]string{}, h.Features...)
+	if err := r.st.SavePairing(ctx, p); err != nil {
+		r.log.Warn("refresh pairing", "relay", name, "err", err)
+	}
+}

@@ -1,0 +1,401 @@
+// Package relay is the domain: one Relay service with a method per action of
+// relay_tool, the caller, the rules (permissions, cards, caps, loop
+// protection, hops), the result envelope and error codes, and the running of
+// turns through providers. It knows nothing of HTTP, MCP or asynq.
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/oar/relay/config"
+	"github.com/oar/relay/provider"
+	"github.com/oar/relay/store"
+)
+
+// Enqueuer starts the job that runs a session's next turn.
+type Enqueuer interface {
+	EnqueueDrain(ctx context.Context, session, taskID string) error
+	// Enqueue enqueues an event-delivery job (id optional for uniqueness, at optional = now).
+	Enqueue(ctx context.Context, typ string, payload any, id string, at time.Time) error
+	// DrainTaskExists reports whether a drain task with this id is still pending, scheduled, retrying or active.
+	DrainTaskExists(ctx context.Context, taskID string) (bool, error)
+	// DrainTaskWaiting reports whether it waits to run (pending, scheduled, retrying).
+	DrainTaskWaiting(ctx context.Context, taskID string) (bool, error)
+}
+
+// Metrics receives the domain's counts. A nil Metrics counts nothing.
+type Metrics interface {
+	ToolCall(action, code string, d time.Duration)
+	TurnStarted(provider string)
+	TurnFinished(provider, status string, d time.Duration)
+	CardDecided(decision string)
+	Event(kind string)
+	Delivery(kind string)
+}
+
+// Options configures a Relay.
+type Options struct {
+	Name       string
+	Version    string
+	BaseURL    string // http://host:port of the API ("" in a worker-only process)
+	Folders    []string
+	DefaultCwd string
+	Settings   config.Settings // initial settings (stored on first start)
+	Timing     config.Timing
+	Limits     config.Limits
+	Clock      func() time.Time
+	// RealAt converts a time of Clock into wall time for job scheduling (tests
+	// run a faster clock); default identity.
+	RealAt   func(time.Time) time.Time
+	Logger   *slog.Logger
+	Metrics  Metrics
+	WorkerID string
+	// MaxWaitCap, when set, caps the longest wait per call below the settings (tests).
+	MaxWaitCap time.Duration
+	// Caps are the providers' monthly spending caps by provider id (R7.8).
+	Caps map[string]Cap
+	// Traits say per provider id how its sessions take update_session's
+	// Claude settings (R7.10); a provider not named has none.
+	Traits map[string]SessionTraits
+	// DirectDrains is how many drains a process that runs a worker may start
+	// itself for prompts whose caller waits (direct.go); 0: none.
+	DirectDrains int
+}
+
+// Relay is the domain service.
+type Relay struct {
+	st        *store.Store
+	enq       Enqueuer
+	opts      Options
+	now       func() time.Time
+	log       *slog.Logger
+	met       Metrics
+	providers map[string]provider.Provider
+	order     []string // provider ids in config order
+	hub       *hub
+	// drainHistory is how many last messages a drain reads with the turn it
+	// starts: historyRead when a provider's turns use the history, else 0.
+	drainHistory int
+
+	mu        sync.Mutex
+	running   map[string]context.CancelCauseFunc // turn id -> cancel (turns this process runs)
+	claims    map[string]bool                    // turn id -> its agent started: turns this process's drains took (resumable)
+	endingNow map[string]bool                    // turns whose outcome a drain here is writing (finishEmit)
+	direct    chan struct{}                      // slots of drains started here (direct.go); nil: none
+	directWG  sync.WaitGroup
+	warm      *warmGoroutines    // tool calls and drains started here run on kept goroutines (stacks.go)
+	handler   map[string]handler // the actions' handlers (handlers), built once
+
+	linkMu     sync.Mutex
+	linkOnline map[string]time.Time // paired relay (lower case) -> when this process last recorded it online (peer.go link)
+
+	peerTokMu sync.Mutex
+	peerToks  map[string]peerTok // peer tokens found valid (pairing.go PeerTokenValid)
+	stopping  bool
+
+	bg     sync.WaitGroup // goroutines of Start: notification listener, cache watcher
+	tokMu  sync.RWMutex
+	tokens map[string]tokenEntry // bearer token -> session id
+
+	setMu    sync.Mutex
+	setCache store.Settings
+	setAt    time.Time
+
+	foldMu   sync.Mutex
+	foldReal []string // the folders rule's folders resolved (realFolders)
+	foldAt   time.Time
+}
+
+// New builds a Relay.
+func New(st *store.Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay {
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	clock := opts.Clock
+	opts.Clock = func() time.Time { return clock().UTC() } // records and results in UTC
+	if opts.RealAt == nil {
+		opts.RealAt = func(t time.Time) time.Time { return t }
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.WorkerID == "" {
+		opts.WorkerID = store.NewID(8)
+	}
+	r := &Relay{st: st, enq: enq, opts: opts, now: opts.Clock, log: opts.Logger, met: opts.Metrics,
+		providers: map[string]provider.Provider{}, hub: newHub(), running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}, linkOnline: map[string]time.Time{}, peerToks: map[string]peerTok{},
+		tokens: map[string]tokenEntry{}, warm: newWarmGoroutines(keptGoroutines)}
+	r.handler = r.handlers()
+	for _, p := range provs {
+		id := p.Info().ID
+		r.providers[id] = p
+		r.order = append(r.order, id)
+		if p.Info().WantsHistory {
+			r.drainHistory = historyRead
+		}
+	}
+	if opts.DirectDrains > 0 {
+		r.direct = make(chan struct{}, opts.DirectDrains)
+	}
+	// The external session kind (R17.7) has a provider record so settings
+	// and look-ups work, but it is listed nowhere and runs no turns.
+	r.providers[ProviderExternal] = externalProvider{}
+	return r
+}
+
+// SetBaseURL sets the API's URL once the listener is bound (serve) .
+func (r *Relay) SetBaseURL(u string) { r.opts.BaseURL = u }
+
+// WorkerID names this process in leases and logs.
+func (r *Relay) WorkerID() string { return r.opts.WorkerID }
+
+// Name is this relay's name.
+func (r *Relay) Name() string { return r.opts.Name }
+
+// Store gives adapters (worker sweep, metrics) the store.
+func (r *Relay) Store() *store.Store { return r.st }
+
+// Start initialises stored settings and listens for notifications until ctx ends.
+func (r *Relay) Start(ctx context.Context) error {
+	// R18.19: tokens a relay before stored in plain text become hashes, once,
+	// before anything is served.
+	if n, err := r.st.UpgradeTokens(ctx); err != nil {
+		return fmt.Errorf("upgrade stored tokens to hashes: %w", err)
+	} else if n > 0 {
+		r.log.Info("stored tokens upgraded: only their SHA-256 hashes are kept now", "tokens", n)
+	}
+	s := r.opts.Settings
+	if _, err := r.st.InitSettings(ctx, store.Settings{AgentSessions: s.AgentSessions,
+		AcceptAgentPrompts: s.AcceptAgentPrompts, MaxWaitSeconds: s.MaxWaitSeconds,
+		QuietTaskMinutes: s.QuietTaskMinutes, MaxTurnSeconds: s.MaxTurnSeconds}); err != nil {
+		return err
+	}
+	ready := make(chan struct{})
+	changed, unsub := r.hub.sub("settings")
+	revoked, unsubTok := r.hub.sub("tokens")
+	r.bg.Add(2)
+	go func() {
+		defer r.bg.Done()
+		defer unsub()
+		defer unsubTok()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+				r.dropSettings()
+			case <-revoked: // also fired after a lost notification subscription
+				r.dropTokens()
+			}
+		}
+	}()
+	go func() {
+		defer r.bg.Done()
+		r.hub.listen(ctx, r.st, ready, r.log)
+	}()
+	r.bg.Add(1)
+	go func() {
+		defer r.bg.Done()
+		r.peerLoop(ctx) // paired relays: remote subscriptions, asks, link state
+	}()
+	select {
+	case <-ready:
+	case <-ctx.Done():
+	case <-time.After(notifyReadyTimeout):
+		return errors.New("subscribe to notifications: no answer from Redis")
+	}
+	return nil
+}
+
+// Wait returns when the goroutines Start began have ended (after Start's ctx
+// was cancelled) and so have the drains started here (no more start once
+// Wait began; it waits for them at most directWaitMax): the process shuts
+// down with nothing of the relay running.
+func (r *Relay) Wait() {
+	r.bg.Wait()
+	r.mu.Lock()
+	r.stopping = true // no drain starts here any more (startHere)
+	r.mu.Unlock()
+	r.warm.stop()
+	done := make(chan struct{})
+	go func() { r.directWG.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(directWaitMax):
+		// Like asynq's own shutdown timeout: a drain still writing its
+		// outcome (Redis away) is left; its flag and lease recover it.
+		r.log.Warn("drains started here still running at shutdown; leaving them", "waited", directWaitMax)
+	}
+}
+
+// keptGoroutines is how many goroutines a process keeps for tool calls and
+// drains started here (stacks.go): about the calls it serves at once.
+const keptGoroutines = 128
+
+// directWaitMax bounds how long Wait waits for the drains started here.
+const directWaitMax = 10 * time.Second
+
+// settings reads the owner's settings (shared by every process through Redis).
+// They are cached for settingsTTL; a change anywhere is announced on the
+// notification channel ("settings") and drops every process's copy at once.
+func (r *Relay) settings(ctx context.Context) (store.Settings, error) {
+	r.setMu.Lock()
+	if !r.setAt.IsZero() && time.Since(r.setAt) < settingsTTL {
+		st := r.setCache
+		r.setMu.Unlock()
+		return st, nil
+	}
+	r.setMu.Unlock()
+	st, ok, err := r.st.LoadSettings(ctx)
+	if err != nil {
+		return st, err
+	}
+	if !ok {
+		s := r.opts.Settings
+		st = store.Settings{AgentSessions: s.AgentSessions, AcceptAgentPrompts: s.AcceptAgentPrompts,
+			MaxWaitSeconds: s.MaxWaitSeconds, QuietTaskMinutes: s.QuietTaskMinutes, MaxTurnSeconds: s.MaxTurnSeconds}
+	}
+	r.cacheSettings(st)
+	return st, nil
+}
+
+const settingsTTL = 2 * time.Second
+
+func (r *Relay) cacheSettings(st store.Settings) {
+	r.setMu.Lock()
+	r.setCache, r.setAt = st, time.Now()
+	r.setMu.Unlock()
+}
+
+func (r *Relay) dropSettings() {
+	r.setMu.Lock()
+	r.setAt = time.Time{}
+	r.setMu.Unlock()
+}
+
+// hub fans pub/sub notifications out to the waiters of this process.
+type hub struct {
+	mu      sync.Mutex
+	waiters map[string]map[chan struct{}]struct{}
+	// vals are what fireWith handed the waiters of a key, kept while any
+	// waits on it.
+	vals map[string]any
+}
+
+func newHub() *hub {
+	return &hub{waiters: map[string]map[chan struct{}]struct{}{}, vals: map[string]any{}}
+}
+
+// sub registers interest in key; the channel receives (without blocking) on each fire.
+func (h *hub) sub(key string) (chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	h.mu.Lock()
+	if h.waiters[key] == nil {
+		h.waiters[key] = map[chan struct{}]struct{}{}
+	}
+	h.waiters[key][ch] = struct{}{}
+	h.mu.Unlock()
+	return ch, func() {
+		h.mu.Lock()
+		delete(h.waiters[key], ch)
+		if len(h.waiters[key]) == 0 {
+			delete(h.waiters, key)
+			delete(h.vals, key)
+		}
+		h.mu.Unlock()
+	}
+}
+
+func (h *hub) fire(key string) {
+	h.mu.Lock()
+	for ch := range h.waiters[key] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	h.mu.Unlock()
+}
+
+// fireWith is fire handing v to the key's waiters (val), when any waits.
+func (h *hub) fireWith(key string, v any) {
+	h.mu.Lock()
+	if len(h.waiters[key]) > 0 {
+		h.vals[key] = v
+	}
+	h.mu.Unlock()
+	h.fire(key)
+}
+
+// val is what fireWith last handed key's waiters (nil: nothing).
+func (h *hub) val(key string) any {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.vals[key]
+}
+
+// fireAll wakes every waiter (after a lost subscription, so each re-checks).
+func (h *hub) fireAll() {
+	h.mu.Lock()
+	for _, m := range h.waiters {
+		for ch := range m {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+	h.mu.Unlock()
+}
+
+func (h *hub) listen(ctx context.Context, st *store.Store, ready chan struct{}, log *slog.Logger) {
+	once := sync.Once{}
+	for ctx.Err() == nil {
+		ps := st.SubscribeNotify(ctx)
+		if _, err := ps.Receive(ctx); err != nil {
+			_ = ps.Close()
+			if ctx.Err() == nil {
+				log.Warn("notification subscription failed; retrying", "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(notifyRetry):
+				}
+			}
+			continue
+		}
+		once.Do(func() { close(ready) })
+		h.fireAll()
+		ch := ps.Channel()
+	loop:
+		for {
+			select {
+			case <-ctx.Done():
+				break loop
+			case m, ok := <-ch:
+				if !ok {
+					break loop
+				}
+				h.fire(m.Payload)
+			}
+		}
+		_ = ps.Close()
+	}
+}
+
+// providerIDs lists the providers in config order.
+func (r *Relay) providerIDs() []string {
+	out := append([]string(nil), r.order...)
+	if len(out) == 0 {
+		for id := range r.providers {
+			out = append(out, id)
+		}
+		sort.Strings(out)
+	}
+	return out
+}

@@ -1,0 +1,547 @@
+package domain
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oar/relay/store"
+)
+
+// Actions on a paired relay, on the caller's side (§4, R13.1): the lock of
+// the conversation, the pairing's permission level, the hop limit and the
+// cards are checked here, before the call is sent; the paired relay then
+// applies its own rules (accept setting, hop limit, caps, limits).
+
+// Permission levels of a pairing (R4.5).
+var levelRank = map[string]int{"none": 0, "read": 1, "prompt": 2, "full": 3}
+
+// Levels lists the permission levels, lowest first.
+var Levels = []string{"none", "read", "prompt", "full"}
+
+// neededLevel is the lowest level that allows an action (R4.5's table).
+func neededLevel(a *args) string {
+	switch a.action {
+	case "list_relays", "list_questions", "withdraw":
+		return "none"
+	case "relay_info", "usage", "list_sessions", "read_session", "read_task_output", "wait",
+		"subscribe", "unsubscribe", "list_subscriptions":
+		return "read"
+	case "send", "answer_question", "ask":
+		return "prompt"
+	}
+	return "full"
+}
+
+// promptsAgent reports an action that carries a prompt to another agent (hop limit, R4.7).
+func promptsAgent(a *args) bool {
+	return a.action == "send" || a.action == "create_session" || (a.action == "ask" && a.has("session"))
+}
+
+// hopCheck applies R4.7 to a prompt of the chain o going to relay target
+// (its own name): a chain that already holds two relays goes on only to a
+// relay the owner unlocked where the chain began (never back to its start).
+func hopCheck(o store.Origin, target string, hops int) *Error {
+	if hops < 1 {
+		hops = 2
+	}
+	if len(o.Path) < hops {
+		return nil
+	}
+	if !strings.EqualFold(o.Path[0], target) && slices.ContainsFunc(o.Unlocked, func(u string) bool { return strings.EqualFold(u, target) }) {
+		return nil
+	}
+	return Errorf(CodeHopLimit, "This prompt's chain has already been on %d relays (%s); it may go on to relay %q only if the owner unlocked %q by mentioning it in the conversation where the chain began. Nothing was sent.",
+		len(o.Path), strings.Join(o.Path, " → "), target, target)
+}
+
+// chain is the origin the caller's prompts carry (R4.7): the relays the
+// chain has been on, and the relays the owner unlocked by mention where it
+// began, by the names they give themselves. An owner's message stamps them
+// into its turn's origin (OwnerMessage), and a turn an agent here started
+// inherits its starter's, so a chain keeps them across local hops; a turn
+// that began here otherwise (an event, a schedule, a call outside a turn)
+// takes this conversation's mentions as the call read them (pv).
+func (r *Relay) chain(c *caller, pv *peerState) store.Origin {
+	o := c.origin(r.opts.Name)
+	if c.remote != nil || len(o.Path) != 1 || !strings.EqualFold(o.Path[0], r.opts.Name) || len(o.Unlocked) > 0 {
+		return o
+	}
+	if c.turn != nil && c.turn.Caller != "" {
+		return o // an agent here started this turn: the chain began in its starter's conversation
+	}
+	o.Unlocked = pv.mentioned()
+	return o
+}
+
+// mentionedRelays are the paired relays the owner mentioned in a
+// conversation (not those unlocked because their agent wrote there, R4.4 b),
+// by the names they give themselves.
+func (r *Relay) mentionedRelays(ctx context.Context, sid string) []string {
+	un, ps, err := r.st.UnlockState(ctx, sid) // one round trip
+	if err != nil {
+		return nil
+	}
+	return (&peerState{unlock: un, pairings: ps}).mentioned()
+}
+
+// peerState is what a call read once of the pairings and of the relays
+// unlocked in the caller's conversation (store.UnlockState).
+type peerState struct {
+	unlock   map[string]string // lower-case local name → "owner" | "agent"
+	pairings []*store.Pairing
+}
+
+// unlocked reports whether the paired relay is unlocked in the conversation (R4.4).
+func (v *peerState) unlocked(p *store.Pairing) bool {
+	return v.unlock[strings.ToLower(p.Name)] != ""
+}
+
+// mentioned lists the relays the owner mentioned, by the names they give themselves (R4.7).
+func (v *peerState) mentioned() []string {
+	var out []string
+	for _, p := range v.pairings {
+		if v.unlock[strings.ToLower(p.Name)] == "owner" {
+			out = append(out, p.SelfName())
+		}
+	}
+	return out
+}
+
+// pairing finds a paired relay by its name or its host (R4.3), case-insensitively.
+func (r *Relay) pairing(ctx context.Context, name string) (*store.Pairing, error) {
+	ps, err := r.st.Pairings(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p, e := findPairing(ps, name)
+	if e != nil {
+		return nil, e
+	}
+	return p, nil
+}
+
+// findPairing finds a paired relay in ps by its name or its host (R4.3),
+// case-insensitively; nil when none matches.
+func findPairing(ps []*store.Pairing, name string) (*store.Pairing, *Error) {
+	for _, p := range ps {
+		if strings.EqualFold(p.Name, name) {
+			return p, nil
+		}
+	}
+	var found *store.Pairing
+	for _, p := range ps {
+		if strings.EqualFold(p.Host, name) {
+			if found != nil {
+				return nil, Errorf(CodeUnknownRelay, "Host %q names more than one paired relay (%s, %s); name the relay instead. Nothing was done.", name, found.Name, p.Name)
+			}
+			found = p
+		}
+	}
+	if found == nil {
+		return nil, nil
+	}
+	return found, nil
+}
+
+// remoteCall runs an action on a paired relay for the caller; pv is what
+// checkRelay read of the pairings and of this conversation's unlocked relays.
+func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pairing, pv *peerState) (*result, *Error) {
+	switch a.action {
+	case "schedule", "list_schedules", "unschedule":
+		return nil, Errorf(CodeUnsupported, "Schedules work on this relay only; relay %q keeps none for agents here. Use relay \"this\". Nothing was done.", p.Name)
+	case "ask":
+		if !a.has("session") {
+			return nil, Errorf(CodeInvalidInput, "An ask on paired relay %q needs session: the session there it is about. An ask into this conversation uses relay \"this\". Nothing was asked.", p.Name)
+		}
+	}
+	if isExternal(c.s) && (a.action == "subscribe" || a.action == "ask") {
+		return nil, notWakeable(a.action, nothingDone)
+	}
+	// R4.4: locked until the owner mentions it here or its agent wrote here;
+	// list_questions and withdraw reach the asks this conversation made there.
+	if a.action != "list_questions" && a.action != "withdraw" {
+		if !pv.unlocked(p) {
+			return nil, Errorf(CodeLocked, "Relay %q is locked in this conversation. Ask the owner to mention it (for example @%s) in a message here; then it is unlocked for the rest of the conversation. Nothing was done.", p.Name, p.Name)
+		}
+	}
+	// R4.5: the pairing's level.
+	need := neededLevel(a)
+	if levelRank[p.Permission] < levelRank[need] {
+		return nil, Errorf(CodePermission, "Relay %q lets agents here %s; %s needs %q. The owner sets this per paired relay. Nothing was done.",
+			p.Name, levelText(p.Permission), a.action, need)
+	}
+	if a.action == "transfer_subscriptions" {
+		// from is a conversation here: checked here, sent as its full id.
+		from, e := r.target(ctx, a, "from")
+		if e != nil {
+			return nil, e
+		}
+		if from.ID == c.s.ID {
+			return nil, Errorf(CodeSelf, "from names this conversation itself; its subscriptions are already here. Nothing was moved.")
+		}
+		a.m["from"] = quoteJSON(from.ID)
+	}
+	// R13.3: a relay too old for what the action needs says so in its hello.
+	if e := unsupportedThere(a, p); e != nil {
+		return nil, e
+	}
+	origin := r.chain(c, pv)
+	if promptsAgent(a) {
+		if e := hopCheck(origin, p.SelfName(), r.opts.Limits.Hops); e != nil {
+			return nil, e
+		}
+	}
+	// Cards are asked here, in the calling conversation, before the call is sent (R13.1).
+	cn, e := r.remoteCards(ctx, c, a, p)
+	if e != nil {
+		return nil, e
+	}
+	sent := false
+	defer func() {
+		if !sent {
+			r.giveBack(ctx, cn, c)
+		}
+	}()
+	out := make(map[string]json.RawMessage, len(a.m))
+	for k, v := range a.m {
+		if k != "relay" {
+			out[k] = v
+		}
+	}
+	if mode, _ := a.str("mode"); mode == "" && c.s.Mode != "" && (a.action == "send" || a.action == "create_session") {
+		// What the agent leaves out follows the caller's session (R7.9): a
+		// send or a new session without mode runs in the caller's own (R7.10),
+		// not in the other relay's stand-in's.
+		out["mode"] = quoteJSON(c.s.Mode)
+	}
+	body := PeerCallBody{Action: a.action, Args: out, Origin: PeerOrigin{Relay: r.opts.Name, Session: c.s.ID, Title: c.s.Title,
+		Model: c.s.Model, Path: origin.Path, Unlocked: origin.Unlocked}}
+	if c.turn != nil && c.turn.ReplyModel != "" {
+		body.Origin.Model = c.turn.ReplyModel
+	}
+	// The longest wait is this relay's (R7.11); the call's timeout covers it.
+	// A bad wait_seconds is refused before any card (R5.3).
+	timeout := r.opts.Timing.PeerTimeout
+	waitNote := ""
+	if a.action == "send" || a.action == "create_session" || a.action == "wait" {
+		wait, note, e := r.waitArg(ctx, a, nothingDone)
+		if e != nil {
+			return nil, e
+		}
+		out["wait_seconds"] = json.RawMessage(fmt.Sprint(int(wait / time.Second)))
+		timeout += wait
+		waitNote = note
+	}
+	lines, target := remoteCardLines(a, p), targetOf(a)
+	if cn.needed() && checkable(a) && p.HasFeature("check") {
+		// The other relay's checks come before any card (R5.3): a call it
+		// would refuse is refused now, and the card names what it resolved.
+		chk, e := r.checkThere(ctx, p, body)
+		if e != nil {
+			return nil, e
+		}
+		if chk != nil {
+			if a.action == "update_session" {
+				if chk.StartedByCaller {
+					// That relay records this conversation as the session's starter (R7.10).
+					cn.drop(updateFlag(p), updateReason(p))
+				}
+				if len(chk.Changed) == 0 {
+					cn = &cardNeed{relay: p.Name} // a call that changes nothing asks nobody (R7.10)
+				}
+			}
+			lines = checkedCardLines(a, p, chk)
+			if chk.Session != nil {
+				id := LineValue(chk.Session.ID, fieldID) // it came from that relay (R18.16)
+				target = &id
+			}
+		}
+	}
+	if e := r.askCard(ctx, c, cn, a.action, target, lines, nothingDone); e != nil {
+		return nil, e
+	}
+	// The effect completes even if the caller goes away (R18.12).
+	env, e := r.peerCall(context.WithoutCancel(ctx), p, body, timeout)
+	if e != nil {
+		if e.Code != CodeOffline {
+			return nil, e
+		}
+		sent = true // it may have arrived: the loop count stays
+		return nil, e
+	}
+	if ok, _ := env["ok"].(bool); !ok {
+		return nil, envError(env)
+	}
+	sent = true
+	r.afterRemote(ctx, c, a, p, env)
+	res := &result{fields: map[string]any{}, remote: p.Name}
+	for k, v := range env {
+		if k != "ok" {
+			res.fields[k] = v
+		}
+	}
+	if a.action == "relay_info" {
+		remoteGroups(res, p)
+	}
+	if waitNote != "" {
+		res.note("note", waitNote)
+	}
+	return res, nil
+}
+
+func levelText(level string) string {
+	switch level {
+	case "none":
+		return "do nothing but list it"
+	case "read":
+		return "read only (level \"read\")"
+	case "prompt":
+		return "read and prompt (level \"prompt\")"
+	}
+	return "do everything (level \"full\")"
+}
+
+func targetOf(a *args) *string {
+	if s, _ := a.str("session"); s != "" {
+		return &s
+	}
+	return nil
+}
+
+// remoteCards are the cards of R5.2 for an action on a paired relay.
+func (r *Relay) remoteCards(ctx context.Context, c *caller, a *args, p *store.Pairing) (*cardNeed, *Error) {
+	n := &cardNeed{relay: p.Name}
+	flag := func(name, reason string) *Error {
+		ok, err := r.st.Flag(ctx, c.s.ID, name)
+		if err != nil {
+			return internal(err)
+		}
+		if !ok {
+			n.add(reason)
+			n.flags = append(n.flags, name)
+		}
+		return nil
+	}
+	switch a.action {
+	case "create_session":
+		if e := flag("created", "This is the first session an agent starts in this conversation."); e != nil {
+			return nil, e
+		}
+	case "subscribe":
+		if e := flag("subscribed", "This is the first time this conversation watches sessions."); e != nil {
+			return nil, e
+		}
+	case "update_session":
+		if e := flag(updateFlag(p), updateReason(p)); e != nil {
+			return nil, e
+		}
+	}
+	if a.action == "transfer_subscriptions" {
+		n.add("Moving subscriptions always needs your approval.")
+	}
+	if writeActions[a.action] || (a.action == "ask" && a.has("session")) {
+		if c.s.Mode == "ask" || c.s.Mode == "plan" {
+			n.add(fmt.Sprintf("This conversation is in %s mode: every write action needs your approval.", c.s.Mode))
+		}
+	}
+	if a.action == "send" || a.action == "create_session" {
+		if e := r.loopCard(ctx, n, c); e != nil {
+			return nil, e
+		}
+	}
+	return n, nil
+}
+
+// updateFlag and updateReason are the card of update_session on a paired
+// relay's session this conversation did not start: once per conversation
+// and relay (R5.2.4).
+func updateFlag(p *store.Pairing) string { return "update:" + strings.ToLower(p.Name) }
+
+func updateReason(p *store.Pairing) string {
+	return fmt.Sprintf("This conversation changes settings of sessions on relay %q for the first time.", p.Name)
+}
+
+func remoteCardLines(a *args, p *store.Pairing) []string {
+	// R18.16: the agent's arguments go into the lines made safe for a line.
+	line := fmt.Sprintf(`%s on relay "%s"`, a.action, LineValue(p.Name, fieldRelay))
+	if s, _ := a.str("session"); s != "" {
+		line += fmt.Sprintf(", session %s", LineValue(s, fieldID))
+	}
+	for _, k := range []string{"text", "question"} {
+		if t, _ := a.str(k); t != "" {
+			line += ": " + LineValue(t, fieldExcerpt)
+			break
+		}
+	}
+	lines := []string{line}
+	var set []string
+	for _, k := range []string{"model", "effort", "mode", "group", "title", "cwd"} {
+		if v, _ := a.str(k); v != "" {
+			set = append(set, fmt.Sprintf("%s: %s", strings.ToUpper(k[:1])+k[1:], LineValue(v, fieldOf(k))))
+		}
+	}
+	if len(set) > 0 {
+		lines = append(lines, strings.Join(set, " · "))
+	}
+	return lines
+}
+
+// afterRemote keeps what this relay must follow of a successful remote call:
+// a subscription there is polled from here (R8.20), an ask there too (R10.5).
+func (r *Relay) afterRemote(ctx context.Context, c *caller, a *args, p *store.Pairing, env map[string]any) {
+	ctx = context.WithoutCancel(ctx)
+	switch a.action {
+	case "subscribe":
+		r.keepMirror(ctx, c, a, p, env)
+	case "list_subscriptions":
+		r.heldHere(ctx, p, env) // what this relay holds for them (R8.23)
+	case "unsubscribe":
+		subs, err := r.st.RemoteSubscriptions(ctx)
+		if err != nil {
+			r.log.Warn("remote subscriptions unreadable", "err", err)
+			return
+		}
+		ref, _ := a.str("subscription_id")
+		for _, s := range subs {
+			if s.Watcher == c.s.ID && strings.EqualFold(s.Relay, p.Name) && (ref == "all" || strings.HasPrefix(s.ID, ref)) {
+				r.endMirror(ctx, s, "unsubscribed")
+			}
+		}
+	case "transfer_subscriptions":
+		r.moveMirrors(ctx, c, a, p, env)
+	case "ask":
+		id, _ := env["question_id"].(string)
+		if id == "" {
+			return
+		}
+		sid, _ := a.str("session")
+		q, _ := a.str("question")
+		ra := &store.RemoteAsk{ID: id, Relay: p.Name, Asker: c.s.ID, Session: sid, Question: q, CreatedAt: r.now(),
+			NextPollAt: r.now().Add(r.opts.Timing.AskPoll)}
+		if err := r.st.SaveRemoteAsk(ctx, ra); err != nil {
+			r.log.Error("keep remote ask", "relay", p.Name, "ask", id, "err", err)
+		}
+		_ = r.st.Notify(ctx, "inbox") // the owner's console lists paired relays' asks too (R19.4)
+	}
+}
+
+func (r *Relay) endMirror(ctx context.Context, s *store.Subscription, reason string) {
+	// Ended meanwhile (an unpairing, the owner's Unsubscribe, the poller
+	// seeing it end there): the first reason stays.
+	if fresh, err := r.st.GetSubscription(ctx, s.ID); err == nil && fresh.EndReason != "" {
+		*s = *fresh
+		return
+	}
+	s.EndReason, s.EndedAt = reason, r.now()
+	if err := r.st.SaveSubscription(ctx, s); err != nil {
+		r.log.Warn("end remote subscription", "sub", s.ID, "err", err)
+	}
+}
+
+// startedBy is the startedBy record of a session the caller starts (R4.11):
+// for another relay's agent, that relay and its session.
+func (r *Relay) startedBy(c *caller) *store.Ref {
+	if c.remote != nil {
+		return &store.Ref{Relay: c.remote.Relay, Session: c.remote.Session, Title: c.remote.Title}
+	}
+	return &store.Ref{Relay: r.opts.Name, Session: c.s.ID, Title: c.s.Title}
+}
+
+// moveMirrors follows a transfer on a paired relay: the moved subscriptions
+// are polled for the caller now, the old mirrors end as transferred.
+func (r *Relay) moveMirrors(ctx context.Context, c *caller, a *args, p *store.Pairing, env map[string]any) {
+	from, _ := a.str("from")
+	subs, err := r.st.RemoteSubscriptions(ctx)
+	if err != nil {
+		r.log.Warn("remote subscriptions unreadable", "err", err)
+		return
+	}
+	old := map[string]*store.Subscription{}
+	for _, s := range subs {
+		if s.Watcher == from && strings.EqualFold(s.Relay, p.Name) {
+			old[s.ID] = s
+		}
+	}
+	moved, _ := env["subscriptions"].([]any)
+	for _, x := range moved {
+		v, _ := x.(map[string]any)
+		id, _ := v["id"].(string)
+		was, _ := v["movedFrom"].(string)
+		o := old[was]
+		if id == "" || o == nil {
+			continue
+		}
+		nu := *o
+		nu.ID, nu.Watcher, nu.Cursor, nu.LinkDownAt, nu.CreatedAt, nu.LastDigestAt = id, c.s.ID, "0", time.Time{}, r.now(), time.Time{}
+		if err := r.st.SaveSubscription(ctx, &nu); err != nil {
+			r.log.Error("keep moved remote subscription", "relay", p.Name, "sub", id, "err", err)
+		}
+	}
+	for _, o := range old {
+		r.endMirror(ctx, o, "transferred")
+	}
+}
+
+// neededFeature is the hello feature an action on a paired relay needs (R13.3).
+func neededFeature(a *args) string {
+	switch a.action {
+	case "subscribe":
+		return "events"
+	case "ask", "list_questions", "withdraw":
+		return "asks"
+	case "read_task_output":
+		return "task_output"
+	case "update_session":
+		return "update_session"
+	case "send":
+		if a.has("provider") { // the billing switch (R7.8)
+			return "billing_switch"
+		}
+	case "create_session":
+		if a.has("group") {
+			return "groups"
+		}
+	}
+	return "call"
+}
+
+// unsupportedThere refuses an action a paired relay's hello says it cannot
+// serve (R13.3), before anything is sent.
+func unsupportedThere(a *args, p *store.Pairing) *Error {
+	f := neededFeature(a)
+	if p.HasFeature(f) {
+		return nil
+	}
+	version := firstNonEmpty(p.Version, "unknown")
+	switch f {
+	case "groups":
+		return Errorf(CodeUnsupported, "The target relay doesn't support groups on create_session yet: relay %q runs a version (%s) that does not serve %q; it needs an update. Leave out group to start the session there without one. %s",
+			p.Name, version, f, nothingCreated)
+	case "billing_switch":
+		return Errorf(CodeUnsupported, "Relay %q runs a version (%s) that does not serve %q, which send with provider (the billing switch) needs; it needs an update. Send without provider to keep the session's billing. %s",
+			p.Name, version, f, nothingSent)
+	}
+	nothing := nothingDone
+	if a.action == "update_session" {
+		nothing = nothingChanged
+	}
+	return Errorf(CodeUnsupported, "Relay %q runs a version (%s) that does not serve %q, which %s needs; it needs an update. %s",
+		p.Name, version, f, a.action, nothing)
+}
+
+// remoteGroups marks relay_info of a paired relay too old to list its
+// groups (R7.2): groups null, and groupsNote says why and that
+// create_session cannot take group there.
+func remoteGroups(res *result, p *store.Pairing) {
+	if _, ok := res.fields["groups"]; ok && p.HasFeature("groups") {
+		return // listed, or null with that relay's own note
+	}
+	delete(res.fields, "groupsTotal")
+	res.fields["groups"] = nil
+	res.fields["groupsNote"] = fmt.Sprintf("Relay %q runs a version (%s) that does not list its session groups, so create_session cannot take group there; it needs an update.",
+		p.Name, firstNonEmpty(p.Version, "unknown"))
+}

@@ -1,0 +1,538 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oar/relay/scheduler"
+	"github.com/oar/relay/store"
+)
+
+// JobFire fires a schedule's occurrence.
+const JobFire = "schedule:fire"
+
+// FirePayload names the schedule and the occurrence (unix ms of nextFireAt).
+type FirePayload struct {
+	Schedule string `json:"schedule"`
+	At       int64  `json:"at"`
+	Approved bool   `json:"approved,omitempty"` // the owner allowed a card of the setter: a held firing goes
+}
+
+const nothingScheduled = "Nothing was scheduled."
+
+func fireID(id string, at time.Time) string { return fmt.Sprintf("sched:%s:%d", id, at.Unix()) }
+
+func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	text, e := promptText(a, nothingScheduled)
+	if e != nil {
+		return nil, e
+	}
+	title, e := a.str("title")
+	if e != nil {
+		return nil, e
+	}
+	if e := maxChars("title", title, 200, nothingScheduled); e != nil {
+		return nil, e
+	}
+	if e := maxChars("text", text, 32000, nothingScheduled); e != nil {
+		return nil, e
+	}
+	atText, e := a.str("at")
+	if e != nil {
+		return nil, e
+	}
+	every, hasEvery, e := a.integer("every_minutes")
+	if e != nil {
+		return nil, Errorf(CodeInvalidInput, "every_minutes must be a whole number of minutes (1 to 525600). %s", nothingScheduled)
+	}
+	if hasEvery && (every < 1 || every > 525600) {
+		return nil, Errorf(CodeInvalidInput, "every_minutes must be between 1 and 525600 (one year), got %d. %s", every, nothingScheduled)
+	}
+	now := r.now()
+	var at time.Time
+	if atText != "" {
+		t, err := time.Parse(time.RFC3339, atText)
+		if err != nil {
+			return nil, Errorf(CodeInvalidInput, "at must be a time in RFC 3339 form, e.g. \"2026-11-02T02:00:00Z\" (got %q). %s", atText, nothingScheduled)
+		}
+		if !t.After(now) {
+			return nil, Errorf(CodeInvalidInput, "at %s lies in the past. %s", atText, nothingScheduled)
+		}
+		at = t.UTC()
+	}
+	if at.IsZero() && !hasEvery {
+		return nil, Errorf(CodeInvalidInput, "schedule needs at (a time) or every_minutes, or both. %s", nothingScheduled)
+	}
+	target := c.s
+	if ref, e := a.str("session"); e != nil {
+		return nil, e
+	} else if ref != "" {
+		s, e := r.sessionByRef(ctx, ref)
+		if e != nil {
+			e.Msg = strings.Replace(e.Msg, nothingDone, nothingScheduled, 1)
+			return nil, e
+		}
+		if s.Archived {
+			return nil, Errorf(CodeInvalidInput, "Session %s is archived; it takes no prompts. %s", id8(s.ID), nothingScheduled)
+		}
+		target = s
+	}
+	other := target.ID != c.s.ID
+	if isExternal(target) {
+		return nil, notPromptable(target, nothingScheduled)
+	}
+	// Limits (R9.9).
+	into, err := r.st.SchedulesInto(ctx, target.ID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	if len(into) >= r.opts.Limits.SchedulesIntoConversation {
+		return nil, Errorf(CodeScheduleLimit, "%d schedules already fire into that conversation, the most allowed. %s", len(into), nothingScheduled)
+	}
+	if other {
+		by, err := r.st.SchedulesBy(ctx, c.s.ID)
+		if err != nil {
+			return nil, internal(err)
+		}
+		if len(by) >= r.opts.Limits.SchedulesForOthers {
+			return nil, Errorf(CodeScheduleLimit, "This conversation already set %d schedules for other sessions, the most allowed. %s", len(by), nothingScheduled)
+		}
+	}
+	if title == "" {
+		title = titleFrom(text)
+	}
+	first := at
+	if first.IsZero() {
+		first = now.Add(time.Duration(every) * time.Minute)
+	}
+	if t := first.Truncate(time.Second); !t.Equal(first) {
+		first = t.Add(time.Second) // whole seconds, as asynq keeps due times: a firing is never early
+	}
+	// Card: in ask/plan mode a schedule into another session is a write action (R5.2.3, R9.6);
+	// it counts toward loop protection once when set.
+	need := &cardNeed{}
+	if other {
+		if c.s.Mode == "ask" || c.s.Mode == "plan" {
+			need.add(fmt.Sprintf("This conversation is in %s mode: every write action needs your approval.", c.s.Mode))
+		}
+		if e := r.loopCard(ctx, need, c); e != nil {
+			return nil, e
+		}
+	}
+	tid := target.ID
+	if e := r.askCard(ctx, c, need, "schedule", &tid, []string{scheduleCardLine(title, target, every, first, text)}, nothingScheduled); e != nil {
+		r.giveBack(ctx, need, c)
+		return nil, e
+	}
+	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
+	sc := &store.Schedule{ID: "sch_" + store.NewID(6), Setter: c.s.ID, Target: target.ID, Title: title, Text: text,
+		First: first, At: at, EveryMinutes: every, Origin: c.origin(r.opts.Name), CreatedAt: now, NextFireAt: first}
+	// The limits again, checked and written in one step (R18.6).
+	if err := r.st.AddSchedule(ctx, sc, r.opts.Limits.SchedulesIntoConversation, r.opts.Limits.SchedulesForOthers); err != nil {
+		r.giveBack(ctx, need, c)
+		if le, ok := store.IsLimit(err); ok && le.Which == "into" {
+			return nil, Errorf(CodeScheduleLimit, "%d schedules already fire into that conversation, the most allowed. %s", le.Count, nothingScheduled)
+		} else if ok {
+			return nil, Errorf(CodeScheduleLimit, "This conversation already set %d schedules for other sessions, the most allowed. %s", le.Count, nothingScheduled)
+		}
+		return nil, internal(err)
+	}
+	r.notifySchedule(ctx, sc) // the owner's console (R19.6)
+	if err := r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: first.UnixMilli()}, fireID(sc.ID, first), first); err != nil {
+		return nil, internalAfter(err, "schedule "+sc.ID+" was stored but its first firing was not planned (the relay plans it within a minute)")
+	}
+	res := newResult(target.ID, fmt.Sprintf("%s, next %s (%s)", scheduleWhen(every), first.UTC().Format(timeFormat), sc.ID))
+	if !other {
+		res.session = ""
+	}
+	return res.set("schedule_id", sc.ID).set("schedule", map[string]any{"id": sc.ID, "title": title,
+		"everyMinutes": nilIfZero(every), "once": sc.Once(), "nextFireAt": ts(first)}), nil
+}
+
+func nilIfZero(n int) any {
+	if n == 0 {
+		return nil
+	}
+	return n
+}
+
+// scheduleView is a schedule as list_schedules shows it (R9.7).
+func (r *Relay) scheduleView(ctx context.Context, sc *store.Schedule, viewer string) map[string]any {
+	title := ""
+	if s, err := r.st.GetSession(ctx, sc.Target); err == nil {
+		title = s.Title
+	}
+	m := map[string]any{"id": sc.ID, "session": map[string]any{"id": sc.Target, "title": title}, "title": sc.Title,
+		"textStart": excerpt(sc.Text, 120), "at": ts(sc.At), "everyMinutes": nilIfZero(sc.EveryMinutes), "once": sc.Once(),
+		"nextFireAt": ts(sc.NextFireAt), "lastFiredAt": ts(sc.LastFiredAt), "firedCount": sc.FiredCount}
+	if sc.EndReason != "" {
+		m["nextFireAt"] = nil
+		m["endReason"] = sc.EndReason
+		m["endedAt"] = ts(sc.EndedAt)
+	}
+	if sc.Setter != viewer {
+		m["setBy"] = sc.Setter
+	}
+	if sc.SkippedCount > 0 {
+		m["skippedCount"] = sc.SkippedCount
+	}
+	if !sc.HeldSince.IsZero() {
+		m["heldForApproval"] = true
+		m["heldSince"] = ts(sc.HeldSince)
+	}
+	return m
+}
+
+func (r *Relay) listSchedules(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	into, err := r.st.SchedulesInto(ctx, c.s.ID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	by, err := r.st.SchedulesBy(ctx, c.s.ID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	ended, err := r.st.EndedSchedules(ctx, c.s.ID, r.now().Add(-endedListWindow))
+	if err != nil {
+		return nil, internal(err)
+	}
+	list := []any{}
+	seen := map[string]bool{}
+	active := 0
+	for _, group := range [][]*store.Schedule{into, by, ended} {
+		for _, sc := range group {
+			if seen[sc.ID] {
+				continue
+			}
+			seen[sc.ID] = true
+			if sc.EndReason == "" {
+				active++
+			}
+			list = append(list, r.scheduleView(ctx, sc, c.s.ID))
+		}
+	}
+	return newResult("", fmt.Sprintf("%d active, %d ended in the last hour", active, len(list)-active)).set("schedules", list), nil
+}
+
+func (r *Relay) unschedule(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	id, e := a.str("schedule_id")
+	if e != nil {
+		return nil, e
+	}
+	if id == "" {
+		return nil, Errorf(CodeInvalidInput, "schedule_id is required: an id from list_schedules. Nothing was done.")
+	}
+	into, err := r.st.SchedulesInto(ctx, c.s.ID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	by, err := r.st.SchedulesBy(ctx, c.s.ID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	// The id or a unique prefix of 8 or more characters (R3.7), among this conversation's schedules.
+	var hits []*store.Schedule
+	for _, x := range append(into, by...) {
+		if x.ID == id {
+			hits = []*store.Schedule{x}
+			break
+		}
+		if len(id) >= 8 && strings.HasPrefix(x.ID, id) && !slices.ContainsFunc(hits, func(h *store.Schedule) bool { return h.ID == x.ID }) {
+			hits = append(hits, x)
+		}
+	}
+	if len(hits) > 1 {
+		return nil, Errorf(CodeInvalidInput, "schedule_id %q matches more than one schedule; give more characters. Nothing was done.", id)
+	}
+	if len(hits) == 0 {
+		return nil, Errorf(CodeNotFound, "This conversation has no active schedule %q. Nothing was done.", id)
+	}
+	sc := hits[0]
+	if err := r.endSchedule(ctx, sc, "unscheduled"); err != nil {
+		return nil, internal(err)
+	}
+	return newResult("", sc.ID+" ended").set("schedule_id", sc.ID).set("endReason", "unscheduled"), nil
+}
+
+func (r *Relay) endSchedule(ctx context.Context, sc *store.Schedule, reason string) error {
+	if sc.EndReason != "" {
+		return nil
+	}
+	sc.EndReason, sc.EndedAt = reason, r.now()
+	if err := r.st.SaveSchedule(ctx, sc); err != nil {
+		return err
+	}
+	r.notifySchedule(ctx, sc) // the owner's console (R19.6)
+	return nil
+}
+
+// Fire runs a schedule's occurrence (one asynq task per occurrence, R9.2–R9.6).
+func (r *Relay) Fire(ctx context.Context, id string, at time.Time, approved bool) error {
+	sc, err := r.st.GetSchedule(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil || sc.EndReason != "" {
+		return err
+	}
+	if sc.NextFireAt.UnixMilli() != at.UnixMilli() && sc.HeldSince.IsZero() {
+		return nil // a stale task: the schedule moved on
+	}
+	// Never before its nextFireAt (asynq may run a task up to ~1 s early).
+	if stop, err := r.early(ctx, sc.NextFireAt, JobFire, FirePayload{Schedule: id, At: at.UnixMilli()}, fireID(id, at)); stop || err != nil {
+		return err
+	}
+	return r.fire(ctx, sc, approved)
+}
+
+func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) error {
+	now := r.now()
+	target, err := r.st.GetSession(ctx, sc.Target)
+	if errors.Is(err, store.ErrNotFound) {
+		return r.endSchedule(ctx, sc, "deleted")
+	}
+	if err != nil {
+		return err
+	}
+	if target.Archived {
+		return r.endSchedule(ctx, sc, "archived")
+	}
+	other := sc.Setter != sc.Target
+	fired := false
+	// A firing into another session counts toward the setter's loop
+	// protection; the count is taken in one atomic step (R18.6) and given
+	// back if the firing does not happen after all.
+	counted := false
+	takeLoop := func() (bool, error) {
+		if !other || approved {
+			return true, nil
+		}
+		taken, _, err := r.st.TakeLoop(ctx, sc.Setter, r.opts.Limits.AgentPromptsBeforeCard)
+		counted = taken
+		return taken, err
+	}
+	defer func() {
+		if counted && !fired {
+			if err := r.st.GiveBackLoop(context.WithoutCancel(ctx), sc.Setter); err != nil {
+				r.log.Warn("give back loop count", "session", sc.Setter, "err", err)
+			}
+		}
+	}()
+	queued := r.stillQueued(ctx, sc.LastTurn)
+	free := true
+	if !queued {
+		if free, err = takeLoop(); err != nil {
+			return err
+		}
+	}
+	switch {
+	case queued:
+		sc.SkippedCount++ // no stacking (R9.4)
+		sc.HeldSince = time.Time{}
+	case !free:
+		if sc.HeldSince.IsZero() {
+			sc.HeldSince = now // held until the owner writes or allows a card (R9.6)
+		}
+		if err := r.st.SaveSchedule(ctx, sc); err != nil {
+			return err
+		}
+		// The safety net: look again in a minute.
+		recheck := now.Add(scheduleRecheck)
+		return r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()},
+			fmt.Sprintf("sched:%s:held:%d", sc.ID, recheck.Unix()), recheck)
+	default:
+		// Into another session it is treated like a send: the 4-at-work cap
+		// of the conversation that started the target; over it the firing
+		// waits and is tried again (issue 13), checked again atomically below.
+		if other {
+			if e := r.precheckCap(ctx, target); e != nil {
+				if e.Code == CodeSessionLimit {
+					return r.retryFull(ctx, sc, approved, now)
+				}
+				return e
+			}
+		}
+		// At most one firing per occurrence, whichever task gets here first.
+		once := fmt.Sprintf("fire:%s:%d", sc.ID, sc.NextFireAt.UnixMilli())
+		if ok, err := r.st.SetOnce(ctx, once, occurrenceMarkKeep); err != nil || !ok {
+			return err
+		}
+		text := scheduleHeader(sc) + "\n" + sc.Text
+		var from *store.Ref
+		if other {
+			if setter, err := r.st.GetSession(ctx, sc.Setter); err == nil {
+				from = &store.Ref{Relay: r.opts.Name, Session: setter.ID, Title: setter.Title, Model: setter.Model}
+			}
+		}
+		t, err := r.queue(ctx, target, text, "schedule", from, sc.Origin, "", other, 0)
+		var e *Error
+		if errors.As(err, &e) && e.Code == CodeSessionLimit {
+			if err := r.st.ClearOnce(context.WithoutCancel(ctx), once); err != nil {
+				return err
+			}
+			return r.retryFull(ctx, sc, approved, now)
+		}
+		if err != nil {
+			return err
+		}
+		if other && approved {
+			if _, err := r.st.IncrLoop(ctx, sc.Setter); err != nil {
+				return err
+			}
+		}
+		sc.LastTurn, sc.LastFiredAt, sc.HeldSince = t.ID, now, time.Time{}
+		sc.FiredCount++
+		fired = true
+		if r.met != nil {
+			r.met.Delivery("schedule_fire")
+		}
+	}
+	if sc.Once() && fired {
+		sc.NextFireAt = time.Time{}
+		return r.endSchedule(ctx, sc, "fired")
+	}
+	next := scheduler.NextFire(sc.First, time.Duration(sc.EveryMinutes)*time.Minute, now)
+	if next.IsZero() {
+		// A once schedule whose single firing was skipped: try again in a minute.
+		next = now.Add(scheduleRecheck)
+	}
+	sc.NextFireAt = next
+	if err := r.st.SaveSchedule(ctx, sc); err != nil {
+		return err
+	}
+	r.notifySchedule(ctx, sc) // its next firing, in the owner's console (R19.6)
+	return r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: next.UnixMilli()}, fireID(sc.ID, next), next)
+}
+
+// fullRetry is how soon a firing refused by the 4-at-work cap is tried again.
+const fullRetry = 30 * time.Second
+
+// retryFull keeps a firing the 4-at-work cap refused: the same occurrence is
+// tried again shortly (its loop count was given back), never dropped.
+func (r *Relay) retryFull(ctx context.Context, sc *store.Schedule, approved bool, now time.Time) error {
+	r.log.Info("schedule firing waits: the target's conversation has 4 sessions at work", "schedule", sc.ID, "target", id8(sc.Target))
+	again := now.Add(fullRetry)
+	return r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli(), Approved: approved},
+		fmt.Sprintf("sched:%s:full:%d", sc.ID, again.UnixMilli()), again)
+}
+
+func (r *Relay) stillQueued(ctx context.Context, turn string) bool {
+	if turn == "" {
+		return false
+	}
+	t, err := r.st.GetTurn(ctx, turn)
+	return err == nil && t.Status == store.TurnQueued
+}
+
+// releaseHeld fires at once the held schedules a conversation set (the owner
+// wrote in it, or allowed its card, R9.6).
+func (r *Relay) releaseHeld(ctx context.Context, setter string, approved bool) {
+	by, err := r.st.SchedulesBy(ctx, setter)
+	if err != nil {
+		r.log.Warn("release held schedules", "session", setter, "err", err)
+		return
+	}
+	for _, sc := range by {
+		if sc.HeldSince.IsZero() {
+			continue
+		}
+		if err := r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli(), Approved: approved},
+			fmt.Sprintf("sched:%s:release:%s", sc.ID, store.NewID(3)), timeZero); err != nil {
+			r.log.Warn("release held schedule", "schedule", sc.ID, "err", err)
+		}
+	}
+}
+
+// RecoverSchedules gives every overdue active schedule its occurrence task
+// again (at boot and each minute): a time missed while the relay was down, or
+// whose task was lost, fires once, then the grid goes on (R9.3). A schedule
+// due later still has its task; task ids make a duplicate impossible.
+func (r *Relay) RecoverSchedules(ctx context.Context) error {
+	all, err := r.st.ActiveSchedules(ctx)
+	if err != nil {
+		return err
+	}
+	overdue := r.now().Add(-overdueAfter)
+	for _, sc := range all {
+		if sc.NextFireAt.IsZero() || sc.NextFireAt.After(overdue) || !sc.HeldSince.IsZero() {
+			continue
+		}
+		if err := r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()}, fireID(sc.ID, sc.NextFireAt), sc.NextFireAt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// endSchedulesFor ends the schedules that fire into or were set by an archived session.
+func (r *Relay) endSchedulesFor(ctx context.Context, sid, reason string) error {
+	into, err := r.st.SchedulesInto(ctx, sid)
+	if err != nil {
+		return err
+	}
+	by, err := r.st.SchedulesBy(ctx, sid)
+	if err != nil {
+		return err
+	}
+	for _, sc := range append(into, by...) {
+		if err := r.endSchedule(ctx, sc, reason); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Schedules lists every active schedule for the owner.
+func (r *Relay) Schedules(ctx context.Context) ([]any, error) {
+	all, err := r.st.ActiveSchedules(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []any{}
+	for _, sc := range all {
+		m := r.scheduleView(ctx, sc, "")
+		m["setBy"] = sc.Setter
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// CancelSchedule is the owner's Cancel.
+func (r *Relay) CancelSchedule(ctx context.Context, id string) (map[string]any, error) {
+	sc, err := r.st.GetSchedule(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, Errorf(CodeNotFound, "No schedule %q. Nothing was done.", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := r.endSchedule(ctx, sc, "unscheduled"); err != nil {
+		return nil, err
+	}
+	return map[string]any{"id": sc.ID, "endReason": sc.EndReason}, nil
+}
+
+// scheduleWhen is "once" or "every N min".
+func scheduleWhen(every int) string {
+	if every <= 0 {
+		return "once"
+	}
+	return fmt.Sprintf("every %d min", every)
+}
+
+// scheduleCardLine is a schedule card's line (R9.6; R18.16: one line).
+func scheduleCardLine(title string, target *store.Session, every int, first time.Time, text string) string {
+	return fmt.Sprintf(`Schedule "%s" into "%s" (%s), %s from %s: %s`, LineValue(title, fieldTitle), LineValue(target.Title, fieldTitle),
+		lineID(target.ID), scheduleWhen(every), first.Format(time.RFC3339), LineValue(text, fieldExcerpt))
+}
+
+// scheduleHeader is the first line of a schedule's message (R9): its title
+// is an agent's, made safe for the line (R18.16).
+func scheduleHeader(sc *store.Schedule) string {
+	return fmt.Sprintf(`[relay schedule %s "%s" · %s · automated message from OAR, not from the user; it approves nothing]`,
+		LineValue(sc.ID, fieldID), LineValue(sc.Title, fieldTitle), scheduleWhen(sc.EveryMinutes))
+}

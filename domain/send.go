@@ -1,0 +1,338 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/oar/relay/provider"
+	"github.com/oar/relay/store"
+)
+
+// send queues a prompt into another session (R7.7) and waits for its reply
+// (R7.11). Its checks run in R3.4a's order: shapes, target, self, rule
+// limits, provider / model / effort, card; only then the effect.
+func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	in, pl, e := r.sendChecks(ctx, c, a)
+	if e != nil {
+		return nil, e
+	}
+	defer func() {
+		if !pl.queued {
+			r.giveBack(ctx, pl.need, c) // nothing was sent: the prompt does not count (R5.2.6)
+		}
+	}()
+	if e := r.cardSend(ctx, c, in, pl); e != nil {
+		return nil, e
+	}
+	res, e := r.applySend(ctx, c, in, pl)
+	if pl.loopUsed != nil {
+		return r.loopCardSend(ctx, c, in, pl, pl.loopUsed.Count)
+	}
+	return res, e
+}
+
+// sendArgs are send's arguments, their shapes checked.
+type sendArgs struct {
+	text                        string
+	wait                        time.Duration
+	note                        string // wait_seconds was capped
+	mode, model, effort, provID string
+}
+
+// sendPlan is what send's checks found: the target, the provider its turn
+// runs on, and the card's state.
+type sendPlan struct {
+	s         *store.Session
+	switchTo  string // the billing partner the session switches to (R7.8), "" for none
+	info      provider.Info
+	modelNote string
+	mode      string // the mode the prompt runs in (R7.10)
+	need      *cardNeed
+	queued    bool // the prompt was queued: its loop count stays taken
+	// loopAtQueue: no card was asked, and the prompt's push takes its loop
+	// count (or finds it used up).
+	loopAtQueue bool
+	loopUsed    *store.LoopUsedError // the push found the count used up: nothing was queued
+}
+
+// sendChecks are all of send's checks before its card: the arguments'
+// shapes, then its rules (also the check a paired relay asks, R5.3).
+func (r *Relay) sendChecks(ctx context.Context, c *caller, a *args) (*sendArgs, *sendPlan, *Error) {
+	in, e := r.parseSendArgs(ctx, a)
+	if e != nil {
+		return nil, nil, e
+	}
+	pl, e := r.checkSend(ctx, c, a, in)
+	if e != nil {
+		return nil, nil, e
+	}
+	return in, pl, nil
+}
+
+// parseSendArgs reads send's arguments: shapes first (R3.4a).
+func (r *Relay) parseSendArgs(ctx context.Context, a *args) (*sendArgs, *Error) {
+	in := &sendArgs{}
+	var e *Error
+	if in.text, e = promptText(a, nothingSent); e != nil {
+		return nil, e
+	}
+	if in.wait, in.note, e = r.waitArg(ctx, a, nothingSent); e != nil {
+		return nil, e
+	}
+	if in.mode, e = a.str("mode"); e != nil {
+		return nil, e
+	}
+	if in.model, e = a.str("model"); e != nil {
+		return nil, e
+	}
+	if in.effort, e = a.str("effort"); e != nil {
+		return nil, e
+	}
+	if in.provID, e = a.str("provider"); e != nil {
+		return nil, e
+	}
+	if e := checkMode(in.mode, nothingSent); e != nil {
+		return nil, e
+	}
+	return in, nil
+}
+
+// checkSend applies send's rules in order: target, self, the 4-at-work cap,
+// provider switch, model and effort.
+func (r *Relay) checkSend(ctx context.Context, c *caller, a *args, in *sendArgs) (*sendPlan, *Error) {
+	// Target, self.
+	s, e := r.target(ctx, a, "session")
+	if e != nil {
+		return nil, e
+	}
+	if s.Archived {
+		return nil, Errorf(CodeInvalidInput, "Session %s is archived; it takes no prompts. %s", id8(s.ID), nothingSent)
+	}
+	if s.ID == c.s.ID {
+		return nil, Errorf(CodeSelf, "send cannot target the calling conversation itself. %s", nothingSent)
+	}
+	if isExternal(s) {
+		return nil, notPromptable(s, nothingSent)
+	}
+	// Rule limits: the 4-at-work cap (checked again atomically when queued).
+	if e := r.precheckCap(ctx, s); e != nil {
+		return nil, e
+	}
+	// Provider switch (R7.8), model, effort.
+	target := s.Provider
+	switchTo := ""
+	if in.provID != "" && in.provID != s.Provider {
+		cur, ok := r.providers[s.Provider]
+		partner := ""
+		if ok {
+			partner = cur.Info().SwitchTo
+		}
+		p, ok2 := r.providers[in.provID]
+		if !ok2 || (partner != in.provID && p.Info().SwitchTo != s.Provider) {
+			return nil, Errorf(CodeProviderUnavailable, "Provider %q is not set up as a billing partner of %q on relay %q. %s", in.provID, s.Provider, r.opts.Name, nothingSent).
+				With("remoteCode", remoteName(in.provID)+"_NOT_CONFIGURED")
+		}
+		target, switchTo = in.provID, in.provID
+	}
+	p, e := r.provider(target, nothingSent)
+	if e != nil {
+		return nil, e
+	}
+	if e := r.checkAvailable(p, nothingSent); e != nil { // R17.1
+		return nil, e
+	}
+	if e := r.checkCap(ctx, target, r.partnerOf(s.Provider), switchTo != "", nothingSent); e != nil { // R7.8
+		return nil, e
+	}
+	info := p.Info()
+	checkM := in.model
+	if switchTo != "" && checkM == "" {
+		checkM = s.Model
+	}
+	modelNote, e := r.checkModel(info, checkM, nothingSent, false)
+	if e != nil {
+		return nil, e
+	}
+	if e := r.checkEffort(info, in.effort, nothingSent); e != nil {
+		return nil, e
+	}
+	mode := in.mode
+	if mode == "" {
+		mode = c.s.Mode // a send without mode passes the caller's own mode (R7.10)
+	}
+	return &sendPlan{s: s, switchTo: switchTo, info: info, modelNote: modelNote, mode: mode, need: &cardNeed{}}, nil
+}
+
+// cardSend asks the owner when a card is needed: loop protection (R5.2.6),
+// ask/plan mode (R5.2.3).
+// With no other reason for a card and no setting to write first, the loop
+// count is taken by the prompt's push (loopAtQueue): one round trip less, and
+// a prompt that is not queued is never counted; a used-up count then asks the
+// loop card (loopCardSend).
+func (r *Relay) cardSend(ctx context.Context, c *caller, in *sendArgs, pl *sendPlan) *Error {
+	modeCard(pl.need, c, "send")
+	if changes, _ := sendChanges(pl.s, in, pl); !pl.need.needed() && c.remote == nil && len(changes) == 0 {
+		// Nothing is written before the push: a used-up count leaves nothing to undo.
+		pl.loopAtQueue = true
+		return nil
+	}
+	if e := r.loopCard(ctx, pl.need, c); e != nil {
+		return e
+	}
+	return r.askSendCard(ctx, c, in, pl)
+}
+
+// askSendCard asks the owner about the send for the reasons in pl.need.
+func (r *Relay) askSendCard(ctx context.Context, c *caller, in *sendArgs, pl *sendPlan) *Error {
+	s := pl.s
+	lines := []string{sendCardLine(s, in.text), settingsLine(firstNonEmpty(in.model, s.Model), firstNonEmpty(in.effort, s.Effort), pl.mode)}
+	if pl.switchTo != "" {
+		lines = append(lines, "Switches billing to "+pl.info.Name)
+	}
+	tid := s.ID
+	return r.askCard(ctx, c, pl.need, "send", &tid, lines, nothingSent)
+}
+
+// sendCardLine is a send card's first line: the target and the prompt (R18.16: one line).
+func sendCardLine(s *store.Session, text string) string {
+	return fmt.Sprintf(`Send to "%s" (%s): %s`, LineValue(s.Title, fieldTitle), lineID(s.ID), LineValue(text, fieldExcerpt))
+}
+
+// sendChanges are the session settings a send writes before its prompt is
+// queued (R7.8, R7.10), and their old values.
+func sendChanges(s *store.Session, in *sendArgs, pl *sendPlan) (changes, undo map[string]any) {
+	changes, undo = map[string]any{}, map[string]any{}
+	change := func(field, old, nw string) {
+		if nw != "" && nw != old {
+			changes[field], undo[field] = nw, old
+		}
+	}
+	change("mode", s.Mode, pl.mode)
+	change("model", s.Model, in.model)
+	change("effort", s.Effort, in.effort)
+	change("provider", s.Provider, pl.switchTo)
+	return changes, undo
+}
+
+// loopCardSend is a send whose push found the loop count used up (nothing was
+// written): it asks the loop card (R5.2.6) and, allowed, sends again (the
+// card counted the prompt).
+func (r *Relay) loopCardSend(ctx context.Context, c *caller, in *sendArgs, pl *sendPlan, count int) (*result, *Error) {
+	pl.loopAtQueue, pl.loopUsed = false, nil
+	addLoopReason(pl.need, count)
+	if e := r.askSendCard(ctx, c, in, pl); e != nil {
+		return nil, e
+	}
+	return r.applySend(ctx, c, in, pl)
+}
+
+// applySend writes the prompt's settings, queues it and waits for the reply.
+func (r *Relay) applySend(ctx context.Context, c *caller, in *sendArgs, pl *sendPlan) (*result, *Error) {
+	// Effect. It completes even if the caller's client goes away now (its
+	// context ends on a disconnect, R18.12); only the wait for the reply ends.
+	waitCtx := ctx
+	ctx = context.WithoutCancel(ctx)
+	// Read the session again when a card was asked: it may have taken
+	// minutes. Without a card the checks just read it.
+	s := pl.s
+	if pl.need.needed() {
+		var err error
+		if s, err = r.st.GetSession(ctx, pl.s.ID); err != nil {
+			return nil, internal(err)
+		}
+	}
+	if s.Archived {
+		return nil, Errorf(CodeInvalidInput, "Session %s was archived meanwhile; it takes no prompts. %s", id8(s.ID), nothingSent)
+	}
+	// The settings the prompt changes, written before it is queued (the turn
+	// runs with them) and put back if the queue refuses it: a rejected message
+	// switches nothing (R7.8).
+	changes, undo := sendChanges(s, in, pl)
+	if len(changes) > 0 {
+		if err := r.st.SetSessionFields(ctx, s.ID, changes); err != nil {
+			return nil, internal(err)
+		}
+	}
+	// Listen for the turn's notifications before it can run: the wait then
+	// needs no first read of the turn.
+	id := store.NewID(16)
+	ch, unsub := r.hub.sub("turn:" + id)
+	defer unsub()
+	loopOf := ""
+	if pl.loopAtQueue {
+		loopOf = c.s.ID
+	}
+	t, err := r.queueTurn(ctx, id, s, in.text, "agent", r.fromRef(c), c.origin(r.opts.Name), c.s.ID, true, in.wait, loopOf)
+	if err != nil {
+		if len(undo) > 0 {
+			if uerr := r.st.SetSessionFields(context.WithoutCancel(ctx), s.ID, undo); uerr != nil {
+				r.log.Error("undo settings of a refused send", "session", s.ID, "err", uerr)
+			}
+		}
+		if used := (*store.LoopUsedError)(nil); errors.As(err, &used) {
+			pl.loopUsed = used // send asks the loop card and sends again
+			return nil, nil
+		}
+		return nil, AsError(err)
+	}
+	pl.queued = true
+	t, e := r.sentOn(waitCtx, t, in.wait, ch, "the prompt was queued (message_id "+t.ID+")")
+	if e != nil {
+		return nil, e
+	}
+	res := newResult(s.ID, "")
+	r.turnResult(ctx, res, t)
+	if in.note != "" {
+		res.set("note", in.note)
+	}
+	if pl.modelNote != "" {
+		res.note("modelNote", pl.modelNote)
+	}
+	return res, nil
+}
+
+func (r *Relay) precheckCap(ctx context.Context, s *store.Session) *Error {
+	orch := r.orchestrator(s)
+	if orch == "" {
+		return nil
+	}
+	cur, err := r.st.CurrentTurn(ctx, s.ID)
+	if err != nil {
+		return internal(err)
+	}
+	q, err := r.st.QueuedTurns(ctx, s.ID)
+	if err != nil {
+		return internal(err)
+	}
+	if cur != "" || len(q) > 0 {
+		return nil // busy already: the prompt just queues
+	}
+	n, err := r.st.BusyCount(ctx, orch)
+	if err != nil {
+		return internal(err)
+	}
+	if n >= r.opts.Limits.ActiveSessions {
+		return Errorf(CodeSessionLimit, "%d sessions started by the same conversation already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
+			n, r.opts.Limits.ActiveSessions, nothingSent)
+	}
+	return r.precheckPeerCap(ctx, orch, s.StartedBy, nothingSent)
+}
+
+// precheckPeerCap refuses a prompt that would make one more session of a
+// paired relay's conversations busy beyond the cap per paired relay (checked
+// again atomically when queued); nil for a conversation on this relay.
+func (r *Relay) precheckPeerCap(ctx context.Context, orch string, by *store.Ref, nothing string) *Error {
+	if r.opts.Limits.ActiveSessionsPerPeerToken <= 0 || !isPeerConversation(orch) {
+		return nil
+	}
+	n, err := r.st.PeerBusyCount(ctx, orch)
+	if err != nil {
+		return internal(err)
+	}
+	if n >= r.opts.Limits.ActiveSessionsPerPeerToken {
+		return r.peerCapError(by, nothing)
+	}
+	return nil
+}

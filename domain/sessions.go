@@ -1,0 +1,516 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/oar/relay/provider"
+	"github.com/oar/relay/store"
+)
+
+// Session states (R7.4).
+const (
+	StateRunning        = "running_turn"
+	StateBackgroundOnly = "background_only"
+	StateIdle           = "idle"
+)
+
+// Modes a session's relay mode can take.
+var modes = []string{"agent", "ask", "plan"}
+
+func validMode(m string) bool {
+	for _, x := range modes {
+		if x == m {
+			return true
+		}
+	}
+	return false
+}
+
+// timeFormat is how results show times: UTC with milliseconds.
+const timeFormat = "2006-01-02T15:04:05.000Z"
+
+func ts(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC().Format(timeFormat)
+}
+
+func (r *Relay) listRelays(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	st, err := r.settings(ctx)
+	if err != nil {
+		return nil, internal(err)
+	}
+	relays := []any{}
+	unlocked := 0
+	if st.AgentSessions {
+		relays = append(relays, map[string]any{"name": r.opts.Name, "self": true, "online": true,
+			"version": r.opts.Version, "permission": "full", "unlocked": true})
+		unlocked++
+	}
+	paired, n, err := r.pairedRelays(ctx, c.s.ID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	relays = append(relays, paired...)
+	unlocked += n
+	res := newResult("", fmt.Sprintf("%s, %d unlocked", plural(len(relays), "relay", "relays"), unlocked))
+	res.set("self", map[string]any{"name": r.opts.Name}).set("relays", relays).
+		set("limits", map[string]any{"maxWaitSeconds": st.MaxWaitSeconds, "maxActiveSessions": r.opts.Limits.ActiveSessions})
+	return res, nil
+}
+
+func (r *Relay) relayInfo(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	st, err := r.settings(ctx)
+	if err != nil {
+		return nil, internal(err)
+	}
+	provs := []any{}
+	for _, id := range r.providerIDs() {
+		in := r.providers[id].Info()
+		pv := map[string]any{"id": in.ID, "name": in.Name, "defaultModel": in.DefaultModel,
+			"models": nonNil(in.Models), "efforts": nonNil(in.Efforts), "available": in.Status != provider.StatusUnavailable}
+		if in.Status == provider.StatusUnavailable { // R17.1: e.g. the agent CLI is not installed
+			pv["status"], pv["statusReason"] = in.Status, in.StatusReason
+		}
+		provs = append(provs, pv)
+	}
+	cwds, err := r.st.RecentCwds(ctx, 10)
+	if err != nil {
+		return nil, internal(err)
+	}
+	res := newResult("", fmt.Sprintf("%s, %s", plural(len(provs), "provider", "providers"), "modes agent, ask, plan"))
+	res.set("name", r.opts.Name).set("version", r.opts.Version).set("platform", runtime.GOOS+"/"+runtime.GOARCH).
+		set("acceptsAgentPrompts", st.AcceptAgentPrompts).set("providers", provs).set("defaultCwd", r.opts.DefaultCwd).
+		set("recentCwds", nonNil(cwds)).set("modes", modes)
+	groups, total, err := r.groupList(ctx, 50)
+	if err != nil {
+		r.log.Warn("relay_info: groups unreadable", "err", err)
+		res.set("groups", nil).set("groupsNote", "Groups cannot be read on this relay right now, so create_session cannot take group here.")
+	} else {
+		res.set("groups", groups)
+		if total > len(groups) {
+			res.set("groupsTotal", total)
+		}
+		res.what += ", " + plural(total, "group", "groups")
+	}
+	return res, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+func (r *Relay) usage(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	provs := []any{}
+	capped := 0
+	for _, id := range r.providerIDs() {
+		u, err := r.st.Usage(ctx, id)
+		if err != nil {
+			return nil, internal(err)
+		}
+		pv := map[string]any{"id": id, "name": r.providers[id].Info().Name, "status": "ok",
+			"tracked": false, "paused": false,
+			"note":    "quota not tracked: this relay cannot see the provider's limits; it counts the turns and tokens it ran itself",
+			"counted": map[string]any{"turns": u["turns"], "inputTokens": u["inputTokens"], "outputTokens": u["outputTokens"]}}
+		r.agentUsage(ctx, id, u, pv)            // cost, a usage-limit pause, availability (R17.3)
+		hasCap, err := r.capMeters(ctx, id, pv) // a monthly cap's meters (R7.8)
+		if err != nil {
+			return nil, internal(err)
+		}
+		if hasCap {
+			capped++
+		}
+		provs = append(provs, pv)
+	}
+	what := plural(len(provs), "provider", "providers") + ", quotas not tracked"
+	if capped > 0 {
+		what = fmt.Sprintf("%s, %d with a monthly cap", plural(len(provs), "provider", "providers"), capped)
+	}
+	return newResult("", what).set("providers", provs), nil
+}
+
+// stateOf is a session's state (R7.4): a running or queued turn, else a
+// background task still running, else idle.
+func stateOf(x store.Extras) string {
+	if x.Cur != "" || x.Queued > 0 {
+		return StateRunning // a queued prompt is a turn about to run
+	}
+	for _, t := range x.Tasks {
+		if t.Status == "running" {
+			return StateBackgroundOnly
+		}
+	}
+	return StateIdle
+}
+
+// view is a session as list_sessions and read_session show it.
+type view struct {
+	s       *store.Session
+	state   string
+	count   int
+	tasks   []*store.Task
+	curTurn string
+	group   *store.Group // Name filled in (a nameless group is called by its head's title)
+	watched bool
+}
+
+// views loads what the session records need around them, in one pipeline per kind.
+func (r *Relay) views(ctx context.Context, ss []*store.Session) ([]*view, error) {
+	ids := make([]string, 0, len(ss))
+	for _, s := range ss {
+		if s != nil {
+			ids = append(ids, s.ID)
+		}
+	}
+	extras, err := r.st.SessionExtras(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*view, 0, len(ids))
+	groups := map[string]*store.Group{}
+	allSubs, err := r.st.AllScopeSubscriptions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := r.now()
+	i := 0
+	for _, s := range ss {
+		if s == nil {
+			continue
+		}
+		x := extras[i]
+		i++
+		v := &view{s: s, curTurn: x.Cur, count: x.Count, watched: x.Named > 0}
+		for _, sub := range allSubs {
+			if sub.Watcher != s.ID && !slices.Contains(sub.Exclude, s.ID) {
+				v.watched = true
+			}
+		}
+		for _, t := range x.Tasks {
+			if t.Status == "running" || now.Sub(t.EndedAt) < r.opts.Timing.TaskOutputKept {
+				v.tasks = append(v.tasks, t)
+			}
+		}
+		v.state = stateOf(x)
+		if s.GroupID != "" {
+			g, ok := groups[s.GroupID]
+			if !ok {
+				g, err = r.st.GetGroup(ctx, s.GroupID)
+				if err != nil && !errors.Is(err, store.ErrNotFound) {
+					return nil, err
+				}
+				if g != nil && g.Name == "" {
+					g.Name = r.groupName(ctx, g)
+				}
+				groups[s.GroupID] = g
+			}
+			v.group = g
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (r *Relay) groupName(ctx context.Context, g *store.Group) string {
+	if g.Name != "" {
+		return g.Name
+	}
+	if h, err := r.st.GetSession(ctx, g.Head); err == nil {
+		return h.Title
+	}
+	return g.ID
+}
+
+func (r *Relay) groupRef(ctx context.Context, v *view) any {
+	if v.group == nil {
+		return nil
+	}
+	role := "member"
+	if v.group.Head == v.s.ID {
+		role = "head"
+	}
+	return map[string]any{"id": v.group.ID, "name": r.groupName(ctx, v.group), "role": role}
+}
+
+func taskBrief(t *store.Task) map[string]any {
+	return map[string]any{"taskId": t.ID, "description": t.Description, "type": taskType(t.Type), "status": t.Status}
+}
+
+// taskType is a task's type as agents see it, the names of the seed's
+// example (`local_bash`); the relay keeps its own kinds inside.
+func taskType(kind string) string {
+	switch kind {
+	case "shell":
+		return "local_bash"
+	case "subagent":
+		return "local_agent"
+	}
+	return kind // monitor
+}
+
+func (r *Relay) listItem(ctx context.Context, v *view) map[string]any {
+	tasks := []any{}
+	for _, t := range v.tasks {
+		tasks = append(tasks, taskBrief(t))
+	}
+	m := map[string]any{"id": v.s.ID, "title": v.s.Title, "provider": v.s.Provider, "model": v.s.Model,
+		"state": v.state, "cwd": v.s.Cwd, "lastActivityAt": ts(v.s.LastActivityAt), "messageCount": v.count,
+		"tasks": tasks, "group": r.groupRef(ctx, v), "mode": v.s.Mode}
+	if v.s.Archived {
+		m["archived"] = true
+	}
+	if v.s.MayCreateSessions {
+		m["mayCreateSessions"] = true
+	}
+	if v.s.StartedBy != nil {
+		m["startedBy"] = v.s.StartedBy
+	}
+	if v.watched {
+		m["watched"] = true
+	}
+	return m
+}
+
+func (r *Relay) listSessions(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	scope, e := a.str("scope")
+	if e != nil {
+		return nil, e
+	}
+	if scope == "" {
+		scope = "active"
+	}
+	if scope != "active" && scope != "archived" && scope != "all" {
+		return nil, Errorf(CodeInvalidInput, `scope must be "active", "archived" or "all" (got %q). Nothing was done.`, scope)
+	}
+	limit, e := a.boundedInt("limit", 50, 1, 200)
+	if e != nil {
+		return nil, e
+	}
+	items, total, err := r.SessionList(ctx, scope, limit)
+	if err != nil {
+		return nil, internal(err)
+	}
+	res := newResult("", fmt.Sprintf("%s (%s)", plural(total, "session", "sessions"), scope))
+	res.set("sessions", items).set("total", total)
+	if total > len(items) {
+		res.set("truncated", true)
+		res.what += fmt.Sprintf(", %d shown", len(items))
+	}
+	return res, nil
+}
+
+// SessionList lists sessions as list_sessions shows them (also the owner API).
+func (r *Relay) SessionList(ctx context.Context, scope string, limit int) ([]any, int, error) {
+	ids, total, err := r.st.ListSessionIDs(ctx, scope, limit)
+	if err != nil {
+		return nil, 0, err
+	}
+	ss, err := r.st.GetSessions(ctx, ids)
+	if err != nil {
+		return nil, 0, err
+	}
+	vs, err := r.views(ctx, ss)
+	if err != nil {
+		return nil, 0, err
+	}
+	items := make([]any, 0, len(vs))
+	for _, v := range vs {
+		items = append(items, r.listItem(ctx, v))
+	}
+	return items, total, nil
+}
+
+// target resolves the `session` argument to a session on this relay.
+func (r *Relay) target(ctx context.Context, a *args, key string) (*store.Session, *Error) {
+	ref, e := a.str(key)
+	if e != nil {
+		return nil, e
+	}
+	if ref == "" {
+		return nil, Errorf(CodeInvalidInput, "%s is required: the id of a session (list_sessions shows them). Nothing was done.", key)
+	}
+	if key == "session" && a.pre != nil { // read with the caller (loadCall), this call's ref
+		return r.sessionFound(normRef(ref), a.pre.Target, a.pre.TargetMatches, a.pre.TargetErr)
+	}
+	return r.sessionByRef(ctx, ref)
+}
+
+// normRef is a session reference as looked up: lowercase, no spaces around.
+func normRef(ref string) string { return strings.ToLower(strings.TrimSpace(ref)) }
+
+func (r *Relay) sessionByRef(ctx context.Context, ref string) (*store.Session, *Error) {
+	ref = normRef(ref)
+	if len(ref) < 8 {
+		return nil, Errorf(CodeInvalidInput, "session %q is too short: give the full id or at least its first 8 characters. Nothing was done.", ref)
+	}
+	s, n, err := r.st.ResolveSession(ctx, ref) // one round trip for a whole id
+	return r.sessionFound(ref, s, n, err)
+}
+
+// sessionFound is the answer to a look-up of ref: the session, or why not.
+func (r *Relay) sessionFound(ref string, s *store.Session, n int, err error) (*store.Session, *Error) {
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, Errorf(CodeNotFound, "Relay %q has no session %q. Nothing was done.", r.opts.Name, ref)
+	}
+	if err != nil {
+		return nil, internal(err)
+	}
+	if n > 1 {
+		return nil, Errorf(CodeInvalidInput, "session %q matches more than one session; give more characters of the id. Nothing was done.", ref)
+	}
+	if s == nil {
+		return nil, Errorf(CodeNotFound, "Relay %q has no session %q. Nothing was done.", r.opts.Name, ref)
+	}
+	return s, nil
+}
+
+func (r *Relay) readSession(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	last, e := a.boundedInt("last", 5, 1, 50)
+	if e != nil {
+		return nil, e
+	}
+	s, e := r.target(ctx, a, "session")
+	if e != nil {
+		return nil, e
+	}
+	m, err := r.SessionDetail(ctx, s, last)
+	if err != nil {
+		return nil, internal(err)
+	}
+	res := newResult(s.ID, fmt.Sprintf("%s, %s", plural(len(m["messages"].([]any)), "message", "messages"), m["state"]))
+	for k, v := range m {
+		res.set(k, v)
+	}
+	return res, nil
+}
+
+// SessionDetail is a session as read_session shows it (also the owner API).
+func (r *Relay) SessionDetail(ctx context.Context, s *store.Session, last int) (map[string]any, error) {
+	// Pending questions first: a turn writes its partial reply before it raises
+	// a question, so a question seen here comes with the reply written before it.
+	qs, err := r.pendingQuestions(ctx, s.ID)
+	if err != nil {
+		return nil, err
+	}
+	vs, err := r.views(ctx, []*store.Session{s})
+	if err != nil {
+		return nil, err
+	}
+	v := vs[0]
+	m := r.listItem(ctx, v)
+	msgs, err := r.st.LastMessages(ctx, s.ID, last)
+	if err != nil {
+		return nil, err
+	}
+	ml := []any{}
+	for _, msg := range msgs {
+		x := map[string]any{"id": msg.ID, "role": msg.Role, "text": msg.Text, "createdAt": ts(msg.CreatedAt)}
+		if msg.From != nil {
+			x["from"] = msg.From
+		}
+		ml = append(ml, x)
+	}
+	m["messages"] = ml
+	m["inFlight"] = nil
+	if v.curTurn != "" {
+		if t, err := r.st.GetTurn(ctx, v.curTurn); err == nil && t.Partial != "" {
+			m["inFlight"] = t.Partial
+		}
+	}
+	m["pendingQuestions"] = qs
+	st, err := r.settings(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tasks := []any{}
+	for _, t := range v.tasks {
+		tasks = append(tasks, r.taskView(ctx, t, st.QuietTaskMinutes))
+	}
+	m["tasks"] = tasks
+	if v.group != nil {
+		g := r.groupRef(ctx, v).(map[string]any)
+		members, err := r.groupMembers(ctx, v.group, s.ID, 50)
+		if err != nil {
+			return nil, err
+		}
+		g["members"] = members
+		m["group"] = g
+	}
+	m["repo"], m["branch"], m["effort"] = s.Repo, s.Branch, s.Effort
+	return m, nil
+}
+
+func (r *Relay) pendingQuestions(ctx context.Context, sid string) ([]any, error) {
+	qs, err := r.st.PendingQuestions(ctx, sid)
+	if err != nil {
+		return nil, err
+	}
+	out := []any{}
+	for _, q := range qs {
+		out = append(out, map[string]any{"id": q.ID, "kind": q.Kind, "question": q.Question, "options": nonNil(q.Options)})
+	}
+	asks, err := r.st.AsksIn(ctx, sid)
+	if err != nil {
+		return nil, err
+	}
+	for _, ak := range asks {
+		out = append(out, map[string]any{"id": ak.ID, "kind": "ask", "question": ak.Question, "options": nonNil(ak.Options)})
+	}
+	return out, nil
+}
+
+func (r *Relay) groupMembers(ctx context.Context, g *store.Group, except string, max int) ([]any, error) {
+	ids, err := r.st.GroupMembers(ctx, g.ID)
+	if err != nil {
+		return nil, err
+	}
+	ss, err := r.st.GetSessions(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(ss, func(i, j int) bool {
+		if ss[i] == nil || ss[j] == nil {
+			return ss[j] == nil
+		}
+		return ss[i].CreatedAt.Before(ss[j].CreatedAt)
+	})
+	var shown []*store.Session
+	for _, m := range ss {
+		if m == nil || m.ID == except {
+			continue
+		}
+		if len(shown) >= max {
+			break
+		}
+		shown = append(shown, m)
+	}
+	mids := make([]string, len(shown))
+	for i, m := range shown {
+		mids[i] = m.ID
+	}
+	extras, err := r.st.SessionExtras(ctx, mids)
+	if err != nil {
+		return nil, err
+	}
+	out := []any{}
+	for i, m := range shown {
+		state := stateOf(extras[i]) // the R7.4 values (R7.5)
+		role := "member"
+		if m.ID == g.Head {
+			role = "head"
+		}
+		out = append(out, map[string]any{"id": m.ID, "title": m.Title, "role": role, "state": state, "archived": m.Archived})
+	}
+	return out, nil
+}

@@ -1,0 +1,122 @@
+package domain
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func kept(w *warmGoroutines) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n
+}
+
+func TestWarmGoroutinesCall(t *testing.T) {
+	w := newWarmGoroutines(2)
+	defer w.stop()
+	for i := range 10 {
+		got := 0
+		w.call(func() { got = i })
+		if got != i {
+			t.Fatalf("call %d: f's result not seen after call returned (%d)", i, got)
+		}
+	}
+	if n := kept(w); n < 1 || n > 2 {
+		t.Fatalf("%d goroutines kept, want 1 or 2 (at most max)", n)
+	}
+}
+
+// A panic in f reaches the caller, as it would have without the pool.
+func TestWarmGoroutinesCallPanics(t *testing.T) {
+	w := newWarmGoroutines(2)
+	defer w.stop()
+	var recovered any
+	func() {
+		defer func() { recovered = recover() }()
+		w.call(func() { panic("boom") })
+	}()
+	if s := fmt.Sprint(recovered); !strings.Contains(s, "boom") {
+		t.Fatalf("recovered %q, want the panic of f", s)
+	}
+	// The goroutine that panicked is still usable.
+	ran := false
+	w.call(func() { ran = true })
+	if !ran {
+		t.Fatal("a call after a panic did not run")
+	}
+}
+
+// With every kept goroutine busy, a call runs where it is, and start in a new
+// goroutine: neither waits for the busy ones.
+func TestWarmGoroutinesBusy(t *testing.T) {
+	w := newWarmGoroutines(1)
+	defer w.stop()
+	release := make(chan struct{})
+	started := make(chan struct{})
+	w.start(func() { close(started); <-release })
+	<-started
+	done := make(chan struct{})
+	go func() {
+		w.call(func() {})
+		var ran atomic.Bool
+		finished := make(chan struct{})
+		w.start(func() { ran.Store(true); close(finished) })
+		<-finished
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a call waited for a busy kept goroutine")
+	}
+	close(release)
+	if n := kept(w); n != 1 {
+		t.Fatalf("%d goroutines kept, want at most 1", n)
+	}
+}
+
+// After stop, functions still run.
+func TestWarmGoroutinesStopped(t *testing.T) {
+	w := newWarmGoroutines(4)
+	w.call(func() {})
+	w.stop()
+	w.stop() // twice is fine
+	ran := false
+	w.call(func() { ran = true })
+	if !ran {
+		t.Fatal("a call after stop did not run")
+	}
+	finished := make(chan struct{})
+	w.start(func() { close(finished) })
+	select {
+	case <-finished:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a start after stop did not run")
+	}
+}
+
+// An idle kept goroutine ends after keptIdle.
+func TestWarmGoroutinesIdleEnd(t *testing.T) {
+	w := newWarmGoroutines(4)
+	defer w.stop()
+	w.call(func() {})
+	deadline := time.Now().Add(keptIdle + 10*time.Second)
+	for {
+		n := kept(w)
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d kept goroutines still there %v after their last call", n, keptIdle+10*time.Second)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ran := false
+	w.call(func() { ran = true })
+	if !ran {
+		t.Fatal("a call after the kept goroutines ended did not run")
+	}
+}

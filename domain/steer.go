@@ -1,0 +1,278 @@
+package domain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/oar/relay/store"
+)
+
+func (r *Relay) answerQuestion(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	q, s, text, e := r.checkAnswer(ctx, c, a)
+	if e != nil {
+		return nil, e
+	}
+	need := &cardNeed{}
+	modeCard(need, c, "answer_question")
+	tid := s.ID
+	if e := r.askCard(ctx, c, need, "answer_question", &tid, []string{fmt.Sprintf("Answer %q in %q (%s): %s", q.Question, s.Title, id8(s.ID), text)}, nothingSent); e != nil {
+		return nil, e
+	}
+	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
+	if _, e := r.answer(ctx, q.ID, text, c.s.ID); e != nil {
+		return nil, e
+	}
+	res := newResult(s.ID, fmt.Sprintf("answered %s", q.ID))
+	res.set("question_id", q.ID).set("answer", text)
+	return res, nil
+}
+
+// checkAnswer applies answer_question's checks (shapes, the question, its
+// session, self, the choices) and returns the question, its session and the
+// answer's text; nothing is written (also the check a paired relay asks
+// before its card, R5.3).
+func (r *Relay) checkAnswer(ctx context.Context, c *caller, a *args) (*store.Question, *store.Session, string, *Error) {
+	qid, e := a.str("question_id")
+	if e != nil {
+		return nil, nil, "", e
+	}
+	choices, e := a.strs("choices")
+	if e != nil {
+		return nil, nil, "", e
+	}
+	answer, e := a.str("answer")
+	if e != nil {
+		return nil, nil, "", e
+	}
+	if qid == "" {
+		return nil, nil, "", Errorf(CodeInvalidInput, "question_id is required: read_session lists a session's pendingQuestions. %s", nothingSent)
+	}
+	if len(choices) == 0 && strings.TrimSpace(answer) == "" {
+		return nil, nil, "", Errorf(CodeInvalidInput, "choices or answer is required. %s", nothingSent)
+	}
+	if strings.HasPrefix(qid, "card_") {
+		return nil, nil, "", Errorf(CodeForbidden, "Approval cards are the owner's to decide; an agent cannot answer them. %s", nothingSent)
+	}
+	// session is optional (the seed's example names only question_id): the
+	// question says which session it belongs to; a session given must match.
+	var s *store.Session
+	if a.has("session") {
+		if s, e = r.target(ctx, a, "session"); e != nil {
+			return nil, nil, "", e
+		}
+	}
+	q, e := r.findQuestion(ctx, sessionID(s), qid)
+	if e != nil {
+		return nil, nil, "", e
+	}
+	if s == nil {
+		var err error
+		if s, err = r.st.GetSession(ctx, q.Session); err != nil {
+			return nil, nil, "", internal(err)
+		}
+	}
+	if s.ID == c.s.ID {
+		return nil, nil, "", Errorf(CodeSelf, "A conversation cannot answer its own question. %s", nothingSent)
+	}
+	text, e := answerText(q, choices, answer)
+	if e != nil {
+		return nil, nil, "", e
+	}
+	return q, s, text, nil
+}
+
+func sessionID(s *store.Session) string {
+	if s == nil {
+		return ""
+	}
+	return s.ID
+}
+
+// findQuestion finds a pending question card by id or prefix; sid "" accepts any session.
+func (r *Relay) findQuestion(ctx context.Context, sid, ref string) (*store.Question, *Error) {
+	id, n, err := r.st.ResolveQuestionID(ctx, ref)
+	if err != nil {
+		return nil, internal(err)
+	}
+	if n > 1 {
+		return nil, Errorf(CodeInvalidInput, "question_id %q matches more than one question; give more characters. %s", ref, nothingSent)
+	}
+	notFound := Errorf(CodeNotFound, "Relay %q has no open question %q. %s", r.opts.Name, ref, nothingSent)
+	if sid != "" {
+		notFound = Errorf(CodeNotFound, "Session %s on relay %q has no open question %q. %s", id8(sid), r.opts.Name, ref, nothingSent)
+	}
+	if id == "" || len(ref) < 8 {
+		return nil, notFound
+	}
+	q, err := r.st.GetQuestion(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && ((sid != "" && q.Session != sid) || q.Status != "pending")) {
+		return nil, notFound
+	}
+	if err != nil {
+		return nil, internal(err)
+	}
+	return q, nil
+}
+
+func answerText(q *store.Question, choices []string, answer string) (string, *Error) {
+	if len(choices) > 0 && len(q.Options) > 0 {
+		for _, ch := range choices {
+			if !contains(q.Options, ch) {
+				return "", Errorf(CodeInvalidInput, "%q is not one of the question's options: %s. %s", ch, strings.Join(q.Options, ", "), nothingSent)
+			}
+		}
+	}
+	parts := append([]string{}, choices...)
+	if strings.TrimSpace(answer) != "" {
+		parts = append(parts, strings.TrimSpace(answer))
+	}
+	return strings.Join(parts, ", "), nil
+}
+
+// answer records a question's answer and wakes the turn waiting on it.
+func (r *Relay) answer(ctx context.Context, qid, text, by string) (*store.Question, *Error) {
+	q, ok, err := r.st.AnswerQuestion(ctx, qid, text, by)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, Errorf(CodeNotFound, "No question %q. %s", qid, nothingSent)
+	}
+	if err != nil {
+		return nil, internal(err)
+	}
+	if !ok {
+		return nil, Errorf(CodeNotFound, "Question %s was already answered. %s", qid, nothingSent)
+	}
+	// The turn no longer waits on it: a wait right after this must not report "question".
+	if q.Turn != "" {
+		if err := r.st.SetTurnQuestion(ctx, q.Turn, ""); err != nil {
+			return nil, internal(err)
+		}
+	}
+	if err := r.st.Notify(ctx, "q:"+qid); err != nil {
+		return nil, internal(err)
+	}
+	return q, nil
+}
+
+// AnswerQuestion is the owner's answer to a question card (owner API).
+func (r *Relay) AnswerQuestion(ctx context.Context, sid, qid string, choices []string, answer string) (*store.Question, error) {
+	q, e := r.findQuestion(ctx, sid, qid)
+	if e != nil {
+		return nil, e
+	}
+	if len(choices) == 0 && strings.TrimSpace(answer) == "" {
+		return nil, Errorf(CodeInvalidInput, "choices or answer is required. %s", nothingSent)
+	}
+	text, e := answerText(q, choices, answer)
+	if e != nil {
+		return nil, e
+	}
+	q, e = r.answer(ctx, q.ID, text, "owner")
+	if e != nil {
+		return nil, e
+	}
+	return q, nil
+}
+
+func (r *Relay) stop(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	s, e := r.target(ctx, a, "session")
+	if e != nil {
+		return nil, e
+	}
+	if s.ID == c.s.ID {
+		return nil, Errorf(CodeSelf, "stop cannot stop the calling conversation itself. %s", nothingDone)
+	}
+	need := &cardNeed{}
+	modeCard(need, c, "stop")
+	tid := s.ID
+	if e := r.askCard(ctx, c, need, "stop", &tid, []string{fmt.Sprintf("Stop the running turn of %q (%s)", s.Title, id8(s.ID))}, nothingDone); e != nil {
+		return nil, e
+	}
+	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
+	stopped, err := r.StopTurn(ctx, s.ID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	res := newResult(s.ID, "")
+	res.set("stopRequested", stopped)
+	if stopped {
+		res.what = "stop requested"
+	} else {
+		res.set("note", "nothing was running")
+		res.what = "nothing was running"
+	}
+	return res, nil
+}
+
+// StopTurn stops a session's running turn; queued prompts stay queued (R7.15).
+// A turn that is next in the queue but has not started yet (a worker is about
+// to take it) counts as running: it ends as stopped without running.
+func (r *Relay) StopTurn(ctx context.Context, sid string) (bool, error) {
+	cur, err := r.st.CurrentTurn(ctx, sid)
+	if err != nil {
+		return false, err
+	}
+	if cur == "" {
+		q, err := r.st.QueuedTurns(ctx, sid)
+		if err != nil || len(q) == 0 {
+			return false, err
+		}
+		cur = q[0]
+	}
+	if err := r.st.RequestTurnStop(ctx, cur); err != nil {
+		return false, err
+	}
+	return true, r.st.Notify(ctx, "stop:"+cur)
+}
+
+func (r *Relay) archive(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	s, e := r.target(ctx, a, "session")
+	if e != nil {
+		return nil, e
+	}
+	if s.ID == c.s.ID {
+		return nil, Errorf(CodeSelf, "archive cannot archive the calling conversation itself. %s", nothingDone)
+	}
+	if s.Archived {
+		return newResult(s.ID, "already archived").set("archived", true), nil
+	}
+	need := &cardNeed{}
+	modeCard(need, c, "archive")
+	tid := s.ID
+	if e := r.askCard(ctx, c, need, "archive", &tid, []string{fmt.Sprintf("Archive %q (%s)", s.Title, id8(s.ID))}, nothingDone); e != nil {
+		return nil, e
+	}
+	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
+	if err := r.Archive(ctx, s.ID); err != nil {
+		return nil, internal(err)
+	}
+	return newResult(s.ID, "archived").set("archived", true), nil
+}
+
+// Archive archives a session: its running turn stops and queued prompts are dropped when reached.
+func (r *Relay) Archive(ctx context.Context, sid string) error { return r.retire(ctx, sid, "archived") }
+
+// retire archives a session and ends its subscriptions and schedules with
+// reason ("archived", or "deleted" on the way to deleting it), and its asks.
+func (r *Relay) retire(ctx context.Context, sid, reason string) error {
+	// R18.2: the token dies with the archive, in every process at once.
+	if err := r.st.ArchiveSession(ctx, sid, r.now()); err != nil {
+		return err
+	}
+	if err := r.st.Notify(ctx, "tokens"); err != nil {
+		return err
+	}
+	_ = r.st.Notify(ctx, "session:"+sid) // the owner's console (R19.6)
+	if err := r.endSubscriptionsFor(ctx, sid, reason); err != nil {
+		return err
+	}
+	if err := r.endSchedulesFor(ctx, sid, reason); err != nil {
+		return err
+	}
+	if err := r.endAsksFor(ctx, sid); err != nil {
+		return err
+	}
+	_, err := r.StopTurn(ctx, sid)
+	return err
+}

@@ -1,0 +1,661 @@
+package domain
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oar/relay/scheduler"
+	"github.com/oar/relay/store"
+)
+
+const nothingSubscribed = "No subscription was made."
+
+// subscribe makes a subscription: the calling conversation watches sessions
+// for events (R8.4). Its checks run in R3.4a's order: shapes, targets, self,
+// the limit, card; only then the effect.
+func (r *Relay) subscribe(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	in, pl, e := r.subscribeChecks(ctx, c, a)
+	if e != nil {
+		return nil, e
+	}
+	if e := r.cardSubscribe(ctx, c, in, pl); e != nil {
+		return nil, e
+	}
+	return r.applySubscribe(ctx, c, in, pl)
+}
+
+// subscribeChecks are all of subscribe's checks before its card: the
+// caller can be woken, the arguments' shapes, then its rules (also the check
+// a paired relay asks, R5.3).
+func (r *Relay) subscribeChecks(ctx context.Context, c *caller, a *args) (*subscribeArgs, *subscribePlan, *Error) {
+	if isExternal(c.s) {
+		return nil, nil, notWakeable("subscribe", nothingSubscribed)
+	}
+	in, e := r.parseSubscribeArgs(a)
+	if e != nil {
+		return nil, nil, e
+	}
+	pl, e := r.checkSubscribe(ctx, c, in)
+	if e != nil {
+		return nil, nil, e
+	}
+	return in, pl, nil
+}
+
+// subscribeArgs are subscribe's arguments, their shapes checked.
+type subscribeArgs struct {
+	refs        []string // the sessions to watch; empty when all
+	all         bool
+	excludeRefs []string
+	events      []string // the default when none are named
+	once        bool
+	match       string
+	stalled     int // minutes
+	heartbeat   int // minutes, 0 for none
+	digest      int // minutes, 0 for none
+	quiet       *store.Quiet
+	q           *scheduler.Quiet // quiet, parsed
+}
+
+// subscribePlan is what subscribe's checks found.
+type subscribePlan struct {
+	watched []*store.Session // none when all
+	exclude []string         // session ids
+}
+
+// badSubscribe is subscribe's INVALID_INPUT error.
+func badSubscribe(format string, v ...any) *Error {
+	return Errorf(CodeInvalidInput, format+" "+nothingSubscribed, v...)
+}
+
+// parseSubscribeArgs reads subscribe's arguments: shapes first (R3.4a).
+func (r *Relay) parseSubscribeArgs(a *args) (*subscribeArgs, *Error) {
+	bad := badSubscribe
+	in := &subscribeArgs{}
+	refs, e := a.strs("sessions")
+	if e != nil {
+		return nil, bad("sessions must be a list of session ids, or [\"all\"].")
+	}
+	if len(refs) == 0 {
+		return nil, bad(`sessions is required: the ids of the sessions to watch, or ["all"].`)
+	}
+	if in.events, e = a.strs("events"); e != nil {
+		return nil, bad("events must be a list of event kinds.")
+	}
+	for _, ev := range in.events {
+		if !slices.Contains(eventKinds, ev) {
+			return nil, bad("Unknown event kind %q; kinds: %s.", ev, strings.Join(eventKinds, ", "))
+		}
+	}
+	if len(in.events) == 0 {
+		in.events = defaultEvents
+	}
+	if v, ok := a.m["once"]; ok {
+		if json.Unmarshal(v, &in.once) != nil {
+			return nil, bad("once must be true or false.")
+		}
+	}
+	if in.match, e = a.str("match"); e != nil {
+		return nil, bad("match must be a string (a regular expression).")
+	}
+	if e := maxChars("match", in.match, 500, nothingSubscribed); e != nil {
+		return nil, e
+	}
+	if in.match != "" {
+		if _, err := regexp.Compile("(?i)" + in.match); err != nil {
+			return nil, bad("match is not a valid regular expression: %v.", err)
+		}
+	}
+	if e := parseSubMinutes(a, in, int(r.opts.Timing.StalledDefault/time.Minute)); e != nil {
+		return nil, e
+	}
+	if in.heartbeat > 0 && !slices.Contains(in.events, EvHeartbeat) {
+		in.events = append(slices.Clone(in.events), EvHeartbeat) // heartbeat_minutes asks for heartbeats
+	}
+	if v, ok := a.m["quiet_hours"]; ok {
+		var qh struct {
+			From string `json:"from"`
+			To   string `json:"to"`
+			TZ   string `json:"tz"`
+		}
+		if err := json.Unmarshal(v, &qh); err != nil {
+			return nil, bad(`quiet_hours must be an object {"from": "HH:MM", "to": "HH:MM", "tz": "Area/City"}.`)
+		}
+		parsed, err := scheduler.ParseQuiet(qh.From, qh.To, qh.TZ)
+		if err != nil {
+			return nil, bad("%s.", err.Error())
+		}
+		if parsed != nil {
+			in.q = parsed
+			in.quiet = &store.Quiet{From: qh.From, To: qh.To, TZ: qh.TZ}
+		}
+	}
+	if in.excludeRefs, e = a.strs("exclude"); e != nil {
+		return nil, bad("exclude must be a list of session ids.")
+	}
+	in.all = len(refs) == 1 && strings.EqualFold(refs[0], "all")
+	if !in.all && slices.ContainsFunc(refs, func(s string) bool { return strings.EqualFold(s, "all") }) {
+		return nil, bad(`sessions takes either ["all"] or a list of session ids, not both.`)
+	}
+	if len(in.excludeRefs) > 0 && !in.all {
+		return nil, bad("exclude goes with sessions [\"all\"] only; a list of sessions names what it watches.")
+	}
+	if !in.all {
+		in.refs = refs
+	}
+	return in, nil
+}
+
+// parseSubMinutes reads stalled_minutes, heartbeat_minutes and
+// digest_minutes (1–1440 each, spec §14).
+func parseSubMinutes(a *args, in *subscribeArgs, stalledDefault int) *Error {
+	minutes := func(k string, hi int, def int) (int, *Error) {
+		n, ok, e := a.integer(k)
+		if e != nil {
+			return 0, badSubscribe("%s must be a whole number of minutes.", k)
+		}
+		if !ok {
+			return def, nil
+		}
+		if n < 1 || n > hi {
+			return 0, badSubscribe("%s must be between 1 and %d (got %d).", k, hi, n)
+		}
+		return n, nil
+	}
+	var e *Error
+	if in.stalled, e = minutes("stalled_minutes", 1440, stalledDefault); e != nil {
+		return e
+	}
+	if in.heartbeat, e = minutes("heartbeat_minutes", 1440, 0); e != nil {
+		return e
+	}
+	if in.digest, e = minutes("digest_minutes", 1440, 0); e != nil {
+		return e
+	}
+	return nil
+}
+
+// checkSubscribe applies subscribe's rules in order: targets exist, then
+// self, then the subscriptions limit.
+func (r *Relay) checkSubscribe(ctx context.Context, c *caller, in *subscribeArgs) (*subscribePlan, *Error) {
+	// Targets exist, then self.
+	pl := &subscribePlan{}
+	for _, ref := range in.refs {
+		s, e := r.sessionByRef(ctx, ref)
+		if e != nil {
+			e.Msg = strings.Replace(e.Msg, nothingDone, nothingSubscribed, 1)
+			return nil, e
+		}
+		if !slices.ContainsFunc(pl.watched, func(x *store.Session) bool { return x.ID == s.ID }) {
+			pl.watched = append(pl.watched, s)
+		}
+	}
+	for _, ref := range in.excludeRefs {
+		s, e := r.sessionByRef(ctx, ref)
+		if e != nil {
+			e.Msg = strings.Replace(e.Msg, nothingDone, nothingSubscribed, 1)
+			return nil, e
+		}
+		pl.exclude = append(pl.exclude, s.ID)
+	}
+	for _, s := range pl.watched {
+		if s.ID == c.s.ID {
+			return nil, Errorf(CodeSelf, "A conversation cannot watch itself; leave out its own id. %s", nothingSubscribed)
+		}
+	}
+	// Limits.
+	active, err := r.st.WatcherSubscriptions(ctx, c.s.ID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	if len(active) >= r.opts.Limits.SubscriptionsPerConversation {
+		return nil, Errorf(CodeLimit, "This conversation already has %d subscriptions, the most it may have; unsubscribe from one first. %s",
+			len(active), nothingSubscribed)
+	}
+	return pl, nil
+}
+
+// subscribeCardLine is a subscribe card's first line: what is watched, for
+// which events; where names a paired relay's (` on relay "NAME"`, made safe
+// for a line), "" on this relay.
+func subscribeCardLine(watched []*store.Session, all bool, events []string, where string) string {
+	what := "all sessions"
+	if !all {
+		var names []string
+		for _, s := range watched {
+			names = append(names, fmt.Sprintf(`"%s" (%s)`, LineValue(s.Title, fieldTitle), lineID(s.ID)))
+		}
+		what = strings.Join(names, ", ")
+	}
+	kinds := make([]string, len(events))
+	for i, k := range events {
+		kinds[i] = LineValue(k, fieldWord)
+	}
+	return fmt.Sprintf("Watch %s%s for %s", what, where, strings.Join(kinds, ", "))
+}
+
+// cardSubscribe asks the owner when a card is needed.
+func (r *Relay) cardSubscribe(ctx context.Context, c *caller, in *subscribeArgs, pl *subscribePlan) *Error {
+	// Card: the first subscribe of a conversation names its options (R5.2.2, R5.4).
+	opts := subOptions(in.digest, in.q, len(pl.exclude))
+	need := &cardNeed{}
+	ok, err := r.st.Flag(ctx, c.s.ID, "subscribed")
+	if err != nil {
+		return internal(err)
+	}
+	if !ok {
+		need.add("This is the first time this conversation watches sessions.")
+		need.flags = append(need.flags, "subscribed")
+	}
+	lines := []string{subscribeCardLine(pl.watched, in.all, in.events, "")}
+	if opts != "" {
+		lines = append(lines, opts)
+	}
+	return r.askCard(ctx, c, need, "subscribe", nil, lines, nothingSubscribed)
+}
+
+// applySubscribe writes the subscription (the limit checked again) and
+// schedules its first heartbeat.
+func (r *Relay) applySubscribe(ctx context.Context, c *caller, in *subscribeArgs, pl *subscribePlan) (*result, *Error) {
+	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
+	sub := &store.Subscription{ID: "sub_" + store.NewID(5), Watcher: c.s.ID, All: in.all, Exclude: pl.exclude, Events: in.events,
+		Once: in.once, Match: in.match, StalledMinutes: in.stalled, HeartbeatMinutes: in.heartbeat, DigestMinutes: in.digest,
+		Quiet: in.quiet, CreatedAt: r.now()}
+	for _, s := range pl.watched {
+		sub.Sessions = append(sub.Sessions, s.ID)
+	}
+	// The limit again, checked and written in one step (R18.6).
+	if err := r.st.AddSubscription(ctx, sub, r.opts.Limits.SubscriptionsPerConversation); err != nil {
+		if le, ok := store.IsLimit(err); ok {
+			return nil, Errorf(CodeLimit, "This conversation already has %d subscriptions, the most it may have; unsubscribe from one first. %s",
+				le.Count, nothingSubscribed)
+		}
+		return nil, internal(err)
+	}
+	r.notifySub(ctx, sub) // the owner's console (R19.6)
+	if in.heartbeat > 0 {
+		at := sub.CreatedAt.Add(time.Duration(in.heartbeat) * time.Minute)
+		if err := r.schedule(ctx, JobHeartbeat, HeartbeatPayload{Sub: sub.ID, At: at.UnixMilli()}, fmt.Sprintf("hb:%s:%d", sub.ID, at.UnixMilli()), at); err != nil {
+			return nil, internal(err)
+		}
+	}
+	n := "all sessions"
+	if !in.all {
+		n = plural(len(pl.watched), "session", "sessions")
+	}
+	view, err := r.subView(ctx, sub)
+	if err != nil {
+		return nil, internal(err)
+	}
+	return newResult("", fmt.Sprintf("%s (%s)", n, sub.ID)).set("subscription", view), nil
+}
+
+// subOptions names a subscription's options for its card (R5.4).
+func subOptions(digest int, q *scheduler.Quiet, excluded int) string {
+	var parts []string
+	if digest > 0 {
+		parts = append(parts, fmt.Sprintf("digest every %d min", digest))
+	}
+	if q != nil {
+		parts = append(parts, "quiet "+q.String())
+	}
+	if excluded > 0 {
+		parts = append(parts, fmt.Sprintf("except %d it leaves out", excluded))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (r *Relay) subView(ctx context.Context, sub *store.Subscription) (map[string]any, error) {
+	var sessions any = "all" // as the seed shows it
+	if !sub.All && sub.Relay != "" {
+		// A mirror: the sessions are on its relay, named as it named them.
+		list := []any{}
+		for i, id := range sub.Sessions {
+			title := ""
+			if i < len(sub.Titles) {
+				title = sub.Titles[i]
+			}
+			list = append(list, map[string]any{"id": id, "title": title})
+		}
+		sessions = list
+	} else if !sub.All {
+		ss, err := r.st.GetSessions(ctx, sub.Sessions)
+		if err != nil {
+			return nil, err
+		}
+		list := []any{}
+		for i, s := range ss {
+			title := ""
+			if s != nil {
+				title = s.Title
+			}
+			list = append(list, map[string]any{"id": sub.Sessions[i], "title": title})
+		}
+		sessions = list
+	}
+	scope := "sessions"
+	if sub.All {
+		scope = "all"
+	}
+	m := map[string]any{"id": sub.ID, "scope": scope, "sessions": sessions, "events": sub.Events, "once": sub.Once,
+		"stalledMinutes": sub.StalledMinutes, "createdAt": ts(sub.CreatedAt)}
+	if sub.Match != "" {
+		m["match"] = sub.Match
+	}
+	if sub.HeartbeatMinutes > 0 {
+		m["heartbeatMinutes"] = sub.HeartbeatMinutes
+	}
+	if sub.DigestMinutes > 0 {
+		m["digestMinutes"] = sub.DigestMinutes
+	}
+	if sub.Quiet != nil {
+		m["quietHours"] = sub.Quiet
+	}
+	if len(sub.Exclude) > 0 {
+		m["exclude"] = sub.Exclude
+	}
+	if sub.Relay != "" {
+		m["relay"] = sub.Relay
+	}
+	return m, nil
+}
+
+// subListItem adds list_subscriptions' fields (R8.23).
+func (r *Relay) subListItem(ctx context.Context, sub *store.Subscription) (map[string]any, error) {
+	m, err := r.subView(ctx, sub)
+	if err != nil {
+		return nil, err
+	}
+	// Every field shows, null or zero when unset (R8.23).
+	for _, k := range []string{"match", "heartbeatMinutes", "digestMinutes", "quietHours", "exclude"} {
+		if _, ok := m[k]; !ok {
+			m[k] = nil
+		}
+	}
+	n, due, err := r.st.HeldInfo(ctx, sub.ID)
+	if err != nil {
+		return nil, err
+	}
+	if sub.EndReason != "" {
+		m["endReason"] = sub.EndReason
+		m["endedAt"] = ts(sub.EndedAt)
+		if n > 0 {
+			m["heldCount"], m["nextDeliveryAt"] = n, ts(due)
+		}
+		return m, nil
+	}
+	m["heldCount"] = n
+	m["nextDeliveryAt"] = nil
+	if n > 0 {
+		m["nextDeliveryAt"] = ts(due)
+	}
+	return m, nil
+}
+
+func (r *Relay) unsubscribe(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	id, e := a.str("subscription_id")
+	if e != nil {
+		return nil, e
+	}
+	if id == "" {
+		return nil, Errorf(CodeInvalidInput, `subscription_id is required: an id from list_subscriptions, or "all". Nothing was done.`)
+	}
+	subs, err := r.st.WatcherSubscriptions(ctx, c.s.ID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	var ended []string
+	for _, sub := range subs {
+		if strings.EqualFold(id, "all") || sub.ID == id || (len(id) >= 8 && strings.HasPrefix(sub.ID, id)) {
+			if err := r.endSubscription(ctx, sub, "unsubscribed"); err != nil {
+				return nil, internal(err)
+			}
+			ended = append(ended, sub.ID)
+		}
+	}
+	if len(ended) == 0 && !strings.EqualFold(id, "all") {
+		return nil, Errorf(CodeNotFound, "This conversation has no active subscription %q. Nothing was done.", id)
+	}
+	return newResult("", fmt.Sprintf("%s ended", plural(len(ended), "subscription", "subscriptions"))).
+		set("unsubscribed", nonNil(ended)), nil
+}
+
+// endSubscription ends a subscription with a reason (R8.19).
+func (r *Relay) endSubscription(ctx context.Context, sub *store.Subscription, reason string) error {
+	if sub.EndReason != "" {
+		return nil
+	}
+	sub.EndReason = reason
+	sub.EndedAt = r.now()
+	if err := r.st.SaveSubscription(ctx, sub); err != nil {
+		return err
+	}
+	r.notifySub(ctx, sub) // the owner's console (R19.6)
+	return nil
+}
+
+// Unsubscribe is the owner's DELETE /subscriptions/{id}.
+func (r *Relay) Unsubscribe(ctx context.Context, id string) (map[string]any, error) {
+	sub, err := r.st.GetSubscription(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, Errorf(CodeNotFound, "No subscription %q. Nothing was done.", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if sub.Relay != "" {
+		return r.unsubscribeMirror(ctx, sub) // held on a paired relay: it ends there too
+	}
+	if err := r.endSubscription(ctx, sub, "unsubscribed"); err != nil {
+		return nil, err
+	}
+	return map[string]any{"id": sub.ID, "endReason": sub.EndReason}, nil
+}
+
+func (r *Relay) listSubscriptions(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	watcher := c.s.ID
+	if ref, e := a.str("watcher"); e != nil {
+		return nil, e
+	} else if ref != "" && c.remote != nil {
+		// Another relay's agent names a conversation on its own relay (its
+		// stand-in here), never one of this relay's (R18.21).
+		watcher = peerConversation(c.remote.Relay, ref)
+	} else if ref != "" {
+		s, e := r.sessionByRef(ctx, ref)
+		if e != nil {
+			return nil, e
+		}
+		watcher = s.ID
+	}
+	list, err := r.SubscriptionList(ctx, watcher)
+	if err != nil {
+		return nil, internal(err)
+	}
+	active := 0
+	for _, m := range list {
+		if _, ended := m.(map[string]any)["endReason"]; !ended {
+			active++
+		}
+	}
+	res := newResult("", fmt.Sprintf("%d active, %d ended in the last hour", active, len(list)-active))
+	if watcher != c.s.ID {
+		res.session = watcher
+	}
+	return res.set("subscriptions", list), nil
+}
+
+// SubscriptionList lists a conversation's subscriptions: active ones and those ended within the hour.
+func (r *Relay) SubscriptionList(ctx context.Context, watcher string) ([]any, error) {
+	subs, err := r.st.WatcherSubscriptions(ctx, watcher)
+	if err != nil {
+		return nil, err
+	}
+	ended, err := r.st.EndedSubscriptions(ctx, watcher, r.now().Add(-endedListWindow))
+	if err != nil {
+		return nil, err
+	}
+	list := []any{}
+	for _, sub := range append(subs, ended...) {
+		m, err := r.subListItem(ctx, sub)
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, m)
+	}
+	return list, nil
+}
+
+func (r *Relay) transferSubscriptions(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	from, subs, e := r.checkTransfer(ctx, c, a)
+	if e != nil {
+		return nil, e
+	}
+	need := &cardNeed{}
+	need.add("Moving subscriptions always needs your approval.")
+	if e := r.askCard(ctx, c, need, "transfer_subscriptions", nil,
+		[]string{fmt.Sprintf("Move %s of %q (%s) into this conversation", plural(len(subs), "subscription", "subscriptions"), from.Title, id8(from.ID))},
+		"Nothing was moved."); e != nil {
+		return nil, e
+	}
+	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
+	var moved []any
+	var ended []string
+	for _, old := range subs {
+		nu := *old
+		nu.ID = "sub_" + store.NewID(5)
+		nu.Watcher = c.s.ID
+		nu.CreatedAt = r.now()
+		nu.Sessions = slices.DeleteFunc(slices.Clone(old.Sessions), func(s string) bool { return s == c.s.ID })
+		if err := r.endSubscription(ctx, old, "transferred"); err != nil {
+			return nil, internal(err)
+		}
+		if !nu.All && len(nu.Sessions) == 0 {
+			// It watched only the caller, which never watches itself: it
+			// ends on the old side and has no copy here (R8.24).
+			ended = append(ended, old.ID)
+			continue
+		}
+		if err := r.st.SaveSubscription(ctx, &nu); err != nil {
+			return nil, internal(err)
+		}
+		// Events the old one held (digest, quiet hours) go along.
+		due, err := r.st.MoveHeld(ctx, old.ID, nu.ID)
+		if err != nil {
+			return nil, internal(err)
+		}
+		if !due.IsZero() {
+			if err := r.schedule(ctx, JobRelease, ReleasePayload{Sub: nu.ID}, fmt.Sprintf("rel:%s:%d", nu.ID, due.UnixMilli()), due); err != nil {
+				return nil, internal(err)
+			}
+		}
+		v, err := r.subView(ctx, &nu)
+		if err != nil {
+			return nil, internal(err)
+		}
+		v["movedFrom"] = old.ID // a paired relay's caller moves its mirror along
+		moved = append(moved, v)
+	}
+	if moved == nil {
+		moved = []any{}
+	}
+	res := newResult(from.ID, fmt.Sprintf("%s moved", plural(len(moved), "subscription", "subscriptions"))).set("subscriptions", moved)
+	if len(ended) > 0 {
+		res.set("ended", ended).set("note", fmt.Sprintf("%s watched only this conversation, which never watches itself: ended (transferred) without a copy here.",
+			plural(len(ended), "subscription", "subscriptions")))
+		res.what += fmt.Sprintf(", %d ended without a copy", len(ended))
+	}
+	return res, nil
+}
+
+// endSubscriptionsFor ends what archiving a session ends (R7.16, R8.19): the
+// subscriptions it holds as watcher, and those watching only it (a list ends
+// when all its sessions are archived).
+func (r *Relay) endSubscriptionsFor(ctx context.Context, sid, reason string) error {
+	own, err := r.st.WatcherSubscriptions(ctx, sid)
+	if err != nil {
+		return err
+	}
+	for _, sub := range own {
+		if err := r.endSubscription(ctx, sub, reason); err != nil {
+			return err
+		}
+	}
+	watching, err := r.st.SubscriptionsOf(ctx, sid)
+	if err != nil {
+		return err
+	}
+	for _, sub := range watching {
+		if sub.All {
+			continue
+		}
+		ss, err := r.st.GetSessions(ctx, sub.Sessions)
+		if err != nil {
+			return err
+		}
+		allArchived := true
+		for _, s := range ss {
+			if s != nil && !s.Archived && s.ID != sid {
+				allArchived = false
+			}
+		}
+		if allArchived {
+			if err := r.endSubscription(ctx, sub, reason); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkTransfer applies transfer_subscriptions' checks (from, self, the
+// limit) and returns the conversation it moves from and its subscriptions;
+// nothing is written (also the check a paired relay asks before its card,
+// R5.3).
+func (r *Relay) checkTransfer(ctx context.Context, c *caller, a *args) (*store.Session, []*store.Subscription, *Error) {
+	if isExternal(c.s) {
+		return nil, nil, notWakeable("transfer_subscriptions", "Nothing was moved.")
+	}
+	from, e := r.transferFrom(ctx, c, a)
+	if e != nil {
+		return nil, nil, e
+	}
+	if from.ID == c.s.ID {
+		return nil, nil, Errorf(CodeSelf, "from names this conversation itself; its subscriptions are already here. Nothing was moved.")
+	}
+	subs, err := r.st.WatcherSubscriptions(ctx, from.ID)
+	if err != nil {
+		return nil, nil, internal(err)
+	}
+	mine, err := r.st.WatcherSubscriptions(ctx, c.s.ID)
+	if err != nil {
+		return nil, nil, internal(err)
+	}
+	if len(mine)+len(subs) > r.opts.Limits.SubscriptionsPerConversation {
+		return nil, nil, Errorf(CodeLimit, "Moving %d subscriptions would give this conversation more than %d. Nothing was moved.",
+			len(subs), r.opts.Limits.SubscriptionsPerConversation)
+	}
+	return from, subs, nil
+}
+
+// transferFrom is the conversation transfer_subscriptions moves from: a
+// session here, or for another relay's agent a conversation on its own
+// relay (its stand-in here, R13.1; that relay checked it).
+func (r *Relay) transferFrom(ctx context.Context, c *caller, a *args) (*store.Session, *Error) {
+	if c.remote == nil {
+		return r.target(ctx, a, "from")
+	}
+	ref, e := a.str("from")
+	if e != nil {
+		return nil, e
+	}
+	if ref == "" {
+		return nil, Errorf(CodeInvalidInput, "from is required: the id of a conversation on your relay. Nothing was moved.")
+	}
+	return &store.Session{ID: peerConversation(c.remote.Relay, ref), Title: ref}, nil
+}

@@ -1,0 +1,292 @@
+package domain
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/oar/relay/provider"
+	"github.com/oar/relay/store"
+	"github.com/oar/relay/taskout"
+)
+
+// taskView is a task as read_session shows it (R7.5).
+func (r *Relay) taskView(ctx context.Context, t *store.Task, quietAfter int) map[string]any {
+	m := taskBrief(t)
+	m["output"] = t.Type != "subagent"
+	if t.Type == "subagent" {
+		return m
+	}
+	lines, err := r.st.TaskOutput(ctx, t.ID)
+	if err == nil && len(lines) > 0 {
+		if c := taskout.ParseCounts(cleanLines(lines)); c != nil {
+			m["counts"] = c
+		}
+	}
+	if t.Status == "running" {
+		last := t.LastOutputAt
+		if last.IsZero() {
+			last = t.StartedAt
+		}
+		mins := int(r.now().Sub(last) / time.Minute)
+		m["health"] = map[string]any{"minutesSinceOutput": mins, "quiet": mins >= quietAfter, "quietAfterMinutes": quietAfter}
+	}
+	return m
+}
+
+func cleanLines(lines []string) []string {
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = taskout.StripANSI(l)
+	}
+	return out
+}
+
+func (r *Relay) findTask(ctx context.Context, sid, ref string) (*store.Task, *Error) {
+	ref = strings.TrimSpace(ref)
+	if ref == "" {
+		return nil, Errorf(CodeInvalidInput, "task_id is required: read_session lists a session's tasks. Nothing was done.")
+	}
+	tasks, err := r.st.Tasks(ctx, sid)
+	if err != nil {
+		return nil, internal(err)
+	}
+	var hits []*store.Task
+	for _, t := range tasks {
+		if t.ID == ref {
+			return t, nil
+		}
+		if len(ref) >= 4 && strings.HasPrefix(t.ID, ref) {
+			hits = append(hits, t)
+		}
+	}
+	if len(hits) == 1 {
+		return hits[0], nil
+	}
+	if len(hits) > 1 {
+		return nil, Errorf(CodeInvalidInput, "task_id %q matches more than one task; give more characters. Nothing was done.", ref)
+	}
+	return nil, Errorf(CodeNotFound, "Session %s on relay %q has no task %q. Nothing was done.", id8(sid), r.opts.Name, ref)
+}
+
+func (r *Relay) readTaskOutput(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	ref, e := a.str("task_id")
+	if e != nil {
+		return nil, e
+	}
+	n, e := a.boundedInt("lines", 50, 1, 500)
+	if e != nil {
+		return nil, e
+	}
+	if strings.TrimSpace(ref) == "" {
+		return nil, Errorf(CodeInvalidInput, "task_id is required: read_session lists a session's tasks. Nothing was done.")
+	}
+	s, e := r.target(ctx, a, "session")
+	if e != nil {
+		return nil, e
+	}
+	t, e := r.findTask(ctx, s.ID, ref)
+	if e != nil {
+		return nil, e
+	}
+	now := r.now()
+	keep := r.opts.Timing.TaskOutputKept
+	if t.Status != "running" && now.Sub(t.EndedAt) >= keep {
+		return nil, Errorf(CodeNotFound, "Task %s of session %s ended more than %s ago; its output is gone. Nothing was done.", id8(t.ID), id8(s.ID), keep)
+	}
+	st, err := r.settings(ctx)
+	if err != nil {
+		return nil, internal(err)
+	}
+	raw, err := r.st.TaskOutput(ctx, t.ID)
+	if err != nil {
+		return nil, internal(err)
+	}
+	task := map[string]any{"id": t.ID, "description": t.Description, "type": taskType(t.Type), "startedAt": ts(t.StartedAt), "status": t.Status, "exitCode": nil}
+	if t.ExitCode != nil {
+		task["exitCode"] = *t.ExitCode
+	}
+	tail, truncated := taskout.Tail(raw, n)
+	if tail == nil {
+		tail = []string{}
+	}
+	if t.Lines > len(raw) {
+		truncated = true
+	}
+	res := newResult(s.ID, "")
+	res.task = t.ID
+	res.set("task", task).set("tail", tail)
+	if truncated {
+		res.set("truncated", true)
+	}
+	var parts []string
+	parts = append(parts, plural(len(tail), "line", "lines"), t.Status)
+	switch {
+	case t.Type == "subagent":
+		res.set("note", "A sub-agent writes no output to read; its status is shown.")
+	case len(raw) == 0 && t.Lines > 0:
+		res.set("note", "The output of this task is gone.")
+	case t.Lines > len(raw):
+		res.set("note", fmt.Sprintf("Only the end of the output is kept (the last %d of %d lines).", len(raw), t.Lines))
+	}
+	if t.Held && t.Status == "running" {
+		// The output stays in the agent's process until asked for: ask the
+		// process running the task (wherever it runs) and say so.
+		if err := r.st.Notify(ctx, fetchKey(t.ID)); err != nil {
+			return nil, internal(err)
+		}
+		res.note("note", "This task's output stays with the agent's process until asked for: the agent's process was asked; call again in a few seconds.")
+	}
+	last := t.LastOutputAt
+	if last.IsZero() {
+		last = t.StartedAt
+	}
+	if t.Status == "running" {
+		mins := int(now.Sub(last) / time.Minute)
+		res.set("stall", map[string]any{"minutes": mins, "since": ts(last), "quiet": mins >= st.QuietTaskMinutes,
+			"quietAfterMinutes": st.QuietTaskMinutes})
+	}
+	if !t.LastOutputAt.IsZero() {
+		parts = append(parts, "last output "+ago(now.Sub(t.LastOutputAt)))
+	}
+	if cnt := taskout.ParseCounts(cleanLines(raw)); cnt != nil {
+		res.set("counts", cnt)
+		parts = append(parts, fmt.Sprintf("%d passed, %d failed", cnt.Passed, cnt.Failed))
+	}
+	res.what = strings.Join(parts, ", ")
+	return res, nil
+}
+
+func ago(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%d s ago", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%d min ago", int(d/time.Minute))
+	default:
+		return fmt.Sprintf("%d h ago", int(d/time.Hour))
+	}
+}
+
+// taskHandle is a provider's running task, writing into the store.
+type taskHandle struct {
+	r   *Relay
+	t   *store.Task
+	mu  chan struct{}
+	end bool
+	// stopFetch ends serveFetch when the held task ends; nil when not held.
+	stopFetch chan struct{}
+}
+
+func (h *taskHandle) ID() string { return h.t.ID }
+
+func (h *taskHandle) lock()   { h.mu <- struct{}{} }
+func (h *taskHandle) unlock() { <-h.mu }
+
+func (h *taskHandle) Output(line string) {
+	h.lock()
+	defer h.unlock()
+	if h.end {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), detachedWriteTimeout)
+	defer cancel()
+	for _, l := range strings.Split(strings.TrimRight(line, "\n"), "\n") {
+		h.t.Lines++
+		if err := h.r.st.AppendTaskOutput(ctx, h.t.ID, l); err != nil {
+			h.r.log.Warn("task output lost", "task", h.t.ID, "err", err)
+		}
+	}
+	h.t.LastOutputAt = h.r.now()
+	if err := h.r.st.SaveTask(ctx, h.t); err != nil {
+		h.r.log.Warn("task save failed", "task", h.t.ID, "err", err)
+	}
+}
+
+func (h *taskHandle) Finish(code int) { h.finish(code, false) }
+
+func (h *taskHandle) finish(code int, killed bool) {
+	h.lock()
+	defer h.unlock()
+	if h.end {
+		return
+	}
+	h.end = true
+	if h.stopFetch != nil {
+		close(h.stopFetch)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), detachedWriteTimeout)
+	defer cancel()
+	h.t.EndedAt = h.r.now()
+	h.t.ExitCode = &code
+	switch {
+	case killed:
+		h.t.Status = "killed"
+		h.t.ExitCode = nil
+	case code == 0:
+		h.t.Status = "done"
+	default:
+		h.t.Status = "failed"
+	}
+	if err := h.r.st.SaveTask(ctx, h.t); err != nil {
+		h.r.log.Warn("task save failed", "task", h.t.ID, "err", err)
+	}
+	_ = h.r.st.ExpireTaskOutput(ctx, h.t.ID, h.r.opts.Timing.TaskOutputKept)
+	ev := &store.Event{Session: h.t.Session, TaskID: h.t.ID, Text: h.t.Description, Exit: h.t.ExitCode}
+	switch {
+	case h.t.Type == "subagent" && h.t.Status == "done":
+		ev.Kind, ev.Exit = EvSubagentFinished, nil
+	case h.t.Status == "done":
+		ev.Kind = EvTaskFinished
+	default:
+		ev.Kind = EvTaskFailed // failed, killed, or a sub-agent that did not finish well
+	}
+	h.r.emit(ctx, ev)
+}
+
+func (r *Relay) startTask(ctx context.Context, sid string, spec provider.TaskSpec) (*taskHandle, error) {
+	typ := spec.Type
+	if typ == "" {
+		typ = "shell"
+	}
+	t := &store.Task{ID: store.NewID(6), Session: sid, Description: spec.Description, Type: typ, Status: "running", StartedAt: r.now(),
+		Held: spec.Fetch != nil && typ != "subagent"}
+	if err := r.st.SaveTask(ctx, t); err != nil {
+		return nil, err
+	}
+	r.busyAgain(ctx, sid)
+	if typ != "subagent" {
+		r.emit(ctx, &store.Event{Kind: EvTaskStarted, Session: sid, TaskID: t.ID, Text: spec.Description})
+	}
+	h := &taskHandle{r: r, t: t, mu: make(chan struct{}, 1)}
+	if t.Held {
+		h.serveFetch(spec.Fetch)
+	}
+	return h, nil
+}
+
+// fetchKey is the notification that asks the process running a held task
+// for its output (read_task_output, whichever process serves it).
+func fetchKey(taskID string) string { return "taskfetch:" + taskID }
+
+// serveFetch calls fetch each time read_task_output asks for the held
+// task's output, until the task ends.
+func (h *taskHandle) serveFetch(fetch func()) {
+	ch, unsub := h.r.hub.sub(fetchKey(h.t.ID))
+	h.stopFetch = make(chan struct{})
+	go func() {
+		defer unsub()
+		for {
+			select {
+			case <-h.stopFetch:
+				return
+			case <-ch:
+				fetch()
+			}
+		}
+	}()
+}
+
+// Kill ends the task as killed (a stopped turn's foreground task).
+func (h *taskHandle) Kill() { h.finish(0, true) }

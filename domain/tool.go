@@ -1,0 +1,360 @@
+package domain
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/oar/relay/store"
+)
+
+// caller is the session whose agent makes a call.
+type caller struct {
+	s    *store.Session
+	turn *store.Turn // its running turn, nil outside a turn
+	// remote is set when the caller is an agent on a paired relay (a peer
+	// call, R13.1): s is then a stand-in record named after it, and its
+	// cards were asked on its own relay.
+	remote *PeerOrigin
+}
+
+// origin is the chain the caller's prompts continue (R4.7).
+func (c *caller) origin(self string) store.Origin {
+	if c.remote != nil {
+		path := slices.Clone(c.remote.Path)
+		if len(path) == 0 || !strings.EqualFold(path[len(path)-1], c.remote.Relay) {
+			path = append(path, c.remote.Relay)
+		}
+		return store.Origin{Path: append(path, self), Unlocked: slices.Clone(c.remote.Unlocked)}
+	}
+	if c.turn != nil && len(c.turn.Origin.Path) > 0 {
+		return c.turn.Origin
+	}
+	return store.Origin{Path: []string{self}}
+}
+
+// result is an action's success: its fields plus what the summary names.
+type result struct {
+	fields  map[string]any
+	session string // target session id for the summary
+	task    string
+	what    string
+	remote  string // the paired relay that did it (its envelope keeps its own summary)
+}
+
+func newResult(session, what string) *result {
+	return &result{fields: map[string]any{}, session: session, what: what}
+}
+
+func (r *result) set(k string, v any) *result { r.fields[k] = v; return r }
+
+// note sets a text field, or adds v to the text already there.
+func (r *result) note(k, v string) *result {
+	if old, ok := r.fields[k].(string); ok && old != "" {
+		v = old + " " + v
+	}
+	return r.set(k, v)
+}
+
+type handler func(ctx context.Context, c *caller, a *args) (*result, *Error)
+
+func (r *Relay) handlers() map[string]handler {
+	return map[string]handler{
+		"list_relays":      r.listRelays,
+		"relay_info":       r.relayInfo,
+		"usage":            r.usage,
+		"list_sessions":    r.listSessions,
+		"read_session":     r.readSession,
+		"read_task_output": r.readTaskOutput,
+		"send":             r.send,
+		"create_session":   r.createSession,
+		"update_session":   r.updateSession,
+		"wait":             r.wait,
+		"answer_question":  r.answerQuestion,
+		"stop":             r.stop,
+		"archive":          r.archive,
+
+		"subscribe":              r.subscribe,
+		"unsubscribe":            r.unsubscribe,
+		"list_subscriptions":     r.listSubscriptions,
+		"transfer_subscriptions": r.transferSubscriptions,
+
+		"schedule":       r.scheduleAction,
+		"list_schedules": r.listSchedules,
+		"unschedule":     r.unschedule,
+
+		"ask":            r.ask,
+		"list_questions": r.listQuestions,
+		"withdraw":       r.withdraw,
+	}
+}
+
+// optionalRelay are the actions whose relay may be left out (R4.3).
+var optionalRelay = map[string]bool{
+	"subscribe": true, "unsubscribe": true, "list_subscriptions": true, "transfer_subscriptions": true,
+	"schedule": true, "list_schedules": true, "unschedule": true,
+	"ask": true, "list_questions": true, "withdraw": true,
+}
+
+// CallTool runs one relay_tool call as the session callerID and returns the
+// result envelope (R3.1–R3.3) and whether it is a failure.
+func (r *Relay) CallTool(ctx context.Context, callerID string, raw json.RawMessage) (json.RawMessage, bool) {
+	start := time.Now()
+	action := "unknown"
+	var (
+		out *result
+		e   *Error
+	)
+	r.warm.call(func() { out, e = r.call(ctx, callerID, raw, &action) })
+	if e != nil && (action == "update_session" || action == "unknown" && peekAction(raw) == "update_session") {
+		e = changedNotDone(e)
+	}
+	return r.envelope(action, callerID, start, out, e)
+}
+
+// envelope renders an action's outcome as the result envelope and counts it.
+func (r *Relay) envelope(action, callerID string, start time.Time, out *result, e *Error) (json.RawMessage, bool) {
+	env := map[string]any{}
+	code := "ok"
+	if e != nil {
+		code = e.Code
+		if e.Code == CodeInternal {
+			r.log.Error("relay_tool failed", "action", action, "session", callerID, "err", e.cause)
+		}
+		errorEnvelope(env, e)
+	} else {
+		for k, v := range out.fields {
+			env[k] = v
+		}
+		env["ok"] = true
+	}
+	if r.met != nil {
+		if _, known := actionArgs[action]; !known {
+			action = "unknown"
+		}
+		r.met.ToolCall(action, code, time.Since(start))
+	}
+	b, err := json.Marshal(env)
+	if err != nil {
+		r.log.Error("encode result", "err", err)
+		b = []byte(`{"ok":false,"code":"REMOTE_RELAY_INTERNAL","error":"The result could not be encoded. Nothing was done."}`)
+		return b, true
+	}
+	return b, e != nil
+}
+
+// errorEnvelope fills env with a failed result: the error's fields, ok,
+// code and error.
+func errorEnvelope(env map[string]any, e *Error) {
+	for k, v := range e.Fields {
+		env[k] = v
+	}
+	env["ok"], env["code"], env["error"] = false, e.Code, e.Msg
+}
+
+func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, action *string) (*result, *Error) {
+	a, e := parseArgs(raw)
+	// R3.4a: the one check before all others, even before argument shapes.
+	if answersAnAsk(raw, a) {
+		*action = "answer_question"
+		r.noteEarly(ctx, callerID, raw)
+		return nil, Errorf(CodeForbidden, "Only the owner answers asks; answer_question answers question cards (q_…). Nothing was sent.")
+	}
+	if e != nil {
+		r.noteEarly(ctx, callerID, raw)
+		return nil, e
+	}
+	*action = a.action
+	// The caller and, when `session` is a whole id, that session: one round trip.
+	ref, _ := a.str("session")
+	c, pre, err := r.loadCall(ctx, callerID, normRef(ref))
+	if err != nil {
+		return nil, AsError(err)
+	}
+	a.pre = pre
+	r.noteCall(ctx, c, raw) // the 🛰️ line, once per call (R17.3)
+	p, pv, e := r.checkRelay(ctx, c, a)
+	if e != nil {
+		return nil, e
+	}
+	if p != nil {
+		res, e := r.remoteCall(ctx, c, a, p, pv)
+		if e != nil {
+			return nil, e
+		}
+		res.fields["relay"] = p.Name
+		if len(a.ignored) > 0 {
+			res.fields["ignored"] = a.ignored
+		}
+		return res, nil
+	}
+	return r.runLocal(ctx, c, a)
+}
+
+// answersAnAsk reports whether a call is answer_question with an ask's id
+// (ask_…), from its parsed arguments a, or from raw when they did not parse.
+func answersAnAsk(raw json.RawMessage, a *args) bool {
+	var q any
+	if a != nil {
+		v, ok := a.m["question_id"]
+		if a.action != "answer_question" || !ok || json.Unmarshal(v, &q) != nil {
+			return false
+		}
+	} else {
+		var peek struct {
+			Action     string `json:"action"`
+			QuestionID any    `json:"question_id"`
+		}
+		if json.Unmarshal(raw, &peek) != nil || peek.Action != "answer_question" {
+			return false
+		}
+		q = peek.QuestionID
+	}
+	s, ok := q.(string)
+	return ok && strings.HasPrefix(s, "ask_")
+}
+
+// runLocal runs a checked action on this relay and completes its result.
+func (r *Relay) runLocal(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	res, e := r.handler[a.action](ctx, c, a)
+	if e != nil {
+		return nil, e
+	}
+	if a.action != "list_relays" {
+		res.fields["relay"] = r.opts.Name
+		res.fields["summary"] = r.summary(a.action, res)
+	} else {
+		res.fields["summary"] = "list_relays: " + res.what
+	}
+	if len(a.ignored) > 0 {
+		res.fields["ignored"] = a.ignored
+	}
+	return res, nil
+}
+
+func (r *Relay) summary(action string, res *result) string {
+	var b strings.Builder
+	b.WriteString(action)
+	b.WriteString(" → ")
+	b.WriteString(r.opts.Name)
+	if res.session != "" {
+		b.WriteString(" session ")
+		b.WriteString(id8(res.session))
+	}
+	if res.task != "" {
+		b.WriteString(" task ")
+		b.WriteString(id8(res.task))
+	}
+	b.WriteString(": ")
+	b.WriteString(res.what)
+	return b.String()
+}
+
+func id8(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+// loadCall reads the caller (its session and running turn) and, when ref is
+// a whole session id, resolves and reads that session too (the action's
+// target, see [Relay.target]), in one round trip.
+func (r *Relay) loadCall(ctx context.Context, sid, ref string) (*caller, *store.Call, error) {
+	lc, err := r.st.LoadCall(ctx, sid, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	if lc.Caller == nil {
+		return nil, nil, Errorf(CodeNotFound, "The calling session no longer exists. Nothing was done.")
+	}
+	if lc.Caller.Archived {
+		// Its token was revoked (R18.2); a process that still knew it refuses too.
+		return nil, nil, Errorf(CodeForbidden, "The calling session is archived; its token no longer works. Nothing was done.")
+	}
+	c := &caller{s: lc.Caller}
+	if lc.Turn != nil && lc.Turn.Status == store.TurnRunning {
+		c.turn = lc.Turn
+	}
+	if !lc.Looked {
+		return c, nil, nil
+	}
+	return c, lc, nil
+}
+
+// checkRelay resolves `relay` and applies R4.2 (R3.4a: relay checks come
+// right after argument shapes). It returns the pairing when `relay` names a
+// paired relay.
+func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) (*store.Pairing, *peerState, *Error) {
+	if a.action == "list_relays" {
+		return nil, nil, nil
+	}
+	name, e := a.str("relay")
+	if e != nil {
+		return nil, nil, e
+	}
+	if name == "" {
+		if !optionalRelay[a.action] {
+			return nil, nil, Errorf(CodeInvalidInput, `relay is required; use "this" for this relay. Nothing was done.`)
+		}
+		name = "this"
+	}
+	if !strings.EqualFold(name, "this") && !strings.EqualFold(name, r.opts.Name) {
+		// One read for the call: the pairings, and what is unlocked here (remoteCall, chain).
+		un, ps, err := r.st.UnlockState(ctx, c.s.ID)
+		if err != nil {
+			return nil, nil, internal(err)
+		}
+		pv := &peerState{unlock: un, pairings: ps}
+		p, e := findPairing(ps, name)
+		if e != nil {
+			return nil, nil, e
+		}
+		if p == nil {
+			known := []string{r.opts.Name}
+			for _, p := range ps {
+				known = append(known, p.Name)
+			}
+			return nil, nil, Errorf(CodeUnknownRelay, "No paired relay is named %q. Call list_relays to see the relays you can use (\"this\" is this relay). Nothing was done.", name).
+				With("relays", known)
+		}
+		return p, pv, nil
+	}
+	// R4.2: agent sessions are off until the owner turns them on.
+	exempt := a.action == "list_questions" || a.action == "withdraw" || (a.action == "ask" && !a.has("session"))
+	if exempt {
+		return nil, nil, nil
+	}
+	st, err := r.settings(ctx)
+	if err != nil {
+		return nil, nil, internal(err)
+	}
+	if !st.AgentSessions {
+		return nil, nil, Errorf(CodeDisabled, "Agent sessions are off on relay %q: the owner has not turned on agent sessions there. Ask the owner to turn them on. Nothing was done.", r.opts.Name)
+	}
+	return nil, nil, nil
+}
+
+// changedNotDone words a refused update_session as the action does: every
+// failure ends "Nothing was changed.", also one of the checks all actions
+// share (argument shapes, the relay, the target; R3.3, R7.10).
+func changedNotDone(e *Error) *Error {
+	if !strings.HasSuffix(e.Msg, nothingDone) {
+		return e
+	}
+	c := *e
+	c.Msg = strings.TrimSuffix(e.Msg, nothingDone) + nothingChanged
+	return &c
+}
+
+// peekAction is the action a call names, "" when it names none.
+func peekAction(raw json.RawMessage) string {
+	var p struct {
+		Action any `json:"action"`
+	}
+	_ = json.Unmarshal(raw, &p)
+	s, _ := p.Action.(string)
+	return s
+}

@@ -1,0 +1,781 @@
+package domain
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/oar/relay/provider"
+	"github.com/oar/relay/store"
+)
+
+// Causes a running turn's context is cancelled with.
+var (
+	errStopped  = errors.New("stopped")
+	errTimeout  = errors.New("turn timeout")
+	errShutdown = errors.New("process shutting down")
+	// errLeaseLost: the drain no longer holds its session's lease (this
+	// process was paused or cut off past it); another process ends the turn.
+	errLeaseLost = errors.New("session lease lost")
+)
+
+// ErrRetryLater tells the worker to run the drain again later (the session's
+// lease is held elsewhere, or this process is shutting down and handed the
+// turn back to the queue).
+var ErrRetryLater = errors.New("retry the drain later")
+
+// leaseTTL is how long a session's lease outlives its last renewal (every
+// leaseTTL/3): a dead worker's turn is found by the drain sweep (every 5 s)
+// once its lease is gone, within 30 s of the death (R18.11).
+const leaseTTL = 15 * time.Second
+
+// Drain runs the next queued turn of a session (one turn per job, in order,
+// under the session's lease) and starts the job for the one after it.
+func (r *Relay) Drain(ctx context.Context, sid string) error {
+	if r.isStopping() {
+		return ErrRetryLater
+	}
+	owner := r.newLeaseOwner()
+	// One round trip: the session, its lease, and (no turn left running, one
+	// queued) the next turn popped and marked running, the console notified
+	// (R19.6), whether anything watches the session, the turn's history.
+	d, err := r.st.StartDrain(ctx, sid, owner, leaseTTL, r.now(), r.drainHistory)
+	if err != nil {
+		return err
+	}
+	return r.drainFrom(ctx, sid, owner, d)
+}
+
+// newLeaseOwner names a drain's hold on a session's lease; its prefix is this
+// process's worker id (resumable).
+func (r *Relay) newLeaseOwner() string { return r.opts.WorkerID + ":" + store.NewID(4) }
+
+// drainFrom is Drain after its first step d, taken for owner (by StartDrain,
+// or with the prompt's push when the drain starts where it was queued).
+func (r *Relay) drainFrom(ctx context.Context, sid, owner string, d *store.Drain) error {
+	ctx = context.WithValue(ctx, leaseOwnerKey{}, owner)
+	var err error
+	switch d.State {
+	case store.DrainNoSession:
+		return nil
+	case store.DrainLeaseHeld:
+		return ErrRetryLater
+	}
+	s := d.Session
+	orch := r.orchestrator(s)
+	rel := &leaseRelease{owner: owner}
+	defer func() {
+		if rel.released {
+			return // with the turn's outcome (FinishTurnEmit)
+		}
+		rctx, cancel := context.WithTimeout(context.Background(), detachedWriteTimeout)
+		defer cancel()
+		_ = r.st.ReleaseLease(rctx, sid, owner)
+	}()
+	id, t := "", d.Turn
+	// The claim on the turn this drain takes goes with the drain, unless
+	// its agent started here and its outcome was not written (unclaim).
+	defer func() {
+		if id != "" {
+			r.unclaim(id)
+		}
+	}()
+	if t != nil {
+		id = t.ID
+		r.claim(id)
+		if d.Watched {
+			r.busyAgain(ctx, sid)
+		}
+	} else {
+		// A turn left running holds no lease any more: its worker died —
+		// unless this process took it and never learned it (resumable).
+		cur, err := r.st.CurrentTurn(ctx, sid)
+		if err != nil {
+			return err
+		}
+		if cur != "" {
+			if rt := r.resumable(ctx, cur); rt != nil {
+				r.log.Warn("turn resumed: this process took it off its queue but the answer was lost (Redis went away); its agent had not started",
+					"session", id8(sid), "turn", id8(cur))
+				id, t = cur, rt
+				r.claim(id)
+				r.busyAgain(ctx, sid)
+			} else {
+				r.log.Warn("turn abandoned by a dead worker", "session", sid, "turn", cur)
+				if _, err := r.finish(ctx, s, orch, cur, store.TurnError, "", "",
+					"The worker running this turn stopped before the turn finished (its process ended); the prompt was not run again."); err != nil {
+					return err
+				}
+			}
+		}
+		if t == nil {
+			id, err = r.st.PopTurnBy(ctx, sid, orch, r.now(), owner)
+			if err != nil || id == "" {
+				return err
+			}
+			r.claim(id)
+			t, err = r.st.GetTurn(ctx, id)
+			if err != nil {
+				return r.putBack(ctx, sid, id, err)
+			}
+			r.busyAgain(ctx, sid)
+			_ = r.st.Notify(ctx, "session:"+sid) // the turn runs: the owner's console (R19.6)
+		}
+		d.History = nil // read when the turn starts
+	}
+	// From here, the turn's outcome may release the lease when nothing more
+	// is queued (one round trip less).
+	ctx = context.WithValue(ctx, leaseReleaseKey{}, rel)
+	var more bool
+	if s.Archived {
+		more, err = r.finish(ctx, s, orch, id, store.TurnStopped, "", "", "the session was archived")
+	} else {
+		more, err = r.run(ctx, s, orch, t, owner, d.History)
+	}
+	if err != nil {
+		return err
+	}
+	if more {
+		// The lease goes before the next drain is enqueued: a worker that
+		// takes that drain at once must find the session free, or it would
+		// wait out a retry (1 s) for nothing.
+		if !rel.released {
+			rel.released = true
+			if err := r.st.ReleaseLease(ctx, sid, owner); err != nil {
+				r.log.Warn("release the lease before the next drain; it expires on its own", "session", id8(sid), "err", err)
+			}
+		}
+		if err := r.enqueueDrain(ctx, sid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// claim records that this process took turn id off its queue (see resumable).
+func (r *Relay) claim(id string) {
+	r.mu.Lock()
+	r.claims[id] = false
+	r.mu.Unlock()
+}
+
+// agentStarted records that the claimed turn's agent started in this process.
+func (r *Relay) agentStarted(id string) {
+	r.mu.Lock()
+	if _, ok := r.claims[id]; ok {
+		r.claims[id] = true
+	}
+	r.mu.Unlock()
+}
+
+// unclaim ends a drain's claim on a turn whose agent did not start here (a
+// later drain may run it). A claim whose agent started stays until the
+// turn's outcome is written (forgetClaim): if it never is (Redis stayed
+// away, a panic), no later drain here runs that prompt again; one ends it
+// as abandoned.
+func (r *Relay) unclaim(id string) {
+	r.mu.Lock()
+	if !r.claims[id] {
+		delete(r.claims, id)
+	}
+	r.mu.Unlock()
+}
+
+// ending marks (on) or unmarks a turn whose outcome a drain of this process
+// is writing: the notification of its end may wake a waiting caller here
+// before the record is handed over (finishEmit).
+func (r *Relay) ending(id string, on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if on {
+		r.endingNow[id] = true
+	} else {
+		delete(r.endingNow, id)
+	}
+}
+
+// isEnding reports whether a drain of this process is writing turn id's outcome.
+func (r *Relay) isEnding(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.endingNow[id]
+}
+
+// forgetClaim drops the claim on a turn whose outcome was written.
+func (r *Relay) forgetClaim(id string) {
+	r.mu.Lock()
+	delete(r.claims, id)
+	r.mu.Unlock()
+}
+
+// resumable returns the turn cur, left running without a lease, when this
+// process took it off its queue (its record names a lease owner of this
+// process) but no drain here claimed it: the step that took it ran in Redis
+// and its answer was lost (Redis stopped or the connection broke), so its
+// agent never started and the turn can run now. Else nil: the turn was
+// abandoned by another process, or its agent ran here.
+func (r *Relay) resumable(ctx context.Context, cur string) *store.Turn {
+	t, err := r.st.GetTurn(ctx, cur)
+	if err != nil || t.Status != store.TurnRunning || !strings.HasPrefix(t.Drainer, r.opts.WorkerID+":") {
+		return nil
+	}
+	r.mu.Lock()
+	_, claimed := r.claims[cur]
+	r.mu.Unlock()
+	if claimed {
+		return nil
+	}
+	return t
+}
+
+// putBack returns a turn that was taken but whose agent never started (a
+// Redis error on the way) to the head of its queue, so the drain's retry runs
+// it instead of finding it abandoned (R18.11). It returns cause for the retry.
+func (r *Relay) putBack(ctx context.Context, sid, turnID string, cause error) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), detachedWriteTimeout)
+	defer cancel()
+	if err := r.st.RequeueTurn(wctx, sid, turnID); err != nil {
+		r.log.Error("a taken turn could not be put back; it will end as abandoned", "session", sid, "turn", turnID, "err", err, "cause", cause)
+	} else {
+		r.log.Warn("turn put back after an error before its agent started", "session", sid, "turn", turnID, "err", cause)
+	}
+	return fmt.Errorf("turn %s not started: %w", turnID, cause)
+}
+
+// leaseOwnerKey carries the drain's lease owner to finish (finishLater).
+type leaseOwnerKey struct{}
+
+// leaseReleaseKey carries a *leaseRelease: the drain lets the turn's outcome
+// release its lease when no more turns are queued.
+type leaseReleaseKey struct{}
+
+type leaseRelease struct {
+	owner    string
+	released bool
+}
+
+// historyRead is how many last messages a turn's history is read from: the
+// prompt is near the end unless many were queued after it.
+const historyRead = 64
+
+// finishGiveUp bounds how long a finished turn's outcome is retried while
+// Redis does not answer.
+const finishGiveUp = 3 * time.Minute
+
+// finishLater retries writing a turn's outcome while Redis does not answer:
+// each try first takes the session's lease back for this drain, so a turn
+// whose agent finished during an outage is recorded as it ended instead of
+// being found "abandoned" when Redis returns.
+func (r *Relay) finishLater(ctx context.Context, sid string, write func(context.Context) (bool, error), first error) (bool, error) {
+	owner := leaseOwnerOf(ctx)
+	r.log.Warn("the turn's outcome could not be written; retrying until Redis answers", "session", id8(sid), "err", first)
+	deadline := time.Now().Add(finishGiveUp)
+	wait := finishRetryFirst
+	err := first
+	for time.Now().Before(deadline) {
+		time.Sleep(wait)
+		wait = min(2*wait, finishRetryMax)
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), detachedWriteTimeout)
+		if owner != "" {
+			if ok, lerr := r.st.RenewLease(c, sid, owner, leaseTTL); lerr == nil && !ok {
+				if got, aerr := r.st.AcquireLease(c, sid, owner, leaseTTL); aerr == nil && !got {
+					cancel()
+					return false, fmt.Errorf("another drain took session %s while its outcome waited: %w", sid, first)
+				}
+			}
+		}
+		var more bool
+		more, err = write(c)
+		cancel()
+		if err == nil {
+			r.log.Info("the turn's outcome was written after Redis came back", "session", id8(sid))
+			return more, nil
+		}
+		if errors.Is(err, store.ErrFenced) {
+			return false, err
+		}
+	}
+	return false, fmt.Errorf("write the turn's outcome: %w", err)
+}
+
+// leaseOwnerOf is the drain's lease owner in ctx ("" outside a drain).
+func leaseOwnerOf(ctx context.Context) string {
+	owner, _ := ctx.Value(leaseOwnerKey{}).(string)
+	return owner
+}
+
+// fenced is the end of a drain whose outcome the store refused: the session's
+// lease is another drain's now, or the turn was ended by another process
+// (this one was paused or cut off past the lease). Nothing of this turn is
+// written — no reply, event, usage or next drain — so each turn keeps one
+// outcome, in order; the drain that holds the lease took the session over.
+func (r *Relay) fenced(sid, turnID string) (bool, error) {
+	r.forgetClaim(turnID)
+	r.log.Warn("the turn's outcome was not written: this process lost the session's lease while the turn ran (paused or cut off from Redis); another process ended the turn",
+		"session", id8(sid), "turn", id8(turnID))
+	return false, nil
+}
+
+// finish ends a turn and records its outcome; it reports whether more turns wait.
+func (r *Relay) finish(ctx context.Context, s *store.Session, orch, id string, status store.TurnStatus, reply, model, errText string) (bool, error) {
+	return r.finishUsage(ctx, s, orch, id, status, reply, model, errText, nil)
+}
+
+// finishUsage is finish for a turn whose agent ran: u (nil: none) is its
+// usage, counted with the outcome of a done turn (countUsage).
+func (r *Relay) finishUsage(ctx context.Context, s *store.Session, orch, id string, status store.TurnStatus, reply, model, errText string, u *store.UsageAdd) (bool, error) {
+	// Write even if the job's context is gone: the outcome must not be lost.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
+	defer cancel()
+	now := r.now()
+	var msg *store.Message
+	switch {
+	case status == store.TurnDone || (status == store.TurnStopped && reply != ""):
+		msg = &store.Message{ID: store.NewID(16), Role: "assistant", Text: reply, CreatedAt: now}
+	case status == store.TurnError:
+		msg = &store.Message{ID: store.NewID(16), Role: "event", Text: "The turn ended with an error: " + errText, CreatedAt: now}
+	}
+	if status != store.TurnError {
+		return r.finishEmit(ctx, s, orch, id, status, reply, model, msg, now, u)
+	}
+	fence := leaseOwnerOf(ctx)
+	more, err := r.st.FinishTurn(wctx, s.ID, orch, id, fence, msg, now, "status", status, "reply", reply, "replyModel", model,
+		"error", errText, "ended", now.UnixMilli(), "partial", "", "question", "")
+	if errors.Is(err, store.ErrFenced) {
+		return r.fenced(s.ID, id)
+	}
+	if err != nil {
+		// Redis is away (a restart, a blip): keep the outcome and write it once
+		// it is back, holding the session's lease again first, so no other
+		// process takes the turn for abandoned meanwhile.
+		more, err = r.finishLater(ctx, s.ID, func(c context.Context) (bool, error) {
+			return r.st.FinishTurn(c, s.ID, orch, id, fence, msg, now, "status", status, "reply", reply, "replyModel", model,
+				"error", errText, "ended", now.UnixMilli(), "partial", "", "question", "")
+		}, err)
+		if errors.Is(err, store.ErrFenced) {
+			return r.fenced(s.ID, id)
+		}
+		if err != nil {
+			return false, err
+		}
+		var cancelAgain context.CancelFunc
+		wctx, cancelAgain = context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout) // for the events below
+		defer cancelAgain()
+	}
+	r.forgetClaim(id) // the outcome is written
+	// Events (R8.1): an error emits both error and turn_end (error).
+	if status == store.TurnError {
+		r.emit(wctx, &store.Event{Kind: EvError, Session: s.ID, Title: s.Title, Text: errText, Turn: id})
+	}
+	text := reply
+	if status == store.TurnError {
+		text = errText
+	}
+	text = excerpt(text, 240) // a line shows 120 characters; events and replay streams keep no whole replies
+	r.emit(wctx, &store.Event{Kind: EvTurnEnd, Session: s.ID, Title: s.Title, Status: string(status), Text: text, Turn: id})
+	_ = r.st.Notify(wctx, "session:"+s.ID)
+	defer r.hub.fire("turn:" + id) // a caller waiting in this process wakes now, not when the notification comes back
+	return more, r.st.Notify(wctx, "turn:"+id)
+}
+
+// finishEmit is finish for a turn that did not end in error: its outcome,
+// its turn_end event (R8.1) and the notifications, in one round trip
+// (FinishTurnEmit), in the order finish writes them one by one: the outcome,
+// the event, "session:SID", the event's fan-out job when something might
+// watch it, then "turn:ID". With the drain's leaseRelease in ctx, nothing
+// more queued and no fan-out to start, the lease is released in the same
+// step (the drain has nothing left to do under it).
+func (r *Relay) finishEmit(ctx context.Context, s *store.Session, orch, id string, status store.TurnStatus, reply, model string, msg *store.Message, now time.Time, u *store.UsageAdd) (bool, error) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
+	defer cancel()
+	ev := &store.Event{ID: "ev_" + store.NewID(8), At: r.now(), Kind: EvTurnEnd, Session: s.ID, Title: s.Title,
+		Status: string(status), Text: excerpt(reply, 240), Turn: id}
+	if ev.Title == "" {
+		if cur, err := r.st.GetSession(wctx, s.ID); err == nil {
+			ev.Title = cur.Title
+		}
+	}
+	rel, _ := ctx.Value(leaseReleaseKey{}).(*leaseRelease)
+	owner := ""
+	if rel != nil {
+		owner = rel.owner
+	}
+	var watched, released bool
+	var ended *store.Turn
+	fence := leaseOwnerOf(ctx)
+	write := func(c context.Context) (bool, error) {
+		more, w, rl, t, err := r.st.FinishTurnEmit(c, s.ID, orch, id, fence, msg, now, ev, owner, u,
+			"status", status, "reply", reply, "replyModel", model, "error", "", "ended", now.UnixMilli(), "partial", "", "question", "")
+		watched, released, ended = w, rl, t
+		return more, err
+	}
+	// Until the caller waiting here has the record (deferred below), a
+	// wake-up from the end's notification does not read the turn.
+	r.ending(id, true)
+	defer r.ending(id, false)
+	more, err := write(wctx)
+	if errors.Is(err, store.ErrFenced) {
+		return r.fenced(s.ID, id)
+	}
+	if err != nil {
+		// Redis is away: as in finish, write once it is back, under the lease.
+		if more, err = r.finishLater(ctx, s.ID, write, err); errors.Is(err, store.ErrFenced) {
+			return r.fenced(s.ID, id)
+		} else if err != nil {
+			return false, err
+		}
+		var cancelAgain context.CancelFunc
+		wctx, cancelAgain = context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
+		defer cancelAgain()
+	}
+	r.forgetClaim(id) // the outcome is written
+	if rel != nil && released {
+		rel.released = true
+	}
+	if r.met != nil {
+		r.met.Event(ev.Kind)
+	}
+	// A caller waiting in this process (the drain started where the prompt
+	// was queued) wakes now, with the turn as it ended, rather than when the
+	// notification comes back and it reads the turn.
+	defer r.hub.fireWith("turn:"+id, ended)
+	if !watched {
+		return more, nil // "turn:ID" was published with the outcome
+	}
+	if err := r.enq.Enqueue(wctx, JobFanout, ev, "", timeZero); err != nil {
+		r.log.Warn("event fan-out not started", "kind", ev.Kind, "session", ev.Session, "err", err)
+	}
+	return more, r.st.Notify(wctx, "turn:"+id)
+}
+
+func (r *Relay) isStopping() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopping
+}
+
+// Shutdown hands this process's running turns back to their queues; call it
+// before stopping the worker (graceful shutdown, nothing lost).
+func (r *Relay) Shutdown() {
+	r.mu.Lock()
+	r.stopping = true
+	for _, cancel := range r.running {
+		cancel(errShutdown)
+	}
+	r.mu.Unlock()
+}
+
+func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store.Turn, leaseOwner string, msgs []store.Message) (bool, error) {
+	p, ok := r.providers[s.Provider]
+	if !ok {
+		return r.finish(ctx, s, orch, t.ID, store.TurnError, "", "", fmt.Sprintf("provider %q is not configured on this relay", s.Provider))
+	}
+	st, err := r.settings(ctx)
+	if err != nil {
+		return false, r.putBack(ctx, s.ID, t.ID, err)
+	}
+	// R18.3: the folder is checked again when the turn starts (a symlink may
+	// have been changed to point elsewhere); the agent runs in the resolved one.
+	cwd := s.Cwd
+	if cwd != "" {
+		resolved, why := r.folderAllowed(cwd)
+		if why != "" {
+			return r.finish(ctx, s, orch, t.ID, store.TurnError, "", "", why+" Nothing was run.")
+		}
+		cwd = resolved
+	}
+	// R18.13: max_turn_seconds counts from this turn's start, with the
+	// setting as it is now; a change meanwhile moves the deadline (no queue
+	// job timeout ever ends or restarts a running turn).
+	started := time.Now()
+	var maxSecs atomic.Int64
+	maxSecs.Store(int64(st.MaxTurnSeconds))
+	tctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := time.AfterFunc(time.Duration(st.MaxTurnSeconds)*time.Second, func() { cancel(errTimeout) })
+	defer timer.Stop()
+	settingsCh, unsubSettings := r.hub.sub("settings")
+	defer unsubSettings()
+	recheckLimit := func() {
+		// From Redis, not the process cache: this may run before the cache
+		// was dropped for the same notification.
+		cur, ok, err := r.st.LoadSettings(context.WithoutCancel(ctx))
+		if err != nil || !ok || int64(cur.MaxTurnSeconds) == maxSecs.Load() || cur.MaxTurnSeconds <= 0 {
+			return
+		}
+		maxSecs.Store(int64(cur.MaxTurnSeconds))
+		timer.Reset(time.Until(started.Add(time.Duration(cur.MaxTurnSeconds) * time.Second)))
+	}
+	r.mu.Lock()
+	if r.stopping {
+		r.mu.Unlock()
+		cancel(errShutdown)
+	} else {
+		r.running[t.ID] = cancel
+		r.mu.Unlock()
+	}
+	defer func() {
+		r.mu.Lock()
+		delete(r.running, t.ID)
+		r.mu.Unlock()
+	}()
+	// R18.19: an agent process gets a token of its own for this turn (the
+	// session's token is stored as a hash and cannot be handed out again).
+	turnTok, dropTok, err := r.mintTurnToken(ctx, p, s.ID)
+	if err != nil {
+		return false, r.putBack(ctx, s.ID, t.ID, err)
+	}
+	defer dropTok() // once the outcome is written: no round trip in front of the reply (the agent is gone by then)
+	// Stop requests arrive through the notification hub.
+	stopCh, unsub := r.hub.sub("stop:" + t.ID)
+	defer unsub()
+	done := make(chan struct{})
+	renewer := make(chan struct{})
+	defer func() { close(done); <-renewer }() // the lease renewer is joined before the lease is released
+	go func() {
+		defer close(renewer)
+		renew := time.NewTicker(leaseTTL / 3)
+		defer renew.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-stopCh:
+				cancel(errStopped)
+			case <-settingsCh: // also fired after a lost notification subscription (hub.fireAll)
+				recheckLimit()
+			case <-renew.C:
+				if ok, err := r.st.RenewLease(context.WithoutCancel(ctx), s.ID, leaseOwner, leaseTTL); err == nil && !ok {
+					// Another drain may run this session now: the agent is
+					// stopped and nothing more of this turn is written.
+					r.log.Warn("session lease lost: the agent is stopped", "session", id8(s.ID), "turn", id8(t.ID))
+					cancel(errLeaseLost)
+				}
+				if turnTok != "" {
+					_, _ = r.st.RenewTurnToken(context.WithoutCancel(ctx), turnTok, turnTokenTTL)
+				}
+				// A stop whose notification was missed.
+				if cur, err := r.st.GetTurn(context.WithoutCancel(ctx), t.ID); err == nil && cur.StopRequested {
+					cancel(errStopped)
+				}
+			}
+		}
+	}()
+	if t.StopRequested {
+		cancel(errStopped)
+	}
+	var history []provider.HistoryItem
+	switch {
+	case !p.Info().WantsHistory: // the agent keeps its own conversation, or needs none
+	case msgs != nil: // read when the turn was popped
+		history = historyOf(msgs, t.ID)
+	default:
+		if history, err = r.history(ctx, s.ID, t.ID); err != nil {
+			return false, r.putBack(ctx, s.ID, t.ID, err)
+		}
+	}
+	base := r.opts.BaseURL
+	if base == "" {
+		base, _ = r.st.APIURL(ctx) // a worker-only process: the API recorded where it listens
+	}
+	pt := provider.Turn{SessionID: s.ID, TurnID: t.ID, Prompt: t.Text, Model: s.Model, Effort: s.Effort, Mode: s.Mode,
+		Cwd: cwd, History: history, Token: turnTok, RelayURL: base, Relay: r.opts.Name, AgentSession: agentSessionOf(s)}
+	r.claudeSettings(p, s, &pt)
+	// The agent is offered relay_tool while agent sessions are on or at
+	// least one relay is paired (R4.2 Decision).
+	if base != "" && (st.AgentSessions || r.anyPairing(ctx)) {
+		pt.MCPURL = base + "/mcp"
+	}
+	h := &host{r: r, sid: s.ID, turn: t.ID, prov: s.Provider, fence: leaseOwner}
+	if r.met != nil {
+		r.met.TurnStarted(s.Provider)
+	}
+	// R18.9: each turn's start and end (ids and provider; never the prompt).
+	r.log.Info("turn started", "session", id8(s.ID), "turn", id8(t.ID), "provider", s.Provider)
+	r.agentStarted(t.ID)
+	out, runErr := p.Run(tctx, pt, h)
+	out.Text = provider.BoundReply(out.Text) // R18.4, whatever the provider
+	cause := context.Cause(tctx)
+	if tctx.Err() == nil {
+		cause = nil
+	}
+	status, reply, errText := store.TurnDone, out.Text, ""
+	switch {
+	case errors.Is(cause, errLeaseLost):
+		return r.fenced(s.ID, t.ID)
+	case errors.Is(cause, errShutdown):
+		if err := r.st.RequeueTurnBy(context.WithoutCancel(ctx), s.ID, t.ID, leaseOwner); errors.Is(err, store.ErrFenced) {
+			return r.fenced(s.ID, t.ID)
+		} else if err != nil {
+			return false, err
+		}
+		r.log.Info("turn handed back (shutdown)", "session", id8(s.ID), "turn", id8(t.ID), "provider", s.Provider)
+		return false, ErrRetryLater
+	case errors.Is(cause, errStopped):
+		status, errText = store.TurnStopped, ""
+		if reply == "" {
+			reply = h.partialText()
+		}
+	case errors.Is(cause, errTimeout):
+		status, errText = store.TurnError, fmt.Sprintf("The turn ran longer than max_turn_seconds (%d s) and was stopped.", maxSecs.Load())
+	case cause != nil:
+		// The job's own context ended (its process is going away); hand the
+		// turn back. Drain jobs have no timeout of their own (R18.13).
+		if err := r.st.RequeueTurnBy(context.WithoutCancel(ctx), s.ID, t.ID, leaseOwner); errors.Is(err, store.ErrFenced) {
+			return r.fenced(s.ID, t.ID)
+		} else if err != nil {
+			return false, err
+		}
+		return false, ErrRetryLater
+	case runErr != nil:
+		status, errText = store.TurnError, turnErrorText(runErr)
+		if errText == "" {
+			r.log.Error("turn failed inside the relay", "session", s.ID, "turn", t.ID, "err", runErr)
+			errText = "The turn failed inside the relay (the log has the detail)."
+		}
+	}
+	if r.met != nil {
+		r.met.TurnFinished(s.Provider, string(status), time.Since(started))
+	}
+	took := time.Since(started).Round(time.Millisecond)
+	if status == store.TurnError {
+		r.log.Warn("turn ended", "session", id8(s.ID), "turn", id8(t.ID), "provider", s.Provider, "status", status, "duration", took, "cause", errText)
+	} else {
+		r.log.Info("turn ended", "session", id8(s.ID), "turn", id8(t.ID), "provider", s.Provider, "status", status, "duration", took)
+	}
+	u := r.countUsage(ctx, s.Provider, status, out) // tokens, cost, a usage limit (R7.3, R17.3)
+	model := out.Model
+	if model == "" {
+		model = s.Model
+	}
+	r.noteModel(ctx, s, t.ID, status, out.Model)
+	return r.finishUsage(ctx, s, orch, t.ID, status, reply, model, errText, u)
+}
+
+// history is the conversation before a turn's prompt (at most 50 messages).
+func (r *Relay) history(ctx context.Context, sid, turnID string) ([]provider.HistoryItem, error) {
+	msgs, err := r.st.LastMessages(ctx, sid, historyRead)
+	if err != nil {
+		return nil, err
+	}
+	return historyOf(msgs, turnID), nil
+}
+
+// historyOf is the history before turnID's prompt in msgs, the session's last messages.
+func historyOf(msgs []store.Message, turnID string) []provider.HistoryItem {
+	end := len(msgs)
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].ID == turnID {
+			end = i
+			break
+		}
+	}
+	start := end - 50
+	if start < 0 {
+		start = 0
+	}
+	out := make([]provider.HistoryItem, 0, end-start)
+	for _, m := range msgs[start:end] {
+		if m.Role == "activity" {
+			continue // 🛰️ lines record the agent's own tool calls; its history has those calls itself
+		}
+		out = append(out, provider.HistoryItem{Role: m.Role, Text: m.Text})
+	}
+	return out
+}
+
+// host is the relay as a provider sees it during one turn.
+type host struct {
+	r     *Relay
+	sid   string
+	turn  string
+	prov  string
+	fence string // the drain's lease owner: the turn's writes are fenced by it
+
+	mu      sync.Mutex
+	partial string
+	last    time.Time
+}
+
+func (h *host) CallTool(ctx context.Context, args json.RawMessage) json.RawMessage {
+	out, _ := h.r.CallTool(ctx, h.sid, args)
+	return out
+}
+
+func (h *host) Partial(text string) {
+	text = provider.BoundPartial(text)
+	h.mu.Lock()
+	h.partial = text
+	if time.Since(h.last) < partialEvery {
+		h.mu.Unlock()
+		return
+	}
+	h.last = time.Now()
+	h.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), liveWriteTimeout)
+	defer cancel()
+	if err := h.r.st.SetTurnPartial(ctx, h.sid, h.turn, h.fence, text, h.r.now()); err != nil {
+		return // fenced (another drain holds the session) or Redis away: no notification either
+	}
+	_ = h.r.st.Notify(ctx, "session:"+h.sid) // the partial reply, live in the console (R19.6)
+}
+
+func (h *host) partialText() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.partial
+}
+
+func (h *host) StartTask(ctx context.Context, spec provider.TaskSpec) (provider.Task, error) {
+	return h.r.startTask(ctx, h.sid, spec)
+}
+
+func (h *host) AskUser(ctx context.Context, text string, options []string) (string, error) {
+	r := h.r
+	q := &store.Question{ID: "q_" + store.NewID(8), Session: h.sid, Turn: h.turn, Kind: "ask_user", Question: text,
+		Options: options, Status: "pending", CreatedAt: r.now()}
+	ch, unsub := r.hub.sub("q:" + q.ID)
+	defer unsub()
+	if err := r.st.SaveQuestion(ctx, q); err != nil {
+		return "", err
+	}
+	if err := r.st.SetTurnQuestion(ctx, h.turn, q.ID); err != nil {
+		return "", err
+	}
+	r.emit(ctx, &store.Event{Kind: EvQuestionAsked, Session: h.sid, QuestionID: q.ID, Text: text})
+	_ = r.st.Notify(ctx, "turn:"+h.turn)
+	recheck := time.NewTicker(recheckEvery)
+	defer recheck.Stop()
+	for {
+		cur, err := r.st.GetQuestion(ctx, q.ID)
+		if err == nil && cur.Status == "answered" {
+			_ = r.st.SetTurnQuestion(ctx, h.turn, "")
+			return cur.Answer, nil
+		}
+		select {
+		case <-ch:
+		case <-recheck.C:
+		case <-ctx.Done():
+			wctx, cancel := context.WithTimeout(context.Background(), detachedWriteTimeout)
+			q.Status = "cancelled"
+			_ = r.st.SaveQuestion(wctx, q)
+			cancel()
+			return "", ctx.Err()
+		}
+	}
+}
+
+// turnErrorText is what the agent sees of a provider's error: a TurnError's
+// own words; "" for anything else (a store or host failure: logged, not shown).
+func turnErrorText(err error) string {
+	var te *provider.TurnError
+	if errors.As(err, &te) {
+		return te.Msg
+	}
+	return ""
+}
