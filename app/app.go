@@ -182,7 +182,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 		ropt.Traits[p.ID] = domain.SessionTraits{Claude: p.ClaudeSessions(), CompactWindowZero: p.CompactWindowZero, AlwaysThinks: p.AlwaysThinks}
 	}
 	if o.Clock != nil {
-		ropt.Clock, ropt.RealAt = o.Clock.Now, o.Clock.RealAt
+		ropt.Clock = o.Clock
 	}
 	a.clock = time.Now
 	if o.Clock != nil {

@@ -48,11 +48,10 @@ type (
 // to a second early; the handlers sleep that rest off (early) rather than
 // rounding up here, which would make every timed delivery up to a second late.
 func (r *Relay) schedule(ctx context.Context, kind string, payload any, id string, at time.Time) error {
-	real := r.opts.RealAt(at)
-	if !real.After(time.Now()) {
-		real = timeZero
+	if !at.After(r.now()) {
+		return r.enq.Enqueue(ctx, kind, payload, id, timeZero)
 	}
-	return r.enq.Enqueue(ctx, kind, payload, id, real)
+	return r.enq.Enqueue(ctx, kind, payload, id, r.clk.Wall(at))
 }
 
 // early handles a job that asynq ran before its due time (ProcessAt can run
@@ -63,12 +62,13 @@ func (r *Relay) early(ctx context.Context, due time.Time, kind string, payload a
 	if !now.Before(due) {
 		return false, nil
 	}
-	wait := time.Until(r.opts.RealAt(due))
-	if wait <= earlyWaitMax {
-		t := time.NewTimer(wait)
+	// asynq's earliness is in wall time (whole seconds): a short one, measured
+	// on the wall, is slept off on the clock.
+	if r.clk.Wall(due).Sub(r.clk.Wall(now)) <= earlyWaitMax {
+		t := r.clk.NewTimer(due.Sub(now))
 		defer t.Stop()
 		select {
-		case <-t.C:
+		case <-t.C():
 			return false, nil
 		case <-ctx.Done():
 			return true, ctx.Err()

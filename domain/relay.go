@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oar/relay/clock"
+
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
@@ -49,10 +51,9 @@ type Options struct {
 	Settings   config.Settings // initial settings (stored on first start)
 	Timing     config.Timing
 	Limits     config.Limits
-	Clock      func() time.Time
-	// RealAt converts a time of Clock into wall time for job scheduling (tests
-	// run a faster clock); default identity.
-	RealAt   func(time.Time) time.Time
+	// Clock is the rules' clock (package clock: what it drives and what it
+	// does not); default the wall clock. Tests run a Scaled or a Sim one.
+	Clock    clock.Clock
 	Logger   *slog.Logger
 	Metrics  Metrics
 	WorkerID string
@@ -73,7 +74,8 @@ type Relay struct {
 	st        *store.Store
 	enq       Enqueuer
 	opts      Options
-	now       func() time.Time
+	clk       clock.Clock      // the rules' clock (opts.Clock)
+	now       func() time.Time // clk.Now in UTC: records and results are in UTC
 	log       *slog.Logger
 	met       Metrics
 	providers map[string]provider.Provider
@@ -115,20 +117,16 @@ type Relay struct {
 // New builds a Relay.
 func New(st *store.Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay {
 	if opts.Clock == nil {
-		opts.Clock = time.Now
+		opts.Clock = clock.Real{}
 	}
-	clock := opts.Clock
-	opts.Clock = func() time.Time { return clock().UTC() } // records and results in UTC
-	if opts.RealAt == nil {
-		opts.RealAt = func(t time.Time) time.Time { return t }
-	}
+	clk := opts.Clock
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	if opts.WorkerID == "" {
 		opts.WorkerID = store.NewID(8)
 	}
-	r := &Relay{st: st, enq: enq, opts: opts, now: opts.Clock, log: opts.Logger, met: opts.Metrics,
+	r := &Relay{st: st, enq: enq, opts: opts, clk: clk, now: func() time.Time { return clk.Now().UTC() }, log: opts.Logger, met: opts.Metrics,
 		providers: map[string]provider.Provider{}, hub: newHub(), running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}, linkOnline: map[string]time.Time{}, peerToks: map[string]peerTok{},
 		tokens: map[string]tokenEntry{}, warm: newWarmGoroutines(keptGoroutines)}
 	r.handler = r.handlers()

@@ -7,6 +7,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/oar/relay/clock"
 )
 
 // Every runs f every d until ctx ends (first run after d).
@@ -41,25 +43,8 @@ func (s *Stale) Filter(cur map[string]string) map[string]string {
 	return out
 }
 
-// Scaled is a clock that runs Factor times faster than the wall clock from
-// Base on (tests of digests, quiet hours and wake limits run in seconds).
-type Scaled struct {
-	Base   time.Time // clock time at Start
-	Start  time.Time // wall time it started
-	Factor float64
-}
+// Scaled is the sped-up wall clock of end-to-end tests (package clock).
+type Scaled = clock.Scaled
 
 // NewScaled starts a clock at base running factor times faster.
-func NewScaled(base time.Time, factor float64) *Scaled {
-	return &Scaled{Base: base, Start: time.Now(), Factor: factor}
-}
-
-// Now is the clock's time.
-func (s *Scaled) Now() time.Time {
-	return s.Base.Add(time.Duration(float64(time.Since(s.Start)) * s.Factor))
-}
-
-// RealAt is the wall time at which the clock shows t.
-func (s *Scaled) RealAt(t time.Time) time.Time {
-	return s.Start.Add(time.Duration(float64(t.Sub(s.Base)) / s.Factor))
-}
+func NewScaled(base time.Time, factor float64) *Scaled { return clock.NewScaled(base, factor) }

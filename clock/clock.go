@@ -1,0 +1,250 @@
+// Package clock is the one clock of the relay's rules: the times records
+// carry, the times delivery and schedules are due at, quiet hours and wake
+// limits. Three clocks implement it: Real (the wall clock, what `relay
+// serve` runs on), Scaled (the wall clock sped up, for end-to-end tests that
+// run a real job queue) and Sim (a clock that moves only when a test says,
+// for the domain's table tests).
+//
+// What does not run on it, on purpose: the durations of a call (how long a
+// tool call waits for a reply, a turn's max_turn_seconds, HTTP timeouts),
+// leases (Redis keeps their TTLs on its own clock) and caches. Those are
+// durations of real work, and a test clock that shortened them would test a
+// different program.
+package clock
+
+import (
+	"sort"
+	"sync"
+	"time"
+)
+
+// Clock tells the time of the rules and waits for it.
+type Clock interface {
+	// Now is the clock's time.
+	Now() time.Time
+	// Wall is the wall time at which the clock shows t: when a job queue
+	// that keeps wall times must run a job due at clock time t.
+	Wall(t time.Time) time.Time
+	// NewTimer fires once the clock has moved on by d.
+	NewTimer(d time.Duration) Timer
+	// AfterFunc calls f in its own goroutine once the clock has moved on by d.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a stoppable timer of a Clock.
+type Timer interface {
+	// C delivers the clock's time when the timer fires (AfterFunc's: nil).
+	C() <-chan time.Time
+	// Stop prevents the timer from firing; it reports whether it did.
+	Stop() bool
+}
+
+// Real is the wall clock.
+type Real struct{}
+
+// Now is time.Now.
+func (Real) Now() time.Time { return time.Now() }
+
+// Wall is t.
+func (Real) Wall(t time.Time) time.Time { return t }
+
+// NewTimer is time.NewTimer.
+func (Real) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+
+// AfterFunc is time.AfterFunc.
+func (Real) AfterFunc(d time.Duration, f func()) Timer { return realTimer{time.AfterFunc(d, f)} }
+
+type realTimer struct{ t *time.Timer }
+
+func (r realTimer) C() <-chan time.Time { return r.t.C }
+func (r realTimer) Stop() bool          { return r.t.Stop() }
+
+// Scaled is a clock that runs Factor times faster than the wall clock from
+// Base on (end-to-end tests of digests, quiet hours and wake limits run in
+// seconds).
+type Scaled struct {
+	Base   time.Time // clock time at Start
+	Start  time.Time // wall time it started
+	Factor float64
+}
+
+// NewScaled starts a clock at base running factor times faster.
+func NewScaled(base time.Time, factor float64) *Scaled {
+	return &Scaled{Base: base, Start: time.Now(), Factor: factor}
+}
+
+// Now is the clock's time.
+func (s *Scaled) Now() time.Time {
+	return s.Base.Add(time.Duration(float64(time.Since(s.Start)) * s.Factor))
+}
+
+// Wall is the wall time at which the clock shows t.
+func (s *Scaled) Wall(t time.Time) time.Time {
+	return s.Start.Add(time.Duration(float64(t.Sub(s.Base)) / s.Factor))
+}
+
+// RealAt is Wall (the name the end-to-end tests know).
+func (s *Scaled) RealAt(t time.Time) time.Time { return s.Wall(t) }
+
+func (s *Scaled) real(d time.Duration) time.Duration {
+	return time.Duration(float64(d) / s.Factor)
+}
+
+// NewTimer fires after d of clock time (d/Factor of wall time).
+func (s *Scaled) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(s.real(d))} }
+
+// AfterFunc calls f after d of clock time.
+func (s *Scaled) AfterFunc(d time.Duration, f func()) Timer {
+	return realTimer{time.AfterFunc(s.real(d), f)}
+}
+
+// Sim is a clock that moves only by Advance or Set. Its timers fire, in the
+// order they are due, from the goroutine that moves it: a timer's channel
+// gets the time (a buffer of one, as the runtime's), an AfterFunc's f runs in
+// its own goroutine, as time.AfterFunc's does, and Advance waits for it, so a
+// test that advances sees everything the advance made due happen. Wall is the
+// identity: a job queue in front of a Sim clock (the domain fixture's) keeps
+// clock times.
+type Sim struct {
+	mu     sync.Mutex
+	now    time.Time
+	seq    int
+	timers []*simTimer
+}
+
+// NewSim starts a simulated clock at t.
+func NewSim(t time.Time) *Sim { return &Sim{now: t} }
+
+// Now is the clock's time.
+func (s *Sim) Now() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.now
+}
+
+// Wall is t: a Sim clock's job queue keeps clock times.
+func (s *Sim) Wall(t time.Time) time.Time { return t }
+
+// NewTimer fires when the clock has been moved on by d.
+func (s *Sim) NewTimer(d time.Duration) Timer {
+	return s.add(d, make(chan time.Time, 1), nil)
+}
+
+// AfterFunc calls f when the clock has been moved on by d.
+func (s *Sim) AfterFunc(d time.Duration, f func()) Timer { return s.add(d, nil, f) }
+
+func (s *Sim) add(d time.Duration, ch chan time.Time, f func()) *simTimer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	t := &simTimer{sim: s, due: s.now.Add(d), seq: s.seq, ch: ch, f: f}
+	s.timers = append(s.timers, t)
+	if d <= 0 {
+		// Due now: fire at once, as a runtime timer of 0 does.
+		s.mu.Unlock()
+		s.fireDue()
+		s.mu.Lock()
+	}
+	return t
+}
+
+// Advance moves the clock on by d, firing every timer due on the way, each at
+// its own due time, in order.
+func (s *Sim) Advance(d time.Duration) {
+	s.mu.Lock()
+	to := s.now.Add(d)
+	s.mu.Unlock()
+	s.Set(to)
+}
+
+// Set moves the clock to t (never back), firing every timer due by then.
+func (s *Sim) Set(to time.Time) {
+	for {
+		s.mu.Lock()
+		next := s.nextDue(to)
+		if next == nil {
+			if to.After(s.now) {
+				s.now = to
+			}
+			s.mu.Unlock()
+			return
+		}
+		if next.due.After(s.now) {
+			s.now = next.due
+		}
+		s.mu.Unlock()
+		s.fireDue()
+	}
+}
+
+// Pending is how many timers wait to fire.
+func (s *Sim) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.timers)
+}
+
+// nextDue is the earliest timer due by to (s.mu held).
+func (s *Sim) nextDue(to time.Time) *simTimer {
+	sort.Slice(s.timers, func(i, j int) bool {
+		if !s.timers[i].due.Equal(s.timers[j].due) {
+			return s.timers[i].due.Before(s.timers[j].due)
+		}
+		return s.timers[i].seq < s.timers[j].seq
+	})
+	if len(s.timers) == 0 || s.timers[0].due.After(to) {
+		return nil
+	}
+	return s.timers[0]
+}
+
+// fireDue fires the timers due at the clock's time, in order.
+func (s *Sim) fireDue() {
+	for {
+		s.mu.Lock()
+		t := s.nextDue(s.now)
+		if t == nil {
+			s.mu.Unlock()
+			return
+		}
+		s.timers = s.timers[1:]
+		now := s.now
+		s.mu.Unlock()
+		if t.ch != nil {
+			select {
+			case t.ch <- now:
+			default:
+			}
+			continue
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			t.f()
+		}()
+		<-done
+	}
+}
+
+type simTimer struct {
+	sim *Sim
+	due time.Time
+	seq int
+	ch  chan time.Time
+	f   func()
+}
+
+func (t *simTimer) C() <-chan time.Time { return t.ch }
+
+func (t *simTimer) Stop() bool {
+	s := t.sim
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, x := range s.timers {
+		if x == t {
+			s.timers = append(s.timers[:i], s.timers[i+1:]...)
+			return true
+		}
+	}
+	return false
+}

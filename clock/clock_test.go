@@ -1,0 +1,148 @@
+package clock
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC)
+
+// Each AfterFunc sees the clock at its own due time, in due order, and the
+// advance ends at its target, whatever the order the timers were made in.
+func TestSimAdvanceFiresInOrderAtEachDueTime(t *testing.T) {
+	tests := []struct {
+		name    string
+		after   []time.Duration // timers made in this order
+		advance time.Duration
+		want    []time.Duration // clock time each f saw, relative to t0, in firing order
+	}{
+		{"none due", []time.Duration{5 * time.Second}, time.Second, nil},
+		{"one due", []time.Duration{time.Second}, time.Second, []time.Duration{time.Second}},
+		{"made out of order", []time.Duration{3 * time.Second, time.Second, 2 * time.Second}, 10 * time.Second,
+			[]time.Duration{time.Second, 2 * time.Second, 3 * time.Second}},
+		{"same due keeps creation order", []time.Duration{time.Second, time.Second}, time.Second,
+			[]time.Duration{time.Second, time.Second}},
+		{"zero fires at once", []time.Duration{0}, 0, []time.Duration{0}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewSim(t0)
+			var mu sync.Mutex
+			var got []time.Duration
+			for _, d := range tc.after {
+				s.AfterFunc(d, func() {
+					mu.Lock()
+					defer mu.Unlock()
+					got = append(got, s.Now().Sub(t0))
+				})
+			}
+			s.Advance(tc.advance)
+			mu.Lock()
+			defer mu.Unlock()
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("fired (-want +got):\n%s", diff)
+			}
+			if now := s.Now().Sub(t0); now != tc.advance {
+				t.Errorf("clock at %v after the advance, want %v", now, tc.advance)
+			}
+		})
+	}
+}
+
+// A timer made by a timer's function fires in the same advance when it is due
+// by then (a chain of retries all inside one simulated hour).
+func TestSimTimerMadeDuringAdvance(t *testing.T) {
+	s := NewSim(t0)
+	var fired []time.Duration
+	var mu sync.Mutex
+	var step func()
+	step = func() {
+		mu.Lock()
+		fired = append(fired, s.Now().Sub(t0))
+		n := len(fired)
+		mu.Unlock()
+		if n < 3 {
+			s.AfterFunc(10*time.Minute, step)
+		}
+	}
+	s.AfterFunc(10*time.Minute, step)
+	s.Advance(time.Hour)
+	want := []time.Duration{10 * time.Minute, 20 * time.Minute, 30 * time.Minute}
+	if diff := cmp.Diff(want, fired); diff != "" {
+		t.Errorf("fired (-want +got):\n%s", diff)
+	}
+	if s.Pending() != 0 {
+		t.Errorf("%d timers left", s.Pending())
+	}
+}
+
+func TestSimTimerChannelAndStop(t *testing.T) {
+	s := NewSim(t0)
+	a := s.NewTimer(time.Minute)
+	b := s.NewTimer(2 * time.Minute)
+	if !b.Stop() {
+		t.Fatal("Stop of a pending timer reported false")
+	}
+	if b.Stop() {
+		t.Fatal("second Stop reported true")
+	}
+	s.Advance(90 * time.Second)
+	select {
+	case at := <-a.C():
+		if !at.Equal(t0.Add(time.Minute)) {
+			t.Errorf("timer delivered %v, want %v", at, t0.Add(time.Minute))
+		}
+	default:
+		t.Fatal("due timer did not fire")
+	}
+	if a.Stop() {
+		t.Error("Stop of a fired timer reported true")
+	}
+	s.Advance(time.Hour)
+	select {
+	case <-b.C():
+		t.Fatal("stopped timer fired")
+	default:
+	}
+}
+
+func TestSimSetNeverGoesBack(t *testing.T) {
+	s := NewSim(t0)
+	s.Set(t0.Add(-time.Hour))
+	if !s.Now().Equal(t0) {
+		t.Fatalf("Set moved the clock back to %v", s.Now())
+	}
+	if !s.Wall(t0.Add(time.Hour)).Equal(t0.Add(time.Hour)) {
+		t.Fatal("a Sim clock's Wall is not the identity")
+	}
+}
+
+func TestScaledWallIsInverseOfNow(t *testing.T) {
+	s := &Scaled{Base: t0, Start: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), Factor: 60}
+	clockAt := t0.Add(time.Hour)
+	want := s.Start.Add(time.Minute)
+	if got := s.Wall(clockAt); !got.Equal(want) {
+		t.Fatalf("Wall(%v) = %v, want %v", clockAt, got, want)
+	}
+	if got := s.real(time.Hour); got != time.Minute {
+		t.Fatalf("an hour of clock time is %v of wall time at 60x, want 1m", got)
+	}
+}
+
+func TestRealTimer(t *testing.T) {
+	var c Clock = Real{}
+	tm := c.NewTimer(time.Millisecond)
+	<-tm.C()
+	done := make(chan struct{})
+	c.AfterFunc(time.Millisecond, func() { close(done) })
+	<-done
+	if c.Wall(t0) != t0 {
+		t.Fatal("Real's Wall is not the identity")
+	}
+}
