@@ -529,60 +529,6 @@ func TestLoopProtection(t *testing.T) {
 	}
 }
 
-// R5.3, R7.13: validation comes before any card.
-func TestValidationBeforeCard(t *testing.T) {
-	t.Parallel()
-	r := Start(t, Options{})
-	a := r.NewSession(map[string]any{"title": "asker", "mode": "ask"}) // every write would ask
-	b := r.NewSession(map[string]any{"title": "target"})
-	m := r.Connect(a.Token, nil)
-	tests := []struct {
-		name string
-		args map[string]any
-		code string
-		has  string
-	}{
-		{"send unknown model", map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": "x", "model": "scripted-2"},
-			"REMOTE_RELAY_UNKNOWN_MODEL", "Nothing was sent."},
-		{"create unknown model", map[string]any{"action": "create_session", "relay": "this", "text": "x", "model": "scripted-2"},
-			"REMOTE_RELAY_UNKNOWN_MODEL", "No session was created."},
-		{"update unknown model", map[string]any{"action": "update_session", "relay": "this", "session": b.ID, "model": "scripted-2"},
-			"REMOTE_RELAY_UNKNOWN_MODEL", "Nothing was changed."},
-		{"create unknown group", map[string]any{"action": "create_session", "relay": "this", "text": "x", "group": "Relase"},
-			"REMOTE_RELAY_UNKNOWN_GROUP", "No session was created."},
-		{"create forbidden folder", map[string]any{"action": "create_session", "relay": "this", "text": "x", "cwd": "/definitely/not/allowed"},
-			"REMOTE_RELAY_INVALID_INPUT", "No session was created."},
-		{"send unknown effort", map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": "x", "effort": "extreme"},
-			"REMOTE_RELAY_INVALID_INPUT", "Nothing was sent."},
-		{"update unknown argument", map[string]any{"action": "update_session", "relay": "this", "session": b.ID, "text": "x"},
-			"REMOTE_RELAY_INVALID_INPUT", "Nothing was changed."},
-	}
-	for _, tt := range tests {
-		env := m.MustFail(tt.args, tt.code) // a card first would have been NO_ACTIVE_TURN
-		if !strings.Contains(env["error"].(string), tt.has) {
-			t.Errorf("%s: error %q lacks %q", tt.name, env["error"], tt.has)
-		}
-		if tt.code == "REMOTE_RELAY_UNKNOWN_MODEL" {
-			if s, _ := env["suggestions"].([]any); len(s) == 0 || s[0] != "scripted-1" {
-				t.Errorf("%s: suggestions %v", tt.name, env["suggestions"])
-			}
-		}
-	}
-	// Inside a turn of a conversation whose first create_session would ask: no card at all.
-	c := r.NewSession(map[string]any{"title": "creator"})
-	tid := r.Message(c.ID, Script(stepTool(map[string]any{"action": "create_session", "relay": "this", "text": "x", "model": "nope-9"})))
-	mustEnvCode(t, scriptToolEnvs(t, r, tid, 1)[0], "REMOTE_RELAY_UNKNOWN_MODEL", "No session was created.")
-	if got := metricSample(t, r, "relay_cards_total", map[string]string{"status": "asked"}); got != 0 || len(r.Cards()) != 0 {
-		t.Fatalf("%v cards asked, pending %v: validation must come first", got, r.Cards())
-	}
-	if n := len(allSessions(r)); n != 3 {
-		t.Fatalf("%d sessions, want 3 (nothing created)", n)
-	}
-	if n := len(r.Messages(b.ID, "")); n != 0 {
-		t.Fatalf("target got %d messages", n)
-	}
-}
-
 // ---- R6.1 the 4-at-work cap under concurrent calls, two processes ----
 
 func TestFourAtWorkCapConcurrent(t *testing.T) {

@@ -1,0 +1,317 @@
+package domain
+
+// The domain test fixture: one Relay on a store of its own (REDIS_URL when
+// set, else the embedded server — the owner's default), a recording
+// enqueuer that runs jobs only when the test says so, the scripted
+// provider, and a simulated clock. The rule suites here drive the domain
+// through CallTool and the owner methods without HTTP, MCP or a worker
+// process; relaytest keeps the end-to-end tests.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oar/relay/clock"
+	"github.com/oar/relay/config"
+	"github.com/oar/relay/embedded"
+	"github.com/oar/relay/provider"
+	"github.com/oar/relay/redisurl"
+	"github.com/oar/relay/store"
+)
+
+// fixture is one test's relay.
+type fixture struct {
+	t   testing.TB
+	ctx context.Context
+	r   *Relay
+	st  *store.Store
+	clk *clock.Sim
+	enq *recordingEnqueuer
+}
+
+// fixtureOptions changes the relay a fixture builds.
+type fixtureOptions struct {
+	settings func(*config.Settings)
+	limits   func(*config.Limits)
+}
+
+// newFixture builds and starts a relay for t; everything ends with the test.
+func newFixture(t testing.TB, fo fixtureOptions) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	rdb, prefix := fixtureRedis(t)
+	cfg := config.Default()
+	if fo.settings != nil {
+		fo.settings(&cfg.Settings)
+	}
+	if fo.limits != nil {
+		fo.limits(&cfg.Limits)
+	}
+	f := &fixture{t: t, ctx: ctx, st: store.New(rdb, prefix),
+		clk: clock.NewSim(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)), enq: &recordingEnqueuer{}}
+	scripted := provider.NewScripted(provider.Info{})
+	f.r = New(f.st, f.enq, []provider.Provider{scripted}, Options{
+		Name: "desk", Version: "test", Folders: []string{t.TempDir()},
+		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Clock: f.clk,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err := f.r.Start(ctx); err != nil {
+		cancel()
+		t.Fatalf("start the relay: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		f.r.Shutdown()
+		scripted.Close()
+	})
+	return f
+}
+
+// fixtureRedis is the test's Redis and key prefix: REDIS_URL when set (it
+// must answer), else an embedded server in a data directory of the test's.
+// CI=true without REDIS_URL fails: CI runs the rules against a real Redis.
+func fixtureRedis(t testing.TB) (redis.UniversalClient, string) {
+	t.Helper()
+	prefix := "dt" + store.NewID(6)
+	url := os.Getenv("REDIS_URL")
+	if url == "" || os.Getenv("RELAY_TEST_STORE") == "embedded" {
+		if url == "" && os.Getenv("CI") == "true" && os.Getenv("RELAY_TEST_STORE") != "embedded" {
+			t.Fatalf("CI=true but REDIS_URL is not set: the domain rules must run against a real Redis in CI")
+		}
+		srv, err := embedded.Open(embedded.Options{Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatalf("embedded server: %v", err)
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: srv.Password()})
+		t.Cleanup(func() {
+			_ = rdb.Close()
+			_ = srv.Close()
+		})
+		return rdb, prefix
+	}
+	ru, err := redisurl.Parse(url)
+	if err != nil {
+		t.Fatalf("REDIS_URL: %v", err)
+	}
+	rdb := ru.NewClient()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		t.Fatalf("REDIS_URL %s does not answer (%v): start Redis or unset REDIS_URL to use the embedded server", url, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := store.DeleteMatching(ctx, rdb, "{"+prefix+"*"); err != nil {
+			t.Errorf("clean up %s: %v", prefix, err)
+		}
+		_ = rdb.Close()
+	})
+	return rdb, prefix
+}
+
+// session creates a session as the owner and returns its id.
+func (f *fixture) session(in NewSession) string {
+	f.t.Helper()
+	m, err := f.r.OwnerCreateSession(f.ctx, in)
+	if err != nil {
+		f.t.Fatalf("create session %+v: %v", in, err)
+	}
+	id, _ := m["id"].(string)
+	if id == "" {
+		f.t.Fatalf("create session %+v: no id in %v", in, m)
+	}
+	return id
+}
+
+// call runs one relay_tool call as caller and returns the decoded envelope.
+func (f *fixture) call(caller string, args map[string]any) map[string]any {
+	f.t.Helper()
+	raw, err := json.Marshal(args)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	out, _ := f.r.CallTool(f.ctx, caller, raw)
+	var env map[string]any
+	if err := json.Unmarshal(out, &env); err != nil {
+		f.t.Fatalf("envelope %s: %v", out, err)
+	}
+	return env
+}
+
+// messages is the number of messages of a session.
+func (f *fixture) messages(sid string) int {
+	f.t.Helper()
+	n, err := f.st.MessageCount(f.ctx, sid)
+	if err != nil {
+		f.t.Fatalf("messages of %s: %v", sid, err)
+	}
+	return n
+}
+
+// drains runs the recorded drain jobs, oldest first, until none is left
+// (a drain may enqueue the next one), and returns how many ran.
+func (f *fixture) drains() int {
+	f.t.Helper()
+	n := 0
+	for {
+		j, ok := f.enq.next(true, time.Time{})
+		if !ok {
+			return n
+		}
+		if err := f.r.Drain(f.ctx, j.session); err != nil && !errors.Is(err, ErrRetryLater) {
+			f.t.Fatalf("drain %s: %v", j.session, err)
+		}
+		n++
+	}
+}
+
+// job is one enqueued job as the recording enqueuer keeps it.
+type job struct {
+	typ     string
+	session string // drain jobs
+	payload json.RawMessage
+	id      string
+	at      time.Time
+	seq     int
+}
+
+// recordingEnqueuer keeps what the relay enqueues; nothing runs until the
+// fixture takes a job. Ids are unique while a job is kept, as asynq's are.
+type recordingEnqueuer struct {
+	mu   sync.Mutex
+	seq  int
+	jobs []job
+}
+
+func (e *recordingEnqueuer) add(j job) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if j.id != "" {
+		for _, o := range e.jobs {
+			if o.id == j.id {
+				return nil // a job with this id is waiting: like asynq's ErrTaskIDConflict, taken as done
+			}
+		}
+	}
+	e.seq++
+	j.seq = e.seq
+	e.jobs = append(e.jobs, j)
+	return nil
+}
+
+func (e *recordingEnqueuer) EnqueueDrain(_ context.Context, session, taskID string) error {
+	return e.add(job{typ: "drain", session: session, id: taskID})
+}
+
+func (e *recordingEnqueuer) Enqueue(_ context.Context, typ string, payload any, id string, at time.Time) error {
+	b, err := json.Marshal(payload)
+	if err != nil {
+		return fmt.Errorf("payload of %s: %w", typ, err)
+	}
+	return e.add(job{typ: typ, payload: b, id: id, at: at})
+}
+
+func (e *recordingEnqueuer) find(taskID string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, j := range e.jobs {
+		if j.id == taskID {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *recordingEnqueuer) DrainTaskExists(_ context.Context, taskID string) (bool, error) {
+	return e.find(taskID), nil
+}
+
+func (e *recordingEnqueuer) DrainTaskWaiting(_ context.Context, taskID string) (bool, error) {
+	return e.find(taskID), nil
+}
+
+// next takes the oldest drain job (drain true) or the oldest other job due
+// at or before now.
+func (e *recordingEnqueuer) next(drain bool, now time.Time) (job, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	sort.SliceStable(e.jobs, func(i, k int) bool { return e.jobs[i].seq < e.jobs[k].seq })
+	for i, j := range e.jobs {
+		if (j.typ == "drain") != drain || !drain && j.at.After(now) {
+			continue
+		}
+		e.jobs = append(e.jobs[:i], e.jobs[i+1:]...)
+		return j, true
+	}
+	return job{}, false
+}
+
+// pending lists the kept jobs' types, oldest first.
+func (e *recordingEnqueuer) pending() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, j := range e.jobs {
+		out = append(out, j.typ)
+	}
+	return out
+}
+
+// agentSessionsOn is a fixtureOptions.settings that turns agent sessions on.
+func agentSessionsOn(s *config.Settings) { s.AgentSessions = true }
+
+// prompt queues text for sid as the owner and returns the turn id.
+func (f *fixture) prompt(sid, text string) string {
+	f.t.Helper()
+	m, err := f.r.OwnerMessage(f.ctx, sid, text)
+	if err != nil {
+		f.t.Fatalf("prompt %s: %v", sid, err)
+	}
+	id, _ := m["message_id"].(string)
+	return id
+}
+
+// script is a scripted-provider prompt of steps.
+func script(steps ...map[string]any) string {
+	b, err := json.Marshal(map[string]any{"script": steps})
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// toolResults are the relay_tool envelopes a scripted turn wrote into its reply.
+func (f *fixture) toolResults(turnID string) []map[string]any {
+	f.t.Helper()
+	tr, err := f.r.Turn(f.ctx, turnID)
+	if err != nil {
+		f.t.Fatalf("turn %s: %v", turnID, err)
+	}
+	if tr.Status != store.TurnDone {
+		f.t.Fatalf("turn %s: status %s (error %q), want done", turnID, tr.Status, tr.Error)
+	}
+	var out []map[string]any
+	for _, l := range strings.Split(tr.Reply, "\n") {
+		var m map[string]any
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "{") && json.Unmarshal([]byte(l), &m) == nil {
+			if _, ok := m["ok"]; ok {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
