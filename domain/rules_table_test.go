@@ -191,3 +191,77 @@ func TestRulesValidationBeforeCard(t *testing.T) {
 		t.Errorf("%d cards asked in the turn: validation must come first", len(cards))
 	}
 }
+
+// R4.3, §15: the subscription, schedule and question actions may leave
+// relay out; unknown ids are NOT_FOUND; every action naming a relay that is
+// not paired answers UNKNOWN_RELAY and names it.
+func TestRulesLaterActionsBasics(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	a := f.session(NewSession{Title: "caller"})
+	b := f.session(NewSession{Title: "target"})
+	type listed struct {
+		OK      bool
+		Relay   any
+		Summary bool
+	}
+	for _, action := range []string{"list_subscriptions", "list_schedules", "list_questions"} {
+		for _, rel := range []any{nil, "this", "DESK"} {
+			args := map[string]any{"action": action}
+			if rel != nil {
+				args["relay"] = rel
+			}
+			env := f.call(a, args)
+			sum, _ := env["summary"].(string)
+			got := listed{OK: env["ok"] == true, Relay: env["relay"], Summary: strings.Contains(sum, action+" → desk")}
+			if diff := cmp.Diff(listed{OK: true, Relay: "desk", Summary: true}, got); diff != "" {
+				t.Errorf("%s relay %v (-want +got):\n%s\nsummary %q", action, rel, diff, sum)
+			}
+		}
+	}
+	for _, c := range []map[string]any{
+		{"action": "unsubscribe", "subscription_id": "sub_0123456789ab"},
+		{"action": "unschedule", "schedule_id": "sch_0123456789ab"},
+		{"action": "withdraw", "question_id": "ask_0123456789ab"},
+	} {
+		if diff := cmp.Diff(outcome{Code: CodeNotFound, Has: true}, outcomeOf(f.call(a, c), "Nothing was")); diff != "" {
+			t.Errorf("%v (-want +got):\n%s", c["action"], diff)
+		}
+	}
+	all := []map[string]any{
+		{"action": "subscribe", "sessions": []string{b}},
+		{"action": "unsubscribe", "subscription_id": "sub_0123456789"},
+		{"action": "list_subscriptions"},
+		{"action": "transfer_subscriptions", "from": b},
+		{"action": "schedule", "text": "later", "every_minutes": 5},
+		{"action": "list_schedules"},
+		{"action": "unschedule", "schedule_id": "sch_0123456789"},
+		{"action": "ask", "question": "ok?"},
+		{"action": "list_questions"},
+		{"action": "withdraw", "question_id": "ask_0123456789"},
+		{"action": "relay_info"},
+		{"action": "usage"},
+		{"action": "list_sessions"},
+		{"action": "read_session", "session": b},
+		{"action": "read_task_output", "session": b, "task_id": "abcdef123456"},
+		{"action": "send", "session": b, "text": "hi", "wait_seconds": 0},
+		{"action": "create_session", "text": "hi"},
+		{"action": "update_session", "session": b, "title": "x"},
+		{"action": "wait", "session": b, "message_id": "0123456789abcdef"},
+		{"action": "answer_question", "session": b, "question_id": "q_0123456789abcdef", "answer": "x"},
+		{"action": "stop", "session": b},
+		{"action": "archive", "session": b},
+	}
+	for _, c := range all {
+		args := map[string]any{"relay": "build-box"}
+		for k, v := range c {
+			args[k] = v
+		}
+		if diff := cmp.Diff(outcome{Code: CodeUnknownRelay, Has: true}, outcomeOf(f.call(a, args), `"build-box"`)); diff != "" {
+			t.Errorf("%v (-want +got):\n%s", c["action"], diff)
+		}
+	}
+	if n := f.messages(b); n != 0 {
+		t.Errorf("target has %d messages", n)
+	}
+}
