@@ -26,60 +26,85 @@ const nothingScheduled = "Nothing was scheduled."
 
 func fireID(id string, at time.Time) string { return fmt.Sprintf("sched:%s:%d", id, at.Unix()) }
 
-func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result, *Error) {
+// schedIn is a schedule call's checked arguments.
+type schedIn struct {
+	text, title string
+	at          time.Time // zero: none given
+	every       int       // minutes; 0: once
+}
+
+// scheduleArgs checks a schedule call's text, title, at and every_minutes (R9.1).
+func scheduleArgs(a *args, now time.Time) (schedIn, *Error) {
 	text, e := promptText(a, nothingScheduled)
 	if e != nil {
-		return nil, e
+		return schedIn{}, e
 	}
 	title, e := a.str("title")
 	if e != nil {
-		return nil, e
+		return schedIn{}, e
 	}
 	if e := maxChars("title", title, 200, nothingScheduled); e != nil {
-		return nil, e
+		return schedIn{}, e
 	}
 	if e := maxChars("text", text, 32000, nothingScheduled); e != nil {
-		return nil, e
+		return schedIn{}, e
 	}
 	atText, e := a.str("at")
 	if e != nil {
-		return nil, e
+		return schedIn{}, e
 	}
 	every, hasEvery, e := a.integer("every_minutes")
 	if e != nil {
-		return nil, Errorf(CodeInvalidInput, "every_minutes must be a whole number of minutes (1 to 525600). %s", nothingScheduled)
+		return schedIn{}, Errorf(CodeInvalidInput, "every_minutes must be a whole number of minutes (1 to 525600). %s", nothingScheduled)
 	}
 	if hasEvery && (every < 1 || every > 525600) {
-		return nil, Errorf(CodeInvalidInput, "every_minutes must be between 1 and 525600 (one year), got %d. %s", every, nothingScheduled)
+		return schedIn{}, Errorf(CodeInvalidInput, "every_minutes must be between 1 and 525600 (one year), got %d. %s", every, nothingScheduled)
 	}
-	now := r.now()
 	var at time.Time
 	if atText != "" {
 		t, err := time.Parse(time.RFC3339, atText)
 		if err != nil {
-			return nil, Errorf(CodeInvalidInput, "at must be a time in RFC 3339 form, e.g. \"2026-11-02T02:00:00Z\" (got %q). %s", atText, nothingScheduled)
+			return schedIn{}, Errorf(CodeInvalidInput, "at must be a time in RFC 3339 form, e.g. \"2026-11-02T02:00:00Z\" (got %q). %s", atText, nothingScheduled)
 		}
 		if !t.After(now) {
-			return nil, Errorf(CodeInvalidInput, "at %s lies in the past. %s", atText, nothingScheduled)
+			return schedIn{}, Errorf(CodeInvalidInput, "at %s lies in the past. %s", atText, nothingScheduled)
 		}
 		at = t.UTC()
 	}
 	if at.IsZero() && !hasEvery {
-		return nil, Errorf(CodeInvalidInput, "schedule needs at (a time) or every_minutes, or both. %s", nothingScheduled)
+		return schedIn{}, Errorf(CodeInvalidInput, "schedule needs at (a time) or every_minutes, or both. %s", nothingScheduled)
 	}
-	target := c.s
-	if ref, e := a.str("session"); e != nil {
+	return schedIn{text: text, title: title, at: at, every: every}, nil
+}
+
+// scheduleTarget is the session a schedule call fires into: the caller's
+// own, or the one `session` names if it takes prompts.
+func (r *Relay) scheduleTarget(ctx context.Context, c *caller, a *args) (*store.Session, *Error) {
+	ref, e := a.str("session")
+	if e != nil || ref == "" {
+		return c.s, e
+	}
+	s, e := r.sessionByRef(ctx, ref)
+	if e != nil {
+		e.Msg = strings.Replace(e.Msg, nothingDone, nothingScheduled, 1)
 		return nil, e
-	} else if ref != "" {
-		s, e := r.sessionByRef(ctx, ref)
-		if e != nil {
-			e.Msg = strings.Replace(e.Msg, nothingDone, nothingScheduled, 1)
-			return nil, e
-		}
-		if s.Archived {
-			return nil, Errorf(CodeInvalidInput, "Session %s is archived; it takes no prompts. %s", id8(s.ID), nothingScheduled)
-		}
-		target = s
+	}
+	if s.Archived {
+		return nil, Errorf(CodeInvalidInput, "Session %s is archived; it takes no prompts. %s", id8(s.ID), nothingScheduled)
+	}
+	return s, nil
+}
+
+func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	now := r.now()
+	in, e := scheduleArgs(a, now)
+	if e != nil {
+		return nil, e
+	}
+	text, title, at, every := in.text, in.title, in.at, in.every
+	target, e := r.scheduleTarget(ctx, c, a)
+	if e != nil {
+		return nil, e
 	}
 	other := target.ID != c.s.ID
 	if isExternal(target) {
@@ -345,51 +370,11 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 		return r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()},
 			fmt.Sprintf("sched:%s:held:%d", sc.ID, recheck.Unix()), recheck)
 	default:
-		// Into another session it is treated like a send: the 4-at-work cap
-		// of the conversation that started the target; over it the firing
-		// waits and is tried again (issue 13), checked again atomically below.
-		if other {
-			if e := r.precheckCap(ctx, target); e != nil {
-				if e.Code == CodeSessionLimit {
-					return r.retryFull(ctx, sc, approved, now)
-				}
-				return e
-			}
-		}
-		// At most one firing per occurrence, whichever task gets here first.
-		once := fmt.Sprintf("fire:%s:%d", sc.ID, sc.NextFireAt.UnixMilli())
-		if ok, err := r.st.SetOnce(ctx, once, occurrenceMarkKeep); err != nil || !ok {
+		ok, err := r.fireOccurrence(ctx, sc, target, other, approved, now)
+		if !ok {
 			return err
 		}
-		text := scheduleHeader(sc) + "\n" + sc.Text
-		var from *store.Ref
-		if other {
-			if setter, err := r.st.GetSession(ctx, sc.Setter); err == nil {
-				from = &store.Ref{Relay: r.opts.Name, Session: setter.ID, Title: setter.Title, Model: setter.Model}
-			}
-		}
-		t, err := r.queue(ctx, target, text, "schedule", from, sc.Origin, "", other, 0)
-		var e *Error
-		if errors.As(err, &e) && e.Code == CodeSessionLimit {
-			if err := r.st.ClearOnce(context.WithoutCancel(ctx), once); err != nil {
-				return err
-			}
-			return r.retryFull(ctx, sc, approved, now)
-		}
-		if err != nil {
-			return err
-		}
-		if other && approved {
-			if _, err := r.st.IncrLoop(ctx, sc.Setter); err != nil {
-				return err
-			}
-		}
-		sc.LastTurn, sc.LastFiredAt, sc.HeldSince = t.ID, now, time.Time{}
-		sc.FiredCount++
 		fired = true
-		if r.met != nil {
-			r.met.Delivery("schedule_fire")
-		}
 	}
 	if sc.Once() && fired {
 		sc.NextFireAt = time.Time{}
@@ -406,6 +391,56 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 	}
 	r.notifySchedule(ctx, sc) // its next firing, in the owner's console (R19.6)
 	return r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: next.UnixMilli()}, fireID(sc.ID, next), next)
+}
+
+// fireOccurrence queues one occurrence of sc into target and records it on
+// sc; false: it did not fire, and err (nil included) is what fire returns.
+func (r *Relay) fireOccurrence(ctx context.Context, sc *store.Schedule, target *store.Session, other, approved bool, now time.Time) (bool, error) {
+	// Into another session it is treated like a send: the 4-at-work cap
+	// of the conversation that started the target; over it the firing
+	// waits and is tried again (issue 13), checked again atomically below.
+	if other {
+		if e := r.precheckCap(ctx, target); e != nil {
+			if e.Code == CodeSessionLimit {
+				return false, r.retryFull(ctx, sc, approved, now)
+			}
+			return false, e
+		}
+	}
+	// At most one firing per occurrence, whichever task gets here first.
+	once := fmt.Sprintf("fire:%s:%d", sc.ID, sc.NextFireAt.UnixMilli())
+	if ok, err := r.st.SetOnce(ctx, once, occurrenceMarkKeep); err != nil || !ok {
+		return false, err
+	}
+	text := scheduleHeader(sc) + "\n" + sc.Text
+	var from *store.Ref
+	if other {
+		if setter, err := r.st.GetSession(ctx, sc.Setter); err == nil {
+			from = &store.Ref{Relay: r.opts.Name, Session: setter.ID, Title: setter.Title, Model: setter.Model}
+		}
+	}
+	t, err := r.queue(ctx, target, text, "schedule", from, sc.Origin, "", other, 0)
+	var e *Error
+	if errors.As(err, &e) && e.Code == CodeSessionLimit {
+		if err := r.st.ClearOnce(context.WithoutCancel(ctx), once); err != nil {
+			return false, err
+		}
+		return false, r.retryFull(ctx, sc, approved, now)
+	}
+	if err != nil {
+		return false, err
+	}
+	if other && approved {
+		if _, err := r.st.IncrLoop(ctx, sc.Setter); err != nil {
+			return false, err
+		}
+	}
+	sc.LastTurn, sc.LastFiredAt, sc.HeldSince = t.ID, now, time.Time{}
+	sc.FiredCount++
+	if r.met != nil {
+		r.met.Delivery("schedule_fire")
+	}
+	return true, nil
 }
 
 // fullRetry is how soon a firing refused by the 4-at-work cap is tried again.
