@@ -70,31 +70,41 @@ func (r *Relay) findTask(ctx context.Context, sid, ref string) (*store.Task, *Er
 	return nil, Errorf(CodeNotFound, "Session %s on relay %q has no task %q. Nothing was done.", id8(sid), r.opts.Name, ref)
 }
 
-func (r *Relay) readTaskOutput(ctx context.Context, c *caller, a *args) (*result, *Error) {
+// taskOutputArgs is the session and task a read_task_output call names,
+// and how many lines it reads; a task whose output is gone is NOT_FOUND.
+func (r *Relay) taskOutputArgs(ctx context.Context, a *args) (*store.Session, *store.Task, int, *Error) {
 	ref, e := a.str("task_id")
 	if e != nil {
-		return nil, e
+		return nil, nil, 0, e
 	}
 	n, e := a.boundedInt("lines", 50, 1, 500)
 	if e != nil {
-		return nil, e
+		return nil, nil, 0, e
 	}
 	if strings.TrimSpace(ref) == "" {
-		return nil, Errorf(CodeInvalidInput, "task_id is required: read_session lists a session's tasks. Nothing was done.")
+		return nil, nil, 0, Errorf(CodeInvalidInput, "task_id is required: read_session lists a session's tasks. Nothing was done.")
 	}
 	s, e := r.target(ctx, a, "session")
 	if e != nil {
-		return nil, e
+		return nil, nil, 0, e
 	}
 	t, e := r.findTask(ctx, s.ID, ref)
+	if e != nil {
+		return nil, nil, 0, e
+	}
+	keep := r.opts.Timing.TaskOutputKept
+	if t.Status != "running" && r.now().Sub(t.EndedAt) >= keep {
+		return nil, nil, 0, Errorf(CodeNotFound, "Task %s of session %s ended more than %s ago; its output is gone. Nothing was done.", id8(t.ID), id8(s.ID), keep)
+	}
+	return s, t, n, nil
+}
+
+func (r *Relay) readTaskOutput(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	s, t, n, e := r.taskOutputArgs(ctx, a)
 	if e != nil {
 		return nil, e
 	}
 	now := r.now()
-	keep := r.opts.Timing.TaskOutputKept
-	if t.Status != "running" && now.Sub(t.EndedAt) >= keep {
-		return nil, Errorf(CodeNotFound, "Task %s of session %s ended more than %s ago; its output is gone. Nothing was done.", id8(t.ID), id8(s.ID), keep)
-	}
 	st, err := r.settings(ctx)
 	if err != nil {
 		return nil, internal(err)
