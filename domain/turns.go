@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
@@ -447,7 +448,7 @@ func (r *Relay) finishEmit(ctx context.Context, s *store.Session, orch, id strin
 	if !watched {
 		return more, nil // "turn:ID" was published with the outcome
 	}
-	if err := r.enq.Enqueue(wctx, JobFanout, ev, "", timeZero); err != nil {
+	if err := r.enq.Enqueue(wctx, jobs.TypeFanout, ev, "", timeZero); err != nil {
 		r.log.Warn("event fan-out not started", "kind", ev.Kind, "session", ev.Session, "err", err)
 	}
 	return more, r.st.Notify(wctx, "turn:"+id)

@@ -139,22 +139,22 @@ func (w *Worker) Start() error {
 	mux.HandleFunc(jobs.TypeFanout, handle(func(ctx context.Context, ev store.Event) error {
 		return wrap(w.r.Fanout(ctx, &ev), "fan out %s event %s of session %s", ev.Kind, ev.ID, id8(ev.Session))
 	}))
-	mux.HandleFunc(jobs.TypeRelease, handle(func(ctx context.Context, p domain.ReleasePayload) error {
+	mux.HandleFunc(jobs.TypeRelease, handle(func(ctx context.Context, p jobs.ReleasePayload) error {
 		return wrap(w.r.Release(ctx, p.Sub), "release held events of %s", p.Sub)
 	}))
-	mux.HandleFunc(jobs.TypeFlush, handle(func(ctx context.Context, p domain.FlushPayload) error {
+	mux.HandleFunc(jobs.TypeFlush, handle(func(ctx context.Context, p jobs.FlushPayload) error {
 		return wrap(w.r.Flush(ctx, p.Watcher, time.UnixMilli(p.Window).UTC()), "deliver the coalesced events of watcher %s", id8(p.Watcher))
 	}))
-	mux.HandleFunc(jobs.TypeSummary, handle(func(ctx context.Context, p domain.SummaryPayload) error {
+	mux.HandleFunc(jobs.TypeSummary, handle(func(ctx context.Context, p jobs.SummaryPayload) error {
 		return wrap(w.r.Summary(ctx, p.Watcher), "deliver the wake-limit summary of watcher %s", id8(p.Watcher))
 	}))
-	mux.HandleFunc(jobs.TypeHeartbeat, handle(func(ctx context.Context, p domain.HeartbeatPayload) error {
+	mux.HandleFunc(jobs.TypeHeartbeat, handle(func(ctx context.Context, p jobs.HeartbeatPayload) error {
 		return wrap(w.r.Heartbeat(ctx, p.Sub, time.UnixMilli(p.At).UTC()), "heartbeat of %s", p.Sub)
 	}))
 	mux.HandleFunc(jobs.TypeStallScan, func(ctx context.Context, _ *asynq.Task) error {
 		return wrap(w.r.StallScan(ctx), "scan for stalled sessions")
 	})
-	mux.HandleFunc(jobs.TypeFire, handle(func(ctx context.Context, p domain.FirePayload) error {
+	mux.HandleFunc(jobs.TypeFire, handle(func(ctx context.Context, p jobs.FirePayload) error {
 		return wrap(w.r.Fire(ctx, p.Schedule, time.UnixMilli(p.At).UTC(), p.Approved), "fire schedule %s", p.Schedule)
 	}))
 	if w.wake != nil {
