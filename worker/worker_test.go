@@ -1,23 +1,23 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"testing"
 
+	"github.com/hibiken/asynq"
+
 	"github.com/oar/relay/domain"
+	"github.com/oar/relay/jobs"
 )
 
-// wrap says what a job did; a retry-later is passed through as it is.
-func TestWrapSaysWhatTheJobDid(t *testing.T) {
-	if wrap(nil, "x") != nil {
-		t.Fatal("wrap(nil) is not nil")
-	}
-	base := errors.New("redis: connection refused")
-	err := wrap(base, "fire schedule %s", "sch_1")
-	if err.Error() != "fire schedule sch_1: redis: connection refused" || !errors.Is(err, base) {
-		t.Fatalf("wrap: %v", err)
-	}
-	if got := wrap(domain.ErrRetryLater, "drain"); got == nil || got.Error() != domain.ErrRetryLater.Error() {
-		t.Fatalf("retry-later wrapped: %v", got)
+// A job the domain can never run (an unknown type, a payload that does not
+// decode) is not retried.
+func TestBadJobIsNotRetried(t *testing.T) {
+	w := &Worker{r: &domain.Relay{}}
+	for _, task := range []*asynq.Task{asynq.NewTask("event:nosuch", nil), asynq.NewTask(jobs.TypeFire, []byte("{"))} {
+		if err := w.run(context.Background(), task); !errors.Is(err, asynq.SkipRetry) || !errors.Is(err, domain.ErrBadJob) {
+			t.Errorf("%s: %v, want a bad job not retried", task.Type(), err)
+		}
 	}
 }
