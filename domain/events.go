@@ -165,7 +165,7 @@ func (r *Relay) emit(ctx context.Context, ev *store.Event) {
 		return
 	}
 	if ev.Session != "" {
-		_ = r.st.Notify(ctx, "session:"+ev.Session) // tasks, questions: the owner's console (R19.6)
+		r.notify(ctx, "session:"+ev.Session) // tasks, questions: the owner's console (R19.6)
 	}
 	if r.met != nil {
 		r.met.Event(ev.Kind)

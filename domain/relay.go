@@ -39,6 +39,7 @@ type Metrics interface {
 	CardDecided(decision string)
 	Event(kind string)
 	Delivery(kind string)
+	NotifyFailed() // a notification of the console was not sent
 }
 
 // Options configures a Relay.
