@@ -25,6 +25,7 @@ import (
 	"github.com/oar/relay/domain"
 	"github.com/oar/relay/embedded"
 	"github.com/oar/relay/jobs"
+	"github.com/oar/relay/jobs/asynqjobs"
 	"github.com/oar/relay/metrics"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/redisurl"
@@ -188,7 +189,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 	if o.Clock != nil {
 		a.clock = o.Clock.Now
 	}
-	a.relay = domain.New(a.st, jobs.NewClient(a.aq, a.insp, a.queues), provs, ropt)
+	a.relay = domain.New(a.st, asynqjobs.NewClient(a.aq, a.insp, a.queues), provs, ropt)
 	a.work = worker.New(a.rdb, a.relay, worker.Options{Queues: a.queues, Concurrency: o.Concurrency, Logger: a.log})
 	a.met.AddQueues(a.queueStats)
 	a.met.AddGauge("relay_cards_pending", "Approval cards waiting for the owner.", func() float64 {
@@ -510,7 +511,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 	}()
 	go func() {
 		defer wg.Done()
-		enq := jobs.NewClient(a.aq, a.insp, a.queues)
+		enq := asynqjobs.NewClient(a.aq, a.insp, a.queues)
 		scheduler.Every(loops, a.opts.StallScanEvery, a.log, "stall-scan", func(ctx context.Context) error {
 			// One scan per clock minute across all processes: the task id dedupes.
 			minute := a.clock().Truncate(time.Minute).Unix()
@@ -652,7 +653,7 @@ func (a *App) upgradeKeys(ctx context.Context) error {
 		return a.st.WaitKeyFormat(ctx, 10*time.Minute)
 	}
 	defer func() { _ = a.st.ReleaseLock(context.Background(), "keyfmt") }()
-	tasks, err := jobs.MoveOldQueues(a.insp, a.aq, a.st.Prefix())
+	tasks, err := asynqjobs.MoveOldQueues(a.insp, a.aq, a.st.Prefix())
 	if err != nil {
 		return fmt.Errorf("move the tasks of the old queues: %w", err)
 	}

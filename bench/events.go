@@ -14,6 +14,7 @@ import (
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/domain"
 	"github.com/oar/relay/jobs"
+	"github.com/oar/relay/jobs/asynqjobs"
 	"github.com/oar/relay/store"
 )
 
@@ -188,7 +189,7 @@ func benchEvents(ctx context.Context, b *bench, prefix string) (eventsResult, er
 	}
 	b.logf("(e) fan-out jobs: %d events appended and their fan-out jobs enqueued at once (emit's two steps, no turn on the watched side)", o.burst)
 	aq := asynq.NewClientFromRedisClient(rp.app.Redis()) // shares the relay's client: not closed here
-	if out.jobs, err = e.flow(ctx, m, q.Events, "j", o.burst, 0, e.emitDirect(ctx, jobs.NewClient(aq, nil, q))); err != nil {
+	if out.jobs, err = e.flow(ctx, m, q.Events, "j", o.burst, 0, e.emitDirect(ctx, asynqjobs.NewClient(aq, nil, q))); err != nil {
 		return out, err
 	}
 	if err := waitQueuesIdle(ctx, e.rdb, e.queues, 2*time.Minute); err != nil {
@@ -320,7 +321,7 @@ func (e *evBench) ownerMessage(ctx context.Context) func(i int, text string) err
 // emitDirect does what emit does for a turn_end, without the turn: append
 // the event to the relay's stream, then enqueue its fan-out job (the
 // worker's side of fan-out and delivery alone, not bounded by turns).
-func (e *evBench) emitDirect(ctx context.Context, enq *jobs.Client) func(i int, text string) error {
+func (e *evBench) emitDirect(ctx context.Context, enq *asynqjobs.Client) func(i int, text string) error {
 	st := e.rp.app.Store()
 	return func(i int, text string) error {
 		sid := e.one[i%len(e.one)]

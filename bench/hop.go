@@ -126,7 +126,7 @@ func benchHopWith(ctx context.Context, opts *redisurl.URL, info redis.UniversalC
 		ch := make(chan time.Time, 1)
 		waiters.Store(id, ch)
 		defer waiters.Delete(id)
-		// Options as the relay's drain task (jobs.NewDrainTask).
+		// Options as the relay's drain task (asynqjobs.NewDrainTask).
 		task := asynq.NewTask(hopTaskType, []byte(id), asynq.Queue(queue), asynq.TaskID(id),
 			asynq.MaxRetry(1000), asynq.Timeout(time.Hour))
 		t0 := time.Now()

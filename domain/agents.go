@@ -27,7 +27,7 @@ func (h *host) Activity(line string) {
 		h.r.log.Warn("activity line not stored", "session", h.sid, "err", err)
 		return
 	}
-	_ = h.r.st.Notify(ctx, "session:"+h.sid) // the owner's console shows it live
+	h.r.notify(ctx, "session:"+h.sid) // the owner's console shows it live
 }
 
 // relayCallMark starts the activity line of a relay_tool call.

@@ -41,7 +41,7 @@ func (r *Relay) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
 		}
 		return nil, internal(err)
 	}
-	_ = r.st.Notify(ctx, "inbox")
+	r.notify(ctx, "inbox")
 	res := newResult("", fmt.Sprintf("question %s pending", ak.ID))
 	if concern.ID != c.s.ID {
 		res.session = concern.ID
@@ -304,7 +304,7 @@ func (r *Relay) AnswerAsk(ctx context.Context, id string, in InboxAnswer) (map[s
 	if !ok {
 		return nil, Errorf(CodeInvalidInput, "Ask %s was closed meanwhile. Nothing was changed.", id)
 	}
-	_ = r.st.Notify(ctx, "inbox") // the owner's console (R19.6)
+	r.notify(ctx, "inbox") // the owner's console (R19.6)
 	for _, who := range unique(ak.Asker, ak.Session) {
 		r.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: who, QuestionID: ak.ID, Text: ak.Question,
 			Answer: ak.Answer, Choice: ak.Choice, Dismissed: in.Dismiss, Via: ak.Via})

@@ -125,7 +125,7 @@ func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action s
 		r.met.CardDecided("asked")
 	}
 	r.log.Info("card asked", "card", card.ID, "session", id8(c.s.ID), "action", action)
-	_ = r.st.Notify(ctx, "cards")
+	r.notify(ctx, "cards")
 	deadline := time.NewTimer(r.maxWait(ctx))
 	defer deadline.Stop()
 	recheck := time.NewTicker(recheckEvery)
@@ -185,7 +185,7 @@ func (r *Relay) withdrawCard(id string) {
 	if _, _, err := r.st.DecideCard(ctx, id, "withdrawn"); err != nil {
 		r.log.Warn("withdraw card", "card", id, "err", err)
 	}
-	_ = r.st.Notify(ctx, "cards") // the owner's console drops it (R19.6)
+	r.notify(ctx, "cards") // the owner's console drops it (R19.6)
 }
 
 // Cards lists the pending approval cards (owner API).

@@ -10,39 +10,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/scheduler"
 	"github.com/oar/relay/store"
 )
 
-// Job kinds the domain enqueues through Enqueuer.Enqueue (the worker routes them back here).
-const (
-	JobFanout    = "event:fanout"
-	JobRelease   = "event:release"
-	JobFlush     = "event:flush"
-	JobSummary   = "event:summary"
-	JobHeartbeat = "event:heartbeat"
-	JobStallScan = "event:stallscan"
-)
-
 var timeZero time.Time
-
-// Payloads of the delivery jobs.
-type (
-	ReleasePayload struct {
-		Sub string `json:"sub"`
-	}
-	FlushPayload struct {
-		Watcher string `json:"watcher"`
-		Window  int64  `json:"window"` // unix ms of the window's end
-	}
-	SummaryPayload struct {
-		Watcher string `json:"watcher"`
-	}
-	HeartbeatPayload struct {
-		Sub string `json:"sub"`
-		At  int64  `json:"at"` // unix ms (clock time) the beat is due
-	}
-)
 
 // asynq keeps due times in whole seconds (truncating), so a job can start up
 // to a second early; the handlers sleep that rest off (early) rather than
@@ -246,7 +219,7 @@ func (r *Relay) hold(ctx context.Context, sub *store.Subscription, ev *store.Eve
 		return err
 	}
 	if first {
-		return r.schedule(ctx, JobRelease, ReleasePayload{Sub: sub.ID}, fmt.Sprintf("rel:%s:%d", sub.ID, inForce.UnixMilli()), inForce)
+		return r.schedule(ctx, jobs.TypeRelease, jobs.ReleasePayload{Sub: sub.ID}, fmt.Sprintf("rel:%s:%d", sub.ID, inForce.UnixMilli()), inForce)
 	}
 	return nil
 }
@@ -259,7 +232,7 @@ func (r *Relay) Release(ctx context.Context, subID string) error {
 		return err
 	}
 	if evs == nil && !due.IsZero() { // asynq ran the job early
-		if stop, err := r.early(ctx, due, JobRelease, ReleasePayload{Sub: subID}, fmt.Sprintf("rel:%s:%d", subID, due.UnixMilli())); stop || err != nil {
+		if stop, err := r.early(ctx, due, jobs.TypeRelease, jobs.ReleasePayload{Sub: subID}, fmt.Sprintf("rel:%s:%d", subID, due.UnixMilli())); stop || err != nil {
 			return err
 		}
 		if evs, _, err = r.st.TakeHeld(ctx, subID, r.now()); err != nil {
@@ -330,7 +303,7 @@ func (r *Relay) release(ctx context.Context, watcher string, b store.Batch) erro
 		return r.flush(ctx, watcher, timeZero, b.Urgent)
 	}
 	if opened {
-		return r.schedule(ctx, JobFlush, FlushPayload{Watcher: watcher, Window: window.UnixMilli()},
+		return r.schedule(ctx, jobs.TypeFlush, jobs.FlushPayload{Watcher: watcher, Window: window.UnixMilli()},
 			fmt.Sprintf("flush:%s:%d", watcher, window.UnixMilli()), window)
 	}
 	return nil
@@ -338,7 +311,7 @@ func (r *Relay) release(ctx context.Context, watcher string, b store.Batch) erro
 
 // Flush delivers a watcher's buffer when its coalescing window closes.
 func (r *Relay) Flush(ctx context.Context, watcher string, window time.Time) error {
-	if stop, err := r.early(ctx, window, JobFlush, FlushPayload{Watcher: watcher, Window: window.UnixMilli()},
+	if stop, err := r.early(ctx, window, jobs.TypeFlush, jobs.FlushPayload{Watcher: watcher, Window: window.UnixMilli()},
 		fmt.Sprintf("flush:%s:%d", watcher, window.UnixMilli())); stop || err != nil {
 		return err
 	}
@@ -368,7 +341,7 @@ func (r *Relay) flush(ctx context.Context, watcher string, window time.Time, urg
 				return err
 			}
 			if first {
-				return r.schedule(ctx, JobSummary, SummaryPayload{Watcher: watcher}, fmt.Sprintf("sum:%s:%d", watcher, inForce.UnixMilli()), inForce)
+				return r.schedule(ctx, jobs.TypeSummary, jobs.SummaryPayload{Watcher: watcher}, fmt.Sprintf("sum:%s:%d", watcher, inForce.UnixMilli()), inForce)
 			}
 			return nil
 		}
@@ -411,7 +384,7 @@ func (r *Relay) Summary(ctx context.Context, watcher string) error {
 	if due.IsZero() {
 		return nil
 	}
-	if stop, err := r.early(ctx, due, JobSummary, SummaryPayload{Watcher: watcher}, fmt.Sprintf("sum:%s:%d", watcher, due.UnixMilli())); stop || err != nil {
+	if stop, err := r.early(ctx, due, jobs.TypeSummary, jobs.SummaryPayload{Watcher: watcher}, fmt.Sprintf("sum:%s:%d", watcher, due.UnixMilli())); stop || err != nil {
 		return err
 	}
 	held, err := r.st.TakeSummary(ctx, watcher)
@@ -645,7 +618,7 @@ func (r *Relay) Heartbeat(ctx context.Context, subID string, at time.Time) error
 	if err != nil || sub.EndReason != "" || sub.HeartbeatMinutes == 0 {
 		return err
 	}
-	if stop, err := r.early(ctx, at, JobHeartbeat, HeartbeatPayload{Sub: subID, At: at.UnixMilli()}, fmt.Sprintf("hb:%s:%d", subID, at.UnixMilli())); stop || err != nil {
+	if stop, err := r.early(ctx, at, jobs.TypeHeartbeat, jobs.HeartbeatPayload{Sub: subID, At: at.UnixMilli()}, fmt.Sprintf("hb:%s:%d", subID, at.UnixMilli())); stop || err != nil {
 		return err
 	}
 	now := r.now()
@@ -653,7 +626,7 @@ func (r *Relay) Heartbeat(ctx context.Context, subID string, at time.Time) error
 	for !next.After(now) {
 		next = next.Add(time.Duration(sub.HeartbeatMinutes) * time.Minute)
 	}
-	if err := r.schedule(ctx, JobHeartbeat, HeartbeatPayload{Sub: subID, At: next.UnixMilli()}, fmt.Sprintf("hb:%s:%d", subID, next.UnixMilli()), next); err != nil {
+	if err := r.schedule(ctx, jobs.TypeHeartbeat, jobs.HeartbeatPayload{Sub: subID, At: next.UnixMilli()}, fmt.Sprintf("hb:%s:%d", subID, next.UnixMilli()), next); err != nil {
 		return err
 	}
 	if q := quietOf(sub); q != nil && q.In(now) {

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oar/relay/config"
+	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/store"
 )
 
@@ -64,8 +65,8 @@ func (j *jobRecorder) count(typ string) int {
 func TestEndWaitSeenOnlyOnceDelivered(t *testing.T) {
 	t.Parallel()
 	st, rdb := testStore(t)
-	jobs := &jobRecorder{}
-	r := New(st, jobs, nil, Options{Name: "desk", Timing: config.Timing{Coalesce: 30 * time.Second},
+	rec := &jobRecorder{}
+	r := New(st, rec, nil, Options{Name: "desk", Timing: config.Timing{Coalesce: 30 * time.Second},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx := context.Background()
 
@@ -100,7 +101,7 @@ func TestEndWaitSeenOnlyOnceDelivered(t *testing.T) {
 		}
 		return tr.Waited, waiting
 	}
-	released := func() int { return jobs.count(JobFlush) }
+	released := func() int { return rec.count(jobs.TypeFlush) }
 
 	t.Run("in-process: seen at once", func(t *testing.T) {
 		id := waitingTurn()

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/store"
 )
 
@@ -164,7 +165,7 @@ func (r *Relay) emit(ctx context.Context, ev *store.Event) {
 		return
 	}
 	if ev.Session != "" {
-		_ = r.st.Notify(ctx, "session:"+ev.Session) // tasks, questions: the owner's console (R19.6)
+		r.notify(ctx, "session:"+ev.Session) // tasks, questions: the owner's console (R19.6)
 	}
 	if r.met != nil {
 		r.met.Event(ev.Kind)
@@ -172,7 +173,7 @@ func (r *Relay) emit(ctx context.Context, ev *store.Event) {
 	if !watched {
 		return // no subscription could take it: no fan-out job
 	}
-	if err := r.enq.Enqueue(ctx, JobFanout, ev, "", timeZero); err != nil {
+	if err := r.enq.Enqueue(ctx, jobs.TypeFanout, ev, "", timeZero); err != nil {
 		r.log.Warn("event fan-out not started", "kind", ev.Kind, "session", ev.Session, "err", err)
 	}
 }

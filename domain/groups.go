@@ -250,7 +250,7 @@ func (r *Relay) RenameGroup(ctx context.Context, id, name string) (map[string]an
 		return nil, err
 	}
 	for _, sid := range members {
-		_ = r.st.Notify(ctx, "session:"+sid) // the owner's console (R19.6)
+		r.notify(ctx, "session:"+sid) // the owner's console (R19.6)
 	}
 	r.notifyGroups(ctx) // an empty group has no member to announce it
 	return map[string]any{"id": g.ID, "name": g.Name, "memberCount": len(members), "head": g.Head, "ownerCreated": g.OwnerCreated}, nil
@@ -283,7 +283,7 @@ func (r *Relay) DissolveGroup(ctx context.Context, id string) (map[string]any, e
 				return nil, err
 			}
 		}
-		_ = r.st.Notify(ctx, "session:"+sid) // the owner's console (R19.6)
+		r.notify(ctx, "session:"+sid) // the owner's console (R19.6)
 	}
 	r.notifyGroups(ctx) // an empty group has no member to announce it
 	return map[string]any{"id": g.ID, "dissolved": true, "ungrouped": members}, nil

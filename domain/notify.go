@@ -11,12 +11,24 @@ import (
 // agent's tool call, the owner API, a schedule firing), so an open page
 // shows it at once.
 
+// notify announces one change on the relay's notification channel. A
+// notification is a hint (a page reads the keys again), so one not sent does
+// not fail the change: it is logged and counted (relay_notify_failures_total).
+func (r *Relay) notify(ctx context.Context, what string) {
+	if err := r.st.Notify(ctx, what); err != nil {
+		r.log.Warn("notification not sent", "what", what, "err", err)
+		if r.met != nil {
+			r.met.NotifyFailed()
+		}
+	}
+}
+
 // notifySessions announces that these sessions changed ("session:ID"); a
 // paired relay's conversation (its stand-in id) has no page here.
 func (r *Relay) notifySessions(ctx context.Context, ids ...string) {
 	for _, id := range unique(ids...) {
 		if id != "" && !isPeerConversation(id) {
-			_ = r.st.Notify(ctx, "session:"+id)
+			r.notify(ctx, "session:"+id)
 		}
 	}
 }
@@ -27,7 +39,7 @@ func (r *Relay) notifySessions(ctx context.Context, ids ...string) {
 func (r *Relay) notifySub(ctx context.Context, sub *store.Subscription) {
 	r.notifySessions(ctx, append([]string{sub.Watcher}, sub.Sessions...)...)
 	if sub.All {
-		_ = r.st.Notify(ctx, "sessions")
+		r.notify(ctx, "sessions")
 	}
 }
 
@@ -41,5 +53,5 @@ func (r *Relay) notifySchedule(ctx context.Context, sc *store.Schedule) {
 // group made, renamed or dissolved, empty ones too, which no session's
 // notification would bring to the sessions list.
 func (r *Relay) notifyGroups(ctx context.Context) {
-	_ = r.st.Notify(ctx, "sessions")
+	r.notify(ctx, "sessions")
 }

@@ -278,8 +278,8 @@ func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (map[string]
 			if _, _, err := r.st.DecideCard(ctx, c.ID, "withdrawn"); err != nil {
 				return nil, err
 			}
-			_ = r.st.Notify(ctx, "card:"+c.ID)
-			_ = r.st.Notify(ctx, "cards")
+			r.notify(ctx, "card:"+c.ID)
+			r.notify(ctx, "cards")
 		}
 	}
 	if err := r.retire(ctx, s.ID, "deleted"); err != nil {
@@ -308,8 +308,8 @@ func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (map[string]
 	if err := r.st.DeleteSession(ctx, s.ID, r.st.BusyKey(r.orchestrator(s)), r.st.PeerBusyKey(r.orchestrator(s))); err != nil {
 		return nil, err
 	}
-	_ = r.st.Notify(ctx, "tokens")
-	_ = r.st.Notify(ctx, "session:"+s.ID)
+	r.notify(ctx, "tokens")
+	r.notify(ctx, "session:"+s.ID)
 	return map[string]any{"session": s.ID, "deleted": true}, nil
 }
 
@@ -368,7 +368,7 @@ func (r *Relay) OwnerPatchSession(ctx context.Context, ref string, p SessionPatc
 	if err := r.st.SaveSession(ctx, s); err != nil {
 		return nil, err
 	}
-	_ = r.st.Notify(ctx, "session:"+s.ID) // the owner's console (R19.6)
+	r.notify(ctx, "session:"+s.ID) // the owner's console (R19.6)
 	return r.SessionDetail(ctx, s, 5)
 }
 

@@ -535,7 +535,7 @@ func (r *Relay) AnswerPairedAsk(ctx context.Context, relayName, id string, in In
 	if e != nil {
 		return nil, e
 	}
-	_ = r.st.Notify(ctx, "inbox") // every open console page drops it (R19.6)
+	r.notify(ctx, "inbox") // every open console page drops it (R19.6)
 	out["relay"] = p.Name
 	return out, nil
 }

@@ -268,7 +268,7 @@ func (r *Relay) pollAsk(ctx context.Context, a *store.RemoteAsk) {
 	switch {
 	case q == nil || status == "withdrawn":
 		_, _ = r.st.DeleteRemoteAsk(ctx, a.ID) // ended there (archived, deleted, withdrawn): nobody is told
-		_ = r.st.Notify(ctx, "inbox")          // but the owner's console drops it (R19.4)
+		r.notify(ctx, "inbox")                 // but the owner's console drops it (R19.4)
 	case status == "pending":
 		a.NextPollAt = r.now().Add(r.opts.Timing.AskPoll)
 		if err := r.st.SaveRemoteAsk(ctx, a); err != nil {
@@ -279,7 +279,7 @@ func (r *Relay) pollAsk(ctx context.Context, a *store.RemoteAsk) {
 		if err != nil || !ok {
 			return // another process told the asker
 		}
-		_ = r.st.Notify(ctx, "inbox") // answered there: the owner's console drops it (R19.4)
+		r.notify(ctx, "inbox") // answered there: the owner's console drops it (R19.4)
 		answer, _ := q["answer"].(string)
 		choice, _ := q["choice"].(string)
 		via, _ := q["via"].(string)

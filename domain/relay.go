@@ -39,6 +39,7 @@ type Metrics interface {
 	CardDecided(decision string)
 	Event(kind string)
 	Delivery(kind string)
+	NotifyFailed() // a notification of the console was not sent
 }
 
 // Options configures a Relay.
@@ -212,9 +213,9 @@ func (r *Relay) Start(ctx context.Context) error {
 }
 
 // Wait returns when the goroutines Start began have ended (after Start's ctx
-// was cancelled) and so have the drains started here (no more start once
-// Wait began; it waits for them at most directWaitMax): the process shuts
-// down with nothing of the relay running.
+// was cancelled) and so have the drains started here and the kept goroutines
+// (stacks.go; no more start once Wait began; it waits for them at most
+// directWaitMax): the process shuts down with nothing of the relay running.
 func (r *Relay) Wait() {
 	r.bg.Wait()
 	r.mu.Lock()
@@ -222,13 +223,13 @@ func (r *Relay) Wait() {
 	r.mu.Unlock()
 	r.warm.stop()
 	done := make(chan struct{})
-	go func() { r.directWG.Wait(); close(done) }()
+	go func() { r.directWG.Wait(); r.warm.wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(directWaitMax):
 		// Like asynq's own shutdown timeout: a drain still writing its
 		// outcome (Redis away) is left; its flag and lease recover it.
-		r.log.Warn("drains started here still running at shutdown; leaving them", "waited", directWaitMax)
+		r.log.Warn("drains or tool calls started here still running at shutdown; leaving them", "waited", directWaitMax)
 	}
 }
 

@@ -425,7 +425,7 @@ func (r *Relay) afterRemote(ctx context.Context, c *caller, a *args, p *store.Pa
 		if err := r.st.SaveRemoteAsk(ctx, ra); err != nil {
 			r.log.Error("keep remote ask", "relay", p.Name, "ask", id, "err", err)
 		}
-		_ = r.st.Notify(ctx, "inbox") // the owner's console lists paired relays' asks too (R19.4)
+		r.notify(ctx, "inbox") // the owner's console lists paired relays' asks too (R19.4)
 	}
 }
 

@@ -8,19 +8,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/scheduler"
 	"github.com/oar/relay/store"
 )
-
-// JobFire fires a schedule's occurrence.
-const JobFire = "schedule:fire"
-
-// FirePayload names the schedule and the occurrence (unix ms of nextFireAt).
-type FirePayload struct {
-	Schedule string `json:"schedule"`
-	At       int64  `json:"at"`
-	Approved bool   `json:"approved,omitempty"` // the owner allowed a card of the setter: a held firing goes
-}
 
 const nothingScheduled = "Nothing was scheduled."
 
@@ -167,7 +158,7 @@ func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result
 		return nil, internal(err)
 	}
 	r.notifySchedule(ctx, sc) // the owner's console (R19.6)
-	if err := r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: first.UnixMilli()}, fireID(sc.ID, first), first); err != nil {
+	if err := r.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: first.UnixMilli()}, fireID(sc.ID, first), first); err != nil {
 		return nil, internalAfter(err, "schedule "+sc.ID+" was stored but its first firing was not planned (the relay plans it within a minute)")
 	}
 	res := newResult(target.ID, fmt.Sprintf("%s, next %s (%s)", scheduleWhen(every), first.UTC().Format(timeFormat), sc.ID))
@@ -308,7 +299,7 @@ func (r *Relay) Fire(ctx context.Context, id string, at time.Time, approved bool
 		return nil // a stale task: the schedule moved on
 	}
 	// Never before its nextFireAt (asynq may run a task up to ~1 s early).
-	if stop, err := r.early(ctx, sc.NextFireAt, JobFire, FirePayload{Schedule: id, At: at.UnixMilli()}, fireID(id, at)); stop || err != nil {
+	if stop, err := r.early(ctx, sc.NextFireAt, jobs.TypeFire, jobs.FirePayload{Schedule: id, At: at.UnixMilli()}, fireID(id, at)); stop || err != nil {
 		return err
 	}
 	return r.fire(ctx, sc, approved)
@@ -367,7 +358,7 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 		}
 		// The safety net: look again in a minute.
 		recheck := now.Add(scheduleRecheck)
-		return r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()},
+		return r.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()},
 			fmt.Sprintf("sched:%s:held:%d", sc.ID, recheck.Unix()), recheck)
 	default:
 		ok, err := r.fireOccurrence(ctx, sc, target, other, approved, now)
@@ -390,7 +381,7 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 		return err
 	}
 	r.notifySchedule(ctx, sc) // its next firing, in the owner's console (R19.6)
-	return r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: next.UnixMilli()}, fireID(sc.ID, next), next)
+	return r.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: next.UnixMilli()}, fireID(sc.ID, next), next)
 }
 
 // fireOccurrence queues one occurrence of sc into target and records it on
@@ -451,7 +442,7 @@ const fullRetry = 30 * time.Second
 func (r *Relay) retryFull(ctx context.Context, sc *store.Schedule, approved bool, now time.Time) error {
 	r.log.Info("schedule firing waits: the target's conversation has 4 sessions at work", "schedule", sc.ID, "target", id8(sc.Target))
 	again := now.Add(fullRetry)
-	return r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli(), Approved: approved},
+	return r.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli(), Approved: approved},
 		fmt.Sprintf("sched:%s:full:%d", sc.ID, again.UnixMilli()), again)
 }
 
@@ -475,7 +466,7 @@ func (r *Relay) releaseHeld(ctx context.Context, setter string, approved bool) {
 		if sc.HeldSince.IsZero() {
 			continue
 		}
-		if err := r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli(), Approved: approved},
+		if err := r.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli(), Approved: approved},
 			fmt.Sprintf("sched:%s:release:%s", sc.ID, store.NewID(3)), timeZero); err != nil {
 			r.log.Warn("release held schedule", "schedule", sc.ID, "err", err)
 		}
@@ -496,7 +487,7 @@ func (r *Relay) RecoverSchedules(ctx context.Context) error {
 		if sc.NextFireAt.IsZero() || sc.NextFireAt.After(overdue) || !sc.HeldSince.IsZero() {
 			continue
 		}
-		if err := r.schedule(ctx, JobFire, FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()}, fireID(sc.ID, sc.NextFireAt), sc.NextFireAt); err != nil {
+		if err := r.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()}, fireID(sc.ID, sc.NextFireAt), sc.NextFireAt); err != nil {
 			return err
 		}
 	}

@@ -17,10 +17,11 @@ import (
 //
 // At most max goroutines are kept; a function finding none free runs where it
 // is (call) or in a new goroutine (start), as before. A goroutine idle for
-// keptIdle ends, and so do all with stop.
+// keptIdle ends, and so do all with stop; wait joins them.
 type warmGoroutines struct {
-	jobs chan func()   // unbuffered: a send succeeds only when one is idle
-	quit chan struct{} // closed by stop
+	jobs chan func()    // unbuffered: a send succeeds only when one is idle
+	quit chan struct{}  // closed by stop
+	wg   sync.WaitGroup // the goroutines started (Add under mu, before stopped)
 
 	mu      sync.Mutex
 	n       int // goroutines started
@@ -82,12 +83,19 @@ func (w *warmGoroutines) submit(f func()) bool {
 		return false
 	}
 	w.n++
+	w.wg.Add(1)
 	w.mu.Unlock()
 	go w.loop(f)
 	return true
 }
 
 func (w *warmGoroutines) loop(f func()) {
+	defer w.wg.Done()
+	defer func() {
+		w.mu.Lock()
+		w.n--
+		w.mu.Unlock()
+	}()
 	idle := time.NewTimer(keptIdle)
 	defer idle.Stop()
 	for {
@@ -96,9 +104,6 @@ func (w *warmGoroutines) loop(f func()) {
 		select {
 		case f = <-w.jobs:
 		case <-idle.C:
-			w.mu.Lock()
-			w.n--
-			w.mu.Unlock()
 			return
 		case <-w.quit:
 			return
@@ -111,7 +116,7 @@ func (w *warmGoroutines) loop(f func()) {
 const keptIdle = 2 * time.Second
 
 // stop ends the idle kept goroutines, and the busy ones once their function
-// returns; later functions run without them.
+// returns; later functions run without them. wait joins them.
 func (w *warmGoroutines) stop() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -120,3 +125,7 @@ func (w *warmGoroutines) stop() {
 		close(w.quit)
 	}
 }
+
+// wait returns when every kept goroutine has ended (after stop: the idle ones
+// at once, the busy ones when their function returns).
+func (w *warmGoroutines) wait() { w.wg.Wait() }

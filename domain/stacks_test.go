@@ -2,10 +2,15 @@ package domain
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 func kept(w *warmGoroutines) int {
@@ -119,4 +124,64 @@ func TestWarmGoroutinesIdleEnd(t *testing.T) {
 	if !ran {
 		t.Fatal("a call after the kept goroutines ended did not run")
 	}
+}
+
+// wait joins the kept goroutines after stop: the idle ones at once, a busy
+// one when its function returns.
+func TestWarmGoroutinesWait(t *testing.T) {
+	w := newWarmGoroutines(4)
+	release, busy := make(chan struct{}), make(chan struct{})
+	w.start(func() { close(busy); <-release })
+	<-busy
+	w.call(func() {}) // a second goroutine, idle after this
+	w.stop()
+	joined := make(chan struct{})
+	go func() { w.wait(); close(joined) }()
+	select {
+	case <-joined:
+		t.Fatal("wait returned while a kept goroutine was busy")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case <-joined:
+	case <-time.After(10 * time.Second):
+		t.Fatal("wait did not return once the busy goroutine's function returned")
+	}
+	if n := kept(w); n != 0 {
+		t.Fatalf("%d kept goroutines after wait", n)
+	}
+}
+
+// The relay's Wait (its shutdown) joins the kept goroutines, busy ones too:
+// none is left after it (and goleak's TestMain checks the whole package).
+func TestRelayWaitJoinsKeptGoroutines(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	r := New(nil, nil, nil, Options{Name: "desk", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	const n = 8
+	var inside, finished sync.WaitGroup
+	inside.Add(n)
+	finished.Add(n)
+	release := make(chan struct{})
+	var done atomic.Int32
+	for range n { // n tool calls at once: n kept goroutines
+		go func() {
+			defer finished.Done()
+			r.warm.call(func() { inside.Done(); <-release; done.Add(1) })
+		}()
+	}
+	inside.Wait()
+	if k := kept(r.warm); k != n {
+		t.Fatalf("%d kept goroutines, want %d", k, n)
+	}
+	time.AfterFunc(100*time.Millisecond, func() { close(release) })
+	r.Wait()
+	if d := done.Load(); d != n {
+		t.Fatalf("Wait returned with %d of %d calls still running", n-d, n)
+	}
+	if k := kept(r.warm); k != 0 {
+		t.Fatalf("%d kept goroutines after Wait", k)
+	}
+	finished.Wait()
+	goleak.VerifyNone(t, before)
 }

@@ -263,7 +263,7 @@ func (r *Relay) retire(ctx context.Context, sid, reason string) error {
 	if err := r.st.Notify(ctx, "tokens"); err != nil {
 		return err
 	}
-	_ = r.st.Notify(ctx, "session:"+sid) // the owner's console (R19.6)
+	r.notify(ctx, "session:"+sid) // the owner's console (R19.6)
 	if err := r.endSubscriptionsFor(ctx, sid, reason); err != nil {
 		return err
 	}

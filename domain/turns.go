@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
@@ -124,7 +125,7 @@ func (r *Relay) drainFrom(ctx context.Context, sid, owner string, d *store.Drain
 				return r.putBack(ctx, sid, id, err)
 			}
 			r.busyAgain(ctx, sid)
-			_ = r.st.Notify(ctx, "session:"+sid) // the turn runs: the owner's console (R19.6)
+			r.notify(ctx, "session:"+sid) // the turn runs: the owner's console (R19.6)
 		}
 		d.History = nil // read when the turn starts
 	}
@@ -378,7 +379,7 @@ func (r *Relay) finishUsage(ctx context.Context, s *store.Session, orch, id stri
 	}
 	text = excerpt(text, 240) // a line shows 120 characters; events and replay streams keep no whole replies
 	r.emit(wctx, &store.Event{Kind: EvTurnEnd, Session: s.ID, Title: s.Title, Status: string(status), Text: text, Turn: id})
-	_ = r.st.Notify(wctx, "session:"+s.ID)
+	r.notify(wctx, "session:"+s.ID)
 	defer r.hub.fire("turn:" + id) // a caller waiting in this process wakes now, not when the notification comes back
 	return more, r.st.Notify(wctx, "turn:"+id)
 }
@@ -447,7 +448,7 @@ func (r *Relay) finishEmit(ctx context.Context, s *store.Session, orch, id strin
 	if !watched {
 		return more, nil // "turn:ID" was published with the outcome
 	}
-	if err := r.enq.Enqueue(wctx, JobFanout, ev, "", timeZero); err != nil {
+	if err := r.enq.Enqueue(wctx, jobs.TypeFanout, ev, "", timeZero); err != nil {
 		r.log.Warn("event fan-out not started", "kind", ev.Kind, "session", ev.Session, "err", err)
 	}
 	return more, r.st.Notify(wctx, "turn:"+id)
@@ -722,7 +723,7 @@ func (h *host) Partial(text string) {
 	if err := h.r.st.SetTurnPartial(ctx, h.sid, h.turn, h.fence, text, h.r.now()); err != nil {
 		return // fenced (another drain holds the session) or Redis away: no notification either
 	}
-	_ = h.r.st.Notify(ctx, "session:"+h.sid) // the partial reply, live in the console (R19.6)
+	h.r.notify(ctx, "session:"+h.sid) // the partial reply, live in the console (R19.6)
 }
 
 func (h *host) partialText() string {
@@ -748,7 +749,7 @@ func (h *host) AskUser(ctx context.Context, text string, options []string) (stri
 		return "", err
 	}
 	r.emit(ctx, &store.Event{Kind: EvQuestionAsked, Session: h.sid, QuestionID: q.ID, Text: text})
-	_ = r.st.Notify(ctx, "turn:"+h.turn)
+	r.notify(ctx, "turn:"+h.turn)
 	recheck := time.NewTicker(recheckEvery)
 	defer recheck.Stop()
 	for {

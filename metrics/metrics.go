@@ -34,6 +34,7 @@ type Metrics struct {
 	events        *prometheus.CounterVec
 	deliveries    *prometheus.CounterVec
 	peerRequests  *prometheus.CounterVec
+	notifyFailed  prometheus.Counter
 }
 
 // New builds the registry with the Go and process collectors.
@@ -65,9 +66,11 @@ func New() *Metrics {
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "relay_deliveries_total",
 			Help: "Event deliveries by kind: message and summary are wakes of a watcher (summary = wake-limit summary); digest_release and quiet_release are held events released by a digest or the end of quiet hours."},
 			[]string{"kind"}),
+		notifyFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "relay_notify_failures_total",
+			Help: "Notifications of the owner's console that were not sent (the change itself was made; an open page shows it with its next update or a reload)."}),
 	}
 	reg.MustRegister(m.toolCalls, m.toolDuration, m.turnsStarted, m.turnsFinished, m.turnDuration, m.cards, m.httpRequests,
-		m.events, m.deliveries, m.peerRequests,
+		m.events, m.deliveries, m.peerRequests, m.notifyFailed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -98,6 +101,9 @@ func (m *Metrics) Delivery(kind string) { m.deliveries.WithLabelValues(kind).Inc
 
 // PeerRequest counts one request to a paired relay (code "ok" or an error code).
 func (m *Metrics) PeerRequest(kind, code string) { m.peerRequests.WithLabelValues(kind, code).Inc() }
+
+// NotifyFailed counts one notification of the owner's console not sent.
+func (m *Metrics) NotifyFailed() { m.notifyFailed.Inc() }
 
 // HTTPRequest counts one HTTP request; kind is mcp, api, peer, metrics or health.
 func (m *Metrics) HTTPRequest(kind string, status int) {

@@ -4,7 +4,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/oar/relay/domain"
 	"github.com/oar/relay/jobs"
-	"github.com/oar/relay/store"
 )
 
 // Options configures the worker.
@@ -134,29 +132,13 @@ func retryDelay(n int, err error, _ *asynq.Task) time.Duration {
 // Start begins processing jobs (asynq's Start, never Run: the process owns signals).
 func (w *Worker) Start() error {
 	mux := asynq.NewServeMux()
-	mux.HandleFunc(jobs.TypeDrain, w.drain)
-	// Each job's error says what was being done (R18.9: the log line of a retry or a drop).
-	mux.HandleFunc(jobs.TypeFanout, handle(func(ctx context.Context, ev store.Event) error {
-		return wrap(w.r.Fanout(ctx, &ev), "fan out %s event %s of session %s", ev.Kind, ev.ID, id8(ev.Session))
-	}))
-	mux.HandleFunc(jobs.TypeRelease, handle(func(ctx context.Context, p domain.ReleasePayload) error {
-		return wrap(w.r.Release(ctx, p.Sub), "release held events of %s", p.Sub)
-	}))
-	mux.HandleFunc(jobs.TypeFlush, handle(func(ctx context.Context, p domain.FlushPayload) error {
-		return wrap(w.r.Flush(ctx, p.Watcher, time.UnixMilli(p.Window).UTC()), "deliver the coalesced events of watcher %s", id8(p.Watcher))
-	}))
-	mux.HandleFunc(jobs.TypeSummary, handle(func(ctx context.Context, p domain.SummaryPayload) error {
-		return wrap(w.r.Summary(ctx, p.Watcher), "deliver the wake-limit summary of watcher %s", id8(p.Watcher))
-	}))
-	mux.HandleFunc(jobs.TypeHeartbeat, handle(func(ctx context.Context, p domain.HeartbeatPayload) error {
-		return wrap(w.r.Heartbeat(ctx, p.Sub, time.UnixMilli(p.At).UTC()), "heartbeat of %s", p.Sub)
-	}))
-	mux.HandleFunc(jobs.TypeStallScan, func(ctx context.Context, _ *asynq.Task) error {
-		return wrap(w.r.StallScan(ctx), "scan for stalled sessions")
-	})
-	mux.HandleFunc(jobs.TypeFire, handle(func(ctx context.Context, p domain.FirePayload) error {
-		return wrap(w.r.Fire(ctx, p.Schedule, time.UnixMilli(p.At).UTC(), p.Approved), "fire schedule %s", p.Schedule)
-	}))
+	// Every job goes through the domain's one door (RunJob), which decodes it
+	// and says in its error what was being done (R18.9: the log line of a
+	// retry or a drop).
+	for _, typ := range []string{jobs.TypeDrain, jobs.TypeFanout, jobs.TypeRelease, jobs.TypeFlush,
+		jobs.TypeSummary, jobs.TypeHeartbeat, jobs.TypeStallScan, jobs.TypeFire} {
+		mux.HandleFunc(typ, w.run)
+	}
 	if w.wake != nil {
 		w.wake.Start()
 	}
@@ -178,28 +160,12 @@ func (w *Worker) Shutdown() {
 	w.srv.Shutdown()
 }
 
-// handle decodes a task's JSON payload for f; a payload that does not decode is never retried.
-func handle[P any](f func(context.Context, P) error) func(context.Context, *asynq.Task) error {
-	return func(ctx context.Context, t *asynq.Task) error {
-		var p P
-		if err := json.Unmarshal(t.Payload(), &p); err != nil {
-			return fmt.Errorf("%s payload %q: %w: %w", t.Type(), t.Payload(), err, asynq.SkipRetry)
-		}
-		return f(ctx, p)
-	}
-}
-
-func (w *Worker) drain(ctx context.Context, t *asynq.Task) error {
-	var p jobs.DrainPayload
-	if err := json.Unmarshal(t.Payload(), &p); err != nil {
-		return fmt.Errorf("drain payload %q: %w: %w", t.Payload(), err, asynq.SkipRetry)
-	}
-	if p.Session == "" {
-		return fmt.Errorf("drain payload %q names no session: %w", t.Payload(), asynq.SkipRetry)
-	}
-	err := w.r.Drain(ctx, p.Session)
-	if err != nil && !errors.Is(err, domain.ErrRetryLater) {
-		err = fmt.Errorf("drain session %s: %w", id8(p.Session), err)
+// run hands a task to the domain; a job that can never run (an unknown type,
+// a payload that does not decode) is never retried.
+func (w *Worker) run(ctx context.Context, t *asynq.Task) error {
+	err := w.r.RunJob(ctx, t.Type(), t.Payload())
+	if errors.Is(err, domain.ErrBadJob) {
+		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 	}
 	return err
 }
@@ -213,19 +179,4 @@ func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...), "compone
 func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...), "component", "asynq") }
 func (a asynqLogger) Fatal(args ...any) {
 	a.l.Error(fmt.Sprint(args...), "component", "asynq", "fatal", true)
-}
-
-// wrap says what a job was doing when it failed; nil stays nil.
-func wrap(err error, format string, a ...any) error {
-	if err == nil || errors.Is(err, domain.ErrRetryLater) {
-		return err
-	}
-	return fmt.Errorf(format+": %w", append(a, err)...)
-}
-
-func id8(id string) string {
-	if len(id) > 8 {
-		return id[:8]
-	}
-	return id
 }

@@ -1,4 +1,4 @@
-package jobs
+package asynqjobs
 
 import (
 	"errors"
@@ -7,13 +7,9 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-)
 
-// OldQueuesFor are the queue names before the relay's keys shared one hash
-// slot: PREFIX:turns and PREFIX:events.
-func OldQueuesFor(prefix string) Queues {
-	return Queues{Turns: prefix + ":turns", Events: prefix + ":events"}
-}
+	"github.com/oar/relay/jobs"
+)
 
 // MoveOldQueues moves the waiting tasks (pending, scheduled, retry) of the
 // old queues of prefix to the current ones, each with its id, type,
@@ -26,7 +22,7 @@ func MoveOldQueues(insp *asynq.Inspector, c *asynq.Client, prefix string) (int, 
 	if err != nil {
 		return 0, err
 	}
-	from, to := OldQueuesFor(prefix), QueuesFor(prefix)
+	from, to := jobs.OldQueuesFor(prefix), jobs.QueuesFor(prefix)
 	moved := 0
 	for i, old := range from.All() {
 		if !slices.Contains(known, old) {

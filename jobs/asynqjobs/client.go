@@ -1,6 +1,7 @@
-// Package jobs is the contract between who enqueues work and who handles it:
-// asynq task type names, payloads, constructors and enqueue options.
-package jobs
+// Package asynqjobs is the asynq side of the relay's jobs (package jobs
+// names them): the drain task, the Client the domain enqueues through and
+// looks tasks up with, and the move of an older dataset's queues.
+package asynqjobs
 
 import (
 	"context"
@@ -10,76 +11,30 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+
+	"github.com/oar/relay/jobs"
 )
-
-// TypeDrain runs the next queued turn of one session.
-const TypeDrain = "session:drain"
-
-// DrainPayload names the session whose next turn runs.
-type DrainPayload struct {
-	Session string `json:"session"`
-}
-
-// Event delivery task types (fan-out, timed releases, coalescing flushes,
-// wake-limit summaries, heartbeats, the stall scan).
-const (
-	TypeFanout    = "event:fanout"
-	TypeRelease   = "event:release"
-	TypeFlush     = "event:flush"
-	TypeSummary   = "event:summary"
-	TypeHeartbeat = "event:heartbeat"
-	TypeStallScan = "event:stallscan"
-	// TypeFire fires one occurrence of a schedule.
-	TypeFire = "schedule:fire"
-)
-
-// Queues names the asynq queues of one relay (their names carry the relay's
-// key prefix so several relays or tests can share one Redis).
-type Queues struct {
-	Turns  string
-	Events string
-}
-
-// QueuesFor returns the queue names for a key prefix: PREFIX}:turns and
-// PREFIX}:events. asynq keeps a queue's keys under asynq:{QUEUE}:…, and
-// Redis Cluster hashes a key on what stands between its first "{" and the
-// first "}" after it: asynq:{PREFIX}:turns}:pending hashes on PREFIX, as the
-// relay's own keys ({PREFIX}:…) do. So both queues and all the relay's keys
-// share one hash slot, and the two queues stay apart (asynq weighs them,
-// and their depths are the relay_queue_* metrics).
-func QueuesFor(prefix string) Queues {
-	return Queues{Turns: prefix + "}:turns", Events: prefix + "}:events"}
-}
-
-// All lists the queue names.
-func (q Queues) All() []string { return []string{q.Turns, q.Events} }
-
-// DrainTimeout is the asynq timeout of a drain task. It is longer than the
-// longest max_turn_seconds (86,400 s): the relay itself ends a turn that runs
-// too long, counted from the turn's start with the setting as it is then
-// (R18.13), so a queue timeout never ends or restarts a running turn.
-const DrainTimeout = 25 * time.Hour
 
 // NewDrainTask builds the task that runs a session's next turn; the task id
 // is given so the recovery sweep can find it.
-func NewDrainTask(q Queues, session, taskID string) (*asynq.Task, error) {
-	b, err := json.Marshal(DrainPayload{Session: session})
+func NewDrainTask(q jobs.Queues, session, taskID string) (*asynq.Task, error) {
+	b, err := json.Marshal(jobs.DrainPayload{Session: session})
 	if err != nil {
 		return nil, err
 	}
-	return asynq.NewTask(TypeDrain, b, asynq.Queue(q.Turns), asynq.TaskID(taskID),
-		asynq.MaxRetry(1000), asynq.Timeout(DrainTimeout)), nil
+	return asynq.NewTask(jobs.TypeDrain, b, asynq.Queue(q.Turns), asynq.TaskID(taskID),
+		asynq.MaxRetry(1000), asynq.Timeout(jobs.DrainTimeout)), nil
 }
 
 // Client enqueues the relay's jobs and looks them up.
 type Client struct {
 	c    *asynq.Client
 	insp *asynq.Inspector
-	q    Queues
+	q    jobs.Queues
 }
 
 // NewClient wraps an asynq client and inspector.
-func NewClient(c *asynq.Client, insp *asynq.Inspector, q Queues) *Client {
+func NewClient(c *asynq.Client, insp *asynq.Inspector, q jobs.Queues) *Client {
 	return &Client{c: c, insp: insp, q: q}
 }
 

@@ -1,0 +1,76 @@
+package domain
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/oar/relay/jobs"
+	"github.com/oar/relay/store"
+)
+
+// ErrBadJob is in the error of a job that can never run: a type the domain
+// does not know or a payload that does not decode (retrying it is no use).
+var ErrBadJob = errors.New("bad job")
+
+// RunJob runs one job of the domain (the types of package jobs) with its JSON
+// payload: the one door the worker hands every job through. The error says
+// what the job was doing (R18.9: the log line of a retry or a drop); a
+// retry-later is returned as it is.
+func (r *Relay) RunJob(ctx context.Context, typ string, payload []byte) error {
+	switch typ {
+	case jobs.TypeDrain:
+		return runJob(typ, payload, func(p jobs.DrainPayload) error {
+			if p.Session == "" {
+				return fmt.Errorf("%s payload %q names no session: %w", typ, payload, ErrBadJob)
+			}
+			return jobErr(r.Drain(ctx, p.Session), "drain session %s", id8(p.Session))
+		})
+	case jobs.TypeFanout:
+		return runJob(typ, payload, func(ev store.Event) error {
+			return jobErr(r.Fanout(ctx, &ev), "fan out %s event %s of session %s", ev.Kind, ev.ID, id8(ev.Session))
+		})
+	case jobs.TypeRelease:
+		return runJob(typ, payload, func(p jobs.ReleasePayload) error {
+			return jobErr(r.Release(ctx, p.Sub), "release held events of %s", p.Sub)
+		})
+	case jobs.TypeFlush:
+		return runJob(typ, payload, func(p jobs.FlushPayload) error {
+			return jobErr(r.Flush(ctx, p.Watcher, time.UnixMilli(p.Window).UTC()), "deliver the coalesced events of watcher %s", id8(p.Watcher))
+		})
+	case jobs.TypeSummary:
+		return runJob(typ, payload, func(p jobs.SummaryPayload) error {
+			return jobErr(r.Summary(ctx, p.Watcher), "deliver the wake-limit summary of watcher %s", id8(p.Watcher))
+		})
+	case jobs.TypeHeartbeat:
+		return runJob(typ, payload, func(p jobs.HeartbeatPayload) error {
+			return jobErr(r.Heartbeat(ctx, p.Sub, time.UnixMilli(p.At).UTC()), "heartbeat of %s", p.Sub)
+		})
+	case jobs.TypeStallScan: // its payload is not read
+		return jobErr(r.StallScan(ctx), "scan for stalled sessions")
+	case jobs.TypeFire:
+		return runJob(typ, payload, func(p jobs.FirePayload) error {
+			return jobErr(r.Fire(ctx, p.Schedule, time.UnixMilli(p.At).UTC(), p.Approved), "fire schedule %s", p.Schedule)
+		})
+	}
+	return fmt.Errorf("job type %q is not one of the relay's: %w", typ, ErrBadJob)
+}
+
+// runJob decodes a job's JSON payload for f.
+func runJob[P any](typ string, payload []byte, f func(P) error) error {
+	var p P
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return fmt.Errorf("%s payload %q: %w: %w", typ, payload, err, ErrBadJob)
+	}
+	return f(p)
+}
+
+// jobErr says what a job was doing when it failed; nil and a retry-later stay as they are.
+func jobErr(err error, format string, a ...any) error {
+	if err == nil || errors.Is(err, ErrRetryLater) {
+		return err
+	}
+	return fmt.Errorf(format+": %w", append(a, err)...)
+}
