@@ -74,6 +74,7 @@ func newFixture(t testing.TB, fo fixtureOptions) *fixture {
 	t.Cleanup(func() {
 		cancel()
 		f.r.Shutdown()
+		f.r.Wait() // the listener and the kept goroutines are joined (goleak checks it)
 		scripted.Close()
 	})
 	return f
