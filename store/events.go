@@ -289,8 +289,13 @@ func (s *Store) HoldEvent(ctx context.Context, sub string, ev *Event, due time.T
 	return fromMS(atoi64(cur.Val())), set.Val(), nil
 }
 
-// KEYS: held:FROM, due:FROM, held:TO, due:TO. ARGV: none.
+// moveHeldScript is MoveHeld's step.
 var moveHeldScript = redis.NewScript(`
+-- KEYS[1] = {relay}:held:<from>  the first subscription's held events
+-- KEYS[2] = {relay}:due:<from>   their due time
+-- KEYS[3] = {relay}:held:<to>    the second subscription's held events
+-- KEYS[4] = {relay}:due:<to>     their due time
+-- (no ARGV)
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('RENAME', KEYS[1], KEYS[3]) end
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('RENAME', KEYS[2], KEYS[4]) end
 return redis.call('GET', KEYS[4])
@@ -327,8 +332,11 @@ func (s *Store) HeldInfo(ctx context.Context, sub string) (int, time.Time, error
 	return int(n.Val()), fromMS(atoi64(due.Val())), nil
 }
 
-// KEYS: held:SUB, due:SUB. ARGV: now (ms).
+// takeHeldScript is TakeHeld's step.
 var takeHeldScript = redis.NewScript(`
+-- KEYS[1] = {relay}:held:<sub>  the subscription's held events
+-- KEYS[2] = {relay}:due:<sub>   their due time (ms)
+-- ARGV[1] = now (ms)
 local due = redis.call('GET', KEYS[2])
 if not due then return {} end
 if tonumber(due) > tonumber(ARGV[1]) then return {due} end
@@ -429,8 +437,11 @@ func (s *Store) BufferGroup(ctx context.Context, watcher string, g Batch, window
 	return set.Val(), fromMS(atoi64(cur.Val())), nil
 }
 
-// KEYS: buf:W, win:W (wl:W, wlnext:W for TakeSummary). ARGV: window end (ms; "" = take now).
+// takeBufScript is TakeBuffer's step, and TakeSummary's.
 var takeBufScript = redis.NewScript(`
+-- KEYS[1] = {relay}:buf:<watcher>  the watcher's buffered groups (TakeSummary: {relay}:wl:<watcher>)
+-- KEYS[2] = {relay}:win:<watcher>  the open window's end (TakeSummary: {relay}:wlnext:<watcher>)
+-- ARGV[1] = the window's end (ms; '' = take now)
 if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return {} end
 local items = redis.call('LRANGE', KEYS[1], 0, -1)
 redis.call('DEL', KEYS[1], KEYS[2])
@@ -557,8 +568,12 @@ const (
 	EchoDeliver = "deliver" // neither: deliver it as any event
 )
 
-// KEYS: turn:ID, waiting:ID, echo:ID. ARGV: the held group (JSON).
+// holdEchoScript is HoldEchoIfWaiting's step.
 var holdEchoScript = redis.NewScript(`
+-- KEYS[1] = {relay}:turn:<id>     the turn hash
+-- KEYS[2] = {relay}:waiting:<id>  the caller's wait on the turn
+-- KEYS[3] = {relay}:echo:<id>     the echoes held while it waits
+-- ARGV[1] = the held group (JSON)
 if redis.call('HGET', KEYS[1], 'waited') == '1' then return 'seen' end
 if redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('RPUSH', KEYS[3], ARGV[1])

@@ -28,8 +28,17 @@ func IsLimit(err error) (*ErrLimit, bool) {
 	return le, ok
 }
 
-// KEYS: sch, schs, schinto:TARGET, schby:SETTER. ARGV: json, id, intoLimit, byLimit, other (1|0).
+// addScheduleScript is AddSchedule's step.
 var addScheduleScript = redis.NewScript(`
+-- KEYS[1] = {relay}:sch:<id>          the schedule (JSON)
+-- KEYS[2] = {relay}:schs              the active schedules
+-- KEYS[3] = {relay}:schinto:<target>  the schedules firing into the target
+-- KEYS[4] = {relay}:schby:<setter>    the schedules the setter set for others
+-- ARGV[1] = the schedule JSON
+-- ARGV[2] = the schedule id
+-- ARGV[3] = the limit into the target
+-- ARGV[4] = the limit by the setter
+-- ARGV[5] = set for another session (1|0)
 local into = redis.call('SCARD', KEYS[3])
 if into >= tonumber(ARGV[3]) then return {-1, into} end
 if ARGV[5] == '1' then
@@ -68,10 +77,19 @@ func (s *Store) AddSchedule(ctx context.Context, sc *Schedule, intoLimit, byLimi
 	return nil
 }
 
-// KEYS: ask, asksby:ASKER, asks:open, asksin:SESSION, asksopen:ASKER.
-// ARGV: json, id, score, askerLimit, sessionLimit, cutoff (asks made before
-// it leave the asker's index: their records expired, R18.5).
+// addAskScript is AddAsk's step.
 var addAskScript = redis.NewScript(`
+-- KEYS[1] = {relay}:ask:<id>           the ask (JSON)
+-- KEYS[2] = {relay}:asksby:<asker>     the asker's asks by time (zset)
+-- KEYS[3] = {relay}:asks:open          the open asks by time (zset)
+-- KEYS[4] = {relay}:asksin:<session>   the open asks concerning the session
+-- KEYS[5] = {relay}:asksopen:<asker>   the asker's open asks
+-- ARGV[1] = the ask JSON
+-- ARGV[2] = the ask id
+-- ARGV[3] = its score (created, ms)
+-- ARGV[4] = the asker's limit
+-- ARGV[5] = the session's limit
+-- ARGV[6] = the cutoff (ms): asks made before it leave the asker's index (their records expired, R18.5)
 local mine = redis.call('SCARD', KEYS[5])
 if mine >= tonumber(ARGV[4]) then return {-1, mine} end
 local about = redis.call('SCARD', KEYS[4])
@@ -107,8 +125,15 @@ func (s *Store) AddAsk(ctx context.Context, a *Ask, askerLimit, sessionLimit int
 	return nil
 }
 
-// KEYS: sub, subs:WATCHER, subsall, then the index keys. ARGV: json, id, limit.
+// addSubscriptionScript is AddSubscription's step.
 var addSubscriptionScript = redis.NewScript(`
+-- KEYS[1]  = {relay}:sub:<id>         the subscription (JSON)
+-- KEYS[2]  = {relay}:subs:<watcher>   the watcher's active subscriptions
+-- KEYS[3]  = {relay}:subsall          every active subscription
+-- KEYS[4..] = {relay}:subidx:<sid>... the index sets naming it by its sessions ({relay}:subidx:all for all)
+-- ARGV[1] = the subscription JSON
+-- ARGV[2] = the subscription id
+-- ARGV[3] = the watcher's limit
 local n = redis.call('SCARD', KEYS[2])
 if n >= tonumber(ARGV[3]) then return {-1, n} end
 redis.call('SET', KEYS[1], ARGV[1])
@@ -135,8 +160,10 @@ func (s *Store) AddSubscription(ctx context.Context, sub *Subscription, limit in
 	return nil
 }
 
-// KEYS: loop:SID. ARGV: limit.
+// takeLoopScript is TakeLoop's step.
 var takeLoopScript = redis.NewScript(`
+-- KEYS[1] = {relay}:loop:<sid>  the conversation's loop-protection count
+-- ARGV[1] = the limit
 local n = tonumber(redis.call('GET', KEYS[1]) or '0')
 if n >= tonumber(ARGV[1]) then return {0, n} end
 redis.call('INCR', KEYS[1])
@@ -154,8 +181,10 @@ func (s *Store) TakeLoop(ctx context.Context, sid string, limit int) (taken bool
 	return res[0] == 1, int(res[1]), nil
 }
 
-// KEYS: loop:SID. ARGV: none.
+// giveBackLoopScript is GiveBackLoop's step.
 var giveBackLoopScript = redis.NewScript(`
+-- KEYS[1] = {relay}:loop:<sid>  the conversation's loop-protection count
+-- (no ARGV)
 local n = tonumber(redis.call('GET', KEYS[1]) or '0')
 if n > 0 then redis.call('DECR', KEYS[1]) end
 return 1

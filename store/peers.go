@@ -323,9 +323,12 @@ type Link struct {
 }
 
 // setLinkScript records a link state and reports whether online changed.
-// KEYS[1] relaylink hash. ARGV[1] name, ARGV[2] online "1"|"0", ARGV[3] now
-// (unix ms, written as seen when online), ARGV[4] reason (when offline).
 var setLinkScript = redis.NewScript(`
+-- KEYS[1] = {relay}:relaylink  every pairing's link state (NAME:online, NAME:seen, NAME:reason)
+-- ARGV[1] = the pairing's name (lower case)
+-- ARGV[2] = online (1|0)
+-- ARGV[3] = now (unix ms; written as seen when online)
+-- ARGV[4] = the reason (when offline)
 local old = redis.call('HGET', KEYS[1], ARGV[1] .. ':online')
 redis.call('HSET', KEYS[1], ARGV[1] .. ':online', ARGV[2])
 if ARGV[2] == '1' then

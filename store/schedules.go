@@ -142,9 +142,15 @@ func (s *Store) GetAsk(ctx context.Context, id string) (*Ask, error) {
 	return getJSON[Ask](ctx, s.rdb, s.k("ask", id))
 }
 
-// KEYS: ask:ASK, asks:open, asksin:SESSION, asksopen:ASKER. ARGV: the closed record
-// (JSON), ask id, keep (ms).
+// closeAskScript is CloseAsk's step.
 var closeAskScript = redis.NewScript(`
+-- KEYS[1] = {relay}:ask:<id>          the ask (JSON)
+-- KEYS[2] = {relay}:asks:open         the open asks by time (zset)
+-- KEYS[3] = {relay}:asksin:<session>  the open asks concerning its session
+-- KEYS[4] = {relay}:asksopen:<asker>  the asker's open asks
+-- ARGV[1] = the closed record (JSON)
+-- ARGV[2] = the ask id
+-- ARGV[3] = how long the closed record is kept (ms)
 local v = redis.call('GET', KEYS[1])
 if not v then return -1 end
 local a = cjson.decode(v)

@@ -104,6 +104,10 @@ func New(rdb redis.UniversalClient, prefix string) *Store {
 // none is the placeholder key a script gets for an absent optional key
 // ("{PREFIX}:-", never written): every key a script is given is in the
 // relay's slot. Scripts test for it with isnone (a key ending in "}:-").
+//
+// Every script's text starts with a header naming each of its KEYS and ARGV
+// ("-- KEYS[1] = {relay}:sess:<sid>  the session hash"): {relay} is the
+// store's key base (KeyBase), {relay}:- this placeholder.
 func (s *Store) none() string { return s.p + "-" }
 
 // noneLua is isnone(k): k is the placeholder (see Store.none).
