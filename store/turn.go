@@ -234,18 +234,31 @@ var reserveScript = redis.NewScript(`
 -- ARGV[2] = the limit
 -- ARGV[3] = enforce (1|0)
 -- ARGV[4] = the paired relay's limit
-` + noneLua + `
-local busy, peer = KEYS[1], KEYS[2]
-if isnone(busy) then return 1 end
-if redis.call('SISMEMBER', busy, ARGV[1]) == 1 then return 1 end
-if ARGV[3] == '1' and redis.call('SCARD', busy) >= tonumber(ARGV[2]) then return -1 end
-if not isnone(peer) and redis.call('SISMEMBER', peer, ARGV[1]) == 0 then
-  if ARGV[3] == '1' and redis.call('SCARD', peer) >= tonumber(ARGV[4]) then return -2 end
-  redis.call('SADD', peer, ARGV[1])
-end
-redis.call('SADD', busy, ARGV[1])
-return 1
+` + noneLua + capLua + `
+return reserve(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 `)
+
+// capLua defines reserve(busy, peer, sid, limit, enforce, peerLimit), the
+// 4-at-work cap (R6.1) and the paired relay's (R18.21), for the scripts that
+// take them: reserveScript and pushScript (after noneLua). A session already
+// busy for its orchestrator passes; else, with enforce '1', it is refused
+// when busy holds limit sessions (-1) or, when peer is not the placeholder
+// and the session not yet in it, when peer holds peerLimit (-2); a refusal
+// writes nothing. Else the session joins peer (when given) and busy: 1. No
+// orchestrator (busy the placeholder): 1, nothing written.
+const capLua = `
+local function reserve(busy, peer, sid, limit, enforce, peerLimit)
+  if isnone(busy) then return 1 end
+  if redis.call('SISMEMBER', busy, sid) == 1 then return 1 end
+  if enforce == '1' and redis.call('SCARD', busy) >= tonumber(limit) then return -1 end
+  if not isnone(peer) and redis.call('SISMEMBER', peer, sid) == 0 then
+    if enforce == '1' and redis.call('SCARD', peer) >= tonumber(peerLimit) then return -2 end
+    redis.call('SADD', peer, sid)
+  end
+  redis.call('SADD', busy, sid)
+  return 1
+end
+`
 
 // pushScript is PushTurn's and QueueTurn's step. It returns {-2, loop
 // count} (loop protection: nothing was written), {-1} (the 4-at-work cap:
@@ -292,7 +305,7 @@ var pushScript = redis.NewScript(`
 -- ARGV[16] = the paired relay the prompt came from (lower case, '' = none)
 -- ARGV[17] = the paired relay's limit
 -- ARGV[18..] = the turn's field/value pairs
-` + noneLua + startDrainLua + `
+` + noneLua + capLua + startDrainLua + `
 if redis.call('EXISTS', KEYS[4]) == 1 then
   -- This push ran already (its answer was lost and go-redis tried again):
   -- nothing is written twice; the caller learns who took the turn, if anyone.
@@ -303,16 +316,10 @@ if not isnone(KEYS[12]) then
   loop = tonumber(redis.call('GET', KEYS[12]) or '0')
   if loop >= tonumber(ARGV[11]) then return {-2, loop} end
 end
-local busy, peer = KEYS[3], KEYS[19]
-if not isnone(busy) and redis.call('SISMEMBER', busy, ARGV[2]) == 0 then
-  if ARGV[4] == '1' and redis.call('SCARD', busy) >= tonumber(ARGV[3]) then return {-1} end
-  if not isnone(peer) and redis.call('SISMEMBER', peer, ARGV[2]) == 0 then
-    -- R18.21: the paired relay's conversations together.
-    if ARGV[4] == '1' and redis.call('SCARD', peer) >= tonumber(ARGV[17]) then return {-3} end
-    redis.call('SADD', peer, ARGV[2])
-  end
-  redis.call('SADD', busy, ARGV[2])
-end
+local cap = reserve(KEYS[3], KEYS[19], ARGV[2], ARGV[3], ARGV[4], ARGV[17])
+if cap == -1 then return {-1} end
+-- R18.21: the paired relay's conversations together.
+if cap == -2 then return {-3} end
 if not isnone(KEYS[12]) then redis.call('INCR', KEYS[12]) end
 if ARGV[16] ~= '' then
   -- R4.4 (b): the paired relay whose agent wrote here is unlocked here (a
