@@ -33,7 +33,7 @@ func (s *Store) ClearAgentSession(ctx context.Context, sid string) error {
 func (s *Store) AppendMessage(ctx context.Context, sid string, m *Message) error {
 	b, err := json.Marshal(m)
 	if err != nil {
-		return err
+		return fmt.Errorf("append message %s: %w", sid, err)
 	}
 	if err := s.rdb.RPush(ctx, s.msgsKey(sid), b).Err(); err != nil {
 		return fmt.Errorf("append message %s: %w", sid, err)
@@ -47,7 +47,7 @@ func (s *Store) AppendMessage(ctx context.Context, sid string, m *Message) error
 func (s *Store) AppendActivity(ctx context.Context, sid string, m *Message) error {
 	b, err := json.Marshal(m)
 	if err != nil {
-		return err
+		return fmt.Errorf("append activity %s: %w", sid, err)
 	}
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.RPush(ctx, s.msgsKey(sid), b)

@@ -102,14 +102,17 @@ func (s *Store) AppendEvent(ctx context.Context, ev *Event) (bool, error) {
 func (s *Store) AppendSubEvent(ctx context.Context, sub string, ev *Event, keep int64, ttl time.Duration) error {
 	b, err := json.Marshal(ev)
 	if err != nil {
-		return err
+		return fmt.Errorf("append event to subscription %s: %w", sub, err)
 	}
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.XAdd(ctx, &redis.XAddArgs{Stream: s.k("subev", sub), MaxLen: keep, Approx: false, Values: []any{"e", b}})
 		p.Expire(ctx, s.k("subev", sub), ttl)
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("append event to subscription %s: %w", sub, err)
+	}
+	return nil
 }
 
 // SubEvents reads a subscription's stream after a cursor ("0" = from the start).
@@ -154,7 +157,7 @@ func (s *Store) subIndexKeys(sub *Subscription) []string {
 func (s *Store) SaveSubscription(ctx context.Context, sub *Subscription) error {
 	b, err := json.Marshal(sub)
 	if err != nil {
-		return err
+		return fmt.Errorf("save subscription %s: %w", sub.ID, err)
 	}
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, s.subKey(sub.ID), b, 0)
@@ -188,7 +191,10 @@ func (s *Store) SaveSubscription(ctx context.Context, sub *Subscription) error {
 		}
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("save subscription %s: %w", sub.ID, err)
+	}
+	return nil
 }
 
 // GetSubscription reads one subscription.
@@ -203,7 +209,7 @@ func (s *Store) getSubs(ctx context.Context, ids []string) ([]*Subscription, err
 	}
 	out, err := mgetJSON[Subscription](ctx, s.rdb, keys)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read %d subscriptions: %w", len(ids), err)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
@@ -213,7 +219,7 @@ func (s *Store) getSubs(ctx context.Context, ids []string) ([]*Subscription, err
 func (s *Store) WatcherSubscriptions(ctx context.Context, watcher string) ([]*Subscription, error) {
 	ids, err := s.rdb.SMembers(ctx, s.k("subs", watcher)).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("subscriptions of %s: %w", watcher, err)
 	}
 	return s.getSubs(ctx, ids)
 }
@@ -222,7 +228,7 @@ func (s *Store) WatcherSubscriptions(ctx context.Context, watcher string) ([]*Su
 func (s *Store) EndedSubscriptions(ctx context.Context, watcher string, since time.Time) ([]*Subscription, error) {
 	ids, err := s.rdb.ZRangeByScore(ctx, s.k("subsended", watcher), &redis.ZRangeBy{Min: fmt.Sprint(ms(since)), Max: "+inf"}).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("ended subscriptions of %s: %w", watcher, err)
 	}
 	return s.getSubs(ctx, ids)
 }
@@ -232,7 +238,7 @@ func (s *Store) EndedSubscriptions(ctx context.Context, watcher string, since ti
 func (s *Store) SubscriptionsOf(ctx context.Context, sid string) ([]*Subscription, error) {
 	ids, err := s.rdb.SUnion(ctx, s.k("subidx", sid), s.k("subidx", "all")).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("subscriptions watching %s: %w", sid, err)
 	}
 	return s.getSubs(ctx, ids)
 }
@@ -241,7 +247,7 @@ func (s *Store) SubscriptionsOf(ctx context.Context, sid string) ([]*Subscriptio
 func (s *Store) AllScopeSubscriptions(ctx context.Context) ([]*Subscription, error) {
 	ids, err := s.rdb.SMembers(ctx, s.k("subidx", "all")).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("subscriptions to all sessions: %w", err)
 	}
 	return s.getSubs(ctx, ids)
 }
@@ -250,7 +256,7 @@ func (s *Store) AllScopeSubscriptions(ctx context.Context) ([]*Subscription, err
 func (s *Store) AllSubscriptions(ctx context.Context) ([]*Subscription, error) {
 	ids, err := s.rdb.SMembers(ctx, s.k("subsall")).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("all subscriptions: %w", err)
 	}
 	return s.getSubs(ctx, ids)
 }
@@ -260,7 +266,7 @@ func (s *Store) SetLastDigest(ctx context.Context, sub *Subscription, at time.Ti
 	sub.LastDigestAt = at
 	b, err := json.Marshal(sub)
 	if err != nil {
-		return err
+		return fmt.Errorf("last digest of subscription %s: %w", sub.ID, err)
 	}
 	return s.rdb.Set(ctx, s.subKey(sub.ID), b, redis.KeepTTL).Err()
 }
@@ -457,7 +463,7 @@ func (s *Store) TakeBuffer(ctx context.Context, watcher string, window time.Time
 	}
 	res, err := takeBufScript.Run(ctx, s.scr, []string{s.k("buf", watcher), s.k("win", watcher)}, w).StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
+		return nil, fmt.Errorf("take the buffer of %s: %w", watcher, err)
 	}
 	return decodeGroups(res), nil
 }
@@ -493,7 +499,10 @@ func (s *Store) AddWake(ctx context.Context, watcher string, now time.Time) erro
 		p.Expire(ctx, k, 2*time.Hour)
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("add a wake of %s: %w", watcher, err)
+	}
+	return nil
 }
 
 // HoldForSummary keeps groups for the next wake-limit summary; it returns
@@ -520,7 +529,7 @@ func (s *Store) HoldForSummary(ctx context.Context, watcher string, gs []Batch, 
 func (s *Store) TakeSummary(ctx context.Context, watcher string) ([]Batch, error) {
 	res, err := takeBufScript.Run(ctx, s.scr, []string{s.k("wl", watcher), s.k("wlnext", watcher)}, "").StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
+		return nil, fmt.Errorf("take the summary of %s: %w", watcher, err)
 	}
 	return decodeGroups(res), nil
 }
@@ -558,7 +567,10 @@ func (s *Store) HoldEcho(ctx context.Context, turn string, g Batch, watcher stri
 		p.Expire(ctx, s.k("echo", turn), 2*time.Hour)
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("hold the echo of %s: %w", turn, err)
+	}
+	return nil
 }
 
 // Echo outcomes of [Store.HoldEchoIfWaiting].

@@ -57,7 +57,7 @@ return {1, 0}
 func (s *Store) AddSchedule(ctx context.Context, sc *Schedule, intoLimit, byLimit int) error {
 	b, err := json.Marshal(sc)
 	if err != nil {
-		return err
+		return fmt.Errorf("add schedule %s: %w", sc.ID, err)
 	}
 	other := "0"
 	if sc.Setter != sc.Target {
@@ -66,7 +66,7 @@ func (s *Store) AddSchedule(ctx context.Context, sc *Schedule, intoLimit, byLimi
 	res, err := addScheduleScript.Run(ctx, s.scr, []string{s.k("sch", sc.ID), s.k("schs"), s.k("schinto", sc.Target), s.k("schby", sc.Setter)},
 		string(b), sc.ID, intoLimit, byLimit, other).Int64Slice()
 	if err != nil {
-		return fmt.Errorf("add schedule: %w", err)
+		return fmt.Errorf("add schedule %s: %w", sc.ID, err)
 	}
 	switch res[0] {
 	case -1:
@@ -108,13 +108,13 @@ return {1, 0}
 func (s *Store) AddAsk(ctx context.Context, a *Ask, askerLimit, sessionLimit int) error {
 	b, err := json.Marshal(a)
 	if err != nil {
-		return err
+		return fmt.Errorf("add ask %s: %w", a.ID, err)
 	}
 	res, err := addAskScript.Run(ctx, s.scr, []string{s.k("ask", a.ID), s.k("asksby", a.Asker), s.k("asks", "open"),
 		s.k("asksin", a.Session), s.k("asksopen", a.Asker)},
 		string(b), a.ID, ms(a.CreatedAt), askerLimit, sessionLimit, ms(a.CreatedAt.Add(-ClosedAskKeep-24*time.Hour))).Int64Slice()
 	if err != nil {
-		return fmt.Errorf("add ask: %w", err)
+		return fmt.Errorf("add ask %s: %w", a.ID, err)
 	}
 	switch res[0] {
 	case -1:
@@ -146,13 +146,13 @@ return {1, 0}
 func (s *Store) AddSubscription(ctx context.Context, sub *Subscription, limit int) error {
 	b, err := json.Marshal(sub)
 	if err != nil {
-		return err
+		return fmt.Errorf("add subscription %s: %w", sub.ID, err)
 	}
 	keys := []string{s.subKey(sub.ID), s.k("subs", sub.Watcher), s.k("subsall")}
 	keys = append(keys, s.subIndexKeys(sub)...)
 	res, err := addSubscriptionScript.Run(ctx, s.scr, keys, string(b), sub.ID, limit).Int64Slice()
 	if err != nil {
-		return fmt.Errorf("add subscription: %w", err)
+		return fmt.Errorf("add subscription %s: %w", sub.ID, err)
 	}
 	if res[0] < 0 {
 		return &ErrLimit{Which: "watcher", Count: int(res[1])}
@@ -176,7 +176,7 @@ return {1, n + 1}
 func (s *Store) TakeLoop(ctx context.Context, sid string, limit int) (taken bool, n int, err error) {
 	res, err := takeLoopScript.Run(ctx, s.scr, []string{s.k("loop", sid)}, limit).Int64Slice()
 	if err != nil {
-		return false, 0, fmt.Errorf("loop count: %w", err)
+		return false, 0, fmt.Errorf("loop count of %s: %w", sid, err)
 	}
 	return res[0] == 1, int(res[1]), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,7 +51,7 @@ func (s *Store) PeerTokens(ctx context.Context) ([]PeerTokenInfo, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read peer tokens: %w", err)
 	}
 	out := []PeerTokenInfo{}
 	for h, raw := range toks.Val() {

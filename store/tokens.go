@@ -189,12 +189,15 @@ func (s *Store) UpgradeTokens(ctx context.Context) (int, error) {
 			if strings.Contains(err.Error(), "WRONGTYPE") {
 				return nil
 			}
-			return err
+			return fmt.Errorf("read the token of %s: %w", key, err)
 		}
 		h := TokenHash(tok)
 		moved, err := upgradeSessionTokenScript.Run(ctx, s.scr, []string{key, s.k("tok", tok), s.tokKey(h)}, tok, h).Int()
 		n += moved
-		return err
+		if err != nil {
+			return fmt.Errorf("upgrade the token of %s: %w", key, err)
+		}
+		return nil
 	}); err != nil {
 		return n, fmt.Errorf("upgrade session tokens: %w", err)
 	}
@@ -204,7 +207,10 @@ func (s *Store) UpgradeTokens(ctx context.Context) (int, error) {
 		tok := key[len(tokPrefix):]
 		moved, err := upgradeTokKeyScript.Run(ctx, s.scr, []string{key, s.tokKey(TokenHash(tok))}).Int()
 		n += moved
-		return err
+		if err != nil {
+			return fmt.Errorf("move a token look-up key: %w", err)
+		}
+		return nil
 	}); err != nil {
 		return n, fmt.Errorf("upgrade token keys: %w", err)
 	}
@@ -221,7 +227,7 @@ func (s *Store) scan(ctx context.Context, pattern string, fn func(key string) er
 		for {
 			keys, next, err := node.Scan(ctx, cursor, pattern, 1000).Result()
 			if err != nil {
-				return err
+				return fmt.Errorf("scan %s: %w", pattern, err)
 			}
 			for _, k := range keys {
 				mu.Lock()

@@ -426,7 +426,10 @@ func (s *Store) Unreserve(ctx context.Context, orchestrator, sid string) error {
 		p.SRem(ctx, peer, sid)
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("unreserve %s: %w", sid, err)
+	}
+	return nil
 }
 
 // PeerBusyCount returns how many sessions the conversations of the paired
@@ -544,7 +547,7 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool)
 	origin = string(b)
 	msg, err := json.Marshal(Message{ID: t.ID, Role: t.Role, Text: t.Text, From: t.From, CreatedAt: t.CreatedAt})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("queue turn %s: %w", t.ID, err)
 	}
 	note := ""
 	if notify {
@@ -827,7 +830,10 @@ func (s *Store) SetDrainID(ctx context.Context, sid, id string) error {
 		p.SAdd(ctx, s.drainsKey(), sid)
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("set the drain of %s: %w", sid, err)
+	}
+	return nil
 }
 
 // DrainFlags lists sessions with a drain in progress and their task ids
@@ -844,7 +850,7 @@ func (s *Store) DrainFlags(ctx context.Context) (map[string]string, error) {
 	}
 	vals, err := s.rdb.MGet(ctx, keys...).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read drain flags: %w", err)
 	}
 	out := make(map[string]string, len(sids))
 	var gone []any
@@ -878,7 +884,7 @@ func (s *Store) IndexDrainFlags(ctx context.Context) (int, error) {
 	n := 0
 	err := s.scan(ctx, prefix+"*", func(k string) error {
 		if err := s.rdb.SAdd(ctx, s.drainsKey(), k[len(prefix):]).Err(); err != nil {
-			return err
+			return fmt.Errorf("index drain flag %s: %w", k, err)
 		}
 		n++
 		return nil
@@ -989,7 +995,7 @@ func (s *Store) SetFlag(ctx context.Context, sid, name string) error {
 func (s *Store) Usage(ctx context.Context, provider string) (map[string]int64, error) {
 	m, err := s.rdb.HGetAll(ctx, s.k("usage", provider)).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("usage of %s: %w", provider, err)
 	}
 	out := map[string]int64{"turns": 0, "inputTokens": 0, "outputTokens": 0}
 	for k, v := range m {
