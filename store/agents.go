@@ -74,7 +74,7 @@ func (s *Store) SetUsagePaused(ctx context.Context, provider, reason string, at 
 func (s *Store) UsagePaused(ctx context.Context, provider string) (string, time.Time, error) {
 	vals, err := s.rdb.HMGet(ctx, s.k("usage", provider), "paused", "pausedAt").Result()
 	if err != nil {
-		return "", time.Time{}, err
+		return "", time.Time{}, fmt.Errorf("usage pause of %s: %w", provider, err)
 	}
 	reason, _ := vals[0].(string)
 	at, _ := vals[1].(string)

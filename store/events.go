@@ -82,7 +82,7 @@ type Subscription struct {
 func (s *Store) AppendEvent(ctx context.Context, ev *Event) (bool, error) {
 	b, err := json.Marshal(ev)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("append event %s: %w", ev.ID, err)
 	}
 	var named, all *redis.IntCmd
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -92,7 +92,7 @@ func (s *Store) AppendEvent(ctx context.Context, ev *Event) (bool, error) {
 		return nil
 	})
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("append event %s: %w", ev.ID, err)
 	}
 	return ev.Sub != "" || ev.Watcher != "" || named.Val() > 0 || all.Val() > 0, nil
 }
@@ -123,7 +123,7 @@ func (s *Store) SubEvents(ctx context.Context, sub, after string, max int64) ([]
 	}
 	res, err := s.rdb.XRangeN(ctx, s.k("subev", sub), start, "+", max).Result()
 	if err != nil {
-		return nil, after, err
+		return nil, after, fmt.Errorf("events of subscription %s: %w", sub, err)
 	}
 	out := make([]Event, 0, len(res))
 	last := after
@@ -279,7 +279,7 @@ func (s *Store) SetLastDigest(ctx context.Context, sub *Subscription, at time.Ti
 func (s *Store) HoldEvent(ctx context.Context, sub string, ev *Event, due time.Time) (time.Time, bool, error) {
 	b, err := json.Marshal(ev)
 	if err != nil {
-		return due, false, err
+		return due, false, fmt.Errorf("hold event %s for %s: %w", ev.ID, sub, err)
 	}
 	var set *redis.BoolCmd
 	var cur *redis.StringCmd
@@ -290,7 +290,7 @@ func (s *Store) HoldEvent(ctx context.Context, sub string, ev *Event, due time.T
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return due, false, err
+		return due, false, fmt.Errorf("hold event %s for %s: %w", ev.ID, sub, err)
 	}
 	return fromMS(atoi64(cur.Val())), set.Val(), nil
 }
@@ -315,7 +315,7 @@ func (s *Store) MoveHeld(ctx context.Context, from, to string) (time.Time, error
 		return time.Time{}, nil
 	}
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, fmt.Errorf("move held events of %s to %s: %w", from, to, err)
 	}
 	return fromMS(atoi64(v)), nil
 }
@@ -330,7 +330,7 @@ func (s *Store) HeldInfo(ctx context.Context, sub string) (int, time.Time, error
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return 0, time.Time{}, err
+		return 0, time.Time{}, fmt.Errorf("held events of %s: %w", sub, err)
 	}
 	if n.Val() == 0 {
 		return 0, time.Time{}, nil
@@ -357,7 +357,7 @@ return items
 func (s *Store) TakeHeld(ctx context.Context, sub string, now time.Time) ([]Event, time.Time, error) {
 	res, err := takeHeldScript.Run(ctx, s.scr, []string{s.k("held", sub), s.k("due", sub)}, ms(now)).StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, time.Time{}, err
+		return nil, time.Time{}, fmt.Errorf("take held events of %s: %w", sub, err)
 	}
 	if len(res) == 0 {
 		return nil, time.Time{}, nil
@@ -389,7 +389,7 @@ func (s *Store) HeldTotal(ctx context.Context) (int64, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("count held events: %w", err)
 	}
 	var total int64
 	for _, c := range cmds {
@@ -427,7 +427,7 @@ func (s *Store) MarkDelivered(ctx context.Context, watcher, eventID string) (boo
 func (s *Store) BufferGroup(ctx context.Context, watcher string, g Batch, windowEnd time.Time) (bool, time.Time, error) {
 	b, err := json.Marshal(g)
 	if err != nil {
-		return false, time.Time{}, err
+		return false, time.Time{}, fmt.Errorf("buffer a group for %s: %w", watcher, err)
 	}
 	var set *redis.BoolCmd
 	var cur *redis.StringCmd
@@ -438,7 +438,7 @@ func (s *Store) BufferGroup(ctx context.Context, watcher string, g Batch, window
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return false, time.Time{}, err
+		return false, time.Time{}, fmt.Errorf("buffer a group for %s: %w", watcher, err)
 	}
 	return set.Val(), fromMS(atoi64(cur.Val())), nil
 }
@@ -520,7 +520,7 @@ func (s *Store) HoldForSummary(ctx context.Context, watcher string, gs []Batch, 
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return false, time.Time{}, err
+		return false, time.Time{}, fmt.Errorf("hold for the summary of %s: %w", watcher, err)
 	}
 	return set.Val(), fromMS(atoi64(cur.Val())), nil
 }

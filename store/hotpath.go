@@ -455,13 +455,13 @@ func (s *Store) FinishTurnEmit(ctx context.Context, sid, orchestrator, turnID, f
 	if msg != nil {
 		b, err := json.Marshal(msg)
 		if err != nil {
-			return false, false, false, nil, err
+			return false, false, false, nil, fmt.Errorf("finish turn %s: %w", turnID, err)
 		}
 		m = string(b)
 	}
 	evb, err := json.Marshal(ev)
 	if err != nil {
-		return false, false, false, nil, err
+		return false, false, false, nil, fmt.Errorf("finish turn %s: %w", turnID, err)
 	}
 	args := []any{sid, m, ms(at), string(evb), b2s(ev.Sub != "" || ev.Watcher != ""), releaseOwner,
 		s.NotifyChannel(), "session:" + sid, "turn:" + turnID}

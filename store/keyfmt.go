@@ -64,7 +64,7 @@ func (s *Store) UpgradeKeyTags(ctx context.Context) (int, error) {
 		}
 		return nil
 	}); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("upgrade key tags of %s: %w", s.prefix, err)
 	}
 	if !slices.ContainsFunc(found, func(c *redis.IntCmd) bool { return c.Val() > 0 }) {
 		return 0, s.rdb.Set(ctx, s.k("keyfmt"), keyFormat, 0).Err()

@@ -164,7 +164,7 @@ func (s *Store) PeerTokenValid(ctx context.Context, tok string) (bool, error) {
 func (s *Store) Instance(ctx context.Context) (string, error) {
 	id := NewID(12)
 	if _, err := s.rdb.SetNX(ctx, s.k("instance"), id, 0).Result(); err != nil {
-		return "", err
+		return "", fmt.Errorf("instance id: %w", err)
 	}
 	return s.rdb.Get(ctx, s.k("instance")).Result()
 }
@@ -219,7 +219,7 @@ func (s *Store) UnlockState(ctx context.Context, sid string) (map[string]string,
 		return nil
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("unlock state of %s: %w", sid, err)
 	}
 	return un.Val(), pairingsFrom(ps.Val()), nil
 }

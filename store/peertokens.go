@@ -133,7 +133,7 @@ return ARGV[2]
 func (s *Store) BindPeerToken(ctx context.Context, tok, relay string) (string, error) {
 	v, err := bindPeerTokenScript.Run(ctx, s.scr, []string{s.k("peertokrelay"), s.k("peertok")}, TokenHash(tok), strings.ToLower(relay)).Text()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("bind peer token to %s: %w", relay, err)
 	}
 	if v == "!taken" {
 		return "", ErrRelayNameTaken

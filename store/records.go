@@ -365,7 +365,7 @@ func (s *Store) LoadSettings(ctx context.Context) (Settings, bool, error) {
 		return st, false, nil
 	}
 	if err != nil {
-		return st, false, err
+		return st, false, fmt.Errorf("load settings: %w", err)
 	}
 	return st, true, json.Unmarshal([]byte(v), &st)
 }
@@ -380,7 +380,7 @@ func (s *Store) SaveSettings(ctx context.Context, st Settings) error {
 func (s *Store) InitSettings(ctx context.Context, st Settings) (Settings, error) {
 	b, _ := json.Marshal(st)
 	if err := s.rdb.SetNX(ctx, s.k("settings"), b, 0).Err(); err != nil {
-		return st, err
+		return st, fmt.Errorf("init settings: %w", err)
 	}
 	cur, _, err := s.LoadSettings(ctx)
 	return cur, err

@@ -170,12 +170,12 @@ return 1
 func (s *Store) CloseAsk(ctx context.Context, a *Ask) (bool, error) {
 	b, err := json.Marshal(a)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("close ask %s: %w", a.ID, err)
 	}
 	n, err := closeAskScript.Run(ctx, s.scr, []string{s.k("ask", a.ID), s.k("asks", "open"), s.k("asksin", a.Session), s.k("asksopen", a.Asker)},
 		string(b), a.ID, ClosedAskKeep.Milliseconds()).Int()
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("close ask %s: %w", a.ID, err)
 	}
 	if n < 0 {
 		return false, ErrNotFound

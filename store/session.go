@@ -239,12 +239,12 @@ func (s *Store) ListSessionIDs(ctx context.Context, scope string, limit int) ([]
 	for _, key := range keys {
 		n, err := s.rdb.ZCard(ctx, key).Result()
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, fmt.Errorf("list sessions of %s: %w", key, err)
 		}
 		total += int(n)
 		zs, err := s.rdb.ZRevRangeWithScores(ctx, key, 0, int64(limit-1)).Result()
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, fmt.Errorf("list sessions of %s: %w", key, err)
 		}
 		for _, z := range zs {
 			all = append(all, item{z.Member.(string), z.Score})

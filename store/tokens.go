@@ -80,7 +80,7 @@ func (s *Store) DropTurnToken(ctx context.Context, sid, tok string) error {
 func (s *Store) OwnerToken(ctx context.Context, token string) (hash string, created bool, err error) {
 	ok, err := s.rdb.SetNX(ctx, s.k("ownerh"), TokenHash(token), 0).Result()
 	if err != nil {
-		return "", false, err
+		return "", false, fmt.Errorf("store the owner token: %w", err)
 	}
 	if ok {
 		return TokenHash(token), true, nil
@@ -168,7 +168,7 @@ func (s *Store) UpgradeTokens(ctx context.Context) (int, error) {
 	}
 	done, err := s.rdb.Get(ctx, s.k("tokfmt")).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return n, err
+		return n, fmt.Errorf("upgrade tokens: %w", err)
 	}
 	if done == tokFormat {
 		return n, nil

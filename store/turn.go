@@ -751,7 +751,7 @@ func (s *Store) FinishTurn(ctx context.Context, sid, orchestrator, turnID, fence
 	if msg != nil {
 		b, err := json.Marshal(msg)
 		if err != nil {
-			return false, err
+			return false, fmt.Errorf("finish turn %s: %w", turnID, err)
 		}
 		m = string(b)
 	}
