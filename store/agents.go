@@ -33,7 +33,7 @@ func (s *Store) ClearAgentSession(ctx context.Context, sid string) error {
 func (s *Store) AppendMessage(ctx context.Context, sid string, m *Message) error {
 	b, err := json.Marshal(m)
 	if err != nil {
-		return err
+		return fmt.Errorf("append message %s: %w", sid, err)
 	}
 	if err := s.rdb.RPush(ctx, s.msgsKey(sid), b).Err(); err != nil {
 		return fmt.Errorf("append message %s: %w", sid, err)
@@ -47,7 +47,7 @@ func (s *Store) AppendMessage(ctx context.Context, sid string, m *Message) error
 func (s *Store) AppendActivity(ctx context.Context, sid string, m *Message) error {
 	b, err := json.Marshal(m)
 	if err != nil {
-		return err
+		return fmt.Errorf("append activity %s: %w", sid, err)
 	}
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.RPush(ctx, s.msgsKey(sid), b)
@@ -74,7 +74,7 @@ func (s *Store) SetUsagePaused(ctx context.Context, provider, reason string, at 
 func (s *Store) UsagePaused(ctx context.Context, provider string) (string, time.Time, error) {
 	vals, err := s.rdb.HMGet(ctx, s.k("usage", provider), "paused", "pausedAt").Result()
 	if err != nil {
-		return "", time.Time{}, err
+		return "", time.Time{}, fmt.Errorf("usage pause of %s: %w", provider, err)
 	}
 	reason, _ := vals[0].(string)
 	at, _ := vals[1].(string)

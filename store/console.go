@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,7 +42,7 @@ func (s *Store) ConsoleSession(ctx context.Context, id string) (owner string, ok
 		return "", false, nil
 	}
 	if err != nil {
-		return "", false, err
+		return "", false, fmt.Errorf("read a console session: %w", err)
 	}
 	return v, true, nil
 }

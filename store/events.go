@@ -82,7 +82,7 @@ type Subscription struct {
 func (s *Store) AppendEvent(ctx context.Context, ev *Event) (bool, error) {
 	b, err := json.Marshal(ev)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("append event %s: %w", ev.ID, err)
 	}
 	var named, all *redis.IntCmd
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -92,7 +92,7 @@ func (s *Store) AppendEvent(ctx context.Context, ev *Event) (bool, error) {
 		return nil
 	})
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("append event %s: %w", ev.ID, err)
 	}
 	return ev.Sub != "" || ev.Watcher != "" || named.Val() > 0 || all.Val() > 0, nil
 }
@@ -102,14 +102,17 @@ func (s *Store) AppendEvent(ctx context.Context, ev *Event) (bool, error) {
 func (s *Store) AppendSubEvent(ctx context.Context, sub string, ev *Event, keep int64, ttl time.Duration) error {
 	b, err := json.Marshal(ev)
 	if err != nil {
-		return err
+		return fmt.Errorf("append event to subscription %s: %w", sub, err)
 	}
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.XAdd(ctx, &redis.XAddArgs{Stream: s.k("subev", sub), MaxLen: keep, Approx: false, Values: []any{"e", b}})
 		p.Expire(ctx, s.k("subev", sub), ttl)
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("append event to subscription %s: %w", sub, err)
+	}
+	return nil
 }
 
 // SubEvents reads a subscription's stream after a cursor ("0" = from the start).
@@ -120,7 +123,7 @@ func (s *Store) SubEvents(ctx context.Context, sub, after string, max int64) ([]
 	}
 	res, err := s.rdb.XRangeN(ctx, s.k("subev", sub), start, "+", max).Result()
 	if err != nil {
-		return nil, after, err
+		return nil, after, fmt.Errorf("events of subscription %s: %w", sub, err)
 	}
 	out := make([]Event, 0, len(res))
 	last := after
@@ -154,7 +157,7 @@ func (s *Store) subIndexKeys(sub *Subscription) []string {
 func (s *Store) SaveSubscription(ctx context.Context, sub *Subscription) error {
 	b, err := json.Marshal(sub)
 	if err != nil {
-		return err
+		return fmt.Errorf("save subscription %s: %w", sub.ID, err)
 	}
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, s.subKey(sub.ID), b, 0)
@@ -188,7 +191,10 @@ func (s *Store) SaveSubscription(ctx context.Context, sub *Subscription) error {
 		}
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("save subscription %s: %w", sub.ID, err)
+	}
+	return nil
 }
 
 // GetSubscription reads one subscription.
@@ -203,7 +209,7 @@ func (s *Store) getSubs(ctx context.Context, ids []string) ([]*Subscription, err
 	}
 	out, err := mgetJSON[Subscription](ctx, s.rdb, keys)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read %d subscriptions: %w", len(ids), err)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
@@ -213,7 +219,7 @@ func (s *Store) getSubs(ctx context.Context, ids []string) ([]*Subscription, err
 func (s *Store) WatcherSubscriptions(ctx context.Context, watcher string) ([]*Subscription, error) {
 	ids, err := s.rdb.SMembers(ctx, s.k("subs", watcher)).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("subscriptions of %s: %w", watcher, err)
 	}
 	return s.getSubs(ctx, ids)
 }
@@ -222,7 +228,7 @@ func (s *Store) WatcherSubscriptions(ctx context.Context, watcher string) ([]*Su
 func (s *Store) EndedSubscriptions(ctx context.Context, watcher string, since time.Time) ([]*Subscription, error) {
 	ids, err := s.rdb.ZRangeByScore(ctx, s.k("subsended", watcher), &redis.ZRangeBy{Min: fmt.Sprint(ms(since)), Max: "+inf"}).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("ended subscriptions of %s: %w", watcher, err)
 	}
 	return s.getSubs(ctx, ids)
 }
@@ -232,7 +238,7 @@ func (s *Store) EndedSubscriptions(ctx context.Context, watcher string, since ti
 func (s *Store) SubscriptionsOf(ctx context.Context, sid string) ([]*Subscription, error) {
 	ids, err := s.rdb.SUnion(ctx, s.k("subidx", sid), s.k("subidx", "all")).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("subscriptions watching %s: %w", sid, err)
 	}
 	return s.getSubs(ctx, ids)
 }
@@ -241,7 +247,7 @@ func (s *Store) SubscriptionsOf(ctx context.Context, sid string) ([]*Subscriptio
 func (s *Store) AllScopeSubscriptions(ctx context.Context) ([]*Subscription, error) {
 	ids, err := s.rdb.SMembers(ctx, s.k("subidx", "all")).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("subscriptions to all sessions: %w", err)
 	}
 	return s.getSubs(ctx, ids)
 }
@@ -250,7 +256,7 @@ func (s *Store) AllScopeSubscriptions(ctx context.Context) ([]*Subscription, err
 func (s *Store) AllSubscriptions(ctx context.Context) ([]*Subscription, error) {
 	ids, err := s.rdb.SMembers(ctx, s.k("subsall")).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("all subscriptions: %w", err)
 	}
 	return s.getSubs(ctx, ids)
 }
@@ -260,7 +266,7 @@ func (s *Store) SetLastDigest(ctx context.Context, sub *Subscription, at time.Ti
 	sub.LastDigestAt = at
 	b, err := json.Marshal(sub)
 	if err != nil {
-		return err
+		return fmt.Errorf("last digest of subscription %s: %w", sub.ID, err)
 	}
 	return s.rdb.Set(ctx, s.subKey(sub.ID), b, redis.KeepTTL).Err()
 }
@@ -273,7 +279,7 @@ func (s *Store) SetLastDigest(ctx context.Context, sub *Subscription, at time.Ti
 func (s *Store) HoldEvent(ctx context.Context, sub string, ev *Event, due time.Time) (time.Time, bool, error) {
 	b, err := json.Marshal(ev)
 	if err != nil {
-		return due, false, err
+		return due, false, fmt.Errorf("hold event %s for %s: %w", ev.ID, sub, err)
 	}
 	var set *redis.BoolCmd
 	var cur *redis.StringCmd
@@ -284,13 +290,18 @@ func (s *Store) HoldEvent(ctx context.Context, sub string, ev *Event, due time.T
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return due, false, err
+		return due, false, fmt.Errorf("hold event %s for %s: %w", ev.ID, sub, err)
 	}
 	return fromMS(atoi64(cur.Val())), set.Val(), nil
 }
 
-// KEYS: held:FROM, due:FROM, held:TO, due:TO. ARGV: none.
+// moveHeldScript is MoveHeld's step.
 var moveHeldScript = redis.NewScript(`
+-- KEYS[1] = {relay}:held:<from>  the first subscription's held events
+-- KEYS[2] = {relay}:due:<from>   their due time
+-- KEYS[3] = {relay}:held:<to>    the second subscription's held events
+-- KEYS[4] = {relay}:due:<to>     their due time
+-- (no ARGV)
 if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('RENAME', KEYS[1], KEYS[3]) end
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('RENAME', KEYS[2], KEYS[4]) end
 return redis.call('GET', KEYS[4])
@@ -304,7 +315,7 @@ func (s *Store) MoveHeld(ctx context.Context, from, to string) (time.Time, error
 		return time.Time{}, nil
 	}
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, fmt.Errorf("move held events of %s to %s: %w", from, to, err)
 	}
 	return fromMS(atoi64(v)), nil
 }
@@ -319,7 +330,7 @@ func (s *Store) HeldInfo(ctx context.Context, sub string) (int, time.Time, error
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return 0, time.Time{}, err
+		return 0, time.Time{}, fmt.Errorf("held events of %s: %w", sub, err)
 	}
 	if n.Val() == 0 {
 		return 0, time.Time{}, nil
@@ -327,8 +338,11 @@ func (s *Store) HeldInfo(ctx context.Context, sub string) (int, time.Time, error
 	return int(n.Val()), fromMS(atoi64(due.Val())), nil
 }
 
-// KEYS: held:SUB, due:SUB. ARGV: now (ms).
+// takeHeldScript is TakeHeld's step.
 var takeHeldScript = redis.NewScript(`
+-- KEYS[1] = {relay}:held:<sub>  the subscription's held events
+-- KEYS[2] = {relay}:due:<sub>   their due time (ms)
+-- ARGV[1] = now (ms)
 local due = redis.call('GET', KEYS[2])
 if not due then return {} end
 if tonumber(due) > tonumber(ARGV[1]) then return {due} end
@@ -343,7 +357,7 @@ return items
 func (s *Store) TakeHeld(ctx context.Context, sub string, now time.Time) ([]Event, time.Time, error) {
 	res, err := takeHeldScript.Run(ctx, s.scr, []string{s.k("held", sub), s.k("due", sub)}, ms(now)).StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, time.Time{}, err
+		return nil, time.Time{}, fmt.Errorf("take held events of %s: %w", sub, err)
 	}
 	if len(res) == 0 {
 		return nil, time.Time{}, nil
@@ -375,7 +389,7 @@ func (s *Store) HeldTotal(ctx context.Context) (int64, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("count held events: %w", err)
 	}
 	var total int64
 	for _, c := range cmds {
@@ -413,7 +427,7 @@ func (s *Store) MarkDelivered(ctx context.Context, watcher, eventID string) (boo
 func (s *Store) BufferGroup(ctx context.Context, watcher string, g Batch, windowEnd time.Time) (bool, time.Time, error) {
 	b, err := json.Marshal(g)
 	if err != nil {
-		return false, time.Time{}, err
+		return false, time.Time{}, fmt.Errorf("buffer a group for %s: %w", watcher, err)
 	}
 	var set *redis.BoolCmd
 	var cur *redis.StringCmd
@@ -424,13 +438,16 @@ func (s *Store) BufferGroup(ctx context.Context, watcher string, g Batch, window
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return false, time.Time{}, err
+		return false, time.Time{}, fmt.Errorf("buffer a group for %s: %w", watcher, err)
 	}
 	return set.Val(), fromMS(atoi64(cur.Val())), nil
 }
 
-// KEYS: buf:W, win:W (wl:W, wlnext:W for TakeSummary). ARGV: window end (ms; "" = take now).
+// takeBufScript is TakeBuffer's step, and TakeSummary's.
 var takeBufScript = redis.NewScript(`
+-- KEYS[1] = {relay}:buf:<watcher>  the watcher's buffered groups (TakeSummary: {relay}:wl:<watcher>)
+-- KEYS[2] = {relay}:win:<watcher>  the open window's end (TakeSummary: {relay}:wlnext:<watcher>)
+-- ARGV[1] = the window's end (ms; '' = take now)
 if ARGV[1] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[1] then return {} end
 local items = redis.call('LRANGE', KEYS[1], 0, -1)
 redis.call('DEL', KEYS[1], KEYS[2])
@@ -446,7 +463,7 @@ func (s *Store) TakeBuffer(ctx context.Context, watcher string, window time.Time
 	}
 	res, err := takeBufScript.Run(ctx, s.scr, []string{s.k("buf", watcher), s.k("win", watcher)}, w).StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
+		return nil, fmt.Errorf("take the buffer of %s: %w", watcher, err)
 	}
 	return decodeGroups(res), nil
 }
@@ -482,7 +499,10 @@ func (s *Store) AddWake(ctx context.Context, watcher string, now time.Time) erro
 		p.Expire(ctx, k, 2*time.Hour)
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("add a wake of %s: %w", watcher, err)
+	}
+	return nil
 }
 
 // HoldForSummary keeps groups for the next wake-limit summary; it returns
@@ -500,7 +520,7 @@ func (s *Store) HoldForSummary(ctx context.Context, watcher string, gs []Batch, 
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return false, time.Time{}, err
+		return false, time.Time{}, fmt.Errorf("hold for the summary of %s: %w", watcher, err)
 	}
 	return set.Val(), fromMS(atoi64(cur.Val())), nil
 }
@@ -509,7 +529,7 @@ func (s *Store) HoldForSummary(ctx context.Context, watcher string, gs []Batch, 
 func (s *Store) TakeSummary(ctx context.Context, watcher string) ([]Batch, error) {
 	res, err := takeBufScript.Run(ctx, s.scr, []string{s.k("wl", watcher), s.k("wlnext", watcher)}, "").StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, err
+		return nil, fmt.Errorf("take the summary of %s: %w", watcher, err)
 	}
 	return decodeGroups(res), nil
 }
@@ -547,7 +567,10 @@ func (s *Store) HoldEcho(ctx context.Context, turn string, g Batch, watcher stri
 		p.Expire(ctx, s.k("echo", turn), 2*time.Hour)
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("hold the echo of %s: %w", turn, err)
+	}
+	return nil
 }
 
 // Echo outcomes of [Store.HoldEchoIfWaiting].
@@ -557,8 +580,12 @@ const (
 	EchoDeliver = "deliver" // neither: deliver it as any event
 )
 
-// KEYS: turn:ID, waiting:ID, echo:ID. ARGV: the held group (JSON).
+// holdEchoScript is HoldEchoIfWaiting's step.
 var holdEchoScript = redis.NewScript(`
+-- KEYS[1] = {relay}:turn:<id>     the turn hash
+-- KEYS[2] = {relay}:waiting:<id>  the caller's wait on the turn
+-- KEYS[3] = {relay}:echo:<id>     the echoes held while it waits
+-- ARGV[1] = the held group (JSON)
 if redis.call('HGET', KEYS[1], 'waited') == '1' then return 'seen' end
 if redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('RPUSH', KEYS[3], ARGV[1])

@@ -13,12 +13,19 @@ import (
 // now one (a pipeline, a MULTI or a script), with the same effects in the
 // same order.
 
-// KEYS: sess:CALLER, cur:CALLER, sids, sess:REF, turn:GUESS. ARGV: the
-// guessed running turn id of the caller (its key is KEYS[5]; every key a
-// script touches is in its KEYS), the look-up's range start and end ("" = no
-// target to look up). A running turn other than the guess comes back as its
-// id with no record (false): the caller reads it.
+// loadCallScript is LoadCall's one round trip: every key it touches is in
+// its KEYS, so the caller's running turn is named by a guess (the last one
+// seen). A running turn other than the guess comes back as its id with no
+// record (false): the caller reads it.
 var loadCallScript = redis.NewScript(`
+-- KEYS[1] = {relay}:sess:<caller>  the caller's session hash
+-- KEYS[2] = {relay}:cur:<caller>   the caller's running turn id
+-- KEYS[3] = {relay}:sids           every session id (zset, read by lex range)
+-- KEYS[4] = {relay}:sess:<ref>     the looked-up session's hash ({relay}:sess: when none)
+-- KEYS[5] = {relay}:turn:<guess>   the guessed running turn's hash ({relay}:- when no guess)
+-- ARGV[1] = the guessed running turn id ('' = none)
+-- ARGV[2] = the look-up's lex range start ('' = no target to look up)
+-- ARGV[3] = the look-up's lex range end
 local sess = redis.call('HGETALL', KEYS[1])
 local cur = redis.call('GET', KEYS[2])
 local turn = {}
@@ -216,10 +223,24 @@ local function startDrain(sess, lease, cur, q, msgs, sub, suball, owner, ttl, no
 end
 `
 
-// KEYS: sess:SID, lease:SID, cur:SID, q:SID, msgs:SID, subidx:SID, subidx:all,
-// turn:EXPECT. ARGV: owner, lease ttl (ms), now (ms), the turn expected at the
-// head ("" = none), notify channel, notification, how many last messages to return.
-var startDrainScript = redis.NewScript(startDrainLua + `
+// startDrainScript is StartDrain's step: startDrain on its KEYS and ARGV.
+var startDrainScript = redis.NewScript(`
+-- KEYS[1] = {relay}:sess:<sid>       the session hash
+-- KEYS[2] = {relay}:lease:<sid>      the session's drain lease
+-- KEYS[3] = {relay}:cur:<sid>        the session's running turn id
+-- KEYS[4] = {relay}:q:<sid>          the session's queue of turn ids
+-- KEYS[5] = {relay}:msgs:<sid>       the session's messages (JSON list)
+-- KEYS[6] = {relay}:subidx:<sid>     the subscriptions naming the session
+-- KEYS[7] = {relay}:subidx:all       the subscriptions to all sessions
+-- KEYS[8] = {relay}:turn:<expect>    the turn expected at the head ({relay}:- when none)
+-- ARGV[1] = the lease owner
+-- ARGV[2] = the lease ttl (ms)
+-- ARGV[3] = now (ms)
+-- ARGV[4] = the turn id expected at the head ('' = none)
+-- ARGV[5] = the notify channel
+-- ARGV[6] = the notification ('session:<sid>')
+-- ARGV[7] = how many last messages to return
+` + startDrainLua + `
 return startDrain(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
   ARGV[1], ARGV[2], ARGV[3], KEYS[8], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
 `)
@@ -332,14 +353,39 @@ func flatMap(v any) map[string]string {
 	return m
 }
 
-// KEYS: q:SID, cur:SID, drain:SID, busy:ORCH ("" = none), turn:ID, msgs:SID, sess:SID,
-// sessions:active, drains, events, subidx:SID, subidx:all, lease:SID, usage:PROVIDER,
-// busypeer:RELAY ("" = none). ARGV: session id, message JSON ("" = none), at (ms), event JSON, watched anyway
-// (1|0), lease owner ("" = keep the lease), notify channel, the session's
-// notification, the turn's notification, the usage counted ("" = none, else
-// input tokens, output tokens, cost in micro-dollars, clear the pause 1|0), the
-// fence (the drain's lease owner, "" = none), then the turn's field/value pairs.
-var finishEmitScript = redis.NewScript(noneLua + fenceLua + `
+// finishEmitScript is FinishTurnEmit's step.
+var finishEmitScript = redis.NewScript(`
+-- KEYS[1]  = {relay}:q:<sid>              the session's queue of turn ids
+-- KEYS[2]  = {relay}:cur:<sid>            the session's running turn id
+-- KEYS[3]  = {relay}:drain:<sid>          the session's drain flag
+-- KEYS[4]  = {relay}:busy:<orch>          the orchestrator's busy sessions ({relay}:- when none)
+-- KEYS[5]  = {relay}:turn:<id>            the turn hash
+-- KEYS[6]  = {relay}:msgs:<sid>           the session's messages (JSON list)
+-- KEYS[7]  = {relay}:sess:<sid>           the session hash
+-- KEYS[8]  = {relay}:sessions:active      active sessions by last activity (zset)
+-- KEYS[9]  = {relay}:drains               sessions whose drain flag is set
+-- KEYS[10] = {relay}:events               the event stream
+-- KEYS[11] = {relay}:subidx:<event's sid> the subscriptions naming the event's session
+-- KEYS[12] = {relay}:subidx:all           the subscriptions to all sessions
+-- KEYS[13] = {relay}:lease:<sid>          the session's drain lease
+-- KEYS[14] = {relay}:usage:<provider>     the provider's usage counters ({relay}:usage: when no usage)
+-- KEYS[15] = {relay}:busypeer:<relay>     the paired relay's busy sessions ({relay}:- when none)
+-- ARGV[1]  = the session id
+-- ARGV[2]  = the message JSON ('' = none)
+-- ARGV[3]  = at (ms): the turn's 'ended'
+-- ARGV[4]  = the event JSON
+-- ARGV[5]  = watched anyway (1|0)
+-- ARGV[6]  = the lease owner to release ('' = keep the lease)
+-- ARGV[7]  = the notify channel
+-- ARGV[8]  = the session's notification
+-- ARGV[9]  = the turn's notification
+-- ARGV[10] = input tokens ('' = no usage counted)
+-- ARGV[11] = output tokens
+-- ARGV[12] = cost (micro-dollars)
+-- ARGV[13] = clear the provider's pause (1|0)
+-- ARGV[14] = the fence: the drain's lease owner ('' = none)
+-- ARGV[15..] = the turn's field/value pairs
+` + noneLua + fenceLua + `
 if redis.call('HGET', KEYS[5], 'ended') == ARGV[3] then
   -- This step already ran (its answer was lost and it is tried again): the
   -- outcome, message, event and usage stay as they were written once.
@@ -409,13 +455,13 @@ func (s *Store) FinishTurnEmit(ctx context.Context, sid, orchestrator, turnID, f
 	if msg != nil {
 		b, err := json.Marshal(msg)
 		if err != nil {
-			return false, false, false, nil, err
+			return false, false, false, nil, fmt.Errorf("finish turn %s: %w", turnID, err)
 		}
 		m = string(b)
 	}
 	evb, err := json.Marshal(ev)
 	if err != nil {
-		return false, false, false, nil, err
+		return false, false, false, nil, fmt.Errorf("finish turn %s: %w", turnID, err)
 	}
 	args := []any{sid, m, ms(at), string(evb), b2s(ev.Sub != "" || ev.Watcher != ""), releaseOwner,
 		s.NotifyChannel(), "session:" + sid, "turn:" + turnID}
@@ -455,8 +501,12 @@ type UsageAdd struct {
 	ClearPause                bool  // the provider's pause by a usage limit ends (the turn succeeded)
 }
 
-// KEYS: turn:ID, waiting:ID, echo:ID. ARGV: seen (1|0).
+// seenEndWaitingScript is SeenEndWaiting's step.
 var seenEndWaitingScript = redis.NewScript(`
+-- KEYS[1] = {relay}:turn:<id>     the turn hash
+-- KEYS[2] = {relay}:waiting:<id>  the caller's wait on the turn
+-- KEYS[3] = {relay}:echo:<id>     the echoes held while it waits
+-- ARGV[1] = seen: mark the turn seen first (1|0)
 if ARGV[1] == '1' then redis.call('HSET', KEYS[1], 'waited', '1') end
 redis.call('DEL', KEYS[2])
 local items = redis.call('LRANGE', KEYS[3], 0, -1)

@@ -64,7 +64,7 @@ func (s *Store) UpgradeKeyTags(ctx context.Context) (int, error) {
 		}
 		return nil
 	}); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("upgrade key tags of %s: %w", s.prefix, err)
 	}
 	if !slices.ContainsFunc(found, func(c *redis.IntCmd) bool { return c.Val() > 0 }) {
 		return 0, s.rdb.Set(ctx, s.k("keyfmt"), keyFormat, 0).Err()
@@ -133,18 +133,18 @@ func (s *Store) indexQueuedEvents(ctx context.Context) error {
 		queues = append(queues, k)
 		return nil
 	}); err != nil {
-		return err
+		return fmt.Errorf("index queued events: %w", err)
 	}
 	for _, q := range queues {
 		sid := q[len(qp):]
 		ids, err := s.rdb.LRange(ctx, q, 0, -1).Result()
 		if err != nil {
-			return err
+			return fmt.Errorf("index queued events of %s: %w", sid, err)
 		}
 		for _, id := range ids {
 			if role, _ := s.rdb.HGet(ctx, s.turnKey(id), "role").Result(); role == "event" {
 				if err := s.rdb.SAdd(ctx, s.k("qev", sid), id).Err(); err != nil {
-					return err
+					return fmt.Errorf("index queued event %s of %s: %w", id, sid, err)
 				}
 			}
 		}
@@ -158,8 +158,11 @@ func (s *Store) WaitKeyFormat(ctx context.Context, d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for {
 		done, err := s.KeyFormatDone(ctx)
-		if err != nil || done {
-			return err
+		if err != nil {
+			return fmt.Errorf("wait for the key format of %s: %w", s.prefix, err)
+		}
+		if done {
+			return nil
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the keys of prefix %s are being moved to {%s}:… by another process: not done after %v", s.prefix, s.prefix, d)

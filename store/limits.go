@@ -28,8 +28,17 @@ func IsLimit(err error) (*ErrLimit, bool) {
 	return le, ok
 }
 
-// KEYS: sch, schs, schinto:TARGET, schby:SETTER. ARGV: json, id, intoLimit, byLimit, other (1|0).
+// addScheduleScript is AddSchedule's step.
 var addScheduleScript = redis.NewScript(`
+-- KEYS[1] = {relay}:sch:<id>          the schedule (JSON)
+-- KEYS[2] = {relay}:schs              the active schedules
+-- KEYS[3] = {relay}:schinto:<target>  the schedules firing into the target
+-- KEYS[4] = {relay}:schby:<setter>    the schedules the setter set for others
+-- ARGV[1] = the schedule JSON
+-- ARGV[2] = the schedule id
+-- ARGV[3] = the limit into the target
+-- ARGV[4] = the limit by the setter
+-- ARGV[5] = set for another session (1|0)
 local into = redis.call('SCARD', KEYS[3])
 if into >= tonumber(ARGV[3]) then return {-1, into} end
 if ARGV[5] == '1' then
@@ -48,7 +57,7 @@ return {1, 0}
 func (s *Store) AddSchedule(ctx context.Context, sc *Schedule, intoLimit, byLimit int) error {
 	b, err := json.Marshal(sc)
 	if err != nil {
-		return err
+		return fmt.Errorf("add schedule %s: %w", sc.ID, err)
 	}
 	other := "0"
 	if sc.Setter != sc.Target {
@@ -57,7 +66,7 @@ func (s *Store) AddSchedule(ctx context.Context, sc *Schedule, intoLimit, byLimi
 	res, err := addScheduleScript.Run(ctx, s.scr, []string{s.k("sch", sc.ID), s.k("schs"), s.k("schinto", sc.Target), s.k("schby", sc.Setter)},
 		string(b), sc.ID, intoLimit, byLimit, other).Int64Slice()
 	if err != nil {
-		return fmt.Errorf("add schedule: %w", err)
+		return fmt.Errorf("add schedule %s: %w", sc.ID, err)
 	}
 	switch res[0] {
 	case -1:
@@ -68,10 +77,19 @@ func (s *Store) AddSchedule(ctx context.Context, sc *Schedule, intoLimit, byLimi
 	return nil
 }
 
-// KEYS: ask, asksby:ASKER, asks:open, asksin:SESSION, asksopen:ASKER.
-// ARGV: json, id, score, askerLimit, sessionLimit, cutoff (asks made before
-// it leave the asker's index: their records expired, R18.5).
+// addAskScript is AddAsk's step.
 var addAskScript = redis.NewScript(`
+-- KEYS[1] = {relay}:ask:<id>           the ask (JSON)
+-- KEYS[2] = {relay}:asksby:<asker>     the asker's asks by time (zset)
+-- KEYS[3] = {relay}:asks:open          the open asks by time (zset)
+-- KEYS[4] = {relay}:asksin:<session>   the open asks concerning the session
+-- KEYS[5] = {relay}:asksopen:<asker>   the asker's open asks
+-- ARGV[1] = the ask JSON
+-- ARGV[2] = the ask id
+-- ARGV[3] = its score (created, ms)
+-- ARGV[4] = the asker's limit
+-- ARGV[5] = the session's limit
+-- ARGV[6] = the cutoff (ms): asks made before it leave the asker's index (their records expired, R18.5)
 local mine = redis.call('SCARD', KEYS[5])
 if mine >= tonumber(ARGV[4]) then return {-1, mine} end
 local about = redis.call('SCARD', KEYS[4])
@@ -90,13 +108,13 @@ return {1, 0}
 func (s *Store) AddAsk(ctx context.Context, a *Ask, askerLimit, sessionLimit int) error {
 	b, err := json.Marshal(a)
 	if err != nil {
-		return err
+		return fmt.Errorf("add ask %s: %w", a.ID, err)
 	}
 	res, err := addAskScript.Run(ctx, s.scr, []string{s.k("ask", a.ID), s.k("asksby", a.Asker), s.k("asks", "open"),
 		s.k("asksin", a.Session), s.k("asksopen", a.Asker)},
 		string(b), a.ID, ms(a.CreatedAt), askerLimit, sessionLimit, ms(a.CreatedAt.Add(-ClosedAskKeep-24*time.Hour))).Int64Slice()
 	if err != nil {
-		return fmt.Errorf("add ask: %w", err)
+		return fmt.Errorf("add ask %s: %w", a.ID, err)
 	}
 	switch res[0] {
 	case -1:
@@ -107,8 +125,15 @@ func (s *Store) AddAsk(ctx context.Context, a *Ask, askerLimit, sessionLimit int
 	return nil
 }
 
-// KEYS: sub, subs:WATCHER, subsall, then the index keys. ARGV: json, id, limit.
+// addSubscriptionScript is AddSubscription's step.
 var addSubscriptionScript = redis.NewScript(`
+-- KEYS[1]  = {relay}:sub:<id>         the subscription (JSON)
+-- KEYS[2]  = {relay}:subs:<watcher>   the watcher's active subscriptions
+-- KEYS[3]  = {relay}:subsall          every active subscription
+-- KEYS[4..] = {relay}:subidx:<sid>... the index sets naming it by its sessions ({relay}:subidx:all for all)
+-- ARGV[1] = the subscription JSON
+-- ARGV[2] = the subscription id
+-- ARGV[3] = the watcher's limit
 local n = redis.call('SCARD', KEYS[2])
 if n >= tonumber(ARGV[3]) then return {-1, n} end
 redis.call('SET', KEYS[1], ARGV[1])
@@ -121,13 +146,13 @@ return {1, 0}
 func (s *Store) AddSubscription(ctx context.Context, sub *Subscription, limit int) error {
 	b, err := json.Marshal(sub)
 	if err != nil {
-		return err
+		return fmt.Errorf("add subscription %s: %w", sub.ID, err)
 	}
 	keys := []string{s.subKey(sub.ID), s.k("subs", sub.Watcher), s.k("subsall")}
 	keys = append(keys, s.subIndexKeys(sub)...)
 	res, err := addSubscriptionScript.Run(ctx, s.scr, keys, string(b), sub.ID, limit).Int64Slice()
 	if err != nil {
-		return fmt.Errorf("add subscription: %w", err)
+		return fmt.Errorf("add subscription %s: %w", sub.ID, err)
 	}
 	if res[0] < 0 {
 		return &ErrLimit{Which: "watcher", Count: int(res[1])}
@@ -135,8 +160,10 @@ func (s *Store) AddSubscription(ctx context.Context, sub *Subscription, limit in
 	return nil
 }
 
-// KEYS: loop:SID. ARGV: limit.
+// takeLoopScript is TakeLoop's step.
 var takeLoopScript = redis.NewScript(`
+-- KEYS[1] = {relay}:loop:<sid>  the conversation's loop-protection count
+-- ARGV[1] = the limit
 local n = tonumber(redis.call('GET', KEYS[1]) or '0')
 if n >= tonumber(ARGV[1]) then return {0, n} end
 redis.call('INCR', KEYS[1])
@@ -149,13 +176,15 @@ return {1, n + 1}
 func (s *Store) TakeLoop(ctx context.Context, sid string, limit int) (taken bool, n int, err error) {
 	res, err := takeLoopScript.Run(ctx, s.scr, []string{s.k("loop", sid)}, limit).Int64Slice()
 	if err != nil {
-		return false, 0, fmt.Errorf("loop count: %w", err)
+		return false, 0, fmt.Errorf("loop count of %s: %w", sid, err)
 	}
 	return res[0] == 1, int(res[1]), nil
 }
 
-// KEYS: loop:SID. ARGV: none.
+// giveBackLoopScript is GiveBackLoop's step.
 var giveBackLoopScript = redis.NewScript(`
+-- KEYS[1] = {relay}:loop:<sid>  the conversation's loop-protection count
+-- (no ARGV)
 local n = tonumber(redis.call('GET', KEYS[1]) or '0')
 if n > 0 then redis.call('DECR', KEYS[1]) end
 return 1

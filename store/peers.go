@@ -67,11 +67,11 @@ var ErrExists = errors.New("exists")
 func (s *Store) AddPairing(ctx context.Context, p *Pairing) error {
 	b, err := json.Marshal(p)
 	if err != nil {
-		return err
+		return fmt.Errorf("add pairing %s: %w", p.Name, err)
 	}
 	ok, err := s.rdb.HSetNX(ctx, s.k("relays"), strings.ToLower(p.Name), b).Result()
 	if err != nil {
-		return err
+		return fmt.Errorf("add pairing %s: %w", p.Name, err)
 	}
 	if !ok {
 		return ErrExists
@@ -83,7 +83,7 @@ func (s *Store) AddPairing(ctx context.Context, p *Pairing) error {
 func (s *Store) SavePairing(ctx context.Context, p *Pairing) error {
 	b, err := json.Marshal(p)
 	if err != nil {
-		return err
+		return fmt.Errorf("save pairing %s: %w", p.Name, err)
 	}
 	return s.rdb.HSet(ctx, s.k("relays"), strings.ToLower(p.Name), b).Err()
 }
@@ -95,11 +95,11 @@ func (s *Store) GetPairing(ctx context.Context, name string) (*Pairing, error) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("get pairing %s: %w", name, err)
 	}
 	var p Pairing
 	if err := json.Unmarshal([]byte(v), &p); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("decode pairing %s: %w", name, err)
 	}
 	return &p, nil
 }
@@ -108,7 +108,7 @@ func (s *Store) GetPairing(ctx context.Context, name string) (*Pairing, error) {
 func (s *Store) Pairings(ctx context.Context) ([]*Pairing, error) {
 	m, err := s.rdb.HGetAll(ctx, s.k("relays")).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read pairings: %w", err)
 	}
 	return pairingsFrom(m), nil
 }
@@ -147,7 +147,7 @@ type PeerToken struct {
 func (s *Store) AddPeerToken(ctx context.Context, tok string, t PeerToken) error {
 	b, err := json.Marshal(t)
 	if err != nil {
-		return err
+		return fmt.Errorf("add peer token: %w", err)
 	}
 	return s.rdb.HSet(ctx, s.k("peertok"), TokenHash(tok), b).Err()
 }
@@ -164,7 +164,7 @@ func (s *Store) PeerTokenValid(ctx context.Context, tok string) (bool, error) {
 func (s *Store) Instance(ctx context.Context) (string, error) {
 	id := NewID(12)
 	if _, err := s.rdb.SetNX(ctx, s.k("instance"), id, 0).Result(); err != nil {
-		return "", err
+		return "", fmt.Errorf("instance id: %w", err)
 	}
 	return s.rdb.Get(ctx, s.k("instance")).Result()
 }
@@ -188,7 +188,10 @@ func (s *Store) Unlock(ctx context.Context, sid string, byOwner bool, names ...s
 		}
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("unlock %v in %s: %w", names, sid, err)
+	}
+	return nil
 }
 
 // Unlocked maps the (lower-case local) names of the relays unlocked in a
@@ -196,7 +199,7 @@ func (s *Store) Unlock(ctx context.Context, sid string, byOwner bool, names ...s
 func (s *Store) Unlocked(ctx context.Context, sid string) (map[string]bool, error) {
 	m, err := s.rdb.HGetAll(ctx, s.k("unlock", sid)).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("unlocked relays of %s: %w", sid, err)
 	}
 	out := make(map[string]bool, len(m))
 	for k, v := range m {
@@ -216,7 +219,7 @@ func (s *Store) UnlockState(ctx context.Context, sid string) (map[string]string,
 		return nil
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("unlock state of %s: %w", sid, err)
 	}
 	return un.Val(), pairingsFrom(ps.Val()), nil
 }
@@ -229,7 +232,7 @@ func (s *Store) UnlockState(ctx context.Context, sid string) (map[string]string,
 func (s *Store) RemoteSubscriptions(ctx context.Context) ([]*Subscription, error) {
 	ids, err := s.rdb.SMembers(ctx, s.k("rsubs")).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("remote subscriptions: %w", err)
 	}
 	return s.getSubs(ctx, ids)
 }
@@ -239,7 +242,7 @@ func (s *Store) RemoteSubscriptions(ctx context.Context) ([]*Subscription, error
 func (s *Store) WatcherMirrors(ctx context.Context, watcher string) ([]*Subscription, error) {
 	all, err := s.RemoteSubscriptions(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("mirrors of %s: %w", watcher, err)
 	}
 	var out []*Subscription
 	for _, sub := range all {
@@ -254,7 +257,7 @@ func (s *Store) WatcherMirrors(ctx context.Context, watcher string) ([]*Subscrip
 func (s *Store) EndedMirrors(ctx context.Context, watcher string, since time.Time) ([]*Subscription, error) {
 	ids, err := s.rdb.ZRangeByScore(ctx, s.k("rsubsended", watcher), &redis.ZRangeBy{Min: fmt.Sprint(ms(since)), Max: "+inf"}).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("ended mirrors of %s: %w", watcher, err)
 	}
 	return s.getSubs(ctx, ids)
 }
@@ -285,7 +288,7 @@ type RemoteAsk struct {
 func (s *Store) SaveRemoteAsk(ctx context.Context, a *RemoteAsk) error {
 	b, err := json.Marshal(a)
 	if err != nil {
-		return err
+		return fmt.Errorf("save remote ask %s: %w", a.ID, err)
 	}
 	return s.rdb.HSet(ctx, s.k("rasks"), a.ID, b).Err()
 }
@@ -294,7 +297,7 @@ func (s *Store) SaveRemoteAsk(ctx context.Context, a *RemoteAsk) error {
 func (s *Store) RemoteAsks(ctx context.Context) ([]*RemoteAsk, error) {
 	m, err := s.rdb.HGetAll(ctx, s.k("rasks")).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read remote asks: %w", err)
 	}
 	out := make([]*RemoteAsk, 0, len(m))
 	for _, v := range m {
@@ -323,9 +326,12 @@ type Link struct {
 }
 
 // setLinkScript records a link state and reports whether online changed.
-// KEYS[1] relaylink hash. ARGV[1] name, ARGV[2] online "1"|"0", ARGV[3] now
-// (unix ms, written as seen when online), ARGV[4] reason (when offline).
 var setLinkScript = redis.NewScript(`
+-- KEYS[1] = {relay}:relaylink  every pairing's link state (NAME:online, NAME:seen, NAME:reason)
+-- ARGV[1] = the pairing's name (lower case)
+-- ARGV[2] = online (1|0)
+-- ARGV[3] = now (unix ms; written as seen when online)
+-- ARGV[4] = the reason (when offline)
 local old = redis.call('HGET', KEYS[1], ARGV[1] .. ':online')
 redis.call('HSET', KEYS[1], ARGV[1] .. ':online', ARGV[2])
 if ARGV[2] == '1' then
@@ -354,7 +360,7 @@ func (s *Store) SetLink(ctx context.Context, name string, online bool, at time.T
 func (s *Store) Links(ctx context.Context) (map[string]Link, error) {
 	m, err := s.rdb.HGetAll(ctx, s.k("relaylink")).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read link states: %w", err)
 	}
 	out := map[string]Link{}
 	for k, v := range m {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,7 +51,7 @@ func (s *Store) PeerTokens(ctx context.Context) ([]PeerTokenInfo, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read peer tokens: %w", err)
 	}
 	out := []PeerTokenInfo{}
 	for h, raw := range toks.Val() {
@@ -71,8 +72,12 @@ func (s *Store) PeerTokens(ctx context.Context) ([]PeerTokenInfo, error) {
 	return out, nil
 }
 
-// KEYS: peertok, peertokrelay, peertokused. ARGV: id (a hash prefix).
+// revokePeerTokenScript is RevokePeerToken's step.
 var revokePeerTokenScript = redis.NewScript(`
+-- KEYS[1] = {relay}:peertok       peer tokens by hash
+-- KEYS[2] = {relay}:peertokrelay  the relay each is bound to, by hash
+-- KEYS[3] = {relay}:peertokused   when each was last used, by hash
+-- ARGV[1] = the token id (a hash prefix)
 local n = 0
 for _, h in ipairs(redis.call('HKEYS', KEYS[1])) do
   if string.sub(h, 1, string.len(ARGV[1])) == ARGV[1] then
@@ -101,10 +106,14 @@ func (s *Store) TouchPeerToken(ctx context.Context, tok string, now time.Time) e
 	return s.rdb.HSet(ctx, s.k("peertokused"), TokenHash(tok), ms(now)).Err()
 }
 
-// KEYS: peertokrelay, peertok. ARGV: hash, relay name (lower case).
-// It returns the name the token is bound to, or '!taken' when another
-// token that still exists is bound to the name.
+// bindPeerTokenScript is BindPeerToken's step: it returns the name the
+// token is bound to, or '!taken' when another token that still exists is
+// bound to the name.
 var bindPeerTokenScript = redis.NewScript(`
+-- KEYS[1] = {relay}:peertokrelay  the relay each token is bound to, by hash
+-- KEYS[2] = {relay}:peertok       peer tokens by hash
+-- ARGV[1] = the token's hash
+-- ARGV[2] = the relay name (lower case)
 local b = redis.call('HGET', KEYS[1], ARGV[1])
 if b then return b end
 local all = redis.call('HGETALL', KEYS[1])
@@ -124,7 +133,7 @@ return ARGV[2]
 func (s *Store) BindPeerToken(ctx context.Context, tok, relay string) (string, error) {
 	v, err := bindPeerTokenScript.Run(ctx, s.scr, []string{s.k("peertokrelay"), s.k("peertok")}, TokenHash(tok), strings.ToLower(relay)).Text()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("bind peer token to %s: %w", relay, err)
 	}
 	if v == "!taken" {
 		return "", ErrRelayNameTaken

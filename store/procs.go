@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -24,7 +25,7 @@ func (s *Store) procsKey() string { return s.k("procs") }
 func (s *Store) AnnounceProc(ctx context.Context, p Proc) error {
 	b, err := json.Marshal(p)
 	if err != nil {
-		return err
+		return fmt.Errorf("announce process %s: %w", p.ID, err)
 	}
 	return s.rdb.HSet(ctx, s.procsKey(), p.ID, b).Err()
 }
@@ -38,7 +39,7 @@ func (s *Store) RemoveProc(ctx context.Context, id string) error {
 func (s *Store) LiveProcs(ctx context.Context, since time.Time) ([]Proc, error) {
 	m, err := s.rdb.HGetAll(ctx, s.procsKey()).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read processes: %w", err)
 	}
 	var out []Proc
 	for id, v := range m {

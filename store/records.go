@@ -34,7 +34,7 @@ const MaxTaskLines = 5000
 func (s *Store) SaveTask(ctx context.Context, t *Task) error {
 	b, err := json.Marshal(t)
 	if err != nil {
-		return err
+		return fmt.Errorf("save task %s: %w", t.ID, err)
 	}
 	return s.rdb.HSet(ctx, s.k("tasks", t.Session), t.ID, b).Err()
 }
@@ -74,7 +74,10 @@ func (s *Store) AppendTaskOutput(ctx context.Context, id string, lines ...string
 		p.LTrim(ctx, s.k("tout", id), -MaxTaskLines, -1)
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("append output of task %s: %w", id, err)
+	}
+	return nil
 }
 
 // TaskOutput returns a task's kept output lines.
@@ -105,7 +108,7 @@ type Question struct {
 func (s *Store) SaveQuestion(ctx context.Context, q *Question) error {
 	b, err := json.Marshal(q)
 	if err != nil {
-		return err
+		return fmt.Errorf("save question %s: %w", q.ID, err)
 	}
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, s.k("question", q.ID), b, 0)
@@ -117,7 +120,10 @@ func (s *Store) SaveQuestion(ctx context.Context, q *Question) error {
 		}
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("save question %s: %w", q.ID, err)
+	}
+	return nil
 }
 
 // GetQuestion reads a question card.
@@ -140,11 +146,11 @@ func (s *Store) AnswerQuestion(ctx context.Context, id, answer, by string) (*Que
 			return ErrNotFound
 		}
 		if err != nil {
-			return err
+			return fmt.Errorf("answer question %s: %w", id, err)
 		}
 		var q Question
 		if err := json.Unmarshal([]byte(v), &q); err != nil {
-			return err
+			return fmt.Errorf("decode question %s: %w", id, err)
 		}
 		out = &q
 		if q.Status != "pending" {
@@ -158,7 +164,10 @@ func (s *Store) AnswerQuestion(ctx context.Context, id, answer, by string) (*Que
 			return nil
 		})
 		ok = err == nil
-		return err
+		if err != nil {
+			return fmt.Errorf("answer question %s: %w", id, err)
+		}
+		return nil
 	}, s.k("question", id))
 	return out, ok, err
 }
@@ -167,7 +176,7 @@ func (s *Store) AnswerQuestion(ctx context.Context, id, answer, by string) (*Que
 func (s *Store) PendingQuestions(ctx context.Context, sid string) ([]*Question, error) {
 	ids, err := s.rdb.ZRange(ctx, s.k("sq", sid), 0, -1).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pending questions of %s: %w", sid, err)
 	}
 	var out []*Question
 	for _, id := range ids {
@@ -194,7 +203,7 @@ type Card struct {
 func (s *Store) SaveCard(ctx context.Context, c *Card) error {
 	b, err := json.Marshal(c)
 	if err != nil {
-		return err
+		return fmt.Errorf("save card %s: %w", c.ID, err)
 	}
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, s.k("card", c.ID), b, 24*time.Hour)
@@ -205,7 +214,10 @@ func (s *Store) SaveCard(ctx context.Context, c *Card) error {
 		}
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("save card %s: %w", c.ID, err)
+	}
+	return nil
 }
 
 // GetCard reads a card.
@@ -223,11 +235,11 @@ func (s *Store) DecideCard(ctx context.Context, id, decision string) (*Card, boo
 			return ErrNotFound
 		}
 		if err != nil {
-			return err
+			return fmt.Errorf("decide card %s: %w", id, err)
 		}
 		var c Card
 		if err := json.Unmarshal([]byte(v), &c); err != nil {
-			return err
+			return fmt.Errorf("decode card %s: %w", id, err)
 		}
 		out = &c
 		if c.Decision != "" {
@@ -241,7 +253,10 @@ func (s *Store) DecideCard(ctx context.Context, id, decision string) (*Card, boo
 			return nil
 		})
 		ok = err == nil
-		return err
+		if err != nil {
+			return fmt.Errorf("decide card %s: %w", id, err)
+		}
+		return nil
 	}, s.k("card", id))
 	return out, ok, err
 }
@@ -250,7 +265,7 @@ func (s *Store) DecideCard(ctx context.Context, id, decision string) (*Card, boo
 func (s *Store) PendingCards(ctx context.Context) ([]*Card, error) {
 	ids, err := s.rdb.ZRange(ctx, s.k("cards"), 0, -1).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pending cards: %w", err)
 	}
 	var out []*Card
 	for _, id := range ids {
@@ -274,14 +289,17 @@ type Group struct {
 func (s *Store) SaveGroup(ctx context.Context, g *Group) error {
 	b, err := json.Marshal(g)
 	if err != nil {
-		return err
+		return fmt.Errorf("save group %s: %w", g.ID, err)
 	}
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, s.k("group", g.ID), b, 0)
 		p.SAdd(ctx, s.k("groups"), g.ID)
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("save group %s: %w", g.ID, err)
+	}
+	return nil
 }
 
 // GetGroup reads a group.
@@ -293,7 +311,7 @@ func (s *Store) GetGroup(ctx context.Context, id string) (*Group, error) {
 func (s *Store) Groups(ctx context.Context) ([]*Group, error) {
 	ids, err := s.rdb.SMembers(ctx, s.k("groups")).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read groups: %w", err)
 	}
 	var out []*Group
 	for _, id := range ids {
@@ -324,7 +342,10 @@ func (s *Store) DeleteGroup(ctx context.Context, gid string) error {
 		p.SRem(ctx, s.k("groups"), gid)
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("delete group %s: %w", gid, err)
+	}
+	return nil
 }
 
 // Settings are the owner's run-time settings (SPEC §12).
@@ -344,7 +365,7 @@ func (s *Store) LoadSettings(ctx context.Context) (Settings, bool, error) {
 		return st, false, nil
 	}
 	if err != nil {
-		return st, false, err
+		return st, false, fmt.Errorf("load settings: %w", err)
 	}
 	return st, true, json.Unmarshal([]byte(v), &st)
 }
@@ -359,7 +380,7 @@ func (s *Store) SaveSettings(ctx context.Context, st Settings) error {
 func (s *Store) InitSettings(ctx context.Context, st Settings) (Settings, error) {
 	b, _ := json.Marshal(st)
 	if err := s.rdb.SetNX(ctx, s.k("settings"), b, 0).Err(); err != nil {
-		return st, err
+		return st, fmt.Errorf("init settings: %w", err)
 	}
 	cur, _, err := s.LoadSettings(ctx)
 	return cur, err

@@ -39,7 +39,7 @@ func (s *Schedule) Once() bool { return s.EveryMinutes == 0 }
 func (s *Store) SaveSchedule(ctx context.Context, sc *Schedule) error {
 	b, err := json.Marshal(sc)
 	if err != nil {
-		return err
+		return fmt.Errorf("save schedule %s: %w", sc.ID, err)
 	}
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Set(ctx, s.k("sch", sc.ID), b, 0)
@@ -60,7 +60,10 @@ func (s *Store) SaveSchedule(ctx context.Context, sc *Schedule) error {
 		}
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("save schedule %s: %w", sc.ID, err)
+	}
+	return nil
 }
 
 // GetSchedule reads a schedule.
@@ -75,7 +78,7 @@ func (s *Store) schedulesByIDs(ctx context.Context, ids []string) ([]*Schedule, 
 	}
 	out, err := mgetJSON[Schedule](ctx, s.rdb, keys)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read %d schedules: %w", len(ids), err)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
@@ -85,7 +88,7 @@ func (s *Store) schedulesByIDs(ctx context.Context, ids []string) ([]*Schedule, 
 func (s *Store) SchedulesInto(ctx context.Context, sid string) ([]*Schedule, error) {
 	ids, err := s.rdb.SMembers(ctx, s.k("schinto", sid)).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("schedules into %s: %w", sid, err)
 	}
 	return s.schedulesByIDs(ctx, ids)
 }
@@ -94,7 +97,7 @@ func (s *Store) SchedulesInto(ctx context.Context, sid string) ([]*Schedule, err
 func (s *Store) SchedulesBy(ctx context.Context, sid string) ([]*Schedule, error) {
 	ids, err := s.rdb.SMembers(ctx, s.k("schby", sid)).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("schedules by %s: %w", sid, err)
 	}
 	return s.schedulesByIDs(ctx, ids)
 }
@@ -103,7 +106,7 @@ func (s *Store) SchedulesBy(ctx context.Context, sid string) ([]*Schedule, error
 func (s *Store) EndedSchedules(ctx context.Context, sid string, since time.Time) ([]*Schedule, error) {
 	ids, err := s.rdb.ZRangeByScore(ctx, s.k("schended", sid), &redis.ZRangeBy{Min: fmt.Sprint(ms(since)), Max: "+inf"}).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("ended schedules of %s: %w", sid, err)
 	}
 	return s.schedulesByIDs(ctx, ids)
 }
@@ -112,7 +115,7 @@ func (s *Store) EndedSchedules(ctx context.Context, sid string, since time.Time)
 func (s *Store) ActiveSchedules(ctx context.Context) ([]*Schedule, error) {
 	ids, err := s.rdb.SMembers(ctx, s.k("schs")).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("active schedules: %w", err)
 	}
 	return s.schedulesByIDs(ctx, ids)
 }
@@ -142,9 +145,15 @@ func (s *Store) GetAsk(ctx context.Context, id string) (*Ask, error) {
 	return getJSON[Ask](ctx, s.rdb, s.k("ask", id))
 }
 
-// KEYS: ask:ASK, asks:open, asksin:SESSION, asksopen:ASKER. ARGV: the closed record
-// (JSON), ask id, keep (ms).
+// closeAskScript is CloseAsk's step.
 var closeAskScript = redis.NewScript(`
+-- KEYS[1] = {relay}:ask:<id>          the ask (JSON)
+-- KEYS[2] = {relay}:asks:open         the open asks by time (zset)
+-- KEYS[3] = {relay}:asksin:<session>  the open asks concerning its session
+-- KEYS[4] = {relay}:asksopen:<asker>  the asker's open asks
+-- ARGV[1] = the closed record (JSON)
+-- ARGV[2] = the ask id
+-- ARGV[3] = how long the closed record is kept (ms)
 local v = redis.call('GET', KEYS[1])
 if not v then return -1 end
 local a = cjson.decode(v)
@@ -161,12 +170,12 @@ return 1
 func (s *Store) CloseAsk(ctx context.Context, a *Ask) (bool, error) {
 	b, err := json.Marshal(a)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("close ask %s: %w", a.ID, err)
 	}
 	n, err := closeAskScript.Run(ctx, s.scr, []string{s.k("ask", a.ID), s.k("asks", "open"), s.k("asksin", a.Session), s.k("asksopen", a.Asker)},
 		string(b), a.ID, ClosedAskKeep.Milliseconds()).Int()
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("close ask %s: %w", a.ID, err)
 	}
 	if n < 0 {
 		return false, ErrNotFound
@@ -181,7 +190,7 @@ func (s *Store) asksByIDs(ctx context.Context, ids []string) ([]*Ask, error) {
 	}
 	out, err := mgetJSON[Ask](ctx, s.rdb, keys)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read %d asks: %w", len(ids), err)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
@@ -191,7 +200,7 @@ func (s *Store) asksByIDs(ctx context.Context, ids []string) ([]*Ask, error) {
 func (s *Store) OpenAsks(ctx context.Context) ([]*Ask, error) {
 	ids, err := s.rdb.ZRange(ctx, s.k("asks", "open"), 0, -1).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("open asks: %w", err)
 	}
 	return s.asksByIDs(ctx, ids)
 }
@@ -200,11 +209,11 @@ func (s *Store) OpenAsks(ctx context.Context) ([]*Ask, error) {
 func (s *Store) AsksBy(ctx context.Context, asker string, since time.Time) ([]*Ask, error) {
 	ids, err := s.rdb.ZRangeByScore(ctx, s.k("asksby", asker), &redis.ZRangeBy{Min: fmt.Sprint(ms(since)), Max: "+inf"}).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("asks by %s: %w", asker, err)
 	}
 	open, err := s.rdb.SMembers(ctx, s.k("asksopen", asker)).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("open asks by %s: %w", asker, err)
 	}
 	seen := map[string]bool{}
 	for _, id := range ids {
@@ -222,7 +231,7 @@ func (s *Store) AsksBy(ctx context.Context, asker string, since time.Time) ([]*A
 func (s *Store) AsksIn(ctx context.Context, sid string) ([]*Ask, error) {
 	ids, err := s.rdb.SMembers(ctx, s.k("asksin", sid)).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("asks about %s: %w", sid, err)
 	}
 	return s.asksByIDs(ctx, ids)
 }

@@ -239,12 +239,12 @@ func (s *Store) ListSessionIDs(ctx context.Context, scope string, limit int) ([]
 	for _, key := range keys {
 		n, err := s.rdb.ZCard(ctx, key).Result()
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, fmt.Errorf("list sessions of %s: %w", key, err)
 		}
 		total += int(n)
 		zs, err := s.rdb.ZRevRangeWithScores(ctx, key, 0, int64(limit-1)).Result()
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, fmt.Errorf("list sessions of %s: %w", key, err)
 		}
 		for _, z := range zs {
 			all = append(all, item{z.Member.(string), z.Score})
@@ -270,7 +270,7 @@ func (s *Store) ListSessionIDs(ctx context.Context, scope string, limit int) ([]
 func (s *Store) ArchiveSession(ctx context.Context, id string, now time.Time) error {
 	toks, err := s.rdb.HMGet(ctx, s.sessKey(id), "tokh", "turntok").Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return err
+		return fmt.Errorf("archive session %s: %w", id, err)
 	}
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		s.revokeTokens(ctx, p, id, toks) // R18.2
@@ -279,7 +279,10 @@ func (s *Store) ArchiveSession(ctx context.Context, id string, now time.Time) er
 		p.ZAdd(ctx, s.k("sessions", "archived"), redis.Z{Score: float64(ms(now)), Member: id})
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("archive session %s: %w", id, err)
+	}
+	return nil
 }
 
 // revokeTokens deletes the look-up keys of a session's token and its running
@@ -309,23 +312,23 @@ func (s *Store) SessionQuiet(ctx context.Context, sid string) (bool, error) {
 func (s *Store) DeleteSession(ctx context.Context, sid string, busyKeys ...string) error {
 	toks, err := s.rdb.HMGet(ctx, s.sessKey(sid), "tokh", "turntok").Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return err
+		return fmt.Errorf("delete session %s: %w", sid, err)
 	}
 	msgs, err := s.rdb.LRange(ctx, s.msgsKey(sid), 0, -1).Result()
 	if err != nil {
-		return err
+		return fmt.Errorf("delete session %s: %w", sid, err)
 	}
 	queued, err := s.rdb.LRange(ctx, s.k("q", sid), 0, -1).Result()
 	if err != nil {
-		return err
+		return fmt.Errorf("delete session %s: %w", sid, err)
 	}
 	tasks, err := s.rdb.HKeys(ctx, s.k("tasks", sid)).Result()
 	if err != nil {
-		return err
+		return fmt.Errorf("delete session %s: %w", sid, err)
 	}
 	qids, err := s.rdb.ZRange(ctx, s.k("sq", sid), 0, -1).Result()
 	if err != nil {
-		return err
+		return fmt.Errorf("delete session %s: %w", sid, err)
 	}
 	ids := append([]string{}, queued...)
 	for _, raw := range msgs {

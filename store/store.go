@@ -104,6 +104,10 @@ func New(rdb redis.UniversalClient, prefix string) *Store {
 // none is the placeholder key a script gets for an absent optional key
 // ("{PREFIX}:-", never written): every key a script is given is in the
 // relay's slot. Scripts test for it with isnone (a key ending in "}:-").
+//
+// Every script's text starts with a header naming each of its KEYS and ARGV
+// ("-- KEYS[1] = {relay}:sess:<sid>  the session hash"): {relay} is the
+// store's key base (KeyBase), {relay}:- this placeholder.
 func (s *Store) none() string { return s.p + "-" }
 
 // noneLua is isnone(k): k is the placeholder (see Store.none).
@@ -207,7 +211,7 @@ func DeleteMatching(ctx context.Context, rdb redis.UniversalClient, pattern stri
 		for {
 			keys, next, err := node.Scan(ctx, cursor, pattern, 500).Result()
 			if err != nil {
-				return err
+				return fmt.Errorf("delete %s: %w", pattern, err)
 			}
 			if len(keys) > 0 {
 				// One UNLINK per key: the keys of one node may sit in
@@ -219,7 +223,7 @@ func DeleteMatching(ctx context.Context, rdb redis.UniversalClient, pattern stri
 					return nil
 				})
 				if err != nil {
-					return err
+					return fmt.Errorf("delete %s: %w", pattern, err)
 				}
 			}
 			cursor = next
@@ -261,7 +265,7 @@ func getJSON[T any](ctx context.Context, rdb redis.UniversalClient, key string) 
 		return nil, ErrNotFound
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("get %s: %w", key, err)
 	}
 	var out T
 	if err := json.Unmarshal([]byte(v), &out); err != nil {
@@ -277,16 +281,16 @@ func mgetJSON[T any](ctx context.Context, rdb redis.UniversalClient, keys []stri
 	for start := 0; start < len(keys); start += 500 {
 		vals, err := rdb.MGet(ctx, keys[start:min(start+500, len(keys))]...).Result()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("read %d records: %w", len(keys), err)
 		}
-		for _, v := range vals {
+		for i, v := range vals {
 			str, ok := v.(string)
 			if !ok {
 				continue
 			}
 			var rec T
 			if err := json.Unmarshal([]byte(str), &rec); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("decode %s: %w", keys[start+i], err)
 			}
 			out = append(out, &rec)
 		}

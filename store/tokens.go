@@ -58,8 +58,11 @@ func (s *Store) RenewTurnToken(ctx context.Context, tok string, ttl time.Duratio
 	return s.rdb.Expire(ctx, s.tokKey(TokenHash(tok)), ttl).Result()
 }
 
-// KEYS: tokh:HASH, sess:SID. ARGV: hash.
+// dropTurnTokenScript is DropTurnToken's step.
 var dropTurnTokenScript = redis.NewScript(`
+-- KEYS[1] = {relay}:tokh:<hash>  the token's look-up key
+-- KEYS[2] = {relay}:sess:<sid>   the session hash (its turntok field)
+-- ARGV[1] = the token's hash
 redis.call('DEL', KEYS[1])
 if redis.call('HGET', KEYS[2], 'turntok') == ARGV[1] then redis.call('HDEL', KEYS[2], 'turntok') end
 return 1
@@ -77,7 +80,7 @@ func (s *Store) DropTurnToken(ctx context.Context, sid, tok string) error {
 func (s *Store) OwnerToken(ctx context.Context, token string) (hash string, created bool, err error) {
 	ok, err := s.rdb.SetNX(ctx, s.k("ownerh"), TokenHash(token), 0).Result()
 	if err != nil {
-		return "", false, err
+		return "", false, fmt.Errorf("store the owner token: %w", err)
 	}
 	if ok {
 		return TokenHash(token), true, nil
@@ -89,9 +92,14 @@ func (s *Store) OwnerToken(ctx context.Context, token string) (hash string, crea
 // tokFormat is the value of tokfmt once every stored token is a hash.
 const tokFormat = "2"
 
-// KEYS: sess:SID, tok:PLAIN (old), tokh:HASH. ARGV: plain, hash.
-// The session's plain token becomes its hash; its old look-up key moves.
+// upgradeSessionTokenScript: the session's plain token becomes its hash;
+// its old look-up key moves.
 var upgradeSessionTokenScript = redis.NewScript(`
+-- KEYS[1] = {relay}:sess:<sid>    the session hash
+-- KEYS[2] = {relay}:tok:<plain>   the old look-up key
+-- KEYS[3] = {relay}:tokh:<hash>   the new look-up key
+-- ARGV[1] = the plain token
+-- ARGV[2] = its hash
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'tokh', ARGV[2])
 redis.call('HDEL', KEYS[1], 'token')
@@ -103,8 +111,11 @@ end
 return 1
 `)
 
-// KEYS: tok:PLAIN (old), tokh:HASH.
+// upgradeTokKeyScript moves an old look-up key to its hash's.
 var upgradeTokKeyScript = redis.NewScript(`
+-- KEYS[1] = {relay}:tok:<plain>  the old look-up key
+-- KEYS[2] = {relay}:tokh:<hash>  the new look-up key
+-- (no ARGV)
 local sid = redis.call('GET', KEYS[1])
 if not sid then return 0 end
 redis.call('SET', KEYS[2], sid)
@@ -112,9 +123,12 @@ redis.call('DEL', KEYS[1])
 return 1
 `)
 
-// KEYS: owner (old), ownerh. ARGV: the hash of the old value.
-// The plain generated owner token becomes its hash (one already kept wins).
+// upgradeOwnerScript: the plain generated owner token becomes its hash (one
+// already kept wins).
 var upgradeOwnerScript = redis.NewScript(`
+-- KEYS[1] = {relay}:owner   the old plain owner token
+-- KEYS[2] = {relay}:ownerh  the owner token's hash
+-- ARGV[1] = the hash of the old value
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
 redis.call('SETNX', KEYS[2], ARGV[1])
@@ -154,7 +168,7 @@ func (s *Store) UpgradeTokens(ctx context.Context) (int, error) {
 	}
 	done, err := s.rdb.Get(ctx, s.k("tokfmt")).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return n, err
+		return n, fmt.Errorf("upgrade tokens: %w", err)
 	}
 	if done == tokFormat {
 		return n, nil
@@ -175,12 +189,15 @@ func (s *Store) UpgradeTokens(ctx context.Context) (int, error) {
 			if strings.Contains(err.Error(), "WRONGTYPE") {
 				return nil
 			}
-			return err
+			return fmt.Errorf("read the token of %s: %w", key, err)
 		}
 		h := TokenHash(tok)
 		moved, err := upgradeSessionTokenScript.Run(ctx, s.scr, []string{key, s.k("tok", tok), s.tokKey(h)}, tok, h).Int()
 		n += moved
-		return err
+		if err != nil {
+			return fmt.Errorf("upgrade the token of %s: %w", key, err)
+		}
+		return nil
 	}); err != nil {
 		return n, fmt.Errorf("upgrade session tokens: %w", err)
 	}
@@ -190,7 +207,10 @@ func (s *Store) UpgradeTokens(ctx context.Context) (int, error) {
 		tok := key[len(tokPrefix):]
 		moved, err := upgradeTokKeyScript.Run(ctx, s.scr, []string{key, s.tokKey(TokenHash(tok))}).Int()
 		n += moved
-		return err
+		if err != nil {
+			return fmt.Errorf("move a token look-up key: %w", err)
+		}
+		return nil
 	}); err != nil {
 		return n, fmt.Errorf("upgrade token keys: %w", err)
 	}
@@ -207,7 +227,7 @@ func (s *Store) scan(ctx context.Context, pattern string, fn func(key string) er
 		for {
 			keys, next, err := node.Scan(ctx, cursor, pattern, 1000).Result()
 			if err != nil {
-				return err
+				return fmt.Errorf("scan %s: %w", pattern, err)
 			}
 			for _, k := range keys {
 				mu.Lock()

@@ -129,8 +129,14 @@ func (s *Store) SetTurnModelAsked(ctx context.Context, id, model string) error {
 	return s.setTurnFields(ctx, id, "modelAsked", model)
 }
 
-// KEYS: turn:ID, lease:SID. ARGV: the fence ("" = none), partial text, at (ms).
-var partialScript = redis.NewScript(fenceLua + `
+// partialScript is SetTurnPartial's step.
+var partialScript = redis.NewScript(`
+-- KEYS[1] = {relay}:turn:<id>    the turn hash
+-- KEYS[2] = {relay}:lease:<sid>  the session's drain lease
+-- ARGV[1] = the fence: the drain's lease owner ('' = none)
+-- ARGV[2] = the partial text
+-- ARGV[3] = at (ms)
+` + fenceLua + `
 if fenced(KEYS[2], KEYS[1], ARGV[1]) then
   return -1
 end
@@ -218,37 +224,88 @@ func (s *Store) PeerBusyKey(orchestrator string) string {
 	return s.k("busypeer", strings.ToLower(rel))
 }
 
-// KEYS: busy:ORCH ("" = no orchestrator), busypeer:RELAY ("" = none). ARGV:
-// session id, limit, enforce (1|0), the peer limit. It returns 1, -1 (the
-// conversation's cap) or -2 (the paired relay's cap); a refusal writes nothing.
-var reserveScript = redis.NewScript(noneLua + `
-local busy, peer = KEYS[1], KEYS[2]
-if isnone(busy) then return 1 end
-if redis.call('SISMEMBER', busy, ARGV[1]) == 1 then return 1 end
-if ARGV[3] == '1' and redis.call('SCARD', busy) >= tonumber(ARGV[2]) then return -1 end
-if not isnone(peer) and redis.call('SISMEMBER', peer, ARGV[1]) == 0 then
-  if ARGV[3] == '1' and redis.call('SCARD', peer) >= tonumber(ARGV[4]) then return -2 end
-  redis.call('SADD', peer, ARGV[1])
-end
-redis.call('SADD', busy, ARGV[1])
-return 1
+// reserveScript is ReserveUnder's step: it returns 1, -1 (the
+// conversation's cap) or -2 (the paired relay's cap); a refusal writes
+// nothing.
+var reserveScript = redis.NewScript(`
+-- KEYS[1] = {relay}:busy:<orch>       the orchestrator's busy sessions ({relay}:- when none)
+-- KEYS[2] = {relay}:busypeer:<relay>  the paired relay's busy sessions ({relay}:- when none)
+-- ARGV[1] = the session id
+-- ARGV[2] = the limit
+-- ARGV[3] = enforce (1|0)
+-- ARGV[4] = the paired relay's limit
+` + noneLua + capLua + `
+return reserve(KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 `)
 
-// KEYS: q:SID, drain:SID, busy:ORCH ("" = none), turn:ID, tids, msgs:SID, sess:SID,
-// sessions:active, drains, qev:SID (the queued event turns), waiting:ID, loop:CALLER
-// ("" = not counted), lease:SID, cur:SID, subidx:SID, subidx:all, relays, unlock:SID,
-// busypeer:RELAY ("" = none).
-// ARGV: turn id, session id, limit, enforce (1|0), drain task id, message JSON, created
-// (ms), waiting ttl (ms; 0 = the caller does not wait), notify channel, notification
-// ("" = none), loop limit, the drain's lease owner ("" = the drain is not started
-// here), lease ttl (ms), now (ms), history, the paired relay the prompt came from
-// (lower case, "" = none), the peer limit, then the turn's field/value pairs. It
-// returns {-2, loop count} (loop protection: nothing was written), {-1} (the
-// 4-at-work cap: nothing was written), {-3} (the paired relay's cap, R18.21: nothing
-// was written), {0} (queued behind a drain), {1} (queued, the drain flag set: the caller
-// starts the drain), {1, startDrain's answer} (the drain's first step taken too) or
-// {2, the turn's drainer} (the turn exists: this push ran before and its answer was lost).
-var pushScript = redis.NewScript(noneLua + startDrainLua + `
+// capLua defines reserve(busy, peer, sid, limit, enforce, peerLimit), the
+// 4-at-work cap (R6.1) and the paired relay's (R18.21), for the scripts that
+// take them: reserveScript and pushScript (after noneLua). A session already
+// busy for its orchestrator passes; else, with enforce '1', it is refused
+// when busy holds limit sessions (-1) or, when peer is not the placeholder
+// and the session not yet in it, when peer holds peerLimit (-2); a refusal
+// writes nothing. Else the session joins peer (when given) and busy: 1. No
+// orchestrator (busy the placeholder): 1, nothing written.
+const capLua = `
+local function reserve(busy, peer, sid, limit, enforce, peerLimit)
+  if isnone(busy) then return 1 end
+  if redis.call('SISMEMBER', busy, sid) == 1 then return 1 end
+  if enforce == '1' and redis.call('SCARD', busy) >= tonumber(limit) then return -1 end
+  if not isnone(peer) and redis.call('SISMEMBER', peer, sid) == 0 then
+    if enforce == '1' and redis.call('SCARD', peer) >= tonumber(peerLimit) then return -2 end
+    redis.call('SADD', peer, sid)
+  end
+  redis.call('SADD', busy, sid)
+  return 1
+end
+`
+
+// pushScript is PushTurn's and QueueTurn's step. It returns {-2, loop
+// count} (loop protection: nothing was written), {-1} (the 4-at-work cap:
+// nothing was written), {-3} (the paired relay's cap, R18.21: nothing was
+// written), {0} (queued behind a drain), {1} (queued, the drain flag set:
+// the caller starts the drain), {1, startDrain's answer} (the drain's first
+// step taken too) or {2, the turn's drainer} (the turn exists: this push ran
+// before and its answer was lost).
+var pushScript = redis.NewScript(`
+-- KEYS[1]  = {relay}:q:<sid>            the session's queue of turn ids
+-- KEYS[2]  = {relay}:drain:<sid>        the session's drain flag
+-- KEYS[3]  = {relay}:busy:<orch>        the orchestrator's busy sessions ({relay}:- when none)
+-- KEYS[4]  = {relay}:turn:<id>          the turn hash
+-- KEYS[5]  = {relay}:tids               every turn id (zset, by lex)
+-- KEYS[6]  = {relay}:msgs:<sid>         the session's messages (JSON list)
+-- KEYS[7]  = {relay}:sess:<sid>         the session hash
+-- KEYS[8]  = {relay}:sessions:active    active sessions by last activity (zset)
+-- KEYS[9]  = {relay}:drains             sessions whose drain flag is set
+-- KEYS[10] = {relay}:qev:<sid>          the queued turns of role event
+-- KEYS[11] = {relay}:waiting:<id>       the caller's wait on the turn
+-- KEYS[12] = {relay}:loop:<caller>      the caller's loop-protection count ({relay}:- when not counted)
+-- KEYS[13] = {relay}:lease:<sid>        the session's drain lease
+-- KEYS[14] = {relay}:cur:<sid>          the session's running turn id
+-- KEYS[15] = {relay}:subidx:<sid>       the subscriptions naming the session
+-- KEYS[16] = {relay}:subidx:all         the subscriptions to all sessions
+-- KEYS[17] = {relay}:relays             the pairings (JSON by name)
+-- KEYS[18] = {relay}:unlock:<sid>       the relays unlocked in the session's conversation
+-- KEYS[19] = {relay}:busypeer:<relay>   the paired relay's busy sessions ({relay}:- when none)
+-- ARGV[1]  = the turn id
+-- ARGV[2]  = the session id
+-- ARGV[3]  = the 4-at-work limit
+-- ARGV[4]  = enforce (1|0)
+-- ARGV[5]  = the drain task id
+-- ARGV[6]  = the message JSON
+-- ARGV[7]  = created (ms)
+-- ARGV[8]  = the wait's ttl (ms; 0 = the caller does not wait)
+-- ARGV[9]  = the notify channel
+-- ARGV[10] = the notification ('' = none)
+-- ARGV[11] = the loop limit
+-- ARGV[12] = the drain's lease owner ('' = the drain is not started here)
+-- ARGV[13] = the lease ttl (ms)
+-- ARGV[14] = now (ms)
+-- ARGV[15] = how many last messages to return
+-- ARGV[16] = the paired relay the prompt came from (lower case, '' = none)
+-- ARGV[17] = the paired relay's limit
+-- ARGV[18..] = the turn's field/value pairs
+` + noneLua + capLua + startDrainLua + `
 if redis.call('EXISTS', KEYS[4]) == 1 then
   -- This push ran already (its answer was lost and go-redis tried again):
   -- nothing is written twice; the caller learns who took the turn, if anyone.
@@ -259,16 +316,10 @@ if not isnone(KEYS[12]) then
   loop = tonumber(redis.call('GET', KEYS[12]) or '0')
   if loop >= tonumber(ARGV[11]) then return {-2, loop} end
 end
-local busy, peer = KEYS[3], KEYS[19]
-if not isnone(busy) and redis.call('SISMEMBER', busy, ARGV[2]) == 0 then
-  if ARGV[4] == '1' and redis.call('SCARD', busy) >= tonumber(ARGV[3]) then return {-1} end
-  if not isnone(peer) and redis.call('SISMEMBER', peer, ARGV[2]) == 0 then
-    -- R18.21: the paired relay's conversations together.
-    if ARGV[4] == '1' and redis.call('SCARD', peer) >= tonumber(ARGV[17]) then return {-3} end
-    redis.call('SADD', peer, ARGV[2])
-  end
-  redis.call('SADD', busy, ARGV[2])
-end
+local cap = reserve(KEYS[3], KEYS[19], ARGV[2], ARGV[3], ARGV[4], ARGV[17])
+if cap == -1 then return {-1} end
+-- R18.21: the paired relay's conversations together.
+if cap == -2 then return {-3} end
 if not isnone(KEYS[12]) then redis.call('INCR', KEYS[12]) end
 if ARGV[16] ~= '' then
   -- R4.4 (b): the paired relay whose agent wrote here is unlocked here (a
@@ -375,7 +426,10 @@ func (s *Store) Unreserve(ctx context.Context, orchestrator, sid string) error {
 		p.SRem(ctx, peer, sid)
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("unreserve %s: %w", sid, err)
+	}
+	return nil
 }
 
 // PeerBusyCount returns how many sessions the conversations of the paired
@@ -493,7 +547,7 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool)
 	origin = string(b)
 	msg, err := json.Marshal(Message{ID: t.ID, Role: t.Role, Text: t.Text, From: t.From, CreatedAt: t.CreatedAt})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("queue turn %s: %w", t.ID, err)
 	}
 	note := ""
 	if notify {
@@ -561,12 +615,22 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool)
 	return q, nil
 }
 
-// KEYS: q:SID, cur:SID, drain:SID, busy:ORCH ("" = none), drains, busypeer:RELAY
-// ("" = none), turn:EXPECT. ARGV: session id, now (ms), the turn expected at the
-// head ("" = none), the drainer ("" = not recorded). Another turn at the head
-// comes back as {its id}, nothing written: the caller asks again naming it
-// (every key a script touches is in its KEYS).
-var popScript = redis.NewScript(noneLua + `
+// popScript is PopTurnBy's step. Another turn at the head comes back as
+// {its id}, nothing written: the caller asks again naming it (every key a
+// script touches is in its KEYS).
+var popScript = redis.NewScript(`
+-- KEYS[1] = {relay}:q:<sid>           the session's queue of turn ids
+-- KEYS[2] = {relay}:cur:<sid>         the session's running turn id
+-- KEYS[3] = {relay}:drain:<sid>       the session's drain flag
+-- KEYS[4] = {relay}:busy:<orch>       the orchestrator's busy sessions ({relay}:- when none)
+-- KEYS[5] = {relay}:drains            sessions whose drain flag is set
+-- KEYS[6] = {relay}:busypeer:<relay>  the paired relay's busy sessions ({relay}:- when none)
+-- KEYS[7] = {relay}:turn:<expect>     the turn expected at the head ({relay}:- when none)
+-- ARGV[1] = the session id
+-- ARGV[2] = now (ms)
+-- ARGV[3] = the turn id expected at the head ('' = none)
+-- ARGV[4] = the drainer ('' = not recorded)
+` + noneLua + `
 local head = redis.call('LINDEX', KEYS[1], 0)
 if head and head ~= ARGV[3] then return {head} end
 local id = redis.call('LPOP', KEYS[1])
@@ -616,10 +680,25 @@ func (s *Store) PopTurnBy(ctx context.Context, sid, orchestrator string, now tim
 	return "", fmt.Errorf("pop turn %s: the queue's head kept changing", sid)
 }
 
-// KEYS: q:SID, cur:SID, drain:SID, busy:ORCH ("" = none), turn:ID, msgs:SID, sess:SID,
-// sessions:active, drains, lease:SID, busypeer:RELAY ("" = none). ARGV: session id, message JSON ("" = none), at (ms),
-// the fence (the drain's lease owner; "" = none), then the turn's field/value pairs.
-var finishScript = redis.NewScript(noneLua + fenceLua + `
+// finishScript is FinishTurn's step.
+var finishScript = redis.NewScript(`
+-- KEYS[1]  = {relay}:q:<sid>            the session's queue of turn ids
+-- KEYS[2]  = {relay}:cur:<sid>          the session's running turn id
+-- KEYS[3]  = {relay}:drain:<sid>        the session's drain flag
+-- KEYS[4]  = {relay}:busy:<orch>        the orchestrator's busy sessions ({relay}:- when none)
+-- KEYS[5]  = {relay}:turn:<id>          the turn hash
+-- KEYS[6]  = {relay}:msgs:<sid>         the session's messages (JSON list)
+-- KEYS[7]  = {relay}:sess:<sid>         the session hash
+-- KEYS[8]  = {relay}:sessions:active    active sessions by last activity (zset)
+-- KEYS[9]  = {relay}:drains             sessions whose drain flag is set
+-- KEYS[10] = {relay}:lease:<sid>        the session's drain lease
+-- KEYS[11] = {relay}:busypeer:<relay>   the paired relay's busy sessions ({relay}:- when none)
+-- ARGV[1]  = the session id
+-- ARGV[2]  = the message JSON ('' = none)
+-- ARGV[3]  = at (ms): the turn's 'ended'
+-- ARGV[4]  = the fence: the drain's lease owner ('' = none)
+-- ARGV[5..] = the turn's field/value pairs
+` + noneLua + fenceLua + `
 if ARGV[4] ~= '' and redis.call('HGET', KEYS[5], 'ended') == ARGV[3] then
   -- This step already ran (its answer was lost and it is tried again, by
   -- this drain): it changes nothing a second time, and is not fenced.
@@ -672,7 +751,7 @@ func (s *Store) FinishTurn(ctx context.Context, sid, orchestrator, turnID, fence
 	if msg != nil {
 		b, err := json.Marshal(msg)
 		if err != nil {
-			return false, err
+			return false, fmt.Errorf("finish turn %s: %w", turnID, err)
 		}
 		m = string(b)
 	}
@@ -689,8 +768,15 @@ func (s *Store) FinishTurn(ctx context.Context, sid, orchestrator, turnID, fence
 	return r == 1, nil
 }
 
-// KEYS: q:SID, cur:SID, turn:ID, lease:SID. ARGV: turn id, the fence ("" = none).
-var requeueScript = redis.NewScript(fenceLua + `
+// requeueScript is RequeueTurnBy's step.
+var requeueScript = redis.NewScript(`
+-- KEYS[1] = {relay}:q:<sid>      the session's queue of turn ids
+-- KEYS[2] = {relay}:cur:<sid>    the session's running turn id
+-- KEYS[3] = {relay}:turn:<id>    the turn hash
+-- KEYS[4] = {relay}:lease:<sid>  the session's drain lease
+-- ARGV[1] = the turn id
+-- ARGV[2] = the fence: the drain's lease owner ('' = none)
+` + fenceLua + `
 if fenced(KEYS[4], KEYS[3], ARGV[2]) then
   return -1
 end
@@ -744,7 +830,10 @@ func (s *Store) SetDrainID(ctx context.Context, sid, id string) error {
 		p.SAdd(ctx, s.drainsKey(), sid)
 		return nil
 	})
-	return err
+	if err != nil {
+		return fmt.Errorf("set the drain of %s: %w", sid, err)
+	}
+	return nil
 }
 
 // DrainFlags lists sessions with a drain in progress and their task ids
@@ -761,7 +850,7 @@ func (s *Store) DrainFlags(ctx context.Context) (map[string]string, error) {
 	}
 	vals, err := s.rdb.MGet(ctx, keys...).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read drain flags: %w", err)
 	}
 	out := make(map[string]string, len(sids))
 	var gone []any
@@ -779,8 +868,11 @@ func (s *Store) DrainFlags(ctx context.Context) (map[string]string, error) {
 	return out, nil
 }
 
-// KEYS: drains index, the session's drain flag. ARGV: session id.
+// dropDrainScript drops a session from the drains index while its flag is absent.
 var dropDrainScript = redis.NewScript(`
+-- KEYS[1] = {relay}:drains       sessions whose drain flag is set
+-- KEYS[2] = {relay}:drain:<sid>  the session's drain flag
+-- ARGV[1] = the session id
 if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('SREM', KEYS[1], ARGV[1]) end
 return 1
 `)
@@ -792,7 +884,7 @@ func (s *Store) IndexDrainFlags(ctx context.Context) (int, error) {
 	n := 0
 	err := s.scan(ctx, prefix+"*", func(k string) error {
 		if err := s.rdb.SAdd(ctx, s.drainsKey(), k[len(prefix):]).Err(); err != nil {
-			return err
+			return fmt.Errorf("index drain flag %s: %w", k, err)
 		}
 		n++
 		return nil
@@ -810,8 +902,11 @@ func (s *Store) AcquireLease(ctx context.Context, sid, owner string, ttl time.Du
 	return s.rdb.SetNX(ctx, s.k("lease", sid), owner, ttl).Result()
 }
 
-// KEYS: lease:SID. ARGV: owner, ttl (ms; 0 = release).
+// renewScript is RenewLease's and ReleaseLease's step.
 var renewScript = redis.NewScript(`
+-- KEYS[1] = {relay}:lease:<sid>  the session's drain lease
+-- ARGV[1] = the owner
+-- ARGV[2] = the ttl (ms; 0 = release)
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   if ARGV[2] == '0' then return redis.call('DEL', KEYS[1]) end
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -900,7 +995,7 @@ func (s *Store) SetFlag(ctx context.Context, sid, name string) error {
 func (s *Store) Usage(ctx context.Context, provider string) (map[string]int64, error) {
 	m, err := s.rdb.HGetAll(ctx, s.k("usage", provider)).Result()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("usage of %s: %w", provider, err)
 	}
 	out := map[string]int64{"turns": 0, "inputTokens": 0, "outputTokens": 0}
 	for k, v := range m {
