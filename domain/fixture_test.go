@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oar/relay/clock"
@@ -163,23 +164,6 @@ func (f *fixture) messages(sid string) int {
 	return n
 }
 
-// drains runs the recorded drain jobs, oldest first, until none is left
-// (a drain may enqueue the next one), and returns how many ran.
-func (f *fixture) drains() int {
-	f.t.Helper()
-	n := 0
-	for {
-		j, ok := f.enq.next(true, time.Time{})
-		if !ok {
-			return n
-		}
-		if err := f.r.Drain(f.ctx, j.session); err != nil && !errors.Is(err, ErrRetryLater) {
-			f.t.Fatalf("drain %s: %v", j.session, err)
-		}
-		n++
-	}
-}
-
 // job is one enqueued job as the recording enqueuer keeps it.
 type job struct {
 	typ     string
@@ -315,4 +299,71 @@ func (f *fixture) toolResults(turnID string) []map[string]any {
 		}
 	}
 	return out
+}
+
+// run runs what is due: every drain, and every other job due at the clock's
+// now, oldest first, until nothing due is left; it returns how many ran.
+func (f *fixture) run() int {
+	f.t.Helper()
+	n := 0
+	for ; ; n++ {
+		if n > 10000 {
+			f.t.Fatalf("jobs keep coming: %v", f.enq.pending())
+		}
+		if j, ok := f.enq.next(true, time.Time{}); ok {
+			if err := f.r.Drain(f.ctx, j.session); err != nil && !errors.Is(err, ErrRetryLater) {
+				f.t.Fatalf("drain %s: %v", j.session, err)
+			}
+			continue
+		}
+		j, ok := f.enq.next(false, f.clk.Now())
+		if !ok {
+			return n
+		}
+		if err := f.r.RunJob(f.ctx, j.typ, j.payload); err != nil {
+			f.t.Fatalf("job %s %s: %v", j.typ, j.payload, err)
+		}
+	}
+}
+
+// advance moves the clock on by d and runs what became due on the way, in
+// steps of at most a second, so each job runs at its own time.
+func (f *fixture) advance(d time.Duration) int {
+	f.t.Helper()
+	n := 0
+	for d > 0 {
+		step := min(d, time.Second)
+		f.clk.Advance(step)
+		d -= step
+		n += f.run()
+	}
+	return n
+}
+
+// history is a session's messages of one role ("" all), oldest first.
+func (f *fixture) history(sid, role string) []store.Message {
+	f.t.Helper()
+	all, err := f.st.LastMessages(f.ctx, sid, 1000)
+	if err != nil {
+		f.t.Fatalf("messages of %s: %v", sid, err)
+	}
+	var out []store.Message
+	for _, m := range all {
+		if role == "" || m.Role == role {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// cmpIgnoreKeys leaves the named keys of maps out of a comparison.
+func cmpIgnoreKeys(keys ...string) cmp.Option {
+	skip := map[string]bool{}
+	for _, k := range keys {
+		skip[k] = true
+	}
+	return cmp.FilterPath(func(p cmp.Path) bool {
+		mi, ok := p.Last().(cmp.MapIndex)
+		return ok && skip[mi.Key().String()]
+	}, cmp.Ignore())
 }

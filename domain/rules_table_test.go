@@ -177,7 +177,7 @@ func TestRulesValidationBeforeCard(t *testing.T) {
 	// Inside a turn of a conversation whose first create_session would ask: no card at all.
 	c := f.session(NewSession{Title: "creator"})
 	tid := f.prompt(c, script(map[string]any{"tool": map[string]any{"action": "create_session", "relay": "this", "text": "x", "model": "nope-9"}}))
-	if n := f.drains(); n == 0 {
+	if n := f.run(); n == 0 {
 		t.Fatalf("no drain was enqueued for the prompt")
 	}
 	res := f.toolResults(tid)
