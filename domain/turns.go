@@ -490,41 +490,13 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 		}
 		cwd = resolved
 	}
-	// R18.13: max_turn_seconds counts from this turn's start, with the
-	// setting as it is now; a change meanwhile moves the deadline (no queue
-	// job timeout ever ends or restarts a running turn).
-	started := time.Now()
-	var maxSecs atomic.Int64
-	maxSecs.Store(int64(st.MaxTurnSeconds))
 	tctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	timer := time.AfterFunc(time.Duration(st.MaxTurnSeconds)*time.Second, func() { cancel(errTimeout) })
-	defer timer.Stop()
+	lim := startTurnLimit(st.MaxTurnSeconds, cancel)
+	defer lim.timer.Stop()
 	settingsCh, unsubSettings := r.hub.sub("settings")
 	defer unsubSettings()
-	recheckLimit := func() {
-		// From Redis, not the process cache: this may run before the cache
-		// was dropped for the same notification.
-		cur, ok, err := r.st.LoadSettings(context.WithoutCancel(ctx))
-		if err != nil || !ok || int64(cur.MaxTurnSeconds) == maxSecs.Load() || cur.MaxTurnSeconds <= 0 {
-			return
-		}
-		maxSecs.Store(int64(cur.MaxTurnSeconds))
-		timer.Reset(time.Until(started.Add(time.Duration(cur.MaxTurnSeconds) * time.Second)))
-	}
-	r.mu.Lock()
-	if r.stopping {
-		r.mu.Unlock()
-		cancel(errShutdown)
-	} else {
-		r.running[t.ID] = cancel
-		r.mu.Unlock()
-	}
-	defer func() {
-		r.mu.Lock()
-		delete(r.running, t.ID)
-		r.mu.Unlock()
-	}()
+	defer r.track(t.ID, cancel)()
 	// R18.19: an agent process gets a token of its own for this turn (the
 	// session's token is stored as a hash and cannot be handed out again).
 	turnTok, dropTok, err := r.mintTurnToken(ctx, p, s.ID)
@@ -535,9 +507,92 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	// Stop requests arrive through the notification hub.
 	stopCh, unsub := r.hub.sub("stop:" + t.ID)
 	defer unsub()
+	defer r.keepTurn(ctx, s.ID, t.ID, leaseOwner, turnTok, cancel, stopCh, settingsCh, lim)() // the lease renewer is joined before the lease is released
+	if t.StopRequested {
+		cancel(errStopped)
+	}
+	pt, err := r.providerTurn(ctx, p, s, t, st, cwd, turnTok, msgs)
+	if err != nil {
+		return false, r.putBack(ctx, s.ID, t.ID, err)
+	}
+	h := &host{r: r, sid: s.ID, turn: t.ID, prov: s.Provider, fence: leaseOwner}
+	r.turnStarted(s, t.ID)
+	out, runErr := p.Run(tctx, pt, h)
+	out.Text = provider.BoundReply(out.Text) // R18.4, whatever the provider
+	cause := context.Cause(tctx)
+	if tctx.Err() == nil {
+		cause = nil
+	}
+	if handBack(cause) {
+		return r.handBack(ctx, s, t.ID, leaseOwner, cause)
+	}
+	status, reply, errText := r.turnOutcome(s, t.ID, out.Text, cause, runErr, h, lim)
+	r.turnEnded(s, t.ID, status, errText, lim.started)
+	u := r.countUsage(ctx, s.Provider, status, out) // tokens, cost, a usage limit (R7.3, R17.3)
+	model := out.Model
+	if model == "" {
+		model = s.Model
+	}
+	r.noteModel(ctx, s, t.ID, status, out.Model)
+	return r.finishUsage(ctx, s, orch, t.ID, status, reply, model, errText, u)
+}
+
+// turnLimit is max_turn_seconds for one running turn (R18.13): it counts
+// from the turn's start, with the setting as it is now; a change meanwhile
+// moves the deadline (no queue job timeout ever ends a running turn).
+type turnLimit struct {
+	started time.Time
+	secs    atomic.Int64
+	timer   *time.Timer
+}
+
+func startTurnLimit(secs int, cancel context.CancelCauseFunc) *turnLimit {
+	l := &turnLimit{started: time.Now()}
+	l.secs.Store(int64(secs))
+	l.timer = time.AfterFunc(time.Duration(secs)*time.Second, func() { cancel(errTimeout) })
+	return l
+}
+
+// recheck reads the setting from Redis, not the process cache (this may run
+// before the cache was dropped for the same notification), and moves the
+// deadline when it changed.
+func (r *Relay) recheckLimit(ctx context.Context, l *turnLimit) {
+	cur, ok, err := r.st.LoadSettings(context.WithoutCancel(ctx))
+	if err != nil || !ok || int64(cur.MaxTurnSeconds) == l.secs.Load() || cur.MaxTurnSeconds <= 0 {
+		return
+	}
+	l.secs.Store(int64(cur.MaxTurnSeconds))
+	l.timer.Reset(time.Until(l.started.Add(time.Duration(cur.MaxTurnSeconds) * time.Second)))
+}
+
+// track records a turn this process runs, so Shutdown can hand it back (a
+// process already stopping cancels it at once); the func forgets it.
+func (r *Relay) track(turn string, cancel context.CancelCauseFunc) func() {
+	r.mu.Lock()
+	if r.stopping {
+		r.mu.Unlock()
+		cancel(errShutdown)
+	} else {
+		r.running[turn] = cancel
+		r.mu.Unlock()
+	}
+	return func() {
+		r.mu.Lock()
+		delete(r.running, turn)
+		r.mu.Unlock()
+	}
+}
+
+// keepTurn watches a running turn until the returned func is called (it
+// joins the goroutine): a stop request ends it, a settings change moves its
+// deadline, and every leaseTTL/3 the session's lease and the turn's token
+// are renewed and a missed stop is looked for. A lease found lost stops the
+// agent, and nothing more of the turn is written (another drain may run
+// the session now).
+func (r *Relay) keepTurn(ctx context.Context, sid, turn, leaseOwner, turnTok string, cancel context.CancelCauseFunc,
+	stopCh, settingsCh <-chan struct{}, lim *turnLimit) func() {
 	done := make(chan struct{})
 	renewer := make(chan struct{})
-	defer func() { close(done); <-renewer }() // the lease renewer is joined before the lease is released
 	go func() {
 		defer close(renewer)
 		renew := time.NewTicker(leaseTTL / 3)
@@ -549,35 +604,39 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 			case <-stopCh:
 				cancel(errStopped)
 			case <-settingsCh: // also fired after a lost notification subscription (hub.fireAll)
-				recheckLimit()
+				r.recheckLimit(ctx, lim)
 			case <-renew.C:
-				if ok, err := r.st.RenewLease(context.WithoutCancel(ctx), s.ID, leaseOwner, leaseTTL); err == nil && !ok {
-					// Another drain may run this session now: the agent is
-					// stopped and nothing more of this turn is written.
-					r.log.Warn("session lease lost: the agent is stopped", "session", id8(s.ID), "turn", id8(t.ID))
+				if ok, err := r.st.RenewLease(context.WithoutCancel(ctx), sid, leaseOwner, leaseTTL); err == nil && !ok {
+					r.log.Warn("session lease lost: the agent is stopped", "session", id8(sid), "turn", id8(turn))
 					cancel(errLeaseLost)
 				}
 				if turnTok != "" {
 					_, _ = r.st.RenewTurnToken(context.WithoutCancel(ctx), turnTok, turnTokenTTL)
 				}
 				// A stop whose notification was missed.
-				if cur, err := r.st.GetTurn(context.WithoutCancel(ctx), t.ID); err == nil && cur.StopRequested {
+				if cur, err := r.st.GetTurn(context.WithoutCancel(ctx), turn); err == nil && cur.StopRequested {
 					cancel(errStopped)
 				}
 			}
 		}
 	}()
-	if t.StopRequested {
-		cancel(errStopped)
-	}
+	return func() { close(done); <-renewer }
+}
+
+// providerTurn is what the provider is given for turn t: the history when
+// it wants one, where the relay's API listens, and relay_tool's URL while
+// agent sessions are on or a relay is paired (R4.2 Decision).
+func (r *Relay) providerTurn(ctx context.Context, p provider.Provider, s *store.Session, t *store.Turn, st store.Settings,
+	cwd, turnTok string, msgs []store.Message) (provider.Turn, error) {
 	var history []provider.HistoryItem
 	switch {
 	case !p.Info().WantsHistory: // the agent keeps its own conversation, or needs none
 	case msgs != nil: // read when the turn was popped
 		history = historyOf(msgs, t.ID)
 	default:
+		var err error
 		if history, err = r.history(ctx, s.ID, t.ID); err != nil {
-			return false, r.putBack(ctx, s.ID, t.ID, err)
+			return provider.Turn{}, err
 		}
 	}
 	base := r.opts.BaseURL
@@ -587,75 +646,80 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	pt := provider.Turn{SessionID: s.ID, TurnID: t.ID, Prompt: t.Text, Model: s.Model, Effort: s.Effort, Mode: s.Mode,
 		Cwd: cwd, History: history, Token: turnTok, RelayURL: base, Relay: r.opts.Name, AgentSession: agentSessionOf(s)}
 	r.claudeSettings(p, s, &pt)
-	// The agent is offered relay_tool while agent sessions are on or at
-	// least one relay is paired (R4.2 Decision).
 	if base != "" && (st.AgentSessions || r.anyPairing(ctx)) {
 		pt.MCPURL = base + "/mcp"
 	}
-	h := &host{r: r, sid: s.ID, turn: t.ID, prov: s.Provider, fence: leaseOwner}
+	return pt, nil
+}
+
+// handBack says whether a turn that ended for cause is handed back rather
+// than finished: its lease was lost, this process shuts down, or the job's
+// own context ended (its process is going away; drain jobs have no timeout
+// of their own, R18.13).
+func handBack(cause error) bool {
+	return cause != nil && !errors.Is(cause, errStopped) && !errors.Is(cause, errTimeout)
+}
+
+// handBack returns a turn to its queue, fenced by the lease (a lost lease
+// writes nothing).
+func (r *Relay) handBack(ctx context.Context, s *store.Session, turn, leaseOwner string, cause error) (bool, error) {
+	if errors.Is(cause, errLeaseLost) {
+		return r.fenced(s.ID, turn)
+	}
+	if err := r.st.RequeueTurnBy(context.WithoutCancel(ctx), s.ID, turn, leaseOwner); errors.Is(err, store.ErrFenced) {
+		return r.fenced(s.ID, turn)
+	} else if err != nil {
+		return false, err
+	}
+	if errors.Is(cause, errShutdown) {
+		r.log.Info("turn handed back (shutdown)", "session", id8(s.ID), "turn", id8(turn), "provider", s.Provider)
+	}
+	return false, ErrRetryLater
+}
+
+// turnStarted counts and logs a turn's start (R18.9: ids and provider,
+// never the prompt) and marks its agent started (resumable).
+func (r *Relay) turnStarted(s *store.Session, turn string) {
 	if r.met != nil {
 		r.met.TurnStarted(s.Provider)
 	}
-	// R18.9: each turn's start and end (ids and provider; never the prompt).
-	r.log.Info("turn started", "session", id8(s.ID), "turn", id8(t.ID), "provider", s.Provider)
-	r.agentStarted(t.ID)
-	out, runErr := p.Run(tctx, pt, h)
-	out.Text = provider.BoundReply(out.Text) // R18.4, whatever the provider
-	cause := context.Cause(tctx)
-	if tctx.Err() == nil {
-		cause = nil
-	}
-	status, reply, errText := store.TurnDone, out.Text, ""
+	r.log.Info("turn started", "session", id8(s.ID), "turn", id8(turn), "provider", s.Provider)
+	r.agentStarted(turn)
+}
+
+// turnOutcome is how a turn that is not handed back ended: done, stopped
+// (its reply so far), over max_turn_seconds, or failed.
+func (r *Relay) turnOutcome(s *store.Session, turn, reply string, cause, runErr error, h *host, lim *turnLimit) (store.TurnStatus, string, string) {
 	switch {
-	case errors.Is(cause, errLeaseLost):
-		return r.fenced(s.ID, t.ID)
-	case errors.Is(cause, errShutdown):
-		if err := r.st.RequeueTurnBy(context.WithoutCancel(ctx), s.ID, t.ID, leaseOwner); errors.Is(err, store.ErrFenced) {
-			return r.fenced(s.ID, t.ID)
-		} else if err != nil {
-			return false, err
-		}
-		r.log.Info("turn handed back (shutdown)", "session", id8(s.ID), "turn", id8(t.ID), "provider", s.Provider)
-		return false, ErrRetryLater
 	case errors.Is(cause, errStopped):
-		status, errText = store.TurnStopped, ""
 		if reply == "" {
 			reply = h.partialText()
 		}
+		return store.TurnStopped, reply, ""
 	case errors.Is(cause, errTimeout):
-		status, errText = store.TurnError, fmt.Sprintf("The turn ran longer than max_turn_seconds (%d s) and was stopped.", maxSecs.Load())
-	case cause != nil:
-		// The job's own context ended (its process is going away); hand the
-		// turn back. Drain jobs have no timeout of their own (R18.13).
-		if err := r.st.RequeueTurnBy(context.WithoutCancel(ctx), s.ID, t.ID, leaseOwner); errors.Is(err, store.ErrFenced) {
-			return r.fenced(s.ID, t.ID)
-		} else if err != nil {
-			return false, err
-		}
-		return false, ErrRetryLater
+		return store.TurnError, reply, fmt.Sprintf("The turn ran longer than max_turn_seconds (%d s) and was stopped.", lim.secs.Load())
 	case runErr != nil:
-		status, errText = store.TurnError, turnErrorText(runErr)
+		errText := turnErrorText(runErr)
 		if errText == "" {
-			r.log.Error("turn failed inside the relay", "session", s.ID, "turn", t.ID, "err", runErr)
+			r.log.Error("turn failed inside the relay", "session", s.ID, "turn", turn, "err", runErr)
 			errText = "The turn failed inside the relay (the log has the detail)."
 		}
+		return store.TurnError, reply, errText
 	}
+	return store.TurnDone, reply, ""
+}
+
+// turnEnded counts and logs a turn's end (R18.9: ids and provider, never the prompt).
+func (r *Relay) turnEnded(s *store.Session, turn string, status store.TurnStatus, errText string, started time.Time) {
 	if r.met != nil {
 		r.met.TurnFinished(s.Provider, string(status), time.Since(started))
 	}
 	took := time.Since(started).Round(time.Millisecond)
 	if status == store.TurnError {
-		r.log.Warn("turn ended", "session", id8(s.ID), "turn", id8(t.ID), "provider", s.Provider, "status", status, "duration", took, "cause", errText)
+		r.log.Warn("turn ended", "session", id8(s.ID), "turn", id8(turn), "provider", s.Provider, "status", status, "duration", took, "cause", errText)
 	} else {
-		r.log.Info("turn ended", "session", id8(s.ID), "turn", id8(t.ID), "provider", s.Provider, "status", status, "duration", took)
+		r.log.Info("turn ended", "session", id8(s.ID), "turn", id8(turn), "provider", s.Provider, "status", status, "duration", took)
 	}
-	u := r.countUsage(ctx, s.Provider, status, out) // tokens, cost, a usage limit (R7.3, R17.3)
-	model := out.Model
-	if model == "" {
-		model = s.Model
-	}
-	r.noteModel(ctx, s, t.ID, status, out.Model)
-	return r.finishUsage(ctx, s, orch, t.ID, status, reply, model, errText, u)
 }
 
 // history is the conversation before a turn's prompt (at most 50 messages).
