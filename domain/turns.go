@@ -59,7 +59,7 @@ func (r *Relay) newLeaseOwner() string { return r.opts.WorkerID + ":" + store.Ne
 // drainFrom is Drain after its first step d, taken for owner (by StartDrain,
 // or with the prompt's push when the drain starts where it was queued).
 func (r *Relay) drainFrom(ctx context.Context, sid, owner string, d *store.Drain) error {
-	ctx = context.WithValue(ctx, leaseOwnerKey{}, owner)
+	l := drainLease{fence: owner}
 	var err error
 	switch d.State {
 	case store.DrainNoSession:
@@ -93,50 +93,19 @@ func (r *Relay) drainFrom(ctx context.Context, sid, owner string, d *store.Drain
 			r.busyAgain(ctx, sid)
 		}
 	} else {
-		// A turn left running holds no lease any more: its worker died —
-		// unless this process took it and never learned it (resumable).
-		cur, err := r.st.CurrentTurn(ctx, sid)
-		if err != nil {
+		if id, t, err = r.nextTurn(ctx, l, s, orch); err != nil || t == nil {
 			return err
-		}
-		if cur != "" {
-			if rt := r.resumable(ctx, cur); rt != nil {
-				r.log.Warn("turn resumed: this process took it off its queue but the answer was lost (Redis went away); its agent had not started",
-					"session", id8(sid), "turn", id8(cur))
-				id, t = cur, rt
-				r.claim(id)
-				r.busyAgain(ctx, sid)
-			} else {
-				r.log.Warn("turn abandoned by a dead worker", "session", sid, "turn", cur)
-				if _, err := r.finish(ctx, s, orch, cur, store.TurnError, "", "",
-					"The worker running this turn stopped before the turn finished (its process ended); the prompt was not run again."); err != nil {
-					return err
-				}
-			}
-		}
-		if t == nil {
-			id, err = r.st.PopTurnBy(ctx, sid, orch, r.now(), owner)
-			if err != nil || id == "" {
-				return err
-			}
-			r.claim(id)
-			t, err = r.st.GetTurn(ctx, id)
-			if err != nil {
-				return r.putBack(ctx, sid, id, err)
-			}
-			r.busyAgain(ctx, sid)
-			r.notify(ctx, "session:"+sid) // the turn runs: the owner's console (R19.6)
 		}
 		d.History = nil // read when the turn starts
 	}
 	// From here, the turn's outcome may release the lease when nothing more
 	// is queued (one round trip less).
-	ctx = context.WithValue(ctx, leaseReleaseKey{}, rel)
+	l.rel = rel
 	var more bool
 	if s.Archived {
-		more, err = r.finish(ctx, s, orch, id, store.TurnStopped, "", "", "the session was archived")
+		more, err = r.finish(ctx, l, s, orch, id, store.TurnStopped, "", "", "the session was archived")
 	} else {
-		more, err = r.run(ctx, s, orch, t, owner, d.History)
+		more, err = r.run(ctx, l, s, orch, t, d.History)
 	}
 	if err != nil {
 		return err
@@ -156,6 +125,45 @@ func (r *Relay) drainFrom(ctx context.Context, sid, owner string, d *store.Drain
 		}
 	}
 	return nil
+}
+
+// nextTurn is the turn a drain runs when its first step took none, claimed
+// for this process. A turn left running holds no lease any more: its worker
+// died — unless this process took it and never learned it (resumable), then
+// it is that turn; a dead worker's turn is ended first, and the next queued
+// one popped. No turn: nothing queued.
+func (r *Relay) nextTurn(ctx context.Context, l drainLease, s *store.Session, orch string) (string, *store.Turn, error) {
+	sid := s.ID
+	cur, err := r.st.CurrentTurn(ctx, sid)
+	if err != nil {
+		return "", nil, err
+	}
+	if cur != "" {
+		if rt := r.resumable(ctx, cur); rt != nil {
+			r.log.Warn("turn resumed: this process took it off its queue but the answer was lost (Redis went away); its agent had not started",
+				"session", id8(sid), "turn", id8(cur))
+			r.claim(cur)
+			r.busyAgain(ctx, sid)
+			return cur, rt, nil
+		}
+		r.log.Warn("turn abandoned by a dead worker", "session", sid, "turn", cur)
+		if _, err := r.finish(ctx, l, s, orch, cur, store.TurnError, "", "",
+			"The worker running this turn stopped before the turn finished (its process ended); the prompt was not run again."); err != nil {
+			return "", nil, err
+		}
+	}
+	id, err := r.st.PopTurnBy(ctx, sid, orch, r.now(), l.fence)
+	if err != nil || id == "" {
+		return "", nil, err
+	}
+	r.claim(id)
+	t, err := r.st.GetTurn(ctx, id)
+	if err != nil {
+		return id, nil, r.putBack(ctx, sid, id, err)
+	}
+	r.busyAgain(ctx, sid)
+	r.notify(ctx, "session:"+sid) // the turn runs: the owner's console (R19.6)
+	return id, t, nil
 }
 
 // claim records that this process took turn id off its queue (see resumable).
@@ -248,12 +256,14 @@ func (r *Relay) putBack(ctx context.Context, sid, turnID string, cause error) er
 	return fmt.Errorf("turn %s not started: %w", turnID, cause)
 }
 
-// leaseOwnerKey carries the drain's lease owner to finish (finishLater).
-type leaseOwnerKey struct{}
-
-// leaseReleaseKey carries a *leaseRelease: the drain lets the turn's outcome
-// release its lease when no more turns are queued.
-type leaseReleaseKey struct{}
+// drainLease is a drain's hold on its session's lease, handed to the turn's
+// outcome (the zero value: outside a drain). fence is the owner every write
+// of the turn is fenced by; rel, once set, lets the outcome release the
+// lease when no more turns are queued.
+type drainLease struct {
+	fence string
+	rel   *leaseRelease
+}
 
 type leaseRelease struct {
 	owner    string
@@ -272,8 +282,7 @@ const finishGiveUp = 3 * time.Minute
 // each try first takes the session's lease back for this drain, so a turn
 // whose agent finished during an outage is recorded as it ended instead of
 // being found "abandoned" when Redis returns.
-func (r *Relay) finishLater(ctx context.Context, sid string, write func(context.Context) (bool, error), first error) (bool, error) {
-	owner := leaseOwnerOf(ctx)
+func (r *Relay) finishLater(ctx context.Context, owner, sid string, write func(context.Context) (bool, error), first error) (bool, error) {
 	r.log.Warn("the turn's outcome could not be written; retrying until Redis answers", "session", id8(sid), "err", first)
 	deadline := time.Now().Add(finishGiveUp)
 	wait := finishRetryFirst
@@ -304,12 +313,6 @@ func (r *Relay) finishLater(ctx context.Context, sid string, write func(context.
 	return false, fmt.Errorf("write the turn's outcome: %w", err)
 }
 
-// leaseOwnerOf is the drain's lease owner in ctx ("" outside a drain).
-func leaseOwnerOf(ctx context.Context) string {
-	owner, _ := ctx.Value(leaseOwnerKey{}).(string)
-	return owner
-}
-
 // fenced is the end of a drain whose outcome the store refused: the session's
 // lease is another drain's now, or the turn was ended by another process
 // (this one was paused or cut off past the lease). Nothing of this turn is
@@ -323,13 +326,13 @@ func (r *Relay) fenced(sid, turnID string) (bool, error) {
 }
 
 // finish ends a turn and records its outcome; it reports whether more turns wait.
-func (r *Relay) finish(ctx context.Context, s *store.Session, orch, id string, status store.TurnStatus, reply, model, errText string) (bool, error) {
-	return r.finishUsage(ctx, s, orch, id, status, reply, model, errText, nil)
+func (r *Relay) finish(ctx context.Context, l drainLease, s *store.Session, orch, id string, status store.TurnStatus, reply, model, errText string) (bool, error) {
+	return r.finishUsage(ctx, l, s, orch, id, status, reply, model, errText, nil)
 }
 
 // finishUsage is finish for a turn whose agent ran: u (nil: none) is its
 // usage, counted with the outcome of a done turn (countUsage).
-func (r *Relay) finishUsage(ctx context.Context, s *store.Session, orch, id string, status store.TurnStatus, reply, model, errText string, u *store.UsageAdd) (bool, error) {
+func (r *Relay) finishUsage(ctx context.Context, l drainLease, s *store.Session, orch, id string, status store.TurnStatus, reply, model, errText string, u *store.UsageAdd) (bool, error) {
 	// Write even if the job's context is gone: the outcome must not be lost.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
 	defer cancel()
@@ -342,9 +345,9 @@ func (r *Relay) finishUsage(ctx context.Context, s *store.Session, orch, id stri
 		msg = &store.Message{ID: store.NewID(16), Role: "event", Text: "The turn ended with an error: " + errText, CreatedAt: now}
 	}
 	if status != store.TurnError {
-		return r.finishEmit(ctx, s, orch, id, status, reply, model, msg, now, u)
+		return r.finishEmit(ctx, l, s, orch, id, status, reply, model, msg, now, u)
 	}
-	fence := leaseOwnerOf(ctx)
+	fence := l.fence
 	more, err := r.st.FinishTurn(wctx, s.ID, orch, id, fence, msg, now, "status", status, "reply", reply, "replyModel", model,
 		"error", errText, "ended", now.UnixMilli(), "partial", "", "question", "")
 	if errors.Is(err, store.ErrFenced) {
@@ -354,7 +357,7 @@ func (r *Relay) finishUsage(ctx context.Context, s *store.Session, orch, id stri
 		// Redis is away (a restart, a blip): keep the outcome and write it once
 		// it is back, holding the session's lease again first, so no other
 		// process takes the turn for abandoned meanwhile.
-		more, err = r.finishLater(ctx, s.ID, func(c context.Context) (bool, error) {
+		more, err = r.finishLater(ctx, fence, s.ID, func(c context.Context) (bool, error) {
 			return r.st.FinishTurn(c, s.ID, orch, id, fence, msg, now, "status", status, "reply", reply, "replyModel", model,
 				"error", errText, "ended", now.UnixMilli(), "partial", "", "question", "")
 		}, err)
@@ -388,10 +391,10 @@ func (r *Relay) finishUsage(ctx context.Context, s *store.Session, orch, id stri
 // its turn_end event (R8.1) and the notifications, in one round trip
 // (FinishTurnEmit), in the order finish writes them one by one: the outcome,
 // the event, "session:SID", the event's fan-out job when something might
-// watch it, then "turn:ID". With the drain's leaseRelease in ctx, nothing
+// watch it, then "turn:ID". With the drain's leaseRelease (l.rel), nothing
 // more queued and no fan-out to start, the lease is released in the same
 // step (the drain has nothing left to do under it).
-func (r *Relay) finishEmit(ctx context.Context, s *store.Session, orch, id string, status store.TurnStatus, reply, model string, msg *store.Message, now time.Time, u *store.UsageAdd) (bool, error) {
+func (r *Relay) finishEmit(ctx context.Context, l drainLease, s *store.Session, orch, id string, status store.TurnStatus, reply, model string, msg *store.Message, now time.Time, u *store.UsageAdd) (bool, error) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
 	defer cancel()
 	ev := &store.Event{ID: "ev_" + store.NewID(8), At: r.now(), Kind: EvTurnEnd, Session: s.ID, Title: s.Title,
@@ -401,14 +404,13 @@ func (r *Relay) finishEmit(ctx context.Context, s *store.Session, orch, id strin
 			ev.Title = cur.Title
 		}
 	}
-	rel, _ := ctx.Value(leaseReleaseKey{}).(*leaseRelease)
 	owner := ""
-	if rel != nil {
-		owner = rel.owner
+	if l.rel != nil {
+		owner = l.rel.owner
 	}
 	var watched, released bool
 	var ended *store.Turn
-	fence := leaseOwnerOf(ctx)
+	fence := l.fence
 	write := func(c context.Context) (bool, error) {
 		more, w, rl, t, err := r.st.FinishTurnEmit(c, s.ID, orch, id, fence, msg, now, ev, owner, u,
 			"status", status, "reply", reply, "replyModel", model, "error", "", "ended", now.UnixMilli(), "partial", "", "question", "")
@@ -425,7 +427,7 @@ func (r *Relay) finishEmit(ctx context.Context, s *store.Session, orch, id strin
 	}
 	if err != nil {
 		// Redis is away: as in finish, write once it is back, under the lease.
-		if more, err = r.finishLater(ctx, s.ID, write, err); errors.Is(err, store.ErrFenced) {
+		if more, err = r.finishLater(ctx, fence, s.ID, write, err); errors.Is(err, store.ErrFenced) {
 			return r.fenced(s.ID, id)
 		} else if err != nil {
 			return false, err
@@ -435,8 +437,8 @@ func (r *Relay) finishEmit(ctx context.Context, s *store.Session, orch, id strin
 		defer cancelAgain()
 	}
 	r.forgetClaim(id) // the outcome is written
-	if rel != nil && released {
-		rel.released = true
+	if l.rel != nil && released {
+		l.rel.released = true
 	}
 	if r.met != nil {
 		r.met.Event(ev.Kind)
@@ -471,10 +473,11 @@ func (r *Relay) Shutdown() {
 	r.mu.Unlock()
 }
 
-func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store.Turn, leaseOwner string, msgs []store.Message) (bool, error) {
+func (r *Relay) run(ctx context.Context, l drainLease, s *store.Session, orch string, t *store.Turn, msgs []store.Message) (bool, error) {
+	leaseOwner := l.fence
 	p, ok := r.providers[s.Provider]
 	if !ok {
-		return r.finish(ctx, s, orch, t.ID, store.TurnError, "", "", fmt.Sprintf("provider %q is not configured on this relay", s.Provider))
+		return r.finish(ctx, l, s, orch, t.ID, store.TurnError, "", "", fmt.Sprintf("provider %q is not configured on this relay", s.Provider))
 	}
 	st, err := r.settings(ctx)
 	if err != nil {
@@ -486,7 +489,7 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 	if cwd != "" {
 		resolved, why := r.folderAllowed(cwd)
 		if why != "" {
-			return r.finish(ctx, s, orch, t.ID, store.TurnError, "", "", why+" Nothing was run.")
+			return r.finish(ctx, l, s, orch, t.ID, store.TurnError, "", "", why+" Nothing was run.")
 		}
 		cwd = resolved
 	}
@@ -534,7 +537,7 @@ func (r *Relay) run(ctx context.Context, s *store.Session, orch string, t *store
 		model = s.Model
 	}
 	r.noteModel(ctx, s, t.ID, status, out.Model)
-	return r.finishUsage(ctx, s, orch, t.ID, status, reply, model, errText, u)
+	return r.finishUsage(ctx, l, s, orch, t.ID, status, reply, model, errText, u)
 }
 
 // turnLimit is max_turn_seconds for one running turn (R18.13): it counts
