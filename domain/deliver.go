@@ -94,18 +94,8 @@ func (r *Relay) Fanout(ctx context.Context, ev *store.Event) error {
 	if ev.Watcher != "" { // addressed to one conversation (an ask's answer): no subscription needed
 		return r.release(ctx, ev.Watcher, store.Batch{Kind: "plain", Events: []store.Event{*ev}, Urgent: urgent(ev.Kind)})
 	}
-	var subs []*store.Subscription
-	var err error
-	if ev.Sub != "" {
-		sub, gerr := r.st.GetSubscription(ctx, ev.Sub)
-		if errors.Is(gerr, store.ErrNotFound) {
-			return nil
-		}
-		if gerr != nil {
-			return gerr
-		}
-		subs = []*store.Subscription{sub}
-	} else if subs, err = r.st.SubscriptionsOf(ctx, ev.Session); err != nil {
+	subs, err := r.fanoutSubs(ctx, ev)
+	if err != nil || subs == nil {
 		return err
 	}
 	var turn *store.Turn
@@ -172,6 +162,26 @@ func (r *Relay) Fanout(ctx context.Context, ev *store.Event) error {
 		return r.checkAllIdle(ctx, watching(subs, ev.Session))
 	}
 	return nil
+}
+
+// fanoutSubs is the subscriptions an event goes to: the one it names (none
+// when that one is gone), else every subscription of its session (never nil).
+func (r *Relay) fanoutSubs(ctx context.Context, ev *store.Event) ([]*store.Subscription, error) {
+	if ev.Sub == "" {
+		subs, err := r.st.SubscriptionsOf(ctx, ev.Session)
+		if subs == nil && err == nil {
+			subs = []*store.Subscription{}
+		}
+		return subs, err
+	}
+	sub, err := r.st.GetSubscription(ctx, ev.Sub)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []*store.Subscription{sub}, nil
 }
 
 // offer delivers an event now or holds it for the subscription's digest or

@@ -150,43 +150,7 @@ func findPairing(ps []*store.Pairing, name string) (*store.Pairing, *Error) {
 // remoteCall runs an action on a paired relay for the caller; pv is what
 // checkRelay read of the pairings and of this conversation's unlocked relays.
 func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pairing, pv *peerState) (*result, *Error) {
-	switch a.action {
-	case "schedule", "list_schedules", "unschedule":
-		return nil, Errorf(CodeUnsupported, "Schedules work on this relay only; relay %q keeps none for agents here. Use relay \"this\". Nothing was done.", p.Name)
-	case "ask":
-		if !a.has("session") {
-			return nil, Errorf(CodeInvalidInput, "An ask on paired relay %q needs session: the session there it is about. An ask into this conversation uses relay \"this\". Nothing was asked.", p.Name)
-		}
-	}
-	if isExternal(c.s) && (a.action == "subscribe" || a.action == "ask") {
-		return nil, notWakeable(a.action, nothingDone)
-	}
-	// R4.4: locked until the owner mentions it here or its agent wrote here;
-	// list_questions and withdraw reach the asks this conversation made there.
-	if a.action != "list_questions" && a.action != "withdraw" {
-		if !pv.unlocked(p) {
-			return nil, Errorf(CodeLocked, "Relay %q is locked in this conversation. Ask the owner to mention it (for example @%s) in a message here; then it is unlocked for the rest of the conversation. Nothing was done.", p.Name, p.Name)
-		}
-	}
-	// R4.5: the pairing's level.
-	need := neededLevel(a)
-	if levelRank[p.Permission] < levelRank[need] {
-		return nil, Errorf(CodePermission, "Relay %q lets agents here %s; %s needs %q. The owner sets this per paired relay. Nothing was done.",
-			p.Name, levelText(p.Permission), a.action, need)
-	}
-	if a.action == "transfer_subscriptions" {
-		// from is a conversation here: checked here, sent as its full id.
-		from, e := r.target(ctx, a, "from")
-		if e != nil {
-			return nil, e
-		}
-		if from.ID == c.s.ID {
-			return nil, Errorf(CodeSelf, "from names this conversation itself; its subscriptions are already here. Nothing was moved.")
-		}
-		a.m["from"] = quoteJSON(from.ID)
-	}
-	// R13.3: a relay too old for what the action needs says so in its hello.
-	if e := unsupportedThere(a, p); e != nil {
+	if e := r.remoteAllowed(ctx, c, a, p, pv); e != nil {
 		return nil, e
 	}
 	origin := r.chain(c, pv)
@@ -206,23 +170,7 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 			r.giveBack(ctx, cn, c)
 		}
 	}()
-	out := make(map[string]json.RawMessage, len(a.m))
-	for k, v := range a.m {
-		if k != "relay" {
-			out[k] = v
-		}
-	}
-	if mode, _ := a.str("mode"); mode == "" && c.s.Mode != "" && (a.action == "send" || a.action == "create_session") {
-		// What the agent leaves out follows the caller's session (R7.9): a
-		// send or a new session without mode runs in the caller's own (R7.10),
-		// not in the other relay's stand-in's.
-		out["mode"] = quoteJSON(c.s.Mode)
-	}
-	body := PeerCallBody{Action: a.action, Args: out, Origin: PeerOrigin{Relay: r.opts.Name, Session: c.s.ID, Title: c.s.Title,
-		Model: c.s.Model, Path: origin.Path, Unlocked: origin.Unlocked}}
-	if c.turn != nil && c.turn.ReplyModel != "" {
-		body.Origin.Model = c.turn.ReplyModel
-	}
+	body, out := r.remoteBody(c, a, origin)
 	// The longest wait is this relay's (R7.11); the call's timeout covers it.
 	// A bad wait_seconds is refused before any card (R5.3).
 	timeout := r.opts.Timing.PeerTimeout
@@ -238,27 +186,8 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 	}
 	lines, target := remoteCardLines(a, p), targetOf(a)
 	if cn.needed() && checkable(a) && p.HasFeature("check") {
-		// The other relay's checks come before any card (R5.3): a call it
-		// would refuse is refused now, and the card names what it resolved.
-		chk, e := r.checkThere(ctx, p, body)
-		if e != nil {
+		if cn, lines, target, e = r.cardChecked(ctx, a, p, body, cn, lines, target); e != nil {
 			return nil, e
-		}
-		if chk != nil {
-			if a.action == "update_session" {
-				if chk.StartedByCaller {
-					// That relay records this conversation as the session's starter (R7.10).
-					cn.drop(updateFlag(p), updateReason(p))
-				}
-				if len(chk.Changed) == 0 {
-					cn = &cardNeed{relay: p.Name} // a call that changes nothing asks nobody (R7.10)
-				}
-			}
-			lines = checkedCardLines(a, p, chk)
-			if chk.Session != nil {
-				id := LineValue(chk.Session.ID, fieldID) // it came from that relay (R18.16)
-				target = &id
-			}
 		}
 	}
 	if e := r.askCard(ctx, c, cn, a.action, target, lines, nothingDone); e != nil {
@@ -291,6 +220,107 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 		res.note("note", waitNote)
 	}
 	return res, nil
+}
+
+// remoteAllowed are the checks of a call to a paired relay made here before
+// any card: what that relay serves agents here, the lock (R4.4), the
+// pairing's level (R4.5), transfer's from, what its version supports (R13.3)
+// and the hop limit for a prompt.
+func (r *Relay) remoteAllowed(ctx context.Context, c *caller, a *args, p *store.Pairing, pv *peerState) *Error {
+	switch a.action {
+	case "schedule", "list_schedules", "unschedule":
+		return Errorf(CodeUnsupported, "Schedules work on this relay only; relay %q keeps none for agents here. Use relay \"this\". Nothing was done.", p.Name)
+	case "ask":
+		if !a.has("session") {
+			return Errorf(CodeInvalidInput, "An ask on paired relay %q needs session: the session there it is about. An ask into this conversation uses relay \"this\". Nothing was asked.", p.Name)
+		}
+	}
+	if isExternal(c.s) && (a.action == "subscribe" || a.action == "ask") {
+		return notWakeable(a.action, nothingDone)
+	}
+	// R4.4: locked until the owner mentions it here or its agent wrote here;
+	// list_questions and withdraw reach the asks this conversation made there.
+	if a.action != "list_questions" && a.action != "withdraw" {
+		if !pv.unlocked(p) {
+			return Errorf(CodeLocked, "Relay %q is locked in this conversation. Ask the owner to mention it (for example @%s) in a message here; then it is unlocked for the rest of the conversation. Nothing was done.", p.Name, p.Name)
+		}
+	}
+	// R4.5: the pairing's level.
+	need := neededLevel(a)
+	if levelRank[p.Permission] < levelRank[need] {
+		return Errorf(CodePermission, "Relay %q lets agents here %s; %s needs %q. The owner sets this per paired relay. Nothing was done.",
+			p.Name, levelText(p.Permission), a.action, need)
+	}
+	if a.action == "transfer_subscriptions" {
+		// from is a conversation here: checked here, sent as its full id.
+		from, e := r.target(ctx, a, "from")
+		if e != nil {
+			return e
+		}
+		if from.ID == c.s.ID {
+			return Errorf(CodeSelf, "from names this conversation itself; its subscriptions are already here. Nothing was moved.")
+		}
+		a.m["from"] = quoteJSON(from.ID)
+	}
+	// R13.3: a relay too old for what the action needs says so in its hello.
+	if e := unsupportedThere(a, p); e != nil {
+		return e
+	}
+	if promptsAgent(a) {
+		if e := hopCheck(r.chain(c, pv), p.SelfName(), r.opts.Limits.Hops); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// remoteBody is the peer call's body: the arguments but relay, the mode the
+// caller's session runs in where the agent left it out, and the origin.
+func (r *Relay) remoteBody(c *caller, a *args, origin store.Origin) (PeerCallBody, map[string]json.RawMessage) {
+	out := make(map[string]json.RawMessage, len(a.m))
+	for k, v := range a.m {
+		if k != "relay" {
+			out[k] = v
+		}
+	}
+	if mode, _ := a.str("mode"); mode == "" && c.s.Mode != "" && (a.action == "send" || a.action == "create_session") {
+		// What the agent leaves out follows the caller's session (R7.9): a
+		// send or a new session without mode runs in the caller's own (R7.10),
+		// not in the other relay's stand-in's.
+		out["mode"] = quoteJSON(c.s.Mode)
+	}
+	body := PeerCallBody{Action: a.action, Args: out, Origin: PeerOrigin{Relay: r.opts.Name, Session: c.s.ID, Title: c.s.Title,
+		Model: c.s.Model, Path: origin.Path, Unlocked: origin.Unlocked}}
+	if c.turn != nil && c.turn.ReplyModel != "" {
+		body.Origin.Model = c.turn.ReplyModel
+	}
+	return body, out
+}
+
+// cardChecked asks the other relay's checks before any card (R5.3): a call
+// it would refuse is refused now, and the card names what it resolved.
+func (r *Relay) cardChecked(ctx context.Context, a *args, p *store.Pairing, body PeerCallBody, cn *cardNeed, lines []string, target *string) (*cardNeed, []string, *string, *Error) {
+	chk, e := r.checkThere(ctx, p, body)
+	if e != nil {
+		return cn, lines, target, e // cn as it was: the loop count it took is given back
+	}
+	if chk != nil {
+		if a.action == "update_session" {
+			if chk.StartedByCaller {
+				// That relay records this conversation as the session's starter (R7.10).
+				cn.drop(updateFlag(p), updateReason(p))
+			}
+			if len(chk.Changed) == 0 {
+				cn = &cardNeed{relay: p.Name} // a call that changes nothing asks nobody (R7.10)
+			}
+		}
+		lines = checkedCardLines(a, p, chk)
+		if chk.Session != nil {
+			id := LineValue(chk.Session.ID, fieldID) // it came from that relay (R18.16)
+			target = &id
+		}
+	}
+	return cn, lines, target, nil
 }
 
 func levelText(level string) string {

@@ -101,22 +101,8 @@ func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result
 	if isExternal(target) {
 		return nil, notPromptable(target, nothingScheduled)
 	}
-	// Limits (R9.9).
-	into, err := r.st.SchedulesInto(ctx, target.ID)
-	if err != nil {
-		return nil, internal(err)
-	}
-	if len(into) >= r.opts.Limits.SchedulesIntoConversation {
-		return nil, Errorf(CodeScheduleLimit, "%d schedules already fire into that conversation, the most allowed. %s", len(into), nothingScheduled)
-	}
-	if other {
-		by, err := r.st.SchedulesBy(ctx, c.s.ID)
-		if err != nil {
-			return nil, internal(err)
-		}
-		if len(by) >= r.opts.Limits.SchedulesForOthers {
-			return nil, Errorf(CodeScheduleLimit, "This conversation already set %d schedules for other sessions, the most allowed. %s", len(by), nothingScheduled)
-		}
+	if e := r.scheduleLimits(ctx, c, target, other); e != nil {
+		return nil, e
 	}
 	if title == "" {
 		title = titleFrom(text)
@@ -167,6 +153,28 @@ func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result
 	}
 	return res.set("schedule_id", sc.ID).set("schedule", map[string]any{"id": sc.ID, "title": title,
 		"everyMinutes": nilIfZero(every), "once": sc.Once(), "nextFireAt": ts(first)}), nil
+}
+
+// scheduleLimits checks the schedule limits before any card (R9.9); they
+// are checked again, atomically, when the schedule is written.
+func (r *Relay) scheduleLimits(ctx context.Context, c *caller, target *store.Session, other bool) *Error {
+	into, err := r.st.SchedulesInto(ctx, target.ID)
+	if err != nil {
+		return internal(err)
+	}
+	if len(into) >= r.opts.Limits.SchedulesIntoConversation {
+		return Errorf(CodeScheduleLimit, "%d schedules already fire into that conversation, the most allowed. %s", len(into), nothingScheduled)
+	}
+	if other {
+		by, err := r.st.SchedulesBy(ctx, c.s.ID)
+		if err != nil {
+			return internal(err)
+		}
+		if len(by) >= r.opts.Limits.SchedulesForOthers {
+			return Errorf(CodeScheduleLimit, "This conversation already set %d schedules for other sessions, the most allowed. %s", len(by), nothingScheduled)
+		}
+	}
+	return nil
 }
 
 func nilIfZero(n int) any {
