@@ -12,8 +12,8 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/domain"
-	"github.com/oar/relay/store"
 )
 
 // maxBody bounds an owner request's body (a prompt may have 1 MiB).
@@ -140,7 +140,7 @@ func (o *owner) listSessions(c *gin.Context) {
 	}
 	for _, it := range items {
 		if m, ok := it.(map[string]any); ok {
-			if sb, ok := m["startedBy"].(*store.Ref); ok && sb != nil {
+			if sb, ok := m["startedBy"].(*relay.Ref); ok && sb != nil {
 				m["via"] = domain.ViaAgentBadge(sb.Title) // R4.11, one line (R18.16)
 			}
 		}

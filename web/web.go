@@ -24,9 +24,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/domain"
 	"github.com/oar/relay/provider"
-	"github.com/oar/relay/store"
 )
 
 //go:embed templates/*.html
@@ -142,7 +142,7 @@ type view struct {
 	Models    []string
 	Mentions  []string // the paired relays' names, offered after @ in the message box
 
-	Settings store.Settings
+	Settings relay.Settings
 
 	Relays     []map[string]any // the pairings (GET /api/v1/relays)
 	PeerTokens []peerTokenView  // the peer tokens this relay issued (GET /api/v1/peer-tokens)
@@ -160,12 +160,12 @@ type nav struct {
 }
 
 type cardView struct {
-	*store.Card
+	*relay.Card
 	SessionTitle string
 }
 
 type questionView struct {
-	*store.Question
+	*relay.Question
 	SessionTitle string
 }
 
@@ -428,7 +428,7 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 	sid := str(s["id"])
 	if cards, ok := s["cards"].([]any); ok {
 		for _, x := range cards {
-			if cd, ok := x.(*store.Card); ok {
+			if cd, ok := x.(*relay.Card); ok {
 				v.Cards = append(v.Cards, cardView{Card: cd, SessionTitle: v.Title})
 			}
 		}
