@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 	"github.com/oar/relay/taskout"
@@ -197,7 +198,7 @@ func (r *Relay) OwnerSession(ctx context.Context, ref string, last int) (map[str
 
 // OwnerMessage is the owner writing in a conversation: it queues the prompt
 // and resets loop protection (R5.2.6).
-func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (map[string]any, error) {
+func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (*relay.MessageQueued, error) {
 	s, e := r.sessionByRef(ctx, ref)
 	if e != nil {
 		return nil, e
@@ -225,11 +226,11 @@ func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (map[string]
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"session": s.ID, "message_id": t.ID, "status": t.Status}, nil
+	return &relay.MessageQueued{Session: s.ID, MessageID: t.ID, Status: string(t.Status)}, nil
 }
 
 // OwnerStop stops a session's running turn.
-func (r *Relay) OwnerStop(ctx context.Context, ref string) (map[string]any, error) {
+func (r *Relay) OwnerStop(ctx context.Context, ref string) (*relay.StopRequested, error) {
 	s, e := r.sessionByRef(ctx, ref)
 	if e != nil {
 		return nil, e
@@ -238,15 +239,15 @@ func (r *Relay) OwnerStop(ctx context.Context, ref string) (map[string]any, erro
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]any{"session": s.ID, "stopRequested": ok}
+	out := &relay.StopRequested{Session: s.ID, StopRequested: ok}
 	if !ok {
-		out["note"] = "nothing was running"
+		out.Note = "nothing was running"
 	}
 	return out, nil
 }
 
 // OwnerArchive archives a session.
-func (r *Relay) OwnerArchive(ctx context.Context, ref string) (map[string]any, error) {
+func (r *Relay) OwnerArchive(ctx context.Context, ref string) (*relay.SessionArchived, error) {
 	s, e := r.sessionByRef(ctx, ref)
 	if e != nil {
 		return nil, e
@@ -256,7 +257,7 @@ func (r *Relay) OwnerArchive(ctx context.Context, ref string) (map[string]any, e
 			return nil, err
 		}
 	}
-	return map[string]any{"session": s.ID, "archived": true}, nil
+	return &relay.SessionArchived{Session: s.ID, Archived: true}, nil
 }
 
 // OwnerDeleteSession is the owner's DELETE /sessions/{id} (SPEC §12), archived
@@ -264,7 +265,7 @@ func (r *Relay) OwnerArchive(ctx context.Context, ref string) (map[string]any, e
 // queued prompts dropped), its schedules and subscriptions end with "deleted",
 // its asks end; once no turn runs or waits, its record, messages, tasks and
 // indexes are removed.
-func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (map[string]any, error) {
+func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (*relay.SessionDeleted, error) {
 	s, e := r.sessionByRef(ctx, ref)
 	if e != nil {
 		return nil, e
@@ -310,7 +311,7 @@ func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (map[string]
 	}
 	_ = r.st.Notify(ctx, "tokens")
 	_ = r.st.Notify(ctx, "session:"+s.ID)
-	return map[string]any{"session": s.ID, "deleted": true}, nil
+	return &relay.SessionDeleted{Session: s.ID, Deleted: true}, nil
 }
 
 // SessionPatch is the owner's PATCH /sessions/{id}.

@@ -1,0 +1,92 @@
+package relay
+
+// Typed results of the domain's owner operations (the owner API's answers).
+// Fields are declared in the order of their JSON keys, sorted, as
+// encoding/json wrote the maps they replace; omitempty where the map left
+// the key out.
+
+// MessageQueued answers an owner's message (POST /sessions/{id}/messages).
+type MessageQueued struct {
+	MessageID string `json:"message_id"`
+	Session   string `json:"session"`
+	Status    string `json:"status"`
+}
+
+// StopRequested answers POST /sessions/{id}/stop.
+type StopRequested struct {
+	Note          string `json:"note,omitempty"` // "nothing was running"
+	Session       string `json:"session"`
+	StopRequested bool   `json:"stopRequested"`
+}
+
+// SessionArchived answers POST /sessions/{id}/archive.
+type SessionArchived struct {
+	Archived bool   `json:"archived"`
+	Session  string `json:"session"`
+}
+
+// SessionDeleted answers DELETE /sessions/{id}.
+type SessionDeleted struct {
+	Deleted bool   `json:"deleted"`
+	Session string `json:"session"`
+}
+
+// GroupCreated answers POST /groups.
+type GroupCreated struct {
+	CreatedAt    string `json:"createdAt"`
+	ID           string `json:"id"`
+	MemberCount  int    `json:"memberCount"`
+	Name         string `json:"name"`
+	OwnerCreated bool   `json:"ownerCreated"`
+}
+
+// GroupRenamed answers PATCH /groups/{id}.
+type GroupRenamed struct {
+	Head         string `json:"head"`
+	ID           string `json:"id"`
+	MemberCount  int    `json:"memberCount"`
+	Name         string `json:"name"`
+	OwnerCreated bool   `json:"ownerCreated"`
+}
+
+// GroupDissolved answers DELETE /groups/{id}: its members stay, ungrouped.
+type GroupDissolved struct {
+	Dissolved bool     `json:"dissolved"`
+	ID        string   `json:"id"`
+	Ungrouped []string `json:"ungrouped"`
+}
+
+// Ended answers the end of a schedule or a subscription (DELETE
+// /schedules/{id}, DELETE /subscriptions/{id}); Note and Relay only for a
+// subscription held on a paired relay.
+type Ended struct {
+	EndReason string `json:"endReason"`
+	ID        string `json:"id"`
+	Note      string `json:"note,omitempty"`
+	Relay     string `json:"relay,omitempty"`
+}
+
+// PeerTokenIssued answers POST /peer-tokens: the token, shown only once.
+type PeerTokenIssued struct {
+	CreatedAt string `json:"createdAt"`
+	ID        string `json:"id"`
+	Note      string `json:"note"`
+	Relay     string `json:"relay"`
+	Token     string `json:"token"`
+	URL       string `json:"url"`
+}
+
+// PeerTokenRevoked answers DELETE /peer-tokens/{id}.
+type PeerTokenRevoked struct {
+	ID      string `json:"id"`
+	Revoked bool   `json:"revoked"`
+}
+
+// Unpaired answers DELETE /relays/{name}.
+type Unpaired struct {
+	AsksEnded          int    `json:"asksEnded"`
+	Name               string `json:"name"`
+	Note               string `json:"note,omitempty"` // the paired relay did not answer
+	Removed            bool   `json:"removed"`
+	SubscriptionsEnded int    `json:"subscriptionsEnded"`
+}
