@@ -163,6 +163,7 @@ func TestGoldenOwnerJSON(t *testing.T) {
 	g.owner(r, "list sessions", "GET", "/api/v1/sessions", nil)
 	g.tool(m1, "read_session", map[string]any{"action": "read_session", "relay": "this", "session": id2})
 	g.tool(m1, "list_sessions", map[string]any{"action": "list_sessions", "relay": "this"})
+	g.owner(r, "inbox", "GET", "/api/v1/inbox", nil)
 	g.owner(r, "answer ask", "POST", "/api/v1/inbox/"+str(ask, "question_id"), map[string]any{"choice": "yes"})
 	subID := ""
 	if s, ok := sub["subscription"].(map[string]any); ok {
@@ -179,7 +180,9 @@ func TestGoldenOwnerJSON(t *testing.T) {
 	rt := g.owner(r, "new peer token for lab", "POST", "/api/v1/peer-tokens", map[string]any{"label": "for lab"})
 	g.owner(lab, "pair back", "POST", "/api/v1/relays", map[string]any{"url": r.URL, "token": str(rt, "token"), "name": "desk"})
 	g.owner(r, "patch relay", "PATCH", "/api/v1/relays/lab", map[string]any{"permission": "full"})
+	g.owner(r, "list relays", "GET", "/api/v1/relays", nil)
 	r.WaitTurn(r.Message(id1, "ask @lab something"), 20*time.Second, "done")
+	g.tool(m1, "list_relays", map[string]any{"action": "list_relays"})
 	ls := lab.NewSession(map[string]any{"title": "lab one"})
 	g.norm(ls.ID)
 	remote := g.tool(m1, "ask on lab", map[string]any{"action": "ask", "relay": "lab", "session": ls.ID, "question": "lab ok?"})
