@@ -90,3 +90,18 @@ type Unpaired struct {
 	Removed            bool   `json:"removed"`
 	SubscriptionsEnded int    `json:"subscriptionsEnded"`
 }
+
+// PairedRelay is a pairing as the owner sees it (POST, PATCH and GET /relays).
+// A time never seen is null.
+type PairedRelay struct {
+	Host          string  `json:"host"`
+	LastSeenAt    *string `json:"lastSeenAt"`
+	Name          string  `json:"name"`
+	OfflineReason string  `json:"offlineReason,omitempty"`
+	Online        bool    `json:"online"`
+	PairedAt      *string `json:"pairedAt"`
+	Permission    string  `json:"permission"`
+	RemoteName    string  `json:"remoteName,omitempty"` // the name it calls itself, when not Name
+	URL           string  `json:"url"`
+	Version       string  `json:"version"`
+}

@@ -158,7 +158,7 @@ func privateHost(host string) bool {
 // Pair pairs this relay with another (R13.1a): the URL is checked, hello is
 // tried for 5 s; on success its own name is the default name; without an
 // answer the pairing is kept offline only when a name was given.
-func (r *Relay) Pair(ctx context.Context, in PairRequest) (map[string]any, error) {
+func (r *Relay) Pair(ctx context.Context, in PairRequest) (*relay.PairedRelay, error) {
 	u, host, err := checkPeerURL(in.URL)
 	if err != nil {
 		return nil, err
@@ -232,21 +232,21 @@ func (r *Relay) checkRelayName(name string) *Error {
 	return nil
 }
 
-func (r *Relay) pairingView(p *store.Pairing, links map[string]store.Link) map[string]any {
+func (r *Relay) pairingView(p *store.Pairing, links map[string]store.Link) *relay.PairedRelay {
 	l := links[strings.ToLower(p.Name)]
-	m := map[string]any{"name": p.Name, "url": p.URL, "host": p.Host, "online": l.Online, "version": p.Version,
-		"permission": p.Permission, "pairedAt": ts(p.PairedAt), "lastSeenAt": ts(l.LastSeenAt)}
+	m := &relay.PairedRelay{Name: p.Name, URL: p.URL, Host: p.Host, Online: l.Online, Version: p.Version,
+		Permission: p.Permission, PairedAt: tsPtr(p.PairedAt), LastSeenAt: tsPtr(l.LastSeenAt)}
 	if p.RemoteName != "" && !strings.EqualFold(p.RemoteName, p.Name) {
-		m["remoteName"] = p.RemoteName
+		m.RemoteName = p.RemoteName
 	}
 	if !l.Online && l.Reason != "" {
-		m["offlineReason"] = l.Reason
+		m.OfflineReason = l.Reason
 	}
 	return m
 }
 
 // Relays lists the pairings (GET /api/v1/relays).
-func (r *Relay) Relays(ctx context.Context) ([]any, error) {
+func (r *Relay) Relays(ctx context.Context) ([]*relay.PairedRelay, error) {
 	ps, err := r.st.Pairings(ctx)
 	if err != nil {
 		return nil, err
@@ -255,7 +255,7 @@ func (r *Relay) Relays(ctx context.Context) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := []any{}
+	out := []*relay.PairedRelay{}
 	for _, p := range ps {
 		out = append(out, r.pairingView(p, links))
 	}
@@ -263,7 +263,7 @@ func (r *Relay) Relays(ctx context.Context) ([]any, error) {
 }
 
 // PatchRelay changes a pairing's level, URL or token.
-func (r *Relay) PatchRelay(ctx context.Context, name string, in RelayPatch) (map[string]any, error) {
+func (r *Relay) PatchRelay(ctx context.Context, name string, in RelayPatch) (*relay.PairedRelay, error) {
 	p, err := r.st.GetPairing(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, Errorf(CodeNotFound, "No paired relay is named %q. Nothing was changed.", name)
@@ -457,7 +457,7 @@ func (r *Relay) pairedRelays(ctx context.Context, sid string) ([]any, int, error
 		if open {
 			n++
 		}
-		out = append(out, map[string]any{"name": p.Name, "url": p.URL, "host": p.Host, "online": v["online"], "version": v["version"],
+		out = append(out, map[string]any{"name": p.Name, "url": p.URL, "host": p.Host, "online": v.Online, "version": v.Version,
 			"permission": p.Permission, "unlocked": open})
 	}
 	return out, n, nil

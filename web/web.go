@@ -144,8 +144,8 @@ type view struct {
 
 	Settings relay.Settings
 
-	Relays     []map[string]any // the pairings (GET /api/v1/relays)
-	PeerTokens []peerTokenView  // the peer tokens this relay issued (GET /api/v1/peer-tokens)
+	Relays     []*relay.PairedRelay // the pairings (GET /api/v1/relays)
+	PeerTokens []peerTokenView      // the peer tokens this relay issued (GET /api/v1/peer-tokens)
 }
 
 // peerTokenView is a peer token as the Relays page lists it (R18.20): never
@@ -291,7 +291,7 @@ func (c *console) load(ctx context.Context, name string, g *gin.Context) (*view,
 		if err != nil {
 			return nil, 0, err
 		}
-		v.Relays = maps(list)
+		v.Relays = list
 		toks, err := c.r.PeerTokens(ctx)
 		if err != nil {
 			return nil, 0, err
@@ -516,8 +516,8 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range maps(relays) {
-		v.Mentions = append(v.Mentions, str(p["name"]))
+	for _, p := range relays {
+		v.Mentions = append(v.Mentions, p.Name)
 	}
 	sort.Strings(v.Mentions)
 	return nil
@@ -603,8 +603,13 @@ func safeNext(s string) string {
 }
 
 func str(x any) string {
-	if s, ok := x.(string); ok {
+	switch s := x.(type) {
+	case string:
 		return s
+	case *string: // a typed result's time (nil: never)
+		if s != nil {
+			return *s
+		}
 	}
 	return ""
 }
