@@ -105,3 +105,23 @@ type PairedRelay struct {
 	URL           string  `json:"url"`
 	Version       string  `json:"version"`
 }
+
+// AskAnswered is an ask once answered or dismissed (POST /inbox/{id}, and
+// a paired relay's inbox through POST /peer/v1/inbox/{id}). Answer and
+// Choice are null when empty.
+type AskAnswered struct {
+	Answer         *string  `json:"answer"`
+	Choice         *string  `json:"choice"`
+	CreatedAt      *string  `json:"createdAt"`
+	Detail         string   `json:"detail,omitempty"`
+	Dismissed      bool     `json:"dismissed"`
+	EndedAt        *string  `json:"endedAt"`
+	ID             string   `json:"id"`
+	Options        []string `json:"options"`
+	Question       string   `json:"question"`
+	QuestionID     string   `json:"question_id"`
+	Recommendation string   `json:"recommendation,omitempty"`
+	Session        string   `json:"session"`
+	Status         string   `json:"status"` // answered | dismissed
+	Via            string   `json:"via,omitempty"`
+}

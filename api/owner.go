@@ -266,7 +266,7 @@ func (o *owner) answerAsk(c *gin.Context) {
 	if !bind(c, &in, false) {
 		return
 	}
-	var out map[string]any
+	var out any
 	var err error
 	if rl := c.Query("relay"); rl != "" && rl != "this" && rl != o.r.Name() {
 		out, err = o.r.AnswerPairedAsk(c.Request.Context(), rl, c.Param("id"), in) // an ask kept on a paired relay

@@ -101,7 +101,7 @@ func (r *Relay) PeerInbox(ctx context.Context, tok string) ([]any, error) {
 // PeerAnswer answers an ask of this relay from a paired relay's inbox: only
 // an ask the token's relay's conversation made here (R18.21); any other is
 // not found.
-func (r *Relay) PeerAnswer(ctx context.Context, tok, id string, in InboxAnswer, via string) (map[string]any, error) {
+func (r *Relay) PeerAnswer(ctx context.Context, tok, id string, in InboxAnswer, via string) (*relay.AskAnswered, error) {
 	bound, err := r.peerBound(ctx, tok)
 	if err != nil {
 		return nil, err

@@ -14,3 +14,11 @@ func tsPtr(t time.Time) *string {
 	s := tsString(t)
 	return &s
 }
+
+// strPtr is nilIfEmpty as a typed result keeps it.
+func strPtr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
