@@ -125,3 +125,74 @@ type AskAnswered struct {
 	Status         string   `json:"status"` // answered | dismissed
 	Via            string   `json:"via,omitempty"`
 }
+
+// SessionDetail is a session as read_session shows it (GET /sessions/{id},
+// and the answers of POST and PATCH /sessions). Cards, Watching and a false
+// Watched are the owner's read only (GET /sessions/{id}); Token and
+// MessageID only POST /sessions'. The tasks keep their views' maps (a
+// task's view has keys by its type and state).
+type SessionDetail struct {
+	Archived          bool              `json:"archived,omitempty"`
+	Branch            string            `json:"branch"`
+	Cards             []*Card           `json:"cards,omitzero"`
+	Cwd               string            `json:"cwd"`
+	Effort            string            `json:"effort"`
+	Group             *GroupRef         `json:"group"`
+	ID                string            `json:"id"`
+	InFlight          *string           `json:"inFlight"` // the running turn's reply so far
+	LastActivityAt    *string           `json:"lastActivityAt"`
+	MayCreateSessions bool              `json:"mayCreateSessions,omitempty"`
+	MessageCount      int               `json:"messageCount"`
+	MessageID         string            `json:"message_id,omitempty"`
+	Messages          []Message         `json:"messages"`
+	Mode              string            `json:"mode"`
+	Model             string            `json:"model"`
+	PendingQuestions  []PendingQuestion `json:"pendingQuestions"`
+	Provider          string            `json:"provider"`
+	Repo              string            `json:"repo"`
+	StartedBy         *Ref              `json:"startedBy,omitempty"`
+	State             string            `json:"state"`
+	Tasks             []any             `json:"tasks"`
+	Title             string            `json:"title"`
+	Token             string            `json:"token,omitempty"`
+	Watched           *bool             `json:"watched,omitempty"`
+	Watching          []any             `json:"watching,omitzero"` // the subscriptions' views
+}
+
+// IsWatched says whether a subscription watches the session.
+func (d *SessionDetail) IsWatched() bool { return d.Watched != nil && *d.Watched }
+
+// GroupRef is a session's group as its session shows it; Members only in a
+// session's detail (the others, oldest first).
+type GroupRef struct {
+	ID      string        `json:"id"`
+	Members []GroupMember `json:"members,omitzero"`
+	Name    string        `json:"name"`
+	Role    string        `json:"role"` // head | member
+}
+
+// GroupMember is another session of a session's group.
+type GroupMember struct {
+	Archived bool   `json:"archived"`
+	ID       string `json:"id"`
+	Role     string `json:"role"`
+	State    string `json:"state"`
+	Title    string `json:"title"`
+}
+
+// Message is one message of a session's detail.
+type Message struct {
+	CreatedAt *string `json:"createdAt"`
+	From      *Ref    `json:"from,omitempty"`
+	ID        string  `json:"id"`
+	Role      string  `json:"role"`
+	Text      string  `json:"text"`
+}
+
+// PendingQuestion is a question (ask_user) or an ask open in a session.
+type PendingQuestion struct {
+	ID       string   `json:"id"`
+	Kind     string   `json:"kind"`
+	Options  []string `json:"options"`
+	Question string   `json:"question"`
+}

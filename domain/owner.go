@@ -85,7 +85,7 @@ func (r *Relay) dropTokens() {
 }
 
 // OwnerCreateSession creates a session for the owner; with text its first prompt is queued.
-func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (map[string]any, error) {
+func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.SessionDetail, error) {
 	provID := firstNonEmpty(in.Provider, "scripted")
 	if provID == ProviderExternal {
 		if e := externalSession(in); e != nil {
@@ -159,15 +159,13 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (map[stri
 	if err != nil {
 		return nil, err
 	}
-	m["token"] = s.Token
-	if turnID != "" {
-		m["message_id"] = turnID
-	}
+	m.Token = s.Token
+	m.MessageID = turnID // none ("") without a first prompt
 	return m, nil
 }
 
 // OwnerSession reads one session for the owner (id or prefix).
-func (r *Relay) OwnerSession(ctx context.Context, ref string, last int) (map[string]any, error) {
+func (r *Relay) OwnerSession(ctx context.Context, ref string, last int) (*relay.SessionDetail, error) {
 	s, e := r.sessionByRef(ctx, ref)
 	if e != nil {
 		return nil, e
@@ -180,19 +178,20 @@ func (r *Relay) OwnerSession(ctx context.Context, ref string, last int) (map[str
 	if err != nil {
 		return nil, err
 	}
-	mine := []any{}
+	mine := []*relay.Card{}
 	for _, c := range cards {
 		if c.Session == s.ID {
 			mine = append(mine, c)
 		}
 	}
-	m["cards"] = mine
+	m.Cards = mine
 	watching, err := r.watchingList(ctx, s.ID) // those on paired relays too
 	if err != nil {
 		return nil, err
 	}
-	m["watching"] = watching
-	m["watched"] = m["watched"] == true
+	m.Watching = watching
+	watched := m.IsWatched() // present, false too
+	m.Watched = &watched
 	return m, nil
 }
 
@@ -324,7 +323,7 @@ type SessionPatch struct {
 }
 
 // OwnerPatchSession changes a session's settings, including may_create_sessions (R6.2).
-func (r *Relay) OwnerPatchSession(ctx context.Context, ref string, p SessionPatch) (map[string]any, error) {
+func (r *Relay) OwnerPatchSession(ctx context.Context, ref string, p SessionPatch) (*relay.SessionDetail, error) {
 	s, e := r.sessionByRef(ctx, ref)
 	if e != nil {
 		return nil, e

@@ -1,6 +1,9 @@
 package domain
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // tsString is ts of a time that is never zero (a record's creation), as the
 // string the typed results keep.
@@ -21,4 +24,15 @@ func strPtr(s string) *string {
 		return nil
 	}
 	return &s
+}
+
+// jsonFields is a typed result as the fields of a tool's result (its JSON
+// keys, each value as encoded).
+func jsonFields(x any) (map[string]json.RawMessage, error) {
+	b, err := json.Marshal(x)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]json.RawMessage
+	return m, json.Unmarshal(b, &m)
 }

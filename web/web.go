@@ -134,7 +134,7 @@ type view struct {
 	Asks        []map[string]any
 	Unreachable []map[string]any // paired relays whose asks the Inbox could not read
 
-	S         map[string]any
+	S         *relay.SessionDetail
 	Subs      []map[string]any
 	Watching  string
 	Schedules []map[string]any
@@ -424,14 +424,10 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 		return err
 	}
 	v.S = s
-	v.Title = str(s["title"])
-	sid := str(s["id"])
-	if cards, ok := s["cards"].([]any); ok {
-		for _, x := range cards {
-			if cd, ok := x.(*relay.Card); ok {
-				v.Cards = append(v.Cards, cardView{Card: cd, SessionTitle: v.Title})
-			}
-		}
+	v.Title = s.Title
+	sid := s.ID
+	for _, cd := range s.Cards {
+		v.Cards = append(v.Cards, cardView{Card: cd, SessionTitle: v.Title})
 	}
 	qs, err := c.r.QuestionCards(ctx, sid)
 	if err != nil {
@@ -449,7 +445,7 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 			v.Asks = append(v.Asks, a)
 		}
 	}
-	if subs, ok := s["watching"].([]any); ok {
+	if subs := s.Watching; subs != nil {
 		watched := map[string]bool{}
 		all := false
 		for _, m := range maps(subs) {
@@ -498,7 +494,7 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 		}
 	}
 	sort.SliceStable(v.Schedules, func(i, j int) bool { return str(v.Schedules[i]["nextFireAt"]) < str(v.Schedules[j]["nextFireAt"]) })
-	if tasks, ok := s["tasks"].([]any); ok {
+	if tasks := s.Tasks; tasks != nil {
 		for _, t := range maps(tasks) {
 			if t["output"] == true {
 				if tail, err := c.r.TaskTail(ctx, str(t["taskId"]), 8); err == nil && len(tail) > 0 {
@@ -508,7 +504,7 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 		}
 	}
 	for _, p := range c.r.Providers() {
-		if p.ID == str(s["provider"]) {
+		if p.ID == s.Provider {
 			v.Models, v.Efforts = p.Models, p.Efforts
 		}
 	}
