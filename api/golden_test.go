@@ -145,6 +145,7 @@ func TestGoldenOwnerJSON(t *testing.T) {
 	r.WaitTurn(str(msg, "message_id"), 20*time.Second, "done")
 	g.owner(r, "stop, nothing running", "POST", "/api/v1/sessions/"+id2+"/stop", nil)
 	g.owner(r, "patch session", "PATCH", "/api/v1/sessions/"+id2, map[string]any{"title": "two renamed", "may_create_sessions": true})
+	g.owner(r, "list groups", "GET", "/api/v1/groups", nil)
 	g.owner(r, "rename group", "PATCH", "/api/v1/groups/"+gid, map[string]any{"name": "Release 2"})
 
 	m1 := r.Connect(str(one, "token"), nil)
@@ -190,6 +191,7 @@ func TestGoldenOwnerJSON(t *testing.T) {
 	g.owner(r, "answer paired ask", "POST", "/api/v1/inbox/"+str(remote, "question_id")+"?relay=lab", map[string]any{"answer": "fine"})
 	g.owner(r, "unpair", "DELETE", "/api/v1/relays/lab", nil)
 
+	g.owner(r, "list groups again", "GET", "/api/v1/groups", nil) // the child's group, headed by two
 	g.owner(r, "archive", "POST", "/api/v1/sessions/"+id1+"/archive", nil)
 	g.owner(r, "delete session", "DELETE", "/api/v1/sessions/"+id1, nil)
 	g.owner(r, "dissolve group", "DELETE", "/api/v1/groups/"+gid, nil)
