@@ -40,8 +40,9 @@ type GroupCreated struct {
 	OwnerCreated bool   `json:"ownerCreated"`
 }
 
-// GroupRenamed answers PATCH /groups/{id}.
-type GroupRenamed struct {
+// Group is a group as the owner's list shows it (GET /groups) and PATCH
+// /groups/{id} answers; Head is "" for an owner's group.
+type Group struct {
 	Head         string `json:"head"`
 	ID           string `json:"id"`
 	MemberCount  int    `json:"memberCount"`

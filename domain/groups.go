@@ -206,15 +206,15 @@ func (r *Relay) CreateGroup(ctx context.Context, name string) (*relay.GroupCreat
 }
 
 // Groups lists every group for the owner (empty ones too).
-func (r *Relay) Groups(ctx context.Context) ([]any, error) {
+func (r *Relay) Groups(ctx context.Context) ([]*relay.Group, error) {
 	all, err := r.allGroups(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := []any{}
+	out := []*relay.Group{}
 	for _, gi := range all {
-		out = append(out, map[string]any{"id": gi.g.ID, "name": gi.name, "memberCount": gi.members,
-			"head": gi.g.Head, "ownerCreated": gi.g.OwnerCreated})
+		out = append(out, &relay.Group{ID: gi.g.ID, Name: gi.name, MemberCount: gi.members,
+			Head: gi.g.Head, OwnerCreated: gi.g.OwnerCreated})
 	}
 	return out, nil
 }
@@ -229,7 +229,7 @@ func (r *Relay) groupByID(ctx context.Context, id, nothing string) (*store.Group
 }
 
 // RenameGroup is the owner's PATCH /groups/{id} (`name`).
-func (r *Relay) RenameGroup(ctx context.Context, id, name string) (*relay.GroupRenamed, error) {
+func (r *Relay) RenameGroup(ctx context.Context, id, name string) (*relay.Group, error) {
 	const nothing = "Nothing was changed."
 	g, err := r.groupByID(ctx, id, nothing)
 	if err != nil {
@@ -254,7 +254,7 @@ func (r *Relay) RenameGroup(ctx context.Context, id, name string) (*relay.GroupR
 		_ = r.st.Notify(ctx, "session:"+sid) // the owner's console (R19.6)
 	}
 	r.notifyGroups(ctx) // an empty group has no member to announce it
-	return &relay.GroupRenamed{ID: g.ID, Name: g.Name, MemberCount: len(members), Head: g.Head, OwnerCreated: g.OwnerCreated}, nil
+	return &relay.Group{ID: g.ID, Name: g.Name, MemberCount: len(members), Head: g.Head, OwnerCreated: g.OwnerCreated}, nil
 }
 
 // DissolveGroup is the owner's DELETE /groups/{id}: the group goes, its

@@ -127,7 +127,7 @@ type view struct {
 	Marks        map[string]string // session id -> marker text for pending cards/questions
 	Clocks       map[string]int    // session id -> schedules firing into it
 	Providers    []provider.Info
-	Groups       []any
+	Groups       []*relay.Group
 
 	Cards       []cardView
 	Questions   []questionView
@@ -364,7 +364,7 @@ func (c *console) loadSessions(ctx context.Context, v *view, archived bool) erro
 	if err != nil {
 		return err
 	}
-	v.List = groupedList(v.Sessions, maps(v.Groups))
+	v.List = groupedList(v.Sessions, v.Groups)
 	return nil
 }
 
