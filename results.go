@@ -197,3 +197,25 @@ type PendingQuestion struct {
 	Options  []string `json:"options"`
 	Question string   `json:"question"`
 }
+
+// SessionItem is a session as list_sessions and GET /sessions list it. Via
+// is the owner API's badge of a session an agent started (R4.11); the tasks
+// keep their briefs' maps.
+type SessionItem struct {
+	Archived          bool      `json:"archived,omitempty"`
+	Cwd               string    `json:"cwd"`
+	Group             *GroupRef `json:"group"`
+	ID                string    `json:"id"`
+	LastActivityAt    *string   `json:"lastActivityAt"`
+	MayCreateSessions bool      `json:"mayCreateSessions,omitempty"`
+	MessageCount      int       `json:"messageCount"`
+	Mode              string    `json:"mode"`
+	Model             string    `json:"model"`
+	Provider          string    `json:"provider"`
+	StartedBy         *Ref      `json:"startedBy,omitempty"`
+	State             string    `json:"state"`
+	Tasks             []any     `json:"tasks"`
+	Title             string    `json:"title"`
+	Via               string    `json:"via,omitempty"`
+	Watched           bool      `json:"watched,omitempty"`
+}

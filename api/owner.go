@@ -12,7 +12,6 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/oar/relay"
 	"github.com/oar/relay/domain"
 )
 
@@ -139,10 +138,8 @@ func (o *owner) listSessions(c *gin.Context) {
 		return
 	}
 	for _, it := range items {
-		if m, ok := it.(map[string]any); ok {
-			if sb, ok := m["startedBy"].(*relay.Ref); ok && sb != nil {
-				m["via"] = domain.ViaAgentBadge(sb.Title) // R4.11, one line (R18.16)
-			}
+		if it.StartedBy != nil {
+			it.Via = domain.ViaAgentBadge(it.StartedBy.Title) // R4.11, one line (R18.16)
 		}
 	}
 	c.JSON(http.StatusOK, gin.H{"sessions": items, "total": total})

@@ -233,7 +233,7 @@ func (r *Relay) groupName(ctx context.Context, g *store.Group) string {
 	return g.ID
 }
 
-func (r *Relay) groupRef(ctx context.Context, v *view) any {
+func (r *Relay) groupRef(ctx context.Context, v *view) *relay.GroupRef {
 	if v.group == nil {
 		return nil
 	}
@@ -241,7 +241,7 @@ func (r *Relay) groupRef(ctx context.Context, v *view) any {
 	if v.group.Head == v.s.ID {
 		role = "head"
 	}
-	return map[string]any{"id": v.group.ID, "name": r.groupName(ctx, v.group), "role": role}
+	return &relay.GroupRef{ID: v.group.ID, Name: r.groupName(ctx, v.group), Role: role}
 }
 
 func taskBrief(t *store.Task) map[string]any {
@@ -260,27 +260,15 @@ func taskType(kind string) string {
 	return kind // monitor
 }
 
-func (r *Relay) listItem(ctx context.Context, v *view) map[string]any {
+func (r *Relay) listItem(ctx context.Context, v *view) *relay.SessionItem {
 	tasks := []any{}
 	for _, t := range v.tasks {
 		tasks = append(tasks, taskBrief(t))
 	}
-	m := map[string]any{"id": v.s.ID, "title": v.s.Title, "provider": v.s.Provider, "model": v.s.Model,
-		"state": v.state, "cwd": v.s.Cwd, "lastActivityAt": ts(v.s.LastActivityAt), "messageCount": v.count,
-		"tasks": tasks, "group": r.groupRef(ctx, v), "mode": v.s.Mode}
-	if v.s.Archived {
-		m["archived"] = true
-	}
-	if v.s.MayCreateSessions {
-		m["mayCreateSessions"] = true
-	}
-	if v.s.StartedBy != nil {
-		m["startedBy"] = v.s.StartedBy
-	}
-	if v.watched {
-		m["watched"] = true
-	}
-	return m
+	return &relay.SessionItem{ID: v.s.ID, Title: v.s.Title, Provider: v.s.Provider, Model: v.s.Model,
+		State: v.state, Cwd: v.s.Cwd, LastActivityAt: tsPtr(v.s.LastActivityAt), MessageCount: v.count,
+		Tasks: tasks, Group: r.groupRef(ctx, v), Mode: v.s.Mode, Archived: v.s.Archived,
+		MayCreateSessions: v.s.MayCreateSessions, StartedBy: v.s.StartedBy, Watched: v.watched}
 }
 
 func (r *Relay) listSessions(ctx context.Context, c *caller, a *args) (*result, *Error) {
@@ -312,7 +300,7 @@ func (r *Relay) listSessions(ctx context.Context, c *caller, a *args) (*result, 
 }
 
 // SessionList lists sessions as list_sessions shows them (also the owner API).
-func (r *Relay) SessionList(ctx context.Context, scope string, limit int) ([]any, int, error) {
+func (r *Relay) SessionList(ctx context.Context, scope string, limit int) ([]*relay.SessionItem, int, error) {
 	ids, total, err := r.st.ListSessionIDs(ctx, scope, limit)
 	if err != nil {
 		return nil, 0, err
@@ -325,7 +313,7 @@ func (r *Relay) SessionList(ctx context.Context, scope string, limit int) ([]any
 	if err != nil {
 		return nil, 0, err
 	}
-	items := make([]any, 0, len(vs))
+	items := make([]*relay.SessionItem, 0, len(vs))
 	for _, v := range vs {
 		items = append(items, r.listItem(ctx, v))
 	}
@@ -443,15 +431,12 @@ func (r *Relay) SessionDetail(ctx context.Context, s *store.Session, last int) (
 		m.Tasks = append(m.Tasks, r.taskView(ctx, t, st.QuietTaskMinutes))
 	}
 	if v.group != nil {
-		role := "member"
-		if v.group.Head == v.s.ID {
-			role = "head"
-		}
 		members, err := r.groupMembers(ctx, v.group, s.ID, 50)
 		if err != nil {
 			return nil, err
 		}
-		m.Group = &relay.GroupRef{ID: v.group.ID, Name: r.groupName(ctx, v.group), Role: role, Members: members}
+		m.Group = r.groupRef(ctx, v)
+		m.Group.Members = members
 	}
 	m.Repo, m.Branch, m.Effort = s.Repo, s.Branch, s.Effort
 	return m, nil

@@ -23,12 +23,12 @@ type groupLine struct {
 // groupedList orders the active sessions (most recent first, as listed) into
 // the list's lines: a group comes where its most recent session would, with
 // its head first; groups with no active session follow the sessions.
-func groupedList(sessions []map[string]any, groups []*relay.Group) []listItem {
+func groupedList(sessions []*relay.SessionItem, groups []*relay.Group) []listItem {
 	info := map[string]*relay.Group{}
 	for _, g := range groups {
 		info[g.ID] = g
 	}
-	members := map[string][]map[string]any{}
+	members := map[string][]*relay.SessionItem{}
 	for _, s := range sessions {
 		if gid := sessionGroup(s); gid != "" {
 			members[gid] = append(members[gid], s)
@@ -52,10 +52,8 @@ func groupedList(sessions []map[string]any, groups []*relay.Group) []listItem {
 			line.Name = g.Name
 			line.Members = g.MemberCount
 		}
-		if line.Name == "" {
-			if ref, ok := s["group"].(map[string]any); ok {
-				line.Name = str(ref["name"])
-			}
+		if line.Name == "" && s.Group != nil {
+			line.Name = s.Group.Name
 		}
 		out = append(out, listItem{Group: line})
 		// The head conversation first, the others under it in list order.
@@ -79,16 +77,16 @@ func groupedList(sessions []map[string]any, groups []*relay.Group) []listItem {
 	return out
 }
 
-func sessionGroup(s map[string]any) string {
-	if ref, ok := s["group"].(map[string]any); ok {
-		return str(ref["id"])
+func sessionGroup(s *relay.SessionItem) string {
+	if s.Group != nil {
+		return s.Group.ID
 	}
 	return ""
 }
 
-func groupRole(s map[string]any) string {
-	if ref, ok := s["group"].(map[string]any); ok {
-		return str(ref["role"])
+func groupRole(s *relay.SessionItem) string {
+	if s.Group != nil {
+		return s.Group.Role
 	}
 	return ""
 }

@@ -120,10 +120,10 @@ type view struct {
 	Next    string
 	Nav     nav
 
-	Sessions     []map[string]any
+	Sessions     []*relay.SessionItem
 	List         []listItem // the active sessions as the list shows them: grouped
 	ShowArchived bool
-	Archived     []map[string]any
+	Archived     []*relay.SessionItem
 	Marks        map[string]string // session id -> marker text for pending cards/questions
 	Clocks       map[string]int    // session id -> schedules firing into it
 	Providers    []provider.Info
@@ -319,14 +319,14 @@ func (c *console) loadSessions(ctx context.Context, v *view, archived bool) erro
 	if err != nil {
 		return err
 	}
-	v.Sessions = maps(items)
+	v.Sessions = items
 	if archived {
 		v.ShowArchived = true
 		arch, _, err := c.r.SessionList(ctx, "archived", 200)
 		if err != nil {
 			return err
 		}
-		v.Archived = maps(arch)
+		v.Archived = arch
 	}
 	if err := c.loadWaiting(ctx, v, v.Sessions); err != nil {
 		return err
@@ -370,42 +370,41 @@ func (c *console) loadSessions(ctx context.Context, v *view, archived bool) erro
 
 // questions lists the pending question cards of running sessions (a
 // question card exists only inside a running turn).
-func (c *console) questions(ctx context.Context, sessions []map[string]any) ([]questionView, error) {
+func (c *console) questions(ctx context.Context, sessions []*relay.SessionItem) ([]questionView, error) {
 	if sessions == nil {
 		items, _, err := c.r.SessionList(ctx, "active", 200)
 		if err != nil {
 			return nil, err
 		}
-		sessions = maps(items)
+		sessions = items
 	}
 	var out []questionView
 	for _, s := range sessions {
-		if s["state"] != domain.StateRunning {
+		if s.State != domain.StateRunning {
 			continue
 		}
-		id, _ := s["id"].(string)
-		qs, err := c.r.QuestionCards(ctx, id)
+		qs, err := c.r.QuestionCards(ctx, s.ID)
 		if err != nil {
 			return nil, err
 		}
 		for _, q := range qs {
-			out = append(out, questionView{Question: q, SessionTitle: str(s["title"])})
+			out = append(out, questionView{Question: q, SessionTitle: s.Title})
 		}
 	}
 	return out, nil
 }
 
-func (c *console) loadWaiting(ctx context.Context, v *view, sessions []map[string]any) error {
+func (c *console) loadWaiting(ctx context.Context, v *view, sessions []*relay.SessionItem) error {
 	if sessions == nil {
 		items, _, err := c.r.SessionList(ctx, "active", 200)
 		if err != nil {
 			return err
 		}
-		sessions = maps(items)
+		sessions = items
 	}
 	titles := map[string]string{}
 	for _, s := range sessions {
-		titles[str(s["id"])] = str(s["title"])
+		titles[s.ID] = s.Title
 	}
 	cards, err := c.r.Cards(ctx)
 	if err != nil {
