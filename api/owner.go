@@ -13,7 +13,6 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/oar/relay/domain"
-	"github.com/oar/relay/store"
 )
 
 // maxBody bounds an owner request's body (a prompt may have 1 MiB).
@@ -139,10 +138,8 @@ func (o *owner) listSessions(c *gin.Context) {
 		return
 	}
 	for _, it := range items {
-		if m, ok := it.(map[string]any); ok {
-			if sb, ok := m["startedBy"].(*store.Ref); ok && sb != nil {
-				m["via"] = domain.ViaAgentBadge(sb.Title) // R4.11, one line (R18.16)
-			}
+		if it.StartedBy != nil {
+			it.Via = domain.ViaAgentBadge(it.StartedBy.Title) // R4.11, one line (R18.16)
 		}
 	}
 	c.JSON(http.StatusOK, gin.H{"sessions": items, "total": total})
@@ -266,7 +263,7 @@ func (o *owner) answerAsk(c *gin.Context) {
 	if !bind(c, &in, false) {
 		return
 	}
-	var out map[string]any
+	var out any
 	var err error
 	if rl := c.Query("relay"); rl != "" && rl != "this" && rl != o.r.Name() {
 		out, err = o.r.AnswerPairedAsk(c.Request.Context(), rl, c.Param("id"), in) // an ask kept on a paired relay

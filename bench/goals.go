@@ -510,7 +510,7 @@ func (b *bench) goal4(ctx context.Context, out *goalsResult) error {
 			if err != nil {
 				return err
 			}
-			msgs[i], _ = res["message_id"].(string)
+			msgs[i] = res.MessageID
 			if msgs[i] == "" {
 				return fmt.Errorf("owner message: no message_id in %v", res)
 			}

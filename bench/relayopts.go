@@ -100,7 +100,7 @@ func newSessions(ctx context.Context, r *domain.Relay, n, workers int, title fun
 		if err != nil {
 			return err
 		}
-		id, _ := m["id"].(string)
+		id := m.ID
 		if id == "" {
 			return fmt.Errorf("create session: no id in %v", m)
 		}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/store"
 )
 
@@ -268,7 +269,7 @@ type InboxAnswer struct {
 
 // AnswerAsk answers or dismisses an ask; the asking conversation (and the
 // session it concerns) gets question_answered at once.
-func (r *Relay) AnswerAsk(ctx context.Context, id string, in InboxAnswer) (map[string]any, error) {
+func (r *Relay) AnswerAsk(ctx context.Context, id string, in InboxAnswer) (*relay.AskAnswered, error) {
 	ak, err := r.st.GetAsk(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, Errorf(CodeNotFound, "No ask %q. Nothing was done.", id)
@@ -309,7 +310,14 @@ func (r *Relay) AnswerAsk(ctx context.Context, id string, in InboxAnswer) (map[s
 		r.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: who, QuestionID: ak.ID, Text: ak.Question,
 			Answer: ak.Answer, Choice: ak.Choice, Dismissed: in.Dismiss, Via: ak.Via})
 	}
-	return askView(ak), nil
+	return answeredView(ak), nil
+}
+
+// answeredView is askView of an ask no longer pending, typed.
+func answeredView(ak *store.Ask) *relay.AskAnswered {
+	return &relay.AskAnswered{QuestionID: ak.ID, ID: ak.ID, Question: ak.Question, Options: nonNil(ak.Options),
+		Status: ak.Status, Session: ak.Session, CreatedAt: tsPtr(ak.CreatedAt), Recommendation: ak.Recommendation, Detail: ak.Detail,
+		Answer: strPtr(ak.Answer), Choice: strPtr(ak.Choice), Dismissed: ak.Status == "dismissed", EndedAt: tsPtr(ak.EndedAt), Via: ak.Via}
 }
 
 func unique(ids ...string) []string {

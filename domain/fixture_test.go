@@ -132,11 +132,10 @@ func (f *fixture) session(in NewSession) string {
 	if err != nil {
 		f.t.Fatalf("create session %+v: %v", in, err)
 	}
-	id, _ := m["id"].(string)
-	if id == "" {
-		f.t.Fatalf("create session %+v: no id in %v", in, m)
+	if m.ID == "" {
+		f.t.Fatalf("create session %+v: no id in %+v", in, m)
 	}
-	return id
+	return m.ID
 }
 
 // call runs one relay_tool call as caller and returns the decoded envelope.
@@ -266,8 +265,7 @@ func (f *fixture) prompt(sid, text string) string {
 	if err != nil {
 		f.t.Fatalf("prompt %s: %v", sid, err)
 	}
-	id, _ := m["message_id"].(string)
-	return id
+	return m.MessageID
 }
 
 // script is a scripted-provider prompt of steps.

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/store"
 )
 
@@ -188,7 +189,7 @@ func (r *Relay) newGroup(ctx context.Context, name, head string, owner bool) (*s
 }
 
 // CreateGroup is the owner's POST /groups.
-func (r *Relay) CreateGroup(ctx context.Context, name string) (map[string]any, error) {
+func (r *Relay) CreateGroup(ctx context.Context, name string) (*relay.GroupCreated, error) {
 	name = strings.TrimSpace(name)
 	if name == "" || len(name) > 200 {
 		return nil, Errorf(CodeInvalidInput, "name is required (1 to 200 characters). No group was created.")
@@ -201,19 +202,19 @@ func (r *Relay) CreateGroup(ctx context.Context, name string) (map[string]any, e
 		return nil, err
 	}
 	r.notifyGroups(ctx) // the owner's console shows it, empty (R19.6)
-	return map[string]any{"id": g.ID, "name": g.Name, "memberCount": 0, "ownerCreated": true, "createdAt": ts(g.CreatedAt)}, nil
+	return &relay.GroupCreated{ID: g.ID, Name: g.Name, MemberCount: 0, OwnerCreated: true, CreatedAt: tsString(g.CreatedAt)}, nil
 }
 
 // Groups lists every group for the owner (empty ones too).
-func (r *Relay) Groups(ctx context.Context) ([]any, error) {
+func (r *Relay) Groups(ctx context.Context) ([]*relay.Group, error) {
 	all, err := r.allGroups(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := []any{}
+	out := []*relay.Group{}
 	for _, gi := range all {
-		out = append(out, map[string]any{"id": gi.g.ID, "name": gi.name, "memberCount": gi.members,
-			"head": gi.g.Head, "ownerCreated": gi.g.OwnerCreated})
+		out = append(out, &relay.Group{ID: gi.g.ID, Name: gi.name, MemberCount: gi.members,
+			Head: gi.g.Head, OwnerCreated: gi.g.OwnerCreated})
 	}
 	return out, nil
 }
@@ -228,7 +229,7 @@ func (r *Relay) groupByID(ctx context.Context, id, nothing string) (*store.Group
 }
 
 // RenameGroup is the owner's PATCH /groups/{id} (`name`).
-func (r *Relay) RenameGroup(ctx context.Context, id, name string) (map[string]any, error) {
+func (r *Relay) RenameGroup(ctx context.Context, id, name string) (*relay.Group, error) {
 	const nothing = "Nothing was changed."
 	g, err := r.groupByID(ctx, id, nothing)
 	if err != nil {
@@ -253,12 +254,12 @@ func (r *Relay) RenameGroup(ctx context.Context, id, name string) (map[string]an
 		r.notify(ctx, "session:"+sid) // the owner's console (R19.6)
 	}
 	r.notifyGroups(ctx) // an empty group has no member to announce it
-	return map[string]any{"id": g.ID, "name": g.Name, "memberCount": len(members), "head": g.Head, "ownerCreated": g.OwnerCreated}, nil
+	return &relay.Group{ID: g.ID, Name: g.Name, MemberCount: len(members), Head: g.Head, OwnerCreated: g.OwnerCreated}, nil
 }
 
 // DissolveGroup is the owner's DELETE /groups/{id}: the group goes, its
 // members stay, ungrouped.
-func (r *Relay) DissolveGroup(ctx context.Context, id string) (map[string]any, error) {
+func (r *Relay) DissolveGroup(ctx context.Context, id string) (*relay.GroupDissolved, error) {
 	g, err := r.groupByID(ctx, id, "Nothing was dissolved.")
 	if err != nil {
 		return nil, err
@@ -286,5 +287,5 @@ func (r *Relay) DissolveGroup(ctx context.Context, id string) (map[string]any, e
 		r.notify(ctx, "session:"+sid) // the owner's console (R19.6)
 	}
 	r.notifyGroups(ctx) // an empty group has no member to announce it
-	return map[string]any{"id": g.ID, "dissolved": true, "ungrouped": members}, nil
+	return &relay.GroupDissolved{ID: g.ID, Dissolved: true, Ungrouped: members}, nil
 }

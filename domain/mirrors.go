@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/store"
 )
 
@@ -161,10 +162,10 @@ func (r *Relay) watchingList(ctx context.Context, watcher string) ([]any, error)
 
 // unsubscribeMirror is the owner's Unsubscribe of a subscription held on a
 // paired relay: it ends there (told now) and here.
-func (r *Relay) unsubscribeMirror(ctx context.Context, sub *store.Subscription) (map[string]any, error) {
-	out := map[string]any{"id": sub.ID, "relay": sub.Relay}
+func (r *Relay) unsubscribeMirror(ctx context.Context, sub *store.Subscription) (*relay.Ended, error) {
+	out := &relay.Ended{ID: sub.ID, Relay: sub.Relay}
 	if sub.EndReason != "" {
-		out["endReason"] = sub.EndReason
+		out.EndReason = sub.EndReason
 		return out, nil
 	}
 	told := false
@@ -176,9 +177,9 @@ func (r *Relay) unsubscribeMirror(ctx context.Context, sub *store.Subscription) 
 		return nil, err
 	}
 	r.endMirror(ctx, sub, "unsubscribed")
-	out["endReason"] = sub.EndReason
+	out.EndReason = sub.EndReason
 	if !told {
-		out["note"] = fmt.Sprintf("Relay %q could not be told; it stops keeping this subscription's events within %s of the last one.",
+		out.Note = fmt.Sprintf("Relay %q could not be told; it stops keeping this subscription's events within %s of the last one.",
 			sub.Relay, r.opts.Timing.ReplayKeep.Round(time.Hour))
 	}
 	return out, nil

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 	"github.com/oar/relay/taskout"
@@ -84,7 +85,7 @@ func (r *Relay) dropTokens() {
 }
 
 // OwnerCreateSession creates a session for the owner; with text its first prompt is queued.
-func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (map[string]any, error) {
+func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.SessionDetail, error) {
 	provID := firstNonEmpty(in.Provider, "scripted")
 	if provID == ProviderExternal {
 		if e := externalSession(in); e != nil {
@@ -158,15 +159,13 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (map[stri
 	if err != nil {
 		return nil, err
 	}
-	m["token"] = s.Token
-	if turnID != "" {
-		m["message_id"] = turnID
-	}
+	m.Token = s.Token
+	m.MessageID = turnID // none ("") without a first prompt
 	return m, nil
 }
 
 // OwnerSession reads one session for the owner (id or prefix).
-func (r *Relay) OwnerSession(ctx context.Context, ref string, last int) (map[string]any, error) {
+func (r *Relay) OwnerSession(ctx context.Context, ref string, last int) (*relay.SessionDetail, error) {
 	s, e := r.sessionByRef(ctx, ref)
 	if e != nil {
 		return nil, e
@@ -179,25 +178,26 @@ func (r *Relay) OwnerSession(ctx context.Context, ref string, last int) (map[str
 	if err != nil {
 		return nil, err
 	}
-	mine := []any{}
+	mine := []*relay.Card{}
 	for _, c := range cards {
 		if c.Session == s.ID {
 			mine = append(mine, c)
 		}
 	}
-	m["cards"] = mine
+	m.Cards = mine
 	watching, err := r.watchingList(ctx, s.ID) // those on paired relays too
 	if err != nil {
 		return nil, err
 	}
-	m["watching"] = watching
-	m["watched"] = m["watched"] == true
+	m.Watching = watching
+	watched := m.IsWatched() // present, false too
+	m.Watched = &watched
 	return m, nil
 }
 
 // OwnerMessage is the owner writing in a conversation: it queues the prompt
 // and resets loop protection (R5.2.6).
-func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (map[string]any, error) {
+func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (*relay.MessageQueued, error) {
 	s, e := r.sessionByRef(ctx, ref)
 	if e != nil {
 		return nil, e
@@ -225,11 +225,11 @@ func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (map[string]
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"session": s.ID, "message_id": t.ID, "status": t.Status}, nil
+	return &relay.MessageQueued{Session: s.ID, MessageID: t.ID, Status: string(t.Status)}, nil
 }
 
 // OwnerStop stops a session's running turn.
-func (r *Relay) OwnerStop(ctx context.Context, ref string) (map[string]any, error) {
+func (r *Relay) OwnerStop(ctx context.Context, ref string) (*relay.StopRequested, error) {
 	s, e := r.sessionByRef(ctx, ref)
 	if e != nil {
 		return nil, e
@@ -238,15 +238,15 @@ func (r *Relay) OwnerStop(ctx context.Context, ref string) (map[string]any, erro
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]any{"session": s.ID, "stopRequested": ok}
+	out := &relay.StopRequested{Session: s.ID, StopRequested: ok}
 	if !ok {
-		out["note"] = "nothing was running"
+		out.Note = "nothing was running"
 	}
 	return out, nil
 }
 
 // OwnerArchive archives a session.
-func (r *Relay) OwnerArchive(ctx context.Context, ref string) (map[string]any, error) {
+func (r *Relay) OwnerArchive(ctx context.Context, ref string) (*relay.SessionArchived, error) {
 	s, e := r.sessionByRef(ctx, ref)
 	if e != nil {
 		return nil, e
@@ -256,7 +256,7 @@ func (r *Relay) OwnerArchive(ctx context.Context, ref string) (map[string]any, e
 			return nil, err
 		}
 	}
-	return map[string]any{"session": s.ID, "archived": true}, nil
+	return &relay.SessionArchived{Session: s.ID, Archived: true}, nil
 }
 
 // OwnerDeleteSession is the owner's DELETE /sessions/{id} (SPEC §12), archived
@@ -264,7 +264,7 @@ func (r *Relay) OwnerArchive(ctx context.Context, ref string) (map[string]any, e
 // queued prompts dropped), its schedules and subscriptions end with "deleted",
 // its asks end; once no turn runs or waits, its record, messages, tasks and
 // indexes are removed.
-func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (map[string]any, error) {
+func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (*relay.SessionDeleted, error) {
 	s, e := r.sessionByRef(ctx, ref)
 	if e != nil {
 		return nil, e
@@ -310,7 +310,7 @@ func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (map[string]
 	}
 	r.notify(ctx, "tokens")
 	r.notify(ctx, "session:"+s.ID)
-	return map[string]any{"session": s.ID, "deleted": true}, nil
+	return &relay.SessionDeleted{Session: s.ID, Deleted: true}, nil
 }
 
 // SessionPatch is the owner's PATCH /sessions/{id}.
@@ -323,7 +323,7 @@ type SessionPatch struct {
 }
 
 // OwnerPatchSession changes a session's settings, including may_create_sessions (R6.2).
-func (r *Relay) OwnerPatchSession(ctx context.Context, ref string, p SessionPatch) (map[string]any, error) {
+func (r *Relay) OwnerPatchSession(ctx context.Context, ref string, p SessionPatch) (*relay.SessionDetail, error) {
 	s, e := r.sessionByRef(ctx, ref)
 	if e != nil {
 		return nil, e

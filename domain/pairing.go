@@ -14,13 +14,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/store"
 )
 
 // Pairing in the owner API (§12, R13.1a), mentions (R4.4) and list_relays.
 
 // NewPeerToken issues a token another relay pairs with (POST /api/v1/peer-tokens).
-func (r *Relay) NewPeerToken(ctx context.Context, label string) (map[string]any, error) {
+func (r *Relay) NewPeerToken(ctx context.Context, label string) (*relay.PeerTokenIssued, error) {
 	if len(label) > 200 {
 		return nil, Errorf(CodeInvalidInput, "label may have at most 200 characters. No token was made.")
 	}
@@ -30,8 +31,8 @@ func (r *Relay) NewPeerToken(ctx context.Context, label string) (map[string]any,
 		return nil, err
 	}
 	r.log.Info("peer token issued", "label", label)
-	return map[string]any{"token": tok, "id": store.PeerTokenID(tok), "relay": r.opts.Name, "url": r.opts.BaseURL, "createdAt": ts(now),
-		"note": "Give this token to the other relay's owner: they pair with POST /api/v1/relays {url, token}. It is shown only once."}, nil
+	return &relay.PeerTokenIssued{Token: tok, ID: store.PeerTokenID(tok), Relay: r.opts.Name, URL: r.opts.BaseURL, CreatedAt: tsString(now),
+		Note: "Give this token to the other relay's owner: they pair with POST /api/v1/relays {url, token}. It is shown only once."}, nil
 }
 
 // peerTokenTTL is how long a process trusts that a peer token it checked is
@@ -157,7 +158,7 @@ func privateHost(host string) bool {
 // Pair pairs this relay with another (R13.1a): the URL is checked, hello is
 // tried for 5 s; on success its own name is the default name; without an
 // answer the pairing is kept offline only when a name was given.
-func (r *Relay) Pair(ctx context.Context, in PairRequest) (map[string]any, error) {
+func (r *Relay) Pair(ctx context.Context, in PairRequest) (*relay.PairedRelay, error) {
 	u, host, err := checkPeerURL(in.URL)
 	if err != nil {
 		return nil, err
@@ -231,21 +232,21 @@ func (r *Relay) checkRelayName(name string) *Error {
 	return nil
 }
 
-func (r *Relay) pairingView(p *store.Pairing, links map[string]store.Link) map[string]any {
+func (r *Relay) pairingView(p *store.Pairing, links map[string]store.Link) *relay.PairedRelay {
 	l := links[strings.ToLower(p.Name)]
-	m := map[string]any{"name": p.Name, "url": p.URL, "host": p.Host, "online": l.Online, "version": p.Version,
-		"permission": p.Permission, "pairedAt": ts(p.PairedAt), "lastSeenAt": ts(l.LastSeenAt)}
+	m := &relay.PairedRelay{Name: p.Name, URL: p.URL, Host: p.Host, Online: l.Online, Version: p.Version,
+		Permission: p.Permission, PairedAt: tsPtr(p.PairedAt), LastSeenAt: tsPtr(l.LastSeenAt)}
 	if p.RemoteName != "" && !strings.EqualFold(p.RemoteName, p.Name) {
-		m["remoteName"] = p.RemoteName
+		m.RemoteName = p.RemoteName
 	}
 	if !l.Online && l.Reason != "" {
-		m["offlineReason"] = l.Reason
+		m.OfflineReason = l.Reason
 	}
 	return m
 }
 
 // Relays lists the pairings (GET /api/v1/relays).
-func (r *Relay) Relays(ctx context.Context) ([]any, error) {
+func (r *Relay) Relays(ctx context.Context) ([]*relay.PairedRelay, error) {
 	ps, err := r.st.Pairings(ctx)
 	if err != nil {
 		return nil, err
@@ -254,7 +255,7 @@ func (r *Relay) Relays(ctx context.Context) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := []any{}
+	out := []*relay.PairedRelay{}
 	for _, p := range ps {
 		out = append(out, r.pairingView(p, links))
 	}
@@ -262,7 +263,7 @@ func (r *Relay) Relays(ctx context.Context) ([]any, error) {
 }
 
 // PatchRelay changes a pairing's level, URL or token.
-func (r *Relay) PatchRelay(ctx context.Context, name string, in RelayPatch) (map[string]any, error) {
+func (r *Relay) PatchRelay(ctx context.Context, name string, in RelayPatch) (*relay.PairedRelay, error) {
 	p, err := r.st.GetPairing(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, Errorf(CodeNotFound, "No paired relay is named %q. Nothing was changed.", name)
@@ -308,7 +309,7 @@ func (r *Relay) PatchRelay(ctx context.Context, name string, in RelayPatch) (map
 // Unpair removes a pairing; subscriptions and asks this relay's
 // conversations hold there end (R8.19 unpaired, R10.8), on that relay too
 // while it can still be reached, and the answer counts both.
-func (r *Relay) Unpair(ctx context.Context, name string) (map[string]any, error) {
+func (r *Relay) Unpair(ctx context.Context, name string) (*relay.Unpaired, error) {
 	p, err := r.st.GetPairing(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, Errorf(CodeNotFound, "No paired relay is named %q. Nothing was changed.", name)
@@ -355,9 +356,9 @@ func (r *Relay) Unpair(ctx context.Context, name string) (map[string]any, error)
 		r.log.Warn("drop link state", "relay", p.Name, "err", err)
 	}
 	r.log.Info("relay unpaired", "relay", p.Name, "subscriptions_ended", ended, "asks_ended", endedAsks, "not_told", untold)
-	out := map[string]any{"name": p.Name, "removed": true, "subscriptionsEnded": ended, "asksEnded": endedAsks}
+	out := &relay.Unpaired{Name: p.Name, Removed: true, SubscriptionsEnded: ended, AsksEnded: endedAsks}
 	if untold > 0 {
-		out["note"] = fmt.Sprintf("Relay %q did not answer: %d of them ended here only; it stops keeping their events within %s of the last one, and its owner can dismiss the asks there.",
+		out.Note = fmt.Sprintf("Relay %q did not answer: %d of them ended here only; it stops keeping their events within %s of the last one, and its owner can dismiss the asks there.",
 			p.Name, untold, r.opts.Timing.ReplayKeep.Round(time.Hour))
 	}
 	return out, nil
@@ -456,7 +457,7 @@ func (r *Relay) pairedRelays(ctx context.Context, sid string) ([]any, int, error
 		if open {
 			n++
 		}
-		out = append(out, map[string]any{"name": p.Name, "url": p.URL, "host": p.Host, "online": v["online"], "version": v["version"],
+		out = append(out, map[string]any{"name": p.Name, "url": p.URL, "host": p.Host, "online": v.Online, "version": v.Version,
 			"permission": p.Permission, "unlocked": open})
 	}
 	return out, n, nil

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/store"
 )
 
@@ -21,7 +22,7 @@ func (r *Relay) PeerTokens(ctx context.Context) ([]store.PeerTokenInfo, error) {
 // RevokePeerToken revokes a peer token (DELETE /api/v1/peer-tokens/{id}): at
 // once in every process (the "tokens" notification empties every process's
 // token caches), and the relay name it was bound to is free again.
-func (r *Relay) RevokePeerToken(ctx context.Context, id string) (map[string]any, error) {
+func (r *Relay) RevokePeerToken(ctx context.Context, id string) (*relay.PeerTokenRevoked, error) {
 	ok, err := r.st.RevokePeerToken(ctx, id)
 	if err != nil {
 		return nil, err
@@ -34,7 +35,7 @@ func (r *Relay) RevokePeerToken(ctx context.Context, id string) (map[string]any,
 		r.log.Warn("peer token revoked, but other processes were not told (they notice within 30 s)", "err", err)
 	}
 	r.log.Info("peer token revoked", "id", id)
-	return map[string]any{"id": strings.ToLower(id), "revoked": true}, nil
+	return &relay.PeerTokenRevoked{ID: strings.ToLower(id), Revoked: true}, nil
 }
 
 // peerTouchEvery is how often a process records a peer token's lastUsedAt.
@@ -100,7 +101,7 @@ func (r *Relay) PeerInbox(ctx context.Context, tok string) ([]any, error) {
 // PeerAnswer answers an ask of this relay from a paired relay's inbox: only
 // an ask the token's relay's conversation made here (R18.21); any other is
 // not found.
-func (r *Relay) PeerAnswer(ctx context.Context, tok, id string, in InboxAnswer, via string) (map[string]any, error) {
+func (r *Relay) PeerAnswer(ctx context.Context, tok, id string, in InboxAnswer, via string) (*relay.AskAnswered, error) {
 	bound, err := r.peerBound(ctx, tok)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/scheduler"
 	"github.com/oar/relay/store"
@@ -536,7 +537,7 @@ func (r *Relay) Schedules(ctx context.Context) ([]any, error) {
 }
 
 // CancelSchedule is the owner's Cancel.
-func (r *Relay) CancelSchedule(ctx context.Context, id string) (map[string]any, error) {
+func (r *Relay) CancelSchedule(ctx context.Context, id string) (*relay.Ended, error) {
 	sc, err := r.st.GetSchedule(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, Errorf(CodeNotFound, "No schedule %q. Nothing was done.", id)
@@ -547,7 +548,7 @@ func (r *Relay) CancelSchedule(ctx context.Context, id string) (map[string]any, 
 	if err := r.endSchedule(ctx, sc, "unscheduled"); err != nil {
 		return nil, err
 	}
-	return map[string]any{"id": sc.ID, "endReason": sc.EndReason}, nil
+	return &relay.Ended{ID: sc.ID, EndReason: sc.EndReason}, nil
 }
 
 // scheduleWhen is "once" or "every N min".

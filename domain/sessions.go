@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
@@ -232,7 +233,7 @@ func (r *Relay) groupName(ctx context.Context, g *store.Group) string {
 	return g.ID
 }
 
-func (r *Relay) groupRef(ctx context.Context, v *view) any {
+func (r *Relay) groupRef(ctx context.Context, v *view) *relay.GroupRef {
 	if v.group == nil {
 		return nil
 	}
@@ -240,7 +241,7 @@ func (r *Relay) groupRef(ctx context.Context, v *view) any {
 	if v.group.Head == v.s.ID {
 		role = "head"
 	}
-	return map[string]any{"id": v.group.ID, "name": r.groupName(ctx, v.group), "role": role}
+	return &relay.GroupRef{ID: v.group.ID, Name: r.groupName(ctx, v.group), Role: role}
 }
 
 func taskBrief(t *store.Task) map[string]any {
@@ -259,27 +260,15 @@ func taskType(kind string) string {
 	return kind // monitor
 }
 
-func (r *Relay) listItem(ctx context.Context, v *view) map[string]any {
+func (r *Relay) listItem(ctx context.Context, v *view) *relay.SessionItem {
 	tasks := []any{}
 	for _, t := range v.tasks {
 		tasks = append(tasks, taskBrief(t))
 	}
-	m := map[string]any{"id": v.s.ID, "title": v.s.Title, "provider": v.s.Provider, "model": v.s.Model,
-		"state": v.state, "cwd": v.s.Cwd, "lastActivityAt": ts(v.s.LastActivityAt), "messageCount": v.count,
-		"tasks": tasks, "group": r.groupRef(ctx, v), "mode": v.s.Mode}
-	if v.s.Archived {
-		m["archived"] = true
-	}
-	if v.s.MayCreateSessions {
-		m["mayCreateSessions"] = true
-	}
-	if v.s.StartedBy != nil {
-		m["startedBy"] = v.s.StartedBy
-	}
-	if v.watched {
-		m["watched"] = true
-	}
-	return m
+	return &relay.SessionItem{ID: v.s.ID, Title: v.s.Title, Provider: v.s.Provider, Model: v.s.Model,
+		State: v.state, Cwd: v.s.Cwd, LastActivityAt: tsPtr(v.s.LastActivityAt), MessageCount: v.count,
+		Tasks: tasks, Group: r.groupRef(ctx, v), Mode: v.s.Mode, Archived: v.s.Archived,
+		MayCreateSessions: v.s.MayCreateSessions, StartedBy: v.s.StartedBy, Watched: v.watched}
 }
 
 func (r *Relay) listSessions(ctx context.Context, c *caller, a *args) (*result, *Error) {
@@ -311,7 +300,7 @@ func (r *Relay) listSessions(ctx context.Context, c *caller, a *args) (*result, 
 }
 
 // SessionList lists sessions as list_sessions shows them (also the owner API).
-func (r *Relay) SessionList(ctx context.Context, scope string, limit int) ([]any, int, error) {
+func (r *Relay) SessionList(ctx context.Context, scope string, limit int) ([]*relay.SessionItem, int, error) {
 	ids, total, err := r.st.ListSessionIDs(ctx, scope, limit)
 	if err != nil {
 		return nil, 0, err
@@ -324,7 +313,7 @@ func (r *Relay) SessionList(ctx context.Context, scope string, limit int) ([]any
 	if err != nil {
 		return nil, 0, err
 	}
-	items := make([]any, 0, len(vs))
+	items := make([]*relay.SessionItem, 0, len(vs))
 	for _, v := range vs {
 		items = append(items, r.listItem(ctx, v))
 	}
@@ -384,19 +373,23 @@ func (r *Relay) readSession(ctx context.Context, c *caller, a *args) (*result, *
 	if e != nil {
 		return nil, e
 	}
-	m, err := r.SessionDetail(ctx, s, last)
+	d, err := r.SessionDetail(ctx, s, last)
 	if err != nil {
 		return nil, internal(err)
 	}
-	res := newResult(s.ID, fmt.Sprintf("%s, %s", plural(len(m["messages"].([]any)), "message", "messages"), m["state"]))
-	for k, v := range m {
+	res := newResult(s.ID, fmt.Sprintf("%s, %s", plural(len(d.Messages), "message", "messages"), d.State))
+	fields, err := jsonFields(d)
+	if err != nil {
+		return nil, internal(err)
+	}
+	for k, v := range fields {
 		res.set(k, v)
 	}
 	return res, nil
 }
 
 // SessionDetail is a session as read_session shows it (also the owner API).
-func (r *Relay) SessionDetail(ctx context.Context, s *store.Session, last int) (map[string]any, error) {
+func (r *Relay) SessionDetail(ctx context.Context, s *store.Session, last int) (*relay.SessionDetail, error) {
 	// Pending questions first: a turn writes its partial reply before it raises
 	// a question, so a question seen here comes with the reply written before it.
 	qs, err := r.pendingQuestions(ctx, s.ID)
@@ -408,69 +401,67 @@ func (r *Relay) SessionDetail(ctx context.Context, s *store.Session, last int) (
 		return nil, err
 	}
 	v := vs[0]
-	m := r.listItem(ctx, v)
+	// listItem's fields, then the detail's.
+	m := &relay.SessionDetail{ID: v.s.ID, Title: v.s.Title, Provider: v.s.Provider, Model: v.s.Model, State: v.state, Cwd: v.s.Cwd,
+		LastActivityAt: tsPtr(v.s.LastActivityAt), MessageCount: v.count, Mode: v.s.Mode, Archived: v.s.Archived,
+		MayCreateSessions: v.s.MayCreateSessions, StartedBy: v.s.StartedBy}
+	if v.watched {
+		m.Watched = &v.watched
+	}
 	msgs, err := r.st.LastMessages(ctx, s.ID, last)
 	if err != nil {
 		return nil, err
 	}
-	ml := []any{}
+	m.Messages = make([]relay.Message, 0, len(msgs))
 	for _, msg := range msgs {
-		x := map[string]any{"id": msg.ID, "role": msg.Role, "text": msg.Text, "createdAt": ts(msg.CreatedAt)}
-		if msg.From != nil {
-			x["from"] = msg.From
-		}
-		ml = append(ml, x)
+		m.Messages = append(m.Messages, relay.Message{ID: msg.ID, Role: msg.Role, Text: msg.Text, CreatedAt: tsPtr(msg.CreatedAt), From: msg.From})
 	}
-	m["messages"] = ml
-	m["inFlight"] = nil
 	if v.curTurn != "" {
 		if t, err := r.st.GetTurn(ctx, v.curTurn); err == nil && t.Partial != "" {
-			m["inFlight"] = t.Partial
+			m.InFlight = &t.Partial
 		}
 	}
-	m["pendingQuestions"] = qs
+	m.PendingQuestions = qs
 	st, err := r.settings(ctx)
 	if err != nil {
 		return nil, err
 	}
-	tasks := []any{}
+	m.Tasks = []any{}
 	for _, t := range v.tasks {
-		tasks = append(tasks, r.taskView(ctx, t, st.QuietTaskMinutes))
+		m.Tasks = append(m.Tasks, r.taskView(ctx, t, st.QuietTaskMinutes))
 	}
-	m["tasks"] = tasks
 	if v.group != nil {
-		g := r.groupRef(ctx, v).(map[string]any)
 		members, err := r.groupMembers(ctx, v.group, s.ID, 50)
 		if err != nil {
 			return nil, err
 		}
-		g["members"] = members
-		m["group"] = g
+		m.Group = r.groupRef(ctx, v)
+		m.Group.Members = members
 	}
-	m["repo"], m["branch"], m["effort"] = s.Repo, s.Branch, s.Effort
+	m.Repo, m.Branch, m.Effort = s.Repo, s.Branch, s.Effort
 	return m, nil
 }
 
-func (r *Relay) pendingQuestions(ctx context.Context, sid string) ([]any, error) {
+func (r *Relay) pendingQuestions(ctx context.Context, sid string) ([]relay.PendingQuestion, error) {
 	qs, err := r.st.PendingQuestions(ctx, sid)
 	if err != nil {
 		return nil, err
 	}
-	out := []any{}
+	out := []relay.PendingQuestion{}
 	for _, q := range qs {
-		out = append(out, map[string]any{"id": q.ID, "kind": q.Kind, "question": q.Question, "options": nonNil(q.Options)})
+		out = append(out, relay.PendingQuestion{ID: q.ID, Kind: q.Kind, Question: q.Question, Options: nonNil(q.Options)})
 	}
 	asks, err := r.st.AsksIn(ctx, sid)
 	if err != nil {
 		return nil, err
 	}
 	for _, ak := range asks {
-		out = append(out, map[string]any{"id": ak.ID, "kind": "ask", "question": ak.Question, "options": nonNil(ak.Options)})
+		out = append(out, relay.PendingQuestion{ID: ak.ID, Kind: "ask", Question: ak.Question, Options: nonNil(ak.Options)})
 	}
 	return out, nil
 }
 
-func (r *Relay) groupMembers(ctx context.Context, g *store.Group, except string, max int) ([]any, error) {
+func (r *Relay) groupMembers(ctx context.Context, g *store.Group, except string, max int) ([]relay.GroupMember, error) {
 	ids, err := r.st.GroupMembers(ctx, g.ID)
 	if err != nil {
 		return nil, err
@@ -503,14 +494,14 @@ func (r *Relay) groupMembers(ctx context.Context, g *store.Group, except string,
 	if err != nil {
 		return nil, err
 	}
-	out := []any{}
+	out := []relay.GroupMember{}
 	for i, m := range shown {
 		state := stateOf(extras[i]) // the R7.4 values (R7.5)
 		role := "member"
 		if m.ID == g.Head {
 			role = "head"
 		}
-		out = append(out, map[string]any{"id": m.ID, "title": m.Title, "role": role, "state": state, "archived": m.Archived})
+		out = append(out, relay.GroupMember{ID: m.ID, Title: m.Title, Role: role, State: state, Archived: m.Archived})
 	}
 	return out, nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/scheduler"
 	"github.com/oar/relay/store"
@@ -442,7 +443,7 @@ func (r *Relay) endSubscription(ctx context.Context, sub *store.Subscription, re
 }
 
 // Unsubscribe is the owner's DELETE /subscriptions/{id}.
-func (r *Relay) Unsubscribe(ctx context.Context, id string) (map[string]any, error) {
+func (r *Relay) Unsubscribe(ctx context.Context, id string) (*relay.Ended, error) {
 	sub, err := r.st.GetSubscription(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, Errorf(CodeNotFound, "No subscription %q. Nothing was done.", id)
@@ -456,7 +457,7 @@ func (r *Relay) Unsubscribe(ctx context.Context, id string) (map[string]any, err
 	if err := r.endSubscription(ctx, sub, "unsubscribed"); err != nil {
 		return nil, err
 	}
-	return map[string]any{"id": sub.ID, "endReason": sub.EndReason}, nil
+	return &relay.Ended{ID: sub.ID, EndReason: sub.EndReason}, nil
 }
 
 func (r *Relay) listSubscriptions(ctx context.Context, c *caller, a *args) (*result, *Error) {

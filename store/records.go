@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/oar/relay"
 )
 
 // Task is a background shell command, monitor or sub-agent of a session (R7.5, R7.6).
@@ -91,18 +93,7 @@ func (s *Store) ExpireTaskOutput(ctx context.Context, id string, keep time.Durat
 }
 
 // Question is a question card (kind ask_user) a session's agent waits on.
-type Question struct {
-	ID         string    `json:"id"`
-	Session    string    `json:"session"`
-	Turn       string    `json:"turn"`
-	Kind       string    `json:"kind"`
-	Question   string    `json:"question"`
-	Options    []string  `json:"options"`
-	Status     string    `json:"status"` // pending | answered
-	Answer     string    `json:"answer,omitempty"`
-	AnsweredBy string    `json:"answeredBy,omitempty"`
-	CreatedAt  time.Time `json:"createdAt"`
-}
+type Question = relay.Question
 
 // SaveQuestion writes a question and indexes pending ones by session.
 func (s *Store) SaveQuestion(ctx context.Context, q *Question) error {
@@ -188,16 +179,7 @@ func (s *Store) PendingQuestions(ctx context.Context, sid string) ([]*Question, 
 }
 
 // Card is an approval card (R5.1).
-type Card struct {
-	ID        string    `json:"id"`
-	Session   string    `json:"session"`
-	Action    string    `json:"action"`
-	Relay     string    `json:"relay"`
-	Target    *string   `json:"target"`
-	Lines     []string  `json:"lines"`
-	CreatedAt time.Time `json:"createdAt"`
-	Decision  string    `json:"decision,omitempty"` // "" | allow | deny | withdrawn
-}
+type Card = relay.Card
 
 // SaveCard writes a card; pending cards are indexed.
 func (s *Store) SaveCard(ctx context.Context, c *Card) error {
@@ -349,13 +331,7 @@ func (s *Store) DeleteGroup(ctx context.Context, gid string) error {
 }
 
 // Settings are the owner's run-time settings (SPEC §12).
-type Settings struct {
-	AgentSessions      bool `json:"agent_sessions"`
-	AcceptAgentPrompts bool `json:"accept_agent_prompts"`
-	MaxWaitSeconds     int  `json:"max_wait_seconds"`
-	QuietTaskMinutes   int  `json:"quiet_task_minutes"`
-	MaxTurnSeconds     int  `json:"max_turn_seconds"`
-}
+type Settings = relay.Settings
 
 // LoadSettings reads the settings; ok=false when none are stored yet.
 func (s *Store) LoadSettings(ctx context.Context) (Settings, bool, error) {

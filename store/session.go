@@ -9,15 +9,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/oar/relay"
 )
 
 // Ref names a session on a relay (startedBy, from).
-type Ref struct {
-	Relay   string `json:"relay"`
-	Session string `json:"session"`
-	Title   string `json:"title"`
-	Model   string `json:"model,omitempty"`
-}
+type Ref = relay.Ref
 
 // Session is one agent conversation's record (R7.4 fields, R7.10 settings).
 type Session struct {

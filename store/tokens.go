@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/redisurl"
 )
 
@@ -29,10 +28,7 @@ import (
 // them once, at start.
 
 // TokenHash is the hex SHA-256 of a token, the only form kept at rest.
-func TokenHash(tok string) string {
-	h := sha256.Sum256([]byte(tok))
-	return hex.EncodeToString(h[:])
-}
+func TokenHash(tok string) string { return relay.TokenHash(tok) }
 
 func (s *Store) tokKey(hash string) string { return s.k("tokh", hash) }
 

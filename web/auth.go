@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oar/relay/store"
+	"github.com/oar/relay"
 )
 
 // CookieName is the console's sign-in cookie.
@@ -64,7 +64,7 @@ func NewAuthHash(ownerTokenHash string, sessions Sessions) *Auth {
 	return &Auth{hash: ownerTokenHash, owner: ownerFingerprint(ownerTokenHash), sessions: sessions, now: time.Now}
 }
 
-func tokenHash(tok string) string { return store.TokenHash(tok) } // the form the store keeps
+func tokenHash(tok string) string { return relay.TokenHash(tok) } // the form the store keeps
 
 // ownerFingerprint is what a console session keeps of the owner token: made
 // from the token's hex SHA-256 (the form the store keeps of a generated owner

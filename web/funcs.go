@@ -8,6 +8,8 @@ import (
 	"html/template"
 	"strings"
 	"time"
+
+	"github.com/oar/relay"
 )
 
 // timeLayout is how the domain writes times (relay.ts).
@@ -103,21 +105,19 @@ func (c *console) funcs() template.FuncMap {
 			return strings.Join(names, ", ")
 		},
 		"modes": func() []string { return []string{"agent", "ask", "plan"} },
-		"row": func(s map[string]any, v *view) sessionRow {
-			id := str(s["id"])
-			return sessionRow{S: s, Mark: v.Marks[id], Clocks: v.Clocks[id]}
+		"row": func(s *relay.SessionItem, v *view) sessionRow {
+			return sessionRow{S: s, Mark: v.Marks[s.ID], Clocks: v.Clocks[s.ID]}
 		},
 		// rowIn is a session's row in the grouped list, with its role there.
 		"rowIn": func(r *sessionRow, v *view) sessionRow {
-			id := str(r.S["id"])
-			return sessionRow{S: r.S, Role: r.Role, Mark: v.Marks[id], Clocks: v.Clocks[id]}
+			return sessionRow{S: r.S, Role: r.Role, Mark: v.Marks[r.S.ID], Clocks: v.Clocks[r.S.ID]}
 		},
 		"plural": plural,
 	}
 }
 
 type sessionRow struct {
-	S      map[string]any
+	S      *relay.SessionItem
 	Role   string // in the grouped list: "head" or "member" of the group above it; "" alone
 	Mark   string
 	Clocks int

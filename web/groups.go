@@ -5,6 +5,8 @@ package web
 // an owner's group with no session is a line of its own (`group · empty`),
 // with the same menu (rename, dissolve); sessions in no group stand alone.
 
+import "github.com/oar/relay"
+
 // listItem is one line of the sessions list: a group's line or a session.
 type listItem struct {
 	Group *groupLine
@@ -21,12 +23,12 @@ type groupLine struct {
 // groupedList orders the active sessions (most recent first, as listed) into
 // the list's lines: a group comes where its most recent session would, with
 // its head first; groups with no active session follow the sessions.
-func groupedList(sessions []map[string]any, groups []map[string]any) []listItem {
-	info := map[string]map[string]any{}
+func groupedList(sessions []*relay.SessionItem, groups []*relay.Group) []listItem {
+	info := map[string]*relay.Group{}
 	for _, g := range groups {
-		info[str(g["id"])] = g
+		info[g.ID] = g
 	}
-	members := map[string][]map[string]any{}
+	members := map[string][]*relay.SessionItem{}
 	for _, s := range sessions {
 		if gid := sessionGroup(s); gid != "" {
 			members[gid] = append(members[gid], s)
@@ -47,15 +49,11 @@ func groupedList(sessions []map[string]any, groups []map[string]any) []listItem 
 		ms := members[gid]
 		line := &groupLine{ID: gid, Active: len(ms), Members: len(ms)}
 		if g := info[gid]; g != nil {
-			line.Name = str(g["name"])
-			if n, ok := g["memberCount"].(int); ok {
-				line.Members = n
-			}
+			line.Name = g.Name
+			line.Members = g.MemberCount
 		}
-		if line.Name == "" {
-			if ref, ok := s["group"].(map[string]any); ok {
-				line.Name = str(ref["name"])
-			}
+		if line.Name == "" && s.Group != nil {
+			line.Name = s.Group.Name
 		}
 		out = append(out, listItem{Group: line})
 		// The head conversation first, the others under it in list order.
@@ -71,26 +69,24 @@ func groupedList(sessions []map[string]any, groups []map[string]any) []listItem 
 		}
 	}
 	for _, g := range groups {
-		id := str(g["id"])
-		if placed[id] {
+		if placed[g.ID] {
 			continue
 		}
-		n, _ := g["memberCount"].(int)
-		out = append(out, listItem{Group: &groupLine{ID: id, Name: str(g["name"]), Members: n}})
+		out = append(out, listItem{Group: &groupLine{ID: g.ID, Name: g.Name, Members: g.MemberCount}})
 	}
 	return out
 }
 
-func sessionGroup(s map[string]any) string {
-	if ref, ok := s["group"].(map[string]any); ok {
-		return str(ref["id"])
+func sessionGroup(s *relay.SessionItem) string {
+	if s.Group != nil {
+		return s.Group.ID
 	}
 	return ""
 }
 
-func groupRole(s map[string]any) string {
-	if ref, ok := s["group"].(map[string]any); ok {
-		return str(ref["role"])
+func groupRole(s *relay.SessionItem) string {
+	if s.Group != nil {
+		return s.Group.Role
 	}
 	return ""
 }

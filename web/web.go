@@ -24,9 +24,9 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/domain"
 	"github.com/oar/relay/provider"
-	"github.com/oar/relay/store"
 )
 
 //go:embed templates/*.html
@@ -120,21 +120,21 @@ type view struct {
 	Next    string
 	Nav     nav
 
-	Sessions     []map[string]any
+	Sessions     []*relay.SessionItem
 	List         []listItem // the active sessions as the list shows them: grouped
 	ShowArchived bool
-	Archived     []map[string]any
+	Archived     []*relay.SessionItem
 	Marks        map[string]string // session id -> marker text for pending cards/questions
 	Clocks       map[string]int    // session id -> schedules firing into it
 	Providers    []provider.Info
-	Groups       []any
+	Groups       []*relay.Group
 
 	Cards       []cardView
 	Questions   []questionView
 	Asks        []map[string]any
 	Unreachable []map[string]any // paired relays whose asks the Inbox could not read
 
-	S         map[string]any
+	S         *relay.SessionDetail
 	Subs      []map[string]any
 	Watching  string
 	Schedules []map[string]any
@@ -142,10 +142,10 @@ type view struct {
 	Models    []string
 	Mentions  []string // the paired relays' names, offered after @ in the message box
 
-	Settings store.Settings
+	Settings relay.Settings
 
-	Relays     []map[string]any // the pairings (GET /api/v1/relays)
-	PeerTokens []peerTokenView  // the peer tokens this relay issued (GET /api/v1/peer-tokens)
+	Relays     []*relay.PairedRelay // the pairings (GET /api/v1/relays)
+	PeerTokens []peerTokenView      // the peer tokens this relay issued (GET /api/v1/peer-tokens)
 }
 
 // peerTokenView is a peer token as the Relays page lists it (R18.20): never
@@ -160,12 +160,12 @@ type nav struct {
 }
 
 type cardView struct {
-	*store.Card
+	*relay.Card
 	SessionTitle string
 }
 
 type questionView struct {
-	*store.Question
+	*relay.Question
 	SessionTitle string
 }
 
@@ -291,7 +291,7 @@ func (c *console) load(ctx context.Context, name string, g *gin.Context) (*view,
 		if err != nil {
 			return nil, 0, err
 		}
-		v.Relays = maps(list)
+		v.Relays = list
 		toks, err := c.r.PeerTokens(ctx)
 		if err != nil {
 			return nil, 0, err
@@ -319,14 +319,14 @@ func (c *console) loadSessions(ctx context.Context, v *view, archived bool) erro
 	if err != nil {
 		return err
 	}
-	v.Sessions = maps(items)
+	v.Sessions = items
 	if archived {
 		v.ShowArchived = true
 		arch, _, err := c.r.SessionList(ctx, "archived", 200)
 		if err != nil {
 			return err
 		}
-		v.Archived = maps(arch)
+		v.Archived = arch
 	}
 	if err := c.loadWaiting(ctx, v, v.Sessions); err != nil {
 		return err
@@ -364,48 +364,47 @@ func (c *console) loadSessions(ctx context.Context, v *view, archived bool) erro
 	if err != nil {
 		return err
 	}
-	v.List = groupedList(v.Sessions, maps(v.Groups))
+	v.List = groupedList(v.Sessions, v.Groups)
 	return nil
 }
 
 // questions lists the pending question cards of running sessions (a
 // question card exists only inside a running turn).
-func (c *console) questions(ctx context.Context, sessions []map[string]any) ([]questionView, error) {
+func (c *console) questions(ctx context.Context, sessions []*relay.SessionItem) ([]questionView, error) {
 	if sessions == nil {
 		items, _, err := c.r.SessionList(ctx, "active", 200)
 		if err != nil {
 			return nil, err
 		}
-		sessions = maps(items)
+		sessions = items
 	}
 	var out []questionView
 	for _, s := range sessions {
-		if s["state"] != domain.StateRunning {
+		if s.State != domain.StateRunning {
 			continue
 		}
-		id, _ := s["id"].(string)
-		qs, err := c.r.QuestionCards(ctx, id)
+		qs, err := c.r.QuestionCards(ctx, s.ID)
 		if err != nil {
 			return nil, err
 		}
 		for _, q := range qs {
-			out = append(out, questionView{Question: q, SessionTitle: str(s["title"])})
+			out = append(out, questionView{Question: q, SessionTitle: s.Title})
 		}
 	}
 	return out, nil
 }
 
-func (c *console) loadWaiting(ctx context.Context, v *view, sessions []map[string]any) error {
+func (c *console) loadWaiting(ctx context.Context, v *view, sessions []*relay.SessionItem) error {
 	if sessions == nil {
 		items, _, err := c.r.SessionList(ctx, "active", 200)
 		if err != nil {
 			return err
 		}
-		sessions = maps(items)
+		sessions = items
 	}
 	titles := map[string]string{}
 	for _, s := range sessions {
-		titles[str(s["id"])] = str(s["title"])
+		titles[s.ID] = s.Title
 	}
 	cards, err := c.r.Cards(ctx)
 	if err != nil {
@@ -424,14 +423,10 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 		return err
 	}
 	v.S = s
-	v.Title = str(s["title"])
-	sid := str(s["id"])
-	if cards, ok := s["cards"].([]any); ok {
-		for _, x := range cards {
-			if cd, ok := x.(*store.Card); ok {
-				v.Cards = append(v.Cards, cardView{Card: cd, SessionTitle: v.Title})
-			}
-		}
+	v.Title = s.Title
+	sid := s.ID
+	for _, cd := range s.Cards {
+		v.Cards = append(v.Cards, cardView{Card: cd, SessionTitle: v.Title})
 	}
 	qs, err := c.r.QuestionCards(ctx, sid)
 	if err != nil {
@@ -449,7 +444,7 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 			v.Asks = append(v.Asks, a)
 		}
 	}
-	if subs, ok := s["watching"].([]any); ok {
+	if subs := s.Watching; subs != nil {
 		watched := map[string]bool{}
 		all := false
 		for _, m := range maps(subs) {
@@ -498,7 +493,7 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 		}
 	}
 	sort.SliceStable(v.Schedules, func(i, j int) bool { return str(v.Schedules[i]["nextFireAt"]) < str(v.Schedules[j]["nextFireAt"]) })
-	if tasks, ok := s["tasks"].([]any); ok {
+	if tasks := s.Tasks; tasks != nil {
 		for _, t := range maps(tasks) {
 			if t["output"] == true {
 				if tail, err := c.r.TaskTail(ctx, str(t["taskId"]), 8); err == nil && len(tail) > 0 {
@@ -508,7 +503,7 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 		}
 	}
 	for _, p := range c.r.Providers() {
-		if p.ID == str(s["provider"]) {
+		if p.ID == s.Provider {
 			v.Models, v.Efforts = p.Models, p.Efforts
 		}
 	}
@@ -516,8 +511,8 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range maps(relays) {
-		v.Mentions = append(v.Mentions, str(p["name"]))
+	for _, p := range relays {
+		v.Mentions = append(v.Mentions, p.Name)
 	}
 	sort.Strings(v.Mentions)
 	return nil
@@ -603,8 +598,13 @@ func safeNext(s string) string {
 }
 
 func str(x any) string {
-	if s, ok := x.(string); ok {
+	switch s := x.(type) {
+	case string:
 		return s
+	case *string: // a typed result's time (nil: never)
+		if s != nil {
+			return *s
+		}
 	}
 	return ""
 }

@@ -1,0 +1,221 @@
+package relay
+
+// Typed results of the domain's owner operations (the owner API's answers).
+// Fields are declared in the order of their JSON keys, sorted, as
+// encoding/json wrote the maps they replace; omitempty where the map left
+// the key out.
+
+// MessageQueued answers an owner's message (POST /sessions/{id}/messages).
+type MessageQueued struct {
+	MessageID string `json:"message_id"`
+	Session   string `json:"session"`
+	Status    string `json:"status"`
+}
+
+// StopRequested answers POST /sessions/{id}/stop.
+type StopRequested struct {
+	Note          string `json:"note,omitempty"` // "nothing was running"
+	Session       string `json:"session"`
+	StopRequested bool   `json:"stopRequested"`
+}
+
+// SessionArchived answers POST /sessions/{id}/archive.
+type SessionArchived struct {
+	Archived bool   `json:"archived"`
+	Session  string `json:"session"`
+}
+
+// SessionDeleted answers DELETE /sessions/{id}.
+type SessionDeleted struct {
+	Deleted bool   `json:"deleted"`
+	Session string `json:"session"`
+}
+
+// GroupCreated answers POST /groups.
+type GroupCreated struct {
+	CreatedAt    string `json:"createdAt"`
+	ID           string `json:"id"`
+	MemberCount  int    `json:"memberCount"`
+	Name         string `json:"name"`
+	OwnerCreated bool   `json:"ownerCreated"`
+}
+
+// Group is a group as the owner's list shows it (GET /groups) and PATCH
+// /groups/{id} answers; Head is "" for an owner's group.
+type Group struct {
+	Head         string `json:"head"`
+	ID           string `json:"id"`
+	MemberCount  int    `json:"memberCount"`
+	Name         string `json:"name"`
+	OwnerCreated bool   `json:"ownerCreated"`
+}
+
+// GroupDissolved answers DELETE /groups/{id}: its members stay, ungrouped.
+type GroupDissolved struct {
+	Dissolved bool     `json:"dissolved"`
+	ID        string   `json:"id"`
+	Ungrouped []string `json:"ungrouped"`
+}
+
+// Ended answers the end of a schedule or a subscription (DELETE
+// /schedules/{id}, DELETE /subscriptions/{id}); Note and Relay only for a
+// subscription held on a paired relay.
+type Ended struct {
+	EndReason string `json:"endReason"`
+	ID        string `json:"id"`
+	Note      string `json:"note,omitempty"`
+	Relay     string `json:"relay,omitempty"`
+}
+
+// PeerTokenIssued answers POST /peer-tokens: the token, shown only once.
+type PeerTokenIssued struct {
+	CreatedAt string `json:"createdAt"`
+	ID        string `json:"id"`
+	Note      string `json:"note"`
+	Relay     string `json:"relay"`
+	Token     string `json:"token"`
+	URL       string `json:"url"`
+}
+
+// PeerTokenRevoked answers DELETE /peer-tokens/{id}.
+type PeerTokenRevoked struct {
+	ID      string `json:"id"`
+	Revoked bool   `json:"revoked"`
+}
+
+// Unpaired answers DELETE /relays/{name}.
+type Unpaired struct {
+	AsksEnded          int    `json:"asksEnded"`
+	Name               string `json:"name"`
+	Note               string `json:"note,omitempty"` // the paired relay did not answer
+	Removed            bool   `json:"removed"`
+	SubscriptionsEnded int    `json:"subscriptionsEnded"`
+}
+
+// PairedRelay is a pairing as the owner sees it (POST, PATCH and GET /relays).
+// A time never seen is null.
+type PairedRelay struct {
+	Host          string  `json:"host"`
+	LastSeenAt    *string `json:"lastSeenAt"`
+	Name          string  `json:"name"`
+	OfflineReason string  `json:"offlineReason,omitempty"`
+	Online        bool    `json:"online"`
+	PairedAt      *string `json:"pairedAt"`
+	Permission    string  `json:"permission"`
+	RemoteName    string  `json:"remoteName,omitempty"` // the name it calls itself, when not Name
+	URL           string  `json:"url"`
+	Version       string  `json:"version"`
+}
+
+// AskAnswered is an ask once answered or dismissed (POST /inbox/{id}, and
+// a paired relay's inbox through POST /peer/v1/inbox/{id}). Answer and
+// Choice are null when empty.
+type AskAnswered struct {
+	Answer         *string  `json:"answer"`
+	Choice         *string  `json:"choice"`
+	CreatedAt      *string  `json:"createdAt"`
+	Detail         string   `json:"detail,omitempty"`
+	Dismissed      bool     `json:"dismissed"`
+	EndedAt        *string  `json:"endedAt"`
+	ID             string   `json:"id"`
+	Options        []string `json:"options"`
+	Question       string   `json:"question"`
+	QuestionID     string   `json:"question_id"`
+	Recommendation string   `json:"recommendation,omitempty"`
+	Session        string   `json:"session"`
+	Status         string   `json:"status"` // answered | dismissed
+	Via            string   `json:"via,omitempty"`
+}
+
+// SessionDetail is a session as read_session shows it (GET /sessions/{id},
+// and the answers of POST and PATCH /sessions). Cards, Watching and a false
+// Watched are the owner's read only (GET /sessions/{id}); Token and
+// MessageID only POST /sessions'. The tasks keep their views' maps (a
+// task's view has keys by its type and state).
+type SessionDetail struct {
+	Archived          bool              `json:"archived,omitempty"`
+	Branch            string            `json:"branch"`
+	Cards             []*Card           `json:"cards,omitzero"`
+	Cwd               string            `json:"cwd"`
+	Effort            string            `json:"effort"`
+	Group             *GroupRef         `json:"group"`
+	ID                string            `json:"id"`
+	InFlight          *string           `json:"inFlight"` // the running turn's reply so far
+	LastActivityAt    *string           `json:"lastActivityAt"`
+	MayCreateSessions bool              `json:"mayCreateSessions,omitempty"`
+	MessageCount      int               `json:"messageCount"`
+	MessageID         string            `json:"message_id,omitempty"`
+	Messages          []Message         `json:"messages"`
+	Mode              string            `json:"mode"`
+	Model             string            `json:"model"`
+	PendingQuestions  []PendingQuestion `json:"pendingQuestions"`
+	Provider          string            `json:"provider"`
+	Repo              string            `json:"repo"`
+	StartedBy         *Ref              `json:"startedBy,omitempty"`
+	State             string            `json:"state"`
+	Tasks             []any             `json:"tasks"`
+	Title             string            `json:"title"`
+	Token             string            `json:"token,omitempty"`
+	Watched           *bool             `json:"watched,omitempty"`
+	Watching          []any             `json:"watching,omitzero"` // the subscriptions' views
+}
+
+// IsWatched says whether a subscription watches the session.
+func (d *SessionDetail) IsWatched() bool { return d.Watched != nil && *d.Watched }
+
+// GroupRef is a session's group as its session shows it; Members only in a
+// session's detail (the others, oldest first).
+type GroupRef struct {
+	ID      string        `json:"id"`
+	Members []GroupMember `json:"members,omitzero"`
+	Name    string        `json:"name"`
+	Role    string        `json:"role"` // head | member
+}
+
+// GroupMember is another session of a session's group.
+type GroupMember struct {
+	Archived bool   `json:"archived"`
+	ID       string `json:"id"`
+	Role     string `json:"role"`
+	State    string `json:"state"`
+	Title    string `json:"title"`
+}
+
+// Message is one message of a session's detail.
+type Message struct {
+	CreatedAt *string `json:"createdAt"`
+	From      *Ref    `json:"from,omitempty"`
+	ID        string  `json:"id"`
+	Role      string  `json:"role"`
+	Text      string  `json:"text"`
+}
+
+// PendingQuestion is a question (ask_user) or an ask open in a session.
+type PendingQuestion struct {
+	ID       string   `json:"id"`
+	Kind     string   `json:"kind"`
+	Options  []string `json:"options"`
+	Question string   `json:"question"`
+}
+
+// SessionItem is a session as list_sessions and GET /sessions list it. Via
+// is the owner API's badge of a session an agent started (R4.11); the tasks
+// keep their briefs' maps.
+type SessionItem struct {
+	Archived          bool      `json:"archived,omitempty"`
+	Cwd               string    `json:"cwd"`
+	Group             *GroupRef `json:"group"`
+	ID                string    `json:"id"`
+	LastActivityAt    *string   `json:"lastActivityAt"`
+	MayCreateSessions bool      `json:"mayCreateSessions,omitempty"`
+	MessageCount      int       `json:"messageCount"`
+	Mode              string    `json:"mode"`
+	Model             string    `json:"model"`
+	Provider          string    `json:"provider"`
+	StartedBy         *Ref      `json:"startedBy,omitempty"`
+	State             string    `json:"state"`
+	Tasks             []any     `json:"tasks"`
+	Title             string    `json:"title"`
+	Via               string    `json:"via,omitempty"`
+	Watched           bool      `json:"watched,omitempty"`
+}
