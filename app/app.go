@@ -27,6 +27,7 @@ import (
 	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/jobs/asynqjobs"
 	"github.com/oar/relay/metrics"
+	"github.com/oar/relay/peer"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/redisurl"
 	"github.com/oar/relay/scheduler"
@@ -170,6 +171,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 		Name: cfg.Name, Version: Version, Folders: cfg.Folders, DefaultCwd: cfg.DefaultCwd,
 		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Logger: a.log, Metrics: a.met,
 		MaxWaitCap: o.MaxWaitCap, Caps: map[string]domain.Cap{}, Traits: map[string]domain.SessionTraits{},
+		Peers: peer.NewClient(),
 	}
 	if o.Mode == ModeServe {
 		// The worker runs here too: a prompt whose caller waits may start

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"regexp"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/oar/relay"
+	"github.com/oar/relay/peer"
 	"github.com/oar/relay/store"
 )
 
@@ -497,12 +497,10 @@ func (r *Relay) InboxWithPaired(ctx context.Context) ([]any, []any, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var out struct {
-				Asks []map[string]any `json:"asks"`
-			}
-			e := r.peerDo(ctx, p.Name, p.URL, p.Token, http.MethodGet, "/peer/v1/inbox", nil, r.opts.Timing.PeerTimeout, &out)
+			asks, err := r.peers.Inbox(ctx, peerTarget(p), r.opts.Timing.PeerTimeout)
+			e := r.peerDone("inbox", err)
 			r.link(ctx, p, e)
-			answers[i] = answer{out.Asks, e}
+			answers[i] = answer{asks, e}
 		}()
 	}
 	wg.Wait()
@@ -529,9 +527,9 @@ func (r *Relay) AnswerPairedAsk(ctx context.Context, relayName, id string, in In
 	if p == nil {
 		return nil, Errorf(CodeUnknownRelay, "No paired relay is named %q. Nothing was changed.", relayName)
 	}
-	body := map[string]any{"answer": in.Answer, "choice": in.Choice, "dismiss": in.Dismiss, "via": r.opts.Name}
-	var out map[string]any
-	e := r.peerDo(ctx, p.Name, p.URL, p.Token, http.MethodPost, "/peer/v1/inbox/"+url.PathEscape(id), body, r.opts.Timing.PeerTimeout, &out)
+	body := peer.InboxAnswer{Answer: in.Answer, Choice: in.Choice, Dismiss: in.Dismiss, Via: r.opts.Name}
+	out, err := r.peers.AnswerInbox(ctx, peerTarget(p), id, body, r.opts.Timing.PeerTimeout)
+	e := r.peerDone("inbox", err)
 	r.link(ctx, p, e)
 	if e != nil {
 		return nil, e

@@ -1,198 +1,128 @@
 package domain
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"mime"
-	"net"
-	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
+	"github.com/oar/relay/peer"
 	"github.com/oar/relay/store"
 )
 
-// The peer protocol's client side (§13): hello, call and the event stream of
-// a subscription on a paired relay. Every request has a timeout; a relay that
-// does not answer is REMOTE_RELAY_OFFLINE, a rejected token REMOTE_RELAY_AUTH
-// (R13.4), and anything that is not a relay's JSON answer (HTML from a proxy,
-// garbage) is said in one sentence without the body.
+// The peer protocol's client side (§13) is package peer: hello, call, check,
+// the event stream of a subscription and the inbox on a paired relay, over
+// HTTP. The domain asks it through PeerClient and reads the answers here.
 
 // PeerFeatures are what this relay serves on /peer/v1 (R13.3).
 var PeerFeatures = []string{"call", "events", "asks", "inbox", "exclude", "task_output", "update_session", "billing_switch", "groups", "check"}
 
 const (
-	helloTimeout    = 5 * time.Second // R13.1a: pairing tries hello for 5 s
-	maxPeerAnswer   = 4 << 20         // a peer's answer larger than this is not a relay's answer
-	peerEventsBatch = 100             // events per poll request
+	helloTimeout    = peer.HelloTimeout // R13.1a: pairing tries hello for 5 s
+	peerEventsBatch = peer.EventsBatch  // events per poll request
 )
 
-// Hello is a relay's answer to GET /peer/v1/hello.
-type Hello struct {
-	Name     string   `json:"name"`
-	Version  string   `json:"version"`
-	Instance string   `json:"instance"`
-	Features []string `json:"features"`
+// The protocol's wire types, the package peer's: both sides use them.
+type (
+	// Hello is a relay's answer to GET /peer/v1/hello.
+	Hello = peer.Hello
+	// PeerOrigin is the calling agent and its chain, sent with every call (R13.1, R4.7, R4.8).
+	PeerOrigin = peer.Origin
+	// PeerCallBody is the body of POST /peer/v1/call.
+	PeerCallBody = peer.CallBody
+	// PeerEvents is the answer of GET /peer/v1/events.
+	PeerEvents = peer.Events
+)
+
+// PeerClient is what the domain asks of paired relays: one method per
+// request of the peer protocol. An error is a *peer.Error (its code is one
+// of this package's) or an unexpected failure (REMOTE_RELAY_INTERNAL).
+// Package peer's Client is the one a process uses (app wires it,
+// Options.Peers); tests may give another.
+type PeerClient interface {
+	Hello(ctx context.Context, to peer.Target, timeout time.Duration) (*peer.Hello, error)
+	Call(ctx context.Context, to peer.Target, body peer.CallBody, timeout time.Duration) (map[string]any, error)
+	Check(ctx context.Context, to peer.Target, body peer.CallBody, timeout time.Duration) (map[string]json.RawMessage, error)
+	Events(ctx context.Context, to peer.Target, sub, after string, wait, timeout time.Duration) (*peer.Events, error)
+	Inbox(ctx context.Context, to peer.Target, timeout time.Duration) ([]map[string]any, error)
+	AnswerInbox(ctx context.Context, to peer.Target, id string, in peer.InboxAnswer, timeout time.Duration) (map[string]any, error)
 }
 
-// PeerOrigin is the calling agent and its chain, sent with every call (R13.1, R4.7, R4.8).
-type PeerOrigin struct {
-	Relay    string   `json:"relay"`
-	Session  string   `json:"session"`
-	Title    string   `json:"title"`
-	Model    string   `json:"model"`
-	Path     []string `json:"path"`
-	Unlocked []string `json:"unlocked"`
+// noPeers is the PeerClient of a Relay built without one: no paired relay
+// can be reached.
+type noPeers struct{}
+
+func (noPeers) fail(to peer.Target) error {
+	return &peer.Error{Code: CodeOffline, Msg: fmt.Sprintf("Relay %q cannot be reached: this process has no peer client. Nothing was done.", to.Name)}
 }
 
-// PeerCallBody is the body of POST /peer/v1/call.
-type PeerCallBody struct {
-	Action string                     `json:"action"`
-	Args   map[string]json.RawMessage `json:"args"`
-	Origin PeerOrigin                 `json:"origin"`
+func (n noPeers) Hello(_ context.Context, to peer.Target, _ time.Duration) (*peer.Hello, error) {
+	return nil, n.fail(to)
 }
 
-// peerHTTP is the client of every peer request; timeouts come per request.
-var peerHTTP = &http.Client{
-	Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second,
-		DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext, TLSHandshakeTimeout: 5 * time.Second},
-	// A redirect could carry the token elsewhere: a relay's peer routes never redirect.
-	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+func (n noPeers) Call(_ context.Context, to peer.Target, _ peer.CallBody, _ time.Duration) (map[string]any, error) {
+	return nil, n.fail(to)
+}
+
+func (n noPeers) Check(_ context.Context, to peer.Target, _ peer.CallBody, _ time.Duration) (map[string]json.RawMessage, error) {
+	return nil, n.fail(to)
+}
+
+func (n noPeers) Events(_ context.Context, to peer.Target, _, _ string, _, _ time.Duration) (*peer.Events, error) {
+	return nil, n.fail(to)
+}
+
+func (n noPeers) Inbox(_ context.Context, to peer.Target, _ time.Duration) ([]map[string]any, error) {
+	return nil, n.fail(to)
+}
+
+func (n noPeers) AnswerInbox(_ context.Context, to peer.Target, _ string, _ peer.InboxAnswer, _ time.Duration) (map[string]any, error) {
+	return nil, n.fail(to)
+}
+
+// peerTarget is where a pairing's requests go.
+func peerTarget(p *store.Pairing) peer.Target {
+	return peer.Target{Name: p.Name, URL: p.URL, Token: p.Token}
 }
 
 // peerMetrics is what the metrics count of peer requests (paired-relay link
 // state and poll errors, §16).
 type peerMetrics interface{ PeerRequest(kind, code string) }
 
-// peerDo sends one peer request and decodes its JSON answer into out.
-func (r *Relay) peerDo(ctx context.Context, name, base, token, method, path string, body any, timeout time.Duration, out any) (e *Error) {
+// peerDone is a peer request's error as the domain's, counted by kind
+// (hello, call, check, events, inbox) and outcome.
+func (r *Relay) peerDone(kind string, err error) *Error {
+	var e *Error
+	if err != nil {
+		var pe *peer.Error
+		if errors.As(err, &pe) {
+			e = &Error{Code: pe.Code, Msg: pe.Msg}
+		} else {
+			e = internal(err)
+		}
+	}
 	if pm, ok := r.met.(peerMetrics); ok {
-		defer func() {
-			code := "ok"
-			if e != nil {
-				code = e.Code
-			}
-			kind := strings.TrimPrefix(path, "/peer/v1/")
-			if i := strings.IndexAny(kind, "/?"); i >= 0 {
-				kind = kind[:i]
-			}
-			pm.PeerRequest(kind, code)
-		}()
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return internal(err)
+		code := "ok"
+		if e != nil {
+			code = e.Code
 		}
-		rd = bytes.NewReader(b)
+		pm.PeerRequest(kind, code)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
-	if err != nil {
-		return Errorf(CodeOffline, "Relay %q cannot be reached: its address %q is not usable (%v). Nothing was done.", name, base, err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Accept", "application/json")
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := peerHTTP.Do(req)
-	if err != nil {
-		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return Errorf(CodeOffline, "Relay %q did not answer within %s. Nothing was done there, as far as this relay knows.", name, timeout.Round(time.Second))
-		}
-		return Errorf(CodeOffline, "Relay %q does not answer (%s). Nothing was done.", name, netReason(err))
-	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxPeerAnswer+1))
-	if err != nil {
-		return Errorf(CodeOffline, "Relay %q broke off its answer (%s). Nothing is known to have been done.", name, netReason(err))
-	}
-	switch {
-	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return Errorf(CodeAuth, "Relay %q rejects this relay's peer token (HTTP %d). The owner must pair it again with a new token from that relay. Nothing was done.", name, resp.StatusCode)
-	case resp.StatusCode == http.StatusNotFound && !isJSON(resp):
-		return Errorf(CodeUnsupported, "Relay %q does not serve the peer protocol at %s (HTTP 404): it may run an older relay and need an update. Nothing was done.", name, path)
-	}
-	if !isJSON(resp) || len(raw) > maxPeerAnswer {
-		return Errorf(CodeOffline, "Relay %q answered with something that is not a relay's answer (HTTP %d, %s). Check the pairing's URL. Nothing is known to have been done.",
-			name, resp.StatusCode, contentKind(resp, len(raw)))
-	}
-	if resp.StatusCode >= 300 {
-		var e struct {
-			Error string `json:"error"`
-			Code  string `json:"code"`
-		}
-		if json.Unmarshal(raw, &e) == nil && e.Code != "" {
-			return Errorf(e.Code, "Relay %q: %s", name, e.Error)
-		}
-		return Errorf(CodeOffline, "Relay %q answered HTTP %d. Nothing is known to have been done.", name, resp.StatusCode)
-	}
-	if out != nil {
-		if err := json.Unmarshal(raw, out); err != nil {
-			return Errorf(CodeOffline, "Relay %q answered with JSON this relay cannot read (%v). Nothing is known to have been done.", name, err)
-		}
-	}
-	return nil
-}
-
-func isJSON(resp *http.Response) bool {
-	mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	return err == nil && mt == "application/json"
-}
-
-func contentKind(resp *http.Response, n int) string {
-	ct := resp.Header.Get("Content-Type")
-	if ct == "" {
-		ct = "no content type"
-	}
-	if n > maxPeerAnswer {
-		return ct + ", more than 4 MiB"
-	}
-	return fmt.Sprintf("%s, %d bytes", ct, n)
-}
-
-// netReason says why a request failed without the URL (it may carry secrets in a query).
-func netReason(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
-	}
-	var op *net.OpError
-	if errors.As(err, &op) {
-		if strings.Contains(op.Error(), "refused") {
-			return "connection refused"
-		}
-		return op.Op + " failed"
-	}
-	var dns *net.DNSError
-	if errors.As(err, &dns) {
-		return "the host name does not resolve"
-	}
-	s := err.Error()
-	if len(s) > 120 {
-		s = s[:120]
-	}
-	return s
+	return e
 }
 
 // hello asks a relay who it is.
 func (r *Relay) hello(ctx context.Context, name, base, token string, timeout time.Duration) (*Hello, *Error) {
-	var h Hello
-	if e := r.peerDo(ctx, name, base, token, http.MethodGet, "/peer/v1/hello", nil, timeout, &h); e != nil {
+	h, err := r.peers.Hello(ctx, peer.Target{Name: name, URL: base, Token: token}, timeout)
+	if e := r.peerDone("hello", err); e != nil {
 		return nil, e
 	}
 	if h.Name == "" {
 		return nil, Errorf(CodeOffline, "Relay %q answered hello without a name: it is not a relay. Nothing was done.", name)
 	}
-	return &h, nil
+	return h, nil
 }
 
 // linkRefresh is how often a process records again that a paired relay it
@@ -235,8 +165,8 @@ func (r *Relay) link(ctx context.Context, p *store.Pairing, e *Error) {
 
 // peerCall performs an action on a paired relay and returns its envelope.
 func (r *Relay) peerCall(ctx context.Context, p *store.Pairing, body PeerCallBody, timeout time.Duration) (map[string]any, *Error) {
-	var env map[string]any
-	e := r.peerDo(ctx, p.Name, p.URL, p.Token, http.MethodPost, "/peer/v1/call", body, timeout, &env)
+	env, err := r.peers.Call(ctx, peerTarget(p), body, timeout)
+	e := r.peerDone("call", err)
 	r.link(ctx, p, e)
 	if e != nil {
 		return nil, e
@@ -247,20 +177,12 @@ func (r *Relay) peerCall(ctx context.Context, p *store.Pairing, body PeerCallBod
 	return env, nil
 }
 
-// PeerEvents is the answer of GET /peer/v1/events.
-type PeerEvents struct {
-	Events []store.Event `json:"events"`
-	Cursor string        `json:"cursor"`
-	Ended  string        `json:"ended,omitempty"` // the subscription's endReason once it ended there
-}
-
 func (r *Relay) peerEvents(ctx context.Context, p *store.Pairing, sub, after string, wait time.Duration) (*PeerEvents, *Error) {
-	q := url.Values{"subscription": {sub}, "after": {after}, "wait": {fmt.Sprint(int(wait / time.Second))}}
-	var out PeerEvents
-	e := r.peerDo(ctx, p.Name, p.URL, p.Token, http.MethodGet, "/peer/v1/events?"+q.Encode(), nil, wait+r.opts.Timing.PeerTimeout, &out)
+	out, err := r.peers.Events(ctx, peerTarget(p), sub, after, wait, wait+r.opts.Timing.PeerTimeout)
+	e := r.peerDone("events", err)
 	r.link(ctx, p, e)
 	if e != nil {
 		return nil, e
 	}
-	return &out, nil
+	return out, nil
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 
+	"github.com/oar/relay/peer"
 	"github.com/oar/relay/scheduler"
 	"github.com/oar/relay/store"
 )
@@ -25,47 +25,15 @@ import (
 // update_session changes (then no card asks, R5.2.4). A relay whose hello
 // lacks "check" is not asked: its cards come before its checks, as before.
 
-// PeerChecked is what POST /peer/v1/check answers in `check`.
-type PeerChecked struct {
-	Action   string         `json:"action"`
-	Session  *CheckedRef    `json:"session,omitempty"`  // send, update_session, stop, archive, ask, answer_question: the target
-	Title    string         `json:"title,omitempty"`    // create_session: the new session's title
-	Provider string         `json:"provider,omitempty"` // the provider's name the turn runs on
-	Model    string         `json:"model,omitempty"`
-	Effort   string         `json:"effort,omitempty"`
-	Mode     string         `json:"mode,omitempty"`
-	Cwd      string         `json:"cwd,omitempty"`
-	Group    *CheckedRef    `json:"group,omitempty"`   // create_session: the group it joins (id, name)
-	Billing  string         `json:"billing,omitempty"` // send with provider: the partner's name it switches to (R7.8)
-	Changes  []CheckedValue `json:"changes,omitempty"` // update_session: what would change, in argument order
-	Changed  []string       `json:"changed,omitempty"` // update_session: the names of those settings
-	// StartedByCaller: update_session's session was started by the calling
-	// conversation, as this relay recorded it (R7.10: no card).
-	StartedByCaller bool         `json:"startedByCaller,omitempty"`
-	Watched         []CheckedRef `json:"watched,omitempty"` // subscribe: the sessions watched
-	All             bool         `json:"all,omitempty"`
-	Events          []string     `json:"events,omitempty"`
-	DigestMinutes   int          `json:"digestMinutes,omitempty"`
-	QuietHours      *store.Quiet `json:"quietHours,omitempty"`
-	Excluded        int          `json:"excluded,omitempty"`
-}
-
-// CheckedRef is a session or group the check resolved.
-type CheckedRef struct {
-	ID    string `json:"id"`
-	Name  string `json:"name,omitempty"`  // a group's
-	Title string `json:"title,omitempty"` // a session's
-}
-
-// CheckedValue is one setting update_session would change: its name, the
-// card's label and the new value (and a group's id; "new" for a group the
-// call would create).
-type CheckedValue struct {
-	Setting string `json:"setting"`
-	Label   string `json:"label"`
-	Value   string `json:"value"`
-	ID      string `json:"id,omitempty"`
-}
+// The check's answer, the package peer's wire types.
+type (
+	// PeerChecked is what POST /peer/v1/check answers in `check`.
+	PeerChecked = peer.Checked
+	// CheckedRef is a session or group the check resolved.
+	CheckedRef = peer.CheckedRef
+	// CheckedValue is one setting update_session would change.
+	CheckedValue = peer.CheckedValue
+)
 
 // PeerCheck answers POST /peer/v1/check: the checks of a call a paired
 // relay's agent wants to make, and what they resolved, without the effect.
@@ -202,8 +170,8 @@ func checkable(a *args) bool {
 // nil, nil when that relay does not serve the check (an older relay: the
 // card comes first, as before); the other relay's refusal as the call's.
 func (r *Relay) checkThere(ctx context.Context, p *store.Pairing, body PeerCallBody) (*PeerChecked, *Error) {
-	var env map[string]json.RawMessage
-	e := r.peerDo(ctx, p.Name, p.URL, p.Token, http.MethodPost, "/peer/v1/check", body, r.opts.Timing.PeerTimeout, &env)
+	env, err := r.peers.Check(ctx, peerTarget(p), body, r.opts.Timing.PeerTimeout)
+	e := r.peerDone("check", err)
 	r.link(ctx, p, e)
 	if e != nil {
 		if notServed(e, "/peer/v1/check") {
@@ -232,7 +200,7 @@ func (r *Relay) checkThere(ctx context.Context, p *store.Pairing, body PeerCallB
 	return &chk, nil
 }
 
-// notServed reports a 404 for path: as text (CodeUnsupported from peerDo),
+// notServed reports a 404 for path: as text (CodeUnsupported from the peer client),
 // or as the JSON this relay's own router answers for a route it does not
 // know, which an older relay of this project answers.
 func notServed(e *Error, path string) bool {

@@ -23,7 +23,77 @@ const (
 	askLockTTL  = time.Minute
 )
 
-// peerLoop runs until ctx ends; every poll it started has ended when it returns.
+// pollWorkers is how many polls of paired relays (a remote subscription's
+// events, an ask's answer, a pairing's hello) a process runs at once: a
+// fixed set of goroutines, whatever the number of subscriptions, asks and
+// pairings. The others wait their turn in the order listed (or another
+// process takes them: the lock); a paired relay that does not answer holds a
+// worker for its timeout.
+const pollWorkers = 16
+
+// pollPool runs polls on a fixed number of goroutines. A poll is known by
+// its key: one already waiting or running is not offered again.
+type pollPool struct {
+	jobs chan pollJob
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	busy map[string]bool // keys offered and not yet done
+}
+
+type pollJob struct {
+	key string
+	run func(context.Context)
+}
+
+// newPollPool starts n workers running offered polls with ctx; stop joins them.
+func newPollPool(ctx context.Context, n int) *pollPool {
+	p := &pollPool{jobs: make(chan pollJob), busy: map[string]bool{}}
+	p.wg.Add(n)
+	for range n {
+		go func() {
+			defer p.wg.Done()
+			for j := range p.jobs {
+				j.run(ctx)
+				p.mu.Lock()
+				delete(p.busy, j.key)
+				p.mu.Unlock()
+			}
+		}()
+	}
+	return p
+}
+
+// offer hands a poll to the next free worker, waiting for one until ctx
+// ends; a key already waiting or running is skipped. It is called from one
+// goroutine (the loop), never after stop.
+func (p *pollPool) offer(ctx context.Context, key string, run func(context.Context)) {
+	if ctx.Err() != nil {
+		return
+	}
+	p.mu.Lock()
+	if p.busy[key] {
+		p.mu.Unlock()
+		return
+	}
+	p.busy[key] = true
+	p.mu.Unlock()
+	select {
+	case p.jobs <- pollJob{key, run}:
+	case <-ctx.Done():
+		p.mu.Lock()
+		delete(p.busy, key)
+		p.mu.Unlock()
+	}
+}
+
+// stop ends the workers once the polls they run have ended.
+func (p *pollPool) stop() {
+	close(p.jobs)
+	p.wg.Wait()
+}
+
+// peerLoop runs until ctx ends; every poll it started has ended when it
+// returns. Polls run on pollWorkers goroutines.
 func (r *Relay) peerLoop(ctx context.Context) {
 	every := r.opts.Timing.PeerPoll
 	if every <= 0 {
@@ -31,22 +101,10 @@ func (r *Relay) peerLoop(ctx context.Context) {
 	}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	var mu sync.Mutex
-	busy := map[string]bool{}
+	pool := newPollPool(ctx, pollWorkers)
+	defer pool.stop()
 	spawn := func(key string, ttl time.Duration, f func(context.Context)) {
-		mu.Lock()
-		if busy[key] {
-			mu.Unlock()
-			return
-		}
-		busy[key] = true
-		mu.Unlock()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { mu.Lock(); delete(busy, key); mu.Unlock() }()
+		pool.offer(ctx, key, func(ctx context.Context) {
 			ok, err := r.st.TryLock(ctx, key, ttl)
 			if err != nil || !ok {
 				return
@@ -57,7 +115,7 @@ func (r *Relay) peerLoop(ctx context.Context) {
 				}
 			}()
 			f(ctx)
-		}()
+		})
 	}
 	var lastHealth time.Time
 	for {

@@ -68,6 +68,9 @@ type Options struct {
 	// DirectDrains is how many drains a process that runs a worker may start
 	// itself for prompts whose caller waits (direct.go); 0: none.
 	DirectDrains int
+	// Peers sends the peer protocol's requests to paired relays (package
+	// peer's Client); nil: none can be reached (their requests fail OFFLINE).
+	Peers PeerClient
 }
 
 // Relay is the domain service.
@@ -79,6 +82,7 @@ type Relay struct {
 	now       func() time.Time // clk.Now in UTC: records and results are in UTC
 	log       *slog.Logger
 	met       Metrics
+	peers     PeerClient // requests to paired relays (opts.Peers)
 	providers map[string]provider.Provider
 	order     []string // provider ids in config order
 	hub       *hub
@@ -127,7 +131,10 @@ func New(st *store.Store, enq Enqueuer, provs []provider.Provider, opts Options)
 	if opts.WorkerID == "" {
 		opts.WorkerID = store.NewID(8)
 	}
-	r := &Relay{st: st, enq: enq, opts: opts, clk: clk, now: func() time.Time { return clk.Now().UTC() }, log: opts.Logger, met: opts.Metrics,
+	if opts.Peers == nil {
+		opts.Peers = noPeers{}
+	}
+	r := &Relay{st: st, enq: enq, opts: opts, clk: clk, now: func() time.Time { return clk.Now().UTC() }, log: opts.Logger, met: opts.Metrics, peers: opts.Peers,
 		providers: map[string]provider.Provider{}, hub: newHub(), running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}, linkOnline: map[string]time.Time{}, peerToks: map[string]peerTok{},
 		tokens: map[string]tokenEntry{}, warm: newWarmGoroutines(keptGoroutines)}
 	r.handler = r.handlers()
