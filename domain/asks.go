@@ -40,7 +40,7 @@ func (r *Relay) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
 		} else if ok {
 			return nil, Errorf(CodeQuestionLimit, "Session %s already has %d open asks, the most allowed. %s", id8(concern.ID), le.Count, nothingAsked)
 		}
-		return nil, internal(err)
+		return nil, internal("ask: AddAsk", err)
 	}
 	r.notify(ctx, "inbox")
 	res := newResult("", fmt.Sprintf("question %s pending", ak.ID))
@@ -110,7 +110,7 @@ func (r *Relay) checkAsk(ctx context.Context, c *caller, a *args) (*askArgs, *Er
 	}
 	byAsker, inSession, err := r.st.OpenAskCounts(ctx, c.s.ID, concern.ID)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("checkAsk: OpenAskCounts", err)
 	}
 	if byAsker >= r.opts.Limits.OpenAsksPerConversation {
 		return nil, Errorf(CodeQuestionLimit, "This conversation already has %d open asks, the most allowed; withdraw one or wait for answers. %s", byAsker, nothingAsked)
@@ -155,14 +155,14 @@ func (r *Relay) listQuestions(ctx context.Context, c *caller, a *args) (*result,
 	}
 	asks, err := r.st.AsksBy(ctx, c.s.ID, r.now().Add(-askListWindow))
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("listQuestions: AsksBy", err)
 	}
 	if only != "" {
 		// With session: every open ask about that session, whoever asked
 		// (issue 13), besides this conversation's own about it.
 		about, err := r.st.AsksIn(ctx, only)
 		if err != nil {
-			return nil, internal(err)
+			return nil, internal("listQuestions: AsksIn", err)
 		}
 		for _, ak := range about {
 			if !slices.ContainsFunc(asks, func(x *store.Ask) bool { return x.ID == ak.ID }) {
@@ -201,7 +201,7 @@ func (r *Relay) withdraw(ctx context.Context, c *caller, a *args) (*result, *Err
 		// A unique prefix of 8 or more characters (R3.7), among this conversation's asks.
 		mine, lerr := r.st.AsksBy(ctx, c.s.ID, r.now().Add(-askListWindow))
 		if lerr != nil {
-			return nil, internal(lerr)
+			return nil, internal("withdraw: AsksBy", lerr)
 		}
 		var hits []*store.Ask
 		for _, x := range mine {
@@ -220,7 +220,7 @@ func (r *Relay) withdraw(ctx context.Context, c *caller, a *args) (*result, *Err
 		return nil, Errorf(CodeNotFound, "No ask %q. Nothing was done.", id)
 	}
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("withdraw: GetAsk", err)
 	}
 	if ak.Asker != c.s.ID {
 		return nil, Errorf(CodeForbidden, "Only the conversation that asked %s can withdraw it. Nothing was done.", id)
@@ -231,7 +231,7 @@ func (r *Relay) withdraw(ctx context.Context, c *caller, a *args) (*result, *Err
 	ak.Status, ak.EndedAt = "withdrawn", r.now()
 	ok, err := r.st.CloseAsk(ctx, ak)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("withdraw: CloseAsk", err)
 	}
 	if !ok {
 		return nil, Errorf(CodeNotFound, "Ask %s was answered meanwhile. Nothing was done.", id)

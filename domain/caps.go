@@ -69,7 +69,7 @@ func capAmount(v float64, unit string) string {
 func (r *Relay) checkCap(ctx context.Context, id, partner string, switching bool, nothing string) *Error {
 	used, c, ok, err := r.capUse(ctx, id)
 	if err != nil {
-		return internal(err)
+		return internal("checkCap: capUse", err)
 	}
 	if !ok || used < c.Amount {
 		return nil

@@ -59,7 +59,7 @@ func (r *Relay) loopCard(ctx context.Context, n *cardNeed, c *caller) *Error {
 	}
 	taken, cnt, err := r.st.TakeLoop(ctx, c.s.ID, r.opts.Limits.AgentPromptsBeforeCard)
 	if err != nil {
-		return internal(err)
+		return internal("loopCard: TakeLoop", err)
 	}
 	if taken {
 		n.counted = true
@@ -119,7 +119,7 @@ func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action s
 	ch, unsub := r.hub.sub("card:" + card.ID)
 	defer unsub()
 	if err := r.st.SaveCard(ctx, card); err != nil {
-		return internal(err)
+		return internal("askCard: SaveCard", err)
 	}
 	if r.met != nil {
 		r.met.CardDecided("asked")
@@ -133,7 +133,7 @@ func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action s
 	for {
 		cur, err := r.st.GetCard(ctx, card.ID)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return internal(err)
+			return internal("askCard: GetCard", err)
 		}
 		if cur != nil && cur.Decision != "" {
 			if r.met != nil {
@@ -143,15 +143,15 @@ func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action s
 			if cur.Decision == "allow" {
 				for _, f := range need.flags {
 					if err := r.st.SetFlag(ctx, c.s.ID, f); err != nil {
-						return internal(err)
+						return internal("askCard: SetFlag", err)
 					}
 				}
 				if need.loop {
 					if err := r.st.ResetLoop(ctx, c.s.ID); err != nil {
-						return internal(err)
+						return internal("askCard: ResetLoop", err)
 					}
 					if _, err := r.st.IncrLoop(ctx, c.s.ID); err != nil {
-						return internal(err)
+						return internal("askCard: IncrLoop", err)
 					}
 					need.counted = true
 				}

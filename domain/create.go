@@ -170,7 +170,7 @@ func (r *Relay) checkCreate(ctx context.Context, c *caller, in *createArgs) (*cr
 	}
 	n, err := r.st.BusyCount(ctx, c.s.ID)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("checkCreate: BusyCount", err)
 	}
 	if n >= r.opts.Limits.ActiveSessions {
 		return nil, Errorf(CodeSessionLimit, "%d sessions this conversation started already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
@@ -240,7 +240,7 @@ func (r *Relay) checkCreate(ctx context.Context, c *caller, in *createArgs) (*cr
 func (r *Relay) cardCreate(ctx context.Context, c *caller, in *createArgs, pl *createPlan) *Error {
 	first, err := r.st.Flag(ctx, c.s.ID, "created")
 	if err != nil {
-		return internal(err)
+		return internal("cardCreate: Flag", err)
 	}
 	if !first {
 		pl.need.add("This is the first session an agent starts in this conversation.")
@@ -281,7 +281,7 @@ func (r *Relay) applyCreate(ctx context.Context, c *caller, in *createArgs, pl *
 			return nil, Errorf(CodeUnknownGroup, "The session group %q (%s) on relay %q was dissolved before the session could start. %s",
 				r.groupName(ctx, group), group.ID, r.opts.Name, nothingCreated)
 		} else if err != nil {
-			return nil, internal(err)
+			return nil, internal("applyCreate: GetGroup", err)
 		}
 	}
 	now := r.now()
@@ -296,11 +296,11 @@ func (r *Relay) applyCreate(ctx context.Context, c *caller, in *createArgs, pl *
 			return nil, Errorf(CodeSessionLimit, "%d sessions this conversation started already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
 				r.opts.Limits.ActiveSessions, r.opts.Limits.ActiveSessions, nothingCreated)
 		}
-		return nil, internal(err)
+		return nil, internal("applyCreate: ReserveUnder", err)
 	}
 	if err := r.st.CreateSession(ctx, s); err != nil {
 		r.unreserve(ctx, c.s.ID, s.ID)
-		return nil, internal(err)
+		return nil, internal("applyCreate: CreateSession", err)
 	}
 	_ = r.st.NoteCwd(ctx, pl.cwd, now)
 	group, groupWarning := r.groupCreated(ctx, c, s, group)

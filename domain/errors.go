@@ -61,8 +61,12 @@ func (e *Error) With(k string, v any) *Error {
 	return e
 }
 
-// internal wraps an unexpected error: the agent sees a plain sentence, the log the detail.
-func internal(err error) *Error {
+// internal wraps an unexpected error: the agent sees a plain sentence, the
+// log the detail, which starts with op, the step that failed ("ask: AddAsk").
+func internal(op string, err error) *Error {
+	if op != "" {
+		err = fmt.Errorf("%s: %w", op, err)
+	}
 	return &Error{Code: CodeInternal, Msg: "Something went wrong inside the relay; the log has the detail. Nothing was done.", cause: err}
 }
 
@@ -78,7 +82,7 @@ func AsError(err error) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
-	return internal(err)
+	return internal("", err)
 }
 
 // HTTPStatus maps a code to the owner API's status.

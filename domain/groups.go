@@ -86,7 +86,7 @@ func (r *Relay) groupList(ctx context.Context, max int) ([]any, int, error) {
 func (r *Relay) findGroup(ctx context.Context, ref, nothing string) (*store.Group, *Error) {
 	all, err := r.allGroups(ctx)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("findGroup: allGroups", err)
 	}
 	var hits []groupInfo
 	for _, gi := range all {

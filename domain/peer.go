@@ -100,7 +100,7 @@ func (r *Relay) peerDone(kind string, err error) *Error {
 		if errors.As(err, &pe) {
 			e = &Error{Code: pe.Code, Msg: pe.Msg}
 		} else {
-			e = internal(err)
+			e = internal("peer request", err)
 		}
 	}
 	if pm, ok := r.met.(peerMetrics); ok {

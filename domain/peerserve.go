@@ -92,7 +92,7 @@ func (r *Relay) peerCaller(ctx context.Context, tok string, raw []byte) (string,
 		return action, nil, nil, Errorf(CodeAuth, "Relay %q is paired here with another peer token; this token cannot speak for it. Nothing was done.", body.Origin.Relay)
 	}
 	if err != nil {
-		return action, nil, nil, internal(err)
+		return action, nil, nil, internal("peerCaller: bindPeerToken", err)
 	}
 	if !strings.EqualFold(bound, body.Origin.Relay) {
 		r.log.Warn("peer call refused: the token belongs to another relay", "from", body.Origin.Relay, "token_of", bound)
@@ -106,7 +106,7 @@ func (r *Relay) peerCaller(ctx context.Context, tok string, raw []byte) (string,
 	m["relay"] = quoteJSON("this")
 	argRaw, err := json.Marshal(m)
 	if err != nil {
-		return action, nil, nil, internal(err)
+		return action, nil, nil, internal("peerCaller: Marshal", err)
 	}
 	a, e := parseArgs(argRaw)
 	if e != nil {
@@ -152,7 +152,7 @@ func (r *Relay) peerCheck(ctx context.Context, c *caller, a *args) (*result, *Er
 	}
 	st, err := r.settings(ctx)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("peerCheck: settings", err)
 	}
 	if !st.AcceptAgentPrompts && (acceptGated[a.action] || (a.action == "ask" && a.has("session"))) {
 		return nil, Errorf(CodeNotAccepting, "Relay %q does not accept prompts from other relays' agents: its owner turned that off. Listing and reading sessions, reading task output, wait, relay_info and usage still work. Nothing was done.", r.opts.Name)

@@ -428,7 +428,7 @@ func (r *Relay) wait(ctx context.Context, c *caller, a *args) (*result, *Error) 
 	}
 	tid, n, err := r.st.ResolveTurnID(ctx, strings.ToLower(mid))
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("wait: ResolveTurnID", err)
 	}
 	if n > 1 {
 		return nil, Errorf(CodeInvalidInput, "message_id %q matches more than one message; give more characters. Nothing was done.", mid)
@@ -446,7 +446,7 @@ func (r *Relay) wait(ctx context.Context, c *caller, a *args) (*result, *Error) 
 		t, err = r.waitTurn(ctx, t.ID, wait)
 	}
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("wait: waitTurn", err)
 	}
 	res := newResult(s.ID, "")
 	r.turnResult(ctx, res, t)

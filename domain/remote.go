@@ -348,7 +348,7 @@ func (r *Relay) remoteCards(ctx context.Context, c *caller, a *args, p *store.Pa
 	flag := func(name, reason string) *Error {
 		ok, err := r.st.Flag(ctx, c.s.ID, name)
 		if err != nil {
-			return internal(err)
+			return internal("remoteCards: Flag", err)
 		}
 		if !ok {
 			n.add(reason)

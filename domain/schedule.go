@@ -142,7 +142,7 @@ func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result
 		} else if ok {
 			return nil, Errorf(CodeScheduleLimit, "This conversation already set %d schedules for other sessions, the most allowed. %s", le.Count, nothingScheduled)
 		}
-		return nil, internal(err)
+		return nil, internal("scheduleAction: AddSchedule", err)
 	}
 	r.notifySchedule(ctx, sc) // the owner's console (R19.6)
 	if err := r.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: first.UnixMilli()}, fireID(sc.ID, first), first); err != nil {
@@ -161,7 +161,7 @@ func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result
 func (r *Relay) scheduleLimits(ctx context.Context, c *caller, target *store.Session, other bool) *Error {
 	into, err := r.st.SchedulesInto(ctx, target.ID)
 	if err != nil {
-		return internal(err)
+		return internal("scheduleLimits: SchedulesInto", err)
 	}
 	if len(into) >= r.opts.Limits.SchedulesIntoConversation {
 		return Errorf(CodeScheduleLimit, "%d schedules already fire into that conversation, the most allowed. %s", len(into), nothingScheduled)
@@ -169,7 +169,7 @@ func (r *Relay) scheduleLimits(ctx context.Context, c *caller, target *store.Ses
 	if other {
 		by, err := r.st.SchedulesBy(ctx, c.s.ID)
 		if err != nil {
-			return internal(err)
+			return internal("scheduleLimits: SchedulesBy", err)
 		}
 		if len(by) >= r.opts.Limits.SchedulesForOthers {
 			return Errorf(CodeScheduleLimit, "This conversation already set %d schedules for other sessions, the most allowed. %s", len(by), nothingScheduled)
@@ -215,15 +215,15 @@ func (r *Relay) scheduleView(ctx context.Context, sc *store.Schedule, viewer str
 func (r *Relay) listSchedules(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	into, err := r.st.SchedulesInto(ctx, c.s.ID)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("listSchedules: SchedulesInto", err)
 	}
 	by, err := r.st.SchedulesBy(ctx, c.s.ID)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("listSchedules: SchedulesBy", err)
 	}
 	ended, err := r.st.EndedSchedules(ctx, c.s.ID, r.now().Add(-endedListWindow))
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("listSchedules: EndedSchedules", err)
 	}
 	list := []any{}
 	seen := map[string]bool{}
@@ -253,11 +253,11 @@ func (r *Relay) unschedule(ctx context.Context, c *caller, a *args) (*result, *E
 	}
 	into, err := r.st.SchedulesInto(ctx, c.s.ID)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("unschedule: SchedulesInto", err)
 	}
 	by, err := r.st.SchedulesBy(ctx, c.s.ID)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("unschedule: SchedulesBy", err)
 	}
 	// The id or a unique prefix of 8 or more characters (R3.7), among this conversation's schedules.
 	var hits []*store.Schedule
@@ -278,7 +278,7 @@ func (r *Relay) unschedule(ctx context.Context, c *caller, a *args) (*result, *E
 	}
 	sc := hits[0]
 	if err := r.endSchedule(ctx, sc, "unscheduled"); err != nil {
-		return nil, internal(err)
+		return nil, internal("unschedule: endSchedule", err)
 	}
 	return newResult("", sc.ID+" ended").set("schedule_id", sc.ID).set("endReason", "unscheduled"), nil
 }

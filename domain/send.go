@@ -240,7 +240,7 @@ func (r *Relay) applySend(ctx context.Context, c *caller, in *sendArgs, pl *send
 	if pl.need.needed() {
 		var err error
 		if s, err = r.st.GetSession(ctx, pl.s.ID); err != nil {
-			return nil, internal(err)
+			return nil, internal("applySend: GetSession", err)
 		}
 	}
 	if s.Archived {
@@ -252,7 +252,7 @@ func (r *Relay) applySend(ctx context.Context, c *caller, in *sendArgs, pl *send
 	changes, undo := sendChanges(s, in, pl)
 	if len(changes) > 0 {
 		if err := r.st.SetSessionFields(ctx, s.ID, changes); err != nil {
-			return nil, internal(err)
+			return nil, internal("applySend: SetSessionFields", err)
 		}
 	}
 	// Listen for the turn's notifications before it can run: the wait then
@@ -300,18 +300,18 @@ func (r *Relay) precheckCap(ctx context.Context, s *store.Session) *Error {
 	}
 	cur, err := r.st.CurrentTurn(ctx, s.ID)
 	if err != nil {
-		return internal(err)
+		return internal("precheckCap: CurrentTurn", err)
 	}
 	q, err := r.st.QueuedTurns(ctx, s.ID)
 	if err != nil {
-		return internal(err)
+		return internal("precheckCap: QueuedTurns", err)
 	}
 	if cur != "" || len(q) > 0 {
 		return nil // busy already: the prompt just queues
 	}
 	n, err := r.st.BusyCount(ctx, orch)
 	if err != nil {
-		return internal(err)
+		return internal("precheckCap: BusyCount", err)
 	}
 	if n >= r.opts.Limits.ActiveSessions {
 		return Errorf(CodeSessionLimit, "%d sessions started by the same conversation already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
@@ -329,7 +329,7 @@ func (r *Relay) precheckPeerCap(ctx context.Context, orch string, by *store.Ref,
 	}
 	n, err := r.st.PeerBusyCount(ctx, orch)
 	if err != nil {
-		return internal(err)
+		return internal("precheckPeerCap: PeerBusyCount", err)
 	}
 	if n >= r.opts.Limits.ActiveSessionsPerPeerToken {
 		return r.peerCapError(by, nothing)

@@ -47,7 +47,7 @@ func ts(t time.Time) any {
 func (r *Relay) listRelays(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	st, err := r.settings(ctx)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("listRelays: settings", err)
 	}
 	relays := []any{}
 	unlocked := 0
@@ -58,7 +58,7 @@ func (r *Relay) listRelays(ctx context.Context, c *caller, a *args) (*result, *E
 	}
 	paired, n, err := r.pairedRelays(ctx, c.s.ID)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("listRelays: pairedRelays", err)
 	}
 	relays = append(relays, paired...)
 	unlocked += n
@@ -71,7 +71,7 @@ func (r *Relay) listRelays(ctx context.Context, c *caller, a *args) (*result, *E
 func (r *Relay) relayInfo(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	st, err := r.settings(ctx)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("relayInfo: settings", err)
 	}
 	provs := []any{}
 	for _, id := range r.providerIDs() {
@@ -85,7 +85,7 @@ func (r *Relay) relayInfo(ctx context.Context, c *caller, a *args) (*result, *Er
 	}
 	cwds, err := r.st.RecentCwds(ctx, 10)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("relayInfo: RecentCwds", err)
 	}
 	res := newResult("", fmt.Sprintf("%s, %s", plural(len(provs), "provider", "providers"), "modes agent, ask, plan"))
 	res.set("name", r.opts.Name).set("version", r.opts.Version).set("platform", runtime.GOOS+"/"+runtime.GOARCH).
@@ -118,7 +118,7 @@ func (r *Relay) usage(ctx context.Context, c *caller, a *args) (*result, *Error)
 	for _, id := range r.providerIDs() {
 		u, err := r.st.Usage(ctx, id)
 		if err != nil {
-			return nil, internal(err)
+			return nil, internal("usage: Usage", err)
 		}
 		pv := map[string]any{"id": id, "name": r.providers[id].Info().Name, "status": "ok",
 			"tracked": false, "paused": false,
@@ -127,7 +127,7 @@ func (r *Relay) usage(ctx context.Context, c *caller, a *args) (*result, *Error)
 		r.agentUsage(ctx, id, u, pv)            // cost, a usage-limit pause, availability (R17.3)
 		hasCap, err := r.capMeters(ctx, id, pv) // a monthly cap's meters (R7.8)
 		if err != nil {
-			return nil, internal(err)
+			return nil, internal("usage: capMeters", err)
 		}
 		if hasCap {
 			capped++
@@ -288,7 +288,7 @@ func (r *Relay) listSessions(ctx context.Context, c *caller, a *args) (*result, 
 	}
 	items, total, err := r.SessionList(ctx, scope, limit)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("listSessions: SessionList", err)
 	}
 	res := newResult("", fmt.Sprintf("%s (%s)", plural(total, "session", "sessions"), scope))
 	res.set("sessions", items).set("total", total)
@@ -353,7 +353,7 @@ func (r *Relay) sessionFound(ref string, s *store.Session, n int, err error) (*s
 		return nil, Errorf(CodeNotFound, "Relay %q has no session %q. Nothing was done.", r.opts.Name, ref)
 	}
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("sessionFound: ResolveSession", err)
 	}
 	if n > 1 {
 		return nil, Errorf(CodeInvalidInput, "session %q matches more than one session; give more characters of the id. Nothing was done.", ref)
@@ -375,12 +375,12 @@ func (r *Relay) readSession(ctx context.Context, c *caller, a *args) (*result, *
 	}
 	d, err := r.SessionDetail(ctx, s, last)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("readSession: SessionDetail", err)
 	}
 	res := newResult(s.ID, fmt.Sprintf("%s, %s", plural(len(d.Messages), "message", "messages"), d.State))
 	fields, err := jsonFields(d)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("readSession: jsonFields", err)
 	}
 	for k, v := range fields {
 		res.set(k, v)

@@ -70,7 +70,7 @@ func (r *Relay) checkAnswer(ctx context.Context, c *caller, a *args) (*store.Que
 	if s == nil {
 		var err error
 		if s, err = r.st.GetSession(ctx, q.Session); err != nil {
-			return nil, nil, "", internal(err)
+			return nil, nil, "", internal("checkAnswer: GetSession", err)
 		}
 	}
 	if s.ID == c.s.ID {
@@ -94,7 +94,7 @@ func sessionID(s *store.Session) string {
 func (r *Relay) findQuestion(ctx context.Context, sid, ref string) (*store.Question, *Error) {
 	id, n, err := r.st.ResolveQuestionID(ctx, ref)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("findQuestion: ResolveQuestionID", err)
 	}
 	if n > 1 {
 		return nil, Errorf(CodeInvalidInput, "question_id %q matches more than one question; give more characters. %s", ref, nothingSent)
@@ -111,7 +111,7 @@ func (r *Relay) findQuestion(ctx context.Context, sid, ref string) (*store.Quest
 		return nil, notFound
 	}
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("findQuestion: GetQuestion", err)
 	}
 	return q, nil
 }
@@ -138,7 +138,7 @@ func (r *Relay) answer(ctx context.Context, qid, text, by string) (*store.Questi
 		return nil, Errorf(CodeNotFound, "No question %q. %s", qid, nothingSent)
 	}
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("answer: AnswerQuestion", err)
 	}
 	if !ok {
 		return nil, Errorf(CodeNotFound, "Question %s was already answered. %s", qid, nothingSent)
@@ -146,11 +146,11 @@ func (r *Relay) answer(ctx context.Context, qid, text, by string) (*store.Questi
 	// The turn no longer waits on it: a wait right after this must not report "question".
 	if q.Turn != "" {
 		if err := r.st.SetTurnQuestion(ctx, q.Turn, ""); err != nil {
-			return nil, internal(err)
+			return nil, internal("answer: SetTurnQuestion", err)
 		}
 	}
 	if err := r.st.Notify(ctx, "q:"+qid); err != nil {
-		return nil, internal(err)
+		return nil, internal("answer: Notify", err)
 	}
 	return q, nil
 }
@@ -192,7 +192,7 @@ func (r *Relay) stop(ctx context.Context, c *caller, a *args) (*result, *Error) 
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
 	stopped, err := r.StopTurn(ctx, s.ID)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("stop: StopTurn", err)
 	}
 	res := newResult(s.ID, "")
 	res.set("stopRequested", stopped)
@@ -245,7 +245,7 @@ func (r *Relay) archive(ctx context.Context, c *caller, a *args) (*result, *Erro
 	}
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
 	if err := r.Archive(ctx, s.ID); err != nil {
-		return nil, internal(err)
+		return nil, internal("archive: Archive", err)
 	}
 	return newResult(s.ID, "archived").set("archived", true), nil
 }

@@ -214,7 +214,7 @@ func (r *Relay) checkSubscribe(ctx context.Context, c *caller, in *subscribeArgs
 	// Limits.
 	active, err := r.st.WatcherSubscriptions(ctx, c.s.ID)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("checkSubscribe: WatcherSubscriptions", err)
 	}
 	if len(active) >= r.opts.Limits.SubscriptionsPerConversation {
 		return nil, Errorf(CodeLimit, "This conversation already has %d subscriptions, the most it may have; unsubscribe from one first. %s",
@@ -249,7 +249,7 @@ func (r *Relay) cardSubscribe(ctx context.Context, c *caller, in *subscribeArgs,
 	need := &cardNeed{}
 	ok, err := r.st.Flag(ctx, c.s.ID, "subscribed")
 	if err != nil {
-		return internal(err)
+		return internal("cardSubscribe: Flag", err)
 	}
 	if !ok {
 		need.add("This is the first time this conversation watches sessions.")
@@ -278,13 +278,13 @@ func (r *Relay) applySubscribe(ctx context.Context, c *caller, in *subscribeArgs
 			return nil, Errorf(CodeLimit, "This conversation already has %d subscriptions, the most it may have; unsubscribe from one first. %s",
 				le.Count, nothingSubscribed)
 		}
-		return nil, internal(err)
+		return nil, internal("applySubscribe: AddSubscription", err)
 	}
 	r.notifySub(ctx, sub) // the owner's console (R19.6)
 	if in.heartbeat > 0 {
 		at := sub.CreatedAt.Add(time.Duration(in.heartbeat) * time.Minute)
 		if err := r.schedule(ctx, jobs.TypeHeartbeat, jobs.HeartbeatPayload{Sub: sub.ID, At: at.UnixMilli()}, fmt.Sprintf("hb:%s:%d", sub.ID, at.UnixMilli()), at); err != nil {
-			return nil, internal(err)
+			return nil, internal("applySubscribe: schedule", err)
 		}
 	}
 	n := "all sessions"
@@ -293,7 +293,7 @@ func (r *Relay) applySubscribe(ctx context.Context, c *caller, in *subscribeArgs
 	}
 	view, err := r.subView(ctx, sub)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("applySubscribe: subView", err)
 	}
 	return newResult("", fmt.Sprintf("%s (%s)", n, sub.ID)).set("subscription", view), nil
 }
@@ -410,13 +410,13 @@ func (r *Relay) unsubscribe(ctx context.Context, c *caller, a *args) (*result, *
 	}
 	subs, err := r.st.WatcherSubscriptions(ctx, c.s.ID)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("unsubscribe: WatcherSubscriptions", err)
 	}
 	var ended []string
 	for _, sub := range subs {
 		if strings.EqualFold(id, "all") || sub.ID == id || (len(id) >= 8 && strings.HasPrefix(sub.ID, id)) {
 			if err := r.endSubscription(ctx, sub, "unsubscribed"); err != nil {
-				return nil, internal(err)
+				return nil, internal("unsubscribe: endSubscription", err)
 			}
 			ended = append(ended, sub.ID)
 		}
@@ -477,7 +477,7 @@ func (r *Relay) listSubscriptions(ctx context.Context, c *caller, a *args) (*res
 	}
 	list, err := r.SubscriptionList(ctx, watcher)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("listSubscriptions: SubscriptionList", err)
 	}
 	active := 0
 	for _, m := range list {
@@ -535,7 +535,7 @@ func (r *Relay) transferSubscriptions(ctx context.Context, c *caller, a *args) (
 		nu.CreatedAt = r.now()
 		nu.Sessions = slices.DeleteFunc(slices.Clone(old.Sessions), func(s string) bool { return s == c.s.ID })
 		if err := r.endSubscription(ctx, old, "transferred"); err != nil {
-			return nil, internal(err)
+			return nil, internal("transferSubscriptions: endSubscription", err)
 		}
 		if !nu.All && len(nu.Sessions) == 0 {
 			// It watched only the caller, which never watches itself: it
@@ -544,21 +544,21 @@ func (r *Relay) transferSubscriptions(ctx context.Context, c *caller, a *args) (
 			continue
 		}
 		if err := r.st.SaveSubscription(ctx, &nu); err != nil {
-			return nil, internal(err)
+			return nil, internal("transferSubscriptions: SaveSubscription", err)
 		}
 		// Events the old one held (digest, quiet hours) go along.
 		due, err := r.st.MoveHeld(ctx, old.ID, nu.ID)
 		if err != nil {
-			return nil, internal(err)
+			return nil, internal("transferSubscriptions: MoveHeld", err)
 		}
 		if !due.IsZero() {
 			if err := r.schedule(ctx, jobs.TypeRelease, jobs.ReleasePayload{Sub: nu.ID}, fmt.Sprintf("rel:%s:%d", nu.ID, due.UnixMilli()), due); err != nil {
-				return nil, internal(err)
+				return nil, internal("transferSubscriptions: schedule", err)
 			}
 		}
 		v, err := r.subView(ctx, &nu)
 		if err != nil {
-			return nil, internal(err)
+			return nil, internal("transferSubscriptions: subView", err)
 		}
 		v["movedFrom"] = old.ID // a paired relay's caller moves its mirror along
 		moved = append(moved, v)
@@ -632,11 +632,11 @@ func (r *Relay) checkTransfer(ctx context.Context, c *caller, a *args) (*store.S
 	}
 	subs, err := r.st.WatcherSubscriptions(ctx, from.ID)
 	if err != nil {
-		return nil, nil, internal(err)
+		return nil, nil, internal("checkTransfer: WatcherSubscriptions", err)
 	}
 	mine, err := r.st.WatcherSubscriptions(ctx, c.s.ID)
 	if err != nil {
-		return nil, nil, internal(err)
+		return nil, nil, internal("checkTransfer: WatcherSubscriptions", err)
 	}
 	if len(mine)+len(subs) > r.opts.Limits.SubscriptionsPerConversation {
 		return nil, nil, Errorf(CodeLimit, "Moving %d subscriptions would give this conversation more than %d. Nothing was moved.",

@@ -50,7 +50,7 @@ func (r *Relay) findTask(ctx context.Context, sid, ref string) (*store.Task, *Er
 	}
 	tasks, err := r.st.Tasks(ctx, sid)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("findTask: Tasks", err)
 	}
 	var hits []*store.Task
 	for _, t := range tasks {
@@ -107,11 +107,11 @@ func (r *Relay) readTaskOutput(ctx context.Context, c *caller, a *args) (*result
 	now := r.now()
 	st, err := r.settings(ctx)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("readTaskOutput: settings", err)
 	}
 	raw, err := r.st.TaskOutput(ctx, t.ID)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("readTaskOutput: TaskOutput", err)
 	}
 	task := map[string]any{"id": t.ID, "description": t.Description, "type": taskType(t.Type), "startedAt": ts(t.StartedAt), "status": t.Status, "exitCode": nil}
 	if t.ExitCode != nil {
@@ -144,7 +144,7 @@ func (r *Relay) readTaskOutput(ctx context.Context, c *caller, a *args) (*result
 		// The output stays in the agent's process until asked for: ask the
 		// process running the task (wherever it runs) and say so.
 		if err := r.st.Notify(ctx, fetchKey(t.ID)); err != nil {
-			return nil, internal(err)
+			return nil, internal("readTaskOutput: Notify", err)
 		}
 		res.note("note", "This task's output stays with the agent's process until asked for: the agent's process was asked; call again in a few seconds.")
 	}

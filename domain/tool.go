@@ -305,7 +305,7 @@ func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) (*store.Pair
 		// One read for the call: the pairings, and what is unlocked here (remoteCall, chain).
 		un, ps, err := r.st.UnlockState(ctx, c.s.ID)
 		if err != nil {
-			return nil, nil, internal(err)
+			return nil, nil, internal("checkRelay: UnlockState", err)
 		}
 		pv := &peerState{unlock: un, pairings: ps}
 		p, e := findPairing(ps, name)
@@ -329,7 +329,7 @@ func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) (*store.Pair
 	}
 	st, err := r.settings(ctx)
 	if err != nil {
-		return nil, nil, internal(err)
+		return nil, nil, internal("checkRelay: settings", err)
 	}
 	if !st.AgentSessions {
 		return nil, nil, Errorf(CodeDisabled, "Agent sessions are off on relay %q: the owner has not turned on agent sessions there. Ask the owner to turn them on. Nothing was done.", r.opts.Name)

@@ -324,7 +324,7 @@ func (r *Relay) checkUpdate(ctx context.Context, c *caller, a *args, in *updateA
 		if pl.cwd != s.Cwd {
 			busy, why, err := r.busy(ctx, s.ID)
 			if err != nil {
-				return nil, internal(err)
+				return nil, internal("checkUpdate: busy", err)
 			}
 			if busy {
 				return nil, Errorf(CodeBusy, "The session cannot move to another folder now: %s. Try again when it is idle. %s", why, nothingChanged)
@@ -406,7 +406,7 @@ func (r *Relay) cardUpdate(ctx context.Context, c *caller, pl *updatePlan, ch *u
 		flag := "update:" + r.opts.Name
 		ok, err := r.st.Flag(ctx, c.s.ID, flag)
 		if err != nil {
-			return internal(err)
+			return internal("cardUpdate: Flag", err)
 		}
 		if !ok {
 			need.add("This conversation did not start that session; allowing covers its later such changes on this relay.")
@@ -445,7 +445,7 @@ func (r *Relay) applyUpdate(ctx context.Context, in *updateArgs, pl *updatePlan,
 	// Effect. Re-read the session: a card may have taken minutes.
 	s, err := r.st.GetSession(ctx, pl.s.ID)
 	if err != nil {
-		return nil, internal(err)
+		return nil, internal("applyUpdate: GetSession", err)
 	}
 	var written []string
 	var groupCreated *store.Group
@@ -484,7 +484,7 @@ func (r *Relay) applyUpdate(ctx context.Context, in *updateArgs, pl *updatePlan,
 		written = append(written, name)
 	}
 	if err := r.st.SaveSession(ctx, s); err != nil {
-		return nil, internal(err)
+		return nil, internal("applyUpdate: SaveSession", err)
 	}
 	r.notifySessions(ctx, s.ID) // the owner's console (R19.6)
 	if pl.cwd != "" && contains(written, "cwd") {
