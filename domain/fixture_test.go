@@ -46,6 +46,7 @@ type fixture struct {
 type fixtureOptions struct {
 	settings func(*config.Settings)
 	limits   func(*config.Limits)
+	peers    PeerClient // the paired relays' client (nil: none can be reached)
 }
 
 // newFixture builds and starts a relay for t; everything ends with the test.
@@ -66,7 +67,7 @@ func newFixture(t testing.TB, fo fixtureOptions) *fixture {
 	f.r = New(f.st, f.enq, []provider.Provider{scripted}, Options{
 		Name: "desk", Version: "test", Folders: []string{t.TempDir()},
 		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Clock: f.clk,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Peers: fo.peers,
 	})
 	if err := f.r.Start(ctx); err != nil {
 		cancel()

@@ -535,6 +535,9 @@ func (r *Relay) AnswerPairedAsk(ctx context.Context, relayName, id string, in In
 		return nil, e
 	}
 	r.notify(ctx, "inbox") // every open console page drops it (R19.6)
+	if out == nil {
+		out = map[string]any{} // it answered JSON null
+	}
 	out["relay"] = p.Name
 	return out, nil
 }
