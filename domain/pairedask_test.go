@@ -14,12 +14,16 @@ import (
 // nullInbox is a paired relay whose inbox answers JSON null.
 type nullInbox struct{ noPeers }
 
+func (nullInbox) Inbox(context.Context, peer.Target, time.Duration) ([]map[string]any, error) {
+	return []map[string]any{nil, {"id": "ask_0123456789ab", "question": "ok?"}}, nil
+}
+
 func (nullInbox) AnswerInbox(context.Context, peer.Target, string, peer.InboxAnswer, time.Duration) (map[string]any, error) {
 	return nil, nil
 }
 
-// A paired relay that answers the owner's answer to its ask with null is
-// shown as an empty answer from it, not a crash (R10, §13: bad input from
+// A paired relay that answers the owner's answer to its ask with null, or
+// lists a null among its asks, is shown as what it gave, not a crash (R10, §13: bad input from
 // another relay gets a clear result and loses nothing).
 func TestAnswerPairedAskNullAnswer(t *testing.T) {
 	t.Parallel()
@@ -34,5 +38,22 @@ func TestAnswerPairedAskNullAnswer(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]any{"relay": "lab"}, out); diff != "" {
 		t.Errorf("answer (-want +got):\n%s", diff)
+	}
+	// Its inbox with a null among the asks: the others are shown.
+	list, unreachable, err := f.r.InboxWithPaired(f.ctx)
+	if err != nil {
+		t.Fatalf("inbox: %v", err)
+	}
+	var fromLab []any
+	for _, v := range list {
+		if m, ok := v.(map[string]any); ok && m["relay"] == "lab" {
+			fromLab = append(fromLab, m["id"])
+		}
+	}
+	if diff := cmp.Diff([]any{"ask_0123456789ab"}, fromLab); diff != "" {
+		t.Errorf("the paired relay's asks in the inbox (-want +got):\n%s", diff)
+	}
+	if len(unreachable) != 0 {
+		t.Errorf("unreachable: %v", unreachable)
 	}
 }

@@ -511,6 +511,9 @@ func (r *Relay) InboxWithPaired(ctx context.Context) ([]any, []any, error) {
 			continue
 		}
 		for _, m := range answers[i].asks {
+			if m == nil {
+				continue // a null in its list: nothing to show
+			}
 			m["relay"] = p.Name
 			list = append(list, m)
 		}
