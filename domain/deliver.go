@@ -637,7 +637,7 @@ func (r *Relay) Heartbeat(ctx context.Context, subID string, at time.Time) error
 		next = next.Add(time.Duration(sub.HeartbeatMinutes) * time.Minute)
 	}
 	if err := r.schedule(ctx, jobs.TypeHeartbeat, jobs.HeartbeatPayload{Sub: subID, At: next.UnixMilli()}, fmt.Sprintf("hb:%s:%d", subID, next.UnixMilli()), next); err != nil {
-		return err
+		return fmt.Errorf("schedule the next heartbeat of %s: %w", subID, err)
 	}
 	if q := quietOf(sub); q != nil && q.In(now) {
 		return nil // no heartbeat inside the quiet window
