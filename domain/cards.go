@@ -210,7 +210,7 @@ func (r *Relay) DecideCard(ctx context.Context, id, decision string) (*store.Car
 		return nil, Errorf(CodeInvalidInput, "Card %s was already decided (%s). Nothing was changed.", id, c.Decision)
 	}
 	if err := r.st.Notify(ctx, "card:"+id); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("announce the decision of card %s: %w", id, err)
 	}
 	return c, nil
 }

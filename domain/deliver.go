@@ -111,20 +111,20 @@ func (r *Relay) Fanout(ctx context.Context, ev *store.Event) error {
 		peerWatched := isPeerConversation(sub.Watcher)
 		if !peerWatched {
 			if err := r.st.AppendSubEvent(ctx, sub.ID, ev, int64(r.opts.Limits.ReplayEvents), r.opts.Timing.ReplayKeep); err != nil {
-				return err
+				return fmt.Errorf("keep event %s for subscription %s: %w", ev.ID, sub.ID, err)
 			}
 		}
 		once := sub.Once
 		if once {
 			first, err := r.st.SetOnce(ctx, "fired:"+sub.ID, onceMarkKeep)
 			if err != nil {
-				return err
+				return fmt.Errorf("mark subscription %s fired by event %s: %w", sub.ID, ev.ID, err)
 			}
 			if !first {
 				continue
 			}
 			if err := r.endSubscription(ctx, sub, "fired"); err != nil {
-				return err
+				return fmt.Errorf("end subscription %s fired by event %s: %w", sub.ID, ev.ID, err)
 			}
 		}
 		// No echo (R8.18): the watcher's own prompt whose reply it received or still waits for.
@@ -141,7 +141,7 @@ func (r *Relay) Fanout(ctx context.Context, ev *store.Event) error {
 				// Seen, waiting or neither, decided in one step: the wait may end now.
 				echo, err := r.st.HoldEchoIfWaiting(ctx, turn.ID, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}}, sub.Watcher)
 				if err != nil {
-					return err
+					return fmt.Errorf("no-echo check of event %s for subscription %s: %w", ev.ID, sub.ID, err)
 				}
 				if echo != store.EchoDeliver {
 					continue
@@ -150,7 +150,7 @@ func (r *Relay) Fanout(ctx context.Context, ev *store.Event) error {
 		}
 		if peerWatched {
 			if err := r.st.AppendSubEvent(ctx, sub.ID, ev, int64(r.opts.Limits.ReplayEvents), r.opts.Timing.ReplayKeep); err != nil {
-				return err
+				return fmt.Errorf("keep event %s for peer subscription %s: %w", ev.ID, sub.ID, err)
 			}
 			continue
 		}
@@ -179,7 +179,7 @@ func (r *Relay) fanoutSubs(ctx context.Context, ev *store.Event) ([]*store.Subsc
 		return nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read subscription %s of event %s: %w", ev.Sub, ev.ID, err)
 	}
 	return []*store.Subscription{sub}, nil
 }
@@ -197,7 +197,7 @@ func (r *Relay) offer(ctx context.Context, sub *store.Subscription, ev *store.Ev
 		// and the next one comes N minutes after it.
 		if sub.DigestMinutes > 0 {
 			if err := r.st.SetLastDigest(ctx, sub, now); err != nil {
-				return err
+				return fmt.Errorf("start the digest of subscription %s with event %s: %w", sub.ID, ev.ID, err)
 			}
 		}
 		return r.release(ctx, sub.Watcher, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}})
@@ -284,7 +284,7 @@ func (r *Relay) release(ctx context.Context, watcher string, b store.Batch) erro
 		}
 		for i := range b.Events {
 			if err := r.st.AppendSubEvent(ctx, b.Sub, &b.Events[i], int64(r.opts.Limits.ReplayEvents), r.opts.Timing.ReplayKeep); err != nil {
-				return err
+				return fmt.Errorf("keep released event %s for subscription %s: %w", b.Events[i].ID, b.Sub, err)
 			}
 		}
 		return nil
@@ -412,7 +412,7 @@ func (r *Relay) deliver(ctx context.Context, watcher string, batches []store.Bat
 		return nil
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("deliver events to watcher %s: %w", id8(watcher), err)
 	}
 	if ws.Archived {
 		return nil
@@ -536,13 +536,13 @@ func (r *Relay) watchedSessions(ctx context.Context, sub *store.Subscription) ([
 	if sub.All {
 		all, _, err := r.st.ListSessionIDs(ctx, "active", 100000)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("sessions watched by subscription %s: %w", sub.ID, err)
 		}
 		ids = all
 	}
 	ss, err := r.st.GetSessions(ctx, ids)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sessions watched by subscription %s: %w", sub.ID, err)
 	}
 	out := ss[:0]
 	for _, s := range ss {
@@ -581,7 +581,7 @@ func (r *Relay) checkAllIdle(ctx context.Context, subs []*store.Subscription) er
 		}
 		first, err := r.st.SetOnce(ctx, "idle:"+sub.ID, onceMarkKeep)
 		if err != nil {
-			return err
+			return fmt.Errorf("mark subscription %s all idle: %w", sub.ID, err)
 		}
 		if first {
 			r.emit(ctx, &store.Event{Kind: EvAllIdle, Sub: sub.ID, Watched: len(vs)})
@@ -637,7 +637,7 @@ func (r *Relay) Heartbeat(ctx context.Context, subID string, at time.Time) error
 		next = next.Add(time.Duration(sub.HeartbeatMinutes) * time.Minute)
 	}
 	if err := r.schedule(ctx, jobs.TypeHeartbeat, jobs.HeartbeatPayload{Sub: subID, At: next.UnixMilli()}, fmt.Sprintf("hb:%s:%d", subID, next.UnixMilli()), next); err != nil {
-		return err
+		return fmt.Errorf("schedule the next heartbeat of %s: %w", subID, err)
 	}
 	if q := quietOf(sub); q != nil && q.In(now) {
 		return nil // no heartbeat inside the quiet window
@@ -680,7 +680,7 @@ func (r *Relay) StallScan(ctx context.Context) error {
 		for _, s := range ss {
 			cur, err := r.st.CurrentTurn(ctx, s.ID)
 			if err != nil {
-				return err
+				return fmt.Errorf("scan subscription %s for stalls: %w", sub.ID, err)
 			}
 			if cur != "" {
 				if t, err := r.st.GetTurn(ctx, cur); err == nil && t.Status == store.TurnRunning {
@@ -695,7 +695,7 @@ func (r *Relay) StallScan(ctx context.Context) error {
 			}
 			tasks, err := r.st.Tasks(ctx, s.ID)
 			if err != nil {
-				return err
+				return fmt.Errorf("scan subscription %s for stalls: %w", sub.ID, err)
 			}
 			for _, t := range tasks {
 				if t.Status != "running" {

@@ -74,7 +74,7 @@ func (r *Relay) runHere(sid, owner string, d *store.Drain) {
 func (r *Relay) enqueueDrain(ctx context.Context, sid string) error {
 	next := "drain:" + sid + ":" + store.NewID(6)
 	if err := r.st.SetDrainID(ctx, sid, next); err != nil {
-		return err
+		return fmt.Errorf("enqueue the drain of session %s: %w", id8(sid), err)
 	}
 	return r.enq.EnqueueDrain(ctx, sid, next)
 }

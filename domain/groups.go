@@ -32,7 +32,7 @@ func (r *Relay) allGroups(ctx context.Context) ([]groupInfo, error) {
 		}
 		ss, err := r.st.GetSessions(ctx, ids)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("list the sessions of group %s: %w", g.ID, err)
 		}
 		gi := groupInfo{g: g, name: g.Name}
 		for _, s := range ss {
@@ -146,7 +146,7 @@ func (r *Relay) joinGroup(ctx context.Context, s *store.Session, g *store.Group)
 		return nil
 	}
 	if err := r.leaveGroup(ctx, s); err != nil {
-		return err
+		return fmt.Errorf("move session %s to group %s: %w", id8(s.ID), g.ID, err)
 	}
 	if err := r.st.SetGroupMember(ctx, g.ID, s.ID, true); err != nil {
 		return err
@@ -244,11 +244,11 @@ func (r *Relay) RenameGroup(ctx context.Context, id, name string) (*relay.Group,
 	}
 	g.Name = name
 	if err := r.st.SaveGroup(ctx, g); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("rename group %s: %w", g.ID, err)
 	}
 	members, err := r.st.GroupMembers(ctx, g.ID)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("rename group %s: %w", g.ID, err)
 	}
 	for _, sid := range members {
 		r.notify(ctx, "session:"+sid) // the owner's console (R19.6)
@@ -266,10 +266,10 @@ func (r *Relay) DissolveGroup(ctx context.Context, id string) (*relay.GroupDisso
 	}
 	members, err := r.st.GroupMembers(ctx, g.ID)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("dissolve group %s: %w", g.ID, err)
 	}
 	if err := r.st.DeleteGroup(ctx, g.ID); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("dissolve group %s: %w", g.ID, err)
 	}
 	for _, sid := range members {
 		s, err := r.st.GetSession(ctx, sid)
@@ -281,7 +281,7 @@ func (r *Relay) DissolveGroup(ctx context.Context, id string) (*relay.GroupDisso
 		}
 		if s.GroupID == g.ID {
 			if err := r.st.SetSessionFields(ctx, sid, map[string]any{"group": ""}); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("take session %s out of dissolved group %s: %w", id8(sid), g.ID, err)
 			}
 		}
 		r.notify(ctx, "session:"+sid) // the owner's console (R19.6)

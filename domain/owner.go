@@ -136,14 +136,14 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 		}
 	}
 	if err := r.st.CreateSession(ctx, s); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("create session %s: %w", id8(s.ID), err)
 	}
 	if group != nil {
 		if err := r.joinGroup(ctx, s, group); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("create session %s in group %s: %w", id8(s.ID), group.ID, err)
 		}
 		if err := r.st.SaveSession(ctx, s); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("create session %s: %w", id8(s.ID), err)
 		}
 	}
 	var turnID string
@@ -176,7 +176,7 @@ func (r *Relay) OwnerSession(ctx context.Context, ref string, last int) (*relay.
 	}
 	cards, err := r.st.PendingCards(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read session %s: %w", id8(s.ID), err)
 	}
 	mine := []*relay.Card{}
 	for _, c := range cards {
@@ -217,7 +217,7 @@ func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (*relay.Mess
 		}
 	}
 	if err := r.st.ResetLoop(ctx, s.ID); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("message session %s: %w", id8(s.ID), err)
 	}
 	r.unlockMentions(ctx, s.ID, text) // R4.4: the owner mentioned paired relays
 	r.releaseHeld(ctx, s.ID, false)   // the owner wrote: held schedule firings go (R9.6)
@@ -271,12 +271,12 @@ func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (*relay.Sess
 	}
 	cards, err := r.st.PendingCards(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("delete session %s: %w", id8(s.ID), err)
 	}
 	for _, c := range cards {
 		if c.Session == s.ID { // a call blocked on a card in this session gives up
 			if _, _, err := r.st.DecideCard(ctx, c.ID, "withdrawn"); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("withdraw card %s of deleted session %s: %w", c.ID, id8(s.ID), err)
 			}
 			r.notify(ctx, "card:"+c.ID)
 			r.notify(ctx, "cards")
@@ -291,7 +291,7 @@ func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (*relay.Sess
 	for deadline := time.Now().Add(deleteDrainWait); time.Now().Before(deadline); {
 		quiet, err := r.st.SessionQuiet(ctx, s.ID)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("delete session %s: %w", id8(s.ID), err)
 		}
 		if quiet {
 			break
@@ -303,10 +303,10 @@ func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (*relay.Sess
 		}
 	}
 	if err := r.leaveGroup(ctx, s); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("delete session %s: %w", id8(s.ID), err)
 	}
 	if err := r.st.DeleteSession(ctx, s.ID, r.st.BusyKey(r.orchestrator(s)), r.st.PeerBusyKey(r.orchestrator(s))); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("delete session %s: %w", id8(s.ID), err)
 	}
 	r.notify(ctx, "tokens")
 	r.notify(ctx, "session:"+s.ID)
@@ -366,7 +366,7 @@ func (r *Relay) OwnerPatchSession(ctx context.Context, ref string, p SessionPatc
 		s.Effort = *p.Effort
 	}
 	if err := r.st.SaveSession(ctx, s); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("update session %s: %w", id8(s.ID), err)
 	}
 	r.notify(ctx, "session:"+s.ID) // the owner's console (R19.6)
 	return r.SessionDetail(ctx, s, 5)
@@ -415,7 +415,7 @@ func (r *Relay) PatchSettings(ctx context.Context, p SettingsPatch) (store.Setti
 		st.MaxTurnSeconds = *p.MaxTurnSeconds
 	}
 	if err := r.st.SaveSettings(ctx, st); err != nil {
-		return st, err
+		return st, fmt.Errorf("update settings: %w", err)
 	}
 	r.cacheSettings(st)
 	return st, r.st.Notify(ctx, "settings")
@@ -436,7 +436,7 @@ func (r *Relay) Turn(ctx context.Context, id string) (*store.Turn, error) {
 func (r *Relay) RecoverDrains(ctx context.Context, stale func(map[string]string) map[string]string) (int, error) {
 	flags, err := r.st.DrainFlags(ctx)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("recover drains: %w", err)
 	}
 	if stale != nil {
 		flags = stale(flags)
@@ -482,7 +482,7 @@ func (r *Relay) QuestionCards(ctx context.Context, sid string) ([]*store.Questio
 func (r *Relay) TaskTail(ctx context.Context, taskID string, n int) ([]string, error) {
 	raw, err := r.st.TaskOutput(ctx, taskID)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read the tail of task %s: %w", taskID, err)
 	}
 	tail, _ := taskout.Tail(raw, n)
 	return tail, nil

@@ -28,7 +28,7 @@ func (r *Relay) NewPeerToken(ctx context.Context, label string) (*relay.PeerToke
 	tok := "rpt_" + store.NewID(24)
 	now := r.now()
 	if err := r.st.AddPeerToken(ctx, tok, store.PeerToken{CreatedAt: now, Label: label}); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("issue a peer token: %w", err)
 	}
 	r.log.Info("peer token issued", "label", label)
 	return &relay.PeerTokenIssued{Token: tok, ID: store.PeerTokenID(tok), Relay: r.opts.Name, URL: r.opts.BaseURL, CreatedAt: tsString(now),
@@ -193,7 +193,7 @@ func (r *Relay) Pair(ctx context.Context, in PairRequest) (*relay.PairedRelay, e
 	case e == nil:
 		self, err := r.st.Instance(ctx)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("pair with %s: %w", label, err)
 		}
 		if h.Instance != "" && h.Instance == self {
 			return nil, Errorf(CodeInvalidInput, "url %q leads back to this relay itself; pair it with another relay. Nothing was paired.", base)
@@ -249,11 +249,11 @@ func (r *Relay) pairingView(p *store.Pairing, links map[string]store.Link) *rela
 func (r *Relay) Relays(ctx context.Context) ([]*relay.PairedRelay, error) {
 	ps, err := r.st.Pairings(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list paired relays: %w", err)
 	}
 	links, err := r.st.Links(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list paired relays: %w", err)
 	}
 	out := []*relay.PairedRelay{}
 	for _, p := range ps {
@@ -299,7 +299,7 @@ func (r *Relay) PatchRelay(ctx context.Context, name string, in RelayPatch) (*re
 		p.Token = strings.TrimSpace(*in.Token)
 	}
 	if err := r.st.SavePairing(ctx, p); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("update pairing %s: %w", p.Name, err)
 	}
 	r.log.Info("pairing changed", "relay", p.Name, "permission", p.Permission)
 	links, _ := r.st.Links(ctx)
@@ -320,7 +320,7 @@ func (r *Relay) Unpair(ctx context.Context, name string) (*relay.Unpaired, error
 	ended, untold := 0, 0
 	subs, err := r.st.RemoteSubscriptions(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("unpair %s: %w", p.Name, err)
 	}
 	for _, s := range subs {
 		if strings.EqualFold(s.Relay, p.Name) {
@@ -335,7 +335,7 @@ func (r *Relay) Unpair(ctx context.Context, name string) (*relay.Unpaired, error
 	}
 	asks, err := r.st.RemoteAsks(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("unpair %s: %w", p.Name, err)
 	}
 	endedAsks := 0
 	for _, a := range asks {
@@ -350,7 +350,7 @@ func (r *Relay) Unpair(ctx context.Context, name string) (*relay.Unpaired, error
 		}
 	}
 	if _, err := r.st.DeletePairing(ctx, p.Name); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("unpair %s: %w", p.Name, err)
 	}
 	if err := r.st.DropLink(ctx, p.Name); err != nil {
 		r.log.Warn("drop link state", "relay", p.Name, "err", err)

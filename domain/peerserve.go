@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -30,7 +31,7 @@ func isPeerConversation(id string) bool { return strings.HasPrefix(id, PeerWatch
 func (r *Relay) PeerHello(ctx context.Context) (Hello, error) {
 	inst, err := r.st.Instance(ctx)
 	if err != nil {
-		return Hello{}, err
+		return Hello{}, fmt.Errorf("answer a peer hello: %w", err)
 	}
 	return Hello{Name: r.opts.Name, Version: r.opts.Version, Instance: inst, Features: PeerFeatures}, nil
 }

@@ -3,6 +3,7 @@ package domain
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -25,7 +26,7 @@ func (r *Relay) PeerTokens(ctx context.Context) ([]store.PeerTokenInfo, error) {
 func (r *Relay) RevokePeerToken(ctx context.Context, id string) (*relay.PeerTokenRevoked, error) {
 	ok, err := r.st.RevokePeerToken(ctx, id)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("revoke peer token %s: %w", id, err)
 	}
 	if !ok {
 		return nil, Errorf(CodeNotFound, "No peer token %q. Nothing was revoked.", id)

@@ -239,7 +239,7 @@ func (r *Relay) waitTurnOn(ctx context.Context, id string, d time.Duration, ch <
 		if t == nil || d <= 0 {
 			var err error
 			if t, err = r.st.GetTurn(ctx, id); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("wait on turn %s: %w", id8(id), err)
 			}
 			if t.Status == store.TurnDone || t.Status == store.TurnError || t.Status == store.TurnStopped || t.Question != "" || d <= 0 {
 				return t, nil

@@ -260,7 +260,7 @@ func (r *Relay) settings(ctx context.Context) (store.Settings, error) {
 	r.setMu.Unlock()
 	st, ok, err := r.st.LoadSettings(ctx)
 	if err != nil {
-		return st, err
+		return st, fmt.Errorf("load settings: %w", err)
 	}
 	if !ok {
 		s := r.opts.Settings

@@ -115,7 +115,7 @@ func (v *peerState) mentioned() []string {
 func (r *Relay) pairing(ctx context.Context, name string) (*store.Pairing, error) {
 	ps, err := r.st.Pairings(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("find pairing %s: %w", name, err)
 	}
 	p, e := findPairing(ps, name)
 	if e != nil {

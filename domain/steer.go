@@ -211,7 +211,7 @@ func (r *Relay) stop(ctx context.Context, c *caller, a *args) (*result, *Error) 
 func (r *Relay) StopTurn(ctx context.Context, sid string) (bool, error) {
 	cur, err := r.st.CurrentTurn(ctx, sid)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("stop the turn of session %s: %w", id8(sid), err)
 	}
 	if cur == "" {
 		q, err := r.st.QueuedTurns(ctx, sid)
@@ -221,7 +221,7 @@ func (r *Relay) StopTurn(ctx context.Context, sid string) (bool, error) {
 		cur = q[0]
 	}
 	if err := r.st.RequestTurnStop(ctx, cur); err != nil {
-		return false, err
+		return false, fmt.Errorf("stop turn %s of session %s: %w", id8(cur), id8(sid), err)
 	}
 	return true, r.st.Notify(ctx, "stop:"+cur)
 }
@@ -258,20 +258,20 @@ func (r *Relay) Archive(ctx context.Context, sid string) error { return r.retire
 func (r *Relay) retire(ctx context.Context, sid, reason string) error {
 	// R18.2: the token dies with the archive, in every process at once.
 	if err := r.st.ArchiveSession(ctx, sid, r.now()); err != nil {
-		return err
+		return fmt.Errorf("retire session %s (%s): %w", id8(sid), reason, err)
 	}
 	if err := r.st.Notify(ctx, "tokens"); err != nil {
-		return err
+		return fmt.Errorf("retire session %s (%s): %w", id8(sid), reason, err)
 	}
 	r.notify(ctx, "session:"+sid) // the owner's console (R19.6)
 	if err := r.endSubscriptionsFor(ctx, sid, reason); err != nil {
-		return err
+		return fmt.Errorf("retire session %s (%s): %w", id8(sid), reason, err)
 	}
 	if err := r.endSchedulesFor(ctx, sid, reason); err != nil {
-		return err
+		return fmt.Errorf("retire session %s (%s): %w", id8(sid), reason, err)
 	}
 	if err := r.endAsksFor(ctx, sid); err != nil {
-		return err
+		return fmt.Errorf("retire session %s (%s): %w", id8(sid), reason, err)
 	}
 	_, err := r.StopTurn(ctx, sid)
 	return err

@@ -47,7 +47,7 @@ func (r *Relay) Drain(ctx context.Context, sid string) error {
 	// (R19.6), whether anything watches the session, the turn's history.
 	d, err := r.st.StartDrain(ctx, sid, owner, leaseTTL, r.now(), r.drainHistory)
 	if err != nil {
-		return err
+		return fmt.Errorf("start the drain of session %s: %w", id8(sid), err)
 	}
 	return r.drainFrom(ctx, sid, owner, d)
 }
@@ -729,7 +729,7 @@ func (r *Relay) turnEnded(s *store.Session, turn string, status store.TurnStatus
 func (r *Relay) history(ctx context.Context, sid, turnID string) ([]provider.HistoryItem, error) {
 	msgs, err := r.st.LastMessages(ctx, sid, historyRead)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read the history of turn %s of session %s: %w", id8(turnID), id8(sid), err)
 	}
 	return historyOf(msgs, turnID), nil
 }
@@ -810,10 +810,10 @@ func (h *host) AskUser(ctx context.Context, text string, options []string) (stri
 	ch, unsub := r.hub.sub("q:" + q.ID)
 	defer unsub()
 	if err := r.st.SaveQuestion(ctx, q); err != nil {
-		return "", err
+		return "", fmt.Errorf("ask the user in turn %s: %w", id8(h.turn), err)
 	}
 	if err := r.st.SetTurnQuestion(ctx, h.turn, q.ID); err != nil {
-		return "", err
+		return "", fmt.Errorf("ask the user in turn %s: %w", id8(h.turn), err)
 	}
 	r.emit(ctx, &store.Event{Kind: EvQuestionAsked, Session: h.sid, QuestionID: q.ID, Text: text})
 	r.notify(ctx, "turn:"+h.turn)

@@ -65,9 +65,9 @@ func (s *Store) AppendActivity(ctx context.Context, sid string, m *Message) erro
 func (s *Store) SetUsagePaused(ctx context.Context, provider, reason string, at time.Time) error {
 	k := s.k("usage", provider)
 	if reason == "" {
-		return s.rdb.HDel(ctx, k, "paused", "pausedAt").Err()
+		return wrap(s.rdb.HDel(ctx, k, "paused", "pausedAt").Err(), "clear usage pause of %s", provider)
 	}
-	return s.rdb.HSet(ctx, k, "paused", reason, "pausedAt", strconv.FormatInt(at.UnixMilli(), 10)).Err()
+	return wrap(s.rdb.HSet(ctx, k, "paused", reason, "pausedAt", strconv.FormatInt(at.UnixMilli(), 10)).Err(), "pause usage of %s", provider)
 }
 
 // UsagePaused reads a provider's pause: its reason ("" when not paused) and time.

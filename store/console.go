@@ -30,7 +30,7 @@ func (s *Store) consoleKey(id string) string {
 // AddConsoleSession records a console session id signed in with the owner
 // token whose fingerprint is owner, for ttl.
 func (s *Store) AddConsoleSession(ctx context.Context, id, owner string, ttl time.Duration) error {
-	return s.rdb.Set(ctx, s.consoleKey(id), owner, ttl).Err()
+	return wrap(s.rdb.Set(ctx, s.consoleKey(id), owner, ttl).Err(), "add a console session")
 }
 
 // ConsoleSession returns the owner fingerprint a console session id was
@@ -49,5 +49,5 @@ func (s *Store) ConsoleSession(ctx context.Context, id string) (owner string, ok
 
 // EndConsoleSession deletes a console session (sign-out).
 func (s *Store) EndConsoleSession(ctx context.Context, id string) error {
-	return s.rdb.Del(ctx, s.consoleKey(id)).Err()
+	return wrap(s.rdb.Del(ctx, s.consoleKey(id)).Err(), "end a console session")
 }

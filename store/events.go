@@ -268,7 +268,7 @@ func (s *Store) SetLastDigest(ctx context.Context, sub *Subscription, at time.Ti
 	if err != nil {
 		return fmt.Errorf("last digest of subscription %s: %w", sub.ID, err)
 	}
-	return s.rdb.Set(ctx, s.subKey(sub.ID), b, redis.KeepTTL).Err()
+	return wrap(s.rdb.Set(ctx, s.subKey(sub.ID), b, redis.KeepTTL).Err(), "last digest of subscription %s", sub.ID)
 }
 
 // Held events of a subscription (digest, quiet hours).
@@ -379,7 +379,7 @@ func (s *Store) TakeHeld(ctx context.Context, sub string, now time.Time) ([]Even
 func (s *Store) HeldTotal(ctx context.Context) (int64, error) {
 	ids, err := s.rdb.SMembers(ctx, s.k("subsall")).Result()
 	if err != nil || len(ids) == 0 {
-		return 0, err
+		return 0, wrap(err, "count held events")
 	}
 	cmds := make([]*redis.IntCmd, len(ids))
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -419,7 +419,7 @@ func (s *Store) MarkDelivered(ctx context.Context, watcher, eventID string) (boo
 		p.Expire(ctx, s.k("dlv", watcher), 8*24*time.Hour)
 		return nil
 	})
-	return n.Val() == 1, err
+	return n.Val() == 1, wrap(err, "mark event %s delivered to %s", eventID, watcher)
 }
 
 // BufferGroup adds a group to a watcher's buffer; when no window is open it
@@ -488,7 +488,7 @@ func (s *Store) Wakes(ctx context.Context, watcher string, now time.Time) (int, 
 		n = p.ZCard(ctx, k)
 		return nil
 	})
-	return int(n.Val()), err
+	return int(n.Val()), wrap(err, "wakes of %s", watcher)
 }
 
 // AddWake records a wake at now.
@@ -540,20 +540,20 @@ func (s *Store) SummaryDue(ctx context.Context, watcher string) (time.Time, erro
 	if errors.Is(err, redis.Nil) {
 		return time.Time{}, nil
 	}
-	return fromMS(atoi64(v)), err
+	return fromMS(atoi64(v)), wrap(err, "summary due of %s", watcher)
 }
 
 // No-echo (R8.18): a prompt's caller waiting on its reply.
 
 // SetWaiting marks that the caller is waiting on a turn's reply (for ttl).
 func (s *Store) SetWaiting(ctx context.Context, turn string, ttl time.Duration) error {
-	return s.rdb.Set(ctx, s.k("waiting", turn), "1", ttl).Err()
+	return wrap(s.rdb.Set(ctx, s.k("waiting", turn), "1", ttl).Err(), "set waiting on turn %s", turn)
 }
 
 // Waiting reports whether the caller still waits on a turn.
 func (s *Store) Waiting(ctx context.Context, turn string) (bool, error) {
 	n, err := s.rdb.Exists(ctx, s.k("waiting", turn)).Result()
-	return n == 1, err
+	return n == 1, wrap(err, "waiting on turn %s", turn)
 }
 
 // HoldEcho keeps a turn_end for its waiting caller until the wait ends.
@@ -631,7 +631,8 @@ func decodeEchoes(items []string) map[string][]Batch {
 
 // SetOnce sets a key once (for ttl); false when it was set already.
 func (s *Store) SetOnce(ctx context.Context, name string, ttl time.Duration) (bool, error) {
-	return s.rdb.SetNX(ctx, s.k("once", name), "1", ttl).Result()
+	ok, err := s.rdb.SetNX(ctx, s.k("once", name), "1", ttl).Result()
+	return ok, wrap(err, "set once %s", name)
 }
 
 // ClearOnce removes such a key.
@@ -643,5 +644,5 @@ func (s *Store) ClearOnce(ctx context.Context, names ...string) error {
 	for i, n := range names {
 		keys[i] = s.k("once", n)
 	}
-	return s.rdb.Del(ctx, keys...).Err()
+	return wrap(s.rdb.Del(ctx, keys...).Err(), "clear once %v", names)
 }

@@ -39,7 +39,7 @@ func (s *Store) KeyFormatDone(ctx context.Context) (bool, error) {
 	if errors.Is(err, redis.Nil) {
 		return false, nil
 	}
-	return v == keyFormat, err
+	return v == keyFormat, wrap(err, "key format marker of %s", s.prefix)
 }
 
 // UpgradeKeyTags moves the keys of the old format (PREFIX:NAME:…) to
@@ -67,7 +67,7 @@ func (s *Store) UpgradeKeyTags(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("upgrade key tags of %s: %w", s.prefix, err)
 	}
 	if !slices.ContainsFunc(found, func(c *redis.IntCmd) bool { return c.Val() > 0 }) {
-		return 0, s.rdb.Set(ctx, s.k("keyfmt"), keyFormat, 0).Err()
+		return 0, wrap(s.rdb.Set(ctx, s.k("keyfmt"), keyFormat, 0).Err(), "set the key format marker of %s", s.prefix)
 	}
 	cluster := redisurl.IsCluster(s.rdb)
 	n := 0
@@ -84,7 +84,7 @@ func (s *Store) UpgradeKeyTags(ctx context.Context) (int, error) {
 				return fmt.Errorf("rename %s: %w", k, err)
 			}
 			if !ok {
-				return s.rdb.Del(ctx, k).Err()
+				return wrap(s.rdb.Del(ctx, k).Err(), "drop %s", k)
 			}
 			n++
 			return nil
@@ -110,7 +110,7 @@ func (s *Store) UpgradeKeyTags(ctx context.Context) (int, error) {
 		} else if err == nil {
 			n++
 		}
-		return s.rdb.Del(ctx, k).Err()
+		return wrap(s.rdb.Del(ctx, k).Err(), "drop %s", k)
 	})
 	if err != nil {
 		return n, fmt.Errorf("upgrade key names to {%s}:…: %w", s.prefix, err)
@@ -122,7 +122,7 @@ func (s *Store) UpgradeKeyTags(ctx context.Context) (int, error) {
 			return n, err
 		}
 	}
-	return n, s.rdb.Set(ctx, s.k("keyfmt"), keyFormat, 0).Err()
+	return n, wrap(s.rdb.Set(ctx, s.k("keyfmt"), keyFormat, 0).Err(), "set the key format marker of %s", s.prefix)
 }
 
 // indexQueuedEvents adds every queued turn of role event to its session's qev set.

@@ -192,5 +192,5 @@ return 1
 
 // GiveBackLoop undoes a TakeLoop whose prompt was not sent after all.
 func (s *Store) GiveBackLoop(ctx context.Context, sid string) error {
-	return giveBackLoopScript.Run(ctx, s.scr, []string{s.k("loop", sid)}).Err()
+	return wrap(giveBackLoopScript.Run(ctx, s.scr, []string{s.k("loop", sid)}).Err(), "give back a loop prompt of %s", sid)
 }

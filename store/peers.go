@@ -85,7 +85,7 @@ func (s *Store) SavePairing(ctx context.Context, p *Pairing) error {
 	if err != nil {
 		return fmt.Errorf("save pairing %s: %w", p.Name, err)
 	}
-	return s.rdb.HSet(ctx, s.k("relays"), strings.ToLower(p.Name), b).Err()
+	return wrap(s.rdb.HSet(ctx, s.k("relays"), strings.ToLower(p.Name), b).Err(), "save pairing %s", p.Name)
 }
 
 // GetPairing reads a pairing by its local name (case-insensitive).
@@ -128,13 +128,14 @@ func pairingsFrom(m map[string]string) []*Pairing {
 
 // PairingCount is how many relays are paired.
 func (s *Store) PairingCount(ctx context.Context) (int64, error) {
-	return s.rdb.HLen(ctx, s.k("relays")).Result()
+	n, err := s.rdb.HLen(ctx, s.k("relays")).Result()
+	return n, wrap(err, "count pairings")
 }
 
 // DeletePairing removes a pairing; false when there was none.
 func (s *Store) DeletePairing(ctx context.Context, name string) (bool, error) {
 	n, err := s.rdb.HDel(ctx, s.k("relays"), strings.ToLower(name)).Result()
-	return n > 0, err
+	return n > 0, wrap(err, "delete pairing %s", name)
 }
 
 // PeerToken is a token this relay issued for another relay to pair with it.
@@ -149,7 +150,7 @@ func (s *Store) AddPeerToken(ctx context.Context, tok string, t PeerToken) error
 	if err != nil {
 		return fmt.Errorf("add peer token: %w", err)
 	}
-	return s.rdb.HSet(ctx, s.k("peertok"), TokenHash(tok), b).Err()
+	return wrap(s.rdb.HSet(ctx, s.k("peertok"), TokenHash(tok), b).Err(), "add a peer token")
 }
 
 // PeerTokenValid reports whether tok is a peer token this relay issued.
@@ -157,7 +158,8 @@ func (s *Store) PeerTokenValid(ctx context.Context, tok string) (bool, error) {
 	if tok == "" {
 		return false, nil
 	}
-	return s.rdb.HExists(ctx, s.k("peertok"), TokenHash(tok)).Result()
+	ok, err := s.rdb.HExists(ctx, s.k("peertok"), TokenHash(tok)).Result()
+	return ok, wrap(err, "check a peer token")
 }
 
 // Instance returns this relay's instance id, made on first use.
@@ -166,7 +168,8 @@ func (s *Store) Instance(ctx context.Context) (string, error) {
 	if _, err := s.rdb.SetNX(ctx, s.k("instance"), id, 0).Result(); err != nil {
 		return "", fmt.Errorf("instance id: %w", err)
 	}
-	return s.rdb.Get(ctx, s.k("instance")).Result()
+	v, err := s.rdb.Get(ctx, s.k("instance")).Result()
+	return v, wrap(err, "instance id")
 }
 
 // Unlock records paired relays as unlocked in a conversation (R4.4: it
@@ -264,12 +267,13 @@ func (s *Store) EndedMirrors(ctx context.Context, watcher string, since time.Tim
 
 // TryLock takes a short named lock (one poller per mirror across processes).
 func (s *Store) TryLock(ctx context.Context, name string, ttl time.Duration) (bool, error) {
-	return s.rdb.SetNX(ctx, s.k("lock", name), "1", ttl).Result()
+	ok, err := s.rdb.SetNX(ctx, s.k("lock", name), "1", ttl).Result()
+	return ok, wrap(err, "take lock %s", name)
 }
 
 // ReleaseLock releases a named lock.
 func (s *Store) ReleaseLock(ctx context.Context, name string) error {
-	return s.rdb.Del(ctx, s.k("lock", name)).Err()
+	return wrap(s.rdb.Del(ctx, s.k("lock", name)).Err(), "release lock %s", name)
 }
 
 // RemoteAsk is an ask this relay's conversation made about a session on a
@@ -290,7 +294,7 @@ func (s *Store) SaveRemoteAsk(ctx context.Context, a *RemoteAsk) error {
 	if err != nil {
 		return fmt.Errorf("save remote ask %s: %w", a.ID, err)
 	}
-	return s.rdb.HSet(ctx, s.k("rasks"), a.ID, b).Err()
+	return wrap(s.rdb.HSet(ctx, s.k("rasks"), a.ID, b).Err(), "save remote ask %s", a.ID)
 }
 
 // RemoteAsks lists the polled remote asks.
@@ -313,7 +317,7 @@ func (s *Store) RemoteAsks(ctx context.Context) ([]*RemoteAsk, error) {
 // DeleteRemoteAsk stops polling an ask; false when another process did first.
 func (s *Store) DeleteRemoteAsk(ctx context.Context, id string) (bool, error) {
 	n, err := s.rdb.HDel(ctx, s.k("rasks"), id).Result()
-	return n > 0, err
+	return n > 0, wrap(err, "delete remote ask %s", id)
 }
 
 // Link is a pairing's last known link state, kept apart from its settings so
@@ -353,7 +357,7 @@ func (s *Store) SetLink(ctx context.Context, name string, online bool, at time.T
 		on = "1"
 	}
 	n, err := setLinkScript.Run(ctx, s.scr, []string{s.k("relaylink")}, strings.ToLower(name), on, ms(at), reason).Int()
-	return n == 1, err
+	return n == 1, wrap(err, "set link of %s", name)
 }
 
 // Links reads every pairing's link state by lower-case name.
@@ -386,7 +390,7 @@ func (s *Store) Links(ctx context.Context) (map[string]Link, error) {
 // DropLink forgets a removed pairing's link state.
 func (s *Store) DropLink(ctx context.Context, name string) error {
 	n := strings.ToLower(name)
-	return s.rdb.HDel(ctx, s.k("relaylink"), n+":online", n+":seen", n+":reason").Err()
+	return wrap(s.rdb.HDel(ctx, s.k("relaylink"), n+":online", n+":seen", n+":reason").Err(), "drop link of %s", name)
 }
 
 // PeerTokenRelay is the relay a peer token is tied to ("" before its first call).
@@ -395,5 +399,5 @@ func (s *Store) PeerTokenRelay(ctx context.Context, tok string) (string, error) 
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}
-	return v, err
+	return v, wrap(err, "relay of a peer token")
 }

@@ -98,12 +98,12 @@ func (s *Store) RevokePeerToken(ctx context.Context, id string) (bool, error) {
 		return false, nil
 	}
 	n, err := revokePeerTokenScript.Run(ctx, s.scr, []string{s.k("peertok"), s.k("peertokrelay"), s.k("peertokused")}, id).Int()
-	return n > 0, err
+	return n > 0, wrap(err, "revoke peer token %s", id)
 }
 
 // TouchPeerToken records that a peer token was used now.
 func (s *Store) TouchPeerToken(ctx context.Context, tok string, now time.Time) error {
-	return s.rdb.HSet(ctx, s.k("peertokused"), TokenHash(tok), ms(now)).Err()
+	return wrap(s.rdb.HSet(ctx, s.k("peertokused"), TokenHash(tok), ms(now)).Err(), "touch a peer token")
 }
 
 // bindPeerTokenScript is BindPeerToken's step: it returns the name the

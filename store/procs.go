@@ -27,12 +27,12 @@ func (s *Store) AnnounceProc(ctx context.Context, p Proc) error {
 	if err != nil {
 		return fmt.Errorf("announce process %s: %w", p.ID, err)
 	}
-	return s.rdb.HSet(ctx, s.procsKey(), p.ID, b).Err()
+	return wrap(s.rdb.HSet(ctx, s.procsKey(), p.ID, b).Err(), "announce process %s", p.ID)
 }
 
 // RemoveProc forgets a process (clean shutdown).
 func (s *Store) RemoveProc(ctx context.Context, id string) error {
-	return s.rdb.HDel(ctx, s.procsKey(), id).Err()
+	return wrap(s.rdb.HDel(ctx, s.procsKey(), id).Err(), "remove process %s", id)
 }
 
 // LiveProcs lists the processes seen since `since`; older entries are removed.

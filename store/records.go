@@ -38,7 +38,7 @@ func (s *Store) SaveTask(ctx context.Context, t *Task) error {
 	if err != nil {
 		return fmt.Errorf("save task %s: %w", t.ID, err)
 	}
-	return s.rdb.HSet(ctx, s.k("tasks", t.Session), t.ID, b).Err()
+	return wrap(s.rdb.HSet(ctx, s.k("tasks", t.Session), t.ID, b).Err(), "save task %s", t.ID)
 }
 
 // Tasks lists a session's tasks (oldest first).
@@ -84,12 +84,13 @@ func (s *Store) AppendTaskOutput(ctx context.Context, id string, lines ...string
 
 // TaskOutput returns a task's kept output lines.
 func (s *Store) TaskOutput(ctx context.Context, id string) ([]string, error) {
-	return s.rdb.LRange(ctx, s.k("tout", id), 0, -1).Result()
+	lines, err := s.rdb.LRange(ctx, s.k("tout", id), 0, -1).Result()
+	return lines, wrap(err, "output of task %s", id)
 }
 
 // ExpireTaskOutput lets a finished task's output go after keep.
 func (s *Store) ExpireTaskOutput(ctx context.Context, id string, keep time.Duration) error {
-	return s.rdb.Expire(ctx, s.k("tout", id), keep).Err()
+	return wrap(s.rdb.Expire(ctx, s.k("tout", id), keep).Err(), "expire the output of task %s", id)
 }
 
 // Question is a question card (kind ask_user) a session's agent waits on.
@@ -306,15 +307,16 @@ func (s *Store) Groups(ctx context.Context) ([]*Group, error) {
 
 // GroupMembers lists a group's session ids.
 func (s *Store) GroupMembers(ctx context.Context, gid string) ([]string, error) {
-	return s.rdb.SMembers(ctx, s.k("gm", gid)).Result()
+	ids, err := s.rdb.SMembers(ctx, s.k("gm", gid)).Result()
+	return ids, wrap(err, "members of group %s", gid)
 }
 
 // SetGroupMember adds or removes a session from a group's member set.
 func (s *Store) SetGroupMember(ctx context.Context, gid, sid string, member bool) error {
 	if member {
-		return s.rdb.SAdd(ctx, s.k("gm", gid), sid).Err()
+		return wrap(s.rdb.SAdd(ctx, s.k("gm", gid), sid).Err(), "add session %s to group %s", sid, gid)
 	}
-	return s.rdb.SRem(ctx, s.k("gm", gid), sid).Err()
+	return wrap(s.rdb.SRem(ctx, s.k("gm", gid), sid).Err(), "remove session %s from group %s", sid, gid)
 }
 
 // DeleteGroup removes a group.
@@ -349,7 +351,7 @@ func (s *Store) LoadSettings(ctx context.Context) (Settings, bool, error) {
 // SaveSettings writes the settings.
 func (s *Store) SaveSettings(ctx context.Context, st Settings) error {
 	b, _ := json.Marshal(st)
-	return s.rdb.Set(ctx, s.k("settings"), b, 0).Err()
+	return wrap(s.rdb.Set(ctx, s.k("settings"), b, 0).Err(), "save settings")
 }
 
 // InitSettings stores st unless settings exist; returns the stored ones.
@@ -364,10 +366,11 @@ func (s *Store) InitSettings(ctx context.Context, st Settings) (Settings, error)
 
 // RecentCwds returns the folders sessions used most recently.
 func (s *Store) RecentCwds(ctx context.Context, n int) ([]string, error) {
-	return s.rdb.ZRevRange(ctx, s.k("cwds"), 0, int64(n-1)).Result()
+	dirs, err := s.rdb.ZRevRange(ctx, s.k("cwds"), 0, int64(n-1)).Result()
+	return dirs, wrap(err, "recent folders")
 }
 
 // NoteCwd records a folder a session used.
 func (s *Store) NoteCwd(ctx context.Context, dir string, now time.Time) error {
-	return s.rdb.ZAdd(ctx, s.k("cwds"), redis.Z{Score: float64(ms(now)), Member: dir}).Err()
+	return wrap(s.rdb.ZAdd(ctx, s.k("cwds"), redis.Z{Score: float64(ms(now)), Member: dir}).Err(), "note folder %s", dir)
 }

@@ -244,5 +244,5 @@ func (s *Store) OpenAskCounts(ctx context.Context, asker, sid string) (int, int,
 		b = p.SCard(ctx, s.k("asksin", sid))
 		return nil
 	})
-	return int(a.Val()), int(b.Val()), err
+	return int(a.Val()), int(b.Val()), wrap(err, "open asks of %s and into %s", asker, sid)
 }

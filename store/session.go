@@ -177,7 +177,7 @@ func (s *Store) SessionByToken(ctx context.Context, token string) (string, error
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}
-	return id, err
+	return id, wrap(err, "session of a token")
 }
 
 // ResolveSessionID finds the session whose id is idOrPrefix or starts with it.
@@ -297,7 +297,7 @@ func (s *Store) revokeTokens(ctx context.Context, p redis.Pipeliner, sid string,
 // and no drain due (what deleting it waits for).
 func (s *Store) SessionQuiet(ctx context.Context, sid string) (bool, error) {
 	n, err := s.rdb.Exists(ctx, s.k("cur", sid), s.k("q", sid), s.k("drain", sid)).Result()
-	return n == 0, err
+	return n == 0, wrap(err, "quiet of session %s", sid)
 }
 
 // DeleteSession removes a session and what is its alone (owner's DELETE

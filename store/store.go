@@ -241,12 +241,12 @@ func (s *Store) Counts(ctx context.Context) (cards, active int64, err error) {
 		return
 	}
 	a := s.rdb.ZCard(ctx, s.k("sessions", "active"))
-	return c.Val(), a.Val(), a.Err()
+	return c.Val(), a.Val(), wrap(a.Err(), "count active sessions")
 }
 
 // SetAPIURL records where the API of this relay listens (for worker processes' providers).
 func (s *Store) SetAPIURL(ctx context.Context, url string) error {
-	return s.rdb.Set(ctx, s.k("apiurl"), url, 0).Err()
+	return wrap(s.rdb.Set(ctx, s.k("apiurl"), url, 0).Err(), "set the API URL")
 }
 
 // APIURL returns the recorded API URL ("" when none).
@@ -255,7 +255,17 @@ func (s *Store) APIURL(ctx context.Context) (string, error) {
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}
-	return v, err
+	return v, wrap(err, "API URL")
+}
+
+// wrap says what a store call was doing when it failed: nil stays nil, and
+// the sentinels callers test for (redis.Nil, ErrNotFound, ErrFenced) are
+// returned as they are.
+func wrap(err error, format string, a ...any) error {
+	if err == nil || errors.Is(err, redis.Nil) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrFenced) {
+		return err
+	}
+	return fmt.Errorf(format+": %w", append(a, err)...)
 }
 
 // getJSON reads a record stored as JSON under key; ErrNotFound when there is none.

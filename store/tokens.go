@@ -51,7 +51,8 @@ func (s *Store) AddTurnToken(ctx context.Context, sid, tok string, ttl time.Dura
 // RenewTurnToken moves a turn token's expiry to ttl from now (false: it is
 // gone: revoked or expired).
 func (s *Store) RenewTurnToken(ctx context.Context, tok string, ttl time.Duration) (bool, error) {
-	return s.rdb.Expire(ctx, s.tokKey(TokenHash(tok)), ttl).Result()
+	ok, err := s.rdb.Expire(ctx, s.tokKey(TokenHash(tok)), ttl).Result()
+	return ok, wrap(err, "renew a turn token")
 }
 
 // dropTurnTokenScript is DropTurnToken's step.
@@ -67,7 +68,7 @@ return 1
 // DropTurnToken revokes a turn token when its turn ends.
 func (s *Store) DropTurnToken(ctx context.Context, sid, tok string) error {
 	h := TokenHash(tok)
-	return dropTurnTokenScript.Run(ctx, s.scr, []string{s.tokKey(h), s.sessKey(sid)}, h).Err()
+	return wrap(dropTurnTokenScript.Run(ctx, s.scr, []string{s.tokKey(h), s.sessKey(sid)}, h).Err(), "drop the turn token of session %s", sid)
 }
 
 // OwnerToken stores the hash of a generated owner token unless one is stored;
@@ -82,7 +83,7 @@ func (s *Store) OwnerToken(ctx context.Context, token string) (hash string, crea
 		return TokenHash(token), true, nil
 	}
 	v, err := s.rdb.Get(ctx, s.k("ownerh")).Result()
-	return v, false, err
+	return v, false, wrap(err, "read the owner token")
 }
 
 // tokFormat is the value of tokfmt once every stored token is a hash.
@@ -210,7 +211,7 @@ func (s *Store) UpgradeTokens(ctx context.Context) (int, error) {
 	}); err != nil {
 		return n, fmt.Errorf("upgrade token keys: %w", err)
 	}
-	return n, s.rdb.Set(ctx, s.k("tokfmt"), tokFormat, 0).Err()
+	return n, wrap(s.rdb.Set(ctx, s.k("tokfmt"), tokFormat, 0).Err(), "set the token format marker")
 }
 
 // scan calls fn for every key matching pattern, on every master of a

@@ -116,7 +116,7 @@ func (s *Store) ResolveTurnID(ctx context.Context, idOrPrefix string) (string, i
 
 // setTurnFields writes some fields of a turn (the typed methods below).
 func (s *Store) setTurnFields(ctx context.Context, id string, kv ...any) error {
-	return s.rdb.HSet(ctx, s.turnKey(id), kv...).Err()
+	return wrap(s.rdb.HSet(ctx, s.turnKey(id), kv...).Err(), "set fields of turn %s", id)
 }
 
 // MarkTurnSeen records that the caller got the turn's reply (no echo, R8.18).
@@ -190,7 +190,7 @@ func (s *Store) LastMessages(ctx context.Context, sid string, n int) ([]Message,
 // MessageCount returns how many messages a session has.
 func (s *Store) MessageCount(ctx context.Context, sid string) (int, error) {
 	n, err := s.rdb.LLen(ctx, s.msgsKey(sid)).Result()
-	return int(n), err
+	return int(n), wrap(err, "count messages of %s", sid)
 }
 
 // Queue: one list of turn ids per session, one drain task at a time (the drain
@@ -419,7 +419,7 @@ func (s *Store) Unreserve(ctx context.Context, orchestrator, sid string) error {
 	}
 	peer := s.PeerBusyKey(orchestrator)
 	if peer == "" {
-		return s.rdb.SRem(ctx, s.BusyKey(orchestrator), sid).Err()
+		return wrap(s.rdb.SRem(ctx, s.BusyKey(orchestrator), sid).Err(), "unreserve %s of %s", sid, orchestrator)
 	}
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.SRem(ctx, s.BusyKey(orchestrator), sid)
@@ -440,7 +440,7 @@ func (s *Store) PeerBusyCount(ctx context.Context, orchestrator string) (int, er
 		return 0, nil
 	}
 	n, err := s.rdb.SCard(ctx, k).Result()
-	return int(n), err
+	return int(n), wrap(err, "count busy peer sessions of %s", orchestrator)
 }
 
 // BusyCount returns how many sessions of an orchestrator are busy.
@@ -449,7 +449,7 @@ func (s *Store) BusyCount(ctx context.Context, orchestrator string) (int, error)
 		return 0, nil
 	}
 	n, err := s.rdb.SCard(ctx, s.BusyKey(orchestrator)).Result()
-	return int(n), err
+	return int(n), wrap(err, "count busy sessions of %s", orchestrator)
 }
 
 // PushTurn appends the prompt message, creates the turn record and queues it
@@ -811,12 +811,13 @@ func (s *Store) CurrentTurn(ctx context.Context, sid string) (string, error) {
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}
-	return id, err
+	return id, wrap(err, "current turn of %s", sid)
 }
 
 // QueuedTurns returns the ids of a session's queued turns in order.
 func (s *Store) QueuedTurns(ctx context.Context, sid string) ([]string, error) {
-	return s.rdb.LRange(ctx, s.k("q", sid), 0, -1).Result()
+	ids, err := s.rdb.LRange(ctx, s.k("q", sid), 0, -1).Result()
+	return ids, wrap(err, "queued turns of %s", sid)
 }
 
 // drainsKey is the index of sessions whose drain flag is set (the recovery
@@ -842,7 +843,7 @@ func (s *Store) SetDrainID(ctx context.Context, sid, id string) error {
 func (s *Store) DrainFlags(ctx context.Context) (map[string]string, error) {
 	sids, err := s.rdb.SMembers(ctx, s.drainsKey()).Result()
 	if err != nil || len(sids) == 0 {
-		return map[string]string{}, err
+		return map[string]string{}, wrap(err, "drain flags")
 	}
 	keys := make([]string, len(sids))
 	for i, sid := range sids {
@@ -889,7 +890,7 @@ func (s *Store) IndexDrainFlags(ctx context.Context) (int, error) {
 		n++
 		return nil
 	})
-	return n, err
+	return n, wrap(err, "index drain flags")
 }
 
 // Lease: one worker drains a session at a time.
@@ -899,7 +900,8 @@ func (s *Store) AcquireLease(ctx context.Context, sid, owner string, ttl time.Du
 	if ttl <= 0 {
 		return false, fmt.Errorf("lease of %s: ttl %v: a lease must expire", sid, ttl)
 	}
-	return s.rdb.SetNX(ctx, s.k("lease", sid), owner, ttl).Result()
+	ok, err := s.rdb.SetNX(ctx, s.k("lease", sid), owner, ttl).Result()
+	return ok, wrap(err, "acquire lease of %s", sid)
 }
 
 // renewScript is RenewLease's and ReleaseLease's step.
@@ -918,12 +920,12 @@ return 0
 func (s *Store) RenewLease(ctx context.Context, sid, owner string, ttl time.Duration) (bool, error) {
 	// At least 1 ms: 0 means release to the script.
 	n, err := renewScript.Run(ctx, s.scr, []string{s.k("lease", sid)}, owner, max(ttl.Milliseconds(), 1)).Int()
-	return n == 1, err
+	return n == 1, wrap(err, "renew lease of %s", sid)
 }
 
 // ReleaseLease drops the lease if owner holds it.
 func (s *Store) ReleaseLease(ctx context.Context, sid, owner string) error {
-	return renewScript.Run(ctx, s.scr, []string{s.k("lease", sid)}, owner, 0).Err()
+	return wrap(renewScript.Run(ctx, s.scr, []string{s.k("lease", sid)}, owner, 0).Err(), "release lease of %s", sid)
 }
 
 // LeaseHolder returns who holds a session's lease, "" when nobody.
@@ -932,7 +934,7 @@ func (s *Store) LeaseHolder(ctx context.Context, sid string) (string, error) {
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}
-	return v, err
+	return v, wrap(err, "lease holder of %s", sid)
 }
 
 // Notifications: one pub/sub channel carries "turn:ID", "card:ID", "q:ID" and
@@ -949,7 +951,7 @@ func (s *Store) SubscribeNotify(ctx context.Context) *redis.PubSub {
 
 // Notify publishes a notification.
 func (s *Store) Notify(ctx context.Context, what string) error {
-	return s.rdb.Publish(ctx, s.NotifyChannel(), what).Err()
+	return wrap(s.rdb.Publish(ctx, s.NotifyChannel(), what).Err(), "publish a notification")
 }
 
 // Counters.
@@ -957,7 +959,7 @@ func (s *Store) Notify(ctx context.Context, what string) error {
 // IncrLoop counts one prompt to another agent and returns the new count.
 func (s *Store) IncrLoop(ctx context.Context, sid string) (int, error) {
 	n, err := s.rdb.Incr(ctx, s.k("loop", sid)).Result()
-	return int(n), err
+	return int(n), wrap(err, "count a loop prompt of %s", sid)
 }
 
 // LoopCount returns the loop-protection count of a conversation.
@@ -967,12 +969,12 @@ func (s *Store) LoopCount(ctx context.Context, sid string) (int, error) {
 		return 0, nil
 	}
 	n, _ := strconv.Atoi(v)
-	return n, err
+	return n, wrap(err, "loop count of %s", sid)
 }
 
 // ResetLoop resets the loop-protection count (owner wrote, or allowed a card).
 func (s *Store) ResetLoop(ctx context.Context, sid string) error {
-	return s.rdb.Del(ctx, s.k("loop", sid)).Err()
+	return wrap(s.rdb.Del(ctx, s.k("loop", sid)).Err(), "reset loop count of %s", sid)
 }
 
 // Flag reads a per-conversation flag (cards asked once per conversation).
@@ -981,12 +983,12 @@ func (s *Store) Flag(ctx context.Context, sid, name string) (bool, error) {
 	if errors.Is(err, redis.Nil) {
 		return false, nil
 	}
-	return v == "1", err
+	return v == "1", wrap(err, "flag %s of %s", name, sid)
 }
 
 // SetFlag sets a per-conversation flag.
 func (s *Store) SetFlag(ctx context.Context, sid, name string) error {
-	return s.rdb.HSet(ctx, s.k("flags", sid), name, "1").Err()
+	return wrap(s.rdb.HSet(ctx, s.k("flags", sid), name, "1").Err(), "set flag %s of %s", name, sid)
 }
 
 // Usage counters per provider (R7.3): turns and tokens.
