@@ -59,7 +59,7 @@ func (c *Client) EnqueueDrain(ctx context.Context, session, taskID string) error
 func (c *Client) Enqueue(ctx context.Context, typ string, payload any, id string, at time.Time) error {
 	b, err := json.Marshal(payload)
 	if err != nil {
-		return err
+		return fmt.Errorf("encode the payload of %s %s: %w", typ, id, err)
 	}
 	opts := []asynq.Option{asynq.Queue(c.q.Events), asynq.MaxRetry(25), asynq.Timeout(5 * time.Minute)}
 	if id != "" {
@@ -73,6 +73,9 @@ func (c *Client) Enqueue(ctx context.Context, typ string, payload any, id string
 		return nil
 	}
 	if err != nil {
+		if id != "" {
+			return fmt.Errorf("enqueue %s %s: %w", typ, id, err)
+		}
 		return fmt.Errorf("enqueue %s: %w", typ, err)
 	}
 	return nil
