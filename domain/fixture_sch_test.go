@@ -1,0 +1,169 @@
+package domain
+
+// Fixture helpers of the schedule and ask rule suites (schedules_rules_test.go).
+
+import (
+	"errors"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/oar/relay/store"
+)
+
+var (
+	schIDRe = regexp.MustCompile(`^sch_[0-9a-f]{8,}$`)
+	askIDRe = regexp.MustCompile(`^ask_[0-9a-f]{8,}$`)
+)
+
+// schNoSession is a session id no session has.
+const schNoSession = "0000000000000000ffffffffffffffff"
+
+// schOK runs a call that must succeed and returns its envelope.
+func (f *fixture) schOK(caller string, args map[string]any) map[string]any {
+	f.t.Helper()
+	env := f.call(caller, args)
+	if env["ok"] != true {
+		f.t.Fatalf("%v: want ok, got %v", args, env)
+	}
+	return env
+}
+
+// schSet schedules as caller and returns the new schedule's id.
+func (f *fixture) schSet(caller string, args map[string]any) string {
+	f.t.Helper()
+	args["action"] = "schedule"
+	env := f.schOK(caller, args)
+	id, _ := env["schedule_id"].(string)
+	if !schIDRe.MatchString(id) {
+		f.t.Fatalf("schedule_id %q is not sch_…: %v", id, env)
+	}
+	return id
+}
+
+// schOwnerList is the owner's list of active schedules by id.
+func (f *fixture) schOwnerList() map[string]map[string]any {
+	f.t.Helper()
+	all, err := f.r.Schedules(f.ctx)
+	if err != nil {
+		f.t.Fatalf("schedules: %v", err)
+	}
+	out := map[string]map[string]any{}
+	for _, v := range all {
+		m, _ := v.(map[string]any)
+		id, _ := m["id"].(string)
+		out[id] = m
+	}
+	return out
+}
+
+// schKeys is a map's keys, sorted.
+func schKeys[V any](m map[string]V) []string {
+	out := []string{}
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// schSorted is ids sorted.
+func schSorted(ids ...string) []string {
+	out := append([]string{}, ids...)
+	sort.Strings(out)
+	return out
+}
+
+// askSet asks as caller and returns the question id (pending at once).
+func (f *fixture) askSet(caller string, args map[string]any) string {
+	f.t.Helper()
+	args["action"] = "ask"
+	env := f.schOK(caller, args)
+	id, _ := env["question_id"].(string)
+	if !askIDRe.MatchString(id) || env["status"] != "pending" {
+		f.t.Fatalf("ask: want question_id ask_… and status pending, got %v", env)
+	}
+	return id
+}
+
+// askInbox is the owner's inbox of open asks by id.
+func (f *fixture) askInbox() map[string]map[string]any {
+	f.t.Helper()
+	all, err := f.r.Inbox(f.ctx)
+	if err != nil {
+		f.t.Fatalf("inbox: %v", err)
+	}
+	out := map[string]map[string]any{}
+	for _, v := range all {
+		m, _ := v.(map[string]any)
+		id, _ := m["id"].(string)
+		out[id] = m
+	}
+	return out
+}
+
+// askAnswer is the owner's answer that must be taken.
+func (f *fixture) askAnswer(id string, in InboxAnswer) string {
+	f.t.Helper()
+	out, err := f.r.AnswerAsk(f.ctx, id, in)
+	if err != nil {
+		f.t.Fatalf("answer %s %+v: %v", id, in, err)
+	}
+	return out.Status
+}
+
+// askQuestions is caller's list_questions by question id.
+func (f *fixture) askQuestions(caller string, args map[string]any) map[string]map[string]any {
+	f.t.Helper()
+	if args == nil {
+		args = map[string]any{}
+	}
+	args["action"] = "list_questions"
+	env := f.schOK(caller, args)
+	out := map[string]map[string]any{}
+	list, _ := env["questions"].([]any)
+	for _, v := range list {
+		m, _ := v.(map[string]any)
+		id, _ := m["question_id"].(string)
+		out[id] = m
+	}
+	return out
+}
+
+// askEvent runs what is due and returns sid's event message containing frag.
+func (f *fixture) askEvent(sid, frag string) store.Message {
+	f.t.Helper()
+	f.run()
+	for _, m := range f.history(sid, "event") {
+		if strings.Contains(m.Text, frag) {
+			return m
+		}
+	}
+	f.t.Fatalf("no event message in %s containing %q: %v", sid, frag, f.history(sid, "event"))
+	return store.Message{}
+}
+
+// schCode is the code of an owner method's error: "" for none, CodeInternal
+// for one that is not an *Error (the owner API's 5xx).
+func schCode(err error) string {
+	var e *Error
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &e):
+		return e.Code
+	default:
+		return CodeInternal
+	}
+}
+
+// schNoKeys reports the keys of m that are present.
+func schNoKeys(m map[string]any, keys ...string) []string {
+	var out []string
+	for _, k := range keys {
+		if _, ok := m[k]; ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}

@@ -1,0 +1,330 @@
+package domain
+
+// The schedule (§9) and ask (§10) rule suites moved down from relaytest:
+// limits, bad input, unschedule / Cancel / archive, the owner's lists, the
+// inbox, answers and dismissals, on the simulated clock.
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/oar/relay/config"
+)
+
+// R9.9: at most N schedules fire into one conversation and one conversation
+// sets at most N for other sessions (REMOTE_RELAY_SCHEDULE_LIMIT); nothing is
+// created; an ended schedule frees its place.
+func TestRulesScheduleLimits(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn, limits: func(l *config.Limits) {
+		l.SchedulesIntoConversation = 2
+		l.SchedulesForOthers = 2
+	}})
+	a := f.session(NewSession{Title: "a"})
+	b := f.session(NewSession{Title: "b"})
+	c := f.session(NewSession{Title: "c"})
+	d := f.session(NewSession{Title: "d"})
+	e := f.session(NewSession{Title: "e"})
+	every := func(extra map[string]any) map[string]any {
+		args := map[string]any{"action": "schedule", "text": "later", "every_minutes": 60}
+		for k, v := range extra {
+			args[k] = v
+		}
+		return args
+	}
+	own1 := f.schSet(a, every(nil))
+	f.schSet(a, every(nil))
+	limit := outcome{Code: CodeScheduleLimit, Has: true}
+	if diff := cmp.Diff(limit, outcomeOf(f.call(a, every(nil)), "Nothing was scheduled.")); diff != "" {
+		t.Errorf("a third into a (-want +got):\n%s", diff)
+	}
+	f.schSet(a, every(map[string]any{"session": b}))
+	f.schSet(a, every(map[string]any{"session": c}))
+	if diff := cmp.Diff(limit, outcomeOf(f.call(a, every(map[string]any{"session": d})), "Nothing was scheduled.")); diff != "" {
+		t.Errorf("a third for others (-want +got):\n%s", diff)
+	}
+	f.schSet(e, every(map[string]any{"session": b})) // the second into b
+	if diff := cmp.Diff(limit, outcomeOf(f.call(d, every(map[string]any{"session": b})), "")); diff != "" {
+		t.Errorf("a third into b (-want +got):\n%s", diff)
+	}
+	if n := len(f.schOwnerList()); n != 5 {
+		t.Fatalf("%d active schedules, want 5 (refused ones create nothing)", n)
+	}
+	f.schOK(a, map[string]any{"action": "unschedule", "schedule_id": own1})
+	f.schSet(a, every(nil))
+}
+
+// R9.1, R3.3, R3.4a, R4.3: bad input schedules nothing.
+func TestRulesScheduleBadInput(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	a := f.session(NewSession{Title: "caller"})
+	b := f.session(NewSession{Title: "archived"})
+	if _, err := f.r.OwnerArchive(f.ctx, b); err != nil {
+		t.Fatalf("archive: %v", err)
+	}
+	past := f.clk.Now().Add(-time.Minute).Format(time.RFC3339)
+	future := f.clk.Now().Add(time.Hour)
+	cases := []struct {
+		name string
+		args map[string]any
+		code string
+	}{
+		{"at in the past", map[string]any{"text": "x", "at": past}, CodeInvalidInput},
+		{"at with a space", map[string]any{"text": "x", "at": future.Format("2006-01-02 15:04:05Z07:00")}, CodeInvalidInput},
+		{"at in words", map[string]any{"text": "x", "at": "tomorrow 9am"}, CodeInvalidInput},
+		{"at without zone", map[string]any{"text": "x", "at": future.Format("2006-01-02T15:04:05")}, CodeInvalidInput},
+		{"every 0", map[string]any{"text": "x", "every_minutes": 0}, CodeInvalidInput},
+		{"every -1", map[string]any{"text": "x", "every_minutes": -1}, CodeInvalidInput},
+		{"every 525601", map[string]any{"text": "x", "every_minutes": 525601}, CodeInvalidInput},
+		{"every 1.5", map[string]any{"text": "x", "every_minutes": 1.5}, CodeInvalidInput},
+		{"empty text", map[string]any{"text": "", "every_minutes": 5}, CodeInvalidInput},
+		{"blank text", map[string]any{"text": "   ", "every_minutes": 5}, CodeInvalidInput},
+		{"no text", map[string]any{"every_minutes": 5}, CodeInvalidInput},
+		{"title of 201", map[string]any{"text": "x", "every_minutes": 5, "title": strings.Repeat("t", 201)}, CodeInvalidInput},
+		{"neither at nor every", map[string]any{"text": "x", "title": "when?"}, CodeInvalidInput},
+		{"unknown session", map[string]any{"text": "x", "every_minutes": 5, "session": schNoSession}, CodeNotFound},
+		{"relay that is not paired", map[string]any{"text": "x", "every_minutes": 5, "relay": "other-box"}, CodeUnknownRelay},
+	}
+	for _, c := range cases {
+		c.args["action"] = "schedule"
+		if diff := cmp.Diff(outcome{Code: c.code, Has: true}, outcomeOf(f.call(a, c.args), "Nothing was")); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", c.name, diff)
+		}
+	}
+	// A schedule into an archived session is refused (the code is not fixed by the SPEC).
+	if env := f.call(a, map[string]any{"action": "schedule", "text": "x", "every_minutes": 5, "session": b}); env["ok"] != false {
+		t.Errorf("schedule into an archived session: want a failure, got %v", env)
+	}
+	for _, args := range []map[string]any{
+		{"action": "list_schedules", "relay": "other-box"},
+		{"action": "unschedule", "relay": "other-box", "schedule_id": "sch_0123456789"},
+	} {
+		if diff := cmp.Diff(outcome{Code: CodeUnknownRelay, Has: true}, outcomeOf(f.call(a, args), "")); diff != "" {
+			t.Errorf("%v (-want +got):\n%s", args["action"], diff)
+		}
+	}
+	if l := f.listedSchedules(a); len(l) != 0 {
+		t.Fatalf("bad input created schedules: %v", l)
+	}
+	if l := f.schOwnerList(); len(l) != 0 {
+		t.Fatalf("bad input created schedules: %v", l)
+	}
+	// The bounds themselves are accepted.
+	edge1 := f.schSet(a, map[string]any{"text": "x", "every_minutes": 525600, "title": strings.Repeat("t", 200)})
+	edge2 := f.schSet(a, map[string]any{"text": "x", "every_minutes": 1})
+	for _, id := range []string{edge1, edge2} {
+		f.schOK(a, map[string]any{"action": "unschedule", "schedule_id": id})
+	}
+	if diff := cmp.Diff(outcome{Code: CodeInvalidInput, Has: true}, outcomeOf(f.call(a, map[string]any{"action": "unschedule"}), "")); diff != "" {
+		t.Errorf("unschedule without an id (-want +got):\n%s", diff)
+	}
+}
+
+// R9.7–R9.9, R7.16, §12: unschedule by the setter or the target (another
+// conversation's: NOT_FOUND), the owner's Cancel, archiving the target or the
+// setter ends the schedules, the owner's list shows active ones.
+func TestRulesScheduleUnscheduleCancelArchive(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	a := f.session(NewSession{Title: "setter"})
+	b := f.session(NewSession{Title: "bee"})
+	c := f.session(NewSession{Title: "sea"})
+	d := f.session(NewSession{Title: "dee"})
+	e := f.session(NewSession{Title: "eve"})
+	set := func(caller, target string) string {
+		args := map[string]any{"text": "later", "every_minutes": 60}
+		if target != "" {
+			args["session"] = target
+		}
+		return f.schSet(caller, args)
+	}
+	own, intoB, intoC, intoD := set(a, ""), set(a, b), set(a, c), set(a, d)
+	bOwn, eIntoB := set(b, ""), set(e, b)
+
+	ol := f.schOwnerList()
+	if diff := cmp.Diff(schSorted(own, intoB, intoC, intoD, bOwn, eIntoB), schKeys(ol)); diff != "" {
+		t.Fatalf("the owner's schedules (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]any{"setBy": a, "session": map[string]any{"id": b, "title": "bee"}},
+		map[string]any{"setBy": ol[intoB]["setBy"], "session": ol[intoB]["session"]}); diff != "" {
+		t.Errorf("the owner's list of %s (-want +got):\n%s", intoB, diff)
+	}
+	if diff := cmp.Diff(schSorted(own, intoB, intoC, intoD), schKeys(f.listedSchedules(a))); diff != "" {
+		t.Errorf("a's list_schedules (-want +got):\n%s", diff)
+	}
+	lb := f.listedSchedules(b)
+	if diff := cmp.Diff(schSorted(intoB, bOwn, eIntoB), schKeys(lb)); diff != "" {
+		t.Errorf("b's list_schedules (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(any(a), lb[intoB]["setBy"]); diff != "" {
+		t.Errorf("setBy seen by the target (-want +got):\n%s", diff)
+	}
+	if got := schNoKeys(lb[bOwn], "setBy"); got != nil {
+		t.Errorf("b's own schedule has %v", got)
+	}
+
+	// Another conversation's schedule is not found.
+	notFound := outcome{Code: CodeNotFound, Has: true}
+	for _, c := range []struct{ caller, id string }{{b, own}, {c, intoB}, {b, "sch_000000000000"}} {
+		if diff := cmp.Diff(notFound, outcomeOf(f.call(c.caller, map[string]any{"action": "unschedule", "schedule_id": c.id}), "")); diff != "" {
+			t.Errorf("unschedule %s by %s (-want +got):\n%s", c.id, c.caller, diff)
+		}
+	}
+	env := f.schOK(a, map[string]any{"action": "unschedule", "schedule_id": own})
+	if diff := cmp.Diff(any(own), env["schedule_id"]); diff != "" {
+		t.Errorf("unschedule schedule_id (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(notFound, outcomeOf(f.call(a, map[string]any{"action": "unschedule", "schedule_id": own}), "")); diff != "" {
+		t.Errorf("unschedule twice (-want +got):\n%s", diff)
+	}
+	f.schOK(b, map[string]any{"action": "unschedule", "relay": "this", "schedule_id": intoB}) // the target may end it (R9.8)
+
+	if _, err := f.r.CancelSchedule(f.ctx, intoC); err != nil {
+		t.Fatalf("owner Cancel: %v", err)
+	}
+	_, err := f.r.CancelSchedule(f.ctx, "sch_000000000000")
+	if diff := cmp.Diff(CodeNotFound, schCode(err)); diff != "" {
+		t.Errorf("owner Cancel of an unknown schedule (-want +got):\n%s", diff)
+	}
+	if _, err := f.r.CancelSchedule(f.ctx, intoC); schCode(err) == CodeInternal {
+		t.Errorf("owner Cancel of an ended schedule: %v", err)
+	}
+	for _, sid := range []string{d, e} { // target of intoD; setter of eIntoB
+		if _, err := f.r.OwnerArchive(f.ctx, sid); err != nil {
+			t.Fatalf("archive: %v", err)
+		}
+	}
+
+	la := f.listedSchedules(a)
+	for id, want := range map[string]string{own: "unscheduled", intoB: "unscheduled", intoC: "unscheduled", intoD: "archived"} {
+		s := la[id]
+		if s == nil {
+			t.Errorf("%s is not listed as ended within the hour", id)
+			continue
+		}
+		if diff := cmp.Diff(map[string]any{"endReason": want, "nextFireAt": nil},
+			map[string]any{"endReason": s["endReason"], "nextFireAt": s["nextFireAt"]}); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", id, diff)
+		}
+	}
+	lb = f.listedSchedules(b)
+	if diff := cmp.Diff([]any{"archived", nil}, []any{lb[eIntoB]["endReason"], lb[bOwn]["endReason"]}); diff != "" {
+		t.Errorf("endReason of the schedule set by an archived conversation, and of b's own (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{bOwn}, schKeys(f.schOwnerList())); diff != "" {
+		t.Errorf("the owner's schedules after ending (-want +got):\n%s", diff)
+	}
+}
+
+// R4.2, R9.1, R10.4: with agent sessions off, schedules fail with
+// REMOTE_RELAY_DISABLED even for the own conversation, while ask (own),
+// list_questions and withdraw work; ask with session is DISABLED.
+func TestRulesScheduleAndAskAgentSessionsOff(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{})
+	a := f.session(NewSession{Title: "alone"})
+	b := f.session(NewSession{Title: "other"})
+	for _, args := range []map[string]any{
+		{"action": "schedule", "text": "later", "every_minutes": 5},
+		{"action": "schedule", "relay": "this", "text": "later", "at": f.clk.Now().Add(time.Hour).UTC().Format(time.RFC3339)},
+		{"action": "list_schedules"},
+		{"action": "unschedule", "schedule_id": "sch_000000000000"},
+		{"action": "ask", "question": "ok?", "session": b},
+	} {
+		if diff := cmp.Diff(outcome{Code: CodeDisabled, Has: true}, outcomeOf(f.call(a, args), "")); diff != "" {
+			t.Errorf("%v (-want +got):\n%s", args, diff)
+		}
+	}
+	if l := f.schOwnerList(); len(l) != 0 {
+		t.Fatalf("schedules created while agent sessions are off: %v", l)
+	}
+	if l := f.askInbox(); len(l) != 0 {
+		t.Fatalf("asks created by refused calls: %v", l)
+	}
+	q1 := f.askSet(a, map[string]any{"question": "Keep the old API?"})
+	q2 := f.askSet(a, map[string]any{"relay": "this", "question": "Rename the module?"})
+	f.schOK(a, map[string]any{"action": "withdraw", "question_id": q2})
+	qs := f.askQuestions(a, nil)
+	if diff := cmp.Diff([]any{"pending", "withdrawn"}, []any{qs[q1]["status"], qs[q2]["status"]}); diff != "" {
+		t.Errorf("statuses of q1, q2 (-want +got):\n%s", diff)
+	}
+	// The answer still reaches the asking conversation.
+	f.askAnswer(q1, InboxAnswer{Answer: "yes"})
+	f.askEvent(a, "question_answered "+q1)
+}
+
+// R10.1: open asks per asking conversation and per concerned session are
+// limited (REMOTE_RELAY_QUESTION_LIMIT); answering or withdrawing frees a place.
+func TestRulesAskLimits(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn, limits: func(l *config.Limits) {
+		l.OpenAsksPerConversation = 2
+		l.OpenAsksPerSession = 2
+	}})
+	a := f.session(NewSession{Title: "a"})
+	b := f.session(NewSession{Title: "b"})
+	c := f.session(NewSession{Title: "c"})
+	d := f.session(NewSession{Title: "d"})
+	limit := outcome{Code: CodeQuestionLimit, Has: true}
+	q1 := f.askSet(a, map[string]any{"question": "one?"})
+	f.askSet(a, map[string]any{"question": "two?"})
+	if diff := cmp.Diff(limit, outcomeOf(f.call(a, map[string]any{"action": "ask", "question": "three?"}), "Nothing was asked.")); diff != "" {
+		t.Errorf("a third ask (-want +got):\n%s", diff)
+	}
+	f.schOK(a, map[string]any{"action": "withdraw", "question_id": q1})
+	q3 := f.askSet(a, map[string]any{"question": "three?"})
+	if diff := cmp.Diff(limit, outcomeOf(f.call(a, map[string]any{"action": "ask", "question": "four?"}), "")); diff != "" {
+		t.Errorf("a third ask after a withdrawal (-want +got):\n%s", diff)
+	}
+	f.askAnswer(q3, InboxAnswer{Answer: "ok"})
+	f.askSet(a, map[string]any{"question": "four?"})
+
+	f.askSet(c, map[string]any{"question": "b one?", "session": b})
+	f.askSet(d, map[string]any{"question": "b two?", "session": b})
+	if diff := cmp.Diff(limit, outcomeOf(f.call(d, map[string]any{"action": "ask", "question": "b three?", "session": b}), "")); diff != "" {
+		t.Errorf("a third ask about b (-want +got):\n%s", diff)
+	}
+	if n := len(f.askInbox()); n != 4 {
+		t.Errorf("%d open asks, want 4 (refused ones ask nothing)", n)
+	}
+}
+
+// R10.8, R7.16: archiving the session an ask concerns ends the open ask
+// (withdrawn, nobody told); the inbox no longer lists it.
+func TestRulesAskEndsWhenSessionArchived(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	a := f.session(NewSession{Title: "asker"})
+	b := f.session(NewSession{Title: "doomed"})
+	qb := f.askSet(a, map[string]any{"question": "Keep it?", "session": b})
+	qa := f.askSet(a, map[string]any{"question": "Later?"})
+	if _, err := f.r.OwnerArchive(f.ctx, b); err != nil {
+		t.Fatalf("archive: %v", err)
+	}
+	qs := f.askQuestions(a, nil)
+	if diff := cmp.Diff([]any{"withdrawn", "pending"}, []any{qs[qb]["status"], qs[qa]["status"]}); diff != "" {
+		t.Errorf("statuses of the ask about the archived session and of the other (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{qa}, schKeys(f.askInbox())); diff != "" {
+		t.Errorf("inbox (-want +got):\n%s", diff)
+	}
+	if _, err := f.r.AnswerAsk(f.ctx, qb, InboxAnswer{Answer: "yes"}); err == nil || schCode(err) == CodeInternal {
+		t.Errorf("answering an ended ask: %v, want a refusal (4xx)", err)
+	}
+	// Nobody is told: the next event in the asker is the later answer, alone.
+	f.askAnswer(qa, InboxAnswer{Answer: "yes"})
+	f.askEvent(a, "question_answered "+qa)
+	msgs := f.history(a, "event")
+	if len(msgs) != 1 {
+		t.Errorf("%d event messages in the asker, want 1 (the answer): %v", len(msgs), msgs)
+	}
+	for _, m := range msgs {
+		if strings.Contains(m.Text, qb) {
+			t.Errorf("an event told about the ended ask: %q", m.Text)
+		}
+	}
+}
