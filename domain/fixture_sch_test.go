@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/oar/relay/store"
 )
@@ -166,4 +167,34 @@ func schNoKeys(m map[string]any, keys ...string) []string {
 		}
 	}
 	return out
+}
+
+// schTime is an RFC 3339 time of a view.
+func (f *fixture) schTime(v any, what string) time.Time {
+	f.t.Helper()
+	s, ok := v.(string)
+	if !ok {
+		f.t.Fatalf("%s: want an RFC 3339 time, got %T %v", what, v, v)
+	}
+	tm, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		f.t.Fatalf("%s: %q is not RFC 3339: %v", what, s, err)
+	}
+	return tm
+}
+
+// schFired moves the clock on, a second at a time for at most limit,
+// until schedule id of caller's list has fired n times; it returns the list's view.
+func (f *fixture) schFired(caller, id string, n int, limit time.Duration) map[string]any {
+	f.t.Helper()
+	for waited := time.Duration(0); ; waited += time.Second {
+		cur := f.listedSchedules(caller)[id]
+		if c, _ := cur["firedCount"].(float64); int(c) >= n {
+			return cur
+		}
+		if waited >= limit {
+			f.t.Fatalf("%s fired %v times after %s, want %d: %v", id, cur["firedCount"], limit, n, cur)
+		}
+		f.advance(time.Second)
+	}
 }

@@ -328,3 +328,113 @@ func TestRulesAskEndsWhenSessionArchived(t *testing.T) {
 		}
 	}
 }
+
+// R9.1, R9.2, R9.7, R9.6 (own conversation not counted): every_minutes 1 into
+// the own conversation fires on the grid, never before its nextFireAt, with
+// the exact header; the scripted agent answers the text; list_schedules shows
+// firedCount, lastFiredAt and nextFireAt. The same with `at` (whole seconds)
+// as the grid's first time plus every_minutes 1.
+func TestRulesScheduleOwnConversationGrid(t *testing.T) {
+	t.Parallel()
+	for _, withAt := range []bool{false, true} {
+		t.Run(map[bool]string{false: "every", true: "at+every"}[withAt], func(t *testing.T) {
+			t.Parallel()
+			schGrid(t, withAt)
+		})
+	}
+}
+
+func schGrid(t *testing.T, withAt bool) {
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	f.clk.Advance(1234 * time.Millisecond) // off the whole second, as a real clock is
+	a := f.session(NewSession{Title: "ticker"})
+	setAt := f.clk.Now()
+	args := map[string]any{"action": "schedule", "text": "tick", "title": "Ticker", "every_minutes": 1}
+	var at time.Time
+	if withAt {
+		at = setAt.Add(time.Minute).Truncate(time.Second)
+		args["at"] = at.Format(time.RFC3339)
+	}
+	env := f.schOK(a, args)
+	id, _ := env["schedule_id"].(string)
+	if !schIDRe.MatchString(id) {
+		t.Fatalf("schedule_id %q", id)
+	}
+	sum, _ := env["summary"].(string)
+	if diff := cmp.Diff([]any{"desk", true}, []any{env["relay"], strings.Contains(sum, "schedule → desk") && strings.Contains(sum, id)}); diff != "" {
+		t.Errorf("relay, summary %q (-want +got):\n%s", sum, diff)
+	}
+	sc, _ := env["schedule"].(map[string]any)
+	if diff := cmp.Diff(map[string]any{"id": id, "title": "Ticker", "everyMinutes": float64(1), "once": false}, sc, cmpIgnoreKeys("nextFireAt")); diff != "" {
+		t.Errorf("schedule (-want +got):\n%s", diff)
+	}
+	first := f.schTime(sc["nextFireAt"], "schedule.nextFireAt")
+	if !first.After(setAt) || first.After(setAt.Add(time.Minute+30*time.Second)) {
+		t.Fatalf("first nextFireAt %s: want within one interval after %s", first, setAt)
+	}
+	if withAt && !first.Equal(at) {
+		t.Fatalf("first nextFireAt %s, want at %s", first, at)
+	}
+
+	ls := f.listedSchedules(a)[id]
+	wantAt := any(nil)
+	if withAt {
+		wantAt = ts(at)
+	}
+	if diff := cmp.Diff(map[string]any{"session": map[string]any{"id": a, "title": "ticker"}, "title": "Ticker", "textStart": "tick",
+		"at": wantAt, "everyMinutes": float64(1), "once": false}, ls, cmpIgnoreKeys("id", "nextFireAt", "lastFiredAt", "firedCount")); diff != "" {
+		t.Errorf("list_schedules (-want +got):\n%s", diff)
+	}
+
+	// The nextFireAt seen while firedCount was n is the due time of firing n+1.
+	due := map[int]time.Time{}
+	var cur map[string]any
+	for n := 0; n < 3; n++ {
+		due[n] = f.schTime(f.listedSchedules(a)[id]["nextFireAt"], "nextFireAt")
+		cur = f.schFired(a, id, n+1, 2*time.Minute)
+	}
+	msgs := f.history(a, "schedule")
+	if len(msgs) != 3 {
+		t.Fatalf("firedCount 3 but %d schedule messages", len(msgs))
+	}
+	header := scheduleHeaderText(id, "Ticker", "every 1 min")
+	for k := 1; k <= 3; k++ {
+		msg, d := msgs[k-1], due[k-1]
+		if diff := cmp.Diff(header+"\ntick", msg.Text); diff != "" {
+			t.Errorf("firing %d text (-want +got):\n%s", k, diff)
+		}
+		if msg.CreatedAt.Before(d) {
+			t.Errorf("firing %d at %s, before its nextFireAt %s (R9.2)", k, msg.CreatedAt, d)
+		}
+		if off := d.Sub(first) % time.Minute; off != 0 {
+			t.Errorf("firing %d was due at %s, off the grid of %s by %s (R9.3)", k, d, first, off)
+		}
+		if late := msg.CreatedAt.Sub(d); late >= time.Minute {
+			t.Errorf("firing %d came %s (clock) after its due time %s: not on the grid", k, late, d)
+		}
+		if k > 1 && !d.Equal(due[k-2].Add(time.Minute)) {
+			t.Errorf("firing %d due %s, want the next grid time %s", k, d, due[k-2].Add(time.Minute))
+		}
+		tr, err := f.r.Turn(f.ctx, msg.ID)
+		if err != nil {
+			t.Fatalf("turn of firing %d: %v", k, err)
+		}
+		if diff := cmp.Diff("echo: tick", tr.Reply); diff != "" {
+			t.Errorf("firing %d reply (-want +got):\n%s", k, diff)
+		}
+	}
+	if got := schNoKeys(cur, "setBy", "skippedCount", "heldForApproval", "heldSince", "endReason"); got != nil {
+		t.Errorf("the own schedule has %v", got)
+	}
+	last := f.schTime(cur["lastFiredAt"], "lastFiredAt")
+	if last.Before(due[2]) || last.After(msgs[2].CreatedAt) {
+		t.Errorf("lastFiredAt %s: want between its due time %s and its message %s", last, due[2], msgs[2].CreatedAt)
+	}
+	next := f.schTime(cur["nextFireAt"], "nextFireAt")
+	if !next.After(last) || next.Sub(first)%time.Minute != 0 {
+		t.Errorf("nextFireAt %s after lastFiredAt %s: want the next grid time of %s", next, last, first)
+	}
+	if n, err := f.st.LoopCount(f.ctx, a); err != nil || n != 0 {
+		t.Errorf("a schedule into the own conversation counted %d (%v) toward loop protection, want 0 (R9.6)", n, err)
+	}
+}

@@ -23,9 +23,7 @@ import (
 )
 
 const (
-	codeScheduleLimit = "REMOTE_RELAY_SCHEDULE_LIMIT"
-	codeQuestionLimit = "REMOTE_RELAY_QUESTION_LIMIT"
-	schWait           = 20 * time.Second
+	schWait = 20 * time.Second
 )
 
 var (
@@ -43,7 +41,7 @@ func schClock() *scheduler.Scaled {
 // schFirstAt is an `at` about one clock minute ahead, in whole seconds. The
 // tests of restarts, stacking and held firings give it with every_minutes so
 // that they exercise their own rule: every_minutes alone never fires on this
-// build (TestScheduleOwnConversationGrid shows it).
+// build (domain TestRulesScheduleOwnConversationGrid shows it).
 func schFirstAt(clock *scheduler.Scaled) string {
 	return clock.Now().Add(time.Minute).Truncate(time.Second).Format(time.RFC3339)
 }
@@ -229,134 +227,6 @@ func pendingAsks(t testing.TB, m *MCP, sid string) map[string]map[string]any {
 }
 
 // ---- schedules --------------------------------------------------------------
-
-// R9.1, R9.2, R9.7, R9.6 (own conversation not counted): every_minutes 1 into
-// the own conversation fires on the grid, never before its nextFireAt, with
-// the exact header; the scripted agent answers the text; list_schedules shows
-// firedCount, lastFiredAt and nextFireAt.
-func TestScheduleOwnConversationGrid(t *testing.T) {
-	t.Parallel()
-	schGrid(t, false)
-}
-
-// The same with `at` (whole seconds) as the grid's first time plus every_minutes 1.
-func TestScheduleOwnConversationGridFromAt(t *testing.T) {
-	t.Parallel()
-	schGrid(t, true)
-}
-
-func schGrid(t *testing.T, withAt bool) {
-	clock := schClock()
-	r := Start(t, Options{Clock: clock})
-	a := r.NewSession(map[string]any{"title": "ticker"})
-	m := r.Connect(a.Token, nil)
-
-	setAt := clock.Now()
-	args := map[string]any{"action": "schedule", "text": "tick", "title": "Ticker", "every_minutes": 1}
-	var at time.Time
-	if withAt {
-		at = setAt.Add(time.Minute).Truncate(time.Second)
-		args["at"] = at.Format(time.RFC3339)
-	}
-	env := m.MustOK(args)
-	id := str(env["schedule_id"])
-	if !schIDRe.MatchString(id) {
-		t.Fatalf("schedule_id %q", id)
-	}
-	wantEq(t, "relay", env["relay"], "desk")
-	wantHas(t, "summary", env["summary"], "schedule → desk", id)
-	sc := obj(t, env["schedule"], "schedule")
-	wantEq(t, "schedule.id", sc["id"], id)
-	wantEq(t, "schedule.title", sc["title"], "Ticker")
-	wantEq(t, "schedule.everyMinutes", sc["everyMinutes"], float64(1))
-	wantEq(t, "schedule.once", sc["once"], false)
-	first := schTime(t, sc["nextFireAt"], "schedule.nextFireAt")
-	if !first.After(setAt) || first.After(setAt.Add(time.Minute+30*time.Second)) {
-		t.Fatalf("first nextFireAt %s: want within one interval after %s", first, setAt)
-	}
-
-	if withAt && !first.Equal(at) {
-		t.Fatalf("first nextFireAt %s, want at %s", first, at)
-	}
-
-	ls := schGet(t, m, id)
-	wantEq(t, "list session", ls["session"], map[string]any{"id": a.ID, "title": "ticker"})
-	wantEq(t, "list title", ls["title"], "Ticker")
-	wantEq(t, "list textStart", ls["textStart"], "tick")
-	if withAt {
-		if got := schTime(t, ls["at"], "list at"); !got.Equal(at) {
-			t.Errorf("list at %s, want %s", got, at)
-		}
-	} else {
-		wantEq(t, "list at", ls["at"], nil)
-	}
-	wantEq(t, "list everyMinutes", ls["everyMinutes"], float64(1))
-	wantEq(t, "list once", ls["once"], false)
-	wantNoKey(t, "own schedule", ls, "setBy", "skippedCount", "heldForApproval", "heldSince", "endReason")
-
-	// Poll: the nextFireAt seen while firedCount was n is the due time of firing n+1.
-	due := map[int]time.Time{0: first}
-	var cur map[string]any
-	for deadline := time.Now().Add(schWait); ; time.Sleep(50 * time.Millisecond) {
-		cur = schGet(t, m, id)
-		n := schFired(t, cur)
-		if cur["nextFireAt"] != nil {
-			nf := schTime(t, cur["nextFireAt"], "nextFireAt")
-			if nf.After(due[n]) {
-				due[n] = nf
-			}
-		}
-		if n >= 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s (clock now %s) %s fired %d times, want 3: list_schedules shows %v; %d schedule messages",
-				schWait, clock.Now().Format(time.RFC3339), id, n, cur, len(r.Messages(a.ID, "schedule")))
-		}
-	}
-	n := schFired(t, cur)
-	msgs := r.Messages(a.ID, "schedule")
-	if len(msgs) < n {
-		t.Fatalf("firedCount %d but %d schedule messages", n, len(msgs))
-	}
-	header := schHeader(id, "Ticker", "every 1 min")
-	for k := 1; k <= 3; k++ {
-		msg := msgs[k-1]
-		wantEq(t, fmt.Sprintf("firing %d text", k), msg["text"], header+"\ntick")
-		created := schTime(t, msg["createdAt"], "createdAt")
-		d, ok := due[k-1]
-		if !ok {
-			t.Errorf("firing %d: its nextFireAt was never seen in list_schedules", k)
-			continue
-		}
-		if created.Before(d) {
-			t.Errorf("firing %d at %s, before its nextFireAt %s (R9.2)", k, created, d)
-		}
-		if off := d.Sub(first) % time.Minute; off != 0 {
-			t.Errorf("firing %d was due at %s, off the grid of %s by %s (R9.3)", k, d, first, off)
-		}
-		if late := created.Sub(d); late >= time.Minute {
-			t.Errorf("firing %d came %s (clock) after its due time %s: not on the grid", k, late, d)
-		}
-		if k > 1 && !d.Equal(due[k-2].Add(time.Minute)) {
-			t.Errorf("firing %d due %s, want the next grid time %s", k, d, due[k-2].Add(time.Minute))
-		}
-		tr := r.WaitTurn(str(msg["id"]), turnWait, "done", "error", "stopped")
-		wantEq(t, fmt.Sprintf("firing %d reply", k), tr.Reply, "echo: tick")
-	}
-	last := schTime(t, cur["lastFiredAt"], "lastFiredAt")
-	lastCreated := schTime(t, msgs[n-1]["createdAt"], "createdAt")
-	if last.Before(due[n-1]) || last.After(lastCreated) {
-		t.Errorf("lastFiredAt %s: want between its due time %s and its message %s", last, due[n-1], lastCreated)
-	}
-	next := schTime(t, cur["nextFireAt"], "nextFireAt")
-	if !next.After(last) || next.Sub(first)%time.Minute != 0 {
-		t.Errorf("nextFireAt %s after lastFiredAt %s: want the next grid time of %s", next, last, first)
-	}
-	if c := schLoop(t, r, a.ID); c != 0 {
-		t.Errorf("a schedule into the own conversation counted %d toward loop protection, want 0 (R9.6)", c)
-	}
-}
 
 // R9.1 (survives restarts), R9.3: a repeating schedule whose times passed while
 // the relay was down fires once when it is back, then keeps its grid.
