@@ -198,3 +198,102 @@ func (f *fixture) schFired(caller, id string, n int, limit time.Duration) map[st
 		f.advance(time.Second)
 	}
 }
+
+// schCard waits for sid's pending card while done (the turn's run) is open;
+// nil when the run ended without one.
+func (f *fixture) schCard(sid string, done <-chan struct{}) *store.Card {
+	f.t.Helper()
+	for {
+		cards, err := f.st.PendingCards(f.ctx)
+		if err != nil {
+			f.t.Fatalf("pending cards: %v", err)
+		}
+		for _, c := range cards {
+			if c.Session == sid {
+				return c
+			}
+		}
+		select {
+		case <-done:
+			return nil
+		case <-time.After(2 * time.Millisecond): // the turn runs on another goroutine; the clock stands still
+		}
+	}
+}
+
+// schStart queues a scripted turn of steps for sid and runs it (and what is
+// due) on a goroutine of its own; the channel closes when that run ends.
+func (f *fixture) schStart(sid string, steps ...map[string]any) (string, <-chan struct{}) {
+	f.t.Helper()
+	tid := f.prompt(sid, script(steps...))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.run()
+	}()
+	return tid, done
+}
+
+// schInTurn runs one relay_tool call in a turn of sid (relay "this" unless
+// given); decision "" wants no card, else the card is decided so. It returns
+// the call's envelope and the card.
+func (f *fixture) schInTurn(sid string, tool map[string]any, decision string) (map[string]any, *store.Card) {
+	f.t.Helper()
+	if _, ok := tool["relay"]; !ok {
+		tool["relay"] = "this"
+	}
+	tid, done := f.schStart(sid, map[string]any{"tool": tool})
+	card := f.schCard(sid, done)
+	switch {
+	case decision == "" && card != nil:
+		f.t.Errorf("%v asked a card %v, want none", tool, card.Lines)
+		decision = "deny"
+		fallthrough
+	case card != nil:
+		if _, err := f.r.DecideCard(f.ctx, card.ID, decision); err != nil {
+			f.t.Fatalf("decide %s: %v", card.ID, err)
+		}
+	case decision != "":
+		f.t.Fatalf("%v asked no card, want one decided %s", tool, decision)
+	}
+	<-done
+	res := f.toolResults(tid)
+	if len(res) != 1 {
+		f.t.Fatalf("the turn holds %d tool results, want 1", len(res))
+	}
+	return res[0], card
+}
+
+// schJobs moves the clock on by d, a second at a time, running the due jobs
+// but no drain (a turn of the relay's own is running, or none may start).
+func (f *fixture) schJobs(d time.Duration) {
+	f.t.Helper()
+	for ; d > 0; d -= time.Second {
+		f.clk.Advance(time.Second)
+		for {
+			j, ok := f.enq.next(false, f.clk.Now())
+			if !ok {
+				break
+			}
+			if err := f.r.RunJob(f.ctx, j.typ, j.payload); err != nil {
+				f.t.Fatalf("job %s %s: %v", j.typ, j.payload, err)
+			}
+		}
+	}
+}
+
+// askPending is read_session's pending asks of sid, read by caller, by id.
+func (f *fixture) askPending(caller, sid string) map[string]map[string]any {
+	f.t.Helper()
+	env := f.schOK(caller, map[string]any{"action": "read_session", "relay": "this", "session": sid, "last": 5})
+	out := map[string]map[string]any{}
+	list, _ := env["pendingQuestions"].([]any)
+	for _, v := range list {
+		q, _ := v.(map[string]any)
+		if q["kind"] == "ask" {
+			id, _ := q["id"].(string)
+			out[id] = q
+		}
+	}
+	return out
+}

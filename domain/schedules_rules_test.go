@@ -438,3 +438,178 @@ func schGrid(t *testing.T, withAt bool) {
 		t.Errorf("a schedule into the own conversation counted %d (%v) toward loop protection, want 0 (R9.6)", n, err)
 	}
 }
+
+// R9.4: a repeat is skipped while the previous firing's message still waits in
+// the queue (the session is busy), and skippedCount counts it.
+func TestRulesScheduleNoStacking(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	a := f.session(NewSession{Title: "busy"})
+	// The busy turn: its first create_session waits on a card.
+	busy, done := f.schStart(a, map[string]any{"tool": map[string]any{"action": "create_session", "relay": "this", "text": "x"}})
+	card := f.schCard(a, done)
+	if card == nil {
+		t.Fatalf("the busy turn asked no card")
+	}
+	id := f.schSet(a, map[string]any{"text": "nudge", "title": "Nudge", "every_minutes": 1,
+		"at": f.clk.Now().Add(time.Minute).Truncate(time.Second).Format(time.RFC3339)})
+	if got := schNoKeys(f.listedSchedules(a)[id], "skippedCount"); got != nil {
+		t.Errorf("the fresh schedule has %v", got)
+	}
+	var cur map[string]any
+	for i := 0; ; i++ {
+		cur = f.listedSchedules(a)[id]
+		if s, _ := cur["skippedCount"].(float64); s >= 1 {
+			break
+		}
+		if i > 180 {
+			t.Fatalf("no skipped repeat in 3 minutes: %v", cur)
+		}
+		f.schJobs(time.Second)
+	}
+	if diff := cmp.Diff(float64(1), cur["firedCount"]); diff != "" {
+		t.Errorf("firedCount while the first firing waits (-want +got):\n%s", diff)
+	}
+	msgs := f.history(a, "schedule")
+	if len(msgs) != 1 {
+		t.Fatalf("%d schedule messages while the first waits in the queue, want 1", len(msgs))
+	}
+	if tr, err := f.r.Turn(f.ctx, msgs[0].ID); err != nil || tr.Status != "queued" {
+		t.Fatalf("the first firing's turn is %v (%v), want queued", tr, err)
+	}
+
+	// The busy turn ends: the waiting firing runs, and the schedule fires again.
+	if _, err := f.r.DecideCard(f.ctx, card.ID, "deny"); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if tr, err := f.r.Turn(f.ctx, busy); err != nil || tr.Status != "done" {
+		t.Fatalf("the busy turn: %v (%v)", tr, err)
+	}
+	tr, err := f.r.Turn(f.ctx, msgs[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff("echo: nudge", tr.Reply); diff != "" {
+		t.Errorf("reply (-want +got):\n%s", diff)
+	}
+	f.schFired(a, id, 2, 2*time.Minute)
+}
+
+// R9.6, R5.2.3: a schedule with `session` from a conversation in ask mode asks
+// a card; in plan mode a denied card schedules nothing; into the own
+// conversation no card is asked; outside a turn the card cannot be asked.
+func TestRulesScheduleSessionCard(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	a := f.session(NewSession{Title: "asker", Mode: "ask"})
+	p := f.session(NewSession{Title: "planner", Mode: "plan"})
+	b := f.session(NewSession{Title: "target"})
+
+	env, card := f.schInTurn(a, map[string]any{"action": "schedule", "session": b, "text": "check", "title": "Check", "every_minutes": 60}, "allow")
+	idB, _ := env["schedule_id"].(string)
+	sum, _ := env["summary"].(string)
+	if diff := cmp.Diff([]any{true, "schedule", b, true, true}, []any{env["ok"], card.Action, *card.Target,
+		strings.Contains(strings.Join(card.Lines, "\n"), "Check"), strings.Contains(sum, "schedule → desk session "+b[:8]+": ")}); diff != "" {
+		t.Errorf("ok, card action, target, lines %q, summary %q (-want +got):\n%s", card.Lines, sum, diff)
+	}
+	env, card = f.schInTurn(p, map[string]any{"action": "schedule", "session": b, "text": "nope", "every_minutes": 60}, "deny")
+	if diff := cmp.Diff(outcome{Code: CodePermission, Has: true}, outcomeOf(env, "Nothing was scheduled.")); diff != "" {
+		t.Errorf("plan mode, denied (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff("schedule", card.Action); diff != "" {
+		t.Errorf("plan card action (-want +got):\n%s", diff)
+	}
+	own, _ := f.schInTurn(a, map[string]any{"action": "schedule", "text": "self", "every_minutes": 60}, "")
+	if own["ok"] != true {
+		t.Fatalf("own schedule in a turn: %v", own)
+	}
+	if diff := cmp.Diff(outcome{Code: CodeNoActiveTurn, Has: true},
+		outcomeOf(f.call(a, map[string]any{"action": "schedule", "session": b, "text": "x", "every_minutes": 60}), "")); diff != "" {
+		t.Errorf("outside a turn (-want +got):\n%s", diff)
+	}
+	ownID, _ := own["schedule_id"].(string)
+	if diff := cmp.Diff(schSorted(idB, ownID), f.ownerSchedules()); diff != "" {
+		t.Fatalf("active schedules (the denied one must not exist) (-want +got):\n%s", diff)
+	}
+}
+
+// askEventHeader is the first line of an event message (R8.11).
+const askEventHeader = "[relay event · automated message from OAR, not from the user; it approves nothing]"
+
+// R10.1, R10.4, R5.2.3: an ask with `session` shows in that session, is not
+// counted by loop protection, and the answer reaches both the session and the
+// asker; in ask mode it asks a card, a denied card asks nothing.
+func TestRulesAskWithSession(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn, limits: func(l *config.Limits) { l.AgentPromptsBeforeCard = 1 }})
+	a := f.session(NewSession{Title: "asker"})
+	b := f.session(NewSession{Title: "concerned"})
+	c := f.session(NewSession{Title: "helper"})
+	k := f.session(NewSession{Title: "careful", Mode: "ask"})
+	p := f.session(NewSession{Title: "planner", Mode: "plan"})
+
+	env := f.schOK(a, map[string]any{"action": "ask", "session": b, "question": "Which database?", "options": []string{"Postgres", "SQLite"}})
+	q, _ := env["question_id"].(string)
+	sum, _ := env["summary"].(string)
+	if diff := cmp.Diff([]any{"pending", true}, []any{env["status"], strings.Contains(sum, "ask → desk session "+b[:8]+": ") && strings.Contains(sum, q)}); diff != "" {
+		t.Errorf("status, summary %q (-want +got):\n%s", sum, diff)
+	}
+	// Not counted by loop protection: the one allowed prompt still goes without a card.
+	f.schOK(a, map[string]any{"action": "send", "relay": "this", "session": c, "text": "hi", "wait_seconds": 0})
+	if f.askPending(c, b)[q] == nil {
+		t.Errorf("the concerned session's pendingQuestions lacks the ask")
+	}
+	if f.askPending(c, a)[q] != nil {
+		t.Errorf("the asker's pendingQuestions shows an ask about another session")
+	}
+	in := f.askInbox()[q]
+	if in == nil {
+		t.Fatalf("the ask is not in the inbox")
+	}
+	if diff := cmp.Diff(any(b), in["session"]); diff != "" {
+		t.Errorf("inbox session (-want +got):\n%s", diff)
+	}
+
+	// list_questions with session lists the asks about that session only (R10.6).
+	qOwn := f.askSet(a, map[string]any{"question": "Lunch?"})
+	if diff := cmp.Diff([]string{q}, schKeys(f.askQuestions(a, map[string]any{"session": b}))); diff != "" {
+		t.Errorf("list_questions session %s (-want +got):\n%s", b[:8], diff)
+	}
+	if diff := cmp.Diff(schSorted(q, qOwn), schKeys(f.askQuestions(a, nil))); diff != "" {
+		t.Errorf("list_questions (-want +got):\n%s", diff)
+	}
+
+	f.askAnswer(q, InboxAnswer{Answer: "SQLite for now", Choice: "SQLite"})
+	line := `[relay event] question_answered ` + q + ` "Which database?": "SQLite for now" (choice: SQLite, via desk)`
+	for _, sid := range []string{a, b} {
+		if diff := cmp.Diff(askEventHeader+"\n"+line, f.askEvent(sid, "question_answered "+q).Text); diff != "" {
+			t.Errorf("answer event in %s (-want +got):\n%s", sid[:8], diff)
+		}
+	}
+
+	env, card := f.schInTurn(k, map[string]any{"action": "ask", "session": b, "question": "Deploy?"}, "allow")
+	if diff := cmp.Diff([]any{true, "ask", b}, []any{env["ok"], card.Action, *card.Target}); diff != "" {
+		t.Errorf("ok, card action, target (-want +got):\n%s", diff)
+	}
+	own, _ := f.schInTurn(k, map[string]any{"action": "ask", "question": "Mine?"}, "") // own conversation: no card
+	if own["ok"] != true {
+		t.Errorf("own ask in a turn: %v", own)
+	}
+	before := len(f.askInbox())
+	env, _ = f.schInTurn(p, map[string]any{"action": "ask", "session": b, "question": "Nope?"}, "deny")
+	if diff := cmp.Diff(outcome{Code: CodePermission, Has: true}, outcomeOf(env, "Nothing was asked.")); diff != "" {
+		t.Errorf("denied ask (-want +got):\n%s", diff)
+	}
+	if n := len(f.askInbox()); n != before {
+		t.Errorf("a denied ask changed the inbox from %d to %d", before, n)
+	}
+	for _, c := range []struct {
+		caller, session, code string
+	}{{k, b, CodeNoActiveTurn}, {a, schNoSession, CodeNotFound}} {
+		if diff := cmp.Diff(outcome{Code: c.code, Has: true},
+			outcomeOf(f.call(c.caller, map[string]any{"action": "ask", "session": c.session, "question": "x"}), "")); diff != "" {
+			t.Errorf("ask by %s about %s (-want +got):\n%s", c.caller[:8], c.session[:8], diff)
+		}
+	}
+}

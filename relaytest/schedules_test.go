@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +26,6 @@ const (
 )
 
 var (
-	schIDRe = regexp.MustCompile(`^sch_[0-9a-f]{8,}$`)
 	askIDRe = regexp.MustCompile(`^ask_[0-9a-f]{8,}$`)
 )
 
@@ -65,18 +63,6 @@ func schTime(t testing.TB, v any, what string) time.Time {
 	return tm
 }
 
-// schSet schedules through the MCP client and returns the new schedule's id.
-func schSet(t testing.TB, m *MCP, args map[string]any) string {
-	t.Helper()
-	args["action"] = "schedule"
-	env := m.MustOK(args)
-	id := str(env["schedule_id"])
-	if !schIDRe.MatchString(id) {
-		t.Fatalf("schedule_id %q is not sch_…: %v", id, env)
-	}
-	return id
-}
-
 // schList is list_schedules by id.
 func schList(t testing.TB, m *MCP) map[string]map[string]any {
 	t.Helper()
@@ -103,22 +89,6 @@ func schFired(t testing.TB, s map[string]any) int {
 	return num(t, s["firedCount"], "firedCount")
 }
 
-// schOwnerList is GET /api/v1/schedules by id.
-func schOwnerList(t testing.TB, r *Relay) map[string]map[string]any {
-	t.Helper()
-	var out struct {
-		Schedules []map[string]any `json:"schedules"`
-	}
-	if st := r.Owner("GET", "/api/v1/schedules", nil, &out); st != http.StatusOK {
-		t.Fatalf("GET /api/v1/schedules: status %d", st)
-	}
-	m := map[string]map[string]any{}
-	for _, s := range out.Schedules {
-		m[str(s["id"])] = s
-	}
-	return m
-}
-
 // schLoop is a conversation's loop-protection count (R5.2.6), read from the store.
 func schLoop(t testing.TB, r *Relay, sid string) int {
 	t.Helper()
@@ -127,21 +97,6 @@ func schLoop(t testing.TB, r *Relay, sid string) int {
 		t.Fatalf("loop count: %v", err)
 	}
 	return n
-}
-
-func keys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func sorted(ids ...string) []string {
-	out := append([]string{}, ids...)
-	sort.Strings(out)
-	return out
 }
 
 // askWaitEvent waits for an event message in sid containing frag, and for the
@@ -292,89 +247,6 @@ func TestScheduleMissedWhileDownFiresOnce(t *testing.T) {
 	if nf := cur["nextFireAt"]; nf == nil || schTime(t, nf, "nextFireAt").Sub(first)%time.Minute != 0 {
 		t.Errorf("nextFireAt %v is off the grid of %s", nf, first)
 	}
-}
-
-// R9.4: a repeat is skipped while the previous firing's message still waits in
-// the queue (the session is busy), and skippedCount counts it.
-func TestScheduleNoStacking(t *testing.T) {
-	t.Parallel()
-	clock := schClock()
-	r := Start(t, Options{Clock: clock})
-	a := r.NewSession(map[string]any{"title": "busy"})
-	m := r.Connect(a.Token, nil)
-	busy := r.Message(a.ID, sleepScript(30000))
-	waitRunning(r, busy)
-	id := schSet(t, m, map[string]any{"text": "nudge", "title": "Nudge", "every_minutes": 1, "at": schFirstAt(clock)})
-	wantNoKey(t, "fresh schedule", schGet(t, m, id), "skippedCount")
-
-	var cur map[string]any
-	Eventually(t, schWait, func() bool {
-		cur = schGet(t, m, id)
-		s, _ := cur["skippedCount"].(float64)
-		return s >= 1
-	}, "a skipped repeat")
-	wantEq(t, "firedCount while the first firing waits", cur["firedCount"], float64(1))
-	msgs := r.Messages(a.ID, "schedule")
-	if len(msgs) != 1 {
-		t.Fatalf("%d schedule messages while the first waits in the queue, want 1", len(msgs))
-	}
-	if st := r.Turn(str(msgs[0]["id"])).Status; st != "queued" {
-		t.Fatalf("the first firing's turn is %s, want queued", st)
-	}
-
-	// The owner stops the long turn: the waiting firing runs, and the schedule fires again.
-	var out map[string]any
-	if st := r.Owner("POST", "/api/v1/sessions/"+a.ID+"/stop", nil, &out); st != http.StatusOK {
-		t.Fatalf("stop: %d %v", st, out)
-	}
-	tr := r.WaitTurn(str(msgs[0]["id"]), turnWait, "done", "error", "stopped")
-	wantEq(t, "reply", tr.Reply, "echo: nudge")
-	Eventually(t, schWait, func() bool { return schFired(t, schGet(t, m, id)) >= 2 }, "a firing after the queue drained")
-}
-
-// R9.6, R5.2.3: a schedule with `session` from a conversation in ask mode asks
-// a card; in plan mode a denied card schedules nothing; into the own
-// conversation no card is asked; outside a turn the card cannot be asked.
-func TestScheduleSessionCard(t *testing.T) {
-	t.Parallel()
-	r := Start(t, Options{})
-	a := r.NewSession(map[string]any{"title": "asker", "mode": "ask"})
-	p := r.NewSession(map[string]any{"title": "planner", "mode": "plan"})
-	b := r.NewSession(map[string]any{"title": "target"})
-
-	env, card := r.InTurn(a, map[string]any{"action": "schedule", "session": b.ID, "text": "check", "title": "Check", "every_minutes": 60}, "allow")
-	mustEnvOK(t, env)
-	wantEq(t, "card action", card["action"], "schedule")
-	wantEq(t, "card target", card["target"], b.ID)
-	wantHas(t, "card lines", cardText(card), "Check")
-	idB := str(env["schedule_id"])
-	wantHas(t, "summary", env["summary"], "schedule → desk session "+b.ID[:8]+": ")
-
-	env, card = r.InTurn(p, map[string]any{"action": "schedule", "session": b.ID, "text": "nope", "every_minutes": 60}, "deny")
-	mustEnvCode(t, env, codePermission, "Nothing was scheduled.")
-	wantEq(t, "plan card action", card["action"], "schedule")
-
-	own, _ := r.InTurn(a, map[string]any{"action": "schedule", "text": "self", "every_minutes": 60}, "")
-	mustEnvOK(t, own)
-
-	r.Connect(a.Token, nil).MustFail(map[string]any{"action": "schedule", "session": b.ID, "text": "x", "every_minutes": 60}, codeNoTurn)
-
-	ol := schOwnerList(t, r)
-	if got, want := keys(ol), sorted(idB, str(own["schedule_id"])); !equalStrs(got, want) {
-		t.Fatalf("active schedules %v, want %v (the denied one must not exist)", got, want)
-	}
-}
-
-func equalStrs(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // R9.6, R5.2.6: a schedule into another session counts toward loop protection
@@ -593,67 +465,4 @@ func TestAskInboxAnswerDismissWithdraw(t *testing.T) {
 			t.Errorf("an event told about the withdrawn ask: %q", msg["text"])
 		}
 	}
-}
-
-// R10.1, R10.4, R5.2.3: an ask with `session` shows in that session, is not
-// counted by loop protection, and the answer reaches both the session and the
-// asker; in ask mode it asks a card, a denied card asks nothing.
-func TestAskWithSession(t *testing.T) {
-	t.Parallel()
-	r := Start(t, Options{Config: func(c *config.Config) { c.Limits.AgentPromptsBeforeCard = 1 }})
-	a := r.NewSession(map[string]any{"title": "asker"})
-	b := r.NewSession(map[string]any{"title": "concerned"})
-	c := r.NewSession(map[string]any{"title": "helper"})
-	k := r.NewSession(map[string]any{"title": "careful", "mode": "ask"})
-	p := r.NewSession(map[string]any{"title": "planner", "mode": "plan"})
-	ma, mc := r.Connect(a.Token, nil), r.Connect(c.Token, nil)
-
-	env := ma.MustOK(map[string]any{"action": "ask", "session": b.ID, "question": "Which database?", "options": []string{"Postgres", "SQLite"}})
-	q := str(env["question_id"])
-	wantEq(t, "status", env["status"], "pending")
-	wantHas(t, "summary", env["summary"], "ask → desk session "+b.ID[:8]+": ", q)
-	// Not counted by loop protection: the one allowed prompt still goes without a card.
-	ma.MustOK(map[string]any{"action": "send", "relay": "this", "session": c.ID, "text": "hi", "wait_seconds": 0})
-	if pq := pendingAsks(t, mc, b.ID)[q]; pq == nil {
-		t.Errorf("the concerned session's pendingQuestions lacks the ask")
-	}
-	if pq := pendingAsks(t, mc, a.ID)[q]; pq != nil {
-		t.Errorf("the asker's pendingQuestions shows an ask about another session")
-	}
-	in := askInbox(t, r)[q]
-	if in == nil {
-		t.Fatalf("the ask is not in the inbox")
-	}
-	wantEq(t, "inbox session", in["session"], b.ID)
-
-	// list_questions with session lists the asks about that session only (R10.6).
-	qOwn := askSet(t, ma, map[string]any{"question": "Lunch?"})
-	if got := keys(askQuestions(t, ma, map[string]any{"session": b.ID})); !equalStrs(got, []string{q}) {
-		t.Errorf("list_questions session %s: %v, want only %s", b.ID[:8], got, q)
-	}
-	if got := keys(askQuestions(t, ma, nil)); !equalStrs(got, sorted(q, qOwn)) {
-		t.Errorf("list_questions: %v, want %s and %s", got, q, qOwn)
-	}
-
-	askAnswer(t, r, q, map[string]any{"answer": "SQLite for now", "choice": "SQLite"})
-	line := `[relay event] question_answered ` + q + ` "Which database?": "SQLite for now" (choice: SQLite, via desk)`
-	for _, sid := range []string{a.ID, b.ID} {
-		got := askWaitEvent(t, r, sid, "question_answered "+q)
-		wantEq(t, "answer event in "+sid[:8], got["text"], ev2Header+"\n"+line)
-	}
-
-	env, card := r.InTurn(k, map[string]any{"action": "ask", "session": b.ID, "question": "Deploy?"}, "allow")
-	mustEnvOK(t, env)
-	wantEq(t, "card action", card["action"], "ask")
-	wantEq(t, "card target", card["target"], b.ID)
-	own, _ := r.InTurn(k, map[string]any{"action": "ask", "question": "Mine?"}, "") // own conversation: no card
-	mustEnvOK(t, own)
-	before := len(askInbox(t, r))
-	env, _ = r.InTurn(p, map[string]any{"action": "ask", "session": b.ID, "question": "Nope?"}, "deny")
-	mustEnvCode(t, env, codePermission, "Nothing was asked.")
-	if n := len(askInbox(t, r)); n != before {
-		t.Errorf("a denied ask changed the inbox from %d to %d", before, n)
-	}
-	r.Connect(k.Token, nil).MustFail(map[string]any{"action": "ask", "session": b.ID, "question": "x"}, codeNoTurn)
-	ma.MustFail(map[string]any{"action": "ask", "session": noSuchSession, "question": "x"}, codeNotFound)
 }
