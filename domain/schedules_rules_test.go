@@ -613,3 +613,143 @@ func TestRulesAskWithSession(t *testing.T) {
 		}
 	}
 }
+
+// R10.1–R10.3, R10.6, R10.7, R8.11, R5.2.6: an ask is pending at once, shows in
+// the inbox and in read_session; the owner's answer arrives as the exact
+// question_answered event while a quiet-hours subscription holds other events;
+// a dismissal too; the answer does not reset loop protection; answer_question
+// on an ask is FORBIDDEN; list_questions shows every status; only the asker withdraws.
+func TestRulesAskInboxAnswerDismissWithdraw(t *testing.T) {
+	t.Parallel()
+	// The clock starts at 09:00 UTC; the quiet window 06:00–23:00 UTC lasts the whole test.
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn, limits: func(l *config.Limits) { l.AgentPromptsBeforeCard = 2 }})
+	a := f.session(NewSession{Title: "asker"})
+	b := f.session(NewSession{Title: "watched"})
+	c := f.session(NewSession{Title: "helper"})
+
+	env, card := f.schInTurn(a, map[string]any{"action": "subscribe", "sessions": []string{b}, "events": []string{"turn_end", "question_answered"},
+		"quiet_hours": map[string]any{"from": "06:00", "to": "23:00", "tz": "UTC"}}, "allow")
+	sub, _ := env["subscription"].(map[string]any)
+	subID, _ := sub["id"].(string)
+	if env["ok"] != true || card.Action != "subscribe" || subID == "" {
+		t.Fatalf("subscribe: %v (card %s)", env, card.Action)
+	}
+	heldCount := func() any {
+		env := f.schOK(a, map[string]any{"action": "list_subscriptions"})
+		list, _ := env["subscriptions"].([]any)
+		for _, v := range list {
+			if s, _ := v.(map[string]any); s["id"] == subID {
+				return s["heldCount"]
+			}
+		}
+		t.Fatalf("list_subscriptions lacks %s: %v", subID, env)
+		return nil
+	}
+	one := f.prompt(b, "one")
+	f.run()
+	if tr, err := f.r.Turn(f.ctx, one); err != nil || tr.Status != "done" {
+		t.Fatalf("b's turn: %v (%v)", tr, err)
+	}
+	if diff := cmp.Diff(float64(1), heldCount()); diff != "" {
+		t.Fatalf("heldCount: the quiet window must hold b's turn_end (-want +got):\n%s", diff)
+	}
+	eventsBefore := len(f.history(a, "event"))
+
+	// Use up loop protection (2 of 2).
+	for i := 0; i < 2; i++ {
+		f.schOK(a, map[string]any{"action": "send", "relay": "this", "session": c, "text": "p" + string(rune('0'+i)), "wait_seconds": 0})
+	}
+
+	env = f.schOK(a, map[string]any{"action": "ask", "question": "Ship it?", "options": []string{"A", "B"}, "recommendation": "A", "detail": "All green."})
+	q1, _ := env["question_id"].(string)
+	sum, _ := env["summary"].(string)
+	if !askIDRe.MatchString(q1) {
+		t.Fatalf("ask: %v", env)
+	}
+	if diff := cmp.Diff([]any{"pending", "desk", true}, []any{env["status"], env["relay"], strings.Contains(sum, "ask → desk") && strings.Contains(sum, q1)}); diff != "" {
+		t.Errorf("status, relay, summary %q (-want +got):\n%s", sum, diff)
+	}
+	in := f.askInbox()[q1]
+	if in == nil {
+		t.Fatalf("the ask is not in the inbox")
+	}
+	if diff := cmp.Diff(map[string]any{"question": "Ship it?", "options": []string{"A", "B"}, "status": "pending", "session": a, "recommendation": "A"},
+		map[string]any{"question": in["question"], "options": in["options"], "status": in["status"], "session": in["session"], "recommendation": in["recommendation"]}); diff != "" {
+		t.Errorf("inbox (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]any{"id": q1, "kind": "ask", "question": "Ship it?", "options": []any{"A", "B"}}, f.askPending(b, a)[q1]); diff != "" {
+		t.Errorf("read_session's pending question (-want +got):\n%s", diff)
+	}
+
+	// Only the owner answers asks, before anything else is looked at.
+	for _, who := range []string{b, a} {
+		env := f.call(who, map[string]any{"action": "answer_question", "relay": "this", "session": a, "question_id": q1, "answer": "yes"})
+		if diff := cmp.Diff(outcome{Code: CodeForbidden, Has: true}, outcomeOf(env, "Nothing was")); diff != "" {
+			t.Errorf("answer_question by %s (-want +got):\n%s", who[:8], diff)
+		}
+	}
+
+	if diff := cmp.Diff("answered", f.askAnswer(q1, InboxAnswer{Answer: "yes", Choice: "A"})); diff != "" {
+		t.Errorf("answered status (-want +got):\n%s", diff)
+	}
+	want := askEventHeader + "\n" + `[relay event] question_answered ` + q1 + ` "Ship it?": "yes" (choice: A, via desk)`
+	if diff := cmp.Diff(want, f.askEvent(a, "question_answered "+q1).Text); diff != "" {
+		t.Errorf("answer event message (-want +got):\n%s", diff)
+	}
+	if n := len(f.history(a, "event")); n != eventsBefore+1 {
+		t.Errorf("%d event messages after the answer, want %d", n, eventsBefore+1)
+	}
+	if diff := cmp.Diff(float64(1), heldCount()); diff != "" {
+		t.Errorf("heldCount after the answer: the quiet window must still hold b's turn_end (-want +got):\n%s", diff)
+	}
+	if _, err := f.r.AnswerAsk(f.ctx, q1, InboxAnswer{Answer: "again"}); err == nil || schCode(err) == CodeInternal {
+		t.Errorf("answering an answered ask: %v, want a refusal (4xx)", err)
+	}
+	if f.askInbox()[q1] != nil {
+		t.Errorf("the answered ask is still in the inbox")
+	}
+	// The answer does not reset loop protection.
+	if diff := cmp.Diff(outcome{Code: CodeNoActiveTurn, Has: true},
+		outcomeOf(f.call(a, map[string]any{"action": "send", "relay": "this", "session": c, "text": "p3", "wait_seconds": 0}), "")); diff != "" {
+		t.Errorf("a third send (-want +got):\n%s", diff)
+	}
+
+	q2 := f.askSet(a, map[string]any{"question": "Drop the cache?"})
+	f.askAnswer(q2, InboxAnswer{Dismiss: true})
+	if diff := cmp.Diff(askEventHeader+"\n"+`[relay event] question_answered `+q2+` "Drop the cache?": dismissed (via desk)`,
+		f.askEvent(a, "question_answered "+q2).Text); diff != "" {
+		t.Errorf("dismiss event message (-want +got):\n%s", diff)
+	}
+
+	q3 := f.askSet(a, map[string]any{"question": "Rewrite in Rust?"})
+	if diff := cmp.Diff(outcome{Code: CodeForbidden, Has: true}, outcomeOf(f.call(b, map[string]any{"action": "withdraw", "question_id": q3}), "")); diff != "" {
+		t.Errorf("withdraw by another (-want +got):\n%s", diff)
+	}
+	env = f.schOK(a, map[string]any{"action": "withdraw", "question_id": q3})
+	if diff := cmp.Diff(any("withdrawn"), env["status"]); diff != "" {
+		t.Errorf("withdraw status (-want +got):\n%s", diff)
+	}
+	if f.askInbox()[q3] != nil {
+		t.Errorf("the withdrawn ask is still in the inbox")
+	}
+	q4 := f.askSet(a, map[string]any{"question": "Tag the release?"})
+
+	qs := f.askQuestions(a, nil)
+	if len(qs) != 4 {
+		t.Fatalf("list_questions: %d asks, want 4: %v", len(qs), qs)
+	}
+	if diff := cmp.Diff([]any{"answered", "yes", "A", "desk", "dismissed", true, "withdrawn", "pending"},
+		[]any{qs[q1]["status"], qs[q1]["answer"], qs[q1]["choice"], qs[q1]["via"], qs[q2]["status"], qs[q2]["dismissed"], qs[q3]["status"], qs[q4]["status"]}); diff != "" {
+		t.Errorf("list_questions: q1 status, answer, choice, via; q2 status, dismissed; q3, q4 status (-want +got):\n%s", diff)
+	}
+	if other := f.askQuestions(b, nil); len(other) != 0 {
+		t.Errorf("b's list_questions shows a's asks: %v", other)
+	}
+	// No event for a withdrawal.
+	f.run()
+	for _, msg := range f.history(a, "event") {
+		if strings.Contains(msg.Text, q3) {
+			t.Errorf("an event told about the withdrawn ask: %q", msg.Text)
+		}
+	}
+}

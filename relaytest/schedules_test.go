@@ -1,19 +1,12 @@
 package relaytest
 
-// End-to-end tests of schedules (SPEC §9) and asks (§10) through the real MCP
-// client against a real relay: firing on the grid on a 60× clock, once
-// schedules, missed times across a restart, no stacking, schedules into other
-// sessions (cards, loop protection, held firings), limits, bad input,
-// unschedule / Cancel / archive, the owner's schedule list; asks in the inbox,
-// answers and dismissals as question_answered events (never held), list,
-// withdraw, limits, asks on behalf of another session, R4.2 exemptions.
+// End-to-end tests of schedules (SPEC §9) through the real MCP client against
+// a real relay on a 60× clock: missed times across a restart, and loop
+// protection's held firings released in real time. The other schedule and ask
+// rules run on the domain fixture (domain/schedules_rules_test.go).
 
 import (
 	"context"
-	"fmt"
-	"net/http"
-	"regexp"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,10 +16,6 @@ import (
 
 const (
 	schWait = 20 * time.Second
-)
-
-var (
-	askIDRe = regexp.MustCompile(`^ask_[0-9a-f]{8,}$`)
 )
 
 // ---- helpers ---------------------------------------------------------------
@@ -97,88 +86,6 @@ func schLoop(t testing.TB, r *Relay, sid string) int {
 		t.Fatalf("loop count: %v", err)
 	}
 	return n
-}
-
-// askWaitEvent waits for an event message in sid containing frag, and for the
-// turn it started to end (so later calls see no running turn).
-func askWaitEvent(t *testing.T, r *Relay, sid, frag string) map[string]any {
-	t.Helper()
-	var got map[string]any
-	Eventually(t, schWait, func() bool {
-		for _, m := range r.Messages(sid, "event") {
-			if strings.Contains(str(m["text"]), frag) {
-				got = m
-				return true
-			}
-		}
-		return false
-	}, "an event message in %s containing %q", sid[:8], frag)
-	waitEnded(r, str(got["id"]), schWait)
-	return got
-}
-
-// askSet asks through the MCP client and returns the question id.
-func askSet(t testing.TB, m *MCP, args map[string]any) string {
-	t.Helper()
-	args["action"] = "ask"
-	env := m.MustOK(args)
-	id := str(env["question_id"])
-	if !askIDRe.MatchString(id) || env["status"] != "pending" {
-		t.Fatalf("ask: want question_id ask_… and status pending, got %v", env)
-	}
-	return id
-}
-
-func askInbox(t testing.TB, r *Relay) map[string]map[string]any {
-	t.Helper()
-	var out struct {
-		Asks []map[string]any `json:"asks"`
-	}
-	if st := r.Owner("GET", "/api/v1/inbox", nil, &out); st != http.StatusOK {
-		t.Fatalf("GET /api/v1/inbox: status %d", st)
-	}
-	m := map[string]map[string]any{}
-	for _, a := range out.Asks {
-		m[str(a["id"])] = a
-	}
-	return m
-}
-
-func askAnswer(t testing.TB, r *Relay, id string, body map[string]any) map[string]any {
-	t.Helper()
-	var out map[string]any
-	if st := r.Owner("POST", "/api/v1/inbox/"+id, body, &out); st != http.StatusOK {
-		t.Fatalf("POST /api/v1/inbox/%s %v: status %d %v", id, body, st, out)
-	}
-	return out
-}
-
-func askQuestions(t testing.TB, m *MCP, args map[string]any) map[string]map[string]any {
-	t.Helper()
-	if args == nil {
-		args = map[string]any{}
-	}
-	args["action"] = "list_questions"
-	env := m.MustOK(args)
-	out := map[string]map[string]any{}
-	for _, x := range list(t, env["questions"], "questions") {
-		q := obj(t, x, "question")
-		out[str(q["question_id"])] = q
-	}
-	return out
-}
-
-func pendingAsks(t testing.TB, m *MCP, sid string) map[string]map[string]any {
-	t.Helper()
-	env := readSession(m, sid, 5)
-	out := map[string]map[string]any{}
-	for _, x := range list(t, env["pendingQuestions"], "pendingQuestions") {
-		q := obj(t, x, "pending question")
-		if q["kind"] == "ask" {
-			out[str(q["id"])] = q
-		}
-	}
-	return out
 }
 
 // ---- schedules --------------------------------------------------------------
@@ -354,115 +261,3 @@ func TestScheduleSessionLoopProtectionHeld(t *testing.T) {
 }
 
 // ---- asks -------------------------------------------------------------------
-
-// R10.1–R10.3, R10.6, R10.7, R8.11, R5.2.6: an ask is pending at once, shows in
-// the inbox and in read_session; the owner's answer arrives as the exact
-// question_answered event while a quiet-hours subscription holds other events;
-// a dismissal too; the answer does not reset loop protection; answer_question
-// on an ask is FORBIDDEN; list_questions shows every status; only the asker withdraws.
-func TestAskInboxAnswerDismissWithdraw(t *testing.T) {
-	t.Parallel()
-	clock := schClock() // 12:00 UTC; the quiet window 06:00–23:00 UTC lasts the whole test
-	r := Start(t, Options{Clock: clock, Config: func(c *config.Config) { c.Limits.AgentPromptsBeforeCard = 2 }})
-	a := r.NewSession(map[string]any{"title": "asker"})
-	b := r.NewSession(map[string]any{"title": "watched"})
-	c := r.NewSession(map[string]any{"title": "helper"})
-	ma, mb := r.Connect(a.Token, nil), r.Connect(b.Token, nil)
-
-	sub := ev2Sub(t, r, a, map[string]any{"sessions": []string{b.ID}, "events": []string{"turn_end", "question_answered"},
-		"quiet_hours": map[string]any{"from": "06:00", "to": "23:00", "tz": "UTC"}}, true)
-	subID := str(sub["id"])
-	ev2Done(t, r, b.ID, "one")
-	ev2Held(t, ma, subID, 1) // the quiet window is in force: b's turn_end is held
-	eventsBefore := len(r.Messages(a.ID, "event"))
-
-	// Use up loop protection (2 of 2).
-	for i := 0; i < 2; i++ {
-		ma.MustOK(map[string]any{"action": "send", "relay": "this", "session": c.ID, "text": fmt.Sprint("p", i), "wait_seconds": 0})
-	}
-
-	env := ma.MustOK(map[string]any{"action": "ask", "question": "Ship it?", "options": []string{"A", "B"}, "recommendation": "A", "detail": "All green."})
-	q1 := str(env["question_id"])
-	if !askIDRe.MatchString(q1) || env["status"] != "pending" {
-		t.Fatalf("ask: %v", env)
-	}
-	wantEq(t, "relay", env["relay"], "desk")
-	wantHas(t, "summary", env["summary"], "ask → desk", q1)
-
-	in := askInbox(t, r)[q1]
-	if in == nil {
-		t.Fatalf("the ask is not in GET /api/v1/inbox")
-	}
-	wantEq(t, "inbox question", in["question"], "Ship it?")
-	wantEq(t, "inbox options", in["options"], []any{"A", "B"})
-	wantEq(t, "inbox status", in["status"], "pending")
-	wantEq(t, "inbox session", in["session"], a.ID)
-	wantEq(t, "inbox recommendation", in["recommendation"], "A")
-	pq := pendingAsks(t, mb, a.ID)[q1]
-	if pq == nil {
-		t.Fatalf("read_session's pendingQuestions lacks the ask")
-	}
-	wantEq(t, "pending question", pq, map[string]any{"id": q1, "kind": "ask", "question": "Ship it?", "options": []any{"A", "B"}})
-
-	// Only the owner answers asks, before anything else is looked at.
-	env = mb.MustFail(map[string]any{"action": "answer_question", "relay": "this", "session": a.ID, "question_id": q1, "answer": "yes"}, codeForbidden)
-	wantHas(t, "answer_question error", env["error"], "Nothing was")
-	ma.MustFail(map[string]any{"action": "answer_question", "relay": "this", "session": a.ID, "question_id": q1, "answer": "yes"}, codeForbidden)
-
-	ans := askAnswer(t, r, q1, map[string]any{"answer": "yes", "choice": "A"})
-	wantEq(t, "answered status", ans["status"], "answered")
-	got := askWaitEvent(t, r, a.ID, "question_answered "+q1)
-	want := ev2Header + "\n" + `[relay event] question_answered ` + q1 + ` "Ship it?": "yes" (choice: A, via desk)`
-	wantEq(t, "answer event message", got["text"], want)
-	if n := len(r.Messages(a.ID, "event")); n != eventsBefore+1 {
-		t.Errorf("%d event messages after the answer, want %d", n, eventsBefore+1)
-	}
-	held := ev2SubList(t, ma)[subID]
-	if h, _ := held["heldCount"].(float64); h != 1 {
-		t.Errorf("heldCount %v after the answer, want 1: the quiet window must still hold b's turn_end", held["heldCount"])
-	}
-	if st := r.Owner("POST", "/api/v1/inbox/"+q1, map[string]any{"answer": "again"}, nil); st < 400 || st >= 500 {
-		t.Errorf("answering an answered ask: status %d, want 4xx", st)
-	}
-	if askInbox(t, r)[q1] != nil {
-		t.Errorf("the answered ask is still in the inbox")
-	}
-	// The answer does not reset loop protection.
-	ma.MustFail(map[string]any{"action": "send", "relay": "this", "session": c.ID, "text": "p3", "wait_seconds": 0}, codeNoTurn)
-
-	q2 := askSet(t, ma, map[string]any{"question": "Drop the cache?"})
-	askAnswer(t, r, q2, map[string]any{"dismiss": true})
-	got = askWaitEvent(t, r, a.ID, "question_answered "+q2)
-	wantEq(t, "dismiss event message", got["text"], ev2Header+"\n"+`[relay event] question_answered `+q2+` "Drop the cache?": dismissed (via desk)`)
-
-	q3 := askSet(t, ma, map[string]any{"question": "Rewrite in Rust?"})
-	mb.MustFail(map[string]any{"action": "withdraw", "question_id": q3}, codeForbidden)
-	env = ma.MustOK(map[string]any{"action": "withdraw", "question_id": q3})
-	wantEq(t, "withdraw status", env["status"], "withdrawn")
-	if askInbox(t, r)[q3] != nil {
-		t.Errorf("the withdrawn ask is still in the inbox")
-	}
-	q4 := askSet(t, ma, map[string]any{"question": "Tag the release?"})
-
-	qs := askQuestions(t, ma, nil)
-	if len(qs) != 4 {
-		t.Fatalf("list_questions: %d asks, want 4: %v", len(qs), qs)
-	}
-	wantEq(t, "q1 status", qs[q1]["status"], "answered")
-	wantEq(t, "q1 answer", qs[q1]["answer"], "yes")
-	wantEq(t, "q1 choice", qs[q1]["choice"], "A")
-	wantEq(t, "q1 via", qs[q1]["via"], "desk")
-	wantEq(t, "q2 status", qs[q2]["status"], "dismissed")
-	wantEq(t, "q2 dismissed", qs[q2]["dismissed"], true)
-	wantEq(t, "q3 status", qs[q3]["status"], "withdrawn")
-	wantEq(t, "q4 status", qs[q4]["status"], "pending")
-	if other := askQuestions(t, mb, nil); len(other) != 0 {
-		t.Errorf("b's list_questions shows a's asks: %v", other)
-	}
-	// No event for a withdrawal.
-	for _, msg := range r.Messages(a.ID, "event") {
-		if strings.Contains(str(msg["text"]), q3) {
-			t.Errorf("an event told about the withdrawn ask: %q", msg["text"])
-		}
-	}
-}
