@@ -753,3 +753,73 @@ func TestRulesAskInboxAnswerDismissWithdraw(t *testing.T) {
 		}
 	}
 }
+
+// schAgentLine is the first line of a prompt another conversation of this relay sent (R18.15).
+func schAgentLine(title, model string) string {
+	return `[Prompt from an agent on this relay · session "` + title + `" · ` + model + ` · acting for the user]`
+}
+
+// Issue 13: a schedule into another session is treated like a send — it
+// respects the 4-at-work cap of the conversation that started the target; a
+// firing over the cap waits and is tried again, it is not dropped.
+func TestRulesScheduleIntoSessionRespectsFourAtWork(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	a := f.session(NewSession{Title: "setter"})
+	create := func(text string) map[string]any {
+		return map[string]any{"action": "create_session", "relay": "this", "text": text, "wait_seconds": 0}
+	}
+	// The first create_session is allowed on a card; the next ones follow without.
+	// (The helper's turn runs on the same run as the creating turn: no waiting for its reply.)
+	res, _ := f.schInTurn(a, map[string]any{"action": "create_session", "relay": "this", "text": "hi", "title": "helper", "wait_seconds": 0}, "allow")
+	helper, _ := res["session"].(string)
+	if res["ok"] != true || helper == "" {
+		t.Fatalf("create_session in a turn: %v", res)
+	}
+	f.run() // the helper's first turn ends: it is idle
+	var busy []string
+	for i := 0; i < 4; i++ {
+		env := f.schOK(a, create("busy")) // their turns stay queued: nothing drains them
+		s, _ := env["session"].(string)
+		busy = append(busy, s)
+	}
+	// A send to the idle helper would make a fifth at work: refused.
+	if diff := cmp.Diff(outcome{Code: CodeSessionLimit, Has: true},
+		outcomeOf(f.call(a, map[string]any{"action": "send", "relay": "this", "session": helper, "text": "x", "wait_seconds": 0}), "")); diff != "" {
+		t.Errorf("send to a fifth (-want +got):\n%s", diff)
+	}
+
+	env := f.schOK(a, map[string]any{"action": "schedule", "session": helper, "text": "ping", "title": "Ping",
+		"at": f.clk.Now().Add(time.Minute).Truncate(time.Second).Format(time.RFC3339)})
+	id, _ := env["schedule_id"].(string)
+	sc, _ := env["schedule"].(map[string]any)
+	due := f.schTime(sc["nextFireAt"], "nextFireAt")
+	f.schJobs(due.Add(2 * time.Minute).Sub(f.clk.Now()))
+	if n := len(f.history(helper, "schedule")); n != 0 {
+		t.Fatalf("the schedule fired into a fifth session at work (%d firings)", n)
+	}
+	cur := f.listedSchedules(a)[id]
+	if diff := cmp.Diff([]any{float64(0), nil}, []any{cur["firedCount"], cur["endReason"]}); diff != "" {
+		t.Fatalf("firedCount and endReason over the cap: the firing must wait, not be dropped (-want +got):\n%s", diff)
+	}
+
+	// One of the four ends: the waiting firing goes.
+	if _, err := f.r.OwnerStop(f.ctx, busy[0]); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if err := f.r.Drain(f.ctx, busy[0]); err != nil {
+		t.Fatalf("drain %s: %v", busy[0], err)
+	}
+	for i := 0; len(f.history(helper, "schedule")) == 0; i++ {
+		if i > 120 {
+			t.Fatalf("the waiting firing did not reach the helper in 2 minutes")
+		}
+		f.schJobs(time.Second)
+	}
+	msgs := f.history(helper, "schedule")
+	// R18.15: a schedule another conversation set carries its setter's line first.
+	if diff := cmp.Diff([]string{schAgentLine("setter", "scripted-1") + "\n" + scheduleHeaderText(id, "Ping", "once") + "\nping"},
+		[]string{msgs[0].Text}); diff != "" || len(msgs) != 1 {
+		t.Errorf("%d firings; text (-want +got):\n%s", len(msgs), diff)
+	}
+}
