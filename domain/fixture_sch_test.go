@@ -265,20 +265,13 @@ func (f *fixture) schInTurn(sid string, tool map[string]any, decision string) (m
 }
 
 // schJobs moves the clock on by d, a second at a time, running the due jobs
-// but no drain (a turn of the relay's own is running, or none may start).
-func (f *fixture) schJobs(d time.Duration) {
+// and the drains of sids only (a turn of another session is running, or may
+// not start).
+func (f *fixture) schJobs(d time.Duration, sids ...string) {
 	f.t.Helper()
 	for ; d > 0; d -= time.Second {
 		f.clk.Advance(time.Second)
-		for {
-			j, ok := f.enq.next(false, f.clk.Now())
-			if !ok {
-				break
-			}
-			if err := f.r.RunJob(f.ctx, j.typ, j.payload); err != nil {
-				f.t.Fatalf("job %s %s: %v", j.typ, j.payload, err)
-			}
-		}
+		f.schDue(sids...)
 	}
 }
 
@@ -296,4 +289,42 @@ func (f *fixture) askPending(caller, sid string) map[string]map[string]any {
 		}
 	}
 	return out
+}
+
+// schTakeDrain takes a waiting drain job of one of sids.
+func (e *recordingEnqueuer) schTakeDrain(sids []string) (string, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i, j := range e.jobs {
+		if j.typ != "drain" {
+			continue
+		}
+		for _, s := range sids {
+			if j.session == s {
+				e.jobs = append(e.jobs[:i], e.jobs[i+1:]...)
+				return s, true
+			}
+		}
+	}
+	return "", false
+}
+
+// schDue runs the jobs due now and the drains of sids, until none is left.
+func (f *fixture) schDue(sids ...string) {
+	f.t.Helper()
+	for {
+		if s, ok := f.enq.schTakeDrain(sids); ok {
+			if err := f.r.Drain(f.ctx, s); err != nil && !errors.Is(err, ErrRetryLater) {
+				f.t.Fatalf("drain %s: %v", s, err)
+			}
+			continue
+		}
+		j, ok := f.enq.next(false, f.clk.Now())
+		if !ok {
+			return
+		}
+		if err := f.r.RunJob(f.ctx, j.typ, j.payload); err != nil {
+			f.t.Fatalf("job %s %s: %v", j.typ, j.payload, err)
+		}
+	}
 }

@@ -823,3 +823,142 @@ func TestRulesScheduleIntoSessionRespectsFourAtWork(t *testing.T) {
 		t.Errorf("%d firings; text (-want +got):\n%s", len(msgs), diff)
 	}
 }
+
+// R9.6, R5.2.6: a schedule into another session counts toward loop protection
+// once when set and once per firing; when the count is used up a firing is
+// held (heldForApproval, heldSince) and goes at once when the owner writes in
+// the setting conversation, or when the owner allows the setter's next card
+// for a prompt to another agent — any other card does not (issue 13).
+func TestRulesScheduleSessionLoopProtectionHeld(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn, limits: func(l *config.Limits) { l.AgentPromptsBeforeCard = 2 }})
+	a := f.session(NewSession{Title: "setter"})
+	b := f.session(NewSession{Title: "target"})
+	c := f.session(NewSession{Title: "bystander"})
+	loop := func() int {
+		t.Helper()
+		n, err := f.st.LoopCount(f.ctx, a)
+		if err != nil {
+			t.Fatalf("loop count: %v", err)
+		}
+		return n
+	}
+	fired := func(cur map[string]any) int { n, _ := cur["firedCount"].(float64); return int(n) }
+	// until moves the clock on (running b's turns) until cond holds of a's view of the schedule.
+	var id string
+	until := func(what string, cond func(map[string]any) bool, drain ...string) map[string]any {
+		t.Helper()
+		for i := 0; ; i++ {
+			cur := f.listedSchedules(a)[id]
+			if cond(cur) {
+				return cur
+			}
+			if i > 300 {
+				t.Fatalf("%s: not in 5 minutes: %v", what, cur)
+			}
+			f.schJobs(time.Second, drain...)
+		}
+	}
+	env := f.schOK(a, map[string]any{"action": "schedule", "session": b, "text": "ping", "title": "Ping", "every_minutes": 1,
+		"at": f.clk.Now().Add(time.Minute).Truncate(time.Second).Format(time.RFC3339)})
+	id, _ = env["schedule_id"].(string)
+	sc, _ := env["schedule"].(map[string]any)
+	first := f.schTime(sc["nextFireAt"], "nextFireAt")
+	if n := loop(); n != 1 {
+		t.Fatalf("loop count after setting %d, want 1 (counted once when set)", n)
+	}
+
+	held := func(cur map[string]any) bool { return cur["heldForApproval"] == true }
+	cur := until("the second firing to be held", held, a, b, c)
+	if diff := cmp.Diff(float64(1), cur["firedCount"]); diff != "" {
+		t.Errorf("firedCount while held (-want +got):\n%s", diff)
+	}
+	if hs := f.schTime(cur["heldSince"], "heldSince"); hs.Before(first.Add(time.Minute)) {
+		t.Errorf("heldSince %s before the second due time %s", hs, first.Add(time.Minute))
+	}
+	if n := loop(); n != 2 {
+		t.Errorf("loop count after one firing %d, want 2 (once when set, once per firing)", n)
+	}
+	msgs := f.history(b, "schedule")
+	if len(msgs) != 1 {
+		t.Fatalf("%d firings reached the target, want 1", len(msgs))
+	}
+	if diff := cmp.Diff(schAgentLine("setter", "scripted-1")+"\n"+scheduleHeaderText(id, "Ping", "every 1 min")+"\nping", msgs[0].Text); diff != "" { // R18.15
+		t.Errorf("text (-want +got):\n%s", diff)
+	}
+	if msgs[0].From == nil || msgs[0].From.Session != a {
+		t.Errorf("firing from = %+v, want the setting session %s", msgs[0].From, a)
+	}
+	lb := f.listedSchedules(b)[id]
+	if diff := cmp.Diff([]any{a, true}, []any{lb["setBy"], lb["heldForApproval"]}); diff != "" {
+		t.Errorf("setBy and heldForApproval in the target's list (-want +got):\n%s", diff)
+	}
+	// The count is used up for the setter's other prompts too.
+	if diff := cmp.Diff(outcome{Code: CodeNoActiveTurn, Has: true},
+		outcomeOf(f.call(a, map[string]any{"action": "send", "relay": "this", "session": c, "text": "hi", "wait_seconds": 0}), "")); diff != "" {
+		t.Errorf("a send of the setter (-want +got):\n%s", diff)
+	}
+
+	wrote := f.clk.Now()
+	f.prompt(a, "carry on")
+	until("the held firing to be released", func(cur map[string]any) bool { return fired(cur) >= 2 }, a, b, c)
+	msgs = f.history(b, "schedule")
+	if len(msgs) < 2 {
+		t.Fatalf("%d firings reached the target, want 2", len(msgs))
+	}
+	if rel := msgs[1].CreatedAt; rel.Before(wrote) || rel.Sub(wrote) >= time.Minute {
+		t.Errorf("released firing at %s; the owner wrote at %s: want it at once", rel, wrote)
+	}
+	// From 0 (the owner wrote): +1 for the released firing, +1 for the next one, then held again.
+	cur = until("the schedule to be held again after two more firings",
+		func(cur map[string]any) bool { return held(cur) && fired(cur) >= 3 }, a, b, c)
+	if diff := cmp.Diff(float64(3), cur["firedCount"]); diff != "" {
+		t.Errorf("firedCount when held again (-want +got):\n%s", diff)
+	}
+
+	// The cards need an agent turn of the setter; the owner's message that
+	// starts it resets the count (and releases the held firing), so while the
+	// turn's first card waits the clock moves on until firings used it up again.
+	// The first card is update_session's on a session the setter did not start:
+	// allowed, it releases nothing (the count stays used up, so the minute's
+	// re-check keeps holding too). The second is the send's to c.
+	n0 := fired(cur)
+	mid, done := f.schStart(a,
+		map[string]any{"tool": map[string]any{"action": "update_session", "relay": "this", "session": c, "title": "renamed"}},
+		map[string]any{"tool": map[string]any{"action": "send", "relay": "this", "session": c, "text": "hi", "wait_seconds": 0}})
+	card := f.schCard(a, done)
+	if card == nil || card.Action != "update_session" {
+		t.Fatalf("first card %+v, want update_session's", card)
+	}
+	cur = until("the schedule to be held again while the card waits (the released firing and the next one)",
+		func(cur map[string]any) bool { return held(cur) && fired(cur) >= n0+2 }, b)
+	before := fired(cur)
+	if _, err := f.r.DecideCard(f.ctx, card.ID, "allow"); err != nil {
+		t.Fatal(err)
+	}
+	card = f.schCard(a, done)
+	if card == nil || card.Action != "send" {
+		t.Fatalf("second card %+v, want send's", card)
+	}
+	f.schJobs(3*time.Minute, b)
+	if n := fired(f.listedSchedules(a)[id]); n != before {
+		t.Errorf("firedCount %d after an allowed update_session card, want %d: only a card for a prompt to another agent releases a held firing", n, before)
+	}
+	allowed := f.clk.Now()
+	if _, err := f.r.DecideCard(f.ctx, card.ID, "allow"); err != nil {
+		t.Fatal(err)
+	}
+	<-done // the turn ends; the release is due at once
+	f.schDue(b)
+	if n := fired(f.listedSchedules(a)[id]); n <= before {
+		t.Fatalf("firedCount %d: the held firing was not released by the allowed send card", n)
+	}
+	msgs = f.history(b, "schedule")
+	// At once: well within the minute the safety-net re-check could take.
+	if rel := msgs[before].CreatedAt; rel.Before(allowed) || rel.Sub(allowed) >= 30*time.Second {
+		t.Errorf("released firing at %s; the card was allowed at %s: want it at once", rel, allowed)
+	}
+	if tr, err := f.r.Turn(f.ctx, mid); err != nil || tr.Status != "done" {
+		t.Errorf("the setter's turn: %+v (%v)", tr, err)
+	}
+}

@@ -1,16 +1,14 @@
 package relaytest
 
 // End-to-end tests of schedules (SPEC §9) through the real MCP client against
-// a real relay on a 60× clock: missed times across a restart, and loop
-// protection's held firings released in real time. The other schedule and ask
-// rules run on the domain fixture (domain/schedules_rules_test.go).
+// a real relay on a 60× clock: missed times across a restart. The other
+// schedule and ask rules run on the domain fixture
+// (domain/schedules_rules_test.go).
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/oar/relay/config"
 	"github.com/oar/relay/scheduler"
 )
 
@@ -25,10 +23,8 @@ func schClock() *scheduler.Scaled {
 	return scheduler.NewScaled(time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC), 60)
 }
 
-// schFirstAt is an `at` about one clock minute ahead, in whole seconds. The
-// tests of restarts, stacking and held firings give it with every_minutes so
-// that they exercise their own rule: every_minutes alone never fires on this
-// build (domain TestRulesScheduleOwnConversationGrid shows it).
+// schFirstAt is an `at` about one clock minute ahead, in whole seconds, given
+// with every_minutes so that the grid starts at a known time.
 func schFirstAt(clock *scheduler.Scaled) string {
 	return clock.Now().Add(time.Minute).Truncate(time.Second).Format(time.RFC3339)
 }
@@ -76,16 +72,6 @@ func schGet(t testing.TB, m *MCP, id string) map[string]any {
 func schFired(t testing.TB, s map[string]any) int {
 	t.Helper()
 	return num(t, s["firedCount"], "firedCount")
-}
-
-// schLoop is a conversation's loop-protection count (R5.2.6), read from the store.
-func schLoop(t testing.TB, r *Relay, sid string) int {
-	t.Helper()
-	n, err := r.App.Store().LoopCount(context.Background(), sid)
-	if err != nil {
-		t.Fatalf("loop count: %v", err)
-	}
-	return n
 }
 
 // ---- schedules --------------------------------------------------------------
@@ -154,110 +140,6 @@ func TestScheduleMissedWhileDownFiresOnce(t *testing.T) {
 	if nf := cur["nextFireAt"]; nf == nil || schTime(t, nf, "nextFireAt").Sub(first)%time.Minute != 0 {
 		t.Errorf("nextFireAt %v is off the grid of %s", nf, first)
 	}
-}
-
-// R9.6, R5.2.6: a schedule into another session counts toward loop protection
-// once when set and once per firing; when the count is used up a firing is
-// held (heldForApproval, heldSince) and goes at once when the owner writes in
-// the setting conversation.
-func TestScheduleSessionLoopProtectionHeld(t *testing.T) {
-	t.Parallel()
-	clock := schClock()
-	r := Start(t, Options{Clock: clock, Config: func(c *config.Config) { c.Limits.AgentPromptsBeforeCard = 2 }})
-	a := r.NewSession(map[string]any{"title": "setter"})
-	b := r.NewSession(map[string]any{"title": "target"})
-	c := r.NewSession(map[string]any{"title": "bystander"})
-	m := r.Connect(a.Token, nil)
-	env := m.MustOK(map[string]any{"action": "schedule", "session": b.ID, "text": "ping", "title": "Ping", "every_minutes": 1, "at": schFirstAt(clock)})
-	id := str(env["schedule_id"])
-	first := schTime(t, obj(t, env["schedule"], "schedule")["nextFireAt"], "nextFireAt")
-	if n := schLoop(t, r, a.ID); n != 1 {
-		t.Fatalf("loop count after setting %d, want 1 (counted once when set)", n)
-	}
-
-	var cur map[string]any
-	Eventually(t, schWait, func() bool {
-		cur = schGet(t, m, id)
-		return cur["heldForApproval"] == true
-	}, "the second firing to be held")
-	wantEq(t, "firedCount while held", cur["firedCount"], float64(1))
-	held := schTime(t, cur["heldSince"], "heldSince")
-	if held.Before(first.Add(time.Minute)) {
-		t.Errorf("heldSince %s before the second due time %s", held, first.Add(time.Minute))
-	}
-	if n := schLoop(t, r, a.ID); n != 2 {
-		t.Errorf("loop count after one firing %d, want 2 (once when set, once per firing)", n)
-	}
-	msgs := r.Messages(b.ID, "schedule")
-	if len(msgs) != 1 {
-		t.Fatalf("%d firings reached the target, want 1", len(msgs))
-	}
-	wantEq(t, "text", msgs[0]["text"], agentLine("setter", "scripted-1")+"\n"+schHeader(id, "Ping", "every 1 min")+"\nping") // R18.15
-	if from, _ := msgs[0]["from"].(map[string]any); from == nil || from["session"] != a.ID {
-		t.Errorf("firing from = %v, want the setting session %s", msgs[0]["from"], a.ID)
-	}
-	mb := r.Connect(b.Token, nil)
-	lb := schGet(t, mb, id)
-	wantEq(t, "setBy in the target's list", lb["setBy"], a.ID)
-	wantEq(t, "heldForApproval in the target's list", lb["heldForApproval"], true)
-	// The count is used up for the setter's other prompts too.
-	m.MustFail(map[string]any{"action": "send", "relay": "this", "session": c.ID, "text": "hi", "wait_seconds": 0}, codeNoTurn)
-
-	wrote := clock.Now()
-	r.Message(a.ID, "carry on")
-	Eventually(t, schWait, func() bool {
-		cur = schGet(t, m, id)
-		return schFired(t, cur) >= 2
-	}, "the held firing to be released")
-	msgs = r.Messages(b.ID, "schedule")
-	if len(msgs) < 2 {
-		t.Fatalf("%d firings reached the target, want 2", len(msgs))
-	}
-	rel := schTime(t, msgs[1]["createdAt"], "createdAt")
-	if rel.Before(wrote) || rel.Sub(wrote) >= time.Minute {
-		t.Errorf("released firing at %s; the owner wrote at %s: want it at once", rel, wrote)
-	}
-	// From 0 (the owner wrote): +1 for the released firing, +1 for the next one, then held again.
-	Eventually(t, schWait, func() bool {
-		cur = schGet(t, m, id)
-		return cur["heldForApproval"] == true && schFired(t, cur) >= 3
-	}, "the schedule to be held again after two more firings")
-	wantEq(t, "firedCount when held again", cur["firedCount"], float64(3))
-
-	// Allowing the setter's next card for a prompt to another agent releases a
-	// held firing at once too (R9.6) — any other card does not (issue 13).
-	// The cards need an agent turn of the setter; the owner's message that starts
-	// it resets the count, so the turn first sleeps until firings used it up again.
-	// The first card is update_session's on a session the setter did not start:
-	// allowed, it releases nothing (the count stays used up, so the minute's
-	// re-check keeps holding too). The second is the send's to c.
-	mid := r.Message(a.ID, Script(map[string]any{"sleep_ms": 3000},
-		map[string]any{"tool": map[string]any{"action": "update_session", "relay": "this", "session": c.ID, "title": "renamed"}},
-		map[string]any{"tool": map[string]any{"action": "send", "relay": "this", "session": c.ID, "text": "hi", "wait_seconds": 0}}))
-	card := r.WaitCard(a.ID)
-	wantEq(t, "first card", card["action"], "update_session")
-	Eventually(t, schWait, func() bool {
-		cur = schGet(t, m, id)
-		return cur["heldForApproval"] == true
-	}, "the schedule to be held while the card waits")
-	before := schFired(t, cur)
-	r.Decide(card["id"].(string), "allow")
-	ev2Never(t, 3*time.Second, func() bool { return schFired(t, schGet(t, m, id)) > before },
-		"a held firing released by an allowed update_session card (only a card for a prompt to another agent releases it)")
-	card = r.WaitCard(a.ID)
-	wantEq(t, "second card", card["action"], "send")
-	allowed := clock.Now()
-	r.Decide(card["id"].(string), "allow")
-	Eventually(t, schWait, func() bool {
-		cur = schGet(t, m, id)
-		return schFired(t, cur) > before
-	}, "the held firing to be released by the allowed send card")
-	msgs = r.Messages(b.ID, "schedule")
-	// At once: well within the minute the safety-net re-check could take.
-	if rel := schTime(t, msgs[before]["createdAt"], "createdAt"); rel.Before(allowed) || rel.Sub(allowed) >= 30*time.Second {
-		t.Errorf("released firing at %s; the card was allowed at %s: want it at once", rel, allowed)
-	}
-	r.WaitTurn(mid, schWait, "done")
 }
 
 // ---- asks -------------------------------------------------------------------
