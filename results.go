@@ -219,3 +219,34 @@ type SessionItem struct {
 	Via               string    `json:"via,omitempty"`
 	Watched           bool      `json:"watched,omitempty"`
 }
+
+// SessionRef is a session named by its id and title (a schedule's target,
+// a subscription's sessions).
+type SessionRef struct {
+	ID    string `json:"id"`
+	Title string `json:"title"`
+}
+
+// Schedule is a schedule as list_schedules and GET /schedules show it
+// (R9.7). SetBy is the conversation that set it when not the viewer's (the
+// owner's list always names it); the end's fields only once ended, the
+// hold's while held for approval. A time never set is null, as is
+// everyMinutes for a schedule that fires once.
+type Schedule struct {
+	At              *string    `json:"at"`
+	EndReason       string     `json:"endReason,omitempty"`
+	EndedAt         *string    `json:"endedAt,omitempty"`
+	EveryMinutes    *int       `json:"everyMinutes"`
+	FiredCount      int        `json:"firedCount"`
+	HeldForApproval bool       `json:"heldForApproval,omitempty"`
+	HeldSince       *string    `json:"heldSince,omitempty"`
+	ID              string     `json:"id"`
+	LastFiredAt     *string    `json:"lastFiredAt"`
+	NextFireAt      *string    `json:"nextFireAt"` // null once ended
+	Once            bool       `json:"once"`
+	Session         SessionRef `json:"session"` // the conversation it fires into
+	SetBy           string     `json:"setBy,omitempty"`
+	SkippedCount    int        `json:"skippedCount,omitempty"`
+	TextStart       string     `json:"textStart"`
+	Title           string     `json:"title"`
+}

@@ -137,7 +137,7 @@ type view struct {
 	S         *relay.SessionDetail
 	Subs      []map[string]any
 	Watching  string
-	Schedules []map[string]any
+	Schedules []*relay.Schedule
 	Efforts   []string
 	Models    []string
 	Mentions  []string // the paired relays' names, offered after @ in the message box
@@ -352,11 +352,9 @@ func (c *console) loadSessions(ctx context.Context, v *view, archived bool) erro
 		return err
 	}
 	v.Clocks = map[string]int{}
-	for _, s := range maps(scheds) {
-		if ref, ok := s["session"].(map[string]any); ok {
-			if id, _ := ref["id"].(string); id != "" {
-				v.Clocks[id]++
-			}
+	for _, s := range scheds {
+		if id := s.Session.ID; id != "" {
+			v.Clocks[id]++
 		}
 	}
 	v.Providers = c.r.Providers()
@@ -483,16 +481,12 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 	if err != nil {
 		return err
 	}
-	for _, m := range maps(scheds) {
-		into := ""
-		if ref, ok := m["session"].(map[string]any); ok {
-			into = str(ref["id"])
-		}
-		if into == sid || str(m["setBy"]) == sid {
-			v.Schedules = append(v.Schedules, m)
+	for _, sc := range scheds {
+		if sc.Session.ID == sid || sc.SetBy == sid {
+			v.Schedules = append(v.Schedules, sc)
 		}
 	}
-	sort.SliceStable(v.Schedules, func(i, j int) bool { return str(v.Schedules[i]["nextFireAt"]) < str(v.Schedules[j]["nextFireAt"]) })
+	sort.SliceStable(v.Schedules, func(i, j int) bool { return str(v.Schedules[i].NextFireAt) < str(v.Schedules[j].NextFireAt) })
 	if tasks := s.Tasks; tasks != nil {
 		for _, t := range maps(tasks) {
 			if t["output"] == true {
