@@ -1,5 +1,7 @@
 package relay
 
+import "encoding/json"
+
 // Typed results of the domain's owner operations (the owner API's answers).
 // Fields are declared in the order of their JSON keys, sorted, as
 // encoding/json wrote the maps they replace; omitempty where the map left
@@ -133,31 +135,31 @@ type AskAnswered struct {
 // MessageID only POST /sessions'. The tasks keep their views' maps (a
 // task's view has keys by its type and state).
 type SessionDetail struct {
-	Archived          bool              `json:"archived,omitempty"`
-	Branch            string            `json:"branch"`
-	Cards             []*Card           `json:"cards,omitzero"`
-	Cwd               string            `json:"cwd"`
-	Effort            string            `json:"effort"`
-	Group             *GroupRef         `json:"group"`
-	ID                string            `json:"id"`
-	InFlight          *string           `json:"inFlight"` // the running turn's reply so far
-	LastActivityAt    *string           `json:"lastActivityAt"`
-	MayCreateSessions bool              `json:"mayCreateSessions,omitempty"`
-	MessageCount      int               `json:"messageCount"`
-	MessageID         string            `json:"message_id,omitempty"`
-	Messages          []Message         `json:"messages"`
-	Mode              string            `json:"mode"`
-	Model             string            `json:"model"`
-	PendingQuestions  []PendingQuestion `json:"pendingQuestions"`
-	Provider          string            `json:"provider"`
-	Repo              string            `json:"repo"`
-	StartedBy         *Ref              `json:"startedBy,omitempty"`
-	State             string            `json:"state"`
-	Tasks             []any             `json:"tasks"`
-	Title             string            `json:"title"`
-	Token             string            `json:"token,omitempty"`
-	Watched           *bool             `json:"watched,omitempty"`
-	Watching          []any             `json:"watching,omitzero"` // the subscriptions' views
+	Archived          bool                `json:"archived,omitempty"`
+	Branch            string              `json:"branch"`
+	Cards             []*Card             `json:"cards,omitzero"`
+	Cwd               string              `json:"cwd"`
+	Effort            string              `json:"effort"`
+	Group             *GroupRef           `json:"group"`
+	ID                string              `json:"id"`
+	InFlight          *string             `json:"inFlight"` // the running turn's reply so far
+	LastActivityAt    *string             `json:"lastActivityAt"`
+	MayCreateSessions bool                `json:"mayCreateSessions,omitempty"`
+	MessageCount      int                 `json:"messageCount"`
+	MessageID         string              `json:"message_id,omitempty"`
+	Messages          []Message           `json:"messages"`
+	Mode              string              `json:"mode"`
+	Model             string              `json:"model"`
+	PendingQuestions  []PendingQuestion   `json:"pendingQuestions"`
+	Provider          string              `json:"provider"`
+	Repo              string              `json:"repo"`
+	StartedBy         *Ref                `json:"startedBy,omitempty"`
+	State             string              `json:"state"`
+	Tasks             []any               `json:"tasks"`
+	Title             string              `json:"title"`
+	Token             string              `json:"token,omitempty"`
+	Watched           *bool               `json:"watched,omitempty"`
+	Watching          []*SubscriptionItem `json:"watching,omitzero"` // its subscriptions, those on paired relays too
 }
 
 // IsWatched says whether a subscription watches the session.
@@ -250,3 +252,88 @@ type Schedule struct {
 	TextStart       string     `json:"textStart"`
 	Title           string     `json:"title"`
 }
+
+// WatchedSessions is what a subscription watches: all sessions ("all"), or
+// the sessions of List (a list, [] when empty).
+type WatchedSessions struct {
+	All  bool
+	List []SessionRef
+}
+
+// MarshalJSON writes "all" or the list.
+func (w WatchedSessions) MarshalJSON() ([]byte, error) {
+	if w.All {
+		return []byte(`"all"`), nil
+	}
+	if w.List == nil {
+		return []byte("[]"), nil
+	}
+	return json.Marshal(w.List)
+}
+
+// QuietHours are a subscription's quiet hours as given (R8.9).
+type QuietHours struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	TZ   string `json:"tz"`
+}
+
+// Subscription is a subscription as subscribe and transfer_subscriptions
+// answer it: an option only when set; Relay for one held on a paired relay,
+// MovedFrom for one transfer_subscriptions moved.
+type Subscription struct {
+	CreatedAt        *string         `json:"createdAt"`
+	DigestMinutes    int             `json:"digestMinutes,omitempty"`
+	Events           []string        `json:"events"`
+	Exclude          []string        `json:"exclude,omitempty"`
+	HeartbeatMinutes int             `json:"heartbeatMinutes,omitempty"`
+	ID               string          `json:"id"`
+	Match            string          `json:"match,omitempty"`
+	MovedFrom        string          `json:"movedFrom,omitempty"`
+	Once             bool            `json:"once"`
+	QuietHours       *QuietHours     `json:"quietHours,omitempty"`
+	Relay            string          `json:"relay,omitempty"`
+	Scope            string          `json:"scope"` // all | sessions
+	Sessions         WatchedSessions `json:"sessions"`
+	StalledMinutes   int             `json:"stalledMinutes"`
+}
+
+// SubscriptionItem is a subscription as list_subscriptions lists it (and
+// a session's watching, R8.23): every option shows, null when unset; what
+// this relay holds of it (heldCount, nextDeliveryAt) shows while it is
+// active, and once ended only while it still holds events.
+type SubscriptionItem struct {
+	CreatedAt        *string         `json:"createdAt"`
+	DigestMinutes    *int            `json:"digestMinutes"`
+	EndReason        string          `json:"endReason,omitempty"`
+	EndedAt          *string         `json:"endedAt,omitempty"`
+	Events           []string        `json:"events"`
+	Exclude          []string        `json:"exclude"` // null when none
+	HeartbeatMinutes *int            `json:"heartbeatMinutes"`
+	HeldCount        *int            `json:"heldCount,omitempty"`
+	ID               string          `json:"id"`
+	Match            *string         `json:"match"`
+	NextDeliveryAt   Shown[string]   `json:"nextDeliveryAt,omitzero"`
+	Once             bool            `json:"once"`
+	QuietHours       *QuietHours     `json:"quietHours"`
+	Relay            string          `json:"relay,omitempty"`
+	Scope            string          `json:"scope"`
+	Sessions         WatchedSessions `json:"sessions"`
+	StalledMinutes   int             `json:"stalledMinutes"`
+}
+
+// Shown is a value that a result either leaves out (not Set: a field of it
+// takes omitzero) or shows, null when V is nil.
+type Shown[T any] struct {
+	Set bool
+	V   *T
+}
+
+// Show is a Shown value: v, or null for nil.
+func Show[T any](v *T) Shown[T] { return Shown[T]{Set: true, V: v} }
+
+// IsZero reports a value left out.
+func (s Shown[T]) IsZero() bool { return !s.Set }
+
+// MarshalJSON writes the value or null.
+func (s Shown[T]) MarshalJSON() ([]byte, error) { return json.Marshal(s.V) }

@@ -135,7 +135,7 @@ type view struct {
 	Unreachable []map[string]any // paired relays whose asks the Inbox could not read
 
 	S         *relay.SessionDetail
-	Subs      []map[string]any
+	Subs      []*relay.SubscriptionItem
 	Watching  string
 	Schedules []*relay.Schedule
 	Efforts   []string
@@ -445,28 +445,19 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 	if subs := s.Watching; subs != nil {
 		watched := map[string]bool{}
 		all := false
-		for _, m := range maps(subs) {
-			if _, ended := m["endReason"]; ended {
+		for _, sub := range subs {
+			if sub.EndReason != "" {
 				continue
 			}
-			v.Subs = append(v.Subs, m)
-			if m["sessions"] == "all" {
+			v.Subs = append(v.Subs, sub)
+			if sub.Sessions.All {
 				all = true
 			}
-			if list, ok := m["sessions"].([]any); ok {
-				for _, x := range list {
-					switch w := x.(type) {
-					case string:
-						if w == "all" {
-							all = true
-						}
-					case map[string]any:
-						if str(w["id"]) == "all" {
-							all = true
-						} else {
-							watched[str(w["id"])] = true
-						}
-					}
+			for _, w := range sub.Sessions.List {
+				if w.ID == "all" {
+					all = true
+				} else {
+					watched[w.ID] = true
 				}
 			}
 		}
