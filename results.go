@@ -337,3 +337,42 @@ func (s Shown[T]) IsZero() bool { return !s.Set }
 
 // MarshalJSON writes the value or null.
 func (s Shown[T]) MarshalJSON() ([]byte, error) { return json.Marshal(s.V) }
+
+// InboxAsk is an open ask as the owner's inbox lists it (GET /inbox, and
+// to a paired relay GET /peer/v1/inbox, R10.3). SessionTitle is left out
+// when the session it concerns is unreadable; Relay names the relay that
+// keeps it, in GET /inbox?relays=all only. On and AskerTitle are the
+// console's, never written.
+type InboxAsk struct {
+	Asker          string   `json:"asker"` // the conversation that asked
+	CreatedAt      *string  `json:"createdAt"`
+	Detail         string   `json:"detail,omitempty"`
+	ID             string   `json:"id"`
+	Options        []string `json:"options"`
+	Question       string   `json:"question"`
+	QuestionID     string   `json:"question_id"`
+	Recommendation string   `json:"recommendation,omitempty"`
+	Relay          string   `json:"relay,omitempty"`
+	Session        string   `json:"session"` // the session it concerns
+	SessionTitle   *string  `json:"sessionTitle,omitempty"`
+	Status         string   `json:"status"`
+
+	On         string `json:"-"` // the paired relay it is kept on (answered there)
+	AskerTitle string `json:"-"` // the title of this relay's session that asked
+}
+
+// Title is the title of the session the ask concerns, "" when unknown.
+func (a *InboxAsk) Title() string {
+	if a.SessionTitle == nil {
+		return ""
+	}
+	return *a.SessionTitle
+}
+
+// Unreachable is a paired relay whose inbox did not answer (GET
+// /inbox?relays=all): its code and sentence.
+type Unreachable struct {
+	Code  string `json:"code"`
+	Error string `json:"error"`
+	Relay string `json:"relay"`
+}

@@ -299,6 +299,22 @@ func (r *Relay) listSessions(ctx context.Context, c *caller, a *args) (*result, 
 	return res, nil
 }
 
+// Sessions names several sessions (id and title) in one read, in the order
+// of ids; a session that does not exist is nil.
+func (r *Relay) Sessions(ctx context.Context, ids []string) ([]*relay.SessionRef, error) {
+	ss, err := r.st.GetSessions(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*relay.SessionRef, len(ss))
+	for i, s := range ss {
+		if s != nil {
+			out[i] = &relay.SessionRef{ID: s.ID, Title: s.Title}
+		}
+	}
+	return out, nil
+}
+
 // SessionList lists sessions as list_sessions shows them (also the owner API).
 func (r *Relay) SessionList(ctx context.Context, scope string, limit int) ([]*relay.SessionItem, int, error) {
 	ids, total, err := r.st.ListSessionIDs(ctx, scope, limit)

@@ -131,8 +131,8 @@ type view struct {
 
 	Cards       []cardView
 	Questions   []questionView
-	Asks        []map[string]any
-	Unreachable []map[string]any // paired relays whose asks the Inbox could not read
+	Asks        []*relay.InboxAsk
+	Unreachable []*relay.Unreachable // paired relays whose asks the Inbox could not read
 
 	S         *relay.SessionDetail
 	Subs      []*relay.SubscriptionItem
@@ -219,8 +219,8 @@ func (c *console) navCounts(ctx context.Context, v *view) {
 	}
 	// The asks this relay's agents made on paired relays, as this relay
 	// last polled them (R10.5): counted without asking those relays.
-	if remote, err := c.r.Store().RemoteAsks(ctx); err == nil {
-		v.Nav.Inbox += len(remote)
+	if n, err := c.r.RemoteAskCount(ctx); err == nil {
+		v.Nav.Inbox += n
 	}
 }
 
@@ -233,23 +233,23 @@ func (c *console) loadInbox(ctx context.Context, v *view) error {
 	if err != nil {
 		return err
 	}
-	v.Asks, v.Unreachable = maps(asks), maps(unreachable)
+	v.Asks, v.Unreachable = asks, unreachable
 	stand := domain.PeerWatcherPrefix + c.r.Name() + ":"
 	var ids []string
 	for _, a := range v.Asks {
-		if rl := str(a["relay"]); rl != "" && rl != c.r.Name() {
-			a["on"] = rl
-			a["asker"] = strings.TrimPrefix(str(a["asker"]), stand)
+		if rl := a.Relay; rl != "" && rl != c.r.Name() {
+			a.On = rl
+			a.Asker = strings.TrimPrefix(a.Asker, stand)
 		}
-		ids = append(ids, str(a["asker"]))
+		ids = append(ids, a.Asker)
 	}
-	ss, err := c.r.Store().GetSessions(ctx, ids)
+	ss, err := c.r.Sessions(ctx, ids)
 	if err != nil {
 		return err
 	}
 	for i, s := range ss {
 		if s != nil && s.Title != "" {
-			v.Asks[i]["askerTitle"] = s.Title
+			v.Asks[i].AskerTitle = s.Title
 		}
 	}
 	return nil
@@ -342,8 +342,8 @@ func (c *console) loadSessions(ctx context.Context, v *view, archived bool) erro
 	if err != nil {
 		return err
 	}
-	for _, a := range maps(asks) {
-		if sid, _ := a["session"].(string); sid != "" && v.Marks[sid] == "" {
+	for _, a := range asks {
+		if sid := a.Session; sid != "" && v.Marks[sid] == "" {
 			v.Marks[sid] = "question"
 		}
 	}
@@ -437,8 +437,8 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 	if err != nil {
 		return err
 	}
-	for _, a := range maps(asks) {
-		if a["session"] == sid || a["asker"] == sid {
+	for _, a := range asks {
+		if a.Session == sid || a.Asker == sid {
 			v.Asks = append(v.Asks, a)
 		}
 	}
