@@ -132,8 +132,7 @@ type AskAnswered struct {
 // SessionDetail is a session as read_session shows it (GET /sessions/{id},
 // and the answers of POST and PATCH /sessions). Cards, Watching and a false
 // Watched are the owner's read only (GET /sessions/{id}); Token and
-// MessageID only POST /sessions'. The tasks keep their views' maps (a
-// task's view has keys by its type and state).
+// MessageID only POST /sessions'.
 type SessionDetail struct {
 	Archived          bool                `json:"archived,omitempty"`
 	Branch            string              `json:"branch"`
@@ -155,7 +154,7 @@ type SessionDetail struct {
 	Repo              string              `json:"repo"`
 	StartedBy         *Ref                `json:"startedBy,omitempty"`
 	State             string              `json:"state"`
-	Tasks             []any               `json:"tasks"`
+	Tasks             []*Task             `json:"tasks"`
 	Title             string              `json:"title"`
 	Token             string              `json:"token,omitempty"`
 	Watched           *bool               `json:"watched,omitempty"`
@@ -201,25 +200,24 @@ type PendingQuestion struct {
 }
 
 // SessionItem is a session as list_sessions and GET /sessions list it. Via
-// is the owner API's badge of a session an agent started (R4.11); the tasks
-// keep their briefs' maps.
+// is the owner API's badge of a session an agent started (R4.11).
 type SessionItem struct {
-	Archived          bool      `json:"archived,omitempty"`
-	Cwd               string    `json:"cwd"`
-	Group             *GroupRef `json:"group"`
-	ID                string    `json:"id"`
-	LastActivityAt    *string   `json:"lastActivityAt"`
-	MayCreateSessions bool      `json:"mayCreateSessions,omitempty"`
-	MessageCount      int       `json:"messageCount"`
-	Mode              string    `json:"mode"`
-	Model             string    `json:"model"`
-	Provider          string    `json:"provider"`
-	StartedBy         *Ref      `json:"startedBy,omitempty"`
-	State             string    `json:"state"`
-	Tasks             []any     `json:"tasks"`
-	Title             string    `json:"title"`
-	Via               string    `json:"via,omitempty"`
-	Watched           bool      `json:"watched,omitempty"`
+	Archived          bool         `json:"archived,omitempty"`
+	Cwd               string       `json:"cwd"`
+	Group             *GroupRef    `json:"group"`
+	ID                string       `json:"id"`
+	LastActivityAt    *string      `json:"lastActivityAt"`
+	MayCreateSessions bool         `json:"mayCreateSessions,omitempty"`
+	MessageCount      int          `json:"messageCount"`
+	Mode              string       `json:"mode"`
+	Model             string       `json:"model"`
+	Provider          string       `json:"provider"`
+	StartedBy         *Ref         `json:"startedBy,omitempty"`
+	State             string       `json:"state"`
+	Tasks             []*TaskBrief `json:"tasks"`
+	Title             string       `json:"title"`
+	Via               string       `json:"via,omitempty"`
+	Watched           bool         `json:"watched,omitempty"`
 }
 
 // SessionRef is a session named by its id and title (a schedule's target,
@@ -375,4 +373,45 @@ type Unreachable struct {
 	Code  string `json:"code"`
 	Error string `json:"error"`
 	Relay string `json:"relay"`
+}
+
+// TaskBrief is a background task as a session's list item shows it.
+type TaskBrief struct {
+	Description string `json:"description"`
+	Status      string `json:"status"`
+	TaskID      string `json:"taskId"`
+	Type        string `json:"type"` // local_bash | local_agent | monitor
+}
+
+// Task is a background task as read_session shows it (R7.5): Output says
+// whether read_task_output reads it (not a subagent's); Counts once its
+// output holds a test runner's counts; Health while it runs. Tail is the
+// console's, never written.
+type Task struct {
+	Counts      *TaskCounts `json:"counts,omitempty"`
+	Description string      `json:"description"`
+	Health      *TaskHealth `json:"health,omitempty"`
+	Output      bool        `json:"output"`
+	Status      string      `json:"status"`
+	TaskID      string      `json:"taskId"`
+	Type        string      `json:"type"`
+
+	Tail []string `json:"-"` // the last lines of its output
+}
+
+// TaskCounts are a test run's counts read from a task's output (taskout's
+// Counts; its keys in their order).
+type TaskCounts struct {
+	Runner  string `json:"runner"`
+	Passed  int    `json:"passed"`
+	Failed  int    `json:"failed"`
+	Skipped int    `json:"skipped"`
+	Final   bool   `json:"final"`
+}
+
+// TaskHealth is a running task's quiet time.
+type TaskHealth struct {
+	MinutesSinceOutput int  `json:"minutesSinceOutput"`
+	Quiet              bool `json:"quiet"`
+	QuietAfterMinutes  int  `json:"quietAfterMinutes"`
 }

@@ -244,8 +244,8 @@ func (r *Relay) groupRef(ctx context.Context, v *view) *relay.GroupRef {
 	return &relay.GroupRef{ID: v.group.ID, Name: r.groupName(ctx, v.group), Role: role}
 }
 
-func taskBrief(t *store.Task) map[string]any {
-	return map[string]any{"taskId": t.ID, "description": t.Description, "type": taskType(t.Type), "status": t.Status}
+func taskBrief(t *store.Task) *relay.TaskBrief {
+	return &relay.TaskBrief{TaskID: t.ID, Description: t.Description, Type: taskType(t.Type), Status: t.Status}
 }
 
 // taskType is a task's type as agents see it, the names of the seed's
@@ -261,7 +261,7 @@ func taskType(kind string) string {
 }
 
 func (r *Relay) listItem(ctx context.Context, v *view) *relay.SessionItem {
-	tasks := []any{}
+	tasks := []*relay.TaskBrief{}
 	for _, t := range v.tasks {
 		tasks = append(tasks, taskBrief(t))
 	}
@@ -442,7 +442,7 @@ func (r *Relay) SessionDetail(ctx context.Context, s *store.Session, last int) (
 	if err != nil {
 		return nil, err
 	}
-	m.Tasks = []any{}
+	m.Tasks = []*relay.Task{}
 	for _, t := range v.tasks {
 		m.Tasks = append(m.Tasks, r.taskView(ctx, t, st.QuietTaskMinutes))
 	}

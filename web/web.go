@@ -304,16 +304,6 @@ func (c *console) load(ctx context.Context, name string, g *gin.Context) (*view,
 	return v, http.StatusOK, nil
 }
 
-func maps(list []any) []map[string]any {
-	out := make([]map[string]any, 0, len(list))
-	for _, x := range list {
-		if m, ok := x.(map[string]any); ok {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 func (c *console) loadSessions(ctx context.Context, v *view, archived bool) error {
 	items, _, err := c.r.SessionList(ctx, "active", 200)
 	if err != nil {
@@ -478,12 +468,10 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 		}
 	}
 	sort.SliceStable(v.Schedules, func(i, j int) bool { return str(v.Schedules[i].NextFireAt) < str(v.Schedules[j].NextFireAt) })
-	if tasks := s.Tasks; tasks != nil {
-		for _, t := range maps(tasks) {
-			if t["output"] == true {
-				if tail, err := c.r.TaskTail(ctx, str(t["taskId"]), 8); err == nil && len(tail) > 0 {
-					t["tail"] = tail
-				}
+	for _, t := range s.Tasks {
+		if t.Output {
+			if tail, err := c.r.TaskTail(ctx, t.TaskID, 8); err == nil && len(tail) > 0 {
+				t.Tail = tail
 			}
 		}
 	}
