@@ -1,5 +1,7 @@
 package relay
 
+import "encoding/json"
+
 // Typed results of the domain's owner operations (the owner API's answers).
 // Fields are declared in the order of their JSON keys, sorted, as
 // encoding/json wrote the maps they replace; omitempty where the map left
@@ -130,34 +132,33 @@ type AskAnswered struct {
 // SessionDetail is a session as read_session shows it (GET /sessions/{id},
 // and the answers of POST and PATCH /sessions). Cards, Watching and a false
 // Watched are the owner's read only (GET /sessions/{id}); Token and
-// MessageID only POST /sessions'. The tasks keep their views' maps (a
-// task's view has keys by its type and state).
+// MessageID only POST /sessions'.
 type SessionDetail struct {
-	Archived          bool              `json:"archived,omitempty"`
-	Branch            string            `json:"branch"`
-	Cards             []*Card           `json:"cards,omitzero"`
-	Cwd               string            `json:"cwd"`
-	Effort            string            `json:"effort"`
-	Group             *GroupRef         `json:"group"`
-	ID                string            `json:"id"`
-	InFlight          *string           `json:"inFlight"` // the running turn's reply so far
-	LastActivityAt    *string           `json:"lastActivityAt"`
-	MayCreateSessions bool              `json:"mayCreateSessions,omitempty"`
-	MessageCount      int               `json:"messageCount"`
-	MessageID         string            `json:"message_id,omitempty"`
-	Messages          []Message         `json:"messages"`
-	Mode              string            `json:"mode"`
-	Model             string            `json:"model"`
-	PendingQuestions  []PendingQuestion `json:"pendingQuestions"`
-	Provider          string            `json:"provider"`
-	Repo              string            `json:"repo"`
-	StartedBy         *Ref              `json:"startedBy,omitempty"`
-	State             string            `json:"state"`
-	Tasks             []any             `json:"tasks"`
-	Title             string            `json:"title"`
-	Token             string            `json:"token,omitempty"`
-	Watched           *bool             `json:"watched,omitempty"`
-	Watching          []any             `json:"watching,omitzero"` // the subscriptions' views
+	Archived          bool                `json:"archived,omitempty"`
+	Branch            string              `json:"branch"`
+	Cards             []*Card             `json:"cards,omitzero"`
+	Cwd               string              `json:"cwd"`
+	Effort            string              `json:"effort"`
+	Group             *GroupRef           `json:"group"`
+	ID                string              `json:"id"`
+	InFlight          *string             `json:"inFlight"` // the running turn's reply so far
+	LastActivityAt    *string             `json:"lastActivityAt"`
+	MayCreateSessions bool                `json:"mayCreateSessions,omitempty"`
+	MessageCount      int                 `json:"messageCount"`
+	MessageID         string              `json:"message_id,omitempty"`
+	Messages          []Message           `json:"messages"`
+	Mode              string              `json:"mode"`
+	Model             string              `json:"model"`
+	PendingQuestions  []PendingQuestion   `json:"pendingQuestions"`
+	Provider          string              `json:"provider"`
+	Repo              string              `json:"repo"`
+	StartedBy         *Ref                `json:"startedBy,omitempty"`
+	State             string              `json:"state"`
+	Tasks             []*Task             `json:"tasks"`
+	Title             string              `json:"title"`
+	Token             string              `json:"token,omitempty"`
+	Watched           *bool               `json:"watched,omitempty"`
+	Watching          []*SubscriptionItem `json:"watching,omitzero"` // its subscriptions, those on paired relays too
 }
 
 // IsWatched says whether a subscription watches the session.
@@ -199,23 +200,218 @@ type PendingQuestion struct {
 }
 
 // SessionItem is a session as list_sessions and GET /sessions list it. Via
-// is the owner API's badge of a session an agent started (R4.11); the tasks
-// keep their briefs' maps.
+// is the owner API's badge of a session an agent started (R4.11).
 type SessionItem struct {
-	Archived          bool      `json:"archived,omitempty"`
-	Cwd               string    `json:"cwd"`
-	Group             *GroupRef `json:"group"`
-	ID                string    `json:"id"`
-	LastActivityAt    *string   `json:"lastActivityAt"`
-	MayCreateSessions bool      `json:"mayCreateSessions,omitempty"`
-	MessageCount      int       `json:"messageCount"`
-	Mode              string    `json:"mode"`
-	Model             string    `json:"model"`
-	Provider          string    `json:"provider"`
-	StartedBy         *Ref      `json:"startedBy,omitempty"`
-	State             string    `json:"state"`
-	Tasks             []any     `json:"tasks"`
-	Title             string    `json:"title"`
-	Via               string    `json:"via,omitempty"`
-	Watched           bool      `json:"watched,omitempty"`
+	Archived          bool         `json:"archived,omitempty"`
+	Cwd               string       `json:"cwd"`
+	Group             *GroupRef    `json:"group"`
+	ID                string       `json:"id"`
+	LastActivityAt    *string      `json:"lastActivityAt"`
+	MayCreateSessions bool         `json:"mayCreateSessions,omitempty"`
+	MessageCount      int          `json:"messageCount"`
+	Mode              string       `json:"mode"`
+	Model             string       `json:"model"`
+	Provider          string       `json:"provider"`
+	StartedBy         *Ref         `json:"startedBy,omitempty"`
+	State             string       `json:"state"`
+	Tasks             []*TaskBrief `json:"tasks"`
+	Title             string       `json:"title"`
+	Via               string       `json:"via,omitempty"`
+	Watched           bool         `json:"watched,omitempty"`
+}
+
+// SessionRef is a session named by its id and title (a schedule's target,
+// a subscription's sessions).
+type SessionRef struct {
+	ID    string `json:"id"`
+	Title string `json:"title"`
+}
+
+// Schedule is a schedule as list_schedules and GET /schedules show it
+// (R9.7). SetBy is the conversation that set it when not the viewer's (the
+// owner's list always names it); the end's fields only once ended, the
+// hold's while held for approval. A time never set is null, as is
+// everyMinutes for a schedule that fires once.
+type Schedule struct {
+	At              *string    `json:"at"`
+	EndReason       string     `json:"endReason,omitempty"`
+	EndedAt         *string    `json:"endedAt,omitempty"`
+	EveryMinutes    *int       `json:"everyMinutes"`
+	FiredCount      int        `json:"firedCount"`
+	HeldForApproval bool       `json:"heldForApproval,omitempty"`
+	HeldSince       *string    `json:"heldSince,omitempty"`
+	ID              string     `json:"id"`
+	LastFiredAt     *string    `json:"lastFiredAt"`
+	NextFireAt      *string    `json:"nextFireAt"` // null once ended
+	Once            bool       `json:"once"`
+	Session         SessionRef `json:"session"` // the conversation it fires into
+	SetBy           string     `json:"setBy,omitempty"`
+	SkippedCount    int        `json:"skippedCount,omitempty"`
+	TextStart       string     `json:"textStart"`
+	Title           string     `json:"title"`
+}
+
+// WatchedSessions is what a subscription watches: all sessions ("all"), or
+// the sessions of List (a list, [] when empty).
+type WatchedSessions struct {
+	All  bool
+	List []SessionRef
+}
+
+// MarshalJSON writes "all" or the list.
+func (w WatchedSessions) MarshalJSON() ([]byte, error) {
+	if w.All {
+		return []byte(`"all"`), nil
+	}
+	if w.List == nil {
+		return []byte("[]"), nil
+	}
+	return json.Marshal(w.List)
+}
+
+// QuietHours are a subscription's quiet hours as given (R8.9).
+type QuietHours struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	TZ   string `json:"tz"`
+}
+
+// Subscription is a subscription as subscribe and transfer_subscriptions
+// answer it: an option only when set; Relay for one held on a paired relay,
+// MovedFrom for one transfer_subscriptions moved.
+type Subscription struct {
+	CreatedAt        *string         `json:"createdAt"`
+	DigestMinutes    int             `json:"digestMinutes,omitempty"`
+	Events           []string        `json:"events"`
+	Exclude          []string        `json:"exclude,omitempty"`
+	HeartbeatMinutes int             `json:"heartbeatMinutes,omitempty"`
+	ID               string          `json:"id"`
+	Match            string          `json:"match,omitempty"`
+	MovedFrom        string          `json:"movedFrom,omitempty"`
+	Once             bool            `json:"once"`
+	QuietHours       *QuietHours     `json:"quietHours,omitempty"`
+	Relay            string          `json:"relay,omitempty"`
+	Scope            string          `json:"scope"` // all | sessions
+	Sessions         WatchedSessions `json:"sessions"`
+	StalledMinutes   int             `json:"stalledMinutes"`
+}
+
+// SubscriptionItem is a subscription as list_subscriptions lists it (and
+// a session's watching, R8.23): every option shows, null when unset; what
+// this relay holds of it (heldCount, nextDeliveryAt) shows while it is
+// active, and once ended only while it still holds events.
+type SubscriptionItem struct {
+	CreatedAt        *string         `json:"createdAt"`
+	DigestMinutes    *int            `json:"digestMinutes"`
+	EndReason        string          `json:"endReason,omitempty"`
+	EndedAt          *string         `json:"endedAt,omitempty"`
+	Events           []string        `json:"events"`
+	Exclude          []string        `json:"exclude"` // null when none
+	HeartbeatMinutes *int            `json:"heartbeatMinutes"`
+	HeldCount        *int            `json:"heldCount,omitempty"`
+	ID               string          `json:"id"`
+	Match            *string         `json:"match"`
+	NextDeliveryAt   Shown[string]   `json:"nextDeliveryAt,omitzero"`
+	Once             bool            `json:"once"`
+	QuietHours       *QuietHours     `json:"quietHours"`
+	Relay            string          `json:"relay,omitempty"`
+	Scope            string          `json:"scope"`
+	Sessions         WatchedSessions `json:"sessions"`
+	StalledMinutes   int             `json:"stalledMinutes"`
+}
+
+// Shown is a value that a result either leaves out (not Set: a field of it
+// takes omitzero) or shows, null when V is nil.
+type Shown[T any] struct {
+	Set bool
+	V   *T
+}
+
+// Show is a Shown value: v, or null for nil.
+func Show[T any](v *T) Shown[T] { return Shown[T]{Set: true, V: v} }
+
+// IsZero reports a value left out.
+func (s Shown[T]) IsZero() bool { return !s.Set }
+
+// MarshalJSON writes the value or null.
+func (s Shown[T]) MarshalJSON() ([]byte, error) { return json.Marshal(s.V) }
+
+// InboxAsk is an open ask as the owner's inbox lists it (GET /inbox, and
+// to a paired relay GET /peer/v1/inbox, R10.3). SessionTitle is left out
+// when the session it concerns is unreadable; Relay names the relay that
+// keeps it, in GET /inbox?relays=all only. On and AskerTitle are the
+// console's, never written.
+type InboxAsk struct {
+	Asker          string   `json:"asker"` // the conversation that asked
+	CreatedAt      *string  `json:"createdAt"`
+	Detail         string   `json:"detail,omitempty"`
+	ID             string   `json:"id"`
+	Options        []string `json:"options"`
+	Question       string   `json:"question"`
+	QuestionID     string   `json:"question_id"`
+	Recommendation string   `json:"recommendation,omitempty"`
+	Relay          string   `json:"relay,omitempty"`
+	Session        string   `json:"session"` // the session it concerns
+	SessionTitle   *string  `json:"sessionTitle,omitempty"`
+	Status         string   `json:"status"`
+
+	On         string `json:"-"` // the paired relay it is kept on (answered there)
+	AskerTitle string `json:"-"` // the title of this relay's session that asked
+}
+
+// Title is the title of the session the ask concerns, "" when unknown.
+func (a *InboxAsk) Title() string {
+	if a.SessionTitle == nil {
+		return ""
+	}
+	return *a.SessionTitle
+}
+
+// Unreachable is a paired relay whose inbox did not answer (GET
+// /inbox?relays=all): its code and sentence.
+type Unreachable struct {
+	Code  string `json:"code"`
+	Error string `json:"error"`
+	Relay string `json:"relay"`
+}
+
+// TaskBrief is a background task as a session's list item shows it.
+type TaskBrief struct {
+	Description string `json:"description"`
+	Status      string `json:"status"`
+	TaskID      string `json:"taskId"`
+	Type        string `json:"type"` // local_bash | local_agent | monitor
+}
+
+// Task is a background task as read_session shows it (R7.5): Output says
+// whether read_task_output reads it (not a subagent's); Counts once its
+// output holds a test runner's counts; Health while it runs. Tail is the
+// console's, never written.
+type Task struct {
+	Counts      *TaskCounts `json:"counts,omitempty"`
+	Description string      `json:"description"`
+	Health      *TaskHealth `json:"health,omitempty"`
+	Output      bool        `json:"output"`
+	Status      string      `json:"status"`
+	TaskID      string      `json:"taskId"`
+	Type        string      `json:"type"`
+
+	Tail []string `json:"-"` // the last lines of its output
+}
+
+// TaskCounts are a test run's counts read from a task's output (taskout's
+// Counts; its keys in their order).
+type TaskCounts struct {
+	Runner  string `json:"runner"`
+	Passed  int    `json:"passed"`
+	Failed  int    `json:"failed"`
+	Skipped int    `json:"skipped"`
+	Final   bool   `json:"final"`
+}
+
+// TaskHealth is a running task's quiet time.
+type TaskHealth struct {
+	MinutesSinceOutput int  `json:"minutesSinceOutput"`
+	Quiet              bool `json:"quiet"`
+	QuietAfterMinutes  int  `json:"quietAfterMinutes"`
 }

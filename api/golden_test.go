@@ -122,6 +122,44 @@ func (g *golden) tool(m *relaytest.MCP, name string, args map[string]any) map[st
 	return out
 }
 
+// inTurn runs one relay_tool call as session s inside a turn of s, as
+// relaytest's InTurn does (with a decision its card is answered), and
+// records the raw line of its result.
+func (g *golden) inTurn(r *relaytest.Relay, name string, s relaytest.Session, tool map[string]any, decision string) map[string]any {
+	g.t.Helper()
+	if _, ok := tool["relay"]; !ok {
+		tool["relay"] = "this"
+	}
+	mid := r.Message(s.ID, relaytest.Script(map[string]any{"tool": tool}))
+	if decision != "" { // its card, unless the call failed before one
+		relaytest.Eventually(g.t, 15*time.Second, func() bool {
+			for _, c := range r.Cards() {
+				if c["session"] == s.ID {
+					r.Decide(c["id"].(string), decision)
+					return true
+				}
+			}
+			return r.Turn(mid).Status == "done"
+		}, "a card in session %s", s.ID)
+	}
+	turn := r.WaitTurn(mid, 30*time.Second, "done", "error", "stopped")
+	if turn.Status != "done" {
+		g.t.Fatalf("%s: turn ended %s: %s", name, turn.Status, turn.Error)
+	}
+	for _, l := range strings.Split(turn.Reply, "\n") {
+		l = strings.TrimSpace(l)
+		var out map[string]any
+		if strings.HasPrefix(l, "{") && json.Unmarshal([]byte(l), &out) == nil {
+			if ok, found := out["ok"].(bool); found {
+				g.add(name+": relay_tool in a turn "+fmt.Sprint(tool["action"]), map[bool]int{true: 0, false: 1}[ok], l)
+				return out
+			}
+		}
+	}
+	g.t.Fatalf("%s: no tool result in the reply %q", name, turn.Reply)
+	return nil
+}
+
 func str(m map[string]any, k string) string { s, _ := m[k].(string); return s }
 
 // TestGoldenOwnerJSON pins the raw JSON of the owner routes and the tool
@@ -150,7 +188,10 @@ func TestGoldenOwnerJSON(t *testing.T) {
 
 	m1 := r.Connect(str(one, "token"), nil)
 	ask := g.tool(m1, "ask", map[string]any{"action": "ask", "relay": "this", "question": "ship it?", "options": []string{"yes", "no"}, "recommendation": "yes"})
-	sub, _ := r.InTurn(relaytest.Session{ID: id1, Token: str(one, "token")}, map[string]any{"action": "subscribe", "sessions": []string{id2}}, "allow")
+	sub := g.inTurn(r, "subscribe", relaytest.Session{ID: id1, Token: str(one, "token")}, map[string]any{"action": "subscribe", "sessions": []string{id2}}, "allow")
+	g.inTurn(r, "subscribe to all", relaytest.Session{ID: id2, Token: str(two, "token")}, map[string]any{"action": "subscribe", "sessions": []string{"all"},
+		"events": []string{"turn_end"}, "match": "deploy", "digest_minutes": 30, "heartbeat_minutes": 60, "exclude": []string{id1},
+		"quiet_hours": map[string]any{"from": "22:00", "to": "07:00", "tz": "UTC"}}, "allow")
 	m2 := r.Connect(str(two, "token"), nil)
 	child, _ := r.InTurn(relaytest.Session{ID: id2, Token: str(two, "token")}, map[string]any{"action": "create_session", "title": "child", "text": "hi child"}, "allow")
 	r.WaitTurn(str(child, "message_id"), 20*time.Second, "done")
@@ -159,6 +200,13 @@ func TestGoldenOwnerJSON(t *testing.T) {
 	r.WaitTurn(task, 20*time.Second, "done")
 	_ = child
 	sched := g.tool(m1, "schedule", map[string]any{"action": "schedule", "relay": "this", "session": id1, "every_minutes": 60, "text": "ping"})
+	g.tool(m2, "schedule for another", map[string]any{"action": "schedule", "relay": "this", "session": id1, "every_minutes": 30, "text": "from two"})
+	g.owner(r, "list schedules", "GET", "/api/v1/schedules", nil)
+	g.tool(m1, "list_schedules", map[string]any{"action": "list_schedules", "relay": "this"})
+	g.tool(m2, "list_schedules", map[string]any{"action": "list_schedules", "relay": "this"})
+	g.tool(m1, "list_subscriptions", map[string]any{"action": "list_subscriptions", "relay": "this"})
+	g.tool(m2, "list_subscriptions", map[string]any{"action": "list_subscriptions", "relay": "this"})
+	g.tool(m2, "list_questions", map[string]any{"action": "list_questions", "relay": "this", "session": id1})
 	g.owner(r, "read session", "GET", "/api/v1/sessions/"+id1, nil)
 	g.owner(r, "read session two", "GET", "/api/v1/sessions/"+id2+"?last=10", nil)
 	g.owner(r, "list sessions", "GET", "/api/v1/sessions", nil)
@@ -172,6 +220,10 @@ func TestGoldenOwnerJSON(t *testing.T) {
 	}
 	g.owner(r, "unsubscribe", "DELETE", "/api/v1/subscriptions/"+subID, nil)
 	g.owner(r, "cancel schedule", "DELETE", "/api/v1/schedules/"+str(sched, "schedule_id"), nil)
+	g.owner(r, "list schedules after cancel", "GET", "/api/v1/schedules", nil)
+	g.tool(m1, "list_schedules after cancel", map[string]any{"action": "list_schedules", "relay": "this"})
+	g.tool(m1, "list_subscriptions after unsubscribe", map[string]any{"action": "list_subscriptions", "relay": "this"})
+	g.tool(m1, "list_questions after answer", map[string]any{"action": "list_questions", "relay": "this"})
 
 	// Peer tokens and pairing.
 	pt := g.owner(r, "new peer token", "POST", "/api/v1/peer-tokens", map[string]any{"label": "spare"})

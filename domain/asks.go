@@ -2,6 +2,7 @@ package domain
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -239,22 +240,49 @@ func (r *Relay) withdraw(ctx context.Context, c *caller, a *args) (*result, *Err
 	return newResult("", ak.ID+" withdrawn").set("question_id", ak.ID).set("status", "withdrawn"), nil
 }
 
-// Inbox lists the owner's open asks.
-func (r *Relay) Inbox(ctx context.Context) ([]any, error) {
+// Inbox lists the owner's open asks. (An ask closed between the list and
+// the read of its record shows as it is, without its answer's fields.)
+func (r *Relay) Inbox(ctx context.Context) ([]*relay.InboxAsk, error) {
 	asks, err := r.st.OpenAsks(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := []any{}
+	out := []*relay.InboxAsk{}
 	for _, ak := range asks {
-		m := askView(ak)
-		m["asker"] = ak.Asker
+		v := &relay.InboxAsk{QuestionID: ak.ID, ID: ak.ID, Question: ak.Question, Options: nonNil(ak.Options), Status: ak.Status,
+			Session: ak.Session, CreatedAt: tsPtr(ak.CreatedAt), Recommendation: ak.Recommendation, Detail: ak.Detail, Asker: ak.Asker}
 		if s, err := r.st.GetSession(ctx, ak.Session); err == nil {
-			m["sessionTitle"] = s.Title
+			title := s.Title
+			v.SessionTitle = &title
 		}
-		out = append(out, m)
+		out = append(out, v)
 	}
 	return out, nil
+}
+
+// peerInboxAsks reads the asks a paired relay's inbox answered (its JSON:
+// the keys InboxAsk knows; any other a relay of another version sends is
+// not kept).
+func peerInboxAsks(list []map[string]any) []*relay.InboxAsk {
+	out := make([]*relay.InboxAsk, 0, len(list))
+	for _, m := range list {
+		if m == nil {
+			continue // a null in its list: nothing to show
+		}
+		a := &relay.InboxAsk{}
+		if b, err := json.Marshal(m); err == nil {
+			_ = json.Unmarshal(b, a) // a value of another type is left out
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// RemoteAskCount counts the asks this relay's agents made on paired
+// relays, as this relay last polled them (R10.5; the console's Inbox count).
+func (r *Relay) RemoteAskCount(ctx context.Context) (int, error) {
+	asks, err := r.st.RemoteAsks(ctx)
+	return len(asks), err
 }
 
 // InboxAnswer is the owner's answer (`answer`, `choice`) or dismissal of an ask (R10.2).

@@ -3,10 +3,12 @@ package domain
 // Fixture helpers of the schedule and ask rule suites (schedules_rules_test.go).
 
 import (
+	"encoding/json"
 	"errors"
 	"regexp"
 	"sort"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/oar/relay/store"
@@ -49,9 +51,22 @@ func (f *fixture) schOwnerList() map[string]map[string]any {
 	if err != nil {
 		f.t.Fatalf("schedules: %v", err)
 	}
+	return schByID(f.t, all)
+}
+
+// schByID is a typed list as the owner API shows it (its JSON), by id.
+func schByID[T any](t testing.TB, all []T) map[string]map[string]any {
+	t.Helper()
+	b, err := json.Marshal(all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list []map[string]any
+	if err := json.Unmarshal(b, &list); err != nil {
+		t.Fatal(err)
+	}
 	out := map[string]map[string]any{}
-	for _, v := range all {
-		m, _ := v.(map[string]any)
+	for _, m := range list {
 		id, _ := m["id"].(string)
 		out[id] = m
 	}
@@ -94,13 +109,7 @@ func (f *fixture) askInbox() map[string]map[string]any {
 	if err != nil {
 		f.t.Fatalf("inbox: %v", err)
 	}
-	out := map[string]map[string]any{}
-	for _, v := range all {
-		m, _ := v.(map[string]any)
-		id, _ := m["id"].(string)
-		out[id] = m
-	}
-	return out
+	return schByID(f.t, all)
 }
 
 // askAnswer is the owner's answer that must be taken.

@@ -137,7 +137,7 @@ func (r *Relay) heldHere(ctx context.Context, p *store.Pairing, env map[string]a
 // watchingList is the owner's view of a conversation's subscriptions
 // (GET /sessions/{id} watching, the console's chip): those on this relay
 // and those it holds on paired relays, each of those naming its relay.
-func (r *Relay) watchingList(ctx context.Context, watcher string) ([]any, error) {
+func (r *Relay) watchingList(ctx context.Context, watcher string) ([]*relay.SubscriptionItem, error) {
 	list, err := r.SubscriptionList(ctx, watcher)
 	if err != nil {
 		return nil, err

@@ -44,13 +44,13 @@ func TestAnswerPairedAskNullAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("inbox: %v", err)
 	}
-	var fromLab []any
-	for _, v := range list {
-		if m, ok := v.(map[string]any); ok && m["relay"] == "lab" {
-			fromLab = append(fromLab, m["id"])
+	var fromLab []string
+	for _, a := range list {
+		if a.Relay == "lab" {
+			fromLab = append(fromLab, a.ID)
 		}
 	}
-	if diff := cmp.Diff([]any{"ask_0123456789ab"}, fromLab); diff != "" {
+	if diff := cmp.Diff([]string{"ask_0123456789ab"}, fromLab); diff != "" {
 		t.Errorf("the paired relay's asks in the inbox (-want +got):\n%s", diff)
 	}
 	if len(unreachable) != 0 {

@@ -472,15 +472,13 @@ func quoteJSON(s string) json.RawMessage {
 // request, those of every paired relay that answers (R10.3, R10.5); each
 // paired one carries "relay". Relays that do not answer are named in the
 // second result.
-func (r *Relay) InboxWithPaired(ctx context.Context) ([]any, []any, error) {
+func (r *Relay) InboxWithPaired(ctx context.Context) ([]*relay.InboxAsk, []*relay.Unreachable, error) {
 	list, err := r.Inbox(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, x := range list {
-		if m, ok := x.(map[string]any); ok {
-			m["relay"] = r.opts.Name
-		}
+	for _, a := range list {
+		a.Relay = r.opts.Name
 	}
 	ps, err := r.st.Pairings(ctx)
 	if err != nil {
@@ -504,24 +502,22 @@ func (r *Relay) InboxWithPaired(ctx context.Context) ([]any, []any, error) {
 		}()
 	}
 	wg.Wait()
-	unreachable := []any{}
+	unreachable := []*relay.Unreachable{}
 	for i, p := range ps {
 		if e := answers[i].e; e != nil {
-			unreachable = append(unreachable, map[string]any{"relay": p.Name, "code": e.Code, "error": e.Msg})
+			unreachable = append(unreachable, &relay.Unreachable{Relay: p.Name, Code: e.Code, Error: e.Msg})
 			continue
 		}
-		for _, m := range answers[i].asks {
-			if m == nil {
-				continue // a null in its list: nothing to show
-			}
-			m["relay"] = p.Name
-			list = append(list, m)
+		for _, a := range peerInboxAsks(answers[i].asks) {
+			a.Relay = p.Name
+			list = append(list, a)
 		}
 	}
 	return list, unreachable, nil
 }
 
 // AnswerPairedAsk answers an ask kept on a paired relay from this relay's inbox (R10.3).
+// Its answer stays a map: it is that relay's JSON (of its version), passed on with "relay" added.
 func (r *Relay) AnswerPairedAsk(ctx context.Context, relayName, id string, in InboxAnswer) (map[string]any, error) {
 	p, err := r.pairing(ctx, relayName)
 	if err != nil {

@@ -79,7 +79,7 @@ func peerOwns(relay, conv string) bool {
 // PeerInbox answers GET /peer/v1/inbox: the open asks the token's relay's
 // conversations made here, for that relay's inbox. Never the asks this
 // relay's own agents put to their owner (R18.21).
-func (r *Relay) PeerInbox(ctx context.Context, tok string) ([]any, error) {
+func (r *Relay) PeerInbox(ctx context.Context, tok string) ([]*relay.InboxAsk, error) {
 	bound, err := r.peerBound(ctx, tok)
 	if err != nil {
 		return nil, err
@@ -88,12 +88,10 @@ func (r *Relay) PeerInbox(ctx context.Context, tok string) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := []any{}
-	for _, x := range all {
-		if m, ok := x.(map[string]any); ok {
-			if asker, _ := m["asker"].(string); peerOwns(bound, asker) {
-				out = append(out, m)
-			}
+	out := []*relay.InboxAsk{}
+	for _, a := range all {
+		if peerOwns(bound, a.Asker) {
+			out = append(out, a)
 		}
 	}
 	return out, nil

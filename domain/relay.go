@@ -164,7 +164,11 @@ func (r *Relay) WorkerID() string { return r.opts.WorkerID }
 // Name is this relay's name.
 func (r *Relay) Name() string { return r.opts.Name }
 
-// Store gives adapters (worker sweep, metrics) the store.
+// Store gives the HTTP edge the store for what is not the domain's data:
+// api's live stream (the store's notify channel) and the console's sign-in
+// records (web.Sessions). Nothing reads the domain's records through it:
+// api and web read them through the domain's methods (typed, in package
+// relay); app and the domain's tests hold the store themselves.
 func (r *Relay) Store() *store.Store { return r.st }
 
 // Start initialises stored settings and listens for notifications until ctx ends.

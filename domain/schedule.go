@@ -186,30 +186,31 @@ func nilIfZero(n int) any {
 }
 
 // scheduleView is a schedule as list_schedules shows it (R9.7).
-func (r *Relay) scheduleView(ctx context.Context, sc *store.Schedule, viewer string) map[string]any {
+func (r *Relay) scheduleView(ctx context.Context, sc *store.Schedule, viewer string) *relay.Schedule {
 	title := ""
 	if s, err := r.st.GetSession(ctx, sc.Target); err == nil {
 		title = s.Title
 	}
-	m := map[string]any{"id": sc.ID, "session": map[string]any{"id": sc.Target, "title": title}, "title": sc.Title,
-		"textStart": excerpt(sc.Text, 120), "at": ts(sc.At), "everyMinutes": nilIfZero(sc.EveryMinutes), "once": sc.Once(),
-		"nextFireAt": ts(sc.NextFireAt), "lastFiredAt": ts(sc.LastFiredAt), "firedCount": sc.FiredCount}
+	v := &relay.Schedule{ID: sc.ID, Session: relay.SessionRef{ID: sc.Target, Title: title}, Title: sc.Title,
+		TextStart: excerpt(sc.Text, 120), At: tsPtr(sc.At), Once: sc.Once(),
+		NextFireAt: tsPtr(sc.NextFireAt), LastFiredAt: tsPtr(sc.LastFiredAt), FiredCount: sc.FiredCount, SkippedCount: sc.SkippedCount}
+	if sc.EveryMinutes != 0 {
+		every := sc.EveryMinutes
+		v.EveryMinutes = &every
+	}
 	if sc.EndReason != "" {
-		m["nextFireAt"] = nil
-		m["endReason"] = sc.EndReason
-		m["endedAt"] = ts(sc.EndedAt)
+		v.NextFireAt = nil
+		v.EndReason = sc.EndReason
+		v.EndedAt = tsPtr(sc.EndedAt)
 	}
 	if sc.Setter != viewer {
-		m["setBy"] = sc.Setter
-	}
-	if sc.SkippedCount > 0 {
-		m["skippedCount"] = sc.SkippedCount
+		v.SetBy = sc.Setter
 	}
 	if !sc.HeldSince.IsZero() {
-		m["heldForApproval"] = true
-		m["heldSince"] = ts(sc.HeldSince)
+		v.HeldForApproval = true
+		v.HeldSince = tsPtr(sc.HeldSince)
 	}
-	return m
+	return v
 }
 
 func (r *Relay) listSchedules(ctx context.Context, c *caller, a *args) (*result, *Error) {
@@ -225,7 +226,7 @@ func (r *Relay) listSchedules(ctx context.Context, c *caller, a *args) (*result,
 	if err != nil {
 		return nil, internal("listSchedules: EndedSchedules", err)
 	}
-	list := []any{}
+	list := []*relay.Schedule{}
 	seen := map[string]bool{}
 	active := 0
 	for _, group := range [][]*store.Schedule{into, by, ended} {
@@ -521,17 +522,18 @@ func (r *Relay) endSchedulesFor(ctx context.Context, sid, reason string) error {
 	return nil
 }
 
-// Schedules lists every active schedule for the owner.
-func (r *Relay) Schedules(ctx context.Context) ([]any, error) {
+// Schedules lists every active schedule for the owner, each naming the
+// conversation that set it (a schedule always has its setter).
+func (r *Relay) Schedules(ctx context.Context) ([]*relay.Schedule, error) {
 	all, err := r.st.ActiveSchedules(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := []any{}
+	out := []*relay.Schedule{}
 	for _, sc := range all {
-		m := r.scheduleView(ctx, sc, "")
-		m["setBy"] = sc.Setter
-		out = append(out, m)
+		v := r.scheduleView(ctx, sc, "")
+		v.SetBy = sc.Setter
+		out = append(out, v)
 	}
 	return out, nil
 }

@@ -42,9 +42,7 @@ func (f *fixture) ownerSchedules() []string {
 	}
 	var ids []string
 	for _, v := range all {
-		m, _ := v.(map[string]any)
-		id, _ := m["id"].(string)
-		ids = append(ids, id)
+		ids = append(ids, v.ID)
 	}
 	sort.Strings(ids)
 	return ids

@@ -673,7 +673,7 @@ func TestRulesAskInboxAnswerDismissWithdraw(t *testing.T) {
 	if in == nil {
 		t.Fatalf("the ask is not in the inbox")
 	}
-	if diff := cmp.Diff(map[string]any{"question": "Ship it?", "options": []string{"A", "B"}, "status": "pending", "session": a, "recommendation": "A"},
+	if diff := cmp.Diff(map[string]any{"question": "Ship it?", "options": []any{"A", "B"}, "status": "pending", "session": a, "recommendation": "A"},
 		map[string]any{"question": in["question"], "options": in["options"], "status": in["status"], "session": in["session"], "recommendation": in["recommendation"]}); diff != "" {
 		t.Errorf("inbox (-want +got):\n%s", diff)
 	}

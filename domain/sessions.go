@@ -244,8 +244,8 @@ func (r *Relay) groupRef(ctx context.Context, v *view) *relay.GroupRef {
 	return &relay.GroupRef{ID: v.group.ID, Name: r.groupName(ctx, v.group), Role: role}
 }
 
-func taskBrief(t *store.Task) map[string]any {
-	return map[string]any{"taskId": t.ID, "description": t.Description, "type": taskType(t.Type), "status": t.Status}
+func taskBrief(t *store.Task) *relay.TaskBrief {
+	return &relay.TaskBrief{TaskID: t.ID, Description: t.Description, Type: taskType(t.Type), Status: t.Status}
 }
 
 // taskType is a task's type as agents see it, the names of the seed's
@@ -261,7 +261,7 @@ func taskType(kind string) string {
 }
 
 func (r *Relay) listItem(ctx context.Context, v *view) *relay.SessionItem {
-	tasks := []any{}
+	tasks := []*relay.TaskBrief{}
 	for _, t := range v.tasks {
 		tasks = append(tasks, taskBrief(t))
 	}
@@ -297,6 +297,22 @@ func (r *Relay) listSessions(ctx context.Context, c *caller, a *args) (*result, 
 		res.what += fmt.Sprintf(", %d shown", len(items))
 	}
 	return res, nil
+}
+
+// Sessions names several sessions (id and title) in one read, in the order
+// of ids; a session that does not exist is nil.
+func (r *Relay) Sessions(ctx context.Context, ids []string) ([]*relay.SessionRef, error) {
+	ss, err := r.st.GetSessions(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*relay.SessionRef, len(ss))
+	for i, s := range ss {
+		if s != nil {
+			out[i] = &relay.SessionRef{ID: s.ID, Title: s.Title}
+		}
+	}
+	return out, nil
 }
 
 // SessionList lists sessions as list_sessions shows them (also the owner API).
@@ -426,7 +442,7 @@ func (r *Relay) SessionDetail(ctx context.Context, s *store.Session, last int) (
 	if err != nil {
 		return nil, err
 	}
-	m.Tasks = []any{}
+	m.Tasks = []*relay.Task{}
 	for _, t := range v.tasks {
 		m.Tasks = append(m.Tasks, r.taskView(ctx, t, st.QuietTaskMinutes))
 	}

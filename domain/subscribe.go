@@ -313,91 +313,111 @@ func subOptions(digest int, q *scheduler.Quiet, excluded int) string {
 	return strings.Join(parts, ", ")
 }
 
-func (r *Relay) subView(ctx context.Context, sub *store.Subscription) (map[string]any, error) {
-	var sessions any = "all" // as the seed shows it
-	if !sub.All && sub.Relay != "" {
+// subSessions is what a subscription watches, each session with its title.
+func (r *Relay) subSessions(ctx context.Context, sub *store.Subscription) (relay.WatchedSessions, error) {
+	if sub.All {
+		return relay.WatchedSessions{All: true}, nil // as the seed shows it
+	}
+	list := []relay.SessionRef{}
+	if sub.Relay != "" {
 		// A mirror: the sessions are on its relay, named as it named them.
-		list := []any{}
 		for i, id := range sub.Sessions {
 			title := ""
 			if i < len(sub.Titles) {
 				title = sub.Titles[i]
 			}
-			list = append(list, map[string]any{"id": id, "title": title})
+			list = append(list, relay.SessionRef{ID: id, Title: title})
 		}
-		sessions = list
-	} else if !sub.All {
-		ss, err := r.st.GetSessions(ctx, sub.Sessions)
-		if err != nil {
-			return nil, err
+		return relay.WatchedSessions{List: list}, nil
+	}
+	ss, err := r.st.GetSessions(ctx, sub.Sessions)
+	if err != nil {
+		return relay.WatchedSessions{}, err
+	}
+	for i, s := range ss {
+		title := ""
+		if s != nil {
+			title = s.Title
 		}
-		list := []any{}
-		for i, s := range ss {
-			title := ""
-			if s != nil {
-				title = s.Title
-			}
-			list = append(list, map[string]any{"id": sub.Sessions[i], "title": title})
-		}
-		sessions = list
+		list = append(list, relay.SessionRef{ID: sub.Sessions[i], Title: title})
 	}
-	scope := "sessions"
-	if sub.All {
-		scope = "all"
-	}
-	m := map[string]any{"id": sub.ID, "scope": scope, "sessions": sessions, "events": sub.Events, "once": sub.Once,
-		"stalledMinutes": sub.StalledMinutes, "createdAt": ts(sub.CreatedAt)}
-	if sub.Match != "" {
-		m["match"] = sub.Match
-	}
-	if sub.HeartbeatMinutes > 0 {
-		m["heartbeatMinutes"] = sub.HeartbeatMinutes
-	}
-	if sub.DigestMinutes > 0 {
-		m["digestMinutes"] = sub.DigestMinutes
-	}
-	if sub.Quiet != nil {
-		m["quietHours"] = sub.Quiet
-	}
-	if len(sub.Exclude) > 0 {
-		m["exclude"] = sub.Exclude
-	}
-	if sub.Relay != "" {
-		m["relay"] = sub.Relay
-	}
-	return m, nil
+	return relay.WatchedSessions{List: list}, nil
 }
 
-// subListItem adds list_subscriptions' fields (R8.23).
-func (r *Relay) subListItem(ctx context.Context, sub *store.Subscription) (map[string]any, error) {
-	m, err := r.subView(ctx, sub)
+func subScope(sub *store.Subscription) string {
+	if sub.All {
+		return "all"
+	}
+	return "sessions"
+}
+
+func quietHours(q *store.Quiet) *relay.QuietHours {
+	if q == nil {
+		return nil
+	}
+	return &relay.QuietHours{From: q.From, To: q.To, TZ: q.TZ}
+}
+
+// subView is a subscription as subscribe answers it.
+func (r *Relay) subView(ctx context.Context, sub *store.Subscription) (*relay.Subscription, error) {
+	sessions, err := r.subSessions(ctx, sub)
 	if err != nil {
 		return nil, err
 	}
-	// Every field shows, null or zero when unset (R8.23).
-	for _, k := range []string{"match", "heartbeatMinutes", "digestMinutes", "quietHours", "exclude"} {
-		if _, ok := m[k]; !ok {
-			m[k] = nil
-		}
+	v := &relay.Subscription{ID: sub.ID, Scope: subScope(sub), Sessions: sessions, Events: sub.Events, Once: sub.Once,
+		StalledMinutes: sub.StalledMinutes, CreatedAt: tsPtr(sub.CreatedAt), Match: sub.Match, QuietHours: quietHours(sub.Quiet),
+		Relay: sub.Relay}
+	if sub.HeartbeatMinutes > 0 {
+		v.HeartbeatMinutes = sub.HeartbeatMinutes
+	}
+	if sub.DigestMinutes > 0 {
+		v.DigestMinutes = sub.DigestMinutes
+	}
+	if len(sub.Exclude) > 0 {
+		v.Exclude = sub.Exclude
+	}
+	return v, nil
+}
+
+// positive is n, or nil (null) when not above 0.
+func positive(n int) *int {
+	if n <= 0 {
+		return nil
+	}
+	return &n
+}
+
+// subListItem is a subscription as list_subscriptions lists it (R8.23):
+// every field shows, null or zero when unset.
+func (r *Relay) subListItem(ctx context.Context, sub *store.Subscription) (*relay.SubscriptionItem, error) {
+	sessions, err := r.subSessions(ctx, sub)
+	if err != nil {
+		return nil, err
+	}
+	v := &relay.SubscriptionItem{ID: sub.ID, Scope: subScope(sub), Sessions: sessions, Events: sub.Events, Once: sub.Once,
+		StalledMinutes: sub.StalledMinutes, CreatedAt: tsPtr(sub.CreatedAt), Match: strPtr(sub.Match), QuietHours: quietHours(sub.Quiet),
+		HeartbeatMinutes: positive(sub.HeartbeatMinutes), DigestMinutes: positive(sub.DigestMinutes), Relay: sub.Relay}
+	if len(sub.Exclude) > 0 {
+		v.Exclude = sub.Exclude
 	}
 	n, due, err := r.st.HeldInfo(ctx, sub.ID)
 	if err != nil {
 		return nil, err
 	}
 	if sub.EndReason != "" {
-		m["endReason"] = sub.EndReason
-		m["endedAt"] = ts(sub.EndedAt)
+		v.EndReason = sub.EndReason
+		v.EndedAt = tsPtr(sub.EndedAt)
 		if n > 0 {
-			m["heldCount"], m["nextDeliveryAt"] = n, ts(due)
+			v.HeldCount, v.NextDeliveryAt = &n, relay.Show(tsPtr(due))
 		}
-		return m, nil
+		return v, nil
 	}
-	m["heldCount"] = n
-	m["nextDeliveryAt"] = nil
+	v.HeldCount = &n
+	v.NextDeliveryAt = relay.Show[string](nil)
 	if n > 0 {
-		m["nextDeliveryAt"] = ts(due)
+		v.NextDeliveryAt = relay.Show(tsPtr(due))
 	}
-	return m, nil
+	return v, nil
 }
 
 func (r *Relay) unsubscribe(ctx context.Context, c *caller, a *args) (*result, *Error) {
@@ -480,8 +500,8 @@ func (r *Relay) listSubscriptions(ctx context.Context, c *caller, a *args) (*res
 		return nil, internal("listSubscriptions: SubscriptionList", err)
 	}
 	active := 0
-	for _, m := range list {
-		if _, ended := m.(map[string]any)["endReason"]; !ended {
+	for _, v := range list {
+		if v.EndReason == "" {
 			active++
 		}
 	}
@@ -493,7 +513,7 @@ func (r *Relay) listSubscriptions(ctx context.Context, c *caller, a *args) (*res
 }
 
 // SubscriptionList lists a conversation's subscriptions: active ones and those ended within the hour.
-func (r *Relay) SubscriptionList(ctx context.Context, watcher string) ([]any, error) {
+func (r *Relay) SubscriptionList(ctx context.Context, watcher string) ([]*relay.SubscriptionItem, error) {
 	subs, err := r.st.WatcherSubscriptions(ctx, watcher)
 	if err != nil {
 		return nil, err
@@ -502,13 +522,13 @@ func (r *Relay) SubscriptionList(ctx context.Context, watcher string) ([]any, er
 	if err != nil {
 		return nil, err
 	}
-	list := []any{}
+	list := []*relay.SubscriptionItem{}
 	for _, sub := range append(subs, ended...) {
-		m, err := r.subListItem(ctx, sub)
+		v, err := r.subListItem(ctx, sub)
 		if err != nil {
 			return nil, err
 		}
-		list = append(list, m)
+		list = append(list, v)
 	}
 	return list, nil
 }
@@ -560,7 +580,7 @@ func (r *Relay) transferSubscriptions(ctx context.Context, c *caller, a *args) (
 		if err != nil {
 			return nil, internal("transferSubscriptions: subView", err)
 		}
-		v["movedFrom"] = old.ID // a paired relay's caller moves its mirror along
+		v.MovedFrom = old.ID // a paired relay's caller moves its mirror along
 		moved = append(moved, v)
 	}
 	if moved == nil {

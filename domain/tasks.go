@@ -6,22 +6,23 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 	"github.com/oar/relay/taskout"
 )
 
 // taskView is a task as read_session shows it (R7.5).
-func (r *Relay) taskView(ctx context.Context, t *store.Task, quietAfter int) map[string]any {
-	m := taskBrief(t)
-	m["output"] = t.Type != "subagent"
+func (r *Relay) taskView(ctx context.Context, t *store.Task, quietAfter int) *relay.Task {
+	b := taskBrief(t)
+	v := &relay.Task{TaskID: b.TaskID, Description: b.Description, Type: b.Type, Status: b.Status, Output: t.Type != "subagent"}
 	if t.Type == "subagent" {
-		return m
+		return v
 	}
 	lines, err := r.st.TaskOutput(ctx, t.ID)
 	if err == nil && len(lines) > 0 {
 		if c := taskout.ParseCounts(cleanLines(lines)); c != nil {
-			m["counts"] = c
+			v.Counts = &relay.TaskCounts{Runner: c.Runner, Passed: c.Passed, Failed: c.Failed, Skipped: c.Skipped, Final: c.Final}
 		}
 	}
 	if t.Status == "running" {
@@ -30,9 +31,9 @@ func (r *Relay) taskView(ctx context.Context, t *store.Task, quietAfter int) map
 			last = t.StartedAt
 		}
 		mins := int(r.now().Sub(last) / time.Minute)
-		m["health"] = map[string]any{"minutesSinceOutput": mins, "quiet": mins >= quietAfter, "quietAfterMinutes": quietAfter}
+		v.Health = &relay.TaskHealth{MinutesSinceOutput: mins, Quiet: mins >= quietAfter, QuietAfterMinutes: quietAfter}
 	}
-	return m
+	return v
 }
 
 func cleanLines(lines []string) []string {

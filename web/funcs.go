@@ -87,20 +87,17 @@ func (c *console) funcs() template.FuncMap {
 			h := sha256.Sum256(b)
 			return hex.EncodeToString(h[:5])
 		},
-		"subSessions": func(m map[string]any) string {
-			if m["sessions"] == "all" {
+		"subSessions": func(sub *relay.SubscriptionItem) string {
+			if sub.Sessions.All {
 				return "all sessions"
 			}
-			list, _ := m["sessions"].([]any)
 			names := []string{}
-			for _, x := range list {
-				if s, ok := x.(map[string]any); ok {
-					t := str(s["title"])
-					if t == "" {
-						t = str(s["id"])
-					}
-					names = append(names, fmt.Sprintf("%q", t))
+			for _, s := range sub.Sessions.List {
+				t := s.Title
+				if t == "" {
+					t = s.ID
 				}
+				names = append(names, fmt.Sprintf("%q", t))
 			}
 			return strings.Join(names, ", ")
 		},

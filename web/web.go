@@ -131,13 +131,13 @@ type view struct {
 
 	Cards       []cardView
 	Questions   []questionView
-	Asks        []map[string]any
-	Unreachable []map[string]any // paired relays whose asks the Inbox could not read
+	Asks        []*relay.InboxAsk
+	Unreachable []*relay.Unreachable // paired relays whose asks the Inbox could not read
 
 	S         *relay.SessionDetail
-	Subs      []map[string]any
+	Subs      []*relay.SubscriptionItem
 	Watching  string
-	Schedules []map[string]any
+	Schedules []*relay.Schedule
 	Efforts   []string
 	Models    []string
 	Mentions  []string // the paired relays' names, offered after @ in the message box
@@ -219,8 +219,8 @@ func (c *console) navCounts(ctx context.Context, v *view) {
 	}
 	// The asks this relay's agents made on paired relays, as this relay
 	// last polled them (R10.5): counted without asking those relays.
-	if remote, err := c.r.Store().RemoteAsks(ctx); err == nil {
-		v.Nav.Inbox += len(remote)
+	if n, err := c.r.RemoteAskCount(ctx); err == nil {
+		v.Nav.Inbox += n
 	}
 }
 
@@ -233,23 +233,23 @@ func (c *console) loadInbox(ctx context.Context, v *view) error {
 	if err != nil {
 		return err
 	}
-	v.Asks, v.Unreachable = maps(asks), maps(unreachable)
+	v.Asks, v.Unreachable = asks, unreachable
 	stand := domain.PeerWatcherPrefix + c.r.Name() + ":"
 	var ids []string
 	for _, a := range v.Asks {
-		if rl := str(a["relay"]); rl != "" && rl != c.r.Name() {
-			a["on"] = rl
-			a["asker"] = strings.TrimPrefix(str(a["asker"]), stand)
+		if rl := a.Relay; rl != "" && rl != c.r.Name() {
+			a.On = rl
+			a.Asker = strings.TrimPrefix(a.Asker, stand)
 		}
-		ids = append(ids, str(a["asker"]))
+		ids = append(ids, a.Asker)
 	}
-	ss, err := c.r.Store().GetSessions(ctx, ids)
+	ss, err := c.r.Sessions(ctx, ids)
 	if err != nil {
 		return err
 	}
 	for i, s := range ss {
 		if s != nil && s.Title != "" {
-			v.Asks[i]["askerTitle"] = s.Title
+			v.Asks[i].AskerTitle = s.Title
 		}
 	}
 	return nil
@@ -304,16 +304,6 @@ func (c *console) load(ctx context.Context, name string, g *gin.Context) (*view,
 	return v, http.StatusOK, nil
 }
 
-func maps(list []any) []map[string]any {
-	out := make([]map[string]any, 0, len(list))
-	for _, x := range list {
-		if m, ok := x.(map[string]any); ok {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
 func (c *console) loadSessions(ctx context.Context, v *view, archived bool) error {
 	items, _, err := c.r.SessionList(ctx, "active", 200)
 	if err != nil {
@@ -342,8 +332,8 @@ func (c *console) loadSessions(ctx context.Context, v *view, archived bool) erro
 	if err != nil {
 		return err
 	}
-	for _, a := range maps(asks) {
-		if sid, _ := a["session"].(string); sid != "" && v.Marks[sid] == "" {
+	for _, a := range asks {
+		if sid := a.Session; sid != "" && v.Marks[sid] == "" {
 			v.Marks[sid] = "question"
 		}
 	}
@@ -352,11 +342,9 @@ func (c *console) loadSessions(ctx context.Context, v *view, archived bool) erro
 		return err
 	}
 	v.Clocks = map[string]int{}
-	for _, s := range maps(scheds) {
-		if ref, ok := s["session"].(map[string]any); ok {
-			if id, _ := ref["id"].(string); id != "" {
-				v.Clocks[id]++
-			}
+	for _, s := range scheds {
+		if id := s.Session.ID; id != "" {
+			v.Clocks[id]++
 		}
 	}
 	v.Providers = c.r.Providers()
@@ -439,36 +427,27 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 	if err != nil {
 		return err
 	}
-	for _, a := range maps(asks) {
-		if a["session"] == sid || a["asker"] == sid {
+	for _, a := range asks {
+		if a.Session == sid || a.Asker == sid {
 			v.Asks = append(v.Asks, a)
 		}
 	}
 	if subs := s.Watching; subs != nil {
 		watched := map[string]bool{}
 		all := false
-		for _, m := range maps(subs) {
-			if _, ended := m["endReason"]; ended {
+		for _, sub := range subs {
+			if sub.EndReason != "" {
 				continue
 			}
-			v.Subs = append(v.Subs, m)
-			if m["sessions"] == "all" {
+			v.Subs = append(v.Subs, sub)
+			if sub.Sessions.All {
 				all = true
 			}
-			if list, ok := m["sessions"].([]any); ok {
-				for _, x := range list {
-					switch w := x.(type) {
-					case string:
-						if w == "all" {
-							all = true
-						}
-					case map[string]any:
-						if str(w["id"]) == "all" {
-							all = true
-						} else {
-							watched[str(w["id"])] = true
-						}
-					}
+			for _, w := range sub.Sessions.List {
+				if w.ID == "all" {
+					all = true
+				} else {
+					watched[w.ID] = true
 				}
 			}
 		}
@@ -483,22 +462,16 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 	if err != nil {
 		return err
 	}
-	for _, m := range maps(scheds) {
-		into := ""
-		if ref, ok := m["session"].(map[string]any); ok {
-			into = str(ref["id"])
-		}
-		if into == sid || str(m["setBy"]) == sid {
-			v.Schedules = append(v.Schedules, m)
+	for _, sc := range scheds {
+		if sc.Session.ID == sid || sc.SetBy == sid {
+			v.Schedules = append(v.Schedules, sc)
 		}
 	}
-	sort.SliceStable(v.Schedules, func(i, j int) bool { return str(v.Schedules[i]["nextFireAt"]) < str(v.Schedules[j]["nextFireAt"]) })
-	if tasks := s.Tasks; tasks != nil {
-		for _, t := range maps(tasks) {
-			if t["output"] == true {
-				if tail, err := c.r.TaskTail(ctx, str(t["taskId"]), 8); err == nil && len(tail) > 0 {
-					t["tail"] = tail
-				}
+	sort.SliceStable(v.Schedules, func(i, j int) bool { return str(v.Schedules[i].NextFireAt) < str(v.Schedules[j].NextFireAt) })
+	for _, t := range s.Tasks {
+		if t.Output {
+			if tail, err := c.r.TaskTail(ctx, t.TaskID, 8); err == nil && len(tail) > 0 {
+				t.Tail = tail
 			}
 		}
 	}
