@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oar/relay/config"
+	"github.com/oar/relay/store"
 )
 
 // R8.14–R8.16: a watcher subscribed to two scripted sessions gets their turn
@@ -139,5 +140,110 @@ func TestRulesEvSubscriptionStreamCursor(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"echo: three"}, texts); diff != "" {
 		t.Fatalf("events after the cursor (-want +got):\n%s", diff)
+	}
+}
+
+// R8.12 (issue 13): an urgent event (an error) flushes the watcher's open
+// coalescing window at once — it comes in one message with the events the
+// window gathered, not after the window.
+func TestRulesEvUrgentFlushesCoalescingWindow(t *testing.T) {
+	t.Parallel()
+	f := newEvFixture(t, evOptions{timing: func(tm *config.Timing) { tm.Coalesce = time.Minute }})
+	w := f.session(NewSession{Title: "watcher"})
+	a := f.session(NewSession{Title: "alpha"})
+	b := f.session(NewSession{Title: "beta"})
+	f.evSub(w, map[string]any{"sessions": []string{a, b}, "events": []string{"turn_end", "error"}}, true)
+
+	f.evDone(a, "gathered")
+	f.advance(time.Second) // the turn_end waits in the open window (one minute)
+	if n := len(f.evTexts(w)); n != 0 {
+		t.Fatalf("%d event messages before the window closed, want 0", n)
+	}
+	tid := f.prompt(b, script(map[string]any{"error": "boom"}))
+	f.run() // no time passes: the error does not wait for the window
+	f.evTurnStatus(tid, store.TurnError)
+	msgs := f.evTexts(w)
+	if len(msgs) != 1 {
+		t.Fatalf("%d event messages, want the one flushed by the error: %q", len(msgs), msgs)
+	}
+	for _, line := range []string{evLine("alpha", a, `turn_end (done) "echo: gathered"`), evLine("beta", b, `error "boom"`)} {
+		if !strings.Contains(msgs[0], line) {
+			t.Errorf("the flushed message lacks %q:\n%s", line, msgs[0])
+		}
+	}
+}
+
+// R8.17: after WakeLimitPerHour wakes the rest come as one summary; errors
+// still come at once; an hour later wakes are plain again. The wake limit
+// must hold whatever the coalescing window, 0 included.
+func TestRulesEvWakeLimitSummary(t *testing.T) {
+	t.Parallel()
+	for _, co := range []time.Duration{0, time.Minute} {
+		t.Run("coalesce="+co.String(), func(t *testing.T) {
+			t.Parallel()
+			evWakeLimitScenario(t, co)
+		})
+	}
+}
+
+func evWakeLimitScenario(t *testing.T, coalesce time.Duration) {
+	f := newEvFixture(t, evOptions{timing: func(tm *config.Timing) {
+		tm.Coalesce = coalesce
+		tm.WakeLimitPerHour = 2
+		tm.WakeSummaryEvery = 30 * time.Minute
+	}})
+	w := f.session(NewSession{Title: "watcher"})
+	a := f.session(NewSession{Title: "alpha"})
+	b := f.session(NewSession{Title: "beta"})
+	f.evSub(w, map[string]any{"sessions": []string{a}, "events": []string{"turn_end"}}, true)
+	f.evSubDirect(w, map[string]any{"sessions": []string{b}, "events": []string{"error"}})
+	last := func() string {
+		t.Helper()
+		msgs := f.evTexts(w)
+		if len(msgs) == 0 {
+			t.Fatalf("no event message")
+		}
+		return msgs[len(msgs)-1]
+	}
+
+	for i, txt := range []string{"w1", "w2"} {
+		f.evDone(a, txt)
+		f.advance(coalesce)
+		if diff := cmp.Diff(evHeader+"\n"+evLine("alpha", a, `turn_end (done) "echo: `+txt+`"`), last()); diff != "" {
+			t.Fatalf("wake %d (-want +got):\n%s", i+1, diff)
+		}
+	}
+	// Over the limit: three prompts at once fall into one summary.
+	for _, txt := range []string{"h1", "h2", "h3"} {
+		f.prompt(a, txt)
+	}
+	f.run()
+	f.advance(30*time.Minute + coalesce)
+	msgs := f.evTexts(w)
+	if len(msgs) != 3 || !strings.Contains(msgs[2], "Summary of") {
+		t.Fatalf("after 2 wakes within the hour (limit 2) the next events must come as one wake-limit summary, not wake one by one; "+
+			"the event messages are:\n%s", strings.Join(msgs, "\n---\n"))
+	}
+	want := strings.Join([]string{evHeader,
+		"Summary of 3 events held by the wake limit (2 wakes in the last hour; questions and errors come at once):",
+		evLine("alpha", a, `turn_end (done) "echo: h1"`),
+		evLine("alpha", a, `turn_end (done) "echo: h2"`),
+		evLine("alpha", a, `turn_end (done) "echo: h3"`)}, "\n")
+	if diff := cmp.Diff(want, msgs[2]); diff != "" {
+		t.Errorf("summary (-want +got):\n%s", diff)
+	}
+	// An error still comes at once, on its own: no clock time passes.
+	tid := f.prompt(b, script(map[string]any{"error": "boom"}))
+	f.run()
+	f.evTurnStatus(tid, store.TurnError)
+	if diff := cmp.Diff(evHeader+"\n"+evLine("beta", b, `error "boom"`), last()); diff != "" {
+		t.Errorf("error message (-want +got):\n%s", diff)
+	}
+	// An hour after the last wake the limit no longer applies.
+	f.advance(61 * time.Minute)
+	f.evDone(a, "w3")
+	f.advance(coalesce)
+	if diff := cmp.Diff(evHeader+"\n"+evLine("alpha", a, `turn_end (done) "echo: w3"`), last()); diff != "" {
+		t.Errorf("a wake an hour later, want a plain wake (-want +got):\n%s", diff)
 	}
 }

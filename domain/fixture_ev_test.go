@@ -151,6 +151,19 @@ func (f *fixture) evSub(w string, args map[string]any, card bool) map[string]any
 	return sub
 }
 
+// evSubDirect subscribes w outside a turn (no card may be needed).
+func (f *fixture) evSubDirect(w string, args map[string]any) map[string]any {
+	f.t.Helper()
+	args["action"] = "subscribe"
+	args["relay"] = "this"
+	env := f.call(w, args)
+	if env["ok"] != true {
+		f.t.Fatalf("subscribe %v: %v", args, env)
+	}
+	sub, _ := env["subscription"].(map[string]any)
+	return sub
+}
+
 // evTexts is the texts of the event messages delivered into sid, oldest first.
 func (f *fixture) evTexts(sid string) []string {
 	f.t.Helper()
