@@ -247,3 +247,164 @@ func evWakeLimitScenario(t *testing.T, coalesce time.Duration) {
 		t.Errorf("a wake an hour later, want a plain wake (-want +got):\n%s", diff)
 	}
 }
+
+// R8.1, R8.14a: heartbeat_minutes 1 gives a heartbeat line each minute, also
+// for a subscription that names no events (setting heartbeat_minutes asks
+// for them); R8.9: none inside quiet hours.
+func TestRulesEvHeartbeat(t *testing.T) {
+	t.Parallel()
+	f := newEvFixture(t, evOptions{start: time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC), timing: evNoCoalesce})
+	wd := f.session(NewSession{Title: "default-watcher"})
+	wq := f.session(NewSession{Title: "quiet-watcher"})
+	w := f.session(NewSession{Title: "watcher"})
+	a := f.session(NewSession{Title: "alpha"})
+	b := f.session(NewSession{Title: "beta"})
+	both := []string{a, b}
+	subD := f.evSub(wd, map[string]any{"sessions": both, "heartbeat_minutes": 1}, true)
+	f.evSub(wq, map[string]any{"sessions": both, "events": []string{"heartbeat"}, "heartbeat_minutes": 1,
+		"quiet_hours": map[string]any{"from": "11:00", "to": "14:00", "tz": "UTC"}}, true)
+	sub := f.evSub(w, map[string]any{"sessions": both, "events": []string{"heartbeat"}, "heartbeat_minutes": 1}, true)
+	if sub["heartbeatMinutes"] != float64(1) {
+		t.Errorf("heartbeatMinutes = %v", sub["heartbeatMinutes"])
+	}
+	want := "[relay event] heartbeat: 2 watched sessions, 0 running, 2 idle (subscription " + sub["id"].(string) + ")"
+	f.advance(time.Minute - time.Second)
+	if got := f.evLines(w); len(got) != 0 {
+		t.Errorf("lines before the first minute: %q", got)
+	}
+	f.advance(time.Second)
+	if diff := cmp.Diff([]string{want}, f.evLines(w)); diff != "" {
+		t.Errorf("after a minute (-want +got):\n%s", diff)
+	}
+	f.advance(time.Minute)
+	if diff := cmp.Diff([]string{want, want}, f.evLines(w)); diff != "" {
+		t.Errorf("after two minutes (-want +got):\n%s", diff)
+	}
+	if got := f.evLines(wq); len(got) != 0 {
+		t.Errorf("heartbeats came inside quiet hours:\n%s", strings.Join(got, "\n"))
+	}
+	wantD := "[relay event] heartbeat: 2 watched sessions, 0 running, 2 idle (subscription " + subD["id"].(string) + ")"
+	if got := f.evLines(wd); evCount(got, wantD) == 0 {
+		t.Errorf("a subscription with heartbeat_minutes 1 and no events got no heartbeat while another got 2 (R8.1: heartbeat every heartbeat_minutes); its lines: %q", got)
+	}
+}
+
+// R8.6: a once subscription with a digest ends at its first event, shows it
+// held in list_subscriptions until the digest delivers it, and takes nothing
+// more. R8.5: match filters case-insensitively. R8.12: two subscriptions
+// taking the same event deliver it once, the undelayed one at once.
+func TestRulesEvOnceDigestMatchAndDuplicates(t *testing.T) {
+	t.Parallel()
+	f := newEvFixture(t, evOptions{timing: evNoCoalesce})
+	w := f.session(NewSession{Title: "watcher"})
+	a := f.session(NewSession{Title: "alpha"})
+	b := f.session(NewSession{Title: "beta"})
+	once := f.evSub(w, map[string]any{"sessions": []string{a}, "events": []string{"turn_end"}, "once": true, "digest_minutes": 3}, true)
+	oid := once["id"].(string)
+	if once["once"] != true || once["digestMinutes"] != float64(3) {
+		t.Errorf("subscription: %v", once)
+	}
+	matched := f.evSubDirect(w, map[string]any{"sessions": []string{a}, "events": []string{"turn_end"}, "match": `ECHO: mark\w+`})
+	if matched["match"] != `ECHO: mark\w+` {
+		t.Errorf("match = %v", matched["match"])
+	}
+	digestB := f.evSubDirect(w, map[string]any{"sessions": []string{b}, "events": []string{"turn_end"}, "digest_minutes": 3})
+	f.evSubDirect(w, map[string]any{"sessions": []string{b}, "events": []string{"turn_end"}})
+
+	f.evDone(a, "first")
+	held := f.evSubList(w)[oid]
+	if held["endReason"] != "fired" || held["heldCount"] != float64(1) || held["nextDeliveryAt"] == nil {
+		t.Errorf("the fired once subscription while its event is held: %v", held)
+	}
+	f.evDone(a, "second")
+	f.evDone(a, "other")
+	f.evDone(a, "marker")
+	if n := evCount(f.evLines(w), `"echo: marker"`); n != 1 {
+		t.Errorf("%d marker lines at once, want 1", n)
+	}
+	// R8.12: the plain subscription delivers at once; the digest one adds nothing later.
+	f.evDone(b, "dup")
+	if n := evCount(f.evLines(w), `"echo: dup"`); n != 1 {
+		t.Errorf("%d dup lines at once, want 1", n)
+	}
+	f.advance(3 * time.Minute)
+	var first string
+	for _, m := range f.evTexts(w) {
+		if strings.Contains(m, `"echo: first"`) {
+			first = m
+		}
+	}
+	if diff := cmp.Diff(evHeader+"\n"+evLine("alpha", a, `turn_end (done) "echo: first"`), first); diff != "" {
+		t.Errorf("a digest of one event must read like the event alone (-want +got):\n%s", diff)
+	}
+	after := f.evSubList(w)[oid]
+	if after["endReason"] != "fired" {
+		t.Errorf("once subscription: %v", after)
+	}
+	if _, ok := after["heldCount"]; ok {
+		t.Errorf("an ended subscription with nothing held shows heldCount: %v", after)
+	}
+	if got := f.evSubList(w)[digestB["id"].(string)]; got["heldCount"] != float64(0) {
+		t.Errorf("the digest subscription holds %v events after its digest (which found the event delivered)", got["heldCount"])
+	}
+	f.evDone(b, "later")
+	lines := f.evLines(w)
+	got := map[string]int{}
+	for _, frag := range []string{`"echo: first"`, `"echo: second"`, `"echo: other"`, `"echo: marker"`, `"echo: dup"`, `"echo: later"`} {
+		got[frag] = evCount(lines, frag)
+	}
+	want := map[string]int{`"echo: first"`: 1, `"echo: second"`: 0, `"echo: other"`: 0, `"echo: marker"`: 1, `"echo: dup"`: 1, `"echo: later"`: 1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("lines per event (-want +got):\n%s\n%s", diff, strings.Join(lines, "\n"))
+	}
+}
+
+// R8.7: sessions excluded from ["all"] are ignored, all_idle included; the
+// own conversation is silently left out; R8.12: two subscriptions taking one
+// event deliver it once; R7.4: list_sessions marks watched sessions.
+func TestRulesEvSubscribeAllExclude(t *testing.T) {
+	t.Parallel()
+	f := newEvFixture(t, evOptions{timing: evNoCoalesce})
+	w := f.session(NewSession{Title: "watcher"})
+	a := f.session(NewSession{Title: "alpha"})
+	b := f.session(NewSession{Title: "beta"})
+	c := f.session(NewSession{Title: "gamma"})
+	sub := f.evSub(w, map[string]any{"sessions": []string{"all"}, "exclude": []string{c}}, true)
+	f.evSubDirect(w, map[string]any{"sessions": []string{a}, "events": []string{"turn_end"}})
+
+	idle := "[relay event] all_idle: no turn or task is running in the 2 watched sessions (subscription " + sub["id"].(string) + ")"
+	f.evDone(a, "one")
+	if n := evCount(f.evLines(w), idle); n != 1 {
+		t.Errorf("%d all_idle lines after alpha, want 1", n)
+	}
+	f.evDone(c, "excluded")
+	f.evDone(b, "two")
+	f.advance(time.Minute) // anything late would come now
+	lines := f.evLines(w)
+	if n := evCount(lines, idle); n != 2 {
+		t.Errorf("%d all_idle lines after alpha and beta, want 2 (a transition of the watched sessions: the excluded gamma and the watcher's own turns do not re-arm it):\n%s",
+			n, strings.Join(lines, "\n"))
+	}
+	if n := evCount(lines, `"echo: two"`); n != 1 {
+		t.Errorf("%d lines of beta's turn, want 1:\n%s", n, strings.Join(lines, "\n"))
+	}
+	if n := evCount(lines, `"echo: one"`); n != 1 {
+		t.Errorf("an event two subscriptions took came %d times, want once (R8.12):\n%s", n, strings.Join(lines, "\n"))
+	}
+	if n := evCount(lines, c[:8]) + evCount(lines, "excluded"); n != 0 {
+		t.Errorf("an excluded session's events came:\n%s", strings.Join(lines, "\n"))
+	}
+	if n := evCount(lines, w[:8]); n != 0 {
+		t.Errorf("the watcher's own turns were delivered to it:\n%s", strings.Join(lines, "\n"))
+	}
+	env := f.call(w, map[string]any{"action": "list_sessions", "relay": "this"})
+	watched := map[string]any{}
+	list, _ := env["sessions"].([]any)
+	for _, x := range list {
+		s := x.(map[string]any)
+		watched[s["id"].(string)] = s["watched"]
+	}
+	if diff := cmp.Diff(map[string]any{a: true, b: true, c: nil, w: nil}, watched); diff != "" {
+		t.Errorf("list_sessions watched: alpha and beta true, the excluded gamma and the watcher itself no field (-want +got):\n%s", diff)
+	}
+}

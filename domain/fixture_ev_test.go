@@ -174,6 +174,47 @@ func (f *fixture) evTexts(sid string) []string {
 	return out
 }
 
+// evLines is every event line delivered into sid, the header lines left out.
+func (f *fixture) evLines(sid string) []string {
+	f.t.Helper()
+	var lines []string
+	for _, m := range f.evTexts(sid) {
+		for _, l := range strings.Split(m, "\n") {
+			if l != evHeader {
+				lines = append(lines, l)
+			}
+		}
+	}
+	return lines
+}
+
+func evCount(lines []string, frag string) int {
+	n := 0
+	for _, l := range lines {
+		if strings.Contains(l, frag) {
+			n++
+		}
+	}
+	return n
+}
+
+// evSubList is the watcher's list_subscriptions by id.
+func (f *fixture) evSubList(w string) map[string]map[string]any {
+	f.t.Helper()
+	env := f.call(w, map[string]any{"action": "list_subscriptions"})
+	if env["ok"] != true {
+		f.t.Fatalf("list_subscriptions: %v", env)
+	}
+	out := map[string]map[string]any{}
+	list, _ := env["subscriptions"].([]any)
+	for _, x := range list {
+		s, _ := x.(map[string]any)
+		id, _ := s["id"].(string)
+		out[id] = s
+	}
+	return out
+}
+
 // evLine is one event line of the session titled title.
 func evLine(title, sid, rest string) string {
 	return fmt.Sprintf(`[relay event] session %q (%s): %s`, title, sid[:8], rest)

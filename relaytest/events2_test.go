@@ -380,73 +380,6 @@ func TestNoEchoOwnPrompt(t *testing.T) {
 	}
 }
 
-// ---- R8.6 once, R8.5 match, R8.12 ---------------------------------------------
-
-// R8.6: a once subscription with a digest ends at its first event, shows it held
-// in list_subscriptions until the digest delivers it, and takes nothing more.
-// R8.5: match filters case-insensitively. R8.12: two subscriptions taking the
-// same event deliver it once, the undelayed one at once.
-func TestOnceDigestMatchAndDuplicates(t *testing.T) {
-	t.Parallel()
-	clock := scheduler.NewScaled(time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC), 60)
-	r := Start(t, Options{Clock: clock, Config: func(c *config.Config) { c.Timing.Coalesce = 0 }})
-	w := r.NewSession(map[string]any{"title": "watcher"})
-	a := r.NewSession(map[string]any{"title": "alpha"})
-	b := r.NewSession(map[string]any{"title": "beta"})
-	once := ev2Sub(t, r, w, map[string]any{"sessions": []string{a.ID}, "events": []string{"turn_end"}, "once": true, "digest_minutes": 3}, true)
-	oid := once["id"].(string)
-	if once["once"] != true || once["digestMinutes"] != float64(3) {
-		t.Errorf("subscription: %v", once)
-	}
-	mw := r.Connect(w.Token, nil)
-	matched := ev2SubMCP(t, mw, map[string]any{"sessions": []string{a.ID}, "events": []string{"turn_end"}, "match": `ECHO: mark\w+`})
-	if matched["match"] != `ECHO: mark\w+` {
-		t.Errorf("match = %v", matched["match"])
-	}
-	digestB := ev2SubMCP(t, mw, map[string]any{"sessions": []string{b.ID}, "events": []string{"turn_end"}, "digest_minutes": 3})
-	ev2SubMCP(t, mw, map[string]any{"sessions": []string{b.ID}, "events": []string{"turn_end"}})
-
-	ev2Done(t, r, a.ID, "first")
-	// A listing reads the record and the held count one after the other: wait
-	// for one that saw both the end and the held event.
-	var held map[string]any
-	Eventually(t, ev2Wait, func() bool {
-		held = ev2Held(t, mw, oid, 1)
-		return held["endReason"] == "fired"
-	}, "the once subscription to show fired with its event held")
-	if held["endReason"] != "fired" || held["nextDeliveryAt"] == nil {
-		t.Errorf("the fired once subscription while its event is held: %v", held)
-	}
-	ev2Done(t, r, a.ID, "second")
-	ev2Done(t, r, a.ID, "other")
-	ev2Done(t, r, a.ID, "marker")
-	ev2WaitCount(t, r, w.ID, `"echo: marker"`, 1)
-
-	// R8.12: the plain subscription delivers at once; the digest one adds nothing later.
-	ev2Done(t, r, b.ID, "dup")
-	ev2WaitCount(t, r, w.ID, `"echo: dup"`, 1)
-
-	m := ev2WaitMsg(t, r, w.ID, `"echo: first"`)
-	if want := ev2Header + "\n" + ev2Line(a, `turn_end (done) "echo: first"`); m != want {
-		t.Errorf("a digest of one event must read like the event alone:\n%s\nwant\n%s", m, want)
-	}
-	after := ev2SubList(t, mw)[oid]
-	if after["endReason"] != "fired" {
-		t.Errorf("once subscription: %v", after)
-	}
-	if _, ok := after["heldCount"]; ok {
-		t.Errorf("an ended subscription with nothing held shows heldCount: %v", after)
-	}
-	ev2Held(t, mw, digestB["id"].(string), 0) // its digest came (and found the event delivered)
-	ev2Done(t, r, b.ID, "later")
-	lines := ev2WaitCount(t, r, w.ID, `"echo: later"`, 1)
-	for frag, want := range map[string]int{`"echo: first"`: 1, `"echo: second"`: 0, `"echo: other"`: 0, `"echo: marker"`: 1, `"echo: dup"`: 1} {
-		if n := ev2Count(lines, frag); n != want {
-			t.Errorf("%d lines with %s, want %d:\n%s", n, frag, want, strings.Join(lines, "\n"))
-		}
-	}
-}
-
 // ---- R8.4–R8.9 validation, R5.2.2, R5.4 card ------------------------------------
 
 // R8.4–R8.9, R3.4a: bad subscribe arguments are rejected before any card with
@@ -568,62 +501,6 @@ func ev2PendingCards(r *Relay, sid string) []map[string]any {
 		}
 	}
 	return out
-}
-
-// ---- R8.4, R8.7 all + exclude, R8.12, R7.4 watched ----------------------------------
-
-// R8.7: sessions excluded from ["all"] are ignored, all_idle included; the own
-// conversation is silently left out; R8.12: two subscriptions taking one event
-// deliver it once; R7.4: list_sessions marks watched sessions.
-func TestSubscribeAllExclude(t *testing.T) {
-	t.Parallel()
-	r := Start(t, Options{Config: func(c *config.Config) { c.Timing.Coalesce = 0 }})
-	w := r.NewSession(map[string]any{"title": "watcher"})
-	a := r.NewSession(map[string]any{"title": "alpha"})
-	b := r.NewSession(map[string]any{"title": "beta"})
-	c := r.NewSession(map[string]any{"title": "gamma"})
-	sub := ev2Sub(t, r, w, map[string]any{"sessions": []string{"all"}, "exclude": []string{c.ID}}, true)
-	sid := sub["id"].(string)
-	mw := r.Connect(w.Token, nil)
-	ev2SubMCP(t, mw, map[string]any{"sessions": []string{a.ID}, "events": []string{"turn_end"}})
-
-	idle := fmt.Sprintf("[relay event] all_idle: no turn or task is running in the 2 watched sessions (subscription %s)", sid)
-	ev2Done(t, r, a.ID, "one")
-	ev2WaitCount(t, r, w.ID, idle, 1)
-	ev2Done(t, r, c.ID, "excluded")
-	ev2Done(t, r, b.ID, "two")
-	ev2WaitCount(t, r, w.ID, idle, 2)
-	lines := ev2WaitCount(t, r, w.ID, `"echo: two"`, 1)
-	if n := ev2Count(lines, `"echo: one"`); n != 1 {
-		t.Errorf("an event two subscriptions took came %d times, want once (R8.12):\n%s", n, strings.Join(lines, "\n"))
-	}
-	if n := ev2Count(lines, c.ID[:8]) + ev2Count(lines, "excluded"); n != 0 {
-		t.Errorf("an excluded session's events came:\n%s", strings.Join(lines, "\n"))
-	}
-	if n := ev2Count(lines, w.ID[:8]); n != 0 {
-		t.Errorf("the watcher's own turns were delivered to it:\n%s", strings.Join(lines, "\n"))
-	}
-	// all_idle is a transition of the watched sessions (alpha, beta): the
-	// excluded gamma and the watcher's own turns (each delivery starts one)
-	// must not re-arm it. Bounded check after the positive ones above.
-	ev2Never(t, 3*time.Second, func() bool { lines = ev2Lines(r, w.ID); return ev2Count(lines, "all_idle") > 2 },
-		"more than 2 all_idle lines (after alpha, after beta)")
-	if n := ev2Count(lines, "all_idle"); n > 2 {
-		t.Logf("%d all_idle lines; the first lines:\n%s", n, strings.Join(lines[:min(len(lines), 12)], "\n"))
-	}
-
-	env := mw.MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
-	watched := map[string]any{}
-	for _, x := range env["sessions"].([]any) {
-		s := x.(map[string]any)
-		watched[s["id"].(string)] = s["watched"]
-	}
-	if watched[a.ID] != true || watched[b.ID] != true {
-		t.Errorf("list_sessions watched: alpha %v, beta %v; want true", watched[a.ID], watched[b.ID])
-	}
-	if watched[c.ID] != nil || watched[w.ID] != nil {
-		t.Errorf("list_sessions watched: excluded gamma %v, the watcher itself %v; want no field", watched[c.ID], watched[w.ID])
-	}
 }
 
 // ---- R8.1, R8.2, R8.14a tasks; §16 metrics ------------------------------------------
@@ -750,45 +627,6 @@ func TestStalledTurn(t *testing.T) {
 	}
 	if si > ti {
 		t.Errorf("the stalled line came after the turn ended:\n%s", strings.Join(lines, "\n"))
-	}
-}
-
-// ---- heartbeat (R8.1, R8.9) -------------------------------------------------------------
-
-// R8.1, R8.14a: heartbeat_minutes 1 on a 60× clock gives heartbeat lines, also
-// for a subscription that names no events (setting heartbeat_minutes asks for
-// them); R8.9: none inside quiet hours.
-func TestHeartbeat(t *testing.T) {
-	t.Parallel()
-	clock := scheduler.NewScaled(time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC), 60)
-	r := Start(t, Options{Clock: clock, Config: func(c *config.Config) { c.Timing.Coalesce = 0 }})
-	wd := r.NewSession(map[string]any{"title": "default-watcher"})
-	wq := r.NewSession(map[string]any{"title": "quiet-watcher"})
-	w := r.NewSession(map[string]any{"title": "watcher"})
-	a := r.NewSession(map[string]any{"title": "alpha"})
-	b := r.NewSession(map[string]any{"title": "beta"})
-	both := []string{a.ID, b.ID}
-	// Subscribed in this order, so the others' beats are due no later than w's.
-	subD := ev2Sub(t, r, wd, map[string]any{"sessions": both, "heartbeat_minutes": 1}, true)
-	ev2Sub(t, r, wq, map[string]any{"sessions": both, "events": []string{"heartbeat"}, "heartbeat_minutes": 1,
-		"quiet_hours": map[string]any{"from": "11:00", "to": "14:00", "tz": "UTC"}}, true)
-	sub := ev2Sub(t, r, w, map[string]any{"sessions": both, "events": []string{"heartbeat"}, "heartbeat_minutes": 1}, true)
-	if sub["heartbeatMinutes"] != float64(1) {
-		t.Errorf("heartbeatMinutes = %v", sub["heartbeatMinutes"])
-	}
-	want := fmt.Sprintf("[relay event] heartbeat: 2 watched sessions, 0 running, 2 idle (subscription %s)", sub["id"])
-	lines := ev2WaitCount(t, r, w.ID, want, 2)
-	for _, l := range lines {
-		if l != want {
-			t.Errorf("unexpected line %q", l)
-		}
-	}
-	if got := ev2Lines(r, wq.ID); len(got) != 0 {
-		t.Errorf("heartbeats came inside quiet hours:\n%s", strings.Join(got, "\n"))
-	}
-	wantD := fmt.Sprintf("[relay event] heartbeat: 2 watched sessions, 0 running, 2 idle (subscription %s)", subD["id"])
-	if got := ev2Lines(r, wd.ID); ev2Count(got, wantD) == 0 {
-		t.Errorf("a subscription with heartbeat_minutes 1 and no events got no heartbeat while another got 2 (R8.1: heartbeat every heartbeat_minutes); its lines: %q", got)
 	}
 }
 
