@@ -408,3 +408,127 @@ func TestRulesEvSubscribeAllExclude(t *testing.T) {
 		t.Errorf("list_sessions watched: alpha and beta true, the excluded gamma and the watcher itself no field (-want +got):\n%s", diff)
 	}
 }
+
+// R8.4–R8.9, R3.4a: bad subscribe arguments are rejected before any card
+// with the exact messages; the first subscribe asks a card naming its
+// options, the second asks none; the limit of subscriptions per conversation.
+func TestRulesEvSubscribeValidationCardAndLimit(t *testing.T) {
+	t.Parallel()
+	f := newEvFixture(t, evOptions{timing: evNoCoalesce, limits: func(l *config.Limits) { l.SubscriptionsPerConversation = 2 }})
+	w := f.session(NewSession{Title: "watcher"})
+	a := f.session(NewSession{Title: "alpha"})
+	c := f.session(NewSession{Title: "gamma"})
+	sub := func(args map[string]any) map[string]any {
+		args["action"] = "subscribe"
+		args["relay"] = "this"
+		return args
+	}
+	one := []string{a}
+	const times = `quiet_hours from and to must be times of day as "HH:MM" (00:00 to 23:59)`
+	type badSub struct {
+		args map[string]any
+		code string
+		msg  string // the error's start
+	}
+	bad := []badSub{
+		{map[string]any{"sessions": one, "match": "(unclosed"}, CodeInvalidInput, ""},
+		{map[string]any{"sessions": one, "exclude": []string{c}}, CodeInvalidInput,
+			`exclude goes with sessions ["all"] only; a list of sessions names what it watches.`},
+		{map[string]any{"sessions": []string{w}}, CodeSelf, ""},
+		{map[string]any{"sessions": []string{a, w}}, CodeSelf, ""},
+		{map[string]any{"sessions": []string{"0000000000000000eeeeeeeeeeeeeeee"}}, CodeNotFound, ""},
+		{map[string]any{"sessions": one, "events": []string{"turn_ended"}}, CodeInvalidInput, ""},
+		{map[string]any{"sessions": one, "quiet_hours": map[string]any{"from": "23:00", "to": "23:00", "tz": "UTC"}}, CodeInvalidInput,
+			"quiet_hours from and to must differ"},
+		{map[string]any{"sessions": one, "quiet_hours": map[string]any{"from": "23:00", "to": "06:00", "tz": "Berlin"}}, CodeInvalidInput,
+			`quiet_hours tz "Berlin" is not an IANA time zone (for example "Europe/Berlin", "America/New_York", "UTC")`},
+		{map[string]any{"sessions": one, "quiet_hours": map[string]any{"from": "23:00", "to": "06:00", "tz": "Mars/Olympus_Mons"}}, CodeInvalidInput,
+			`quiet_hours tz "Mars/Olympus_Mons" is not an IANA time zone`},
+	}
+	for _, k := range []string{"digest_minutes", "heartbeat_minutes", "stalled_minutes"} {
+		for _, v := range []int{0, 1441, -1} {
+			bad = append(bad, badSub{map[string]any{"sessions": one, k: v}, CodeInvalidInput, ""})
+		}
+	}
+	for _, q := range []map[string]any{
+		{"from": "24:00", "to": "06:00", "tz": "Europe/Berlin"},
+		{"from": "23:60", "to": "06:00", "tz": "Europe/Berlin"},
+		{"from": "7:00", "to": "08:00", "tz": "Europe/Berlin"},
+		{"from": "23:00", "to": "", "tz": "Europe/Berlin"},
+		{"from": "23:00", "to": "6pm", "tz": "UTC"},
+	} {
+		bad = append(bad, badSub{map[string]any{"sessions": one, "quiet_hours": q}, CodeInvalidInput, times})
+	}
+	type refusal struct {
+		Code    string
+		Starts  bool // the error starts with the message
+		Nothing bool // an invalid input says that nothing was made
+	}
+	for _, tt := range bad {
+		env := f.call(w, sub(tt.args))
+		msg, _ := env["error"].(string)
+		code, _ := env["code"].(string)
+		got := refusal{Code: code, Starts: strings.HasPrefix(msg, tt.msg),
+			Nothing: code != CodeInvalidInput || strings.Contains(msg, "No subscription was made.")}
+		if diff := cmp.Diff(refusal{Code: tt.code, Starts: true, Nothing: true}, got); diff != "" {
+			t.Errorf("subscribe %v (-want +got):\n%s\nerror %q", tt.args, diff, msg)
+		}
+	}
+	if cards, err := f.st.PendingCards(f.ctx); err != nil || len(cards) != 0 {
+		t.Fatalf("a rejected subscribe left cards: %v %v", cards, err)
+	}
+	// A first subscribe outside a turn needs the card and cannot ask it.
+	if diff := cmp.Diff(outcome{Code: CodeNoActiveTurn, Has: true}, outcomeOf(f.call(w, sub(map[string]any{"sessions": one})), "")); diff != "" {
+		t.Errorf("a first subscribe outside a turn (-want +got):\n%s", diff)
+	}
+
+	// R5.2.2, R5.4: the first subscribe's card names its options.
+	s1, card := f.evInTurn(w, sub(map[string]any{"sessions": []string{"all"}, "exclude": []string{c}, "digest_minutes": 30,
+		"quiet_hours": map[string]any{"from": "23:00", "to": "06:00", "tz": "Europe/Berlin"}}), "allow")
+	if s1["ok"] != true {
+		t.Fatalf("subscribe: %v", s1)
+	}
+	if lines := strings.Join(card.Lines, "\n"); !strings.Contains(lines, "digest every 30 min, quiet 23:00–06:00 Europe/Berlin, except 1 it leaves out") {
+		t.Errorf("card lines do not name the options:\n%s", lines)
+	}
+	if card.Relay != "desk" {
+		t.Errorf("card relay = %v", card.Relay)
+	}
+	got := s1["subscription"].(map[string]any)
+	if id, _ := got["id"].(string); !strings.HasPrefix(id, "sub_") {
+		t.Errorf("subscription id %q", id)
+	}
+	want := map[string]any{"sessions": "all", "digestMinutes": float64(30), "exclude": []any{c}, "stalledMinutes": float64(15), "once": false,
+		// R8.2: the default events.
+		"events":     []any{"question_asked", "error", "turn_end", "subagent_finished", "task_failed", "stalled", "all_idle"},
+		"quietHours": map[string]any{"from": "23:00", "to": "06:00", "tz": "Europe/Berlin"}}
+	sel := map[string]any{}
+	for k := range want {
+		sel[k] = got[k]
+	}
+	if diff := cmp.Diff(want, sel); diff != "" {
+		t.Errorf("subscription (-want +got):\n%s", diff)
+	}
+	// The second subscribe asks no card (it works outside a turn); empty quiet_hours counts as none.
+	env := f.call(w, sub(map[string]any{"sessions": one, "quiet_hours": map[string]any{"from": "", "to": "", "tz": ""}}))
+	if env["ok"] != true {
+		t.Fatalf("second subscribe: %v", env)
+	}
+	s2 := env["subscription"].(map[string]any)
+	if _, ok := s2["quietHours"]; ok {
+		t.Errorf("all-empty quiet_hours was kept: %v", s2)
+	}
+	if want := "subscribe → desk: 1 session (" + s2["id"].(string) + ")"; env["summary"] != want {
+		t.Errorf("summary %q, want %q", env["summary"], want)
+	}
+	if l := f.evSubList(w)[s2["id"].(string)]; l["quietHours"] != nil || l["heldCount"] != float64(0) || l["nextDeliveryAt"] != nil {
+		t.Errorf("list entry: %v", l)
+	}
+	// R8.4: the limit (2 here).
+	if diff := cmp.Diff(outcome{Code: CodeLimit, Has: true}, outcomeOf(f.call(w, sub(map[string]any{"sessions": one})), "No subscription was made.")); diff != "" {
+		t.Errorf("the third subscribe (-want +got):\n%s", diff)
+	}
+	if n := len(f.evSubList(w)); n != 2 {
+		t.Errorf("%d subscriptions after the refused one, want 2", n)
+	}
+}
