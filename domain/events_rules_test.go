@@ -6,6 +6,7 @@ package domain
 // and stallscan jobs when the clock reaches them.
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -530,5 +531,87 @@ func TestRulesEvSubscribeValidationCardAndLimit(t *testing.T) {
 	}
 	if n := len(f.evSubList(w)); n != 2 {
 		t.Errorf("%d subscriptions after the refused one, want 2", n)
+	}
+}
+
+// R8.9, R8.11: inside quiet hours turn_end events are held and come as one
+// message when the window ends (golden file); error and question_asked come
+// at once; list_subscriptions shows heldCount and nextDeliveryAt meanwhile.
+func TestRulesEvQuietHoursHeldAndReleased(t *testing.T) {
+	t.Parallel()
+	// 22:59:00 Europe/Berlin (CEST); the window is 23:00–23:06.
+	f := newEvFixture(t, evOptions{start: time.Date(2026, 6, 10, 20, 59, 0, 0, time.UTC), timing: evNoCoalesce})
+	w := f.session(NewSession{Title: "watcher"})
+	a := f.session(NewSession{Title: "alpha"})
+	b := f.session(NewSession{Title: "beta"})
+	sub := f.evSub(w, map[string]any{"sessions": []string{a, b}, "events": []string{"turn_end", "error", "question_asked"},
+		"quiet_hours": map[string]any{"from": "23:00", "to": "23:06", "tz": "Europe/Berlin"}}, true)
+	sid := sub["id"].(string)
+	if diff := cmp.Diff(map[string]any{"from": "23:00", "to": "23:06", "tz": "Europe/Berlin"}, sub["quietHours"]); diff != "" {
+		t.Fatalf("subscription quietHours (-want +got):\n%s", diff)
+	}
+	winEnd := time.Date(2026, 6, 10, 21, 6, 0, 0, time.UTC)
+	f.advance(time.Minute) // 23:00 Berlin
+	held := func(n int) map[string]any {
+		t.Helper()
+		s := f.evSubList(w)[sid]
+		if s["heldCount"] != float64(n) {
+			t.Fatalf("subscription %s holds %v events, want %d: %v", sid, s["heldCount"], n, s)
+		}
+		return s
+	}
+	msgWith := func(frag string) string {
+		for _, m := range f.evTexts(w) {
+			if strings.Contains(m, frag) {
+				return m
+			}
+		}
+		return ""
+	}
+
+	// Inside the window.
+	f.evDone(a, "one")
+	held(1)
+	tid := f.prompt(b, script(map[string]any{"error": "boom"}))
+	f.run()
+	f.evTurnStatus(tid, store.TurnError)
+	errMsg := msgWith(`error "boom"`)
+	if errMsg == "" {
+		t.Fatalf("the error did not come at once: %q", f.evTexts(w))
+	}
+	held(2) // its turn_end (error) is held
+	qtid := f.prompt(a, script(map[string]any{"question": map[string]any{"text": "Proceed?", "options": []string{"yes", "no"}}}))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.run() // alpha's turn waits for the answer
+	}()
+	f.evRunWhile(func() bool { return msgWith("question_asked") != "" }, "the question_asked message")
+	qMsg := msgWith("question_asked")
+	qid := regexp.MustCompile(`q_[0-9a-f]+`).FindString(qMsg)
+	if _, err := f.r.AnswerQuestion(f.ctx, a, qid, []string{"yes"}, ""); err != nil {
+		t.Fatalf("answer question %s: %v", qid, err)
+	}
+	<-done
+	f.run()
+	f.evTurnStatus(qtid, store.TurnDone)
+	if s := held(3); s["nextDeliveryAt"] != "2026-06-10T21:06:00.000Z" {
+		t.Errorf("nextDeliveryAt = %v, want the window's end 2026-06-10T21:06:00.000Z", s["nextDeliveryAt"])
+	}
+	// Only the two urgent messages, until the window ends.
+	f.advance(winEnd.Sub(f.clk.Now()) - time.Second)
+	if msgs := f.evTexts(w); len(msgs) != 2 {
+		t.Fatalf("inside the window %d event messages arrived, want 2 (error, question):\n%s", len(msgs), strings.Join(msgs, "\n---\n"))
+	}
+	f.advance(time.Second)
+	msgs := f.evTexts(w)
+	if len(msgs) != 3 {
+		t.Fatalf("%d event messages when the window ended, want 3:\n%s", len(msgs), strings.Join(msgs, "\n---\n"))
+	}
+	names := map[string]string{a[:8]: "ALPHA", b[:8]: "BETA", qid: "q_QID"}
+	evGolden(t, "ev_quiet_hours", evNormalize(strings.Join([]string{errMsg, qMsg, msgs[2]}, "\n---\n")+"\n", names))
+	after := f.evSubList(w)[sid]
+	if after["heldCount"] != float64(0) || after["nextDeliveryAt"] != nil {
+		t.Errorf("after the release heldCount = %v, nextDeliveryAt = %v; want 0 and null", after["heldCount"], after["nextDeliveryAt"])
 	}
 }

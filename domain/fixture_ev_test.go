@@ -267,3 +267,18 @@ func evGolden(t *testing.T, name, got string) {
 		t.Fatalf("%s (-want +got):\n%s", name, diff)
 	}
 }
+
+// evRunWhile runs what is due, alongside a drain blocked in another
+// goroutine (a turn waiting for its question's answer), until cond holds.
+func (f *fixture) evRunWhile(cond func() bool, what string) {
+	f.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%s did not come", what)
+		}
+		if f.run() == 0 {
+			time.Sleep(5 * time.Millisecond) // the other drain works in its goroutine; no clock moves
+		}
+	}
+}
