@@ -6,7 +6,10 @@ package domain
 // and stallscan jobs when the clock reaches them.
 
 import (
+	"errors"
+	"fmt"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -613,5 +616,159 @@ func TestRulesEvQuietHoursHeldAndReleased(t *testing.T) {
 	after := f.evSubList(w)[sid]
 	if after["heldCount"] != float64(0) || after["nextDeliveryAt"] != nil {
 		t.Errorf("after the release heldCount = %v, nextDeliveryAt = %v; want 0 and null", after["heldCount"], after["nextDeliveryAt"])
+	}
+}
+
+// R8.22 unsubscribe by id and "all"; R8.23 list_subscriptions with ended
+// ones; R8.19 archiving the watched session; R8.24 transfer_subscriptions
+// always asks a card; §12 the owner's session view (watching, watched) and
+// the owner's Unsubscribe.
+func TestRulesEvSubscriptionLifecycle(t *testing.T) {
+	t.Parallel()
+	f := newEvFixture(t, evOptions{timing: evNoCoalesce})
+	w := f.session(NewSession{Title: "watcher"})
+	v := f.session(NewSession{Title: "heir"})
+	a := f.session(NewSession{Title: "alpha"})
+	b := f.session(NewSession{Title: "beta"})
+	c := f.session(NewSession{Title: "gamma"})
+	s1 := f.evSub(w, map[string]any{"sessions": []string{a}}, true)["id"].(string)
+	s2 := f.evSubDirect(w, map[string]any{"sessions": []string{b}})["id"].(string)
+	s3 := f.evSubDirect(w, map[string]any{"sessions": []string{a, c}, "events": []string{"turn_end"}})["id"].(string)
+	type watch struct {
+		Watching int
+		Watched  any
+	}
+	watchOf := func(sid string) watch {
+		t.Helper()
+		d, err := f.r.OwnerSession(f.ctx, sid, 50)
+		if err != nil {
+			t.Fatalf("owner session %s: %v", sid, err)
+		}
+		var got watch
+		got.Watching = len(d.Watching)
+		if d.Watched != nil {
+			got.Watched = *d.Watched
+		}
+		return got
+	}
+	codeOf := func(err error) string {
+		var e *Error
+		if errors.As(err, &e) {
+			return e.Code
+		}
+		return fmt.Sprint(err)
+	}
+
+	list := f.evSubList(w)
+	if len(list) != 3 {
+		t.Fatalf("list_subscriptions: %d, want 3: %v", len(list), list)
+	}
+	for _, k := range []string{"id", "scope", "sessions", "events", "once", "match", "stalledMinutes", "heartbeatMinutes", "digestMinutes",
+		"quietHours", "exclude", "heldCount", "nextDeliveryAt"} {
+		if _, ok := list[s3][k]; !ok {
+			t.Errorf("list_subscriptions entry lacks %q: %v", k, list[s3])
+		}
+	}
+	if ss, _ := list[s3]["sessions"].([]any); len(ss) != 2 || ss[0].(map[string]any)["title"] != "alpha" || ss[1].(map[string]any)["id"] != c {
+		t.Errorf("sessions = %v", list[s3]["sessions"])
+	}
+	// The owner's view.
+	if diff := cmp.Diff(watch{Watching: 3, Watched: false}, watchOf(w)); diff != "" {
+		t.Errorf("the watcher (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(watch{Watching: 0, Watched: true}, watchOf(a)); diff != "" {
+		t.Errorf("alpha (-want +got):\n%s", diff)
+	}
+
+	// Unsubscribe by id; an unknown id; one no longer active.
+	env := f.call(w, map[string]any{"action": "unsubscribe", "subscription_id": s1})
+	if diff := cmp.Diff([]any{s1}, env["unsubscribed"]); diff != "" {
+		t.Errorf("unsubscribe (-want +got):\n%s\n%v", diff, env)
+	}
+	for _, id := range []string{"sub_0000000000", s1} {
+		if diff := cmp.Diff(outcome{Code: CodeNotFound, Has: true}, outcomeOf(f.call(w, map[string]any{"action": "unsubscribe", "subscription_id": id}), "")); diff != "" {
+			t.Errorf("unsubscribe %s (-want +got):\n%s", id, diff)
+		}
+	}
+	// Archiving the only watched session of s2 ends it.
+	if _, err := f.r.OwnerArchive(f.ctx, b); err != nil {
+		t.Fatalf("archive beta: %v", err)
+	}
+	// The owner's Unsubscribe.
+	if del, err := f.r.Unsubscribe(f.ctx, s3); err != nil || del.EndReason != "unsubscribed" {
+		t.Errorf("the owner's unsubscribe of %s: %+v %v", s3, del, err)
+	}
+	if _, err := f.r.Unsubscribe(f.ctx, "sub_0000000000"); codeOf(err) != CodeNotFound {
+		t.Errorf("the owner's unsubscribe of an unknown subscription: %v, want %s", err, CodeNotFound)
+	}
+	list = f.evSubList(w)
+	got := map[string]any{}
+	for _, id := range []string{s1, s2, s3} {
+		got[id] = list[id]["endReason"]
+	}
+	if diff := cmp.Diff(map[string]any{s1: "unsubscribed", s2: "archived", s3: "unsubscribed"}, got); diff != "" {
+		t.Errorf("end reasons (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(watch{Watching: 0, Watched: false}, watchOf(a)); diff != "" {
+		t.Errorf("alpha after its subscriptions ended (-want +got):\n%s", diff)
+	}
+	// unsubscribe "all".
+	s4 := f.evSubDirect(w, map[string]any{"sessions": []string{a}})["id"].(string)
+	s5 := f.evSubDirect(w, map[string]any{"sessions": []string{"all"}})["id"].(string)
+	env = f.call(w, map[string]any{"action": "unsubscribe", "subscription_id": "all"})
+	var ended []string
+	for _, x := range env["unsubscribed"].([]any) {
+		ended = append(ended, x.(string))
+	}
+	sort.Strings(ended)
+	want := []string{s4, s5}
+	sort.Strings(want)
+	if diff := cmp.Diff(want, ended); diff != "" {
+		t.Errorf("unsubscribe \"all\" (-want +got):\n%s", diff)
+	}
+	for _, s := range f.evSubList(w) {
+		if s["endReason"] == nil {
+			t.Errorf("an active subscription after unsubscribe all: %v", s)
+		}
+	}
+
+	// Transfer: always a card; the old one ends "transferred".
+	s6 := f.evSubDirect(w, map[string]any{"sessions": []string{c}, "events": []string{"turn_end"}})["id"].(string)
+	tenv, card := f.evInTurn(v, map[string]any{"action": "transfer_subscriptions", "from": w}, "allow")
+	if tenv["ok"] != true {
+		t.Fatalf("transfer: %v", tenv)
+	}
+	moved, _ := tenv["subscriptions"].([]any)
+	if len(moved) != 1 || !strings.Contains(strings.Join(card.Lines, "\n"), "Move 1 subscription") {
+		t.Fatalf("transfer: %v; card %v", tenv, card.Lines)
+	}
+	nid := moved[0].(map[string]any)["id"].(string)
+	if nid == s6 {
+		t.Errorf("the moved subscription kept its id")
+	}
+	if ls := f.evSubList(w); ls[s6]["endReason"] != "transferred" {
+		t.Errorf("old subscription after transfer: %v", ls[s6])
+	}
+	vl := f.evSubList(v)
+	if vl[nid] == nil || vl[nid]["endReason"] != nil || fmt.Sprint(vl[nid]["events"]) != "[turn_end]" {
+		t.Errorf("heir's subscriptions: %v", vl)
+	}
+	// list_subscriptions of another conversation.
+	other := f.call(v, map[string]any{"action": "list_subscriptions", "watcher": w})
+	if n := len(other["subscriptions"].([]any)); n != 6 {
+		t.Errorf("list_subscriptions watcher=%s: %d entries, want 6 ended ones", w[:8], n)
+	}
+	// The event now reaches the heir, not the old watcher.
+	f.evDone(c, "after transfer")
+	if n := evCount(f.evLines(v), `"echo: after transfer"`); n != 1 {
+		t.Errorf("the heir got %d lines of the event, want 1", n)
+	}
+	if n := evCount(f.evLines(w), "after transfer"); n != 0 {
+		t.Errorf("the old watcher still got the event after the transfer")
+	}
+	// A second transfer asks a card again (R5.2.5: always).
+	tenv, _ = f.evInTurn(v, map[string]any{"action": "transfer_subscriptions", "from": w}, "allow")
+	if moved, _ := tenv["subscriptions"].([]any); tenv["ok"] != true || len(moved) != 0 {
+		t.Errorf("second transfer: %v", tenv)
 	}
 }
