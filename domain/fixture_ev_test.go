@@ -80,6 +80,13 @@ func evNoCoalesce(tm *config.Timing) { tm.Coalesce = 0 }
 // and the card.
 func (f *fixture) evInTurn(sid string, tool map[string]any, decision string) (map[string]any, *store.Card) {
 	f.t.Helper()
+	return f.evInTurnAtCard(sid, tool, decision, nil)
+}
+
+// evInTurnAtCard is evInTurn with atCard run while the card waits, before
+// it is decided.
+func (f *fixture) evInTurnAtCard(sid string, tool map[string]any, decision string, atCard func(*store.Card)) (map[string]any, *store.Card) {
+	f.t.Helper()
 	if _, ok := tool["relay"]; !ok {
 		tool["relay"] = "this"
 	}
@@ -96,6 +103,9 @@ func (f *fixture) evInTurn(sid string, tool map[string]any, decision string) (ma
 		card = f.evWaitCard(sid, done)
 		if card.Action != tool["action"] {
 			f.t.Errorf("card action %q, want %v: %+v", card.Action, tool["action"], card)
+		}
+		if atCard != nil {
+			atCard(card)
 		}
 		if _, err := f.r.DecideCard(f.ctx, card.ID, decision); err != nil {
 			f.t.Fatalf("decide card %s: %v", card.ID, err)
