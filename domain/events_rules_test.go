@@ -860,3 +860,79 @@ func TestRulesEvGroupWarning(t *testing.T) {
 		t.Errorf("the new session shows a group: %+v %v", d, err)
 	}
 }
+
+// R7.5 (issue 13): the members of a session's group in read_session carry
+// state with the R7.4 values: running_turn for a running turn and for one
+// only queued, background_only while only a background task runs, else idle.
+func TestRulesEvGroupMemberStates(t *testing.T) {
+	t.Parallel()
+	f := newEvFixture(t, evOptions{})
+	if _, err := f.r.CreateGroup(f.ctx, "Crew"); err != nil {
+		t.Fatal(err)
+	}
+	head := f.session(NewSession{Title: "crew head", Group: "Crew"})
+	busy := f.session(NewSession{Title: "crew busy", Group: "Crew"})
+	queued := f.session(NewSession{Title: "crew queued", Group: "Crew"})
+	bg := f.session(NewSession{Title: "crew bg", Group: "Crew"})
+	idle := f.session(NewSession{Title: "crew idle", Group: "Crew"})
+	reader := f.session(NewSession{Title: "reader"})
+
+	// bg: its turn ended, a background task still runs.
+	f.evDone(bg, script(map[string]any{"task": map[string]any{"description": "slow build", "lines": []string{"never yet"},
+		"line_ms": 60000, "exit": 0, "background": true}}, map[string]any{"reply": "started"}))
+	// busy: a turn running (it waits for its question's answer); queued: a
+	// prompt whose drain is not taken while busy's runs.
+	btid := f.prompt(busy, script(map[string]any{"question": map[string]any{"text": "Go on?", "options": []string{"yes", "no"}}}))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.run()
+	}()
+	defer func() {
+		if _, err := f.r.OwnerStop(f.ctx, busy); err != nil {
+			t.Errorf("stop busy: %v", err)
+		}
+		<-done
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		tr, err := f.r.Turn(f.ctx, btid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr.Status == store.TurnRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("busy's turn is %s, not running", tr.Status)
+		}
+		time.Sleep(5 * time.Millisecond) // the turn starts in its goroutine; no clock moves
+	}
+	f.prompt(queued, "waits")
+
+	env := f.call(reader, map[string]any{"action": "read_session", "relay": "this", "session": head, "last": 1})
+	g, _ := env["group"].(map[string]any)
+	members, _ := g["members"].([]any)
+	got := map[string]any{}
+	for _, x := range members {
+		mv := x.(map[string]any)
+		got[mv["id"].(string)] = mv["state"]
+	}
+	want := map[string]any{busy: "running_turn", queued: "running_turn", bg: "background_only", idle: "idle"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("member states (-want +got):\n%s\n%v", diff, env)
+	}
+	// The same values as list_sessions (R7.4).
+	env = f.call(reader, map[string]any{"action": "list_sessions", "relay": "this"})
+	ls := map[string]any{}
+	list, _ := env["sessions"].([]any)
+	for _, x := range list {
+		s := x.(map[string]any)
+		if id := s["id"].(string); want[id] != nil {
+			ls[id] = s["state"]
+		}
+	}
+	if diff := cmp.Diff(got, ls); diff != "" {
+		t.Errorf("list_sessions states (-read_session +list_sessions):\n%s", diff)
+	}
+}
