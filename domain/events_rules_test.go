@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -934,5 +935,68 @@ func TestRulesEvGroupMemberStates(t *testing.T) {
 	}
 	if diff := cmp.Diff(got, ls); diff != "" {
 		t.Errorf("list_sessions states (-read_session +list_sessions):\n%s", diff)
+	}
+}
+
+// R8.1, R8.14a: a turn with no output for stalled_minutes (2) gives one
+// stalled line, before its turn_end. (relaytest's turn slept; here it waits
+// for its question's answer, with no output, while the clock moves.)
+func TestRulesEvStalledTurn(t *testing.T) {
+	t.Parallel()
+	f := newEvFixture(t, evOptions{timing: evNoCoalesce})
+	w := f.session(NewSession{Title: "watcher"})
+	a := f.session(NewSession{Title: "alpha"})
+	sub := f.evSub(w, map[string]any{"sessions": []string{a}, "stalled_minutes": 2}, true)
+	if sub["stalledMinutes"] != float64(2) {
+		t.Errorf("stalledMinutes = %v", sub["stalledMinutes"])
+	}
+	tid := f.prompt(a, script(map[string]any{"question": map[string]any{"text": "Go on?", "options": []string{"yes", "no"}}},
+		map[string]any{"reply": "woke up"}))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.run() // alpha's turn waits for the answer
+	}()
+	var qid string
+	f.evRunWhile(func() bool {
+		qid = regexp.MustCompile(`q_[0-9a-f]+`).FindString(strings.Join(f.evLines(w), "\n"))
+		return qid != ""
+	}, "the question_asked line")
+	f.evAdvanceScanning(2*time.Minute - 30*time.Second)
+	if n := evCount(f.evLines(w), "stalled:"); n != 0 {
+		t.Errorf("%d stalled lines after 90 s, want 0", n)
+	}
+	f.evAdvanceScanning(90 * time.Second)
+	re := regexp.MustCompile(`^` + regexp.QuoteMeta(evLine("alpha", a, "stalled: no output for ")) + `(\d+) min$`)
+	var n int
+	for _, l := range f.evLines(w) {
+		if m := re.FindStringSubmatch(l); m != nil {
+			n, _ = strconv.Atoi(m[1])
+		}
+	}
+	if n < 2 || n > 4 {
+		t.Errorf("stalled line(s) %q: want `stalled: no output for N min` with N about 2", f.evLines(w))
+	}
+	if _, err := f.r.AnswerQuestion(f.ctx, a, qid, []string{"yes"}, ""); err != nil {
+		t.Fatalf("answer question %s: %v", qid, err)
+	}
+	<-done
+	f.run()
+	f.evTurnStatus(tid, store.TurnDone)
+	lines := f.evLines(w)
+	if c := evCount(lines, "stalled:"); c != 1 {
+		t.Errorf("%d stalled lines for one quiet stretch, want 1:\n%s", c, strings.Join(lines, "\n"))
+	}
+	si, ti := -1, -1
+	for i, l := range lines {
+		if strings.Contains(l, "stalled:") {
+			si = i
+		}
+		if strings.Contains(l, `turn_end (done) "yeswoke up"`) { // the answer, then the reply
+			ti = i
+		}
+	}
+	if ti < 0 || si > ti {
+		t.Errorf("the stalled line came after the turn ended (or the turn_end did not come):\n%s", strings.Join(lines, "\n"))
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/oar/relay/clock"
 	"github.com/oar/relay/config"
+	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
@@ -290,5 +291,18 @@ func (f *fixture) evRunWhile(cond func() bool, what string) {
 		if f.run() == 0 {
 			time.Sleep(5 * time.Millisecond) // the other drain works in its goroutine; no clock moves
 		}
+	}
+}
+
+// evAdvanceScanning is advance with the stall scan run every 30 s of the
+// clock, as the app's ticker starts it (StallScanEvery, default 30 s).
+func (f *fixture) evAdvanceScanning(d time.Duration) {
+	f.t.Helper()
+	for step := time.Duration(0); step < d; step += 30 * time.Second {
+		f.advance(min(30*time.Second, d-step))
+		if err := f.r.RunJob(f.ctx, jobs.TypeStallScan, nil); err != nil {
+			f.t.Fatalf("stall scan: %v", err)
+		}
+		f.run()
 	}
 }
