@@ -1000,3 +1000,72 @@ func TestRulesEvStalledTurn(t *testing.T) {
 		t.Errorf("the stalled line came after the turn ended (or the turn_end did not come):\n%s", strings.Join(lines, "\n"))
 	}
 }
+
+// R8.1/R8.2/R8.14a: a failing background task wakes a default subscription
+// with task_failed; a task that ended well does not, unless task_finished
+// (and task_started) are named; subagent_finished. (The metrics of these
+// events stay in relaytest: they are scraped over HTTP.)
+func TestRulesEvTaskEvents(t *testing.T) {
+	t.Parallel()
+	f := newEvFixture(t, evOptions{timing: evNoCoalesce})
+	w := f.session(NewSession{Title: "watcher"})
+	w2 := f.session(NewSession{Title: "task-watcher"})
+	a := f.session(NewSession{Title: "alpha"})
+	f.evSub(w, map[string]any{"sessions": []string{a}}, true)
+	f.evSub(w2, map[string]any{"sessions": []string{a}, "events": []string{"task_finished", "task_started"}}, true)
+	taskRe := regexp.MustCompile(`task_(?:started|finished|failed) ([0-9a-f]{8}) `)
+	waitCount := func(sid, frag string, n int) []string {
+		t.Helper()
+		var lines []string
+		f.evRunWhile(func() bool { lines = f.evLines(sid); return evCount(lines, frag) >= n }, fmt.Sprintf("%d lines with %q", n, frag))
+		return lines
+	}
+
+	// A background task that fails (the task runs on after its turn, in real time).
+	f.evDone(a, script(map[string]any{"task": map[string]any{"description": "npm test", "lines": []string{"1 failed"}, "line_ms": 100, "exit": 1, "background": true}}))
+	var line string
+	for _, l := range waitCount(w, "task_failed", 1) {
+		if strings.Contains(l, "task_failed") {
+			line = l
+		}
+	}
+	if m := taskRe.FindStringSubmatch(line); m == nil || line != evLine("alpha", a, `task_failed `+m[1]+` "npm test" (exit 1)`) {
+		t.Errorf("task_failed line %q, want %q", line, evLine("alpha", a, `task_failed ID8 "npm test" (exit 1)`))
+	}
+	// A foreground task that ends well: its turn_end comes after it.
+	f.evDone(a, script(map[string]any{"task": map[string]any{"description": "go build", "lines": []string{"ok"}, "exit": 0}}, map[string]any{"reply": "built"}))
+	if n := evCount(f.evLines(w), `turn_end (done) "built"`); n != 1 {
+		t.Errorf("%d turn_end lines of the foreground task's turn, want 1", n)
+	}
+	// A sub-agent.
+	f.evDone(a, script(map[string]any{"subagent": map[string]any{"description": "explore repo", "ms": 200}}, map[string]any{"reply": "spawned"}))
+	lines := waitCount(w, evLine("alpha", a, `subagent_finished "explore repo"`), 1)
+	for _, frag := range []string{"task_finished", "task_started"} {
+		if n := evCount(lines, frag); n != 0 {
+			t.Errorf("a default subscription got %s (R8.2):\n%s", frag, strings.Join(lines, "\n"))
+		}
+	}
+	// The subscription naming task_finished and task_started.
+	waitCount(w2, "task_finished", 1)
+	l2 := waitCount(w2, "task_started", 2)
+	var started, finished []string
+	for _, l := range l2 {
+		if m := taskRe.FindStringSubmatch(l); m != nil {
+			switch {
+			case strings.Contains(l, "task_started"):
+				started = append(started, strings.Replace(l, m[1], "ID8", 1))
+			case strings.Contains(l, "task_finished"):
+				finished = append(finished, strings.Replace(l, m[1], "ID8", 1))
+			}
+		}
+	}
+	if diff := cmp.Diff([]string{evLine("alpha", a, `task_started ID8 "npm test"`), evLine("alpha", a, `task_started ID8 "go build"`)}, started); diff != "" {
+		t.Errorf("task_started lines (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{evLine("alpha", a, `task_finished ID8 "go build" (exit 0)`)}, finished); diff != "" {
+		t.Errorf("task_finished lines (-want +got):\n%s", diff)
+	}
+	if n := evCount(l2, "turn_end") + evCount(l2, "task_failed") + evCount(l2, "subagent_finished"); n != 0 {
+		t.Errorf("the task subscription got kinds it did not name:\n%s", strings.Join(l2, "\n"))
+	}
+}
