@@ -585,11 +585,7 @@ func TestRulesEvQuietHoursHeldAndReleased(t *testing.T) {
 	}
 	held(2) // its turn_end (error) is held
 	qtid := f.prompt(a, script(map[string]any{"question": map[string]any{"text": "Proceed?", "options": []string{"yes", "no"}}}))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f.run() // alpha's turn waits for the answer
-	}()
+	done := f.goRun()
 	f.evRunWhile(func() bool { return msgWith("question_asked") != "" }, "the question_asked message")
 	qMsg := msgWith("question_asked")
 	qid := regexp.MustCompile(`q_[0-9a-f]+`).FindString(qMsg)
@@ -884,11 +880,7 @@ func TestRulesEvGroupMemberStates(t *testing.T) {
 	// busy: a turn running (it waits for its question's answer); queued: a
 	// prompt whose drain is not taken while busy's runs.
 	btid := f.prompt(busy, script(map[string]any{"question": map[string]any{"text": "Go on?", "options": []string{"yes", "no"}}}))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f.run()
-	}()
+	done := f.goRun()
 	defer func() {
 		if _, err := f.r.OwnerStop(f.ctx, busy); err != nil {
 			t.Errorf("stop busy: %v", err)
@@ -952,11 +944,7 @@ func TestRulesEvStalledTurn(t *testing.T) {
 	}
 	tid := f.prompt(a, script(map[string]any{"question": map[string]any{"text": "Go on?", "options": []string{"yes", "no"}}},
 		map[string]any{"reply": "woke up"}))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f.run() // alpha's turn waits for the answer
-	}()
+	done := f.goRun()
 	var qid string
 	f.evRunWhile(func() bool {
 		qid = regexp.MustCompile(`q_[0-9a-f]+`).FindString(strings.Join(f.evLines(w), "\n"))

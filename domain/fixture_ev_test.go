@@ -96,11 +96,7 @@ func (f *fixture) evInTurnAtCard(sid string, tool map[string]any, decision strin
 	if decision == "" {
 		f.run()
 	} else {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			f.run()
-		}()
+		done := f.goRun()
 		card = f.evWaitCard(sid, done)
 		if card.Action != tool["action"] {
 			f.t.Errorf("card action %q, want %v: %+v", card.Action, tool["action"], card)

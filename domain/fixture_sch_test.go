@@ -235,11 +235,7 @@ func (f *fixture) schCard(sid string, done <-chan struct{}) *store.Card {
 func (f *fixture) schStart(sid string, steps ...map[string]any) (string, <-chan struct{}) {
 	f.t.Helper()
 	tid := f.prompt(sid, script(steps...))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f.run()
-	}()
+	done := f.goRun()
 	return tid, done
 }
 

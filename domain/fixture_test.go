@@ -366,3 +366,23 @@ func cmpIgnoreKeys(keys ...string) cmp.Option {
 		return ok && skip[mi.Key().String()]
 	}, cmp.Ignore())
 }
+
+// goRun is run on a goroutine of its own, for a turn that will block (on a
+// card, a question): the oldest drain is taken before goRun returns, so a
+// run the test makes meanwhile cannot take that turn and block in its
+// place. The channel closes when the goroutine's run ended.
+func (f *fixture) goRun() <-chan struct{} {
+	j, ok := f.enq.next(true, time.Time{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if ok {
+			if err := f.r.Drain(f.ctx, j.session); err != nil && !errors.Is(err, ErrRetryLater) {
+				f.t.Errorf("drain %s: %v", j.session, err)
+				return
+			}
+		}
+		f.run()
+	}()
+	return done
+}
