@@ -15,7 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +22,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/oar/relay/config"
-	"github.com/oar/relay/store"
 )
 
 const (
@@ -405,87 +403,6 @@ func TestActionsEnvelope(t *testing.T) {
 }
 
 // ---- finding relays and sessions ------------------------------------------
-
-// R7.2, R7.3: relay_info and usage.
-func TestActionsRelayInfoAndUsage(t *testing.T) {
-	t.Parallel()
-	r := Start(t, Options{})
-	a := r.NewSession(map[string]any{"title": "caller"})
-	m := r.Connect(a.Token, nil)
-
-	env := m.MustOK(map[string]any{"action": "relay_info", "relay": "this"})
-	wantEq(t, "summary", env["summary"], "relay_info → desk: 1 provider, modes agent, ask, plan, 0 groups")
-	wantEq(t, "relay", env["relay"], "desk")
-	wantEq(t, "name", env["name"], "desk")
-	if str(env["version"]) == "" {
-		t.Errorf("version %v", env["version"])
-	}
-	wantEq(t, "platform", env["platform"], runtime.GOOS+"/"+runtime.GOARCH)
-	wantEq(t, "acceptsAgentPrompts", env["acceptsAgentPrompts"], true)
-	wantEq(t, "providers", env["providers"], []any{map[string]any{"id": "scripted", "name": "Scripted",
-		"defaultModel": "scripted-1", "models": []any{"scripted-1"}, "efforts": []any{"low", "medium", "high"}, "available": true}})
-	wantEq(t, "defaultCwd", env["defaultCwd"], r.Config.DefaultCwd)
-	list(t, env["recentCwds"], "recentCwds")
-	wantEq(t, "modes", env["modes"], []any{"agent", "ask", "plan"})
-	wantEq(t, "groups", env["groups"], []any{})
-	wantNoKey(t, "relay_info", env, "groupsNote", "groupsTotal")
-
-	// An empty owner group is not listed; one with a session is, with its count.
-	g := ownerGroup(t, r, "Release 2.4")
-	env = m.MustOK(map[string]any{"action": "relay_info", "relay": "this"})
-	wantEq(t, "groups", env["groups"], []any{})
-	r.NewSession(map[string]any{"title": "member", "group": "Release 2.4"})
-	env = m.MustOK(map[string]any{"action": "relay_info", "relay": "this"})
-	wantEq(t, "groups", env["groups"], []any{map[string]any{"id": g, "name": "Release 2.4", "memberCount": float64(1)}})
-	wantEq(t, "summary", env["summary"], "relay_info → desk: 1 provider, modes agent, ask, plan, 1 group")
-
-	// usage: one tracked-by-us provider, no secrets.
-	mid := r.Message(a.ID, "count me")
-	r.WaitTurn(mid, turnWait, "done")
-	env = m.MustOK(map[string]any{"action": "usage", "relay": "this"})
-	wantEq(t, "summary", env["summary"], "usage → desk: 1 provider, quotas not tracked")
-	provs := list(t, env["providers"], "providers")
-	if len(provs) != 1 {
-		t.Fatalf("providers %v", provs)
-	}
-	p := obj(t, provs[0], "providers[0]")
-	wantEq(t, "id", p["id"], "scripted")
-	wantEq(t, "status", p["status"], "ok")
-	wantHas(t, "note", p["note"], "not tracked")
-	raw, _ := json.Marshal(env)
-	for _, secret := range []string{a.Token, OwnerToken} {
-		if strings.Contains(string(raw), secret) {
-			t.Errorf("usage shows a token: %s", raw)
-		}
-	}
-}
-
-// R7.2: groups that cannot be read give groups null and a groupsNote.
-func TestActionsRelayInfoGroupsUnreadable(t *testing.T) {
-	t.Parallel()
-	r := Start(t, Options{})
-	a := r.NewSession(map[string]any{"title": "caller"})
-	m := r.Connect(a.Token, nil)
-	ctx := context.Background()
-	key := store.KeyBase(r.App.Store().Prefix()) + "groups"
-	rdb := r.App.Store().Redis()
-	if err := rdb.Del(ctx, key).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := rdb.Set(ctx, key, "not a set", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	env := m.MustOK(map[string]any{"action": "relay_info", "relay": "this"})
-	if v, ok := env["groups"]; !ok || v != nil {
-		t.Errorf("groups = %v (present %v), want null", v, ok)
-	}
-	wantHas(t, "groupsNote", env["groupsNote"], "create_session", "group")
-	if err := rdb.Del(ctx, key).Err(); err != nil {
-		t.Fatal(err)
-	}
-	env = m.MustOK(map[string]any{"action": "relay_info", "relay": "this"})
-	wantEq(t, "groups", env["groups"], []any{})
-}
 
 // R7.4: list_sessions.
 func TestActionsListSessions(t *testing.T) {
@@ -1196,23 +1113,6 @@ func TestActionsCreateSession(t *testing.T) {
 	}
 }
 
-// R5.1, R5.2.1: a denied first create_session creates nothing.
-func TestActionsCreateSessionDenied(t *testing.T) {
-	t.Parallel()
-	r := Start(t, Options{})
-	a := r.NewSession(map[string]any{"title": "lead"})
-	m := r.Connect(a.Token, nil)
-	res, card := r.InTurn(a, map[string]any{"action": "create_session", "relay": "this", "text": "nope", "wait_seconds": 0}, "deny")
-	wantEq(t, "card.action", card["action"], "create_session")
-	if res["ok"] != false || res["code"] != codePermission {
-		t.Fatalf("denied create_session: %v", res)
-	}
-	wantHas(t, "error", res["error"], "No session was created.")
-	wantEq(t, "sessions", sessionTotal(t, m, "all"), 1)
-	// The card is asked again next time (still no session was allowed).
-	m.MustFail(map[string]any{"action": "create_session", "relay": "this", "text": "again"}, codeNoTurn)
-}
-
 // R7.10: update_session.
 func TestActionsUpdateSession(t *testing.T) {
 	t.Parallel()
@@ -1618,37 +1518,4 @@ func TestActionsReadTaskOutputGone(t *testing.T) {
 	}, "the ended task's output to be gone")
 	env = m.MustFail(args, codeNotFound)
 	wantHas(t, "error", env["error"], "Nothing was done.")
-}
-
-// R7.2, R7.9: relay_info lists at most 50 groups (most recent activity first,
-// groupsTotal when more); an UNKNOWN_GROUP error lists at most 20.
-func TestActionsGroupLists(t *testing.T) {
-	t.Parallel()
-	r := Start(t, Options{})
-	a := r.NewSession(map[string]any{"title": "caller"})
-	m := r.Connect(a.Token, nil)
-	var members []string
-	for i := 0; i < 51; i++ {
-		g := ownerGroup(t, r, fmt.Sprintf("g%02d", i))
-		members = append(members, r.NewSession(map[string]any{"title": fmt.Sprintf("s%02d", i), "group": g}).ID)
-	}
-	r.WaitTurn(r.Message(members[10], "recent"), turnWait, "done")
-	env := m.MustOK(map[string]any{"action": "relay_info", "relay": "this"})
-	groups := list(t, env["groups"], "groups")
-	wantEq(t, "groups listed", len(groups), 50)
-	wantEq(t, "groupsTotal", env["groupsTotal"], float64(51))
-	wantEq(t, "most recent group", obj(t, groups[0], "groups[0]")["name"], "g10")
-	wantEq(t, "summary", env["summary"], "relay_info → desk: 1 provider, modes agent, ask, plan, 51 groups")
-	env = m.MustFail(map[string]any{"action": "create_session", "relay": "this", "text": "x", "group": "g99"}, codeUnknownGroup)
-	wantEq(t, "error groups", len(list(t, env["groups"], "groups")), 20)
-	wantEq(t, "error groupsTotal", env["groupsTotal"], float64(51))
-	if n := strings.Count(str(env["error"]), "(grp_"); n != 20 {
-		t.Errorf("the error names %d groups, want 20: %q", n, env["error"])
-	}
-	wantHas(t, "error", env["error"], `Relay "desk" has no session group "g99". Groups there: g10 (grp_`, "No session was created.")
-	// Issue 13: the cut list ends ", …" and goes on with what was not done (the seed: "…), … No session was created.").
-	wantHas(t, "error end", env["error"], "), … No session was created.")
-	if strings.Contains(str(env["error"]), "…. ") {
-		t.Errorf("the cut group list ends in \"…. \": %q", env["error"])
-	}
 }
