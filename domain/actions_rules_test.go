@@ -14,8 +14,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/oar/relay/config"
 	"github.com/oar/relay/store"
 )
+
+// actNoSuchSession is a well-formed session id no fixture relay has.
+const actNoSuchSession = "0000000000000000ffffffffffffffff"
 
 // R7.2, R7.3: relay_info and usage.
 func TestRulesActRelayInfoAndUsage(t *testing.T) {
@@ -329,4 +333,362 @@ func TestRulesActUpdateOthersSessionAsksOnce(t *testing.T) {
 	}
 	// Once per conversation: another conversation still asks.
 	f.actFail(d, upd(b, "t4"), CodeNoActiveTurn)
+}
+
+// actAgentLine is the line an agent's prompt starts with (R18.15).
+func actAgentLine(title, model string) string {
+	return `[Prompt from an agent on this relay · session "` + title + `" · ` + model + ` · acting for the user]`
+}
+
+// R5.2.6: loop protection with a limit of 3: the 4th prompt asks; the owner writing resets
+// the count; allowing the card resets it too.
+func TestRulesActLoopProtection(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn, limits: func(l *config.Limits) { l.AgentPromptsBeforeCard = 3 }})
+	actAuto(f)
+	a := f.session(NewSession{Title: "chatty"})
+	b := f.session(NewSession{Title: "listener"})
+	send := func(text string) map[string]any {
+		return map[string]any{"action": "send", "relay": "this", "session": b, "text": text, "wait_seconds": 0}
+	}
+	for i := 1; i <= 3; i++ {
+		f.actOK(a, send(fmt.Sprintf("o%d", i)))
+	}
+	f.actFail(a, send("o4"), CodeNoActiveTurn) // the 4th needs a card
+
+	// The owner writes in the conversation: the count starts again.
+	f.actTurn(f.prompt(a, "carry on"))
+	for i := 1; i <= 3; i++ {
+		f.actOK(a, send(fmt.Sprintf("r%d", i)))
+	}
+	f.actFail(a, send("r4"), CodeNoActiveTurn)
+
+	// In a turn (its script is the owner writing, so the count is 0 again): p4 asks; allowing
+	// it resets the count, so the next card comes at p7 (p5 would ask without the reset).
+	steps := []map[string]any{}
+	for i := 1; i <= 7; i++ {
+		steps = append(steps, actTool(send(fmt.Sprintf("p%d", i))))
+	}
+	tid := f.prompt(a, script(steps...))
+	c := f.actDecide(a, "send", b, "allow")
+	if l := strings.Join(c.Lines, "\n"); !strings.Contains(l, ": p4") || !strings.Contains(l, "Loop protection") {
+		t.Fatalf("first loop card:\n%s", l)
+	}
+	c = f.actDecide(a, "send", b, "deny")
+	if l := strings.Join(c.Lines, "\n"); !strings.Contains(l, ": p7") {
+		t.Fatalf("second loop card is not for p7 (allowing must reset the count):\n%s", l)
+	}
+	res := f.actResults(tid, 7)
+	for i := 0; i < 6; i++ {
+		actWant(t, fmt.Sprintf("p%d", i+1), res[i], "")
+	}
+	actWant(t, "p7", res[6], CodePermission, "Nothing was sent.")
+
+	want := []string{"o1", "o2", "o3", "r1", "r2", "r3", "p1", "p2", "p3", "p4", "p5", "p6"}
+	for i, w := range want {
+		want[i] = actAgentLine("chatty", "scripted-1") + "\n" + w // R18.15
+	}
+	var got []string
+	for _, m := range f.history(b, "agent") {
+		got = append(got, m.Text)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("prompts that reached the listener (-want +got):\n%s", diff)
+	}
+}
+
+// R7.15: stop.
+func TestRulesActStop(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	actAuto(f)
+	a := f.session(NewSession{Title: "caller"})
+	b := f.session(NewSession{Title: "sleeper"})
+	mid := f.prompt(b, script(map[string]any{"reply": "so far"}, map[string]any{"sleep_ms": 600000}, map[string]any{"reply": " never"}))
+	next := f.prompt(b, "after")
+	f.actTurn(mid, store.TurnRunning)
+
+	stop := map[string]any{"action": "stop", "relay": "this", "session": b}
+	env := f.actOK(a, stop)
+	if diff := cmp.Diff([]any{true, "stop → desk session " + b[:8] + ": stop requested"}, []any{env["stopRequested"], env["summary"]}); diff != "" {
+		t.Errorf("stop (-want +got):\n%s", diff)
+	}
+	actNoKey(t, "stop", env, "note")
+	if tr := f.actTurn(mid); tr.Status != store.TurnStopped {
+		t.Errorf("turn status %s, want stopped", tr.Status)
+	}
+	// The prompt queued behind it runs next.
+	if tr := f.actTurn(next); tr.Reply != "echo: after" {
+		t.Errorf("next reply %q (%s)", tr.Reply, tr.Status)
+	}
+
+	env = f.actOK(a, stop)
+	if diff := cmp.Diff([]any{false, "nothing was running", "stop → desk session " + b[:8] + ": nothing was running"},
+		[]any{env["stopRequested"], env["note"], env["summary"]}); diff != "" {
+		t.Errorf("stop with nothing running (-want +got):\n%s", diff)
+	}
+	env = f.actFail(a, actWith(stop, map[string]any{"session": a}), CodeSelf)
+	actHas(t, "error", env["error"], "Nothing was done.")
+	f.actFail(a, actWith(stop, map[string]any{"session": actNoSuchSession}), CodeNotFound)
+	f.actFail(a, map[string]any{"action": "stop", "relay": "this"}, CodeInvalidInput)
+}
+
+// R7.16: archive.
+func TestRulesActArchive(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	actAuto(f)
+	a := f.session(NewSession{Title: "caller"})
+	b := f.session(NewSession{Title: "done with"})
+	c := f.session(NewSession{Title: "running"})
+	archive := map[string]any{"action": "archive", "relay": "this", "session": b}
+
+	env := f.actOK(a, archive)
+	if diff := cmp.Diff([]any{true, "archive → desk session " + b[:8] + ": archived"}, []any{env["archived"], env["summary"]}); diff != "" {
+		t.Errorf("archive (-want +got):\n%s", diff)
+	}
+	env = f.actOK(a, map[string]any{"action": "list_sessions", "relay": "this", "scope": "archived"})
+	items, _ := env["sessions"].([]any)
+	if len(items) != 1 || items[0].(map[string]any)["id"] != b {
+		t.Fatalf("archived list %v", items)
+	}
+	env = f.actOK(a, map[string]any{"action": "list_sessions", "relay": "this"})
+	for _, it := range env["sessions"].([]any) {
+		if it.(map[string]any)["id"] == b {
+			t.Errorf("an archived session is listed as active")
+		}
+	}
+	// An archived session takes no prompts; it can still be read.
+	before := f.messages(b)
+	env = f.actFail(a, map[string]any{"action": "send", "relay": "this", "session": b, "text": "hello?", "wait_seconds": 0}, CodeInvalidInput)
+	actHas(t, "error", env["error"], "archived", "Nothing was sent.")
+	if n := f.messages(b); n != before {
+		t.Errorf("messages %d, want %d", n, before)
+	}
+	f.actOK(a, map[string]any{"action": "read_session", "relay": "this", "session": b, "last": 5})
+	if env = f.actOK(a, archive); env["archived"] != true {
+		t.Errorf("archived again: %v", env["archived"])
+	}
+
+	// Archiving a running session stops its turn.
+	mid := f.prompt(c, script(map[string]any{"sleep_ms": 600000}))
+	f.actTurn(mid, store.TurnRunning)
+	f.actOK(a, actWith(archive, map[string]any{"session": c}))
+	if tr := f.actTurn(mid); tr.Status != store.TurnStopped {
+		t.Errorf("turn of the archived session %s, want stopped", tr.Status)
+	}
+
+	env = f.actFail(a, actWith(archive, map[string]any{"session": a}), CodeSelf)
+	actHas(t, "error", env["error"], "Nothing was done.")
+	f.actFail(a, actWith(archive, map[string]any{"session": actNoSuchSession}), CodeNotFound)
+	f.actFail(a, map[string]any{"action": "archive", "relay": "this"}, CodeInvalidInput)
+	if n := f.actTotal("active"); n != 1 {
+		t.Errorf("active sessions %d, want 1", n)
+	}
+}
+
+// R7.14: answer_question.
+func TestRulesActAnswerQuestion(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	actAuto(f)
+	a := f.session(NewSession{Title: "caller"})
+	b := f.session(NewSession{Title: "asker"})
+	c := f.session(NewSession{Title: "other"})
+	mid := f.prompt(b, script(map[string]any{"question": map[string]any{"text": "Which DB?", "options": []string{"pg", "mysql"}}},
+		map[string]any{"reply": " chosen"}))
+	qid := f.actQuestion(b).ID
+	ans := func(extra map[string]any) map[string]any {
+		return actWith(map[string]any{"action": "answer_question", "relay": "this", "session": b, "question_id": qid, "choices": []string{"pg"}}, extra)
+	}
+
+	// An ask's id is FORBIDDEN before anything else (no relay, unknown relay, no session).
+	tests := []struct {
+		args map[string]any
+		code string
+		has  string
+	}{
+		{map[string]any{"action": "answer_question", "question_id": "ask_0123456789abcdef", "answer": "x"}, CodeForbidden, "Nothing was sent."},
+		{map[string]any{"action": "answer_question", "relay": "build-box", "question_id": "ask_0123456789abcdef"}, CodeForbidden, "Nothing was sent."},
+		{ans(map[string]any{"question_id": "ask_0123456789abcdef"}), CodeForbidden, "Nothing was sent."},
+		{ans(map[string]any{"question_id": "card_0123456789abcdef"}), CodeForbidden, "Nothing was sent."},
+		{ans(map[string]any{"question_id": "q_00000000000000ff"}), CodeNotFound, "Nothing was sent."},
+		{ans(map[string]any{"session": c}), CodeNotFound, ""},
+		{ans(map[string]any{"session": actNoSuchSession}), CodeNotFound, ""},
+		{ans(map[string]any{"question_id": nil}), CodeInvalidInput, ""},
+		{ans(map[string]any{"choices": nil}), CodeInvalidInput, ""},
+		{ans(map[string]any{"choices": []string{}, "answer": "  "}), CodeInvalidInput, ""},
+		{ans(map[string]any{"choices": []string{"oracle"}}), CodeInvalidInput, `"oracle"`},
+		// session may be left out: the question names its session (the seed's example).
+		// A wrong session is NOT_FOUND.
+		{map[string]any{"action": "answer_question", "relay": "this", "session": c, "question_id": qid, "answer": "pg"}, CodeNotFound, ""},
+	}
+	for _, tt := range tests {
+		actWant(t, fmt.Sprint(tt.args), f.call(a, tt.args), tt.code, tt.has)
+	}
+	actHas(t, "choices error", f.call(a, ans(map[string]any{"choices": []string{"oracle"}}))["error"], "pg, mysql")
+	if tr, err := f.r.Turn(f.ctx, mid); err != nil || tr.Status != store.TurnRunning {
+		t.Fatalf("the question's turn moved on: %v %v", tr, err)
+	}
+
+	// Its own question: SELF.
+	amid := f.prompt(a, script(map[string]any{"question": map[string]any{"text": "Me?"}}))
+	aq := f.actQuestion(a).ID
+	env := f.actFail(a, map[string]any{"action": "answer_question", "relay": "this", "session": a, "question_id": aq, "answer": "yes"}, CodeSelf)
+	actHas(t, "error", env["error"], "Nothing was sent.")
+	if _, err := f.r.AnswerQuestion(f.ctx, a, aq, nil, "owner"); err != nil {
+		t.Fatal(err)
+	}
+	f.actTurn(amid)
+
+	// Success: the turn continues with the answer.
+	env = f.actOK(a, ans(map[string]any{"question_id": qid[:10]}))
+	if diff := cmp.Diff([]any{qid, "pg", "answer_question → desk session " + b[:8] + ": answered " + qid},
+		[]any{env["question_id"], env["answer"], env["summary"]}); diff != "" {
+		t.Errorf("answer_question (-want +got):\n%s", diff)
+	}
+	if tr := f.actTurn(mid); tr.Status != store.TurnDone || tr.Reply != "pg chosen" {
+		t.Errorf("turn %s %q, want done \"pg chosen\"", tr.Status, tr.Reply)
+	}
+	// Answered once only.
+	f.actFail(a, ans(nil), CodeNotFound)
+
+	// A free-text answer.
+	mid = f.prompt(c, script(map[string]any{"question": map[string]any{"text": "Name?"}}))
+	cq := f.actQuestion(c).ID
+	f.actOK(a, map[string]any{"action": "answer_question", "relay": "this", "session": c, "question_id": cq, "answer": "Ada"})
+	if tr := f.actTurn(mid); tr.Reply != "Ada" {
+		t.Errorf("reply %q, want Ada", tr.Reply)
+	}
+}
+
+// R5.2.3, R5.1: in ask mode every write action needs a card; outside a turn
+// there is none (NO_ACTIVE_TURN), a denied card is PERMISSION with nothing done.
+func TestRulesActAskModeCards(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	actAuto(f)
+	a := f.session(NewSession{Title: "careful", Mode: "ask"})
+	b := f.session(NewSession{Title: "target"})
+	qmid := f.prompt(b, script(map[string]any{"question": map[string]any{"text": "Go?", "options": []string{"y", "n"}}}))
+	qid := f.actQuestion(b).ID
+
+	for _, c := range []struct {
+		args    map[string]any
+		nothing string
+	}{
+		{map[string]any{"action": "send", "session": b, "text": "hi", "wait_seconds": 0}, "Nothing was sent."},
+		{map[string]any{"action": "answer_question", "session": b, "question_id": qid, "choices": []string{"y"}}, "Nothing was sent."},
+		{map[string]any{"action": "stop", "session": b}, "Nothing was done."},
+		{map[string]any{"action": "archive", "session": b}, "Nothing was done."},
+		{map[string]any{"action": "create_session", "text": "hi"}, "No session was created."},
+	} {
+		c.args["relay"] = "this"
+		actWant(t, fmt.Sprint(c.args["action"]), f.call(a, c.args), CodeNoActiveTurn, c.nothing)
+	}
+	// Reading needs no card.
+	f.actOK(a, map[string]any{"action": "list_sessions", "relay": "this"})
+	if tr, err := f.r.Turn(f.ctx, qmid); err != nil || tr.Status != store.TurnRunning {
+		t.Fatalf("the question's turn moved on: %v %v", tr, err)
+	}
+	before := f.messages(b)
+
+	// Denied inside a turn: PERMISSION, nothing sent.
+	res, card := f.actInTurn(a, map[string]any{"action": "send", "relay": "this", "session": b, "text": "hi", "wait_seconds": 0}, "deny")
+	if card.Action != "send" || card.Target == nil || *card.Target != b {
+		t.Errorf("card %+v, want send on %s", card, b)
+	}
+	actHas(t, "card.lines", strings.Join(card.Lines, "\n"), "ask mode")
+	actWant(t, "denied send", res, CodePermission, "Nothing was sent.")
+	if n := f.messages(b); n != before {
+		t.Errorf("messages %d, want %d", n, before)
+	}
+
+	// Allowed: the answer goes through and the question's turn continues.
+	res, card = f.actInTurn(a, map[string]any{"action": "answer_question", "relay": "this", "session": b, "question_id": qid, "choices": []string{"y"}}, "allow")
+	if card.Action != "answer_question" {
+		t.Errorf("card.action %q", card.Action)
+	}
+	actWant(t, "allowed answer_question", res, "")
+	if tr := f.actTurn(qmid); tr.Reply != "y" {
+		t.Errorf("reply %q, want y", tr.Reply)
+	}
+	res, _ = f.actInTurn(a, map[string]any{"action": "archive", "relay": "this", "session": b}, "allow")
+	if res["archived"] != true {
+		t.Errorf("archive: %v", res)
+	}
+}
+
+// R5.2.3: in ask mode every write action asks a card (send, update_session, stop, archive,
+// answer_question); reads do not. Deny leaves things as they were.
+func TestRulesActAskModeCardsEveryWrite(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	actAuto(f)
+	a := f.session(NewSession{Title: "asker", Mode: "ask"})
+	b := f.session(NewSession{Title: "target"})
+	s := f.session(NewSession{Title: "runner"})
+	q := f.session(NewSession{Title: "questioner"})
+	sTurn := f.prompt(s, script(map[string]any{"sleep_ms": 600000}, map[string]any{"reply": "slept"}))
+	qTurn := f.prompt(q, script(map[string]any{"question": map[string]any{"text": "Pick one", "options": []string{"A", "B"}}}))
+	f.actTurn(sTurn, store.TurnRunning)
+	qid := f.actQuestion(q).ID
+
+	send := map[string]any{"action": "send", "relay": "this", "session": b, "text": "hi from asker", "wait_seconds": 10}
+	update := map[string]any{"action": "update_session", "relay": "this", "session": b, "title": "renamed"}
+	stop := map[string]any{"action": "stop", "relay": "this", "session": s}
+	archive := map[string]any{"action": "archive", "relay": "this", "session": b}
+	answer := map[string]any{"action": "answer_question", "relay": "this", "session": q, "question_id": qid, "choices": []string{"A"}}
+
+	// Outside a turn each needs a card, so each is NO_ACTIVE_TURN and nothing happens.
+	for _, args := range []map[string]any{send, update, stop, archive, answer} {
+		f.actFail(a, args, CodeNoActiveTurn)
+	}
+	f.actOK(a, map[string]any{"action": "list_sessions", "relay": "this"})
+	f.actOK(a, map[string]any{"action": "read_session", "relay": "this", "session": b})
+	if n := f.messages(b); n != 0 {
+		t.Fatalf("target has %d messages after refused sends", n)
+	}
+	if bs := f.actStored(b); bs.Title != "target" || bs.Archived {
+		t.Fatalf("target changed without a card: %+v", bs)
+	}
+	if tr, _ := f.r.Turn(f.ctx, sTurn); tr.Status != store.TurnRunning {
+		t.Fatalf("runner turn %s without a card", tr.Status)
+	}
+
+	// Inside a turn: one card per write action.
+	tid := f.prompt(a, script(actTool(send), actTool(update), actTool(stop), actTool(archive), actTool(answer)))
+	f.actDecide(a, "send", b, "allow")
+	c := f.actDecide(a, "update_session", b, "allow")
+	if l := strings.Join(c.Lines, "\n"); !strings.Contains(l, "Title: renamed") {
+		t.Fatalf("update card does not list the change:\n%s", l)
+	}
+	f.actDecide(a, "stop", s, "allow")
+	f.actDecide(a, "archive", b, "deny")
+	f.actDecide(a, "answer_question", q, "allow")
+	res := f.actResults(tid, 5)
+
+	actWant(t, "send", res[0], "")
+	if res[0]["status"] != "done" {
+		t.Fatalf("send %v", res[0])
+	}
+	actWant(t, "update_session", res[1], "")
+	if got := f.actStored(b).Title; got != "renamed" {
+		t.Fatalf("update_session allowed but title is %q", got)
+	}
+	actWant(t, "stop", res[2], "")
+	if res[2]["stopRequested"] != true {
+		t.Fatalf("stop %v", res[2])
+	}
+	if st := f.actTurn(sTurn).Status; st != store.TurnStopped {
+		t.Fatalf("runner turn %s after an allowed stop", st)
+	}
+	actWant(t, "archive", res[3], CodePermission, "Nothing was done.")
+	if f.actStored(b).Archived {
+		t.Fatalf("archived although the owner denied it")
+	}
+	actWant(t, "answer_question", res[4], "")
+	if qt := f.actTurn(qTurn); qt.Status != store.TurnDone || !strings.Contains(qt.Reply, "A") {
+		t.Fatalf("questioner turn %s %q after the answer", qt.Status, qt.Reply)
+	}
 }

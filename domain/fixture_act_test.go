@@ -309,3 +309,33 @@ func (f *fixture) actResults(id string, want int) []map[string]any {
 	}
 	return res
 }
+
+// actQuestion waits for a pending question of session sid and returns it.
+func (f *fixture) actQuestion(sid string) *store.Question {
+	f.t.Helper()
+	var q *store.Question
+	f.actUntil("a question in "+sid, func() bool {
+		qs, err := f.r.QuestionCards(f.ctx, sid)
+		if err != nil {
+			f.t.Fatalf("questions of %s: %v", sid, err)
+		}
+		if len(qs) == 1 {
+			q = qs[0]
+			return true
+		}
+		return false
+	})
+	return q
+}
+
+// actWith is base with extra's keys set (nil values too).
+func actWith(base, extra map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range extra {
+		out[k] = v
+	}
+	return out
+}
