@@ -7,6 +7,8 @@ package domain
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -690,5 +692,312 @@ func TestRulesActAskModeCardsEveryWrite(t *testing.T) {
 	actWant(t, "answer_question", res[4], "")
 	if qt := f.actTurn(qTurn); qt.Status != store.TurnDone || !strings.Contains(qt.Reply, "A") {
 		t.Fatalf("questioner turn %s %q after the answer", qt.Status, qt.Reply)
+	}
+}
+
+// R7.7, R7.11, R7.13: send.
+func TestRulesActSend(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	actAuto(f)
+	a := f.session(NewSession{Title: "caller"})
+	b := f.session(NewSession{Title: "target"})
+	send := func(extra map[string]any) map[string]any {
+		return actWith(map[string]any{"action": "send", "relay": "this", "session": b, "wait_seconds": 15}, extra)
+	}
+
+	t.Run("done", func(t *testing.T) {
+		env := f.actOK(a, send(map[string]any{"text": "hello"}))
+		mid, _ := env["message_id"].(string)
+		if len(mid) < 16 {
+			t.Errorf("message_id %v", env["message_id"])
+		}
+		if v, ok := env["openUrl"]; !ok || v != nil {
+			t.Errorf("openUrl = %v (present %v), want null", v, ok)
+		}
+		want := map[string]any{"ok": true, "status": "done", "reply": map[string]any{"text": "echo: hello", "model": "scripted-1"},
+			"session": b, "summary": "send → desk session " + b[:8] + ": done, reply 11 chars"}
+		if diff := cmp.Diff(want, env, cmpIgnoreKeys("message_id", "openUrl", "relay")); diff != "" {
+			t.Errorf("send (-want +got):\n%s", diff)
+		}
+		actNoKey(t, "send", env, "note", "turnError", "ignored")
+		// A prefix of the target works; the result carries the full id.
+		if env = f.actOK(a, send(map[string]any{"session": b[:8], "text": "again"})); env["session"] != b {
+			t.Errorf("session %v, want %s", env["session"], b)
+		}
+	})
+
+	t.Run("error", func(t *testing.T) {
+		env := f.actOK(a, send(map[string]any{"text": script(map[string]any{"reply": "half"}, map[string]any{"error": "boom"})}))
+		if diff := cmp.Diff([]any{"error", "boom", "send → desk session " + b[:8] + ": error: boom"},
+			[]any{env["status"], env["turnError"], env["summary"]}); diff != "" {
+			t.Errorf("send of a failing turn (-want +got):\n%s", diff)
+		}
+		actNoKey(t, "error send", env, "reply")
+	})
+
+	t.Run("question", func(t *testing.T) {
+		env := f.actOK(a, send(map[string]any{"text": script(map[string]any{"question": map[string]any{"text": "Pick one", "options": []string{"A", "B"}}},
+			map[string]any{"reply": " picked"})}))
+		qs, _ := env["pendingQuestions"].([]any)
+		if len(qs) != 1 {
+			t.Fatalf("pendingQuestions %v", env["pendingQuestions"])
+		}
+		q, _ := qs[0].(map[string]any)
+		if diff := cmp.Diff([]any{"question", "send → desk session " + b[:8] + ": waiting on a question",
+			map[string]any{"id": q["id"], "kind": "ask_user", "question": "Pick one", "options": []any{"A", "B"}}},
+			[]any{env["status"], env["summary"], q}); diff != "" {
+			t.Errorf("send of a turn that asks (-want +got):\n%s", diff)
+		}
+		mid := env["message_id"]
+		wait := map[string]any{"action": "wait", "relay": "this", "session": b, "message_id": mid, "wait_seconds": 0}
+		if env = f.actOK(a, wait); env["status"] != "question" {
+			t.Errorf("wait status %v", env["status"])
+		}
+		f.actOK(a, map[string]any{"action": "answer_question", "relay": "this", "session": b, "question_id": q["id"], "choices": []string{"B"}})
+		env = f.actOK(a, actWith(wait, map[string]any{"wait_seconds": 15}))
+		reply, _ := env["reply"].(map[string]any)
+		if diff := cmp.Diff([]any{"done", "B picked"}, []any{env["status"], reply["text"]}); diff != "" {
+			t.Errorf("wait after the answer (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("queued", func(t *testing.T) {
+		busy := f.prompt(b, script(map[string]any{"sleep_ms": 600000}))
+		f.actTurn(busy, store.TurnRunning)
+		env := f.actOK(a, send(map[string]any{"text": "later", "wait_seconds": 0}))
+		if diff := cmp.Diff([]any{"queued", "send → desk session " + b[:8] + ": queued"}, []any{env["status"], env["summary"]}); diff != "" {
+			t.Errorf("send behind a running turn (-want +got):\n%s", diff)
+		}
+		actNoKey(t, "queued send", env, "reply", "note")
+		mid := env["message_id"]
+		if _, err := f.r.OwnerStop(f.ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		f.actTurn(busy)
+		env = f.actOK(a, map[string]any{"action": "wait", "relay": "this", "session": b, "message_id": mid, "wait_seconds": 15})
+		reply, _ := env["reply"].(map[string]any)
+		if diff := cmp.Diff([]any{"done", "echo: later"}, []any{env["status"], reply["text"]}); diff != "" {
+			t.Errorf("wait for the queued prompt (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("wait capped", func(t *testing.T) {
+		env := f.actOK(a, send(map[string]any{"text": "cap", "wait_seconds": 100000}))
+		max := int(f.r.maxWait(f.ctx) / time.Second)
+		if diff := cmp.Diff([]any{"done", fmt.Sprintf(`wait_seconds was capped at %d, the longest wait per call on relay "desk".`, max)},
+			[]any{env["status"], env["note"]}); diff != "" {
+			t.Errorf("capped send (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("errors", func(t *testing.T) {
+		before := f.messages(b)
+		tests := []struct {
+			args map[string]any
+			code string
+			has  []string
+		}{
+			{send(map[string]any{"session": a, "text": "me"}), CodeSelf, []string{"Nothing was sent."}},
+			{send(map[string]any{"session": actNoSuchSession, "text": "x"}), CodeNotFound, []string{"Nothing was"}},
+			{map[string]any{"action": "send", "relay": "this", "text": "x"}, CodeInvalidInput, []string{"session"}},
+			{send(map[string]any{}), CodeInvalidInput, []string{"text is required", "Nothing was sent."}},
+			{send(map[string]any{"text": "   "}), CodeInvalidInput, []string{"text is required"}},
+			{send(map[string]any{"text": "x", "wait_seconds": -1}), CodeInvalidInput, nil},
+			{send(map[string]any{"text": "x", "model": "gpt-9"}), CodeUnknownModel, []string{"Unknown model 'gpt-9'", "Valid ids: scripted-1.", "Nothing was sent."}},
+			{send(map[string]any{"text": "x", "effort": "max"}), CodeInvalidInput, []string{`"max"`, "low, medium, high", "Nothing was sent."}},
+			{send(map[string]any{"text": "x", "mode": "yolo"}), CodeInvalidInput, []string{"mode", "Nothing was sent."}},
+		}
+		for _, tt := range tests {
+			actWant(t, fmt.Sprint(tt.args), f.call(a, tt.args), tt.code, tt.has...)
+		}
+		env := f.actFail(a, send(map[string]any{"text": "x", "model": "scripted-2"}), CodeUnknownModel)
+		want := map[string]any{"ok": false, "code": CodeUnknownModel,
+			"error":       `Unknown model 'scripted-2' for Scripted on relay "desk"; did you mean 'scripted-1'? Valid ids: scripted-1. Nothing was sent.`,
+			"suggestions": []any{"scripted-1"}, "models": []any{"scripted-1"}}
+		if diff := cmp.Diff(want, env, cmpIgnoreKeys("relay", "retryable")); diff != "" {
+			t.Errorf("unknown model (-want +got):\n%s", diff)
+		}
+		if n := f.messages(b); n != before {
+			t.Errorf("failed sends changed the target: %d messages, want %d", n, before)
+		}
+		s := f.actStored(b)
+		if diff := cmp.Diff([]string{"scripted-1", ""}, []string{s.Model, s.Effort}); diff != "" {
+			t.Errorf("model and effort (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("settings", func(t *testing.T) {
+		env := f.actOK(a, send(map[string]any{"text": "tuned", "model": "scripted-1", "effort": "high", "mode": "plan", "provider": "scripted"}))
+		if env["status"] != "done" {
+			t.Errorf("status %v", env["status"])
+		}
+		got := f.actOK(a, map[string]any{"action": "read_session", "relay": "this", "session": b, "last": 1})
+		if diff := cmp.Diff([]any{"high", "plan"}, []any{got["effort"], got["mode"]}); diff != "" {
+			t.Errorf("settings after the send (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// R7.10: update_session.
+func TestRulesActUpdateSession(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	actAuto(f)
+	folder := f.r.opts.Folders[0]
+	a := f.session(NewSession{Title: "lead"})
+	b := f.session(NewSession{Title: "worker", Cwd: folder})
+	upd := func(extra map[string]any) map[string]any {
+		return actWith(map[string]any{"action": "update_session", "relay": "this", "session": b}, extra)
+	}
+
+	// A call that changes nothing asks nobody.
+	env := f.actOK(a, upd(map[string]any{"title": "worker", "model": "scripted-1", "mode": "agent"}))
+	if diff := cmp.Diff([]any{[]any{}, "update_session → desk session " + b[:8] + ": nothing changed"}, []any{env["changed"], env["summary"]}); diff != "" {
+		t.Errorf("no change (-want +got):\n%s", diff)
+	}
+	settings := actSettings(env)
+	for _, k := range []string{"provider", "model", "effort", "mode", "title", "group", "cwd", "auto_compact_window", "thinking_enabled", "thinking_display"} {
+		if _, ok := settings[k]; !ok {
+			t.Errorf("settings lacks %q: %v", k, settings)
+		}
+	}
+	if settings["title"] != "worker" {
+		t.Errorf("settings.title %v", settings["title"])
+	}
+
+	// A session this conversation did not start needs a card: outside a turn there is none.
+	// Validation first, without a card.
+	tests := []struct {
+		args map[string]any
+		code string
+		has  []string
+	}{
+		{upd(map[string]any{"title": "renamed"}), CodeNoActiveTurn, []string{"Nothing was changed."}},
+		{upd(map[string]any{"effort": "extreme"}), CodeInvalidInput, []string{"Nothing was changed."}},
+		{upd(map[string]any{"cwd": "/"}), CodeInvalidInput, []string{"may not use the folder", "Nothing was changed."}},
+		{upd(map[string]any{"mode": "yolo"}), CodeInvalidInput, nil},
+		{upd(map[string]any{"group": "grp_000000000000"}), CodeUnknownGroup, nil},
+		{upd(map[string]any{"auto_compact_window": "huge"}), CodeInvalidInput, nil},
+		{upd(map[string]any{"thinking_enabled": "maybe"}), CodeInvalidInput, nil},
+		{upd(nil), CodeInvalidInput, []string{"at least one setting", "Nothing was changed."}},
+		{upd(map[string]any{"may_create_sessions": true}), CodeInvalidInput, []string{"Whether a session may start sessions is the owner's setting alone."}},
+		{upd(map[string]any{"mayCreateSessions": true}), CodeInvalidInput, []string{"Whether a session may start sessions is the owner's setting alone."}},
+		{upd(map[string]any{"session": a, "title": "me"}), CodeSelf, []string{"Nothing was changed."}},
+		{upd(map[string]any{"session": actNoSuchSession, "title": "x"}), CodeNotFound, nil},
+		{map[string]any{"action": "update_session", "relay": "this", "title": "x"}, CodeInvalidInput, nil},
+	}
+	for _, tt := range tests {
+		actWant(t, fmt.Sprint(tt.args), f.call(a, tt.args), tt.code, tt.has...)
+	}
+	env = f.actFail(a, upd(map[string]any{"model": "scripted-2"}), CodeUnknownModel)
+	if diff := cmp.Diff(`Unknown model 'scripted-2' for Scripted on relay "desk"; did you mean 'scripted-1'? Valid ids: scripted-1. Nothing was changed.`, env["error"]); diff != "" {
+		t.Errorf("unknown model (-want +got):\n%s", diff)
+	}
+	if s := f.actStored(b); s.Title != "worker" || s.MayCreateSessions {
+		t.Errorf("changed by refused calls: title %q, mayCreateSessions %v", s.Title, s.MayCreateSessions)
+	}
+
+	// Inside a turn with the card allowed.
+	res, card := f.actInTurn(a, map[string]any{"action": "update_session", "relay": "this", "session": b, "title": "renamed", "effort": "high"}, "allow")
+	if card.Action != "update_session" || card.Target == nil || *card.Target != b {
+		t.Errorf("card %+v, want update_session on %s", card, b)
+	}
+	actHas(t, "card.lines", strings.Join(card.Lines, "\n"), "Effort: high", "Title: renamed")
+	actWant(t, "update_session in a turn", res, "")
+	st := actSettings(res)
+	if diff := cmp.Diff([]any{[]any{"effort", "title"}, "update_session → desk session " + b[:8] + ": effort, title", "renamed", "high"},
+		[]any{res["changed"], res["summary"], st["title"], st["effort"]}); diff != "" {
+		t.Errorf("update_session in a turn (-want +got):\n%s", diff)
+	}
+
+	// Allow covers later changes by this conversation on this relay: direct calls now.
+	env = f.actOK(a, upd(map[string]any{"group": "Team X"}))
+	gc, _ := env["groupCreated"].(map[string]any)
+	if id, _ := gc["id"].(string); !strings.HasPrefix(id, "grp_") {
+		t.Errorf("groupCreated.id %v", gc["id"])
+	}
+	if diff := cmp.Diff([]any{[]any{"group"}, "Team X", map[string]any{"id": gc["id"], "name": "Team X", "role": "head"}},
+		[]any{env["changed"], gc["name"], actSettings(env)["group"]}); diff != "" {
+		t.Errorf("join a new group (-want +got):\n%s", diff)
+	}
+	info := f.actOK(a, map[string]any{"action": "relay_info", "relay": "this"})
+	if diff := cmp.Diff([]any{map[string]any{"id": gc["id"], "name": "Team X", "memberCount": float64(1)}}, info["groups"]); diff != "" {
+		t.Errorf("relay_info groups (-want +got):\n%s", diff)
+	}
+	env = f.actOK(a, upd(map[string]any{"group": "none"}))
+	if diff := cmp.Diff([]any{[]any{"group"}, nil}, []any{env["changed"], actSettings(env)["group"]}); diff != "" {
+		t.Errorf("leave the group (-want +got):\n%s", diff)
+	}
+	actNoKey(t, "leaving", env, "groupCreated")
+	if f.actGroup(gc["id"].(string)) != nil {
+		t.Errorf("an agent-made group outlived its last session")
+	}
+	if env = f.actOK(a, upd(map[string]any{"group": "none"})); cmp.Diff([]any{}, env["changed"]) != "" {
+		t.Errorf("changed %v, want none", env["changed"])
+	}
+	ops := f.actNewGroup("Ops")
+	env = f.actOK(a, upd(map[string]any{"group": "OPS"}))
+	if diff := cmp.Diff([]any{[]any{"group"}, map[string]any{"id": ops, "name": "Ops", "role": "member"}}, []any{env["changed"], actSettings(env)["group"]}); diff != "" {
+		t.Errorf("join the owner's group (-want +got):\n%s", diff)
+	}
+	actNoKey(t, "joining", env, "groupCreated")
+	f.actOK(a, upd(map[string]any{"group": "none"}))
+	og := f.actGroup(ops)
+	if og == nil {
+		t.Fatalf("the owner's group was removed")
+	}
+	if og.MemberCount != 0 {
+		t.Errorf("owner group members %d", og.MemberCount)
+	}
+	f.actNewGroup("Twin")
+	f.actNewGroup("twin")
+	env = f.actFail(a, upd(map[string]any{"group": "twin"}), CodeUnknownGroup)
+	if msg, _ := env["error"].(string); !strings.HasSuffix(msg, "Pass the id.") {
+		t.Errorf("ambiguous group error %q", msg)
+	}
+
+	// Thinking and compaction settings; false counts as not given.
+	env = f.actOK(a, upd(map[string]any{"thinking_enabled": "off"}))
+	if diff := cmp.Diff([]any{[]any{"thinking_enabled"}, false}, []any{env["changed"], actSettings(env)["thinking_enabled"]}); diff != "" {
+		t.Errorf("thinking off (-want +got):\n%s", diff)
+	}
+	env = f.actOK(a, upd(map[string]any{"thinking_enabled": false, "title": "t2"}))
+	if diff := cmp.Diff([]any{[]any{"title"}, false}, []any{env["changed"], actSettings(env)["thinking_enabled"]}); diff != "" {
+		t.Errorf("thinking_enabled false (-want +got):\n%s", diff)
+	}
+	env = f.actOK(a, upd(map[string]any{"auto_compact_window": 120000, "thinking_display": "summarized"}))
+	if diff := cmp.Diff([]any{[]any{"auto_compact_window", "thinking_display"}, float64(100000)},
+		[]any{env["changed"], actSettings(env)["auto_compact_window"]}); diff != "" {
+		t.Errorf("compaction (-want +got):\n%s", diff)
+	}
+	actHas(t, "note", env["note"], "100000")
+
+	// cwd: refused while a turn runs, then moved.
+	sub := filepath.Join(folder, "sub")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mid := f.prompt(b, script(map[string]any{"sleep_ms": 600000}))
+	f.actTurn(mid, store.TurnRunning)
+	env = f.actFail(a, upd(map[string]any{"cwd": sub, "title": "moved"}), CodeBusy)
+	actHas(t, "error", env["error"], "The session cannot move to another folder now:", "Nothing was changed.")
+	if s := f.actStored(b); s.Cwd != folder || s.Title != "t2" {
+		t.Errorf("cwd %q, title %q: changed by a refused call", s.Cwd, s.Title)
+	}
+	// The same folder is no move.
+	if env = f.actOK(a, upd(map[string]any{"cwd": folder})); cmp.Diff([]any{}, env["changed"]) != "" {
+		t.Errorf("changed %v, want none", env["changed"])
+	}
+	if _, err := f.r.OwnerStop(f.ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	f.actTurn(mid)
+	env = f.actOK(a, upd(map[string]any{"cwd": sub}))
+	if diff := cmp.Diff([]any{[]any{"cwd"}, false, sub}, []any{env["changed"], env["relaunched"], actSettings(env)["cwd"]}); diff != "" {
+		t.Errorf("move (-want +got):\n%s", diff)
+	}
+	if env["note"] == nil || env["note"] == "" {
+		t.Errorf("no note on a folder change")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/store"
 )
 
@@ -338,4 +339,35 @@ func actWith(base, extra map[string]any) map[string]any {
 		out[k] = v
 	}
 	return out
+}
+
+// actGroup is the owner's group id, nil when there is none.
+func (f *fixture) actGroup(id string) *relay.Group {
+	f.t.Helper()
+	gs, err := f.r.Groups(f.ctx)
+	if err != nil {
+		f.t.Fatalf("groups: %v", err)
+	}
+	for _, g := range gs {
+		if g.ID == id {
+			return g
+		}
+	}
+	return nil
+}
+
+// actNewGroup makes an owner's group and returns its id.
+func (f *fixture) actNewGroup(name string) string {
+	f.t.Helper()
+	g, err := f.r.CreateGroup(f.ctx, name)
+	if err != nil {
+		f.t.Fatalf("create group %q: %v", name, err)
+	}
+	return g.ID
+}
+
+// actSettings is an envelope's settings object.
+func actSettings(env map[string]any) map[string]any {
+	m, _ := env["settings"].(map[string]any)
+	return m
 }

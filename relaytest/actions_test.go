@@ -201,15 +201,6 @@ func ownerGroup(t *testing.T, r *Relay, name string) string {
 	return str(out["id"])
 }
 
-func ownerGroups(t *testing.T, r *Relay) []any {
-	t.Helper()
-	var out map[string]any
-	if st := r.Owner("GET", "/api/v1/groups", nil, &out); st != http.StatusOK {
-		t.Fatalf("groups: status %d %v", st, out)
-	}
-	return list(t, out["groups"], "groups")
-}
-
 func findByID(t testing.TB, items []any, id string) map[string]any {
 	t.Helper()
 	for _, it := range items {
@@ -755,131 +746,25 @@ func TestActionsReadTaskOutput(t *testing.T) {
 
 // ---- prompting --------------------------------------------------------------
 
-// R7.7, R7.11, R7.13: send.
-func TestActionsSend(t *testing.T) {
+// R7.7: a send naming a provider the relay has but cannot run now is
+// PROVIDER_UNAVAILABLE, with nothing sent (the rest of send's rules are in
+// domain.TestRulesActSend).
+func TestActionsSendProviderUnavailable(t *testing.T) {
 	t.Parallel()
 	r := Start(t, Options{})
 	a := r.NewSession(map[string]any{"title": "caller"})
 	b := r.NewSession(map[string]any{"title": "target"})
 	m := r.Connect(a.Token, nil)
-	send := func(extra map[string]any) map[string]any {
-		args := map[string]any{"action": "send", "relay": "this", "session": b.ID, "wait_seconds": 15}
-		for k, v := range extra {
-			args[k] = v
-		}
-		return args
+	before := messageCount(t, r, b.ID)
+	env := m.MustFail(map[string]any{"action": "send", "relay": "this", "session": b.ID, "wait_seconds": 15,
+		"text": "x", "provider": "claude-api"}, codeProviderUnav)
+	if str(env["remoteCode"]) == "" {
+		t.Errorf("remoteCode missing: %v", env)
 	}
-
-	t.Run("done", func(t *testing.T) {
-		env := m.MustOK(send(map[string]any{"text": "hello"}))
-		wantEq(t, "status", env["status"], "done")
-		wantEq(t, "reply", env["reply"], map[string]any{"text": "echo: hello", "model": "scripted-1"})
-		wantEq(t, "session", env["session"], b.ID)
-		if len(str(env["message_id"])) < 16 {
-			t.Errorf("message_id %v", env["message_id"])
-		}
-		if v, ok := env["openUrl"]; !ok || v != nil {
-			t.Errorf("openUrl = %v (present %v), want null", v, ok)
-		}
-		wantEq(t, "summary", env["summary"], "send → desk session "+b.ID[:8]+": done, reply 11 chars")
-		wantNoKey(t, "send", env, "note", "turnError", "ignored")
-		// A prefix of the target works; the result carries the full id.
-		env = m.MustOK(send(map[string]any{"session": b.ID[:8], "text": "again"}))
-		wantEq(t, "session", env["session"], b.ID)
-	})
-
-	t.Run("error", func(t *testing.T) {
-		env := m.MustOK(send(map[string]any{"text": Script(map[string]any{"reply": "half"}, map[string]any{"error": "boom"})}))
-		wantEq(t, "status", env["status"], "error")
-		wantEq(t, "turnError", env["turnError"], "boom")
-		wantEq(t, "summary", env["summary"], "send → desk session "+b.ID[:8]+": error: boom")
-		wantNoKey(t, "error send", env, "reply")
-	})
-
-	t.Run("question", func(t *testing.T) {
-		env := m.MustOK(send(map[string]any{"text": Script(map[string]any{"question": map[string]any{"text": "Pick one", "options": []string{"A", "B"}}},
-			map[string]any{"reply": " picked"})}))
-		wantEq(t, "status", env["status"], "question")
-		wantEq(t, "summary", env["summary"], "send → desk session "+b.ID[:8]+": waiting on a question")
-		qs := list(t, env["pendingQuestions"], "pendingQuestions")
-		if len(qs) != 1 {
-			t.Fatalf("pendingQuestions %v", qs)
-		}
-		q := obj(t, qs[0], "question")
-		wantEq(t, "question", q, map[string]any{"id": q["id"], "kind": "ask_user", "question": "Pick one", "options": []any{"A", "B"}})
-		mid := str(env["message_id"])
-		env = m.MustOK(map[string]any{"action": "wait", "relay": "this", "session": b.ID, "message_id": mid, "wait_seconds": 0})
-		wantEq(t, "wait status", env["status"], "question")
-		m.MustOK(map[string]any{"action": "answer_question", "relay": "this", "session": b.ID, "question_id": q["id"], "choices": []string{"B"}})
-		env = m.MustOK(map[string]any{"action": "wait", "relay": "this", "session": b.ID, "message_id": mid, "wait_seconds": 15})
-		wantEq(t, "status", env["status"], "done")
-		wantEq(t, "reply", obj(t, env["reply"], "reply")["text"], "B picked")
-	})
-
-	t.Run("queued", func(t *testing.T) {
-		busy := r.Message(b.ID, sleepScript(20000))
-		waitRunning(r, busy)
-		env := m.MustOK(send(map[string]any{"text": "later", "wait_seconds": 0}))
-		wantEq(t, "status", env["status"], "queued")
-		wantEq(t, "summary", env["summary"], "send → desk session "+b.ID[:8]+": queued")
-		wantNoKey(t, "queued send", env, "reply", "note")
-		mid := str(env["message_id"])
-		r.Owner("POST", "/api/v1/sessions/"+b.ID+"/stop", nil, nil)
-		r.WaitTurn(busy, turnWait, "stopped")
-		env = m.MustOK(map[string]any{"action": "wait", "relay": "this", "session": b.ID, "message_id": mid, "wait_seconds": 15})
-		wantEq(t, "status", env["status"], "done")
-		wantEq(t, "reply", obj(t, env["reply"], "reply")["text"], "echo: later")
-	})
-
-	t.Run("wait capped", func(t *testing.T) {
-		env := m.MustOK(send(map[string]any{"text": "cap", "wait_seconds": 100000}))
-		wantEq(t, "status", env["status"], "done")
-		wantEq(t, "note", env["note"], `wait_seconds was capped at 20, the longest wait per call on relay "desk".`)
-	})
-
-	t.Run("errors", func(t *testing.T) {
-		before := messageCount(t, r, b.ID)
-		env := m.MustFail(send(map[string]any{"session": a.ID, "text": "me"}), codeSelf)
-		wantHas(t, "error", env["error"], "Nothing was sent.")
-		env = m.MustFail(send(map[string]any{"session": noSuchSession, "text": "x"}), codeNotFound)
-		wantHas(t, "error", env["error"], "Nothing was")
-		env = m.MustFail(map[string]any{"action": "send", "relay": "this", "text": "x"}, codeInvalid)
-		wantHas(t, "error", env["error"], "session")
-		env = m.MustFail(send(map[string]any{}), codeInvalid)
-		wantHas(t, "error", env["error"], "text is required", "Nothing was sent.")
-		env = m.MustFail(send(map[string]any{"text": "   "}), codeInvalid)
-		wantHas(t, "error", env["error"], "text is required")
-		m.MustFail(send(map[string]any{"text": "x", "wait_seconds": -1}), codeInvalid)
-		env = m.MustFail(send(map[string]any{"text": "x", "model": "scripted-2"}), codeUnknownModel)
-		wantEq(t, "error", env["error"], `Unknown model 'scripted-2' for Scripted on relay "desk"; did you mean 'scripted-1'? Valid ids: scripted-1. Nothing was sent.`)
-		wantEq(t, "suggestions", env["suggestions"], []any{"scripted-1"})
-		wantEq(t, "models", env["models"], []any{"scripted-1"})
-		env = m.MustFail(send(map[string]any{"text": "x", "model": "gpt-9"}), codeUnknownModel)
-		wantHas(t, "error", env["error"], "Unknown model 'gpt-9'", "Valid ids: scripted-1.", "Nothing was sent.")
-		env = m.MustFail(send(map[string]any{"text": "x", "effort": "max"}), codeInvalid)
-		wantHas(t, "error", env["error"], `"max"`, "low, medium, high", "Nothing was sent.")
-		env = m.MustFail(send(map[string]any{"text": "x", "mode": "yolo"}), codeInvalid)
-		wantHas(t, "error", env["error"], "mode", "Nothing was sent.")
-		env = m.MustFail(send(map[string]any{"text": "x", "provider": "claude-api"}), codeProviderUnav)
-		if str(env["remoteCode"]) == "" {
-			t.Errorf("remoteCode missing: %v", env)
-		}
-		wantHas(t, "error", env["error"], "Nothing was sent.")
-		if n := messageCount(t, r, b.ID); n != before {
-			t.Errorf("failed sends changed the target: %d messages, want %d", n, before)
-		}
-		got := r.Get(b.ID)
-		wantEq(t, "model", got["model"], "scripted-1")
-		wantEq(t, "effort", got["effort"], "")
-	})
-
-	t.Run("settings", func(t *testing.T) {
-		env := m.MustOK(send(map[string]any{"text": "tuned", "model": "scripted-1", "effort": "high", "mode": "plan", "provider": "scripted"}))
-		wantEq(t, "status", env["status"], "done")
-		got := readSession(m, b.ID, 1)
-		wantEq(t, "effort", got["effort"], "high")
-		wantEq(t, "mode", got["mode"], "plan")
-	})
+	wantHas(t, "error", env["error"], "Nothing was sent.")
+	if n := messageCount(t, r, b.ID); n != before {
+		t.Errorf("the failed send changed the target: %d messages, want %d", n, before)
+	}
 }
 
 // R7.12: wait.
@@ -1110,152 +995,6 @@ func TestActionsCreateSession(t *testing.T) {
 	wantEq(t, "fifth", env["status"], "done")
 	for _, s := range []string{busy[0], busy[2], busy[3]} {
 		r.Owner("POST", "/api/v1/sessions/"+s+"/stop", nil, nil)
-	}
-}
-
-// R7.10: update_session.
-func TestActionsUpdateSession(t *testing.T) {
-	t.Parallel()
-	r := Start(t, Options{})
-	a := r.NewSession(map[string]any{"title": "lead"})
-	b := r.NewSession(map[string]any{"title": "worker"})
-	m := r.Connect(a.Token, nil)
-	upd := func(extra map[string]any) map[string]any {
-		args := map[string]any{"action": "update_session", "relay": "this", "session": b.ID}
-		for k, v := range extra {
-			args[k] = v
-		}
-		return args
-	}
-
-	// A call that changes nothing asks nobody.
-	env := m.MustOK(upd(map[string]any{"title": "worker", "model": "scripted-1", "mode": "agent"}))
-	wantEq(t, "changed", env["changed"], []any{})
-	wantEq(t, "summary", env["summary"], "update_session → desk session "+b.ID[:8]+": nothing changed")
-	settings := obj(t, env["settings"], "settings")
-	for _, k := range []string{"provider", "model", "effort", "mode", "title", "group", "cwd", "auto_compact_window", "thinking_enabled", "thinking_display"} {
-		if _, ok := settings[k]; !ok {
-			t.Errorf("settings lacks %q: %v", k, settings)
-		}
-	}
-	wantEq(t, "settings.title", settings["title"], "worker")
-
-	// A session this conversation did not start needs a card: outside a turn there is none.
-	env = m.MustFail(upd(map[string]any{"title": "renamed"}), codeNoTurn)
-	wantHas(t, "error", env["error"], "Nothing was changed.")
-
-	// Validation first, without a card.
-	env = m.MustFail(upd(map[string]any{"model": "scripted-2"}), codeUnknownModel)
-	wantEq(t, "error", env["error"], `Unknown model 'scripted-2' for Scripted on relay "desk"; did you mean 'scripted-1'? Valid ids: scripted-1. Nothing was changed.`)
-	env = m.MustFail(upd(map[string]any{"effort": "extreme"}), codeInvalid)
-	wantHas(t, "error", env["error"], "Nothing was changed.")
-	env = m.MustFail(upd(map[string]any{"cwd": "/"}), codeInvalid)
-	wantHas(t, "error", env["error"], "may not use the folder", "Nothing was changed.")
-	m.MustFail(upd(map[string]any{"mode": "yolo"}), codeInvalid)
-	m.MustFail(upd(map[string]any{"group": "grp_000000000000"}), codeUnknownGroup)
-	m.MustFail(upd(map[string]any{"auto_compact_window": "huge"}), codeInvalid)
-	m.MustFail(upd(map[string]any{"thinking_enabled": "maybe"}), codeInvalid)
-	env = m.MustFail(upd(nil), codeInvalid)
-	wantHas(t, "error", env["error"], "at least one setting", "Nothing was changed.")
-	for _, k := range []string{"may_create_sessions", "mayCreateSessions"} {
-		env = m.MustFail(upd(map[string]any{k: true}), codeInvalid)
-		wantHas(t, "error", env["error"], "Whether a session may start sessions is the owner's setting alone.")
-	}
-	env = m.MustFail(upd(map[string]any{"session": a.ID, "title": "me"}), codeSelf)
-	wantHas(t, "error", env["error"], "Nothing was changed.")
-	m.MustFail(upd(map[string]any{"session": noSuchSession, "title": "x"}), codeNotFound)
-	m.MustFail(map[string]any{"action": "update_session", "relay": "this", "title": "x"}, codeInvalid)
-	got := r.Get(b.ID)
-	wantEq(t, "title unchanged", got["title"], "worker")
-	wantEq(t, "mayCreateSessions unchanged", got["mayCreateSessions"], nil)
-
-	// Inside a turn with the card allowed.
-	res, card := r.InTurn(a, map[string]any{"action": "update_session", "relay": "this", "session": b.ID, "title": "renamed", "effort": "high"}, "allow")
-	wantEq(t, "card.action", card["action"], "update_session")
-	wantEq(t, "card.target", card["target"], b.ID)
-	wantHas(t, "card.lines", strings.Join(strList(t, card["lines"], "lines"), "\n"), "Effort: high", "Title: renamed")
-	if res["ok"] != true {
-		t.Fatalf("update_session in a turn: %v", res)
-	}
-	wantEq(t, "changed", res["changed"], []any{"effort", "title"})
-	wantEq(t, "summary", res["summary"], "update_session → desk session "+b.ID[:8]+": effort, title")
-	st := obj(t, res["settings"], "settings")
-	wantEq(t, "settings.title", st["title"], "renamed")
-	wantEq(t, "settings.effort", st["effort"], "high")
-
-	// Allow covers later changes by this conversation on this relay: direct calls now.
-	env = m.MustOK(upd(map[string]any{"group": "Team X"}))
-	wantEq(t, "changed", env["changed"], []any{"group"})
-	gc := obj(t, env["groupCreated"], "groupCreated")
-	wantEq(t, "groupCreated.name", gc["name"], "Team X")
-	if !strings.HasPrefix(str(gc["id"]), "grp_") {
-		t.Errorf("groupCreated.id %v", gc["id"])
-	}
-	wantEq(t, "settings.group", obj(t, env["settings"], "settings")["group"], map[string]any{"id": gc["id"], "name": "Team X", "role": "head"})
-	info := m.MustOK(map[string]any{"action": "relay_info", "relay": "this"})
-	wantEq(t, "relay_info groups", info["groups"], []any{map[string]any{"id": gc["id"], "name": "Team X", "memberCount": float64(1)}})
-	env = m.MustOK(upd(map[string]any{"group": "none"}))
-	wantEq(t, "changed", env["changed"], []any{"group"})
-	wantEq(t, "settings.group", obj(t, env["settings"], "settings")["group"], nil)
-	wantNoKey(t, "leaving", env, "groupCreated")
-	if findByID(t, ownerGroups(t, r), str(gc["id"])) != nil {
-		t.Errorf("an agent-made group outlived its last session")
-	}
-	env = m.MustOK(upd(map[string]any{"group": "none"}))
-	wantEq(t, "changed", env["changed"], []any{})
-	ops := ownerGroup(t, r, "Ops")
-	env = m.MustOK(upd(map[string]any{"group": "OPS"}))
-	wantEq(t, "changed", env["changed"], []any{"group"})
-	wantNoKey(t, "joining", env, "groupCreated")
-	wantEq(t, "settings.group", obj(t, env["settings"], "settings")["group"], map[string]any{"id": ops, "name": "Ops", "role": "member"})
-	m.MustOK(upd(map[string]any{"group": "none"}))
-	og := findByID(t, ownerGroups(t, r), ops)
-	if og == nil {
-		t.Fatalf("the owner's group was removed")
-	}
-	wantEq(t, "owner group members", og["memberCount"], float64(0))
-	ownerGroup(t, r, "Twin")
-	ownerGroup(t, r, "twin")
-	env = m.MustFail(upd(map[string]any{"group": "twin"}), codeUnknownGroup)
-	if !strings.HasSuffix(str(env["error"]), "Pass the id.") {
-		t.Errorf("ambiguous group error %q", env["error"])
-	}
-
-	// Thinking and compaction settings; false counts as not given.
-	env = m.MustOK(upd(map[string]any{"thinking_enabled": "off"}))
-	wantEq(t, "changed", env["changed"], []any{"thinking_enabled"})
-	wantEq(t, "thinking_enabled", obj(t, env["settings"], "settings")["thinking_enabled"], false)
-	env = m.MustOK(upd(map[string]any{"thinking_enabled": false, "title": "t2"}))
-	wantEq(t, "changed", env["changed"], []any{"title"})
-	wantEq(t, "thinking_enabled kept", obj(t, env["settings"], "settings")["thinking_enabled"], false)
-	env = m.MustOK(upd(map[string]any{"auto_compact_window": 120000, "thinking_display": "summarized"}))
-	wantEq(t, "changed", env["changed"], []any{"auto_compact_window", "thinking_display"})
-	wantHas(t, "note", env["note"], "100000")
-	wantEq(t, "auto_compact_window", obj(t, env["settings"], "settings")["auto_compact_window"], float64(100000))
-
-	// cwd: refused while a turn runs, then moved.
-	sub := filepath.Join(r.Config.DefaultCwd, "sub")
-	if err := os.MkdirAll(sub, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	mid := r.Message(b.ID, sleepScript(20000))
-	waitRunning(r, mid)
-	env = m.MustFail(upd(map[string]any{"cwd": sub, "title": "moved"}), codeBusy)
-	wantHas(t, "error", env["error"], "The session cannot move to another folder now:", "Nothing was changed.")
-	got = r.Get(b.ID)
-	wantEq(t, "cwd unchanged", got["cwd"], r.Config.DefaultCwd)
-	wantEq(t, "title unchanged", got["title"], "t2")
-	// The same folder is no move.
-	env = m.MustOK(upd(map[string]any{"cwd": r.Config.DefaultCwd}))
-	wantEq(t, "changed", env["changed"], []any{})
-	r.Owner("POST", "/api/v1/sessions/"+b.ID+"/stop", nil, nil)
-	r.WaitTurn(mid, turnWait, "stopped")
-	env = m.MustOK(upd(map[string]any{"cwd": sub}))
-	wantEq(t, "changed", env["changed"], []any{"cwd"})
-	wantEq(t, "relaunched", env["relaunched"], false)
-	wantEq(t, "settings.cwd", obj(t, env["settings"], "settings")["cwd"], sub)
-	if str(env["note"]) == "" {
-		t.Errorf("no note on a folder change")
 	}
 }
 
