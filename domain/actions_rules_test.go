@@ -1001,3 +1001,246 @@ func TestRulesActUpdateSession(t *testing.T) {
 		t.Errorf("no note on a folder change")
 	}
 }
+
+// actByID is the listed item with id, nil when not listed.
+func actByID(items any, id string) map[string]any {
+	l, _ := items.([]any)
+	for _, it := range l {
+		if m, ok := it.(map[string]any); ok && m["id"] == id {
+			return m
+		}
+	}
+	return nil
+}
+
+// R7.4: list_sessions.
+func TestRulesActListSessions(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	actAuto(f)
+	a := f.session(NewSession{Title: "caller"})
+	b := f.session(NewSession{Title: "bee"})
+	f.session(NewSession{Title: "cee"})
+	f.actNewGroup("Team")
+	d := f.session(NewSession{Title: "dee", Group: "team"})
+	list := map[string]any{"action": "list_sessions", "relay": "this"}
+
+	env := f.actOK(a, list)
+	if diff := cmp.Diff([]any{"list_sessions → desk: 4 sessions (active)", float64(4)}, []any{env["summary"], env["total"]}); diff != "" {
+		t.Errorf("list_sessions (-want +got):\n%s", diff)
+	}
+	actNoKey(t, "list_sessions", env, "truncated")
+
+	// Most recent activity first.
+	f.clk.Advance(time.Second)
+	f.actTurn(f.prompt(b, "wake up"))
+	env = f.actOK(a, list)
+	items, _ := env["sessions"].([]any)
+	if len(items) != 4 {
+		t.Fatalf("sessions %v", items)
+	}
+	first, _ := items[0].(map[string]any)
+	for _, k := range []string{"id", "title", "provider", "model", "state", "cwd", "lastActivityAt", "messageCount", "tasks", "group"} {
+		if _, ok := first[k]; !ok {
+			t.Errorf("list item lacks %q: %v", k, first)
+		}
+	}
+	want := map[string]any{"id": b, "title": "bee", "provider": "scripted", "model": "scripted-1", "state": "idle",
+		"cwd": f.r.opts.DefaultCwd, "messageCount": float64(2), "tasks": []any{}, "group": nil}
+	if diff := cmp.Diff(want, first, cmpIgnoreKeys("lastActivityAt", "mode")); diff != "" {
+		t.Errorf("first item (-want +got):\n%s", diff)
+	}
+	actNoKey(t, "owner session", first, "startedBy", "mayCreateSessions", "watched")
+	dv := actByID(items, d)
+	if dv == nil {
+		t.Fatalf("dee not listed")
+	}
+	dg, _ := dv["group"].(map[string]any)
+	if id, _ := dg["id"].(string); !strings.HasPrefix(id, "grp_") || dg["name"] != "Team" || dg["role"] != "member" {
+		t.Errorf("dee's group %v", dv["group"])
+	}
+
+	// limit and truncation.
+	env = f.actOK(a, actWith(list, map[string]any{"limit": 2}))
+	if diff := cmp.Diff([]any{2, float64(4), true, "list_sessions → desk: 4 sessions (active), 2 shown"},
+		[]any{len(env["sessions"].([]any)), env["total"], env["truncated"], env["summary"]}); diff != "" {
+		t.Errorf("limit 2 (-want +got):\n%s", diff)
+	}
+	for limit, n := range map[int]int{1: 1, 200: 4} {
+		if got := len(f.actOK(a, actWith(list, map[string]any{"limit": limit}))["sessions"].([]any)); got != n {
+			t.Errorf("limit %d: %d sessions, want %d", limit, got, n)
+		}
+	}
+	for _, bad := range []any{0, 201, -1, "many", 3.5, 1000000000} {
+		actWant(t, fmt.Sprint("limit ", bad), f.call(a, actWith(list, map[string]any{"limit": bad})), CodeInvalidInput, "limit")
+	}
+
+	// scope.
+	actWant(t, "scope deleted", f.call(a, actWith(list, map[string]any{"scope": "deleted"})), CodeInvalidInput, "scope")
+	archived := actWith(list, map[string]any{"scope": "archived"})
+	if env = f.actOK(a, archived); env["summary"] != "list_sessions → desk: 0 sessions (archived)" {
+		t.Errorf("summary %v", env["summary"])
+	}
+	if _, err := f.r.OwnerArchive(f.ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	items, _ = f.actOK(a, archived)["sessions"].([]any)
+	if len(items) != 1 || items[0].(map[string]any)["id"] != d {
+		t.Errorf("archived sessions %v", items)
+	}
+	for scope, n := range map[string]float64{"active": 3, "all": 4} {
+		if got := f.actOK(a, actWith(list, map[string]any{"scope": scope, "limit": 200}))["total"]; got != n {
+			t.Errorf("%s total %v, want %v", scope, got, n)
+		}
+	}
+
+	// A running turn shows as running_turn.
+	c := f.session(NewSession{Title: "busy"})
+	mid := f.prompt(c, script(map[string]any{"sleep_ms": 600000}))
+	f.actTurn(mid, store.TurnRunning)
+	if st := actByID(f.actOK(a, list)["sessions"], c)["state"]; st != "running_turn" {
+		t.Errorf("busy state %v", st)
+	}
+	if _, err := f.r.OwnerStop(f.ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if tr := f.actTurn(mid); tr.Status != store.TurnStopped {
+		t.Errorf("turn %s, want stopped", tr.Status)
+	}
+}
+
+// R7.5: read_session.
+func TestRulesActReadSession(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	actAuto(f)
+	a := f.session(NewSession{Title: "caller"})
+	b := f.session(NewSession{Title: "target"})
+	read := func(sid string, last any) map[string]any {
+		args := map[string]any{"action": "read_session", "relay": "this", "session": sid}
+		if last != nil {
+			args["last"] = last
+		}
+		return f.actOK(a, args)
+	}
+
+	f.actTurn(f.prompt(b, "hi"))
+	f.actOK(a, map[string]any{"action": "send", "relay": "this", "session": b, "text": "hello", "wait_seconds": 15})
+	f.actTurn(f.prompt(b, script(map[string]any{"error": "kaput"})))
+
+	env := read(b, 50)
+	msgs, _ := env["messages"].([]any)
+	var roles, texts []string
+	for _, x := range msgs {
+		mm, _ := x.(map[string]any)
+		r, _ := mm["role"].(string)
+		tx, _ := mm["text"].(string)
+		roles, texts = append(roles, r), append(texts, tx)
+		if mm["id"] == nil || mm["id"] == "" || mm["createdAt"] == nil || mm["createdAt"] == "" {
+			t.Errorf("message lacks id or createdAt: %v", mm)
+		}
+	}
+	if diff := cmp.Diff([]string{"user", "assistant", "agent", "assistant", "user", "event"}, roles); diff != "" {
+		t.Fatalf("roles (-want +got):\n%s", diff)
+	}
+	// R18.15: the agent's prompt starts with its line; the scripted agent answers the text after it.
+	if diff := cmp.Diff([]string{"hi", "echo: hi", actAgentLine("caller", "scripted-1") + "\nhello", "echo: hello"}, texts[:4]); diff != "" {
+		t.Errorf("texts (-want +got):\n%s", diff)
+	}
+	actHas(t, "event text", texts[5], "kaput")
+	agentMsg, _ := msgs[2].(map[string]any)
+	if diff := cmp.Diff(map[string]any{"relay": "desk", "session": a, "title": "caller", "model": "scripted-1"}, agentMsg["from"]); diff != "" {
+		t.Errorf("from (-want +got):\n%s", diff)
+	}
+	actNoKey(t, "owner message", msgs[0].(map[string]any), "from")
+	if diff := cmp.Diff([]any{"read_session → desk session " + b[:8] + ": 6 messages, idle", b, "idle", nil, []any{}, []any{}},
+		[]any{env["summary"], env["id"], env["state"], env["inFlight"], env["pendingQuestions"], env["tasks"]}); diff != "" {
+		t.Errorf("read_session (-want +got):\n%s", diff)
+	}
+
+	// last: default 5, oldest first; last 2; bounds.
+	env = read(b, nil)
+	if ms := env["messages"].([]any); len(ms) != 5 || ms[0].(map[string]any)["text"] != "echo: hi" {
+		t.Errorf("default messages %v", ms)
+	}
+	two := read(b, 2)["messages"].([]any)
+	if diff := cmp.Diff([]any{"user", "event"}, []any{two[0].(map[string]any)["role"], two[1].(map[string]any)["role"]}); diff != "" {
+		t.Errorf("last 2 roles (-want +got):\n%s", diff)
+	}
+	read(b, 1)
+	for _, bad := range []any{0, 51, -3, "abc", 1000000000} {
+		actWant(t, fmt.Sprint("last ", bad), f.call(a, map[string]any{"action": "read_session", "relay": "this", "session": b, "last": bad}), CodeInvalidInput, "last")
+	}
+
+	// Ids: a prefix of 8 works and the result carries the full id.
+	if env = read(b[:8], nil); env["id"] != b {
+		t.Errorf("id from prefix %v", env["id"])
+	}
+	f.actFail(a, map[string]any{"action": "read_session", "relay": "this", "session": b[:7]}, CodeInvalidInput)
+	actWant(t, "unknown session", f.call(a, map[string]any{"action": "read_session", "relay": "this", "session": actNoSuchSession}), CodeNotFound, "desk")
+	actWant(t, "no session", f.call(a, map[string]any{"action": "read_session", "relay": "this"}), CodeInvalidInput, "session")
+	// Reading itself is allowed.
+	read(a, nil)
+
+	// A turn waiting on a question: state, inFlight, pendingQuestions.
+	c := f.session(NewSession{Title: "asker"})
+	qmid := f.prompt(c, script(map[string]any{"reply": "thinking… "},
+		map[string]any{"question": map[string]any{"text": "Deploy now?", "options": []string{"yes", "no"}}}))
+	f.actQuestion(c)
+	env = read(c, 5)
+	qs, _ := env["pendingQuestions"].([]any)
+	if len(qs) != 1 {
+		t.Fatalf("pendingQuestions %v", env["pendingQuestions"])
+	}
+	q, _ := qs[0].(map[string]any)
+	if id, _ := q["id"].(string); !strings.HasPrefix(id, "q_") {
+		t.Errorf("question id %v", q["id"])
+	}
+	if diff := cmp.Diff([]any{map[string]any{"id": q["id"], "kind": "ask_user", "question": "Deploy now?", "options": []any{"yes", "no"}}, "running_turn", "thinking… "},
+		[]any{q, env["state"], env["inFlight"]}); diff != "" {
+		t.Errorf("a turn on a question (-want +got):\n%s", diff)
+	}
+	if _, err := f.r.AnswerQuestion(f.ctx, c, q["id"].(string), []string{"yes"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if tr := f.actTurn(qmid); tr.Status != store.TurnDone || tr.Reply != "thinking… yes" {
+		t.Errorf("turn %s %q, want done \"thinking… yes\"", tr.Status, tr.Reply)
+	}
+
+	// Group members.
+	f.actNewGroup("Crew")
+	g1 := f.session(NewSession{Title: "crew one", Group: "Crew"})
+	g2 := f.session(NewSession{Title: "crew two", Group: "crew"})
+	g, _ := read(g1, 5)["group"].(map[string]any)
+	if id, _ := g["id"].(string); !strings.HasPrefix(id, "grp_") {
+		t.Errorf("group id %v", g["id"])
+	}
+	if diff := cmp.Diff(map[string]any{"id": g["id"], "name": "Crew", "role": "member",
+		"members": []any{map[string]any{"id": g2, "title": "crew two", "role": "member", "state": "idle", "archived": false}}},
+		g); diff != "" {
+		t.Errorf("group (-want +got):\n%s", diff)
+	}
+
+	// Tasks with health while running.
+	d := f.session(NewSession{Title: "builder"})
+	f.actTurn(f.prompt(d, script(map[string]any{"task": map[string]any{"description": "slow build", "lines": []string{"never yet"},
+		"line_ms": 600000, "exit": 0, "background": true}}, map[string]any{"reply": "started"})))
+	env = read(d, 5)
+	tasks, _ := env["tasks"].([]any)
+	if len(tasks) != 1 {
+		t.Fatalf("tasks %v", env["tasks"])
+	}
+	task, _ := tasks[0].(map[string]any)
+	if id, _ := task["taskId"].(string); id == "" {
+		t.Errorf("taskId %v", task)
+	}
+	want := map[string]any{"description": "slow build", "type": "local_bash", "status": "running", "output": true, // the seed's type
+		"health": map[string]any{"minutesSinceOutput": float64(0), "quiet": false, "quietAfterMinutes": float64(10)}}
+	sub := map[string]any{}
+	for k := range want {
+		sub[k] = task[k]
+	}
+	if diff := cmp.Diff([]any{"background_only", want}, []any{env["state"], sub}); diff != "" {
+		t.Errorf("a running task (-want +got):\n%s", diff)
+	}
+}
