@@ -1244,3 +1244,170 @@ func TestRulesActReadSession(t *testing.T) {
 		t.Errorf("a running task (-want +got):\n%s", diff)
 	}
 }
+
+// actTask waits until sid's only task (read_session's) has status and returns it.
+func (f *fixture) actTask(caller, sid, status string) map[string]any {
+	f.t.Helper()
+	var task map[string]any
+	f.actUntil("the task of "+sid+" "+status, func() bool {
+		tasks, _ := f.actOK(caller, map[string]any{"action": "read_session", "relay": "this", "session": sid, "last": 5})["tasks"].([]any)
+		if len(tasks) == 1 {
+			task, _ = tasks[0].(map[string]any)
+			return task["status"] == status
+		}
+		return false
+	})
+	return task
+}
+
+// R7.6: read_task_output.
+func TestRulesActReadTaskOutput(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	actAuto(f)
+	a := f.session(NewSession{Title: "caller"})
+	b := f.session(NewSession{Title: "tester"})
+	c := f.session(NewSession{Title: "pytester"})
+
+	lines := []string{
+		"\x1b[1m=== RUN   TestA\x1b[0m",
+		"--- PASS: TestA (0.00s)",
+		"=== RUN   TestB",
+		"retrying",
+		"retrying",
+		"retrying",
+		"Authorization: Bearer x",
+		"    b_test.go:9: \x1b[31mboom\x1b[0m",
+		"--- FAIL: TestB (0.01s)",
+		"FAIL",
+		"FAIL\texample.com/pkg\t0.012s",
+	}
+	f.actTurn(f.prompt(b, script(map[string]any{"task": map[string]any{"description": "go test ./...", "lines": lines,
+		"line_ms": 1, "exit": 1, "background": true}}, map[string]any{"reply": "running tests"})))
+	task := f.actTask(a, b, "failed")
+	tid, _ := task["taskId"].(string)
+	counts := map[string]any{"runner": "go test", "passed": float64(1), "failed": float64(1), "skipped": float64(0), "final": true}
+	if diff := cmp.Diff([]any{counts, true}, []any{task["counts"], task["output"]}); diff != "" {
+		t.Errorf("read_session's task (-want +got):\n%s", diff)
+	}
+	actNoKey(t, "ended task", task, "health")
+
+	out := map[string]any{"action": "read_task_output", "relay": "this", "session": b, "task_id": tid}
+	env := f.actOK(a, out)
+	wantTail := []any{
+		"=== RUN   TestA",
+		"--- PASS: TestA (0.00s)",
+		"=== RUN   TestB",
+		"retrying [×3]",
+		"Authorization: ***",
+		"    b_test.go:9: boom",
+		"--- FAIL: TestB (0.01s)",
+		"FAIL",
+		"FAIL\texample.com/pkg\t0.012s",
+	}
+	if diff := cmp.Diff([]any{wantTail, counts}, []any{env["tail"], env["counts"]}); diff != "" {
+		t.Errorf("read_task_output (-want +got):\n%s", diff)
+	}
+	if strings.Contains(fmt.Sprint(env["tail"]), "Bearer x") {
+		t.Errorf("the credential is not masked: %v", env["tail"])
+	}
+	actNoKey(t, "read_task_output", env, "truncated", "stall")
+	tk, _ := env["task"].(map[string]any)
+	if diff := cmp.Diff(map[string]any{"id": tid, "description": "go test ./...", "type": "local_bash", "status": "failed", "exitCode": float64(1)},
+		tk, cmpIgnoreKeys("startedAt", "endedAt", "lastOutputAt")); diff != "" {
+		t.Errorf("task (-want +got):\n%s", diff)
+	}
+	if s, _ := tk["startedAt"].(string); s == "" {
+		t.Errorf("startedAt %v", tk["startedAt"])
+	}
+	sum, _ := env["summary"].(string)
+	prefix := "read_task_output → desk session " + b[:8] + " task " + tid[:8] + ": 9 lines, failed, last output "
+	if !strings.HasPrefix(sum, prefix) || !strings.HasSuffix(sum, ", 1 passed, 1 failed") {
+		t.Errorf("summary %q, want %q… , 1 passed, 1 failed", sum, prefix)
+	}
+
+	// A prefix of the task id works; the result carries the full id.
+	env = f.actOK(a, actWith(out, map[string]any{"session": b[:8], "task_id": tid[:8]}))
+	if id := env["task"].(map[string]any)["id"]; id != tid {
+		t.Errorf("task.id from prefix %v", id)
+	}
+
+	// lines counts folded lines.
+	env = f.actOK(a, actWith(out, map[string]any{"lines": 6}))
+	if diff := cmp.Diff([]any{wantTail[3:], true}, []any{env["tail"], env["truncated"]}); diff != "" {
+		t.Errorf("tail of 6 (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantTail[8:], f.actOK(a, actWith(out, map[string]any{"lines": 1}))["tail"]); diff != "" {
+		t.Errorf("tail of 1 (-want +got):\n%s", diff)
+	}
+	f.actOK(a, actWith(out, map[string]any{"lines": 500}))
+	for _, bad := range []any{0, 501, "all", 1000000000} {
+		actWant(t, fmt.Sprint("lines ", bad), f.call(a, actWith(out, map[string]any{"lines": bad})), CodeInvalidInput, "lines")
+	}
+
+	// Not found: unknown task, another session's task, unknown session; task_id missing.
+	actWant(t, "unknown task", f.call(a, actWith(out, map[string]any{"task_id": "ffffffffffff"})), CodeNotFound, "Nothing was done.")
+	f.actFail(a, actWith(out, map[string]any{"session": c}), CodeNotFound)
+	f.actFail(a, actWith(out, map[string]any{"session": actNoSuchSession}), CodeNotFound)
+	actWant(t, "no task_id", f.call(a, map[string]any{"action": "read_task_output", "relay": "this", "session": b}), CodeInvalidInput, "task_id")
+
+	// pytest summary.
+	f.actTurn(f.prompt(c, script(map[string]any{"task": map[string]any{"description": "pytest", "lines": []string{
+		"tests/test_a.py ..F.s                                         [100%]",
+		"=========== 2 failed, 5 passed, 1 skipped in 1.20s ===========",
+	}, "line_ms": 1, "exit": 1, "background": false}})))
+	ptid, _ := f.actTask(a, c, "failed")["taskId"].(string)
+	env = f.actOK(a, actWith(out, map[string]any{"session": c, "task_id": ptid}))
+	if diff := cmp.Diff(map[string]any{"runner": "pytest", "passed": float64(5), "failed": float64(2), "skipped": float64(1), "final": true}, env["counts"]); diff != "" {
+		t.Errorf("pytest counts (-want +got):\n%s", diff)
+	}
+	actHas(t, "summary", env["summary"], ", 5 passed, 2 failed")
+
+	// A running task: stall, no counts.
+	d := f.session(NewSession{Title: "slow"})
+	f.actTurn(f.prompt(d, script(map[string]any{"task": map[string]any{"description": "watcher", "lines": []string{"late"},
+		"line_ms": 600000, "background": true}})))
+	rtid, _ := f.actTask(a, d, "running")["taskId"].(string)
+	env = f.actOK(a, actWith(out, map[string]any{"session": d, "task_id": rtid}))
+	rt, _ := env["task"].(map[string]any)
+	stall, _ := env["stall"].(map[string]any)
+	if diff := cmp.Diff([]any{[]any{}, "running", nil, map[string]any{"minutes": float64(0), "quiet": false, "quietAfterMinutes": float64(10)},
+		"read_task_output → desk session " + d[:8] + " task " + rtid[:8] + ": 0 lines, running"},
+		[]any{env["tail"], rt["status"], rt["exitCode"], stall, env["summary"]}, cmpIgnoreKeys("since")); diff != "" {
+		t.Errorf("a running task (-want +got):\n%s", diff)
+	}
+	if s, _ := stall["since"].(string); s == "" {
+		t.Errorf("stall.since %v", stall["since"])
+	}
+	actNoKey(t, "running task", env, "counts")
+}
+
+// R7.6: a task that ended longer ago than the output is kept is NOT_FOUND
+// (the relay's timing.task_output_kept, on the simulated clock).
+func TestRulesActReadTaskOutputGone(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	actAuto(f)
+	a := f.session(NewSession{Title: "caller"})
+	b := f.session(NewSession{Title: "tester"})
+	f.actTurn(f.prompt(b, script(map[string]any{"task": map[string]any{"description": "echo", "lines": []string{"one"},
+		"exit": 0, "background": false}})))
+	tasks, err := f.st.Tasks(f.ctx, b)
+	if err != nil || len(tasks) != 1 {
+		t.Fatalf("tasks %v %v", tasks, err)
+	}
+	tid := tasks[0].ID
+	args := map[string]any{"action": "read_task_output", "relay": "this", "session": b, "task_id": tid}
+	env := f.actOK(a, args)
+	tk, _ := env["task"].(map[string]any)
+	if diff := cmp.Diff([]any{[]any{"one"}, "done", float64(0)}, []any{env["tail"], tk["status"], tk["exitCode"]}); diff != "" {
+		t.Errorf("read_task_output (-want +got):\n%s", diff)
+	}
+	actHas(t, "summary", env["summary"], "task "+tid[:8]+": 1 line, done")
+	keep := f.r.opts.Timing.TaskOutputKept
+	f.clk.Advance(keep - time.Second)
+	f.actOK(a, args)
+	f.clk.Advance(time.Second)
+	env = f.actFail(a, args, CodeNotFound)
+	actHas(t, "error", env["error"], "Nothing was done.")
+}
