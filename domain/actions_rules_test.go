@@ -1411,3 +1411,210 @@ func TestRulesActReadTaskOutputGone(t *testing.T) {
 	env = f.actFail(a, args, CodeNotFound)
 	actHas(t, "error", env["error"], "Nothing was done.")
 }
+
+// R7.9, R6.1, R6.2, R5.1: create_session.
+func TestRulesActCreateSession(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	actAuto(f)
+	folder := f.r.opts.Folders[0]
+	a := f.session(NewSession{Title: "lead"})
+	create := func(extra map[string]any) map[string]any {
+		return actWith(map[string]any{"action": "create_session", "relay": "this", "text": "hi", "wait_seconds": 15}, extra)
+	}
+	read := func(sid string) map[string]any {
+		return f.actOK(a, map[string]any{"action": "read_session", "relay": "this", "session": sid, "last": 5})
+	}
+	listed := func(sid string) map[string]any {
+		return actByID(f.actOK(a, map[string]any{"action": "list_sessions", "relay": "this", "limit": 200})["sessions"], sid)
+	}
+
+	// Validation before any card (R5.3): all of these answer outside a turn.
+	g1 := f.actNewGroup("Release 2.4")
+	env := f.actFail(a, create(map[string]any{"group": "Relase"}), CodeUnknownGroup)
+	if diff := cmp.Diff([]any{`Relay "desk" has no session group "Relase". Groups there: Release 2.4 (` + g1 + `). No session was created.`,
+		[]any{map[string]any{"id": g1, "name": "Release 2.4", "memberCount": float64(0)}}}, []any{env["error"], env["groups"]}); diff != "" {
+		t.Errorf("unknown group (-want +got):\n%s", diff)
+	}
+	actNoKey(t, "unknown group", env, "groupsTotal") // the seed: groupsTotal only when more than 20 exist
+	env = f.actFail(a, create(map[string]any{"model": "scripted-2"}), CodeUnknownModel)
+	if diff := cmp.Diff([]any{`Unknown model 'scripted-2' for Scripted on relay "desk"; did you mean 'scripted-1'? Valid ids: scripted-1. No session was created.`,
+		[]any{"scripted-1"}, []any{"scripted-1"}}, []any{env["error"], env["suggestions"], env["models"]}); diff != "" {
+		t.Errorf("unknown model (-want +got):\n%s", diff)
+	}
+	f.actNewGroup("Twin")
+	f.actNewGroup("twin")
+	tests := []struct {
+		args map[string]any
+		code string
+		has  []string
+	}{
+		{create(map[string]any{"group": "grp_000000000000"}), CodeUnknownGroup, nil},
+		{create(map[string]any{"effort": "extreme"}), CodeInvalidInput, []string{`"extreme"`, "No session was created."}},
+		{create(map[string]any{"cwd": "/"}), CodeInvalidInput, []string{"may not use the folder", "No session was created."}},
+		{create(map[string]any{"cwd": "relative/dir"}), CodeInvalidInput, nil},
+		{create(map[string]any{"cwd": filepath.Join(folder, "missing")}), CodeInvalidInput, nil},
+		{create(map[string]any{"provider": "nope"}), CodeInvalidInput, []string{`"nope"`, "No session was created."}},
+		{create(map[string]any{"mode": "yolo"}), CodeInvalidInput, nil},
+		{create(map[string]any{"text": nil}), CodeInvalidInput, nil},
+		{create(map[string]any{"title": strings.Repeat("t", 201)}), CodeInvalidInput, nil},
+		{create(map[string]any{"group": "TWIN"}), CodeUnknownGroup, []string{"No session was created."}},
+		// The first session in a conversation needs a card, which needs a running turn.
+		{create(nil), CodeNoActiveTurn, []string{"No session was created."}},
+	}
+	for _, tt := range tests {
+		actWant(t, fmt.Sprint(tt.args), f.call(a, tt.args), tt.code, tt.has...)
+	}
+	env = f.call(a, create(map[string]any{"group": "TWIN"}))
+	if msg, _ := env["error"].(string); !strings.HasSuffix(msg, "Pass the id.") {
+		t.Errorf("ambiguous group error %q does not end with \"Pass the id.\"", msg)
+	}
+	if gs, _ := env["groups"].([]any); len(gs) != 2 {
+		t.Errorf("ambiguous groups %v", env["groups"])
+	}
+	if n := f.actTotal("all"); n != 1 {
+		t.Errorf("sessions %d, want 1", n)
+	}
+
+	// Inside a turn: the card, then the session.
+	res, card := f.actInTurn(a, map[string]any{"action": "create_session", "relay": "this", "text": "say hi", "title": "helper", "wait_seconds": 15}, "allow")
+	if !strings.HasPrefix(card.ID, "card_") || card.Action != "create_session" || card.Relay != "desk" || card.Target != nil {
+		t.Errorf("card %+v", card)
+	}
+	actHas(t, "card.lines", strings.Join(card.Lines, "\n"), "helper", "Model: scripted-1")
+	actWant(t, "create_session in a turn", res, "")
+	helper, _ := res["session"].(string)
+	grp, _ := res["group"].(map[string]any)
+	leadGroup, _ := grp["id"].(string)
+	if !strings.HasPrefix(leadGroup, "grp_") {
+		t.Errorf("group id %q", leadGroup)
+	}
+	want := map[string]any{"status": "done", "reply": map[string]any{"text": "echo: say hi", "model": "scripted-1"}, "provider": "scripted",
+		"model": "scripted-1", "mode": "agent", "title": "helper", "group": map[string]any{"id": leadGroup, "name": "lead", "role": "member"},
+		"summary": `create_session → desk session ` + helper[:8] + `: "helper", done, reply 12 chars`}
+	got := map[string]any{}
+	for k := range want {
+		got[k] = res[k]
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("create_session (-want +got):\n%s", diff)
+	}
+	actNoKey(t, "create_session", res, "repo", "branch", "groupWarning")
+	// The caller founded the group as its head; the new session shows who started it.
+	if diff := cmp.Diff(map[string]any{"id": leadGroup, "role": "head"}, read(a)["group"], cmpIgnoreKeys("name", "members")); diff != "" {
+		t.Errorf("caller group (-want +got):\n%s", diff)
+	}
+	hv := listed(helper)
+	if hv == nil {
+		t.Fatalf("helper not listed")
+	}
+	if diff := cmp.Diff(map[string]any{"relay": "desk", "session": a, "title": "lead"}, hv["startedBy"]); diff != "" {
+		t.Errorf("startedBy (-want +got):\n%s", diff)
+	}
+	actNoKey(t, "helper", hv, "mayCreateSessions")
+	if role := read(helper)["messages"].([]any)[0].(map[string]any)["role"]; role != "agent" {
+		t.Errorf("helper's first message role %v", role)
+	}
+
+	// Later sessions in this conversation need no card: direct calls work.
+	env = f.actOK(a, create(map[string]any{"text": "two", "title": "second", "group": "release 2.4", "effort": "high", "repo": "git@example.com:x.git", "branch": "main"}))
+	if diff := cmp.Diff([]any{map[string]any{"id": g1, "name": "Release 2.4", "role": "member"}, "high", "git@example.com:x.git", "main"},
+		[]any{env["group"], env["effort"], env["repo"], env["branch"]}); diff != "" {
+		t.Errorf("second (-want +got):\n%s", diff)
+	}
+	env = f.actOK(a, create(map[string]any{"text": "three", "group": g1}))
+	if diff := cmp.Diff([]any{g1, "three"}, []any{env["group"].(map[string]any)["id"], env["title"]}); diff != "" {
+		t.Errorf("group by id, title from text (-want +got):\n%s", diff)
+	}
+	if id := f.actOK(a, create(map[string]any{"text": "four", "group": ""}))["group"].(map[string]any)["id"]; id != leadGroup {
+		t.Errorf("an empty group joins %v, want the caller's %s", id, leadGroup)
+	}
+	// What the agent leaves out follows the caller's session.
+	medium := "medium"
+	if _, err := f.r.OwnerPatchSession(f.ctx, a, SessionPatch{Effort: &medium}); err != nil {
+		t.Fatal(err)
+	}
+	env = f.actOK(a, create(map[string]any{"text": "inherit"}))
+	if diff := cmp.Diff([]any{"medium", "scripted-1", "agent"}, []any{env["effort"], env["model"], env["mode"]}); diff != "" {
+		t.Errorf("inherited (-want +got):\n%s", diff)
+	}
+	sub := filepath.Join(folder, "sub")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env = f.actOK(a, create(map[string]any{"text": "five", "cwd": sub, "mode": "plan"}))
+	if diff := cmp.Diff([]any{"plan", sub}, []any{env["mode"], read(env["session"].(string))["cwd"]}); diff != "" {
+		t.Errorf("cwd and mode (-want +got):\n%s", diff)
+	}
+
+	// One level (R6.2): a session an agent started cannot start sessions…
+	nest := script(actTool(map[string]any{"action": "create_session", "relay": "this", "text": "grandchild", "wait_seconds": 0}))
+	env = f.actOK(a, create(map[string]any{"text": nest, "title": "nester"}))
+	if env["status"] != "done" {
+		t.Fatalf("nester: %v", env)
+	}
+	nester, _ := env["session"].(string)
+	inner := f.toolResults(env["message_id"].(string))
+	if len(inner) != 1 {
+		t.Fatalf("nested create_session: %v", env["reply"])
+	}
+	actWant(t, "nested create_session", inner[0], CodeForbidden, "No session was created.")
+	total := f.actTotal("all")
+	// …unless the owner allows it for that conversation.
+	yes := true
+	if _, err := f.r.OwnerPatchSession(f.ctx, nester, SessionPatch{MayCreateSessions: &yes}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]any{true, true}, []any{read(nester)["mayCreateSessions"], listed(nester)["mayCreateSessions"]}); diff != "" {
+		t.Errorf("mayCreateSessions in read_session, list_sessions (-want +got):\n%s", diff)
+	}
+	res, card = f.actInTurn(nester, map[string]any{"action": "create_session", "relay": "this", "text": "grandchild",
+		"group": "RELEASE 2.4", "wait_seconds": 15}, "allow")
+	actWant(t, "create_session by an allowed agent session", res, "")
+	actHas(t, "card.lines", strings.Join(card.Lines, "\n"), "Group: Release 2.4 ("+g1+")")
+	grand, _ := res["session"].(string)
+	if diff := cmp.Diff([]any{map[string]any{"id": g1, "name": "Release 2.4", "role": "member"},
+		map[string]any{"relay": "desk", "session": nester, "title": "nester"}, total + 1},
+		[]any{res["group"], listed(grand)["startedBy"], f.actTotal("all")}); diff != "" {
+		t.Errorf("grandchild (-want +got):\n%s", diff)
+	}
+
+	// Four at work (R6.1).
+	var busy, busyMsgs []string
+	for i := 0; i < 4; i++ {
+		env := f.actOK(a, create(map[string]any{"text": script(map[string]any{"sleep_ms": 600000}), "title": fmt.Sprintf("busy %d", i), "wait_seconds": 0}))
+		busy = append(busy, env["session"].(string))
+		busyMsgs = append(busyMsgs, env["message_id"].(string))
+	}
+	total = f.actTotal("all")
+	actWant(t, "a fifth", f.call(a, create(map[string]any{"text": "fifth"})), CodeSessionLimit, "No session was created.")
+	if n := f.actTotal("all"); n != total {
+		t.Errorf("sessions %d, want %d", n, total)
+	}
+	// A send to an idle session of the same conversation would make a fifth busy…
+	before := f.messages(helper)
+	actWant(t, "send to an idle child", f.call(a, map[string]any{"action": "send", "relay": "this", "session": helper, "text": "more", "wait_seconds": 0}),
+		CodeSessionLimit, "Nothing was sent.")
+	if n := f.messages(helper); n != before {
+		t.Errorf("helper messages %d, want %d", n, before)
+	}
+	// …a prompt to a busy one just queues.
+	if st := f.actOK(a, map[string]any{"action": "send", "relay": "this", "session": busy[0], "text": "queued", "wait_seconds": 0})["status"]; st != "queued" {
+		t.Errorf("send to a busy child: %v", st)
+	}
+	// When one finishes, the next may start.
+	if env = f.actOK(a, map[string]any{"action": "stop", "relay": "this", "session": busy[1]}); env["stopRequested"] != true {
+		t.Errorf("stop %v", env)
+	}
+	if st := f.actOK(a, map[string]any{"action": "wait", "relay": "this", "session": busy[1], "message_id": busyMsgs[1], "wait_seconds": 15})["status"]; st != "stopped" {
+		t.Errorf("stopped status %v", st)
+	}
+	if st := f.actOK(a, create(map[string]any{"text": "fifth", "wait_seconds": 15}))["status"]; st != "done" {
+		t.Errorf("fifth %v", st)
+	}
+	for _, s := range []string{busy[0], busy[2], busy[3]} {
+		if _, err := f.r.OwnerStop(f.ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
