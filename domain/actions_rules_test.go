@@ -1618,3 +1618,37 @@ func TestRulesActCreateSession(t *testing.T) {
 		}
 	}
 }
+
+// R5.2.1: the first create_session asks once per conversation; later ones ask nothing;
+// a session the conversation started can be updated without a card (R7.10).
+func TestRulesActFirstCreateAsksOncePerConversation(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	met := actCount(f)
+	actAuto(f)
+	a := f.session(NewSession{Title: "orchestrator"})
+	other := f.session(NewSession{Title: "other"})
+	create := func(text string) map[string]any {
+		return actTool(map[string]any{"action": "create_session", "relay": "this", "text": text, "wait_seconds": 10})
+	}
+	tid := f.prompt(a, script(create("one"), create("two")))
+	f.actDecide(a, "create_session", "", "allow")
+	res := f.actResults(tid, 2)
+	actWant(t, "first create_session", res[0], "")
+	actWant(t, "second create_session", res[1], "")
+	if got := met.card("asked"); got != 1 {
+		t.Fatalf("%v cards asked for two create_session calls, want 1", got)
+	}
+	// Outside a turn too: no card is needed any more.
+	env := f.actOK(a, map[string]any{"action": "create_session", "relay": "this", "text": "three", "wait_seconds": 10})
+	if env["status"] != "done" {
+		t.Fatalf("third create_session %v", env)
+	}
+	if n := len(f.actChildren(a)); n != 3 {
+		t.Fatalf("%d children, want 3", n)
+	}
+	// Its own child: update_session needs no card.
+	f.actOK(a, map[string]any{"action": "update_session", "relay": "this", "session": env["session"], "title": "renamed"})
+	// Per conversation: another conversation's first create_session still asks.
+	f.actFail(other, map[string]any{"action": "create_session", "relay": "this", "text": "x"}, CodeNoActiveTurn)
+}

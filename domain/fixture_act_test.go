@@ -371,3 +371,35 @@ func actSettings(env map[string]any) map[string]any {
 	m, _ := env["settings"].(map[string]any)
 	return m
 }
+
+// actMetrics counts the cards the relay reports, by decision ("asked" when shown).
+type actMetrics struct {
+	mu    sync.Mutex
+	cards map[string]int
+}
+
+func (m *actMetrics) ToolCall(string, string, time.Duration)     {}
+func (m *actMetrics) TurnStarted(string)                         {}
+func (m *actMetrics) TurnFinished(string, string, time.Duration) {}
+func (m *actMetrics) Event(string)                               {}
+func (m *actMetrics) Delivery(string)                            {}
+func (m *actMetrics) NotifyFailed()                              {}
+func (m *actMetrics) CardDecided(decision string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cards[decision]++
+}
+
+func (m *actMetrics) card(decision string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cards[decision]
+}
+
+// actCount makes f's relay report its counts to the returned metrics
+// (before any call of the test).
+func actCount(f *fixture) *actMetrics {
+	m := &actMetrics{cards: map[string]int{}}
+	f.r.met = m
+	return m
+}

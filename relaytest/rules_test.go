@@ -222,39 +222,6 @@ func TestCardTimeoutWithdrawsCard(t *testing.T) {
 	}
 }
 
-// R5.2.1: the first create_session asks once per conversation; later ones ask nothing;
-// a session the conversation started can be updated without a card (R7.10).
-func TestFirstCreateAsksOncePerConversation(t *testing.T) {
-	t.Parallel()
-	r := Start(t, Options{})
-	a := r.NewSession(map[string]any{"title": "orchestrator"})
-	other := r.NewSession(map[string]any{"title": "other"})
-	create := func(text string) map[string]any {
-		return stepTool(map[string]any{"action": "create_session", "relay": "this", "text": text, "wait_seconds": 10})
-	}
-	tid := r.Message(a.ID, Script(create("one"), create("two")))
-	decideCard(t, r, a.ID, "create_session", nil, "allow")
-	res := scriptToolEnvs(t, r, tid, 2)
-	mustEnvOK(t, res[0])
-	mustEnvOK(t, res[1])
-	if got := metricSample(t, r, "relay_cards_total", map[string]string{"status": "asked"}); got != 1 {
-		t.Fatalf("%v cards asked for two create_session calls, want 1", got)
-	}
-	// Outside a turn too: no card is needed any more.
-	m := r.Connect(a.Token, nil)
-	env := m.MustOK(map[string]any{"action": "create_session", "relay": "this", "text": "three", "wait_seconds": 10})
-	if env["status"] != "done" {
-		t.Fatalf("third create_session %v", env)
-	}
-	if n := len(childSessions(r, a.ID)); n != 3 {
-		t.Fatalf("%d children, want 3", n)
-	}
-	// Its own child: update_session needs no card.
-	m.MustOK(map[string]any{"action": "update_session", "relay": "this", "session": env["session"], "title": "renamed"})
-	// Per conversation: another conversation's first create_session still asks.
-	r.Connect(other.Token, nil).MustFail(map[string]any{"action": "create_session", "relay": "this", "text": "x"}, "REMOTE_RELAY_NO_ACTIVE_TURN")
-}
-
 // ---- R6.1 the 4-at-work cap under concurrent calls, two processes ----
 
 func TestFourAtWorkCapConcurrent(t *testing.T) {
