@@ -1652,3 +1652,182 @@ func TestRulesActFirstCreateAsksOncePerConversation(t *testing.T) {
 	// Per conversation: another conversation's first create_session still asks.
 	f.actFail(other, map[string]any{"action": "create_session", "relay": "this", "text": "x"}, CodeNoActiveTurn)
 }
+
+// R3.1–R3.6, R4.3: the envelope, relay naming, unknown and empty arguments,
+// wrong types and sizes (relaytest keeps the MCP layer's part: the legacy
+// tool name, arguments that are not an object).
+func TestRulesActEnvelope(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	a := f.session(NewSession{Title: "caller"})
+	b := f.session(NewSession{Title: "target"})
+
+	t.Run("list_relays", func(t *testing.T) {
+		env := f.actOK(a, map[string]any{"action": "list_relays"})
+		actNoKey(t, "list_relays", env, "relay", "ignored")
+		relays, _ := env["relays"].([]any)
+		if len(relays) != 1 {
+			t.Fatalf("relays %v", env["relays"])
+		}
+		self, _ := relays[0].(map[string]any)
+		limits, _ := env["limits"].(map[string]any)
+		if diff := cmp.Diff([]any{"list_relays: 1 relay, 1 unlocked", map[string]any{"name": "desk"}, "desk", true, float64(4)},
+			[]any{env["summary"], env["self"], self["name"], self["self"], limits["maxActiveSessions"]}); diff != "" {
+			t.Errorf("list_relays (-want +got):\n%s", diff)
+		}
+		if n, _ := limits["maxWaitSeconds"].(float64); n <= 0 {
+			t.Errorf("maxWaitSeconds %v", limits["maxWaitSeconds"])
+		}
+	})
+
+	t.Run("relay names", func(t *testing.T) {
+		for _, name := range []string{"this", "This", "desk", "DESK"} {
+			env := f.actOK(a, map[string]any{"action": "usage", "relay": name})
+			if diff := cmp.Diff([]any{"desk", "usage → desk: 1 provider, quotas not tracked"}, []any{env["relay"], env["summary"]}); diff != "" {
+				t.Errorf("relay %s (-want +got):\n%s", name, diff)
+			}
+		}
+		for _, args := range []map[string]any{
+			{"action": "usage"},
+			{"action": "usage", "relay": ""},
+			{"action": "usage", "relay": nil},
+			{"action": "read_session", "session": b},
+		} {
+			env := f.actFail(a, args, CodeInvalidInput)
+			if diff := cmp.Diff(`relay is required; use "this" for this relay. Nothing was done.`, env["error"]); diff != "" {
+				t.Errorf("%v (-want +got):\n%s", args, diff)
+			}
+		}
+		env := f.actFail(a, map[string]any{"action": "read_session", "relay": "build-box", "session": b}, CodeUnknownRelay)
+		actHas(t, "error", env["error"], `"build-box"`, "list_relays")
+		f.actFail(a, map[string]any{"action": "send", "relay": "desk2", "session": b, "text": "x"}, CodeUnknownRelay)
+		if n := f.messages(b); n != 0 {
+			t.Errorf("a send to an unknown relay queued something here: %d messages", n)
+		}
+	})
+
+	t.Run("unknown and malformed action", func(t *testing.T) {
+		env := f.actFail(a, map[string]any{"action": "fly", "relay": "this"}, CodeInvalidInput)
+		actHas(t, "error", env["error"], `Unknown action "fly"`, "list_relays", "read_session")
+		env = f.actFail(a, map[string]any{"relay": "this"}, CodeInvalidInput)
+		actHas(t, "error", env["error"], "action is required")
+		f.actFail(a, map[string]any{"action": 5, "relay": "this"}, CodeInvalidInput)
+		f.actFail(a, map[string]any{"action": "", "relay": "this"}, CodeInvalidInput)
+	})
+
+	t.Run("ignored", func(t *testing.T) {
+		actNoKey(t, "usage", f.actOK(a, map[string]any{"action": "usage", "relay": "this"}), "ignored")
+		// 25 unknown arguments in a given order: the first 20 are listed, in that order.
+		var sb strings.Builder
+		sb.WriteString(`{"action":"list_sessions","relay":"this"`)
+		var want []any
+		for i := 25; i >= 1; i-- {
+			k := fmt.Sprintf("x%02d", i)
+			fmt.Fprintf(&sb, `,%q:%d`, k, i)
+			if len(want) < 20 {
+				want = append(want, k)
+			}
+		}
+		sb.WriteString(`,"limit":1}`)
+		env, isErr := f.actRaw(a, sb.String())
+		if isErr || env["ok"] != true {
+			t.Fatalf("list_sessions: %v", env)
+		}
+		if diff := cmp.Diff(want, env["ignored"]); diff != "" {
+			t.Errorf("ignored (-want +got):\n%s", diff)
+		}
+		if n := len(env["sessions"].([]any)); n != 1 {
+			t.Errorf("list_sessions did not run with its own arguments: %d sessions", n)
+		}
+	})
+
+	t.Run("empty values are absent", func(t *testing.T) {
+		env := f.actOK(a, map[string]any{"action": "list_sessions", "relay": "this", "scope": "", "limit": nil,
+			"foo": nil, "bar": "", "baz": false, "qux": []any{}})
+		actNoKey(t, "list_sessions", env, "ignored")
+		if env["summary"] != "list_sessions → desk: 2 sessions (active)" {
+			t.Errorf("summary %v", env["summary"])
+		}
+		env = f.actOK(a, map[string]any{"action": "read_session", "relay": "this", "session": b, "last": nil, "x": false})
+		actNoKey(t, "read_session", env, "ignored")
+		// create_session and update_session do not reject empty unknown arguments (R3.5).
+		env = f.actFail(a, map[string]any{"action": "create_session", "relay": "this", "text": "hi", "session": "", "foo": nil}, CodeNoActiveTurn)
+		actHas(t, "error", env["error"], "No session was created.")
+		env = f.actOK(a, map[string]any{"action": "update_session", "relay": "this", "session": b, "title": "target",
+			"text": "", "foo": []any{}, "thinking_enabled": false})
+		if diff := cmp.Diff([]any{}, env["changed"]); diff != "" {
+			t.Errorf("changed (-want +got):\n%s", diff)
+		}
+		actNoKey(t, "update_session", env, "ignored")
+		// thinking_enabled false alone is no setting.
+		env = f.actFail(a, map[string]any{"action": "update_session", "relay": "this", "session": b, "thinking_enabled": false}, CodeInvalidInput)
+		actHas(t, "error", env["error"], "at least one setting", "Nothing was changed.")
+	})
+
+	t.Run("R3.5 create_session and update_session", func(t *testing.T) {
+		env := f.actFail(a, map[string]any{"action": "create_session", "relay": "this", "text": "hi", "session": b}, CodeInvalidInput)
+		if diff := cmp.Diff("create_session does not take: session. Its arguments: relay, text, provider, model, cwd, repo, branch, mode, effort, title, group, wait_seconds. Nothing was created.", env["error"]); diff != "" {
+			t.Errorf("create_session with session (-want +got):\n%s", diff)
+		}
+		env, isErr := f.actRaw(a, `{"action":"create_session","relay":"this","zeta":1,"text":"hi","alpha":true,"mid":"x"}`)
+		if !isErr || env["code"] != CodeInvalidInput {
+			t.Errorf("create_session with unknown arguments: %v", env)
+		}
+		actHas(t, "error", env["error"], "create_session does not take: zeta, alpha, mid. Its arguments: ")
+		env = f.actFail(a, map[string]any{"action": "update_session", "relay": "this", "session": b, "text": "x"}, CodeInvalidInput)
+		if diff := cmp.Diff("update_session does not take: text. Its arguments: relay, session, model, effort, mode, title, group, cwd, auto_compact_window, thinking_enabled, thinking_display. Nothing was changed.", env["error"]); diff != "" {
+			t.Errorf("update_session with text (-want +got):\n%s", diff)
+		}
+		env, isErr = f.actRaw(a, `{"action":"update_session","relay":"this","session":"`+b+`","title":"new","wait_seconds":3,"provider":"scripted"}`)
+		if !isErr || env["code"] != CodeInvalidInput {
+			t.Errorf("update_session with unknown arguments: %v", env)
+		}
+		actHas(t, "error", env["error"], "update_session does not take: wait_seconds, provider. Its arguments: ", "Nothing was changed.")
+		// Shapes come before the relay: even an unknown relay answers INVALID_INPUT here.
+		f.actFail(a, map[string]any{"action": "create_session", "relay": "build-box", "text": "hi", "session": b}, CodeInvalidInput)
+		if n := f.actTotal("all"); n != 2 {
+			t.Errorf("sessions: %d, want 2", n)
+		}
+		if got := f.actStored(b).Title; got != "target" {
+			t.Errorf("title changed to %q", got)
+		}
+	})
+
+	t.Run("wrong types and sizes", func(t *testing.T) {
+		before := f.messages(b)
+		big := strings.Repeat("x", 1<<20+1)
+		tests := []struct {
+			args map[string]any
+			has  string
+		}{
+			{map[string]any{"action": "send", "relay": "this", "session": b, "text": 5, "wait_seconds": 0}, "text must be a string"},
+			{map[string]any{"action": "send", "relay": "this", "session": b, "text": map[string]any{"a": 1}}, "text"},
+			{map[string]any{"action": "send", "relay": "this", "session": b, "text": "hi", "wait_seconds": "soon"}, "wait_seconds"},
+			{map[string]any{"action": "read_session", "relay": "this", "session": b, "last": "abc"}, "last must be a whole number"},
+			{map[string]any{"action": "read_session", "relay": "this", "session": b, "last": 1000000000}, "last must be between 1 and 50"},
+			{map[string]any{"action": "read_session", "relay": "this", "session": b, "last": 2.5}, ""},
+			{map[string]any{"action": "read_session", "relay": "this", "session": 12345678}, ""},
+			{map[string]any{"action": "send", "relay": "this", "session": b, "text": big, "wait_seconds": 0}, "Nothing was sent."},
+			{map[string]any{"action": "create_session", "relay": "this", "text": big}, "No session was created."},
+			{map[string]any{"action": "create_session", "relay": "this", "text": 7}, "text must be a string"},
+		}
+		for _, tt := range tests {
+			name := fmt.Sprint(tt.args)
+			if len(name) > 200 {
+				name = name[:200]
+			}
+			actWant(t, name, f.call(a, tt.args), CodeInvalidInput, tt.has)
+		}
+		if n := f.messages(b); n != before {
+			t.Errorf("messages of the target: %d, want %d", n, before)
+		}
+		if n := f.actTotal("all"); n != 2 {
+			t.Errorf("sessions: %d, want 2", n)
+		}
+		// Exactly 1 MiB is allowed.
+		env := f.actOK(a, map[string]any{"action": "send", "relay": "this", "session": b, "text": strings.Repeat("y", 1<<20), "wait_seconds": 0})
+		if id, _ := env["message_id"].(string); id == "" {
+			t.Errorf("send of 1 MiB: %v", env["summary"])
+		}
+	})
+}

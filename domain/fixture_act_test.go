@@ -8,6 +8,7 @@ package domain
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -402,4 +403,16 @@ func actCount(f *fixture) *actMetrics {
 	m := &actMetrics{cards: map[string]int{}}
 	f.r.met = m
 	return m
+}
+
+// actRaw runs one relay_tool call of raw JSON arguments (their key order as
+// written) and returns the envelope and whether it is an error.
+func (f *fixture) actRaw(caller, raw string) (map[string]any, bool) {
+	f.t.Helper()
+	out, isErr := f.r.CallTool(f.ctx, caller, json.RawMessage(raw))
+	var env map[string]any
+	if err := json.Unmarshal(out, &env); err != nil {
+		f.t.Fatalf("envelope %s: %v", out, err)
+	}
+	return env, isErr
 }
