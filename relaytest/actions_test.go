@@ -10,7 +10,6 @@ package relaytest
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -161,11 +160,6 @@ func readSession(m *MCP, sid string, last int) map[string]any {
 	return m.MustOK(map[string]any{"action": "read_session", "relay": "this", "session": sid, "last": last})
 }
 
-// waitRunning waits until a turn runs.
-func waitRunning(r *Relay, mid string) {
-	r.WaitTurn(mid, turnWait, "running")
-}
-
 func messageCount(t *testing.T, r *Relay, sid string) int {
 	t.Helper()
 	return num(t, r.Get(sid)["messageCount"], "messageCount")
@@ -175,15 +169,6 @@ func sessionTotal(t *testing.T, m *MCP, scope string) int {
 	t.Helper()
 	env := m.MustOK(map[string]any{"action": "list_sessions", "relay": "this", "scope": scope, "limit": 200})
 	return num(t, env["total"], "total")
-}
-
-func ownerGroup(t *testing.T, r *Relay, name string) string {
-	t.Helper()
-	var out map[string]any
-	if st := r.Owner("POST", "/api/v1/groups", map[string]any{"name": name}, &out); st != http.StatusCreated {
-		t.Fatalf("create group %q: status %d %v", name, st, out)
-	}
-	return str(out["id"])
 }
 
 func findByID(t testing.TB, items []any, id string) map[string]any {

@@ -144,20 +144,6 @@ func ev2Done(t *testing.T, r *Relay, sid, text string) {
 	}
 }
 
-// ev2Never checks for d that cond does not become true (only after a positive
-// check, to bound a negative one).
-func ev2Never(t *testing.T, d time.Duration, cond func() bool, format string, a ...any) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if cond() {
-			t.Errorf("within %s: "+format, append([]any{d}, a...)...)
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 func ev2Line(s Session, rest string) string {
 	return fmt.Sprintf(`[relay event] session %q (%s): %s`, s.Title, s.ID[:8], rest)
 }
