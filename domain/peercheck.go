@@ -101,30 +101,7 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 		chk.Session = &CheckedRef{ID: s.ID, Title: s.Title}
 		chk.StartedByCaller = s.StartedBy != nil && strings.EqualFold(s.StartedBy.Relay, c.remote.Relay) && s.StartedBy.Session == c.remote.Session
 		chk.Changed = nonNil(ch.names)
-		for _, name := range ch.names {
-			v := CheckedValue{Setting: name}
-			switch name {
-			case "auto_compact_window":
-				v.Label, v.Value = "Auto-compact window", fmt.Sprint(pl.acw)
-			case "group":
-				v.Label = "Group"
-				switch {
-				case pl.leave:
-					v.Value = "none"
-				case pl.group != nil:
-					v.Value, v.ID = r.groupName(ctx, pl.group), pl.group.ID
-				default:
-					v.Value, v.ID = pl.createGroup, "new"
-				}
-			default:
-				for _, t := range ch.texts {
-					if t.name == name {
-						v.Label, v.Value = t.label, t.value
-					}
-				}
-			}
-			chk.Changes = append(chk.Changes, v)
-		}
+		chk.Changes = r.checkedChanges(ctx, pl, ch)
 	case "subscribe":
 		in, pl, e := r.subscribeChecks(ctx, c, a)
 		if e != nil {
@@ -158,6 +135,37 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 		chk.Session = &CheckedRef{ID: s.ID, Title: s.Title}
 	}
 	return chk, nil
+}
+
+// checkedChanges are the settings an update_session would change, as the
+// card on the calling relay shows them (label and value, a group's id).
+func (r *Relay) checkedChanges(ctx context.Context, pl *updatePlan, ch *updateChange) []CheckedValue {
+	var out []CheckedValue
+	for _, name := range ch.names {
+		v := CheckedValue{Setting: name}
+		switch name {
+		case "auto_compact_window":
+			v.Label, v.Value = "Auto-compact window", fmt.Sprint(pl.acw)
+		case "group":
+			v.Label = "Group"
+			switch {
+			case pl.leave:
+				v.Value = "none"
+			case pl.group != nil:
+				v.Value, v.ID = r.groupName(ctx, pl.group), pl.group.ID
+			default:
+				v.Value, v.ID = pl.createGroup, "new"
+			}
+		default:
+			for _, t := range ch.texts {
+				if t.name == name {
+					v.Label, v.Value = t.label, t.value
+				}
+			}
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 // checkable are the actions a card may guard on a paired relay: they are
