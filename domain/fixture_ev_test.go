@@ -120,25 +120,11 @@ func (f *fixture) evInTurnAtCard(sid string, tool map[string]any, decision strin
 // evWaitCard waits for the pending card of sid while done is open.
 func (f *fixture) evWaitCard(sid string, done <-chan struct{}) *store.Card {
 	f.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		cards, err := f.st.PendingCards(f.ctx)
-		if err != nil {
-			f.t.Fatalf("pending cards: %v", err)
-		}
-		for _, c := range cards {
-			if c.Session == sid {
-				return c
-			}
-		}
-		select {
-		case <-done:
-			f.t.Fatalf("the turn of %s ended without a card", sid)
-		case <-time.After(5 * time.Millisecond): // the turn runs in its goroutine; no clock moves
-		}
+	c := f.card(sid, done)
+	if c == nil {
+		f.t.Fatalf("the turn of %s ended without a card", sid)
 	}
-	f.t.Fatalf("no card of %s came", sid)
-	return nil
+	return c
 }
 
 // evSub subscribes w from inside a turn; card: the first subscribe of w

@@ -212,22 +212,7 @@ func (f *fixture) schFired(caller, id string, n int, limit time.Duration) map[st
 // nil when the run ended without one.
 func (f *fixture) schCard(sid string, done <-chan struct{}) *store.Card {
 	f.t.Helper()
-	for {
-		cards, err := f.st.PendingCards(f.ctx)
-		if err != nil {
-			f.t.Fatalf("pending cards: %v", err)
-		}
-		for _, c := range cards {
-			if c.Session == sid {
-				return c
-			}
-		}
-		select {
-		case <-done:
-			return nil
-		case <-time.After(2 * time.Millisecond): // the turn runs on another goroutine; the clock stands still
-		}
-	}
+	return f.card(sid, done)
 }
 
 // schStart queues a scripted turn of steps for sid and runs it (and what is

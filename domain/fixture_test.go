@@ -386,3 +386,29 @@ func (f *fixture) goRun() <-chan struct{} {
 	}()
 	return done
 }
+
+// card waits for sid's pending card while done (the turn's run) is open and
+// returns it; nil when the run ended without one, and a failure after 20 s.
+// The turn runs on another goroutine; the clock stands still meanwhile.
+func (f *fixture) card(sid string, done <-chan struct{}) *store.Card {
+	f.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		cards, err := f.st.PendingCards(f.ctx)
+		if err != nil {
+			f.t.Fatalf("pending cards: %v", err)
+		}
+		for _, c := range cards {
+			if c.Session == sid {
+				return c
+			}
+		}
+		select {
+		case <-done:
+			return nil
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	f.t.Fatalf("no card of %s came", sid)
+	return nil
+}
