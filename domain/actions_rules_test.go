@@ -1623,8 +1623,8 @@ func TestRulesActCreateSession(t *testing.T) {
 // a session the conversation started can be updated without a card (R7.10).
 func TestRulesActFirstCreateAsksOncePerConversation(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
-	met := actCount(f)
+	met := newActMetrics()
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn, metrics: met})
 	actAuto(f)
 	a := f.session(NewSession{Title: "orchestrator"})
 	other := f.session(NewSession{Title: "other"})

@@ -28,40 +28,13 @@ const actUntilMax = 30 * time.Second
 // on it: the drain only waits for the one before it to end.
 const actRetryAfter = 20 * time.Millisecond
 
-// actEnqueuer is the fixture's recording enqueuer that also says when a job
-// was added.
-type actEnqueuer struct {
-	*recordingEnqueuer
-	added chan struct{}
-}
-
-func (e *actEnqueuer) poke() {
-	select {
-	case e.added <- struct{}{}:
-	default:
-	}
-}
-
-func (e *actEnqueuer) EnqueueDrain(ctx context.Context, session, taskID string) error {
-	err := e.recordingEnqueuer.EnqueueDrain(ctx, session, taskID)
-	e.poke()
-	return err
-}
-
-func (e *actEnqueuer) Enqueue(ctx context.Context, typ string, payload any, id string, at time.Time) error {
-	err := e.recordingEnqueuer.Enqueue(ctx, typ, payload, id, at)
-	e.poke()
-	return err
-}
-
 // actAuto makes f's relay run every job due at the clock's now as soon as it
 // is enqueued, each in a goroutine of its own (as a worker's concurrent
 // tasks: a drain blocked on a card or a reply does not hold up the others).
 // The jobs end with the test.
 func actAuto(f *fixture) {
 	f.t.Helper()
-	e := &actEnqueuer{recordingEnqueuer: f.enq, added: make(chan struct{}, 1)}
-	f.r.enq = e // before any call of the test; Start's goroutines enqueue nothing
+	e := f.enq
 	ctx, cancel := context.WithCancel(f.ctx)
 	var wg sync.WaitGroup
 	runJob := func(j job) {
@@ -83,7 +56,6 @@ func actAuto(f *fixture) {
 			case <-ctx.Done():
 			case <-retry.C:
 				_ = e.add(j)
-				e.poke()
 			}
 		default:
 			f.t.Errorf("job %s %s: %v", j.typ, j.session, err)
@@ -415,13 +387,8 @@ func (m *actMetrics) card(decision string) int {
 	return m.cards[decision]
 }
 
-// actCount makes f's relay report its counts to the returned metrics
-// (before any call of the test).
-func actCount(f *fixture) *actMetrics {
-	m := &actMetrics{cards: map[string]int{}}
-	f.r.met = m
-	return m
-}
+// newActMetrics is a fixtureOptions.metrics that counts cards.
+func newActMetrics() *actMetrics { return &actMetrics{cards: map[string]int{}} }
 
 // actRaw runs one relay_tool call of raw JSON arguments (their key order as
 // written) and returns the envelope and whether it is an error.

@@ -5,10 +5,7 @@ package domain
 // decided, and the event messages a watcher got.
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"regexp"
 	"strings"
@@ -17,10 +14,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/oar/relay/clock"
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/jobs"
-	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
 
@@ -34,42 +29,11 @@ type evOptions struct {
 	limits func(*config.Limits)
 }
 
-// newEvFixture builds and starts a relay for t as newFixture does, with agent
-// sessions on and the timing and start time of eo.
+// newEvFixture is newFixture with agent sessions on and the timing, limits
+// and start time of eo.
 func newEvFixture(t testing.TB, eo evOptions) *fixture {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	rdb, prefix := fixtureRedis(t)
-	cfg := config.Default()
-	agentSessionsOn(&cfg.Settings)
-	if eo.timing != nil {
-		eo.timing(&cfg.Timing)
-	}
-	if eo.limits != nil {
-		eo.limits(&cfg.Limits)
-	}
-	start := eo.start
-	if start.IsZero() {
-		start = time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
-	}
-	f := &fixture{t: t, ctx: ctx, st: store.New(rdb, prefix), clk: clock.NewSim(start), enq: &recordingEnqueuer{}}
-	scripted := provider.NewScripted(provider.Info{})
-	f.r = New(f.st, f.enq, []provider.Provider{scripted}, Options{
-		Name: "desk", Version: "test", Folders: []string{t.TempDir()},
-		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Clock: f.clk,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err := f.r.Start(ctx); err != nil {
-		cancel()
-		t.Fatalf("start the relay: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		f.r.Shutdown()
-		f.r.Wait()
-		scripted.Close()
-	})
-	return f
+	return newFixture(t, fixtureOptions{settings: agentSessionsOn, timing: eo.timing, limits: eo.limits, start: eo.start})
 }
 
 // evNoCoalesce is an evOptions.timing without a coalescing window.

@@ -15,7 +15,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -46,7 +45,10 @@ type fixture struct {
 type fixtureOptions struct {
 	settings func(*config.Settings)
 	limits   func(*config.Limits)
+	timing   func(*config.Timing)
 	peers    PeerClient // the paired relays' client (nil: none can be reached)
+	metrics  Metrics    // the relay's counts (nil: none)
+	start    time.Time  // the simulated clock's start (zero: 2026-12-02 09:00 UTC)
 }
 
 // newFixture builds and starts a relay for t; everything ends with the test.
@@ -61,13 +63,19 @@ func newFixture(t testing.TB, fo fixtureOptions) *fixture {
 	if fo.limits != nil {
 		fo.limits(&cfg.Limits)
 	}
+	if fo.timing != nil {
+		fo.timing(&cfg.Timing)
+	}
+	if fo.start.IsZero() {
+		fo.start = time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
+	}
 	f := &fixture{t: t, ctx: ctx, st: store.New(rdb, prefix),
-		clk: clock.NewSim(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)), enq: &recordingEnqueuer{}}
+		clk: clock.NewSim(fo.start), enq: &recordingEnqueuer{added: make(chan struct{}, 1)}}
 	scripted := provider.NewScripted(provider.Info{})
 	f.r = New(f.st, f.enq, []provider.Provider{scripted}, Options{
 		Name: "desk", Version: "test", Folders: []string{t.TempDir()},
 		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Clock: f.clk,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Peers: fo.peers,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Peers: fo.peers, Metrics: fo.metrics,
 	})
 	if err := f.r.Start(ctx); err != nil {
 		cancel()
@@ -174,12 +182,15 @@ type job struct {
 	seq     int
 }
 
-// recordingEnqueuer keeps what the relay enqueues; nothing runs until the
-// fixture takes a job. Ids are unique while a job is kept, as asynq's are.
+// recordingEnqueuer keeps what the relay enqueues, oldest first; nothing
+// runs until the fixture takes a job. Ids are unique while a job is kept, as
+// asynq's are. added is signalled (without blocking) after each add, for a
+// test that runs jobs as they come (actAuto).
 type recordingEnqueuer struct {
-	mu   sync.Mutex
-	seq  int
-	jobs []job
+	mu    sync.Mutex
+	seq   int
+	jobs  []job
+	added chan struct{}
 }
 
 func (e *recordingEnqueuer) add(j job) error {
@@ -195,6 +206,10 @@ func (e *recordingEnqueuer) add(j job) error {
 	e.seq++
 	j.seq = e.seq
 	e.jobs = append(e.jobs, j)
+	select {
+	case e.added <- struct{}{}:
+	default:
+	}
 	return nil
 }
 
@@ -234,7 +249,6 @@ func (e *recordingEnqueuer) DrainTaskWaiting(_ context.Context, taskID string) (
 func (e *recordingEnqueuer) next(drain bool, now time.Time) (job, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	sort.SliceStable(e.jobs, func(i, k int) bool { return e.jobs[i].seq < e.jobs[k].seq })
 	for i, j := range e.jobs {
 		if (j.typ == "drain") != drain || !drain && j.at.After(now) {
 			continue
