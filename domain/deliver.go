@@ -94,8 +94,8 @@ func (r *Relay) Fanout(ctx context.Context, ev *store.Event) error {
 	if ev.Watcher != "" { // addressed to one conversation (an ask's answer): no subscription needed
 		return r.release(ctx, ev.Watcher, store.Batch{Kind: "plain", Events: []store.Event{*ev}, Urgent: urgent(ev.Kind)})
 	}
-	subs, err := r.fanoutSubs(ctx, ev)
-	if err != nil || subs == nil {
+	subs, ok, err := r.fanoutSubs(ctx, ev)
+	if err != nil || !ok {
 		return err
 	}
 	var turn *store.Turn
@@ -164,24 +164,21 @@ func (r *Relay) Fanout(ctx context.Context, ev *store.Event) error {
 	return nil
 }
 
-// fanoutSubs is the subscriptions an event goes to: the one it names (none
-// when that one is gone), else every subscription of its session (never nil).
-func (r *Relay) fanoutSubs(ctx context.Context, ev *store.Event) ([]*store.Subscription, error) {
+// fanoutSubs is the subscriptions an event goes to: the one it names (not
+// ok when that one is gone), else every subscription of its session.
+func (r *Relay) fanoutSubs(ctx context.Context, ev *store.Event) ([]*store.Subscription, bool, error) {
 	if ev.Sub == "" {
 		subs, err := r.st.SubscriptionsOf(ctx, ev.Session)
-		if subs == nil && err == nil {
-			subs = []*store.Subscription{}
-		}
-		return subs, err
+		return subs, err == nil, err
 	}
 	sub, err := r.st.GetSubscription(ctx, ev.Sub)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read subscription %s of event %s: %w", ev.Sub, ev.ID, err)
+		return nil, false, fmt.Errorf("read subscription %s of event %s: %w", ev.Sub, ev.ID, err)
 	}
-	return []*store.Subscription{sub}, nil
+	return []*store.Subscription{sub}, true, nil
 }
 
 // offer delivers an event now or holds it for the subscription's digest or

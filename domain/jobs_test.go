@@ -30,6 +30,18 @@ func TestRunJobRefusesBadJobs(t *testing.T) {
 	}
 }
 
+// Every job type the worker hands over (jobs.Types) is one RunJob knows:
+// the worker's list and RunJob's switch cannot drift apart unseen.
+func TestRunJobKnowsEveryJobType(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	for _, typ := range jobs.Types {
+		err := f.r.RunJob(f.ctx, typ, []byte(`{"sub":`))
+		if err != nil && strings.Contains(err.Error(), "is not one of the relay's") {
+			t.Errorf("RunJob does not know %s: %v", typ, err)
+		}
+	}
+}
+
 // jobErr says what a job did; a retry-later is passed through as it is.
 func TestJobErrSaysWhatTheJobDid(t *testing.T) {
 	if jobErr(nil, "x") != nil {

@@ -224,8 +224,8 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 
 // remoteAllowed are the checks of a call to a paired relay made here before
 // any card: what that relay serves agents here, the lock (R4.4), the
-// pairing's level (R4.5), transfer's from, what its version supports (R13.3)
-// and the hop limit for a prompt.
+// pairing's level (R4.5), transfer's from and what its version supports
+// (R13.3); the hop limit follows in remoteCall, on the call's chain.
 func (r *Relay) remoteAllowed(ctx context.Context, c *caller, a *args, p *store.Pairing, pv *peerState) *Error {
 	switch a.action {
 	case "schedule", "list_schedules", "unschedule":
@@ -265,11 +265,6 @@ func (r *Relay) remoteAllowed(ctx context.Context, c *caller, a *args, p *store.
 	// R13.3: a relay too old for what the action needs says so in its hello.
 	if e := unsupportedThere(a, p); e != nil {
 		return e
-	}
-	if promptsAgent(a) {
-		if e := hopCheck(r.chain(c, pv), p.SelfName(), r.opts.Limits.Hops); e != nil {
-			return e
-		}
 	}
 	return nil
 }

@@ -47,7 +47,7 @@ func (r *Relay) Drain(ctx context.Context, sid string) error {
 	// (R19.6), whether anything watches the session, the turn's history.
 	d, err := r.st.StartDrain(ctx, sid, owner, leaseTTL, r.now(), r.drainHistory)
 	if err != nil {
-		return fmt.Errorf("start the drain of session %s: %w", id8(sid), err)
+		return fmt.Errorf("start the drain: %w", err) // RunJob names the session
 	}
 	return r.drainFrom(ctx, sid, owner, d)
 }
@@ -526,7 +526,7 @@ func (r *Relay) run(ctx context.Context, l drainLease, s *store.Session, orch st
 	if tctx.Err() == nil {
 		cause = nil
 	}
-	if handBack(cause) {
+	if handedBack(cause) {
 		return r.handBack(ctx, s, t.ID, leaseOwner, cause)
 	}
 	status, reply, errText := r.turnOutcome(s, t.ID, out.Text, cause, runErr, h, lim)
@@ -655,11 +655,11 @@ func (r *Relay) providerTurn(ctx context.Context, p provider.Provider, s *store.
 	return pt, nil
 }
 
-// handBack says whether a turn that ended for cause is handed back rather
+// handedBack says whether a turn that ended for cause is handed back rather
 // than finished: its lease was lost, this process shuts down, or the job's
 // own context ended (its process is going away; drain jobs have no timeout
 // of their own, R18.13).
-func handBack(cause error) bool {
+func handedBack(cause error) bool {
 	return cause != nil && !errors.Is(cause, errStopped) && !errors.Is(cause, errTimeout)
 }
 

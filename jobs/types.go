@@ -26,6 +26,10 @@ const (
 	TypeFire = "schedule:fire"
 )
 
+// Types is every job type, the worker's handlers' list (each one handed to
+// the domain's RunJob, which knows them all: a domain test checks it).
+var Types = []string{TypeDrain, TypeFanout, TypeRelease, TypeFlush, TypeSummary, TypeHeartbeat, TypeStallScan, TypeFire}
+
 // Payloads of the delivery jobs.
 type (
 	ReleasePayload struct {

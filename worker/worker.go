@@ -135,8 +135,7 @@ func (w *Worker) Start() error {
 	// Every job goes through the domain's one door (RunJob), which decodes it
 	// and says in its error what was being done (R18.9: the log line of a
 	// retry or a drop).
-	for _, typ := range []string{jobs.TypeDrain, jobs.TypeFanout, jobs.TypeRelease, jobs.TypeFlush,
-		jobs.TypeSummary, jobs.TypeHeartbeat, jobs.TypeStallScan, jobs.TypeFire} {
+	for _, typ := range jobs.Types {
 		mux.HandleFunc(typ, w.run)
 	}
 	if w.wake != nil {
