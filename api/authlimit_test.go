@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oar/relay/clock"
 	"github.com/oar/relay/relaytest"
-	"github.com/oar/relay/scheduler"
 )
 
 // TestFailedTokensSlowed (R18.23): more than 20 failed tokens from one
@@ -22,7 +22,7 @@ import (
 // token works again. X-Forwarded-For changes nothing: the address is the TCP
 // peer's.
 func TestFailedTokensSlowed(t *testing.T) {
-	r := relaytest.Start(t, relaytest.Options{Clock: scheduler.NewScaled(time.Now(), 6)})
+	r := relaytest.Start(t, relaytest.Options{Clock: clock.NewScaled(time.Now(), 6)})
 	var tok map[string]any
 	if st := r.Owner("POST", "/api/v1/peer-tokens", map[string]any{}, &tok); st != http.StatusCreated {
 		t.Fatalf("peer token: %d %v", st, tok)

@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oar/relay/api"
+	"github.com/oar/relay/clock"
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/domain"
 	"github.com/oar/relay/embedded"
@@ -70,7 +71,7 @@ type Options struct {
 	// ShutdownGrace bounds how long in-flight HTTP requests may finish (default 5s).
 	ShutdownGrace time.Duration
 	// Clock, when set, replaces the wall clock of the domain (tests run a faster one).
-	Clock *scheduler.Scaled
+	Clock *clock.Scaled
 	// StallScanEvery is how often the stall scan is started (default 30s).
 	StallScanEvery time.Duration
 	// EmbeddedEvery is the embedded store's checkpoint interval (default 1 s,

@@ -83,9 +83,6 @@ func (s *Scaled) Wall(t time.Time) time.Time {
 	return s.Start.Add(time.Duration(float64(t.Sub(s.Base)) / s.Factor))
 }
 
-// RealAt is Wall (the name the end-to-end tests know).
-func (s *Scaled) RealAt(t time.Time) time.Time { return s.Wall(t) }
-
 func (s *Scaled) real(d time.Duration) time.Duration {
 	return time.Duration(float64(d) / s.Factor)
 }

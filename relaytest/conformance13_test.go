@@ -11,8 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/oar/relay/clock"
 	"github.com/oar/relay/config"
-	"github.com/oar/relay/scheduler"
 )
 
 // R7.11: a running result of send and wait carries partial: what the reply
@@ -60,7 +60,7 @@ func TestRunningResultCarriesPartial(t *testing.T) {
 // R8.17: when the wake-limit summary and a subscription's digest fall
 // together, one `Digest of …` line names both (600× clock: 1 h = 6 s).
 func TestDigestAndWakeLimitSummaryOneLine(t *testing.T) {
-	clock := scheduler.NewScaled(time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC), 600)
+	clock := clock.NewScaled(time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC), 600)
 	r := Start(t, Options{Clock: clock, Config: func(c *config.Config) {
 		c.Timing.Coalesce = 0
 		c.Timing.WakeLimitPerHour = 2

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oar/relay/clock"
 	"github.com/oar/relay/config"
-	"github.com/oar/relay/scheduler"
 )
 
 const (
@@ -154,7 +154,7 @@ func ev2Line(s Session, rest string) string {
 // delivered by the new process, exactly once.
 func TestDigestHeldAcrossRestart(t *testing.T) {
 	t.Parallel()
-	clock := scheduler.NewScaled(time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC), 60)
+	clock := clock.NewScaled(time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC), 60)
 	cfg := func(c *config.Config) { c.Timing.Coalesce = 0 }
 	r := Start(t, Options{Clock: clock, Config: cfg})
 	w := r.NewSession(map[string]any{"title": "watcher"})

@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oar/relay/clock"
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/domain"
-	"github.com/oar/relay/scheduler"
 	"github.com/oar/relay/store"
 )
 
@@ -468,7 +468,7 @@ func TestPeerSeedReplayKeptPerEvent(t *testing.T) {
 // digest is not due (they come later as the digest, list_subscriptions
 // counts them), none when it is due (they are the digest).
 func TestPeerSeedReplayHeldCount(t *testing.T) {
-	clock := scheduler.NewScaled(time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC), 600)
+	clock := clock.NewScaled(time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC), 600)
 	a := Start(t, Options{Clock: clock, Config: psFast("alpha")})
 	b := Start(t, Options{Config: psFast("bravo")})
 	link := psProxy(t, b)

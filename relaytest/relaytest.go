@@ -30,11 +30,11 @@ import (
 
 	"github.com/oar/relay/api"
 	"github.com/oar/relay/app"
+	"github.com/oar/relay/clock"
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/embedded"
 	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/redisurl"
-	"github.com/oar/relay/scheduler"
 	"github.com/oar/relay/store"
 )
 
@@ -178,7 +178,7 @@ type Options struct {
 	AgentSessionsOff bool
 	Concurrency      int
 	// Clock runs the domain on a faster clock (digests, quiet hours, wake limits in seconds).
-	Clock *scheduler.Scaled
+	Clock *clock.Scaled
 	// StallScanEvery is how often the stall scan runs (default 1 s in tests).
 	StallScanEvery time.Duration
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oar/relay/scheduler"
+	"github.com/oar/relay/clock"
 )
 
 const (
@@ -19,13 +19,13 @@ const (
 // ---- helpers ---------------------------------------------------------------
 
 // schClock is a clock 60× faster than the wall clock: 1 clock minute per real second.
-func schClock() *scheduler.Scaled {
-	return scheduler.NewScaled(time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC), 60)
+func schClock() *clock.Scaled {
+	return clock.NewScaled(time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC), 60)
 }
 
 // schFirstAt is an `at` about one clock minute ahead, in whole seconds, given
 // with every_minutes so that the grid starts at a known time.
-func schFirstAt(clock *scheduler.Scaled) string {
+func schFirstAt(clock *clock.Scaled) string {
 	return clock.Now().Add(time.Minute).Truncate(time.Second).Format(time.RFC3339)
 }
 

@@ -7,8 +7,6 @@ import (
 	"context"
 	"log/slog"
 	"time"
-
-	"github.com/oar/relay/clock"
 )
 
 // Every runs f every d until ctx ends (first run after d).
@@ -42,9 +40,3 @@ func (s *Stale) Filter(cur map[string]string) map[string]string {
 	s.prev = cur
 	return out
 }
-
-// Scaled is the sped-up wall clock of end-to-end tests (package clock).
-type Scaled = clock.Scaled
-
-// NewScaled starts a clock at base running factor times faster.
-func NewScaled(base time.Time, factor float64) *Scaled { return clock.NewScaled(base, factor) }

@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -23,8 +21,7 @@ import (
 // token was rotated) is not one.
 
 func (s *Store) consoleKey(id string) string {
-	h := sha256.Sum256([]byte(id))
-	return s.k("console", hex.EncodeToString(h[:]))
+	return s.k("console", TokenHash(id)) // the id's SHA-256, as a token's
 }
 
 // AddConsoleSession records a console session id signed in with the owner
