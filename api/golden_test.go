@@ -198,7 +198,6 @@ func TestGoldenOwnerJSON(t *testing.T) {
 	g.tool(m2, "send", map[string]any{"action": "send", "relay": "this", "session": id1, "text": "from two"})
 	task := r.Message(id2, relaytest.Script(map[string]any{"task": map[string]any{"description": "npm test", "lines": []string{"1 passed"}, "exit": 0, "background": true}}))
 	r.WaitTurn(task, 20*time.Second, "done")
-	_ = child
 	sched := g.tool(m1, "schedule", map[string]any{"action": "schedule", "relay": "this", "session": id1, "every_minutes": 60, "text": "ping"})
 	g.tool(m2, "schedule for another", map[string]any{"action": "schedule", "relay": "this", "session": id1, "every_minutes": 30, "text": "from two"})
 	g.owner(r, "list schedules", "GET", "/api/v1/schedules", nil)

@@ -34,7 +34,7 @@ func TestRulesActRelayInfoAndUsage(t *testing.T) {
 	a := made.ID
 	info := map[string]any{"action": "relay_info", "relay": "this"}
 
-	env := f.actOK(a, info)
+	env := f.ok(a, info)
 	if v, _ := env["version"].(string); v == "" {
 		t.Errorf("version %v", env["version"])
 	}
@@ -60,11 +60,11 @@ func TestRulesActRelayInfoAndUsage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]any{}, f.actOK(a, info)["groups"]); diff != "" {
+	if diff := cmp.Diff([]any{}, f.ok(a, info)["groups"]); diff != "" {
 		t.Errorf("groups with an empty group (-want +got):\n%s", diff)
 	}
 	f.session(NewSession{Title: "member", Group: "Release 2.4"})
-	env = f.actOK(a, info)
+	env = f.ok(a, info)
 	if diff := cmp.Diff([]any{map[string]any{"id": g.ID, "name": "Release 2.4", "memberCount": float64(1)}}, env["groups"]); diff != "" {
 		t.Errorf("groups (-want +got):\n%s", diff)
 	}
@@ -75,7 +75,7 @@ func TestRulesActRelayInfoAndUsage(t *testing.T) {
 	// usage: one tracked-by-us provider, no secrets.
 	f.prompt(a, "count me")
 	f.run()
-	env = f.actOK(a, map[string]any{"action": "usage", "relay": "this"})
+	env = f.ok(a, map[string]any{"action": "usage", "relay": "this"})
 	if diff := cmp.Diff("usage → desk: 1 provider, quotas not tracked", env["summary"]); diff != "" {
 		t.Errorf("usage summary (-want +got):\n%s", diff)
 	}
@@ -108,7 +108,7 @@ func TestRulesActRelayInfoGroupsUnreadable(t *testing.T) {
 		t.Fatal(err)
 	}
 	info := map[string]any{"action": "relay_info", "relay": "this"}
-	env := f.actOK(a, info)
+	env := f.ok(a, info)
 	if v, ok := env["groups"]; !ok || v != nil {
 		t.Errorf("groups = %v (present %v), want null", v, ok)
 	}
@@ -116,7 +116,7 @@ func TestRulesActRelayInfoGroupsUnreadable(t *testing.T) {
 	if err := rdb.Del(f.ctx, key).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]any{}, f.actOK(a, info)["groups"]); diff != "" {
+	if diff := cmp.Diff([]any{}, f.ok(a, info)["groups"]); diff != "" {
 		t.Errorf("groups once readable (-want +got):\n%s", diff)
 	}
 }
@@ -138,7 +138,7 @@ func TestRulesActGroupLists(t *testing.T) {
 	f.clk.Advance(time.Second) // the prompt's activity comes after every session's creation
 	f.prompt(members[10], "recent")
 	f.run()
-	env := f.actOK(a, map[string]any{"action": "relay_info", "relay": "this"})
+	env := f.ok(a, map[string]any{"action": "relay_info", "relay": "this"})
 	groups, _ := env["groups"].([]any)
 	first, _ := groups[0].(map[string]any)
 	type listed struct {
@@ -328,18 +328,13 @@ func TestRulesActUpdateOthersSessionAsksOnce(t *testing.T) {
 		t.Fatalf("update result %v, title %q", res, f.actStored(b).Title)
 	}
 	// Covered now: this conversation, this relay, any session — no card.
-	f.actOK(a, upd(b, "t3"))
-	f.actOK(a, map[string]any{"action": "update_session", "relay": "this", "session": c, "effort": "high"})
+	f.ok(a, upd(b, "t3"))
+	f.ok(a, map[string]any{"action": "update_session", "relay": "this", "session": c, "effort": "high"})
 	if f.actStored(b).Title != "t3" || f.actStored(c).Effort != "high" {
 		t.Fatalf("covered updates not applied: %q %q", f.actStored(b).Title, f.actStored(c).Effort)
 	}
 	// Once per conversation: another conversation still asks.
 	f.actFail(d, upd(b, "t4"), CodeNoActiveTurn)
-}
-
-// actAgentLine is the line an agent's prompt starts with (R18.15).
-func actAgentLine(title, model string) string {
-	return `[Prompt from an agent on this relay · session "` + title + `" · ` + model + ` · acting for the user]`
 }
 
 // R5.2.6: loop protection with a limit of 3: the 4th prompt asks; the owner writing resets
@@ -354,14 +349,14 @@ func TestRulesActLoopProtection(t *testing.T) {
 		return map[string]any{"action": "send", "relay": "this", "session": b, "text": text, "wait_seconds": 0}
 	}
 	for i := 1; i <= 3; i++ {
-		f.actOK(a, send(fmt.Sprintf("o%d", i)))
+		f.ok(a, send(fmt.Sprintf("o%d", i)))
 	}
 	f.actFail(a, send("o4"), CodeNoActiveTurn) // the 4th needs a card
 
 	// The owner writes in the conversation: the count starts again.
 	f.actTurn(f.prompt(a, "carry on"))
 	for i := 1; i <= 3; i++ {
-		f.actOK(a, send(fmt.Sprintf("r%d", i)))
+		f.ok(a, send(fmt.Sprintf("r%d", i)))
 	}
 	f.actFail(a, send("r4"), CodeNoActiveTurn)
 
@@ -388,7 +383,7 @@ func TestRulesActLoopProtection(t *testing.T) {
 
 	want := []string{"o1", "o2", "o3", "r1", "r2", "r3", "p1", "p2", "p3", "p4", "p5", "p6"}
 	for i, w := range want {
-		want[i] = actAgentLine("chatty", "scripted-1") + "\n" + w // R18.15
+		want[i] = agentLine("chatty", "scripted-1") + "\n" + w // R18.15
 	}
 	var got []string
 	for _, m := range f.history(b, "agent") {
@@ -411,7 +406,7 @@ func TestRulesActStop(t *testing.T) {
 	f.actTurn(mid, store.TurnRunning)
 
 	stop := map[string]any{"action": "stop", "relay": "this", "session": b}
-	env := f.actOK(a, stop)
+	env := f.ok(a, stop)
 	if diff := cmp.Diff([]any{true, "stop → desk session " + b[:8] + ": stop requested"}, []any{env["stopRequested"], env["summary"]}); diff != "" {
 		t.Errorf("stop (-want +got):\n%s", diff)
 	}
@@ -424,7 +419,7 @@ func TestRulesActStop(t *testing.T) {
 		t.Errorf("next reply %q (%s)", tr.Reply, tr.Status)
 	}
 
-	env = f.actOK(a, stop)
+	env = f.ok(a, stop)
 	if diff := cmp.Diff([]any{false, "nothing was running", "stop → desk session " + b[:8] + ": nothing was running"},
 		[]any{env["stopRequested"], env["note"], env["summary"]}); diff != "" {
 		t.Errorf("stop with nothing running (-want +got):\n%s", diff)
@@ -445,16 +440,16 @@ func TestRulesActArchive(t *testing.T) {
 	c := f.session(NewSession{Title: "running"})
 	archive := map[string]any{"action": "archive", "relay": "this", "session": b}
 
-	env := f.actOK(a, archive)
+	env := f.ok(a, archive)
 	if diff := cmp.Diff([]any{true, "archive → desk session " + b[:8] + ": archived"}, []any{env["archived"], env["summary"]}); diff != "" {
 		t.Errorf("archive (-want +got):\n%s", diff)
 	}
-	env = f.actOK(a, map[string]any{"action": "list_sessions", "relay": "this", "scope": "archived"})
+	env = f.ok(a, map[string]any{"action": "list_sessions", "relay": "this", "scope": "archived"})
 	items, _ := env["sessions"].([]any)
 	if len(items) != 1 || items[0].(map[string]any)["id"] != b {
 		t.Fatalf("archived list %v", items)
 	}
-	env = f.actOK(a, map[string]any{"action": "list_sessions", "relay": "this"})
+	env = f.ok(a, map[string]any{"action": "list_sessions", "relay": "this"})
 	for _, it := range env["sessions"].([]any) {
 		if it.(map[string]any)["id"] == b {
 			t.Errorf("an archived session is listed as active")
@@ -467,15 +462,15 @@ func TestRulesActArchive(t *testing.T) {
 	if n := f.messages(b); n != before {
 		t.Errorf("messages %d, want %d", n, before)
 	}
-	f.actOK(a, map[string]any{"action": "read_session", "relay": "this", "session": b, "last": 5})
-	if env = f.actOK(a, archive); env["archived"] != true {
+	f.ok(a, map[string]any{"action": "read_session", "relay": "this", "session": b, "last": 5})
+	if env = f.ok(a, archive); env["archived"] != true {
 		t.Errorf("archived again: %v", env["archived"])
 	}
 
 	// Archiving a running session stops its turn.
 	mid := f.prompt(c, script(map[string]any{"sleep_ms": 600000}))
 	f.actTurn(mid, store.TurnRunning)
-	f.actOK(a, actWith(archive, map[string]any{"session": c}))
+	f.ok(a, actWith(archive, map[string]any{"session": c}))
 	if tr := f.actTurn(mid); tr.Status != store.TurnStopped {
 		t.Errorf("turn of the archived session %s, want stopped", tr.Status)
 	}
@@ -544,7 +539,7 @@ func TestRulesActAnswerQuestion(t *testing.T) {
 	f.actTurn(amid)
 
 	// Success: the turn continues with the answer.
-	env = f.actOK(a, ans(map[string]any{"question_id": qid[:10]}))
+	env = f.ok(a, ans(map[string]any{"question_id": qid[:10]}))
 	if diff := cmp.Diff([]any{qid, "pg", "answer_question → desk session " + b[:8] + ": answered " + qid},
 		[]any{env["question_id"], env["answer"], env["summary"]}); diff != "" {
 		t.Errorf("answer_question (-want +got):\n%s", diff)
@@ -558,7 +553,7 @@ func TestRulesActAnswerQuestion(t *testing.T) {
 	// A free-text answer.
 	mid = f.prompt(c, script(map[string]any{"question": map[string]any{"text": "Name?"}}))
 	cq := f.actQuestion(c).ID
-	f.actOK(a, map[string]any{"action": "answer_question", "relay": "this", "session": c, "question_id": cq, "answer": "Ada"})
+	f.ok(a, map[string]any{"action": "answer_question", "relay": "this", "session": c, "question_id": cq, "answer": "Ada"})
 	if tr := f.actTurn(mid); tr.Reply != "Ada" {
 		t.Errorf("reply %q, want Ada", tr.Reply)
 	}
@@ -589,7 +584,7 @@ func TestRulesActAskModeCards(t *testing.T) {
 		actWant(t, fmt.Sprint(c.args["action"]), f.call(a, c.args), CodeNoActiveTurn, c.nothing)
 	}
 	// Reading needs no card.
-	f.actOK(a, map[string]any{"action": "list_sessions", "relay": "this"})
+	f.ok(a, map[string]any{"action": "list_sessions", "relay": "this"})
 	if tr, err := f.r.Turn(f.ctx, qmid); err != nil || tr.Status != store.TurnRunning {
 		t.Fatalf("the question's turn moved on: %v %v", tr, err)
 	}
@@ -646,8 +641,8 @@ func TestRulesActAskModeCardsEveryWrite(t *testing.T) {
 	for _, args := range []map[string]any{send, update, stop, archive, answer} {
 		f.actFail(a, args, CodeNoActiveTurn)
 	}
-	f.actOK(a, map[string]any{"action": "list_sessions", "relay": "this"})
-	f.actOK(a, map[string]any{"action": "read_session", "relay": "this", "session": b})
+	f.ok(a, map[string]any{"action": "list_sessions", "relay": "this"})
+	f.ok(a, map[string]any{"action": "read_session", "relay": "this", "session": b})
 	if n := f.messages(b); n != 0 {
 		t.Fatalf("target has %d messages after refused sends", n)
 	}
@@ -707,7 +702,7 @@ func TestRulesActSend(t *testing.T) {
 	}
 
 	t.Run("done", func(t *testing.T) {
-		env := f.actOK(a, send(map[string]any{"text": "hello"}))
+		env := f.ok(a, send(map[string]any{"text": "hello"}))
 		mid, _ := env["message_id"].(string)
 		if len(mid) < 16 {
 			t.Errorf("message_id %v", env["message_id"])
@@ -722,13 +717,13 @@ func TestRulesActSend(t *testing.T) {
 		}
 		actNoKey(t, "send", env, "note", "turnError", "ignored")
 		// A prefix of the target works; the result carries the full id.
-		if env = f.actOK(a, send(map[string]any{"session": b[:8], "text": "again"})); env["session"] != b {
+		if env = f.ok(a, send(map[string]any{"session": b[:8], "text": "again"})); env["session"] != b {
 			t.Errorf("session %v, want %s", env["session"], b)
 		}
 	})
 
 	t.Run("error", func(t *testing.T) {
-		env := f.actOK(a, send(map[string]any{"text": script(map[string]any{"reply": "half"}, map[string]any{"error": "boom"})}))
+		env := f.ok(a, send(map[string]any{"text": script(map[string]any{"reply": "half"}, map[string]any{"error": "boom"})}))
 		if diff := cmp.Diff([]any{"error", "boom", "send → desk session " + b[:8] + ": error: boom"},
 			[]any{env["status"], env["turnError"], env["summary"]}); diff != "" {
 			t.Errorf("send of a failing turn (-want +got):\n%s", diff)
@@ -737,7 +732,7 @@ func TestRulesActSend(t *testing.T) {
 	})
 
 	t.Run("question", func(t *testing.T) {
-		env := f.actOK(a, send(map[string]any{"text": script(map[string]any{"question": map[string]any{"text": "Pick one", "options": []string{"A", "B"}}},
+		env := f.ok(a, send(map[string]any{"text": script(map[string]any{"question": map[string]any{"text": "Pick one", "options": []string{"A", "B"}}},
 			map[string]any{"reply": " picked"})}))
 		qs, _ := env["pendingQuestions"].([]any)
 		if len(qs) != 1 {
@@ -751,11 +746,11 @@ func TestRulesActSend(t *testing.T) {
 		}
 		mid := env["message_id"]
 		wait := map[string]any{"action": "wait", "relay": "this", "session": b, "message_id": mid, "wait_seconds": 0}
-		if env = f.actOK(a, wait); env["status"] != "question" {
+		if env = f.ok(a, wait); env["status"] != "question" {
 			t.Errorf("wait status %v", env["status"])
 		}
-		f.actOK(a, map[string]any{"action": "answer_question", "relay": "this", "session": b, "question_id": q["id"], "choices": []string{"B"}})
-		env = f.actOK(a, actWith(wait, map[string]any{"wait_seconds": 15}))
+		f.ok(a, map[string]any{"action": "answer_question", "relay": "this", "session": b, "question_id": q["id"], "choices": []string{"B"}})
+		env = f.ok(a, actWith(wait, map[string]any{"wait_seconds": 15}))
 		reply, _ := env["reply"].(map[string]any)
 		if diff := cmp.Diff([]any{"done", "B picked"}, []any{env["status"], reply["text"]}); diff != "" {
 			t.Errorf("wait after the answer (-want +got):\n%s", diff)
@@ -765,7 +760,7 @@ func TestRulesActSend(t *testing.T) {
 	t.Run("queued", func(t *testing.T) {
 		busy := f.prompt(b, script(map[string]any{"sleep_ms": 600000}))
 		f.actTurn(busy, store.TurnRunning)
-		env := f.actOK(a, send(map[string]any{"text": "later", "wait_seconds": 0}))
+		env := f.ok(a, send(map[string]any{"text": "later", "wait_seconds": 0}))
 		if diff := cmp.Diff([]any{"queued", "send → desk session " + b[:8] + ": queued"}, []any{env["status"], env["summary"]}); diff != "" {
 			t.Errorf("send behind a running turn (-want +got):\n%s", diff)
 		}
@@ -775,7 +770,7 @@ func TestRulesActSend(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.actTurn(busy)
-		env = f.actOK(a, map[string]any{"action": "wait", "relay": "this", "session": b, "message_id": mid, "wait_seconds": 15})
+		env = f.ok(a, map[string]any{"action": "wait", "relay": "this", "session": b, "message_id": mid, "wait_seconds": 15})
 		reply, _ := env["reply"].(map[string]any)
 		if diff := cmp.Diff([]any{"done", "echo: later"}, []any{env["status"], reply["text"]}); diff != "" {
 			t.Errorf("wait for the queued prompt (-want +got):\n%s", diff)
@@ -783,7 +778,7 @@ func TestRulesActSend(t *testing.T) {
 	})
 
 	t.Run("wait capped", func(t *testing.T) {
-		env := f.actOK(a, send(map[string]any{"text": "cap", "wait_seconds": 100000}))
+		env := f.ok(a, send(map[string]any{"text": "cap", "wait_seconds": 100000}))
 		max := int(f.r.maxWait(f.ctx) / time.Second)
 		if diff := cmp.Diff([]any{"done", fmt.Sprintf(`wait_seconds was capped at %d, the longest wait per call on relay "desk".`, max)},
 			[]any{env["status"], env["note"]}); diff != "" {
@@ -828,11 +823,11 @@ func TestRulesActSend(t *testing.T) {
 	})
 
 	t.Run("settings", func(t *testing.T) {
-		env := f.actOK(a, send(map[string]any{"text": "tuned", "model": "scripted-1", "effort": "high", "mode": "plan", "provider": "scripted"}))
+		env := f.ok(a, send(map[string]any{"text": "tuned", "model": "scripted-1", "effort": "high", "mode": "plan", "provider": "scripted"}))
 		if env["status"] != "done" {
 			t.Errorf("status %v", env["status"])
 		}
-		got := f.actOK(a, map[string]any{"action": "read_session", "relay": "this", "session": b, "last": 1})
+		got := f.ok(a, map[string]any{"action": "read_session", "relay": "this", "session": b, "last": 1})
 		if diff := cmp.Diff([]any{"high", "plan"}, []any{got["effort"], got["mode"]}); diff != "" {
 			t.Errorf("settings after the send (-want +got):\n%s", diff)
 		}
@@ -852,7 +847,7 @@ func TestRulesActUpdateSession(t *testing.T) {
 	}
 
 	// A call that changes nothing asks nobody.
-	env := f.actOK(a, upd(map[string]any{"title": "worker", "model": "scripted-1", "mode": "agent"}))
+	env := f.ok(a, upd(map[string]any{"title": "worker", "model": "scripted-1", "mode": "agent"}))
 	if diff := cmp.Diff([]any{[]any{}, "update_session → desk session " + b[:8] + ": nothing changed"}, []any{env["changed"], env["summary"]}); diff != "" {
 		t.Errorf("no change (-want +got):\n%s", diff)
 	}
@@ -912,7 +907,7 @@ func TestRulesActUpdateSession(t *testing.T) {
 	}
 
 	// Allow covers later changes by this conversation on this relay: direct calls now.
-	env = f.actOK(a, upd(map[string]any{"group": "Team X"}))
+	env = f.ok(a, upd(map[string]any{"group": "Team X"}))
 	gc, _ := env["groupCreated"].(map[string]any)
 	if id, _ := gc["id"].(string); !strings.HasPrefix(id, "grp_") {
 		t.Errorf("groupCreated.id %v", gc["id"])
@@ -921,11 +916,11 @@ func TestRulesActUpdateSession(t *testing.T) {
 		[]any{env["changed"], gc["name"], actSettings(env)["group"]}); diff != "" {
 		t.Errorf("join a new group (-want +got):\n%s", diff)
 	}
-	info := f.actOK(a, map[string]any{"action": "relay_info", "relay": "this"})
+	info := f.ok(a, map[string]any{"action": "relay_info", "relay": "this"})
 	if diff := cmp.Diff([]any{map[string]any{"id": gc["id"], "name": "Team X", "memberCount": float64(1)}}, info["groups"]); diff != "" {
 		t.Errorf("relay_info groups (-want +got):\n%s", diff)
 	}
-	env = f.actOK(a, upd(map[string]any{"group": "none"}))
+	env = f.ok(a, upd(map[string]any{"group": "none"}))
 	if diff := cmp.Diff([]any{[]any{"group"}, nil}, []any{env["changed"], actSettings(env)["group"]}); diff != "" {
 		t.Errorf("leave the group (-want +got):\n%s", diff)
 	}
@@ -933,16 +928,16 @@ func TestRulesActUpdateSession(t *testing.T) {
 	if f.actGroup(gc["id"].(string)) != nil {
 		t.Errorf("an agent-made group outlived its last session")
 	}
-	if env = f.actOK(a, upd(map[string]any{"group": "none"})); cmp.Diff([]any{}, env["changed"]) != "" {
+	if env = f.ok(a, upd(map[string]any{"group": "none"})); cmp.Diff([]any{}, env["changed"]) != "" {
 		t.Errorf("changed %v, want none", env["changed"])
 	}
 	ops := f.actNewGroup("Ops")
-	env = f.actOK(a, upd(map[string]any{"group": "OPS"}))
+	env = f.ok(a, upd(map[string]any{"group": "OPS"}))
 	if diff := cmp.Diff([]any{[]any{"group"}, map[string]any{"id": ops, "name": "Ops", "role": "member"}}, []any{env["changed"], actSettings(env)["group"]}); diff != "" {
 		t.Errorf("join the owner's group (-want +got):\n%s", diff)
 	}
 	actNoKey(t, "joining", env, "groupCreated")
-	f.actOK(a, upd(map[string]any{"group": "none"}))
+	f.ok(a, upd(map[string]any{"group": "none"}))
 	og := f.actGroup(ops)
 	if og == nil {
 		t.Fatalf("the owner's group was removed")
@@ -958,15 +953,15 @@ func TestRulesActUpdateSession(t *testing.T) {
 	}
 
 	// Thinking and compaction settings; false counts as not given.
-	env = f.actOK(a, upd(map[string]any{"thinking_enabled": "off"}))
+	env = f.ok(a, upd(map[string]any{"thinking_enabled": "off"}))
 	if diff := cmp.Diff([]any{[]any{"thinking_enabled"}, false}, []any{env["changed"], actSettings(env)["thinking_enabled"]}); diff != "" {
 		t.Errorf("thinking off (-want +got):\n%s", diff)
 	}
-	env = f.actOK(a, upd(map[string]any{"thinking_enabled": false, "title": "t2"}))
+	env = f.ok(a, upd(map[string]any{"thinking_enabled": false, "title": "t2"}))
 	if diff := cmp.Diff([]any{[]any{"title"}, false}, []any{env["changed"], actSettings(env)["thinking_enabled"]}); diff != "" {
 		t.Errorf("thinking_enabled false (-want +got):\n%s", diff)
 	}
-	env = f.actOK(a, upd(map[string]any{"auto_compact_window": 120000, "thinking_display": "summarized"}))
+	env = f.ok(a, upd(map[string]any{"auto_compact_window": 120000, "thinking_display": "summarized"}))
 	if diff := cmp.Diff([]any{[]any{"auto_compact_window", "thinking_display"}, float64(100000)},
 		[]any{env["changed"], actSettings(env)["auto_compact_window"]}); diff != "" {
 		t.Errorf("compaction (-want +got):\n%s", diff)
@@ -986,14 +981,14 @@ func TestRulesActUpdateSession(t *testing.T) {
 		t.Errorf("cwd %q, title %q: changed by a refused call", s.Cwd, s.Title)
 	}
 	// The same folder is no move.
-	if env = f.actOK(a, upd(map[string]any{"cwd": folder})); cmp.Diff([]any{}, env["changed"]) != "" {
+	if env = f.ok(a, upd(map[string]any{"cwd": folder})); cmp.Diff([]any{}, env["changed"]) != "" {
 		t.Errorf("changed %v, want none", env["changed"])
 	}
 	if _, err := f.r.OwnerStop(f.ctx, b); err != nil {
 		t.Fatal(err)
 	}
 	f.actTurn(mid)
-	env = f.actOK(a, upd(map[string]any{"cwd": sub}))
+	env = f.ok(a, upd(map[string]any{"cwd": sub}))
 	if diff := cmp.Diff([]any{[]any{"cwd"}, false, sub}, []any{env["changed"], env["relaunched"], actSettings(env)["cwd"]}); diff != "" {
 		t.Errorf("move (-want +got):\n%s", diff)
 	}
@@ -1025,7 +1020,7 @@ func TestRulesActListSessions(t *testing.T) {
 	d := f.session(NewSession{Title: "dee", Group: "team"})
 	list := map[string]any{"action": "list_sessions", "relay": "this"}
 
-	env := f.actOK(a, list)
+	env := f.ok(a, list)
 	if diff := cmp.Diff([]any{"list_sessions → desk: 4 sessions (active)", float64(4)}, []any{env["summary"], env["total"]}); diff != "" {
 		t.Errorf("list_sessions (-want +got):\n%s", diff)
 	}
@@ -1034,7 +1029,7 @@ func TestRulesActListSessions(t *testing.T) {
 	// Most recent activity first.
 	f.clk.Advance(time.Second)
 	f.actTurn(f.prompt(b, "wake up"))
-	env = f.actOK(a, list)
+	env = f.ok(a, list)
 	items, _ := env["sessions"].([]any)
 	if len(items) != 4 {
 		t.Fatalf("sessions %v", items)
@@ -1061,13 +1056,13 @@ func TestRulesActListSessions(t *testing.T) {
 	}
 
 	// limit and truncation.
-	env = f.actOK(a, actWith(list, map[string]any{"limit": 2}))
+	env = f.ok(a, actWith(list, map[string]any{"limit": 2}))
 	if diff := cmp.Diff([]any{2, float64(4), true, "list_sessions → desk: 4 sessions (active), 2 shown"},
 		[]any{len(env["sessions"].([]any)), env["total"], env["truncated"], env["summary"]}); diff != "" {
 		t.Errorf("limit 2 (-want +got):\n%s", diff)
 	}
 	for limit, n := range map[int]int{1: 1, 200: 4} {
-		if got := len(f.actOK(a, actWith(list, map[string]any{"limit": limit}))["sessions"].([]any)); got != n {
+		if got := len(f.ok(a, actWith(list, map[string]any{"limit": limit}))["sessions"].([]any)); got != n {
 			t.Errorf("limit %d: %d sessions, want %d", limit, got, n)
 		}
 	}
@@ -1078,18 +1073,18 @@ func TestRulesActListSessions(t *testing.T) {
 	// scope.
 	actWant(t, "scope deleted", f.call(a, actWith(list, map[string]any{"scope": "deleted"})), CodeInvalidInput, "scope")
 	archived := actWith(list, map[string]any{"scope": "archived"})
-	if env = f.actOK(a, archived); env["summary"] != "list_sessions → desk: 0 sessions (archived)" {
+	if env = f.ok(a, archived); env["summary"] != "list_sessions → desk: 0 sessions (archived)" {
 		t.Errorf("summary %v", env["summary"])
 	}
 	if _, err := f.r.OwnerArchive(f.ctx, d); err != nil {
 		t.Fatal(err)
 	}
-	items, _ = f.actOK(a, archived)["sessions"].([]any)
+	items, _ = f.ok(a, archived)["sessions"].([]any)
 	if len(items) != 1 || items[0].(map[string]any)["id"] != d {
 		t.Errorf("archived sessions %v", items)
 	}
 	for scope, n := range map[string]float64{"active": 3, "all": 4} {
-		if got := f.actOK(a, actWith(list, map[string]any{"scope": scope, "limit": 200}))["total"]; got != n {
+		if got := f.ok(a, actWith(list, map[string]any{"scope": scope, "limit": 200}))["total"]; got != n {
 			t.Errorf("%s total %v, want %v", scope, got, n)
 		}
 	}
@@ -1098,7 +1093,7 @@ func TestRulesActListSessions(t *testing.T) {
 	c := f.session(NewSession{Title: "busy"})
 	mid := f.prompt(c, script(map[string]any{"sleep_ms": 600000}))
 	f.actTurn(mid, store.TurnRunning)
-	if st := actByID(f.actOK(a, list)["sessions"], c)["state"]; st != "running_turn" {
+	if st := actByID(f.ok(a, list)["sessions"], c)["state"]; st != "running_turn" {
 		t.Errorf("busy state %v", st)
 	}
 	if _, err := f.r.OwnerStop(f.ctx, c); err != nil {
@@ -1121,11 +1116,11 @@ func TestRulesActReadSession(t *testing.T) {
 		if last != nil {
 			args["last"] = last
 		}
-		return f.actOK(a, args)
+		return f.ok(a, args)
 	}
 
 	f.actTurn(f.prompt(b, "hi"))
-	f.actOK(a, map[string]any{"action": "send", "relay": "this", "session": b, "text": "hello", "wait_seconds": 15})
+	f.ok(a, map[string]any{"action": "send", "relay": "this", "session": b, "text": "hello", "wait_seconds": 15})
 	f.actTurn(f.prompt(b, script(map[string]any{"error": "kaput"})))
 
 	env := read(b, 50)
@@ -1144,7 +1139,7 @@ func TestRulesActReadSession(t *testing.T) {
 		t.Fatalf("roles (-want +got):\n%s", diff)
 	}
 	// R18.15: the agent's prompt starts with its line; the scripted agent answers the text after it.
-	if diff := cmp.Diff([]string{"hi", "echo: hi", actAgentLine("caller", "scripted-1") + "\nhello", "echo: hello"}, texts[:4]); diff != "" {
+	if diff := cmp.Diff([]string{"hi", "echo: hi", agentLine("caller", "scripted-1") + "\nhello", "echo: hello"}, texts[:4]); diff != "" {
 		t.Errorf("texts (-want +got):\n%s", diff)
 	}
 	actHas(t, "event text", texts[5], "kaput")
@@ -1250,7 +1245,7 @@ func (f *fixture) actTask(caller, sid, status string) map[string]any {
 	f.t.Helper()
 	var task map[string]any
 	f.actUntil("the task of "+sid+" "+status, func() bool {
-		tasks, _ := f.actOK(caller, map[string]any{"action": "read_session", "relay": "this", "session": sid, "last": 5})["tasks"].([]any)
+		tasks, _ := f.ok(caller, map[string]any{"action": "read_session", "relay": "this", "session": sid, "last": 5})["tasks"].([]any)
 		if len(tasks) == 1 {
 			task, _ = tasks[0].(map[string]any)
 			return task["status"] == status
@@ -1293,7 +1288,7 @@ func TestRulesActReadTaskOutput(t *testing.T) {
 	actNoKey(t, "ended task", task, "health")
 
 	out := map[string]any{"action": "read_task_output", "relay": "this", "session": b, "task_id": tid}
-	env := f.actOK(a, out)
+	env := f.ok(a, out)
 	wantTail := []any{
 		"=== RUN   TestA",
 		"--- PASS: TestA (0.00s)",
@@ -1327,20 +1322,20 @@ func TestRulesActReadTaskOutput(t *testing.T) {
 	}
 
 	// A prefix of the task id works; the result carries the full id.
-	env = f.actOK(a, actWith(out, map[string]any{"session": b[:8], "task_id": tid[:8]}))
+	env = f.ok(a, actWith(out, map[string]any{"session": b[:8], "task_id": tid[:8]}))
 	if id := env["task"].(map[string]any)["id"]; id != tid {
 		t.Errorf("task.id from prefix %v", id)
 	}
 
 	// lines counts folded lines.
-	env = f.actOK(a, actWith(out, map[string]any{"lines": 6}))
+	env = f.ok(a, actWith(out, map[string]any{"lines": 6}))
 	if diff := cmp.Diff([]any{wantTail[3:], true}, []any{env["tail"], env["truncated"]}); diff != "" {
 		t.Errorf("tail of 6 (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(wantTail[8:], f.actOK(a, actWith(out, map[string]any{"lines": 1}))["tail"]); diff != "" {
+	if diff := cmp.Diff(wantTail[8:], f.ok(a, actWith(out, map[string]any{"lines": 1}))["tail"]); diff != "" {
 		t.Errorf("tail of 1 (-want +got):\n%s", diff)
 	}
-	f.actOK(a, actWith(out, map[string]any{"lines": 500}))
+	f.ok(a, actWith(out, map[string]any{"lines": 500}))
 	for _, bad := range []any{0, 501, "all", 1000000000} {
 		actWant(t, fmt.Sprint("lines ", bad), f.call(a, actWith(out, map[string]any{"lines": bad})), CodeInvalidInput, "lines")
 	}
@@ -1357,7 +1352,7 @@ func TestRulesActReadTaskOutput(t *testing.T) {
 		"=========== 2 failed, 5 passed, 1 skipped in 1.20s ===========",
 	}, "line_ms": 1, "exit": 1, "background": false}})))
 	ptid, _ := f.actTask(a, c, "failed")["taskId"].(string)
-	env = f.actOK(a, actWith(out, map[string]any{"session": c, "task_id": ptid}))
+	env = f.ok(a, actWith(out, map[string]any{"session": c, "task_id": ptid}))
 	if diff := cmp.Diff(map[string]any{"runner": "pytest", "passed": float64(5), "failed": float64(2), "skipped": float64(1), "final": true}, env["counts"]); diff != "" {
 		t.Errorf("pytest counts (-want +got):\n%s", diff)
 	}
@@ -1368,7 +1363,7 @@ func TestRulesActReadTaskOutput(t *testing.T) {
 	f.actTurn(f.prompt(d, script(map[string]any{"task": map[string]any{"description": "watcher", "lines": []string{"late"},
 		"line_ms": 600000, "background": true}})))
 	rtid, _ := f.actTask(a, d, "running")["taskId"].(string)
-	env = f.actOK(a, actWith(out, map[string]any{"session": d, "task_id": rtid}))
+	env = f.ok(a, actWith(out, map[string]any{"session": d, "task_id": rtid}))
 	rt, _ := env["task"].(map[string]any)
 	stall, _ := env["stall"].(map[string]any)
 	if diff := cmp.Diff([]any{[]any{}, "running", nil, map[string]any{"minutes": float64(0), "quiet": false, "quietAfterMinutes": float64(10)},
@@ -1398,7 +1393,7 @@ func TestRulesActReadTaskOutputGone(t *testing.T) {
 	}
 	tid := tasks[0].ID
 	args := map[string]any{"action": "read_task_output", "relay": "this", "session": b, "task_id": tid}
-	env := f.actOK(a, args)
+	env := f.ok(a, args)
 	tk, _ := env["task"].(map[string]any)
 	if diff := cmp.Diff([]any{[]any{"one"}, "done", float64(0)}, []any{env["tail"], tk["status"], tk["exitCode"]}); diff != "" {
 		t.Errorf("read_task_output (-want +got):\n%s", diff)
@@ -1406,7 +1401,7 @@ func TestRulesActReadTaskOutputGone(t *testing.T) {
 	actHas(t, "summary", env["summary"], "task "+tid[:8]+": 1 line, done")
 	keep := f.r.opts.Timing.TaskOutputKept
 	f.clk.Advance(keep - time.Second)
-	f.actOK(a, args)
+	f.ok(a, args)
 	f.clk.Advance(time.Second)
 	env = f.actFail(a, args, CodeNotFound)
 	actHas(t, "error", env["error"], "Nothing was done.")
@@ -1423,10 +1418,10 @@ func TestRulesActCreateSession(t *testing.T) {
 		return actWith(map[string]any{"action": "create_session", "relay": "this", "text": "hi", "wait_seconds": 15}, extra)
 	}
 	read := func(sid string) map[string]any {
-		return f.actOK(a, map[string]any{"action": "read_session", "relay": "this", "session": sid, "last": 5})
+		return f.ok(a, map[string]any{"action": "read_session", "relay": "this", "session": sid, "last": 5})
 	}
 	listed := func(sid string) map[string]any {
-		return actByID(f.actOK(a, map[string]any{"action": "list_sessions", "relay": "this", "limit": 200})["sessions"], sid)
+		return actByID(f.ok(a, map[string]any{"action": "list_sessions", "relay": "this", "limit": 200})["sessions"], sid)
 	}
 
 	// Validation before any card (R5.3): all of these answer outside a turn.
@@ -1517,16 +1512,16 @@ func TestRulesActCreateSession(t *testing.T) {
 	}
 
 	// Later sessions in this conversation need no card: direct calls work.
-	env = f.actOK(a, create(map[string]any{"text": "two", "title": "second", "group": "release 2.4", "effort": "high", "repo": "git@example.com:x.git", "branch": "main"}))
+	env = f.ok(a, create(map[string]any{"text": "two", "title": "second", "group": "release 2.4", "effort": "high", "repo": "git@example.com:x.git", "branch": "main"}))
 	if diff := cmp.Diff([]any{map[string]any{"id": g1, "name": "Release 2.4", "role": "member"}, "high", "git@example.com:x.git", "main"},
 		[]any{env["group"], env["effort"], env["repo"], env["branch"]}); diff != "" {
 		t.Errorf("second (-want +got):\n%s", diff)
 	}
-	env = f.actOK(a, create(map[string]any{"text": "three", "group": g1}))
+	env = f.ok(a, create(map[string]any{"text": "three", "group": g1}))
 	if diff := cmp.Diff([]any{g1, "three"}, []any{env["group"].(map[string]any)["id"], env["title"]}); diff != "" {
 		t.Errorf("group by id, title from text (-want +got):\n%s", diff)
 	}
-	if id := f.actOK(a, create(map[string]any{"text": "four", "group": ""}))["group"].(map[string]any)["id"]; id != leadGroup {
+	if id := f.ok(a, create(map[string]any{"text": "four", "group": ""}))["group"].(map[string]any)["id"]; id != leadGroup {
 		t.Errorf("an empty group joins %v, want the caller's %s", id, leadGroup)
 	}
 	// What the agent leaves out follows the caller's session.
@@ -1534,7 +1529,7 @@ func TestRulesActCreateSession(t *testing.T) {
 	if _, err := f.r.OwnerPatchSession(f.ctx, a, SessionPatch{Effort: &medium}); err != nil {
 		t.Fatal(err)
 	}
-	env = f.actOK(a, create(map[string]any{"text": "inherit"}))
+	env = f.ok(a, create(map[string]any{"text": "inherit"}))
 	if diff := cmp.Diff([]any{"medium", "scripted-1", "agent"}, []any{env["effort"], env["model"], env["mode"]}); diff != "" {
 		t.Errorf("inherited (-want +got):\n%s", diff)
 	}
@@ -1542,14 +1537,14 @@ func TestRulesActCreateSession(t *testing.T) {
 	if err := os.MkdirAll(sub, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	env = f.actOK(a, create(map[string]any{"text": "five", "cwd": sub, "mode": "plan"}))
+	env = f.ok(a, create(map[string]any{"text": "five", "cwd": sub, "mode": "plan"}))
 	if diff := cmp.Diff([]any{"plan", sub}, []any{env["mode"], read(env["session"].(string))["cwd"]}); diff != "" {
 		t.Errorf("cwd and mode (-want +got):\n%s", diff)
 	}
 
 	// One level (R6.2): a session an agent started cannot start sessions…
 	nest := script(actTool(map[string]any{"action": "create_session", "relay": "this", "text": "grandchild", "wait_seconds": 0}))
-	env = f.actOK(a, create(map[string]any{"text": nest, "title": "nester"}))
+	env = f.ok(a, create(map[string]any{"text": nest, "title": "nester"}))
 	if env["status"] != "done" {
 		t.Fatalf("nester: %v", env)
 	}
@@ -1582,7 +1577,7 @@ func TestRulesActCreateSession(t *testing.T) {
 	// Four at work (R6.1).
 	var busy, busyMsgs []string
 	for i := 0; i < 4; i++ {
-		env := f.actOK(a, create(map[string]any{"text": script(map[string]any{"sleep_ms": 600000}), "title": fmt.Sprintf("busy %d", i), "wait_seconds": 0}))
+		env := f.ok(a, create(map[string]any{"text": script(map[string]any{"sleep_ms": 600000}), "title": fmt.Sprintf("busy %d", i), "wait_seconds": 0}))
 		busy = append(busy, env["session"].(string))
 		busyMsgs = append(busyMsgs, env["message_id"].(string))
 	}
@@ -1599,17 +1594,17 @@ func TestRulesActCreateSession(t *testing.T) {
 		t.Errorf("helper messages %d, want %d", n, before)
 	}
 	// …a prompt to a busy one just queues.
-	if st := f.actOK(a, map[string]any{"action": "send", "relay": "this", "session": busy[0], "text": "queued", "wait_seconds": 0})["status"]; st != "queued" {
+	if st := f.ok(a, map[string]any{"action": "send", "relay": "this", "session": busy[0], "text": "queued", "wait_seconds": 0})["status"]; st != "queued" {
 		t.Errorf("send to a busy child: %v", st)
 	}
 	// When one finishes, the next may start.
-	if env = f.actOK(a, map[string]any{"action": "stop", "relay": "this", "session": busy[1]}); env["stopRequested"] != true {
+	if env = f.ok(a, map[string]any{"action": "stop", "relay": "this", "session": busy[1]}); env["stopRequested"] != true {
 		t.Errorf("stop %v", env)
 	}
-	if st := f.actOK(a, map[string]any{"action": "wait", "relay": "this", "session": busy[1], "message_id": busyMsgs[1], "wait_seconds": 15})["status"]; st != "stopped" {
+	if st := f.ok(a, map[string]any{"action": "wait", "relay": "this", "session": busy[1], "message_id": busyMsgs[1], "wait_seconds": 15})["status"]; st != "stopped" {
 		t.Errorf("stopped status %v", st)
 	}
-	if st := f.actOK(a, create(map[string]any{"text": "fifth", "wait_seconds": 15}))["status"]; st != "done" {
+	if st := f.ok(a, create(map[string]any{"text": "fifth", "wait_seconds": 15}))["status"]; st != "done" {
 		t.Errorf("fifth %v", st)
 	}
 	for _, s := range []string{busy[0], busy[2], busy[3]} {
@@ -1640,7 +1635,7 @@ func TestRulesActFirstCreateAsksOncePerConversation(t *testing.T) {
 		t.Fatalf("%v cards asked for two create_session calls, want 1", got)
 	}
 	// Outside a turn too: no card is needed any more.
-	env := f.actOK(a, map[string]any{"action": "create_session", "relay": "this", "text": "three", "wait_seconds": 10})
+	env := f.ok(a, map[string]any{"action": "create_session", "relay": "this", "text": "three", "wait_seconds": 10})
 	if env["status"] != "done" {
 		t.Fatalf("third create_session %v", env)
 	}
@@ -1648,7 +1643,7 @@ func TestRulesActFirstCreateAsksOncePerConversation(t *testing.T) {
 		t.Fatalf("%d children, want 3", n)
 	}
 	// Its own child: update_session needs no card.
-	f.actOK(a, map[string]any{"action": "update_session", "relay": "this", "session": env["session"], "title": "renamed"})
+	f.ok(a, map[string]any{"action": "update_session", "relay": "this", "session": env["session"], "title": "renamed"})
 	// Per conversation: another conversation's first create_session still asks.
 	f.actFail(other, map[string]any{"action": "create_session", "relay": "this", "text": "x"}, CodeNoActiveTurn)
 }
@@ -1663,7 +1658,7 @@ func TestRulesActEnvelope(t *testing.T) {
 	b := f.session(NewSession{Title: "target"})
 
 	t.Run("list_relays", func(t *testing.T) {
-		env := f.actOK(a, map[string]any{"action": "list_relays"})
+		env := f.ok(a, map[string]any{"action": "list_relays"})
 		actNoKey(t, "list_relays", env, "relay", "ignored")
 		relays, _ := env["relays"].([]any)
 		if len(relays) != 1 {
@@ -1682,7 +1677,7 @@ func TestRulesActEnvelope(t *testing.T) {
 
 	t.Run("relay names", func(t *testing.T) {
 		for _, name := range []string{"this", "This", "desk", "DESK"} {
-			env := f.actOK(a, map[string]any{"action": "usage", "relay": name})
+			env := f.ok(a, map[string]any{"action": "usage", "relay": name})
 			if diff := cmp.Diff([]any{"desk", "usage → desk: 1 provider, quotas not tracked"}, []any{env["relay"], env["summary"]}); diff != "" {
 				t.Errorf("relay %s (-want +got):\n%s", name, diff)
 			}
@@ -1716,7 +1711,7 @@ func TestRulesActEnvelope(t *testing.T) {
 	})
 
 	t.Run("ignored", func(t *testing.T) {
-		actNoKey(t, "usage", f.actOK(a, map[string]any{"action": "usage", "relay": "this"}), "ignored")
+		actNoKey(t, "usage", f.ok(a, map[string]any{"action": "usage", "relay": "this"}), "ignored")
 		// 25 unknown arguments in a given order: the first 20 are listed, in that order.
 		var sb strings.Builder
 		sb.WriteString(`{"action":"list_sessions","relay":"this"`)
@@ -1742,18 +1737,18 @@ func TestRulesActEnvelope(t *testing.T) {
 	})
 
 	t.Run("empty values are absent", func(t *testing.T) {
-		env := f.actOK(a, map[string]any{"action": "list_sessions", "relay": "this", "scope": "", "limit": nil,
+		env := f.ok(a, map[string]any{"action": "list_sessions", "relay": "this", "scope": "", "limit": nil,
 			"foo": nil, "bar": "", "baz": false, "qux": []any{}})
 		actNoKey(t, "list_sessions", env, "ignored")
 		if env["summary"] != "list_sessions → desk: 2 sessions (active)" {
 			t.Errorf("summary %v", env["summary"])
 		}
-		env = f.actOK(a, map[string]any{"action": "read_session", "relay": "this", "session": b, "last": nil, "x": false})
+		env = f.ok(a, map[string]any{"action": "read_session", "relay": "this", "session": b, "last": nil, "x": false})
 		actNoKey(t, "read_session", env, "ignored")
 		// create_session and update_session do not reject empty unknown arguments (R3.5).
 		env = f.actFail(a, map[string]any{"action": "create_session", "relay": "this", "text": "hi", "session": "", "foo": nil}, CodeNoActiveTurn)
 		actHas(t, "error", env["error"], "No session was created.")
-		env = f.actOK(a, map[string]any{"action": "update_session", "relay": "this", "session": b, "title": "target",
+		env = f.ok(a, map[string]any{"action": "update_session", "relay": "this", "session": b, "title": "target",
 			"text": "", "foo": []any{}, "thinking_enabled": false})
 		if diff := cmp.Diff([]any{}, env["changed"]); diff != "" {
 			t.Errorf("changed (-want +got):\n%s", diff)
@@ -1825,7 +1820,7 @@ func TestRulesActEnvelope(t *testing.T) {
 			t.Errorf("sessions: %d, want 2", n)
 		}
 		// Exactly 1 MiB is allowed.
-		env := f.actOK(a, map[string]any{"action": "send", "relay": "this", "session": b, "text": strings.Repeat("y", 1<<20), "wait_seconds": 0})
+		env := f.ok(a, map[string]any{"action": "send", "relay": "this", "session": b, "text": strings.Repeat("y", 1<<20), "wait_seconds": 0})
 		if id, _ := env["message_id"].(string); id == "" {
 			t.Errorf("send of 1 MiB: %v", env["summary"])
 		}

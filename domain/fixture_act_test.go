@@ -232,16 +232,6 @@ func actNoKey(t testing.TB, what string, m map[string]any, keys ...string) {
 	}
 }
 
-// actOK calls and wants ok.
-func (f *fixture) actOK(caller string, args map[string]any) map[string]any {
-	f.t.Helper()
-	env := f.call(caller, args)
-	if env["ok"] != true {
-		f.t.Fatalf("%v: want ok, got %v", args, env)
-	}
-	return env
-}
-
 // actFail calls and wants the code.
 func (f *fixture) actFail(caller string, args map[string]any, code string) map[string]any {
 	f.t.Helper()

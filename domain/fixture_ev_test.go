@@ -61,7 +61,7 @@ func (f *fixture) evInTurnAtCard(sid string, tool map[string]any, decision strin
 		f.run()
 	} else {
 		done := f.goRun()
-		card = f.evWaitCard(sid, done)
+		card = f.mustCard(sid, done)
 		if card.Action != tool["action"] {
 			f.t.Errorf("card action %q, want %v: %+v", card.Action, tool["action"], card)
 		}
@@ -79,16 +79,6 @@ func (f *fixture) evInTurnAtCard(sid string, tool map[string]any, decision strin
 		f.t.Fatalf("the turn holds %d tool results, want 1: %v", len(res), res)
 	}
 	return res[0], card
-}
-
-// evWaitCard waits for the pending card of sid while done is open.
-func (f *fixture) evWaitCard(sid string, done <-chan struct{}) *store.Card {
-	f.t.Helper()
-	c := f.card(sid, done)
-	if c == nil {
-		f.t.Fatalf("the turn of %s ended without a card", sid)
-	}
-	return c
 }
 
 // evSub subscribes w from inside a turn; card: the first subscribe of w

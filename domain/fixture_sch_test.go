@@ -22,21 +22,11 @@ var (
 // schNoSession is a session id no session has.
 const schNoSession = "0000000000000000ffffffffffffffff"
 
-// schOK runs a call that must succeed and returns its envelope.
-func (f *fixture) schOK(caller string, args map[string]any) map[string]any {
-	f.t.Helper()
-	env := f.call(caller, args)
-	if env["ok"] != true {
-		f.t.Fatalf("%v: want ok, got %v", args, env)
-	}
-	return env
-}
-
 // schSet schedules as caller and returns the new schedule's id.
 func (f *fixture) schSet(caller string, args map[string]any) string {
 	f.t.Helper()
 	args["action"] = "schedule"
-	env := f.schOK(caller, args)
+	env := f.ok(caller, args)
 	id, _ := env["schedule_id"].(string)
 	if !schIDRe.MatchString(id) {
 		f.t.Fatalf("schedule_id %q is not sch_…: %v", id, env)
@@ -94,7 +84,7 @@ func schSorted(ids ...string) []string {
 func (f *fixture) askSet(caller string, args map[string]any) string {
 	f.t.Helper()
 	args["action"] = "ask"
-	env := f.schOK(caller, args)
+	env := f.ok(caller, args)
 	id, _ := env["question_id"].(string)
 	if !askIDRe.MatchString(id) || env["status"] != "pending" {
 		f.t.Fatalf("ask: want question_id ask_… and status pending, got %v", env)
@@ -129,7 +119,7 @@ func (f *fixture) askQuestions(caller string, args map[string]any) map[string]ma
 		args = map[string]any{}
 	}
 	args["action"] = "list_questions"
-	env := f.schOK(caller, args)
+	env := f.ok(caller, args)
 	out := map[string]map[string]any{}
 	list, _ := env["questions"].([]any)
 	for _, v := range list {
@@ -208,13 +198,6 @@ func (f *fixture) schFired(caller, id string, n int, limit time.Duration) map[st
 	}
 }
 
-// schCard waits for sid's pending card while done (the turn's run) is open;
-// nil when the run ended without one.
-func (f *fixture) schCard(sid string, done <-chan struct{}) *store.Card {
-	f.t.Helper()
-	return f.card(sid, done)
-}
-
 // schStart queues a scripted turn of steps for sid and runs it (and what is
 // due) on a goroutine of its own; the channel closes when that run ends.
 func (f *fixture) schStart(sid string, steps ...map[string]any) (string, <-chan struct{}) {
@@ -233,7 +216,7 @@ func (f *fixture) schInTurn(sid string, tool map[string]any, decision string) (m
 		tool["relay"] = "this"
 	}
 	tid, done := f.schStart(sid, map[string]any{"tool": tool})
-	card := f.schCard(sid, done)
+	card := f.card(sid, done)
 	switch {
 	case decision == "" && card != nil:
 		f.t.Errorf("%v asked a card %v, want none", tool, card.Lines)
@@ -268,7 +251,7 @@ func (f *fixture) schJobs(d time.Duration, sids ...string) {
 // askPending is read_session's pending asks of sid, read by caller, by id.
 func (f *fixture) askPending(caller, sid string) map[string]map[string]any {
 	f.t.Helper()
-	env := f.schOK(caller, map[string]any{"action": "read_session", "relay": "this", "session": sid, "last": 5})
+	env := f.ok(caller, map[string]any{"action": "read_session", "relay": "this", "session": sid, "last": 5})
 	out := map[string]map[string]any{}
 	list, _ := env["pendingQuestions"].([]any)
 	for _, v := range list {

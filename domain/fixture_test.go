@@ -162,6 +162,21 @@ func (f *fixture) call(caller string, args map[string]any) map[string]any {
 	return env
 }
 
+// ok is call for a call that must succeed: its envelope.
+func (f *fixture) ok(caller string, args map[string]any) map[string]any {
+	f.t.Helper()
+	env := f.call(caller, args)
+	if env["ok"] != true {
+		f.t.Fatalf("%v: want ok, got %v", args, env)
+	}
+	return env
+}
+
+// agentLine is the first line of a prompt from an agent on this relay (R18.15).
+func agentLine(title, model string) string {
+	return `[Prompt from an agent on this relay · session "` + title + `" · ` + model + ` · acting for the user]`
+}
+
 // messages is the number of messages of a session.
 func (f *fixture) messages(sid string) int {
 	f.t.Helper()
@@ -425,4 +440,14 @@ func (f *fixture) card(sid string, done <-chan struct{}) *store.Card {
 	}
 	f.t.Fatalf("no card of %s came", sid)
 	return nil
+}
+
+// mustCard is card for a turn that must ask one.
+func (f *fixture) mustCard(sid string, done <-chan struct{}) *store.Card {
+	f.t.Helper()
+	c := f.card(sid, done)
+	if c == nil {
+		f.t.Fatalf("the turn of %s ended without a card", sid)
+	}
+	return c
 }

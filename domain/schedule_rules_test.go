@@ -138,31 +138,3 @@ func TestRulesScheduleAtOnce(t *testing.T) {
 		t.Errorf("listed an hour after they ended: %v", ls)
 	}
 }
-
-// R9.1, R9.2: every_minutes fires on its grid, one firing per interval,
-// each at its due time on the simulated clock.
-func TestRulesScheduleGrid(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
-	a := f.session(NewSession{Title: "ticker"})
-	set := f.clk.Now()
-	env := f.call(a, map[string]any{"action": "schedule", "text": "tick", "title": "Ticker", "every_minutes": 1})
-	id, _ := env["schedule_id"].(string)
-	if env["ok"] != true || id == "" {
-		t.Fatalf("schedule: %v", env)
-	}
-	for i := 1; i <= 5; i++ {
-		f.advance(time.Minute)
-		msgs := f.history(a, "schedule")
-		if len(msgs) != i {
-			t.Fatalf("after %d minutes: %d firings, want %d", i, len(msgs), i)
-		}
-		if due := set.Add(time.Duration(i) * time.Minute); msgs[i-1].CreatedAt.Before(due) {
-			t.Errorf("firing %d at %s, before its time %s", i, msgs[i-1].CreatedAt, due)
-		}
-	}
-	got := f.listedSchedules(a)[id]
-	if diff := cmp.Diff(float64(5), got["firedCount"]); diff != "" {
-		t.Errorf("firedCount (-want +got):\n%s", diff)
-	}
-}

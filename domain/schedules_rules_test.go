@@ -53,7 +53,7 @@ func TestRulesScheduleLimits(t *testing.T) {
 	if n := len(f.schOwnerList()); n != 5 {
 		t.Fatalf("%d active schedules, want 5 (refused ones create nothing)", n)
 	}
-	f.schOK(a, map[string]any{"action": "unschedule", "schedule_id": own1})
+	f.ok(a, map[string]any{"action": "unschedule", "schedule_id": own1})
 	f.schSet(a, every(nil))
 }
 
@@ -117,7 +117,7 @@ func TestRulesScheduleBadInput(t *testing.T) {
 	edge1 := f.schSet(a, map[string]any{"text": "x", "every_minutes": 525600, "title": strings.Repeat("t", 200)})
 	edge2 := f.schSet(a, map[string]any{"text": "x", "every_minutes": 1})
 	for _, id := range []string{edge1, edge2} {
-		f.schOK(a, map[string]any{"action": "unschedule", "schedule_id": id})
+		f.ok(a, map[string]any{"action": "unschedule", "schedule_id": id})
 	}
 	if diff := cmp.Diff(outcome{Code: CodeInvalidInput, Has: true}, outcomeOf(f.call(a, map[string]any{"action": "unschedule"}), "")); diff != "" {
 		t.Errorf("unschedule without an id (-want +got):\n%s", diff)
@@ -174,14 +174,14 @@ func TestRulesScheduleUnscheduleCancelArchive(t *testing.T) {
 			t.Errorf("unschedule %s by %s (-want +got):\n%s", c.id, c.caller, diff)
 		}
 	}
-	env := f.schOK(a, map[string]any{"action": "unschedule", "schedule_id": own})
+	env := f.ok(a, map[string]any{"action": "unschedule", "schedule_id": own})
 	if diff := cmp.Diff(any(own), env["schedule_id"]); diff != "" {
 		t.Errorf("unschedule schedule_id (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff(notFound, outcomeOf(f.call(a, map[string]any{"action": "unschedule", "schedule_id": own}), "")); diff != "" {
 		t.Errorf("unschedule twice (-want +got):\n%s", diff)
 	}
-	f.schOK(b, map[string]any{"action": "unschedule", "relay": "this", "schedule_id": intoB}) // the target may end it (R9.8)
+	f.ok(b, map[string]any{"action": "unschedule", "relay": "this", "schedule_id": intoB}) // the target may end it (R9.8)
 
 	if _, err := f.r.CancelSchedule(f.ctx, intoC); err != nil {
 		t.Fatalf("owner Cancel: %v", err)
@@ -247,7 +247,7 @@ func TestRulesScheduleAndAskAgentSessionsOff(t *testing.T) {
 	}
 	q1 := f.askSet(a, map[string]any{"question": "Keep the old API?"})
 	q2 := f.askSet(a, map[string]any{"relay": "this", "question": "Rename the module?"})
-	f.schOK(a, map[string]any{"action": "withdraw", "question_id": q2})
+	f.ok(a, map[string]any{"action": "withdraw", "question_id": q2})
 	qs := f.askQuestions(a, nil)
 	if diff := cmp.Diff([]any{"pending", "withdrawn"}, []any{qs[q1]["status"], qs[q2]["status"]}); diff != "" {
 		t.Errorf("statuses of q1, q2 (-want +got):\n%s", diff)
@@ -275,7 +275,7 @@ func TestRulesAskLimits(t *testing.T) {
 	if diff := cmp.Diff(limit, outcomeOf(f.call(a, map[string]any{"action": "ask", "question": "three?"}), "Nothing was asked.")); diff != "" {
 		t.Errorf("a third ask (-want +got):\n%s", diff)
 	}
-	f.schOK(a, map[string]any{"action": "withdraw", "question_id": q1})
+	f.ok(a, map[string]any{"action": "withdraw", "question_id": q1})
 	q3 := f.askSet(a, map[string]any{"question": "three?"})
 	if diff := cmp.Diff(limit, outcomeOf(f.call(a, map[string]any{"action": "ask", "question": "four?"}), "")); diff != "" {
 		t.Errorf("a third ask after a withdrawal (-want +got):\n%s", diff)
@@ -355,7 +355,7 @@ func schGrid(t *testing.T, withAt bool) {
 		at = setAt.Add(time.Minute).Truncate(time.Second)
 		args["at"] = at.Format(time.RFC3339)
 	}
-	env := f.schOK(a, args)
+	env := f.ok(a, args)
 	id, _ := env["schedule_id"].(string)
 	if !schIDRe.MatchString(id) {
 		t.Fatalf("schedule_id %q", id)
@@ -447,7 +447,7 @@ func TestRulesScheduleNoStacking(t *testing.T) {
 	a := f.session(NewSession{Title: "busy"})
 	// The busy turn: its first create_session waits on a card.
 	busy, done := f.schStart(a, map[string]any{"tool": map[string]any{"action": "create_session", "relay": "this", "text": "x"}})
-	card := f.schCard(a, done)
+	card := f.card(a, done)
 	if card == nil {
 		t.Fatalf("the busy turn asked no card")
 	}
@@ -549,14 +549,14 @@ func TestRulesAskWithSession(t *testing.T) {
 	k := f.session(NewSession{Title: "careful", Mode: "ask"})
 	p := f.session(NewSession{Title: "planner", Mode: "plan"})
 
-	env := f.schOK(a, map[string]any{"action": "ask", "session": b, "question": "Which database?", "options": []string{"Postgres", "SQLite"}})
+	env := f.ok(a, map[string]any{"action": "ask", "session": b, "question": "Which database?", "options": []string{"Postgres", "SQLite"}})
 	q, _ := env["question_id"].(string)
 	sum, _ := env["summary"].(string)
 	if diff := cmp.Diff([]any{"pending", true}, []any{env["status"], strings.Contains(sum, "ask → desk session "+b[:8]+": ") && strings.Contains(sum, q)}); diff != "" {
 		t.Errorf("status, summary %q (-want +got):\n%s", sum, diff)
 	}
 	// Not counted by loop protection: the one allowed prompt still goes without a card.
-	f.schOK(a, map[string]any{"action": "send", "relay": "this", "session": c, "text": "hi", "wait_seconds": 0})
+	f.ok(a, map[string]any{"action": "send", "relay": "this", "session": c, "text": "hi", "wait_seconds": 0})
 	if f.askPending(c, b)[q] == nil {
 		t.Errorf("the concerned session's pendingQuestions lacks the ask")
 	}
@@ -635,7 +635,7 @@ func TestRulesAskInboxAnswerDismissWithdraw(t *testing.T) {
 		t.Fatalf("subscribe: %v (card %s)", env, card.Action)
 	}
 	heldCount := func() any {
-		env := f.schOK(a, map[string]any{"action": "list_subscriptions"})
+		env := f.ok(a, map[string]any{"action": "list_subscriptions"})
 		list, _ := env["subscriptions"].([]any)
 		for _, v := range list {
 			if s, _ := v.(map[string]any); s["id"] == subID {
@@ -657,10 +657,10 @@ func TestRulesAskInboxAnswerDismissWithdraw(t *testing.T) {
 
 	// Use up loop protection (2 of 2).
 	for i := 0; i < 2; i++ {
-		f.schOK(a, map[string]any{"action": "send", "relay": "this", "session": c, "text": "p" + string(rune('0'+i)), "wait_seconds": 0})
+		f.ok(a, map[string]any{"action": "send", "relay": "this", "session": c, "text": "p" + string(rune('0'+i)), "wait_seconds": 0})
 	}
 
-	env = f.schOK(a, map[string]any{"action": "ask", "question": "Ship it?", "options": []string{"A", "B"}, "recommendation": "A", "detail": "All green."})
+	env = f.ok(a, map[string]any{"action": "ask", "question": "Ship it?", "options": []string{"A", "B"}, "recommendation": "A", "detail": "All green."})
 	q1, _ := env["question_id"].(string)
 	sum, _ := env["summary"].(string)
 	if !askIDRe.MatchString(q1) {
@@ -725,7 +725,7 @@ func TestRulesAskInboxAnswerDismissWithdraw(t *testing.T) {
 	if diff := cmp.Diff(outcome{Code: CodeForbidden, Has: true}, outcomeOf(f.call(b, map[string]any{"action": "withdraw", "question_id": q3}), "")); diff != "" {
 		t.Errorf("withdraw by another (-want +got):\n%s", diff)
 	}
-	env = f.schOK(a, map[string]any{"action": "withdraw", "question_id": q3})
+	env = f.ok(a, map[string]any{"action": "withdraw", "question_id": q3})
 	if diff := cmp.Diff(any("withdrawn"), env["status"]); diff != "" {
 		t.Errorf("withdraw status (-want +got):\n%s", diff)
 	}
@@ -754,11 +754,6 @@ func TestRulesAskInboxAnswerDismissWithdraw(t *testing.T) {
 	}
 }
 
-// schAgentLine is the first line of a prompt another conversation of this relay sent (R18.15).
-func schAgentLine(title, model string) string {
-	return `[Prompt from an agent on this relay · session "` + title + `" · ` + model + ` · acting for the user]`
-}
-
 // Issue 13: a schedule into another session is treated like a send — it
 // respects the 4-at-work cap of the conversation that started the target; a
 // firing over the cap waits and is tried again, it is not dropped.
@@ -779,7 +774,7 @@ func TestRulesScheduleIntoSessionRespectsFourAtWork(t *testing.T) {
 	f.run() // the helper's first turn ends: it is idle
 	var busy []string
 	for i := 0; i < 4; i++ {
-		env := f.schOK(a, create("busy")) // their turns stay queued: nothing drains them
+		env := f.ok(a, create("busy")) // their turns stay queued: nothing drains them
 		s, _ := env["session"].(string)
 		busy = append(busy, s)
 	}
@@ -789,7 +784,7 @@ func TestRulesScheduleIntoSessionRespectsFourAtWork(t *testing.T) {
 		t.Errorf("send to a fifth (-want +got):\n%s", diff)
 	}
 
-	env := f.schOK(a, map[string]any{"action": "schedule", "session": helper, "text": "ping", "title": "Ping",
+	env := f.ok(a, map[string]any{"action": "schedule", "session": helper, "text": "ping", "title": "Ping",
 		"at": f.clk.Now().Add(time.Minute).Truncate(time.Second).Format(time.RFC3339)})
 	id, _ := env["schedule_id"].(string)
 	sc, _ := env["schedule"].(map[string]any)
@@ -818,7 +813,7 @@ func TestRulesScheduleIntoSessionRespectsFourAtWork(t *testing.T) {
 	}
 	msgs := f.history(helper, "schedule")
 	// R18.15: a schedule another conversation set carries its setter's line first.
-	if diff := cmp.Diff([]string{schAgentLine("setter", "scripted-1") + "\n" + scheduleHeaderText(id, "Ping", "once") + "\nping"},
+	if diff := cmp.Diff([]string{agentLine("setter", "scripted-1") + "\n" + scheduleHeaderText(id, "Ping", "once") + "\nping"},
 		[]string{msgs[0].Text}); diff != "" || len(msgs) != 1 {
 		t.Errorf("%d firings; text (-want +got):\n%s", len(msgs), diff)
 	}
@@ -859,7 +854,7 @@ func TestRulesScheduleSessionLoopProtectionHeld(t *testing.T) {
 			f.schJobs(time.Second, drain...)
 		}
 	}
-	env := f.schOK(a, map[string]any{"action": "schedule", "session": b, "text": "ping", "title": "Ping", "every_minutes": 1,
+	env := f.ok(a, map[string]any{"action": "schedule", "session": b, "text": "ping", "title": "Ping", "every_minutes": 1,
 		"at": f.clk.Now().Add(time.Minute).Truncate(time.Second).Format(time.RFC3339)})
 	id, _ = env["schedule_id"].(string)
 	sc, _ := env["schedule"].(map[string]any)
@@ -883,7 +878,7 @@ func TestRulesScheduleSessionLoopProtectionHeld(t *testing.T) {
 	if len(msgs) != 1 {
 		t.Fatalf("%d firings reached the target, want 1", len(msgs))
 	}
-	if diff := cmp.Diff(schAgentLine("setter", "scripted-1")+"\n"+scheduleHeaderText(id, "Ping", "every 1 min")+"\nping", msgs[0].Text); diff != "" { // R18.15
+	if diff := cmp.Diff(agentLine("setter", "scripted-1")+"\n"+scheduleHeaderText(id, "Ping", "every 1 min")+"\nping", msgs[0].Text); diff != "" { // R18.15
 		t.Errorf("text (-want +got):\n%s", diff)
 	}
 	if msgs[0].From == nil || msgs[0].From.Session != a {
@@ -926,7 +921,7 @@ func TestRulesScheduleSessionLoopProtectionHeld(t *testing.T) {
 	mid, done := f.schStart(a,
 		map[string]any{"tool": map[string]any{"action": "update_session", "relay": "this", "session": c, "title": "renamed"}},
 		map[string]any{"tool": map[string]any{"action": "send", "relay": "this", "session": c, "text": "hi", "wait_seconds": 0}})
-	card := f.schCard(a, done)
+	card := f.card(a, done)
 	if card == nil || card.Action != "update_session" {
 		t.Fatalf("first card %+v, want update_session's", card)
 	}
@@ -936,7 +931,7 @@ func TestRulesScheduleSessionLoopProtectionHeld(t *testing.T) {
 	if _, err := f.r.DecideCard(f.ctx, card.ID, "allow"); err != nil {
 		t.Fatal(err)
 	}
-	card = f.schCard(a, done)
+	card = f.card(a, done)
 	if card == nil || card.Action != "send" {
 		t.Fatalf("second card %+v, want send's", card)
 	}
