@@ -29,8 +29,9 @@ type ToolDomain interface {
 	SessionForToken(ctx context.Context, token string) (sessionID string, ok bool, err error)
 	// CallTool runs one relay_tool call as that session. args is the JSON object of the call's
 	// arguments as sent. It returns the complete result envelope (a JSON object with "ok") and
-	// whether it is a failure.
-	CallTool(ctx context.Context, sessionID string, args json.RawMessage) (result json.RawMessage, isError bool)
+	// whether it is a failure. d, when not nil, is settled once the result was written to the
+	// client or could not be (see [domain.Delivery]).
+	CallTool(ctx context.Context, sessionID string, args json.RawMessage, d *domain.Delivery) (result json.RawMessage, isError bool)
 }
 
 // MCPOptions configures [NewMCPHandler]. The zero value is usable.
@@ -114,7 +115,7 @@ var errTokenCheck = errors.New("the session token could not be checked now; try 
 // context, so its wait ends at once, and what the domain records only once the caller has
 // the result (a reply seen, R18.12) is settled after the response was written: as delivered
 // only when the SDK wrote the result, after the calls returned, to a client still there
-// and without a write error (domain.WithDelivery).
+// and without a write error (domain.Delivery).
 func NewMCPHandler(d ToolDomain, o MCPOptions) http.Handler {
 	o = o.WithDefaults()
 	r := &mcpRoute{domain: d, opts: o, log: o.Logger, running: map[string]int{}}
@@ -271,6 +272,7 @@ func (r *mcpRoute) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 		return toolResult(envelopeArgsNotObject, true), nil
 	}
 
+	var d *domain.Delivery
 	if post, _ := ctx.Value(postKey{}).(*mcpPost); post != nil {
 		post.begin()
 		defer post.end() // before the SDK writes the result
@@ -283,9 +285,8 @@ func (r *mcpRoute) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 			unwatch()
 			cancel()
 		}()
-		var settle func(delivered bool)
-		ctx, settle = domain.WithDelivery(ctx)
-		post.add(settle)
+		d = domain.NewDelivery()
+		post.add(d.Settle)
 	}
 
 	if !r.take(caller) {
@@ -293,7 +294,7 @@ func (r *mcpRoute) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 	}
 	defer r.release(caller)
 	stop := r.keepCallAlive(ctx, req, args)
-	result, isError := r.runDomain(ctx, caller, args)
+	result, isError := r.runDomain(ctx, caller, args, d)
 	stop()
 
 	if !isJSONObject(result) {
@@ -306,14 +307,14 @@ func (r *mcpRoute) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 
 // runDomain calls the domain and turns a panic into REMOTE_RELAY_INTERNAL: the SDK runs
 // handlers on its own goroutines and does not recover, so a panic would end the process.
-func (r *mcpRoute) runDomain(ctx context.Context, caller string, args json.RawMessage) (result json.RawMessage, isError bool) {
+func (r *mcpRoute) runDomain(ctx context.Context, caller string, args json.RawMessage, d *domain.Delivery) (result json.RawMessage, isError bool) {
 	defer func() {
 		if p := recover(); p != nil {
 			r.log.ErrorContext(ctx, "mcp: panic in tool call", "session", caller, "panic", p, "stack", string(debug.Stack()))
 			result, isError = envelopeInternal, true
 		}
 	}()
-	return r.domain.CallTool(ctx, caller, args)
+	return r.domain.CallTool(ctx, caller, args, d)
 }
 
 // toolResult is the MCP form of an envelope (R3.1): one text item holding the JSON and the
@@ -464,7 +465,7 @@ type postKey struct{}
 
 // mcpPost is what the tool calls of one POST share with keepAliveHandler: the POST's own
 // context (done when the client went away) and the delivery hooks of the calls
-// (domain.WithDelivery), settled once the SDK finished writing the response.
+// (domain.Delivery), settled once the SDK finished writing the response.
 type mcpPost struct {
 	ctx context.Context
 

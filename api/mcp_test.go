@@ -20,6 +20,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/goleak"
+
+	"github.com/oar/relay/domain"
 )
 
 // The protocol versions SPEC §2 names; the SDK client speaks each of them.
@@ -49,7 +51,7 @@ func (f *fakeDomain) SessionForToken(_ context.Context, token string) (string, b
 	return id, ok, nil
 }
 
-func (f *fakeDomain) CallTool(ctx context.Context, sessionID string, args json.RawMessage) (json.RawMessage, bool) {
+func (f *fakeDomain) CallTool(ctx context.Context, sessionID string, args json.RawMessage, _ *domain.Delivery) (json.RawMessage, bool) {
 	f.mu.Lock()
 	f.calls = append(f.calls, fakeCall{Session: sessionID, Args: string(args)})
 	f.mu.Unlock()

@@ -81,7 +81,7 @@ func benchPeer(ctx context.Context, b *bench, prefix string, rounds, events int)
 	rl := alpha.app.Relay()
 	call := func(args map[string]any) (map[string]any, error) {
 		raw, _ := json.Marshal(args)
-		out, failed := rl.CallTool(ctx, caller.ID, raw)
+		out, failed := rl.CallTool(ctx, caller.ID, raw, nil)
 		var m map[string]any
 		if err := json.Unmarshal(out, &m); err != nil {
 			return nil, err

@@ -86,7 +86,7 @@ func benchSchedules(ctx context.Context, b *bench, prefix string) (schedResult, 
 	schedule := func(sid string, at time.Time) (string, error) {
 		raw, _ := json.Marshal(map[string]any{"action": "schedule", "text": "Check the nightly build and report what failed.",
 			"at": at.UTC().Format(time.RFC3339), "every_minutes": 1440})
-		env, isErr := r.CallTool(ctx, sid, raw)
+		env, isErr := r.CallTool(ctx, sid, raw, nil)
 		var res struct {
 			OK         bool   `json:"ok"`
 			ScheduleID string `json:"schedule_id"`

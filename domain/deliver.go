@@ -429,14 +429,14 @@ func (r *Relay) deliver(ctx context.Context, watcher string, batches []store.Bat
 
 // endWait ends a caller's wait on a turn (R8.18, R18.12). gotReply says that
 // the call's result carries the turn's finished reply. The reply counts as
-// seen only once that result reached the caller (see [WithDelivery]): then the
+// seen only once that result reached the caller (see [Delivery]): then the
 // turn is marked seen (no echo of its turn_end from now on) and the echoes held
 // meanwhile are dropped; a result that did not reach the caller (the client
-// went away) releases them as normal events instead. Without a delivery hook
+// went away) releases them as normal events instead. With no delivery d
 // (calls made in-process) the result has reached the caller when CallTool
 // returns, so that is settled here at once. The error is that of marking the
 // turn seen when that is settled at once.
-func (r *Relay) endWait(ctx context.Context, turnID string, gotReply bool) error {
+func (r *Relay) endWait(ctx context.Context, d *Delivery, turnID string, gotReply bool) error {
 	ctx = context.WithoutCancel(ctx) // also runs after the call returned or was cut off
 	finish := func(seen bool) error {
 		// Marked seen, then the wait ended, in one step (one round trip).
@@ -460,7 +460,6 @@ func (r *Relay) endWait(ctx context.Context, turnID string, gotReply bool) error
 		}
 		return nil
 	}
-	d, _ := ctx.Value(deliveryKey{}).(*delivery)
 	if d == nil || !gotReply {
 		return finish(gotReply)
 	}
@@ -474,32 +473,28 @@ func (r *Relay) endWait(ctx context.Context, turnID string, gotReply bool) error
 	return nil
 }
 
-// deliveryKey is the context key of a tool call's [WithDelivery] hook.
-type deliveryKey struct{}
-
-// delivery holds what a tool call records only once its result reached the
-// client, until the transport settles whether it did.
-type delivery struct {
+// Delivery holds what a tool call records only once its result reached the
+// client, until the transport settles whether it did. A transport that writes
+// the result after [Relay.CallTool] returned (MCP over HTTP) passes one to the
+// call and then calls [Delivery.Settle] once, with whether the result was
+// written to the client: what the call records only once the caller has its
+// result — a prompt's reply seen, which suppresses that turn's turn_end (no
+// echo, R8.18) — is recorded then, or not at all (R18.12). A nil *Delivery
+// (the calls providers make in-process) counts as delivered when CallTool
+// returns.
+type Delivery struct {
 	mu        sync.Mutex
 	settled   bool
 	delivered bool
 	pending   []func(delivered bool)
 }
 
-// WithDelivery prepares ctx for a [Relay.CallTool] whose result a transport
-// writes to its client after the call returned (MCP over HTTP). The transport
-// must then call settle once, with whether the result was written to the
-// client: what the call records only once the caller has its result — a
-// prompt's reply seen, which suppresses that turn's turn_end (no echo, R8.18) —
-// is recorded then, or not at all (R18.12). settle runs that work before it
-// returns; later calls do nothing. Without WithDelivery (the calls providers
-// make in-process) the result counts as delivered when CallTool returns.
-func WithDelivery(ctx context.Context) (_ context.Context, settle func(delivered bool)) {
-	d := &delivery{}
-	return context.WithValue(ctx, deliveryKey{}, d), d.settle
-}
+// NewDelivery returns an unsettled delivery for one tool call.
+func NewDelivery() *Delivery { return &Delivery{} }
 
-func (d *delivery) settle(delivered bool) {
+// Settle records whether the call's result was written to the client and runs
+// the work that waited on it before it returns; later calls do nothing.
+func (d *Delivery) Settle(delivered bool) {
 	d.mu.Lock()
 	if d.settled {
 		d.mu.Unlock()
@@ -515,7 +510,7 @@ func (d *delivery) settle(delivered bool) {
 }
 
 // after runs fn when the delivery is settled (at once if it is already).
-func (d *delivery) after(fn func(delivered bool)) {
+func (d *Delivery) after(fn func(delivered bool)) {
 	d.mu.Lock()
 	if d.settled {
 		delivered := d.delivered

@@ -106,7 +106,7 @@ func TestEndWaitSeenOnlyOnceDelivered(t *testing.T) {
 	t.Run("in-process: seen at once", func(t *testing.T) {
 		id := waitingTurn()
 		before := released()
-		if err := r.endWait(ctx, id, true); err != nil {
+		if err := r.endWait(ctx, nil, id, true); err != nil {
 			t.Fatal(err)
 		}
 		if seen, waiting := state(id); !seen || waiting {
@@ -120,15 +120,15 @@ func TestEndWaitSeenOnlyOnceDelivered(t *testing.T) {
 	t.Run("delivered: seen once settled", func(t *testing.T) {
 		id := waitingTurn()
 		before := released()
-		dctx, settle := WithDelivery(ctx)
-		if err := r.endWait(dctx, id, true); err != nil {
+		d := NewDelivery()
+		if err := r.endWait(ctx, d, id, true); err != nil {
 			t.Fatal(err)
 		}
 		if seen, waiting := state(id); seen || !waiting {
 			t.Fatalf("before the result was written: seen %v, waiting %v; want not seen, still held", seen, waiting)
 		}
-		settle(true)
-		settle(false) // a second settle does nothing
+		d.Settle(true)
+		d.Settle(false) // a second settle does nothing
 		if seen, waiting := state(id); !seen || waiting {
 			t.Fatalf("after delivery: seen %v, still waiting %v; want seen and the wait ended", seen, waiting)
 		}
@@ -140,11 +140,11 @@ func TestEndWaitSeenOnlyOnceDelivered(t *testing.T) {
 	t.Run("not delivered: turn_end released", func(t *testing.T) {
 		id := waitingTurn()
 		before := released()
-		dctx, settle := WithDelivery(ctx)
-		if err := r.endWait(dctx, id, true); err != nil {
+		d := NewDelivery()
+		if err := r.endWait(ctx, d, id, true); err != nil {
 			t.Fatal(err)
 		}
-		settle(false)
+		d.Settle(false)
 		if seen, waiting := state(id); seen || waiting {
 			t.Fatalf("after a failed delivery: seen %v, still waiting %v; want neither", seen, waiting)
 		}
@@ -156,8 +156,8 @@ func TestEndWaitSeenOnlyOnceDelivered(t *testing.T) {
 	t.Run("no reply: released without settling", func(t *testing.T) {
 		id := waitingTurn()
 		before := released()
-		dctx, _ := WithDelivery(ctx)
-		if err := r.endWait(dctx, id, false); err != nil {
+		d := NewDelivery()
+		if err := r.endWait(ctx, d, id, false); err != nil {
 			t.Fatal(err)
 		}
 		if seen, waiting := state(id); seen || waiting {

@@ -384,7 +384,7 @@ func newActMetrics() *actMetrics { return &actMetrics{cards: map[string]int{}} }
 // written) and returns the envelope and whether it is an error.
 func (f *fixture) actRaw(caller, raw string) (map[string]any, bool) {
 	f.t.Helper()
-	out, isErr := f.r.CallTool(f.ctx, caller, json.RawMessage(raw))
+	out, isErr := f.r.CallTool(f.ctx, caller, json.RawMessage(raw), nil)
 	var env map[string]any
 	if err := json.Unmarshal(out, &env); err != nil {
 		f.t.Fatalf("envelope %s: %v", out, err)

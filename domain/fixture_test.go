@@ -154,7 +154,7 @@ func (f *fixture) call(caller string, args map[string]any) map[string]any {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	out, _ := f.r.CallTool(f.ctx, caller, raw)
+	out, _ := f.r.CallTool(f.ctx, caller, raw, nil)
 	var env map[string]any
 	if err := json.Unmarshal(out, &env); err != nil {
 		f.t.Fatalf("envelope %s: %v", out, err)

@@ -276,18 +276,18 @@ func (r *Relay) waitTurnOn(ctx context.Context, id string, d time.Duration, ch <
 // the card check (loopCard). done says what already happened, for an error
 // from here on.
 func (r *Relay) sent(ctx context.Context, c *caller, t *store.Turn, wait time.Duration, done string) (*store.Turn, *Error) {
-	return r.sentOn(ctx, t, wait, nil, done)
+	return r.sentOn(ctx, c.delivery, t, wait, nil, done)
 }
 
 // sentOn is sent with ch, the turn's notifications listened to since before
 // it was queued (nil: listen from now). queue already marked the wait
 // (waitFor), so it is not marked again.
-func (r *Relay) sentOn(ctx context.Context, t *store.Turn, wait time.Duration, ch <-chan struct{}, done string) (*store.Turn, *Error) {
+func (r *Relay) sentOn(ctx context.Context, d *Delivery, t *store.Turn, wait time.Duration, ch <-chan struct{}, done string) (*store.Turn, *Error) {
 	var err error
 	if ch != nil {
-		t, err = r.waitReplyOn(ctx, t.ID, wait, ch, t)
+		t, err = r.waitReplyOn(ctx, d, t.ID, wait, ch, t)
 	} else {
-		t, err = r.waitReplyQueued(ctx, t.ID, wait)
+		t, err = r.waitReplyQueued(ctx, d, t.ID, wait)
 	}
 	if err != nil {
 		return nil, internalAfter(err, done)
@@ -302,28 +302,28 @@ func terminal(status store.TurnStatus) bool { return status.Ended() }
 // reached it (no echo, R8.18). A reply counts as seen only once the call's
 // result was written to the client (endWait, R18.12); a wait cut off because
 // the client went away (ctx ended) ends at once.
-func (r *Relay) waitReply(ctx context.Context, id string, d time.Duration) (*store.Turn, error) {
+func (r *Relay) waitReply(ctx context.Context, dl *Delivery, id string, d time.Duration) (*store.Turn, error) {
 	if d > 0 {
 		if err := r.st.SetWaiting(ctx, id, d+waitingSlack); err != nil { // wait: the caller comes back for it
 			return nil, err
 		}
 	}
-	return r.waitReplyQueued(ctx, id, d)
+	return r.waitReplyQueued(ctx, dl, id, d)
 }
 
 // waitReplyQueued is waitReply for a turn whose wait was marked when it was
 // queued.
-func (r *Relay) waitReplyQueued(ctx context.Context, id string, d time.Duration) (*store.Turn, error) {
+func (r *Relay) waitReplyQueued(ctx context.Context, dl *Delivery, id string, d time.Duration) (*store.Turn, error) {
 	ch, unsub := r.hub.sub("turn:" + id)
 	defer unsub()
-	return r.waitReplyOn(ctx, id, d, ch, nil)
+	return r.waitReplyOn(ctx, dl, id, d, ch, nil)
 }
 
 // waitReplyOn is waitReplyQueued on ch (see waitTurnOn for queued).
-func (r *Relay) waitReplyOn(ctx context.Context, id string, d time.Duration, ch <-chan struct{}, queued *store.Turn) (*store.Turn, error) {
+func (r *Relay) waitReplyOn(ctx context.Context, dl *Delivery, id string, d time.Duration, ch <-chan struct{}, queued *store.Turn) (*store.Turn, error) {
 	t, err := r.waitTurnOn(ctx, id, d, ch, queued)
 	got := err == nil && terminal(t.Status)
-	if serr := r.endWait(ctx, id, got); serr != nil {
+	if serr := r.endWait(ctx, dl, id, got); serr != nil {
 		return nil, serr
 	}
 	return t, err
@@ -441,7 +441,7 @@ func (r *Relay) wait(ctx context.Context, c *caller, a *args) (*result, *Error) 
 		return nil, Errorf(CodeNotFound, "Session %s on relay %q has no message %q. Nothing was done.", id8(s.ID), r.opts.Name, mid)
 	}
 	if t.Caller == c.s.ID {
-		t, err = r.waitReply(ctx, t.ID, wait)
+		t, err = r.waitReply(ctx, c.delivery, t.ID, wait)
 	} else {
 		t, err = r.waitTurn(ctx, t.ID, wait)
 	}

@@ -278,7 +278,7 @@ func (r *Relay) applySend(ctx context.Context, c *caller, in *sendArgs, pl *send
 		return nil, AsError(err)
 	}
 	pl.queued = true
-	t, e := r.sentOn(waitCtx, t, in.wait, ch, "the prompt was queued (message_id "+t.ID+")")
+	t, e := r.sentOn(waitCtx, c.delivery, t, in.wait, ch, "the prompt was queued (message_id "+t.ID+")")
 	if e != nil {
 		return nil, e
 	}

@@ -18,6 +18,9 @@ type caller struct {
 	// call, R13.1): s is then a stand-in record named after it, and its
 	// cards were asked on its own relay.
 	remote *PeerOrigin
+	// delivery settles whether the call's result reached the client (nil:
+	// when CallTool returns, see [Delivery]).
+	delivery *Delivery
 }
 
 // origin is the chain the caller's prompts continue (R4.7).
@@ -100,14 +103,14 @@ var optionalRelay = map[string]bool{
 
 // CallTool runs one relay_tool call as the session callerID and returns the
 // result envelope (R3.1–R3.3) and whether it is a failure.
-func (r *Relay) CallTool(ctx context.Context, callerID string, raw json.RawMessage) (json.RawMessage, bool) {
+func (r *Relay) CallTool(ctx context.Context, callerID string, raw json.RawMessage, d *Delivery) (json.RawMessage, bool) {
 	start := time.Now()
 	action := "unknown"
 	var (
 		out *result
 		e   *Error
 	)
-	r.warm.call(func() { out, e = r.call(ctx, callerID, raw, &action) })
+	r.warm.call(func() { out, e = r.call(ctx, callerID, raw, d, &action) })
 	if e != nil && (action == "update_session" || action == "unknown" && peekAction(raw) == "update_session") {
 		e = changedNotDone(e)
 	}
@@ -154,7 +157,7 @@ func errorEnvelope(env map[string]any, e *Error) {
 	env["ok"], env["code"], env["error"] = false, e.Code, e.Msg
 }
 
-func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, action *string) (*result, *Error) {
+func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, d *Delivery, action *string) (*result, *Error) {
 	a, e := parseArgs(raw)
 	// R3.4a: the one check before all others, even before argument shapes.
 	if answersAnAsk(raw, a) {
@@ -174,6 +177,7 @@ func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, 
 		return nil, AsError(err)
 	}
 	a.pre = pre
+	c.delivery = d
 	r.noteCall(ctx, c, raw) // the 🛰️ line, once per call (R17.3)
 	p, pv, e := r.checkRelay(ctx, c, a)
 	if e != nil {

@@ -771,7 +771,7 @@ type host struct {
 }
 
 func (h *host) CallTool(ctx context.Context, args json.RawMessage) json.RawMessage {
-	out, _ := h.r.CallTool(ctx, h.sid, args)
+	out, _ := h.r.CallTool(ctx, h.sid, args, nil)
 	return out
 }
 

@@ -239,7 +239,7 @@ func TestRedisDownAndBack(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	start := time.Now()
-	raw, isErr := r.App.Relay().CallTool(ctx, a.ID, json.RawMessage(`{"action":"send","relay":"this","session":"`+b.ID+`","text":"during","wait_seconds":5}`))
+	raw, isErr := r.App.Relay().CallTool(ctx, a.ID, json.RawMessage(`{"action":"send","relay":"this","session":"`+b.ID+`","text":"during","wait_seconds":5}`), nil)
 	var env map[string]any
 	if err := json.Unmarshal(raw, &env); err != nil {
 		t.Fatal(err)
