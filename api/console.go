@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/oar/relay/domain"
 	"github.com/oar/relay/web"
@@ -42,19 +43,27 @@ func ownerOrCookie(auth *web.Auth) gin.HandlerFunc {
 	}
 }
 
+// EdgeStore is what the HTTP edge needs from the store: the console's
+// sign-in records and the notification channel (R19.6).
+type EdgeStore interface {
+	web.Sessions
+	SubscribeNotify(ctx context.Context) *redis.PubSub
+}
+
 // streams serves GET /api/v1/stream: Server-Sent Events telling the owner's
 // console what changed (R19.6). Each stream follows the relay's notification
 // channel in Redis, so it sees changes made by any process of the relay.
 type streams struct {
 	r    *domain.Relay
+	st   EdgeStore
 	mu   sync.Mutex
 	stop chan struct{}
 	keep time.Duration
 	srvs map[*http.Server]bool
 }
 
-func newStreams(r *domain.Relay) *streams {
-	return &streams{r: r, stop: make(chan struct{}), keep: 15 * time.Second, srvs: map[*http.Server]bool{}}
+func newStreams(r *domain.Relay, st EdgeStore) *streams {
+	return &streams{r: r, st: st, stop: make(chan struct{}), keep: 15 * time.Second, srvs: map[*http.Server]bool{}}
 }
 
 // onShutdown makes the server's Shutdown end the open streams (they would
@@ -114,8 +123,7 @@ func (s *streams) handle(c *gin.Context) {
 	}
 	ctx, cancel := context.WithCancel(c.Request.Context())
 	defer cancel()
-	st := s.r.Store()
-	ps := st.SubscribeNotify(ctx)
+	ps := s.st.SubscribeNotify(ctx)
 	defer func() { _ = ps.Close() }()
 	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
 	_, err := ps.Receive(rctx)

@@ -21,7 +21,11 @@ func init() { gin.SetMode(gin.ReleaseMode) }
 
 // Options configures the router.
 type Options struct {
-	Relay      *domain.Relay
+	Relay *domain.Relay
+	// Store is what the edge keeps besides the domain's data: the console's
+	// sign-in records and the notification channel its live stream follows
+	// (package store's Store is one). Required with Relay.
+	Store      EdgeStore
 	Metrics    *metrics.Metrics
 	OwnerToken string
 	// OwnerTokenHash is the hex SHA-256 of the owner token, used when
@@ -55,9 +59,9 @@ func NewRouter(o Options) http.Handler {
 	mcpH := gin.WrapH(NewMCPHandler(o.Relay, mcpOpts))
 	// R18.23: failed tokens of every kind count per address in one window.
 	fails := web.NewFailures(o.AuthWindow)
-	var sessions web.Sessions // nil without a relay (the docs test's router)
-	if o.Relay != nil {
-		sessions = o.Relay.Store()
+	var sessions web.Sessions // nil without a store (the docs test's router)
+	if o.Store != nil {
+		sessions = o.Store
 	}
 	auth := web.NewAuth(o.OwnerToken, sessions)
 	if o.OwnerToken == "" && o.OwnerTokenHash != "" {
@@ -77,7 +81,7 @@ func NewRouter(o Options) http.Handler {
 	ow.routes(v1)
 	pr := &peer{r: o.Relay}
 	pr.routes(g.Group("/peer/v1", limitTokens(fails, func(ctx context.Context, tok string) (bool, error) { return o.Relay.PeerTokenValid(ctx, tok) }), pr.auth))
-	sse := newStreams(o.Relay)
+	sse := newStreams(o.Relay, o.Store)
 	// The owner's console (R19): GET / and its pages; live updates on /api/v1/stream.
 	v1.GET("/stream", sse.handle)
 	web.Register(g, web.Options{Relay: o.Relay, Auth: auth, Logger: o.Logger, Failures: fails})

@@ -457,7 +457,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		if a.opts.Clock != nil && a.opts.Clock.Factor > 1 {
 			authWindow = time.Duration(float64(time.Minute) / a.opts.Clock.Factor)
 		}
-		h := api.NewRouter(api.Options{Relay: a.relay, Metrics: a.met, OwnerToken: a.ownerToken, OwnerTokenHash: a.ownerTokenHash, Ready: a.ready, MCP: mcpOpts, Logger: a.log,
+		h := api.NewRouter(api.Options{Relay: a.relay, Store: a.st, Metrics: a.met, OwnerToken: a.ownerToken, OwnerTokenHash: a.ownerTokenHash, Ready: a.ready, MCP: mcpOpts, Logger: a.log,
 			PublicURL: a.PublicURL(), AuthWindow: authWindow})
 		// R18.18: bounded headers, idle connections closed, at most
 		// api.MaxConns connections (the least recently busy idle one closed

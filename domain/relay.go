@@ -75,7 +75,7 @@ type Options struct {
 
 // Relay is the domain service.
 type Relay struct {
-	st        *store.Store
+	st        Store
 	enq       Enqueuer
 	opts      Options
 	clk       clock.Clock      // the rules' clock (opts.Clock)
@@ -120,7 +120,7 @@ type Relay struct {
 }
 
 // New builds a Relay.
-func New(st *store.Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay {
+func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay {
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
 	}
@@ -163,13 +163,6 @@ func (r *Relay) WorkerID() string { return r.opts.WorkerID }
 
 // Name is this relay's name.
 func (r *Relay) Name() string { return r.opts.Name }
-
-// Store gives the HTTP edge the store for what is not the domain's data:
-// api's live stream (the store's notify channel) and the console's sign-in
-// records (web.Sessions). Nothing reads the domain's records through it:
-// api and web read them through the domain's methods (typed, in package
-// relay); app and the domain's tests hold the store themselves.
-func (r *Relay) Store() *store.Store { return r.st }
 
 // Start initialises stored settings and listens for notifications until ctx ends.
 func (r *Relay) Start(ctx context.Context) error {
@@ -364,7 +357,7 @@ func (h *hub) fireAll() {
 	h.mu.Unlock()
 }
 
-func (h *hub) listen(ctx context.Context, st *store.Store, ready chan struct{}, log *slog.Logger) {
+func (h *hub) listen(ctx context.Context, st lifeStore, ready chan struct{}, log *slog.Logger) {
 	once := sync.Once{}
 	for ctx.Err() == nil {
 		ps := st.SubscribeNotify(ctx)

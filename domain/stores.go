@@ -1,0 +1,235 @@
+package domain
+
+// The store as the domain sees it: each subsystem names the operations it
+// uses, and Store is their sum. Package store implements it on Redis (the
+// compile-time check below); the domain holds a Store, never the concrete
+// type, so what a subsystem may touch is written here and a test can stand
+// a subsystem's store in with a fake of one interface. An operation more
+// than one subsystem uses is in recordStore.
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oar/relay/store"
+)
+
+// Store is everything the domain needs from its store.
+type Store interface {
+	recordStore
+	actionStore
+	drainStore
+	deliveryStore
+	scheduleStore
+	peerStore
+	ownerStore
+	lifeStore
+}
+
+var _ Store = (*store.Store)(nil)
+
+// recordStore is what several subsystems read and write: the session,
+// turn, card, ask, subscription and pairing records, the loop counts, the
+// settings and the notification channel.
+type recordStore interface {
+	ClearOnce(ctx context.Context, names ...string) error
+	CreateSession(ctx context.Context, sess *store.Session) error
+	CurrentTurn(ctx context.Context, sid string) (string, error)
+	DecideCard(ctx context.Context, id string, decision string) (*store.Card, bool, error)
+	Flag(ctx context.Context, sid string, name string) (bool, error)
+	GetAsk(ctx context.Context, id string) (*store.Ask, error)
+	GetPairing(ctx context.Context, name string) (*store.Pairing, error)
+	GetSession(ctx context.Context, id string) (*store.Session, error)
+	GetSessions(ctx context.Context, ids []string) ([]*store.Session, error)
+	GetSubscription(ctx context.Context, id string) (*store.Subscription, error)
+	GetTurn(ctx context.Context, id string) (*store.Turn, error)
+	GiveBackLoop(ctx context.Context, sid string) error
+	IncrLoop(ctx context.Context, sid string) (int, error)
+	LastMessages(ctx context.Context, sid string, n int) ([]store.Message, error)
+	ListSessionIDs(ctx context.Context, scope string, limit int) ([]string, int, error)
+	LoadSettings(ctx context.Context) (store.Settings, bool, error)
+	Notify(ctx context.Context, what string) error
+	PendingCards(ctx context.Context) ([]*store.Card, error)
+	PendingQuestions(ctx context.Context, sid string) ([]*store.Question, error)
+	QueuedTurns(ctx context.Context, sid string) ([]string, error)
+	RemoteAsks(ctx context.Context) ([]*store.RemoteAsk, error)
+	ResetLoop(ctx context.Context, sid string) error
+	SaveSession(ctx context.Context, sess *store.Session) error
+	SaveSubscription(ctx context.Context, sub *store.Subscription) error
+	SetLastDigest(ctx context.Context, sub *store.Subscription, at time.Time) error
+	SetOnce(ctx context.Context, name string, ttl time.Duration) (bool, error)
+	TakeLoop(ctx context.Context, sid string, limit int) (taken bool, n int, err error)
+	TaskOutput(ctx context.Context, id string) ([]string, error)
+	Tasks(ctx context.Context, sid string) ([]*store.Task, error)
+	UnlockState(ctx context.Context, sid string) (map[string]string, []*store.Pairing, error)
+}
+
+// actionStore is what the tool actions (tool.go, send.go, create.go,
+// sessions.go, asks.go, cards.go, caps.go, update.go, groups.go, agents.go,
+// tasks.go) need besides the records: the call's one-round-trip load, caps
+// and reservations, asks, cards, groups, usage, task output.
+type actionStore interface {
+	AddAsk(ctx context.Context, a *store.Ask, askerLimit int, sessionLimit int) error
+	AddMonthUsage(ctx context.Context, provider string, month string, tokens int64, microUSD int64) error
+	AllScopeSubscriptions(ctx context.Context) ([]*store.Subscription, error)
+	AppendActivity(ctx context.Context, sid string, m *store.Message) error
+	AppendMessage(ctx context.Context, sid string, m *store.Message) error
+	AppendTaskOutput(ctx context.Context, id string, lines ...string) error
+	AsksBy(ctx context.Context, asker string, since time.Time) ([]*store.Ask, error)
+	AsksIn(ctx context.Context, sid string) ([]*store.Ask, error)
+	BusyCount(ctx context.Context, orchestrator string) (int, error)
+	ClearAgentSession(ctx context.Context, sid string) error
+	CloseAsk(ctx context.Context, a *store.Ask) (bool, error)
+	DeleteGroup(ctx context.Context, gid string) error
+	ExpireTaskOutput(ctx context.Context, id string, keep time.Duration) error
+	GetCard(ctx context.Context, id string) (*store.Card, error)
+	GetGroup(ctx context.Context, id string) (*store.Group, error)
+	GroupMembers(ctx context.Context, gid string) ([]string, error)
+	Groups(ctx context.Context) ([]*store.Group, error)
+	LoadCall(ctx context.Context, caller string, ref string) (*store.Call, error)
+	MonthUsage(ctx context.Context, provider string, month string) (tokens int64, microUSD int64, err error)
+	NoteCwd(ctx context.Context, dir string, now time.Time) error
+	OpenAskCounts(ctx context.Context, asker string, sid string) (int, int, error)
+	OpenAsks(ctx context.Context) ([]*store.Ask, error)
+	PeerBusyCount(ctx context.Context, orchestrator string) (int, error)
+	RecentCwds(ctx context.Context, n int) ([]string, error)
+	ReserveUnder(ctx context.Context, orchestrator string, sid string, limit int, peerLimit int) error
+	ResolveSession(ctx context.Context, ref string) (sess *store.Session, matches int, err error)
+	SaveCard(ctx context.Context, c *store.Card) error
+	SaveGroup(ctx context.Context, g *store.Group) error
+	SaveTask(ctx context.Context, t *store.Task) error
+	SessionExtras(ctx context.Context, ids []string) ([]store.Extras, error)
+	SetAgentSession(ctx context.Context, sid string, provider string, id string) error
+	SetFlag(ctx context.Context, sid string, name string) error
+	SetGroupMember(ctx context.Context, gid string, sid string, member bool) error
+	SetSessionFields(ctx context.Context, id string, kv map[string]any) error
+	SetTurnModelAsked(ctx context.Context, id string, model string) error
+	SetUsagePaused(ctx context.Context, provider string, reason string, at time.Time) error
+	Usage(ctx context.Context, provider string) (map[string]int64, error)
+	UsagePaused(ctx context.Context, provider string) (string, time.Time, error)
+}
+
+// drainStore is what the drain (turns.go, turntoken.go, direct.go,
+// stacks.go, queue.go, steer.go) needs: queueing, the lease, the fenced turn
+// writes, turn tokens and questions.
+type drainStore interface {
+	APIURL(ctx context.Context) (string, error)
+	AcquireLease(ctx context.Context, sid string, owner string, ttl time.Duration) (bool, error)
+	AddTurnToken(ctx context.Context, sid string, tok string, ttl time.Duration) error
+	AnswerQuestion(ctx context.Context, id string, answer string, by string) (*store.Question, bool, error)
+	ArchiveSession(ctx context.Context, id string, now time.Time) error
+	DropTurnToken(ctx context.Context, sid string, tok string) error
+	FinishTurn(ctx context.Context, sid string, orchestrator string, turnID string, fence string, msg *store.Message, at time.Time, kv ...any) (bool, error)
+	FinishTurnEmit(ctx context.Context, sid string, orchestrator string, turnID string, fence string, msg *store.Message, at time.Time, ev *store.Event, releaseOwner string, u *store.UsageAdd, kv ...any) (more bool, watched bool, released bool, ended *store.Turn, err error)
+	GetQuestion(ctx context.Context, id string) (*store.Question, error)
+	PopTurnBy(ctx context.Context, sid string, orchestrator string, now time.Time, drainer string) (string, error)
+	QueueTurn(ctx context.Context, t *store.Turn, o store.QueueOpts) (*store.Queued, error)
+	ReleaseLease(ctx context.Context, sid string, owner string) error
+	RenewLease(ctx context.Context, sid string, owner string, ttl time.Duration) (bool, error)
+	RenewTurnToken(ctx context.Context, tok string, ttl time.Duration) (bool, error)
+	RequestTurnStop(ctx context.Context, id string) error
+	RequeueTurn(ctx context.Context, sid string, turnID string) error
+	RequeueTurnBy(ctx context.Context, sid string, turnID string, fence string) error
+	ResolveQuestionID(ctx context.Context, idOrPrefix string) (string, int, error)
+	ResolveTurnID(ctx context.Context, idOrPrefix string) (string, int, error)
+	SaveQuestion(ctx context.Context, q *store.Question) error
+	SetDrainID(ctx context.Context, sid string, id string) error
+	SetTurnPartial(ctx context.Context, sid string, id string, fence string, text string, at time.Time) error
+	SetTurnQuestion(ctx context.Context, id string, questionID string) error
+	SetWaiting(ctx context.Context, turn string, ttl time.Duration) error
+	StartDrain(ctx context.Context, sid string, owner string, ttl time.Duration, now time.Time, history int) (*store.Drain, error)
+	Unreserve(ctx context.Context, orchestrator string, sid string) error
+}
+
+// deliveryStore is what delivery (deliver.go, events.go, subscribe.go,
+// mirrors.go, notify.go) needs: fan-out, hold, release, buffer, flush and
+// summary.
+type deliveryStore interface {
+	AddSubscription(ctx context.Context, sub *store.Subscription, limit int) error
+	AddWake(ctx context.Context, watcher string, now time.Time) error
+	AllSubscriptions(ctx context.Context) ([]*store.Subscription, error)
+	AppendEvent(ctx context.Context, ev *store.Event) (bool, error)
+	AppendSubEvent(ctx context.Context, sub string, ev *store.Event, keep int64, ttl time.Duration) error
+	BufferGroup(ctx context.Context, watcher string, g store.Batch, windowEnd time.Time) (bool, time.Time, error)
+	EndedMirrors(ctx context.Context, watcher string, since time.Time) ([]*store.Subscription, error)
+	EndedSubscriptions(ctx context.Context, watcher string, since time.Time) ([]*store.Subscription, error)
+	HeldInfo(ctx context.Context, sub string) (int, time.Time, error)
+	HoldEchoIfWaiting(ctx context.Context, turn string, g store.Batch, watcher string) (string, error)
+	HoldEvent(ctx context.Context, sub string, ev *store.Event, due time.Time) (time.Time, bool, error)
+	HoldForSummary(ctx context.Context, watcher string, gs []store.Batch, at time.Time) (bool, time.Time, error)
+	MarkDelivered(ctx context.Context, watcher string, eventID string) (bool, error)
+	MoveHeld(ctx context.Context, from string, to string) (time.Time, error)
+	SeenEndWaiting(ctx context.Context, turn string, seen bool) (map[string][]store.Batch, error)
+	SubscriptionsOf(ctx context.Context, sid string) ([]*store.Subscription, error)
+	SummaryDue(ctx context.Context, watcher string) (time.Time, error)
+	TakeBuffer(ctx context.Context, watcher string, window time.Time) ([]store.Batch, error)
+	TakeHeld(ctx context.Context, sub string, now time.Time) ([]store.Event, time.Time, error)
+	TakeSummary(ctx context.Context, watcher string) ([]store.Batch, error)
+	Wakes(ctx context.Context, watcher string, now time.Time) (int, error)
+	WatcherMirrors(ctx context.Context, watcher string) ([]*store.Subscription, error)
+	WatcherSubscriptions(ctx context.Context, watcher string) ([]*store.Subscription, error)
+}
+
+// scheduleStore is what the schedules (schedule.go) need.
+type scheduleStore interface {
+	ActiveSchedules(ctx context.Context) ([]*store.Schedule, error)
+	AddSchedule(ctx context.Context, sc *store.Schedule, intoLimit int, byLimit int) error
+	EndedSchedules(ctx context.Context, sid string, since time.Time) ([]*store.Schedule, error)
+	GetSchedule(ctx context.Context, id string) (*store.Schedule, error)
+	SaveSchedule(ctx context.Context, sc *store.Schedule) error
+	SchedulesBy(ctx context.Context, sid string) ([]*store.Schedule, error)
+	SchedulesInto(ctx context.Context, sid string) ([]*store.Schedule, error)
+}
+
+// peerStore is what the paired relays' side (peer.go, peercheck.go,
+// peerpoll.go, peerserve.go, peertokens.go, pairing.go, remote.go) needs:
+// pairings, links, peer tokens, remote asks, the poller's locks.
+type peerStore interface {
+	AddPairing(ctx context.Context, p *store.Pairing) error
+	AddPeerToken(ctx context.Context, tok string, t store.PeerToken) error
+	BindPeerToken(ctx context.Context, tok string, relay string) (string, error)
+	DeletePairing(ctx context.Context, name string) (bool, error)
+	DeleteRemoteAsk(ctx context.Context, id string) (bool, error)
+	DropLink(ctx context.Context, name string) error
+	Instance(ctx context.Context) (string, error)
+	Links(ctx context.Context) (map[string]store.Link, error)
+	PairingCount(ctx context.Context) (int64, error)
+	Pairings(ctx context.Context) ([]*store.Pairing, error)
+	PeerTokenRelay(ctx context.Context, tok string) (string, error)
+	PeerTokenValid(ctx context.Context, tok string) (bool, error)
+	PeerTokens(ctx context.Context) ([]store.PeerTokenInfo, error)
+	ReleaseLock(ctx context.Context, name string) error
+	RemoteSubscriptions(ctx context.Context) ([]*store.Subscription, error)
+	RevokePeerToken(ctx context.Context, id string) (bool, error)
+	SavePairing(ctx context.Context, p *store.Pairing) error
+	SaveRemoteAsk(ctx context.Context, a *store.RemoteAsk) error
+	SetLink(ctx context.Context, name string, online bool, at time.Time, reason string) (bool, error)
+	SubEvents(ctx context.Context, sub string, after string, max int64) ([]store.Event, string, error)
+	TouchPeerToken(ctx context.Context, tok string, now time.Time) error
+	TryLock(ctx context.Context, name string, ttl time.Duration) (bool, error)
+	Unlock(ctx context.Context, sid string, byOwner bool, names ...string) error
+	Unlocked(ctx context.Context, sid string) (map[string]bool, error)
+}
+
+// ownerStore is what the owner's operations (owner.go) need besides the
+// records.
+type ownerStore interface {
+	BusyKey(orchestrator string) string
+	DeleteSession(ctx context.Context, sid string, busyKeys ...string) error
+	DrainFlags(ctx context.Context) (map[string]string, error)
+	LeaseHolder(ctx context.Context, sid string) (string, error)
+	PeerBusyKey(orchestrator string) string
+	SaveSettings(ctx context.Context, st store.Settings) error
+	SessionByToken(ctx context.Context, token string) (string, error)
+	SessionQuiet(ctx context.Context, sid string) (bool, error)
+}
+
+// lifeStore is what starting the relay (relay.go, jobs.go) needs: stored
+// settings, token upgrades, the notification subscription.
+type lifeStore interface {
+	InitSettings(ctx context.Context, st store.Settings) (store.Settings, error)
+	SubscribeNotify(ctx context.Context) *redis.PubSub
+	UpgradeTokens(ctx context.Context) (int, error)
+}
