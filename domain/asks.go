@@ -335,7 +335,7 @@ func (r *Relay) AnswerAsk(ctx context.Context, id string, in InboxAnswer) (*rela
 	}
 	r.notify(ctx, "inbox") // the owner's console (R19.6)
 	for _, who := range unique(ak.Asker, ak.Session) {
-		r.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: who, QuestionID: ak.ID, Text: ak.Question,
+		r.dl.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: who, QuestionID: ak.ID, Text: ak.Question,
 			Answer: ak.Answer, Choice: ak.Choice, Dismissed: in.Dismiss, Via: ak.Via})
 	}
 	return answeredView(ak), nil

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"slices"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/oar/relay/clock"
 	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/scheduler"
 	"github.com/oar/relay/store"
@@ -17,28 +19,67 @@ import (
 
 var timeZero time.Time
 
+// pipeline is the delivery subsystem (R8): an event recorded (emit) fans out
+// to the subscriptions that take it (Fanout, offer), is held through quiet
+// hours and digests (hold, Release), buffered per watcher for the coalescing
+// window (release, Flush), kept back by the wake limit into a summary
+// (Summary), and delivered as one event prompt into the watcher (deliver);
+// heartbeats, stall scans and the all-idle check feed it too. It sees the
+// store only as recordStore and deliveryStore, and the rest of the relay
+// only through pipelineHost.
+type pipeline struct {
+	st    pipelineStore
+	enq   Enqueuer
+	clk   clock.Clock
+	now   func() time.Time
+	log   *slog.Logger
+	met   Metrics
+	opts  *Options // the relay's: names, limits, timing
+	relay pipelineHost
+}
+
+// pipelineStore is the store as the delivery pipeline sees it.
+type pipelineStore interface {
+	recordStore
+	deliveryStore
+}
+
+// pipelineHost is what delivery asks of the rest of the relay: queueing the
+// event prompt into a watcher (queue.go), the sessions' views (sessions.go),
+// ending a subscription (subscribe.go) and telling the console (notify.go).
+type pipelineHost interface {
+	queue(ctx context.Context, s *store.Session, text, role string, from *store.Ref, origin store.Origin, callerID string, enforce bool, waitFor time.Duration) (*store.Turn, error)
+	views(ctx context.Context, ss []*store.Session) ([]*view, error)
+	endSubscription(ctx context.Context, sub *store.Subscription, reason string) error
+	notify(ctx context.Context, what string)
+}
+
+// Fanout fans an event out to the subscriptions that take it (the fan-out
+// job's work; RunJob is the door, bench calls it directly).
+func (r *Relay) Fanout(ctx context.Context, ev *store.Event) error { return r.dl.Fanout(ctx, ev) }
+
 // asynq keeps due times in whole seconds (truncating), so a job can start up
 // to a second early; the handlers sleep that rest off (early) rather than
 // rounding up here, which would make every timed delivery up to a second late.
-func (r *Relay) schedule(ctx context.Context, kind string, payload any, id string, at time.Time) error {
-	if !at.After(r.now()) {
-		return r.enq.Enqueue(ctx, kind, payload, id, timeZero)
+func (p *pipeline) schedule(ctx context.Context, kind string, payload any, id string, at time.Time) error {
+	if !at.After(p.now()) {
+		return p.enq.Enqueue(ctx, kind, payload, id, timeZero)
 	}
-	return r.enq.Enqueue(ctx, kind, payload, id, r.clk.Wall(at))
+	return p.enq.Enqueue(ctx, kind, payload, id, p.clk.Wall(at))
 }
 
 // early handles a job that asynq ran before its due time (ProcessAt can run
 // up to about a second early): a short wait is slept off; a longer one is
 // scheduled again under a fresh task id. It reports whether the caller must stop.
-func (r *Relay) early(ctx context.Context, due time.Time, kind string, payload any, id string) (bool, error) {
-	now := r.now()
+func (p *pipeline) early(ctx context.Context, due time.Time, kind string, payload any, id string) (bool, error) {
+	now := p.now()
 	if !now.Before(due) {
 		return false, nil
 	}
 	// asynq's earliness is in wall time (whole seconds): a short one, measured
 	// on the wall, is slept off on the clock.
-	if r.clk.Wall(due).Sub(r.clk.Wall(now)) <= earlyWaitMax {
-		t := r.clk.NewTimer(due.Sub(now))
+	if p.clk.Wall(due).Sub(p.clk.Wall(now)) <= earlyWaitMax {
+		t := p.clk.NewTimer(due.Sub(now))
 		defer t.Stop()
 		select {
 		case <-t.C():
@@ -47,7 +88,7 @@ func (r *Relay) early(ctx context.Context, due time.Time, kind string, payload a
 			return true, ctx.Err()
 		}
 	}
-	return true, r.schedule(ctx, kind, payload, id+":"+store.NewID(3), due)
+	return true, p.schedule(ctx, kind, payload, id+":"+store.NewID(3), due)
 }
 
 func quietOf(sub *store.Subscription) *scheduler.Quiet {
@@ -62,7 +103,7 @@ func quietOf(sub *store.Subscription) *scheduler.Quiet {
 }
 
 // takes reports whether a subscription takes an event (R8.4, R8.5, R8.7).
-func (r *Relay) takes(sub *store.Subscription, ev *store.Event) bool {
+func (p *pipeline) takes(sub *store.Subscription, ev *store.Event) bool {
 	if sub.EndReason != "" {
 		return false
 	}
@@ -90,17 +131,17 @@ func (r *Relay) takes(sub *store.Subscription, ev *store.Event) bool {
 // Fanout matches an event against the subscriptions that watch its session
 // (an index per session plus the "all" ones: the cost follows the matching
 // subscriptions, not all of them) and offers it to each.
-func (r *Relay) Fanout(ctx context.Context, ev *store.Event) error {
+func (p *pipeline) Fanout(ctx context.Context, ev *store.Event) error {
 	if ev.Watcher != "" { // addressed to one conversation (an ask's answer): no subscription needed
-		return r.release(ctx, ev.Watcher, store.Batch{Kind: "plain", Events: []store.Event{*ev}, Urgent: urgent(ev.Kind)})
+		return p.release(ctx, ev.Watcher, store.Batch{Kind: "plain", Events: []store.Event{*ev}, Urgent: urgent(ev.Kind)})
 	}
-	subs, ok, err := r.fanoutSubs(ctx, ev)
+	subs, ok, err := p.fanoutSubs(ctx, ev)
 	if err != nil || !ok {
 		return err
 	}
 	var turn *store.Turn
 	for _, sub := range subs {
-		if !r.takes(sub, ev) {
+		if !p.takes(sub, ev) {
 			continue
 		}
 		// A paired relay's conversation watches (R8.20): the event goes into
@@ -110,27 +151,27 @@ func (r *Relay) Fanout(ctx context.Context, ev *store.Event) error {
 		// stream keeps what it took, for replay.
 		peerWatched := isPeerConversation(sub.Watcher)
 		if !peerWatched {
-			if err := r.st.AppendSubEvent(ctx, sub.ID, ev, int64(r.opts.Limits.ReplayEvents), r.opts.Timing.ReplayKeep); err != nil {
+			if err := p.st.AppendSubEvent(ctx, sub.ID, ev, int64(p.opts.Limits.ReplayEvents), p.opts.Timing.ReplayKeep); err != nil {
 				return fmt.Errorf("keep event %s for subscription %s: %w", ev.ID, sub.ID, err)
 			}
 		}
 		once := sub.Once
 		if once {
-			first, err := r.st.SetOnce(ctx, "fired:"+sub.ID, onceMarkKeep)
+			first, err := p.st.SetOnce(ctx, "fired:"+sub.ID, onceMarkKeep)
 			if err != nil {
 				return fmt.Errorf("mark subscription %s fired by event %s: %w", sub.ID, ev.ID, err)
 			}
 			if !first {
 				continue
 			}
-			if err := r.endSubscription(ctx, sub, "fired"); err != nil {
+			if err := p.relay.endSubscription(ctx, sub, "fired"); err != nil {
 				return fmt.Errorf("end subscription %s fired by event %s: %w", sub.ID, ev.ID, err)
 			}
 		}
 		// No echo (R8.18): the watcher's own prompt whose reply it received or still waits for.
 		if ev.Kind == EvTurnEnd && ev.Turn != "" && !once {
 			if turn == nil {
-				if turn, err = r.st.GetTurn(ctx, ev.Turn); err != nil && !errors.Is(err, store.ErrNotFound) {
+				if turn, err = p.st.GetTurn(ctx, ev.Turn); err != nil && !errors.Is(err, store.ErrNotFound) {
 					return err
 				}
 			}
@@ -139,7 +180,7 @@ func (r *Relay) Fanout(ctx context.Context, ev *store.Event) error {
 					continue
 				}
 				// Seen, waiting or neither, decided in one step: the wait may end now.
-				echo, err := r.st.HoldEchoIfWaiting(ctx, turn.ID, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}}, sub.Watcher)
+				echo, err := p.st.HoldEchoIfWaiting(ctx, turn.ID, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}}, sub.Watcher)
 				if err != nil {
 					return fmt.Errorf("no-echo check of event %s for subscription %s: %w", ev.ID, sub.ID, err)
 				}
@@ -149,29 +190,29 @@ func (r *Relay) Fanout(ctx context.Context, ev *store.Event) error {
 			}
 		}
 		if peerWatched {
-			if err := r.st.AppendSubEvent(ctx, sub.ID, ev, int64(r.opts.Limits.ReplayEvents), r.opts.Timing.ReplayKeep); err != nil {
+			if err := p.st.AppendSubEvent(ctx, sub.ID, ev, int64(p.opts.Limits.ReplayEvents), p.opts.Timing.ReplayKeep); err != nil {
 				return fmt.Errorf("keep event %s for peer subscription %s: %w", ev.ID, sub.ID, err)
 			}
 			continue
 		}
-		if err := r.offer(ctx, sub, ev); err != nil {
+		if err := p.offer(ctx, sub, ev); err != nil {
 			return err
 		}
 	}
 	if ev.Sub == "" && (ev.Kind == EvTurnEnd || ev.Kind == EvTaskFinished || ev.Kind == EvTaskFailed || ev.Kind == EvSubagentFinished) {
-		return r.checkAllIdle(ctx, watching(subs, ev.Session))
+		return p.checkAllIdle(ctx, watching(subs, ev.Session))
 	}
 	return nil
 }
 
 // fanoutSubs is the subscriptions an event goes to: the one it names (not
 // ok when that one is gone), else every subscription of its session.
-func (r *Relay) fanoutSubs(ctx context.Context, ev *store.Event) ([]*store.Subscription, bool, error) {
+func (p *pipeline) fanoutSubs(ctx context.Context, ev *store.Event) ([]*store.Subscription, bool, error) {
 	if ev.Sub == "" {
-		subs, err := r.st.SubscriptionsOf(ctx, ev.Session)
+		subs, err := p.st.SubscriptionsOf(ctx, ev.Session)
 		return subs, err == nil, err
 	}
-	sub, err := r.st.GetSubscription(ctx, ev.Sub)
+	sub, err := p.st.GetSubscription(ctx, ev.Sub)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, false, nil
 	}
@@ -183,23 +224,23 @@ func (r *Relay) fanoutSubs(ctx context.Context, ev *store.Event) ([]*store.Subsc
 
 // offer delivers an event now or holds it for the subscription's digest or
 // quiet hours (R8.8, R8.9, R8.11).
-func (r *Relay) offer(ctx context.Context, sub *store.Subscription, ev *store.Event) error {
+func (p *pipeline) offer(ctx context.Context, sub *store.Subscription, ev *store.Event) error {
 	if urgent(ev.Kind) || (sub.DigestMinutes == 0 && sub.Quiet == nil) {
-		return r.release(ctx, sub.Watcher, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}, Urgent: urgent(ev.Kind)})
+		return p.release(ctx, sub.Watcher, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}, Urgent: urgent(ev.Kind)})
 	}
-	now := r.now()
+	now := p.now()
 	due := holdDue(sub, now)
 	if !due.After(now) {
 		// The digest is due already (none for N minutes): this event is that digest,
 		// and the next one comes N minutes after it.
 		if sub.DigestMinutes > 0 {
-			if err := r.st.SetLastDigest(ctx, sub, now); err != nil {
+			if err := p.st.SetLastDigest(ctx, sub, now); err != nil {
 				return fmt.Errorf("start the digest of subscription %s with event %s: %w", sub.ID, ev.ID, err)
 			}
 		}
-		return r.release(ctx, sub.Watcher, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}})
+		return p.release(ctx, sub.Watcher, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}})
 	}
-	return r.hold(ctx, sub, ev, due)
+	return p.hold(ctx, sub, ev, due)
 }
 
 // holdDue is when a subscription's digest and quiet hours let an event
@@ -220,29 +261,29 @@ func holdDue(sub *store.Subscription, now time.Time) time.Time {
 
 // hold keeps an event for a subscription until due (or the earlier due time
 // in force) and schedules the release with the first one.
-func (r *Relay) hold(ctx context.Context, sub *store.Subscription, ev *store.Event, due time.Time) error {
-	inForce, first, err := r.st.HoldEvent(ctx, sub.ID, ev, due)
+func (p *pipeline) hold(ctx context.Context, sub *store.Subscription, ev *store.Event, due time.Time) error {
+	inForce, first, err := p.st.HoldEvent(ctx, sub.ID, ev, due)
 	if err != nil {
 		return err
 	}
 	if first {
-		return r.schedule(ctx, jobs.TypeRelease, jobs.ReleasePayload{Sub: sub.ID}, fmt.Sprintf("rel:%s:%d", sub.ID, inForce.UnixMilli()), inForce)
+		return p.schedule(ctx, jobs.TypeRelease, jobs.ReleasePayload{Sub: sub.ID}, fmt.Sprintf("rel:%s:%d", sub.ID, inForce.UnixMilli()), inForce)
 	}
 	return nil
 }
 
 // Release delivers a subscription's held events once they are due (a job at the due time).
-func (r *Relay) Release(ctx context.Context, subID string) error {
-	now := r.now()
-	evs, due, err := r.st.TakeHeld(ctx, subID, now)
+func (p *pipeline) Release(ctx context.Context, subID string) error {
+	now := p.now()
+	evs, due, err := p.st.TakeHeld(ctx, subID, now)
 	if err != nil {
 		return err
 	}
 	if evs == nil && !due.IsZero() { // asynq ran the job early
-		if stop, err := r.early(ctx, due, jobs.TypeRelease, jobs.ReleasePayload{Sub: subID}, fmt.Sprintf("rel:%s:%d", subID, due.UnixMilli())); stop || err != nil {
+		if stop, err := p.early(ctx, due, jobs.TypeRelease, jobs.ReleasePayload{Sub: subID}, fmt.Sprintf("rel:%s:%d", subID, due.UnixMilli())); stop || err != nil {
 			return err
 		}
-		if evs, _, err = r.st.TakeHeld(ctx, subID, r.now()); err != nil {
+		if evs, _, err = p.st.TakeHeld(ctx, subID, p.now()); err != nil {
 			return err
 		}
 	}
@@ -250,7 +291,7 @@ func (r *Relay) Release(ctx context.Context, subID string) error {
 		return nil
 	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].At.Before(evs[j].At) }) // oldest first
-	sub, err := r.st.GetSubscription(ctx, subID)
+	sub, err := p.st.GetSubscription(ctx, subID)
 	if err != nil {
 		return err
 	}
@@ -259,20 +300,20 @@ func (r *Relay) Release(ctx context.Context, subID string) error {
 		b = store.Batch{Kind: "quiet", Sub: sub.ID, Window: q.String(), Events: evs}
 	}
 	if sub.DigestMinutes > 0 {
-		if err := r.st.SetLastDigest(ctx, sub, now); err != nil {
+		if err := p.st.SetLastDigest(ctx, sub, now); err != nil {
 			return err
 		}
 	}
-	if r.met != nil {
-		r.met.Delivery(b.Kind + "_release")
+	if p.met != nil {
+		p.met.Delivery(b.Kind + "_release")
 	}
-	return r.release(ctx, sub.Watcher, b)
+	return p.release(ctx, sub.Watcher, b)
 }
 
 // release puts events into the watcher's delivery buffer (each event once
 // per watcher, R8.12); urgent ones are delivered at once with what the
 // buffer holds, others when the coalescing window closes (R8.16).
-func (r *Relay) release(ctx context.Context, watcher string, b store.Batch) error {
+func (p *pipeline) release(ctx context.Context, watcher string, b store.Batch) error {
 	if isPeerConversation(watcher) {
 		// A paired relay's conversation: its relay reads the subscription's
 		// stream (held echoes, heartbeats, all_idle, stalled end up there).
@@ -280,7 +321,7 @@ func (r *Relay) release(ctx context.Context, watcher string, b store.Batch) erro
 			return nil
 		}
 		for i := range b.Events {
-			if err := r.st.AppendSubEvent(ctx, b.Sub, &b.Events[i], int64(r.opts.Limits.ReplayEvents), r.opts.Timing.ReplayKeep); err != nil {
+			if err := p.st.AppendSubEvent(ctx, b.Sub, &b.Events[i], int64(p.opts.Limits.ReplayEvents), p.opts.Timing.ReplayKeep); err != nil {
 				return fmt.Errorf("keep released event %s for subscription %s: %w", b.Events[i].ID, b.Sub, err)
 			}
 		}
@@ -288,7 +329,7 @@ func (r *Relay) release(ctx context.Context, watcher string, b store.Batch) erro
 	}
 	kept := b.Events[:0:0]
 	for _, ev := range b.Events {
-		fresh, err := r.st.MarkDelivered(ctx, watcher, ev.ID)
+		fresh, err := p.st.MarkDelivered(ctx, watcher, ev.ID)
 		if err != nil {
 			return err
 		}
@@ -300,33 +341,33 @@ func (r *Relay) release(ctx context.Context, watcher string, b store.Batch) erro
 		return nil
 	}
 	b.Events = kept
-	now := r.now()
-	end := now.Add(r.opts.Timing.Coalesce)
-	opened, window, err := r.st.BufferGroup(ctx, watcher, b, end)
+	now := p.now()
+	end := now.Add(p.opts.Timing.Coalesce)
+	opened, window, err := p.st.BufferGroup(ctx, watcher, b, end)
 	if err != nil {
 		return err
 	}
-	if b.Urgent || r.opts.Timing.Coalesce <= 0 {
-		return r.flush(ctx, watcher, timeZero, b.Urgent)
+	if b.Urgent || p.opts.Timing.Coalesce <= 0 {
+		return p.flush(ctx, watcher, timeZero, b.Urgent)
 	}
 	if opened {
-		return r.schedule(ctx, jobs.TypeFlush, jobs.FlushPayload{Watcher: watcher, Window: window.UnixMilli()},
+		return p.schedule(ctx, jobs.TypeFlush, jobs.FlushPayload{Watcher: watcher, Window: window.UnixMilli()},
 			fmt.Sprintf("flush:%s:%d", watcher, window.UnixMilli()), window)
 	}
 	return nil
 }
 
 // Flush delivers a watcher's buffer when its coalescing window closes.
-func (r *Relay) Flush(ctx context.Context, watcher string, window time.Time) error {
-	if stop, err := r.early(ctx, window, jobs.TypeFlush, jobs.FlushPayload{Watcher: watcher, Window: window.UnixMilli()},
+func (p *pipeline) Flush(ctx context.Context, watcher string, window time.Time) error {
+	if stop, err := p.early(ctx, window, jobs.TypeFlush, jobs.FlushPayload{Watcher: watcher, Window: window.UnixMilli()},
 		fmt.Sprintf("flush:%s:%d", watcher, window.UnixMilli())); stop || err != nil {
 		return err
 	}
-	return r.flush(ctx, watcher, window, false)
+	return p.flush(ctx, watcher, window, false)
 }
 
-func (r *Relay) flush(ctx context.Context, watcher string, window time.Time, urgentNow bool) error {
-	batches, err := r.st.TakeBuffer(ctx, watcher, window)
+func (p *pipeline) flush(ctx context.Context, watcher string, window time.Time, urgentNow bool) error {
+	batches, err := p.st.TakeBuffer(ctx, watcher, window)
 	if err != nil || len(batches) == 0 {
 		return err
 	}
@@ -334,27 +375,27 @@ func (r *Relay) flush(ctx context.Context, watcher string, window time.Time, urg
 	for _, b := range batches {
 		hasUrgent = hasUrgent || b.Urgent
 	}
-	now := r.now()
-	limit := r.opts.Timing.WakeLimitPerHour
+	now := p.now()
+	limit := p.opts.Timing.WakeLimitPerHour
 	if !hasUrgent {
-		n, err := r.st.Wakes(ctx, watcher, now)
+		n, err := p.st.Wakes(ctx, watcher, now)
 		if err != nil {
 			return err
 		}
 		if n >= limit {
-			at := now.Add(r.opts.Timing.WakeSummaryEvery)
-			first, inForce, err := r.st.HoldForSummary(ctx, watcher, batches, at)
+			at := now.Add(p.opts.Timing.WakeSummaryEvery)
+			first, inForce, err := p.st.HoldForSummary(ctx, watcher, batches, at)
 			if err != nil {
 				return err
 			}
 			if first {
-				return r.schedule(ctx, jobs.TypeSummary, jobs.SummaryPayload{Watcher: watcher}, fmt.Sprintf("sum:%s:%d", watcher, inForce.UnixMilli()), inForce)
+				return p.schedule(ctx, jobs.TypeSummary, jobs.SummaryPayload{Watcher: watcher}, fmt.Sprintf("sum:%s:%d", watcher, inForce.UnixMilli()), inForce)
 			}
 			return nil
 		}
 	} else {
 		// An urgent event takes along what the wake limit holds.
-		held, err := r.st.TakeSummary(ctx, watcher)
+		held, err := p.st.TakeSummary(ctx, watcher)
 		if err != nil {
 			return err
 		}
@@ -362,7 +403,7 @@ func (r *Relay) flush(ctx context.Context, watcher string, window time.Time, urg
 			batches = append(mergeSummary(held), batches...)
 		}
 	}
-	return r.deliver(ctx, watcher, batches, "message")
+	return p.deliver(ctx, watcher, batches, "message")
 }
 
 // mergeSummary makes the wake limit's held batches one summary; digests held
@@ -383,28 +424,28 @@ func mergeSummary(held []store.Batch) []store.Batch {
 }
 
 // Summary delivers the events the wake limit held, as one message (R8.17).
-func (r *Relay) Summary(ctx context.Context, watcher string) error {
-	due, err := r.st.SummaryDue(ctx, watcher)
+func (p *pipeline) Summary(ctx context.Context, watcher string) error {
+	due, err := p.st.SummaryDue(ctx, watcher)
 	if err != nil {
 		return err
 	}
 	if due.IsZero() {
 		return nil
 	}
-	if stop, err := r.early(ctx, due, jobs.TypeSummary, jobs.SummaryPayload{Watcher: watcher}, fmt.Sprintf("sum:%s:%d", watcher, due.UnixMilli())); stop || err != nil {
+	if stop, err := p.early(ctx, due, jobs.TypeSummary, jobs.SummaryPayload{Watcher: watcher}, fmt.Sprintf("sum:%s:%d", watcher, due.UnixMilli())); stop || err != nil {
 		return err
 	}
-	held, err := r.st.TakeSummary(ctx, watcher)
+	held, err := p.st.TakeSummary(ctx, watcher)
 	if err != nil || len(held) == 0 {
 		return err
 	}
-	return r.deliver(ctx, watcher, mergeSummary(held), "summary")
+	return p.deliver(ctx, watcher, mergeSummary(held), "summary")
 }
 
 // deliver writes one event message into the watching conversation: a new
 // turn when it is idle, queued next when a turn runs (R8.15).
-func (r *Relay) deliver(ctx context.Context, watcher string, batches []store.Batch, kind string) error {
-	ws, err := r.st.GetSession(ctx, watcher)
+func (p *pipeline) deliver(ctx context.Context, watcher string, batches []store.Batch, kind string) error {
+	ws, err := p.st.GetSession(ctx, watcher)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
@@ -414,15 +455,15 @@ func (r *Relay) deliver(ctx context.Context, watcher string, batches []store.Bat
 	if ws.Archived {
 		return nil
 	}
-	text := Message(batches, r.opts.Timing.WakeLimitPerHour)
-	if err := r.st.AddWake(ctx, watcher, r.now()); err != nil {
+	text := Message(batches, p.opts.Timing.WakeLimitPerHour)
+	if err := p.st.AddWake(ctx, watcher, p.now()); err != nil {
 		return err
 	}
-	if _, err := r.queue(ctx, ws, text, "event", nil, store.Origin{Path: []string{r.opts.Name}}, "", false, 0); err != nil {
+	if _, err := p.relay.queue(ctx, ws, text, "event", nil, store.Origin{Path: []string{p.opts.Name}}, "", false, 0); err != nil {
 		return err
 	}
-	if r.met != nil {
-		r.met.Delivery(kind)
+	if p.met != nil {
+		p.met.Delivery(kind)
 	}
 	return nil
 }
@@ -436,16 +477,16 @@ func (r *Relay) deliver(ctx context.Context, watcher string, batches []store.Bat
 // (calls made in-process) the result has reached the caller when CallTool
 // returns, so that is settled here at once. The error is that of marking the
 // turn seen when that is settled at once.
-func (r *Relay) endWait(ctx context.Context, d *Delivery, turnID string, gotReply bool) error {
+func (p *pipeline) endWait(ctx context.Context, d *Delivery, turnID string, gotReply bool) error {
 	ctx = context.WithoutCancel(ctx) // also runs after the call returned or was cut off
 	finish := func(seen bool) error {
 		// Marked seen, then the wait ended, in one step (one round trip).
-		held, err := r.st.SeenEndWaiting(ctx, turnID, seen)
+		held, err := p.st.SeenEndWaiting(ctx, turnID, seen)
 		if err != nil {
 			if seen {
 				return err
 			}
-			r.log.Warn("end wait", "turn", turnID, "err", err)
+			p.log.Warn("end wait", "turn", turnID, "err", err)
 			return nil
 		}
 		if seen {
@@ -453,8 +494,8 @@ func (r *Relay) endWait(ctx context.Context, d *Delivery, turnID string, gotRepl
 		}
 		for watcher, bs := range held {
 			for _, b := range bs {
-				if err := r.release(ctx, watcher, b); err != nil {
-					r.log.Warn("release held echo", "turn", turnID, "err", err)
+				if err := p.release(ctx, watcher, b); err != nil {
+					p.log.Warn("release held echo", "turn", turnID, "err", err)
 				}
 			}
 		}
@@ -467,7 +508,7 @@ func (r *Relay) endWait(ctx context.Context, d *Delivery, turnID string, gotRepl
 	// knows whether the result was written to the client.
 	d.after(func(delivered bool) {
 		if err := finish(delivered); err != nil {
-			r.log.Warn("mark reply seen", "turn", turnID, "err", err)
+			p.log.Warn("mark reply seen", "turn", turnID, "err", err)
 		}
 	})
 	return nil
@@ -523,16 +564,16 @@ func (d *Delivery) after(fn func(delivered bool)) {
 }
 
 // watchedSessions lists the sessions a subscription watches now.
-func (r *Relay) watchedSessions(ctx context.Context, sub *store.Subscription) ([]*store.Session, error) {
+func (p *pipeline) watchedSessions(ctx context.Context, sub *store.Subscription) ([]*store.Session, error) {
 	ids := sub.Sessions
 	if sub.All {
-		all, _, err := r.st.ListSessionIDs(ctx, "active", 100000)
+		all, _, err := p.st.ListSessionIDs(ctx, "active", 100000)
 		if err != nil {
 			return nil, fmt.Errorf("sessions watched by subscription %s: %w", sub.ID, err)
 		}
 		ids = all
 	}
-	ss, err := r.st.GetSessions(ctx, ids)
+	ss, err := p.st.GetSessions(ctx, ids)
 	if err != nil {
 		return nil, fmt.Errorf("sessions watched by subscription %s: %w", sub.ID, err)
 	}
@@ -548,16 +589,16 @@ func (r *Relay) watchedSessions(ctx context.Context, sub *store.Subscription) ([
 
 // checkAllIdle emits all_idle for subscriptions whose watched sessions all
 // went idle (a transition: once until something runs again).
-func (r *Relay) checkAllIdle(ctx context.Context, subs []*store.Subscription) error {
+func (p *pipeline) checkAllIdle(ctx context.Context, subs []*store.Subscription) error {
 	for _, sub := range subs {
 		if sub.EndReason != "" || !slices.Contains(sub.Events, EvAllIdle) {
 			continue
 		}
-		ss, err := r.watchedSessions(ctx, sub)
+		ss, err := p.watchedSessions(ctx, sub)
 		if err != nil {
 			return err
 		}
-		vs, err := r.views(ctx, ss)
+		vs, err := p.relay.views(ctx, ss)
 		if err != nil {
 			return err
 		}
@@ -571,12 +612,12 @@ func (r *Relay) checkAllIdle(ctx context.Context, subs []*store.Subscription) er
 		if !idle {
 			continue
 		}
-		first, err := r.st.SetOnce(ctx, "idle:"+sub.ID, onceMarkKeep)
+		first, err := p.st.SetOnce(ctx, "idle:"+sub.ID, onceMarkKeep)
 		if err != nil {
 			return fmt.Errorf("mark subscription %s all idle: %w", sub.ID, err)
 		}
 		if first {
-			r.emit(ctx, &store.Event{Kind: EvAllIdle, Sub: sub.ID, Watched: len(vs)})
+			p.emit(ctx, &store.Event{Kind: EvAllIdle, Sub: sub.ID, Watched: len(vs)})
 		}
 	}
 	return nil
@@ -595,8 +636,8 @@ func watching(subs []*store.Subscription, sid string) []*store.Subscription {
 }
 
 // busyAgain re-arms all_idle for the subscriptions watching a session that started work.
-func (r *Relay) busyAgain(ctx context.Context, sid string) {
-	all, err := r.st.SubscriptionsOf(ctx, sid)
+func (p *pipeline) busyAgain(ctx context.Context, sid string) {
+	all, err := p.st.SubscriptionsOf(ctx, sid)
 	if err != nil {
 		return
 	}
@@ -608,37 +649,37 @@ func (r *Relay) busyAgain(ctx context.Context, sid string) {
 	for _, s := range subs {
 		names = append(names, "idle:"+s.ID)
 	}
-	_ = r.st.ClearOnce(ctx, names...)
+	_ = p.st.ClearOnce(ctx, names...)
 }
 
 // Heartbeat emits a subscription's heartbeat and schedules the next (R8.1, R8.9).
-func (r *Relay) Heartbeat(ctx context.Context, subID string, at time.Time) error {
-	sub, err := r.st.GetSubscription(ctx, subID)
+func (p *pipeline) Heartbeat(ctx context.Context, subID string, at time.Time) error {
+	sub, err := p.st.GetSubscription(ctx, subID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
 	if err != nil || sub.EndReason != "" || sub.HeartbeatMinutes == 0 {
 		return err
 	}
-	if stop, err := r.early(ctx, at, jobs.TypeHeartbeat, jobs.HeartbeatPayload{Sub: subID, At: at.UnixMilli()}, fmt.Sprintf("hb:%s:%d", subID, at.UnixMilli())); stop || err != nil {
+	if stop, err := p.early(ctx, at, jobs.TypeHeartbeat, jobs.HeartbeatPayload{Sub: subID, At: at.UnixMilli()}, fmt.Sprintf("hb:%s:%d", subID, at.UnixMilli())); stop || err != nil {
 		return err
 	}
-	now := r.now()
+	now := p.now()
 	next := at.Add(time.Duration(sub.HeartbeatMinutes) * time.Minute)
 	for !next.After(now) {
 		next = next.Add(time.Duration(sub.HeartbeatMinutes) * time.Minute)
 	}
-	if err := r.schedule(ctx, jobs.TypeHeartbeat, jobs.HeartbeatPayload{Sub: subID, At: next.UnixMilli()}, fmt.Sprintf("hb:%s:%d", subID, next.UnixMilli()), next); err != nil {
+	if err := p.schedule(ctx, jobs.TypeHeartbeat, jobs.HeartbeatPayload{Sub: subID, At: next.UnixMilli()}, fmt.Sprintf("hb:%s:%d", subID, next.UnixMilli()), next); err != nil {
 		return fmt.Errorf("schedule the next heartbeat of %s: %w", subID, err)
 	}
 	if q := quietOf(sub); q != nil && q.In(now) {
 		return nil // no heartbeat inside the quiet window
 	}
-	ss, err := r.watchedSessions(ctx, sub)
+	ss, err := p.watchedSessions(ctx, sub)
 	if err != nil {
 		return err
 	}
-	vs, err := r.views(ctx, ss)
+	vs, err := p.relay.views(ctx, ss)
 	if err != nil {
 		return err
 	}
@@ -648,44 +689,44 @@ func (r *Relay) Heartbeat(ctx context.Context, subID string, at time.Time) error
 			running++
 		}
 	}
-	r.emit(ctx, &store.Event{Kind: EvHeartbeat, Sub: sub.ID, Watched: len(vs), Running: running, Idle: len(vs) - running})
+	p.emit(ctx, &store.Event{Kind: EvHeartbeat, Sub: sub.ID, Watched: len(vs), Running: running, Idle: len(vs) - running})
 	return nil
 }
 
 // StallScan emits `stalled` for running turns and tasks of watched sessions
 // that gave no output for the subscription's stalled_minutes (once each).
-func (r *Relay) StallScan(ctx context.Context) error {
-	subs, err := r.st.AllSubscriptions(ctx)
+func (p *pipeline) StallScan(ctx context.Context) error {
+	subs, err := p.st.AllSubscriptions(ctx)
 	if err != nil {
 		return err
 	}
-	now := r.now()
+	now := p.now()
 	for _, sub := range subs {
 		if !slices.Contains(sub.Events, EvStalled) || sub.StalledMinutes <= 0 {
 			continue
 		}
 		limit := time.Duration(sub.StalledMinutes) * time.Minute
-		ss, err := r.watchedSessions(ctx, sub)
+		ss, err := p.watchedSessions(ctx, sub)
 		if err != nil {
 			return err
 		}
 		for _, s := range ss {
-			cur, err := r.st.CurrentTurn(ctx, s.ID)
+			cur, err := p.st.CurrentTurn(ctx, s.ID)
 			if err != nil {
 				return fmt.Errorf("scan subscription %s for stalls: %w", sub.ID, err)
 			}
 			if cur != "" {
-				if t, err := r.st.GetTurn(ctx, cur); err == nil && t.Status == store.TurnRunning {
+				if t, err := p.st.GetTurn(ctx, cur); err == nil && t.Status == store.TurnRunning {
 					last := t.StartedAt
 					if t.PartialAt.After(last) {
 						last = t.PartialAt
 					}
-					if err := r.stalled(ctx, sub, s, "turn:"+t.ID+":"+fmt.Sprint(last.UnixMilli()), last, now, limit); err != nil {
+					if err := p.stalled(ctx, sub, s, "turn:"+t.ID+":"+fmt.Sprint(last.UnixMilli()), last, now, limit); err != nil {
 						return err
 					}
 				}
 			}
-			tasks, err := r.st.Tasks(ctx, s.ID)
+			tasks, err := p.st.Tasks(ctx, s.ID)
 			if err != nil {
 				return fmt.Errorf("scan subscription %s for stalls: %w", sub.ID, err)
 			}
@@ -697,7 +738,7 @@ func (r *Relay) StallScan(ctx context.Context) error {
 				if t.LastOutputAt.After(last) {
 					last = t.LastOutputAt
 				}
-				if err := r.stalled(ctx, sub, s, "task:"+t.ID+":"+fmt.Sprint(last.UnixMilli()), last, now, limit); err != nil {
+				if err := p.stalled(ctx, sub, s, "task:"+t.ID+":"+fmt.Sprint(last.UnixMilli()), last, now, limit); err != nil {
 					return err
 				}
 			}
@@ -706,14 +747,14 @@ func (r *Relay) StallScan(ctx context.Context) error {
 	return nil
 }
 
-func (r *Relay) stalled(ctx context.Context, sub *store.Subscription, s *store.Session, what string, last, now time.Time, limit time.Duration) error {
+func (p *pipeline) stalled(ctx context.Context, sub *store.Subscription, s *store.Session, what string, last, now time.Time, limit time.Duration) error {
 	if now.Sub(last) < limit {
 		return nil
 	}
-	first, err := r.st.SetOnce(ctx, "stall:"+sub.ID+":"+what, occurrenceMarkKeep)
+	first, err := p.st.SetOnce(ctx, "stall:"+sub.ID+":"+what, occurrenceMarkKeep)
 	if err != nil || !first {
 		return err
 	}
-	r.emit(ctx, &store.Event{Kind: EvStalled, Sub: sub.ID, Session: s.ID, Title: s.Title, Minutes: int(now.Sub(last) / time.Minute)})
+	p.emit(ctx, &store.Event{Kind: EvStalled, Sub: sub.ID, Session: s.ID, Title: s.Title, Minutes: int(now.Sub(last) / time.Minute)})
 	return nil
 }

@@ -150,31 +150,31 @@ func Message(batches []store.Batch, wakeLimit int) string {
 }
 
 // emit records an event where it happened and starts its fan-out (R8.3).
-func (r *Relay) emit(ctx context.Context, ev *store.Event) {
+func (p *pipeline) emit(ctx context.Context, ev *store.Event) {
 	ctx = context.WithoutCancel(ctx)
 	ev.ID = "ev_" + store.NewID(8)
-	ev.At = r.now()
+	ev.At = p.now()
 	if ev.Title == "" && ev.Session != "" {
-		if s, err := r.st.GetSession(ctx, ev.Session); err == nil {
+		if s, err := p.st.GetSession(ctx, ev.Session); err == nil {
 			ev.Title = s.Title
 		}
 	}
-	watched, err := r.st.AppendEvent(ctx, ev)
+	watched, err := p.st.AppendEvent(ctx, ev)
 	if err != nil {
-		r.log.Warn("event not recorded", "kind", ev.Kind, "session", ev.Session, "err", err)
+		p.log.Warn("event not recorded", "kind", ev.Kind, "session", ev.Session, "err", err)
 		return
 	}
 	if ev.Session != "" {
-		r.notify(ctx, "session:"+ev.Session) // tasks, questions: the owner's console (R19.6)
+		p.relay.notify(ctx, "session:"+ev.Session) // tasks, questions: the owner's console (R19.6)
 	}
-	if r.met != nil {
-		r.met.Event(ev.Kind)
+	if p.met != nil {
+		p.met.Event(ev.Kind)
 	}
 	if !watched {
 		return // no subscription could take it: no fan-out job
 	}
-	if err := r.enq.Enqueue(ctx, jobs.TypeFanout, ev, "", timeZero); err != nil {
-		r.log.Warn("event fan-out not started", "kind", ev.Kind, "session", ev.Session, "err", err)
+	if err := p.enq.Enqueue(ctx, jobs.TypeFanout, ev, "", timeZero); err != nil {
+		p.log.Warn("event fan-out not started", "kind", ev.Kind, "session", ev.Session, "err", err)
 	}
 }
 

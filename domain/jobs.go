@@ -30,26 +30,26 @@ func (r *Relay) RunJob(ctx context.Context, typ string, payload []byte) error {
 		})
 	case jobs.TypeFanout:
 		return runJob(typ, payload, func(ev store.Event) error {
-			return jobErr(r.Fanout(ctx, &ev), "fan out %s event %s of session %s", ev.Kind, ev.ID, id8(ev.Session))
+			return jobErr(r.dl.Fanout(ctx, &ev), "fan out %s event %s of session %s", ev.Kind, ev.ID, id8(ev.Session))
 		})
 	case jobs.TypeRelease:
 		return runJob(typ, payload, func(p jobs.ReleasePayload) error {
-			return jobErr(r.Release(ctx, p.Sub), "release held events of %s", p.Sub)
+			return jobErr(r.dl.Release(ctx, p.Sub), "release held events of %s", p.Sub)
 		})
 	case jobs.TypeFlush:
 		return runJob(typ, payload, func(p jobs.FlushPayload) error {
-			return jobErr(r.Flush(ctx, p.Watcher, time.UnixMilli(p.Window).UTC()), "deliver the coalesced events of watcher %s", id8(p.Watcher))
+			return jobErr(r.dl.Flush(ctx, p.Watcher, time.UnixMilli(p.Window).UTC()), "deliver the coalesced events of watcher %s", id8(p.Watcher))
 		})
 	case jobs.TypeSummary:
 		return runJob(typ, payload, func(p jobs.SummaryPayload) error {
-			return jobErr(r.Summary(ctx, p.Watcher), "deliver the wake-limit summary of watcher %s", id8(p.Watcher))
+			return jobErr(r.dl.Summary(ctx, p.Watcher), "deliver the wake-limit summary of watcher %s", id8(p.Watcher))
 		})
 	case jobs.TypeHeartbeat:
 		return runJob(typ, payload, func(p jobs.HeartbeatPayload) error {
-			return jobErr(r.Heartbeat(ctx, p.Sub, time.UnixMilli(p.At).UTC()), "heartbeat of %s", p.Sub)
+			return jobErr(r.dl.Heartbeat(ctx, p.Sub, time.UnixMilli(p.At).UTC()), "heartbeat of %s", p.Sub)
 		})
 	case jobs.TypeStallScan: // its payload is not read
-		return jobErr(r.StallScan(ctx), "scan for stalled sessions")
+		return jobErr(r.dl.StallScan(ctx), "scan for stalled sessions")
 	case jobs.TypeFire:
 		return runJob(typ, payload, func(p jobs.FirePayload) error {
 			return jobErr(r.Fire(ctx, p.Schedule, time.UnixMilli(p.At).UTC(), p.Approved), "fire schedule %s", p.Schedule)

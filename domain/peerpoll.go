@@ -241,7 +241,7 @@ func (r *Relay) pollMirror(ctx context.Context, id string) {
 func (r *Relay) offerRemote(ctx context.Context, sub *store.Subscription, p *store.Pairing, evs []store.Event) error {
 	if sub.LinkDownAt.IsZero() || len(evs) == 0 {
 		for i := range evs {
-			if err := r.offer(ctx, sub, &evs[i]); err != nil {
+			if err := r.dl.offer(ctx, sub, &evs[i]); err != nil {
 				return err
 			}
 		}
@@ -263,7 +263,7 @@ func (r *Relay) offerRemote(ctx context.Context, sub *store.Subscription, p *sto
 			first = ev.At
 		}
 		if !urgent(ev.Kind) && holding {
-			if err := r.hold(ctx, sub, ev, due); err != nil {
+			if err := r.dl.hold(ctx, sub, ev, due); err != nil {
 				return err
 			}
 			held++
@@ -293,7 +293,7 @@ func (r *Relay) offerRemote(ctx context.Context, sub *store.Subscription, p *sto
 	}
 	all := append(append([]store.Event{lost}, batch...), restored)
 	r.log.Info("link to paired relay restored", "relay", p.Name, "sub", sub.ID, "replayed", len(evs), "held", held)
-	return r.release(ctx, sub.Watcher, store.Batch{Kind: "plain", Sub: sub.ID, Events: all, Urgent: true})
+	return r.dl.release(ctx, sub.Watcher, store.Batch{Kind: "plain", Sub: sub.ID, Events: all, Urgent: true})
 }
 
 // pollAsk asks the paired relay whether an ask made there was answered (R10.5).
@@ -344,7 +344,7 @@ func (r *Relay) pollAsk(ctx context.Context, a *store.RemoteAsk) {
 		if via == "" {
 			via = p.Name
 		}
-		r.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: a.Asker, QuestionID: a.ID, Text: a.Question,
+		r.dl.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: a.Asker, QuestionID: a.ID, Text: a.Question,
 			Answer: answer, Choice: choice, Dismissed: status == "dismissed", Via: via})
 	}
 }

@@ -323,7 +323,7 @@ func (r *Relay) waitReplyQueued(ctx context.Context, dl *Delivery, id string, d 
 func (r *Relay) waitReplyOn(ctx context.Context, dl *Delivery, id string, d time.Duration, ch <-chan struct{}, queued *store.Turn) (*store.Turn, error) {
 	t, err := r.waitTurnOn(ctx, id, d, ch, queued)
 	got := err == nil && terminal(t.Status)
-	if serr := r.endWait(ctx, dl, id, got); serr != nil {
+	if serr := r.dl.endWait(ctx, dl, id, got); serr != nil {
 		return nil, serr
 	}
 	return t, err

@@ -86,6 +86,7 @@ type Relay struct {
 	providers map[string]provider.Provider
 	order     []string // provider ids in config order
 	hub       *hub
+	dl        *pipeline // the delivery subsystem (deliver.go)
 	// drainHistory is how many last messages a drain reads with the turn it
 	// starts: historyRead when a provider's turns use the history, else 0.
 	drainHistory int
@@ -138,6 +139,7 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 		providers: map[string]provider.Provider{}, hub: newHub(), running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}, linkOnline: map[string]time.Time{}, peerToks: map[string]peerTok{},
 		tokens: map[string]tokenEntry{}, warm: newWarmGoroutines(keptGoroutines)}
 	r.handler = r.handlers()
+	r.dl = &pipeline{st: st, enq: enq, clk: clk, now: r.now, log: r.log, met: r.met, opts: &r.opts, relay: r}
 	for _, p := range provs {
 		id := p.Info().ID
 		r.providers[id] = p

@@ -145,7 +145,7 @@ func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result
 		return nil, internal("scheduleAction: AddSchedule", err)
 	}
 	r.notifySchedule(ctx, sc) // the owner's console (R19.6)
-	if err := r.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: first.UnixMilli()}, fireID(sc.ID, first), first); err != nil {
+	if err := r.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: first.UnixMilli()}, fireID(sc.ID, first), first); err != nil {
 		return nil, internalAfter(err, "schedule "+sc.ID+" was stored but its first firing was not planned (the relay plans it within a minute)")
 	}
 	res := newResult(target.ID, fmt.Sprintf("%s, next %s (%s)", scheduleWhen(every), first.UTC().Format(timeFormat), sc.ID))
@@ -309,7 +309,7 @@ func (r *Relay) Fire(ctx context.Context, id string, at time.Time, approved bool
 		return nil // a stale task: the schedule moved on
 	}
 	// Never before its nextFireAt (asynq may run a task up to ~1 s early).
-	if stop, err := r.early(ctx, sc.NextFireAt, jobs.TypeFire, jobs.FirePayload{Schedule: id, At: at.UnixMilli()}, fireID(id, at)); stop || err != nil {
+	if stop, err := r.dl.early(ctx, sc.NextFireAt, jobs.TypeFire, jobs.FirePayload{Schedule: id, At: at.UnixMilli()}, fireID(id, at)); stop || err != nil {
 		return err
 	}
 	return r.fire(ctx, sc, approved)
@@ -368,7 +368,7 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 		}
 		// The safety net: look again in a minute.
 		recheck := now.Add(scheduleRecheck)
-		return r.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()},
+		return r.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()},
 			fmt.Sprintf("sched:%s:held:%d", sc.ID, recheck.Unix()), recheck)
 	default:
 		ok, err := r.fireOccurrence(ctx, sc, target, other, approved, now)
@@ -391,7 +391,7 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 		return err
 	}
 	r.notifySchedule(ctx, sc) // its next firing, in the owner's console (R19.6)
-	return r.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: next.UnixMilli()}, fireID(sc.ID, next), next)
+	return r.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: next.UnixMilli()}, fireID(sc.ID, next), next)
 }
 
 // fireOccurrence queues one occurrence of sc into target and records it on
@@ -452,7 +452,7 @@ const fullRetry = 30 * time.Second
 func (r *Relay) retryFull(ctx context.Context, sc *store.Schedule, approved bool, now time.Time) error {
 	r.log.Info("schedule firing waits: the target's conversation has 4 sessions at work", "schedule", sc.ID, "target", id8(sc.Target))
 	again := now.Add(fullRetry)
-	return r.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli(), Approved: approved},
+	return r.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli(), Approved: approved},
 		fmt.Sprintf("sched:%s:full:%d", sc.ID, again.UnixMilli()), again)
 }
 
@@ -476,7 +476,7 @@ func (r *Relay) releaseHeld(ctx context.Context, setter string, approved bool) {
 		if sc.HeldSince.IsZero() {
 			continue
 		}
-		if err := r.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli(), Approved: approved},
+		if err := r.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli(), Approved: approved},
 			fmt.Sprintf("sched:%s:release:%s", sc.ID, store.NewID(3)), timeZero); err != nil {
 			r.log.Warn("release held schedule", "schedule", sc.ID, "err", err)
 		}
@@ -497,7 +497,7 @@ func (r *Relay) RecoverSchedules(ctx context.Context) error {
 		if sc.NextFireAt.IsZero() || sc.NextFireAt.After(overdue) || !sc.HeldSince.IsZero() {
 			continue
 		}
-		if err := r.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()}, fireID(sc.ID, sc.NextFireAt), sc.NextFireAt); err != nil {
+		if err := r.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()}, fireID(sc.ID, sc.NextFireAt), sc.NextFireAt); err != nil {
 			return err
 		}
 	}

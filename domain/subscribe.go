@@ -283,7 +283,7 @@ func (r *Relay) applySubscribe(ctx context.Context, c *caller, in *subscribeArgs
 	r.notifySub(ctx, sub) // the owner's console (R19.6)
 	if in.heartbeat > 0 {
 		at := sub.CreatedAt.Add(time.Duration(in.heartbeat) * time.Minute)
-		if err := r.schedule(ctx, jobs.TypeHeartbeat, jobs.HeartbeatPayload{Sub: sub.ID, At: at.UnixMilli()}, fmt.Sprintf("hb:%s:%d", sub.ID, at.UnixMilli()), at); err != nil {
+		if err := r.dl.schedule(ctx, jobs.TypeHeartbeat, jobs.HeartbeatPayload{Sub: sub.ID, At: at.UnixMilli()}, fmt.Sprintf("hb:%s:%d", sub.ID, at.UnixMilli()), at); err != nil {
 			return nil, internal("applySubscribe: schedule", err)
 		}
 	}
@@ -572,7 +572,7 @@ func (r *Relay) transferSubscriptions(ctx context.Context, c *caller, a *args) (
 			return nil, internal("transferSubscriptions: MoveHeld", err)
 		}
 		if !due.IsZero() {
-			if err := r.schedule(ctx, jobs.TypeRelease, jobs.ReleasePayload{Sub: nu.ID}, fmt.Sprintf("rel:%s:%d", nu.ID, due.UnixMilli()), due); err != nil {
+			if err := r.dl.schedule(ctx, jobs.TypeRelease, jobs.ReleasePayload{Sub: nu.ID}, fmt.Sprintf("rel:%s:%d", nu.ID, due.UnixMilli()), due); err != nil {
 				return nil, internal("transferSubscriptions: schedule", err)
 			}
 		}

@@ -253,7 +253,7 @@ func (h *taskHandle) finish(code int, killed bool) {
 	default:
 		ev.Kind = EvTaskFailed // failed, killed, or a sub-agent that did not finish well
 	}
-	h.r.emit(ctx, ev)
+	h.r.dl.emit(ctx, ev)
 }
 
 func (r *Relay) startTask(ctx context.Context, sid string, spec provider.TaskSpec) (*taskHandle, error) {
@@ -266,9 +266,9 @@ func (r *Relay) startTask(ctx context.Context, sid string, spec provider.TaskSpe
 	if err := r.st.SaveTask(ctx, t); err != nil {
 		return nil, err
 	}
-	r.busyAgain(ctx, sid)
+	r.dl.busyAgain(ctx, sid)
 	if typ != "subagent" {
-		r.emit(ctx, &store.Event{Kind: EvTaskStarted, Session: sid, TaskID: t.ID, Text: spec.Description})
+		r.dl.emit(ctx, &store.Event{Kind: EvTaskStarted, Session: sid, TaskID: t.ID, Text: spec.Description})
 	}
 	h := &taskHandle{r: r, t: t, mu: make(chan struct{}, 1)}
 	if t.Held {

@@ -90,7 +90,7 @@ func (r *Relay) drainFrom(ctx context.Context, sid, owner string, d *store.Drain
 		id = t.ID
 		r.claim(id)
 		if d.Watched {
-			r.busyAgain(ctx, sid)
+			r.dl.busyAgain(ctx, sid)
 		}
 	} else {
 		if id, t, err = r.nextTurn(ctx, l, s, orch); err != nil || t == nil {
@@ -143,7 +143,7 @@ func (r *Relay) nextTurn(ctx context.Context, l drainLease, s *store.Session, or
 			r.log.Warn("turn resumed: this process took it off its queue but the answer was lost (Redis went away); its agent had not started",
 				"session", id8(sid), "turn", id8(cur))
 			r.claim(cur)
-			r.busyAgain(ctx, sid)
+			r.dl.busyAgain(ctx, sid)
 			return cur, rt, nil
 		}
 		r.log.Warn("turn abandoned by a dead worker", "session", sid, "turn", cur)
@@ -161,7 +161,7 @@ func (r *Relay) nextTurn(ctx context.Context, l drainLease, s *store.Session, or
 	if err != nil {
 		return id, nil, r.putBack(ctx, sid, id, err)
 	}
-	r.busyAgain(ctx, sid)
+	r.dl.busyAgain(ctx, sid)
 	r.notify(ctx, "session:"+sid) // the turn runs: the owner's console (R19.6)
 	return id, t, nil
 }
@@ -374,14 +374,14 @@ func (r *Relay) finishUsage(ctx context.Context, l drainLease, s *store.Session,
 	r.forgetClaim(id) // the outcome is written
 	// Events (R8.1): an error emits both error and turn_end (error).
 	if status == store.TurnError {
-		r.emit(wctx, &store.Event{Kind: EvError, Session: s.ID, Title: s.Title, Text: errText, Turn: id})
+		r.dl.emit(wctx, &store.Event{Kind: EvError, Session: s.ID, Title: s.Title, Text: errText, Turn: id})
 	}
 	text := reply
 	if status == store.TurnError {
 		text = errText
 	}
 	text = excerpt(text, 240) // a line shows 120 characters; events and replay streams keep no whole replies
-	r.emit(wctx, &store.Event{Kind: EvTurnEnd, Session: s.ID, Title: s.Title, Status: string(status), Text: text, Turn: id})
+	r.dl.emit(wctx, &store.Event{Kind: EvTurnEnd, Session: s.ID, Title: s.Title, Status: string(status), Text: text, Turn: id})
 	r.notify(wctx, "session:"+s.ID)
 	defer r.hub.fire("turn:" + id) // a caller waiting in this process wakes now, not when the notification comes back
 	return more, r.st.Notify(wctx, "turn:"+id)
@@ -815,7 +815,7 @@ func (h *host) AskUser(ctx context.Context, text string, options []string) (stri
 	if err := r.st.SetTurnQuestion(ctx, h.turn, q.ID); err != nil {
 		return "", fmt.Errorf("ask the user in turn %s: %w", id8(h.turn), err)
 	}
-	r.emit(ctx, &store.Event{Kind: EvQuestionAsked, Session: h.sid, QuestionID: q.ID, Text: text})
+	r.dl.emit(ctx, &store.Event{Kind: EvQuestionAsked, Session: h.sid, QuestionID: q.ID, Text: text})
 	r.notify(ctx, "turn:"+h.turn)
 	recheck := time.NewTicker(recheckEvery)
 	defer recheck.Stop()
