@@ -190,7 +190,8 @@ func (e *peerEnd) polls() []peerPoll {
 func (n *peerNet) serve(ctx context.Context, to peer.Target, route string, body any, timeout time.Duration, out any,
 	h func(ctx context.Context, e *peerEnd, tok string, raw []byte) (int, []byte)) error {
 	n.mu.Lock()
-	e := n.ends[strings.TrimRight(to.URL, "/")]
+	// localhost is 127.0.0.1: another host of the same relay.
+	e := n.ends[strings.Replace(strings.TrimRight(to.URL, "/"), "//localhost:", "//127.0.0.1:", 1)]
 	n.mu.Unlock()
 	var raw []byte
 	if body != nil {
@@ -600,4 +601,43 @@ func onRelay(relay, action string, args map[string]any) map[string]any {
 		m[k] = v
 	}
 	return actTool(m)
+}
+
+// linkResults are the relay_tool envelopes a scripted reply's text holds
+// (a nested call's reply, as read_session or send show it).
+func linkResults(reply string) []map[string]any {
+	var out []map[string]any
+	for _, l := range strings.Split(reply, "\n") {
+		var m map[string]any
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "{") && json.Unmarshal([]byte(l), &m) == nil {
+			if _, ok := m["ok"]; ok {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
+
+// events are the texts of sid's event messages, oldest first.
+func (e *peerEnd) events(sid string) []string {
+	e.t.Helper()
+	var out []string
+	for _, m := range e.history(sid, "event") {
+		out = append(out, m.Text)
+	}
+	return out
+}
+
+// asJSON is v as JSON decodes it into maps (what the api would answer).
+func asJSON(t testing.TB, v any) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
