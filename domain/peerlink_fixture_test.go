@@ -221,7 +221,12 @@ func (n *peerNet) serve(ctx context.Context, to peer.Target, route string, body 
 	status, ctype, ans := 0, "application/json; charset=utf-8", []byte(nil)
 	answered := false
 	if e.answer != nil {
-		status, ctype, ans, answered = e.answer(route, raw)
+		var st int
+		var ct string
+		var b []byte
+		if st, ct, b, answered = e.answer(route, raw); answered {
+			status, ctype, ans = st, ct, b
+		}
 	}
 	if !answered {
 		// The peer routes' auth (api/peer.go): a token this relay did not issue is 401.
