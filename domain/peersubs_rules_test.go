@@ -388,3 +388,148 @@ func TestPeerSeedAskPollOffline(t *testing.T) {
 		return strings.Contains(strings.Join(a.events(sa), "\n"), "question_answered "+qid)
 	})
 }
+
+// TestPeerSeedReplayHeldCount (issue 21 item 8; R8.8, R8.21, R8.23): the
+// digest of a subscription on a paired relay applies here to replayed events
+// too, and link_restored names how many of them are held: all while the
+// digest is not due (they come later as the digest, list_subscriptions
+// counts them), none when it is due (they are the digest). The digest is
+// due on alpha's simulated clock.
+func TestPeerSeedReplayHeldCount(t *testing.T) {
+	a, b := linkPair(t, peerEndOptions{timing: subsFast, start: time.Date(2026, 6, 10, 12, 0, 0, 0, time.UTC)}, peerEndOptions{timing: subsFast})
+	sa := a.newSession(NewSession{Title: "watcher"})
+	sb := b.newSession(NewSession{Title: "watched"})
+	const digest = 120 // minutes
+	sub := subID(t, a.runAllow(sa, onRelay("bravo", "subscribe", map[string]any{"sessions": []string{sb},
+		"events": []string{"turn_end"}, "digest_minutes": digest}))[0])
+
+	// The digest is not due yet (alpha's clock stands still): both replayed events are held.
+	cut(t, b, a, sub)
+	b.sayEcho(sb, "one")
+	b.sayEcho(sb, "two")
+	b.down.Store(false)
+	lines := replay(t, a, sa)
+	if d := cmp.Diff([]string{"[relay event] bravo · link_restored: 2 replayed events, 2 held for later"}, lines[2:]); d != "" {
+		t.Errorf("replay with the digest not due (-want +got):\n%s", d)
+	}
+	res := a.runAllow(sa, onRelay("bravo", "list_subscriptions", nil))
+	if subs, _ := res[0]["subscriptions"].([]any); len(subs) != 1 || subs[0].(map[string]any)["heldCount"] != float64(2) ||
+		subs[0].(map[string]any)["nextDeliveryAt"] == nil {
+		t.Errorf("list_subscriptions on bravo while 2 are held: %v", res[0])
+	}
+	// The digest falls due: the held replayed events come as the digest.
+	a.clk.Advance(digest * time.Minute)
+	var dg string
+	waitFor(t, "the digest with the held replayed events", func() bool {
+		a.run()
+		for _, txt := range a.events(sa) {
+			if strings.Contains(txt, "Digest of 2 events") {
+				dg = txt
+				return true
+			}
+		}
+		return false
+	})
+	for _, text := range []string{"one", "two"} {
+		if !strings.Contains(dg, turnLine(sb, "watched", text, true)) {
+			t.Errorf("digest lacks %q:\n%s", text, dg)
+		}
+	}
+	digested := a.mirror(sub).LastDigestAt
+
+	// The next digest falls due while the link is down: the replayed
+	// events are that digest, in the replay message; none is held.
+	cut(t, b, a, sub)
+	b.sayEcho(sb, "three")
+	b.sayEcho(sb, "four")
+	a.clk.Advance(digested.Add(digest*time.Minute + time.Second).Sub(a.clk.Now()))
+	before := len(a.events(sa))
+	b.down.Store(false)
+	var got string
+	waitFor(t, "the second replay message", func() bool {
+		texts := a.events(sa)
+		for _, txt := range texts[min(before, len(texts)):] {
+			if strings.Contains(txt, "link_restored") {
+				got = txt
+				return true
+			}
+		}
+		return false
+	})
+	want := strings.Join([]string{Header, "[relay event] bravo · link_lost",
+		turnLine(sb, "watched", "three", true), turnLine(sb, "watched", "four", true),
+		"[relay event] bravo · link_restored: 2 replayed events, 0 held for later"}, "\n")
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("replay with the digest due (-want +got):\n%s", d)
+	}
+	if n, _, _ := a.st.HeldInfo(a.ctx, sub); n != 0 {
+		t.Errorf("held after a replay that was the digest: %d", n)
+	}
+}
+
+// TestPeerSeedRemoteSubsAreTheOwners (issue 21 item 5; R8.19, R8.23, §12):
+// a subscription a conversation here holds on a paired relay is in GET
+// /sessions/{id} watching with its relay and that relay's sessions;
+// list_subscriptions there shows heldCount / nextDeliveryAt for what this
+// relay holds of it (its digest applies here, R8.21); the owner's
+// Unsubscribe (DELETE /api/v1/subscriptions/{id}) ends it on the other relay
+// too. (The console's chip and button stay in relaytest's
+// TestPeerSeedRemoteSubsConsole.)
+func TestPeerSeedRemoteSubsAreTheOwners(t *testing.T) {
+	a, b := linkPair(t, peerEndOptions{timing: subsFast}, peerEndOptions{timing: subsFast})
+	sa := a.newSession(NewSession{Title: "watcher"})
+	local := a.newSession(NewSession{Title: "local build"})
+	sb1 := b.newSession(NewSession{Title: "Nightly deploy"})
+	sb2 := b.newSession(NewSession{Title: "Docs"})
+	res := a.runAllow(sa,
+		onRelay("this", "subscribe", map[string]any{"sessions": []string{local}}),
+		onRelay("bravo", "subscribe", map[string]any{"sessions": []string{sb1, sb2}, "events": []string{"turn_end"}, "digest_minutes": 600}))
+	localID, remoteID := subID(t, res[0]), subID(t, res[1])
+
+	// GET /sessions/{id} watching: both, the remote one naming its relay and
+	// bravo's sessions with their titles.
+	w := a.watching(sa)
+	if len(w) != 2 || w[localID] == nil || w[remoteID] == nil {
+		t.Fatalf("watching: want %s and %s, got %v", localID, remoteID, w)
+	}
+	rm := w[remoteID]
+	if rm["relay"] != "bravo" || rm["scope"] != "sessions" || rm["digestMinutes"] != float64(600) || rm["heldCount"] != float64(0) ||
+		fmt.Sprint(rm["sessions"]) != fmt.Sprint([]any{map[string]any{"id": sb1, "title": "Nightly deploy"}, map[string]any{"id": sb2, "title": "Docs"}}) {
+		t.Errorf("the remote subscription in watching: %v", rm)
+	}
+
+	// An event there is held here by the digest: list_subscriptions on
+	// bravo and the owner's view show it (R8.23).
+	b.sayEcho(sb1, "deployed")
+	waitFor(t, "alpha to hold bravo's event for the digest", func() bool {
+		n, _, err := a.st.HeldInfo(a.ctx, remoteID)
+		return err == nil && n == 1
+	})
+	res = a.runAllow(sa, onRelay("bravo", "list_subscriptions", nil))
+	subs, _ := res[0]["subscriptions"].([]any)
+	if linkCode(res[0]) != "ok" || len(subs) != 1 {
+		t.Fatalf("list_subscriptions on bravo: %v", res[0])
+	}
+	if m := subs[0].(map[string]any); m["id"] != remoteID || m["heldCount"] != float64(1) || m["nextDeliveryAt"] == nil {
+		t.Errorf("list_subscriptions on bravo: want heldCount 1 and a nextDeliveryAt for what alpha holds, got %v", m)
+	}
+	if m := a.watching(sa)[remoteID]; m["heldCount"] != float64(1) || m["nextDeliveryAt"] == nil {
+		t.Errorf("watching: the remote subscription's held event: %v", m)
+	}
+
+	// The owner's Unsubscribe: ended on bravo too.
+	ended, err := a.r.Unsubscribe(a.ctx, remoteID)
+	if out := asJSON(t, ended); err != nil || out["endReason"] != "unsubscribed" || out["note"] != nil {
+		t.Fatalf("Unsubscribe: %v %v", out, err)
+	}
+	there, err := b.st.GetSubscription(b.ctx, remoteID)
+	if err != nil || there.EndReason != "unsubscribed" {
+		t.Errorf("on bravo after the owner's Unsubscribe on alpha: %+v %v", there, err)
+	}
+	if active, _ := b.st.WatcherSubscriptions(b.ctx, "peer:alpha:"+sa); len(active) != 0 {
+		t.Errorf("bravo still has %d active subscriptions of alpha's watcher", len(active))
+	}
+	if m := a.watching(sa)[remoteID]; m == nil || m["endReason"] != "unsubscribed" {
+		t.Errorf("watching after Unsubscribe: %v", m)
+	}
+}
