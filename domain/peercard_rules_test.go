@@ -228,14 +228,14 @@ func TestPeerUpdateStartedHereNoCard(t *testing.T) {
 func TestPeerWaitIsCallersLimit(t *testing.T) {
 	n := newPeerNet(t)
 	a := n.relay("alpha", peerEndOptions{maxWaitCap: time.Hour, settings: func(s *config.Settings) { s.MaxWaitSeconds = 900 }})
-	// bravo's own longest wait is 1 s (the tests' cap below its 120 s).
-	b := n.relay("bravo", peerEndOptions{maxWaitCap: time.Second, settings: func(s *config.Settings) { s.MaxWaitSeconds = 120 }})
+	// bravo's own longest wait is 200 ms (the tests' cap below its 120 s).
+	b := n.relay("bravo", peerEndOptions{maxWaitCap: 200 * time.Millisecond, settings: func(s *config.Settings) { s.MaxWaitSeconds = 120 }})
 	a.pair(b, PairRequest{})
 	sb := b.newSession(NewSession{Title: "slow"})
 	sa := a.newSession(NewSession{Title: "caller", Text: "use @bravo"})
-	// Each reply comes after 1.5 s: bravo's own limit would have given up.
+	// Each reply comes after 600 ms: bravo's own limit would have given up.
 	slow := func(reply string) string {
-		return script(map[string]any{"sleep_ms": 1500}, map[string]any{"reply": reply})
+		return script(map[string]any{"sleep_ms": 600}, map[string]any{"reply": reply})
 	}
 	checkNote := func(what string, env map[string]any) {
 		t.Helper()
