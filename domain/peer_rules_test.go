@@ -524,12 +524,12 @@ func TestPeerRemoteAsk(t *testing.T) {
 		}
 		return out
 	}
-	a.actUntil("question_answered in alpha's conversation", func() bool { return len(answered()) > 0 })
+	waitFor(t, "question_answered in alpha's conversation", func() bool { return len(answered()) > 0 })
 	if line := answered()[0]; !strings.Contains(line, `"go ahead"`) || !strings.Contains(line, "choice: ship") || !strings.Contains(line, "via alpha") {
 		t.Errorf("question_answered line: %q", line)
 	}
 	// The ask is no longer followed on alpha; told once only.
-	a.actUntil("alpha to stop polling the answered ask", func() bool {
+	waitFor(t, "alpha to stop polling the answered ask", func() bool {
 		asks, err := a.st.RemoteAsks(a.ctx)
 		return err == nil && len(asks) == 0
 	})
@@ -650,7 +650,7 @@ func TestPeerHops(t *testing.T) {
 func TestPeerOldRelayFeatures(t *testing.T) {
 	n := newPeerNet(t)
 	a, old := n.relay("alpha", peerEndOptions{}), n.relay("oldbox", peerEndOptions{})
-	old.hello = func(h *Hello) { h.Version, h.Features = "0.8.0", []string{"call"} }
+	old.setHello(func(h *Hello) { h.Version, h.Features = "0.8.0", []string{"call"} })
 	a.pair(old, PairRequest{})
 	s := a.newSession(NewSession{Title: "caller", Text: "use @oldbox"})
 	res := a.runAllow(s,

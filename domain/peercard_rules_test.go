@@ -294,8 +294,8 @@ func TestPeerCheckOlderRelay(t *testing.T) {
 			a, b := n.relay("alpha", peerEndOptions{}), n.relay("bravo", peerEndOptions{})
 			var mu sync.Mutex
 			checks := 0
-			b.hello = func(h *Hello) { h.Version, h.Features = "0.9.18", tc.features }
-			b.answer = func(route string, _ []byte) (int, string, []byte, bool) {
+			b.setHello(func(h *Hello) { h.Version, h.Features = "0.9.18", tc.features })
+			b.setAnswer(func(route string, _ []byte) (int, string, []byte, bool) {
 				if route != "/peer/v1/check" {
 					return 0, "", nil, false
 				}
@@ -307,7 +307,7 @@ func TestPeerCheckOlderRelay(t *testing.T) {
 					return http.StatusNotFound, "application/json; charset=utf-8", []byte(`{"code":"REMOTE_RELAY_NOT_FOUND","error":"No such route: POST /peer/v1/check"}`), true
 				}
 				return http.StatusNotFound, "text/plain; charset=utf-8", []byte("404 page not found\n"), true // a relay from before the check
-			}
+			})
 			if p, err := a.r.Pair(a.ctx, PairRequest{URL: b.url, Token: b.token()}); err != nil || p.Name != "bravo" {
 				t.Fatalf("pair the older bravo: %+v %v", p, err)
 			}
@@ -467,12 +467,12 @@ func TestPeerCheckedCardLinesSafe(t *testing.T) {
 		"action": "create_session", "title": hostile, "provider": hostile, "model": hostile, "effort": hostile, "mode": hostile,
 		"cwd": hostile, "group": map[string]any{"id": hostile, "name": hostile},
 		"session": map[string]any{"id": "0123456789abcdef\n" + hostile, "title": hostile}}})
-	b.answer = func(route string, _ []byte) (int, string, []byte, bool) {
+	b.setAnswer(func(route string, _ []byte) (int, string, []byte, bool) {
 		if route == "/peer/v1/check" {
 			return http.StatusOK, "application/json", answer, true
 		}
 		return 0, "", nil, false
-	}
+	})
 	sb := b.newSession(NewSession{Title: "target"})
 	sk := a.newSession(NewSession{Title: "asker", Mode: "ask", Text: "use @bravo"})
 	_, cards := a.runDecide(sk, "deny",

@@ -93,9 +93,9 @@ func TestPeerCreateJoinsNoGroup(t *testing.T) {
 func TestPeerOlderRelayRefusals(t *testing.T) {
 	n := newPeerNet(t)
 	a, b := n.relay("alpha", peerEndOptions{}), n.relay("bravo", peerEndOptions{})
-	b.hello = func(h *Hello) {
+	b.setHello(func(h *Hello) {
 		h.Version, h.Features = "0.9.11", []string{"call", "events", "asks", "inbox", "exclude"}
-	}
+	})
 	if p, err := a.r.Pair(a.ctx, PairRequest{URL: b.url, Token: b.token()}); err != nil || p.Name != "bravo" {
 		t.Fatalf("pair the older bravo: %+v %v", p, err)
 	}

@@ -50,16 +50,32 @@ type peerEnd struct {
 	// down drops every request to this relay without an answer (a relay
 	// that went away, a cut link).
 	down atomic.Bool
+
+	mu sync.Mutex
 	// hello changes the hello this relay answers (an older relay's version
-	// and features); nil: its own.
+	// and features); nil: its own. Set with setHello.
 	hello func(*Hello)
 	// answer, when set, answers a request to route ("/peer/v1/check", …)
-	// in this relay's place: ok false passes it on to the relay.
+	// in this relay's place: ok false passes it on to the relay. Set with
+	// setAnswer.
 	answer func(route string, body []byte) (status int, contentType string, raw []byte, ok bool)
+	calls  map[string]int // POST /peer/v1/call requests by action
+	asks   []peerPoll     // list_questions calls (an ask's answer poll, R10.5)
+}
 
-	mu    sync.Mutex
-	calls map[string]int // POST /peer/v1/call requests by action
-	asks  []peerPoll     // list_questions calls (an ask's answer poll, R10.5)
+// setHello makes e answer hello as h changes it (the relay's pollers may
+// be reading it meanwhile).
+func (e *peerEnd) setHello(h func(*Hello)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.hello = h
+}
+
+// setAnswer makes e answer requests as a does in its place.
+func (e *peerEnd) setAnswer(a func(route string, body []byte) (int, string, []byte, bool)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.answer = a
 }
 
 // peerPoll is one list_questions call that came to a relay.
@@ -213,6 +229,9 @@ func (n *peerNet) serve(ctx context.Context, to peer.Target, route string, body 
 		}
 		e.mu.Unlock()
 	}
+	e.mu.Lock()
+	answer := e.answer
+	e.mu.Unlock()
 	if e.down.Load() {
 		return &peer.Error{Code: CodeOffline, Msg: fmt.Sprintf("Relay %q does not answer (EOF). Nothing was done.", to.Name)}
 	}
@@ -220,11 +239,11 @@ func (n *peerNet) serve(ctx context.Context, to peer.Target, route string, body 
 	defer cancel()
 	status, ctype, ans := 0, "application/json; charset=utf-8", []byte(nil)
 	answered := false
-	if e.answer != nil {
+	if answer != nil {
 		var st int
 		var ct string
 		var b []byte
-		if st, ct, b, answered = e.answer(route, raw); answered {
+		if st, ct, b, answered = answer(route, raw); answered {
 			status, ctype, ans = st, ct, b
 		}
 	}
@@ -298,8 +317,11 @@ func (n *peerNet) Hello(ctx context.Context, to peer.Target, timeout time.Durati
 	var h peer.Hello
 	err := n.serve(ctx, to, "/peer/v1/hello", nil, timeout, &h, func(ctx context.Context, e *peerEnd, _ string, _ []byte) (int, []byte) {
 		h, err := e.r.PeerHello(ctx)
-		if err == nil && e.hello != nil {
-			e.hello(&h)
+		e.mu.Lock()
+		change := e.hello
+		e.mu.Unlock()
+		if err == nil && change != nil {
+			change(&h)
 		}
 		return answerOf(h, err)
 	})

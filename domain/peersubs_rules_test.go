@@ -293,10 +293,10 @@ func TestPeerSeedExclude(t *testing.T) {
 	const noisy, wanted = "aaaaaaaa1111", "bbbbbbbb2222"
 	var served atomic.Int32
 	old := n.relay("oldbox", peerEndOptions{})
-	old.hello = func(h *Hello) {
+	old.setHello(func(h *Hello) {
 		h.Version, h.Instance, h.Features = "0.9.10", "inst-old", []string{"call", "events", "asks", "inbox"}
-	}
-	old.answer = func(route string, _ []byte) (int, string, []byte, bool) {
+	})
+	old.setAnswer(func(route string, _ []byte) (int, string, []byte, bool) {
 		switch route {
 		case "/peer/v1/call":
 			return http.StatusOK, "application/json", []byte(`{"ok":true,"relay":"oldbox","subscription":{"id":"sub_old0000001","scope":"all","sessions":"all","events":["turn_end"],"once":false,"stalledMinutes":15}}`), true
@@ -310,7 +310,7 @@ func TestPeerSeedExclude(t *testing.T) {
 				`{"id":"ev_old2","kind":"turn_end","session":%q,"title":"wanted","at":%q,"status":"done","text":"old signal"}],"cursor":"2-0"}`, noisy, at, wanted, at), true
 		}
 		return 0, "", nil, false
-	}
+	})
 	a.pair(old, PairRequest{Name: "oldbox"})
 	subID(t, a.runAllow(sa, onRelay("oldbox", "subscribe", map[string]any{"sessions": []string{"all"},
 		"exclude": []string{noisy[:8]}, "events": []string{"turn_end"}}))[0])
