@@ -288,8 +288,6 @@ func (n *peerNet) serve(ctx context.Context, to peer.Target, route string, body 
 	return nil
 }
 
-var jsonUnmarshal = json.Unmarshal
-
 // errorBody is the api's error answer {error, code, …fields} (api/owner.go fail).
 func errorBody(err error) []byte {
 	e := AsError(err)
@@ -404,13 +402,6 @@ func (n *peerNet) AnswerInbox(ctx context.Context, to peer.Target, id string, in
 		return nil, err
 	}
 	return out, nil
-}
-
-// peerCallAs is a POST /peer/v1/call to e with tok as a paired relay's agent
-// (relay, session) sends it, its path the relay alone: the envelope.
-func (e *peerEnd) peerCallAs(tok, relay, session, action string, args map[string]any) map[string]any {
-	return e.peerRaw("/peer/v1/call", tok, map[string]any{"action": action, "args": args,
-		"origin": map[string]any{"relay": relay, "session": session, "title": "t", "model": "m", "path": []string{relay}}})
 }
 
 // peerRaw sends body to route (call or check) on e with tok, through the
