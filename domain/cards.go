@@ -156,7 +156,7 @@ func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action s
 					need.counted = true
 				}
 				if promptActions[action] {
-					r.releaseHeld(ctx, c.s.ID, true) // the owner allowed this agent's card for a prompt to another agent (R9.6)
+					r.sch.releaseHeld(ctx, c.s.ID, true) // the owner allowed this agent's card for a prompt to another agent (R9.6)
 				}
 				return nil
 			}

@@ -52,7 +52,7 @@ func (r *Relay) RunJob(ctx context.Context, typ string, payload []byte) error {
 		return jobErr(r.dl.StallScan(ctx), "scan for stalled sessions")
 	case jobs.TypeFire:
 		return runJob(typ, payload, func(p jobs.FirePayload) error {
-			return jobErr(r.Fire(ctx, p.Schedule, time.UnixMilli(p.At).UTC(), p.Approved), "fire schedule %s", p.Schedule)
+			return jobErr(r.sch.Fire(ctx, p.Schedule, time.UnixMilli(p.At).UTC(), p.Approved), "fire schedule %s", p.Schedule)
 		})
 	}
 	return fmt.Errorf("job type %q is not one of the relay's: %w", typ, ErrBadJob)

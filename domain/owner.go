@@ -219,8 +219,8 @@ func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (*relay.Mess
 	if err := r.st.ResetLoop(ctx, s.ID); err != nil {
 		return nil, fmt.Errorf("message session %s: %w", id8(s.ID), err)
 	}
-	r.unlockMentions(ctx, s.ID, text) // R4.4: the owner mentioned paired relays
-	r.releaseHeld(ctx, s.ID, false)   // the owner wrote: held schedule firings go (R9.6)
+	r.unlockMentions(ctx, s.ID, text)   // R4.4: the owner mentioned paired relays
+	r.sch.releaseHeld(ctx, s.ID, false) // the owner wrote: held schedule firings go (R9.6)
 	t, err := r.queue(ctx, s, text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.mentionedRelays(ctx, s.ID)}, "", false, 0)
 	if err != nil {
 		return nil, err

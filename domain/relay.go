@@ -86,7 +86,8 @@ type Relay struct {
 	providers map[string]provider.Provider
 	order     []string // provider ids in config order
 	hub       *hub
-	dl        *pipeline // the delivery subsystem (deliver.go)
+	dl        *pipeline  // the delivery subsystem (deliver.go)
+	sch       *schedules // the schedules subsystem (schedule.go)
 	// drainHistory is how many last messages a drain reads with the turn it
 	// starts: historyRead when a provider's turns use the history, else 0.
 	drainHistory int
@@ -138,8 +139,9 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r := &Relay{st: st, enq: enq, opts: opts, clk: clk, now: func() time.Time { return clk.Now().UTC() }, log: opts.Logger, met: opts.Metrics, peers: opts.Peers,
 		providers: map[string]provider.Provider{}, hub: newHub(), running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}, linkOnline: map[string]time.Time{}, peerToks: map[string]peerTok{},
 		tokens: map[string]tokenEntry{}, warm: newWarmGoroutines(keptGoroutines)}
-	r.handler = r.handlers()
 	r.dl = &pipeline{st: st, enq: enq, clk: clk, now: r.now, log: r.log, met: r.met, opts: &r.opts, relay: r}
+	r.sch = &schedules{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, dl: r.dl, relay: r}
+	r.handler = r.handlers()
 	for _, p := range provs {
 		id := p.Info().ID
 		r.providers[id] = p

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -15,6 +16,56 @@ import (
 )
 
 const nothingScheduled = "Nothing was scheduled."
+
+// schedules is the schedules subsystem (R9): the schedule, list_schedules and
+// unschedule actions, firing an occurrence (Fire, held while the target's
+// owner is away or a card is open), ending schedules, and recovering them at
+// start. It sees the store only as recordStore and scheduleStore, the timed
+// jobs through the delivery pipeline's schedule and early, and the rest of
+// the relay only through schedulesHost.
+type schedules struct {
+	st    schedulesStore
+	now   func() time.Time
+	log   *slog.Logger
+	met   Metrics
+	opts  *Options // the relay's: name, limits, timing
+	dl    *pipeline
+	relay schedulesHost
+}
+
+// schedulesStore is the store as the schedules see it.
+type schedulesStore interface {
+	recordStore
+	scheduleStore
+}
+
+// schedulesHost is what the schedules ask of the rest of the relay: a
+// session by reference (sessions.go), the cards and the loop count a
+// schedule needs (cards.go), the spending cap's precheck (send.go), queueing
+// the prompt (queue.go) and telling the console (notify.go).
+type schedulesHost interface {
+	sessionByRef(ctx context.Context, ref string) (*store.Session, *Error)
+	loopCard(ctx context.Context, n *cardNeed, c *caller) *Error
+	giveBack(ctx context.Context, n *cardNeed, c *caller)
+	askCard(ctx context.Context, c *caller, need *cardNeed, action string, target *string, lines []string, nothing string) *Error
+	precheckCap(ctx context.Context, s *store.Session) *Error
+	queue(ctx context.Context, s *store.Session, text, role string, from *store.Ref, origin store.Origin, callerID string, enforce bool, waitFor time.Duration) (*store.Turn, error)
+	notifySchedule(ctx context.Context, sc *store.Schedule)
+}
+
+// RecoverSchedules (the schedules' door for app at start): see
+// [schedules.RecoverSchedules].
+func (r *Relay) RecoverSchedules(ctx context.Context) error { return r.sch.RecoverSchedules(ctx) }
+
+// Schedules lists the active schedules (the owner's view).
+func (r *Relay) Schedules(ctx context.Context) ([]*relay.Schedule, error) {
+	return r.sch.Schedules(ctx)
+}
+
+// CancelSchedule ends a schedule as the owner.
+func (r *Relay) CancelSchedule(ctx context.Context, id string) (*relay.Ended, error) {
+	return r.sch.CancelSchedule(ctx, id)
+}
 
 func fireID(id string, at time.Time) string { return fmt.Sprintf("sched:%s:%d", id, at.Unix()) }
 
@@ -71,12 +122,12 @@ func scheduleArgs(a *args, now time.Time) (schedIn, *Error) {
 
 // scheduleTarget is the session a schedule call fires into: the caller's
 // own, or the one `session` names if it takes prompts.
-func (r *Relay) scheduleTarget(ctx context.Context, c *caller, a *args) (*store.Session, *Error) {
+func (sh *schedules) scheduleTarget(ctx context.Context, c *caller, a *args) (*store.Session, *Error) {
 	ref, e := a.str("session")
 	if e != nil || ref == "" {
 		return c.s, e
 	}
-	s, e := r.sessionByRef(ctx, ref)
+	s, e := sh.relay.sessionByRef(ctx, ref)
 	if e != nil {
 		e.Msg = strings.Replace(e.Msg, nothingDone, nothingScheduled, 1)
 		return nil, e
@@ -87,14 +138,14 @@ func (r *Relay) scheduleTarget(ctx context.Context, c *caller, a *args) (*store.
 	return s, nil
 }
 
-func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	now := r.now()
+func (sh *schedules) scheduleAction(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	now := sh.now()
 	in, e := scheduleArgs(a, now)
 	if e != nil {
 		return nil, e
 	}
 	text, title, at, every := in.text, in.title, in.at, in.every
-	target, e := r.scheduleTarget(ctx, c, a)
+	target, e := sh.scheduleTarget(ctx, c, a)
 	if e != nil {
 		return nil, e
 	}
@@ -102,7 +153,7 @@ func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result
 	if isExternal(target) {
 		return nil, notPromptable(target, nothingScheduled)
 	}
-	if e := r.scheduleLimits(ctx, c, target, other); e != nil {
+	if e := sh.scheduleLimits(ctx, c, target, other); e != nil {
 		return nil, e
 	}
 	if title == "" {
@@ -122,21 +173,21 @@ func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result
 		if c.s.Mode == "ask" || c.s.Mode == "plan" {
 			need.add(fmt.Sprintf("This conversation is in %s mode: every write action needs your approval.", c.s.Mode))
 		}
-		if e := r.loopCard(ctx, need, c); e != nil {
+		if e := sh.relay.loopCard(ctx, need, c); e != nil {
 			return nil, e
 		}
 	}
 	tid := target.ID
-	if e := r.askCard(ctx, c, need, "schedule", &tid, []string{scheduleCardLine(title, target, every, first, text)}, nothingScheduled); e != nil {
-		r.giveBack(ctx, need, c)
+	if e := sh.relay.askCard(ctx, c, need, "schedule", &tid, []string{scheduleCardLine(title, target, every, first, text)}, nothingScheduled); e != nil {
+		sh.relay.giveBack(ctx, need, c)
 		return nil, e
 	}
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
 	sc := &store.Schedule{ID: "sch_" + store.NewID(6), Setter: c.s.ID, Target: target.ID, Title: title, Text: text,
-		First: first, At: at, EveryMinutes: every, Origin: c.origin(r.opts.Name), CreatedAt: now, NextFireAt: first}
+		First: first, At: at, EveryMinutes: every, Origin: c.origin(sh.opts.Name), CreatedAt: now, NextFireAt: first}
 	// The limits again, checked and written in one step (R18.6).
-	if err := r.st.AddSchedule(ctx, sc, r.opts.Limits.SchedulesIntoConversation, r.opts.Limits.SchedulesForOthers); err != nil {
-		r.giveBack(ctx, need, c)
+	if err := sh.st.AddSchedule(ctx, sc, sh.opts.Limits.SchedulesIntoConversation, sh.opts.Limits.SchedulesForOthers); err != nil {
+		sh.relay.giveBack(ctx, need, c)
 		if le, ok := store.IsLimit(err); ok && le.Which == "into" {
 			return nil, Errorf(CodeScheduleLimit, "%d schedules already fire into that conversation, the most allowed. %s", le.Count, nothingScheduled)
 		} else if ok {
@@ -144,8 +195,8 @@ func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result
 		}
 		return nil, internal("scheduleAction: AddSchedule", err)
 	}
-	r.notifySchedule(ctx, sc) // the owner's console (R19.6)
-	if err := r.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: first.UnixMilli()}, fireID(sc.ID, first), first); err != nil {
+	sh.relay.notifySchedule(ctx, sc) // the owner's console (R19.6)
+	if err := sh.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: first.UnixMilli()}, fireID(sc.ID, first), first); err != nil {
 		return nil, internalAfter(err, "schedule "+sc.ID+" was stored but its first firing was not planned (the relay plans it within a minute)")
 	}
 	res := newResult(target.ID, fmt.Sprintf("%s, next %s (%s)", scheduleWhen(every), first.UTC().Format(timeFormat), sc.ID))
@@ -158,20 +209,20 @@ func (r *Relay) scheduleAction(ctx context.Context, c *caller, a *args) (*result
 
 // scheduleLimits checks the schedule limits before any card (R9.9); they
 // are checked again, atomically, when the schedule is written.
-func (r *Relay) scheduleLimits(ctx context.Context, c *caller, target *store.Session, other bool) *Error {
-	into, err := r.st.SchedulesInto(ctx, target.ID)
+func (sh *schedules) scheduleLimits(ctx context.Context, c *caller, target *store.Session, other bool) *Error {
+	into, err := sh.st.SchedulesInto(ctx, target.ID)
 	if err != nil {
 		return internal("scheduleLimits: SchedulesInto", err)
 	}
-	if len(into) >= r.opts.Limits.SchedulesIntoConversation {
+	if len(into) >= sh.opts.Limits.SchedulesIntoConversation {
 		return Errorf(CodeScheduleLimit, "%d schedules already fire into that conversation, the most allowed. %s", len(into), nothingScheduled)
 	}
 	if other {
-		by, err := r.st.SchedulesBy(ctx, c.s.ID)
+		by, err := sh.st.SchedulesBy(ctx, c.s.ID)
 		if err != nil {
 			return internal("scheduleLimits: SchedulesBy", err)
 		}
-		if len(by) >= r.opts.Limits.SchedulesForOthers {
+		if len(by) >= sh.opts.Limits.SchedulesForOthers {
 			return Errorf(CodeScheduleLimit, "This conversation already set %d schedules for other sessions, the most allowed. %s", len(by), nothingScheduled)
 		}
 	}
@@ -186,9 +237,9 @@ func nilIfZero(n int) any {
 }
 
 // scheduleView is a schedule as list_schedules shows it (R9.7).
-func (r *Relay) scheduleView(ctx context.Context, sc *store.Schedule, viewer string) *relay.Schedule {
+func (sh *schedules) scheduleView(ctx context.Context, sc *store.Schedule, viewer string) *relay.Schedule {
 	title := ""
-	if s, err := r.st.GetSession(ctx, sc.Target); err == nil {
+	if s, err := sh.st.GetSession(ctx, sc.Target); err == nil {
 		title = s.Title
 	}
 	v := &relay.Schedule{ID: sc.ID, Session: relay.SessionRef{ID: sc.Target, Title: title}, Title: sc.Title,
@@ -213,16 +264,16 @@ func (r *Relay) scheduleView(ctx context.Context, sc *store.Schedule, viewer str
 	return v
 }
 
-func (r *Relay) listSchedules(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	into, err := r.st.SchedulesInto(ctx, c.s.ID)
+func (sh *schedules) listSchedules(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	into, err := sh.st.SchedulesInto(ctx, c.s.ID)
 	if err != nil {
 		return nil, internal("listSchedules: SchedulesInto", err)
 	}
-	by, err := r.st.SchedulesBy(ctx, c.s.ID)
+	by, err := sh.st.SchedulesBy(ctx, c.s.ID)
 	if err != nil {
 		return nil, internal("listSchedules: SchedulesBy", err)
 	}
-	ended, err := r.st.EndedSchedules(ctx, c.s.ID, r.now().Add(-endedListWindow))
+	ended, err := sh.st.EndedSchedules(ctx, c.s.ID, sh.now().Add(-endedListWindow))
 	if err != nil {
 		return nil, internal("listSchedules: EndedSchedules", err)
 	}
@@ -238,13 +289,13 @@ func (r *Relay) listSchedules(ctx context.Context, c *caller, a *args) (*result,
 			if sc.EndReason == "" {
 				active++
 			}
-			list = append(list, r.scheduleView(ctx, sc, c.s.ID))
+			list = append(list, sh.scheduleView(ctx, sc, c.s.ID))
 		}
 	}
 	return newResult("", fmt.Sprintf("%d active, %d ended in the last hour", active, len(list)-active)).set("schedules", list), nil
 }
 
-func (r *Relay) unschedule(ctx context.Context, c *caller, a *args) (*result, *Error) {
+func (sh *schedules) unschedule(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	id, e := a.str("schedule_id")
 	if e != nil {
 		return nil, e
@@ -252,11 +303,11 @@ func (r *Relay) unschedule(ctx context.Context, c *caller, a *args) (*result, *E
 	if id == "" {
 		return nil, Errorf(CodeInvalidInput, "schedule_id is required: an id from list_schedules. Nothing was done.")
 	}
-	into, err := r.st.SchedulesInto(ctx, c.s.ID)
+	into, err := sh.st.SchedulesInto(ctx, c.s.ID)
 	if err != nil {
 		return nil, internal("unschedule: SchedulesInto", err)
 	}
-	by, err := r.st.SchedulesBy(ctx, c.s.ID)
+	by, err := sh.st.SchedulesBy(ctx, c.s.ID)
 	if err != nil {
 		return nil, internal("unschedule: SchedulesBy", err)
 	}
@@ -278,27 +329,27 @@ func (r *Relay) unschedule(ctx context.Context, c *caller, a *args) (*result, *E
 		return nil, Errorf(CodeNotFound, "This conversation has no active schedule %q. Nothing was done.", id)
 	}
 	sc := hits[0]
-	if err := r.endSchedule(ctx, sc, "unscheduled"); err != nil {
+	if err := sh.endSchedule(ctx, sc, "unscheduled"); err != nil {
 		return nil, internal("unschedule: endSchedule", err)
 	}
 	return newResult("", sc.ID+" ended").set("schedule_id", sc.ID).set("endReason", "unscheduled"), nil
 }
 
-func (r *Relay) endSchedule(ctx context.Context, sc *store.Schedule, reason string) error {
+func (sh *schedules) endSchedule(ctx context.Context, sc *store.Schedule, reason string) error {
 	if sc.EndReason != "" {
 		return nil
 	}
-	sc.EndReason, sc.EndedAt = reason, r.now()
-	if err := r.st.SaveSchedule(ctx, sc); err != nil {
+	sc.EndReason, sc.EndedAt = reason, sh.now()
+	if err := sh.st.SaveSchedule(ctx, sc); err != nil {
 		return err
 	}
-	r.notifySchedule(ctx, sc) // the owner's console (R19.6)
+	sh.relay.notifySchedule(ctx, sc) // the owner's console (R19.6)
 	return nil
 }
 
 // Fire runs a schedule's occurrence (one asynq task per occurrence, R9.2–R9.6).
-func (r *Relay) Fire(ctx context.Context, id string, at time.Time, approved bool) error {
-	sc, err := r.st.GetSchedule(ctx, id)
+func (sh *schedules) Fire(ctx context.Context, id string, at time.Time, approved bool) error {
+	sc, err := sh.st.GetSchedule(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
@@ -309,23 +360,23 @@ func (r *Relay) Fire(ctx context.Context, id string, at time.Time, approved bool
 		return nil // a stale task: the schedule moved on
 	}
 	// Never before its nextFireAt (asynq may run a task up to ~1 s early).
-	if stop, err := r.dl.early(ctx, sc.NextFireAt, jobs.TypeFire, jobs.FirePayload{Schedule: id, At: at.UnixMilli()}, fireID(id, at)); stop || err != nil {
+	if stop, err := sh.dl.early(ctx, sc.NextFireAt, jobs.TypeFire, jobs.FirePayload{Schedule: id, At: at.UnixMilli()}, fireID(id, at)); stop || err != nil {
 		return err
 	}
-	return r.fire(ctx, sc, approved)
+	return sh.fire(ctx, sc, approved)
 }
 
-func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) error {
-	now := r.now()
-	target, err := r.st.GetSession(ctx, sc.Target)
+func (sh *schedules) fire(ctx context.Context, sc *store.Schedule, approved bool) error {
+	now := sh.now()
+	target, err := sh.st.GetSession(ctx, sc.Target)
 	if errors.Is(err, store.ErrNotFound) {
-		return r.endSchedule(ctx, sc, "deleted")
+		return sh.endSchedule(ctx, sc, "deleted")
 	}
 	if err != nil {
 		return err
 	}
 	if target.Archived {
-		return r.endSchedule(ctx, sc, "archived")
+		return sh.endSchedule(ctx, sc, "archived")
 	}
 	other := sc.Setter != sc.Target
 	fired := false
@@ -337,18 +388,18 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 		if !other || approved {
 			return true, nil
 		}
-		taken, _, err := r.st.TakeLoop(ctx, sc.Setter, r.opts.Limits.AgentPromptsBeforeCard)
+		taken, _, err := sh.st.TakeLoop(ctx, sc.Setter, sh.opts.Limits.AgentPromptsBeforeCard)
 		counted = taken
 		return taken, err
 	}
 	defer func() {
 		if counted && !fired {
-			if err := r.st.GiveBackLoop(context.WithoutCancel(ctx), sc.Setter); err != nil {
-				r.log.Warn("give back loop count", "session", sc.Setter, "err", err)
+			if err := sh.st.GiveBackLoop(context.WithoutCancel(ctx), sc.Setter); err != nil {
+				sh.log.Warn("give back loop count", "session", sc.Setter, "err", err)
 			}
 		}
 	}()
-	queued := r.stillQueued(ctx, sc.LastTurn)
+	queued := sh.stillQueued(ctx, sc.LastTurn)
 	free := true
 	if !queued {
 		if free, err = takeLoop(); err != nil {
@@ -363,15 +414,15 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 		if sc.HeldSince.IsZero() {
 			sc.HeldSince = now // held until the owner writes or allows a card (R9.6)
 		}
-		if err := r.st.SaveSchedule(ctx, sc); err != nil {
+		if err := sh.st.SaveSchedule(ctx, sc); err != nil {
 			return err
 		}
 		// The safety net: look again in a minute.
 		recheck := now.Add(scheduleRecheck)
-		return r.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()},
+		return sh.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()},
 			fmt.Sprintf("sched:%s:held:%d", sc.ID, recheck.Unix()), recheck)
 	default:
-		ok, err := r.fireOccurrence(ctx, sc, target, other, approved, now)
+		ok, err := sh.fireOccurrence(ctx, sc, target, other, approved, now)
 		if !ok {
 			return err
 		}
@@ -379,7 +430,7 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 	}
 	if sc.Once() && fired {
 		sc.NextFireAt = time.Time{}
-		return r.endSchedule(ctx, sc, "fired")
+		return sh.endSchedule(ctx, sc, "fired")
 	}
 	next := scheduler.NextFire(sc.First, time.Duration(sc.EveryMinutes)*time.Minute, now)
 	if next.IsZero() {
@@ -387,59 +438,59 @@ func (r *Relay) fire(ctx context.Context, sc *store.Schedule, approved bool) err
 		next = now.Add(scheduleRecheck)
 	}
 	sc.NextFireAt = next
-	if err := r.st.SaveSchedule(ctx, sc); err != nil {
+	if err := sh.st.SaveSchedule(ctx, sc); err != nil {
 		return err
 	}
-	r.notifySchedule(ctx, sc) // its next firing, in the owner's console (R19.6)
-	return r.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: next.UnixMilli()}, fireID(sc.ID, next), next)
+	sh.relay.notifySchedule(ctx, sc) // its next firing, in the owner's console (R19.6)
+	return sh.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: next.UnixMilli()}, fireID(sc.ID, next), next)
 }
 
 // fireOccurrence queues one occurrence of sc into target and records it on
 // sc; false: it did not fire, and err (nil included) is what fire returns.
-func (r *Relay) fireOccurrence(ctx context.Context, sc *store.Schedule, target *store.Session, other, approved bool, now time.Time) (bool, error) {
+func (sh *schedules) fireOccurrence(ctx context.Context, sc *store.Schedule, target *store.Session, other, approved bool, now time.Time) (bool, error) {
 	// Into another session it is treated like a send: the 4-at-work cap
 	// of the conversation that started the target; over it the firing
 	// waits and is tried again (issue 13), checked again atomically below.
 	if other {
-		if e := r.precheckCap(ctx, target); e != nil {
+		if e := sh.relay.precheckCap(ctx, target); e != nil {
 			if e.Code == CodeSessionLimit {
-				return false, r.retryFull(ctx, sc, approved, now)
+				return false, sh.retryFull(ctx, sc, approved, now)
 			}
 			return false, e
 		}
 	}
 	// At most one firing per occurrence, whichever task gets here first.
 	once := fmt.Sprintf("fire:%s:%d", sc.ID, sc.NextFireAt.UnixMilli())
-	if ok, err := r.st.SetOnce(ctx, once, occurrenceMarkKeep); err != nil || !ok {
+	if ok, err := sh.st.SetOnce(ctx, once, occurrenceMarkKeep); err != nil || !ok {
 		return false, err
 	}
 	text := scheduleHeader(sc) + "\n" + sc.Text
 	var from *store.Ref
 	if other {
-		if setter, err := r.st.GetSession(ctx, sc.Setter); err == nil {
-			from = &store.Ref{Relay: r.opts.Name, Session: setter.ID, Title: setter.Title, Model: setter.Model}
+		if setter, err := sh.st.GetSession(ctx, sc.Setter); err == nil {
+			from = &store.Ref{Relay: sh.opts.Name, Session: setter.ID, Title: setter.Title, Model: setter.Model}
 		}
 	}
-	t, err := r.queue(ctx, target, text, "schedule", from, sc.Origin, "", other, 0)
+	t, err := sh.relay.queue(ctx, target, text, "schedule", from, sc.Origin, "", other, 0)
 	var e *Error
 	if errors.As(err, &e) && e.Code == CodeSessionLimit {
-		if err := r.st.ClearOnce(context.WithoutCancel(ctx), once); err != nil {
+		if err := sh.st.ClearOnce(context.WithoutCancel(ctx), once); err != nil {
 			return false, err
 		}
-		return false, r.retryFull(ctx, sc, approved, now)
+		return false, sh.retryFull(ctx, sc, approved, now)
 	}
 	if err != nil {
 		return false, err
 	}
 	if other && approved {
-		if _, err := r.st.IncrLoop(ctx, sc.Setter); err != nil {
+		if _, err := sh.st.IncrLoop(ctx, sc.Setter); err != nil {
 			return false, err
 		}
 	}
 	sc.LastTurn, sc.LastFiredAt, sc.HeldSince = t.ID, now, time.Time{}
 	sc.FiredCount++
-	if r.met != nil {
-		r.met.Delivery("schedule_fire")
+	if sh.met != nil {
+		sh.met.Delivery("schedule_fire")
 	}
 	return true, nil
 }
@@ -449,36 +500,36 @@ const fullRetry = 30 * time.Second
 
 // retryFull keeps a firing the 4-at-work cap refused: the same occurrence is
 // tried again shortly (its loop count was given back), never dropped.
-func (r *Relay) retryFull(ctx context.Context, sc *store.Schedule, approved bool, now time.Time) error {
-	r.log.Info("schedule firing waits: the target's conversation has 4 sessions at work", "schedule", sc.ID, "target", id8(sc.Target))
+func (sh *schedules) retryFull(ctx context.Context, sc *store.Schedule, approved bool, now time.Time) error {
+	sh.log.Info("schedule firing waits: the target's conversation has 4 sessions at work", "schedule", sc.ID, "target", id8(sc.Target))
 	again := now.Add(fullRetry)
-	return r.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli(), Approved: approved},
+	return sh.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli(), Approved: approved},
 		fmt.Sprintf("sched:%s:full:%d", sc.ID, again.UnixMilli()), again)
 }
 
-func (r *Relay) stillQueued(ctx context.Context, turn string) bool {
+func (sh *schedules) stillQueued(ctx context.Context, turn string) bool {
 	if turn == "" {
 		return false
 	}
-	t, err := r.st.GetTurn(ctx, turn)
+	t, err := sh.st.GetTurn(ctx, turn)
 	return err == nil && t.Status == store.TurnQueued
 }
 
 // releaseHeld fires at once the held schedules a conversation set (the owner
 // wrote in it, or allowed its card, R9.6).
-func (r *Relay) releaseHeld(ctx context.Context, setter string, approved bool) {
-	by, err := r.st.SchedulesBy(ctx, setter)
+func (sh *schedules) releaseHeld(ctx context.Context, setter string, approved bool) {
+	by, err := sh.st.SchedulesBy(ctx, setter)
 	if err != nil {
-		r.log.Warn("release held schedules", "session", setter, "err", err)
+		sh.log.Warn("release held schedules", "session", setter, "err", err)
 		return
 	}
 	for _, sc := range by {
 		if sc.HeldSince.IsZero() {
 			continue
 		}
-		if err := r.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli(), Approved: approved},
+		if err := sh.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli(), Approved: approved},
 			fmt.Sprintf("sched:%s:release:%s", sc.ID, store.NewID(3)), timeZero); err != nil {
-			r.log.Warn("release held schedule", "schedule", sc.ID, "err", err)
+			sh.log.Warn("release held schedule", "schedule", sc.ID, "err", err)
 		}
 	}
 }
@@ -487,17 +538,17 @@ func (r *Relay) releaseHeld(ctx context.Context, setter string, approved bool) {
 // again (at boot and each minute): a time missed while the relay was down, or
 // whose task was lost, fires once, then the grid goes on (R9.3). A schedule
 // due later still has its task; task ids make a duplicate impossible.
-func (r *Relay) RecoverSchedules(ctx context.Context) error {
-	all, err := r.st.ActiveSchedules(ctx)
+func (sh *schedules) RecoverSchedules(ctx context.Context) error {
+	all, err := sh.st.ActiveSchedules(ctx)
 	if err != nil {
 		return err
 	}
-	overdue := r.now().Add(-overdueAfter)
+	overdue := sh.now().Add(-overdueAfter)
 	for _, sc := range all {
 		if sc.NextFireAt.IsZero() || sc.NextFireAt.After(overdue) || !sc.HeldSince.IsZero() {
 			continue
 		}
-		if err := r.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()}, fireID(sc.ID, sc.NextFireAt), sc.NextFireAt); err != nil {
+		if err := sh.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()}, fireID(sc.ID, sc.NextFireAt), sc.NextFireAt); err != nil {
 			return err
 		}
 	}
@@ -505,17 +556,17 @@ func (r *Relay) RecoverSchedules(ctx context.Context) error {
 }
 
 // endSchedulesFor ends the schedules that fire into or were set by an archived session.
-func (r *Relay) endSchedulesFor(ctx context.Context, sid, reason string) error {
-	into, err := r.st.SchedulesInto(ctx, sid)
+func (sh *schedules) endSchedulesFor(ctx context.Context, sid, reason string) error {
+	into, err := sh.st.SchedulesInto(ctx, sid)
 	if err != nil {
 		return err
 	}
-	by, err := r.st.SchedulesBy(ctx, sid)
+	by, err := sh.st.SchedulesBy(ctx, sid)
 	if err != nil {
 		return err
 	}
 	for _, sc := range append(into, by...) {
-		if err := r.endSchedule(ctx, sc, reason); err != nil {
+		if err := sh.endSchedule(ctx, sc, reason); err != nil {
 			return err
 		}
 	}
@@ -524,14 +575,14 @@ func (r *Relay) endSchedulesFor(ctx context.Context, sid, reason string) error {
 
 // Schedules lists every active schedule for the owner, each naming the
 // conversation that set it (a schedule always has its setter).
-func (r *Relay) Schedules(ctx context.Context) ([]*relay.Schedule, error) {
-	all, err := r.st.ActiveSchedules(ctx)
+func (sh *schedules) Schedules(ctx context.Context) ([]*relay.Schedule, error) {
+	all, err := sh.st.ActiveSchedules(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := []*relay.Schedule{}
 	for _, sc := range all {
-		v := r.scheduleView(ctx, sc, "")
+		v := sh.scheduleView(ctx, sc, "")
 		v.SetBy = sc.Setter
 		out = append(out, v)
 	}
@@ -539,15 +590,15 @@ func (r *Relay) Schedules(ctx context.Context) ([]*relay.Schedule, error) {
 }
 
 // CancelSchedule is the owner's Cancel.
-func (r *Relay) CancelSchedule(ctx context.Context, id string) (*relay.Ended, error) {
-	sc, err := r.st.GetSchedule(ctx, id)
+func (sh *schedules) CancelSchedule(ctx context.Context, id string) (*relay.Ended, error) {
+	sc, err := sh.st.GetSchedule(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, Errorf(CodeNotFound, "No schedule %q. Nothing was done.", id)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := r.endSchedule(ctx, sc, "unscheduled"); err != nil {
+	if err := sh.endSchedule(ctx, sc, "unscheduled"); err != nil {
 		return nil, err
 	}
 	return &relay.Ended{ID: sc.ID, EndReason: sc.EndReason}, nil

@@ -84,9 +84,9 @@ func (r *Relay) handlers() map[string]handler {
 		"list_subscriptions":     r.listSubscriptions,
 		"transfer_subscriptions": r.transferSubscriptions,
 
-		"schedule":       r.scheduleAction,
-		"list_schedules": r.listSchedules,
-		"unschedule":     r.unschedule,
+		"schedule":       r.sch.scheduleAction,
+		"list_schedules": r.sch.listSchedules,
+		"unschedule":     r.sch.unschedule,
 
 		"ask":            r.ask,
 		"list_questions": r.listQuestions,
