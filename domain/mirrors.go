@@ -203,7 +203,7 @@ func (r *Relay) remoteWithdraw(ctx context.Context, p *store.Pairing, a *store.R
 func (r *Relay) tellPeer(ctx context.Context, p *store.Pairing, action, idArg, id, session string) bool {
 	body := PeerCallBody{Action: action, Args: map[string]json.RawMessage{idArg: quoteJSON(id)},
 		Origin: PeerOrigin{Relay: r.opts.Name, Session: session, Path: []string{r.opts.Name}}}
-	if _, e := r.peerCall(context.WithoutCancel(ctx), p, body, 3*time.Second); e != nil {
+	if _, e := r.pk.peerCall(context.WithoutCancel(ctx), p, body, 3*time.Second); e != nil {
 		r.log.Info(action+" on paired relay failed", "relay", p.Name, "id", id, "err", e.Msg)
 		return false
 	}

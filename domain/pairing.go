@@ -188,7 +188,7 @@ func (r *Relay) Pair(ctx context.Context, in PairRequest) (*relay.PairedRelay, e
 	if label == "" {
 		label = host
 	}
-	h, e := r.hello(ctx, label, base, p.Token, helloTimeout)
+	h, e := r.pk.hello(ctx, label, base, p.Token, helloTimeout)
 	switch {
 	case e == nil:
 		self, err := r.st.Instance(ctx)
@@ -216,7 +216,7 @@ func (r *Relay) Pair(ctx context.Context, in PairRequest) (*relay.PairedRelay, e
 	} else if err != nil {
 		return nil, err
 	}
-	r.link(ctx, p, e)
+	r.pk.link(ctx, p, e)
 	r.log.Info("relay paired", "relay", p.Name, "url", base, "online", e == nil, "permission", p.Permission)
 	links, _ := r.st.Links(ctx)
 	return r.pairingView(p, links), nil
@@ -495,9 +495,9 @@ func (r *Relay) InboxWithPaired(ctx context.Context) ([]*relay.InboxAsk, []*rela
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			asks, err := r.peers.Inbox(ctx, peerTarget(p), r.opts.Timing.PeerTimeout)
-			e := r.peerDone("inbox", err)
-			r.link(ctx, p, e)
+			asks, err := r.pk.peers.Inbox(ctx, peerTarget(p), r.opts.Timing.PeerTimeout)
+			e := r.pk.peerDone("inbox", err)
+			r.pk.link(ctx, p, e)
 			answers[i] = answer{asks, e}
 		}()
 	}
@@ -527,9 +527,9 @@ func (r *Relay) AnswerPairedAsk(ctx context.Context, relayName, id string, in In
 		return nil, Errorf(CodeUnknownRelay, "No paired relay is named %q. Nothing was changed.", relayName)
 	}
 	body := peer.InboxAnswer{Answer: in.Answer, Choice: in.Choice, Dismiss: in.Dismiss, Via: r.opts.Name}
-	out, err := r.peers.AnswerInbox(ctx, peerTarget(p), id, body, r.opts.Timing.PeerTimeout)
-	e := r.peerDone("inbox", err)
-	r.link(ctx, p, e)
+	out, err := r.pk.peers.AnswerInbox(ctx, peerTarget(p), id, body, r.opts.Timing.PeerTimeout)
+	e := r.pk.peerDone("inbox", err)
+	r.pk.link(ctx, p, e)
 	if e != nil {
 		return nil, e
 	}

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/oar/relay/peer"
@@ -15,6 +17,42 @@ import (
 // The peer protocol's client side (§13) is package peer: hello, call, check,
 // the event stream of a subscription and the inbox on a paired relay, over
 // HTTP. The domain asks it through PeerClient and reads the answers here.
+
+// peerLink is the paired relays' link subsystem (§13): the requests to
+// them (PeerClient, each counted and its error read as the domain's), the
+// link state this process last recorded per relay (R13.4), hello (R13.1a),
+// and the poller of remote subscriptions, asks and link state (peerpoll.go,
+// on a bounded pool). It sees the store only as recordStore and peerStore,
+// delivers polled events through the pipeline, and reaches the rest of the
+// relay only through peerLinkHost.
+type peerLink struct {
+	st    peerLinkStore
+	peers PeerClient
+	log   *slog.Logger
+	met   Metrics
+	opts  *Options // the relay's: name, timing
+	now   func() time.Time
+	dl    *pipeline
+	relay peerLinkHost
+
+	linkMu     sync.Mutex
+	linkOnline map[string]time.Time // paired relay (lower case) -> when this process last recorded it online (link)
+}
+
+// peerLinkStore is the store as the link sees it.
+type peerLinkStore interface {
+	recordStore
+	peerStore
+}
+
+// peerLinkHost is what the link asks of the rest of the relay: end a
+// remote subscription's mirror (remote.go), unsubscribe on a paired relay
+// (mirrors.go) and tell the console (notify.go).
+type peerLinkHost interface {
+	endMirror(ctx context.Context, s *store.Subscription, reason string)
+	remoteUnsubscribe(ctx context.Context, p *store.Pairing, s *store.Subscription) bool
+	notify(ctx context.Context, what string)
+}
 
 // PeerFeatures are what this relay serves on /peer/v1 (R13.3).
 var PeerFeatures = []string{"call", "events", "asks", "inbox", "exclude", "task_output", "update_session", "billing_switch", "groups", "check"}
@@ -93,7 +131,7 @@ type peerMetrics interface{ PeerRequest(kind, code string) }
 
 // peerDone is a peer request's error as the domain's, counted by kind
 // (hello, call, check, events, inbox) and outcome.
-func (r *Relay) peerDone(kind string, err error) *Error {
+func (pk *peerLink) peerDone(kind string, err error) *Error {
 	var e *Error
 	if err != nil {
 		var pe *peer.Error
@@ -103,7 +141,7 @@ func (r *Relay) peerDone(kind string, err error) *Error {
 			e = internal("peer request", err)
 		}
 	}
-	if pm, ok := r.met.(peerMetrics); ok {
+	if pm, ok := pk.met.(peerMetrics); ok {
 		code := "ok"
 		if e != nil {
 			code = e.Code
@@ -114,9 +152,9 @@ func (r *Relay) peerDone(kind string, err error) *Error {
 }
 
 // hello asks a relay who it is.
-func (r *Relay) hello(ctx context.Context, name, base, token string, timeout time.Duration) (*Hello, *Error) {
-	h, err := r.peers.Hello(ctx, peer.Target{Name: name, URL: base, Token: token}, timeout)
-	if e := r.peerDone("hello", err); e != nil {
+func (pk *peerLink) hello(ctx context.Context, name, base, token string, timeout time.Duration) (*Hello, *Error) {
+	h, err := pk.peers.Hello(ctx, peer.Target{Name: name, URL: base, Token: token}, timeout)
+	if e := pk.peerDone("hello", err); e != nil {
 		return nil, e
 	}
 	if h.Name == "" {
@@ -130,7 +168,7 @@ func (r *Relay) hello(ctx context.Context, name, base, token string, timeout tim
 const linkRefresh = time.Second
 
 // link records whether a paired relay answered (list_relays shows it).
-func (r *Relay) link(ctx context.Context, p *store.Pairing, e *Error) {
+func (pk *peerLink) link(ctx context.Context, p *store.Pairing, e *Error) {
 	online, reason := e == nil, ""
 	if e != nil {
 		if e.Code != CodeOffline && e.Code != CodeAuth {
@@ -139,35 +177,35 @@ func (r *Relay) link(ctx context.Context, p *store.Pairing, e *Error) {
 		reason = e.Msg
 	}
 	key := strings.ToLower(p.Name)
-	r.linkMu.Lock()
-	if at, ok := r.linkOnline[key]; online && ok && time.Since(at) < linkRefresh {
-		r.linkMu.Unlock()
+	pk.linkMu.Lock()
+	if at, ok := pk.linkOnline[key]; online && ok && time.Since(at) < linkRefresh {
+		pk.linkMu.Unlock()
 		return // recorded online by this process a moment ago
 	}
-	delete(r.linkOnline, key) // set again once this write is done
-	r.linkMu.Unlock()
-	changed, err := r.st.SetLink(context.WithoutCancel(ctx), p.Name, online, r.now(), reason)
+	delete(pk.linkOnline, key) // set again once this write is done
+	pk.linkMu.Unlock()
+	changed, err := pk.st.SetLink(context.WithoutCancel(ctx), p.Name, online, pk.now(), reason)
 	if err != nil {
-		r.log.Warn("record link state", "relay", p.Name, "err", err)
+		pk.log.Warn("record link state", "relay", p.Name, "err", err)
 		return
 	}
 	if online {
-		r.linkMu.Lock()
-		r.linkOnline[key] = time.Now()
-		r.linkMu.Unlock()
+		pk.linkMu.Lock()
+		pk.linkOnline[key] = time.Now()
+		pk.linkMu.Unlock()
 	}
 	if changed && online {
-		r.log.Info("paired relay online", "relay", p.Name)
+		pk.log.Info("paired relay online", "relay", p.Name)
 	} else if changed {
-		r.log.Warn("paired relay offline", "relay", p.Name, "reason", reason)
+		pk.log.Warn("paired relay offline", "relay", p.Name, "reason", reason)
 	}
 }
 
 // peerCall performs an action on a paired relay and returns its envelope.
-func (r *Relay) peerCall(ctx context.Context, p *store.Pairing, body PeerCallBody, timeout time.Duration) (map[string]any, *Error) {
-	env, err := r.peers.Call(ctx, peerTarget(p), body, timeout)
-	e := r.peerDone("call", err)
-	r.link(ctx, p, e)
+func (pk *peerLink) peerCall(ctx context.Context, p *store.Pairing, body PeerCallBody, timeout time.Duration) (map[string]any, *Error) {
+	env, err := pk.peers.Call(ctx, peerTarget(p), body, timeout)
+	e := pk.peerDone("call", err)
+	pk.link(ctx, p, e)
 	if e != nil {
 		return nil, e
 	}
@@ -177,10 +215,10 @@ func (r *Relay) peerCall(ctx context.Context, p *store.Pairing, body PeerCallBod
 	return env, nil
 }
 
-func (r *Relay) peerEvents(ctx context.Context, p *store.Pairing, sub, after string, wait time.Duration) (*PeerEvents, *Error) {
-	out, err := r.peers.Events(ctx, peerTarget(p), sub, after, wait, wait+r.opts.Timing.PeerTimeout)
-	e := r.peerDone("events", err)
-	r.link(ctx, p, e)
+func (pk *peerLink) peerEvents(ctx context.Context, p *store.Pairing, sub, after string, wait time.Duration) (*PeerEvents, *Error) {
+	out, err := pk.peers.Events(ctx, peerTarget(p), sub, after, wait, wait+pk.opts.Timing.PeerTimeout)
+	e := pk.peerDone("events", err)
+	pk.link(ctx, p, e)
 	if e != nil {
 		return nil, e
 	}

@@ -178,9 +178,9 @@ func checkable(a *args) bool {
 // nil, nil when that relay does not serve the check (an older relay: the
 // card comes first, as before); the other relay's refusal as the call's.
 func (r *Relay) checkThere(ctx context.Context, p *store.Pairing, body PeerCallBody) (*PeerChecked, *Error) {
-	env, err := r.peers.Check(ctx, peerTarget(p), body, r.opts.Timing.PeerTimeout)
-	e := r.peerDone("check", err)
-	r.link(ctx, p, e)
+	env, err := r.pk.peers.Check(ctx, peerTarget(p), body, r.opts.Timing.PeerTimeout)
+	e := r.pk.peerDone("check", err)
+	r.pk.link(ctx, p, e)
 	if e != nil {
 		if notServed(e, "/peer/v1/check") {
 			return nil, nil // a relay from before the check, whose pairing knows no features

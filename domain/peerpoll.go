@@ -94,8 +94,8 @@ func (p *pollPool) stop() {
 
 // peerLoop runs until ctx ends; every poll it started has ended when it
 // returns. Polls run on pollWorkers goroutines.
-func (r *Relay) peerLoop(ctx context.Context) {
-	every := r.opts.Timing.PeerPoll
+func (pk *peerLink) peerLoop(ctx context.Context) {
+	every := pk.opts.Timing.PeerPoll
 	if every <= 0 {
 		every = 3 * time.Second
 	}
@@ -105,13 +105,13 @@ func (r *Relay) peerLoop(ctx context.Context) {
 	defer pool.stop()
 	spawn := func(key string, ttl time.Duration, f func(context.Context)) {
 		pool.offer(ctx, key, func(ctx context.Context) {
-			ok, err := r.st.TryLock(ctx, key, ttl)
+			ok, err := pk.st.TryLock(ctx, key, ttl)
 			if err != nil || !ok {
 				return
 			}
 			defer func() {
-				if err := r.st.ReleaseLock(context.WithoutCancel(ctx), key); err != nil {
-					r.log.Warn("release poll lock", "key", key, "err", err)
+				if err := pk.st.ReleaseLock(context.WithoutCancel(ctx), key); err != nil {
+					pk.log.Warn("release poll lock", "key", key, "err", err)
 				}
 			}()
 			f(ctx)
@@ -124,37 +124,37 @@ func (r *Relay) peerLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		subs, err := r.st.RemoteSubscriptions(ctx)
+		subs, err := pk.st.RemoteSubscriptions(ctx)
 		if err != nil {
-			r.log.Warn("remote subscriptions unreadable", "err", err)
+			pk.log.Warn("remote subscriptions unreadable", "err", err)
 			continue
 		}
 		for _, s := range subs {
 			s := s
-			spawn("rsub:"+s.ID, 2*r.opts.Timing.PeerTimeout+every, func(ctx context.Context) { r.pollMirror(ctx, s.ID) })
+			spawn("rsub:"+s.ID, 2*pk.opts.Timing.PeerTimeout+every, func(ctx context.Context) { pk.pollMirror(ctx, s.ID) })
 		}
-		asks, err := r.st.RemoteAsks(ctx)
+		asks, err := pk.st.RemoteAsks(ctx)
 		if err == nil {
-			now := r.now()
+			now := pk.now()
 			for _, a := range asks {
 				if !a.NextPollAt.After(now) {
 					a := a
-					spawn("rask:"+a.ID, askLockTTL, func(ctx context.Context) { r.pollAsk(ctx, a) })
+					spawn("rask:"+a.ID, askLockTTL, func(ctx context.Context) { pk.pollAsk(ctx, a) })
 				}
 			}
 		}
 		if time.Since(lastHealth) >= healthEvery {
 			lastHealth = time.Now()
-			if ps, err := r.st.Pairings(ctx); err == nil {
+			if ps, err := pk.st.Pairings(ctx); err == nil {
 				for _, p := range ps {
 					p := p
 					spawn("hello:"+strings.ToLower(p.Name), healthEvery-time.Second, func(ctx context.Context) {
-						h, e := r.hello(ctx, p.Name, p.URL, p.Token, helloTimeout)
+						h, e := pk.hello(ctx, p.Name, p.URL, p.Token, helloTimeout)
 						if e == nil || e.Code == CodeOffline || e.Code == CodeAuth {
-							r.link(ctx, p, e)
+							pk.link(ctx, p, e)
 						}
 						if e == nil {
-							r.refreshPairing(ctx, p.Name, h)
+							pk.refreshPairing(ctx, p.Name, h)
 						}
 					})
 				}
@@ -166,23 +166,23 @@ func (r *Relay) peerLoop(ctx context.Context) {
 // pollMirror reads a remote subscription's new events and offers them here,
 // where digest and quiet hours apply (R8.21). After a lost link, what comes
 // is one message between link_lost and link_restored, each event replayed.
-func (r *Relay) pollMirror(ctx context.Context, id string) {
-	sub, err := r.st.GetSubscription(ctx, id)
+func (pk *peerLink) pollMirror(ctx context.Context, id string) {
+	sub, err := pk.st.GetSubscription(ctx, id)
 	if err != nil || sub.EndReason != "" || sub.Relay == "" {
 		return
 	}
-	p, err := r.st.GetPairing(ctx, sub.Relay)
+	p, err := pk.st.GetPairing(ctx, sub.Relay)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			r.endMirror(ctx, sub, "unpaired")
+			pk.relay.endMirror(ctx, sub, "unpaired")
 		}
 		return
 	}
 	// The watcher was archived or deleted: the subscription ends on both sides (R8.19).
-	ws, err := r.st.GetSession(ctx, sub.Watcher)
+	ws, err := pk.st.GetSession(ctx, sub.Watcher)
 	if (err == nil && ws.Archived) || errors.Is(err, store.ErrNotFound) {
-		r.remoteUnsubscribe(ctx, p, sub)
-		r.endMirror(ctx, sub, "archived")
+		pk.relay.remoteUnsubscribe(ctx, p, sub)
+		pk.relay.endMirror(ctx, sub, "archived")
 		return
 	}
 	// Every page there is now is read before anything is offered, so what a
@@ -190,19 +190,19 @@ func (r *Relay) pollMirror(ctx context.Context, id string) {
 	cursor, ended := sub.Cursor, ""
 	var evs []store.Event
 	for page := 0; page < 50; page++ {
-		pe, e := r.peerEvents(ctx, p, sub.ID, cursor, 0)
+		pe, e := pk.peerEvents(ctx, p, sub.ID, cursor, 0)
 		if e != nil {
 			if e.Code == CodeNotFound {
-				r.log.Info("remote subscription gone on its relay", "relay", p.Name, "sub", sub.ID)
-				r.endMirror(ctx, sub, "unsubscribed")
+				pk.log.Info("remote subscription gone on its relay", "relay", p.Name, "sub", sub.ID)
+				pk.relay.endMirror(ctx, sub, "unsubscribed")
 				return
 			}
 			if page == 0 && sub.LinkDownAt.IsZero() {
-				sub.LinkDownAt = r.now()
-				if err := r.st.SaveSubscription(ctx, sub); err != nil {
-					r.log.Warn("mark link down", "sub", sub.ID, "err", err)
+				sub.LinkDownAt = pk.now()
+				if err := pk.st.SaveSubscription(ctx, sub); err != nil {
+					pk.log.Warn("mark link down", "sub", sub.ID, "err", err)
 				}
-				r.log.Warn("link to paired relay lost", "relay", p.Name, "sub", sub.ID, "reason", e.Msg)
+				pk.log.Warn("link to paired relay lost", "relay", p.Name, "sub", sub.ID, "reason", e.Msg)
 			}
 			return // the cursor stays: the next poll reads it all again
 		}
@@ -220,28 +220,28 @@ func (r *Relay) pollMirror(ctx context.Context, id string) {
 			break
 		}
 	}
-	if err := r.offerRemote(ctx, sub, p, evs); err != nil {
-		r.log.Error("deliver remote events", "relay", p.Name, "sub", sub.ID, "err", err)
+	if err := pk.offerRemote(ctx, sub, p, evs); err != nil {
+		pk.log.Error("deliver remote events", "relay", p.Name, "sub", sub.ID, "err", err)
 		return // the cursor stays: they come again and are delivered once (R8.12)
 	}
-	fresh, err := r.st.GetSubscription(ctx, id)
+	fresh, err := pk.st.GetSubscription(ctx, id)
 	if err != nil {
 		return
 	}
 	fresh.Cursor, fresh.LinkDownAt = cursor, time.Time{}
-	if err := r.st.SaveSubscription(ctx, fresh); err != nil {
-		r.log.Warn("save remote cursor", "sub", id, "err", err)
+	if err := pk.st.SaveSubscription(ctx, fresh); err != nil {
+		pk.log.Warn("save remote cursor", "sub", id, "err", err)
 		return
 	}
 	if ended != "" {
-		r.endMirror(ctx, fresh, ended)
+		pk.relay.endMirror(ctx, fresh, ended)
 	}
 }
 
-func (r *Relay) offerRemote(ctx context.Context, sub *store.Subscription, p *store.Pairing, evs []store.Event) error {
+func (pk *peerLink) offerRemote(ctx context.Context, sub *store.Subscription, p *store.Pairing, evs []store.Event) error {
 	if sub.LinkDownAt.IsZero() || len(evs) == 0 {
 		for i := range evs {
-			if err := r.dl.offer(ctx, sub, &evs[i]); err != nil {
+			if err := pk.dl.offer(ctx, sub, &evs[i]); err != nil {
 				return err
 			}
 		}
@@ -250,7 +250,7 @@ func (r *Relay) offerRemote(ctx context.Context, sub *store.Subscription, p *sto
 	// The link is back: replayed events in one message, those the
 	// subscription's digest or quiet hours hold come later (R8.21), as
 	// offer would hold them: a digest already due takes them all now.
-	now := r.now()
+	now := pk.now()
 	due := holdDue(sub, now)
 	holding := due.After(now)
 	held, digested := 0, false
@@ -263,7 +263,7 @@ func (r *Relay) offerRemote(ctx context.Context, sub *store.Subscription, p *sto
 			first = ev.At
 		}
 		if !urgent(ev.Kind) && holding {
-			if err := r.dl.hold(ctx, sub, ev, due); err != nil {
+			if err := pk.dl.hold(ctx, sub, ev, due); err != nil {
 				return err
 			}
 			held++
@@ -273,7 +273,7 @@ func (r *Relay) offerRemote(ctx context.Context, sub *store.Subscription, p *sto
 		batch = append(batch, *ev)
 	}
 	if digested && sub.DigestMinutes > 0 {
-		if err := r.st.SetLastDigest(ctx, sub, now); err != nil { // this was the digest: the next one N minutes on
+		if err := pk.st.SetLastDigest(ctx, sub, now); err != nil { // this was the digest: the next one N minutes on
 			return err
 		}
 	}
@@ -292,26 +292,26 @@ func (r *Relay) offerRemote(ctx context.Context, sub *store.Subscription, p *sto
 		}
 	}
 	all := append(append([]store.Event{lost}, batch...), restored)
-	r.log.Info("link to paired relay restored", "relay", p.Name, "sub", sub.ID, "replayed", len(evs), "held", held)
-	return r.dl.release(ctx, sub.Watcher, store.Batch{Kind: "plain", Sub: sub.ID, Events: all, Urgent: true})
+	pk.log.Info("link to paired relay restored", "relay", p.Name, "sub", sub.ID, "replayed", len(evs), "held", held)
+	return pk.dl.release(ctx, sub.Watcher, store.Batch{Kind: "plain", Sub: sub.ID, Events: all, Urgent: true})
 }
 
 // pollAsk asks the paired relay whether an ask made there was answered (R10.5).
-func (r *Relay) pollAsk(ctx context.Context, a *store.RemoteAsk) {
-	p, err := r.st.GetPairing(ctx, a.Relay)
+func (pk *peerLink) pollAsk(ctx context.Context, a *store.RemoteAsk) {
+	p, err := pk.st.GetPairing(ctx, a.Relay)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			_, _ = r.st.DeleteRemoteAsk(ctx, a.ID)
+			_, _ = pk.st.DeleteRemoteAsk(ctx, a.ID)
 		}
 		return
 	}
 	body := PeerCallBody{Action: "list_questions", Args: map[string]json.RawMessage{"session": quoteJSON(a.Session)},
-		Origin: PeerOrigin{Relay: r.opts.Name, Session: a.Asker, Path: []string{r.opts.Name}}}
-	env, e := r.peerCall(ctx, p, body, r.opts.Timing.PeerTimeout)
+		Origin: PeerOrigin{Relay: pk.opts.Name, Session: a.Asker, Path: []string{pk.opts.Name}}}
+	env, e := pk.peerCall(ctx, p, body, pk.opts.Timing.PeerTimeout)
 	if e != nil || env["ok"] != true {
-		a.NextPollAt = r.now().Add(r.opts.Timing.AskPollOffline) // every 30 s while it does not answer
-		if err := r.st.SaveRemoteAsk(ctx, a); err != nil {
-			r.log.Warn("save remote ask", "ask", a.ID, "err", err)
+		a.NextPollAt = pk.now().Add(pk.opts.Timing.AskPollOffline) // every 30 s while it does not answer
+		if err := pk.st.SaveRemoteAsk(ctx, a); err != nil {
+			pk.log.Warn("save remote ask", "ask", a.ID, "err", err)
 		}
 		return
 	}
@@ -325,34 +325,34 @@ func (r *Relay) pollAsk(ctx context.Context, a *store.RemoteAsk) {
 	status, _ := q["status"].(string)
 	switch {
 	case q == nil || status == "withdrawn":
-		_, _ = r.st.DeleteRemoteAsk(ctx, a.ID) // ended there (archived, deleted, withdrawn): nobody is told
-		r.notify(ctx, "inbox")                 // but the owner's console drops it (R19.4)
+		_, _ = pk.st.DeleteRemoteAsk(ctx, a.ID) // ended there (archived, deleted, withdrawn): nobody is told
+		pk.relay.notify(ctx, "inbox")           // but the owner's console drops it (R19.4)
 	case status == "pending":
-		a.NextPollAt = r.now().Add(r.opts.Timing.AskPoll)
-		if err := r.st.SaveRemoteAsk(ctx, a); err != nil {
-			r.log.Warn("save remote ask", "ask", a.ID, "err", err)
+		a.NextPollAt = pk.now().Add(pk.opts.Timing.AskPoll)
+		if err := pk.st.SaveRemoteAsk(ctx, a); err != nil {
+			pk.log.Warn("save remote ask", "ask", a.ID, "err", err)
 		}
 	default:
-		ok, err := r.st.DeleteRemoteAsk(ctx, a.ID)
+		ok, err := pk.st.DeleteRemoteAsk(ctx, a.ID)
 		if err != nil || !ok {
 			return // another process told the asker
 		}
-		r.notify(ctx, "inbox") // answered there: the owner's console drops it (R19.4)
+		pk.relay.notify(ctx, "inbox") // answered there: the owner's console drops it (R19.4)
 		answer, _ := q["answer"].(string)
 		choice, _ := q["choice"].(string)
 		via, _ := q["via"].(string)
 		if via == "" {
 			via = p.Name
 		}
-		r.dl.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: a.Asker, QuestionID: a.ID, Text: a.Question,
+		pk.dl.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: a.Asker, QuestionID: a.ID, Text: a.Question,
 			Answer: answer, Choice: choice, Dismissed: status == "dismissed", Via: via})
 	}
 }
 
 // refreshPairing keeps what a paired relay says of itself current (an
 // upgrade brings new features; a pairing made offline learns its name).
-func (r *Relay) refreshPairing(ctx context.Context, name string, h *Hello) {
-	p, err := r.st.GetPairing(ctx, name) // fresh: an owner's change in between is kept
+func (pk *peerLink) refreshPairing(ctx context.Context, name string, h *Hello) {
+	p, err := pk.st.GetPairing(ctx, name) // fresh: an owner's change in between is kept
 	if err != nil {
 		return
 	}
@@ -360,7 +360,7 @@ func (r *Relay) refreshPairing(ctx context.Context, name string, h *Hello) {
 		return
 	}
 	p.Version, p.RemoteName, p.Instance, p.Features = h.Version, h.Name, h.Instance, append([]string{}, h.Features...)
-	if err := r.st.SavePairing(ctx, p); err != nil {
-		r.log.Warn("refresh pairing", "relay", name, "err", err)
+	if err := pk.st.SavePairing(ctx, p); err != nil {
+		pk.log.Warn("refresh pairing", "relay", name, "err", err)
 	}
 }

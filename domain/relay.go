@@ -82,12 +82,12 @@ type Relay struct {
 	now       func() time.Time // clk.Now in UTC: records and results are in UTC
 	log       *slog.Logger
 	met       Metrics
-	peers     PeerClient // requests to paired relays (opts.Peers)
 	providers map[string]provider.Provider
 	order     []string // provider ids in config order
 	hub       *hub
 	dl        *pipeline  // the delivery subsystem (deliver.go)
 	sch       *schedules // the schedules subsystem (schedule.go)
+	pk        *peerLink  // the paired relays' link and poller (peer.go, peerpoll.go)
 	// drainHistory is how many last messages a drain reads with the turn it
 	// starts: historyRead when a provider's turns use the history, else 0.
 	drainHistory int
@@ -100,9 +100,6 @@ type Relay struct {
 	directWG  sync.WaitGroup
 	warm      *warmGoroutines    // tool calls and drains started here run on kept goroutines (stacks.go)
 	handler   map[string]handler // the actions' handlers (handlers), built once
-
-	linkMu     sync.Mutex
-	linkOnline map[string]time.Time // paired relay (lower case) -> when this process last recorded it online (peer.go link)
 
 	peerTokMu sync.Mutex
 	peerToks  map[string]peerTok // peer tokens found valid (pairing.go PeerTokenValid)
@@ -136,10 +133,12 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	if opts.Peers == nil {
 		opts.Peers = noPeers{}
 	}
-	r := &Relay{st: st, enq: enq, opts: opts, clk: clk, now: func() time.Time { return clk.Now().UTC() }, log: opts.Logger, met: opts.Metrics, peers: opts.Peers,
-		providers: map[string]provider.Provider{}, hub: newHub(), running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}, linkOnline: map[string]time.Time{}, peerToks: map[string]peerTok{},
+	r := &Relay{st: st, enq: enq, opts: opts, clk: clk, now: func() time.Time { return clk.Now().UTC() }, log: opts.Logger, met: opts.Metrics,
+		providers: map[string]provider.Provider{}, hub: newHub(), running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}, peerToks: map[string]peerTok{},
 		tokens: map[string]tokenEntry{}, warm: newWarmGoroutines(keptGoroutines)}
 	r.dl = &pipeline{st: st, enq: enq, clk: clk, now: r.now, log: r.log, met: r.met, opts: &r.opts, relay: r}
+	r.pk = &peerLink{st: st, peers: opts.Peers, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, relay: r,
+		linkOnline: map[string]time.Time{}}
 	r.sch = &schedules{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, dl: r.dl, relay: r}
 	r.handler = r.handlers()
 	for _, p := range provs {
@@ -209,7 +208,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.bg.Add(1)
 	go func() {
 		defer r.bg.Done()
-		r.peerLoop(ctx) // paired relays: remote subscriptions, asks, link state
+		r.pk.peerLoop(ctx) // paired relays: remote subscriptions, asks, link state
 	}()
 	select {
 	case <-ready:

@@ -194,7 +194,7 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 		return nil, e
 	}
 	// The effect completes even if the caller goes away (R18.12).
-	env, e := r.peerCall(context.WithoutCancel(ctx), p, body, timeout)
+	env, e := r.pk.peerCall(context.WithoutCancel(ctx), p, body, timeout)
 	if e != nil {
 		if e.Code != CodeOffline {
 			return nil, e
