@@ -10,6 +10,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,4 +149,32 @@ func (f *fixture) r2Texts(sid, role string) []string {
 		out = append(out, m.Text)
 	}
 	return out
+}
+
+// r2Advance moves the clock on by d for actAuto's worker: the jobs that
+// became due run as if one had been added (its loop looks at the clock when
+// a job comes).
+func (f *fixture) r2Advance(d time.Duration) {
+	f.clk.Advance(d)
+	select {
+	case f.enq.added <- struct{}{}:
+	default:
+	}
+}
+
+// r2Message waits (actAuto running the jobs) for a message of sid of role
+// containing frag and returns it.
+func (f *fixture) r2Message(sid, role, frag string) store.Message {
+	f.t.Helper()
+	var got store.Message
+	f.actUntil("a "+role+" message in "+sid+" containing "+frag, func() bool {
+		for _, m := range f.history(sid, role) {
+			if strings.Contains(m.Text, frag) {
+				got = m
+				return true
+			}
+		}
+		return false
+	})
+	return got
 }
