@@ -140,15 +140,6 @@ func wantHas(t testing.TB, what string, s any, frags ...string) {
 	}
 }
 
-func wantNoKey(t testing.TB, what string, m map[string]any, keys ...string) {
-	t.Helper()
-	for _, k := range keys {
-		if v, ok := m[k]; ok {
-			t.Errorf("%s: unexpected %q = %v", what, k, v)
-		}
-	}
-}
-
 // readSession reads a session through the MCP client.
 func readSession(m *MCP, sid string, last int) map[string]any {
 	return m.MustOK(map[string]any{"action": "read_session", "relay": "this", "session": sid, "last": last})

@@ -56,28 +56,6 @@ func mustEnvOK(t testing.TB, env map[string]any) {
 	}
 }
 
-// pendingCardsOf lists the pending cards of one session.
-func pendingCardsOf(r *Relay, sid string) []map[string]any {
-	r.tb.Helper()
-	var out []map[string]any
-	for _, c := range r.Cards() {
-		if c["session"] == sid {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// cardText joins a card's lines.
-func cardText(c map[string]any) string {
-	var b strings.Builder
-	ls, _ := c["lines"].([]any)
-	for _, l := range ls {
-		fmt.Fprintf(&b, "%v\n", l)
-	}
-	return b.String()
-}
-
 // decideCard waits for the session's next card, checks its action and target, and decides it.
 func decideCard(t testing.TB, r *Relay, sid, action string, target any, decision string) map[string]any {
 	t.Helper()
