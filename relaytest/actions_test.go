@@ -1,11 +1,9 @@
 package relaytest
 
-// End-to-end tests of every relay_tool action on this relay, through the real
-// MCP client against a real relay: each action's success path and each error
-// code it can give here (SPEC §3, §4.2, §5, §6, §7, §12, §15). Paired relays do
-// not exist yet, so a relay name other than "this" or the own name gives
-// REMOTE_RELAY_UNKNOWN_RELAY. The subscription, schedule and ask actions are
-// tested in depth in their own files; here only their envelope basics.
+// The MCP layer's part of the relay_tool envelope (the legacy tool name,
+// arguments that are not a JSON object), and the helpers and error codes the
+// end-to-end tests share. The actions' rules on this relay are the domain's
+// rule suites (domain/actions_rules_test.go and the other *_rules_test.go).
 
 import (
 	"context"
@@ -142,43 +140,9 @@ func wantHas(t testing.TB, what string, s any, frags ...string) {
 	}
 }
 
-func wantNoKey(t testing.TB, what string, m map[string]any, keys ...string) {
-	t.Helper()
-	for _, k := range keys {
-		if v, ok := m[k]; ok {
-			t.Errorf("%s: unexpected %q = %v", what, k, v)
-		}
-	}
-}
-
-func sleepScript(ms int) string {
-	return Script(map[string]any{"sleep_ms": ms})
-}
-
 // readSession reads a session through the MCP client.
 func readSession(m *MCP, sid string, last int) map[string]any {
 	return m.MustOK(map[string]any{"action": "read_session", "relay": "this", "session": sid, "last": last})
-}
-
-func messageCount(t *testing.T, r *Relay, sid string) int {
-	t.Helper()
-	return num(t, r.Get(sid)["messageCount"], "messageCount")
-}
-
-func sessionTotal(t *testing.T, m *MCP, scope string) int {
-	t.Helper()
-	env := m.MustOK(map[string]any{"action": "list_sessions", "relay": "this", "scope": scope, "limit": 200})
-	return num(t, env["total"], "total")
-}
-
-func findByID(t testing.TB, items []any, id string) map[string]any {
-	t.Helper()
-	for _, it := range items {
-		if m, ok := it.(map[string]any); ok && m["id"] == id {
-			return m
-		}
-	}
-	return nil
 }
 
 // ---- envelope --------------------------------------------------------------
@@ -216,77 +180,3 @@ func TestActionsEnvelope(t *testing.T) {
 		}
 	})
 }
-
-// ---- finding relays and sessions ------------------------------------------
-
-// ---- prompting --------------------------------------------------------------
-
-// R7.7: a send naming a provider the relay has but cannot run now is
-// PROVIDER_UNAVAILABLE, with nothing sent (the rest of send's rules are in
-// domain.TestRulesActSend).
-func TestActionsSendProviderUnavailable(t *testing.T) {
-	t.Parallel()
-	r := Start(t, Options{})
-	a := r.NewSession(map[string]any{"title": "caller"})
-	b := r.NewSession(map[string]any{"title": "target"})
-	m := r.Connect(a.Token, nil)
-	before := messageCount(t, r, b.ID)
-	env := m.MustFail(map[string]any{"action": "send", "relay": "this", "session": b.ID, "wait_seconds": 15,
-		"text": "x", "provider": "claude-api"}, codeProviderUnav)
-	if str(env["remoteCode"]) == "" {
-		t.Errorf("remoteCode missing: %v", env)
-	}
-	wantHas(t, "error", env["error"], "Nothing was sent.")
-	if n := messageCount(t, r, b.ID); n != before {
-		t.Errorf("the failed send changed the target: %d messages, want %d", n, before)
-	}
-}
-
-// R7.12: wait.
-func TestActionsWait(t *testing.T) {
-	t.Parallel()
-	r := Start(t, Options{})
-	a := r.NewSession(map[string]any{"title": "caller"})
-	b := r.NewSession(map[string]any{"title": "target"})
-	c := r.NewSession(map[string]any{"title": "other"})
-	m := r.Connect(a.Token, nil)
-
-	env := m.MustOK(map[string]any{"action": "send", "relay": "this", "session": b.ID,
-		"text": Script(map[string]any{"sleep_ms": 300}, map[string]any{"reply": "slow"}), "wait_seconds": 0})
-	mid := str(env["message_id"])
-	if s := env["status"]; s != "queued" && s != "running" {
-		t.Errorf("status with wait_seconds 0: %v", s)
-	}
-	env = m.MustOK(map[string]any{"action": "wait", "relay": "this", "session": b.ID, "message_id": mid[:8], "wait_seconds": 15})
-	wantEq(t, "status", env["status"], "done")
-	wantEq(t, "message_id", env["message_id"], mid)
-	wantEq(t, "session", env["session"], b.ID)
-	wantEq(t, "reply", env["reply"], map[string]any{"text": "slow", "model": "scripted-1"})
-	wantEq(t, "summary", env["summary"], "wait → desk session "+b.ID[:8]+": done, reply 4 chars")
-	if v, ok := env["openUrl"]; !ok || v != nil {
-		t.Errorf("openUrl = %v (present %v)", v, ok)
-	}
-	// Default wait and capped wait.
-	env = m.MustOK(map[string]any{"action": "wait", "relay": "this", "session": b.ID, "message_id": mid})
-	wantEq(t, "status", env["status"], "done")
-	env = m.MustOK(map[string]any{"action": "wait", "relay": "this", "session": b.ID, "message_id": mid, "wait_seconds": 99999})
-	wantHas(t, "note", env["note"], "capped at 20")
-
-	// A message of another session is not found on this one.
-	cmid := r.Message(c.ID, "owner words")
-	env = m.MustFail(map[string]any{"action": "wait", "relay": "this", "session": b.ID, "message_id": cmid}, codeNotFound)
-	wantHas(t, "error", env["error"], "Nothing was done.")
-	m.MustFail(map[string]any{"action": "wait", "relay": "this", "session": c.ID, "message_id": mid}, codeNotFound)
-	m.MustFail(map[string]any{"action": "wait", "relay": "this", "session": b.ID, "message_id": "0000000000000000"}, codeNotFound)
-	m.MustFail(map[string]any{"action": "wait", "relay": "this", "session": noSuchSession, "message_id": mid}, codeNotFound)
-	env = m.MustFail(map[string]any{"action": "wait", "relay": "this", "session": b.ID}, codeInvalid)
-	wantHas(t, "error", env["error"], "message_id")
-	m.MustFail(map[string]any{"action": "wait", "relay": "this", "message_id": mid}, codeInvalid)
-	m.MustFail(map[string]any{"action": "wait", "relay": "this", "session": b.ID, "message_id": mid, "wait_seconds": "x"}, codeInvalid)
-	// Not on itself.
-	amid := r.Message(a.ID, "self")
-	env = m.MustFail(map[string]any{"action": "wait", "relay": "this", "session": a.ID, "message_id": amid}, codeSelf)
-	wantHas(t, "error", env["error"], "Nothing was done.")
-}
-
-// ---- steering -----------------------------------------------------------------

@@ -1,7 +1,6 @@
 package relaytest
 
 import (
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,58 +9,6 @@ import (
 
 	"github.com/oar/relay/config"
 )
-
-// R17.1: a CLI provider whose binary cannot be found is a warning, not an
-// exit: relay_info and usage show it unavailable and why, and a prompt to it
-// is REMOTE_RELAY_PROVIDER_UNAVAILABLE with nothing queued.
-func TestAgentProviderUnavailable(t *testing.T) {
-	t.Parallel()
-	r := Start(t, Options{Config: func(c *config.Config) {
-		c.Providers = append(c.Providers, config.Provider{ID: "gone", Name: "Gone", Type: config.TypeClaudeCode,
-			Command: []string{"no-such-claude-binary-xyz"}, Models: []string{"m"}, DefaultModel: "m"})
-	}})
-	orch := r.NewSession(map[string]any{"title": "orch"})
-	m := r.Connect(orch.Token, nil)
-	info := m.MustOK(map[string]any{"action": "relay_info", "relay": "this"})
-	var gone map[string]any
-	for _, p := range list(t, info["providers"], "providers") {
-		if pm := p.(map[string]any); pm["id"] == "gone" {
-			gone = pm
-		} else if pm["available"] != true || pm["status"] != nil {
-			t.Fatalf("scripted provider %v", pm)
-		}
-	}
-	if gone == nil || gone["available"] != false || gone["status"] != "unavailable" ||
-		!strings.Contains(str(gone["statusReason"]), `"no-such-claude-binary-xyz" was not found on PATH`) {
-		t.Fatalf("relay_info provider %v", gone)
-	}
-	usage := m.MustOK(map[string]any{"action": "usage", "relay": "this"})
-	for _, p := range list(t, usage["providers"], "providers") {
-		if pm := p.(map[string]any); pm["id"] == "gone" && pm["status"] != "unavailable" {
-			t.Fatalf("usage %v", pm)
-		}
-	}
-
-	// A session on it may exist (the owner made it before the CLI went away); prompts are refused.
-	s := r.NewSession(map[string]any{"title": "on gone", "provider": "gone"})
-	var out map[string]any
-	if st := r.Owner("POST", "/api/v1/sessions/"+s.ID+"/messages", map[string]any{"text": "hi"}, &out); st == http.StatusAccepted ||
-		out["code"] != "REMOTE_RELAY_PROVIDER_UNAVAILABLE" {
-		t.Fatalf("owner message: %d %v", st, out)
-	}
-	e := m.MustFail(map[string]any{"action": "send", "relay": "this", "session": s.ID, "text": "hi", "wait_seconds": 0}, "REMOTE_RELAY_PROVIDER_UNAVAILABLE")
-	if !strings.Contains(str(e["error"]), "not found on PATH") {
-		t.Fatalf("send error %v", e)
-	}
-	m.MustFail(map[string]any{"action": "create_session", "relay": "this", "text": "hi", "provider": "gone"}, "REMOTE_RELAY_PROVIDER_UNAVAILABLE")
-	if msgs := r.Messages(s.ID, ""); len(msgs) != 0 {
-		t.Fatalf("something was queued: %v", msgs)
-	}
-	if st := r.Owner("POST", "/api/v1/sessions", map[string]any{"provider": "gone", "text": "hi"}, &out); st == http.StatusCreated ||
-		out["code"] != "REMOTE_RELAY_PROVIDER_UNAVAILABLE" {
-		t.Fatalf("owner create with text: %d %v", st, out)
-	}
-}
 
 // R17.5 through the relay: a CLI silent for timing.agent_silence is
 // stopped and its turn ends with an error that says so (a fake CLI script).

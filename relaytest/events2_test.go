@@ -1,9 +1,11 @@
 package relaytest
 
-// End-to-end tests of events, subscriptions and delivery (SPEC §8, R5.2.2,
-// R5.4) through the real MCP client and scripted sessions against a real
-// relay. Async work is awaited with Eventually/WaitTurn; that something did
-// NOT arrive is checked against a later marker event that must come after it.
+// End-to-end tests of events that need a real relay (SPEC §8, §16): held
+// events across a restart of the process, and /metrics; the helpers the
+// other end-to-end tests use for subscriptions. The event rules themselves
+// are the domain's (domain/events_rules_test.go, delivery_rules_test.go).
+// Async work is awaited with Eventually/WaitTurn; that something did NOT
+// arrive is checked against a later marker event that must come after it.
 
 import (
 	"fmt"
@@ -199,83 +201,6 @@ func TestDigestHeldAcrossRestart(t *testing.T) {
 		if n := ev2Count(lines, frag); n != 1 {
 			t.Errorf("%d lines with %s after the restart, want exactly 1:\n%s", n, frag, strings.Join(lines, "\n"))
 		}
-	}
-}
-
-// ---- R8.18 no echo ----------------------------------------------------------
-
-// R8.18: the watcher's own send whose reply it got does not wake it with that
-// turn's turn_end; without a wait it does; errors still come; a turn_end that
-// ends a once subscription wakes it even for its own prompt.
-func TestNoEchoOwnPrompt(t *testing.T) {
-	t.Parallel()
-	r := Start(t, Options{Config: func(c *config.Config) { c.Timing.Coalesce = 0 }})
-	w := r.NewSession(map[string]any{"title": "watcher"})
-	w2 := r.NewSession(map[string]any{"title": "once-watcher"})
-	a := r.NewSession(map[string]any{"title": "alpha"})
-	c := r.NewSession(map[string]any{"title": "gamma"})
-	ev2Sub(t, r, w, map[string]any{"sessions": []string{a.ID}}, true)
-	once := ev2Sub(t, r, w2, map[string]any{"sessions": []string{c.ID}, "events": []string{"turn_end"}, "once": true}, true)
-	mw := r.Connect(w.Token, nil)
-	mw2 := r.Connect(w2.Token, nil)
-
-	// 1. send with a wait that got the reply: no echo.
-	env := mw.MustOK(map[string]any{"action": "send", "relay": "this", "session": a.ID, "text": "waited", "wait_seconds": 15})
-	if env["status"] != "done" {
-		t.Fatalf("send: %v", env)
-	}
-	ev2Done(t, r, a.ID, "marker1")
-	ev2WaitCount(t, r, w.ID, `"echo: marker1"`, 1)
-
-	// 2. wait_seconds 0 and no wait: it wakes.
-	env = mw.MustOK(map[string]any{"action": "send", "relay": "this", "session": a.ID, "text": "nowait", "wait_seconds": 0})
-	if env["status"] == "done" {
-		t.Fatalf("send with wait_seconds 0 waited: %v", env)
-	}
-	r.WaitTurn(env["message_id"].(string), ev2Wait, "done")
-	ev2WaitCount(t, r, w.ID, `"echo: nowait"`, 1)
-
-	// 3. wait_seconds 0 and then a wait that gets the reply: no echo.
-	env = mw.MustOK(map[string]any{"action": "send", "relay": "this", "session": a.ID,
-		"text": Script(map[string]any{"sleep_ms": 1500}, map[string]any{"reply": "later"}), "wait_seconds": 0})
-	env = mw.MustOK(map[string]any{"action": "wait", "relay": "this", "session": a.ID, "message_id": env["message_id"], "wait_seconds": 15})
-	if env["status"] != "done" {
-		t.Fatalf("wait: %v", env)
-	}
-	// 4. a wait that ran out before the reply: the held turn_end is delivered.
-	env = mw.MustOK(map[string]any{"action": "send", "relay": "this", "session": a.ID,
-		"text": Script(map[string]any{"sleep_ms": 2500}, map[string]any{"reply": "too slow"}), "wait_seconds": 1})
-	if env["status"] == "done" {
-		t.Fatalf("send with wait_seconds 1 got the reply of a 2.5 s turn: %v", env)
-	}
-	ev2WaitCount(t, r, w.ID, `"too slow"`, 1)
-
-	// 5. an error of its own waited prompt still comes.
-	env = mw.MustOK(map[string]any{"action": "send", "relay": "this", "session": a.ID, "text": Script(map[string]any{"error": "boom"}), "wait_seconds": 15})
-	if env["status"] != "error" {
-		t.Fatalf("send: %v", env)
-	}
-	ev2WaitCount(t, r, w.ID, `error "boom"`, 1)
-	ev2Done(t, r, a.ID, "marker2")
-	lines := ev2WaitCount(t, r, w.ID, `"echo: marker2"`, 1)
-	for _, frag := range []string{`"echo: waited"`, `"later"`} {
-		if n := ev2Count(lines, frag); n != 0 {
-			t.Errorf("the watcher was woken by its own waited prompt's turn_end (%s):\n%s", frag, strings.Join(lines, "\n"))
-		}
-	}
-
-	// 6. once: the turn_end that ends it wakes the watcher even for its own prompt.
-	env = mw2.MustOK(map[string]any{"action": "send", "relay": "this", "session": c.ID, "text": "own", "wait_seconds": 15})
-	if env["status"] != "done" {
-		t.Fatalf("send: %v", env)
-	}
-	m := ev2WaitMsg(t, r, w2.ID, `"echo: own"`)
-	if want := ev2Header + "\n" + ev2Line(c, `turn_end (done) "echo: own"`); m != want {
-		t.Errorf("once message:\n%s\nwant\n%s", m, want)
-	}
-	s := ev2SubList(t, mw2)[once["id"].(string)]
-	if s["endReason"] != "fired" {
-		t.Errorf("once subscription after its event: %v", s)
 	}
 }
 
