@@ -3,7 +3,6 @@ package domain
 import (
 	"context"
 	"encoding/json"
-	"strings"
 
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
@@ -11,24 +10,6 @@ import (
 
 // Agent CLI providers (R17): the host's hooks for activity lines and the
 // CLI's conversation id, usage with cost and pauses, availability.
-
-// Activity appends an activity line of the running turn to the conversation
-// (role "activity", R17.3). A 🛰️ line a provider reports is dropped: the
-// relay writes that line itself for every relay_tool call (noteCall), so it
-// comes once whatever the provider.
-func (h *host) Activity(line string) {
-	if strings.HasPrefix(line, relayCallMark) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), liveWriteTimeout)
-	defer cancel()
-	m := &store.Message{ID: store.NewID(16), Role: "activity", Text: line, CreatedAt: h.r.now()}
-	if err := h.r.st.AppendMessage(ctx, h.sid, m); err != nil {
-		h.r.log.Warn("activity line not stored", "session", h.sid, "err", err)
-		return
-	}
-	h.r.notify(ctx, "session:"+h.sid) // the owner's console shows it live
-}
 
 // relayCallMark starts the activity line of a relay_tool call.
 const relayCallMark = "🛰️"
@@ -59,15 +40,6 @@ func (r *Relay) noteCall(ctx context.Context, c *caller, raw json.RawMessage) {
 func (r *Relay) noteEarly(ctx context.Context, callerID string, raw json.RawMessage) {
 	if c, _, err := r.loadCall(ctx, callerID, ""); err == nil {
 		r.noteCall(ctx, c, raw)
-	}
-}
-
-// SetAgentSession stores the agent CLI's conversation id with the session (R17.2).
-func (h *host) SetAgentSession(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), liveWriteTimeout)
-	defer cancel()
-	if err := h.r.st.SetAgentSession(ctx, h.sid, h.prov, id); err != nil {
-		h.r.log.Warn("agent conversation id not stored", "session", h.sid, "err", err)
 	}
 }
 

@@ -2,12 +2,82 @@ package domain
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
+	"sync"
+	"time"
 
+	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
+
+// drainer is the drain subsystem (§18, R18.11): a session's turns run one at
+// a time under its lease (Drain → drainFrom → run), the lease renewed while
+// the provider works and every write after the start fenced by it, the turns
+// this process runs (running, claims, endingNow) handed back at shutdown, a
+// dead worker's turn resumed or put back, and a waited prompt's drain started
+// here on a free slot (runHere). RunJob's drain job and Relay.Drain are its
+// doors. It sees the store only as recordStore and drainStore, and the rest
+// of the relay only through drainHost.
+type drainer struct {
+	st           drainerStore
+	enq          Enqueuer
+	log          *slog.Logger
+	met          Metrics
+	opts         *Options // the relay's: worker id, limits, timing
+	now          func() time.Time
+	dl           *pipeline
+	hub          *hub
+	warm         *warmGoroutines              // drains started here run on kept goroutines (stacks.go)
+	providers    map[string]provider.Provider // the relay's, read-only after New
+	drainHistory int                          // last messages a drain reads with its turn: historyRead when a provider uses them, else 0
+	relay        drainHost
+
+	mu        sync.Mutex
+	running   map[string]context.CancelCauseFunc // turn id -> cancel (turns this process runs)
+	claims    map[string]bool                    // turn id -> its agent started: turns this process's drains took (resumable)
+	endingNow map[string]bool                    // turns whose outcome a drain here is writing (finishEmit)
+	stopping  bool
+	direct    chan struct{} // slots of drains started here; nil: none
+	directWG  sync.WaitGroup
+}
+
+// drainerStore is the store as the drain sees it.
+type drainerStore interface {
+	recordStore
+	drainStore
+}
+
+// drainHost is what the drain asks of the rest of the relay: an agent's
+// relay_tool calls (tool.go), the settings (relay.go), the session's
+// orchestrator (queue.go), the folders rule (create.go), the turn's token
+// (turntoken.go), usage and the model that ran (agents.go), Claude settings
+// (update.go), whether any relay is paired (pairing.go), a task an agent
+// starts (tasks.go) and telling the console (notify.go).
+type drainHost interface {
+	CallTool(ctx context.Context, callerID string, raw json.RawMessage, d *Delivery) (json.RawMessage, bool)
+	settings(ctx context.Context) (store.Settings, error)
+	orchestrator(s *store.Session) string
+	folderAllowed(dir string) (resolved, why string)
+	mintTurnToken(ctx context.Context, p provider.Provider, sid string) (string, func(), error)
+	countUsage(ctx context.Context, provID string, status store.TurnStatus, out provider.Result) *store.UsageAdd
+	noteModel(ctx context.Context, s *store.Session, turnID string, status store.TurnStatus, ran string)
+	claudeSettings(p provider.Provider, s *store.Session, pt *provider.Turn)
+	anyPairing(ctx context.Context) bool
+	startTask(ctx context.Context, sid string, spec provider.TaskSpec) (*taskHandle, error)
+	notify(ctx context.Context, what string)
+}
+
+// Drain runs the next queued turn of a session (the drain's door for tests
+// and tools; jobs come through RunJob).
+func (r *Relay) Drain(ctx context.Context, sid string) error { return r.dr.Drain(ctx, sid) }
+
+// Shutdown hands this process's running turns back to their queues; call it
+// before stopping the worker (graceful shutdown, nothing lost).
+func (r *Relay) Shutdown() { r.dr.Shutdown() }
 
 // A prompt whose caller waits for the reply (send, create_session with a
 // wait) starts its session's drain in the process that queued it, when that
@@ -26,65 +96,65 @@ import (
 
 // reserveDirect takes a slot for a drain started here; false when there is
 // none (no worker here, every slot busy, or the process is stopping).
-func (r *Relay) reserveDirect() bool {
-	if r.direct == nil {
+func (dr *drainer) reserveDirect() bool {
+	if dr.direct == nil {
 		return false
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.stopping {
+	dr.mu.Lock()
+	defer dr.mu.Unlock()
+	if dr.stopping {
 		return false
 	}
 	select {
-	case r.direct <- struct{}{}:
+	case dr.direct <- struct{}{}:
 	default:
 		return false // every slot busy: the queue spreads the work
 	}
-	r.directWG.Add(1)
+	dr.directWG.Add(1)
 	return true
 }
 
 // releaseDirect gives back a slot reserveDirect took and no drain used.
-func (r *Relay) releaseDirect() {
-	<-r.direct
-	r.directWG.Done()
+func (dr *drainer) releaseDirect() {
+	<-dr.direct
+	dr.directWG.Done()
 }
 
 // runHere runs the session's drain from its first step d (taken for owner
 // with the prompt's push) in this process, on the slot reserveDirect took.
-func (r *Relay) runHere(sid, owner string, d *store.Drain) {
-	r.warm.start(func() {
-		defer r.releaseDirect()
+func (dr *drainer) runHere(sid, owner string, d *store.Drain) {
+	dr.warm.start(func() {
+		defer dr.releaseDirect()
 		ctx := context.Background() // not the call's: the turn runs on when the caller leaves
-		err := r.drainRecovered(sid, func() error { return r.drainFrom(ctx, sid, owner, d) })
+		err := dr.drainRecovered(sid, func() error { return dr.drainFrom(ctx, sid, owner, d) })
 		if err == nil {
 			return
 		}
 		if !errors.Is(err, ErrRetryLater) {
-			r.log.Warn("a drain started here failed; the queue takes it over", "session", id8(sid), "err", err)
+			dr.log.Warn("a drain started here failed; the queue takes it over", "session", id8(sid), "err", err)
 		}
-		if err := r.enqueueDrain(ctx, sid); err != nil {
-			r.log.Warn("hand a drain to the queue; the sweep will restart it", "session", id8(sid), "err", err)
+		if err := dr.enqueueDrain(ctx, sid); err != nil {
+			dr.log.Warn("hand a drain to the queue; the sweep will restart it", "session", id8(sid), "err", err)
 		}
 	})
 }
 
 // enqueueDrain gives the session's drain to the queue as a new task: its
 // id becomes the drain flag, then the task is enqueued.
-func (r *Relay) enqueueDrain(ctx context.Context, sid string) error {
+func (dr *drainer) enqueueDrain(ctx context.Context, sid string) error {
 	next := "drain:" + sid + ":" + store.NewID(6)
-	if err := r.st.SetDrainID(ctx, sid, next); err != nil {
+	if err := dr.st.SetDrainID(ctx, sid, next); err != nil {
 		return fmt.Errorf("enqueue the drain of session %s: %w", id8(sid), err)
 	}
-	return r.enq.EnqueueDrain(ctx, sid, next)
+	return dr.enq.EnqueueDrain(ctx, sid, next)
 }
 
 // drainRecovered runs drain (a drain started here) with a panic turned into
 // an error, as asynq does for a task: it must not take the process down.
-func (r *Relay) drainRecovered(sid string, drain func() error) (err error) {
+func (dr *drainer) drainRecovered(sid string, drain func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			r.log.Error("a drain started here panicked", "session", id8(sid), "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			dr.log.Error("a drain started here panicked", "session", id8(sid), "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			err = fmt.Errorf("drain of %s panicked: %v", id8(sid), p)
 		}
 	}()

@@ -455,7 +455,7 @@ func (r *Relay) RecoverDrains(ctx context.Context, stale func(map[string]string)
 		if err != nil || waiting {
 			continue
 		}
-		if err := r.enqueueDrain(ctx, sid); err != nil {
+		if err := r.dr.enqueueDrain(ctx, sid); err != nil {
 			return n, fmt.Errorf("recover drain %s: %w", sid, err)
 		}
 		r.log.Warn("restarted a lost drain", "session", sid, "lost_task", taskID)

@@ -132,16 +132,16 @@ func (r *Relay) queueTurn(ctx context.Context, id string, s *store.Session, text
 		PeerLimit: r.opts.Limits.ActiveSessionsPerPeerToken, DrainID: drainID, Waiting: waiting, LoopOf: loopOf, LoopLimit: r.opts.Limits.AgentPromptsBeforeCard, UnlockFrom: unlockFrom}
 	// A waited prompt starts its drain here when a slot is free (direct.go):
 	// the push then takes the drain's first step too.
-	here := waitFor > 0 && r.reserveDirect()
+	here := waitFor > 0 && r.dr.reserveDirect()
 	if here {
-		o.StartOwner, o.LeaseTTL, o.History = r.newLeaseOwner(), leaseTTL, r.drainHistory
+		o.StartOwner, o.LeaseTTL, o.History = r.dr.newLeaseOwner(), leaseTTL, r.dr.drainHistory
 	}
 	// One step: the loop count, the waiting mark (set before the turn can
 	// run), the prompt, the owner's console notified (R19.6), and the drain's
 	// first step.
 	q, err := r.st.QueueTurn(ctx, t, o)
 	if here && (err != nil || q.Drain == nil) {
-		r.releaseDirect()
+		r.dr.releaseDirect()
 		if (err != nil && !refused(err)) || (err == nil && q.Again) {
 			// The push may have run with its answer lost, taking the turn for
 			// a drain that will not run: give the turn back (undoStart).
@@ -160,7 +160,7 @@ func (r *Relay) queueTurn(ctx context.Context, id string, s *store.Session, text
 	}
 	switch {
 	case q.Drain != nil:
-		r.runHere(s.ID, o.StartOwner, q.Drain)
+		r.dr.runHere(s.ID, o.StartOwner, q.Drain)
 	case q.Start:
 		if err := r.enq.EnqueueDrain(ctx, s.ID, drainID); err != nil {
 			// The prompt is queued; the recovery sweep starts the drain.
@@ -214,7 +214,7 @@ func (r *Relay) undoStart(ctx context.Context, sid, turnID, owner string, q *sto
 	if err := r.st.ReleaseLease(ctx, sid, owner); err != nil {
 		r.log.Warn("release the lease of a turn given back", "session", id8(sid), "err", err)
 	}
-	if err := r.enqueueDrain(ctx, sid); err != nil {
+	if err := r.dr.enqueueDrain(ctx, sid); err != nil {
 		r.log.Warn("hand a drain to the queue; the sweep will restart it", "session", id8(sid), "err", err)
 	}
 }
@@ -252,7 +252,7 @@ func (r *Relay) waitTurnOn(ctx context.Context, id string, d time.Duration, ch <
 				cp := *ft
 				return &cp, nil
 			}
-			if r.isEnding(id) {
+			if r.dr.isEnding(id) {
 				// A drain here is writing the turn's end: it hands the
 				// record over right after the notification this wake-up
 				// came from (the 2 s re-check reads it should it not).

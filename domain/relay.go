@@ -88,22 +88,13 @@ type Relay struct {
 	dl        *pipeline  // the delivery subsystem (deliver.go)
 	sch       *schedules // the schedules subsystem (schedule.go)
 	pk        *peerLink  // the paired relays' link and poller (peer.go, peerpoll.go)
-	// drainHistory is how many last messages a drain reads with the turn it
-	// starts: historyRead when a provider's turns use the history, else 0.
-	drainHistory int
+	dr        *drainer   // the drain subsystem (turns.go, direct.go)
 
-	mu        sync.Mutex
-	running   map[string]context.CancelCauseFunc // turn id -> cancel (turns this process runs)
-	claims    map[string]bool                    // turn id -> its agent started: turns this process's drains took (resumable)
-	endingNow map[string]bool                    // turns whose outcome a drain here is writing (finishEmit)
-	direct    chan struct{}                      // slots of drains started here (direct.go); nil: none
-	directWG  sync.WaitGroup
-	warm      *warmGoroutines    // tool calls and drains started here run on kept goroutines (stacks.go)
-	handler   map[string]handler // the actions' handlers (handlers), built once
+	warm    *warmGoroutines    // tool calls and drains started here run on kept goroutines (stacks.go)
+	handler map[string]handler // the actions' handlers (handlers), built once
 
 	peerTokMu sync.Mutex
 	peerToks  map[string]peerTok // peer tokens found valid (pairing.go PeerTokenValid)
-	stopping  bool
 
 	bg     sync.WaitGroup // goroutines of Start: notification listener, cache watcher
 	tokMu  sync.RWMutex
@@ -134,23 +125,26 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 		opts.Peers = noPeers{}
 	}
 	r := &Relay{st: st, enq: enq, opts: opts, clk: clk, now: func() time.Time { return clk.Now().UTC() }, log: opts.Logger, met: opts.Metrics,
-		providers: map[string]provider.Provider{}, hub: newHub(), running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}, peerToks: map[string]peerTok{},
+		providers: map[string]provider.Provider{}, hub: newHub(), peerToks: map[string]peerTok{},
 		tokens: map[string]tokenEntry{}, warm: newWarmGoroutines(keptGoroutines)}
 	r.dl = &pipeline{st: st, enq: enq, clk: clk, now: r.now, log: r.log, met: r.met, opts: &r.opts, relay: r}
 	r.pk = &peerLink{st: st, peers: opts.Peers, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, relay: r,
 		linkOnline: map[string]time.Time{}}
 	r.sch = &schedules{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, dl: r.dl, relay: r}
+	r.dr = &drainer{st: st, enq: enq, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, hub: r.hub, warm: r.warm,
+		providers: r.providers, relay: r,
+		running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}}
 	r.handler = r.handlers()
 	for _, p := range provs {
 		id := p.Info().ID
 		r.providers[id] = p
 		r.order = append(r.order, id)
 		if p.Info().WantsHistory {
-			r.drainHistory = historyRead
+			r.dr.drainHistory = historyRead
 		}
 	}
 	if opts.DirectDrains > 0 {
-		r.direct = make(chan struct{}, opts.DirectDrains)
+		r.dr.direct = make(chan struct{}, opts.DirectDrains)
 	}
 	// The external session kind (R17.7) has a provider record so settings
 	// and look-ups work, but it is listed nowhere and runs no turns.
@@ -225,12 +219,12 @@ func (r *Relay) Start(ctx context.Context) error {
 // directWaitMax): the process shuts down with nothing of the relay running.
 func (r *Relay) Wait() {
 	r.bg.Wait()
-	r.mu.Lock()
-	r.stopping = true // no drain starts here any more (startHere)
-	r.mu.Unlock()
+	r.dr.mu.Lock()
+	r.dr.stopping = true // no drain starts here any more (startHere)
+	r.dr.mu.Unlock()
 	r.warm.stop()
 	done := make(chan struct{})
-	go func() { r.directWG.Wait(); r.warm.wait(); close(done) }()
+	go func() { r.dr.directWG.Wait(); r.warm.wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(directWaitMax):

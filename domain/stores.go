@@ -75,7 +75,6 @@ type actionStore interface {
 	AddMonthUsage(ctx context.Context, provider string, month string, tokens int64, microUSD int64) error
 	AllScopeSubscriptions(ctx context.Context) ([]*store.Subscription, error)
 	AppendActivity(ctx context.Context, sid string, m *store.Message) error
-	AppendMessage(ctx context.Context, sid string, m *store.Message) error
 	AppendTaskOutput(ctx context.Context, id string, lines ...string) error
 	AsksBy(ctx context.Context, asker string, since time.Time) ([]*store.Ask, error)
 	AsksIn(ctx context.Context, sid string) ([]*store.Ask, error)
@@ -101,7 +100,6 @@ type actionStore interface {
 	SaveGroup(ctx context.Context, g *store.Group) error
 	SaveTask(ctx context.Context, t *store.Task) error
 	SessionExtras(ctx context.Context, ids []string) ([]store.Extras, error)
-	SetAgentSession(ctx context.Context, sid string, provider string, id string) error
 	SetFlag(ctx context.Context, sid string, name string) error
 	SetGroupMember(ctx context.Context, gid string, sid string, member bool) error
 	SetSessionFields(ctx context.Context, id string, kv map[string]any) error
@@ -115,6 +113,8 @@ type actionStore interface {
 // stacks.go, queue.go, steer.go) needs: queueing, the lease, the fenced turn
 // writes, turn tokens and questions.
 type drainStore interface {
+	AppendMessage(ctx context.Context, sid string, m *store.Message) error
+	SetAgentSession(ctx context.Context, sid string, provider string, id string) error
 	APIURL(ctx context.Context) (string, error)
 	AcquireLease(ctx context.Context, sid string, owner string, ttl time.Duration) (bool, error)
 	AddTurnToken(ctx context.Context, sid string, tok string, ttl time.Duration) error

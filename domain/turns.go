@@ -37,28 +37,28 @@ const leaseTTL = 15 * time.Second
 
 // Drain runs the next queued turn of a session (one turn per job, in order,
 // under the session's lease) and starts the job for the one after it.
-func (r *Relay) Drain(ctx context.Context, sid string) error {
-	if r.isStopping() {
+func (dr *drainer) Drain(ctx context.Context, sid string) error {
+	if dr.isStopping() {
 		return ErrRetryLater
 	}
-	owner := r.newLeaseOwner()
+	owner := dr.newLeaseOwner()
 	// One round trip: the session, its lease, and (no turn left running, one
 	// queued) the next turn popped and marked running, the console notified
 	// (R19.6), whether anything watches the session, the turn's history.
-	d, err := r.st.StartDrain(ctx, sid, owner, leaseTTL, r.now(), r.drainHistory)
+	d, err := dr.st.StartDrain(ctx, sid, owner, leaseTTL, dr.now(), dr.drainHistory)
 	if err != nil {
 		return fmt.Errorf("start the drain: %w", err) // RunJob names the session
 	}
-	return r.drainFrom(ctx, sid, owner, d)
+	return dr.drainFrom(ctx, sid, owner, d)
 }
 
 // newLeaseOwner names a drain's hold on a session's lease; its prefix is this
 // process's worker id (resumable).
-func (r *Relay) newLeaseOwner() string { return r.opts.WorkerID + ":" + store.NewID(4) }
+func (dr *drainer) newLeaseOwner() string { return dr.opts.WorkerID + ":" + store.NewID(4) }
 
 // drainFrom is Drain after its first step d, taken for owner (by StartDrain,
 // or with the prompt's push when the drain starts where it was queued).
-func (r *Relay) drainFrom(ctx context.Context, sid, owner string, d *store.Drain) error {
+func (dr *drainer) drainFrom(ctx context.Context, sid, owner string, d *store.Drain) error {
 	l := drainLease{fence: owner}
 	var err error
 	switch d.State {
@@ -68,7 +68,7 @@ func (r *Relay) drainFrom(ctx context.Context, sid, owner string, d *store.Drain
 		return ErrRetryLater
 	}
 	s := d.Session
-	orch := r.orchestrator(s)
+	orch := dr.relay.orchestrator(s)
 	rel := &leaseRelease{owner: owner}
 	defer func() {
 		if rel.released {
@@ -76,24 +76,24 @@ func (r *Relay) drainFrom(ctx context.Context, sid, owner string, d *store.Drain
 		}
 		rctx, cancel := context.WithTimeout(context.Background(), detachedWriteTimeout)
 		defer cancel()
-		_ = r.st.ReleaseLease(rctx, sid, owner)
+		_ = dr.st.ReleaseLease(rctx, sid, owner)
 	}()
 	id, t := "", d.Turn
 	// The claim on the turn this drain takes goes with the drain, unless
 	// its agent started here and its outcome was not written (unclaim).
 	defer func() {
 		if id != "" {
-			r.unclaim(id)
+			dr.unclaim(id)
 		}
 	}()
 	if t != nil {
 		id = t.ID
-		r.claim(id)
+		dr.claim(id)
 		if d.Watched {
-			r.dl.busyAgain(ctx, sid)
+			dr.dl.busyAgain(ctx, sid)
 		}
 	} else {
-		if id, t, err = r.nextTurn(ctx, l, s, orch); err != nil || t == nil {
+		if id, t, err = dr.nextTurn(ctx, l, s, orch); err != nil || t == nil {
 			return err
 		}
 		d.History = nil // read when the turn starts
@@ -103,9 +103,9 @@ func (r *Relay) drainFrom(ctx context.Context, sid, owner string, d *store.Drain
 	l.rel = rel
 	var more bool
 	if s.Archived {
-		more, err = r.finish(ctx, l, s, orch, id, store.TurnStopped, "", "", "the session was archived")
+		more, err = dr.finish(ctx, l, s, orch, id, store.TurnStopped, "", "", "the session was archived")
 	} else {
-		more, err = r.run(ctx, l, s, orch, t, d.History)
+		more, err = dr.run(ctx, l, s, orch, t, d.History)
 	}
 	if err != nil {
 		return err
@@ -116,11 +116,11 @@ func (r *Relay) drainFrom(ctx context.Context, sid, owner string, d *store.Drain
 		// wait out a retry (1 s) for nothing.
 		if !rel.released {
 			rel.released = true
-			if err := r.st.ReleaseLease(ctx, sid, owner); err != nil {
-				r.log.Warn("release the lease before the next drain; it expires on its own", "session", id8(sid), "err", err)
+			if err := dr.st.ReleaseLease(ctx, sid, owner); err != nil {
+				dr.log.Warn("release the lease before the next drain; it expires on its own", "session", id8(sid), "err", err)
 			}
 		}
-		if err := r.enqueueDrain(ctx, sid); err != nil {
+		if err := dr.enqueueDrain(ctx, sid); err != nil {
 			return err
 		}
 	}
@@ -132,54 +132,54 @@ func (r *Relay) drainFrom(ctx context.Context, sid, owner string, d *store.Drain
 // died — unless this process took it and never learned it (resumable), then
 // it is that turn; a dead worker's turn is ended first, and the next queued
 // one popped. No turn: nothing queued.
-func (r *Relay) nextTurn(ctx context.Context, l drainLease, s *store.Session, orch string) (string, *store.Turn, error) {
+func (dr *drainer) nextTurn(ctx context.Context, l drainLease, s *store.Session, orch string) (string, *store.Turn, error) {
 	sid := s.ID
-	cur, err := r.st.CurrentTurn(ctx, sid)
+	cur, err := dr.st.CurrentTurn(ctx, sid)
 	if err != nil {
 		return "", nil, err
 	}
 	if cur != "" {
-		if rt := r.resumable(ctx, cur); rt != nil {
-			r.log.Warn("turn resumed: this process took it off its queue but the answer was lost (Redis went away); its agent had not started",
+		if rt := dr.resumable(ctx, cur); rt != nil {
+			dr.log.Warn("turn resumed: this process took it off its queue but the answer was lost (Redis went away); its agent had not started",
 				"session", id8(sid), "turn", id8(cur))
-			r.claim(cur)
-			r.dl.busyAgain(ctx, sid)
+			dr.claim(cur)
+			dr.dl.busyAgain(ctx, sid)
 			return cur, rt, nil
 		}
-		r.log.Warn("turn abandoned by a dead worker", "session", sid, "turn", cur)
-		if _, err := r.finish(ctx, l, s, orch, cur, store.TurnError, "", "",
+		dr.log.Warn("turn abandoned by a dead worker", "session", sid, "turn", cur)
+		if _, err := dr.finish(ctx, l, s, orch, cur, store.TurnError, "", "",
 			"The worker running this turn stopped before the turn finished (its process ended); the prompt was not run again."); err != nil {
 			return "", nil, err
 		}
 	}
-	id, err := r.st.PopTurnBy(ctx, sid, orch, r.now(), l.fence)
+	id, err := dr.st.PopTurnBy(ctx, sid, orch, dr.now(), l.fence)
 	if err != nil || id == "" {
 		return "", nil, err
 	}
-	r.claim(id)
-	t, err := r.st.GetTurn(ctx, id)
+	dr.claim(id)
+	t, err := dr.st.GetTurn(ctx, id)
 	if err != nil {
-		return id, nil, r.putBack(ctx, sid, id, err)
+		return id, nil, dr.putBack(ctx, sid, id, err)
 	}
-	r.dl.busyAgain(ctx, sid)
-	r.notify(ctx, "session:"+sid) // the turn runs: the owner's console (R19.6)
+	dr.dl.busyAgain(ctx, sid)
+	dr.relay.notify(ctx, "session:"+sid) // the turn runs: the owner's console (R19.6)
 	return id, t, nil
 }
 
 // claim records that this process took turn id off its queue (see resumable).
-func (r *Relay) claim(id string) {
-	r.mu.Lock()
-	r.claims[id] = false
-	r.mu.Unlock()
+func (dr *drainer) claim(id string) {
+	dr.mu.Lock()
+	dr.claims[id] = false
+	dr.mu.Unlock()
 }
 
 // agentStarted records that the claimed turn's agent started in this process.
-func (r *Relay) agentStarted(id string) {
-	r.mu.Lock()
-	if _, ok := r.claims[id]; ok {
-		r.claims[id] = true
+func (dr *drainer) agentStarted(id string) {
+	dr.mu.Lock()
+	if _, ok := dr.claims[id]; ok {
+		dr.claims[id] = true
 	}
-	r.mu.Unlock()
+	dr.mu.Unlock()
 }
 
 // unclaim ends a drain's claim on a turn whose agent did not start here (a
@@ -187,39 +187,39 @@ func (r *Relay) agentStarted(id string) {
 // turn's outcome is written (forgetClaim): if it never is (Redis stayed
 // away, a panic), no later drain here runs that prompt again; one ends it
 // as abandoned.
-func (r *Relay) unclaim(id string) {
-	r.mu.Lock()
-	if !r.claims[id] {
-		delete(r.claims, id)
+func (dr *drainer) unclaim(id string) {
+	dr.mu.Lock()
+	if !dr.claims[id] {
+		delete(dr.claims, id)
 	}
-	r.mu.Unlock()
+	dr.mu.Unlock()
 }
 
 // ending marks (on) or unmarks a turn whose outcome a drain of this process
 // is writing: the notification of its end may wake a waiting caller here
 // before the record is handed over (finishEmit).
-func (r *Relay) ending(id string, on bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+func (dr *drainer) ending(id string, on bool) {
+	dr.mu.Lock()
+	defer dr.mu.Unlock()
 	if on {
-		r.endingNow[id] = true
+		dr.endingNow[id] = true
 	} else {
-		delete(r.endingNow, id)
+		delete(dr.endingNow, id)
 	}
 }
 
 // isEnding reports whether a drain of this process is writing turn id's outcome.
-func (r *Relay) isEnding(id string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.endingNow[id]
+func (dr *drainer) isEnding(id string) bool {
+	dr.mu.Lock()
+	defer dr.mu.Unlock()
+	return dr.endingNow[id]
 }
 
 // forgetClaim drops the claim on a turn whose outcome was written.
-func (r *Relay) forgetClaim(id string) {
-	r.mu.Lock()
-	delete(r.claims, id)
-	r.mu.Unlock()
+func (dr *drainer) forgetClaim(id string) {
+	dr.mu.Lock()
+	delete(dr.claims, id)
+	dr.mu.Unlock()
 }
 
 // resumable returns the turn cur, left running without a lease, when this
@@ -228,14 +228,14 @@ func (r *Relay) forgetClaim(id string) {
 // and its answer was lost (Redis stopped or the connection broke), so its
 // agent never started and the turn can run now. Else nil: the turn was
 // abandoned by another process, or its agent ran here.
-func (r *Relay) resumable(ctx context.Context, cur string) *store.Turn {
-	t, err := r.st.GetTurn(ctx, cur)
-	if err != nil || t.Status != store.TurnRunning || !strings.HasPrefix(t.Drainer, r.opts.WorkerID+":") {
+func (dr *drainer) resumable(ctx context.Context, cur string) *store.Turn {
+	t, err := dr.st.GetTurn(ctx, cur)
+	if err != nil || t.Status != store.TurnRunning || !strings.HasPrefix(t.Drainer, dr.opts.WorkerID+":") {
 		return nil
 	}
-	r.mu.Lock()
-	_, claimed := r.claims[cur]
-	r.mu.Unlock()
+	dr.mu.Lock()
+	_, claimed := dr.claims[cur]
+	dr.mu.Unlock()
 	if claimed {
 		return nil
 	}
@@ -245,13 +245,13 @@ func (r *Relay) resumable(ctx context.Context, cur string) *store.Turn {
 // putBack returns a turn that was taken but whose agent never started (a
 // Redis error on the way) to the head of its queue, so the drain's retry runs
 // it instead of finding it abandoned (R18.11). It returns cause for the retry.
-func (r *Relay) putBack(ctx context.Context, sid, turnID string, cause error) error {
+func (dr *drainer) putBack(ctx context.Context, sid, turnID string, cause error) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), detachedWriteTimeout)
 	defer cancel()
-	if err := r.st.RequeueTurn(wctx, sid, turnID); err != nil {
-		r.log.Error("a taken turn could not be put back; it will end as abandoned", "session", sid, "turn", turnID, "err", err, "cause", cause)
+	if err := dr.st.RequeueTurn(wctx, sid, turnID); err != nil {
+		dr.log.Error("a taken turn could not be put back; it will end as abandoned", "session", sid, "turn", turnID, "err", err, "cause", cause)
 	} else {
-		r.log.Warn("turn put back after an error before its agent started", "session", sid, "turn", turnID, "err", cause)
+		dr.log.Warn("turn put back after an error before its agent started", "session", sid, "turn", turnID, "err", cause)
 	}
 	return fmt.Errorf("turn %s not started: %w", turnID, cause)
 }
@@ -282,8 +282,8 @@ const finishGiveUp = 3 * time.Minute
 // each try first takes the session's lease back for this drain, so a turn
 // whose agent finished during an outage is recorded as it ended instead of
 // being found "abandoned" when Redis returns.
-func (r *Relay) finishLater(ctx context.Context, owner, sid string, write func(context.Context) (bool, error), first error) (bool, error) {
-	r.log.Warn("the turn's outcome could not be written; retrying until Redis answers", "session", id8(sid), "err", first)
+func (dr *drainer) finishLater(ctx context.Context, owner, sid string, write func(context.Context) (bool, error), first error) (bool, error) {
+	dr.log.Warn("the turn's outcome could not be written; retrying until Redis answers", "session", id8(sid), "err", first)
 	deadline := time.Now().Add(finishGiveUp)
 	wait := finishRetryFirst
 	err := first
@@ -292,8 +292,8 @@ func (r *Relay) finishLater(ctx context.Context, owner, sid string, write func(c
 		wait = min(2*wait, finishRetryMax)
 		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), detachedWriteTimeout)
 		if owner != "" {
-			if ok, lerr := r.st.RenewLease(c, sid, owner, leaseTTL); lerr == nil && !ok {
-				if got, aerr := r.st.AcquireLease(c, sid, owner, leaseTTL); aerr == nil && !got {
+			if ok, lerr := dr.st.RenewLease(c, sid, owner, leaseTTL); lerr == nil && !ok {
+				if got, aerr := dr.st.AcquireLease(c, sid, owner, leaseTTL); aerr == nil && !got {
 					cancel()
 					return false, fmt.Errorf("another drain took session %s while its outcome waited: %w", sid, first)
 				}
@@ -303,7 +303,7 @@ func (r *Relay) finishLater(ctx context.Context, owner, sid string, write func(c
 		more, err = write(c)
 		cancel()
 		if err == nil {
-			r.log.Info("the turn's outcome was written after Redis came back", "session", id8(sid))
+			dr.log.Info("the turn's outcome was written after Redis came back", "session", id8(sid))
 			return more, nil
 		}
 		if errors.Is(err, store.ErrFenced) {
@@ -318,25 +318,25 @@ func (r *Relay) finishLater(ctx context.Context, owner, sid string, write func(c
 // (this one was paused or cut off past the lease). Nothing of this turn is
 // written — no reply, event, usage or next drain — so each turn keeps one
 // outcome, in order; the drain that holds the lease took the session over.
-func (r *Relay) fenced(sid, turnID string) (bool, error) {
-	r.forgetClaim(turnID)
-	r.log.Warn("the turn's outcome was not written: this process lost the session's lease while the turn ran (paused or cut off from Redis); another process ended the turn",
+func (dr *drainer) fenced(sid, turnID string) (bool, error) {
+	dr.forgetClaim(turnID)
+	dr.log.Warn("the turn's outcome was not written: this process lost the session's lease while the turn ran (paused or cut off from Redis); another process ended the turn",
 		"session", id8(sid), "turn", id8(turnID))
 	return false, nil
 }
 
 // finish ends a turn and records its outcome; it reports whether more turns wait.
-func (r *Relay) finish(ctx context.Context, l drainLease, s *store.Session, orch, id string, status store.TurnStatus, reply, model, errText string) (bool, error) {
-	return r.finishUsage(ctx, l, s, orch, id, status, reply, model, errText, nil)
+func (dr *drainer) finish(ctx context.Context, l drainLease, s *store.Session, orch, id string, status store.TurnStatus, reply, model, errText string) (bool, error) {
+	return dr.finishUsage(ctx, l, s, orch, id, status, reply, model, errText, nil)
 }
 
 // finishUsage is finish for a turn whose agent ran: u (nil: none) is its
 // usage, counted with the outcome of a done turn (countUsage).
-func (r *Relay) finishUsage(ctx context.Context, l drainLease, s *store.Session, orch, id string, status store.TurnStatus, reply, model, errText string, u *store.UsageAdd) (bool, error) {
+func (dr *drainer) finishUsage(ctx context.Context, l drainLease, s *store.Session, orch, id string, status store.TurnStatus, reply, model, errText string, u *store.UsageAdd) (bool, error) {
 	// Write even if the job's context is gone: the outcome must not be lost.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
 	defer cancel()
-	now := r.now()
+	now := dr.now()
 	var msg *store.Message
 	switch {
 	case status == store.TurnDone || (status == store.TurnStopped && reply != ""):
@@ -345,24 +345,24 @@ func (r *Relay) finishUsage(ctx context.Context, l drainLease, s *store.Session,
 		msg = &store.Message{ID: store.NewID(16), Role: "event", Text: "The turn ended with an error: " + errText, CreatedAt: now}
 	}
 	if status != store.TurnError {
-		return r.finishEmit(ctx, l, s, orch, id, status, reply, model, msg, now, u)
+		return dr.finishEmit(ctx, l, s, orch, id, status, reply, model, msg, now, u)
 	}
 	fence := l.fence
-	more, err := r.st.FinishTurn(wctx, s.ID, orch, id, fence, msg, now, "status", status, "reply", reply, "replyModel", model,
+	more, err := dr.st.FinishTurn(wctx, s.ID, orch, id, fence, msg, now, "status", status, "reply", reply, "replyModel", model,
 		"error", errText, "ended", now.UnixMilli(), "partial", "", "question", "")
 	if errors.Is(err, store.ErrFenced) {
-		return r.fenced(s.ID, id)
+		return dr.fenced(s.ID, id)
 	}
 	if err != nil {
 		// Redis is away (a restart, a blip): keep the outcome and write it once
 		// it is back, holding the session's lease again first, so no other
 		// process takes the turn for abandoned meanwhile.
-		more, err = r.finishLater(ctx, fence, s.ID, func(c context.Context) (bool, error) {
-			return r.st.FinishTurn(c, s.ID, orch, id, fence, msg, now, "status", status, "reply", reply, "replyModel", model,
+		more, err = dr.finishLater(ctx, fence, s.ID, func(c context.Context) (bool, error) {
+			return dr.st.FinishTurn(c, s.ID, orch, id, fence, msg, now, "status", status, "reply", reply, "replyModel", model,
 				"error", errText, "ended", now.UnixMilli(), "partial", "", "question", "")
 		}, err)
 		if errors.Is(err, store.ErrFenced) {
-			return r.fenced(s.ID, id)
+			return dr.fenced(s.ID, id)
 		}
 		if err != nil {
 			return false, err
@@ -371,20 +371,20 @@ func (r *Relay) finishUsage(ctx context.Context, l drainLease, s *store.Session,
 		wctx, cancelAgain = context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout) // for the events below
 		defer cancelAgain()
 	}
-	r.forgetClaim(id) // the outcome is written
+	dr.forgetClaim(id) // the outcome is written
 	// Events (R8.1): an error emits both error and turn_end (error).
 	if status == store.TurnError {
-		r.dl.emit(wctx, &store.Event{Kind: EvError, Session: s.ID, Title: s.Title, Text: errText, Turn: id})
+		dr.dl.emit(wctx, &store.Event{Kind: EvError, Session: s.ID, Title: s.Title, Text: errText, Turn: id})
 	}
 	text := reply
 	if status == store.TurnError {
 		text = errText
 	}
 	text = excerpt(text, 240) // a line shows 120 characters; events and replay streams keep no whole replies
-	r.dl.emit(wctx, &store.Event{Kind: EvTurnEnd, Session: s.ID, Title: s.Title, Status: string(status), Text: text, Turn: id})
-	r.notify(wctx, "session:"+s.ID)
-	defer r.hub.fire("turn:" + id) // a caller waiting in this process wakes now, not when the notification comes back
-	return more, r.st.Notify(wctx, "turn:"+id)
+	dr.dl.emit(wctx, &store.Event{Kind: EvTurnEnd, Session: s.ID, Title: s.Title, Status: string(status), Text: text, Turn: id})
+	dr.relay.notify(wctx, "session:"+s.ID)
+	defer dr.hub.fire("turn:" + id) // a caller waiting in this process wakes now, not when the notification comes back
+	return more, dr.st.Notify(wctx, "turn:"+id)
 }
 
 // finishEmit is finish for a turn that did not end in error: its outcome,
@@ -394,13 +394,13 @@ func (r *Relay) finishUsage(ctx context.Context, l drainLease, s *store.Session,
 // watch it, then "turn:ID". With the drain's leaseRelease (l.rel), nothing
 // more queued and no fan-out to start, the lease is released in the same
 // step (the drain has nothing left to do under it).
-func (r *Relay) finishEmit(ctx context.Context, l drainLease, s *store.Session, orch, id string, status store.TurnStatus, reply, model string, msg *store.Message, now time.Time, u *store.UsageAdd) (bool, error) {
+func (dr *drainer) finishEmit(ctx context.Context, l drainLease, s *store.Session, orch, id string, status store.TurnStatus, reply, model string, msg *store.Message, now time.Time, u *store.UsageAdd) (bool, error) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
 	defer cancel()
-	ev := &store.Event{ID: "ev_" + store.NewID(8), At: r.now(), Kind: EvTurnEnd, Session: s.ID, Title: s.Title,
+	ev := &store.Event{ID: "ev_" + store.NewID(8), At: dr.now(), Kind: EvTurnEnd, Session: s.ID, Title: s.Title,
 		Status: string(status), Text: excerpt(reply, 240), Turn: id}
 	if ev.Title == "" {
-		if cur, err := r.st.GetSession(wctx, s.ID); err == nil {
+		if cur, err := dr.st.GetSession(wctx, s.ID); err == nil {
 			ev.Title = cur.Title
 		}
 	}
@@ -412,23 +412,23 @@ func (r *Relay) finishEmit(ctx context.Context, l drainLease, s *store.Session, 
 	var ended *store.Turn
 	fence := l.fence
 	write := func(c context.Context) (bool, error) {
-		more, w, rl, t, err := r.st.FinishTurnEmit(c, s.ID, orch, id, fence, msg, now, ev, owner, u,
+		more, w, rl, t, err := dr.st.FinishTurnEmit(c, s.ID, orch, id, fence, msg, now, ev, owner, u,
 			"status", status, "reply", reply, "replyModel", model, "error", "", "ended", now.UnixMilli(), "partial", "", "question", "")
 		watched, released, ended = w, rl, t
 		return more, err
 	}
 	// Until the caller waiting here has the record (deferred below), a
 	// wake-up from the end's notification does not read the turn.
-	r.ending(id, true)
-	defer r.ending(id, false)
+	dr.ending(id, true)
+	defer dr.ending(id, false)
 	more, err := write(wctx)
 	if errors.Is(err, store.ErrFenced) {
-		return r.fenced(s.ID, id)
+		return dr.fenced(s.ID, id)
 	}
 	if err != nil {
 		// Redis is away: as in finish, write once it is back, under the lease.
-		if more, err = r.finishLater(ctx, fence, s.ID, write, err); errors.Is(err, store.ErrFenced) {
-			return r.fenced(s.ID, id)
+		if more, err = dr.finishLater(ctx, fence, s.ID, write, err); errors.Is(err, store.ErrFenced) {
+			return dr.fenced(s.ID, id)
 		} else if err != nil {
 			return false, err
 		}
@@ -436,60 +436,60 @@ func (r *Relay) finishEmit(ctx context.Context, l drainLease, s *store.Session, 
 		wctx, cancelAgain = context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
 		defer cancelAgain()
 	}
-	r.forgetClaim(id) // the outcome is written
+	dr.forgetClaim(id) // the outcome is written
 	if l.rel != nil && released {
 		l.rel.released = true
 	}
-	if r.met != nil {
-		r.met.Event(ev.Kind)
+	if dr.met != nil {
+		dr.met.Event(ev.Kind)
 	}
 	// A caller waiting in this process (the drain started where the prompt
 	// was queued) wakes now, with the turn as it ended, rather than when the
 	// notification comes back and it reads the turn.
-	defer r.hub.fireWith("turn:"+id, ended)
+	defer dr.hub.fireWith("turn:"+id, ended)
 	if !watched {
 		return more, nil // "turn:ID" was published with the outcome
 	}
-	if err := r.enq.Enqueue(wctx, jobs.TypeFanout, ev, "", timeZero); err != nil {
-		r.log.Warn("event fan-out not started", "kind", ev.Kind, "session", ev.Session, "err", err)
+	if err := dr.enq.Enqueue(wctx, jobs.TypeFanout, ev, "", timeZero); err != nil {
+		dr.log.Warn("event fan-out not started", "kind", ev.Kind, "session", ev.Session, "err", err)
 	}
-	return more, r.st.Notify(wctx, "turn:"+id)
+	return more, dr.st.Notify(wctx, "turn:"+id)
 }
 
-func (r *Relay) isStopping() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.stopping
+func (dr *drainer) isStopping() bool {
+	dr.mu.Lock()
+	defer dr.mu.Unlock()
+	return dr.stopping
 }
 
 // Shutdown hands this process's running turns back to their queues; call it
 // before stopping the worker (graceful shutdown, nothing lost).
-func (r *Relay) Shutdown() {
-	r.mu.Lock()
-	r.stopping = true
-	for _, cancel := range r.running {
+func (dr *drainer) Shutdown() {
+	dr.mu.Lock()
+	dr.stopping = true
+	for _, cancel := range dr.running {
 		cancel(errShutdown)
 	}
-	r.mu.Unlock()
+	dr.mu.Unlock()
 }
 
-func (r *Relay) run(ctx context.Context, l drainLease, s *store.Session, orch string, t *store.Turn, msgs []store.Message) (bool, error) {
+func (dr *drainer) run(ctx context.Context, l drainLease, s *store.Session, orch string, t *store.Turn, msgs []store.Message) (bool, error) {
 	leaseOwner := l.fence
-	p, ok := r.providers[s.Provider]
+	p, ok := dr.providers[s.Provider]
 	if !ok {
-		return r.finish(ctx, l, s, orch, t.ID, store.TurnError, "", "", fmt.Sprintf("provider %q is not configured on this relay", s.Provider))
+		return dr.finish(ctx, l, s, orch, t.ID, store.TurnError, "", "", fmt.Sprintf("provider %q is not configured on this relay", s.Provider))
 	}
-	st, err := r.settings(ctx)
+	st, err := dr.relay.settings(ctx)
 	if err != nil {
-		return false, r.putBack(ctx, s.ID, t.ID, err)
+		return false, dr.putBack(ctx, s.ID, t.ID, err)
 	}
 	// R18.3: the folder is checked again when the turn starts (a symlink may
 	// have been changed to point elsewhere); the agent runs in the resolved one.
 	cwd := s.Cwd
 	if cwd != "" {
-		resolved, why := r.folderAllowed(cwd)
+		resolved, why := dr.relay.folderAllowed(cwd)
 		if why != "" {
-			return r.finish(ctx, l, s, orch, t.ID, store.TurnError, "", "", why+" Nothing was run.")
+			return dr.finish(ctx, l, s, orch, t.ID, store.TurnError, "", "", why+" Nothing was run.")
 		}
 		cwd = resolved
 	}
@@ -497,29 +497,29 @@ func (r *Relay) run(ctx context.Context, l drainLease, s *store.Session, orch st
 	defer cancel(nil)
 	lim := startTurnLimit(st.MaxTurnSeconds, cancel)
 	defer lim.timer.Stop()
-	settingsCh, unsubSettings := r.hub.sub("settings")
+	settingsCh, unsubSettings := dr.hub.sub("settings")
 	defer unsubSettings()
-	defer r.track(t.ID, cancel)()
+	defer dr.track(t.ID, cancel)()
 	// R18.19: an agent process gets a token of its own for this turn (the
 	// session's token is stored as a hash and cannot be handed out again).
-	turnTok, dropTok, err := r.mintTurnToken(ctx, p, s.ID)
+	turnTok, dropTok, err := dr.relay.mintTurnToken(ctx, p, s.ID)
 	if err != nil {
-		return false, r.putBack(ctx, s.ID, t.ID, err)
+		return false, dr.putBack(ctx, s.ID, t.ID, err)
 	}
 	defer dropTok() // once the outcome is written: no round trip in front of the reply (the agent is gone by then)
 	// Stop requests arrive through the notification hub.
-	stopCh, unsub := r.hub.sub("stop:" + t.ID)
+	stopCh, unsub := dr.hub.sub("stop:" + t.ID)
 	defer unsub()
-	defer r.keepTurn(ctx, s.ID, t.ID, leaseOwner, turnTok, cancel, stopCh, settingsCh, lim)() // the lease renewer is joined before the lease is released
+	defer dr.keepTurn(ctx, s.ID, t.ID, leaseOwner, turnTok, cancel, stopCh, settingsCh, lim)() // the lease renewer is joined before the lease is released
 	if t.StopRequested {
 		cancel(errStopped)
 	}
-	pt, err := r.providerTurn(ctx, p, s, t, st, cwd, turnTok, msgs)
+	pt, err := dr.providerTurn(ctx, p, s, t, st, cwd, turnTok, msgs)
 	if err != nil {
-		return false, r.putBack(ctx, s.ID, t.ID, err)
+		return false, dr.putBack(ctx, s.ID, t.ID, err)
 	}
-	h := &host{r: r, sid: s.ID, turn: t.ID, prov: s.Provider, fence: leaseOwner}
-	r.turnStarted(s, t.ID)
+	h := &host{dr: dr, sid: s.ID, turn: t.ID, prov: s.Provider, fence: leaseOwner}
+	dr.turnStarted(s, t.ID)
 	out, runErr := p.Run(tctx, pt, h)
 	out.Text = provider.BoundReply(out.Text) // R18.4, whatever the provider
 	cause := context.Cause(tctx)
@@ -527,17 +527,17 @@ func (r *Relay) run(ctx context.Context, l drainLease, s *store.Session, orch st
 		cause = nil
 	}
 	if handedBack(cause) {
-		return r.handBack(ctx, s, t.ID, leaseOwner, cause)
+		return dr.handBack(ctx, s, t.ID, leaseOwner, cause)
 	}
-	status, reply, errText := r.turnOutcome(s, t.ID, out.Text, cause, runErr, h, lim)
-	r.turnEnded(s, t.ID, status, errText, lim.started)
-	u := r.countUsage(ctx, s.Provider, status, out) // tokens, cost, a usage limit (R7.3, R17.3)
+	status, reply, errText := dr.turnOutcome(s, t.ID, out.Text, cause, runErr, h, lim)
+	dr.turnEnded(s, t.ID, status, errText, lim.started)
+	u := dr.relay.countUsage(ctx, s.Provider, status, out) // tokens, cost, a usage limit (R7.3, R17.3)
 	model := out.Model
 	if model == "" {
 		model = s.Model
 	}
-	r.noteModel(ctx, s, t.ID, status, out.Model)
-	return r.finishUsage(ctx, l, s, orch, t.ID, status, reply, model, errText, u)
+	dr.relay.noteModel(ctx, s, t.ID, status, out.Model)
+	return dr.finishUsage(ctx, l, s, orch, t.ID, status, reply, model, errText, u)
 }
 
 // turnLimit is max_turn_seconds for one running turn (R18.13): it counts
@@ -559,8 +559,8 @@ func startTurnLimit(secs int, cancel context.CancelCauseFunc) *turnLimit {
 // recheck reads the setting from Redis, not the process cache (this may run
 // before the cache was dropped for the same notification), and moves the
 // deadline when it changed.
-func (r *Relay) recheckLimit(ctx context.Context, l *turnLimit) {
-	cur, ok, err := r.st.LoadSettings(context.WithoutCancel(ctx))
+func (dr *drainer) recheckLimit(ctx context.Context, l *turnLimit) {
+	cur, ok, err := dr.st.LoadSettings(context.WithoutCancel(ctx))
 	if err != nil || !ok || int64(cur.MaxTurnSeconds) == l.secs.Load() || cur.MaxTurnSeconds <= 0 {
 		return
 	}
@@ -570,19 +570,19 @@ func (r *Relay) recheckLimit(ctx context.Context, l *turnLimit) {
 
 // track records a turn this process runs, so Shutdown can hand it back (a
 // process already stopping cancels it at once); the func forgets it.
-func (r *Relay) track(turn string, cancel context.CancelCauseFunc) func() {
-	r.mu.Lock()
-	if r.stopping {
-		r.mu.Unlock()
+func (dr *drainer) track(turn string, cancel context.CancelCauseFunc) func() {
+	dr.mu.Lock()
+	if dr.stopping {
+		dr.mu.Unlock()
 		cancel(errShutdown)
 	} else {
-		r.running[turn] = cancel
-		r.mu.Unlock()
+		dr.running[turn] = cancel
+		dr.mu.Unlock()
 	}
 	return func() {
-		r.mu.Lock()
-		delete(r.running, turn)
-		r.mu.Unlock()
+		dr.mu.Lock()
+		delete(dr.running, turn)
+		dr.mu.Unlock()
 	}
 }
 
@@ -592,7 +592,7 @@ func (r *Relay) track(turn string, cancel context.CancelCauseFunc) func() {
 // are renewed and a missed stop is looked for. A lease found lost stops the
 // agent, and nothing more of the turn is written (another drain may run
 // the session now).
-func (r *Relay) keepTurn(ctx context.Context, sid, turn, leaseOwner, turnTok string, cancel context.CancelCauseFunc,
+func (dr *drainer) keepTurn(ctx context.Context, sid, turn, leaseOwner, turnTok string, cancel context.CancelCauseFunc,
 	stopCh, settingsCh <-chan struct{}, lim *turnLimit) func() {
 	done := make(chan struct{})
 	renewer := make(chan struct{})
@@ -607,17 +607,17 @@ func (r *Relay) keepTurn(ctx context.Context, sid, turn, leaseOwner, turnTok str
 			case <-stopCh:
 				cancel(errStopped)
 			case <-settingsCh: // also fired after a lost notification subscription (hub.fireAll)
-				r.recheckLimit(ctx, lim)
+				dr.recheckLimit(ctx, lim)
 			case <-renew.C:
-				if ok, err := r.st.RenewLease(context.WithoutCancel(ctx), sid, leaseOwner, leaseTTL); err == nil && !ok {
-					r.log.Warn("session lease lost: the agent is stopped", "session", id8(sid), "turn", id8(turn))
+				if ok, err := dr.st.RenewLease(context.WithoutCancel(ctx), sid, leaseOwner, leaseTTL); err == nil && !ok {
+					dr.log.Warn("session lease lost: the agent is stopped", "session", id8(sid), "turn", id8(turn))
 					cancel(errLeaseLost)
 				}
 				if turnTok != "" {
-					_, _ = r.st.RenewTurnToken(context.WithoutCancel(ctx), turnTok, turnTokenTTL)
+					_, _ = dr.st.RenewTurnToken(context.WithoutCancel(ctx), turnTok, turnTokenTTL)
 				}
 				// A stop whose notification was missed.
-				if cur, err := r.st.GetTurn(context.WithoutCancel(ctx), turn); err == nil && cur.StopRequested {
+				if cur, err := dr.st.GetTurn(context.WithoutCancel(ctx), turn); err == nil && cur.StopRequested {
 					cancel(errStopped)
 				}
 			}
@@ -629,7 +629,7 @@ func (r *Relay) keepTurn(ctx context.Context, sid, turn, leaseOwner, turnTok str
 // providerTurn is what the provider is given for turn t: the history when
 // it wants one, where the relay's API listens, and relay_tool's URL while
 // agent sessions are on or a relay is paired (R4.2 Decision).
-func (r *Relay) providerTurn(ctx context.Context, p provider.Provider, s *store.Session, t *store.Turn, st store.Settings,
+func (dr *drainer) providerTurn(ctx context.Context, p provider.Provider, s *store.Session, t *store.Turn, st store.Settings,
 	cwd, turnTok string, msgs []store.Message) (provider.Turn, error) {
 	var history []provider.HistoryItem
 	switch {
@@ -638,18 +638,18 @@ func (r *Relay) providerTurn(ctx context.Context, p provider.Provider, s *store.
 		history = historyOf(msgs, t.ID)
 	default:
 		var err error
-		if history, err = r.history(ctx, s.ID, t.ID); err != nil {
+		if history, err = dr.history(ctx, s.ID, t.ID); err != nil {
 			return provider.Turn{}, err
 		}
 	}
-	base := r.opts.BaseURL
+	base := dr.opts.BaseURL
 	if base == "" {
-		base, _ = r.st.APIURL(ctx) // a worker-only process: the API recorded where it listens
+		base, _ = dr.st.APIURL(ctx) // a worker-only process: the API recorded where it listens
 	}
 	pt := provider.Turn{SessionID: s.ID, TurnID: t.ID, Prompt: t.Text, Model: s.Model, Effort: s.Effort, Mode: s.Mode,
-		Cwd: cwd, History: history, Token: turnTok, RelayURL: base, Relay: r.opts.Name, AgentSession: agentSessionOf(s)}
-	r.claudeSettings(p, s, &pt)
-	if base != "" && (st.AgentSessions || r.anyPairing(ctx)) {
+		Cwd: cwd, History: history, Token: turnTok, RelayURL: base, Relay: dr.opts.Name, AgentSession: agentSessionOf(s)}
+	dr.relay.claudeSettings(p, s, &pt)
+	if base != "" && (st.AgentSessions || dr.relay.anyPairing(ctx)) {
 		pt.MCPURL = base + "/mcp"
 	}
 	return pt, nil
@@ -665,34 +665,34 @@ func handedBack(cause error) bool {
 
 // handBack returns a turn to its queue, fenced by the lease (a lost lease
 // writes nothing).
-func (r *Relay) handBack(ctx context.Context, s *store.Session, turn, leaseOwner string, cause error) (bool, error) {
+func (dr *drainer) handBack(ctx context.Context, s *store.Session, turn, leaseOwner string, cause error) (bool, error) {
 	if errors.Is(cause, errLeaseLost) {
-		return r.fenced(s.ID, turn)
+		return dr.fenced(s.ID, turn)
 	}
-	if err := r.st.RequeueTurnBy(context.WithoutCancel(ctx), s.ID, turn, leaseOwner); errors.Is(err, store.ErrFenced) {
-		return r.fenced(s.ID, turn)
+	if err := dr.st.RequeueTurnBy(context.WithoutCancel(ctx), s.ID, turn, leaseOwner); errors.Is(err, store.ErrFenced) {
+		return dr.fenced(s.ID, turn)
 	} else if err != nil {
 		return false, err
 	}
 	if errors.Is(cause, errShutdown) {
-		r.log.Info("turn handed back (shutdown)", "session", id8(s.ID), "turn", id8(turn), "provider", s.Provider)
+		dr.log.Info("turn handed back (shutdown)", "session", id8(s.ID), "turn", id8(turn), "provider", s.Provider)
 	}
 	return false, ErrRetryLater
 }
 
 // turnStarted counts and logs a turn's start (R18.9: ids and provider,
 // never the prompt) and marks its agent started (resumable).
-func (r *Relay) turnStarted(s *store.Session, turn string) {
-	if r.met != nil {
-		r.met.TurnStarted(s.Provider)
+func (dr *drainer) turnStarted(s *store.Session, turn string) {
+	if dr.met != nil {
+		dr.met.TurnStarted(s.Provider)
 	}
-	r.log.Info("turn started", "session", id8(s.ID), "turn", id8(turn), "provider", s.Provider)
-	r.agentStarted(turn)
+	dr.log.Info("turn started", "session", id8(s.ID), "turn", id8(turn), "provider", s.Provider)
+	dr.agentStarted(turn)
 }
 
 // turnOutcome is how a turn that is not handed back ended: done, stopped
 // (its reply so far), over max_turn_seconds, or failed.
-func (r *Relay) turnOutcome(s *store.Session, turn, reply string, cause, runErr error, h *host, lim *turnLimit) (store.TurnStatus, string, string) {
+func (dr *drainer) turnOutcome(s *store.Session, turn, reply string, cause, runErr error, h *host, lim *turnLimit) (store.TurnStatus, string, string) {
 	switch {
 	case errors.Is(cause, errStopped):
 		if reply == "" {
@@ -704,7 +704,7 @@ func (r *Relay) turnOutcome(s *store.Session, turn, reply string, cause, runErr 
 	case runErr != nil:
 		errText := turnErrorText(runErr)
 		if errText == "" {
-			r.log.Error("turn failed inside the relay", "session", s.ID, "turn", turn, "err", runErr)
+			dr.log.Error("turn failed inside the relay", "session", s.ID, "turn", turn, "err", runErr)
 			errText = "The turn failed inside the relay (the log has the detail)."
 		}
 		return store.TurnError, reply, errText
@@ -713,21 +713,21 @@ func (r *Relay) turnOutcome(s *store.Session, turn, reply string, cause, runErr 
 }
 
 // turnEnded counts and logs a turn's end (R18.9: ids and provider, never the prompt).
-func (r *Relay) turnEnded(s *store.Session, turn string, status store.TurnStatus, errText string, started time.Time) {
-	if r.met != nil {
-		r.met.TurnFinished(s.Provider, string(status), time.Since(started))
+func (dr *drainer) turnEnded(s *store.Session, turn string, status store.TurnStatus, errText string, started time.Time) {
+	if dr.met != nil {
+		dr.met.TurnFinished(s.Provider, string(status), time.Since(started))
 	}
 	took := time.Since(started).Round(time.Millisecond)
 	if status == store.TurnError {
-		r.log.Warn("turn ended", "session", id8(s.ID), "turn", id8(turn), "provider", s.Provider, "status", status, "duration", took, "cause", errText)
+		dr.log.Warn("turn ended", "session", id8(s.ID), "turn", id8(turn), "provider", s.Provider, "status", status, "duration", took, "cause", errText)
 	} else {
-		r.log.Info("turn ended", "session", id8(s.ID), "turn", id8(turn), "provider", s.Provider, "status", status, "duration", took)
+		dr.log.Info("turn ended", "session", id8(s.ID), "turn", id8(turn), "provider", s.Provider, "status", status, "duration", took)
 	}
 }
 
 // history is the conversation before a turn's prompt (at most 50 messages).
-func (r *Relay) history(ctx context.Context, sid, turnID string) ([]provider.HistoryItem, error) {
-	msgs, err := r.st.LastMessages(ctx, sid, historyRead)
+func (dr *drainer) history(ctx context.Context, sid, turnID string) ([]provider.HistoryItem, error) {
+	msgs, err := dr.st.LastMessages(ctx, sid, historyRead)
 	if err != nil {
 		return nil, fmt.Errorf("read the history of turn %s of session %s: %w", id8(turnID), id8(sid), err)
 	}
@@ -759,7 +759,7 @@ func historyOf(msgs []store.Message, turnID string) []provider.HistoryItem {
 
 // host is the relay as a provider sees it during one turn.
 type host struct {
-	r     *Relay
+	dr    *drainer
 	sid   string
 	turn  string
 	prov  string
@@ -770,8 +770,35 @@ type host struct {
 	last    time.Time
 }
 
+// Activity appends an activity line of the running turn to the conversation
+// (role "activity", R17.3). A 🛰️ line a provider reports is dropped: the
+// relay writes that line itself for every relay_tool call (noteCall), so it
+// comes once whatever the provider.
+func (h *host) Activity(line string) {
+	if strings.HasPrefix(line, relayCallMark) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), liveWriteTimeout)
+	defer cancel()
+	m := &store.Message{ID: store.NewID(16), Role: "activity", Text: line, CreatedAt: h.dr.now()}
+	if err := h.dr.st.AppendMessage(ctx, h.sid, m); err != nil {
+		h.dr.log.Warn("activity line not stored", "session", h.sid, "err", err)
+		return
+	}
+	h.dr.relay.notify(ctx, "session:"+h.sid) // the owner's console shows it live
+}
+
+// SetAgentSession stores the agent CLI's conversation id with the session (R17.2).
+func (h *host) SetAgentSession(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), liveWriteTimeout)
+	defer cancel()
+	if err := h.dr.st.SetAgentSession(ctx, h.sid, h.prov, id); err != nil {
+		h.dr.log.Warn("agent conversation id not stored", "session", h.sid, "err", err)
+	}
+}
+
 func (h *host) CallTool(ctx context.Context, args json.RawMessage) json.RawMessage {
-	out, _ := h.r.CallTool(ctx, h.sid, args, nil)
+	out, _ := h.dr.relay.CallTool(ctx, h.sid, args, nil)
 	return out
 }
 
@@ -787,10 +814,10 @@ func (h *host) Partial(text string) {
 	h.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), liveWriteTimeout)
 	defer cancel()
-	if err := h.r.st.SetTurnPartial(ctx, h.sid, h.turn, h.fence, text, h.r.now()); err != nil {
+	if err := h.dr.st.SetTurnPartial(ctx, h.sid, h.turn, h.fence, text, h.dr.now()); err != nil {
 		return // fenced (another drain holds the session) or Redis away: no notification either
 	}
-	h.r.notify(ctx, "session:"+h.sid) // the partial reply, live in the console (R19.6)
+	h.dr.relay.notify(ctx, "session:"+h.sid) // the partial reply, live in the console (R19.6)
 }
 
 func (h *host) partialText() string {
@@ -800,29 +827,29 @@ func (h *host) partialText() string {
 }
 
 func (h *host) StartTask(ctx context.Context, spec provider.TaskSpec) (provider.Task, error) {
-	return h.r.startTask(ctx, h.sid, spec)
+	return h.dr.relay.startTask(ctx, h.sid, spec)
 }
 
 func (h *host) AskUser(ctx context.Context, text string, options []string) (string, error) {
-	r := h.r
+	dr := h.dr
 	q := &store.Question{ID: "q_" + store.NewID(8), Session: h.sid, Turn: h.turn, Kind: "ask_user", Question: text,
-		Options: options, Status: "pending", CreatedAt: r.now()}
-	ch, unsub := r.hub.sub("q:" + q.ID)
+		Options: options, Status: "pending", CreatedAt: dr.now()}
+	ch, unsub := dr.hub.sub("q:" + q.ID)
 	defer unsub()
-	if err := r.st.SaveQuestion(ctx, q); err != nil {
+	if err := dr.st.SaveQuestion(ctx, q); err != nil {
 		return "", fmt.Errorf("ask the user in turn %s: %w", id8(h.turn), err)
 	}
-	if err := r.st.SetTurnQuestion(ctx, h.turn, q.ID); err != nil {
+	if err := dr.st.SetTurnQuestion(ctx, h.turn, q.ID); err != nil {
 		return "", fmt.Errorf("ask the user in turn %s: %w", id8(h.turn), err)
 	}
-	r.dl.emit(ctx, &store.Event{Kind: EvQuestionAsked, Session: h.sid, QuestionID: q.ID, Text: text})
-	r.notify(ctx, "turn:"+h.turn)
+	dr.dl.emit(ctx, &store.Event{Kind: EvQuestionAsked, Session: h.sid, QuestionID: q.ID, Text: text})
+	dr.relay.notify(ctx, "turn:"+h.turn)
 	recheck := time.NewTicker(recheckEvery)
 	defer recheck.Stop()
 	for {
-		cur, err := r.st.GetQuestion(ctx, q.ID)
+		cur, err := dr.st.GetQuestion(ctx, q.ID)
 		if err == nil && cur.Status == "answered" {
-			_ = r.st.SetTurnQuestion(ctx, h.turn, "")
+			_ = dr.st.SetTurnQuestion(ctx, h.turn, "")
 			return cur.Answer, nil
 		}
 		select {
@@ -831,7 +858,7 @@ func (h *host) AskUser(ctx context.Context, text string, options []string) (stri
 		case <-ctx.Done():
 			wctx, cancel := context.WithTimeout(context.Background(), detachedWriteTimeout)
 			q.Status = "cancelled"
-			_ = r.st.SaveQuestion(wctx, q)
+			_ = dr.st.SaveQuestion(wctx, q)
 			cancel()
 			return "", ctx.Err()
 		}
