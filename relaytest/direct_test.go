@@ -46,7 +46,7 @@ func drainTasksEnqueued(t *testing.T, r *Relay) func() int {
 	}
 }
 
-// keyReads is a go-redis hook counting the HGETALLs of each key.
+// keyReads is a go-redis hook counting the reads (HGETALL, GET) of each key.
 type keyReads struct {
 	mu sync.Mutex
 	n  map[string]int
@@ -55,7 +55,7 @@ type keyReads struct {
 func (k *keyReads) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (k *keyReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); len(args) == 2 && strings.EqualFold(cmd.Name(), "hgetall") {
+		if args := cmd.Args(); len(args) == 2 && (strings.EqualFold(cmd.Name(), "hgetall") || strings.EqualFold(cmd.Name(), "get")) {
 			k.mu.Lock()
 			if k.n == nil {
 				k.n = map[string]int{}
@@ -70,7 +70,7 @@ func (k *keyReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	return next
 }
 
-// of is how many HGETALLs read a key ending in suffix.
+// of is how many reads read a key ending in suffix.
 func (k *keyReads) of(suffix string) int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
