@@ -127,11 +127,6 @@ func testResultDelivered(t *testing.T, version string, leave bool) {
 	t.Parallel()
 	d := newDisconnectDomain()
 	url := startMCP(t, d, MCPOptions{ProgressFirst: 20 * time.Millisecond, ProgressEvery: 20 * time.Millisecond})
-	go func() {
-		<-d.started
-		time.Sleep(100 * time.Millisecond) // a few keep-alives first
-		close(d.release)
-	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req := newRawRequest(t, url, version, waitRPCBody(t, version)).WithContext(ctx)
@@ -143,12 +138,20 @@ func testResultDelivered(t *testing.T, version string, leave bool) {
 	}
 	var all []byte
 	buf := make([]byte, 4096)
+	released := false
 	for !bytes.Contains(all, []byte(`"id":42`)) || !bytes.HasSuffix(all, []byte("\n\n")) {
 		n, err := resp.Body.Read(buf)
 		all = append(all, buf[:n]...)
 		if err != nil {
 			break
 		}
+		if !released && bytes.Count(all, []byte(": keepalive\n\n")) >= 3 {
+			close(d.release) // the result goes out after a few keep-alives
+			released = true
+		}
+	}
+	if !released {
+		t.Fatalf("the stream ended before 3 keep-alives:\n%s", all)
 	}
 	if leave {
 		cancel() // closes the connection

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +21,19 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// parkedIn says some goroutine with fn in its stack is parked, not running
+// (the state runtime.Stack prints: "[select]", "[sync.WaitGroup.Wait]", …).
+func parkedIn(fn string) bool {
+	buf := make([]byte, 1<<20)
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		head, _, _ := strings.Cut(g, "\n")
+		if !strings.Contains(head, "[running") && !strings.Contains(head, "[runnable") && strings.Contains(g, fn+"(") {
+			return true
+		}
+	}
+	return false
 }
 
 // TestPollPoolBounded: however many polls are offered, at most the pool's
@@ -57,8 +71,9 @@ func TestPollPoolBounded(t *testing.T) {
 		}
 	}()
 	waitFor(t, "the workers to be busy", func() bool { return running.Load() >= workers })
-	// An unbounded pool would start the other polls now: give it the time to.
-	time.Sleep(50 * time.Millisecond)
+	// The next offer waits for a worker (an unbounded pool would have started
+	// it and gone on to the others; this would then time out).
+	waitFor(t, "an offer to wait for a free worker", func() bool { return parkedIn("domain.(*pollPool).offer") })
 	if got := running.Load(); got != workers {
 		t.Fatalf("%d polls run at once, want at most %d", got, workers)
 	}
@@ -114,10 +129,11 @@ func TestPollPoolStopJoins(t *testing.T) {
 	var started sync.WaitGroup
 	started.Add(1)
 	var ended atomic.Bool
+	finish := make(chan struct{}) // the poll finishes its last write
 	pool.offer(ctx, "hello:a", func(ctx context.Context) {
 		started.Done()
 		<-ctx.Done()
-		time.Sleep(10 * time.Millisecond) // a poll finishing its last write
+		<-finish
 		ended.Store(true)
 	})
 	started.Wait()
@@ -125,7 +141,18 @@ func TestPollPoolStopJoins(t *testing.T) {
 	go func() { pool.offer(ctx, "hello:b", func(context.Context) {}); close(done) }()
 	cancel()
 	<-done // the waiting offer gave up
-	pool.stop()
+	stopped := make(chan struct{})
+	go func() { pool.stop(); close(stopped) }()
+	waitFor(t, "stop to wait for the running poll", func() bool {
+		select {
+		case <-stopped:
+			t.Fatal("stop returned before the running poll ended")
+		default:
+		}
+		return parkedIn("domain.(*pollPool).stop")
+	})
+	close(finish)
+	<-stopped
 	if !ended.Load() {
 		t.Fatal("stop returned before the running poll ended")
 	}

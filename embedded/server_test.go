@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -163,7 +164,23 @@ func TestCompactKeepsTheDataset(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(50 * time.Millisecond) // the short keys expire on disk
+	// The short keys expire on disk: the clock passes the latest expiry the segments hold.
+	segs, _ := segments(dir)
+	var last int64
+	for _, seq := range segs {
+		if _, err := readFile(filepath.Join(dir, segName(seq)), kindSeg, func(r *Record) error {
+			if strings.HasSuffix(r.Key, ":short") {
+				last = max(last, r.ExpireAt)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if last == 0 {
+		t.Fatal("no segment holds a short key with its expiry")
+	}
+	time.Sleep(time.Until(time.UnixMilli(last + 1))) // the wait is for that instant, read off the disk
 	if err := s.Compact(); err != nil {
 		t.Fatal(err)
 	}
@@ -189,6 +206,13 @@ func TestCompactKeepsTheDataset(t *testing.T) {
 			}
 		}
 		return out
+	}
+	// The dump reads each key twice; a short key going between the two reads
+	// asks for it again: wait until they went in the server too.
+	for deadline := time.Now().Add(time.Second); c.Exists(ctx, "k0:short", "k1:short", "k2:short", "k3:short", "k4:short").Val() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the short keys did not expire in the server")
+		}
 	}
 	want := notShort(dump(t, c))
 	_ = c.Close()
@@ -509,7 +533,14 @@ func TestCloseLeavesNothingRunning(t *testing.T) {
 		return b.String()
 	}
 	before := state()
-	time.Sleep(300 * time.Millisecond)
+	// Nothing of the server's runs on to write later: no goroutine it started
+	// (its checkpoint loop, a merge) is left, and it sets no timers.
+	buf := make([]byte, 1<<20)
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "created by github.com/oar/relay/embedded.") {
+			t.Fatalf("a goroutine of the server runs after Close:\n%s", g)
+		}
+	}
 	if after := state(); after != before {
 		t.Fatalf("the data directory changed after Close:\nbefore\n%s\nafter\n%s", before, after)
 	}
@@ -528,9 +559,11 @@ func TestExpiredKeyComesBackNew(t *testing.T) {
 	if err := s.Checkpoint(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(400 * time.Millisecond) // expired (miniredis counts down every 250 ms)
-	if n := c.Exists(ctx, "h").Val(); n != 0 {
-		t.Fatalf("the hash did not expire")
+	// Expired: miniredis counts down every 250 ms (a second at most here).
+	for deadline := time.Now().Add(time.Second); c.Exists(ctx, "h").Val() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the hash did not expire")
+		}
 	}
 	c.HSet(ctx, "h", "new", "c")
 	c.Ping(ctx)

@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -395,13 +396,7 @@ func waitGone(t *testing.T, pidFile string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for !processGone(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d of the CLI's group survived", pid)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, func() bool { return processGone(pid) }, fmt.Sprintf("process %d of the CLI's group to end", pid))
 }
 
 // R17.2: a stored conversation that cannot be resumed (the CLI's own store

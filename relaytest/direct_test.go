@@ -31,7 +31,22 @@ func drainTasksDone(t *testing.T, r *Relay) func() int {
 	}
 }
 
-// keyReads is a go-redis hook counting the HGETALLs of each key.
+// drainTasksEnqueued counts the drain tasks ever enqueued on r's turn queue:
+// processed, and waiting or running (asynq moves a task between these in one script).
+func drainTasksEnqueued(t *testing.T, r *Relay) func() int {
+	t.Helper()
+	insp := asynq.NewInspectorFromRedisClient(r.App.Redis())
+	q := jobs.QueuesFor(r.Redis.Prefix).Turns
+	return func() int {
+		info, err := insp.GetQueueInfo(q)
+		if err != nil {
+			return 0 // no task yet
+		}
+		return info.ProcessedTotal + info.Pending + info.Active + info.Scheduled + info.Retry
+	}
+}
+
+// keyReads is a go-redis hook counting the reads (HGETALL, GET) of each key.
 type keyReads struct {
 	mu sync.Mutex
 	n  map[string]int
@@ -40,7 +55,7 @@ type keyReads struct {
 func (k *keyReads) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (k *keyReads) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if args := cmd.Args(); len(args) == 2 && strings.EqualFold(cmd.Name(), "hgetall") {
+		if args := cmd.Args(); len(args) == 2 && (strings.EqualFold(cmd.Name(), "hgetall") || strings.EqualFold(cmd.Name(), "get")) {
 			k.mu.Lock()
 			if k.n == nil {
 				k.n = map[string]int{}
@@ -55,7 +70,7 @@ func (k *keyReads) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	return next
 }
 
-// of is how many HGETALLs read a key ending in suffix.
+// of is how many reads read a key ending in suffix.
 func (k *keyReads) of(suffix string) int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -86,6 +101,8 @@ func TestWaitedSendStartsItsDrainHere(t *testing.T) {
 	r.WaitTurn(tid, 10*time.Second, store.TurnDone)
 	Eventually(t, 10*time.Second, func() bool { return done() >= 1 }, "the owner message's drain task to be processed")
 	before := done()
+	enqueued := drainTasksEnqueued(t, r)
+	enqBefore := enqueued()
 
 	reads := &keyReads{}
 	r.App.Redis().AddHook(reads)
@@ -100,9 +117,15 @@ func TestWaitedSendStartsItsDrainHere(t *testing.T) {
 			t.Fatalf("send %d: the waiting caller read its turn %d times, want 0", i, n)
 		}
 	}
-	time.Sleep(300 * time.Millisecond) // a drain task would have been counted by now (it ends before its reply is read)
-	if n := done() - before; n != 0 {
-		t.Fatalf("%d drain tasks ran for 5 waited sends, want 0 (each drain starts where the prompt was queued)", n)
+	// A drain task for a send would have been enqueued before its reply (the
+	// task would have run the turn); a next one, before the last drain let the
+	// session's lease go.
+	Eventually(t, 10*time.Second, func() bool {
+		h, err := r.App.Store().LeaseHolder(context.Background(), target.ID)
+		return err == nil && h == ""
+	}, "the last send's drain to end")
+	if n := enqueued() - enqBefore; n != 0 {
+		t.Fatalf("%d drain tasks enqueued for 5 waited sends, want 0 (each drain starts where the prompt was queued)", n)
 	}
 
 	// The lease held elsewhere: the drain started here hands over to the

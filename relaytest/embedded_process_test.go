@@ -411,7 +411,9 @@ func embRestart(t *testing.T, sig syscall.Signal) {
 
 	var busy Session
 	if sig == syscall.SIGKILL {
-		time.Sleep(2 * time.Second) // R20.1: a crash loses at most about the last second
+		// Not a wait for work: R20.1 bounds what a crash loses by time (about
+		// the last second), so the crash comes 2 s after the last write.
+		time.Sleep(2 * time.Second)
 		p.crash()
 	} else {
 		// A turn runs at the stop: the shutdown hands it back to its queue,

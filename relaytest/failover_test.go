@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -376,6 +377,7 @@ func runFailover(t *testing.T, set haSet) {
 		sessions[i] = r.NewSession(map[string]any{"title": fmt.Sprintf("load %d", i)})
 	}
 	sent := make([][]foPrompt, nSessions)
+	acceptedIn := make([]atomic.Int64, trials+1) // owner prompts accepted after each kill (0: before the first), as they are
 	stopLoad := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range sessions {
@@ -396,6 +398,9 @@ func runFailover(t *testing.T, set haSet) {
 				ph := curTrial()
 				p := post(sessions[i].ID, text)
 				p.trial = ph
+				if p.id != "" {
+					acceptedIn[ph].Add(1)
+				}
 				sent[i] = append(sent[i], p)
 				select {
 				case <-stopLoad:
@@ -485,7 +490,7 @@ func runFailover(t *testing.T, set haSet) {
 		killedAddrs             []string
 		firstWriteErrs, samples []string
 	)
-	time.Sleep(1500 * time.Millisecond)
+	Eventually(t, 30*time.Second, func() bool { return acceptedIn[0].Load() >= 2*nSessions }, "%d owner prompts accepted before the first kill", 2*nSessions)
 	for k := 1; k <= trials; k++ {
 		// A turn certain to run across the kill, and a prompt behind it.
 		x := straddle{s: r.NewSession(map[string]any{"title": fmt.Sprintf("straddle %d", k)})}
@@ -497,7 +502,6 @@ func runFailover(t *testing.T, set haSet) {
 			tr, err := getTurn(x.long)
 			return err == nil && tr.Status == store.TurnRunning
 		}, "trial %d: the straddling turn to run", k)
-		time.Sleep(500 * time.Millisecond)
 
 		trialMu.Lock()
 		trial = k
@@ -591,15 +595,14 @@ func runFailover(t *testing.T, set haSet) {
 		samples = append(samples, fmt.Sprintf("trial %d: master %s killed; the set named a new master after %s; first accepted write after %s, /readyz 200 after %s (%d samples 503 before, the slowest answer %s)",
 			k, killed, pd.Round(10*time.Millisecond), wd.Round(10*time.Millisecond), ready.Round(10*time.Millisecond), n503, slowest.Round(time.Millisecond)))
 		t.Log(samples[len(samples)-1])
-		time.Sleep(2 * time.Second) // load on the promoted master
+		// Load on the promoted master (for the last kill, until the load stops).
+		Eventually(t, 60*time.Second, func() bool { return acceptedIn[k].Load() >= 2*nSessions }, "trial %d: %d owner prompts accepted after the kill", k, 2*nSessions)
 		if k < trials {
 			rb := time.Now()
-			set.Revive(t)
+			set.Revive(t) // returns once the node replicates again and the set knows it
 			t.Logf("trial %d: the killed node is back as a replica after %s", k, time.Since(rb).Round(10*time.Millisecond))
-			time.Sleep(time.Second)
 		}
 	}
-	time.Sleep(2 * time.Second)
 	close(stopLoad)
 	wg.Wait()
 	loadEnded := time.Now()

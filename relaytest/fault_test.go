@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -184,6 +185,7 @@ func TestFaultKillTenTrials(t *testing.T) {
 		// (0.5 s … 5 s into the turn), so the trials sample the whole cycle.
 		into := time.Duration(trial) * 500 * time.Millisecond
 		started := srv.Turn(long[a.ID]).StartedAt
+		// Not a wait for work: the kill point in the cycle is what the trials vary.
 		time.Sleep(time.Until(started.Add(into)))
 		into = time.Since(started)
 		if err := w.cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -420,6 +422,7 @@ func TestFaultRedisRestartWithAOF(t *testing.T) {
 	getPhase := func() int { phaseMu.Lock(); defer phaseMu.Unlock(); return phase }
 	setPhase := func(p int) { phaseMu.Lock(); phase = p; phaseMu.Unlock() }
 	sent := make([][]sentPrompt, nSessions)
+	var acceptedIn [3]atomic.Int64 // prompts accepted in each phase, as they are
 	stopLoad := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range sessions {
@@ -442,6 +445,7 @@ func TestFaultRedisRestartWithAOF(t *testing.T) {
 				p := sentPrompt{text: text, status: st, phase: ph, at: time.Now()}
 				if st/100 == 2 && id != "" {
 					p.id = id
+					acceptedIn[ph].Add(1)
 				} else {
 					p.err = body
 				}
@@ -472,7 +476,7 @@ func TestFaultRedisRestartWithAOF(t *testing.T) {
 		long  string
 		after string
 	}{{name: "ends during the outage", sleep: 4000}, {name: "ends after the outage", sleep: 14000}}
-	time.Sleep(1500 * time.Millisecond)
+	Eventually(t, 30*time.Second, func() bool { return acceptedIn[0].Load() >= 2*nSessions }, "%d prompts of the load accepted before the outage", 2*nSessions)
 	for i := range straddle {
 		x := &straddle[i]
 		x.s = r.NewSession(map[string]any{"title": "straddle: " + x.name})
@@ -482,12 +486,12 @@ func TestFaultRedisRestartWithAOF(t *testing.T) {
 	for _, x := range straddle {
 		r.WaitTurn(x.long, 5*time.Second, store.TurnRunning)
 	}
-	time.Sleep(1500 * time.Millisecond)
 	setPhase(1)
 	down := time.Now()
 	rs.stop()
 	t.Logf("redis-server stopped (SIGTERM) %s after the load began", time.Since(begin).Round(100*time.Millisecond))
 	var readyDuring []int
+	// Not a wait for work: the outage lasts 10 s by design, /readyz sampled twice a second.
 	for time.Since(down) < 10*time.Second {
 		readyDuring = append(readyDuring, readyz())
 		time.Sleep(500 * time.Millisecond)
@@ -503,7 +507,8 @@ func TestFaultRedisRestartWithAOF(t *testing.T) {
 			break
 		}
 	}
-	time.Sleep(3 * time.Second)
+	// The load goes on after the outage until twice as many prompts as sessions were accepted again.
+	Eventually(t, 30*time.Second, func() bool { return acceptedIn[2].Load() >= 2*nSessions }, "%d prompts of the load accepted after the outage", 2*nSessions)
 	close(stopLoad)
 	wg.Wait()
 	loadEnded := time.Now()

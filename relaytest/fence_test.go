@@ -44,7 +44,8 @@ func TestPausedWorkerWritesNothingLate(t *testing.T) {
 
 	victim := srv.NewSession(map[string]any{"title": "victim"})
 	const late = "the paused worker's late reply"
-	first := srv.Message(victim.ID, Script(stepSleep(4000), stepReply(late)))
+	const started = "on it. " // written as the turn's partial reply before the agent's wait
+	first := srv.Message(victim.ID, Script(stepReply(started), stepSleep(4000), stepReply(late)))
 	second := srv.Message(victim.ID, Script(stepReply("second reply")))
 	srv.WaitTurn(first, 30*time.Second, store.TurnRunning)
 	if h, err := srv.App.Store().LeaseHolder(t.Context(), victim.ID); err != nil || h == "" || strings.HasPrefix(h, srvID+":") {
@@ -55,7 +56,8 @@ func TestPausedWorkerWritesNothingLate(t *testing.T) {
 	}
 	srv.WaitTurn(bt, 15*time.Second, store.TurnStopped)
 
-	time.Sleep(time.Second) // into the turn, before its reply
+	// Into the turn, before its reply: the agent reported its first words and waits.
+	Eventually(t, 30*time.Second, func() bool { return srv.Turn(first).Partial == started }, "the victim's turn to report its partial reply")
 	if err := w.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -80,12 +82,22 @@ func TestPausedWorkerWritesNothingLate(t *testing.T) {
 	}
 	t.Logf("turn ended as abandoned %s after the pause; the next one done", time.Since(paused).Round(100*time.Millisecond))
 
-	// Wake the paused worker: its turn's reply is due at once.
+	// Wake the paused worker: its turn's reply is due at once. Its drain ends
+	// in the fence (the log line for this turn: every write of the turn was
+	// refused, and the drain writes nothing after it) — or, were the fence
+	// broken, the late outcome lands; the checks below tell which.
 	resume()
+	fencedLine := func() bool {
+		for _, l := range strings.Split(w.out.String(), "\n") {
+			if strings.Contains(l, "outcome was not written") && strings.Contains(l, first[:8]) {
+				return true
+			}
+		}
+		return false
+	}
 	Eventually(t, 30*time.Second, func() bool {
-		return strings.Contains(w.out.String(), "outcome was not written") || strings.Contains(w.out.String(), "session lease lost")
-	}, "the woken worker to find its lease lost")
-	time.Sleep(2 * time.Second) // room for a late write, were there one
+		return fencedLine() || srv.Turn(first).Reply != ""
+	}, "the woken worker's drain of the turn to end in the fence")
 
 	got := srv.Turn(first)
 	if got.Status != store.TurnError || got.Error != t1.Error || got.Reply != "" || !got.EndedAt.Equal(t1.EndedAt) {

@@ -280,7 +280,11 @@ func TestCountLimitsAreAtomic(t *testing.T) {
 		}
 		// A refused prompt left nothing: 5 prompts reached the target.
 		Eventually(t, 20*time.Second, func() bool { return len(r1.Messages(target.ID, "agent")) == 5 }, "prompts in the target")
-		time.Sleep(300 * time.Millisecond)
+		// Every call returned; once the target ran all it was given (idle: no
+		// turn running or queued), a sixth prompt would be there.
+		if why := waitIdle(r1, target.ID, 20*time.Second); why != "" {
+			t.Fatalf("the target is not idle: %s", why)
+		}
 		if n := len(r1.Messages(target.ID, "agent")); n != 5 {
 			t.Fatalf("%d prompts reached the target, want 5", n)
 		}
@@ -313,7 +317,8 @@ func TestMaxTurnSecondsFromTurnStart(t *testing.T) {
 
 	id = r.Message(s.ID, Script(map[string]any{"sleep_ms": 60000}, map[string]any{"reply": "too late"}))
 	running(id)
-	time.Sleep(1500 * time.Millisecond)
+	// The turn has run past the limit about to be set (its own start, not a wait for work).
+	Eventually(t, 10*time.Second, func() bool { return time.Since(r.Turn(id).StartedAt) > 1500*time.Millisecond }, "turn %s to run 1.5 s", id)
 	patch(1) // lowered while it runs: counted from the turn's start, it is over
 	tr = waitEnded(r, id, 20*time.Second)
 	if tr.Status != store.TurnError || !strings.Contains(tr.Error, "max_turn_seconds (1 s)") {

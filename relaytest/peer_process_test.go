@@ -3,6 +3,7 @@ package relaytest
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -487,6 +488,28 @@ func (p *peerProc) relayOnline(name string) bool {
 	return false
 }
 
+// failedEventPolls is how many of p's event polls of paired relays failed
+// (relay_peer_requests_total of kind events with a code other than ok).
+func (p *peerProc) failedEventPolls() float64 {
+	p.t.Helper()
+	resp, err := http.Get(p.api.URL + "/metrics")
+	if err != nil {
+		p.t.Fatalf("%s: /metrics: %v", p.label, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	n := 0.0
+	for _, l := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(l, "relay_peer_requests_total{") && strings.Contains(l, `kind="events"`) && !strings.Contains(l, `code="ok"`) {
+			var v float64
+			if _, err := fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v); err == nil {
+				n += v
+			}
+		}
+	}
+	return n
+}
+
 // TestPeerLinkCutReplay (R8.21): bravo runs as two processes on one Redis;
 // alpha polls bravo1. While bravo1 is down, bravo2 runs three turns of the
 // watched session; when bravo1 answers again, alpha's conversation gets them
@@ -524,7 +547,10 @@ func TestPeerLinkCutReplay(t *testing.T) {
 			t.Fatalf("turn on bravo2: %q", tr.Reply)
 		}
 	}
-	time.Sleep(1500 * time.Millisecond) // a poll or so while bravo1 is still down
+	// Two more of alpha's polls of bravo failed since the turns ended (the
+	// second began after them) and brought nothing.
+	failed := alpha.failedEventPolls()
+	Eventually(t, 15*time.Second, func() bool { return alpha.failedEventPolls() >= failed+2 }, "two more failed polls of bravo1 while it is down")
 	if got := alpha.api.EventTexts(sa.ID); len(got) != before {
 		t.Fatalf("events delivered while the link was down: %q", got[before:])
 	}
@@ -582,17 +608,21 @@ func TestPeerLinkCutReplay(t *testing.T) {
 		t.Fatalf("bravo still offline on alpha after the replay")
 	}
 
-	// Nothing comes twice: a few more polls, then one more turn comes as a live event.
-	time.Sleep(3500 * time.Millisecond)
-	all := alpha.api.EventTexts(sa.ID)
-	if len(all) != before+1 {
-		t.Fatalf("event messages after the replay: want %d, got %d: %q", before+1, len(all), all[before:])
-	}
+	// Nothing comes twice: one more turn comes as a live event, the first
+	// message after the replay (the polls that brought it read on from the
+	// replay's cursor: anything again would have come before it).
 	bravo2.say(sb, "four")
 	Eventually(t, 10*time.Second, func() bool {
 		return strings.Contains(strings.Join(alpha.api.EventTexts(sa.ID)[before+1:], "\n"), "echo: four")
 	}, "the live event after the replay")
-	time.Sleep(2500 * time.Millisecond)
+	if all := alpha.api.EventTexts(sa.ID); !strings.Contains(all[before+1], "echo: four") {
+		t.Fatalf("event messages after the replay, before the live one: %q", all[before:])
+	}
+	// And the live one once: a later turn's event came after it.
+	bravo2.say(sb, "five")
+	Eventually(t, 10*time.Second, func() bool {
+		return strings.Contains(strings.Join(alpha.api.EventTexts(sa.ID)[before+1:], "\n"), "echo: five")
+	}, "a later live event")
 	after := strings.Join(alpha.api.EventTexts(sa.ID)[before+1:], "\n")
 	if strings.Count(after, `turn_end (done) "echo: four"`) != 1 || strings.Contains(after, "replayed") || strings.Contains(after, "link_") ||
 		strings.Contains(after, "echo: one") || strings.Contains(after, "echo: two") || strings.Contains(after, "echo: three") {

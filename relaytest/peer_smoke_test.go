@@ -107,9 +107,28 @@ func TestPeerTransferAndEvents(t *testing.T) {
 		}
 		return false
 	}, "the bravo event in the second watcher after the transfer")
-	time.Sleep(time.Second)
+	// No mirror left to deliver to the first watcher: the one there names
+	// the second, and a later poll of it delivered a later event there too.
+	subs, err := a.App.Store().RemoteSubscriptions(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range subs {
+		if s.Watcher == c1.ID && s.EndedAt.IsZero() {
+			t.Fatalf("a mirror still delivers to the first watcher after the transfer: %+v", s)
+		}
+	}
+	b.WaitTurn(b.Message(watched.ID, "deployed three"), 20*time.Second, "done")
+	Eventually(t, 15*time.Second, func() bool {
+		for _, e := range a.EventTexts(c2.ID) {
+			if strings.Contains(e, "echo: deployed three") {
+				return true
+			}
+		}
+		return false
+	}, "a later bravo event in the second watcher")
 	for _, e := range a.EventTexts(c1.ID) {
-		if strings.Contains(e, "deployed two") {
+		if strings.Contains(e, "deployed two") || strings.Contains(e, "deployed three") {
 			t.Fatalf("the first watcher still got an event after the transfer: %q", e)
 		}
 	}

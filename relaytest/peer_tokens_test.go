@@ -247,6 +247,10 @@ func TestPeerTokenRevokeEndsOpenPoll(t *testing.T) {
 			t.Fatalf("first poll: %d %v", st, first)
 		}
 		cursor, _ := first["cursor"].(string)
+		// The poll reads its subscription as it starts and again each round it
+		// waits (after checking its token): a second read is an open poll.
+		reads := &keyReads{}
+		p.App.Redis().AddHook(reads)
 		done := make(chan int, 1)
 		go func() {
 			req, _ := http.NewRequest("GET", p.URL+"/peer/v1/events?subscription="+sub+"&after="+cursor+"&wait=20", nil)
@@ -259,7 +263,15 @@ func TestPeerTokenRevokeEndsOpenPoll(t *testing.T) {
 			resp.Body.Close()
 			done <- resp.StatusCode
 		}()
-		time.Sleep(700 * time.Millisecond) // the poll is open by now …
+		Eventually(t, 10*time.Second, func() bool {
+			select {
+			case st := <-done:
+				done <- st // the check below tells
+				return true
+			default:
+			}
+			return reads.of(":sub:"+sub) >= 2
+		}, "process %d: the poll to wait", i)
 		select {
 		case st := <-done: // … unless it was answered already: then the revoke below proves nothing
 			t.Fatalf("process %d: the poll ended before the revoke: %d", i, st)

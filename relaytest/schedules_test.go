@@ -91,7 +91,9 @@ func TestScheduleMissedWhileDownFiresOnce(t *testing.T) {
 
 	r.Stop()
 	stoppedAt := clock.Now()
-	time.Sleep(3500 * time.Millisecond) // the one deliberate wait: 3.5 clock minutes with no relay running
+	// Not a wait for work: the test's subject is 3.5 clock minutes passing
+	// with no relay running (the scaled clock moves with real time).
+	time.Sleep(3500 * time.Millisecond)
 	bootAt := clock.Now()
 	r2 := Start(t, Options{Redis: r.Redis, Clock: clock})
 	m2 := r2.Connect(a.Token, nil)

@@ -44,8 +44,7 @@ func TestConsoleSessions(t *testing.T) {
 		t.Errorf("an ended session is still there")
 	}
 	_ = e.s.AddConsoleSession(e.ctx, "short", "fp-1", time.Second)
-	e.advance(1500 * time.Millisecond)
-	if _, ok, _ := e.s.ConsoleSession(e.ctx, "short"); ok {
+	if !e.expire(1500*time.Millisecond, func() bool { _, ok, _ := e.s.ConsoleSession(e.ctx, "short"); return !ok }) {
 		t.Errorf("an expired session is still there")
 	}
 }

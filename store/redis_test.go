@@ -83,13 +83,21 @@ func (e *testEnv) key(parts ...string) string {
 	return KeyBase(e.prefix) + strings.Join(parts, ":")
 }
 
-// advance lets d pass for key expiry (miniredis's clock only moves when told).
-func (e *testEnv) advance(d time.Duration) {
+// expire lets a key with a TTL under d expire: miniredis's clock moves d
+// (it only moves when told); on a real server it waits until gone says the key
+// went, d and a second more at most (the embedded store counts TTLs down in
+// steps of 250 ms). It reports whether gone held.
+func (e *testEnv) expire(d time.Duration, gone func() bool) bool {
 	if e.mini != nil {
 		e.mini.FastForward(d)
-		return
+		return gone()
 	}
-	time.Sleep(d)
+	for deadline := time.Now().Add(d + time.Second); !gone(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }
 
 func (e *testEnv) exists(k string) bool {

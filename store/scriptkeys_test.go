@@ -46,6 +46,16 @@ func TestMain(m *testing.M) {
 	}
 	fmt.Fprint(conn, "MONITOR\r\n")
 	rd := bufio.NewReaderSize(conn, 1<<20)
+	// The replies to AUTH and MONITOR: from the last one on, MONITOR shows every command.
+	for n := 1 + btoi(opt.Password != ""); n > 0; n-- {
+		if l, err := rd.ReadString('\n'); err != nil || !strings.HasPrefix(l, "+OK") {
+			fmt.Fprintf(os.Stderr, "monitor: %q, %v\n", l, err)
+			os.Exit(2)
+		}
+	}
+	// After the tests, an ECHO of a marker: MONITOR shows commands in the order
+	// Redis ran them, so once it shows the marker it showed every test's command.
+	marker := "scriptkeys-end-" + NewID(8)
 	var lines []string
 	done := make(chan struct{})
 	go func() {
@@ -55,14 +65,27 @@ func TestMain(m *testing.M) {
 			if err != nil {
 				return
 			}
+			if strings.Contains(l, marker) {
+				return
+			}
 			lines = append(lines, strings.TrimSuffix(strings.TrimPrefix(l, "+"), "\r\n"))
 		}
 	}()
-	time.Sleep(100 * time.Millisecond)
 	code := m.Run()
-	time.Sleep(200 * time.Millisecond)
+	ec := redis.NewClient(opt)
+	err = ec.Echo(context.Background(), marker).Err()
+	_ = ec.Close()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "monitor: the end marker:", err)
+		os.Exit(2)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		fmt.Fprintln(os.Stderr, "monitor: the end marker did not show within 10 s")
+		os.Exit(2)
+	}
 	_ = conn.Close()
-	<-done
 	if code == 0 {
 		bad, scripts := checkScriptKeys(opt, lines)
 		for _, b := range bad {
@@ -199,4 +222,11 @@ func TestParseMonitor(t *testing.T) {
 	if !ok || src != "lua" || len(args) != 4 || args[1] != "{p}:turn:1" || args[3] != "a \"b\"\\cA\n" {
 		t.Fatalf("%q %q %v", src, args, ok)
 	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

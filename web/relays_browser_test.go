@@ -151,12 +151,17 @@ func TestRelaysPageInBrowser(t *testing.T) {
 	b.do("desktop", chromedp.EmulateViewport(1280, 900))
 
 	// ---- Remove asks first; declined, nothing goes -----------------------------
-	eval[bool](b, `(function(){window.__asked=""; window.confirm=function(m){window.__asked=m; return false}; return true})()`)
+	// window.__sent: the calls the page sends (not GETs), from here on.
+	eval[bool](b, `(function(){window.__asked=""; window.__sent=[]; if(!window.__spied){var f=window.fetch; window.fetch=function(u,o){if(o&&o.method&&o.method!=="GET")window.__sent.push(o.method+" "+u); return f.apply(this, arguments)}; window.__spied=true}; window.confirm=function(m){window.__asked=m; return false}; return true})()`)
 	b.do("Remove, declined", chromedp.ScrollIntoView(`#r-bravo button.deny`), chromedp.Click(`#r-bravo button.deny`))
 	if asked := eval[string](b, `window.__asked`); !strings.Contains(asked, "bravo") {
 		t.Errorf("Remove asked %q, want a confirm naming bravo", asked)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The click's handler has run (this evaluation comes after it); a call it
+	// made would be in window.__sent now, though not yet at the relay.
+	if sent := eval[string](b, `window.__sent.join(", ")`); sent != "" {
+		t.Errorf("a declined Remove sent %s", sent)
+	}
 	if ps := pairings(t, desk); len(ps) != 2 {
 		t.Errorf("after a declined Remove the API lists %v", ps)
 	}
@@ -283,12 +288,17 @@ func TestPeerTokensInBrowser(t *testing.T) {
 
 	// ---- Revoke asks first; declined, the token still works --------------------
 	btn := row + " button.deny"
-	eval[bool](b, `(function(){window.__asked=""; window.confirm=function(m){window.__asked=m; return false}; return true})()`)
+	// window.__sent: the calls the page sends (not GETs), from here on.
+	eval[bool](b, `(function(){window.__asked=""; window.__sent=[]; if(!window.__spied){var f=window.fetch; window.fetch=function(u,o){if(o&&o.method&&o.method!=="GET")window.__sent.push(o.method+" "+u); return f.apply(this, arguments)}; window.__spied=true}; window.confirm=function(m){window.__asked=m; return false}; return true})()`)
 	b.do("Revoke, declined", chromedp.ScrollIntoView(btn), chromedp.Click(btn))
 	if asked := eval[string](b, `window.__asked`); !strings.Contains(asked, made.ID) || !strings.Contains(asked, "bravo") {
 		t.Errorf("Revoke asked %q, want a confirm naming the token and bravo", asked)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The click's handler has run (this evaluation comes after it); a call it
+	// made would be in window.__sent now, though not yet at the relay.
+	if sent := eval[string](b, `window.__sent.join(", ")`); sent != "" {
+		t.Errorf("a declined Revoke sent %s", sent)
+	}
 	if st := peerStatus(t, desk, made.Token, "bravo"); st != http.StatusOK {
 		t.Fatalf("after a declined Revoke the token answers %d", st)
 	}

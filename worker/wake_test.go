@@ -70,6 +70,31 @@ func (c *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 	}
 }
 
+// blockedNow says the processor is blocked in sawEmpty (or about to, with the
+// wake channel it waits on already taken): every queue was seen empty at the
+// current generation. A wake bumps the generation and a timeout clears the map,
+// so it is false again as soon as the block ends.
+func (w *Waker) blockedNow() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, q := range w.queues {
+		if e, ok := w.empty[q]; !ok || e != w.gen {
+			return false
+		}
+	}
+	return true
+}
+
+// waitIdle waits (5 s at most) until the processor is blocked and more, when not nil, holds.
+func waitIdle(t *testing.T, w *Waker, more func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !w.blockedNow() || more != nil && !more(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the processor did not block within 5 s: %+v", w.Stats())
+		}
+	}
+}
+
 // An idle worker with the waker asks Redis about once a second per queue, a
 // task enqueued in this process or another one (whose client has the hook)
 // starts within milliseconds, a scheduled task runs when due, and a task
@@ -135,10 +160,13 @@ func TestWakeUpPath(t *testing.T) {
 			t.Fatalf("sharded %v; shard channels %v, want %s and %s", wk.sharded, shard, WakeChannel(q.Turns), WakeChannel(q.Events))
 		}
 	}
-	time.Sleep(500 * time.Millisecond)
+	// Idle from here: each of the 4 delayed sets had its first real check and
+	// the processor blocks.
+	waitIdle(t, wk, func() bool { return cnt.forward.Load() >= 4 })
 
 	// Idle: dequeue and forward scripts that reach Redis over 3 s.
 	d0, f0 := cnt.dequeue.Load(), cnt.forward.Load()
+	// Not a wait for work: the 3 s are the window the idle rate is measured over.
 	time.Sleep(3 * time.Second)
 	dq, fw := cnt.dequeue.Load()-d0, cnt.forward.Load()-f0
 	t.Logf("idle 3 s: %d dequeue scripts, %d forward scripts reached Redis; %+v", dq, fw, wk.Stats())
@@ -174,7 +202,7 @@ func TestWakeUpPath(t *testing.T) {
 	local := asynq.NewClientFromRedisClient(wrdb)
 	var worst time.Duration
 	for i := 0; i < 5; i++ {
-		time.Sleep(300 * time.Millisecond) // let the processor block again
+		waitIdle(t, wk, nil) // the processor blocks again
 		if d := hop(local, fmt.Sprintf("local%d", i)); d > worst {
 			worst = d
 		}
@@ -192,7 +220,7 @@ func TestWakeUpPath(t *testing.T) {
 	other := asynq.NewClientFromRedisClient(ordb)
 	worst = 0
 	for i := 0; i < 5; i++ {
-		time.Sleep(300 * time.Millisecond)
+		waitIdle(t, wk, nil)
 		if d := hop(other, fmt.Sprintf("other%d", i)); d > worst {
 			worst = d
 		}
@@ -204,7 +232,7 @@ func TestWakeUpPath(t *testing.T) {
 
 	// A client without the hook: no wake-up; IdleCheck bounds the wait.
 	plain := asynq.NewClientFromRedisClient(rdb)
-	time.Sleep(300 * time.Millisecond)
+	waitIdle(t, wk, nil)
 	if d := hop(plain, "plain"); d > 1500*time.Millisecond {
 		t.Errorf("a task pushed without a wake-up started after %s (want within IdleCheck 1 s)", d)
 	}
@@ -224,7 +252,7 @@ func TestWakeUpPath(t *testing.T) {
 	}
 
 	// Shutdown ends a blocked processor's wait at once.
-	time.Sleep(300 * time.Millisecond)
+	waitIdle(t, wk, nil)
 	t0 := time.Now()
 	wk.Shutdown()
 	srv.Shutdown()
