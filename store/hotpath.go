@@ -385,7 +385,7 @@ var finishEmitScript = redis.NewScript(`
 -- ARGV[13] = clear the provider's pause (1|0)
 -- ARGV[14] = the fence: the drain's lease owner ('' = none)
 -- ARGV[15..] = the turn's field/value pairs
-` + noneLua + fenceLua + `
+` + noneLua + fenceLua + endTurnLua + `
 if redis.call('HGET', KEYS[5], 'ended') == ARGV[3] then
   -- This step already ran (its answer was lost and it is tried again): the
   -- outcome, message, event and usage stay as they were written once.
@@ -406,18 +406,7 @@ if ARGV[10] ~= '' then
   if tonumber(ARGV[12]) > 0 then redis.call('HINCRBY', KEYS[14], 'costMicroUSD', ARGV[12]) end
   if ARGV[13] == '1' then redis.call('HDEL', KEYS[14], 'paused', 'pausedAt') end
 end
-if redis.call('GET', KEYS[2]) == redis.call('HGET', KEYS[5], 'id') then redis.call('DEL', KEYS[2]) end
-if ARGV[2] ~= '' then redis.call('RPUSH', KEYS[6], ARGV[2]) end
-if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('HSET', KEYS[7], 'last', ARGV[3]) end
-redis.call('ZADD', KEYS[8], 'XX', ARGV[3], ARGV[1])
-local more = 1
-if redis.call('LLEN', KEYS[1]) == 0 then
-  redis.call('DEL', KEYS[3])
-  redis.call('SREM', KEYS[9], ARGV[1])
-  if not isnone(KEYS[4]) then redis.call('SREM', KEYS[4], ARGV[1]) end
-  if not isnone(KEYS[15]) then redis.call('SREM', KEYS[15], ARGV[1]) end
-  more = 0
-end
+local more = endTurn(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[15], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], ARGV[1], ARGV[2], ARGV[3])
 redis.call('XADD', KEYS[10], 'MAXLEN', '~', 10000, '*', 'e', ARGV[4])
 local watched = 0
 if ARGV[5] == '1' or redis.call('SCARD', KEYS[11]) > 0 or redis.call('SCARD', KEYS[12]) > 0 then watched = 1 end

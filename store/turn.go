@@ -698,7 +698,7 @@ var finishScript = redis.NewScript(`
 -- ARGV[3]  = at (ms): the turn's 'ended'
 -- ARGV[4]  = the fence: the drain's lease owner ('' = none)
 -- ARGV[5..] = the turn's field/value pairs
-` + noneLua + fenceLua + `
+` + noneLua + fenceLua + endTurnLua + `
 if ARGV[4] ~= '' and redis.call('HGET', KEYS[5], 'ended') == ARGV[3] then
   -- This step already ran (its answer was lost and it is tried again, by
   -- this drain): it changes nothing a second time, and is not fenced.
@@ -709,19 +709,30 @@ if fenced(KEYS[10], KEYS[5], ARGV[4]) then
   return -1
 end
 if #ARGV >= 6 then redis.call('HSET', KEYS[5], unpack(ARGV, 5)) end
-if redis.call('GET', KEYS[2]) == redis.call('HGET', KEYS[5], 'id') then redis.call('DEL', KEYS[2]) end
-if ARGV[2] ~= '' then redis.call('RPUSH', KEYS[6], ARGV[2]) end
-if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('HSET', KEYS[7], 'last', ARGV[3]) end
-redis.call('ZADD', KEYS[8], 'XX', ARGV[3], ARGV[1])
-if redis.call('LLEN', KEYS[1]) == 0 then
-  redis.call('DEL', KEYS[3])
-  redis.call('SREM', KEYS[9], ARGV[1])
-  if not isnone(KEYS[4]) then redis.call('SREM', KEYS[4], ARGV[1]) end
-  if not isnone(KEYS[11]) then redis.call('SREM', KEYS[11], ARGV[1]) end
+return endTurn(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[11], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], ARGV[1], ARGV[2], ARGV[3])
+`)
+
+// endTurnLua defines endTurn(q, cur, drain, busy, busypeer, turn, msgs, sess,
+// active, drains, sid, msg, at), the end of a turn both FinishTurn and
+// FinishTurnEmit write once the turn's fields are set: the session's current
+// turn cleared (when it is this one), the message appended (msg '' = none),
+// the session's last activity moved to at (ms), and, when nothing more is
+// queued, the drain flag and the busy (4-at-work) and peer-busy entries
+// dropped. It returns 1 when more turns are queued, else 0.
+const endTurnLua = `
+local function endTurn(q, cur, drain, busy, busypeer, turn, msgs, sess, active, drains, sid, msg, at)
+  if redis.call('GET', cur) == redis.call('HGET', turn, 'id') then redis.call('DEL', cur) end
+  if msg ~= '' then redis.call('RPUSH', msgs, msg) end
+  if redis.call('EXISTS', sess) == 1 then redis.call('HSET', sess, 'last', at) end
+  redis.call('ZADD', active, 'XX', at, sid)
+  if redis.call('LLEN', q) > 0 then return 1 end
+  redis.call('DEL', drain)
+  redis.call('SREM', drains, sid)
+  if not isnone(busy) then redis.call('SREM', busy, sid) end
+  if not isnone(busypeer) then redis.call('SREM', busypeer, sid) end
   return 0
 end
-return 1
-`)
+`
 
 // fenceLua defines fenced(lease, turn, owner): a drain's write (owner its
 // lease owner; "" = not fenced) must be refused, because owner no longer
