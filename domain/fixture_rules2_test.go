@@ -7,14 +7,11 @@ package domain
 // a few look-ups the relaytest versions made through the owner API.
 
 import (
-	"context"
-	"io"
-	"log/slog"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/oar/relay/clock"
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
@@ -32,72 +29,38 @@ type r2Options struct {
 // Options as app puts them.
 func newR2Fixture(t testing.TB, fo fixtureOptions, ro r2Options) *fixture {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	rdb, prefix := fixtureRedis(t)
-	cfg := config.Default()
-	if fo.settings != nil {
-		fo.settings(&cfg.Settings)
-	}
-	if fo.limits != nil {
-		fo.limits(&cfg.Limits)
-	}
-	if fo.timing != nil {
-		fo.timing(&cfg.Timing)
-	}
-	if fo.start.IsZero() {
-		fo.start = time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
-	}
-	f := &fixture{t: t, ctx: ctx, st: store.New(rdb, prefix),
-		clk: clock.NewSim(fo.start), enq: &recordingEnqueuer{added: make(chan struct{}, 1)}}
-	scripted := []*provider.Scripted{provider.NewScripted(provider.Info{})}
-	provs := []provider.Provider{scripted[0]}
 	caps, traits := map[string]Cap{}, map[string]SessionTraits{}
 	for _, p := range ro.providers {
-		switch p.Type {
-		case config.TypeScripted:
-			s := provider.NewScripted(provider.Info{ID: p.ID, Name: p.Name, Models: p.Models, DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo})
-			scripted = append(scripted, s)
-			provs = append(provs, s)
-		case config.TypeExec:
-			provs = append(provs, provider.NewExec(provider.ExecConfig{ID: p.ID, Name: p.Name, Command: p.Command, Models: p.Models,
-				DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo, Env: p.Env}))
-		case config.TypeClaudeCode, config.TypeCodex, config.TypeGeminiCLI:
-			cli, err := provider.NewCLI(provider.CLIConfig{ID: p.ID, Name: p.Name, Type: p.Type, Command: p.Command, Args: p.Args,
-				Env: p.Env, Models: p.Models, DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo,
-				Silence: cfg.Timing.AgentSilence})
-			if err != nil {
-				cancel()
-				t.Fatalf("provider %s: %v", p.ID, err)
-			}
-			provs = append(provs, cli)
-		default:
-			cancel()
-			t.Fatalf("provider %s: type %s is not built by the fixture", p.ID, p.Type)
-		}
 		if p.MonthlyCap > 0 {
 			caps[p.ID] = Cap{Amount: p.MonthlyCap, Unit: p.CapUnit}
 		}
 		traits[p.ID] = SessionTraits{Claude: p.ClaudeSessions(), CompactWindowZero: p.CompactWindowZero, AlwaysThinks: p.AlwaysThinks}
 	}
-	f.r = New(f.st, f.enq, provs, Options{
-		Name: "desk", Version: "test", Folders: []string{t.TempDir()},
-		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Clock: f.clk,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Peers: fo.peers, Metrics: fo.metrics,
-		MaxWaitCap: ro.maxWaitCap, Caps: caps, Traits: traits,
-	})
-	if err := f.r.Start(ctx); err != nil {
-		cancel()
-		t.Fatalf("start the relay: %v", err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		f.r.Shutdown()
-		f.r.Wait()
-		for _, s := range scripted {
-			s.Close()
+	fo.caps, fo.traits, fo.maxWaitCap = caps, traits, ro.maxWaitCap
+	fo.extra = func(cfg *config.Config) ([]provider.Provider, error) {
+		var provs []provider.Provider
+		for _, p := range ro.providers {
+			switch p.Type {
+			case config.TypeScripted:
+				provs = append(provs, provider.NewScripted(provider.Info{ID: p.ID, Name: p.Name, Models: p.Models, DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo}))
+			case config.TypeExec:
+				provs = append(provs, provider.NewExec(provider.ExecConfig{ID: p.ID, Name: p.Name, Command: p.Command, Models: p.Models,
+					DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo, Env: p.Env}))
+			case config.TypeClaudeCode, config.TypeCodex, config.TypeGeminiCLI:
+				cli, err := provider.NewCLI(provider.CLIConfig{ID: p.ID, Name: p.Name, Type: p.Type, Command: p.Command, Args: p.Args,
+					Env: p.Env, Models: p.Models, DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo,
+					Silence: cfg.Timing.AgentSilence})
+				if err != nil {
+					return provs, fmt.Errorf("provider %s: %w", p.ID, err)
+				}
+				provs = append(provs, cli)
+			default:
+				return provs, fmt.Errorf("provider %s: type %s is not built by the fixture", p.ID, p.Type)
+			}
 		}
-	})
-	return f
+		return provs, nil
+	}
+	return newFixture(t, fo)
 }
 
 // r2Scripted is a config's scripted provider with id, name and models

@@ -49,6 +49,14 @@ type fixtureOptions struct {
 	peers    PeerClient // the paired relays' client (nil: none can be reached)
 	metrics  Metrics    // the relay's counts (nil: none)
 	start    time.Time  // the simulated clock's start (zero: 2026-12-02 09:00 UTC)
+
+	name       string                                            // the relay's name ("": desk)
+	baseURL    string                                            // Options.BaseURL
+	scripted   []provider.Info                                   // the scripted providers (nil: one, the default)
+	extra      func(*config.Config) ([]provider.Provider, error) // more providers after them, built from the relay's config (a scripted one's Close is the fixture's)
+	caps       map[string]Cap                                    // Options.Caps
+	traits     map[string]SessionTraits                          // Options.Traits
+	maxWaitCap time.Duration                                     // Options.MaxWaitCap (0: none)
 }
 
 // newFixture builds and starts a relay for t; everything ends with the test.
@@ -71,21 +79,53 @@ func newFixture(t testing.TB, fo fixtureOptions) *fixture {
 	}
 	f := &fixture{t: t, ctx: ctx, st: store.New(rdb, prefix),
 		clk: clock.NewSim(fo.start), enq: &recordingEnqueuer{added: make(chan struct{}, 1)}}
-	scripted := provider.NewScripted(provider.Info{})
-	f.r = New(f.st, f.enq, []provider.Provider{scripted}, Options{
-		Name: "desk", Version: "test", Folders: []string{t.TempDir()},
+	if fo.name == "" {
+		fo.name = "desk"
+	}
+	if fo.scripted == nil {
+		fo.scripted = []provider.Info{{}}
+	}
+	var provs []provider.Provider
+	var scripted []*provider.Scripted
+	for _, in := range fo.scripted {
+		p := provider.NewScripted(in)
+		provs, scripted = append(provs, p), append(scripted, p)
+	}
+	closeScripted := func() {
+		for _, p := range scripted {
+			p.Close()
+		}
+	}
+	if fo.extra != nil {
+		more, err := fo.extra(&cfg)
+		for _, p := range more {
+			if sp, ok := p.(*provider.Scripted); ok {
+				scripted = append(scripted, sp)
+			}
+		}
+		if err != nil {
+			cancel()
+			closeScripted()
+			t.Fatalf("providers: %v", err)
+		}
+		provs = append(provs, more...)
+	}
+	f.r = New(f.st, f.enq, provs, Options{
+		Name: fo.name, Version: "test", BaseURL: fo.baseURL, Folders: []string{t.TempDir()},
 		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Clock: f.clk,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Peers: fo.peers, Metrics: fo.metrics,
+		Caps: fo.caps, Traits: fo.traits, MaxWaitCap: fo.maxWaitCap,
 	})
 	if err := f.r.Start(ctx); err != nil {
 		cancel()
-		t.Fatalf("start the relay: %v", err)
+		closeScripted()
+		t.Fatalf("start relay %s: %v", fo.name, err)
 	}
 	t.Cleanup(func() {
 		cancel()
 		f.r.Shutdown()
 		f.r.Wait() // the listener and the kept goroutines are joined (goleak checks it)
-		scripted.Close()
+		closeScripted()
 	})
 	return f
 }

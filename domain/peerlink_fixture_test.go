@@ -17,8 +17,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -27,7 +25,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oar/relay/clock"
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/peer"
 	"github.com/oar/relay/provider"
@@ -109,51 +106,21 @@ func (n *peerNet) relay(name string, o peerEndOptions) *peerEnd {
 	n.ends[e.url] = e
 	n.mu.Unlock()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	rdb, prefix := fixtureRedis(t)
-	cfg := config.Default()
-	cfg.Settings.AgentSessions = true
-	cfg.Timing.PeerPoll = 20 * time.Millisecond
-	if o.settings != nil {
-		o.settings(&cfg.Settings)
-	}
-	if o.limits != nil {
-		o.limits(&cfg.Limits)
-	}
-	if o.timing != nil {
-		o.timing(&cfg.Timing)
-	}
-	if o.start.IsZero() {
-		o.start = time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
-	}
-	f := &fixture{t: t, ctx: ctx, st: store.New(rdb, prefix),
-		clk: clock.NewSim(o.start), enq: &recordingEnqueuer{added: make(chan struct{}, 1)}}
-	infos := o.providers
-	if infos == nil {
-		infos = []provider.Info{{}}
-	}
-	var provs []provider.Provider
-	var scripted []*provider.Scripted
-	for _, in := range infos {
-		p := provider.NewScripted(in)
-		provs, scripted = append(provs, p), append(scripted, p)
-	}
-	f.r = New(f.st, f.enq, provs, Options{
-		Name: name, Version: "test", BaseURL: e.url, Folders: []string{t.TempDir()},
-		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Clock: f.clk, MaxWaitCap: o.maxWaitCap,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Peers: n,
-	})
-	if err := f.r.Start(ctx); err != nil {
-		cancel()
-		t.Fatalf("start relay %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		f.r.Shutdown()
-		f.r.Wait()
-		for _, p := range scripted {
-			p.Close()
-		}
+	f := newFixture(t, fixtureOptions{
+		settings: func(st *config.Settings) {
+			st.AgentSessions = true
+			if o.settings != nil {
+				o.settings(st)
+			}
+		},
+		limits: o.limits,
+		timing: func(tm *config.Timing) {
+			tm.PeerPoll = 20 * time.Millisecond
+			if o.timing != nil {
+				o.timing(tm)
+			}
+		},
+		start: o.start, name: name, baseURL: e.url, scripted: o.providers, maxWaitCap: o.maxWaitCap, peers: n,
 	})
 	e.fixture = f
 	actAuto(f)
