@@ -13,7 +13,6 @@
 package clock
 
 import (
-	"sort"
 	"sync"
 	"time"
 )
@@ -158,16 +157,16 @@ func (s *Sim) Advance(d time.Duration) {
 func (s *Sim) Set(to time.Time) {
 	for {
 		s.mu.Lock()
-		next := s.nextDue(to)
-		if next == nil {
+		i := s.nextDue(to)
+		if i < 0 {
 			if to.After(s.now) {
 				s.now = to
 			}
 			s.mu.Unlock()
 			return
 		}
-		if next.due.After(s.now) {
-			s.now = next.due
+		if due := s.timers[i].due; due.After(s.now) {
+			s.now = due
 		}
 		s.mu.Unlock()
 		s.fireDue()
@@ -181,30 +180,33 @@ func (s *Sim) Pending() int {
 	return len(s.timers)
 }
 
-// nextDue is the earliest timer due by to (s.mu held).
-func (s *Sim) nextDue(to time.Time) *simTimer {
-	sort.Slice(s.timers, func(i, j int) bool {
-		if !s.timers[i].due.Equal(s.timers[j].due) {
-			return s.timers[i].due.Before(s.timers[j].due)
+// nextDue is the index of the earliest timer due by to (the first set of
+// those due at once), -1 when none is (s.mu held). A linear scan: the timers
+// are few, and kept in the order they were set.
+func (s *Sim) nextDue(to time.Time) int {
+	best := -1
+	for i, t := range s.timers {
+		if t.due.After(to) {
+			continue
 		}
-		return s.timers[i].seq < s.timers[j].seq
-	})
-	if len(s.timers) == 0 || s.timers[0].due.After(to) {
-		return nil
+		if best < 0 || t.due.Before(s.timers[best].due) || t.due.Equal(s.timers[best].due) && t.seq < s.timers[best].seq {
+			best = i
+		}
 	}
-	return s.timers[0]
+	return best
 }
 
 // fireDue fires the timers due at the clock's time, in order.
 func (s *Sim) fireDue() {
 	for {
 		s.mu.Lock()
-		t := s.nextDue(s.now)
-		if t == nil {
+		i := s.nextDue(s.now)
+		if i < 0 {
 			s.mu.Unlock()
 			return
 		}
-		s.timers = s.timers[1:]
+		t := s.timers[i]
+		s.timers = append(s.timers[:i], s.timers[i+1:]...)
 		now := s.now
 		s.mu.Unlock()
 		if t.ch != nil {
