@@ -605,7 +605,12 @@ func (dr *drainer) keepTurn(ctx context.Context, sid, turn, leaseOwner, turnTok 
 			case <-done:
 				return
 			case <-stopCh:
-				cancel(errStopped)
+				// The hub also wakes every waiter when its subscription came
+				// back (hub.fireAll): only a stop asked for stops the turn
+				// (StopTurn writes the request before it publishes).
+				if cur, err := dr.st.GetTurn(context.WithoutCancel(ctx), turn); err == nil && cur.StopRequested {
+					cancel(errStopped)
+				}
 			case <-settingsCh: // also fired after a lost notification subscription (hub.fireAll)
 				dr.recheckLimit(ctx, lim)
 			case <-renew.C:
