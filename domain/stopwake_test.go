@@ -20,7 +20,7 @@ func TestRulesHubWakeDoesNotStopTheTurn(t *testing.T) {
 
 	// The turn waits on its question: its stop channel is subscribed.
 	var q *store.Question
-	for deadline := time.Now().Add(20 * time.Second); q == nil; {
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) { // poll interval
 		if tr, err := f.r.Turn(f.ctx, tid); err == nil && tr.Question != "" {
 			if q, err = f.st.GetQuestion(f.ctx, tr.Question); err != nil {
 				t.Fatalf("question %s: %v", tr.Question, err)
@@ -30,7 +30,6 @@ func TestRulesHubWakeDoesNotStopTheTurn(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the turn never asked its question")
 		}
-		time.Sleep(5 * time.Millisecond) // poll interval
 	}
 
 	f.r.hub.fireAll() // the subscription came back
