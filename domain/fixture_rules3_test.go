@@ -6,6 +6,7 @@ package domain
 
 import (
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -54,4 +55,14 @@ func (m *r3Metrics) turnStarted(f *fixture, n int) time.Time {
 			f.t.Fatalf("turn start %d: not within %s", n, actUntilMax)
 		}
 	}
+}
+
+// r3List is v as a JSON list; anything else fails the test.
+func r3List(t testing.TB, v any, what string) []any {
+	t.Helper()
+	l, ok := v.([]any)
+	if !ok {
+		t.Fatalf("%s: want a list, got %T %v", what, v, v)
+	}
+	return l
 }
