@@ -5,6 +5,7 @@ package domain
 // wall time a turn's agent started, read from the relay's counts.
 
 import (
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -65,4 +66,20 @@ func r3List(t testing.TB, v any, what string) []any {
 		t.Fatalf("%s: want a list, got %T %v", what, v, v)
 	}
 	return l
+}
+
+// r3PeerCall is a paired relay's POST /peer/v1/call with tok on e, as the
+// conversation session of relay (origin as relaytest's peerCall sent it);
+// anything but 200 fails the test.
+func (e *peerEnd) r3PeerCall(tok, relay, session, action string, args map[string]any) map[string]any {
+	e.t.Helper()
+	if args == nil {
+		args = map[string]any{}
+	}
+	st, env := e.peerStatus("/peer/v1/call", tok, map[string]any{"action": action, "args": args,
+		"origin": map[string]any{"relay": relay, "session": session, "title": "t", "model": "m", "path": []string{relay}}})
+	if st != http.StatusOK {
+		e.t.Fatalf("peer call %s as %s: %d %v", action, relay, st, env)
+	}
+	return env
 }
