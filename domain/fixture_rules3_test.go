@@ -5,10 +5,14 @@ package domain
 // wall time a turn's agent started, read from the relay's counts.
 
 import (
+	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/oar/relay/store"
 )
 
 // r3Metrics keeps the wall time of each TurnStarted the relay reports (the
@@ -82,4 +86,67 @@ func (e *peerEnd) r3PeerCall(tok, relay, session, action string, args map[string
 		e.t.Fatalf("peer call %s as %s: %d %v", action, relay, st, env)
 	}
 	return env
+}
+
+// r3Eventually checks cond every few milliseconds until it holds, failing
+// the test after within (something the relay does with no notification,
+// like a turn token revoked once the turn's outcome is written, or a file
+// an agent process writes).
+func r3Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			t.Fatalf("%s: not within %s", what, within)
+		}
+	}
+}
+
+// r3PlainIn lists every key of the fixture's prefix that holds one of toks
+// in its name or value, whatever its type.
+func (f *fixture) r3PlainIn(toks ...string) []string {
+	f.t.Helper()
+	rdb := f.st.Redis()
+	var found []string
+	var cursor uint64
+	for {
+		keys, next, err := rdb.Scan(f.ctx, cursor, store.KeyBase(f.st.Prefix())+"*", 500).Result()
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		for _, k := range keys {
+			var b strings.Builder
+			switch rdb.Type(f.ctx, k).Val() {
+			case "string":
+				b.WriteString(rdb.Get(f.ctx, k).Val())
+			case "hash":
+				for hf, v := range rdb.HGetAll(f.ctx, k).Val() {
+					b.WriteString(hf + "=" + v + "\n")
+				}
+			case "list":
+				b.WriteString(strings.Join(rdb.LRange(f.ctx, k, 0, -1).Val(), "\n"))
+			case "set":
+				b.WriteString(strings.Join(rdb.SMembers(f.ctx, k).Val(), "\n"))
+			case "zset":
+				b.WriteString(strings.Join(rdb.ZRange(f.ctx, k, 0, -1).Val(), "\n"))
+			case "stream":
+				for _, m := range rdb.XRange(f.ctx, k, "-", "+").Val() {
+					b.WriteString(fmt.Sprint(m.Values) + "\n")
+				}
+			}
+			for _, tok := range toks {
+				if strings.Contains(k, tok) || strings.Contains(b.String(), tok) {
+					found = append(found, k)
+				}
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return found
+		}
+	}
 }

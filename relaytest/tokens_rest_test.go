@@ -9,11 +9,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -150,51 +147,6 @@ func TestTokensAtRestUpgrade(t *testing.T) {
 	var detail map[string]any
 	if st := r.do("GET", "/api/v1/sessions/"+set["id"].(string), genOwner, nil, &detail); st != http.StatusOK || strings.Contains(jsonString(detail), tok) {
 		t.Fatalf("the session's token is shown again: %d", st)
-	}
-}
-
-// R18.19: an agent process gets a token of its own for its turn (the
-// session's is stored only as a hash): it acts as its session while the turn
-// runs, is never stored in plain text, and stops working when the turn ends.
-func TestTurnTokenLivesWithItsTurn(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	script := `echo "$RELAY_TOKEN" > ` + filepath.Join(dir, "tok.tmp") + ` && mv ` + filepath.Join(dir, "tok.tmp") + ` ` + filepath.Join(dir, "tok") +
-		`; i=0; while [ ! -e ` + filepath.Join(dir, "go") + ` ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; echo finished`
-	r := Start(t, Options{Config: func(c *config.Config) {
-		c.Providers = append(c.Providers, config.Provider{ID: "sh", Name: "Sh", Type: config.TypeExec, Command: []string{"/bin/sh", "-c", script}})
-	}})
-	s := r.NewSession(map[string]any{"provider": "sh", "title": "agent"})
-	id := r.Message(s.ID, "go")
-	var tok string
-	Eventually(t, 20*time.Second, func() bool {
-		b, err := os.ReadFile(filepath.Join(dir, "tok"))
-		tok = strings.TrimSpace(string(b))
-		return err == nil && tok != ""
-	}, "the agent wrote its token")
-	if tok == s.Token {
-		t.Fatalf("the agent was handed the session's own token")
-	}
-	m := r.Connect(tok, nil)
-	env := m.MustOK(map[string]any{"action": "list_sessions", "relay": "this"})
-	if !strings.Contains(jsonString(env), s.ID) {
-		t.Fatalf("list_sessions with the turn token: %v", env)
-	}
-	if r.Redis.URL != "" {
-		if got := plainIn(t, redisClient(t, r.Redis), r.Redis.Prefix, tok, s.Token); len(got) > 0 {
-			t.Fatalf("plain tokens stored in %v", got)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if tr := r.WaitTurn(id, 20*time.Second, store.TurnDone, store.TurnError); tr.Status != store.TurnDone {
-		t.Fatalf("turn: %s %q", tr.Status, tr.Error)
-	}
-	Eventually(t, 10*time.Second, func() bool { return rawMCPStatus(t, r.URL, tok) == http.StatusUnauthorized },
-		"the turn's token is refused once its turn ended")
-	if st := rawMCPStatus(t, r.URL, s.Token); st == http.StatusUnauthorized {
-		t.Fatalf("the session's own token stopped working")
 	}
 }
 
