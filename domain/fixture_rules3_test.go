@@ -5,13 +5,19 @@ package domain
 // wall time a turn's agent started, read from the relay's counts.
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/oar/relay/config"
+	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
 
@@ -149,4 +155,80 @@ func (f *fixture) r3PlainIn(toks ...string) []string {
 			return found
 		}
 	}
+}
+
+// r3Process builds and starts another Relay on f's store, enqueuer and
+// clock, as fo configures it (a second process of the same relay: its own
+// worker id and caches); it ends with the test.
+func (f *fixture) r3Process(fo fixtureOptions) *Relay {
+	f.t.Helper()
+	cfg := config.Default()
+	if fo.settings != nil {
+		fo.settings(&cfg.Settings)
+	}
+	if fo.limits != nil {
+		fo.limits(&cfg.Limits)
+	}
+	if fo.timing != nil {
+		fo.timing(&cfg.Timing)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := provider.NewScripted(provider.Info{})
+	r := New(f.st, f.enq, []provider.Provider{p}, Options{
+		Name: f.r.opts.Name, Version: "test", Folders: f.r.opts.Folders,
+		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Clock: f.clk,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err := r.Start(ctx); err != nil {
+		cancel()
+		p.Close()
+		f.t.Fatalf("start a second process: %v", err)
+	}
+	f.t.Cleanup(func() {
+		cancel()
+		r.Shutdown()
+		r.Wait()
+		p.Close()
+	})
+	return r
+}
+
+// r3Parallel makes n relay_tool calls at once, call i as caller on
+// procs[i%len(procs)] with args(i), and counts the result codes ("ok" on
+// success).
+func r3Parallel(t testing.TB, ctx context.Context, procs []*Relay, caller string, n int, args func(i int) map[string]any) map[string]int {
+	t.Helper()
+	var mu sync.Mutex
+	codes := map[string]int{}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			raw, err := json.Marshal(args(i))
+			code := ""
+			if err == nil {
+				<-start
+				out, _ := procs[i%len(procs)].CallTool(ctx, caller, raw, nil)
+				var env map[string]any
+				if err = json.Unmarshal(out, &env); err == nil {
+					if env["ok"] == true {
+						code = "ok"
+					} else {
+						code, _ = env["code"].(string)
+					}
+				}
+			}
+			if err != nil {
+				code = "error: " + err.Error()
+			}
+			mu.Lock()
+			codes[code]++
+			mu.Unlock()
+		}(i)
+	}
+	close(start)
+	wg.Wait()
+	return codes
 }

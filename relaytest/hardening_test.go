@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -52,44 +51,6 @@ func callNoFail(m *MCP, args map[string]any) (map[string]any, error) {
 	return env, nil
 }
 
-// parallel runs n calls at once, spread over the clients, and counts the result codes ("ok" on success).
-func parallel(t *testing.T, clients []*MCP, n int, args func(i int) map[string]any) map[string]int {
-	t.Helper()
-	var mu sync.Mutex
-	codes := map[string]int{}
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := 0; i < n; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			<-start
-			env, err := callNoFail(clients[i%len(clients)], args(i))
-			// More than 16 calls of one token at once in a process are
-			// refused with nothing done (R18.18): a client calls again.
-			for try := 0; err == nil && env["code"] == "REMOTE_RELAY_BUSY" && try < 200; try++ {
-				time.Sleep(20 * time.Millisecond)
-				env, err = callNoFail(clients[i%len(clients)], args(i))
-			}
-			code := "transport error"
-			switch {
-			case err != nil:
-				code += ": " + err.Error()
-			case env["ok"] == true:
-				code = "ok"
-			default:
-				code, _ = env["code"].(string)
-			}
-			mu.Lock()
-			codes[code]++
-			mu.Unlock()
-		}(i)
-	}
-	close(start)
-	wg.Wait()
-	return codes
-}
-
 // R18.2: archiving a session revokes its token at once in every process.
 func TestArchiveRevokesTokenEverywhere(t *testing.T) {
 	NeedsSharedRedis(t, "two relay processes on one Redis")
@@ -119,77 +80,6 @@ func TestArchiveRevokesTokenEverywhere(t *testing.T) {
 	r2.Connect(b.Token, nil).MustOK(map[string]any{"action": "archive", "relay": "this", "session": c.ID})
 	Eventually(t, 2*time.Second, func() bool { return rawMCPStatus(t, r1.URL, c.Token) == http.StatusUnauthorized },
 		"the token of a session an agent archived still works")
-}
-
-// R18.6: count limits hold under concurrent calls from two processes.
-func TestCountLimitsAreAtomic(t *testing.T) {
-	NeedsSharedRedis(t, "two relay processes on one Redis")
-	t.Parallel()
-	rd := NewRedis(t)
-	lim := func(c *config.Config) { c.Limits.AgentPromptsBeforeCard = 5 }
-	r1 := Start(t, Options{Redis: rd, Config: lim})
-	r2 := Start(t, Options{Redis: rd, Config: lim})
-	s := r1.NewSession(map[string]any{"title": "busy agent"})
-	clients := []*MCP{r1.Connect(s.Token, nil), r2.Connect(s.Token, nil), r1.Connect(s.Token, nil), r2.Connect(s.Token, nil)}
-
-	t.Run("schedules", func(t *testing.T) {
-		codes := parallel(t, clients, 60, func(i int) map[string]any {
-			return map[string]any{"action": "schedule", "text": fmt.Sprint("tick ", i), "every_minutes": 60}
-		})
-		if codes["ok"] != 20 || codes["REMOTE_RELAY_SCHEDULE_LIMIT"] != 40 {
-			t.Fatalf("60 parallel schedules: %v, want 20 ok and 40 SCHEDULE_LIMIT", codes)
-		}
-		if n := len(clients[0].MustOK(map[string]any{"action": "list_schedules"})["schedules"].([]any)); n != 20 {
-			t.Fatalf("%d schedules stored, want 20", n)
-		}
-	})
-	t.Run("asks", func(t *testing.T) {
-		codes := parallel(t, clients, 60, func(i int) map[string]any {
-			return map[string]any{"action": "ask", "question": fmt.Sprint("question ", i)}
-		})
-		if codes["ok"] != 20 || codes["REMOTE_RELAY_QUESTION_LIMIT"] != 40 {
-			t.Fatalf("60 parallel asks: %v, want 20 ok and 40 QUESTION_LIMIT", codes)
-		}
-	})
-	t.Run("subscriptions", func(t *testing.T) {
-		w := r1.NewSession(map[string]any{"title": "watcher"})
-		target := r1.NewSession(map[string]any{"title": "watched"})
-		// The first subscribe needs a card (inside a turn); the rest race.
-		res, _ := r1.InTurn(w, map[string]any{"action": "subscribe", "sessions": []string{target.ID}}, "allow")
-		if res["ok"] != true {
-			t.Fatalf("first subscribe: %v", res)
-		}
-		wc := []*MCP{r1.Connect(w.Token, nil), r2.Connect(w.Token, nil)}
-		codes := parallel(t, wc, 40, func(i int) map[string]any {
-			return map[string]any{"action": "subscribe", "relay": "this", "sessions": []string{target.ID}, "match": fmt.Sprint("m", i)}
-		})
-		if codes["ok"] != 19 || codes["REMOTE_RELAY_LIMIT"] != 21 {
-			t.Fatalf("40 parallel subscribes after one: %v, want 19 ok and 21 LIMIT", codes)
-		}
-	})
-	t.Run("loop protection", func(t *testing.T) {
-		target := r1.NewSession(map[string]any{"title": "echo"})
-		sender := r1.NewSession(map[string]any{"title": "sender"})
-		sc := []*MCP{r1.Connect(sender.Token, nil), r2.Connect(sender.Token, nil)}
-		// Outside a turn a loop card cannot be asked: every prompt past the
-		// count is NO_ACTIVE_TURN, and exactly 5 go through.
-		codes := parallel(t, sc, 20, func(i int) map[string]any {
-			return map[string]any{"action": "send", "relay": "this", "session": target.ID, "text": fmt.Sprint("p", i), "wait_seconds": 1}
-		})
-		if codes["ok"] != 5 || codes["REMOTE_RELAY_NO_ACTIVE_TURN"] != 15 {
-			t.Fatalf("20 parallel sends with 5 before a card: %v", codes)
-		}
-		// A refused prompt left nothing: 5 prompts reached the target.
-		Eventually(t, 20*time.Second, func() bool { return len(r1.Messages(target.ID, "agent")) == 5 }, "prompts in the target")
-		// Every call returned; once the target ran all it was given (idle: no
-		// turn running or queued), a sixth prompt would be there.
-		if why := waitIdle(r1, target.ID, 20*time.Second); why != "" {
-			t.Fatalf("the target is not idle: %s", why)
-		}
-		if n := len(r1.Messages(target.ID, "agent")); n != 5 {
-			t.Fatalf("%d prompts reached the target, want 5", n)
-		}
-	})
 }
 
 // R18.14: a body over the owner API's limit is 413.
