@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oar/relay/config"
 	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/store"
 )
@@ -154,5 +155,37 @@ func TestRulesMaxTurnSecondsFromTurnStart(t *testing.T) {
 	// No queue timeout can cut a turn: the drain task outlives the longest setting.
 	if jobs.DrainTimeout <= 86400*time.Second {
 		t.Fatalf("drain task timeout %v is not above the longest max_turn_seconds", jobs.DrainTimeout)
+	}
+}
+
+// TestRulesExecModelNeverAFlag: an exec provider whose command takes
+// {model} as a whole argument refuses a model that would become an option
+// (INVALID_INPUT, nothing queued).
+func TestRulesExecModelNeverAFlag(t *testing.T) {
+	f := newR2Fixture(t, fixtureOptions{settings: agentSessionsOn}, r2Options{providers: []config.Provider{
+		{ID: "open", Name: "Open", Type: config.TypeExec, Command: []string{"/bin/echo", "--model", "{model}", "{prompt}"}},
+		{ID: "safe", Name: "Safe", Type: config.TypeExec, Command: []string{"/bin/echo", "--", "{model}", "{prompt}"}}}})
+	if _, err := f.r.OwnerCreateSession(f.ctx, NewSession{Provider: "open", Model: "--dangerously-skip-permissions"}); err == nil ||
+		AsError(err).Code != "REMOTE_RELAY_INVALID_INPUT" {
+		t.Fatalf("owner create with a flag model: %v", err)
+	}
+	orch := f.session(NewSession{Title: "orchestrator"})
+	target := f.session(NewSession{Provider: "open", Model: "m1", Title: "target"})
+	f.actFail(orch, map[string]any{"action": "send", "relay": "this", "session": target, "text": "hi", "model": "-x"}, "REMOTE_RELAY_INVALID_INPUT")
+	f.actFail(orch, map[string]any{"action": "update_session", "relay": "this", "session": target, "model": "--yolo"}, "REMOTE_RELAY_INVALID_INPUT")
+	if n := len(f.history(target, "agent")); n != 0 {
+		t.Fatalf("a refused send queued %d prompts", n)
+	}
+	// A prompt that starts with "-" ends the turn as an error; nothing runs.
+	id := f.prompt(target, "--dangerously-skip-permissions")
+	f.run()
+	if tr := f.r2Turn(id); tr.Status != store.TurnError || !strings.Contains(tr.Error, "{prompt}") {
+		t.Fatalf("flag prompt: %s %q %q", tr.Status, tr.Reply, tr.Error)
+	}
+	safe := f.session(NewSession{Provider: "safe", Model: "--fine-after-dashes", Title: "safe"})
+	id = f.prompt(safe, "-also-fine")
+	f.run()
+	if tr := f.r2Turn(id); tr.Status != store.TurnDone || tr.Reply != "-- --fine-after-dashes -also-fine" {
+		t.Fatalf("after --: %s %q %q", tr.Status, tr.Reply, tr.Error)
 	}
 }
