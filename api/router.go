@@ -46,6 +46,9 @@ type Options struct {
 
 // NewRouter builds the HTTP handler of `relay serve`.
 func NewRouter(o Options) http.Handler {
+	if o.Relay != nil && o.Store == nil {
+		panic("api.NewRouter: Options.Store is required with Options.Relay (the console's sign-in records and live stream)")
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

@@ -199,7 +199,7 @@ func (pk *peerLink) pollMirror(ctx context.Context, id string) {
 			}
 			if page == 0 && sub.LinkDownAt.IsZero() {
 				sub.LinkDownAt = pk.now()
-				if err := pk.st.SaveSubscription(ctx, sub); err != nil {
+				if _, err := pk.st.SaveLiveSubscription(ctx, sub); err != nil {
 					pk.log.Warn("mark link down", "sub", sub.ID, "err", err)
 				}
 				pk.log.Warn("link to paired relay lost", "relay", p.Name, "sub", sub.ID, "reason", e.Msg)
@@ -229,8 +229,13 @@ func (pk *peerLink) pollMirror(ctx context.Context, id string) {
 		return
 	}
 	fresh.Cursor, fresh.LinkDownAt = cursor, time.Time{}
-	if err := pk.st.SaveSubscription(ctx, fresh); err != nil {
-		pk.log.Warn("save remote cursor", "sub", id, "err", err)
+	// Saved only while the mirror is live: an unpairing or unsubscribe that
+	// ended it since the read above stays ended (and the cursor stays, which
+	// the next poll of a live mirror reads again; delivered once, R8.12).
+	if saved, err := pk.st.SaveLiveSubscription(ctx, fresh); err != nil || !saved {
+		if err != nil {
+			pk.log.Warn("save remote cursor", "sub", id, "err", err)
+		}
 		return
 	}
 	if ended != "" {

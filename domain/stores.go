@@ -187,6 +187,7 @@ type scheduleStore interface {
 // peerpoll.go, peerserve.go, peertokens.go, pairing.go, remote.go) needs:
 // pairings, links, peer tokens, remote asks, the poller's locks.
 type peerStore interface {
+	SaveLiveSubscription(ctx context.Context, sub *store.Subscription) (bool, error)
 	AddPairing(ctx context.Context, p *store.Pairing) error
 	AddPeerToken(ctx context.Context, tok string, t store.PeerToken) error
 	BindPeerToken(ctx context.Context, tok string, relay string) (string, error)

@@ -332,10 +332,10 @@ func mxSchemaActions(t *testing.T, m *MCP) []string {
 // mxOwnerRoutes lists every owner API route as "METHOD /api/v1/pattern": from
 // the router itself (gin's route table); if the router is ever wrapped so that
 // its table cannot be read, from the registrations in api/owner.go.
-func mxOwnerRoutes(t *testing.T, rel *domain.Relay) []string {
+func mxOwnerRoutes(t *testing.T, rel *domain.Relay, st api.EdgeStore) []string {
 	t.Helper()
 	var out []string
-	h := api.NewRouter(api.Options{Relay: rel, OwnerToken: "matrix-route-listing"})
+	h := api.NewRouter(api.Options{Relay: rel, Store: st, OwnerToken: "matrix-route-listing"})
 	if g, ok := h.(*gin.Engine); ok {
 		for _, ri := range g.Routes() {
 			if strings.HasPrefix(ri.Path, "/api/v1/") || ri.Path == "/api/v1" {
@@ -636,7 +636,7 @@ func TestPermissionMatrix(t *testing.T) {
 	for _, me := range []string{"GET", "POST", "PUT", "PATCH", "HEAD", "OPTIONS", "DELETE", "CONNECT", "TRACE"} {
 		routes[me+" /api/v1/peer-tokens"] = mxRoute{"/api/v1/peer-tokens", nil, "/api/v1/peer-tokens", nil}
 	}
-	ownerRoutes := mxOwnerRoutes(t, r.App.Relay())
+	ownerRoutes := mxOwnerRoutes(t, r.App.Relay(), r.App.Store())
 	for _, rt := range ownerRoutes {
 		if _, ok := routes[rt]; !ok {
 			t.Errorf("owner API route %q has no row in the permission matrix: add one", rt)

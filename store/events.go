@@ -160,41 +160,90 @@ func (s *Store) SaveSubscription(ctx context.Context, sub *Subscription) error {
 		return fmt.Errorf("save subscription %s: %w", sub.ID, err)
 	}
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Set(ctx, s.subKey(sub.ID), b, 0)
-		if sub.Relay != "" { // a mirror: polled, never fanned out to
-			if sub.EndReason == "" {
-				p.SAdd(ctx, s.k("rsubs"), sub.ID)
-			} else {
-				p.SRem(ctx, s.k("rsubs"), sub.ID)
-				p.Expire(ctx, s.subKey(sub.ID), 8*24*time.Hour)
-				// The owner's view of the watcher lists it as ended for an hour (R8.23).
-				p.ZAdd(ctx, s.k("rsubsended", sub.Watcher), redis.Z{Score: float64(ms(sub.EndedAt)), Member: sub.ID})
-				p.Expire(ctx, s.k("rsubsended", sub.Watcher), 8*24*time.Hour)
-			}
-			return nil
-		}
-		idx := s.subIndexKeys(sub)
-		if sub.EndReason == "" {
-			p.SAdd(ctx, s.k("subs", sub.Watcher), sub.ID)
-			p.SAdd(ctx, s.k("subsall"), sub.ID)
-			for _, k := range idx {
-				p.SAdd(ctx, k, sub.ID)
-			}
-		} else {
-			p.SRem(ctx, s.k("subs", sub.Watcher), sub.ID)
-			p.SRem(ctx, s.k("subsall"), sub.ID)
-			for _, k := range idx {
-				p.SRem(ctx, k, sub.ID)
-			}
-			p.ZAdd(ctx, s.k("subsended", sub.Watcher), redis.Z{Score: float64(ms(sub.EndedAt)), Member: sub.ID})
-			p.Expire(ctx, s.subKey(sub.ID), 8*24*time.Hour)
-		}
+		s.saveSubscriptionIn(ctx, p, sub, b)
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("save subscription %s: %w", sub.ID, err)
 	}
 	return nil
+}
+
+// SaveLiveSubscription is SaveSubscription for a subscription read earlier
+// and still active then (a paired relay's poller saving its cursor): it
+// writes only while the stored record is there and has not ended, so an end
+// written meanwhile (the owner unpairing, unsubscribing) is not undone by a
+// stale copy. It reports whether it wrote; false also when another write
+// came between (the caller's next read sees it).
+func (s *Store) SaveLiveSubscription(ctx context.Context, sub *Subscription) (bool, error) {
+	b, err := json.Marshal(sub)
+	if err != nil {
+		return false, fmt.Errorf("save live subscription %s: %w", sub.ID, err)
+	}
+	key := s.subKey(sub.ID)
+	saved := false
+	err = s.rdb.Watch(ctx, func(tx *redis.Tx) error {
+		raw, err := tx.Get(ctx, key).Bytes()
+		if errors.Is(err, redis.Nil) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var cur Subscription
+		if err := json.Unmarshal(raw, &cur); err != nil {
+			return err
+		}
+		if cur.EndReason != "" {
+			return nil
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			s.saveSubscriptionIn(ctx, p, sub, b)
+			return nil
+		})
+		saved = err == nil
+		return err
+	}, key)
+	if errors.Is(err, redis.TxFailedErr) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("save live subscription %s: %w", sub.ID, err)
+	}
+	return saved, nil
+}
+
+// saveSubscriptionIn queues SaveSubscription's writes (b is sub's JSON) on p.
+func (s *Store) saveSubscriptionIn(ctx context.Context, p redis.Pipeliner, sub *Subscription, b []byte) {
+	p.Set(ctx, s.subKey(sub.ID), b, 0)
+	if sub.Relay != "" { // a mirror: polled, never fanned out to
+		if sub.EndReason == "" {
+			p.SAdd(ctx, s.k("rsubs"), sub.ID)
+		} else {
+			p.SRem(ctx, s.k("rsubs"), sub.ID)
+			p.Expire(ctx, s.subKey(sub.ID), 8*24*time.Hour)
+			// The owner's view of the watcher lists it as ended for an hour (R8.23).
+			p.ZAdd(ctx, s.k("rsubsended", sub.Watcher), redis.Z{Score: float64(ms(sub.EndedAt)), Member: sub.ID})
+			p.Expire(ctx, s.k("rsubsended", sub.Watcher), 8*24*time.Hour)
+		}
+		return
+	}
+	idx := s.subIndexKeys(sub)
+	if sub.EndReason == "" {
+		p.SAdd(ctx, s.k("subs", sub.Watcher), sub.ID)
+		p.SAdd(ctx, s.k("subsall"), sub.ID)
+		for _, k := range idx {
+			p.SAdd(ctx, k, sub.ID)
+		}
+	} else {
+		p.SRem(ctx, s.k("subs", sub.Watcher), sub.ID)
+		p.SRem(ctx, s.k("subsall"), sub.ID)
+		for _, k := range idx {
+			p.SRem(ctx, k, sub.ID)
+		}
+		p.ZAdd(ctx, s.k("subsended", sub.Watcher), redis.Z{Score: float64(ms(sub.EndedAt)), Member: sub.ID})
+		p.Expire(ctx, s.subKey(sub.ID), 8*24*time.Hour)
+	}
 }
 
 // GetSubscription reads one subscription.

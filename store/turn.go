@@ -715,7 +715,7 @@ return endTurn(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[11], KEYS[5], KEYS[6], K
 // endTurnLua defines endTurn(q, cur, drain, busy, busypeer, turn, msgs, sess,
 // active, drains, sid, msg, at), the end of a turn both FinishTurn and
 // FinishTurnEmit write once the turn's fields are set: the session's current
-// turn cleared (when it is this one), the message appended (msg '' = none),
+// turn cleared (when it is this one), the message appended (msg "" = none),
 // the session's last activity moved to at (ms), and, when nothing more is
 // queued, the drain flag and the busy (4-at-work) and peer-busy entries
 // dropped. It returns 1 when more turns are queued, else 0.
