@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oar/relay/config"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
@@ -162,16 +161,7 @@ func (f *fixture) r3PlainIn(toks ...string) []string {
 // worker id and caches); it ends with the test.
 func (f *fixture) r3Process(fo fixtureOptions) *Relay {
 	f.t.Helper()
-	cfg := config.Default()
-	if fo.settings != nil {
-		fo.settings(&cfg.Settings)
-	}
-	if fo.limits != nil {
-		fo.limits(&cfg.Limits)
-	}
-	if fo.timing != nil {
-		fo.timing(&cfg.Timing)
-	}
+	cfg := fo.config()
 	ctx, cancel := context.WithCancel(context.Background())
 	p := provider.NewScripted(provider.Info{})
 	r := New(f.st, f.enq, []provider.Provider{p}, Options{

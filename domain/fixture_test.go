@@ -59,11 +59,9 @@ type fixtureOptions struct {
 	maxWaitCap time.Duration                                     // Options.MaxWaitCap (0: none)
 }
 
-// newFixture builds and starts a relay for t; everything ends with the test.
-func newFixture(t testing.TB, fo fixtureOptions) *fixture {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	rdb, prefix := fixtureRedis(t)
+// config is the default configuration as fo's settings, limits and timing
+// change it.
+func (fo fixtureOptions) config() config.Config {
 	cfg := config.Default()
 	if fo.settings != nil {
 		fo.settings(&cfg.Settings)
@@ -74,6 +72,15 @@ func newFixture(t testing.TB, fo fixtureOptions) *fixture {
 	if fo.timing != nil {
 		fo.timing(&cfg.Timing)
 	}
+	return cfg
+}
+
+// newFixture builds and starts a relay for t; everything ends with the test.
+func newFixture(t testing.TB, fo fixtureOptions) *fixture {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	rdb, prefix := fixtureRedis(t)
+	cfg := fo.config()
 	if fo.start.IsZero() {
 		fo.start = time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC)
 	}
