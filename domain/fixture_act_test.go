@@ -355,12 +355,13 @@ func actSettings(env map[string]any) map[string]any {
 
 // actMetrics counts the cards the relay reports, by decision ("asked" when shown).
 type actMetrics struct {
-	mu    sync.Mutex
-	cards map[string]int
+	mu      sync.Mutex
+	cards   map[string]int
+	started []time.Time   // the wall time of each TurnStarted (the turn's max_turn_seconds clock started just before, R18.13)
+	came    chan struct{} // a TurnStarted came
 }
 
 func (m *actMetrics) ToolCall(string, string, time.Duration)     {}
-func (m *actMetrics) TurnStarted(string)                         {}
 func (m *actMetrics) TurnFinished(string, string, time.Duration) {}
 func (m *actMetrics) Event(string)                               {}
 func (m *actMetrics) Delivery(string)                            {}
@@ -371,14 +372,48 @@ func (m *actMetrics) CardDecided(decision string) {
 	m.cards[decision]++
 }
 
+func (m *actMetrics) TurnStarted(string) {
+	m.mu.Lock()
+	m.started = append(m.started, time.Now())
+	m.mu.Unlock()
+	select {
+	case m.came <- struct{}{}:
+	default:
+	}
+}
+
 func (m *actMetrics) card(decision string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.cards[decision]
 }
 
-// newActMetrics is a fixtureOptions.metrics that counts cards.
-func newActMetrics() *actMetrics { return &actMetrics{cards: map[string]int{}} }
+// turnStarted waits for the n-th TurnStarted (1-based) and returns its wall time.
+func (m *actMetrics) turnStarted(f *fixture, n int) time.Time {
+	f.t.Helper()
+	deadline := time.NewTimer(actUntilMax)
+	defer deadline.Stop()
+	for {
+		m.mu.Lock()
+		if len(m.started) >= n {
+			at := m.started[n-1]
+			m.mu.Unlock()
+			return at
+		}
+		m.mu.Unlock()
+		select {
+		case <-m.came:
+		case <-deadline.C:
+			f.t.Fatalf("turn start %d: not within %s", n, actUntilMax)
+		}
+	}
+}
+
+// newActMetrics is a fixtureOptions.metrics that counts cards and keeps when
+// each turn's agent started.
+func newActMetrics() *actMetrics {
+	return &actMetrics{cards: map[string]int{}, came: make(chan struct{}, 16)}
+}
 
 // actRaw runs one relay_tool call of raw JSON arguments (their key order as
 // written) and returns the envelope and whether it is an error.

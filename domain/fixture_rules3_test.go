@@ -1,8 +1,7 @@
 package domain
 
 // Fixture helpers of the rule suites moved down from relaytest in issue 24
-// step 3, third round (hardening, owner routes, resume, peer tokens): the
-// wall time a turn's agent started, read from the relay's counts.
+// step 3, third round (hardening, owner routes, resume, peer tokens).
 
 import (
 	"context"
@@ -19,53 +18,6 @@ import (
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
-
-// r3Metrics keeps the wall time of each TurnStarted the relay reports (the
-// turn's own max_turn_seconds clock started just before, R18.13).
-type r3Metrics struct {
-	mu      sync.Mutex
-	started []time.Time
-	came    chan struct{}
-}
-
-func newR3Metrics() *r3Metrics { return &r3Metrics{came: make(chan struct{}, 16)} }
-
-func (m *r3Metrics) ToolCall(string, string, time.Duration)     {}
-func (m *r3Metrics) TurnFinished(string, string, time.Duration) {}
-func (m *r3Metrics) Event(string)                               {}
-func (m *r3Metrics) Delivery(string)                            {}
-func (m *r3Metrics) NotifyFailed()                              {}
-func (m *r3Metrics) CardDecided(string)                         {}
-func (m *r3Metrics) TurnStarted(string) {
-	m.mu.Lock()
-	m.started = append(m.started, time.Now())
-	m.mu.Unlock()
-	select {
-	case m.came <- struct{}{}:
-	default:
-	}
-}
-
-// turnStarted waits for the n-th TurnStarted (1-based) and returns its wall time.
-func (m *r3Metrics) turnStarted(f *fixture, n int) time.Time {
-	f.t.Helper()
-	deadline := time.NewTimer(actUntilMax)
-	defer deadline.Stop()
-	for {
-		m.mu.Lock()
-		if len(m.started) >= n {
-			at := m.started[n-1]
-			m.mu.Unlock()
-			return at
-		}
-		m.mu.Unlock()
-		select {
-		case <-m.came:
-		case <-deadline.C:
-			f.t.Fatalf("turn start %d: not within %s", n, actUntilMax)
-		}
-	}
-}
 
 // r3List is v as a JSON list; anything else fails the test.
 func r3List(t testing.TB, v any, what string) []any {

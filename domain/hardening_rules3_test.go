@@ -119,7 +119,7 @@ func TestRulesSizeLimitsAndAskExpiry(t *testing.T) {
 // setting never ends (or restarts) a running turn. The limit is wall time:
 // the test waits as long as the rule does.
 func TestRulesMaxTurnSecondsFromTurnStart(t *testing.T) {
-	met := newR3Metrics()
+	met := newActMetrics()
 	f := newFixture(t, fixtureOptions{metrics: met})
 	actAuto(f)
 	s := f.session(NewSession{Title: "long worker"})

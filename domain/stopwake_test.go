@@ -20,17 +20,16 @@ func TestRulesHubWakeDoesNotStopTheTurn(t *testing.T) {
 
 	// The turn waits on its question: its stop channel is subscribed.
 	var q *store.Question
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) { // poll interval
-		if tr, err := f.r.Turn(f.ctx, tid); err == nil && tr.Question != "" {
-			if q, err = f.st.GetQuestion(f.ctx, tr.Question); err != nil {
-				t.Fatalf("question %s: %v", tr.Question, err)
-			}
-			break
+	r3Eventually(t, 20*time.Second, "the turn asked its question", func() bool {
+		tr, err := f.r.Turn(f.ctx, tid)
+		if err != nil || tr.Question == "" {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the turn never asked its question")
+		if q, err = f.st.GetQuestion(f.ctx, tr.Question); err != nil {
+			t.Fatalf("question %s: %v", tr.Question, err)
 		}
-	}
+		return true
+	})
 
 	f.r.hub.fireAll() // the subscription came back
 	// The turn's keeper took the wake (its stop channel is empty again).
