@@ -172,6 +172,14 @@ func TestPeerSeedReplayCap(t *testing.T) {
 	cut(t, b, a, sub)
 	for i := 1; i <= 7; i++ {
 		b.sayEcho(sb, fmt.Sprint("turn ", i))
+		// Its turn_end is in bravo's replay stream before the next turn: the
+		// fan-out jobs run concurrently, so without this two of them could
+		// append out of order and the cap would keep another five.
+		text := fmt.Sprint("echo: turn ", i)
+		r3Eventually(t, 20*time.Second, "turn "+fmt.Sprint(i)+"'s event kept for the replay", func() bool {
+			evs, _, err := b.st.SubEvents(b.ctx, sub, "", 100)
+			return err == nil && len(evs) > 0 && evs[len(evs)-1].Text == text
+		})
 	}
 	b.quiet()
 	b.down.Store(false)
