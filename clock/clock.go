@@ -5,14 +5,20 @@
 // run a real job queue) and Sim (a clock that moves only when a test says,
 // for the domain's table tests).
 //
-// What does not run on it, on purpose: the durations of a call (how long a
-// tool call waits for a reply, a turn's max_turn_seconds, HTTP timeouts),
-// leases (Redis keeps their TTLs on its own clock) and caches. Those are
-// durations of real work, and a test clock that shortened them would test a
-// different program.
+// Two clocks of this interface drive a relay (package domain's Options):
+// the rules' clock (Clock) and the clock of the durations of work (Timers:
+// how long a call waits for a reply or a card, a turn's max_turn_seconds).
+// They are apart on purpose: end-to-end tests run the rules sped up (Scaled)
+// and the work at its real pace, since a test clock that shortened a wait
+// would test a different program; the domain's table tests run a Sim for
+// either, so a timeout is a step of the test and not seconds of waiting.
+// Leases (Redis keeps their TTLs on its own clock), HTTP timeouts, rechecks
+// and caches (a kept goroutine's idle end) run on the wall clock.
 package clock
 
 import (
+	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -36,6 +42,11 @@ type Timer interface {
 	C() <-chan time.Time
 	// Stop prevents the timer from firing; it reports whether it did.
 	Stop() bool
+	// Reset makes the timer fire once the clock has moved on by d from now,
+	// whether it had fired, was stopped or still waited (a time that was
+	// sent and not received is dropped, as the runtime's timers do since Go
+	// 1.23); it reports whether the timer still waited.
+	Reset(d time.Duration) bool
 }
 
 // Real is the wall clock.
@@ -48,15 +59,27 @@ func (Real) Now() time.Time { return time.Now() }
 func (Real) Wall(t time.Time) time.Time { return t }
 
 // NewTimer is time.NewTimer.
-func (Real) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+func (Real) NewTimer(d time.Duration) Timer { return realTimer{t: time.NewTimer(d)} }
 
 // AfterFunc is time.AfterFunc.
-func (Real) AfterFunc(d time.Duration, f func()) Timer { return realTimer{time.AfterFunc(d, f)} }
+func (Real) AfterFunc(d time.Duration, f func()) Timer { return realTimer{t: time.AfterFunc(d, f)} }
 
-type realTimer struct{ t *time.Timer }
+// realTimer is a runtime timer; factor, when set, is a Scaled clock's (its
+// durations are clock time).
+type realTimer struct {
+	t      *time.Timer
+	factor float64
+}
 
 func (r realTimer) C() <-chan time.Time { return r.t.C }
 func (r realTimer) Stop() bool          { return r.t.Stop() }
+
+func (r realTimer) Reset(d time.Duration) bool {
+	if r.factor > 0 {
+		d = time.Duration(float64(d) / r.factor)
+	}
+	return r.t.Reset(d)
+}
 
 // Scaled is a clock that runs Factor times faster than the wall clock from
 // Base on (end-to-end tests of digests, quiet hours and wake limits run in
@@ -87,11 +110,13 @@ func (s *Scaled) real(d time.Duration) time.Duration {
 }
 
 // NewTimer fires after d of clock time (d/Factor of wall time).
-func (s *Scaled) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(s.real(d))} }
+func (s *Scaled) NewTimer(d time.Duration) Timer {
+	return realTimer{t: time.NewTimer(s.real(d)), factor: s.Factor}
+}
 
 // AfterFunc calls f after d of clock time.
 func (s *Scaled) AfterFunc(d time.Duration, f func()) Timer {
-	return realTimer{time.AfterFunc(s.real(d), f)}
+	return realTimer{t: time.AfterFunc(s.real(d), f), factor: s.Factor}
 }
 
 // Sim is a clock that moves only by Advance or Set. Its timers fire, in the
@@ -106,6 +131,7 @@ type Sim struct {
 	now    time.Time
 	seq    int
 	timers []*simTimer
+	set    chan struct{} // closed when a timer is set or reset (WaitDue), nil: none waits
 }
 
 // NewSim starts a simulated clock at t.
@@ -135,6 +161,7 @@ func (s *Sim) add(d time.Duration, ch chan time.Time, f func()) *simTimer {
 	s.seq++
 	t := &simTimer{sim: s, due: s.now.Add(d), seq: s.seq, ch: ch, f: f}
 	s.timers = append(s.timers, t)
+	s.wake()
 	if d <= 0 {
 		// Due now: fire at once, as a runtime timer of 0 does.
 		s.mu.Unlock()
@@ -170,6 +197,52 @@ func (s *Sim) Set(to time.Time) {
 		}
 		s.mu.Unlock()
 		s.fireDue()
+	}
+}
+
+// Due is when the timers that wait to fire are due, earliest first: a test
+// moves the clock once the timer it means to fire is set.
+func (s *Sim) Due() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]time.Time, 0, len(s.timers))
+	for _, t := range s.timers {
+		out = append(out, t.due)
+	}
+	slices.SortFunc(out, time.Time.Compare)
+	return out
+}
+
+// WaitDue returns once a timer due at t waits to fire, or with ctx's error:
+// a test moves the clock once the timer it means to fire is set (a wait's
+// deadline, a turn's limit), which happens in another goroutine.
+func (s *Sim) WaitDue(ctx context.Context, t time.Time) error {
+	for {
+		s.mu.Lock()
+		for _, x := range s.timers {
+			if x.due.Equal(t) {
+				s.mu.Unlock()
+				return nil
+			}
+		}
+		if s.set == nil {
+			s.set = make(chan struct{})
+		}
+		ch := s.set
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// wake tells WaitDue a timer was set (s.mu held).
+func (s *Sim) wake() {
+	if s.set != nil {
+		close(s.set)
+		s.set = nil
 	}
 }
 
@@ -239,6 +312,19 @@ func (t *simTimer) Stop() bool {
 	s := t.sim
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return t.remove()
+}
+
+// remove takes the timer off the clock and drops a time sent and not
+// received (t.sim.mu held); it reports whether the timer still waited.
+func (t *simTimer) remove() bool {
+	s := t.sim
+	if t.ch != nil {
+		select {
+		case <-t.ch:
+		default:
+		}
+	}
 	for i, x := range s.timers {
 		if x == t {
 			s.timers = append(s.timers[:i], s.timers[i+1:]...)
@@ -246,4 +332,19 @@ func (t *simTimer) Stop() bool {
 		}
 	}
 	return false
+}
+
+func (t *simTimer) Reset(d time.Duration) bool {
+	s := t.sim
+	s.mu.Lock()
+	waited := t.remove()
+	s.seq++
+	t.due, t.seq = s.now.Add(d), s.seq
+	s.timers = append(s.timers, t)
+	s.wake()
+	s.mu.Unlock()
+	if d <= 0 {
+		s.fireDue()
+	}
+	return waited
 }

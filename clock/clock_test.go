@@ -1,6 +1,8 @@
 package clock
 
 import (
+	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -144,5 +146,90 @@ func TestRealTimer(t *testing.T) {
 	<-done
 	if c.Wall(t0) != t0 {
 		t.Fatal("Real's Wall is not the identity")
+	}
+}
+
+// Reset moves a waiting timer, re-arms a fired one and drops the time it sent
+// and nobody received; Due lists what waits, earliest first.
+func TestSimTimerReset(t *testing.T) {
+	s := NewSim(t0)
+	a := s.NewTimer(time.Minute)
+	var calls []time.Time
+	var mu sync.Mutex
+	f := s.AfterFunc(time.Hour, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, s.Now())
+	})
+	if diff := cmp.Diff([]time.Time{t0.Add(time.Minute), t0.Add(time.Hour)}, s.Due()); diff != "" {
+		t.Errorf("due (-want +got):\n%s", diff)
+	}
+	if !a.Reset(3 * time.Minute) {
+		t.Error("Reset of a waiting timer reported false")
+	}
+	s.Advance(2 * time.Minute)
+	select {
+	case <-a.C():
+		t.Fatal("the timer fired at its old time")
+	default:
+	}
+	s.Advance(time.Minute)
+	// Fired and not received: Reset drops that time and re-arms.
+	if a.Reset(time.Minute) {
+		t.Error("Reset of a fired timer reported true")
+	}
+	select {
+	case <-a.C():
+		t.Fatal("Reset left the old time in the channel")
+	default:
+	}
+	s.Advance(time.Minute)
+	if at := <-a.C(); !at.Equal(t0.Add(4 * time.Minute)) {
+		t.Errorf("re-armed timer delivered %v, want %v", at, t0.Add(4*time.Minute))
+	}
+	// An AfterFunc reset into the past runs at once.
+	f.Reset(-time.Second)
+	mu.Lock()
+	got := slices.Clone(calls)
+	mu.Unlock()
+	if diff := cmp.Diff([]time.Time{t0.Add(4 * time.Minute)}, got); diff != "" {
+		t.Errorf("AfterFunc reset to the past (-want +got):\n%s", diff)
+	}
+	if n := len(s.Due()); n != 0 {
+		t.Errorf("%d timers wait after all fired", n)
+	}
+}
+
+// A Scaled clock's timer resets in clock time too: reset to 1 clock second
+// (1 ms of wall time) it fires before a timer of 10 clock minutes (600 ms);
+// reset by wall time it would fire 400 ms after it.
+func TestScaledTimerResetIsClockTime(t *testing.T) {
+	s := NewScaled(t0, 1000)
+	tm := s.NewTimer(time.Hour)
+	later := s.NewTimer(10 * time.Minute)
+	defer later.Stop()
+	tm.Reset(time.Second)
+	select {
+	case <-tm.C():
+	case <-later.C():
+		t.Fatal("a timer reset to 1 clock second fired after one of 10 clock minutes")
+	}
+}
+
+// WaitDue returns once a timer due then is set in another goroutine, and
+// with the context's error when none is.
+func TestSimWaitDue(t *testing.T) {
+	s := NewSim(t0)
+	done := make(chan error, 1)
+	go func() { done <- s.WaitDue(context.Background(), t0.Add(time.Minute)) }()
+	s.NewTimer(time.Second) // not the one it waits for
+	s.NewTimer(time.Minute)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := s.WaitDue(ctx, t0.Add(time.Hour)); err == nil {
+		t.Fatal("WaitDue for a time no timer is due at returned nil")
 	}
 }

@@ -126,7 +126,7 @@ func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action s
 	}
 	r.log.Info("card asked", "card", card.ID, "session", id8(c.s.ID), "action", action)
 	r.notify(ctx, "cards")
-	deadline := time.NewTimer(r.maxWait(ctx))
+	deadline := r.timers.NewTimer(r.maxWait(ctx))
 	defer deadline.Stop()
 	recheck := time.NewTicker(recheckEvery)
 	defer recheck.Stop()
@@ -168,7 +168,7 @@ func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action s
 		case <-ctx.Done():
 			r.withdrawCard(card.ID)
 			return Errorf(CodePermission, "The call ended before the owner answered the approval card. %s", nothing)
-		case <-deadline.C:
+		case <-deadline.C():
 			r.withdrawCard(card.ID)
 			if r.met != nil {
 				r.met.CardDecided("timeout")

@@ -152,7 +152,7 @@ func TestRulesDeliveryEventQueuedNextForBusyWatcher(t *testing.T) {
 // ends a once subscription wakes it even for its own prompt.
 func TestRulesDeliveryNoEchoOwnPrompt(t *testing.T) {
 	t.Parallel()
-	f := newEvFixture(t, evOptions{timing: evNoCoalesce})
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn, timing: evNoCoalesce, work: true})
 	w := f.session(NewSession{Title: "watcher"})
 	w2 := f.session(NewSession{Title: "once-watcher"})
 	a := f.session(NewSession{Title: "alpha"})
@@ -184,15 +184,30 @@ func TestRulesDeliveryNoEchoOwnPrompt(t *testing.T) {
 
 	// 3. wait_seconds 0 and then a wait that gets the reply: no echo.
 	env = send(w, a, map[string]any{"text": script(map[string]any{"sleep_ms": 1500}, map[string]any{"reply": "later"}), "wait_seconds": 0})
-	env = f.ok(w, map[string]any{"action": "wait", "relay": "this", "session": a, "message_id": env["message_id"], "wait_seconds": 15})
+	waited := make(chan struct{})
+	go func() {
+		defer close(waited)
+		env = f.ok(w, map[string]any{"action": "wait", "relay": "this", "session": a, "message_id": env["message_id"], "wait_seconds": 15})
+	}()
+	f.due(f.work.Now().Add(15 * time.Second)) // the wait waits
+	f.pass(1500 * time.Millisecond)           // the agent's sleep ends: it replies
+	f.done(waited, "wait")
 	if env["status"] != "done" {
 		t.Fatalf("wait: %v", env)
 	}
-	// 4. a wait that ran out before the reply (real time): the held turn_end is delivered.
-	env = send(w, a, map[string]any{"text": script(map[string]any{"sleep_ms": 2500}, map[string]any{"reply": "too slow"}), "wait_seconds": 1})
+	// 4. a wait that ran out before the reply: the held turn_end is delivered.
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		env = send(w, a, map[string]any{"text": script(map[string]any{"sleep_ms": 2500}, map[string]any{"reply": "too slow"}), "wait_seconds": 1})
+	}()
+	f.due(f.work.Now().Add(2500 * time.Millisecond)) // the agent sleeps
+	f.pass(time.Second)                              // the wait runs out
+	f.done(sent, "send")
 	if env["status"] == "done" {
 		t.Fatalf("send with wait_seconds 1 got the reply of a 2.5 s turn: %v", env)
 	}
+	f.pass(1500 * time.Millisecond) // the agent replies
 	f.dlvLines(w, `"too slow"`, 1)
 
 	// 5. an error of its own waited prompt still comes.

@@ -38,7 +38,10 @@ type fixture struct {
 	r   *Relay
 	st  *store.Store
 	clk *clock.Sim
-	enq *recordingEnqueuer
+	// work is the clock of the durations of work (fixtureOptions.work; nil:
+	// the wall clock): waits, cards, turn limits, the scripted agent's sleeps.
+	work *clock.Sim
+	enq  *recordingEnqueuer
 }
 
 // fixtureOptions changes the relay a fixture builds.
@@ -57,6 +60,10 @@ type fixtureOptions struct {
 	caps       map[string]Cap                                    // Options.Caps
 	traits     map[string]SessionTraits                          // Options.Traits
 	maxWaitCap time.Duration                                     // Options.MaxWaitCap (0: none)
+	// work runs the durations of work (Options.Timers, the scripted agent's
+	// sleeps) on a simulated clock the test moves with pass; false: on the
+	// wall clock, as a relay does.
+	work bool
 }
 
 // config is the default configuration as fo's settings, limits and timing
@@ -92,10 +99,16 @@ func newFixture(t testing.TB, fo fixtureOptions) *fixture {
 	if fo.scripted == nil {
 		fo.scripted = []provider.Info{{}}
 	}
+	var timers clock.Clock = clock.Real{}
+	if fo.work {
+		f.work = clock.NewSim(fo.start)
+		timers = f.work
+	}
 	var provs []provider.Provider
 	var scripted []*provider.Scripted
 	for _, in := range fo.scripted {
 		p := provider.NewScripted(in)
+		p.UseClock(timers)
 		provs, scripted = append(provs, p), append(scripted, p)
 	}
 	closeScripted := func() {
@@ -107,6 +120,7 @@ func newFixture(t testing.TB, fo fixtureOptions) *fixture {
 		more, err := fo.extra(&cfg)
 		for _, p := range more {
 			if sp, ok := p.(*provider.Scripted); ok {
+				sp.UseClock(timers)
 				scripted = append(scripted, sp)
 			}
 		}
@@ -119,7 +133,7 @@ func newFixture(t testing.TB, fo fixtureOptions) *fixture {
 	}
 	f.r = New(f.st, f.enq, provs, Options{
 		Name: fo.name, Version: "test", BaseURL: fo.baseURL, Folders: []string{t.TempDir()},
-		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Clock: f.clk,
+		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Clock: f.clk, Timers: timers,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Peers: fo.peers, Metrics: fo.metrics,
 		Caps: fo.caps, Traits: fo.traits, MaxWaitCap: fo.maxWaitCap,
 	})
@@ -413,6 +427,40 @@ func (f *fixture) advance(d time.Duration) int {
 		n += f.run()
 	}
 	return n
+}
+
+// pass moves the clock of the durations of work (fixtureOptions.work) on by
+// d once a timer due then is set: the wait, card, turn limit or scripted
+// sleep the test means to end has started (in another goroutine).
+func (f *fixture) pass(d time.Duration) {
+	f.t.Helper()
+	if f.work == nil {
+		f.t.Fatal("pass without fixtureOptions.work")
+	}
+	f.due(f.work.Now().Add(d))
+	f.work.Advance(d)
+}
+
+// due waits until a timer of the clock of the durations of work is due at t.
+func (f *fixture) due(t time.Time) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(f.ctx, actUntilMax)
+	defer cancel()
+	if err := f.work.WaitDue(ctx, t); err != nil {
+		f.t.Fatalf("no timer due at %s within %s (clock at %s); due: %v", t.Format(time.TimeOnly),
+			actUntilMax, f.work.Now().Format(time.TimeOnly), f.work.Due())
+	}
+}
+
+// done waits for ch to close: what a test ran in another goroutine (a call
+// that waits, a drain) has returned.
+func (f *fixture) done(ch <-chan struct{}, what string) {
+	f.t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(actUntilMax):
+		f.t.Fatalf("%s: not done within %s", what, actUntilMax)
+	}
 }
 
 // history is a session's messages of one role ("" all), oldest first.

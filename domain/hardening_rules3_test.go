@@ -120,7 +120,7 @@ func TestRulesSizeLimitsAndAskExpiry(t *testing.T) {
 // the test waits as long as the rule does.
 func TestRulesMaxTurnSecondsFromTurnStart(t *testing.T) {
 	met := newActMetrics()
-	f := newFixture(t, fixtureOptions{metrics: met})
+	f := newFixture(t, fixtureOptions{metrics: met, work: true})
 	actAuto(f)
 	s := f.session(NewSession{Title: "long worker"})
 	patch := func(secs int) {
@@ -132,18 +132,20 @@ func TestRulesMaxTurnSecondsFromTurnStart(t *testing.T) {
 	patch(2)
 	id := f.prompt(s, script(map[string]any{"sleep_ms": 4000}, map[string]any{"reply": "finished"}))
 	met.turnStarted(f, 1) // its agent runs
+	at := f.work.Now()    // the turn's start: the clock of work has not moved
 	patch(60)             // raised while it runs: it may finish
+	f.due(at.Add(60 * time.Second))
+	f.pass(4 * time.Second) // the agent's sleep ends, past the old limit
 	tr := f.actTurn(id)
 	if tr.Status != store.TurnDone || tr.Reply != "finished" {
 		t.Fatalf("turn after the limit was raised: %s %q %q", tr.Status, tr.Reply, tr.Error)
 	}
 
 	id = f.prompt(s, script(map[string]any{"sleep_ms": 60000}, map[string]any{"reply": "too late"}))
-	started := met.turnStarted(f, 2)
-	// The turn has run past the limit about to be set (its own start, not a
-	// wait for work): the limit's clock started before TurnStarted was counted.
-	age := time.NewTimer(time.Until(started.Add(1500 * time.Millisecond)))
-	<-age.C
+	met.turnStarted(f, 2)
+	at = f.work.Now()
+	f.due(at.Add(60 * time.Second)) // its limit, set at its start
+	f.work.Advance(1500 * time.Millisecond)
 	patch(1) // lowered while it runs: counted from the turn's start, it is over
 	tr = f.actTurn(id)
 	if tr.Status != store.TurnError || !strings.Contains(tr.Error, "max_turn_seconds (1 s)") {

@@ -20,7 +20,7 @@ import (
 // has so far, its last 2,000 characters; a queued result has none.
 func TestRulesPromptRunningResultCarriesPartial(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, fixtureOptions{settings: agentSessionsOn})
+	f := newFixture(t, fixtureOptions{settings: agentSessionsOn, work: true})
 	actAuto(f)
 	a := f.session(NewSession{Title: "caller"})
 	b := f.session(NewSession{Title: "worker"})
@@ -29,9 +29,17 @@ func TestRulesPromptRunningResultCarriesPartial(t *testing.T) {
 		Partial any
 	}
 
-	// send waits 2 s (real time: the turn sleeps and the wait's timer ends it).
-	env := f.ok(a, map[string]any{"action": "send", "relay": "this", "session": b, "wait_seconds": 2,
-		"text": script(map[string]any{"reply": "half done"}, map[string]any{"sleep_ms": 600000})})
+	// send waits 2 s: the turn replies, then sleeps, and the wait's timer ends the call.
+	var env map[string]any
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		env = f.ok(a, map[string]any{"action": "send", "relay": "this", "session": b, "wait_seconds": 2,
+			"text": script(map[string]any{"reply": "half done"}, map[string]any{"sleep_ms": 600000})})
+	}()
+	f.due(f.work.Now().Add(600 * time.Second)) // the agent sleeps after its reply: the partial is kept
+	f.pass(2 * time.Second)
+	f.done(sent, "send")
 	if diff := cmp.Diff(running{"running", "half done"}, running{env["status"], env["partial"]}); diff != "" {
 		t.Errorf("send (-want +got):\n%s", diff)
 	}
@@ -171,11 +179,12 @@ func TestRulesPromptModelNoteWhenAnotherModelRan(t *testing.T) {
 // nothing created.
 func TestRulesPromptCardTimeoutWithdrawsCard(t *testing.T) {
 	t.Parallel()
-	f := newR2Fixture(t, fixtureOptions{settings: agentSessionsOn}, r2Options{maxWaitCap: time.Second})
+	f := newR2Fixture(t, fixtureOptions{settings: agentSessionsOn, work: true}, r2Options{maxWaitCap: time.Second})
 	actAuto(f)
 	a := f.session(NewSession{Title: "orchestrator"})
 	tid := f.prompt(a, script(actTool(map[string]any{"action": "create_session", "relay": "this", "text": "hello"})))
 	card := f.actCard(a)
+	f.pass(time.Second) // the longest wait, nobody decides
 	res := f.actResults(tid, 1)[0]
 	actWant(t, "create_session", res, CodePermission, "the owner did not answer in time", "No session was created.")
 	if left := f.actCards(a); len(left) != 0 {
@@ -193,18 +202,20 @@ func TestRulesPromptCardTimeoutWithdrawsCard(t *testing.T) {
 // names it, after about that long; the session goes on.
 func TestRulesPromptMaxTurnSeconds(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, fixtureOptions{})
+	f := newFixture(t, fixtureOptions{work: true})
 	one := 1
 	if _, err := f.r.PatchSettings(f.ctx, SettingsPatch{MaxTurnSeconds: &one}); err != nil {
 		t.Fatalf("patch settings: %v", err)
 	}
 	s := f.session(NewSession{Title: "slow"})
 	tid := f.prompt(s, script(map[string]any{"sleep_ms": 3000}, map[string]any{"reply": "too late"}))
-	start := time.Now()
-	f.run() // the drain runs the turn until the limit ends it (real time: the turn's timer)
-	if d := time.Since(start); d > 2500*time.Millisecond {
-		t.Errorf("turn ran %s: it should end after about 1 s", d)
-	}
+	ran := make(chan struct{})
+	go func() {
+		defer close(ran)
+		f.run() // the drain runs the turn until the limit ends it
+	}()
+	f.pass(time.Second) // the turn's limit, set when it started: the agent still sleeps
+	f.done(ran, "the drain of the turn past its limit")
 	tr := f.r2Turn(tid)
 	if tr.Status != store.TurnError || !strings.Contains(tr.Error, "max_turn_seconds") {
 		t.Fatalf("turn %s %q, want error naming max_turn_seconds", tr.Status, tr.Error)

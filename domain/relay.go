@@ -54,7 +54,12 @@ type Options struct {
 	Limits     config.Limits
 	// Clock is the rules' clock (package clock: what it drives and what it
 	// does not); default the wall clock. Tests run a Scaled or a Sim one.
-	Clock    clock.Clock
+	Clock clock.Clock
+	// Timers is the clock of the durations of work: how long a call waits
+	// for a reply or a card, a turn's max_turn_seconds; default the wall
+	// clock, also when Clock is a Scaled one. The domain's tests run a Sim
+	// to step through a timeout.
+	Timers   clock.Clock
 	Logger   *slog.Logger
 	Metrics  Metrics
 	WorkerID string
@@ -80,6 +85,7 @@ type Relay struct {
 	opts      Options
 	clk       clock.Clock      // the rules' clock (opts.Clock)
 	now       func() time.Time // clk.Now in UTC: records and results are in UTC
+	timers    clock.Clock      // the durations of work (opts.Timers)
 	log       *slog.Logger
 	met       Metrics
 	providers map[string]provider.Provider
@@ -114,6 +120,9 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	if opts.Clock == nil {
 		opts.Clock = clock.Real{}
 	}
+	if opts.Timers == nil {
+		opts.Timers = clock.Real{}
+	}
 	clk := opts.Clock
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -124,9 +133,9 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	if opts.Peers == nil {
 		opts.Peers = noPeers{}
 	}
-	r := &Relay{st: st, enq: enq, opts: opts, clk: clk, now: func() time.Time { return clk.Now().UTC() }, log: opts.Logger, met: opts.Metrics,
+	r := &Relay{st: st, enq: enq, opts: opts, clk: clk, timers: opts.Timers, now: func() time.Time { return clk.Now().UTC() }, log: opts.Logger, met: opts.Metrics,
 		providers: map[string]provider.Provider{}, hub: newHub(), peerToks: map[string]peerTok{},
-		tokens: map[string]tokenEntry{}, warm: newWarmGoroutines(keptGoroutines)}
+		tokens: map[string]tokenEntry{}, warm: newWarmGoroutines(keptGoroutines, clock.Real{})}
 	r.dl = &pipeline{st: st, enq: enq, clk: clk, now: r.now, log: r.log, met: r.met, opts: &r.opts, relay: r}
 	r.pk = &peerLink{st: st, peers: opts.Peers, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, relay: r,
 		linkOnline: map[string]time.Time{}}

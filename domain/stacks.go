@@ -5,6 +5,8 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/oar/relay/clock"
 )
 
 // warmGoroutines runs functions on long-lived goroutines. A tool call runs in a
@@ -27,10 +29,11 @@ type warmGoroutines struct {
 	n       int // goroutines started
 	max     int
 	stopped bool
+	clk     clock.Clock // the idle end's: the wall clock (a test's Sim)
 }
 
-func newWarmGoroutines(max int) *warmGoroutines {
-	return &warmGoroutines{jobs: make(chan func()), quit: make(chan struct{}), max: max}
+func newWarmGoroutines(max int, clk clock.Clock) *warmGoroutines {
+	return &warmGoroutines{jobs: make(chan func()), quit: make(chan struct{}), max: max, clk: clk}
 }
 
 // call runs f on a kept goroutine and returns when it did. A panic in f is
@@ -96,14 +99,14 @@ func (w *warmGoroutines) loop(f func()) {
 		w.n--
 		w.mu.Unlock()
 	}()
-	idle := time.NewTimer(keptIdle)
+	idle := w.clk.NewTimer(keptIdle)
 	defer idle.Stop()
 	for {
 		f()
 		idle.Reset(keptIdle)
 		select {
 		case f = <-w.jobs:
-		case <-idle.C:
+		case <-idle.C():
 			return
 		case <-w.quit:
 			return

@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/oar/relay/clock"
 	"go.uber.org/goleak"
 )
 
@@ -20,7 +22,7 @@ func kept(w *warmGoroutines) int {
 }
 
 func TestWarmGoroutinesCall(t *testing.T) {
-	w := newWarmGoroutines(2)
+	w := newWarmGoroutines(2, clock.Real{})
 	defer w.stop()
 	for i := range 10 {
 		got := 0
@@ -36,7 +38,7 @@ func TestWarmGoroutinesCall(t *testing.T) {
 
 // A panic in f reaches the caller, as it would have without the pool.
 func TestWarmGoroutinesCallPanics(t *testing.T) {
-	w := newWarmGoroutines(2)
+	w := newWarmGoroutines(2, clock.Real{})
 	defer w.stop()
 	var recovered any
 	func() {
@@ -57,7 +59,7 @@ func TestWarmGoroutinesCallPanics(t *testing.T) {
 // With every kept goroutine busy, a call runs where it is, and start in a new
 // goroutine: neither waits for the busy ones.
 func TestWarmGoroutinesBusy(t *testing.T) {
-	w := newWarmGoroutines(1)
+	w := newWarmGoroutines(1, clock.Real{})
 	defer w.stop()
 	release := make(chan struct{})
 	started := make(chan struct{})
@@ -85,7 +87,7 @@ func TestWarmGoroutinesBusy(t *testing.T) {
 
 // After stop, functions still run.
 func TestWarmGoroutinesStopped(t *testing.T) {
-	w := newWarmGoroutines(4)
+	w := newWarmGoroutines(4, clock.Real{})
 	w.call(func() {})
 	w.stop()
 	w.stop() // twice is fine
@@ -103,21 +105,28 @@ func TestWarmGoroutinesStopped(t *testing.T) {
 	}
 }
 
-// An idle kept goroutine ends after keptIdle.
+// An idle kept goroutine ends after keptIdle of its clock, not before.
 func TestWarmGoroutinesIdleEnd(t *testing.T) {
-	w := newWarmGoroutines(4)
+	clk := clock.NewSim(time.Date(2026, 12, 2, 9, 0, 0, 0, time.UTC))
+	w := newWarmGoroutines(4, clk)
 	defer w.stop()
 	w.call(func() {})
-	deadline := time.Now().Add(keptIdle + 10*time.Second)
-	for {
-		n := kept(w)
-		if n == 0 {
-			break
-		}
+	// The goroutine has set its idle timer once its call returned.
+	idleAt := clk.Now().Add(keptIdle)
+	for deadline := time.Now().Add(10 * time.Second); !slices.Contains(clk.Due(), idleAt); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d kept goroutines still there %v after their last call", n, keptIdle+10*time.Second)
+			t.Fatalf("no idle timer due at %v: %v", idleAt, clk.Due())
 		}
-		time.Sleep(50 * time.Millisecond)
+	}
+	clk.Advance(keptIdle - time.Millisecond)
+	if n := kept(w); n != 1 {
+		t.Fatalf("%d kept goroutines before keptIdle passed, want 1", n)
+	}
+	clk.Advance(time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); kept(w) != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d kept goroutines still there keptIdle after their last call", kept(w))
+		}
 	}
 	ran := false
 	w.call(func() { ran = true })
@@ -129,7 +138,7 @@ func TestWarmGoroutinesIdleEnd(t *testing.T) {
 // wait joins the kept goroutines after stop: the idle ones at once, a busy
 // one when its function returns.
 func TestWarmGoroutinesWait(t *testing.T) {
-	w := newWarmGoroutines(4)
+	w := newWarmGoroutines(4, clock.Real{})
 	release, busy := make(chan struct{}), make(chan struct{})
 	w.start(func() { close(busy); <-release })
 	<-busy

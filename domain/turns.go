@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/oar/relay/clock"
 	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
@@ -495,7 +496,7 @@ func (dr *drainer) run(ctx context.Context, l drainLease, s *store.Session, orch
 	}
 	tctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	lim := startTurnLimit(st.MaxTurnSeconds, cancel)
+	lim := startTurnLimit(dr.opts.Timers, st.MaxTurnSeconds, cancel)
 	defer lim.timer.Stop()
 	settingsCh, unsubSettings := dr.hub.sub("settings")
 	defer unsubSettings()
@@ -544,15 +545,17 @@ func (dr *drainer) run(ctx context.Context, l drainLease, s *store.Session, orch
 // from the turn's start, with the setting as it is now; a change meanwhile
 // moves the deadline (no queue job timeout ever ends a running turn).
 type turnLimit struct {
-	started time.Time
+	started time.Time   // wall time (what the turn took is measured by it)
+	clk     clock.Clock // the clock of the durations of work (Options.Timers)
+	at      time.Time   // clk's time at the start
 	secs    atomic.Int64
-	timer   *time.Timer
+	timer   clock.Timer
 }
 
-func startTurnLimit(secs int, cancel context.CancelCauseFunc) *turnLimit {
-	l := &turnLimit{started: time.Now()}
+func startTurnLimit(clk clock.Clock, secs int, cancel context.CancelCauseFunc) *turnLimit {
+	l := &turnLimit{started: time.Now(), clk: clk, at: clk.Now()}
 	l.secs.Store(int64(secs))
-	l.timer = time.AfterFunc(time.Duration(secs)*time.Second, func() { cancel(errTimeout) })
+	l.timer = clk.AfterFunc(time.Duration(secs)*time.Second, func() { cancel(errTimeout) })
 	return l
 }
 
@@ -565,7 +568,7 @@ func (dr *drainer) recheckLimit(ctx context.Context, l *turnLimit) {
 		return
 	}
 	l.secs.Store(int64(cur.MaxTurnSeconds))
-	l.timer.Reset(time.Until(l.started.Add(time.Duration(cur.MaxTurnSeconds) * time.Second)))
+	l.timer.Reset(l.at.Add(time.Duration(cur.MaxTurnSeconds) * time.Second).Sub(l.clk.Now()))
 }
 
 // track records a turn this process runs, so Shutdown can hand it back (a

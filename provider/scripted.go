@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/oar/relay/clock"
 )
 
 // Scripted is the deterministic agent for tests and demos (R11.1). A prompt
@@ -14,6 +16,7 @@ import (
 // prompt is answered "echo: " + the prompt.
 type Scripted struct {
 	info Info
+	clk  clock.Clock // what its sleep steps wait on (UseClock)
 
 	mu     sync.Mutex
 	bg     sync.WaitGroup
@@ -28,8 +31,14 @@ func NewScripted(info Info) *Scripted {
 	}
 	info.Type = "scripted"
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Scripted{info: info, ctx: ctx, cancel: cancel}
+	return &Scripted{info: info, clk: clock.Real{}, ctx: ctx, cancel: cancel}
 }
+
+// UseClock makes the script's sleeps (sleep_ms, a subagent's ms, a task's
+// line_ms) wait on clk instead of the wall clock: a test that runs the relay
+// on a simulated clock of the durations of work moves both. Call it before
+// the first turn.
+func (p *Scripted) UseClock(clk clock.Clock) { p.clk = clk }
 
 // Info describes the provider.
 func (p *Scripted) Info() Info { return p.info }
@@ -148,7 +157,7 @@ func (p *Scripted) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 		case st.Reply != nil:
 			reply.WriteString(*st.Reply)
 		case st.SleepMS != nil:
-			if err := sleep(ctx, time.Duration(*st.SleepMS)*time.Millisecond); err != nil {
+			if err := p.sleep(ctx, time.Duration(*st.SleepMS)*time.Millisecond); err != nil {
 				return Result{Text: strings.TrimRight(reply.String(), "\n"), Model: model}, err
 			}
 		case st.Tool != nil:
@@ -169,7 +178,7 @@ func (p *Scripted) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 				return Result{}, err
 			}
 			p.background(func(bctx context.Context) {
-				if sleep(bctx, time.Duration(st.Subagent.MS)*time.Millisecond) != nil {
+				if p.sleep(bctx, time.Duration(st.Subagent.MS)*time.Millisecond) != nil {
 					kill(task)
 					return
 				}
@@ -238,7 +247,7 @@ func (p *Scripted) task(ctx context.Context, h Host, ts TaskStep) error {
 	mu.Unlock()
 	runLines := func(c context.Context) error {
 		for _, l := range ts.Lines {
-			if err := sleep(c, time.Duration(ts.LineMS)*time.Millisecond); err != nil {
+			if err := p.sleep(c, time.Duration(ts.LineMS)*time.Millisecond); err != nil {
 				flush()
 				kill(task)
 				return err
@@ -262,14 +271,14 @@ func (p *Scripted) task(ctx context.Context, h Host, ts TaskStep) error {
 	return runLines(ctx)
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
+func (p *Scripted) sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}
-	t := time.NewTimer(d)
+	t := p.clk.NewTimer(d)
 	defer t.Stop()
 	select {
-	case <-t.C:
+	case <-t.C():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
