@@ -218,7 +218,7 @@ func (r *Relay) checkCreate(ctx context.Context, c *caller, in *createArgs) (*cr
 		pl.mode = firstNonEmpty(c.s.Mode, "agent")
 	}
 	if in.groupRef != "" {
-		if pl.group, e = r.findGroup(ctx, in.groupRef, nothingCreated); e != nil {
+		if pl.group, e = r.grp.findGroup(ctx, in.groupRef, nothingCreated); e != nil {
 			return nil, e
 		}
 	}
@@ -252,7 +252,7 @@ func (r *Relay) cardCreate(ctx context.Context, c *caller, in *createArgs, pl *c
 	}
 	lines := []string{createCardLine(pl.title, pl.info.Name, pl.cwd, in.text), settingsLine(pl.model, pl.effort, pl.mode)}
 	if pl.group != nil {
-		lines = append(lines, groupLine(r.groupName(ctx, pl.group), pl.group.ID))
+		lines = append(lines, groupLine(r.grp.groupName(ctx, pl.group), pl.group.ID))
 	}
 	return r.askCard(ctx, c, pl.need, "create_session", nil, lines, nothingCreated)
 }
@@ -279,7 +279,7 @@ func (r *Relay) applyCreate(ctx context.Context, c *caller, in *createArgs, pl *
 	if group != nil {
 		if _, err := r.st.GetGroup(ctx, group.ID); errors.Is(err, store.ErrNotFound) {
 			return nil, Errorf(CodeUnknownGroup, "The session group %q (%s) on relay %q was dissolved before the session could start. %s",
-				r.groupName(ctx, group), group.ID, r.opts.Name, nothingCreated)
+				r.grp.groupName(ctx, group), group.ID, r.opts.Name, nothingCreated)
 		} else if err != nil {
 			return nil, internal("applyCreate: GetGroup", err)
 		}
@@ -329,7 +329,7 @@ func (r *Relay) applyCreate(ctx context.Context, c *caller, in *createArgs, pl *
 		if group.Head == s.ID {
 			role = "head"
 		}
-		res.set("group", map[string]any{"id": group.ID, "name": r.groupName(ctx, group), "role": role})
+		res.set("group", map[string]any{"id": group.ID, "name": r.grp.groupName(ctx, group), "role": role})
 	} else {
 		res.set("group", nil)
 	}
@@ -362,9 +362,9 @@ func (r *Relay) groupCreated(ctx context.Context, c *caller, s *store.Session, g
 			group, err = r.st.GetGroup(ctx, c.s.GroupID)
 		}
 		if group == nil {
-			group, err = r.newGroup(ctx, "", c.s.ID, false)
+			group, err = r.grp.newGroup(ctx, "", c.s.ID, false)
 			if err == nil {
-				err = r.joinGroup(ctx, c.s, group)
+				err = r.grp.joinGroup(ctx, c.s, group)
 			}
 			if err == nil {
 				err = r.st.SaveSession(ctx, c.s)
@@ -374,7 +374,7 @@ func (r *Relay) groupCreated(ctx context.Context, c *caller, s *store.Session, g
 		err = fmt.Errorf("the group %s was dissolved before the session started", group.ID)
 	}
 	if err == nil && group != nil {
-		if err = r.joinGroup(ctx, s, group); err == nil {
+		if err = r.grp.joinGroup(ctx, s, group); err == nil {
 			err = r.st.SaveSession(ctx, s)
 		}
 	}

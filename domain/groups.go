@@ -6,10 +6,53 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/oar/relay"
 	"github.com/oar/relay/store"
 )
+
+// groups are the session groups (R7.2, R7.9, R7.10, R19.6): what a group
+// is called, who is in it, joining and leaving, and the owner's group routes.
+// The tool actions find and fill groups through it; it reaches the rest of
+// the relay only to tell the console.
+type groups struct {
+	st    groupsStore
+	now   func() time.Time
+	opts  *Options // the relay's: its name
+	relay groupsHost
+}
+
+// groupsStore is the store as the groups see it.
+type groupsStore interface {
+	recordStore
+	groupStore
+}
+
+// groupsHost is what the groups ask of the rest of the relay: telling the
+// console of a changed session or group list (notify.go).
+type groupsHost interface {
+	notify(ctx context.Context, what string)
+	notifyGroups(ctx context.Context)
+}
+
+// CreateGroup is the owner's POST /groups (the groups' door).
+func (r *Relay) CreateGroup(ctx context.Context, name string) (*relay.GroupCreated, error) {
+	return r.grp.CreateGroup(ctx, name)
+}
+
+// Groups lists every group for the owner, empty ones too.
+func (r *Relay) Groups(ctx context.Context) ([]*relay.Group, error) { return r.grp.Groups(ctx) }
+
+// RenameGroup is the owner's PATCH /groups/{id}.
+func (r *Relay) RenameGroup(ctx context.Context, id, name string) (*relay.Group, error) {
+	return r.grp.RenameGroup(ctx, id, name)
+}
+
+// DissolveGroup is the owner's DELETE /groups/{id}.
+func (r *Relay) DissolveGroup(ctx context.Context, id string) (*relay.GroupDissolved, error) {
+	return r.grp.DissolveGroup(ctx, id)
+}
 
 type groupInfo struct {
 	g        *store.Group
@@ -19,18 +62,18 @@ type groupInfo struct {
 }
 
 // allGroups loads every group with its display name, member count and last activity.
-func (r *Relay) allGroups(ctx context.Context) ([]groupInfo, error) {
-	gs, err := r.st.Groups(ctx)
+func (gr *groups) allGroups(ctx context.Context) ([]groupInfo, error) {
+	gs, err := gr.st.Groups(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]groupInfo, 0, len(gs))
 	for _, g := range gs {
-		ids, err := r.st.GroupMembers(ctx, g.ID)
+		ids, err := gr.st.GroupMembers(ctx, g.ID)
 		if err != nil {
 			return nil, err
 		}
-		ss, err := r.st.GetSessions(ctx, ids)
+		ss, err := gr.st.GetSessions(ctx, ids)
 		if err != nil {
 			return nil, fmt.Errorf("list the sessions of group %s: %w", g.ID, err)
 		}
@@ -48,7 +91,7 @@ func (r *Relay) allGroups(ctx context.Context) ([]groupInfo, error) {
 			}
 		}
 		if gi.name == "" {
-			gi.name = r.groupName(ctx, g)
+			gi.name = gr.groupName(ctx, g)
 		}
 		out = append(out, gi)
 	}
@@ -62,8 +105,8 @@ func (r *Relay) allGroups(ctx context.Context) ([]groupInfo, error) {
 }
 
 // groupList is relay_info's groups: only groups with sessions, most recent first (R7.2).
-func (r *Relay) groupList(ctx context.Context, max int) ([]any, int, error) {
-	all, err := r.allGroups(ctx)
+func (gr *groups) groupList(ctx context.Context, max int) ([]any, int, error) {
+	all, err := gr.allGroups(ctx)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -83,8 +126,8 @@ func (r *Relay) groupList(ctx context.Context, max int) ([]any, int, error) {
 
 // findGroup resolves a group id or name (any case) for create_session and
 // update_session; nothing suffix says what was not done.
-func (r *Relay) findGroup(ctx context.Context, ref, nothing string) (*store.Group, *Error) {
-	all, err := r.allGroups(ctx)
+func (gr *groups) findGroup(ctx context.Context, ref, nothing string) (*store.Group, *Error) {
+	all, err := gr.allGroups(ctx)
 	if err != nil {
 		return nil, internal("findGroup: allGroups", err)
 	}
@@ -117,7 +160,7 @@ func (r *Relay) findGroup(ctx context.Context, ref, nothing string) (*store.Grou
 	}
 	if len(hits) > 1 {
 		txt, items := list(hits)
-		e := Errorf(CodeUnknownGroup, "Relay %q has more than one session group named %q: %s. %s Pass the id.", r.opts.Name, ref, txt, nothing).
+		e := Errorf(CodeUnknownGroup, "Relay %q has more than one session group named %q: %s. %s Pass the id.", gr.opts.Name, ref, txt, nothing).
 			With("groups", items)
 		if len(hits) > len(items) {
 			e = e.With("groupsTotal", len(hits))
@@ -132,7 +175,7 @@ func (r *Relay) findGroup(ctx context.Context, ref, nothing string) (*store.Grou
 	if len(all) > len(items) {
 		txt, end = txt+", …", ""
 	}
-	e := Errorf(CodeUnknownGroup, "Relay %q has no session group %q. Groups there: %s%s %s", r.opts.Name, ref, txt, end, nothing).
+	e := Errorf(CodeUnknownGroup, "Relay %q has no session group %q. Groups there: %s%s %s", gr.opts.Name, ref, txt, end, nothing).
 		With("groups", items)
 	if len(all) > len(items) {
 		e = e.With("groupsTotal", len(all))
@@ -141,14 +184,14 @@ func (r *Relay) findGroup(ctx context.Context, ref, nothing string) (*store.Grou
 }
 
 // joinGroup puts s into g (leaving its old group).
-func (r *Relay) joinGroup(ctx context.Context, s *store.Session, g *store.Group) error {
+func (gr *groups) joinGroup(ctx context.Context, s *store.Session, g *store.Group) error {
 	if s.GroupID == g.ID {
 		return nil
 	}
-	if err := r.leaveGroup(ctx, s); err != nil {
+	if err := gr.leaveGroup(ctx, s); err != nil {
 		return fmt.Errorf("move session %s to group %s: %w", id8(s.ID), g.ID, err)
 	}
-	if err := r.st.SetGroupMember(ctx, g.ID, s.ID, true); err != nil {
+	if err := gr.st.SetGroupMember(ctx, g.ID, s.ID, true); err != nil {
 		return err
 	}
 	s.GroupID = g.ID
@@ -156,40 +199,40 @@ func (r *Relay) joinGroup(ctx context.Context, s *store.Session, g *store.Group)
 }
 
 // leaveGroup takes s out of its group; a group an agent made goes with its last session.
-func (r *Relay) leaveGroup(ctx context.Context, s *store.Session) error {
+func (gr *groups) leaveGroup(ctx context.Context, s *store.Session) error {
 	if s.GroupID == "" {
 		return nil
 	}
 	old := s.GroupID
 	s.GroupID = ""
-	if err := r.st.SetGroupMember(ctx, old, s.ID, false); err != nil {
+	if err := gr.st.SetGroupMember(ctx, old, s.ID, false); err != nil {
 		return err
 	}
-	g, err := r.st.GetGroup(ctx, old)
+	g, err := gr.st.GetGroup(ctx, old)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil // already gone
 	}
 	if err != nil {
 		return err
 	}
-	left, err := r.st.GroupMembers(ctx, old)
+	left, err := gr.st.GroupMembers(ctx, old)
 	if err != nil {
 		return err
 	}
 	if len(left) == 0 && !g.OwnerCreated {
-		return r.st.DeleteGroup(ctx, old)
+		return gr.st.DeleteGroup(ctx, old)
 	}
 	return nil
 }
 
 // newGroup creates a group; name "" means it is called by its head's title.
-func (r *Relay) newGroup(ctx context.Context, name, head string, owner bool) (*store.Group, error) {
-	g := &store.Group{ID: "grp_" + store.NewID(6), Name: name, Head: head, OwnerCreated: owner, CreatedAt: r.now()}
-	return g, r.st.SaveGroup(ctx, g)
+func (gr *groups) newGroup(ctx context.Context, name, head string, owner bool) (*store.Group, error) {
+	g := &store.Group{ID: "grp_" + store.NewID(6), Name: name, Head: head, OwnerCreated: owner, CreatedAt: gr.now()}
+	return g, gr.st.SaveGroup(ctx, g)
 }
 
 // CreateGroup is the owner's POST /groups.
-func (r *Relay) CreateGroup(ctx context.Context, name string) (*relay.GroupCreated, error) {
+func (gr *groups) CreateGroup(ctx context.Context, name string) (*relay.GroupCreated, error) {
 	name = strings.TrimSpace(name)
 	if name == "" || len(name) > 200 {
 		return nil, Errorf(CodeInvalidInput, "name is required (1 to 200 characters). No group was created.")
@@ -197,17 +240,17 @@ func (r *Relay) CreateGroup(ctx context.Context, name string) (*relay.GroupCreat
 	if strings.EqualFold(name, "none") {
 		return nil, Errorf(CodeInvalidInput, `A group cannot be named "none": update_session uses it to take a session out of its group. No group was created.`)
 	}
-	g, err := r.newGroup(ctx, name, "", true)
+	g, err := gr.newGroup(ctx, name, "", true)
 	if err != nil {
 		return nil, err
 	}
-	r.notifyGroups(ctx) // the owner's console shows it, empty (R19.6)
+	gr.relay.notifyGroups(ctx) // the owner's console shows it, empty (R19.6)
 	return &relay.GroupCreated{ID: g.ID, Name: g.Name, MemberCount: 0, OwnerCreated: true, CreatedAt: tsString(g.CreatedAt)}, nil
 }
 
 // Groups lists every group for the owner (empty ones too).
-func (r *Relay) Groups(ctx context.Context) ([]*relay.Group, error) {
-	all, err := r.allGroups(ctx)
+func (gr *groups) Groups(ctx context.Context) ([]*relay.Group, error) {
+	all, err := gr.allGroups(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -220,18 +263,18 @@ func (r *Relay) Groups(ctx context.Context) ([]*relay.Group, error) {
 }
 
 // groupByID loads a group for the owner's routes; nothing says what was not done.
-func (r *Relay) groupByID(ctx context.Context, id, nothing string) (*store.Group, error) {
-	g, err := r.st.GetGroup(ctx, strings.TrimSpace(id))
+func (gr *groups) groupByID(ctx context.Context, id, nothing string) (*store.Group, error) {
+	g, err := gr.st.GetGroup(ctx, strings.TrimSpace(id))
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, Errorf(CodeNotFound, "Relay %q has no session group %q. %s", r.opts.Name, id, nothing)
+		return nil, Errorf(CodeNotFound, "Relay %q has no session group %q. %s", gr.opts.Name, id, nothing)
 	}
 	return g, err
 }
 
 // RenameGroup is the owner's PATCH /groups/{id} (`name`).
-func (r *Relay) RenameGroup(ctx context.Context, id, name string) (*relay.Group, error) {
+func (gr *groups) RenameGroup(ctx context.Context, id, name string) (*relay.Group, error) {
 	const nothing = "Nothing was changed."
-	g, err := r.groupByID(ctx, id, nothing)
+	g, err := gr.groupByID(ctx, id, nothing)
 	if err != nil {
 		return nil, err
 	}
@@ -243,36 +286,36 @@ func (r *Relay) RenameGroup(ctx context.Context, id, name string) (*relay.Group,
 		return nil, Errorf(CodeInvalidInput, `A group cannot be named "none": update_session uses it to take a session out of its group. %s`, nothing)
 	}
 	g.Name = name
-	if err := r.st.SaveGroup(ctx, g); err != nil {
+	if err := gr.st.SaveGroup(ctx, g); err != nil {
 		return nil, fmt.Errorf("rename group %s: %w", g.ID, err)
 	}
-	members, err := r.st.GroupMembers(ctx, g.ID)
+	members, err := gr.st.GroupMembers(ctx, g.ID)
 	if err != nil {
 		return nil, fmt.Errorf("rename group %s: %w", g.ID, err)
 	}
 	for _, sid := range members {
-		r.notify(ctx, "session:"+sid) // the owner's console (R19.6)
+		gr.relay.notify(ctx, "session:"+sid) // the owner's console (R19.6)
 	}
-	r.notifyGroups(ctx) // an empty group has no member to announce it
+	gr.relay.notifyGroups(ctx) // an empty group has no member to announce it
 	return &relay.Group{ID: g.ID, Name: g.Name, MemberCount: len(members), Head: g.Head, OwnerCreated: g.OwnerCreated}, nil
 }
 
 // DissolveGroup is the owner's DELETE /groups/{id}: the group goes, its
 // members stay, ungrouped.
-func (r *Relay) DissolveGroup(ctx context.Context, id string) (*relay.GroupDissolved, error) {
-	g, err := r.groupByID(ctx, id, "Nothing was dissolved.")
+func (gr *groups) DissolveGroup(ctx context.Context, id string) (*relay.GroupDissolved, error) {
+	g, err := gr.groupByID(ctx, id, "Nothing was dissolved.")
 	if err != nil {
 		return nil, err
 	}
-	members, err := r.st.GroupMembers(ctx, g.ID)
+	members, err := gr.st.GroupMembers(ctx, g.ID)
 	if err != nil {
 		return nil, fmt.Errorf("dissolve group %s: %w", g.ID, err)
 	}
-	if err := r.st.DeleteGroup(ctx, g.ID); err != nil {
+	if err := gr.st.DeleteGroup(ctx, g.ID); err != nil {
 		return nil, fmt.Errorf("dissolve group %s: %w", g.ID, err)
 	}
 	for _, sid := range members {
-		s, err := r.st.GetSession(ctx, sid)
+		s, err := gr.st.GetSession(ctx, sid)
 		if errors.Is(err, store.ErrNotFound) {
 			continue
 		}
@@ -280,12 +323,78 @@ func (r *Relay) DissolveGroup(ctx context.Context, id string) (*relay.GroupDisso
 			return nil, err
 		}
 		if s.GroupID == g.ID {
-			if err := r.st.SetSessionFields(ctx, sid, map[string]any{"group": ""}); err != nil {
+			if err := gr.st.SetSessionFields(ctx, sid, map[string]any{"group": ""}); err != nil {
 				return nil, fmt.Errorf("take session %s out of dissolved group %s: %w", id8(sid), g.ID, err)
 			}
 		}
-		r.notify(ctx, "session:"+sid) // the owner's console (R19.6)
+		gr.relay.notify(ctx, "session:"+sid) // the owner's console (R19.6)
 	}
-	r.notifyGroups(ctx) // an empty group has no member to announce it
+	gr.relay.notifyGroups(ctx) // an empty group has no member to announce it
 	return &relay.GroupDissolved{ID: g.ID, Dissolved: true, Ungrouped: members}, nil
+}
+
+func (gr *groups) groupName(ctx context.Context, g *store.Group) string {
+	if g.Name != "" {
+		return g.Name
+	}
+	if h, err := gr.st.GetSession(ctx, g.Head); err == nil {
+		return h.Title
+	}
+	return g.ID
+}
+
+func (gr *groups) groupRef(ctx context.Context, v *view) *relay.GroupRef {
+	if v.group == nil {
+		return nil
+	}
+	role := "member"
+	if v.group.Head == v.s.ID {
+		role = "head"
+	}
+	return &relay.GroupRef{ID: v.group.ID, Name: gr.groupName(ctx, v.group), Role: role}
+}
+
+func (gr *groups) groupMembers(ctx context.Context, g *store.Group, except string, max int) ([]relay.GroupMember, error) {
+	ids, err := gr.st.GroupMembers(ctx, g.ID)
+	if err != nil {
+		return nil, err
+	}
+	ss, err := gr.st.GetSessions(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(ss, func(i, j int) bool {
+		if ss[i] == nil || ss[j] == nil {
+			return ss[j] == nil
+		}
+		return ss[i].CreatedAt.Before(ss[j].CreatedAt)
+	})
+	var shown []*store.Session
+	for _, m := range ss {
+		if m == nil || m.ID == except {
+			continue
+		}
+		if len(shown) >= max {
+			break
+		}
+		shown = append(shown, m)
+	}
+	mids := make([]string, len(shown))
+	for i, m := range shown {
+		mids[i] = m.ID
+	}
+	extras, err := gr.st.SessionExtras(ctx, mids)
+	if err != nil {
+		return nil, err
+	}
+	out := []relay.GroupMember{}
+	for i, m := range shown {
+		state := stateOf(extras[i]) // the R7.4 values (R7.5)
+		role := "member"
+		if m.ID == g.Head {
+			role = "head"
+		}
+		out = append(out, relay.GroupMember{ID: m.ID, Title: m.Title, Role: role, State: state, Archived: m.Archived})
+	}
+	return out, nil
 }

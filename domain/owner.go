@@ -121,7 +121,7 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 	}
 	var group *store.Group
 	if in.Group != "" {
-		if group, e = r.findGroup(ctx, in.Group, nothingCreated); e != nil {
+		if group, e = r.grp.findGroup(ctx, in.Group, nothingCreated); e != nil {
 			return nil, e
 		}
 	}
@@ -139,7 +139,7 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 		return nil, fmt.Errorf("create session %s: %w", id8(s.ID), err)
 	}
 	if group != nil {
-		if err := r.joinGroup(ctx, s, group); err != nil {
+		if err := r.grp.joinGroup(ctx, s, group); err != nil {
 			return nil, fmt.Errorf("create session %s in group %s: %w", id8(s.ID), group.ID, err)
 		}
 		if err := r.st.SaveSession(ctx, s); err != nil {
@@ -302,7 +302,7 @@ func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (*relay.Sess
 		case <-time.After(deleteDrainPoll):
 		}
 	}
-	if err := r.leaveGroup(ctx, s); err != nil {
+	if err := r.grp.leaveGroup(ctx, s); err != nil {
 		return nil, fmt.Errorf("delete session %s: %w", id8(s.ID), err)
 	}
 	if err := r.st.DeleteSession(ctx, s.ID, r.st.BusyKey(r.orchestrator(s)), r.st.PeerBusyKey(r.orchestrator(s))); err != nil {

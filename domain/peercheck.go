@@ -90,7 +90,7 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 		}
 		chk.Title, chk.Provider, chk.Model, chk.Effort, chk.Mode, chk.Cwd = pl.title, pl.info.Name, pl.model, pl.effort, pl.mode, pl.cwd
 		if pl.group != nil {
-			chk.Group = &CheckedRef{ID: pl.group.ID, Name: r.groupName(ctx, pl.group)}
+			chk.Group = &CheckedRef{ID: pl.group.ID, Name: r.grp.groupName(ctx, pl.group)}
 		}
 	case "update_session":
 		_, pl, ch, e := r.updateChecks(ctx, c, a)
@@ -152,7 +152,7 @@ func (r *Relay) checkedChanges(ctx context.Context, pl *updatePlan, ch *updateCh
 			case pl.leave:
 				v.Value = "none"
 			case pl.group != nil:
-				v.Value, v.ID = r.groupName(ctx, pl.group), pl.group.ID
+				v.Value, v.ID = r.grp.groupName(ctx, pl.group), pl.group.ID
 			default:
 				v.Value, v.ID = pl.createGroup, "new"
 			}

@@ -95,6 +95,7 @@ type Relay struct {
 	sch       *schedules // the schedules subsystem (schedule.go)
 	pk        *peerLink  // the paired relays' link and poller (peer.go, peerpoll.go)
 	dr        *drainer   // the drain subsystem (turns.go, direct.go)
+	grp       *groups    // the session groups (groups.go)
 
 	warm    *warmGoroutines    // tool calls and drains started here run on kept goroutines (stacks.go)
 	handler map[string]handler // the actions' handlers (handlers), built once
@@ -139,6 +140,7 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r.dl = &pipeline{st: st, enq: enq, clk: clk, now: r.now, log: r.log, met: r.met, opts: &r.opts, relay: r}
 	r.pk = &peerLink{st: st, peers: opts.Peers, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, relay: r,
 		linkOnline: map[string]time.Time{}}
+	r.grp = &groups{st: st, now: r.now, opts: &r.opts, relay: r}
 	r.sch = &schedules{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, dl: r.dl, relay: r}
 	r.dr = &drainer{st: st, enq: enq, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, hub: r.hub, warm: r.warm,
 		providers: r.providers, relay: r,

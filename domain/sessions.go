@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -91,7 +90,7 @@ func (r *Relay) relayInfo(ctx context.Context, c *caller, a *args) (*result, *Er
 	res.set("name", r.opts.Name).set("version", r.opts.Version).set("platform", runtime.GOOS+"/"+runtime.GOARCH).
 		set("acceptsAgentPrompts", st.AcceptAgentPrompts).set("providers", provs).set("defaultCwd", r.opts.DefaultCwd).
 		set("recentCwds", nonNil(cwds)).set("modes", modes)
-	groups, total, err := r.groupList(ctx, 50)
+	groups, total, err := r.grp.groupList(ctx, 50)
 	if err != nil {
 		r.log.Warn("relay_info: groups unreadable", "err", err)
 		res.set("groups", nil).set("groupsNote", "Groups cannot be read on this relay right now, so create_session cannot take group here.")
@@ -212,7 +211,7 @@ func (r *Relay) views(ctx context.Context, ss []*store.Session) ([]*view, error)
 					return nil, err
 				}
 				if g != nil && g.Name == "" {
-					g.Name = r.groupName(ctx, g)
+					g.Name = r.grp.groupName(ctx, g)
 				}
 				groups[s.GroupID] = g
 			}
@@ -221,27 +220,6 @@ func (r *Relay) views(ctx context.Context, ss []*store.Session) ([]*view, error)
 		out = append(out, v)
 	}
 	return out, nil
-}
-
-func (r *Relay) groupName(ctx context.Context, g *store.Group) string {
-	if g.Name != "" {
-		return g.Name
-	}
-	if h, err := r.st.GetSession(ctx, g.Head); err == nil {
-		return h.Title
-	}
-	return g.ID
-}
-
-func (r *Relay) groupRef(ctx context.Context, v *view) *relay.GroupRef {
-	if v.group == nil {
-		return nil
-	}
-	role := "member"
-	if v.group.Head == v.s.ID {
-		role = "head"
-	}
-	return &relay.GroupRef{ID: v.group.ID, Name: r.groupName(ctx, v.group), Role: role}
 }
 
 func taskBrief(t *store.Task) *relay.TaskBrief {
@@ -267,7 +245,7 @@ func (r *Relay) listItem(ctx context.Context, v *view) *relay.SessionItem {
 	}
 	return &relay.SessionItem{ID: v.s.ID, Title: v.s.Title, Provider: v.s.Provider, Model: v.s.Model,
 		State: v.state, Cwd: v.s.Cwd, LastActivityAt: tsPtr(v.s.LastActivityAt), MessageCount: v.count,
-		Tasks: tasks, Group: r.groupRef(ctx, v), Mode: v.s.Mode, Archived: v.s.Archived,
+		Tasks: tasks, Group: r.grp.groupRef(ctx, v), Mode: v.s.Mode, Archived: v.s.Archived,
 		MayCreateSessions: v.s.MayCreateSessions, StartedBy: v.s.StartedBy, Watched: v.watched}
 }
 
@@ -447,11 +425,11 @@ func (r *Relay) SessionDetail(ctx context.Context, s *store.Session, last int) (
 		m.Tasks = append(m.Tasks, r.taskView(ctx, t, st.QuietTaskMinutes))
 	}
 	if v.group != nil {
-		members, err := r.groupMembers(ctx, v.group, s.ID, 50)
+		members, err := r.grp.groupMembers(ctx, v.group, s.ID, 50)
 		if err != nil {
 			return nil, err
 		}
-		m.Group = r.groupRef(ctx, v)
+		m.Group = r.grp.groupRef(ctx, v)
 		m.Group.Members = members
 	}
 	m.Repo, m.Branch, m.Effort = s.Repo, s.Branch, s.Effort
@@ -473,51 +451,6 @@ func (r *Relay) pendingQuestions(ctx context.Context, sid string) ([]relay.Pendi
 	}
 	for _, ak := range asks {
 		out = append(out, relay.PendingQuestion{ID: ak.ID, Kind: "ask", Question: ak.Question, Options: nonNil(ak.Options)})
-	}
-	return out, nil
-}
-
-func (r *Relay) groupMembers(ctx context.Context, g *store.Group, except string, max int) ([]relay.GroupMember, error) {
-	ids, err := r.st.GroupMembers(ctx, g.ID)
-	if err != nil {
-		return nil, err
-	}
-	ss, err := r.st.GetSessions(ctx, ids)
-	if err != nil {
-		return nil, err
-	}
-	sort.Slice(ss, func(i, j int) bool {
-		if ss[i] == nil || ss[j] == nil {
-			return ss[j] == nil
-		}
-		return ss[i].CreatedAt.Before(ss[j].CreatedAt)
-	})
-	var shown []*store.Session
-	for _, m := range ss {
-		if m == nil || m.ID == except {
-			continue
-		}
-		if len(shown) >= max {
-			break
-		}
-		shown = append(shown, m)
-	}
-	mids := make([]string, len(shown))
-	for i, m := range shown {
-		mids[i] = m.ID
-	}
-	extras, err := r.st.SessionExtras(ctx, mids)
-	if err != nil {
-		return nil, err
-	}
-	out := []relay.GroupMember{}
-	for i, m := range shown {
-		state := stateOf(extras[i]) // the R7.4 values (R7.5)
-		role := "member"
-		if m.ID == g.Head {
-			role = "head"
-		}
-		out = append(out, relay.GroupMember{ID: m.ID, Title: m.Title, Role: role, State: state, Archived: m.Archived})
 	}
 	return out, nil
 }

@@ -20,6 +20,7 @@ import (
 type Store interface {
 	recordStore
 	actionStore
+	groupStore
 	drainStore
 	deliveryStore
 	scheduleStore
@@ -40,6 +41,7 @@ type recordStore interface {
 	DecideCard(ctx context.Context, id string, decision string) (*store.Card, bool, error)
 	Flag(ctx context.Context, sid string, name string) (bool, error)
 	GetAsk(ctx context.Context, id string) (*store.Ask, error)
+	GetGroup(ctx context.Context, id string) (*store.Group, error)
 	GetPairing(ctx context.Context, name string) (*store.Pairing, error)
 	GetSession(ctx context.Context, id string) (*store.Session, error)
 	GetSessions(ctx context.Context, ids []string) ([]*store.Session, error)
@@ -58,6 +60,8 @@ type recordStore interface {
 	ResetLoop(ctx context.Context, sid string) error
 	SaveSession(ctx context.Context, sess *store.Session) error
 	SaveSubscription(ctx context.Context, sub *store.Subscription) error
+	SessionExtras(ctx context.Context, ids []string) ([]store.Extras, error)
+	SetSessionFields(ctx context.Context, id string, kv map[string]any) error
 	SetLastDigest(ctx context.Context, sub *store.Subscription, at time.Time) error
 	SetOnce(ctx context.Context, name string, ttl time.Duration) (bool, error)
 	TakeLoop(ctx context.Context, sid string, limit int) (taken bool, n int, err error)
@@ -67,9 +71,9 @@ type recordStore interface {
 }
 
 // actionStore is what the tool actions (tool.go, send.go, create.go,
-// sessions.go, asks.go, cards.go, caps.go, update.go, groups.go, agents.go,
-// tasks.go) need besides the records: the call's one-round-trip load, caps
-// and reservations, asks, cards, groups, usage, task output.
+// sessions.go, asks.go, cards.go, caps.go, update.go, agents.go, tasks.go)
+// need besides the records: the call's one-round-trip load, caps and
+// reservations, asks, cards, usage, task output.
 type actionStore interface {
 	AddAsk(ctx context.Context, a *store.Ask, askerLimit int, sessionLimit int) error
 	AddMonthUsage(ctx context.Context, provider string, month string, tokens int64, microUSD int64) error
@@ -81,12 +85,8 @@ type actionStore interface {
 	BusyCount(ctx context.Context, orchestrator string) (int, error)
 	ClearAgentSession(ctx context.Context, sid string) error
 	CloseAsk(ctx context.Context, a *store.Ask) (bool, error)
-	DeleteGroup(ctx context.Context, gid string) error
 	ExpireTaskOutput(ctx context.Context, id string, keep time.Duration) error
 	GetCard(ctx context.Context, id string) (*store.Card, error)
-	GetGroup(ctx context.Context, id string) (*store.Group, error)
-	GroupMembers(ctx context.Context, gid string) ([]string, error)
-	Groups(ctx context.Context) ([]*store.Group, error)
 	LoadCall(ctx context.Context, caller string, ref string) (*store.Call, error)
 	MonthUsage(ctx context.Context, provider string, month string) (tokens int64, microUSD int64, err error)
 	NoteCwd(ctx context.Context, dir string, now time.Time) error
@@ -97,16 +97,21 @@ type actionStore interface {
 	ReserveUnder(ctx context.Context, orchestrator string, sid string, limit int, peerLimit int) error
 	ResolveSession(ctx context.Context, ref string) (sess *store.Session, matches int, err error)
 	SaveCard(ctx context.Context, c *store.Card) error
-	SaveGroup(ctx context.Context, g *store.Group) error
 	SaveTask(ctx context.Context, t *store.Task) error
-	SessionExtras(ctx context.Context, ids []string) ([]store.Extras, error)
 	SetFlag(ctx context.Context, sid string, name string) error
-	SetGroupMember(ctx context.Context, gid string, sid string, member bool) error
-	SetSessionFields(ctx context.Context, id string, kv map[string]any) error
 	SetTurnModelAsked(ctx context.Context, id string, model string) error
 	SetUsagePaused(ctx context.Context, provider string, reason string, at time.Time) error
 	Usage(ctx context.Context, provider string) (map[string]int64, error)
 	UsagePaused(ctx context.Context, provider string) (string, time.Time, error)
+}
+
+// groupStore is what the session groups (groups.go) need.
+type groupStore interface {
+	DeleteGroup(ctx context.Context, gid string) error
+	GroupMembers(ctx context.Context, gid string) ([]string, error)
+	Groups(ctx context.Context) ([]*store.Group, error)
+	SaveGroup(ctx context.Context, g *store.Group) error
+	SetGroupMember(ctx context.Context, gid string, sid string, member bool) error
 }
 
 // drainStore is what the drain (turns.go, turntoken.go, direct.go,

@@ -17,8 +17,9 @@ import (
 var storeUsers = map[string]string{
 	"tool.go": "actionStore", "send.go": "actionStore", "create.go": "actionStore", "sessions.go": "actionStore",
 	"asks.go": "actionStore", "cards.go": "actionStore", "caps.go": "actionStore", "update.go": "actionStore",
-	"groups.go": "actionStore", "agents.go": "actionStore", "tasks.go": "actionStore",
-	"turns.go": "drainStore", "turntoken.go": "drainStore", "direct.go": "drainStore", "stacks.go": "drainStore",
+	"agents.go": "actionStore", "tasks.go": "actionStore",
+	"groups.go": "groupStore",
+	"turns.go":  "drainStore", "turntoken.go": "drainStore", "direct.go": "drainStore", "stacks.go": "drainStore",
 	"queue.go": "drainStore", "steer.go": "drainStore",
 	"deliver.go": "deliveryStore", "events.go": "deliveryStore", "subscribe.go": "deliveryStore",
 	"mirrors.go": "deliveryStore", "notify.go": "deliveryStore",

@@ -158,7 +158,7 @@ func (r *Relay) settingsOf(ctx context.Context, s *store.Session) map[string]any
 			if g.Head == s.ID {
 				role = "head"
 			}
-			group = map[string]any{"id": g.ID, "name": r.groupName(ctx, g), "role": role}
+			group = map[string]any{"id": g.ID, "name": r.grp.groupName(ctx, g), "role": role}
 		}
 	}
 	think := any(nil)
@@ -307,7 +307,7 @@ func (r *Relay) checkUpdate(ctx context.Context, c *caller, a *args, in *updateA
 	case strings.EqualFold(in.groupRef, "none"):
 		pl.leave = s.GroupID != ""
 	default:
-		g, ge := r.findGroup(ctx, in.groupRef, nothingChanged)
+		g, ge := r.grp.findGroup(ctx, in.groupRef, nothingChanged)
 		switch {
 		case ge == nil:
 			pl.group = g
@@ -388,7 +388,7 @@ func (r *Relay) updateChanges(ctx context.Context, in *updateArgs, pl *updatePla
 		ch.lines = append(ch.lines, "Group: none")
 	case pl.group != nil && pl.group.ID != s.GroupID:
 		ch.names = append(ch.names, "group")
-		ch.lines = append(ch.lines, groupLine(r.groupName(ctx, pl.group), pl.group.ID))
+		ch.lines = append(ch.lines, groupLine(r.grp.groupName(ctx, pl.group), pl.group.ID))
 	case pl.createGroup != "":
 		ch.names = append(ch.names, "group")
 		ch.lines = append(ch.lines, groupLine(pl.createGroup, "new"))
@@ -457,13 +457,13 @@ func (r *Relay) applyUpdate(ctx context.Context, in *updateArgs, pl *updatePlan,
 			var gerr error
 			switch {
 			case pl.leave:
-				gerr = r.leaveGroup(ctx, s)
+				gerr = r.grp.leaveGroup(ctx, s)
 			case pl.group != nil:
-				gerr = r.joinGroup(ctx, s, pl.group)
+				gerr = r.grp.joinGroup(ctx, s, pl.group)
 			default:
-				groupCreated, gerr = r.newGroup(ctx, pl.createGroup, s.ID, false)
+				groupCreated, gerr = r.grp.newGroup(ctx, pl.createGroup, s.ID, false)
 				if gerr == nil {
-					gerr = r.joinGroup(ctx, s, groupCreated)
+					gerr = r.grp.joinGroup(ctx, s, groupCreated)
 				}
 			}
 			if gerr != nil {
