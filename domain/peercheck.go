@@ -103,7 +103,7 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 		chk.Changed = nonNil(ch.names)
 		chk.Changes = r.checkedChanges(ctx, pl, ch)
 	case "subscribe":
-		in, pl, e := r.subscribeChecks(ctx, c, a)
+		in, pl, e := r.subs.subscribeChecks(ctx, c, a)
 		if e != nil {
 			return nil, e
 		}
@@ -124,7 +124,7 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 		}
 		chk.Session = &CheckedRef{ID: s.ID, Title: s.Title}
 	case "transfer_subscriptions":
-		if _, _, e := r.checkTransfer(ctx, c, a); e != nil {
+		if _, _, e := r.subs.checkTransfer(ctx, c, a); e != nil {
 			return nil, e
 		}
 	case "stop", "archive":

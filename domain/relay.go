@@ -90,6 +90,8 @@ type Relay struct {
 	pk        *peerLink  // the paired relays' link and poller (peer.go, peerpoll.go)
 	dr        *drainer   // the drain subsystem (turns.go, direct.go)
 
+	subs *subscriptions // the subscriptions subsystem (subscribe.go)
+
 	warm    *warmGoroutines    // tool calls and drains started here run on kept goroutines (stacks.go)
 	handler map[string]handler // the actions' handlers (handlers), built once
 
@@ -131,6 +133,7 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r.pk = &peerLink{st: st, peers: opts.Peers, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, relay: r,
 		linkOnline: map[string]time.Time{}}
 	r.sch = &schedules{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, dl: r.dl, relay: r}
+	r.subs = &subscriptions{st: st, now: r.now, opts: &r.opts, dl: r.dl, relay: r}
 	r.dr = &drainer{st: st, enq: enq, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, hub: r.hub, warm: r.warm,
 		providers: r.providers, relay: r,
 		running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}}

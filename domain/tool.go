@@ -79,10 +79,10 @@ func (r *Relay) handlers() map[string]handler {
 		"stop":             r.stop,
 		"archive":          r.archive,
 
-		"subscribe":              r.subscribe,
-		"unsubscribe":            r.unsubscribe,
-		"list_subscriptions":     r.listSubscriptions,
-		"transfer_subscriptions": r.transferSubscriptions,
+		"subscribe":              r.subs.subscribe,
+		"unsubscribe":            r.subs.unsubscribe,
+		"list_subscriptions":     r.subs.listSubscriptions,
+		"transfer_subscriptions": r.subs.transferSubscriptions,
 
 		"schedule":       r.sch.scheduleAction,
 		"list_schedules": r.sch.listSchedules,
