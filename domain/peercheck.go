@@ -112,7 +112,7 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 		}
 		chk.All, chk.Events, chk.DigestMinutes, chk.QuietHours, chk.Excluded = in.all, in.events, in.digest, in.quiet, len(pl.exclude)
 	case "ask":
-		in, e := r.checkAsk(ctx, c, a)
+		in, e := r.asks.checkAsk(ctx, c, a)
 		if e != nil {
 			return nil, e
 		}

@@ -270,7 +270,7 @@ func (r *Relay) retire(ctx context.Context, sid, reason string) error {
 	if err := r.sch.endSchedulesFor(ctx, sid, reason); err != nil {
 		return fmt.Errorf("retire session %s (%s): %w", id8(sid), reason, err)
 	}
-	if err := r.endAsksFor(ctx, sid); err != nil {
+	if err := r.asks.endAsksFor(ctx, sid); err != nil {
 		return fmt.Errorf("retire session %s (%s): %w", id8(sid), reason, err)
 	}
 	_, err := r.StopTurn(ctx, sid)

@@ -23,6 +23,7 @@ type Store interface {
 	drainStore
 	deliveryStore
 	subscriptionStore
+	askStore
 	scheduleStore
 	peerStore
 	ownerStore
@@ -36,6 +37,7 @@ var _ Store = (*store.Store)(nil)
 // subscription watches and its held events), the loop counts, the settings
 // and the notification channel.
 type recordStore interface {
+	AsksIn(ctx context.Context, sid string) ([]*store.Ask, error)
 	ClearOnce(ctx context.Context, names ...string) error
 	CreateSession(ctx context.Context, sess *store.Session) error
 	CurrentTurn(ctx context.Context, sid string) (string, error)
@@ -71,20 +73,16 @@ type recordStore interface {
 }
 
 // actionStore is what the tool actions (tool.go, send.go, create.go,
-// sessions.go, asks.go, cards.go, caps.go, update.go, groups.go, agents.go,
+// sessions.go, cards.go, caps.go, update.go, groups.go, agents.go,
 // tasks.go) need besides the records: the call's one-round-trip load, caps
-// and reservations, asks, cards, groups, usage, task output.
+// and reservations, cards, groups, usage, task output.
 type actionStore interface {
-	AddAsk(ctx context.Context, a *store.Ask, askerLimit int, sessionLimit int) error
 	AddMonthUsage(ctx context.Context, provider string, month string, tokens int64, microUSD int64) error
 	AllScopeSubscriptions(ctx context.Context) ([]*store.Subscription, error)
 	AppendActivity(ctx context.Context, sid string, m *store.Message) error
 	AppendTaskOutput(ctx context.Context, id string, lines ...string) error
-	AsksBy(ctx context.Context, asker string, since time.Time) ([]*store.Ask, error)
-	AsksIn(ctx context.Context, sid string) ([]*store.Ask, error)
 	BusyCount(ctx context.Context, orchestrator string) (int, error)
 	ClearAgentSession(ctx context.Context, sid string) error
-	CloseAsk(ctx context.Context, a *store.Ask) (bool, error)
 	DeleteGroup(ctx context.Context, gid string) error
 	ExpireTaskOutput(ctx context.Context, id string, keep time.Duration) error
 	GetCard(ctx context.Context, id string) (*store.Card, error)
@@ -94,8 +92,6 @@ type actionStore interface {
 	LoadCall(ctx context.Context, caller string, ref string) (*store.Call, error)
 	MonthUsage(ctx context.Context, provider string, month string) (tokens int64, microUSD int64, err error)
 	NoteCwd(ctx context.Context, dir string, now time.Time) error
-	OpenAskCounts(ctx context.Context, asker string, sid string) (int, int, error)
-	OpenAsks(ctx context.Context) ([]*store.Ask, error)
 	PeerBusyCount(ctx context.Context, orchestrator string) (int, error)
 	RecentCwds(ctx context.Context, n int) ([]string, error)
 	ReserveUnder(ctx context.Context, orchestrator string, sid string, limit int, peerLimit int) error
@@ -177,6 +173,16 @@ type subscriptionStore interface {
 	EndedSubscriptions(ctx context.Context, watcher string, since time.Time) ([]*store.Subscription, error)
 	MoveHeld(ctx context.Context, from string, to string) (time.Time, error)
 	WatcherSubscriptions(ctx context.Context, watcher string) ([]*store.Subscription, error)
+}
+
+// askStore is what the asks (asks.go) need besides the records: adding
+// one under the limits, counting, listing and closing them.
+type askStore interface {
+	AddAsk(ctx context.Context, a *store.Ask, askerLimit int, sessionLimit int) error
+	AsksBy(ctx context.Context, asker string, since time.Time) ([]*store.Ask, error)
+	CloseAsk(ctx context.Context, a *store.Ask) (bool, error)
+	OpenAskCounts(ctx context.Context, asker string, sid string) (int, int, error)
+	OpenAsks(ctx context.Context) ([]*store.Ask, error)
 }
 
 // scheduleStore is what the schedules (schedule.go) need.

@@ -16,13 +16,14 @@ import (
 // stores.go that names what it may use (recordStore is open to all).
 var storeUsers = map[string]string{
 	"tool.go": "actionStore", "send.go": "actionStore", "create.go": "actionStore", "sessions.go": "actionStore",
-	"asks.go": "actionStore", "cards.go": "actionStore", "caps.go": "actionStore", "update.go": "actionStore",
+	"cards.go": "actionStore", "caps.go": "actionStore", "update.go": "actionStore",
 	"groups.go": "actionStore", "agents.go": "actionStore", "tasks.go": "actionStore",
 	"turns.go": "drainStore", "turntoken.go": "drainStore", "direct.go": "drainStore", "stacks.go": "drainStore",
 	"queue.go": "drainStore", "steer.go": "drainStore",
 	"deliver.go": "deliveryStore", "events.go": "deliveryStore",
 	"mirrors.go": "deliveryStore", "notify.go": "deliveryStore",
 	"subscribe.go": "subscriptionStore",
+	"asks.go":      "askStore",
 	"schedule.go":  "scheduleStore",
 	"peer.go":      "peerStore", "peercheck.go": "peerStore", "peerpoll.go": "peerStore", "peerserve.go": "peerStore",
 	"peertokens.go": "peerStore", "pairing.go": "peerStore", "remote.go": "peerStore",

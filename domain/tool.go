@@ -88,9 +88,9 @@ func (r *Relay) handlers() map[string]handler {
 		"list_schedules": r.sch.listSchedules,
 		"unschedule":     r.sch.unschedule,
 
-		"ask":            r.ask,
-		"list_questions": r.listQuestions,
-		"withdraw":       r.withdraw,
+		"ask":            r.asks.ask,
+		"list_questions": r.asks.listQuestions,
+		"withdraw":       r.asks.withdraw,
 	}
 }
 
