@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/oar/relay"
 	"github.com/oar/relay/store"
@@ -14,8 +15,51 @@ import (
 
 const nothingAsked = "Nothing was asked."
 
-func (r *Relay) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	in, e := r.checkAsk(ctx, c, a)
+// asks is the asks subsystem (R10): the ask, list_questions and withdraw
+// actions, an ask's checks (also those a paired relay asks, R5.3), the
+// owner's inbox and its answers (each told to the asker and the session it
+// concerns as question_answered), and ending the asks of an archived
+// session. It sees the store only as recordStore and askStore, emits
+// through the delivery pipeline, and reaches the rest of the relay only
+// through asksHost.
+type asks struct {
+	st    asksStore
+	now   func() time.Time
+	opts  *Options // the relay's: name, limits
+	dl    *pipeline
+	relay asksHost
+}
+
+// asksStore is the store as the asks see it.
+type asksStore interface {
+	recordStore
+	askStore
+}
+
+// asksHost is what the asks ask of the rest of the relay: a session by
+// reference (sessions.go), the card (cards.go) and telling the console
+// (notify.go).
+type asksHost interface {
+	sessionByRef(ctx context.Context, ref string) (*store.Session, *Error)
+	askCard(ctx context.Context, c *caller, need *cardNeed, action string, target *string, lines []string, nothing string) *Error
+	notify(ctx context.Context, what string)
+}
+
+// Inbox (the asks' door for api, web and the peer routes): see
+// [asks.Inbox].
+func (r *Relay) Inbox(ctx context.Context) ([]*relay.InboxAsk, error) { return r.asks.Inbox(ctx) }
+
+// RemoteAskCount (the asks' door for web): see [asks.RemoteAskCount].
+func (r *Relay) RemoteAskCount(ctx context.Context) (int, error) { return r.asks.RemoteAskCount(ctx) }
+
+// AnswerAsk (the asks' door for api and the peer routes): see
+// [asks.AnswerAsk].
+func (r *Relay) AnswerAsk(ctx context.Context, id string, in InboxAnswer) (*relay.AskAnswered, error) {
+	return r.asks.AnswerAsk(ctx, id, in)
+}
+
+func (as *asks) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	in, e := as.checkAsk(ctx, c, a)
 	if e != nil {
 		return nil, e
 	}
@@ -27,15 +71,15 @@ func (r *Relay) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
 			need.add(fmt.Sprintf("This conversation is in %s mode: every write action needs your approval.", c.s.Mode))
 		}
 		tid := concern.ID
-		if e := r.askCard(ctx, c, need, "ask", &tid, []string{askCardLine(concern, in.question)}, nothingAsked); e != nil {
+		if e := as.relay.askCard(ctx, c, need, "ask", &tid, []string{askCardLine(concern, in.question)}, nothingAsked); e != nil {
 			return nil, e
 		}
 		ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
 	}
 	ak := &store.Ask{ID: "ask_" + store.NewID(6), Asker: c.s.ID, Session: concern.ID, Question: in.question, Options: in.options,
-		Recommendation: in.rec, Detail: in.detail, Status: "pending", CreatedAt: r.now()}
+		Recommendation: in.rec, Detail: in.detail, Status: "pending", CreatedAt: as.now()}
 	// The limits again, checked and written in one step (R18.6).
-	if err := r.st.AddAsk(ctx, ak, r.opts.Limits.OpenAsksPerConversation, r.opts.Limits.OpenAsksPerSession); err != nil {
+	if err := as.st.AddAsk(ctx, ak, as.opts.Limits.OpenAsksPerConversation, as.opts.Limits.OpenAsksPerSession); err != nil {
 		if le, ok := store.IsLimit(err); ok && le.Which == "asker" {
 			return nil, Errorf(CodeQuestionLimit, "This conversation already has %d open asks, the most allowed; withdraw one or wait for answers. %s", le.Count, nothingAsked)
 		} else if ok {
@@ -43,7 +87,7 @@ func (r *Relay) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
 		}
 		return nil, internal("ask: AddAsk", err)
 	}
-	r.notify(ctx, "inbox")
+	as.relay.notify(ctx, "inbox")
 	res := newResult("", fmt.Sprintf("question %s pending", ak.ID))
 	if concern.ID != c.s.ID {
 		res.session = concern.ID
@@ -61,7 +105,7 @@ type askArgs struct {
 // checkAsk applies an ask's checks (shapes, the session it concerns, the
 // open asks' limits); nothing is written (also the check a paired relay
 // asks before its card, R5.3).
-func (r *Relay) checkAsk(ctx context.Context, c *caller, a *args) (*askArgs, *Error) {
+func (as *asks) checkAsk(ctx context.Context, c *caller, a *args) (*askArgs, *Error) {
 	question, e := a.str("question")
 	if e != nil {
 		return nil, e
@@ -102,21 +146,21 @@ func (r *Relay) checkAsk(ctx context.Context, c *caller, a *args) (*askArgs, *Er
 	if ref, e := a.str("session"); e != nil {
 		return nil, e
 	} else if ref != "" {
-		s, e := r.sessionByRef(ctx, ref)
+		s, e := as.relay.sessionByRef(ctx, ref)
 		if e != nil {
 			e.Msg = strings.Replace(e.Msg, nothingDone, nothingAsked, 1)
 			return nil, e
 		}
 		concern = s
 	}
-	byAsker, inSession, err := r.st.OpenAskCounts(ctx, c.s.ID, concern.ID)
+	byAsker, inSession, err := as.st.OpenAskCounts(ctx, c.s.ID, concern.ID)
 	if err != nil {
 		return nil, internal("checkAsk: OpenAskCounts", err)
 	}
-	if byAsker >= r.opts.Limits.OpenAsksPerConversation {
+	if byAsker >= as.opts.Limits.OpenAsksPerConversation {
 		return nil, Errorf(CodeQuestionLimit, "This conversation already has %d open asks, the most allowed; withdraw one or wait for answers. %s", byAsker, nothingAsked)
 	}
-	if inSession >= r.opts.Limits.OpenAsksPerSession {
+	if inSession >= as.opts.Limits.OpenAsksPerSession {
 		return nil, Errorf(CodeQuestionLimit, "Session %s already has %d open asks, the most allowed. %s", id8(concern.ID), inSession, nothingAsked)
 	}
 	return &askArgs{question: question, rec: rec, detail: detail, options: options, concern: concern}, nil
@@ -143,25 +187,25 @@ func askView(ak *store.Ask) map[string]any {
 	return m
 }
 
-func (r *Relay) listQuestions(ctx context.Context, c *caller, a *args) (*result, *Error) {
+func (as *asks) listQuestions(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	only := ""
 	if ref, e := a.str("session"); e != nil {
 		return nil, e
 	} else if ref != "" {
-		s, e := r.sessionByRef(ctx, ref)
+		s, e := as.relay.sessionByRef(ctx, ref)
 		if e != nil {
 			return nil, e
 		}
 		only = s.ID
 	}
-	asks, err := r.st.AsksBy(ctx, c.s.ID, r.now().Add(-askListWindow))
+	asks, err := as.st.AsksBy(ctx, c.s.ID, as.now().Add(-askListWindow))
 	if err != nil {
 		return nil, internal("listQuestions: AsksBy", err)
 	}
 	if only != "" {
 		// With session: every open ask about that session, whoever asked
 		// (issue 13), besides this conversation's own about it.
-		about, err := r.st.AsksIn(ctx, only)
+		about, err := as.st.AsksIn(ctx, only)
 		if err != nil {
 			return nil, internal("listQuestions: AsksIn", err)
 		}
@@ -189,7 +233,7 @@ func (r *Relay) listQuestions(ctx context.Context, c *caller, a *args) (*result,
 	return newResult("", fmt.Sprintf("%d open, %d closed in the last day", open, len(list)-open)).set("questions", list), nil
 }
 
-func (r *Relay) withdraw(ctx context.Context, c *caller, a *args) (*result, *Error) {
+func (as *asks) withdraw(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	id, e := a.str("question_id")
 	if e != nil {
 		return nil, e
@@ -197,10 +241,10 @@ func (r *Relay) withdraw(ctx context.Context, c *caller, a *args) (*result, *Err
 	if id == "" {
 		return nil, Errorf(CodeInvalidInput, "question_id is required: an ask_… id from ask or list_questions. Nothing was done.")
 	}
-	ak, err := r.st.GetAsk(ctx, id)
+	ak, err := as.st.GetAsk(ctx, id)
 	if errors.Is(err, store.ErrNotFound) && len(id) >= 8 {
 		// A unique prefix of 8 or more characters (R3.7), among this conversation's asks.
-		mine, lerr := r.st.AsksBy(ctx, c.s.ID, r.now().Add(-askListWindow))
+		mine, lerr := as.st.AsksBy(ctx, c.s.ID, as.now().Add(-askListWindow))
 		if lerr != nil {
 			return nil, internal("withdraw: AsksBy", lerr)
 		}
@@ -229,8 +273,8 @@ func (r *Relay) withdraw(ctx context.Context, c *caller, a *args) (*result, *Err
 	if ak.Status != "pending" {
 		return nil, Errorf(CodeNotFound, "Ask %s is no longer open (%s). Nothing was done.", id, ak.Status)
 	}
-	ak.Status, ak.EndedAt = "withdrawn", r.now()
-	ok, err := r.st.CloseAsk(ctx, ak)
+	ak.Status, ak.EndedAt = "withdrawn", as.now()
+	ok, err := as.st.CloseAsk(ctx, ak)
 	if err != nil {
 		return nil, internal("withdraw: CloseAsk", err)
 	}
@@ -242,8 +286,8 @@ func (r *Relay) withdraw(ctx context.Context, c *caller, a *args) (*result, *Err
 
 // Inbox lists the owner's open asks. (An ask closed between the list and
 // the read of its record shows as it is, without its answer's fields.)
-func (r *Relay) Inbox(ctx context.Context) ([]*relay.InboxAsk, error) {
-	asks, err := r.st.OpenAsks(ctx)
+func (as *asks) Inbox(ctx context.Context) ([]*relay.InboxAsk, error) {
+	asks, err := as.st.OpenAsks(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +295,7 @@ func (r *Relay) Inbox(ctx context.Context) ([]*relay.InboxAsk, error) {
 	for _, ak := range asks {
 		v := &relay.InboxAsk{QuestionID: ak.ID, ID: ak.ID, Question: ak.Question, Options: nonNil(ak.Options), Status: ak.Status,
 			Session: ak.Session, CreatedAt: tsPtr(ak.CreatedAt), Recommendation: ak.Recommendation, Detail: ak.Detail, Asker: ak.Asker}
-		if s, err := r.st.GetSession(ctx, ak.Session); err == nil {
+		if s, err := as.st.GetSession(ctx, ak.Session); err == nil {
 			title := s.Title
 			v.SessionTitle = &title
 		}
@@ -280,8 +324,8 @@ func peerInboxAsks(list []map[string]any) []*relay.InboxAsk {
 
 // RemoteAskCount counts the asks this relay's agents made on paired
 // relays, as this relay last polled them (R10.5; the console's Inbox count).
-func (r *Relay) RemoteAskCount(ctx context.Context) (int, error) {
-	asks, err := r.st.RemoteAsks(ctx)
+func (as *asks) RemoteAskCount(ctx context.Context) (int, error) {
+	asks, err := as.st.RemoteAsks(ctx)
 	return len(asks), err
 }
 
@@ -297,8 +341,8 @@ type InboxAnswer struct {
 
 // AnswerAsk answers or dismisses an ask; the asking conversation (and the
 // session it concerns) gets question_answered at once.
-func (r *Relay) AnswerAsk(ctx context.Context, id string, in InboxAnswer) (*relay.AskAnswered, error) {
-	ak, err := r.st.GetAsk(ctx, id)
+func (as *asks) AnswerAsk(ctx context.Context, id string, in InboxAnswer) (*relay.AskAnswered, error) {
+	ak, err := as.st.GetAsk(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, Errorf(CodeNotFound, "No ask %q. Nothing was done.", id)
 	}
@@ -314,7 +358,7 @@ func (r *Relay) AnswerAsk(ctx context.Context, id string, in InboxAnswer) (*rela
 	if in.Choice != "" && len(ak.Options) > 0 && !contains(ak.Options, in.Choice) {
 		return nil, Errorf(CodeInvalidInput, "choice %q is not one of the options: %s. Nothing was changed.", in.Choice, strings.Join(ak.Options, ", "))
 	}
-	ak.EndedAt, ak.Via = r.now(), r.opts.Name
+	ak.EndedAt, ak.Via = as.now(), as.opts.Name
 	if in.Via != "" {
 		ak.Via = in.Via
 	}
@@ -326,16 +370,16 @@ func (r *Relay) AnswerAsk(ctx context.Context, id string, in InboxAnswer) (*rela
 			ak.Answer = in.Choice
 		}
 	}
-	ok, err := r.st.CloseAsk(ctx, ak)
+	ok, err := as.st.CloseAsk(ctx, ak)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
 		return nil, Errorf(CodeInvalidInput, "Ask %s was closed meanwhile. Nothing was changed.", id)
 	}
-	r.notify(ctx, "inbox") // the owner's console (R19.6)
+	as.relay.notify(ctx, "inbox") // the owner's console (R19.6)
 	for _, who := range unique(ak.Asker, ak.Session) {
-		r.dl.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: who, QuestionID: ak.ID, Text: ak.Question,
+		as.dl.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: who, QuestionID: ak.ID, Text: ak.Question,
 			Answer: ak.Answer, Choice: ak.Choice, Dismissed: in.Dismiss, Via: ak.Via})
 	}
 	return answeredView(ak), nil
@@ -359,12 +403,12 @@ func unique(ids ...string) []string {
 }
 
 // endAsksFor ends the open asks concerning or made by an archived session (nobody is told, R10.8).
-func (r *Relay) endAsksFor(ctx context.Context, sid string) error {
-	in, err := r.st.AsksIn(ctx, sid)
+func (as *asks) endAsksFor(ctx context.Context, sid string) error {
+	in, err := as.st.AsksIn(ctx, sid)
 	if err != nil {
 		return err
 	}
-	by, err := r.st.AsksBy(ctx, sid, r.now().Add(-askListWindow))
+	by, err := as.st.AsksBy(ctx, sid, as.now().Add(-askListWindow))
 	if err != nil {
 		return err
 	}
@@ -372,8 +416,8 @@ func (r *Relay) endAsksFor(ctx context.Context, sid string) error {
 		if ak.Status != "pending" {
 			continue
 		}
-		ak.Status, ak.EndedAt = "withdrawn", r.now()
-		if _, err := r.st.CloseAsk(ctx, ak); err != nil {
+		ak.Status, ak.EndedAt = "withdrawn", as.now()
+		if _, err := as.st.CloseAsk(ctx, ak); err != nil {
 			return err
 		}
 	}

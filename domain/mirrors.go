@@ -138,7 +138,7 @@ func (r *Relay) heldHere(ctx context.Context, p *store.Pairing, env map[string]a
 // (GET /sessions/{id} watching, the console's chip): those on this relay
 // and those it holds on paired relays, each of those naming its relay.
 func (r *Relay) watchingList(ctx context.Context, watcher string) ([]*relay.SubscriptionItem, error) {
-	list, err := r.SubscriptionList(ctx, watcher)
+	list, err := r.subs.SubscriptionList(ctx, watcher)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +151,7 @@ func (r *Relay) watchingList(ctx context.Context, watcher string) ([]*relay.Subs
 		return nil, err
 	}
 	for _, sub := range append(active, ended...) {
-		m, err := r.subListItem(ctx, sub)
+		m, err := r.subs.subListItem(ctx, sub)
 		if err != nil {
 			return nil, err
 		}

@@ -103,7 +103,7 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 		chk.Changed = nonNil(ch.names)
 		chk.Changes = r.checkedChanges(ctx, pl, ch)
 	case "subscribe":
-		in, pl, e := r.subscribeChecks(ctx, c, a)
+		in, pl, e := r.subs.subscribeChecks(ctx, c, a)
 		if e != nil {
 			return nil, e
 		}
@@ -112,7 +112,7 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 		}
 		chk.All, chk.Events, chk.DigestMinutes, chk.QuietHours, chk.Excluded = in.all, in.events, in.digest, in.quiet, len(pl.exclude)
 	case "ask":
-		in, e := r.checkAsk(ctx, c, a)
+		in, e := r.asks.checkAsk(ctx, c, a)
 		if e != nil {
 			return nil, e
 		}
@@ -124,7 +124,7 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 		}
 		chk.Session = &CheckedRef{ID: s.ID, Title: s.Title}
 	case "transfer_subscriptions":
-		if _, _, e := r.checkTransfer(ctx, c, a); e != nil {
+		if _, _, e := r.subs.checkTransfer(ctx, c, a); e != nil {
 			return nil, e
 		}
 	case "stop", "archive":

@@ -97,6 +97,9 @@ type Relay struct {
 	dr        *drainer   // the drain subsystem (turns.go, direct.go)
 	grp       *groups    // the session groups (groups.go)
 
+	subs *subscriptions // the subscriptions subsystem (subscribe.go)
+	asks *asks          // the asks subsystem (asks.go)
+
 	warm    *warmGoroutines    // tool calls and drains started here run on kept goroutines (stacks.go)
 	handler map[string]handler // the actions' handlers (handlers), built once
 
@@ -142,6 +145,8 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 		linkOnline: map[string]time.Time{}}
 	r.grp = &groups{st: st, now: r.now, opts: &r.opts, relay: r}
 	r.sch = &schedules{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, dl: r.dl, relay: r}
+	r.subs = &subscriptions{st: st, now: r.now, opts: &r.opts, dl: r.dl, relay: r}
+	r.asks = &asks{st: st, now: r.now, opts: &r.opts, dl: r.dl, relay: r}
 	r.dr = &drainer{st: st, enq: enq, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, hub: r.hub, warm: r.warm,
 		providers: r.providers, relay: r,
 		running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}}

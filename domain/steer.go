@@ -264,13 +264,13 @@ func (r *Relay) retire(ctx context.Context, sid, reason string) error {
 		return fmt.Errorf("retire session %s (%s): %w", id8(sid), reason, err)
 	}
 	r.notify(ctx, "session:"+sid) // the owner's console (R19.6)
-	if err := r.endSubscriptionsFor(ctx, sid, reason); err != nil {
+	if err := r.subs.endSubscriptionsFor(ctx, sid, reason); err != nil {
 		return fmt.Errorf("retire session %s (%s): %w", id8(sid), reason, err)
 	}
 	if err := r.sch.endSchedulesFor(ctx, sid, reason); err != nil {
 		return fmt.Errorf("retire session %s (%s): %w", id8(sid), reason, err)
 	}
-	if err := r.endAsksFor(ctx, sid); err != nil {
+	if err := r.asks.endAsksFor(ctx, sid); err != nil {
 		return fmt.Errorf("retire session %s (%s): %w", id8(sid), reason, err)
 	}
 	_, err := r.StopTurn(ctx, sid)

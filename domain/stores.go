@@ -23,6 +23,8 @@ type Store interface {
 	groupStore
 	drainStore
 	deliveryStore
+	subscriptionStore
+	askStore
 	scheduleStore
 	peerStore
 	ownerStore
@@ -32,9 +34,11 @@ type Store interface {
 var _ Store = (*store.Store)(nil)
 
 // recordStore is what several subsystems read and write: the session,
-// turn, card, ask, subscription and pairing records, the loop counts, the
-// settings and the notification channel.
+// turn, card, ask, subscription and pairing records (with the sessions a
+// subscription watches and its held events), the loop counts, the settings
+// and the notification channel.
 type recordStore interface {
+	AsksIn(ctx context.Context, sid string) ([]*store.Ask, error)
 	ClearOnce(ctx context.Context, names ...string) error
 	CreateSession(ctx context.Context, sess *store.Session) error
 	CurrentTurn(ctx context.Context, sid string) (string, error)
@@ -48,6 +52,7 @@ type recordStore interface {
 	GetSubscription(ctx context.Context, id string) (*store.Subscription, error)
 	GetTurn(ctx context.Context, id string) (*store.Turn, error)
 	GiveBackLoop(ctx context.Context, sid string) error
+	HeldInfo(ctx context.Context, sub string) (int, time.Time, error)
 	IncrLoop(ctx context.Context, sid string) (int, error)
 	LastMessages(ctx context.Context, sid string, n int) ([]store.Message, error)
 	ListSessionIDs(ctx context.Context, scope string, limit int) ([]string, int, error)
@@ -64,6 +69,7 @@ type recordStore interface {
 	SetSessionFields(ctx context.Context, id string, kv map[string]any) error
 	SetLastDigest(ctx context.Context, sub *store.Subscription, at time.Time) error
 	SetOnce(ctx context.Context, name string, ttl time.Duration) (bool, error)
+	SubscriptionsOf(ctx context.Context, sid string) ([]*store.Subscription, error)
 	TakeLoop(ctx context.Context, sid string, limit int) (taken bool, n int, err error)
 	TaskOutput(ctx context.Context, id string) ([]string, error)
 	Tasks(ctx context.Context, sid string) ([]*store.Task, error)
@@ -71,27 +77,21 @@ type recordStore interface {
 }
 
 // actionStore is what the tool actions (tool.go, send.go, create.go,
-// sessions.go, asks.go, cards.go, caps.go, update.go, agents.go, tasks.go)
-// need besides the records: the call's one-round-trip load, caps and
-// reservations, asks, cards, usage, task output.
+// sessions.go, cards.go, caps.go, update.go, agents.go, tasks.go) need
+// besides the records: the call's one-round-trip load, caps and
+// reservations, cards, usage, task output.
 type actionStore interface {
-	AddAsk(ctx context.Context, a *store.Ask, askerLimit int, sessionLimit int) error
 	AddMonthUsage(ctx context.Context, provider string, month string, tokens int64, microUSD int64) error
 	AllScopeSubscriptions(ctx context.Context) ([]*store.Subscription, error)
 	AppendActivity(ctx context.Context, sid string, m *store.Message) error
 	AppendTaskOutput(ctx context.Context, id string, lines ...string) error
-	AsksBy(ctx context.Context, asker string, since time.Time) ([]*store.Ask, error)
-	AsksIn(ctx context.Context, sid string) ([]*store.Ask, error)
 	BusyCount(ctx context.Context, orchestrator string) (int, error)
 	ClearAgentSession(ctx context.Context, sid string) error
-	CloseAsk(ctx context.Context, a *store.Ask) (bool, error)
 	ExpireTaskOutput(ctx context.Context, id string, keep time.Duration) error
 	GetCard(ctx context.Context, id string) (*store.Card, error)
 	LoadCall(ctx context.Context, caller string, ref string) (*store.Call, error)
 	MonthUsage(ctx context.Context, provider string, month string) (tokens int64, microUSD int64, err error)
 	NoteCwd(ctx context.Context, dir string, now time.Time) error
-	OpenAskCounts(ctx context.Context, asker string, sid string) (int, int, error)
-	OpenAsks(ctx context.Context) ([]*store.Ask, error)
 	PeerBusyCount(ctx context.Context, orchestrator string) (int, error)
 	RecentCwds(ctx context.Context, n int) ([]string, error)
 	ReserveUnder(ctx context.Context, orchestrator string, sid string, limit int, peerLimit int) error
@@ -148,33 +148,46 @@ type drainStore interface {
 	Unreserve(ctx context.Context, orchestrator string, sid string) error
 }
 
-// deliveryStore is what delivery (deliver.go, events.go, subscribe.go,
-// mirrors.go, notify.go) needs: fan-out, hold, release, buffer, flush and
-// summary.
+// deliveryStore is what delivery (deliver.go, events.go, mirrors.go,
+// notify.go) needs: fan-out, hold, release, buffer, flush and summary.
 type deliveryStore interface {
-	AddSubscription(ctx context.Context, sub *store.Subscription, limit int) error
 	AddWake(ctx context.Context, watcher string, now time.Time) error
 	AllSubscriptions(ctx context.Context) ([]*store.Subscription, error)
 	AppendEvent(ctx context.Context, ev *store.Event) (bool, error)
 	AppendSubEvent(ctx context.Context, sub string, ev *store.Event, keep int64, ttl time.Duration) error
 	BufferGroup(ctx context.Context, watcher string, g store.Batch, windowEnd time.Time) (bool, time.Time, error)
 	EndedMirrors(ctx context.Context, watcher string, since time.Time) ([]*store.Subscription, error)
-	EndedSubscriptions(ctx context.Context, watcher string, since time.Time) ([]*store.Subscription, error)
-	HeldInfo(ctx context.Context, sub string) (int, time.Time, error)
 	HoldEchoIfWaiting(ctx context.Context, turn string, g store.Batch, watcher string) (string, error)
 	HoldEvent(ctx context.Context, sub string, ev *store.Event, due time.Time) (time.Time, bool, error)
 	HoldForSummary(ctx context.Context, watcher string, gs []store.Batch, at time.Time) (bool, time.Time, error)
 	MarkDelivered(ctx context.Context, watcher string, eventID string) (bool, error)
-	MoveHeld(ctx context.Context, from string, to string) (time.Time, error)
 	SeenEndWaiting(ctx context.Context, turn string, seen bool) (map[string][]store.Batch, error)
-	SubscriptionsOf(ctx context.Context, sid string) ([]*store.Subscription, error)
 	SummaryDue(ctx context.Context, watcher string) (time.Time, error)
 	TakeBuffer(ctx context.Context, watcher string, window time.Time) ([]store.Batch, error)
 	TakeHeld(ctx context.Context, sub string, now time.Time) ([]store.Event, time.Time, error)
 	TakeSummary(ctx context.Context, watcher string) ([]store.Batch, error)
 	Wakes(ctx context.Context, watcher string, now time.Time) (int, error)
 	WatcherMirrors(ctx context.Context, watcher string) ([]*store.Subscription, error)
+}
+
+// subscriptionStore is what the subscriptions (subscribe.go) need besides
+// the records: adding one under the limit, a watcher's active and ended
+// ones, moving held events along.
+type subscriptionStore interface {
+	AddSubscription(ctx context.Context, sub *store.Subscription, limit int) error
+	EndedSubscriptions(ctx context.Context, watcher string, since time.Time) ([]*store.Subscription, error)
+	MoveHeld(ctx context.Context, from string, to string) (time.Time, error)
 	WatcherSubscriptions(ctx context.Context, watcher string) ([]*store.Subscription, error)
+}
+
+// askStore is what the asks (asks.go) need besides the records: adding
+// one under the limits, counting, listing and closing them.
+type askStore interface {
+	AddAsk(ctx context.Context, a *store.Ask, askerLimit int, sessionLimit int) error
+	AsksBy(ctx context.Context, asker string, since time.Time) ([]*store.Ask, error)
+	CloseAsk(ctx context.Context, a *store.Ask) (bool, error)
+	OpenAskCounts(ctx context.Context, asker string, sid string) (int, int, error)
+	OpenAsks(ctx context.Context) ([]*store.Ask, error)
 }
 
 // scheduleStore is what the schedules (schedule.go) need.

@@ -18,32 +18,78 @@ import (
 
 const nothingSubscribed = "No subscription was made."
 
+// subscriptions is the subscriptions subsystem (R8.4, R8.19, R8.23, R8.24):
+// the subscribe, unsubscribe, list_subscriptions and transfer_subscriptions
+// actions, their checks (also those a paired relay asks, R5.3), the views
+// of a subscription, the owner's unsubscribe, and ending subscriptions (one
+// by one, or what archiving a session ends). It sees the store only as
+// recordStore and subscriptionStore, schedules heartbeats and releases
+// through the delivery pipeline, and reaches the rest of the relay only
+// through subscriptionsHost.
+type subscriptions struct {
+	st    subscriptionsStore
+	now   func() time.Time
+	opts  *Options // the relay's: limits, timing
+	dl    *pipeline
+	relay subscriptionsHost
+}
+
+// subscriptionsStore is the store as the subscriptions see it.
+type subscriptionsStore interface {
+	recordStore
+	subscriptionStore
+}
+
+// subscriptionsHost is what the subscriptions ask of the rest of the relay:
+// a session by reference or by argument (sessions.go), the card
+// (cards.go), the owner's unsubscribe of a subscription held on a paired
+// relay (mirrors.go) and telling the console (notify.go).
+type subscriptionsHost interface {
+	sessionByRef(ctx context.Context, ref string) (*store.Session, *Error)
+	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
+	askCard(ctx context.Context, c *caller, need *cardNeed, action string, target *string, lines []string, nothing string) *Error
+	unsubscribeMirror(ctx context.Context, sub *store.Subscription) (*relay.Ended, error)
+	notifySub(ctx context.Context, sub *store.Subscription)
+}
+
+// Unsubscribe (the subscriptions' door for api): see
+// [subscriptions.Unsubscribe].
+func (r *Relay) Unsubscribe(ctx context.Context, id string) (*relay.Ended, error) {
+	return r.subs.Unsubscribe(ctx, id)
+}
+
+// endSubscription (the subscriptions' door for the pipeline, pipelineHost):
+// see [subscriptions.endSubscription].
+func (r *Relay) endSubscription(ctx context.Context, sub *store.Subscription, reason string) error {
+	return r.subs.endSubscription(ctx, sub, reason)
+}
+
 // subscribe makes a subscription: the calling conversation watches sessions
 // for events (R8.4). Its checks run in R3.4a's order: shapes, targets, self,
 // the limit, card; only then the effect.
-func (r *Relay) subscribe(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	in, pl, e := r.subscribeChecks(ctx, c, a)
+func (sb *subscriptions) subscribe(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	in, pl, e := sb.subscribeChecks(ctx, c, a)
 	if e != nil {
 		return nil, e
 	}
-	if e := r.cardSubscribe(ctx, c, in, pl); e != nil {
+	if e := sb.cardSubscribe(ctx, c, in, pl); e != nil {
 		return nil, e
 	}
-	return r.applySubscribe(ctx, c, in, pl)
+	return sb.applySubscribe(ctx, c, in, pl)
 }
 
 // subscribeChecks are all of subscribe's checks before its card: the
 // caller can be woken, the arguments' shapes, then its rules (also the check
 // a paired relay asks, R5.3).
-func (r *Relay) subscribeChecks(ctx context.Context, c *caller, a *args) (*subscribeArgs, *subscribePlan, *Error) {
+func (sb *subscriptions) subscribeChecks(ctx context.Context, c *caller, a *args) (*subscribeArgs, *subscribePlan, *Error) {
 	if isExternal(c.s) {
 		return nil, nil, notWakeable("subscribe", nothingSubscribed)
 	}
-	in, e := r.parseSubscribeArgs(a)
+	in, e := sb.parseSubscribeArgs(a)
 	if e != nil {
 		return nil, nil, e
 	}
-	pl, e := r.checkSubscribe(ctx, c, in)
+	pl, e := sb.checkSubscribe(ctx, c, in)
 	if e != nil {
 		return nil, nil, e
 	}
@@ -77,7 +123,7 @@ func badSubscribe(format string, v ...any) *Error {
 }
 
 // parseSubscribeArgs reads subscribe's arguments: shapes first (R3.4a).
-func (r *Relay) parseSubscribeArgs(a *args) (*subscribeArgs, *Error) {
+func (sb *subscriptions) parseSubscribeArgs(a *args) (*subscribeArgs, *Error) {
 	bad := badSubscribe
 	in := &subscribeArgs{}
 	refs, e := a.strs("sessions")
@@ -114,7 +160,7 @@ func (r *Relay) parseSubscribeArgs(a *args) (*subscribeArgs, *Error) {
 			return nil, bad("match is not a valid regular expression: %v.", err)
 		}
 	}
-	if e := parseSubMinutes(a, in, int(r.opts.Timing.StalledDefault/time.Minute)); e != nil {
+	if e := parseSubMinutes(a, in, int(sb.opts.Timing.StalledDefault/time.Minute)); e != nil {
 		return nil, e
 	}
 	if in.heartbeat > 0 && !slices.Contains(in.events, EvHeartbeat) {
@@ -185,11 +231,11 @@ func parseSubMinutes(a *args, in *subscribeArgs, stalledDefault int) *Error {
 
 // checkSubscribe applies subscribe's rules in order: targets exist, then
 // self, then the subscriptions limit.
-func (r *Relay) checkSubscribe(ctx context.Context, c *caller, in *subscribeArgs) (*subscribePlan, *Error) {
+func (sb *subscriptions) checkSubscribe(ctx context.Context, c *caller, in *subscribeArgs) (*subscribePlan, *Error) {
 	// Targets exist, then self.
 	pl := &subscribePlan{}
 	for _, ref := range in.refs {
-		s, e := r.sessionByRef(ctx, ref)
+		s, e := sb.relay.sessionByRef(ctx, ref)
 		if e != nil {
 			e.Msg = strings.Replace(e.Msg, nothingDone, nothingSubscribed, 1)
 			return nil, e
@@ -199,7 +245,7 @@ func (r *Relay) checkSubscribe(ctx context.Context, c *caller, in *subscribeArgs
 		}
 	}
 	for _, ref := range in.excludeRefs {
-		s, e := r.sessionByRef(ctx, ref)
+		s, e := sb.relay.sessionByRef(ctx, ref)
 		if e != nil {
 			e.Msg = strings.Replace(e.Msg, nothingDone, nothingSubscribed, 1)
 			return nil, e
@@ -212,11 +258,11 @@ func (r *Relay) checkSubscribe(ctx context.Context, c *caller, in *subscribeArgs
 		}
 	}
 	// Limits.
-	active, err := r.st.WatcherSubscriptions(ctx, c.s.ID)
+	active, err := sb.st.WatcherSubscriptions(ctx, c.s.ID)
 	if err != nil {
 		return nil, internal("checkSubscribe: WatcherSubscriptions", err)
 	}
-	if len(active) >= r.opts.Limits.SubscriptionsPerConversation {
+	if len(active) >= sb.opts.Limits.SubscriptionsPerConversation {
 		return nil, Errorf(CodeLimit, "This conversation already has %d subscriptions, the most it may have; unsubscribe from one first. %s",
 			len(active), nothingSubscribed)
 	}
@@ -243,11 +289,11 @@ func subscribeCardLine(watched []*store.Session, all bool, events []string, wher
 }
 
 // cardSubscribe asks the owner when a card is needed.
-func (r *Relay) cardSubscribe(ctx context.Context, c *caller, in *subscribeArgs, pl *subscribePlan) *Error {
+func (sb *subscriptions) cardSubscribe(ctx context.Context, c *caller, in *subscribeArgs, pl *subscribePlan) *Error {
 	// Card: the first subscribe of a conversation names its options (R5.2.2, R5.4).
 	opts := subOptions(in.digest, in.q, len(pl.exclude))
 	need := &cardNeed{}
-	ok, err := r.st.Flag(ctx, c.s.ID, "subscribed")
+	ok, err := sb.st.Flag(ctx, c.s.ID, "subscribed")
 	if err != nil {
 		return internal("cardSubscribe: Flag", err)
 	}
@@ -259,31 +305,31 @@ func (r *Relay) cardSubscribe(ctx context.Context, c *caller, in *subscribeArgs,
 	if opts != "" {
 		lines = append(lines, opts)
 	}
-	return r.askCard(ctx, c, need, "subscribe", nil, lines, nothingSubscribed)
+	return sb.relay.askCard(ctx, c, need, "subscribe", nil, lines, nothingSubscribed)
 }
 
 // applySubscribe writes the subscription (the limit checked again) and
 // schedules its first heartbeat.
-func (r *Relay) applySubscribe(ctx context.Context, c *caller, in *subscribeArgs, pl *subscribePlan) (*result, *Error) {
+func (sb *subscriptions) applySubscribe(ctx context.Context, c *caller, in *subscribeArgs, pl *subscribePlan) (*result, *Error) {
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
 	sub := &store.Subscription{ID: "sub_" + store.NewID(5), Watcher: c.s.ID, All: in.all, Exclude: pl.exclude, Events: in.events,
 		Once: in.once, Match: in.match, StalledMinutes: in.stalled, HeartbeatMinutes: in.heartbeat, DigestMinutes: in.digest,
-		Quiet: in.quiet, CreatedAt: r.now()}
+		Quiet: in.quiet, CreatedAt: sb.now()}
 	for _, s := range pl.watched {
 		sub.Sessions = append(sub.Sessions, s.ID)
 	}
 	// The limit again, checked and written in one step (R18.6).
-	if err := r.st.AddSubscription(ctx, sub, r.opts.Limits.SubscriptionsPerConversation); err != nil {
+	if err := sb.st.AddSubscription(ctx, sub, sb.opts.Limits.SubscriptionsPerConversation); err != nil {
 		if le, ok := store.IsLimit(err); ok {
 			return nil, Errorf(CodeLimit, "This conversation already has %d subscriptions, the most it may have; unsubscribe from one first. %s",
 				le.Count, nothingSubscribed)
 		}
 		return nil, internal("applySubscribe: AddSubscription", err)
 	}
-	r.notifySub(ctx, sub) // the owner's console (R19.6)
+	sb.relay.notifySub(ctx, sub) // the owner's console (R19.6)
 	if in.heartbeat > 0 {
 		at := sub.CreatedAt.Add(time.Duration(in.heartbeat) * time.Minute)
-		if err := r.dl.schedule(ctx, jobs.TypeHeartbeat, jobs.HeartbeatPayload{Sub: sub.ID, At: at.UnixMilli()}, fmt.Sprintf("hb:%s:%d", sub.ID, at.UnixMilli()), at); err != nil {
+		if err := sb.dl.schedule(ctx, jobs.TypeHeartbeat, jobs.HeartbeatPayload{Sub: sub.ID, At: at.UnixMilli()}, fmt.Sprintf("hb:%s:%d", sub.ID, at.UnixMilli()), at); err != nil {
 			return nil, internal("applySubscribe: schedule", err)
 		}
 	}
@@ -291,7 +337,7 @@ func (r *Relay) applySubscribe(ctx context.Context, c *caller, in *subscribeArgs
 	if !in.all {
 		n = plural(len(pl.watched), "session", "sessions")
 	}
-	view, err := r.subView(ctx, sub)
+	view, err := sb.subView(ctx, sub)
 	if err != nil {
 		return nil, internal("applySubscribe: subView", err)
 	}
@@ -314,7 +360,7 @@ func subOptions(digest int, q *scheduler.Quiet, excluded int) string {
 }
 
 // subSessions is what a subscription watches, each session with its title.
-func (r *Relay) subSessions(ctx context.Context, sub *store.Subscription) (relay.WatchedSessions, error) {
+func (sb *subscriptions) subSessions(ctx context.Context, sub *store.Subscription) (relay.WatchedSessions, error) {
 	if sub.All {
 		return relay.WatchedSessions{All: true}, nil // as the seed shows it
 	}
@@ -330,7 +376,7 @@ func (r *Relay) subSessions(ctx context.Context, sub *store.Subscription) (relay
 		}
 		return relay.WatchedSessions{List: list}, nil
 	}
-	ss, err := r.st.GetSessions(ctx, sub.Sessions)
+	ss, err := sb.st.GetSessions(ctx, sub.Sessions)
 	if err != nil {
 		return relay.WatchedSessions{}, err
 	}
@@ -359,8 +405,8 @@ func quietHours(q *store.Quiet) *relay.QuietHours {
 }
 
 // subView is a subscription as subscribe answers it.
-func (r *Relay) subView(ctx context.Context, sub *store.Subscription) (*relay.Subscription, error) {
-	sessions, err := r.subSessions(ctx, sub)
+func (sb *subscriptions) subView(ctx context.Context, sub *store.Subscription) (*relay.Subscription, error) {
+	sessions, err := sb.subSessions(ctx, sub)
 	if err != nil {
 		return nil, err
 	}
@@ -389,8 +435,8 @@ func positive(n int) *int {
 
 // subListItem is a subscription as list_subscriptions lists it (R8.23):
 // every field shows, null or zero when unset.
-func (r *Relay) subListItem(ctx context.Context, sub *store.Subscription) (*relay.SubscriptionItem, error) {
-	sessions, err := r.subSessions(ctx, sub)
+func (sb *subscriptions) subListItem(ctx context.Context, sub *store.Subscription) (*relay.SubscriptionItem, error) {
+	sessions, err := sb.subSessions(ctx, sub)
 	if err != nil {
 		return nil, err
 	}
@@ -400,7 +446,7 @@ func (r *Relay) subListItem(ctx context.Context, sub *store.Subscription) (*rela
 	if len(sub.Exclude) > 0 {
 		v.Exclude = sub.Exclude
 	}
-	n, due, err := r.st.HeldInfo(ctx, sub.ID)
+	n, due, err := sb.st.HeldInfo(ctx, sub.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -420,7 +466,7 @@ func (r *Relay) subListItem(ctx context.Context, sub *store.Subscription) (*rela
 	return v, nil
 }
 
-func (r *Relay) unsubscribe(ctx context.Context, c *caller, a *args) (*result, *Error) {
+func (sb *subscriptions) unsubscribe(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	id, e := a.str("subscription_id")
 	if e != nil {
 		return nil, e
@@ -428,14 +474,14 @@ func (r *Relay) unsubscribe(ctx context.Context, c *caller, a *args) (*result, *
 	if id == "" {
 		return nil, Errorf(CodeInvalidInput, `subscription_id is required: an id from list_subscriptions, or "all". Nothing was done.`)
 	}
-	subs, err := r.st.WatcherSubscriptions(ctx, c.s.ID)
+	subs, err := sb.st.WatcherSubscriptions(ctx, c.s.ID)
 	if err != nil {
 		return nil, internal("unsubscribe: WatcherSubscriptions", err)
 	}
 	var ended []string
 	for _, sub := range subs {
 		if strings.EqualFold(id, "all") || sub.ID == id || (len(id) >= 8 && strings.HasPrefix(sub.ID, id)) {
-			if err := r.endSubscription(ctx, sub, "unsubscribed"); err != nil {
+			if err := sb.endSubscription(ctx, sub, "unsubscribed"); err != nil {
 				return nil, internal("unsubscribe: endSubscription", err)
 			}
 			ended = append(ended, sub.ID)
@@ -449,22 +495,22 @@ func (r *Relay) unsubscribe(ctx context.Context, c *caller, a *args) (*result, *
 }
 
 // endSubscription ends a subscription with a reason (R8.19).
-func (r *Relay) endSubscription(ctx context.Context, sub *store.Subscription, reason string) error {
+func (sb *subscriptions) endSubscription(ctx context.Context, sub *store.Subscription, reason string) error {
 	if sub.EndReason != "" {
 		return nil
 	}
 	sub.EndReason = reason
-	sub.EndedAt = r.now()
-	if err := r.st.SaveSubscription(ctx, sub); err != nil {
+	sub.EndedAt = sb.now()
+	if err := sb.st.SaveSubscription(ctx, sub); err != nil {
 		return err
 	}
-	r.notifySub(ctx, sub) // the owner's console (R19.6)
+	sb.relay.notifySub(ctx, sub) // the owner's console (R19.6)
 	return nil
 }
 
 // Unsubscribe is the owner's DELETE /subscriptions/{id}.
-func (r *Relay) Unsubscribe(ctx context.Context, id string) (*relay.Ended, error) {
-	sub, err := r.st.GetSubscription(ctx, id)
+func (sb *subscriptions) Unsubscribe(ctx context.Context, id string) (*relay.Ended, error) {
+	sub, err := sb.st.GetSubscription(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, Errorf(CodeNotFound, "No subscription %q. Nothing was done.", id)
 	}
@@ -472,15 +518,15 @@ func (r *Relay) Unsubscribe(ctx context.Context, id string) (*relay.Ended, error
 		return nil, err
 	}
 	if sub.Relay != "" {
-		return r.unsubscribeMirror(ctx, sub) // held on a paired relay: it ends there too
+		return sb.relay.unsubscribeMirror(ctx, sub) // held on a paired relay: it ends there too
 	}
-	if err := r.endSubscription(ctx, sub, "unsubscribed"); err != nil {
+	if err := sb.endSubscription(ctx, sub, "unsubscribed"); err != nil {
 		return nil, err
 	}
 	return &relay.Ended{ID: sub.ID, EndReason: sub.EndReason}, nil
 }
 
-func (r *Relay) listSubscriptions(ctx context.Context, c *caller, a *args) (*result, *Error) {
+func (sb *subscriptions) listSubscriptions(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	watcher := c.s.ID
 	if ref, e := a.str("watcher"); e != nil {
 		return nil, e
@@ -489,13 +535,13 @@ func (r *Relay) listSubscriptions(ctx context.Context, c *caller, a *args) (*res
 		// stand-in here), never one of this relay's (R18.21).
 		watcher = peerConversation(c.remote.Relay, ref)
 	} else if ref != "" {
-		s, e := r.sessionByRef(ctx, ref)
+		s, e := sb.relay.sessionByRef(ctx, ref)
 		if e != nil {
 			return nil, e
 		}
 		watcher = s.ID
 	}
-	list, err := r.SubscriptionList(ctx, watcher)
+	list, err := sb.SubscriptionList(ctx, watcher)
 	if err != nil {
 		return nil, internal("listSubscriptions: SubscriptionList", err)
 	}
@@ -513,18 +559,18 @@ func (r *Relay) listSubscriptions(ctx context.Context, c *caller, a *args) (*res
 }
 
 // SubscriptionList lists a conversation's subscriptions: active ones and those ended within the hour.
-func (r *Relay) SubscriptionList(ctx context.Context, watcher string) ([]*relay.SubscriptionItem, error) {
-	subs, err := r.st.WatcherSubscriptions(ctx, watcher)
+func (sb *subscriptions) SubscriptionList(ctx context.Context, watcher string) ([]*relay.SubscriptionItem, error) {
+	subs, err := sb.st.WatcherSubscriptions(ctx, watcher)
 	if err != nil {
 		return nil, err
 	}
-	ended, err := r.st.EndedSubscriptions(ctx, watcher, r.now().Add(-endedListWindow))
+	ended, err := sb.st.EndedSubscriptions(ctx, watcher, sb.now().Add(-endedListWindow))
 	if err != nil {
 		return nil, err
 	}
 	list := []*relay.SubscriptionItem{}
 	for _, sub := range append(subs, ended...) {
-		v, err := r.subListItem(ctx, sub)
+		v, err := sb.subListItem(ctx, sub)
 		if err != nil {
 			return nil, err
 		}
@@ -533,14 +579,14 @@ func (r *Relay) SubscriptionList(ctx context.Context, watcher string) ([]*relay.
 	return list, nil
 }
 
-func (r *Relay) transferSubscriptions(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	from, subs, e := r.checkTransfer(ctx, c, a)
+func (sb *subscriptions) transferSubscriptions(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	from, subs, e := sb.checkTransfer(ctx, c, a)
 	if e != nil {
 		return nil, e
 	}
 	need := &cardNeed{}
 	need.add("Moving subscriptions always needs your approval.")
-	if e := r.askCard(ctx, c, need, "transfer_subscriptions", nil,
+	if e := sb.relay.askCard(ctx, c, need, "transfer_subscriptions", nil,
 		[]string{fmt.Sprintf("Move %s of %q (%s) into this conversation", plural(len(subs), "subscription", "subscriptions"), from.Title, id8(from.ID))},
 		"Nothing was moved."); e != nil {
 		return nil, e
@@ -552,9 +598,9 @@ func (r *Relay) transferSubscriptions(ctx context.Context, c *caller, a *args) (
 		nu := *old
 		nu.ID = "sub_" + store.NewID(5)
 		nu.Watcher = c.s.ID
-		nu.CreatedAt = r.now()
+		nu.CreatedAt = sb.now()
 		nu.Sessions = slices.DeleteFunc(slices.Clone(old.Sessions), func(s string) bool { return s == c.s.ID })
-		if err := r.endSubscription(ctx, old, "transferred"); err != nil {
+		if err := sb.endSubscription(ctx, old, "transferred"); err != nil {
 			return nil, internal("transferSubscriptions: endSubscription", err)
 		}
 		if !nu.All && len(nu.Sessions) == 0 {
@@ -563,20 +609,20 @@ func (r *Relay) transferSubscriptions(ctx context.Context, c *caller, a *args) (
 			ended = append(ended, old.ID)
 			continue
 		}
-		if err := r.st.SaveSubscription(ctx, &nu); err != nil {
+		if err := sb.st.SaveSubscription(ctx, &nu); err != nil {
 			return nil, internal("transferSubscriptions: SaveSubscription", err)
 		}
 		// Events the old one held (digest, quiet hours) go along.
-		due, err := r.st.MoveHeld(ctx, old.ID, nu.ID)
+		due, err := sb.st.MoveHeld(ctx, old.ID, nu.ID)
 		if err != nil {
 			return nil, internal("transferSubscriptions: MoveHeld", err)
 		}
 		if !due.IsZero() {
-			if err := r.dl.schedule(ctx, jobs.TypeRelease, jobs.ReleasePayload{Sub: nu.ID}, fmt.Sprintf("rel:%s:%d", nu.ID, due.UnixMilli()), due); err != nil {
+			if err := sb.dl.schedule(ctx, jobs.TypeRelease, jobs.ReleasePayload{Sub: nu.ID}, fmt.Sprintf("rel:%s:%d", nu.ID, due.UnixMilli()), due); err != nil {
 				return nil, internal("transferSubscriptions: schedule", err)
 			}
 		}
-		v, err := r.subView(ctx, &nu)
+		v, err := sb.subView(ctx, &nu)
 		if err != nil {
 			return nil, internal("transferSubscriptions: subView", err)
 		}
@@ -598,17 +644,17 @@ func (r *Relay) transferSubscriptions(ctx context.Context, c *caller, a *args) (
 // endSubscriptionsFor ends what archiving a session ends (R7.16, R8.19): the
 // subscriptions it holds as watcher, and those watching only it (a list ends
 // when all its sessions are archived).
-func (r *Relay) endSubscriptionsFor(ctx context.Context, sid, reason string) error {
-	own, err := r.st.WatcherSubscriptions(ctx, sid)
+func (sb *subscriptions) endSubscriptionsFor(ctx context.Context, sid, reason string) error {
+	own, err := sb.st.WatcherSubscriptions(ctx, sid)
 	if err != nil {
 		return err
 	}
 	for _, sub := range own {
-		if err := r.endSubscription(ctx, sub, reason); err != nil {
+		if err := sb.endSubscription(ctx, sub, reason); err != nil {
 			return err
 		}
 	}
-	watching, err := r.st.SubscriptionsOf(ctx, sid)
+	watching, err := sb.st.SubscriptionsOf(ctx, sid)
 	if err != nil {
 		return err
 	}
@@ -616,7 +662,7 @@ func (r *Relay) endSubscriptionsFor(ctx context.Context, sid, reason string) err
 		if sub.All {
 			continue
 		}
-		ss, err := r.st.GetSessions(ctx, sub.Sessions)
+		ss, err := sb.st.GetSessions(ctx, sub.Sessions)
 		if err != nil {
 			return err
 		}
@@ -627,7 +673,7 @@ func (r *Relay) endSubscriptionsFor(ctx context.Context, sid, reason string) err
 			}
 		}
 		if allArchived {
-			if err := r.endSubscription(ctx, sub, reason); err != nil {
+			if err := sb.endSubscription(ctx, sub, reason); err != nil {
 				return err
 			}
 		}
@@ -639,28 +685,28 @@ func (r *Relay) endSubscriptionsFor(ctx context.Context, sid, reason string) err
 // limit) and returns the conversation it moves from and its subscriptions;
 // nothing is written (also the check a paired relay asks before its card,
 // R5.3).
-func (r *Relay) checkTransfer(ctx context.Context, c *caller, a *args) (*store.Session, []*store.Subscription, *Error) {
+func (sb *subscriptions) checkTransfer(ctx context.Context, c *caller, a *args) (*store.Session, []*store.Subscription, *Error) {
 	if isExternal(c.s) {
 		return nil, nil, notWakeable("transfer_subscriptions", "Nothing was moved.")
 	}
-	from, e := r.transferFrom(ctx, c, a)
+	from, e := sb.transferFrom(ctx, c, a)
 	if e != nil {
 		return nil, nil, e
 	}
 	if from.ID == c.s.ID {
 		return nil, nil, Errorf(CodeSelf, "from names this conversation itself; its subscriptions are already here. Nothing was moved.")
 	}
-	subs, err := r.st.WatcherSubscriptions(ctx, from.ID)
+	subs, err := sb.st.WatcherSubscriptions(ctx, from.ID)
 	if err != nil {
 		return nil, nil, internal("checkTransfer: WatcherSubscriptions", err)
 	}
-	mine, err := r.st.WatcherSubscriptions(ctx, c.s.ID)
+	mine, err := sb.st.WatcherSubscriptions(ctx, c.s.ID)
 	if err != nil {
 		return nil, nil, internal("checkTransfer: WatcherSubscriptions", err)
 	}
-	if len(mine)+len(subs) > r.opts.Limits.SubscriptionsPerConversation {
+	if len(mine)+len(subs) > sb.opts.Limits.SubscriptionsPerConversation {
 		return nil, nil, Errorf(CodeLimit, "Moving %d subscriptions would give this conversation more than %d. Nothing was moved.",
-			len(subs), r.opts.Limits.SubscriptionsPerConversation)
+			len(subs), sb.opts.Limits.SubscriptionsPerConversation)
 	}
 	return from, subs, nil
 }
@@ -668,9 +714,9 @@ func (r *Relay) checkTransfer(ctx context.Context, c *caller, a *args) (*store.S
 // transferFrom is the conversation transfer_subscriptions moves from: a
 // session here, or for another relay's agent a conversation on its own
 // relay (its stand-in here, R13.1; that relay checked it).
-func (r *Relay) transferFrom(ctx context.Context, c *caller, a *args) (*store.Session, *Error) {
+func (sb *subscriptions) transferFrom(ctx context.Context, c *caller, a *args) (*store.Session, *Error) {
 	if c.remote == nil {
-		return r.target(ctx, a, "from")
+		return sb.relay.target(ctx, a, "from")
 	}
 	ref, e := a.str("from")
 	if e != nil {

@@ -79,18 +79,18 @@ func (r *Relay) handlers() map[string]handler {
 		"stop":             r.stop,
 		"archive":          r.archive,
 
-		"subscribe":              r.subscribe,
-		"unsubscribe":            r.unsubscribe,
-		"list_subscriptions":     r.listSubscriptions,
-		"transfer_subscriptions": r.transferSubscriptions,
+		"subscribe":              r.subs.subscribe,
+		"unsubscribe":            r.subs.unsubscribe,
+		"list_subscriptions":     r.subs.listSubscriptions,
+		"transfer_subscriptions": r.subs.transferSubscriptions,
 
 		"schedule":       r.sch.scheduleAction,
 		"list_schedules": r.sch.listSchedules,
 		"unschedule":     r.sch.unschedule,
 
-		"ask":            r.ask,
-		"list_questions": r.listQuestions,
-		"withdraw":       r.withdraw,
+		"ask":            r.asks.ask,
+		"list_questions": r.asks.listQuestions,
+		"withdraw":       r.asks.withdraw,
 	}
 }
 
