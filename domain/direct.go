@@ -32,6 +32,7 @@ type drainer struct {
 	dl           *pipeline
 	hub          *hub
 	warm         *warmGoroutines              // drains started here run on kept goroutines (stacks.go)
+	tok          *tokens                      // the turn tokens it mints (tokens.go)
 	providers    map[string]provider.Provider // the relay's, read-only after New
 	drainHistory int                          // last messages a drain reads with its turn: historyRead when a provider uses them, else 0
 	relay        drainHost
@@ -62,7 +63,6 @@ type drainHost interface {
 	settings(ctx context.Context) (store.Settings, error)
 	orchestrator(s *store.Session) string
 	folderAllowed(dir string) (resolved, why string)
-	mintTurnToken(ctx context.Context, p provider.Provider, sid string) (string, func(), error)
 	countUsage(ctx context.Context, provID string, status store.TurnStatus, out provider.Result) *store.UsageAdd
 	noteModel(ctx context.Context, s *store.Session, turnID string, status store.TurnStatus, ran string)
 	claudeSettings(p provider.Provider, s *store.Session, pt *provider.Turn)

@@ -25,65 +25,6 @@ type NewSession struct {
 	Group    string `json:"group"`
 }
 
-// SessionForToken returns the session a bearer token names.
-// Known tokens are cached in the process for tokenTTL; archiving a session
-// deletes its token and drops every process's cache at once through the
-// "tokens" notification (R18.2). While Redis does not answer, a cached token
-// still names its session, so the call gets a clear error envelope.
-func (r *Relay) SessionForToken(ctx context.Context, token string) (string, bool, error) {
-	if token == "" {
-		return "", false, nil
-	}
-	r.tokMu.RLock()
-	ent, ok := r.tokens[token]
-	r.tokMu.RUnlock()
-	if ok && time.Since(ent.at) < tokenCacheTTL(token) {
-		return ent.id, true, nil
-	}
-	id, err := r.st.SessionByToken(ctx, token)
-	if err != nil {
-		if ok {
-			return ent.id, true, nil
-		}
-		return "", false, err
-	}
-	if id == "" {
-		if ok {
-			r.tokMu.Lock()
-			delete(r.tokens, token)
-			r.tokMu.Unlock()
-		}
-		return "", false, nil
-	}
-	r.tokMu.Lock()
-	if len(r.tokens) >= 100000 {
-		r.tokens = map[string]tokenEntry{}
-	}
-	r.tokens[token] = tokenEntry{id: id, at: time.Now()}
-	r.tokMu.Unlock()
-	return id, true, nil
-}
-
-// tokenTTL bounds how long a process trusts its cached copy of a token
-// without asking Redis (a safety net for a missed "tokens" notification).
-const tokenTTL = 30 * time.Second
-
-type tokenEntry struct {
-	id string
-	at time.Time
-}
-
-// dropTokens empties this process's token caches (session and turn tokens,
-// peer tokens: an archive or a peer token's revocation, R18.2, R18.20).
-func (r *Relay) dropTokens() {
-	r.tokMu.Lock()
-	r.tokens = map[string]tokenEntry{}
-	r.tokMu.Unlock()
-	r.peerTokMu.Lock()
-	clear(r.peerToks)
-	r.peerTokMu.Unlock()
-}
-
 // OwnerCreateSession creates a session for the owner; with text its first prompt is queued.
 func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.SessionDetail, error) {
 	provID := firstNonEmpty(in.Provider, "scripted")

@@ -87,7 +87,7 @@ func (r *Relay) peerCaller(ctx context.Context, tok string, raw []byte) (string,
 		r.log.Warn("peer call refused: it claims this relay's own name", "from", body.Origin.Relay)
 		return action, nil, nil, Errorf(CodeAuth, "A paired relay cannot speak as %q: that is this relay's own name. Nothing was done.", body.Origin.Relay)
 	}
-	bound, err := r.bindPeerToken(ctx, tok, body.Origin.Relay)
+	bound, err := r.tok.bindPeerToken(ctx, tok, body.Origin.Relay)
 	if errors.Is(err, store.ErrRelayNameTaken) {
 		r.log.Warn("peer call refused: another peer token holds this relay's name", "from", body.Origin.Relay)
 		return action, nil, nil, Errorf(CodeAuth, "Relay %q is paired here with another peer token; this token cannot speak for it. Nothing was done.", body.Origin.Relay)
@@ -183,7 +183,7 @@ func (r *Relay) PeerEventsFor(ctx context.Context, tok, subID, after string, wai
 		return nil, err
 	}
 	// Only the relay whose conversation holds it reads it (the token's relay).
-	bound, err := r.peerBound(ctx, tok)
+	bound, err := r.tok.peerBound(ctx, tok)
 	if err != nil {
 		return nil, err
 	}

@@ -99,16 +99,12 @@ type Relay struct {
 
 	subs *subscriptions // the subscriptions subsystem (subscribe.go)
 	asks *asks          // the asks subsystem (asks.go)
+	tok  *tokens        // the bearer tokens and their caches (tokens.go)
 
 	warm    *warmGoroutines    // tool calls and drains started here run on kept goroutines (stacks.go)
 	handler map[string]handler // the actions' handlers (handlers), built once
 
-	peerTokMu sync.Mutex
-	peerToks  map[string]peerTok // peer tokens found valid (pairing.go PeerTokenValid)
-
-	bg     sync.WaitGroup // goroutines of Start: notification listener, cache watcher
-	tokMu  sync.RWMutex
-	tokens map[string]tokenEntry // bearer token -> session id
+	bg sync.WaitGroup // goroutines of Start: notification listener, cache watcher
 
 	setMu    sync.Mutex
 	setCache store.Settings
@@ -138,16 +134,17 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 		opts.Peers = noPeers{}
 	}
 	r := &Relay{st: st, enq: enq, opts: opts, clk: clk, timers: opts.Timers, now: func() time.Time { return clk.Now().UTC() }, log: opts.Logger, met: opts.Metrics,
-		providers: map[string]provider.Provider{}, hub: newHub(), peerToks: map[string]peerTok{},
-		tokens: map[string]tokenEntry{}, warm: newWarmGoroutines(keptGoroutines, clock.Real{})}
+		providers: map[string]provider.Provider{}, hub: newHub(),
+		warm: newWarmGoroutines(keptGoroutines, clock.Real{})}
 	r.dl = &pipeline{st: st, enq: enq, clk: clk, now: r.now, log: r.log, met: r.met, opts: &r.opts, relay: r}
 	r.pk = &peerLink{st: st, peers: opts.Peers, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, relay: r,
 		linkOnline: map[string]time.Time{}}
+	r.tok = newTokens(st, r.now, r.log, &r.opts)
 	r.grp = &groups{st: st, now: r.now, opts: &r.opts, relay: r}
 	r.sch = &schedules{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, dl: r.dl, relay: r}
 	r.subs = &subscriptions{st: st, now: r.now, opts: &r.opts, dl: r.dl, relay: r}
 	r.asks = &asks{st: st, now: r.now, opts: &r.opts, dl: r.dl, relay: r}
-	r.dr = &drainer{st: st, enq: enq, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, hub: r.hub, warm: r.warm,
+	r.dr = &drainer{st: st, enq: enq, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, hub: r.hub, warm: r.warm, tok: r.tok,
 		providers: r.providers, relay: r,
 		running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}}
 	r.handler = r.handlers()
@@ -207,7 +204,7 @@ func (r *Relay) Start(ctx context.Context) error {
 			case <-changed:
 				r.dropSettings()
 			case <-revoked: // also fired after a lost notification subscription
-				r.dropTokens()
+				r.tok.dropTokens()
 			}
 		}
 	}()

@@ -21,6 +21,7 @@ type Store interface {
 	recordStore
 	actionStore
 	groupStore
+	tokenStore
 	drainStore
 	deliveryStore
 	subscriptionStore
@@ -114,18 +115,31 @@ type groupStore interface {
 	SetGroupMember(ctx context.Context, gid string, sid string, member bool) error
 }
 
+// tokenStore is what the bearer tokens (tokens.go) need: session, turn
+// and peer tokens.
+type tokenStore interface {
+	AddPeerToken(ctx context.Context, tok string, t store.PeerToken) error
+	AddTurnToken(ctx context.Context, sid string, tok string, ttl time.Duration) error
+	BindPeerToken(ctx context.Context, tok string, relay string) (string, error)
+	DropTurnToken(ctx context.Context, sid string, tok string) error
+	PeerTokenRelay(ctx context.Context, tok string) (string, error)
+	PeerTokenValid(ctx context.Context, tok string) (bool, error)
+	PeerTokens(ctx context.Context) ([]store.PeerTokenInfo, error)
+	RevokePeerToken(ctx context.Context, id string) (bool, error)
+	SessionByToken(ctx context.Context, token string) (string, error)
+	TouchPeerToken(ctx context.Context, tok string, now time.Time) error
+}
+
 // drainStore is what the drain (turns.go, turntoken.go, direct.go,
 // stacks.go, queue.go, steer.go) needs: queueing, the lease, the fenced turn
-// writes, turn tokens and questions.
+// writes and questions.
 type drainStore interface {
 	AppendMessage(ctx context.Context, sid string, m *store.Message) error
 	SetAgentSession(ctx context.Context, sid string, provider string, id string) error
 	APIURL(ctx context.Context) (string, error)
 	AcquireLease(ctx context.Context, sid string, owner string, ttl time.Duration) (bool, error)
-	AddTurnToken(ctx context.Context, sid string, tok string, ttl time.Duration) error
 	AnswerQuestion(ctx context.Context, id string, answer string, by string) (*store.Question, bool, error)
 	ArchiveSession(ctx context.Context, id string, now time.Time) error
-	DropTurnToken(ctx context.Context, sid string, tok string) error
 	FinishTurn(ctx context.Context, sid string, orchestrator string, turnID string, fence string, msg *store.Message, at time.Time, kv ...any) (bool, error)
 	FinishTurnEmit(ctx context.Context, sid string, orchestrator string, turnID string, fence string, msg *store.Message, at time.Time, ev *store.Event, releaseOwner string, u *store.UsageAdd, kv ...any) (more bool, watched bool, released bool, ended *store.Turn, err error)
 	GetQuestion(ctx context.Context, id string) (*store.Question, error)
@@ -203,12 +217,10 @@ type scheduleStore interface {
 
 // peerStore is what the paired relays' side (peer.go, peercheck.go,
 // peerpoll.go, peerserve.go, peertokens.go, pairing.go, remote.go) needs:
-// pairings, links, peer tokens, remote asks, the poller's locks.
+// pairings, links, remote asks, the poller's locks.
 type peerStore interface {
 	SaveLiveSubscription(ctx context.Context, sub *store.Subscription) (bool, error)
 	AddPairing(ctx context.Context, p *store.Pairing) error
-	AddPeerToken(ctx context.Context, tok string, t store.PeerToken) error
-	BindPeerToken(ctx context.Context, tok string, relay string) (string, error)
 	DeletePairing(ctx context.Context, name string) (bool, error)
 	DeleteRemoteAsk(ctx context.Context, id string) (bool, error)
 	DropLink(ctx context.Context, name string) error
@@ -216,17 +228,12 @@ type peerStore interface {
 	Links(ctx context.Context) (map[string]store.Link, error)
 	PairingCount(ctx context.Context) (int64, error)
 	Pairings(ctx context.Context) ([]*store.Pairing, error)
-	PeerTokenRelay(ctx context.Context, tok string) (string, error)
-	PeerTokenValid(ctx context.Context, tok string) (bool, error)
-	PeerTokens(ctx context.Context) ([]store.PeerTokenInfo, error)
 	ReleaseLock(ctx context.Context, name string) error
 	RemoteSubscriptions(ctx context.Context) ([]*store.Subscription, error)
-	RevokePeerToken(ctx context.Context, id string) (bool, error)
 	SavePairing(ctx context.Context, p *store.Pairing) error
 	SaveRemoteAsk(ctx context.Context, a *store.RemoteAsk) error
 	SetLink(ctx context.Context, name string, online bool, at time.Time, reason string) (bool, error)
 	SubEvents(ctx context.Context, sub string, after string, max int64) ([]store.Event, string, error)
-	TouchPeerToken(ctx context.Context, tok string, now time.Time) error
 	TryLock(ctx context.Context, name string, ttl time.Duration) (bool, error)
 	Unlock(ctx context.Context, sid string, byOwner bool, names ...string) error
 	Unlocked(ctx context.Context, sid string) (map[string]bool, error)
@@ -241,7 +248,6 @@ type ownerStore interface {
 	LeaseHolder(ctx context.Context, sid string) (string, error)
 	PeerBusyKey(orchestrator string) string
 	SaveSettings(ctx context.Context, st store.Settings) error
-	SessionByToken(ctx context.Context, token string) (string, error)
 	SessionQuiet(ctx context.Context, sid string) (bool, error)
 }
 

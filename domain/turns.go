@@ -503,7 +503,7 @@ func (dr *drainer) run(ctx context.Context, l drainLease, s *store.Session, orch
 	defer dr.track(t.ID, cancel)()
 	// R18.19: an agent process gets a token of its own for this turn (the
 	// session's token is stored as a hash and cannot be handed out again).
-	turnTok, dropTok, err := dr.relay.mintTurnToken(ctx, p, s.ID)
+	turnTok, dropTok, err := dr.tok.mintTurnToken(ctx, p, s.ID)
 	if err != nil {
 		return false, dr.putBack(ctx, s.ID, t.ID, err)
 	}

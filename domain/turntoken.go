@@ -1,13 +1,8 @@
 package domain
 
 import (
-	"context"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/oar/relay/provider"
-	"github.com/oar/relay/store"
 )
 
 // Turn tokens (R18.19). A session's own token is shown once, when the session
@@ -37,28 +32,6 @@ const turnTokenCache = 2 * time.Second
 // inProcess are the provider types whose agents run inside the relay and call
 // relay_tool through the turn's host, without a token.
 var inProcess = map[string]bool{"scripted": true, "openai": true, ProviderExternal: true}
-
-// mintTurnToken makes the turn's token when its provider runs an agent
-// process; drop revokes it (safe to call more than once). No token ("") for
-// in-process providers.
-func (r *Relay) mintTurnToken(ctx context.Context, p provider.Provider, sid string) (string, func(), error) {
-	if inProcess[p.Info().Type] {
-		return "", func() {}, nil
-	}
-	tok := TurnTokenPrefix + store.NewID(24)
-	if err := r.st.AddTurnToken(ctx, sid, tok, turnTokenTTL); err != nil {
-		return "", nil, err
-	}
-	drop := sync.OnceFunc(func() {
-		r.tokMu.Lock()
-		delete(r.tokens, tok)
-		r.tokMu.Unlock()
-		if err := r.st.DropTurnToken(context.WithoutCancel(ctx), sid, tok); err != nil {
-			r.log.Warn("turn token not revoked (it expires within a minute)", "session", id8(sid), "err", err)
-		}
-	})
-	return tok, drop, nil
-}
 
 // tokenCacheTTL is how long a cached token is trusted without Redis.
 func tokenCacheTTL(tok string) time.Duration {

@@ -1,0 +1,279 @@
+package domain
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oar/relay"
+	"github.com/oar/relay/provider"
+	"github.com/oar/relay/store"
+)
+
+// tokens are the bearer tokens this process checks, each kind with its
+// process cache: session and turn tokens, the ones agents call /mcp with
+// (R18.2, R18.19), and the peer tokens paired relays call with (R18.20,
+// R18.21). An archive or a revocation empties every process's caches at once
+// through the "tokens" notification (drop); a cached token's own TTL is the
+// safety net. It reaches nothing else of the relay.
+type tokens struct {
+	st   tokensStore
+	now  func() time.Time
+	log  *slog.Logger
+	opts *Options // the relay's: its name and base URL
+
+	mu       sync.RWMutex
+	sessions map[string]tokenEntry // bearer token -> session id
+
+	peerMu sync.Mutex
+	peers  map[string]peerTok // peer tokens found valid (PeerTokenValid)
+}
+
+// tokensStore is the store as the tokens see it.
+type tokensStore interface {
+	recordStore
+	tokenStore
+}
+
+func newTokens(st tokensStore, now func() time.Time, log *slog.Logger, opts *Options) *tokens {
+	return &tokens{st: st, now: now, log: log, opts: opts, sessions: map[string]tokenEntry{}, peers: map[string]peerTok{}}
+}
+
+// SessionForToken (the tokens' door for api's /mcp): see [tokens.SessionForToken].
+func (r *Relay) SessionForToken(ctx context.Context, token string) (string, bool, error) {
+	return r.tok.SessionForToken(ctx, token)
+}
+
+// NewPeerToken issues a peer token (POST /api/v1/peer-tokens).
+func (r *Relay) NewPeerToken(ctx context.Context, label string) (*relay.PeerTokenIssued, error) {
+	return r.tok.NewPeerToken(ctx, label)
+}
+
+// PeerTokenValid reports whether a bearer token is a peer token of this relay.
+func (r *Relay) PeerTokenValid(ctx context.Context, tok string) (bool, error) {
+	return r.tok.PeerTokenValid(ctx, tok)
+}
+
+// PeerTokens lists the peer tokens this relay issued (GET /api/v1/peer-tokens).
+func (r *Relay) PeerTokens(ctx context.Context) ([]store.PeerTokenInfo, error) {
+	return r.tok.PeerTokens(ctx)
+}
+
+// RevokePeerToken revokes a peer token (DELETE /api/v1/peer-tokens/{id}).
+func (r *Relay) RevokePeerToken(ctx context.Context, id string) (*relay.PeerTokenRevoked, error) {
+	return r.tok.RevokePeerToken(ctx, id)
+}
+
+// SessionForToken returns the session a bearer token names.
+// Known tokens are cached in the process for tokenTTL; archiving a session
+// deletes its token and drops every process's cache at once through the
+// "tokens" notification (R18.2). While Redis does not answer, a cached token
+// still names its session, so the call gets a clear error envelope.
+func (tk *tokens) SessionForToken(ctx context.Context, token string) (string, bool, error) {
+	if token == "" {
+		return "", false, nil
+	}
+	tk.mu.RLock()
+	ent, ok := tk.sessions[token]
+	tk.mu.RUnlock()
+	if ok && time.Since(ent.at) < tokenCacheTTL(token) {
+		return ent.id, true, nil
+	}
+	id, err := tk.st.SessionByToken(ctx, token)
+	if err != nil {
+		if ok {
+			return ent.id, true, nil
+		}
+		return "", false, err
+	}
+	if id == "" {
+		if ok {
+			tk.mu.Lock()
+			delete(tk.sessions, token)
+			tk.mu.Unlock()
+		}
+		return "", false, nil
+	}
+	tk.mu.Lock()
+	if len(tk.sessions) >= 100000 {
+		tk.sessions = map[string]tokenEntry{}
+	}
+	tk.sessions[token] = tokenEntry{id: id, at: time.Now()}
+	tk.mu.Unlock()
+	return id, true, nil
+}
+
+// tokenTTL bounds how long a process trusts its cached copy of a token
+// without asking Redis (a safety net for a missed "tokens" notification).
+const tokenTTL = 30 * time.Second
+
+type tokenEntry struct {
+	id string
+	at time.Time
+}
+
+// dropTokens empties this process's token caches (session and turn tokens,
+// peer tokens: an archive or a peer token's revocation, R18.2, R18.20).
+func (tk *tokens) dropTokens() {
+	tk.mu.Lock()
+	tk.sessions = map[string]tokenEntry{}
+	tk.mu.Unlock()
+	tk.peerMu.Lock()
+	clear(tk.peers)
+	tk.peerMu.Unlock()
+}
+
+// mintTurnToken makes the turn's token when its provider runs an agent
+// process; drop revokes it (safe to call more than once). No token ("") for
+// in-process providers.
+func (tk *tokens) mintTurnToken(ctx context.Context, p provider.Provider, sid string) (string, func(), error) {
+	if inProcess[p.Info().Type] {
+		return "", func() {}, nil
+	}
+	tok := TurnTokenPrefix + store.NewID(24)
+	if err := tk.st.AddTurnToken(ctx, sid, tok, turnTokenTTL); err != nil {
+		return "", nil, err
+	}
+	drop := sync.OnceFunc(func() {
+		tk.mu.Lock()
+		delete(tk.sessions, tok)
+		tk.mu.Unlock()
+		if err := tk.st.DropTurnToken(context.WithoutCancel(ctx), sid, tok); err != nil {
+			tk.log.Warn("turn token not revoked (it expires within a minute)", "session", id8(sid), "err", err)
+		}
+	})
+	return tok, drop, nil
+}
+
+// NewPeerToken issues a token another relay pairs with (POST /api/v1/peer-tokens).
+func (tk *tokens) NewPeerToken(ctx context.Context, label string) (*relay.PeerTokenIssued, error) {
+	if len(label) > 200 {
+		return nil, Errorf(CodeInvalidInput, "label may have at most 200 characters. No token was made.")
+	}
+	tok := "rpt_" + store.NewID(24)
+	now := tk.now()
+	if err := tk.st.AddPeerToken(ctx, tok, store.PeerToken{CreatedAt: now, Label: label}); err != nil {
+		return nil, fmt.Errorf("issue a peer token: %w", err)
+	}
+	tk.log.Info("peer token issued", "label", label)
+	return &relay.PeerTokenIssued{Token: tok, ID: store.PeerTokenID(tok), Relay: tk.opts.Name, URL: tk.opts.BaseURL, CreatedAt: tsString(now),
+		Note: "Give this token to the other relay's owner: they pair with POST /api/v1/relays {url, token}. It is shown only once."}, nil
+}
+
+// peerTokenTTL is how long a process trusts that a peer token it checked is
+// still one of this relay's (a revocation empties every process's cache at
+// once through the "tokens" notification; this is the safety net).
+const peerTokenTTL = 30 * time.Second
+
+// peerTok is what a process knows of a peer token: valid until, and the
+// relay it is tied to ("" before its first call; a tie never changes).
+type peerTok struct {
+	until   time.Time
+	bound   string
+	touched time.Time // lastUsedAt last written by this process
+}
+
+// PeerTokenValid reports whether a bearer token is a peer token of this
+// relay; a valid one is remembered for peerTokenTTL (one round trip less on
+// every peer request).
+func (tk *tokens) PeerTokenValid(ctx context.Context, tok string) (bool, error) {
+	tk.peerMu.Lock()
+	e, ok := tk.peers[tok]
+	tk.peerMu.Unlock()
+	if ok && time.Now().Before(e.until) {
+		tk.touchPeerToken(ctx, tok)
+		return true, nil
+	}
+	valid, err := tk.st.PeerTokenValid(ctx, tok)
+	if err != nil || !valid {
+		return valid, err
+	}
+	tk.peerMu.Lock()
+	e = tk.peers[tok]
+	e.until = time.Now().Add(peerTokenTTL)
+	tk.peers[tok] = e
+	tk.peerMu.Unlock()
+	tk.touchPeerToken(ctx, tok)
+	return true, nil
+}
+
+// bindPeerToken is store.BindPeerToken, remembered once tied.
+func (tk *tokens) bindPeerToken(ctx context.Context, tok, relayName string) (string, error) {
+	tk.peerMu.Lock()
+	e := tk.peers[tok]
+	tk.peerMu.Unlock()
+	if e.bound != "" {
+		return e.bound, nil
+	}
+	bound, err := tk.st.BindPeerToken(ctx, tok, relayName)
+	if err != nil || bound == "" {
+		return bound, err
+	}
+	tk.peerMu.Lock()
+	if cur, ok := tk.peers[tok]; ok { // only tokens found valid are kept
+		cur.bound = bound
+		tk.peers[tok] = cur
+	}
+	tk.peerMu.Unlock()
+	return bound, nil
+}
+
+// PeerTokens lists the peer tokens this relay issued (GET /api/v1/peer-tokens):
+// id, the relay bound at first use, createdAt, lastUsedAt; never the token.
+func (tk *tokens) PeerTokens(ctx context.Context) ([]store.PeerTokenInfo, error) {
+	return tk.st.PeerTokens(ctx)
+}
+
+// RevokePeerToken revokes a peer token (DELETE /api/v1/peer-tokens/{id}): at
+// once in every process (the "tokens" notification empties every process's
+// token caches), and the relay name it was bound to is free again.
+func (tk *tokens) RevokePeerToken(ctx context.Context, id string) (*relay.PeerTokenRevoked, error) {
+	ok, err := tk.st.RevokePeerToken(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("revoke peer token %s: %w", id, err)
+	}
+	if !ok {
+		return nil, Errorf(CodeNotFound, "No peer token %q. Nothing was revoked.", id)
+	}
+	tk.dropTokens()
+	if err := tk.st.Notify(ctx, "tokens"); err != nil {
+		tk.log.Warn("peer token revoked, but other processes were not told (they notice within 30 s)", "err", err)
+	}
+	tk.log.Info("peer token revoked", "id", id)
+	return &relay.PeerTokenRevoked{ID: strings.ToLower(id), Revoked: true}, nil
+}
+
+// peerTouchEvery is how often a process records a peer token's lastUsedAt.
+const peerTouchEvery = time.Minute
+
+// touchPeerToken records that tok was used, at most once a minute per process.
+func (tk *tokens) touchPeerToken(ctx context.Context, tok string) {
+	now := time.Now()
+	tk.peerMu.Lock()
+	e, ok := tk.peers[tok]
+	due := ok && now.Sub(e.touched) >= peerTouchEvery
+	if due {
+		e.touched = now
+		tk.peers[tok] = e
+	}
+	tk.peerMu.Unlock()
+	if due {
+		if err := tk.st.TouchPeerToken(ctx, tok, tk.now()); err != nil {
+			tk.log.Warn("record a peer token's last use", "err", err)
+		}
+	}
+}
+
+// peerBound is the relay a peer token is bound to ("" before its first call).
+func (tk *tokens) peerBound(ctx context.Context, tok string) (string, error) {
+	tk.peerMu.Lock()
+	e := tk.peers[tok]
+	tk.peerMu.Unlock()
+	if e.bound != "" {
+		return e.bound, nil
+	}
+	return tk.st.PeerTokenRelay(ctx, tok)
+}
