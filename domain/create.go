@@ -51,12 +51,7 @@ func (r *Relay) checkFolder(dir, nothing string) (string, *Error) {
 // every time, while the rule's own folders (the operator's configuration)
 // are resolved again once folderRecheck has passed since they last were.
 func (r *Relay) realFolders() []string {
-	r.foldMu.Lock()
-	defer r.foldMu.Unlock()
-	if r.foldReal == nil || time.Since(r.foldAt) >= folderRecheck {
-		r.foldReal, r.foldAt = config.ResolveFolders(r.opts.Folders), time.Now()
-	}
-	return r.foldReal
+	return r.foldKept.getOr(func() []string { return config.ResolveFolders(r.opts.Folders) })
 }
 
 // folderRecheck is how long the folders rule's resolved folders are kept.

@@ -38,9 +38,9 @@ func TestRealFoldersKeptForARecheck(t *testing.T) {
 	if _, why := r.folderAllowed(two); why == "" {
 		t.Fatal("a folder outside the kept resolution was allowed")
 	}
-	r.foldMu.Lock()
-	r.foldAt = time.Now().Add(-folderRecheck)
-	r.foldMu.Unlock()
+	r.foldKept.mu.Lock()
+	r.foldKept.at = time.Now().Add(-folderRecheck)
+	r.foldKept.mu.Unlock()
 	if got := r.realFolders(); !slices.Equal(got, []string{two}) {
 		t.Fatalf("after the recheck: %v, want %v", got, two)
 	}

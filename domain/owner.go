@@ -358,7 +358,7 @@ func (r *Relay) PatchSettings(ctx context.Context, p SettingsPatch) (store.Setti
 	if err := r.st.SaveSettings(ctx, st); err != nil {
 		return st, fmt.Errorf("update settings: %w", err)
 	}
-	r.cacheSettings(st)
+	r.setKept.keep(st)
 	return st, r.st.Notify(ctx, "settings")
 }
 

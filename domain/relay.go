@@ -106,13 +106,8 @@ type Relay struct {
 
 	bg sync.WaitGroup // goroutines of Start: notification listener, cache watcher
 
-	setMu    sync.Mutex
-	setCache store.Settings
-	setAt    time.Time
-
-	foldMu   sync.Mutex
-	foldReal []string // the folders rule's folders resolved (realFolders)
-	foldAt   time.Time
+	setKept  cached[store.Settings] // the owner's settings (settings)
+	foldKept cached[[]string]       // the folders rule's folders resolved (realFolders)
 }
 
 // New builds a Relay.
@@ -139,6 +134,7 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r.dl = &pipeline{st: st, enq: enq, clk: clk, now: r.now, log: r.log, met: r.met, opts: &r.opts, relay: r}
 	r.pk = &peerLink{st: st, peers: opts.Peers, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, relay: r,
 		linkOnline: map[string]time.Time{}}
+	r.setKept.ttl, r.foldKept.ttl = settingsTTL, folderRecheck
 	r.tok = newTokens(st, r.now, r.log, &r.opts)
 	r.grp = &groups{st: st, now: r.now, opts: &r.opts, relay: r}
 	r.sch = &schedules{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, dl: r.dl, relay: r}
@@ -202,7 +198,7 @@ func (r *Relay) Start(ctx context.Context) error {
 			case <-ctx.Done():
 				return
 			case <-changed:
-				r.dropSettings()
+				r.setKept.drop()
 			case <-revoked: // also fired after a lost notification subscription
 				r.tok.dropTokens()
 			}
@@ -258,13 +254,9 @@ const directWaitMax = 10 * time.Second
 // They are cached for settingsTTL; a change anywhere is announced on the
 // notification channel ("settings") and drops every process's copy at once.
 func (r *Relay) settings(ctx context.Context) (store.Settings, error) {
-	r.setMu.Lock()
-	if !r.setAt.IsZero() && time.Since(r.setAt) < settingsTTL {
-		st := r.setCache
-		r.setMu.Unlock()
+	if st, ok := r.setKept.get(); ok {
 		return st, nil
 	}
-	r.setMu.Unlock()
 	st, ok, err := r.st.LoadSettings(ctx)
 	if err != nil {
 		return st, fmt.Errorf("load settings: %w", err)
@@ -274,23 +266,11 @@ func (r *Relay) settings(ctx context.Context) (store.Settings, error) {
 		st = store.Settings{AgentSessions: s.AgentSessions, AcceptAgentPrompts: s.AcceptAgentPrompts,
 			MaxWaitSeconds: s.MaxWaitSeconds, QuietTaskMinutes: s.QuietTaskMinutes, MaxTurnSeconds: s.MaxTurnSeconds}
 	}
-	r.cacheSettings(st)
+	r.setKept.keep(st)
 	return st, nil
 }
 
 const settingsTTL = 2 * time.Second
-
-func (r *Relay) cacheSettings(st store.Settings) {
-	r.setMu.Lock()
-	r.setCache, r.setAt = st, time.Now()
-	r.setMu.Unlock()
-}
-
-func (r *Relay) dropSettings() {
-	r.setMu.Lock()
-	r.setAt = time.Time{}
-	r.setMu.Unlock()
-}
 
 // hub fans pub/sub notifications out to the waiters of this process.
 type hub struct {
