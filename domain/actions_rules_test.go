@@ -779,7 +779,7 @@ func TestRulesActSend(t *testing.T) {
 
 	t.Run("wait capped", func(t *testing.T) {
 		env := f.ok(a, send(map[string]any{"text": "cap", "wait_seconds": 100000}))
-		max := int(f.r.maxWait(f.ctx) / time.Second)
+		max := int(f.r.cards.maxWait(f.ctx) / time.Second)
 		if diff := cmp.Diff([]any{"done", fmt.Sprintf(`wait_seconds was capped at %d, the longest wait per call on relay "desk".`, max)},
 			[]any{env["status"], env["note"]}); diff != "" {
 			t.Errorf("capped send (-want +got):\n%s", diff)

@@ -20,13 +20,14 @@ const nothingAsked = "Nothing was asked."
 // owner's inbox and its answers (each told to the asker and the session it
 // concerns as question_answered), and ending the asks of an archived
 // session. It sees the store only as recordStore and askStore, emits
-// through the delivery pipeline, and reaches the rest of the relay only
-// through asksHost.
+// through the delivery pipeline, asks its card through the cards, and
+// reaches the rest of the relay only through asksHost.
 type asks struct {
 	st    asksStore
 	now   func() time.Time
 	opts  *Options // the relay's: name, limits
 	dl    *pipeline
+	cards *cards
 	relay asksHost
 }
 
@@ -37,11 +38,9 @@ type asksStore interface {
 }
 
 // asksHost is what the asks ask of the rest of the relay: a session by
-// reference (sessions.go), the card (cards.go) and telling the console
-// (notify.go).
+// reference (sessions.go) and telling the console (notify.go).
 type asksHost interface {
 	sessionByRef(ctx context.Context, ref string) (*store.Session, *Error)
-	askCard(ctx context.Context, c *caller, need *cardNeed, action string, target *string, lines []string, nothing string) *Error
 	notify(ctx context.Context, what string)
 }
 
@@ -71,7 +70,7 @@ func (as *asks) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
 			need.add(fmt.Sprintf("This conversation is in %s mode: every write action needs your approval.", c.s.Mode))
 		}
 		tid := concern.ID
-		if e := as.relay.askCard(ctx, c, need, "ask", &tid, []string{askCardLine(concern, in.question)}, nothingAsked); e != nil {
+		if e := as.cards.askCard(ctx, c, need, "ask", &tid, []string{askCardLine(concern, in.question)}, nothingAsked); e != nil {
 			return nil, e
 		}
 		ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)

@@ -4,12 +4,57 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/oar/relay/clock"
 	"github.com/oar/relay/store"
 )
+
+// cards are the approval cards (R5.1, R5.2): a card shown in the caller's
+// conversation that blocks the call until the owner allows or denies it or
+// the longest wait per call runs out (on the work clock, Options.Timers),
+// loop protection's count (R5.2.6), and the owner's list and decision. The
+// tool actions and the schedules, subscriptions and asks ask their cards
+// here. It sees the store only as recordStore and cardStore, hears a
+// decision on the notification hub, and reaches the rest of the relay only
+// through cardsHost.
+type cards struct {
+	st     cardsStore
+	now    func() time.Time
+	timers clock.Clock // the durations of work (Options.Timers): a card's deadline
+	log    *slog.Logger
+	met    Metrics
+	opts   *Options // the relay's: name, limits, MaxWaitCap
+	hub    *hub
+	relay  cardsHost
+}
+
+// cardsStore is the store as the cards see it.
+type cardsStore interface {
+	recordStore
+	cardStore
+}
+
+// cardsHost is what the cards ask of the rest of the relay: the owner's
+// settings (relay.go), releasing a conversation's held schedule firings
+// once its card for a prompt is allowed (schedule.go) and telling the
+// console (notify.go).
+type cardsHost interface {
+	settings(ctx context.Context) (store.Settings, error)
+	releaseHeld(ctx context.Context, setter string, approved bool)
+	notify(ctx context.Context, what string)
+}
+
+// Cards (the cards' door for api and web): see [cards.Cards].
+func (r *Relay) Cards(ctx context.Context) ([]*store.Card, error) { return r.cards.Cards(ctx) }
+
+// DecideCard (the cards' door for api): see [cards.DecideCard].
+func (r *Relay) DecideCard(ctx context.Context, id, decision string) (*store.Card, error) {
+	return r.cards.DecideCard(ctx, id, decision)
+}
 
 // cardNeed collects why a call needs the owner's approval (R5.2).
 type cardNeed struct {
@@ -53,11 +98,11 @@ func modeCard(n *cardNeed, c *caller, action string) {
 // The prompt is counted at once when the count allows it (check and count in
 // one atomic step, R18.6); otherwise a card asks, and Allow resets the count
 // and counts this prompt.
-func (r *Relay) loopCard(ctx context.Context, n *cardNeed, c *caller) *Error {
+func (cd *cards) loopCard(ctx context.Context, n *cardNeed, c *caller) *Error {
 	if c.remote != nil {
 		return nil // counted on the caller's relay (R13.1)
 	}
-	taken, cnt, err := r.st.TakeLoop(ctx, c.s.ID, r.opts.Limits.AgentPromptsBeforeCard)
+	taken, cnt, err := cd.st.TakeLoop(ctx, c.s.ID, cd.opts.Limits.AgentPromptsBeforeCard)
 	if err != nil {
 		return internal("loopCard: TakeLoop", err)
 	}
@@ -76,25 +121,25 @@ func addLoopReason(n *cardNeed, cnt int) {
 }
 
 // giveBack undoes the loop count of a prompt that was not sent after all.
-func (r *Relay) giveBack(ctx context.Context, n *cardNeed, c *caller) {
+func (cd *cards) giveBack(ctx context.Context, n *cardNeed, c *caller) {
 	if !n.counted {
 		return
 	}
 	n.counted = false
-	if err := r.st.GiveBackLoop(context.WithoutCancel(ctx), c.s.ID); err != nil {
-		r.log.Warn("give back loop count", "session", c.s.ID, "err", err)
+	if err := cd.st.GiveBackLoop(context.WithoutCancel(ctx), c.s.ID); err != nil {
+		cd.log.Warn("give back loop count", "session", c.s.ID, "err", err)
 	}
 }
 
 // maxWait is the relay's longest wait per tool call.
-func (r *Relay) maxWait(ctx context.Context) time.Duration {
-	st, err := r.settings(ctx)
+func (cd *cards) maxWait(ctx context.Context) time.Duration {
+	st, err := cd.relay.settings(ctx)
 	d := defaultMaxWait
 	if err == nil && st.MaxWaitSeconds > 0 {
 		d = time.Duration(st.MaxWaitSeconds) * time.Second
 	}
-	if r.opts.MaxWaitCap > 0 && d > r.opts.MaxWaitCap {
-		d = r.opts.MaxWaitCap
+	if cd.opts.MaxWaitCap > 0 && d > cd.opts.MaxWaitCap {
+		d = cd.opts.MaxWaitCap
 	}
 	return d
 }
@@ -102,7 +147,7 @@ func (r *Relay) maxWait(ctx context.Context) time.Duration {
 // askCard shows an approval card in the caller's conversation and blocks
 // until the owner decides or the longest wait runs out (R5.1). nothing ends
 // the error sentence on a denial.
-func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action string, target *string, lines []string, nothing string) *Error {
+func (cd *cards) askCard(ctx context.Context, c *caller, need *cardNeed, action string, target *string, lines []string, nothing string) *Error {
 	if !need.needed() || c.remote != nil {
 		return nil // a paired relay's agent had its cards on its own relay (R13.1)
 	}
@@ -110,53 +155,53 @@ func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action s
 	if c.turn == nil && !isExternal(c.s) {
 		return Errorf(CodeNoActiveTurn, "%s needs the owner's approval, and a card can only be asked inside a running turn of this conversation. %s", action, nothing)
 	}
-	cardRelay := r.opts.Name
+	cardRelay := cd.opts.Name
 	if need.relay != "" {
 		cardRelay = need.relay
 	}
 	card := &store.Card{ID: "card_" + store.NewID(8), Session: c.s.ID, Action: action, Relay: cardRelay,
-		Target: target, Lines: append(append([]string{}, lines...), need.reasons...), CreatedAt: r.now()}
-	ch, unsub := r.hub.sub("card:" + card.ID)
+		Target: target, Lines: append(append([]string{}, lines...), need.reasons...), CreatedAt: cd.now()}
+	ch, unsub := cd.hub.sub("card:" + card.ID)
 	defer unsub()
-	if err := r.st.SaveCard(ctx, card); err != nil {
+	if err := cd.st.SaveCard(ctx, card); err != nil {
 		return internal("askCard: SaveCard", err)
 	}
-	if r.met != nil {
-		r.met.CardDecided("asked")
+	if cd.met != nil {
+		cd.met.CardDecided("asked")
 	}
-	r.log.Info("card asked", "card", card.ID, "session", id8(c.s.ID), "action", action)
-	r.notify(ctx, "cards")
-	deadline := r.timers.NewTimer(r.maxWait(ctx))
+	cd.log.Info("card asked", "card", card.ID, "session", id8(c.s.ID), "action", action)
+	cd.relay.notify(ctx, "cards")
+	deadline := cd.timers.NewTimer(cd.maxWait(ctx))
 	defer deadline.Stop()
 	recheck := time.NewTicker(recheckEvery)
 	defer recheck.Stop()
 	for {
-		cur, err := r.st.GetCard(ctx, card.ID)
+		cur, err := cd.st.GetCard(ctx, card.ID)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return internal("askCard: GetCard", err)
 		}
 		if cur != nil && cur.Decision != "" {
-			if r.met != nil {
-				r.met.CardDecided(cur.Decision)
+			if cd.met != nil {
+				cd.met.CardDecided(cur.Decision)
 			}
-			r.log.Info("card decided", "card", card.ID, "session", id8(c.s.ID), "action", action, "decision", cur.Decision)
+			cd.log.Info("card decided", "card", card.ID, "session", id8(c.s.ID), "action", action, "decision", cur.Decision)
 			if cur.Decision == "allow" {
 				for _, f := range need.flags {
-					if err := r.st.SetFlag(ctx, c.s.ID, f); err != nil {
+					if err := cd.st.SetFlag(ctx, c.s.ID, f); err != nil {
 						return internal("askCard: SetFlag", err)
 					}
 				}
 				if need.loop {
-					if err := r.st.ResetLoop(ctx, c.s.ID); err != nil {
+					if err := cd.st.ResetLoop(ctx, c.s.ID); err != nil {
 						return internal("askCard: ResetLoop", err)
 					}
-					if _, err := r.st.IncrLoop(ctx, c.s.ID); err != nil {
+					if _, err := cd.st.IncrLoop(ctx, c.s.ID); err != nil {
 						return internal("askCard: IncrLoop", err)
 					}
 					need.counted = true
 				}
 				if promptActions[action] {
-					r.sch.releaseHeld(ctx, c.s.ID, true) // the owner allowed this agent's card for a prompt to another agent (R9.6)
+					cd.relay.releaseHeld(ctx, c.s.ID, true) // the owner allowed this agent's card for a prompt to another agent (R9.6)
 				}
 				return nil
 			}
@@ -166,40 +211,40 @@ func (r *Relay) askCard(ctx context.Context, c *caller, need *cardNeed, action s
 		case <-ch:
 		case <-recheck.C:
 		case <-ctx.Done():
-			r.withdrawCard(card.ID)
+			cd.withdrawCard(card.ID)
 			return Errorf(CodePermission, "The call ended before the owner answered the approval card. %s", nothing)
 		case <-deadline.C():
-			r.withdrawCard(card.ID)
-			if r.met != nil {
-				r.met.CardDecided("timeout")
+			cd.withdrawCard(card.ID)
+			if cd.met != nil {
+				cd.met.CardDecided("timeout")
 			}
-			r.log.Info("card decided", "card", card.ID, "session", id8(c.s.ID), "action", action, "decision", "timeout")
+			cd.log.Info("card decided", "card", card.ID, "session", id8(c.s.ID), "action", action, "decision", "timeout")
 			return Errorf(CodePermission, "%s needs the owner's approval and the owner did not answer in time; the card was withdrawn. %s", action, nothing)
 		}
 	}
 }
 
-func (r *Relay) withdrawCard(id string) {
+func (cd *cards) withdrawCard(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), detachedWriteTimeout)
 	defer cancel()
-	if _, _, err := r.st.DecideCard(ctx, id, "withdrawn"); err != nil {
-		r.log.Warn("withdraw card", "card", id, "err", err)
+	if _, _, err := cd.st.DecideCard(ctx, id, "withdrawn"); err != nil {
+		cd.log.Warn("withdraw card", "card", id, "err", err)
 	}
-	r.notify(ctx, "cards") // the owner's console drops it (R19.6)
+	cd.relay.notify(ctx, "cards") // the owner's console drops it (R19.6)
 }
 
 // Cards lists the pending approval cards (owner API).
-func (r *Relay) Cards(ctx context.Context) ([]*store.Card, error) {
-	return r.st.PendingCards(ctx)
+func (cd *cards) Cards(ctx context.Context) ([]*store.Card, error) {
+	return cd.st.PendingCards(ctx)
 }
 
 // DecideCard is the owner's Allow / Deny.
-func (r *Relay) DecideCard(ctx context.Context, id, decision string) (*store.Card, error) {
+func (cd *cards) DecideCard(ctx context.Context, id, decision string) (*store.Card, error) {
 	decision = strings.ToLower(strings.TrimSpace(decision))
 	if decision != "allow" && decision != "deny" {
 		return nil, Errorf(CodeInvalidInput, `decision must be "allow" or "deny" (got %q). Nothing was decided.`, decision)
 	}
-	c, ok, err := r.st.DecideCard(ctx, id, decision)
+	c, ok, err := cd.st.DecideCard(ctx, id, decision)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, Errorf(CodeNotFound, "No card %q. Nothing was decided.", id)
 	}
@@ -209,7 +254,7 @@ func (r *Relay) DecideCard(ctx context.Context, id, decision string) (*store.Car
 	if !ok {
 		return nil, Errorf(CodeInvalidInput, "Card %s was already decided (%s). Nothing was changed.", id, c.Decision)
 	}
-	if err := r.st.Notify(ctx, "card:"+id); err != nil {
+	if err := cd.st.Notify(ctx, "card:"+id); err != nil {
 		return nil, fmt.Errorf("announce the decision of card %s: %w", id, err)
 	}
 	return c, nil

@@ -80,7 +80,7 @@ func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result,
 	}
 	defer func() {
 		if !pl.queued {
-			r.giveBack(ctx, pl.need, c) // nothing was sent: the prompt does not count (R5.2.6)
+			r.cards.giveBack(ctx, pl.need, c) // nothing was sent: the prompt does not count (R5.2.6)
 		}
 	}()
 	if e := r.cardCreate(ctx, c, in, pl); e != nil {
@@ -242,14 +242,14 @@ func (r *Relay) cardCreate(ctx context.Context, c *caller, in *createArgs, pl *c
 		pl.need.flags = append(pl.need.flags, "created")
 	}
 	modeCard(pl.need, c, "create_session")
-	if e := r.loopCard(ctx, pl.need, c); e != nil {
+	if e := r.cards.loopCard(ctx, pl.need, c); e != nil {
 		return e
 	}
 	lines := []string{createCardLine(pl.title, pl.info.Name, pl.cwd, in.text), settingsLine(pl.model, pl.effort, pl.mode)}
 	if pl.group != nil {
 		lines = append(lines, groupLine(r.grp.groupName(ctx, pl.group), pl.group.ID))
 	}
-	return r.askCard(ctx, c, pl.need, "create_session", nil, lines, nothingCreated)
+	return r.cards.askCard(ctx, c, pl.need, "create_session", nil, lines, nothingCreated)
 }
 
 // createCardLine is a create_session card's first line (R18.16: one line).

@@ -66,7 +66,7 @@ func (r *Relay) waitArg(ctx context.Context, a *args, nothing string) (time.Dura
 const maxPeerWait = 3600 * time.Second
 
 func (r *Relay) capWait(ctx context.Context, d time.Duration) (time.Duration, string, *Error) {
-	max := r.maxWait(ctx)
+	max := r.cards.maxWait(ctx)
 	if d > max {
 		return max, fmt.Sprintf("wait_seconds was capped at %d, the longest wait per call on relay %q.", int(max/time.Second), r.opts.Name), nil
 	}

@@ -96,6 +96,7 @@ type Relay struct {
 	pk        *peerLink  // the paired relays' link and poller (peer.go, peerpoll.go)
 	dr        *drainer   // the drain subsystem (turns.go, direct.go)
 	grp       *groups    // the session groups (groups.go)
+	cards     *cards     // the approval cards and loop protection (cards.go)
 
 	subs *subscriptions // the subscriptions subsystem (subscribe.go)
 	asks *asks          // the asks subsystem (asks.go)
@@ -136,10 +137,11 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 		linkOnline: map[string]time.Time{}}
 	r.setKept.ttl, r.foldKept.ttl = settingsTTL, folderRecheck
 	r.tok = newTokens(st, r.now, r.log, &r.opts)
+	r.cards = &cards{st: st, now: r.now, timers: r.timers, log: r.log, met: r.met, opts: &r.opts, hub: r.hub, relay: r}
 	r.grp = &groups{st: st, now: r.now, opts: &r.opts, relay: r}
-	r.sch = &schedules{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, dl: r.dl, relay: r}
-	r.subs = &subscriptions{st: st, now: r.now, opts: &r.opts, dl: r.dl, relay: r}
-	r.asks = &asks{st: st, now: r.now, opts: &r.opts, dl: r.dl, relay: r}
+	r.sch = &schedules{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
+	r.subs = &subscriptions{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
+	r.asks = &asks{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
 	r.dr = &drainer{st: st, enq: enq, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, hub: r.hub, warm: r.warm, tok: r.tok,
 		providers: r.providers, relay: r,
 		running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}}

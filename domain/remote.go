@@ -167,7 +167,7 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 	sent := false
 	defer func() {
 		if !sent {
-			r.giveBack(ctx, cn, c)
+			r.cards.giveBack(ctx, cn, c)
 		}
 	}()
 	body, out := r.remoteBody(c, a, origin)
@@ -190,7 +190,7 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 			return nil, e
 		}
 	}
-	if e := r.askCard(ctx, c, cn, a.action, target, lines, nothingDone); e != nil {
+	if e := r.cards.askCard(ctx, c, cn, a.action, target, lines, nothingDone); e != nil {
 		return nil, e
 	}
 	// The effect completes even if the caller goes away (R18.12).
@@ -374,7 +374,7 @@ func (r *Relay) remoteCards(ctx context.Context, c *caller, a *args, p *store.Pa
 		}
 	}
 	if a.action == "send" || a.action == "create_session" {
-		if e := r.loopCard(ctx, n, c); e != nil {
+		if e := r.cards.loopCard(ctx, n, c); e != nil {
 			return nil, e
 		}
 	}

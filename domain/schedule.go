@@ -21,8 +21,9 @@ const nothingScheduled = "Nothing was scheduled."
 // unschedule actions, firing an occurrence (Fire, held while the target's
 // owner is away or a card is open), ending schedules, and recovering them at
 // start. It sees the store only as recordStore and scheduleStore, the timed
-// jobs through the delivery pipeline's schedule and early, and the rest of
-// the relay only through schedulesHost.
+// jobs through the delivery pipeline's schedule and early, its cards and
+// loop count through the cards, and the rest of the relay only through
+// schedulesHost.
 type schedules struct {
 	st    schedulesStore
 	now   func() time.Time
@@ -30,6 +31,7 @@ type schedules struct {
 	met   Metrics
 	opts  *Options // the relay's: name, limits, timing
 	dl    *pipeline
+	cards *cards
 	relay schedulesHost
 }
 
@@ -40,14 +42,11 @@ type schedulesStore interface {
 }
 
 // schedulesHost is what the schedules ask of the rest of the relay: a
-// session by reference (sessions.go), the cards and the loop count a
-// schedule needs (cards.go), the spending cap's precheck (send.go), queueing
-// the prompt (queue.go) and telling the console (notify.go).
+// session by reference (sessions.go), the spending cap's precheck
+// (send.go), queueing the prompt (queue.go) and telling the console
+// (notify.go).
 type schedulesHost interface {
 	sessionByRef(ctx context.Context, ref string) (*store.Session, *Error)
-	loopCard(ctx context.Context, n *cardNeed, c *caller) *Error
-	giveBack(ctx context.Context, n *cardNeed, c *caller)
-	askCard(ctx context.Context, c *caller, need *cardNeed, action string, target *string, lines []string, nothing string) *Error
 	precheckCap(ctx context.Context, s *store.Session) *Error
 	queue(ctx context.Context, s *store.Session, text, role string, from *store.Ref, origin store.Origin, callerID string, enforce bool, waitFor time.Duration) (*store.Turn, error)
 	notifySchedule(ctx context.Context, sc *store.Schedule)
@@ -65,6 +64,12 @@ func (r *Relay) Schedules(ctx context.Context) ([]*relay.Schedule, error) {
 // CancelSchedule ends a schedule as the owner.
 func (r *Relay) CancelSchedule(ctx context.Context, id string) (*relay.Ended, error) {
 	return r.sch.CancelSchedule(ctx, id)
+}
+
+// releaseHeld (the schedules' door for the cards, cardsHost): see
+// [schedules.releaseHeld].
+func (r *Relay) releaseHeld(ctx context.Context, setter string, approved bool) {
+	r.sch.releaseHeld(ctx, setter, approved)
 }
 
 func fireID(id string, at time.Time) string { return fmt.Sprintf("sched:%s:%d", id, at.Unix()) }
@@ -173,13 +178,13 @@ func (sh *schedules) scheduleAction(ctx context.Context, c *caller, a *args) (*r
 		if c.s.Mode == "ask" || c.s.Mode == "plan" {
 			need.add(fmt.Sprintf("This conversation is in %s mode: every write action needs your approval.", c.s.Mode))
 		}
-		if e := sh.relay.loopCard(ctx, need, c); e != nil {
+		if e := sh.cards.loopCard(ctx, need, c); e != nil {
 			return nil, e
 		}
 	}
 	tid := target.ID
-	if e := sh.relay.askCard(ctx, c, need, "schedule", &tid, []string{scheduleCardLine(title, target, every, first, text)}, nothingScheduled); e != nil {
-		sh.relay.giveBack(ctx, need, c)
+	if e := sh.cards.askCard(ctx, c, need, "schedule", &tid, []string{scheduleCardLine(title, target, every, first, text)}, nothingScheduled); e != nil {
+		sh.cards.giveBack(ctx, need, c)
 		return nil, e
 	}
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
@@ -187,7 +192,7 @@ func (sh *schedules) scheduleAction(ctx context.Context, c *caller, a *args) (*r
 		First: first, At: at, EveryMinutes: every, Origin: c.origin(sh.opts.Name), CreatedAt: now, NextFireAt: first}
 	// The limits again, checked and written in one step (R18.6).
 	if err := sh.st.AddSchedule(ctx, sc, sh.opts.Limits.SchedulesIntoConversation, sh.opts.Limits.SchedulesForOthers); err != nil {
-		sh.relay.giveBack(ctx, need, c)
+		sh.cards.giveBack(ctx, need, c)
 		if le, ok := store.IsLimit(err); ok && le.Which == "into" {
 			return nil, Errorf(CodeScheduleLimit, "%d schedules already fire into that conversation, the most allowed. %s", le.Count, nothingScheduled)
 		} else if ok {

@@ -20,7 +20,7 @@ func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) 
 	}
 	defer func() {
 		if !pl.queued {
-			r.giveBack(ctx, pl.need, c) // nothing was sent: the prompt does not count (R5.2.6)
+			r.cards.giveBack(ctx, pl.need, c) // nothing was sent: the prompt does not count (R5.2.6)
 		}
 	}()
 	if e := r.cardSend(ctx, c, in, pl); e != nil {
@@ -178,7 +178,7 @@ func (r *Relay) cardSend(ctx context.Context, c *caller, in *sendArgs, pl *sendP
 		pl.loopAtQueue = true
 		return nil
 	}
-	if e := r.loopCard(ctx, pl.need, c); e != nil {
+	if e := r.cards.loopCard(ctx, pl.need, c); e != nil {
 		return e
 	}
 	return r.askSendCard(ctx, c, in, pl)
@@ -192,7 +192,7 @@ func (r *Relay) askSendCard(ctx context.Context, c *caller, in *sendArgs, pl *se
 		lines = append(lines, "Switches billing to "+pl.info.Name)
 	}
 	tid := s.ID
-	return r.askCard(ctx, c, pl.need, "send", &tid, lines, nothingSent)
+	return r.cards.askCard(ctx, c, pl.need, "send", &tid, lines, nothingSent)
 }
 
 // sendCardLine is a send card's first line: the target and the prompt (R18.16: one line).

@@ -17,7 +17,7 @@ func (r *Relay) answerQuestion(ctx context.Context, c *caller, a *args) (*result
 	need := &cardNeed{}
 	modeCard(need, c, "answer_question")
 	tid := s.ID
-	if e := r.askCard(ctx, c, need, "answer_question", &tid, []string{fmt.Sprintf("Answer %q in %q (%s): %s", q.Question, s.Title, id8(s.ID), text)}, nothingSent); e != nil {
+	if e := r.cards.askCard(ctx, c, need, "answer_question", &tid, []string{fmt.Sprintf("Answer %q in %q (%s): %s", q.Question, s.Title, id8(s.ID), text)}, nothingSent); e != nil {
 		return nil, e
 	}
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
@@ -186,7 +186,7 @@ func (r *Relay) stop(ctx context.Context, c *caller, a *args) (*result, *Error) 
 	need := &cardNeed{}
 	modeCard(need, c, "stop")
 	tid := s.ID
-	if e := r.askCard(ctx, c, need, "stop", &tid, []string{fmt.Sprintf("Stop the running turn of %q (%s)", s.Title, id8(s.ID))}, nothingDone); e != nil {
+	if e := r.cards.askCard(ctx, c, need, "stop", &tid, []string{fmt.Sprintf("Stop the running turn of %q (%s)", s.Title, id8(s.ID))}, nothingDone); e != nil {
 		return nil, e
 	}
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
@@ -240,7 +240,7 @@ func (r *Relay) archive(ctx context.Context, c *caller, a *args) (*result, *Erro
 	need := &cardNeed{}
 	modeCard(need, c, "archive")
 	tid := s.ID
-	if e := r.askCard(ctx, c, need, "archive", &tid, []string{fmt.Sprintf("Archive %q (%s)", s.Title, id8(s.ID))}, nothingDone); e != nil {
+	if e := r.cards.askCard(ctx, c, need, "archive", &tid, []string{fmt.Sprintf("Archive %q (%s)", s.Title, id8(s.ID))}, nothingDone); e != nil {
 		return nil, e
 	}
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)

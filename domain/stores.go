@@ -26,6 +26,7 @@ type Store interface {
 	deliveryStore
 	subscriptionStore
 	askStore
+	cardStore
 	scheduleStore
 	peerStore
 	ownerStore
@@ -78,9 +79,9 @@ type recordStore interface {
 }
 
 // actionStore is what the tool actions (tool.go, send.go, create.go,
-// sessions.go, cards.go, caps.go, update.go, agents.go, tasks.go) need
-// besides the records: the call's one-round-trip load, caps and
-// reservations, cards, usage, task output.
+// sessions.go, caps.go, update.go, agents.go, tasks.go) need besides the
+// records: the call's one-round-trip load, caps and reservations, usage,
+// task output.
 type actionStore interface {
 	AddMonthUsage(ctx context.Context, provider string, month string, tokens int64, microUSD int64) error
 	AllScopeSubscriptions(ctx context.Context) ([]*store.Subscription, error)
@@ -89,7 +90,6 @@ type actionStore interface {
 	BusyCount(ctx context.Context, orchestrator string) (int, error)
 	ClearAgentSession(ctx context.Context, sid string) error
 	ExpireTaskOutput(ctx context.Context, id string, keep time.Duration) error
-	GetCard(ctx context.Context, id string) (*store.Card, error)
 	LoadCall(ctx context.Context, caller string, ref string) (*store.Call, error)
 	MonthUsage(ctx context.Context, provider string, month string) (tokens int64, microUSD int64, err error)
 	NoteCwd(ctx context.Context, dir string, now time.Time) error
@@ -97,9 +97,7 @@ type actionStore interface {
 	RecentCwds(ctx context.Context, n int) ([]string, error)
 	ReserveUnder(ctx context.Context, orchestrator string, sid string, limit int, peerLimit int) error
 	ResolveSession(ctx context.Context, ref string) (sess *store.Session, matches int, err error)
-	SaveCard(ctx context.Context, c *store.Card) error
 	SaveTask(ctx context.Context, t *store.Task) error
-	SetFlag(ctx context.Context, sid string, name string) error
 	SetTurnModelAsked(ctx context.Context, id string, model string) error
 	SetUsagePaused(ctx context.Context, provider string, reason string, at time.Time) error
 	Usage(ctx context.Context, provider string) (map[string]int64, error)
@@ -202,6 +200,15 @@ type askStore interface {
 	CloseAsk(ctx context.Context, a *store.Ask) (bool, error)
 	OpenAskCounts(ctx context.Context, asker string, sid string) (int, int, error)
 	OpenAsks(ctx context.Context) ([]*store.Ask, error)
+}
+
+// cardStore is what the approval cards (cards.go) need besides the
+// records: saving a card, reading its decision, setting the flags an
+// allowed card grants.
+type cardStore interface {
+	GetCard(ctx context.Context, id string) (*store.Card, error)
+	SaveCard(ctx context.Context, c *store.Card) error
+	SetFlag(ctx context.Context, sid string, name string) error
 }
 
 // scheduleStore is what the schedules (schedule.go) need.

@@ -16,7 +16,7 @@ import (
 // stores.go that names what it may use (recordStore is open to all).
 var storeUsers = map[string]string{
 	"tool.go": "actionStore", "send.go": "actionStore", "create.go": "actionStore", "sessions.go": "actionStore",
-	"cards.go": "actionStore", "caps.go": "actionStore", "update.go": "actionStore",
+	"caps.go": "actionStore", "update.go": "actionStore",
 	"agents.go": "actionStore", "tasks.go": "actionStore",
 	"groups.go": "groupStore", "tokens.go": "tokenStore",
 	"turns.go": "drainStore", "turntoken.go": "drainStore", "direct.go": "drainStore", "stacks.go": "drainStore",
@@ -25,6 +25,7 @@ var storeUsers = map[string]string{
 	"mirrors.go": "deliveryStore", "notify.go": "deliveryStore",
 	"subscribe.go": "subscriptionStore",
 	"asks.go":      "askStore",
+	"cards.go":     "cardStore",
 	"schedule.go":  "scheduleStore",
 	"peer.go":      "peerStore", "peercheck.go": "peerStore", "peerpoll.go": "peerStore", "peerserve.go": "peerStore",
 	"peertokens.go": "peerStore", "pairing.go": "peerStore", "remote.go": "peerStore",

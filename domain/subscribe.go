@@ -24,13 +24,14 @@ const nothingSubscribed = "No subscription was made."
 // of a subscription, the owner's unsubscribe, and ending subscriptions (one
 // by one, or what archiving a session ends). It sees the store only as
 // recordStore and subscriptionStore, schedules heartbeats and releases
-// through the delivery pipeline, and reaches the rest of the relay only
-// through subscriptionsHost.
+// through the delivery pipeline, asks its cards through the cards, and
+// reaches the rest of the relay only through subscriptionsHost.
 type subscriptions struct {
 	st    subscriptionsStore
 	now   func() time.Time
 	opts  *Options // the relay's: limits, timing
 	dl    *pipeline
+	cards *cards
 	relay subscriptionsHost
 }
 
@@ -41,13 +42,12 @@ type subscriptionsStore interface {
 }
 
 // subscriptionsHost is what the subscriptions ask of the rest of the relay:
-// a session by reference or by argument (sessions.go), the card
-// (cards.go), the owner's unsubscribe of a subscription held on a paired
-// relay (mirrors.go) and telling the console (notify.go).
+// a session by reference or by argument (sessions.go), the owner's
+// unsubscribe of a subscription held on a paired relay (mirrors.go) and
+// telling the console (notify.go).
 type subscriptionsHost interface {
 	sessionByRef(ctx context.Context, ref string) (*store.Session, *Error)
 	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
-	askCard(ctx context.Context, c *caller, need *cardNeed, action string, target *string, lines []string, nothing string) *Error
 	unsubscribeMirror(ctx context.Context, sub *store.Subscription) (*relay.Ended, error)
 	notifySub(ctx context.Context, sub *store.Subscription)
 }
@@ -305,7 +305,7 @@ func (sb *subscriptions) cardSubscribe(ctx context.Context, c *caller, in *subsc
 	if opts != "" {
 		lines = append(lines, opts)
 	}
-	return sb.relay.askCard(ctx, c, need, "subscribe", nil, lines, nothingSubscribed)
+	return sb.cards.askCard(ctx, c, need, "subscribe", nil, lines, nothingSubscribed)
 }
 
 // applySubscribe writes the subscription (the limit checked again) and
@@ -586,7 +586,7 @@ func (sb *subscriptions) transferSubscriptions(ctx context.Context, c *caller, a
 	}
 	need := &cardNeed{}
 	need.add("Moving subscriptions always needs your approval.")
-	if e := sb.relay.askCard(ctx, c, need, "transfer_subscriptions", nil,
+	if e := sb.cards.askCard(ctx, c, need, "transfer_subscriptions", nil,
 		[]string{fmt.Sprintf("Move %s of %q (%s) into this conversation", plural(len(subs), "subscription", "subscriptions"), from.Title, id8(from.ID))},
 		"Nothing was moved."); e != nil {
 		return nil, e

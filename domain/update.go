@@ -415,7 +415,7 @@ func (r *Relay) cardUpdate(ctx context.Context, c *caller, pl *updatePlan, ch *u
 	}
 	modeCard(need, c, "update_session")
 	tid := s.ID
-	return r.askCard(ctx, c, need, "update_session", &tid, updateCardLines(s, ch.lines), nothingChanged)
+	return r.cards.askCard(ctx, c, need, "update_session", &tid, updateCardLines(s, ch.lines), nothingChanged)
 }
 
 // updateCardLines are an update_session card's lines: the session, then its
