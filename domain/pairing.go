@@ -3,7 +3,6 @@ package domain
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -18,7 +17,8 @@ import (
 	"github.com/oar/relay/store"
 )
 
-// Pairing in the owner API (§12, R13.1a), mentions (R4.4) and list_relays.
+// Pairing in the owner API (§12, R13.1a: its requests here, the operations
+// the link's, in peer.go), mentions (R4.4) and list_relays.
 
 // PairRequest is POST /api/v1/relays.
 type PairRequest struct {
@@ -82,213 +82,22 @@ func privateHost(host string) bool {
 	return true
 }
 
-// Pair pairs this relay with another (R13.1a): the URL is checked, hello is
-// tried for 5 s; on success its own name is the default name; without an
-// answer the pairing is kept offline only when a name was given.
+// Pair pairs this relay with another (POST /api/v1/relays; the link's door).
 func (r *Relay) Pair(ctx context.Context, in PairRequest) (*relay.PairedRelay, error) {
-	u, host, err := checkPeerURL(in.URL)
-	if err != nil {
-		return nil, err
-	}
-	if strings.TrimSpace(in.Token) == "" {
-		return nil, Errorf(CodeInvalidInput, "token is required: a peer token made on the other relay (POST /api/v1/peer-tokens there). Nothing was paired.")
-	}
-	perm := strings.ToLower(strings.TrimSpace(in.Permission))
-	if perm == "" {
-		perm = "full" // R4.5: new pairings start at full
-	}
-	if _, ok := levelRank[perm]; !ok {
-		return nil, Errorf(CodeInvalidInput, "permission must be one of %s (got %q). Nothing was paired.", strings.Join(Levels, ", "), in.Permission)
-	}
-	name := strings.TrimSpace(in.Name)
-	if name != "" {
-		if e := r.checkRelayName(name); e != nil {
-			return nil, e
-		}
-	}
-	base := u.String()
-	if r.opts.BaseURL != "" && strings.EqualFold(strings.TrimRight(r.opts.BaseURL, "/"), base) {
-		return nil, Errorf(CodeInvalidInput, "url %q is this relay itself; pair it with another relay. Nothing was paired.", base)
-	}
-	p := &store.Pairing{Name: name, URL: base, Host: host, Token: strings.TrimSpace(in.Token), Permission: perm, PairedAt: r.now()}
-	label := name
-	if label == "" {
-		label = host
-	}
-	h, e := r.pk.hello(ctx, label, base, p.Token, helloTimeout)
-	switch {
-	case e == nil:
-		self, err := r.st.Instance(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("pair with %s: %w", label, err)
-		}
-		if h.Instance != "" && h.Instance == self {
-			return nil, Errorf(CodeInvalidInput, "url %q leads back to this relay itself; pair it with another relay. Nothing was paired.", base)
-		}
-		if p.Name == "" {
-			p.Name = h.Name
-			if e := r.checkRelayName(p.Name); e != nil {
-				return nil, Errorf(CodeInvalidInput, "The relay at %q calls itself %q, which cannot be used here (%s); give a name. Nothing was paired.", base, h.Name, e.Msg)
-			}
-		}
-		p.RemoteName, p.Instance, p.Version, p.Features = h.Name, h.Instance, h.Version, append([]string{}, h.Features...)
-	case e.Code == CodeAuth:
-		return nil, Errorf(CodeAuth, "The relay at %q rejects this token. Make a new one there (POST /api/v1/peer-tokens) and pair again. Nothing was paired.", base)
-	case p.Name == "":
-		return nil, Errorf(CodeOffline, "The relay at %q did not answer hello within 5 s (%s). Give a name to pair it while it is offline. Nothing was paired.", base, e.Msg)
-	default:
-	}
-	if err := r.st.AddPairing(ctx, p); errors.Is(err, store.ErrExists) {
-		return nil, Errorf(CodeInvalidInput, "A relay named %q is paired already; give another name or remove that pairing first. Nothing was paired.", p.Name)
-	} else if err != nil {
-		return nil, err
-	}
-	r.pk.link(ctx, p, e)
-	r.log.Info("relay paired", "relay", p.Name, "url", base, "online", e == nil, "permission", p.Permission)
-	links, _ := r.st.Links(ctx)
-	return r.pairingView(p, links), nil
-}
-
-func (r *Relay) checkRelayName(name string) *Error {
-	if !relayNameRE.MatchString(name) {
-		return Errorf(CodeInvalidInput, "name %q must be 1–63 letters, digits, '.', '_' or '-', starting with a letter or digit. Nothing was paired.", name)
-	}
-	if strings.EqualFold(name, "this") || strings.EqualFold(name, r.opts.Name) {
-		return Errorf(CodeInvalidInput, "name %q is this relay's own; give the paired relay another name. Nothing was paired.", name)
-	}
-	return nil
-}
-
-func (r *Relay) pairingView(p *store.Pairing, links map[string]store.Link) *relay.PairedRelay {
-	l := links[strings.ToLower(p.Name)]
-	m := &relay.PairedRelay{Name: p.Name, URL: p.URL, Host: p.Host, Online: l.Online, Version: p.Version,
-		Permission: p.Permission, PairedAt: tsPtr(p.PairedAt), LastSeenAt: tsPtr(l.LastSeenAt)}
-	if p.RemoteName != "" && !strings.EqualFold(p.RemoteName, p.Name) {
-		m.RemoteName = p.RemoteName
-	}
-	if !l.Online && l.Reason != "" {
-		m.OfflineReason = l.Reason
-	}
-	return m
+	return r.pk.Pair(ctx, in)
 }
 
 // Relays lists the pairings (GET /api/v1/relays).
-func (r *Relay) Relays(ctx context.Context) ([]*relay.PairedRelay, error) {
-	ps, err := r.st.Pairings(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list paired relays: %w", err)
-	}
-	links, err := r.st.Links(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list paired relays: %w", err)
-	}
-	out := []*relay.PairedRelay{}
-	for _, p := range ps {
-		out = append(out, r.pairingView(p, links))
-	}
-	return out, nil
-}
+func (r *Relay) Relays(ctx context.Context) ([]*relay.PairedRelay, error) { return r.pk.Relays(ctx) }
 
 // PatchRelay changes a pairing's level, URL or token.
 func (r *Relay) PatchRelay(ctx context.Context, name string, in RelayPatch) (*relay.PairedRelay, error) {
-	p, err := r.st.GetPairing(ctx, name)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, Errorf(CodeNotFound, "No paired relay is named %q. Nothing was changed.", name)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if in.Permission == nil && in.URL == nil && in.Token == nil {
-		return nil, Errorf(CodeInvalidInput, "Give permission, url or token to change. Nothing was changed.")
-	}
-	if in.Permission != nil {
-		perm := strings.ToLower(strings.TrimSpace(*in.Permission))
-		if _, ok := levelRank[perm]; !ok {
-			return nil, Errorf(CodeInvalidInput, "permission must be one of %s (got %q). Nothing was changed.", strings.Join(Levels, ", "), *in.Permission)
-		}
-		p.Permission = perm
-	}
-	if in.URL != nil {
-		u, host, err := checkPeerURL(*in.URL)
-		if err != nil {
-			var e *Error
-			if errors.As(err, &e) {
-				e.Msg = strings.Replace(e.Msg, "Nothing was paired.", "Nothing was changed.", 1)
-			}
-			return nil, err
-		}
-		p.URL, p.Host = u.String(), host
-	}
-	if in.Token != nil {
-		if strings.TrimSpace(*in.Token) == "" {
-			return nil, Errorf(CodeInvalidInput, "token may not be empty. Nothing was changed.")
-		}
-		p.Token = strings.TrimSpace(*in.Token)
-	}
-	if err := r.st.SavePairing(ctx, p); err != nil {
-		return nil, fmt.Errorf("update pairing %s: %w", p.Name, err)
-	}
-	r.log.Info("pairing changed", "relay", p.Name, "permission", p.Permission)
-	links, _ := r.st.Links(ctx)
-	return r.pairingView(p, links), nil
+	return r.pk.PatchRelay(ctx, name, in)
 }
 
-// Unpair removes a pairing; subscriptions and asks this relay's
-// conversations hold there end (R8.19 unpaired, R10.8), on that relay too
-// while it can still be reached, and the answer counts both.
+// Unpair removes a pairing (DELETE /api/v1/relays/{name}).
 func (r *Relay) Unpair(ctx context.Context, name string) (*relay.Unpaired, error) {
-	p, err := r.st.GetPairing(ctx, name)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, Errorf(CodeNotFound, "No paired relay is named %q. Nothing was changed.", name)
-	}
-	if err != nil {
-		return nil, err
-	}
-	ended, untold := 0, 0
-	subs, err := r.st.RemoteSubscriptions(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("unpair %s: %w", p.Name, err)
-	}
-	for _, s := range subs {
-		if strings.EqualFold(s.Relay, p.Name) {
-			// Ended here first: the poller, seeing it end there, keeps this reason.
-			r.endMirror(ctx, s, "unpaired")
-			// Tell the other side while it can still be reached (best effort, short).
-			if !r.remoteUnsubscribe(ctx, p, s) {
-				untold++
-			}
-			ended++
-		}
-	}
-	asks, err := r.st.RemoteAsks(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("unpair %s: %w", p.Name, err)
-	}
-	endedAsks := 0
-	for _, a := range asks {
-		if strings.EqualFold(a.Relay, p.Name) {
-			// The ask is kept there: it ends there, out of that relay's inbox (R10.8).
-			if !r.remoteWithdraw(ctx, p, a) {
-				untold++
-			}
-			if ok, err := r.st.DeleteRemoteAsk(ctx, a.ID); err == nil && ok {
-				endedAsks++
-			}
-		}
-	}
-	if _, err := r.st.DeletePairing(ctx, p.Name); err != nil {
-		return nil, fmt.Errorf("unpair %s: %w", p.Name, err)
-	}
-	if err := r.st.DropLink(ctx, p.Name); err != nil {
-		r.log.Warn("drop link state", "relay", p.Name, "err", err)
-	}
-	r.log.Info("relay unpaired", "relay", p.Name, "subscriptions_ended", ended, "asks_ended", endedAsks, "not_told", untold)
-	out := &relay.Unpaired{Name: p.Name, Removed: true, SubscriptionsEnded: ended, AsksEnded: endedAsks}
-	if untold > 0 {
-		out.Note = fmt.Sprintf("Relay %q did not answer: %d of them ended here only; it stops keeping their events within %s of the last one, and its owner can dismiss the asks there.",
-			p.Name, untold, r.opts.Timing.ReplayKeep.Round(time.Hour))
-	}
-	return out, nil
+	return r.pk.Unpair(ctx, name)
 }
 
 // Mentions (R4.4, R13.1a): a pairing's name or host as a word, or with a
@@ -379,7 +188,7 @@ func (r *Relay) pairedRelays(ctx context.Context, sid string) ([]any, int, error
 	out := []any{}
 	n := 0
 	for _, p := range ps {
-		v := r.pairingView(p, links)
+		v := pairingView(p, links)
 		_, open := unlocked[strings.ToLower(p.Name)]
 		if open {
 			n++
