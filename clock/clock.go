@@ -14,7 +14,6 @@ package clock
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -67,7 +66,8 @@ type Scaled struct {
 	Start  time.Time // wall time it started
 	Factor float64
 
-	skipped atomic.Int64 // clock time Skip added (ns)
+	mu      sync.Mutex
+	skipped time.Duration // clock time Skip added
 }
 
 // NewScaled starts a clock at base running factor times faster.
@@ -77,13 +77,13 @@ func NewScaled(base time.Time, factor float64) *Scaled {
 
 // Now is the clock's time.
 func (s *Scaled) Now() time.Time {
-	return s.Base.Add(time.Duration(s.skipped.Load()) + time.Duration(float64(time.Since(s.Start))*s.Factor))
+	return s.Base.Add(s.skip() + time.Duration(float64(time.Since(s.Start))*s.Factor))
 }
 
-// Wall is the wall time at which the clock shows t (for a t before the last
-// Skip: the wall time it would have shown t had it run on without skips).
+// Wall is the wall time at which the clock shows t (a t that a Skip jumped
+// over, or an earlier one, maps to a wall time in the past).
 func (s *Scaled) Wall(t time.Time) time.Time {
-	return s.Start.Add(time.Duration(float64(t.Sub(s.Base)-time.Duration(s.skipped.Load())) / s.Factor))
+	return s.Start.Add(time.Duration(float64(t.Sub(s.Base)-s.skip()) / s.Factor))
 }
 
 // Skip jumps the clock forward by d at once, as if d of clock time had
@@ -101,7 +101,15 @@ func (s *Scaled) Skip(d time.Duration) {
 	if d < 0 {
 		panic("clock: Scaled.Skip of a negative duration")
 	}
-	s.skipped.Add(int64(d))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.skipped += d
+}
+
+func (s *Scaled) skip() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.skipped
 }
 
 func (s *Scaled) real(d time.Duration) time.Duration {
