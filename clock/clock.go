@@ -83,11 +83,14 @@ func (r realTimer) Reset(d time.Duration) bool {
 
 // Scaled is a clock that runs Factor times faster than the wall clock from
 // Base on (end-to-end tests of digests, quiet hours and wake limits run in
-// seconds).
+// seconds). Skip jumps it forward.
 type Scaled struct {
 	Base   time.Time // clock time at Start
 	Start  time.Time // wall time it started
 	Factor float64
+
+	mu      sync.Mutex
+	skipped time.Duration // clock time Skip added
 }
 
 // NewScaled starts a clock at base running factor times faster.
@@ -97,12 +100,39 @@ func NewScaled(base time.Time, factor float64) *Scaled {
 
 // Now is the clock's time.
 func (s *Scaled) Now() time.Time {
-	return s.Base.Add(time.Duration(float64(time.Since(s.Start)) * s.Factor))
+	return s.Base.Add(s.skip() + time.Duration(float64(time.Since(s.Start))*s.Factor))
 }
 
-// Wall is the wall time at which the clock shows t.
+// Wall is the wall time at which the clock shows t (a t that a Skip jumped
+// over, or an earlier one, maps to a wall time in the past).
 func (s *Scaled) Wall(t time.Time) time.Time {
-	return s.Start.Add(time.Duration(float64(t.Sub(s.Base)) / s.Factor))
+	return s.Start.Add(time.Duration(float64(t.Sub(s.Base)-s.skip()) / s.Factor))
+}
+
+// Skip jumps the clock forward by d at once, as if d of clock time had
+// passed in no wall time: Now is d later from then on, and Wall follows
+// (Wall(Now()) is still the wall time now). It is safe to call while others
+// read the clock; d below 0 panics (the clock never goes back).
+//
+// What waits in wall time does not see the jump: a timer made before it
+// fires after its wall duration, and a job that a queue keeps at a wall time
+// Wall gave before it runs at that wall time, each d of clock time later than
+// it was due. An end-to-end test that skips the time a stopped relay misses
+// makes sure the jobs it left queued are due (in wall time) before it starts
+// the relay again.
+func (s *Scaled) Skip(d time.Duration) {
+	if d < 0 {
+		panic("clock: Scaled.Skip of a negative duration")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.skipped += d
+}
+
+func (s *Scaled) skip() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.skipped
 }
 
 func (s *Scaled) real(d time.Duration) time.Duration {

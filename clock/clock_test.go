@@ -137,6 +137,72 @@ func TestScaledWallIsInverseOfNow(t *testing.T) {
 	}
 }
 
+// Skip moves Now and Wall on together: the clock shows d more at once, and
+// Wall still maps the clock's time back to the wall time. Skips from several
+// goroutines while others read the clock all count, and Now never goes back.
+func TestScaledSkip(t *testing.T) {
+	s := &Scaled{Base: t0, Start: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), Factor: 60}
+	s.Skip(3*time.Minute + 30*time.Second)
+	clockAt := t0.Add(time.Hour + 3*time.Minute + 30*time.Second)
+	if got, want := s.Wall(clockAt), s.Start.Add(time.Minute); !got.Equal(want) {
+		t.Fatalf("after a skip of 3.5 min Wall(%v) = %v, want %v", clockAt, got, want)
+	}
+
+	live := NewScaled(t0, 60)
+	before := live.Now()
+	live.Skip(time.Hour)
+	if d := live.Now().Sub(before); d < time.Hour || d > time.Hour+10*time.Minute {
+		t.Fatalf("Now moved on by %v over a skip of 1h, want 1h (and the little time the test took)", d)
+	}
+	wall := time.Now()
+	if d := live.Wall(live.Now()).Sub(wall); d < -time.Second || d > time.Second {
+		t.Fatalf("after a skip Wall(Now()) is %v off the wall time", d)
+	}
+
+	const skippers, skips = 4, 100
+	var wg sync.WaitGroup
+	start := live.Now()
+	for range skippers {
+		wg.Go(func() {
+			for range skips {
+				live.Skip(time.Minute)
+			}
+		})
+	}
+	stop := make(chan struct{})
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		last := live.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			now := live.Now()
+			if now.Before(last) {
+				t.Errorf("Now went back from %v to %v during skips", last, now)
+				return
+			}
+			last = now
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	<-readerDone
+	if d := live.Now().Sub(start); d < skippers*skips*time.Minute || d > skippers*skips*time.Minute+time.Hour {
+		t.Fatalf("Now moved on by %v over %d skips of 1 min, want %v", d, skippers*skips, skippers*skips*time.Minute)
+	}
+
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a skip back did not panic")
+		}
+	}()
+	live.Skip(-time.Second)
+}
+
 func TestRealTimer(t *testing.T) {
 	var c Clock = Real{}
 	tm := c.NewTimer(time.Millisecond)

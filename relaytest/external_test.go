@@ -36,6 +36,9 @@ func TestExternalSession(t *testing.T) {
 	create := map[string]any{"action": "create_session", "relay": "this", "text": "hello from outside", "wait_seconds": 10}
 	pending := call(create)
 	card := r.WaitCard(ext.ID)
+	// Not a wait for work: the card is up, and for 300 ms after it the call
+	// must still not have returned (it blocks until the decision); that it
+	// does not come back is the subject, and no event says so.
 	select {
 	case got := <-pending:
 		t.Fatalf("create_session returned before the card was decided: %v %v", got.env, got.err)

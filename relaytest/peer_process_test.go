@@ -492,6 +492,20 @@ func (p *peerProc) relayOnline(name string) bool {
 // (relay_peer_requests_total of kind events with a code other than ok).
 func (p *peerProc) failedEventPolls() float64 {
 	p.t.Helper()
+	return p.eventPolls(false)
+}
+
+// okEventPolls is how many of p's event polls of paired relays succeeded
+// (relay_peer_requests_total of kind events with code ok).
+func (p *peerProc) okEventPolls() float64 {
+	p.t.Helper()
+	return p.eventPolls(true)
+}
+
+// eventPolls sums relay_peer_requests_total of kind events: the polls with
+// code ok, or (ok false) those with any other code.
+func (p *peerProc) eventPolls(ok bool) float64 {
+	p.t.Helper()
 	resp, err := http.Get(p.api.URL + "/metrics")
 	if err != nil {
 		p.t.Fatalf("%s: /metrics: %v", p.label, err)
@@ -500,7 +514,7 @@ func (p *peerProc) failedEventPolls() float64 {
 	body, _ := io.ReadAll(resp.Body)
 	n := 0.0
 	for _, l := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(l, "relay_peer_requests_total{") && strings.Contains(l, `kind="events"`) && !strings.Contains(l, `code="ok"`) {
+		if strings.HasPrefix(l, "relay_peer_requests_total{") && strings.Contains(l, `kind="events"`) && strings.Contains(l, `code="ok"`) == ok {
 			var v float64
 			if _, err := fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v); err == nil {
 				n += v
@@ -533,9 +547,23 @@ func TestPeerLinkCutReplay(t *testing.T) {
 	}
 	sub, _ := res["subscription"].(map[string]any)
 	t.Logf("subscribed on bravo: %v", sub)
-	// Whatever the subscription delivers before the cut (all_idle at most) is the baseline.
-	time.Sleep(2500 * time.Millisecond)
+	// Whatever the subscription delivers before the cut is the baseline: the
+	// events bravo keeps in the subscription's stream (none: the watched
+	// session runs nothing before the cut; all_idle at most), delivered on
+	// alpha. That is reached once one of alpha's polls of bravo's events
+	// succeeded since the subscription was made (its only remote one, so the
+	// poll read this stream) and every event the stream holds then is a line
+	// of alpha's event messages (what a poll brings waits out timing.coalesce).
+	okPolls := alpha.okEventPolls()
+	Eventually(t, 10*time.Second, func() bool { return alpha.okEventPolls() > okPolls }, "a poll of bravo's events since the subscription")
+	kept, _, err := bravo1.st.SubEvents(context.Background(), str(sub["id"]), "0", 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 10*time.Second, func() bool { return eventLines(alpha.api.EventTexts(sa.ID)) >= len(kept) },
+		"the %d events bravo keeps for the subscription delivered on alpha", len(kept))
 	before := len(alpha.api.EventTexts(sa.ID))
+	t.Logf("baseline before the cut: %d events kept on bravo, %d event messages on alpha", len(kept), before)
 
 	cut := time.Now()
 	bravo1.stop()
@@ -629,6 +657,19 @@ func TestPeerLinkCutReplay(t *testing.T) {
 		t.Fatalf("event messages after the replay:\n%s", after)
 	}
 	t.Logf("TestPeerLinkCutReplay took %s", time.Since(begin).Round(time.Millisecond))
+}
+
+// eventLines counts the event lines of event messages (after each message's header).
+func eventLines(texts []string) int {
+	n := 0
+	for _, txt := range texts {
+		for _, l := range strings.Split(txt, "\n") {
+			if strings.HasPrefix(l, "[relay event] ") {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // timedTool runs a tool call in a turn of s and returns its result and how
