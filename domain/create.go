@@ -171,7 +171,7 @@ func (r *Relay) checkCreate(ctx context.Context, c *caller, in *createArgs) (*cr
 		return nil, Errorf(CodeSessionLimit, "%d sessions this conversation started already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
 			n, r.opts.Limits.ActiveSessions, nothingCreated)
 	}
-	if e := r.precheckPeerCap(ctx, c.s.ID, r.startedBy(c), nothingCreated); e != nil {
+	if e := r.precheckPeerCap(ctx, c.s.ID, r.rem.startedBy(c), nothingCreated); e != nil {
 		return nil, e
 	}
 	pl := &createPlan{provID: in.provID, model: in.model, effort: in.effort, mode: in.mode, need: &cardNeed{}}
@@ -282,7 +282,7 @@ func (r *Relay) applyCreate(ctx context.Context, c *caller, in *createArgs, pl *
 	now := r.now()
 	s := &store.Session{ID: store.NewID(16), Title: pl.title, Provider: pl.provID, Model: pl.model, Effort: pl.effort, Mode: pl.mode,
 		Cwd: pl.cwd, Repo: in.repo, Branch: in.branch, Token: store.NewID(24), CreatedAt: now, LastActivityAt: now,
-		StartedBy: r.startedBy(c)}
+		StartedBy: r.rem.startedBy(c)}
 	if err := r.st.ReserveUnder(ctx, c.s.ID, s.ID, r.opts.Limits.ActiveSessions, r.opts.Limits.ActiveSessionsPerPeerToken); err != nil {
 		if errors.Is(err, store.ErrPeerSessionLimit) {
 			return nil, r.peerCapError(s.StartedBy, nothingCreated)

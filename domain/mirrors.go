@@ -23,13 +23,13 @@ import (
 // keepMirror records a subscription just made on paired relay p: what the
 // relay answered (sessions with their titles, the options it took, exclude
 // as full ids), the arguments as sent where an older relay says less.
-func (r *Relay) keepMirror(ctx context.Context, c *caller, a *args, p *store.Pairing, env map[string]any) {
+func (rm *remote) keepMirror(ctx context.Context, c *caller, a *args, p *store.Pairing, env map[string]any) {
 	sm, _ := env["subscription"].(map[string]any)
 	id, _ := sm["id"].(string)
 	if id == "" {
 		return
 	}
-	sub := &store.Subscription{ID: id, Watcher: c.s.ID, Relay: p.Name, Cursor: "0", CreatedAt: r.now()}
+	sub := &store.Subscription{ID: id, Watcher: c.s.ID, Relay: p.Name, Cursor: "0", CreatedAt: rm.now()}
 	sub.Events, _ = a.strs("events")
 	sub.Exclude, _ = a.strs("exclude")
 	sub.Match, _ = a.str("match")
@@ -72,8 +72,8 @@ func (r *Relay) keepMirror(ctx context.Context, c *caller, a *args, p *store.Pai
 	if n, ok := sm["heartbeatMinutes"].(float64); ok {
 		sub.HeartbeatMinutes = int(n)
 	}
-	if err := r.st.SaveSubscription(ctx, sub); err != nil {
-		r.log.Error("keep remote subscription", "relay", p.Name, "sub", id, "err", err)
+	if err := rm.st.SaveSubscription(ctx, sub); err != nil {
+		rm.log.Error("keep remote subscription", "relay", p.Name, "sub", id, "err", err)
 	}
 }
 
@@ -104,7 +104,7 @@ func mirrorExcludes(sub *store.Subscription, sid string) bool {
 // heldHere puts into a paired relay's list_subscriptions answer what this
 // relay holds for its subscriptions (R8.23): their digest and quiet hours
 // apply here, so the relay itself never holds any (R8.21).
-func (r *Relay) heldHere(ctx context.Context, p *store.Pairing, env map[string]any) {
+func (rm *remote) heldHere(ctx context.Context, p *store.Pairing, env map[string]any) {
 	list, _ := env["subscriptions"].([]any)
 	for _, x := range list {
 		m, _ := x.(map[string]any)
@@ -112,13 +112,13 @@ func (r *Relay) heldHere(ctx context.Context, p *store.Pairing, env map[string]a
 		if id == "" {
 			continue
 		}
-		sub, err := r.st.GetSubscription(ctx, id)
+		sub, err := rm.st.GetSubscription(ctx, id)
 		if err != nil || !strings.EqualFold(sub.Relay, p.Name) {
 			continue
 		}
-		n, due, err := r.st.HeldInfo(ctx, id)
+		n, due, err := rm.st.HeldInfo(ctx, id)
 		if err != nil {
-			r.log.Warn("held events unreadable", "sub", id, "err", err)
+			rm.log.Warn("held events unreadable", "sub", id, "err", err)
 			continue
 		}
 		_, ended := m["endReason"]
@@ -137,21 +137,21 @@ func (r *Relay) heldHere(ctx context.Context, p *store.Pairing, env map[string]a
 // watchingList is the owner's view of a conversation's subscriptions
 // (GET /sessions/{id} watching, the console's chip): those on this relay
 // and those it holds on paired relays, each of those naming its relay.
-func (r *Relay) watchingList(ctx context.Context, watcher string) ([]*relay.SubscriptionItem, error) {
-	list, err := r.subs.SubscriptionList(ctx, watcher)
+func (rm *remote) watchingList(ctx context.Context, watcher string) ([]*relay.SubscriptionItem, error) {
+	list, err := rm.subs.SubscriptionList(ctx, watcher)
 	if err != nil {
 		return nil, err
 	}
-	active, err := r.st.WatcherMirrors(ctx, watcher)
+	active, err := rm.st.WatcherMirrors(ctx, watcher)
 	if err != nil {
 		return nil, err
 	}
-	ended, err := r.st.EndedMirrors(ctx, watcher, r.now().Add(-endedListWindow))
+	ended, err := rm.st.EndedMirrors(ctx, watcher, rm.now().Add(-endedListWindow))
 	if err != nil {
 		return nil, err
 	}
 	for _, sub := range append(active, ended...) {
-		m, err := r.subs.subListItem(ctx, sub)
+		m, err := rm.subs.subListItem(ctx, sub)
 		if err != nil {
 			return nil, err
 		}
@@ -162,49 +162,49 @@ func (r *Relay) watchingList(ctx context.Context, watcher string) ([]*relay.Subs
 
 // unsubscribeMirror is the owner's Unsubscribe of a subscription held on a
 // paired relay: it ends there (told now) and here.
-func (r *Relay) unsubscribeMirror(ctx context.Context, sub *store.Subscription) (*relay.Ended, error) {
+func (rm *remote) unsubscribeMirror(ctx context.Context, sub *store.Subscription) (*relay.Ended, error) {
 	out := &relay.Ended{ID: sub.ID, Relay: sub.Relay}
 	if sub.EndReason != "" {
 		out.EndReason = sub.EndReason
 		return out, nil
 	}
 	told := false
-	p, err := r.st.GetPairing(ctx, sub.Relay)
+	p, err := rm.st.GetPairing(ctx, sub.Relay)
 	switch {
 	case err == nil:
-		told = r.remoteUnsubscribe(ctx, p, sub)
+		told = rm.remoteUnsubscribe(ctx, p, sub)
 	case !errors.Is(err, store.ErrNotFound):
 		return nil, err
 	}
-	r.endMirror(ctx, sub, "unsubscribed")
+	rm.endMirror(ctx, sub, "unsubscribed")
 	out.EndReason = sub.EndReason
 	if !told {
 		out.Note = fmt.Sprintf("Relay %q could not be told; it stops keeping this subscription's events within %s of the last one.",
-			sub.Relay, r.opts.Timing.ReplayKeep.Round(time.Hour))
+			sub.Relay, rm.opts.Timing.ReplayKeep.Round(time.Hour))
 	}
 	return out, nil
 }
 
 // remoteUnsubscribe ends a mirror's subscription on its relay (best effort,
 // short); it reports whether the relay answered.
-func (r *Relay) remoteUnsubscribe(ctx context.Context, p *store.Pairing, s *store.Subscription) bool {
-	return r.tellPeer(ctx, p, "unsubscribe", "subscription_id", s.ID, s.Watcher)
+func (rm *remote) remoteUnsubscribe(ctx context.Context, p *store.Pairing, s *store.Subscription) bool {
+	return rm.tellPeer(ctx, p, "unsubscribe", "subscription_id", s.ID, s.Watcher)
 }
 
 // remoteWithdraw ends an ask this relay follows on the relay that keeps it
 // (R10.8: unpairing ends it there); it reports whether the relay answered.
-func (r *Relay) remoteWithdraw(ctx context.Context, p *store.Pairing, a *store.RemoteAsk) bool {
-	return r.tellPeer(ctx, p, "withdraw", "question_id", a.ID, a.Asker)
+func (rm *remote) remoteWithdraw(ctx context.Context, p *store.Pairing, a *store.RemoteAsk) bool {
+	return rm.tellPeer(ctx, p, "withdraw", "question_id", a.ID, a.Asker)
 }
 
 // tellPeer makes a short best-effort peer call of action on the record id
 // (passed as the argument idArg) for this relay's conversation session; it
 // reports whether the relay answered.
-func (r *Relay) tellPeer(ctx context.Context, p *store.Pairing, action, idArg, id, session string) bool {
+func (rm *remote) tellPeer(ctx context.Context, p *store.Pairing, action, idArg, id, session string) bool {
 	body := PeerCallBody{Action: action, Args: map[string]json.RawMessage{idArg: quoteJSON(id)},
-		Origin: PeerOrigin{Relay: r.opts.Name, Session: session, Path: []string{r.opts.Name}}}
-	if _, e := r.pk.peerCall(context.WithoutCancel(ctx), p, body, 3*time.Second); e != nil {
-		r.log.Info(action+" on paired relay failed", "relay", p.Name, "id", id, "err", e.Msg)
+		Origin: PeerOrigin{Relay: rm.opts.Name, Session: session, Path: []string{rm.opts.Name}}}
+	if _, e := rm.pk.peerCall(context.WithoutCancel(ctx), p, body, 3*time.Second); e != nil {
+		rm.log.Info(action+" on paired relay failed", "relay", p.Name, "id", id, "err", e.Msg)
 		return false
 	}
 	return true

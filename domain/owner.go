@@ -90,7 +90,7 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 	var turnID string
 	if strings.TrimSpace(in.Text) != "" {
 		r.unlockMentions(ctx, s.ID, in.Text)
-		t, err := r.queue(ctx, s, in.Text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.mentionedRelays(ctx, s.ID)}, "", false, 0)
+		t, err := r.queue(ctx, s, in.Text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.rem.mentionedRelays(ctx, s.ID)}, "", false, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -126,7 +126,7 @@ func (r *Relay) OwnerSession(ctx context.Context, ref string, last int) (*relay.
 		}
 	}
 	m.Cards = mine
-	watching, err := r.watchingList(ctx, s.ID) // those on paired relays too
+	watching, err := r.rem.watchingList(ctx, s.ID) // those on paired relays too
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +162,7 @@ func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (*relay.Mess
 	}
 	r.unlockMentions(ctx, s.ID, text)   // R4.4: the owner mentioned paired relays
 	r.sch.releaseHeld(ctx, s.ID, false) // the owner wrote: held schedule firings go (R9.6)
-	t, err := r.queue(ctx, s, text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.mentionedRelays(ctx, s.ID)}, "", false, 0)
+	t, err := r.queue(ctx, s, text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.rem.mentionedRelays(ctx, s.ID)}, "", false, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -255,7 +255,7 @@ func (r *Relay) InboxWithPaired(ctx context.Context) ([]*relay.InboxAsk, []*rela
 // AnswerPairedAsk answers an ask kept on a paired relay from this relay's inbox (R10.3).
 // Its answer stays a map: it is that relay's JSON (of its version), passed on with "relay" added.
 func (r *Relay) AnswerPairedAsk(ctx context.Context, relayName, id string, in InboxAnswer) (map[string]any, error) {
-	p, err := r.pairing(ctx, relayName)
+	p, err := r.rem.pairing(ctx, relayName)
 	if err != nil {
 		return nil, err
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/store"
 )
 
@@ -15,6 +17,58 @@ import (
 // the conversation, the pairing's permission level, the hop limit and the
 // cards are checked here, before the call is sent; the paired relay then
 // applies its own rules (accept setting, hop limit, caps, limits).
+
+// remote is a tool call to a paired relay on the caller's side (remote.go)
+// and the mirror records such calls leave here (mirrors.go): a remote
+// subscription's mirror, the asks put there, what ends them. The link
+// (peerLink) sends the requests; the cards are asked through the cards.
+type remote struct {
+	st    remoteStore
+	now   func() time.Time
+	log   *slog.Logger
+	opts  *Options // the relay's: name, limits
+	pk    *peerLink
+	cards *cards
+	subs  *subscriptions
+	relay remoteHost
+}
+
+// remoteStore is the store as the remote calls see it.
+type remoteStore interface {
+	recordStore
+	peerStore
+	mirrorStore
+}
+
+// remoteHost is what a remote call asks of the rest of the relay: the
+// target session of a call that names one here (sessions.go), the wait of a
+// call (queue.go), the check on the paired relay before a card
+// (peercheck.go) and telling the console (notify.go).
+type remoteHost interface {
+	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
+	waitArg(ctx context.Context, a *args, nothing string) (time.Duration, string, *Error)
+	checkThere(ctx context.Context, p *store.Pairing, body PeerCallBody) (*PeerChecked, *Error)
+	notify(ctx context.Context, what string)
+}
+
+// The doors other subsystems' hosts reach the mirrors by (peerLinkHost,
+// subscriptionsHost).
+
+func (r *Relay) endMirror(ctx context.Context, s *store.Subscription, reason string) {
+	r.rem.endMirror(ctx, s, reason)
+}
+
+func (r *Relay) remoteUnsubscribe(ctx context.Context, p *store.Pairing, s *store.Subscription) bool {
+	return r.rem.remoteUnsubscribe(ctx, p, s)
+}
+
+func (r *Relay) remoteWithdraw(ctx context.Context, p *store.Pairing, a *store.RemoteAsk) bool {
+	return r.rem.remoteWithdraw(ctx, p, a)
+}
+
+func (r *Relay) unsubscribeMirror(ctx context.Context, sub *store.Subscription) (*relay.Ended, error) {
+	return r.rem.unsubscribeMirror(ctx, sub)
+}
 
 // Permission levels of a pairing (R4.5).
 var levelRank = map[string]int{"none": 0, "read": 1, "prompt": 2, "full": 3}
@@ -65,9 +119,9 @@ func hopCheck(o store.Origin, target string, hops int) *Error {
 // inherits its starter's, so a chain keeps them across local hops; a turn
 // that began here otherwise (an event, a schedule, a call outside a turn)
 // takes this conversation's mentions as the call read them (pv).
-func (r *Relay) chain(c *caller, pv *peerState) store.Origin {
-	o := c.origin(r.opts.Name)
-	if c.remote != nil || len(o.Path) != 1 || !strings.EqualFold(o.Path[0], r.opts.Name) || len(o.Unlocked) > 0 {
+func (rm *remote) chain(c *caller, pv *peerState) store.Origin {
+	o := c.origin(rm.opts.Name)
+	if c.remote != nil || len(o.Path) != 1 || !strings.EqualFold(o.Path[0], rm.opts.Name) || len(o.Unlocked) > 0 {
 		return o
 	}
 	if c.turn != nil && c.turn.Caller != "" {
@@ -80,8 +134,8 @@ func (r *Relay) chain(c *caller, pv *peerState) store.Origin {
 // mentionedRelays are the paired relays the owner mentioned in a
 // conversation (not those unlocked because their agent wrote there, R4.4 b),
 // by the names they give themselves.
-func (r *Relay) mentionedRelays(ctx context.Context, sid string) []string {
-	un, ps, err := r.st.UnlockState(ctx, sid) // one round trip
+func (rm *remote) mentionedRelays(ctx context.Context, sid string) []string {
+	un, ps, err := rm.st.UnlockState(ctx, sid) // one round trip
 	if err != nil {
 		return nil
 	}
@@ -112,8 +166,8 @@ func (v *peerState) mentioned() []string {
 }
 
 // pairing finds a paired relay by its name or its host (R4.3), case-insensitively.
-func (r *Relay) pairing(ctx context.Context, name string) (*store.Pairing, error) {
-	ps, err := r.st.Pairings(ctx)
+func (rm *remote) pairing(ctx context.Context, name string) (*store.Pairing, error) {
+	ps, err := rm.st.Pairings(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("find pairing %s: %w", name, err)
 	}
@@ -149,34 +203,34 @@ func findPairing(ps []*store.Pairing, name string) (*store.Pairing, *Error) {
 
 // remoteCall runs an action on a paired relay for the caller; pv is what
 // checkRelay read of the pairings and of this conversation's unlocked relays.
-func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pairing, pv *peerState) (*result, *Error) {
-	if e := r.remoteAllowed(ctx, c, a, p, pv); e != nil {
+func (rm *remote) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pairing, pv *peerState) (*result, *Error) {
+	if e := rm.remoteAllowed(ctx, c, a, p, pv); e != nil {
 		return nil, e
 	}
-	origin := r.chain(c, pv)
+	origin := rm.chain(c, pv)
 	if promptsAgent(a) {
-		if e := hopCheck(origin, p.SelfName(), r.opts.Limits.Hops); e != nil {
+		if e := hopCheck(origin, p.SelfName(), rm.opts.Limits.Hops); e != nil {
 			return nil, e
 		}
 	}
 	// Cards are asked here, in the calling conversation, before the call is sent (R13.1).
-	cn, e := r.remoteCards(ctx, c, a, p)
+	cn, e := rm.remoteCards(ctx, c, a, p)
 	if e != nil {
 		return nil, e
 	}
 	sent := false
 	defer func() {
 		if !sent {
-			r.cards.giveBack(ctx, cn, c)
+			rm.cards.giveBack(ctx, cn, c)
 		}
 	}()
-	body, out := r.remoteBody(c, a, origin)
+	body, out := rm.remoteBody(c, a, origin)
 	// The longest wait is this relay's (R7.11); the call's timeout covers it.
 	// A bad wait_seconds is refused before any card (R5.3).
-	timeout := r.opts.Timing.PeerTimeout
+	timeout := rm.opts.Timing.PeerTimeout
 	waitNote := ""
 	if a.action == "send" || a.action == "create_session" || a.action == "wait" {
-		wait, note, e := r.waitArg(ctx, a, nothingDone)
+		wait, note, e := rm.relay.waitArg(ctx, a, nothingDone)
 		if e != nil {
 			return nil, e
 		}
@@ -186,15 +240,15 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 	}
 	lines, target := remoteCardLines(a, p), targetOf(a)
 	if cn.needed() && checkable(a) && p.HasFeature("check") {
-		if cn, lines, target, e = r.cardChecked(ctx, a, p, body, cn, lines, target); e != nil {
+		if cn, lines, target, e = rm.cardChecked(ctx, a, p, body, cn, lines, target); e != nil {
 			return nil, e
 		}
 	}
-	if e := r.cards.askCard(ctx, c, cn, a.action, target, lines, nothingDone); e != nil {
+	if e := rm.cards.askCard(ctx, c, cn, a.action, target, lines, nothingDone); e != nil {
 		return nil, e
 	}
 	// The effect completes even if the caller goes away (R18.12).
-	env, e := r.pk.peerCall(context.WithoutCancel(ctx), p, body, timeout)
+	env, e := rm.pk.peerCall(context.WithoutCancel(ctx), p, body, timeout)
 	if e != nil {
 		if e.Code != CodeOffline {
 			return nil, e
@@ -206,7 +260,7 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 		return nil, envError(env)
 	}
 	sent = true
-	r.afterRemote(ctx, c, a, p, env)
+	rm.afterRemote(ctx, c, a, p, env)
 	res := &result{fields: map[string]any{}, remote: p.Name}
 	for k, v := range env {
 		if k != "ok" {
@@ -226,7 +280,7 @@ func (r *Relay) remoteCall(ctx context.Context, c *caller, a *args, p *store.Pai
 // any card: what that relay serves agents here, the lock (R4.4), the
 // pairing's level (R4.5), transfer's from and what its version supports
 // (R13.3); the hop limit follows in remoteCall, on the call's chain.
-func (r *Relay) remoteAllowed(ctx context.Context, c *caller, a *args, p *store.Pairing, pv *peerState) *Error {
+func (rm *remote) remoteAllowed(ctx context.Context, c *caller, a *args, p *store.Pairing, pv *peerState) *Error {
 	switch a.action {
 	case "schedule", "list_schedules", "unschedule":
 		return Errorf(CodeUnsupported, "Schedules work on this relay only; relay %q keeps none for agents here. Use relay \"this\". Nothing was done.", p.Name)
@@ -253,7 +307,7 @@ func (r *Relay) remoteAllowed(ctx context.Context, c *caller, a *args, p *store.
 	}
 	if a.action == "transfer_subscriptions" {
 		// from is a conversation here: checked here, sent as its full id.
-		from, e := r.target(ctx, a, "from")
+		from, e := rm.relay.target(ctx, a, "from")
 		if e != nil {
 			return e
 		}
@@ -271,7 +325,7 @@ func (r *Relay) remoteAllowed(ctx context.Context, c *caller, a *args, p *store.
 
 // remoteBody is the peer call's body: the arguments but relay, the mode the
 // caller's session runs in where the agent left it out, and the origin.
-func (r *Relay) remoteBody(c *caller, a *args, origin store.Origin) (PeerCallBody, map[string]json.RawMessage) {
+func (rm *remote) remoteBody(c *caller, a *args, origin store.Origin) (PeerCallBody, map[string]json.RawMessage) {
 	out := make(map[string]json.RawMessage, len(a.m))
 	for k, v := range a.m {
 		if k != "relay" {
@@ -284,7 +338,7 @@ func (r *Relay) remoteBody(c *caller, a *args, origin store.Origin) (PeerCallBod
 		// not in the other relay's stand-in's.
 		out["mode"] = quoteJSON(c.s.Mode)
 	}
-	body := PeerCallBody{Action: a.action, Args: out, Origin: PeerOrigin{Relay: r.opts.Name, Session: c.s.ID, Title: c.s.Title,
+	body := PeerCallBody{Action: a.action, Args: out, Origin: PeerOrigin{Relay: rm.opts.Name, Session: c.s.ID, Title: c.s.Title,
 		Model: c.s.Model, Path: origin.Path, Unlocked: origin.Unlocked}}
 	if c.turn != nil && c.turn.ReplyModel != "" {
 		body.Origin.Model = c.turn.ReplyModel
@@ -294,8 +348,8 @@ func (r *Relay) remoteBody(c *caller, a *args, origin store.Origin) (PeerCallBod
 
 // cardChecked asks the other relay's checks before any card (R5.3): a call
 // it would refuse is refused now, and the card names what it resolved.
-func (r *Relay) cardChecked(ctx context.Context, a *args, p *store.Pairing, body PeerCallBody, cn *cardNeed, lines []string, target *string) (*cardNeed, []string, *string, *Error) {
-	chk, e := r.checkThere(ctx, p, body)
+func (rm *remote) cardChecked(ctx context.Context, a *args, p *store.Pairing, body PeerCallBody, cn *cardNeed, lines []string, target *string) (*cardNeed, []string, *string, *Error) {
+	chk, e := rm.relay.checkThere(ctx, p, body)
 	if e != nil {
 		return cn, lines, target, e // cn as it was: the loop count it took is given back
 	}
@@ -338,10 +392,10 @@ func targetOf(a *args) *string {
 }
 
 // remoteCards are the cards of R5.2 for an action on a paired relay.
-func (r *Relay) remoteCards(ctx context.Context, c *caller, a *args, p *store.Pairing) (*cardNeed, *Error) {
+func (rm *remote) remoteCards(ctx context.Context, c *caller, a *args, p *store.Pairing) (*cardNeed, *Error) {
 	n := &cardNeed{relay: p.Name}
 	flag := func(name, reason string) *Error {
-		ok, err := r.st.Flag(ctx, c.s.ID, name)
+		ok, err := rm.st.Flag(ctx, c.s.ID, name)
 		if err != nil {
 			return internal("remoteCards: Flag", err)
 		}
@@ -374,7 +428,7 @@ func (r *Relay) remoteCards(ctx context.Context, c *caller, a *args, p *store.Pa
 		}
 	}
 	if a.action == "send" || a.action == "create_session" {
-		if e := r.cards.loopCard(ctx, n, c); e != nil {
+		if e := rm.cards.loopCard(ctx, n, c); e != nil {
 			return nil, e
 		}
 	}
@@ -417,27 +471,27 @@ func remoteCardLines(a *args, p *store.Pairing) []string {
 
 // afterRemote keeps what this relay must follow of a successful remote call:
 // a subscription there is polled from here (R8.20), an ask there too (R10.5).
-func (r *Relay) afterRemote(ctx context.Context, c *caller, a *args, p *store.Pairing, env map[string]any) {
+func (rm *remote) afterRemote(ctx context.Context, c *caller, a *args, p *store.Pairing, env map[string]any) {
 	ctx = context.WithoutCancel(ctx)
 	switch a.action {
 	case "subscribe":
-		r.keepMirror(ctx, c, a, p, env)
+		rm.keepMirror(ctx, c, a, p, env)
 	case "list_subscriptions":
-		r.heldHere(ctx, p, env) // what this relay holds for them (R8.23)
+		rm.heldHere(ctx, p, env) // what this relay holds for them (R8.23)
 	case "unsubscribe":
-		subs, err := r.st.RemoteSubscriptions(ctx)
+		subs, err := rm.st.RemoteSubscriptions(ctx)
 		if err != nil {
-			r.log.Warn("remote subscriptions unreadable", "err", err)
+			rm.log.Warn("remote subscriptions unreadable", "err", err)
 			return
 		}
 		ref, _ := a.str("subscription_id")
 		for _, s := range subs {
 			if s.Watcher == c.s.ID && strings.EqualFold(s.Relay, p.Name) && (ref == "all" || strings.HasPrefix(s.ID, ref)) {
-				r.endMirror(ctx, s, "unsubscribed")
+				rm.endMirror(ctx, s, "unsubscribed")
 			}
 		}
 	case "transfer_subscriptions":
-		r.moveMirrors(ctx, c, a, p, env)
+		rm.moveMirrors(ctx, c, a, p, env)
 	case "ask":
 		id, _ := env["question_id"].(string)
 		if id == "" {
@@ -445,44 +499,44 @@ func (r *Relay) afterRemote(ctx context.Context, c *caller, a *args, p *store.Pa
 		}
 		sid, _ := a.str("session")
 		q, _ := a.str("question")
-		ra := &store.RemoteAsk{ID: id, Relay: p.Name, Asker: c.s.ID, Session: sid, Question: q, CreatedAt: r.now(),
-			NextPollAt: r.now().Add(r.opts.Timing.AskPoll)}
-		if err := r.st.SaveRemoteAsk(ctx, ra); err != nil {
-			r.log.Error("keep remote ask", "relay", p.Name, "ask", id, "err", err)
+		ra := &store.RemoteAsk{ID: id, Relay: p.Name, Asker: c.s.ID, Session: sid, Question: q, CreatedAt: rm.now(),
+			NextPollAt: rm.now().Add(rm.opts.Timing.AskPoll)}
+		if err := rm.st.SaveRemoteAsk(ctx, ra); err != nil {
+			rm.log.Error("keep remote ask", "relay", p.Name, "ask", id, "err", err)
 		}
-		r.notify(ctx, "inbox") // the owner's console lists paired relays' asks too (R19.4)
+		rm.relay.notify(ctx, "inbox") // the owner's console lists paired relays' asks too (R19.4)
 	}
 }
 
-func (r *Relay) endMirror(ctx context.Context, s *store.Subscription, reason string) {
+func (rm *remote) endMirror(ctx context.Context, s *store.Subscription, reason string) {
 	// Ended meanwhile (an unpairing, the owner's Unsubscribe, the poller
 	// seeing it end there): the first reason stays.
-	if fresh, err := r.st.GetSubscription(ctx, s.ID); err == nil && fresh.EndReason != "" {
+	if fresh, err := rm.st.GetSubscription(ctx, s.ID); err == nil && fresh.EndReason != "" {
 		*s = *fresh
 		return
 	}
-	s.EndReason, s.EndedAt = reason, r.now()
-	if err := r.st.SaveSubscription(ctx, s); err != nil {
-		r.log.Warn("end remote subscription", "sub", s.ID, "err", err)
+	s.EndReason, s.EndedAt = reason, rm.now()
+	if err := rm.st.SaveSubscription(ctx, s); err != nil {
+		rm.log.Warn("end remote subscription", "sub", s.ID, "err", err)
 	}
 }
 
 // startedBy is the startedBy record of a session the caller starts (R4.11):
 // for another relay's agent, that relay and its session.
-func (r *Relay) startedBy(c *caller) *store.Ref {
+func (rm *remote) startedBy(c *caller) *store.Ref {
 	if c.remote != nil {
 		return &store.Ref{Relay: c.remote.Relay, Session: c.remote.Session, Title: c.remote.Title}
 	}
-	return &store.Ref{Relay: r.opts.Name, Session: c.s.ID, Title: c.s.Title}
+	return &store.Ref{Relay: rm.opts.Name, Session: c.s.ID, Title: c.s.Title}
 }
 
 // moveMirrors follows a transfer on a paired relay: the moved subscriptions
 // are polled for the caller now, the old mirrors end as transferred.
-func (r *Relay) moveMirrors(ctx context.Context, c *caller, a *args, p *store.Pairing, env map[string]any) {
+func (rm *remote) moveMirrors(ctx context.Context, c *caller, a *args, p *store.Pairing, env map[string]any) {
 	from, _ := a.str("from")
-	subs, err := r.st.RemoteSubscriptions(ctx)
+	subs, err := rm.st.RemoteSubscriptions(ctx)
 	if err != nil {
-		r.log.Warn("remote subscriptions unreadable", "err", err)
+		rm.log.Warn("remote subscriptions unreadable", "err", err)
 		return
 	}
 	old := map[string]*store.Subscription{}
@@ -501,13 +555,13 @@ func (r *Relay) moveMirrors(ctx context.Context, c *caller, a *args, p *store.Pa
 			continue
 		}
 		nu := *o
-		nu.ID, nu.Watcher, nu.Cursor, nu.LinkDownAt, nu.CreatedAt, nu.LastDigestAt = id, c.s.ID, "0", time.Time{}, r.now(), time.Time{}
-		if err := r.st.SaveSubscription(ctx, &nu); err != nil {
-			r.log.Error("keep moved remote subscription", "relay", p.Name, "sub", id, "err", err)
+		nu.ID, nu.Watcher, nu.Cursor, nu.LinkDownAt, nu.CreatedAt, nu.LastDigestAt = id, c.s.ID, "0", time.Time{}, rm.now(), time.Time{}
+		if err := rm.st.SaveSubscription(ctx, &nu); err != nil {
+			rm.log.Error("keep moved remote subscription", "relay", p.Name, "sub", id, "err", err)
 		}
 	}
 	for _, o := range old {
-		r.endMirror(ctx, o, "transferred")
+		rm.endMirror(ctx, o, "transferred")
 	}
 }
 

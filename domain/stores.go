@@ -22,6 +22,7 @@ type Store interface {
 	actionStore
 	groupStore
 	tokenStore
+	mirrorStore
 	drainStore
 	deliveryStore
 	subscriptionStore
@@ -128,6 +129,13 @@ type tokenStore interface {
 	TouchPeerToken(ctx context.Context, tok string, now time.Time) error
 }
 
+// mirrorStore is what the mirrors of remote subscriptions (mirrors.go)
+// need: a watcher's mirrors, live and ended.
+type mirrorStore interface {
+	EndedMirrors(ctx context.Context, watcher string, since time.Time) ([]*store.Subscription, error)
+	WatcherMirrors(ctx context.Context, watcher string) ([]*store.Subscription, error)
+}
+
 // drainStore is what the drain (turns.go, turntoken.go, direct.go,
 // stacks.go, queue.go, steer.go) needs: queueing, the lease, the fenced turn
 // writes and questions.
@@ -160,15 +168,14 @@ type drainStore interface {
 	Unreserve(ctx context.Context, orchestrator string, sid string) error
 }
 
-// deliveryStore is what delivery (deliver.go, events.go, mirrors.go,
-// notify.go) needs: fan-out, hold, release, buffer, flush and summary.
+// deliveryStore is what delivery (deliver.go, events.go, notify.go) needs:
+// fan-out, hold, release, buffer, flush and summary.
 type deliveryStore interface {
 	AddWake(ctx context.Context, watcher string, now time.Time) error
 	AllSubscriptions(ctx context.Context) ([]*store.Subscription, error)
 	AppendEvent(ctx context.Context, ev *store.Event) (bool, error)
 	AppendSubEvent(ctx context.Context, sub string, ev *store.Event, keep int64, ttl time.Duration) error
 	BufferGroup(ctx context.Context, watcher string, g store.Batch, windowEnd time.Time) (bool, time.Time, error)
-	EndedMirrors(ctx context.Context, watcher string, since time.Time) ([]*store.Subscription, error)
 	HoldEchoIfWaiting(ctx context.Context, turn string, g store.Batch, watcher string) (string, error)
 	HoldEvent(ctx context.Context, sub string, ev *store.Event, due time.Time) (time.Time, bool, error)
 	HoldForSummary(ctx context.Context, watcher string, gs []store.Batch, at time.Time) (bool, time.Time, error)
@@ -179,7 +186,6 @@ type deliveryStore interface {
 	TakeHeld(ctx context.Context, sub string, now time.Time) ([]store.Event, time.Time, error)
 	TakeSummary(ctx context.Context, watcher string) ([]store.Batch, error)
 	Wakes(ctx context.Context, watcher string, now time.Time) (int, error)
-	WatcherMirrors(ctx context.Context, watcher string) ([]*store.Subscription, error)
 }
 
 // subscriptionStore is what the subscriptions (subscribe.go) need besides

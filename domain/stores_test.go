@@ -22,7 +22,7 @@ var storeUsers = map[string]string{
 	"turns.go": "drainStore", "turntoken.go": "drainStore", "direct.go": "drainStore", "stacks.go": "drainStore",
 	"queue.go": "drainStore", "steer.go": "drainStore",
 	"deliver.go": "deliveryStore", "events.go": "deliveryStore",
-	"mirrors.go": "deliveryStore", "notify.go": "deliveryStore",
+	"mirrors.go": "mirrorStore", "notify.go": "deliveryStore",
 	"subscribe.go": "subscriptionStore",
 	"asks.go":      "askStore",
 	"cards.go":     "cardStore",

@@ -184,7 +184,7 @@ func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, 
 		return nil, e
 	}
 	if p != nil {
-		res, e := r.remoteCall(ctx, c, a, p, pv)
+		res, e := r.rem.remoteCall(ctx, c, a, p, pv)
 		if e != nil {
 			return nil, e
 		}
