@@ -20,7 +20,8 @@ import (
 // this process runs (running, claims, endingNow) handed back at shutdown, a
 // dead worker's turn resumed or put back, and a waited prompt's drain started
 // here on a free slot (runHere). RunJob's drain job and Relay.Drain are its
-// doors. It sees the store only as recordStore and drainStore, and the rest
+// doors. It sees the store only as recordStore and drainStore, starts the
+// tasks an agent asks for through the tasks subsystem, and reaches the rest
 // of the relay only through drainHost.
 type drainer struct {
 	st           drainerStore
@@ -30,6 +31,7 @@ type drainer struct {
 	opts         *Options // the relay's: worker id, limits, timing
 	now          func() time.Time
 	dl           *pipeline
+	tasks        *tasks // the tasks an agent starts (tasks.go)
 	hub          *hub
 	warm         *warmGoroutines              // drains started here run on kept goroutines (stacks.go)
 	tok          *tokens                      // the turn tokens it mints (tokens.go)
@@ -56,8 +58,8 @@ type drainerStore interface {
 // relay_tool calls (tool.go), the settings (relay.go), the session's
 // orchestrator (queue.go), the folders rule (create.go), the turn's token
 // (turntoken.go), usage and the model that ran (agents.go), Claude settings
-// (update.go), whether any relay is paired (pairing.go), a task an agent
-// starts (tasks.go) and telling the console (notify.go).
+// (update.go), whether any relay is paired (pairing.go) and telling the
+// console (notify.go).
 type drainHost interface {
 	CallTool(ctx context.Context, callerID string, raw json.RawMessage, d *Delivery) (json.RawMessage, bool)
 	settings(ctx context.Context) (store.Settings, error)
@@ -67,7 +69,6 @@ type drainHost interface {
 	noteModel(ctx context.Context, s *store.Session, turnID string, status store.TurnStatus, ran string)
 	claudeSettings(p provider.Provider, s *store.Session, pt *provider.Turn)
 	anyPairing(ctx context.Context) bool
-	startTask(ctx context.Context, sid string, spec provider.TaskSpec) (*taskHandle, error)
 	notify(ctx context.Context, what string)
 }
 

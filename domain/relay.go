@@ -102,6 +102,8 @@ type Relay struct {
 	asks *asks          // the asks subsystem (asks.go)
 	tok  *tokens        // the bearer tokens and their caches (tokens.go)
 
+	tasks *tasks // the tasks subsystem (tasks.go)
+
 	warm    *warmGoroutines    // tool calls and drains started here run on kept goroutines (stacks.go)
 	handler map[string]handler // the actions' handlers (handlers), built once
 
@@ -142,8 +144,9 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r.sch = &schedules{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
 	r.subs = &subscriptions{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
 	r.asks = &asks{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
+	r.tasks = &tasks{st: st, now: r.now, log: r.log, opts: &r.opts, dl: r.dl, hub: r.hub, relay: r}
 	r.dr = &drainer{st: st, enq: enq, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, hub: r.hub, warm: r.warm, tok: r.tok,
-		providers: r.providers, relay: r,
+		providers: r.providers, tasks: r.tasks, relay: r,
 		running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}}
 	r.handler = r.handlers()
 	for _, p := range provs {

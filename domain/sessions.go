@@ -422,7 +422,7 @@ func (r *Relay) SessionDetail(ctx context.Context, s *store.Session, last int) (
 	}
 	m.Tasks = []*relay.Task{}
 	for _, t := range v.tasks {
-		m.Tasks = append(m.Tasks, r.taskView(ctx, t, st.QuietTaskMinutes))
+		m.Tasks = append(m.Tasks, r.tasks.taskView(ctx, t, st.QuietTaskMinutes))
 	}
 	if v.group != nil {
 		members, err := r.grp.groupMembers(ctx, v.group, s.ID, 50)

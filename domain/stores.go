@@ -27,6 +27,7 @@ type Store interface {
 	subscriptionStore
 	askStore
 	cardStore
+	taskStore
 	scheduleStore
 	peerStore
 	ownerStore
@@ -79,17 +80,14 @@ type recordStore interface {
 }
 
 // actionStore is what the tool actions (tool.go, send.go, create.go,
-// sessions.go, caps.go, update.go, agents.go, tasks.go) need besides the
-// records: the call's one-round-trip load, caps and reservations, usage,
-// task output.
+// sessions.go, caps.go, update.go, agents.go) need besides the records:
+// the call's one-round-trip load, caps and reservations, usage.
 type actionStore interface {
 	AddMonthUsage(ctx context.Context, provider string, month string, tokens int64, microUSD int64) error
 	AllScopeSubscriptions(ctx context.Context) ([]*store.Subscription, error)
 	AppendActivity(ctx context.Context, sid string, m *store.Message) error
-	AppendTaskOutput(ctx context.Context, id string, lines ...string) error
 	BusyCount(ctx context.Context, orchestrator string) (int, error)
 	ClearAgentSession(ctx context.Context, sid string) error
-	ExpireTaskOutput(ctx context.Context, id string, keep time.Duration) error
 	LoadCall(ctx context.Context, caller string, ref string) (*store.Call, error)
 	MonthUsage(ctx context.Context, provider string, month string) (tokens int64, microUSD int64, err error)
 	NoteCwd(ctx context.Context, dir string, now time.Time) error
@@ -97,7 +95,6 @@ type actionStore interface {
 	RecentCwds(ctx context.Context, n int) ([]string, error)
 	ReserveUnder(ctx context.Context, orchestrator string, sid string, limit int, peerLimit int) error
 	ResolveSession(ctx context.Context, ref string) (sess *store.Session, matches int, err error)
-	SaveTask(ctx context.Context, t *store.Task) error
 	SetTurnModelAsked(ctx context.Context, id string, model string) error
 	SetUsagePaused(ctx context.Context, provider string, reason string, at time.Time) error
 	Usage(ctx context.Context, provider string) (map[string]int64, error)
@@ -209,6 +206,14 @@ type cardStore interface {
 	GetCard(ctx context.Context, id string) (*store.Card, error)
 	SaveCard(ctx context.Context, c *store.Card) error
 	SetFlag(ctx context.Context, sid string, name string) error
+}
+
+// taskStore is what the tasks (tasks.go) need besides the records: saving
+// a task, its output and when that output goes.
+type taskStore interface {
+	AppendTaskOutput(ctx context.Context, id string, lines ...string) error
+	ExpireTaskOutput(ctx context.Context, id string, keep time.Duration) error
+	SaveTask(ctx context.Context, t *store.Task) error
 }
 
 // scheduleStore is what the schedules (schedule.go) need.

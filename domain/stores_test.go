@@ -17,7 +17,8 @@ import (
 var storeUsers = map[string]string{
 	"tool.go": "actionStore", "send.go": "actionStore", "create.go": "actionStore", "sessions.go": "actionStore",
 	"caps.go": "actionStore", "update.go": "actionStore",
-	"agents.go": "actionStore", "tasks.go": "actionStore",
+	"agents.go": "actionStore",
+	"tasks.go":  "taskStore",
 	"groups.go": "groupStore", "tokens.go": "tokenStore",
 	"turns.go": "drainStore", "turntoken.go": "drainStore", "direct.go": "drainStore", "stacks.go": "drainStore",
 	"queue.go": "drainStore", "steer.go": "drainStore",

@@ -70,7 +70,7 @@ func (r *Relay) handlers() map[string]handler {
 		"usage":            r.usage,
 		"list_sessions":    r.listSessions,
 		"read_session":     r.readSession,
-		"read_task_output": r.readTaskOutput,
+		"read_task_output": r.tasks.readTaskOutput,
 		"send":             r.send,
 		"create_session":   r.createSession,
 		"update_session":   r.updateSession,

@@ -835,7 +835,7 @@ func (h *host) partialText() string {
 }
 
 func (h *host) StartTask(ctx context.Context, spec provider.TaskSpec) (provider.Task, error) {
-	return h.dr.relay.startTask(ctx, h.sid, spec)
+	return h.dr.tasks.startTask(ctx, h.sid, spec)
 }
 
 func (h *host) AskUser(ctx context.Context, text string, options []string) (string, error) {
