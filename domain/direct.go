@@ -21,8 +21,9 @@ import (
 // dead worker's turn resumed or put back, and a waited prompt's drain started
 // here on a free slot (runHere). RunJob's drain job and Relay.Drain are its
 // doors. It sees the store only as recordStore and drainStore, starts the
-// tasks an agent asks for through the tasks subsystem, and reaches the rest
-// of the relay only through drainHost.
+// tasks an agent asks for through the tasks subsystem, counts a turn's usage
+// through the usage subsystem, and reaches the rest of the relay only
+// through drainHost.
 type drainer struct {
 	st           drainerStore
 	enq          Enqueuer
@@ -32,6 +33,7 @@ type drainer struct {
 	now          func() time.Time
 	dl           *pipeline
 	tasks        *tasks // the tasks an agent starts (tasks.go)
+	use          *usage // a turn's usage and the model that ran (agents.go)
 	hub          *hub
 	warm         *warmGoroutines              // drains started here run on kept goroutines (stacks.go)
 	tok          *tokens                      // the turn tokens it mints (tokens.go)
@@ -56,8 +58,7 @@ type drainerStore interface {
 
 // drainHost is what the drain asks of the rest of the relay: an agent's
 // relay_tool calls (tool.go), the settings (relay.go), the session's
-// orchestrator (queue.go), the folders rule (create.go), the turn's token
-// (turntoken.go), usage and the model that ran (agents.go), Claude settings
+// orchestrator (queue.go), the folders rule (create.go), Claude settings
 // (update.go), whether any relay is paired (pairing.go) and telling the
 // console (notify.go).
 type drainHost interface {
@@ -65,8 +66,6 @@ type drainHost interface {
 	settings(ctx context.Context) (store.Settings, error)
 	orchestrator(s *store.Session) string
 	folderAllowed(dir string) (resolved, why string)
-	countUsage(ctx context.Context, provID string, status store.TurnStatus, out provider.Result) *store.UsageAdd
-	noteModel(ctx context.Context, s *store.Session, turnID string, status store.TurnStatus, ran string)
 	claudeSettings(p provider.Provider, s *store.Session, pt *provider.Turn)
 	anyPairing(ctx context.Context) bool
 	notify(ctx context.Context, what string)
