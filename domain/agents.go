@@ -3,6 +3,8 @@ package domain
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
+	"time"
 
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
@@ -10,6 +12,29 @@ import (
 
 // Agent CLI providers (R17): the host's hooks for activity lines and the
 // CLI's conversation id, usage with cost and pauses, availability.
+
+// usage is the usage subsystem (R7.3, R7.8, R7.13, R17.1, R17.3): what a
+// done turn used, counted when it ends (a limit the agent hit pauses its
+// provider, a capped provider's month counts it, the model asked kept when
+// another ran), the monthly spending caps checked before a prompt (caps.go),
+// a provider's meters in the usage action, whether a provider can run turns
+// now, and the activity line of each relay_tool call. It sees the store only
+// as usageStore and reaches the rest of the relay only through usageHost.
+type usage struct {
+	st        usageStore
+	now       func() time.Time
+	log       *slog.Logger
+	opts      *Options                     // the relay's: name, caps
+	providers map[string]provider.Provider // the relay's, read-only after New
+	order     []string                     // the relay's provider ids in config order (set in New)
+	relay     usageHost
+}
+
+// usageHost is what the usage subsystem asks of the rest of the relay: the
+// caller of a call refused before it was read (tool.go).
+type usageHost interface {
+	loadCall(ctx context.Context, sid, ref string) (*caller, *store.Call, error)
+}
 
 // relayCallMark starts the activity line of a relay_tool call.
 const relayCallMark = "🛰️"
@@ -21,25 +46,25 @@ const relayCallMark = "🛰️"
 // exec commands, the agent CLIs and ACP agents), and for every call of an
 // external session, whose agent has no turns the relay runs. Calls from
 // paired relays do not come through here (their relay writes the line).
-func (r *Relay) noteCall(ctx context.Context, c *caller, raw json.RawMessage) {
+func (us *usage) noteCall(ctx context.Context, c *caller, raw json.RawMessage) {
 	if c == nil || (c.turn == nil && !isExternal(c.s)) {
 		return
 	}
 	var args map[string]any
 	_ = json.Unmarshal(raw, &args)
-	line := provider.ActivityLine(r.opts.Name, args)
+	line := provider.ActivityLine(us.opts.Name, args)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), liveWriteTimeout)
 	defer cancel()
-	m := &store.Message{ID: store.NewID(16), Role: "activity", Text: line, CreatedAt: r.now()}
-	if err := r.st.AppendActivity(ctx, c.s.ID, m); err != nil {
-		r.log.Warn("activity line not stored", "session", c.s.ID, "err", err)
+	m := &store.Message{ID: store.NewID(16), Role: "activity", Text: line, CreatedAt: us.now()}
+	if err := us.st.AppendActivity(ctx, c.s.ID, m); err != nil {
+		us.log.Warn("activity line not stored", "session", c.s.ID, "err", err)
 	}
 }
 
 // noteEarly is noteCall for a call refused before its caller was read.
-func (r *Relay) noteEarly(ctx context.Context, callerID string, raw json.RawMessage) {
-	if c, _, err := r.loadCall(ctx, callerID, ""); err == nil {
-		r.noteCall(ctx, c, raw)
+func (us *usage) noteEarly(ctx context.Context, callerID string, raw json.RawMessage) {
+	if c, _, err := us.relay.loadCall(ctx, callerID, ""); err == nil {
+		us.noteCall(ctx, c, raw)
 	}
 }
 
@@ -67,11 +92,11 @@ func keepsConversation(p provider.Provider) bool {
 // pauses the provider, and a capped provider's month counts a done turn
 // (R7.8). The rest of a done turn's usage (tokens, cost, the end of a pause)
 // is returned: the turn's outcome counts it in the same step (FinishTurnEmit).
-func (r *Relay) countUsage(ctx context.Context, provID string, status store.TurnStatus, out provider.Result) *store.UsageAdd {
+func (us *usage) countUsage(ctx context.Context, provID string, status store.TurnStatus, out provider.Result) *store.UsageAdd {
 	ctx = context.WithoutCancel(ctx)
 	if out.Paused != "" {
-		if err := r.st.SetUsagePaused(ctx, provID, out.Paused, r.now()); err != nil {
-			r.log.Warn("usage pause not stored", "provider", provID, "err", err)
+		if err := us.st.SetUsagePaused(ctx, provID, out.Paused, us.now()); err != nil {
+			us.log.Warn("usage pause not stored", "provider", provID, "err", err)
 		}
 	}
 	if status != store.TurnDone {
@@ -81,9 +106,9 @@ func (r *Relay) countUsage(ctx context.Context, provID string, status store.Turn
 	if out.Usage.CostUSD > 0 {
 		micro = int64(out.Usage.CostUSD*1e6 + 0.5)
 	}
-	if _, capped := r.opts.Caps[provID]; capped { // counted per calendar month for the cap (R7.8)
-		if err := r.st.AddMonthUsage(ctx, provID, usageMonth(r.now()), out.Usage.InputTokens+out.Usage.OutputTokens, micro); err != nil {
-			r.log.Warn("monthly usage not counted", "provider", provID, "err", err)
+	if _, capped := us.opts.Caps[provID]; capped { // counted per calendar month for the cap (R7.8)
+		if err := us.st.AddMonthUsage(ctx, provID, usageMonth(us.now()), out.Usage.InputTokens+out.Usage.OutputTokens, micro); err != nil {
+			us.log.Warn("monthly usage not counted", "provider", provID, "err", err)
 		}
 	}
 	return &store.UsageAdd{Provider: provID, InputTokens: out.Usage.InputTokens, OutputTokens: out.Usage.OutputTokens,
@@ -92,40 +117,40 @@ func (r *Relay) countUsage(ctx context.Context, provID string, status store.Turn
 
 // checkAvailable refuses a prompt to a provider that cannot run turns now
 // (R17.1: its CLI's binary is missing); nothing is queued.
-func (r *Relay) checkAvailable(p provider.Provider, nothing string) *Error {
+func (us *usage) checkAvailable(p provider.Provider, nothing string) *Error {
 	in := p.Info()
 	if in.Status != provider.StatusUnavailable {
 		return nil
 	}
-	return Errorf(CodeProviderUnavailable, "Provider %q on relay %q is unavailable: %s. %s", in.ID, r.opts.Name, in.StatusReason, nothing)
+	return Errorf(CodeProviderUnavailable, "Provider %q on relay %q is unavailable: %s. %s", in.ID, us.opts.Name, in.StatusReason, nothing)
 }
 
 // agentUsage adds to a provider's usage entry what the agent CLIs report:
 // the cost counted, a pause by a usage or rate limit, an unavailable CLI.
-func (r *Relay) agentUsage(ctx context.Context, id string, u map[string]int64, pv map[string]any) {
+func (us *usage) agentUsage(ctx context.Context, id string, u map[string]int64, pv map[string]any) {
 	if c := u["costMicroUSD"]; c > 0 {
 		pv["counted"].(map[string]any)["costUSD"] = float64(c) / 1e6
 	}
-	if reason, at, err := r.st.UsagePaused(ctx, id); err == nil && reason != "" {
+	if reason, at, err := us.st.UsagePaused(ctx, id); err == nil && reason != "" {
 		pv["paused"], pv["pausedReason"], pv["pausedAt"] = true, reason, ts(at)
 		pv["status"] = "paused"
 	}
-	if in := r.providers[id].Info(); in.Status == provider.StatusUnavailable {
+	if in := us.providers[id].Info(); in.Status == provider.StatusUnavailable {
 		pv["status"], pv["statusReason"] = in.Status, in.StatusReason
 	}
 }
 
 // noteModel keeps with a done turn the model it asked for when the provider
 // reports that another one ran (R7.13): the result's modelNote says so.
-func (r *Relay) noteModel(ctx context.Context, s *store.Session, turnID string, status store.TurnStatus, ran string) {
+func (us *usage) noteModel(ctx context.Context, s *store.Session, turnID string, status store.TurnStatus, ran string) {
 	asked := s.Model
-	if p, ok := r.providers[s.Provider]; ok && asked == "" {
+	if p, ok := us.providers[s.Provider]; ok && asked == "" {
 		asked = p.Info().DefaultModel
 	}
 	if status != store.TurnDone || ran == "" || asked == "" || ran == asked {
 		return
 	}
-	if err := r.st.SetTurnModelAsked(context.WithoutCancel(ctx), turnID, asked); err != nil {
-		r.log.Warn("asked model not kept with the turn", "turn", turnID, "err", err)
+	if err := us.st.SetTurnModelAsked(context.WithoutCancel(ctx), turnID, asked); err != nil {
+		us.log.Warn("asked model not kept with the turn", "turn", turnID, "err", err)
 	}
 }

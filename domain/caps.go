@@ -40,12 +40,12 @@ func remoteName(id string) string {
 
 // capUse reads a capped provider's use this month in the cap's unit; ok is
 // false for a provider without a cap.
-func (r *Relay) capUse(ctx context.Context, id string) (used float64, c Cap, ok bool, err error) {
-	c, ok = r.opts.Caps[id]
+func (us *usage) capUse(ctx context.Context, id string) (used float64, c Cap, ok bool, err error) {
+	c, ok = us.opts.Caps[id]
 	if !ok || c.Amount <= 0 {
 		return 0, c, false, nil
 	}
-	tokens, micro, err := r.st.MonthUsage(ctx, id, usageMonth(r.now()))
+	tokens, micro, err := us.st.MonthUsage(ctx, id, usageMonth(us.now()))
 	if err != nil {
 		return 0, c, true, err
 	}
@@ -66,8 +66,8 @@ func capAmount(v float64, unit string) string {
 // checkCap refuses a prompt to a provider at its monthly cap (R7.8), nothing
 // queued: switching is true for a billing switch onto it; otherwise the error
 // says to switch with partner (when there is one) or to ask the owner.
-func (r *Relay) checkCap(ctx context.Context, id, partner string, switching bool, nothing string) *Error {
-	used, c, ok, err := r.capUse(ctx, id)
+func (us *usage) checkCap(ctx context.Context, id, partner string, switching bool, nothing string) *Error {
+	used, c, ok, err := us.capUse(ctx, id)
 	if err != nil {
 		return internal("checkCap: capUse", err)
 	}
@@ -75,11 +75,11 @@ func (r *Relay) checkCap(ctx context.Context, id, partner string, switching bool
 		return nil
 	}
 	name := id
-	if p, ok := r.providers[id]; ok {
+	if p, ok := us.providers[id]; ok {
 		name = p.Info().Name
 	}
 	at := fmt.Sprintf("%s (%q) on relay %q has reached its monthly cap: %s of %s used; it resets %v.",
-		name, id, r.opts.Name, capAmount(used, c.Unit), capAmount(c.Amount, c.Unit), ts(monthEnd(r.now())))
+		name, id, us.opts.Name, capAmount(used, c.Unit), capAmount(c.Amount, c.Unit), ts(monthEnd(us.now())))
 	var e *Error
 	switch {
 	case switching:
@@ -94,12 +94,12 @@ func (r *Relay) checkCap(ctx context.Context, id, partner string, switching bool
 
 // partnerOf is the billing partner a session on provider id can switch to
 // (its switch_to, or the provider naming it), "" when none.
-func (r *Relay) partnerOf(id string) string {
-	if p, ok := r.providers[id]; ok && p.Info().SwitchTo != "" {
+func (us *usage) partnerOf(id string) string {
+	if p, ok := us.providers[id]; ok && p.Info().SwitchTo != "" {
 		return p.Info().SwitchTo
 	}
-	for _, o := range r.order {
-		if p := r.providers[o]; p.Info().SwitchTo == id {
+	for _, o := range us.order {
+		if p := us.providers[o]; p.Info().SwitchTo == id {
 			return o
 		}
 	}
@@ -107,8 +107,8 @@ func (r *Relay) partnerOf(id string) string {
 }
 
 // capMeters adds a capped provider's meters to its usage entry (R7.3).
-func (r *Relay) capMeters(ctx context.Context, id string, pv map[string]any) (bool, error) {
-	used, c, ok, err := r.capUse(ctx, id)
+func (us *usage) capMeters(ctx context.Context, id string, pv map[string]any) (bool, error) {
+	used, c, ok, err := us.capUse(ctx, id)
 	if err != nil || !ok {
 		return false, err
 	}
@@ -120,7 +120,7 @@ func (r *Relay) capMeters(ctx context.Context, id string, pv map[string]any) (bo
 	pv["used"], pv["quota"] = used, c.Amount
 	pv["remaining"] = math.Max(0, c.Amount-used)
 	pv["utilization"] = math.Round(used/c.Amount*1000) / 1000
-	pv["resetsAt"] = ts(monthEnd(r.now()))
+	pv["resetsAt"] = ts(monthEnd(us.now()))
 	pv["note"] = "monthly cap set by the owner: used counts what this relay ran on this provider this calendar month (UTC)"
 	if used >= c.Amount && pv["status"] == "ok" {
 		pv["status"] = "cap_reached"

@@ -190,7 +190,7 @@ func (r *Relay) checkCreate(ctx context.Context, c *caller, in *createArgs) (*cr
 	if e != nil {
 		return nil, e
 	}
-	if e := r.checkAvailable(p, nothingCreated); e != nil { // R17.1
+	if e := r.use.checkAvailable(p, nothingCreated); e != nil { // R17.1
 		return nil, e
 	}
 	pl.info = p.Info()

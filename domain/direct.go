@@ -20,8 +20,10 @@ import (
 // this process runs (running, claims, endingNow) handed back at shutdown, a
 // dead worker's turn resumed or put back, and a waited prompt's drain started
 // here on a free slot (runHere). RunJob's drain job and Relay.Drain are its
-// doors. It sees the store only as recordStore and drainStore, and the rest
-// of the relay only through drainHost.
+// doors. It sees the store only as recordStore and drainStore, starts the
+// tasks an agent asks for through the tasks subsystem, counts a turn's usage
+// through the usage subsystem, and reaches the rest of the relay only
+// through drainHost.
 type drainer struct {
 	st           drainerStore
 	enq          Enqueuer
@@ -30,6 +32,8 @@ type drainer struct {
 	opts         *Options // the relay's: worker id, limits, timing
 	now          func() time.Time
 	dl           *pipeline
+	tasks        *tasks // the tasks an agent starts (tasks.go)
+	use          *usage // a turn's usage and the model that ran (agents.go)
 	hub          *hub
 	warm         *warmGoroutines              // drains started here run on kept goroutines (stacks.go)
 	tok          *tokens                      // the turn tokens it mints (tokens.go)
@@ -54,20 +58,16 @@ type drainerStore interface {
 
 // drainHost is what the drain asks of the rest of the relay: an agent's
 // relay_tool calls (tool.go), the settings (relay.go), the session's
-// orchestrator (queue.go), the folders rule (create.go), the turn's token
-// (turntoken.go), usage and the model that ran (agents.go), Claude settings
-// (update.go), whether any relay is paired (pairing.go), a task an agent
-// starts (tasks.go) and telling the console (notify.go).
+// orchestrator (queue.go), the folders rule (create.go), Claude settings
+// (update.go), whether any relay is paired (pairing.go) and telling the
+// console (notify.go).
 type drainHost interface {
 	CallTool(ctx context.Context, callerID string, raw json.RawMessage, d *Delivery) (json.RawMessage, bool)
 	settings(ctx context.Context) (store.Settings, error)
 	orchestrator(s *store.Session) string
 	folderAllowed(dir string) (resolved, why string)
-	countUsage(ctx context.Context, provID string, status store.TurnStatus, out provider.Result) *store.UsageAdd
-	noteModel(ctx context.Context, s *store.Session, turnID string, status store.TurnStatus, ran string)
 	claudeSettings(p provider.Provider, s *store.Session, pt *provider.Turn)
 	anyPairing(ctx context.Context) bool
-	startTask(ctx context.Context, sid string, spec provider.TaskSpec) (*taskHandle, error)
 	notify(ctx context.Context, what string)
 }
 

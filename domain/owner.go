@@ -37,7 +37,7 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 	if e != nil {
 		return nil, e
 	}
-	if e := r.checkAvailable(p, nothingCreated); e != nil && strings.TrimSpace(in.Text) != "" { // R17.1
+	if e := r.use.checkAvailable(p, nothingCreated); e != nil && strings.TrimSpace(in.Text) != "" { // R17.1
 		return nil, e
 	}
 	info := p.Info()
@@ -153,7 +153,7 @@ func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (*relay.Mess
 		return nil, Errorf(CodeInvalidInput, "Session %s is archived; it takes no prompts. %s", id8(s.ID), nothingSent)
 	}
 	if p, ok := r.providers[s.Provider]; ok {
-		if e := r.checkAvailable(p, nothingSent); e != nil { // R17.1
+		if e := r.use.checkAvailable(p, nothingSent); e != nil { // R17.1
 			return nil, e
 		}
 	}

@@ -103,6 +103,9 @@ type Relay struct {
 	tok  *tokens        // the bearer tokens and their caches (tokens.go)
 	rem  *remote        // tool calls to paired relays and their mirrors (remote.go, mirrors.go)
 
+	tasks *tasks // the tasks subsystem (tasks.go)
+	use   *usage // the usage subsystem: counting, caps, availability (agents.go, caps.go)
+
 	warm    *warmGoroutines    // tool calls and drains started here run on kept goroutines (stacks.go)
 	handler map[string]handler // the actions' handlers (handlers), built once
 
@@ -144,8 +147,10 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r.subs = &subscriptions{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
 	r.asks = &asks{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
 	r.rem = &remote{st: st, now: r.now, log: r.log, opts: &r.opts, pk: r.pk, cards: r.cards, subs: r.subs, relay: r}
+	r.tasks = &tasks{st: st, now: r.now, log: r.log, opts: &r.opts, dl: r.dl, hub: r.hub, relay: r}
+	r.use = &usage{st: st, now: r.now, log: r.log, opts: &r.opts, providers: r.providers, relay: r}
 	r.dr = &drainer{st: st, enq: enq, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, hub: r.hub, warm: r.warm, tok: r.tok,
-		providers: r.providers, relay: r,
+		providers: r.providers, tasks: r.tasks, use: r.use, relay: r,
 		running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}}
 	r.handler = r.handlers()
 	for _, p := range provs {
@@ -156,6 +161,7 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 			r.dr.drainHistory = historyRead
 		}
 	}
+	r.use.order = r.order
 	if opts.DirectDrains > 0 {
 		r.dr.direct = make(chan struct{}, opts.DirectDrains)
 	}

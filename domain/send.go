@@ -140,10 +140,10 @@ func (r *Relay) checkSend(ctx context.Context, c *caller, a *args, in *sendArgs)
 	if e != nil {
 		return nil, e
 	}
-	if e := r.checkAvailable(p, nothingSent); e != nil { // R17.1
+	if e := r.use.checkAvailable(p, nothingSent); e != nil { // R17.1
 		return nil, e
 	}
-	if e := r.checkCap(ctx, target, r.partnerOf(s.Provider), switchTo != "", nothingSent); e != nil { // R7.8
+	if e := r.use.checkCap(ctx, target, r.use.partnerOf(s.Provider), switchTo != "", nothingSent); e != nil { // R7.8
 		return nil, e
 	}
 	info := p.Info()

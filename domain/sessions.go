@@ -123,8 +123,8 @@ func (r *Relay) usage(ctx context.Context, c *caller, a *args) (*result, *Error)
 			"tracked": false, "paused": false,
 			"note":    "quota not tracked: this relay cannot see the provider's limits; it counts the turns and tokens it ran itself",
 			"counted": map[string]any{"turns": u["turns"], "inputTokens": u["inputTokens"], "outputTokens": u["outputTokens"]}}
-		r.agentUsage(ctx, id, u, pv)            // cost, a usage-limit pause, availability (R17.3)
-		hasCap, err := r.capMeters(ctx, id, pv) // a monthly cap's meters (R7.8)
+		r.use.agentUsage(ctx, id, u, pv)            // cost, a usage-limit pause, availability (R17.3)
+		hasCap, err := r.use.capMeters(ctx, id, pv) // a monthly cap's meters (R7.8)
 		if err != nil {
 			return nil, internal("usage: capMeters", err)
 		}
@@ -422,7 +422,7 @@ func (r *Relay) SessionDetail(ctx context.Context, s *store.Session, last int) (
 	}
 	m.Tasks = []*relay.Task{}
 	for _, t := range v.tasks {
-		m.Tasks = append(m.Tasks, r.taskView(ctx, t, st.QuietTaskMinutes))
+		m.Tasks = append(m.Tasks, r.tasks.taskView(ctx, t, st.QuietTaskMinutes))
 	}
 	if v.group != nil {
 		members, err := r.grp.groupMembers(ctx, v.group, s.ID, 50)

@@ -28,6 +28,8 @@ type Store interface {
 	subscriptionStore
 	askStore
 	cardStore
+	taskStore
+	usageStore
 	scheduleStore
 	peerStore
 	ownerStore
@@ -80,29 +82,19 @@ type recordStore interface {
 }
 
 // actionStore is what the tool actions (tool.go, send.go, create.go,
-// sessions.go, caps.go, update.go, agents.go, tasks.go) need besides the
-// records: the call's one-round-trip load, caps and reservations, usage,
-// task output.
+// sessions.go, update.go) need besides the records: the call's
+// one-round-trip load, caps and reservations, the usage counted.
 type actionStore interface {
-	AddMonthUsage(ctx context.Context, provider string, month string, tokens int64, microUSD int64) error
 	AllScopeSubscriptions(ctx context.Context) ([]*store.Subscription, error)
-	AppendActivity(ctx context.Context, sid string, m *store.Message) error
-	AppendTaskOutput(ctx context.Context, id string, lines ...string) error
 	BusyCount(ctx context.Context, orchestrator string) (int, error)
 	ClearAgentSession(ctx context.Context, sid string) error
-	ExpireTaskOutput(ctx context.Context, id string, keep time.Duration) error
 	LoadCall(ctx context.Context, caller string, ref string) (*store.Call, error)
-	MonthUsage(ctx context.Context, provider string, month string) (tokens int64, microUSD int64, err error)
 	NoteCwd(ctx context.Context, dir string, now time.Time) error
 	PeerBusyCount(ctx context.Context, orchestrator string) (int, error)
 	RecentCwds(ctx context.Context, n int) ([]string, error)
 	ReserveUnder(ctx context.Context, orchestrator string, sid string, limit int, peerLimit int) error
 	ResolveSession(ctx context.Context, ref string) (sess *store.Session, matches int, err error)
-	SaveTask(ctx context.Context, t *store.Task) error
-	SetTurnModelAsked(ctx context.Context, id string, model string) error
-	SetUsagePaused(ctx context.Context, provider string, reason string, at time.Time) error
 	Usage(ctx context.Context, provider string) (map[string]int64, error)
-	UsagePaused(ctx context.Context, provider string) (string, time.Time, error)
 }
 
 // groupStore is what the session groups (groups.go) need.
@@ -215,6 +207,26 @@ type cardStore interface {
 	GetCard(ctx context.Context, id string) (*store.Card, error)
 	SaveCard(ctx context.Context, c *store.Card) error
 	SetFlag(ctx context.Context, sid string, name string) error
+}
+
+// taskStore is what the tasks (tasks.go) need besides the records: saving
+// a task, its output and when that output goes.
+type taskStore interface {
+	AppendTaskOutput(ctx context.Context, id string, lines ...string) error
+	ExpireTaskOutput(ctx context.Context, id string, keep time.Duration) error
+	SaveTask(ctx context.Context, t *store.Task) error
+}
+
+// usageStore is what the usage subsystem (agents.go, caps.go) needs: the
+// activity line of a call, a provider's pause and monthly usage, the model
+// a turn asked for.
+type usageStore interface {
+	AddMonthUsage(ctx context.Context, provider string, month string, tokens int64, microUSD int64) error
+	AppendActivity(ctx context.Context, sid string, m *store.Message) error
+	MonthUsage(ctx context.Context, provider string, month string) (tokens int64, microUSD int64, err error)
+	SetTurnModelAsked(ctx context.Context, id string, model string) error
+	SetUsagePaused(ctx context.Context, provider string, reason string, at time.Time) error
+	UsagePaused(ctx context.Context, provider string) (string, time.Time, error)
 }
 
 // scheduleStore is what the schedules (schedule.go) need.

@@ -16,8 +16,9 @@ import (
 // stores.go that names what it may use (recordStore is open to all).
 var storeUsers = map[string]string{
 	"tool.go": "actionStore", "send.go": "actionStore", "create.go": "actionStore", "sessions.go": "actionStore",
-	"caps.go": "actionStore", "update.go": "actionStore",
-	"agents.go": "actionStore", "tasks.go": "actionStore",
+	"update.go": "actionStore",
+	"tasks.go":  "taskStore",
+	"agents.go": "usageStore", "caps.go": "usageStore",
 	"groups.go": "groupStore", "tokens.go": "tokenStore",
 	"turns.go": "drainStore", "turntoken.go": "drainStore", "direct.go": "drainStore", "stacks.go": "drainStore",
 	"queue.go": "drainStore", "steer.go": "drainStore",

@@ -3,6 +3,7 @@ package domain
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -12,14 +13,44 @@ import (
 	"github.com/oar/relay/taskout"
 )
 
+// tasks is the tasks subsystem (R7.5, R7.6): the background tasks a
+// provider starts during a turn (startTask, a taskHandle writing their
+// output and end into the store, the task events; a held task's output
+// fetched from the process running it), their view in read_session and the
+// read_task_output action. It sees the store only as recordStore and
+// taskStore, emits through the delivery pipeline, and reaches the rest of
+// the relay only through tasksHost.
+type tasks struct {
+	st    tasksStore
+	now   func() time.Time
+	log   *slog.Logger
+	opts  *Options // the relay's: name, timing
+	dl    *pipeline
+	hub   *hub
+	relay tasksHost
+}
+
+// tasksStore is the store as the tasks see it.
+type tasksStore interface {
+	recordStore
+	taskStore
+}
+
+// tasksHost is what the tasks ask of the rest of the relay: the session a
+// call names (sessions.go) and the settings (relay.go).
+type tasksHost interface {
+	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
+	settings(ctx context.Context) (store.Settings, error)
+}
+
 // taskView is a task as read_session shows it (R7.5).
-func (r *Relay) taskView(ctx context.Context, t *store.Task, quietAfter int) *relay.Task {
+func (tk *tasks) taskView(ctx context.Context, t *store.Task, quietAfter int) *relay.Task {
 	b := taskBrief(t)
 	v := &relay.Task{TaskID: b.TaskID, Description: b.Description, Type: b.Type, Status: b.Status, Output: t.Type != "subagent"}
 	if t.Type == "subagent" {
 		return v
 	}
-	lines, err := r.st.TaskOutput(ctx, t.ID)
+	lines, err := tk.st.TaskOutput(ctx, t.ID)
 	if err == nil && len(lines) > 0 {
 		if c := taskout.ParseCounts(cleanLines(lines)); c != nil {
 			v.Counts = &relay.TaskCounts{Runner: c.Runner, Passed: c.Passed, Failed: c.Failed, Skipped: c.Skipped, Final: c.Final}
@@ -30,7 +61,7 @@ func (r *Relay) taskView(ctx context.Context, t *store.Task, quietAfter int) *re
 		if last.IsZero() {
 			last = t.StartedAt
 		}
-		mins := int(r.now().Sub(last) / time.Minute)
+		mins := int(tk.now().Sub(last) / time.Minute)
 		v.Health = &relay.TaskHealth{MinutesSinceOutput: mins, Quiet: mins >= quietAfter, QuietAfterMinutes: quietAfter}
 	}
 	return v
@@ -44,17 +75,17 @@ func cleanLines(lines []string) []string {
 	return out
 }
 
-func (r *Relay) findTask(ctx context.Context, sid, ref string) (*store.Task, *Error) {
+func (tk *tasks) findTask(ctx context.Context, sid, ref string) (*store.Task, *Error) {
 	ref = strings.TrimSpace(ref)
 	if ref == "" {
 		return nil, Errorf(CodeInvalidInput, "task_id is required: read_session lists a session's tasks. Nothing was done.")
 	}
-	tasks, err := r.st.Tasks(ctx, sid)
+	all, err := tk.st.Tasks(ctx, sid)
 	if err != nil {
 		return nil, internal("findTask: Tasks", err)
 	}
 	var hits []*store.Task
-	for _, t := range tasks {
+	for _, t := range all {
 		if t.ID == ref {
 			return t, nil
 		}
@@ -68,12 +99,12 @@ func (r *Relay) findTask(ctx context.Context, sid, ref string) (*store.Task, *Er
 	if len(hits) > 1 {
 		return nil, Errorf(CodeInvalidInput, "task_id %q matches more than one task; give more characters. Nothing was done.", ref)
 	}
-	return nil, Errorf(CodeNotFound, "Session %s on relay %q has no task %q. Nothing was done.", id8(sid), r.opts.Name, ref)
+	return nil, Errorf(CodeNotFound, "Session %s on relay %q has no task %q. Nothing was done.", id8(sid), tk.opts.Name, ref)
 }
 
 // taskOutputArgs is the session and task a read_task_output call names,
 // and how many lines it reads; a task whose output is gone is NOT_FOUND.
-func (r *Relay) taskOutputArgs(ctx context.Context, a *args) (*store.Session, *store.Task, int, *Error) {
+func (tk *tasks) taskOutputArgs(ctx context.Context, a *args) (*store.Session, *store.Task, int, *Error) {
 	ref, e := a.str("task_id")
 	if e != nil {
 		return nil, nil, 0, e
@@ -85,32 +116,32 @@ func (r *Relay) taskOutputArgs(ctx context.Context, a *args) (*store.Session, *s
 	if strings.TrimSpace(ref) == "" {
 		return nil, nil, 0, Errorf(CodeInvalidInput, "task_id is required: read_session lists a session's tasks. Nothing was done.")
 	}
-	s, e := r.target(ctx, a, "session")
+	s, e := tk.relay.target(ctx, a, "session")
 	if e != nil {
 		return nil, nil, 0, e
 	}
-	t, e := r.findTask(ctx, s.ID, ref)
+	t, e := tk.findTask(ctx, s.ID, ref)
 	if e != nil {
 		return nil, nil, 0, e
 	}
-	keep := r.opts.Timing.TaskOutputKept
-	if t.Status != "running" && r.now().Sub(t.EndedAt) >= keep {
+	keep := tk.opts.Timing.TaskOutputKept
+	if t.Status != "running" && tk.now().Sub(t.EndedAt) >= keep {
 		return nil, nil, 0, Errorf(CodeNotFound, "Task %s of session %s ended more than %s ago; its output is gone. Nothing was done.", id8(t.ID), id8(s.ID), keep)
 	}
 	return s, t, n, nil
 }
 
-func (r *Relay) readTaskOutput(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	s, t, n, e := r.taskOutputArgs(ctx, a)
+func (tk *tasks) readTaskOutput(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	s, t, n, e := tk.taskOutputArgs(ctx, a)
 	if e != nil {
 		return nil, e
 	}
-	now := r.now()
-	st, err := r.settings(ctx)
+	now := tk.now()
+	st, err := tk.relay.settings(ctx)
 	if err != nil {
 		return nil, internal("readTaskOutput: settings", err)
 	}
-	raw, err := r.st.TaskOutput(ctx, t.ID)
+	raw, err := tk.st.TaskOutput(ctx, t.ID)
 	if err != nil {
 		return nil, internal("readTaskOutput: TaskOutput", err)
 	}
@@ -144,7 +175,7 @@ func (r *Relay) readTaskOutput(ctx context.Context, c *caller, a *args) (*result
 	if t.Held && t.Status == "running" {
 		// The output stays in the agent's process until asked for: ask the
 		// process running the task (wherever it runs) and say so.
-		if err := r.st.Notify(ctx, fetchKey(t.ID)); err != nil {
+		if err := tk.st.Notify(ctx, fetchKey(t.ID)); err != nil {
 			return nil, internal("readTaskOutput: Notify", err)
 		}
 		res.note("note", "This task's output stays with the agent's process until asked for: the agent's process was asked; call again in a few seconds.")
@@ -182,7 +213,7 @@ func ago(d time.Duration) string {
 
 // taskHandle is a provider's running task, writing into the store.
 type taskHandle struct {
-	r   *Relay
+	tk  *tasks
 	t   *store.Task
 	mu  chan struct{}
 	end bool
@@ -205,13 +236,13 @@ func (h *taskHandle) Output(line string) {
 	defer cancel()
 	for _, l := range strings.Split(strings.TrimRight(line, "\n"), "\n") {
 		h.t.Lines++
-		if err := h.r.st.AppendTaskOutput(ctx, h.t.ID, l); err != nil {
-			h.r.log.Warn("task output lost", "task", h.t.ID, "err", err)
+		if err := h.tk.st.AppendTaskOutput(ctx, h.t.ID, l); err != nil {
+			h.tk.log.Warn("task output lost", "task", h.t.ID, "err", err)
 		}
 	}
-	h.t.LastOutputAt = h.r.now()
-	if err := h.r.st.SaveTask(ctx, h.t); err != nil {
-		h.r.log.Warn("task save failed", "task", h.t.ID, "err", err)
+	h.t.LastOutputAt = h.tk.now()
+	if err := h.tk.st.SaveTask(ctx, h.t); err != nil {
+		h.tk.log.Warn("task save failed", "task", h.t.ID, "err", err)
 	}
 }
 
@@ -229,7 +260,7 @@ func (h *taskHandle) finish(code int, killed bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), detachedWriteTimeout)
 	defer cancel()
-	h.t.EndedAt = h.r.now()
+	h.t.EndedAt = h.tk.now()
 	h.t.ExitCode = &code
 	switch {
 	case killed:
@@ -240,10 +271,10 @@ func (h *taskHandle) finish(code int, killed bool) {
 	default:
 		h.t.Status = "failed"
 	}
-	if err := h.r.st.SaveTask(ctx, h.t); err != nil {
-		h.r.log.Warn("task save failed", "task", h.t.ID, "err", err)
+	if err := h.tk.st.SaveTask(ctx, h.t); err != nil {
+		h.tk.log.Warn("task save failed", "task", h.t.ID, "err", err)
 	}
-	_ = h.r.st.ExpireTaskOutput(ctx, h.t.ID, h.r.opts.Timing.TaskOutputKept)
+	_ = h.tk.st.ExpireTaskOutput(ctx, h.t.ID, h.tk.opts.Timing.TaskOutputKept)
 	ev := &store.Event{Session: h.t.Session, TaskID: h.t.ID, Text: h.t.Description, Exit: h.t.ExitCode}
 	switch {
 	case h.t.Type == "subagent" && h.t.Status == "done":
@@ -253,24 +284,24 @@ func (h *taskHandle) finish(code int, killed bool) {
 	default:
 		ev.Kind = EvTaskFailed // failed, killed, or a sub-agent that did not finish well
 	}
-	h.r.dl.emit(ctx, ev)
+	h.tk.dl.emit(ctx, ev)
 }
 
-func (r *Relay) startTask(ctx context.Context, sid string, spec provider.TaskSpec) (*taskHandle, error) {
+func (tk *tasks) startTask(ctx context.Context, sid string, spec provider.TaskSpec) (*taskHandle, error) {
 	typ := spec.Type
 	if typ == "" {
 		typ = "shell"
 	}
-	t := &store.Task{ID: store.NewID(6), Session: sid, Description: spec.Description, Type: typ, Status: "running", StartedAt: r.now(),
+	t := &store.Task{ID: store.NewID(6), Session: sid, Description: spec.Description, Type: typ, Status: "running", StartedAt: tk.now(),
 		Held: spec.Fetch != nil && typ != "subagent"}
-	if err := r.st.SaveTask(ctx, t); err != nil {
+	if err := tk.st.SaveTask(ctx, t); err != nil {
 		return nil, err
 	}
-	r.dl.busyAgain(ctx, sid)
+	tk.dl.busyAgain(ctx, sid)
 	if typ != "subagent" {
-		r.dl.emit(ctx, &store.Event{Kind: EvTaskStarted, Session: sid, TaskID: t.ID, Text: spec.Description})
+		tk.dl.emit(ctx, &store.Event{Kind: EvTaskStarted, Session: sid, TaskID: t.ID, Text: spec.Description})
 	}
-	h := &taskHandle{r: r, t: t, mu: make(chan struct{}, 1)}
+	h := &taskHandle{tk: tk, t: t, mu: make(chan struct{}, 1)}
 	if t.Held {
 		h.serveFetch(spec.Fetch)
 	}
@@ -284,7 +315,7 @@ func fetchKey(taskID string) string { return "taskfetch:" + taskID }
 // serveFetch calls fetch each time read_task_output asks for the held
 // task's output, until the task ends.
 func (h *taskHandle) serveFetch(fetch func()) {
-	ch, unsub := h.r.hub.sub(fetchKey(h.t.ID))
+	ch, unsub := h.tk.hub.sub(fetchKey(h.t.ID))
 	h.stopFetch = make(chan struct{})
 	go func() {
 		defer unsub()

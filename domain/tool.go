@@ -70,7 +70,7 @@ func (r *Relay) handlers() map[string]handler {
 		"usage":            r.usage,
 		"list_sessions":    r.listSessions,
 		"read_session":     r.readSession,
-		"read_task_output": r.readTaskOutput,
+		"read_task_output": r.tasks.readTaskOutput,
 		"send":             r.send,
 		"create_session":   r.createSession,
 		"update_session":   r.updateSession,
@@ -162,11 +162,11 @@ func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, 
 	// R3.4a: the one check before all others, even before argument shapes.
 	if answersAnAsk(raw, a) {
 		*action = "answer_question"
-		r.noteEarly(ctx, callerID, raw)
+		r.use.noteEarly(ctx, callerID, raw)
 		return nil, Errorf(CodeForbidden, "Only the owner answers asks; answer_question answers question cards (q_…). Nothing was sent.")
 	}
 	if e != nil {
-		r.noteEarly(ctx, callerID, raw)
+		r.use.noteEarly(ctx, callerID, raw)
 		return nil, e
 	}
 	*action = a.action
@@ -178,7 +178,7 @@ func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, 
 	}
 	a.pre = pre
 	c.delivery = d
-	r.noteCall(ctx, c, raw) // the 🛰️ line, once per call (R17.3)
+	r.use.noteCall(ctx, c, raw) // the 🛰️ line, once per call (R17.3)
 	p, pv, e := r.checkRelay(ctx, c, a)
 	if e != nil {
 		return nil, e

@@ -532,12 +532,12 @@ func (dr *drainer) run(ctx context.Context, l drainLease, s *store.Session, orch
 	}
 	status, reply, errText := dr.turnOutcome(s, t.ID, out.Text, cause, runErr, h, lim)
 	dr.turnEnded(s, t.ID, status, errText, lim.started)
-	u := dr.relay.countUsage(ctx, s.Provider, status, out) // tokens, cost, a usage limit (R7.3, R17.3)
+	u := dr.use.countUsage(ctx, s.Provider, status, out) // tokens, cost, a usage limit (R7.3, R17.3)
 	model := out.Model
 	if model == "" {
 		model = s.Model
 	}
-	dr.relay.noteModel(ctx, s, t.ID, status, out.Model)
+	dr.use.noteModel(ctx, s, t.ID, status, out.Model)
 	return dr.finishUsage(ctx, l, s, orch, t.ID, status, reply, model, errText, u)
 }
 
@@ -835,7 +835,7 @@ func (h *host) partialText() string {
 }
 
 func (h *host) StartTask(ctx context.Context, spec provider.TaskSpec) (provider.Task, error) {
-	return h.dr.relay.startTask(ctx, h.sid, spec)
+	return h.dr.tasks.startTask(ctx, h.sid, spec)
 }
 
 func (h *host) AskUser(ctx context.Context, text string, options []string) (string, error) {
