@@ -90,6 +90,20 @@ func (e *peerEnd) sayEcho(sid, text string) {
 	}
 }
 
+// sayKept is sayEcho on the watched side of subscription sub, returning once
+// the turn's event is the last one e keeps in sub's replay stream: the
+// fan-out runs as a job, and fan-outs run concurrently, so without this a
+// replay could come before the event is kept, or two events be kept out of
+// order.
+func (e *peerEnd) sayKept(sub, sid, text string) {
+	e.t.Helper()
+	e.sayEcho(sid, text)
+	r3Eventually(e.t, 20*time.Second, text+"'s event kept for the replay", func() bool {
+		evs, _, err := e.st.SubEvents(e.ctx, sub, "", 1000)
+		return err == nil && len(evs) > 0 && evs[len(evs)-1].Text == "echo: "+text
+	})
+}
+
 // watching is a session's watching (GET /api/v1/sessions/{id}), by subscription id.
 func (e *peerEnd) watching(sid string) map[string]map[string]any {
 	e.t.Helper()
@@ -171,15 +185,7 @@ func TestPeerSeedReplayCap(t *testing.T) {
 	sub := subID(t, a.runAllow(sa, onRelay("bravo", "subscribe", map[string]any{"sessions": []string{sb}, "events": []string{"turn_end"}}))[0])
 	cut(t, b, a, sub)
 	for i := 1; i <= 7; i++ {
-		b.sayEcho(sb, fmt.Sprint("turn ", i))
-		// Its turn_end is in bravo's replay stream before the next turn: the
-		// fan-out jobs run concurrently, so without this two of them could
-		// append out of order and the cap would keep another five.
-		text := fmt.Sprint("echo: turn ", i)
-		r3Eventually(t, 20*time.Second, "turn "+fmt.Sprint(i)+"'s event kept for the replay", func() bool {
-			evs, _, err := b.st.SubEvents(b.ctx, sub, "", 100)
-			return err == nil && len(evs) > 0 && evs[len(evs)-1].Text == text
-		})
+		b.sayKept(sub, sb, fmt.Sprint("turn ", i)) // in order: else the cap could keep another five
 	}
 	b.quiet()
 	b.down.Store(false)
@@ -413,8 +419,8 @@ func TestPeerSeedReplayHeldCount(t *testing.T) {
 
 	// The digest is not due yet (alpha's clock stands still): both replayed events are held.
 	cut(t, b, a, sub)
-	b.sayEcho(sb, "one")
-	b.sayEcho(sb, "two")
+	b.sayKept(sub, sb, "one")
+	b.sayKept(sub, sb, "two")
 	b.down.Store(false)
 	lines := replay(t, a, sa)
 	if d := cmp.Diff([]string{"[relay event] bravo · link_restored: 2 replayed events, 2 held for later"}, lines[2:]); d != "" {
@@ -448,8 +454,8 @@ func TestPeerSeedReplayHeldCount(t *testing.T) {
 	// The next digest falls due while the link is down: the replayed
 	// events are that digest, in the replay message; none is held.
 	cut(t, b, a, sub)
-	b.sayEcho(sb, "three")
-	b.sayEcho(sb, "four")
+	b.sayKept(sub, sb, "three")
+	b.sayKept(sub, sb, "four")
 	a.clk.Advance(digested.Add(digest*time.Minute + time.Second).Sub(a.clk.Now()))
 	before := len(a.events(sa))
 	b.down.Store(false)
