@@ -78,7 +78,12 @@ type Options struct {
 	Peers PeerClient
 }
 
-// Relay is the domain service.
+// Relay is the domain service: the tool actions on sessions (list, read,
+// send, wait, create, update, answer, stop, archive: sessions.go, queue.go,
+// send.go, create.go, update.go, steer.go), the owner's operations
+// (owner.go) and the doors of its subsystems, each a type of its own that
+// reaches the rest through a small host interface (docs/ARCHITECTURE.md,
+// "Subsystems").
 type Relay struct {
 	st        Store
 	enq       Enqueuer
@@ -91,28 +96,25 @@ type Relay struct {
 	providers map[string]provider.Provider
 	order     []string // provider ids in config order
 	hub       *hub
-	dl        *pipeline  // the delivery subsystem (deliver.go)
-	sch       *schedules // the schedules subsystem (schedule.go)
-	pk        *peerLink  // the paired relays' link and poller (peer.go, peerpoll.go)
-	dr        *drainer   // the drain subsystem (turns.go, direct.go)
-	grp       *groups    // the session groups (groups.go)
-	cards     *cards     // the approval cards and loop protection (cards.go)
+	warm      *warmGoroutines        // tool calls and drains started here run on kept goroutines (stacks.go)
+	handler   map[string]handler     // the actions' handlers (handlers), built once
+	bg        sync.WaitGroup         // goroutines of Start: notification listener, cache watcher
+	setKept   cached[store.Settings] // the owner's settings (settings)
+	foldKept  cached[[]string]       // the folders rule's folders resolved (realFolders)
 
-	subs *subscriptions // the subscriptions subsystem (subscribe.go)
-	asks *asks          // the asks subsystem (asks.go)
-	tok  *tokens        // the bearer tokens and their caches (tokens.go)
-	rem  *remote        // tool calls to paired relays and their mirrors (remote.go, mirrors.go)
-
-	tasks *tasks // the tasks subsystem (tasks.go)
-	use   *usage // the usage subsystem: counting, caps, availability (agents.go, caps.go)
-
-	warm    *warmGoroutines    // tool calls and drains started here run on kept goroutines (stacks.go)
-	handler map[string]handler // the actions' handlers (handlers), built once
-
-	bg sync.WaitGroup // goroutines of Start: notification listener, cache watcher
-
-	setKept  cached[store.Settings] // the owner's settings (settings)
-	foldKept cached[[]string]       // the folders rule's folders resolved (realFolders)
+	// The subsystems.
+	dl    *pipeline      // delivery: fan-out, hold, release, flush, summary (deliver.go)
+	dr    *drainer       // the drain: turns, leases, drains started here (turns.go, direct.go)
+	sch   *schedules     // schedules (schedule.go)
+	subs  *subscriptions // subscriptions (subscribe.go)
+	asks  *asks          // asks to the owner (asks.go)
+	cards *cards         // approval cards and loop protection (cards.go)
+	grp   *groups        // session groups (groups.go)
+	tasks *tasks         // a turn's tasks and their output (tasks.go)
+	use   *usage         // usage, caps, availability, the activity line (agents.go, caps.go)
+	tok   *tokens        // bearer tokens and their caches (tokens.go)
+	pk    *peerLink      // the paired relays: pairing, link, poller (peer.go, peerpoll.go)
+	rem   *remote        // calls to paired relays and their mirrors (remote.go, mirrors.go)
 }
 
 // New builds a Relay.
