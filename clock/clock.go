@@ -64,21 +64,23 @@ func (Real) NewTimer(d time.Duration) Timer { return realTimer{t: time.NewTimer(
 // AfterFunc is time.AfterFunc.
 func (Real) AfterFunc(d time.Duration, f func()) Timer { return realTimer{t: time.AfterFunc(d, f)} }
 
-// realTimer is a runtime timer; factor, when set, is a Scaled clock's (its
-// durations are clock time).
-type realTimer struct {
-	t      *time.Timer
+// realTimer is a runtime timer (one pointer: a Timer made of it allocates
+// nothing more).
+type realTimer struct{ t *time.Timer }
+
+func (r realTimer) C() <-chan time.Time        { return r.t.C }
+func (r realTimer) Stop() bool                 { return r.t.Stop() }
+func (r realTimer) Reset(d time.Duration) bool { return r.t.Reset(d) }
+
+// scaledTimer is a runtime timer of a Scaled clock: its durations are clock
+// time.
+type scaledTimer struct {
+	realTimer
 	factor float64
 }
 
-func (r realTimer) C() <-chan time.Time { return r.t.C }
-func (r realTimer) Stop() bool          { return r.t.Stop() }
-
-func (r realTimer) Reset(d time.Duration) bool {
-	if r.factor > 0 {
-		d = time.Duration(float64(d) / r.factor)
-	}
-	return r.t.Reset(d)
+func (s scaledTimer) Reset(d time.Duration) bool {
+	return s.t.Reset(time.Duration(float64(d) / s.factor))
 }
 
 // Scaled is a clock that runs Factor times faster than the wall clock from
@@ -141,12 +143,12 @@ func (s *Scaled) real(d time.Duration) time.Duration {
 
 // NewTimer fires after d of clock time (d/Factor of wall time).
 func (s *Scaled) NewTimer(d time.Duration) Timer {
-	return realTimer{t: time.NewTimer(s.real(d)), factor: s.Factor}
+	return scaledTimer{realTimer{time.NewTimer(s.real(d))}, s.Factor}
 }
 
 // AfterFunc calls f after d of clock time.
 func (s *Scaled) AfterFunc(d time.Duration, f func()) Timer {
-	return realTimer{t: time.AfterFunc(s.real(d), f), factor: s.Factor}
+	return scaledTimer{realTimer{time.AfterFunc(s.real(d), f)}, s.Factor}
 }
 
 // Sim is a clock that moves only by Advance or Set. Its timers fire, in the

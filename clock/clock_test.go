@@ -299,3 +299,14 @@ func TestSimWaitDue(t *testing.T) {
 		t.Fatal("WaitDue for a time no timer is due at returned nil")
 	}
 }
+
+// A Real timer costs what a runtime timer costs: the Timer made of it
+// allocates nothing more (a tool call's wait and a turn's limit make one each).
+func TestRealTimerAllocatesNoMore(t *testing.T) {
+	var c Clock = Real{}
+	runtime := testing.AllocsPerRun(100, func() { time.NewTimer(time.Hour).Stop() })
+	real := testing.AllocsPerRun(100, func() { c.NewTimer(time.Hour).Stop() })
+	if real > runtime {
+		t.Errorf("Real.NewTimer: %.0f allocations, a runtime timer %.0f", real, runtime)
+	}
+}
