@@ -310,15 +310,50 @@ func (s *Store) AllSubscriptions(ctx context.Context) ([]*Subscription, error) {
 	return s.getSubs(ctx, ids)
 }
 
-// ResolveSubscriptionID finds a subscription by id or unique prefix among a watcher's.
+// SetLastDigest records when sub's last digest went out (R8.8), on the
+// record as it is stored now: sub is the caller's copy, read before the
+// digest was delivered, and an end written meanwhile (the owner
+// unsubscribing, archiving the watcher) must stay. Only lastDigestAt is
+// written, in a WATCH transaction tried again while other writes come
+// between; a record gone meanwhile is left gone.
 func (s *Store) SetLastDigest(ctx context.Context, sub *Subscription, at time.Time) error {
 	sub.LastDigestAt = at
-	b, err := json.Marshal(sub)
-	if err != nil {
-		return fmt.Errorf("last digest of subscription %s: %w", sub.ID, err)
+	key := s.subKey(sub.ID)
+	write := func(tx *redis.Tx) error {
+		raw, err := tx.Get(ctx, key).Bytes()
+		if errors.Is(err, redis.Nil) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var cur Subscription
+		if err := json.Unmarshal(raw, &cur); err != nil {
+			return err
+		}
+		cur.LastDigestAt = at
+		b, err := json.Marshal(&cur)
+		if err != nil {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, key, b, redis.KeepTTL)
+			return nil
+		})
+		return err
 	}
-	return wrap(s.rdb.Set(ctx, s.subKey(sub.ID), b, redis.KeepTTL).Err(), "last digest of subscription %s", sub.ID)
+	var err error
+	for range lastDigestTries {
+		if err = s.rdb.Watch(ctx, write, key); !errors.Is(err, redis.TxFailedErr) {
+			break
+		}
+	}
+	return wrap(err, "last digest of subscription %s", sub.ID)
 }
+
+// lastDigestTries is how often SetLastDigest tries while other writes to the
+// record come between its read and its write.
+const lastDigestTries = 10
 
 // Held events of a subscription (digest, quiet hours).
 

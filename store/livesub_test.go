@@ -51,3 +51,38 @@ func TestSaveLiveSubscription(t *testing.T) {
 		t.Fatalf("a missing subscription was written")
 	}
 }
+
+// R8.8, R8.19: the digest's lastDigestAt is written on the record as stored:
+// an end written between the delivery's read and this write stays, and a
+// record gone meanwhile is not brought back.
+func TestSetLastDigestKeepsAnEnd(t *testing.T) {
+	e := newEnv(t)
+	sub := &Subscription{ID: "sub_dg", Watcher: "w1", Sessions: []string{"s1"}, DigestMinutes: 60, CreatedAt: time.Now().UTC()}
+	if err := e.s.SaveSubscription(e.ctx, sub); err != nil {
+		t.Fatal(err)
+	}
+	stale := *sub // the flush's copy, read before the digest went out
+	ended := *sub
+	ended.EndReason, ended.EndedAt = "unsubscribed", time.Now().UTC()
+	if err := e.s.SaveSubscription(e.ctx, &ended); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 4, 20, 0, 0, 0, time.UTC)
+	if err := e.s.SetLastDigest(e.ctx, &stale, at); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.s.GetSubscription(e.ctx, sub.ID)
+	if err != nil || got.EndReason != "unsubscribed" || !got.LastDigestAt.Equal(at) {
+		t.Fatalf("after the digest of an ended subscription: %+v %v, want it ended with lastDigestAt %s", got, err, at)
+	}
+	if !stale.LastDigestAt.Equal(at) {
+		t.Errorf("the caller's copy: lastDigestAt %s, want %s", stale.LastDigestAt, at)
+	}
+	gone := Subscription{ID: "sub_dg_gone", Watcher: "w1"}
+	if err := e.s.SetLastDigest(e.ctx, &gone, at); err != nil {
+		t.Fatal(err)
+	}
+	if e.exists(e.key("sub", "sub_dg_gone")) {
+		t.Fatalf("the digest brought a missing subscription back")
+	}
+}
