@@ -174,13 +174,16 @@ func TestRulesDeliveryNoEchoOwnPrompt(t *testing.T) {
 	}
 	marker("marker1")
 
-	// 2. wait_seconds 0 and no wait: it wakes.
-	env := send(w, a, map[string]any{"text": "nowait", "wait_seconds": 0})
+	// 2. wait_seconds 0 and no wait: it wakes. (The agent sleeps a second of
+	// the work clock: an instant reply could be done before the call reads
+	// its turn once, which is no wait either.)
+	env := send(w, a, map[string]any{"text": script(map[string]any{"sleep_ms": 1000}, map[string]any{"reply": "nowait"}), "wait_seconds": 0})
 	if env["status"] == "done" {
 		t.Fatalf("send with wait_seconds 0 waited: %v", env)
 	}
+	f.pass(time.Second)
 	f.actTurn(env["message_id"].(string))
-	f.dlvLines(w, `"echo: nowait"`, 1)
+	f.dlvLines(w, `"nowait"`, 1)
 
 	// 3. wait_seconds 0 and then a wait that gets the reply: no echo.
 	env = send(w, a, map[string]any{"text": script(map[string]any{"sleep_ms": 1500}, map[string]any{"reply": "later"}), "wait_seconds": 0})
