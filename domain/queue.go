@@ -347,7 +347,7 @@ func (r *Relay) turnResult(ctx context.Context, res *result, t *store.Turn) {
 		res.set("turnError", t.Error)
 		res.what = "error: " + t.Error
 	case "question":
-		qs, _ := r.pendingQuestions(ctx, t.Session)
+		qs, _ := r.reads.pendingQuestions(ctx, t.Session)
 		res.set("pendingQuestions", qs)
 		res.what = "waiting on a question"
 	case store.TurnRunning:

@@ -78,9 +78,10 @@ type Options struct {
 	Peers PeerClient
 }
 
-// Relay is the domain service: the tool actions on sessions (list, read,
-// send, wait, create, update, answer, stop, archive: sessions.go, queue.go,
-// send.go, create.go, update.go, steer.go), the owner's operations
+// Relay is the domain service: the tool actions that change sessions
+// (send, wait, create, update, answer, stop, archive: queue.go, send.go,
+// create.go, update.go, steer.go) and the lookups every action shares
+// (sessions.go), the owner's operations
 // (owner.go) and the doors of its subsystems, each a type of its own that
 // reaches the rest through a small host interface (docs/ARCHITECTURE.md,
 // "Subsystems").
@@ -110,6 +111,7 @@ type Relay struct {
 	asks  *asks          // asks to the owner (asks.go)
 	cards *cards         // approval cards and loop protection (cards.go)
 	grp   *groups        // session groups (groups.go)
+	reads *reads         // list_relays, relay_info, usage, list_sessions, read_session, the owner's views (reads.go)
 	tasks *tasks         // a turn's tasks and their output (tasks.go)
 	use   *usage         // usage, caps, availability, the activity line (agents.go, caps.go)
 	tok   *tokens        // bearer tokens and their caches (tokens.go)
@@ -151,6 +153,7 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r.rem = &remote{st: st, now: r.now, log: r.log, opts: &r.opts, pk: r.pk, cards: r.cards, subs: r.subs, relay: r}
 	r.tasks = &tasks{st: st, now: r.now, log: r.log, opts: &r.opts, dl: r.dl, hub: r.hub, relay: r}
 	r.use = &usage{st: st, now: r.now, log: r.log, opts: &r.opts, providers: r.providers, relay: r}
+	r.reads = &reads{st: st, log: r.log, opts: &r.opts, grp: r.grp, use: r.use, tasks: r.tasks, providers: r.providers, relay: r}
 	r.dr = &drainer{st: st, enq: enq, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, hub: r.hub, warm: r.warm, tok: r.tok,
 		providers: r.providers, tasks: r.tasks, use: r.use, relay: r,
 		running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}}

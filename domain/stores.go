@@ -22,6 +22,7 @@ type Store interface {
 	actionStore
 	groupStore
 	tokenStore
+	readStore
 	mirrorStore
 	drainStore
 	deliveryStore
@@ -81,9 +82,10 @@ type recordStore interface {
 	UnlockState(ctx context.Context, sid string) (map[string]string, []*store.Pairing, error)
 }
 
-// actionStore is what the tool actions (tool.go, send.go, create.go,
-// sessions.go, update.go) need besides the records: the call's
-// one-round-trip load, caps and reservations, the usage counted.
+// actionStore is what the tool actions on sessions (tool.go, send.go,
+// create.go, sessions.go, update.go) need besides the records: the call's
+// one-round-trip load, the 4-at-work reservations, a session by reference,
+// the folders used.
 type actionStore interface {
 	AllScopeSubscriptions(ctx context.Context) ([]*store.Subscription, error)
 	BusyCount(ctx context.Context, orchestrator string) (int, error)
@@ -91,10 +93,8 @@ type actionStore interface {
 	LoadCall(ctx context.Context, caller string, ref string) (*store.Call, error)
 	NoteCwd(ctx context.Context, dir string, now time.Time) error
 	PeerBusyCount(ctx context.Context, orchestrator string) (int, error)
-	RecentCwds(ctx context.Context, n int) ([]string, error)
 	ReserveUnder(ctx context.Context, orchestrator string, sid string, limit int, peerLimit int) error
 	ResolveSession(ctx context.Context, ref string) (sess *store.Session, matches int, err error)
-	Usage(ctx context.Context, provider string) (map[string]int64, error)
 }
 
 // groupStore is what the session groups (groups.go) need.
@@ -126,6 +126,13 @@ type tokenStore interface {
 type mirrorStore interface {
 	EndedMirrors(ctx context.Context, watcher string, since time.Time) ([]*store.Subscription, error)
 	WatcherMirrors(ctx context.Context, watcher string) ([]*store.Subscription, error)
+}
+
+// readStore is what the reads (reads.go) need besides the records: the
+// folders used lately, a provider's usage.
+type readStore interface {
+	RecentCwds(ctx context.Context, n int) ([]string, error)
+	Usage(ctx context.Context, provider string) (map[string]int64, error)
 }
 
 // drainStore is what the drain (turns.go, turntoken.go, direct.go,

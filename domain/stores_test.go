@@ -19,7 +19,7 @@ var storeUsers = map[string]string{
 	"update.go": "actionStore",
 	"tasks.go":  "taskStore",
 	"agents.go": "usageStore", "caps.go": "usageStore",
-	"groups.go": "groupStore", "tokens.go": "tokenStore",
+	"groups.go": "groupStore", "reads.go": "readStore", "tokens.go": "tokenStore",
 	"turns.go": "drainStore", "turntoken.go": "drainStore", "direct.go": "drainStore", "stacks.go": "drainStore",
 	"queue.go": "drainStore", "steer.go": "drainStore",
 	"deliver.go": "deliveryStore", "events.go": "deliveryStore",

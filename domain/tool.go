@@ -65,11 +65,11 @@ type handler func(ctx context.Context, c *caller, a *args) (*result, *Error)
 
 func (r *Relay) handlers() map[string]handler {
 	return map[string]handler{
-		"list_relays":      r.listRelays,
-		"relay_info":       r.relayInfo,
-		"usage":            r.usage,
-		"list_sessions":    r.listSessions,
-		"read_session":     r.readSession,
+		"list_relays":      r.reads.listRelays,
+		"relay_info":       r.reads.relayInfo,
+		"usage":            r.reads.usage,
+		"list_sessions":    r.reads.listSessions,
+		"read_session":     r.reads.readSession,
 		"read_task_output": r.tasks.readTaskOutput,
 		"send":             r.send,
 		"create_session":   r.createSession,

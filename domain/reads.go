@@ -1,0 +1,324 @@
+package domain
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+
+	"github.com/oar/relay"
+	"github.com/oar/relay/provider"
+	"github.com/oar/relay/store"
+)
+
+// reads are the read side of the tool and of the owner's views (R7.1–R7.4,
+// R7.13): list_relays, relay_info, usage, list_sessions, read_session and
+// the session list and detail the console and the owner API show. The
+// sessions themselves are found and viewed by Relay (sessions.go: target,
+// sessionByRef, views), which every action shares.
+type reads struct {
+	st    readsStore
+	log   *slog.Logger
+	opts  *Options // the relay's: name, version, limits
+	grp   *groups
+	use   *usage
+	tasks *tasks
+	// providers are the relay's, read-only after New.
+	providers map[string]provider.Provider
+	relay     readsHost
+}
+
+// readsStore is the store as the reads see it.
+type readsStore interface {
+	recordStore
+	readStore
+}
+
+// readsHost is what the reads ask of the rest of the relay: the sessions'
+// views and a target (sessions.go), the settings and providers (relay.go),
+// the pairings as this conversation sees them (pairing.go).
+type readsHost interface {
+	views(ctx context.Context, ss []*store.Session) ([]*view, error)
+	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
+	settings(ctx context.Context) (store.Settings, error)
+	providerIDs() []string
+	pairedRelays(ctx context.Context, sid string) ([]any, int, error)
+}
+
+// Sessions names several sessions in one read (the reads' door for web).
+func (r *Relay) Sessions(ctx context.Context, ids []string) ([]*relay.SessionRef, error) {
+	return r.reads.Sessions(ctx, ids)
+}
+
+// SessionList is the owner's session list (GET /api/v1/sessions).
+func (r *Relay) SessionList(ctx context.Context, scope string, limit int) ([]*relay.SessionItem, int, error) {
+	return r.reads.SessionList(ctx, scope, limit)
+}
+
+// SessionDetail is the owner's view of one session.
+func (r *Relay) SessionDetail(ctx context.Context, s *store.Session, last int) (*relay.SessionDetail, error) {
+	return r.reads.SessionDetail(ctx, s, last)
+}
+
+func (rd *reads) listRelays(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	st, err := rd.relay.settings(ctx)
+	if err != nil {
+		return nil, internal("listRelays: settings", err)
+	}
+	relays := []any{}
+	unlocked := 0
+	if st.AgentSessions {
+		relays = append(relays, map[string]any{"name": rd.opts.Name, "self": true, "online": true,
+			"version": rd.opts.Version, "permission": "full", "unlocked": true})
+		unlocked++
+	}
+	paired, n, err := rd.relay.pairedRelays(ctx, c.s.ID)
+	if err != nil {
+		return nil, internal("listRelays: pairedRelays", err)
+	}
+	relays = append(relays, paired...)
+	unlocked += n
+	res := newResult("", fmt.Sprintf("%s, %d unlocked", plural(len(relays), "relay", "relays"), unlocked))
+	res.set("self", map[string]any{"name": rd.opts.Name}).set("relays", relays).
+		set("limits", map[string]any{"maxWaitSeconds": st.MaxWaitSeconds, "maxActiveSessions": rd.opts.Limits.ActiveSessions})
+	return res, nil
+}
+
+func (rd *reads) relayInfo(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	st, err := rd.relay.settings(ctx)
+	if err != nil {
+		return nil, internal("relayInfo: settings", err)
+	}
+	provs := []any{}
+	for _, id := range rd.relay.providerIDs() {
+		in := rd.providers[id].Info()
+		pv := map[string]any{"id": in.ID, "name": in.Name, "defaultModel": in.DefaultModel,
+			"models": nonNil(in.Models), "efforts": nonNil(in.Efforts), "available": in.Status != provider.StatusUnavailable}
+		if in.Status == provider.StatusUnavailable { // R17.1: e.g. the agent CLI is not installed
+			pv["status"], pv["statusReason"] = in.Status, in.StatusReason
+		}
+		provs = append(provs, pv)
+	}
+	cwds, err := rd.st.RecentCwds(ctx, 10)
+	if err != nil {
+		return nil, internal("relayInfo: RecentCwds", err)
+	}
+	res := newResult("", fmt.Sprintf("%s, %s", plural(len(provs), "provider", "providers"), "modes agent, ask, plan"))
+	res.set("name", rd.opts.Name).set("version", rd.opts.Version).set("platform", runtime.GOOS+"/"+runtime.GOARCH).
+		set("acceptsAgentPrompts", st.AcceptAgentPrompts).set("providers", provs).set("defaultCwd", rd.opts.DefaultCwd).
+		set("recentCwds", nonNil(cwds)).set("modes", modes)
+	groups, total, err := rd.grp.groupList(ctx, 50)
+	if err != nil {
+		rd.log.Warn("relay_info: groups unreadable", "err", err)
+		res.set("groups", nil).set("groupsNote", "Groups cannot be read on this relay right now, so create_session cannot take group here.")
+	} else {
+		res.set("groups", groups)
+		if total > len(groups) {
+			res.set("groupsTotal", total)
+		}
+		res.what += ", " + plural(total, "group", "groups")
+	}
+	return res, nil
+}
+
+func (rd *reads) usage(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	provs := []any{}
+	capped := 0
+	for _, id := range rd.relay.providerIDs() {
+		u, err := rd.st.Usage(ctx, id)
+		if err != nil {
+			return nil, internal("usage: Usage", err)
+		}
+		pv := map[string]any{"id": id, "name": rd.providers[id].Info().Name, "status": "ok",
+			"tracked": false, "paused": false,
+			"note":    "quota not tracked: this relay cannot see the provider's limits; it counts the turns and tokens it ran itself",
+			"counted": map[string]any{"turns": u["turns"], "inputTokens": u["inputTokens"], "outputTokens": u["outputTokens"]}}
+		rd.use.agentUsage(ctx, id, u, pv)            // cost, a usage-limit pause, availability (R17.3)
+		hasCap, err := rd.use.capMeters(ctx, id, pv) // a monthly cap's meters (R7.8)
+		if err != nil {
+			return nil, internal("usage: capMeters", err)
+		}
+		if hasCap {
+			capped++
+		}
+		provs = append(provs, pv)
+	}
+	what := plural(len(provs), "provider", "providers") + ", quotas not tracked"
+	if capped > 0 {
+		what = fmt.Sprintf("%s, %d with a monthly cap", plural(len(provs), "provider", "providers"), capped)
+	}
+	return newResult("", what).set("providers", provs), nil
+}
+
+func (rd *reads) listItem(ctx context.Context, v *view) *relay.SessionItem {
+	tasks := []*relay.TaskBrief{}
+	for _, t := range v.tasks {
+		tasks = append(tasks, taskBrief(t))
+	}
+	return &relay.SessionItem{ID: v.s.ID, Title: v.s.Title, Provider: v.s.Provider, Model: v.s.Model,
+		State: v.state, Cwd: v.s.Cwd, LastActivityAt: tsPtr(v.s.LastActivityAt), MessageCount: v.count,
+		Tasks: tasks, Group: rd.grp.groupRef(ctx, v), Mode: v.s.Mode, Archived: v.s.Archived,
+		MayCreateSessions: v.s.MayCreateSessions, StartedBy: v.s.StartedBy, Watched: v.watched}
+}
+
+func (rd *reads) listSessions(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	scope, e := a.str("scope")
+	if e != nil {
+		return nil, e
+	}
+	if scope == "" {
+		scope = "active"
+	}
+	if scope != "active" && scope != "archived" && scope != "all" {
+		return nil, Errorf(CodeInvalidInput, `scope must be "active", "archived" or "all" (got %q). Nothing was done.`, scope)
+	}
+	limit, e := a.boundedInt("limit", 50, 1, 200)
+	if e != nil {
+		return nil, e
+	}
+	items, total, err := rd.SessionList(ctx, scope, limit)
+	if err != nil {
+		return nil, internal("listSessions: SessionList", err)
+	}
+	res := newResult("", fmt.Sprintf("%s (%s)", plural(total, "session", "sessions"), scope))
+	res.set("sessions", items).set("total", total)
+	if total > len(items) {
+		res.set("truncated", true)
+		res.what += fmt.Sprintf(", %d shown", len(items))
+	}
+	return res, nil
+}
+
+// Sessions names several sessions (id and title) in one read, in the order
+// of ids; a session that does not exist is nil.
+func (rd *reads) Sessions(ctx context.Context, ids []string) ([]*relay.SessionRef, error) {
+	ss, err := rd.st.GetSessions(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*relay.SessionRef, len(ss))
+	for i, s := range ss {
+		if s != nil {
+			out[i] = &relay.SessionRef{ID: s.ID, Title: s.Title}
+		}
+	}
+	return out, nil
+}
+
+// SessionList lists sessions as list_sessions shows them (also the owner API).
+func (rd *reads) SessionList(ctx context.Context, scope string, limit int) ([]*relay.SessionItem, int, error) {
+	ids, total, err := rd.st.ListSessionIDs(ctx, scope, limit)
+	if err != nil {
+		return nil, 0, err
+	}
+	ss, err := rd.st.GetSessions(ctx, ids)
+	if err != nil {
+		return nil, 0, err
+	}
+	vs, err := rd.relay.views(ctx, ss)
+	if err != nil {
+		return nil, 0, err
+	}
+	items := make([]*relay.SessionItem, 0, len(vs))
+	for _, v := range vs {
+		items = append(items, rd.listItem(ctx, v))
+	}
+	return items, total, nil
+}
+
+func (rd *reads) readSession(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	last, e := a.boundedInt("last", 5, 1, 50)
+	if e != nil {
+		return nil, e
+	}
+	s, e := rd.relay.target(ctx, a, "session")
+	if e != nil {
+		return nil, e
+	}
+	d, err := rd.SessionDetail(ctx, s, last)
+	if err != nil {
+		return nil, internal("readSession: SessionDetail", err)
+	}
+	res := newResult(s.ID, fmt.Sprintf("%s, %s", plural(len(d.Messages), "message", "messages"), d.State))
+	fields, err := jsonFields(d)
+	if err != nil {
+		return nil, internal("readSession: jsonFields", err)
+	}
+	for k, v := range fields {
+		res.set(k, v)
+	}
+	return res, nil
+}
+
+// SessionDetail is a session as read_session shows it (also the owner API).
+func (rd *reads) SessionDetail(ctx context.Context, s *store.Session, last int) (*relay.SessionDetail, error) {
+	// Pending questions first: a turn writes its partial reply before it raises
+	// a question, so a question seen here comes with the reply written before it.
+	qs, err := rd.pendingQuestions(ctx, s.ID)
+	if err != nil {
+		return nil, err
+	}
+	vs, err := rd.relay.views(ctx, []*store.Session{s})
+	if err != nil {
+		return nil, err
+	}
+	v := vs[0]
+	// listItem's fields, then the detail's.
+	m := &relay.SessionDetail{ID: v.s.ID, Title: v.s.Title, Provider: v.s.Provider, Model: v.s.Model, State: v.state, Cwd: v.s.Cwd,
+		LastActivityAt: tsPtr(v.s.LastActivityAt), MessageCount: v.count, Mode: v.s.Mode, Archived: v.s.Archived,
+		MayCreateSessions: v.s.MayCreateSessions, StartedBy: v.s.StartedBy}
+	if v.watched {
+		m.Watched = &v.watched
+	}
+	msgs, err := rd.st.LastMessages(ctx, s.ID, last)
+	if err != nil {
+		return nil, err
+	}
+	m.Messages = make([]relay.Message, 0, len(msgs))
+	for _, msg := range msgs {
+		m.Messages = append(m.Messages, relay.Message{ID: msg.ID, Role: msg.Role, Text: msg.Text, CreatedAt: tsPtr(msg.CreatedAt), From: msg.From})
+	}
+	if v.curTurn != "" {
+		if t, err := rd.st.GetTurn(ctx, v.curTurn); err == nil && t.Partial != "" {
+			m.InFlight = &t.Partial
+		}
+	}
+	m.PendingQuestions = qs
+	st, err := rd.relay.settings(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m.Tasks = []*relay.Task{}
+	for _, t := range v.tasks {
+		m.Tasks = append(m.Tasks, rd.tasks.taskView(ctx, t, st.QuietTaskMinutes))
+	}
+	if v.group != nil {
+		members, err := rd.grp.groupMembers(ctx, v.group, s.ID, 50)
+		if err != nil {
+			return nil, err
+		}
+		m.Group = rd.grp.groupRef(ctx, v)
+		m.Group.Members = members
+	}
+	m.Repo, m.Branch, m.Effort = s.Repo, s.Branch, s.Effort
+	return m, nil
+}
+
+func (rd *reads) pendingQuestions(ctx context.Context, sid string) ([]relay.PendingQuestion, error) {
+	qs, err := rd.st.PendingQuestions(ctx, sid)
+	if err != nil {
+		return nil, err
+	}
+	out := []relay.PendingQuestion{}
+	for _, q := range qs {
+		out = append(out, relay.PendingQuestion{ID: q.ID, Kind: q.Kind, Question: q.Question, Options: nonNil(q.Options)})
+	}
+	asks, err := rd.st.AsksIn(ctx, sid)
+	if err != nil {
+		return nil, err
+	}
+	for _, ak := range asks {
+		out = append(out, relay.PendingQuestion{ID: ak.ID, Kind: "ask", Question: ak.Question, Options: nonNil(ak.Options)})
+	}
+	return out, nil
+}
