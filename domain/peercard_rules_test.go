@@ -229,11 +229,14 @@ func TestPeerWaitIsCallersLimit(t *testing.T) {
 	n := newPeerNet(t)
 	a := n.relay("alpha", peerEndOptions{maxWaitCap: time.Hour, settings: func(s *config.Settings) { s.MaxWaitSeconds = 900 }})
 	// bravo's own longest wait is 200 ms (the tests' cap below its 120 s).
-	b := n.relay("bravo", peerEndOptions{maxWaitCap: 200 * time.Millisecond, settings: func(s *config.Settings) { s.MaxWaitSeconds = 120 }})
+	b := n.relay("bravo", peerEndOptions{maxWaitCap: 200 * time.Millisecond, settings: func(s *config.Settings) { s.MaxWaitSeconds = 120 }, work: true})
 	a.pair(b, PairRequest{})
 	sb := b.newSession(NewSession{Title: "slow"})
 	sa := a.newSession(NewSession{Title: "caller", Text: "use @bravo"})
-	// Each reply comes after 600 ms: bravo's own limit would have given up.
+	// Each reply comes after 600 ms of bravo's work clock: bravo's own limit
+	// would have given up. Each call waits in a goroutine while the test
+	// moves that clock, once bravo's wait (its deadline) and the agent's
+	// sleep are both set.
 	slow := func(reply string) string {
 		return script(map[string]any{"sleep_ms": 600}, map[string]any{"reply": reply})
 	}
@@ -244,7 +247,20 @@ func TestPeerWaitIsCallersLimit(t *testing.T) {
 			t.Errorf("%s: note %q, want alpha's limit of 900 s and nothing of bravo's", what, note)
 		}
 	}
-	env := a.ok(sa, map[string]any{"action": "send", "relay": "bravo", "session": sb, "text": slow("slept once"), "wait_seconds": 1000})
+	call := func(args map[string]any, wait time.Duration) map[string]any {
+		t.Helper()
+		var env map[string]any
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			env = a.ok(sa, args)
+		}()
+		b.due(b.work.Now().Add(wait)) // bravo's wait, by alpha's limit
+		b.pass(600 * time.Millisecond)
+		b.done(done, fmt.Sprint(args["action"], " from alpha"))
+		return env
+	}
+	env := call(map[string]any{"action": "send", "relay": "bravo", "session": sb, "text": slow("slept once"), "wait_seconds": 1000}, 900*time.Second)
 	if env["status"] != "done" {
 		t.Errorf("send from alpha to bravo: status %v, want done (waited by alpha's limit): %v", env["status"], env)
 	} else if rp, _ := env["reply"].(map[string]any); !strings.Contains(fmt.Sprint(rp["text"]), "slept once") {
@@ -257,13 +273,13 @@ func TestPeerWaitIsCallersLimit(t *testing.T) {
 	if mid == "" {
 		t.Fatalf("send without waiting: %v", env)
 	}
-	env = a.ok(sa, map[string]any{"action": "wait", "relay": "bravo", "session": sb, "message_id": mid, "wait_seconds": 1000})
+	env = call(map[string]any{"action": "wait", "relay": "bravo", "session": sb, "message_id": mid, "wait_seconds": 1000}, 900*time.Second)
 	if env["status"] != "done" {
 		t.Errorf("wait from alpha on bravo: status %v, want done (waited by alpha's limit): %v", env["status"], env)
 	}
 	checkNote("wait with wait_seconds 1000", env)
 	// Within alpha's limit: no note at all, although bravo's is smaller.
-	env = a.ok(sa, map[string]any{"action": "send", "relay": "bravo", "session": sb, "text": slow("slept thrice"), "wait_seconds": 60})
+	env = call(map[string]any{"action": "send", "relay": "bravo", "session": sb, "text": slow("slept thrice"), "wait_seconds": 60}, 60*time.Second)
 	if env["status"] != "done" {
 		t.Errorf("send with wait_seconds 60: status %v, want done: %v", env["status"], env)
 	}

@@ -89,6 +89,7 @@ type peerEndOptions struct {
 	providers  []provider.Info // the scripted providers (nil: the default one)
 	maxWaitCap time.Duration
 	start      time.Time
+	work       bool // fixtureOptions.work: the durations of work on a Sim the test moves (pass)
 }
 
 func newPeerNet(t testing.TB) *peerNet {
@@ -120,7 +121,7 @@ func (n *peerNet) relay(name string, o peerEndOptions) *peerEnd {
 				o.timing(tm)
 			}
 		},
-		start: o.start, name: name, baseURL: e.url, scripted: o.providers, maxWaitCap: o.maxWaitCap, peers: n,
+		start: o.start, name: name, baseURL: e.url, scripted: o.providers, maxWaitCap: o.maxWaitCap, peers: n, work: o.work,
 	})
 	e.fixture = f
 	actAuto(f)
