@@ -88,9 +88,10 @@ func (s *Store) TaskOutput(ctx context.Context, id string) ([]string, error) {
 	return lines, wrap(err, "output of task %s", id)
 }
 
-// ExpireTaskOutput lets a finished task's output go after keep.
+// ExpireTaskOutput lets a finished task's output go after keep (PEXPIRE:
+// to the millisecond; EXPIRE takes whole seconds).
 func (s *Store) ExpireTaskOutput(ctx context.Context, id string, keep time.Duration) error {
-	return wrap(s.rdb.Expire(ctx, s.k("tout", id), keep).Err(), "expire the output of task %s", id)
+	return wrap(s.rdb.PExpire(ctx, s.k("tout", id), keep).Err(), "expire the output of task %s", id)
 }
 
 // Question is a question card (kind ask_user) a session's agent waits on.
