@@ -34,6 +34,7 @@ type drainer struct {
 	dl           *pipeline
 	tasks        *tasks // the tasks an agent starts (tasks.go)
 	use          *usage // a turn's usage and the model that ran (agents.go)
+	upd          *updates
 	hub          *hub
 	warm         *warmGoroutines              // drains started here run on kept goroutines (stacks.go)
 	tok          *tokens                      // the turn tokens it mints (tokens.go)
@@ -58,15 +59,13 @@ type drainerStore interface {
 
 // drainHost is what the drain asks of the rest of the relay: an agent's
 // relay_tool calls (tool.go), the settings (relay.go), the session's
-// orchestrator (queue.go), the folders rule (create.go), Claude settings
-// (update.go), whether any relay is paired (pairing.go) and telling the
-// console (notify.go).
+// orchestrator (queue.go), the folders rule (create.go), whether any relay
+// is paired (pairing.go) and telling the console (notify.go).
 type drainHost interface {
 	CallTool(ctx context.Context, callerID string, raw json.RawMessage, d *Delivery) (json.RawMessage, bool)
 	settings(ctx context.Context) (store.Settings, error)
 	orchestrator(s *store.Session) string
 	folderAllowed(dir string) (resolved, why string)
-	claudeSettings(p provider.Provider, s *store.Session, pt *provider.Turn)
 	anyPairing(ctx context.Context) bool
 	notify(ctx context.Context, what string)
 }

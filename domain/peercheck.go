@@ -93,7 +93,7 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 			chk.Group = &CheckedRef{ID: pl.group.ID, Name: r.grp.groupName(ctx, pl.group)}
 		}
 	case "update_session":
-		_, pl, ch, e := r.updateChecks(ctx, c, a)
+		_, pl, ch, e := r.upd.updateChecks(ctx, c, a)
 		if e != nil {
 			return nil, e
 		}

@@ -113,6 +113,7 @@ type Relay struct {
 	grp   *groups        // session groups (groups.go)
 	reads *reads         // list_relays, relay_info, usage, list_sessions, read_session, the owner's views (reads.go)
 	tasks *tasks         // a turn's tasks and their output (tasks.go)
+	upd   *updates       // update_session and the Claude settings a turn takes (update.go)
 	use   *usage         // usage, caps, availability, the activity line (agents.go, caps.go)
 	tok   *tokens        // bearer tokens and their caches (tokens.go)
 	pk    *peerLink      // the paired relays: pairing, link, poller (peer.go, peerpoll.go)
@@ -154,8 +155,9 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r.tasks = &tasks{st: st, now: r.now, log: r.log, opts: &r.opts, dl: r.dl, hub: r.hub, relay: r}
 	r.use = &usage{st: st, now: r.now, log: r.log, opts: &r.opts, providers: r.providers, relay: r}
 	r.reads = &reads{st: st, log: r.log, opts: &r.opts, grp: r.grp, use: r.use, tasks: r.tasks, providers: r.providers, relay: r}
+	r.upd = &updates{st: st, now: r.now, opts: &r.opts, grp: r.grp, cards: r.cards, relay: r}
 	r.dr = &drainer{st: st, enq: enq, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, hub: r.hub, warm: r.warm, tok: r.tok,
-		providers: r.providers, tasks: r.tasks, use: r.use, relay: r,
+		providers: r.providers, tasks: r.tasks, use: r.use, upd: r.upd, relay: r,
 		running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}}
 	r.handler = r.handlers()
 	for _, p := range provs {

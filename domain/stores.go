@@ -30,6 +30,7 @@ type Store interface {
 	askStore
 	cardStore
 	taskStore
+	updateStore
 	usageStore
 	scheduleStore
 	peerStore
@@ -41,8 +42,8 @@ var _ Store = (*store.Store)(nil)
 
 // recordStore is what several subsystems read and write: the session,
 // turn, card, ask, subscription and pairing records (with the sessions a
-// subscription watches and its held events), the loop counts, the settings
-// and the notification channel.
+// subscription watches and its held events), the loop counts, the settings,
+// the folders used and the notification channel.
 type recordStore interface {
 	AsksIn(ctx context.Context, sid string) ([]*store.Ask, error)
 	ClearOnce(ctx context.Context, names ...string) error
@@ -63,6 +64,7 @@ type recordStore interface {
 	LastMessages(ctx context.Context, sid string, n int) ([]store.Message, error)
 	ListSessionIDs(ctx context.Context, scope string, limit int) ([]string, int, error)
 	LoadSettings(ctx context.Context) (store.Settings, bool, error)
+	NoteCwd(ctx context.Context, dir string, now time.Time) error
 	Notify(ctx context.Context, what string) error
 	PendingCards(ctx context.Context) ([]*store.Card, error)
 	PendingQuestions(ctx context.Context, sid string) ([]*store.Question, error)
@@ -83,15 +85,12 @@ type recordStore interface {
 }
 
 // actionStore is what the tool actions on sessions (tool.go, send.go,
-// create.go, sessions.go, update.go) need besides the records: the call's
-// one-round-trip load, the 4-at-work reservations, a session by reference,
-// the folders used.
+// create.go, sessions.go) need besides the records: the call's
+// one-round-trip load, the 4-at-work reservations, a session by reference.
 type actionStore interface {
 	AllScopeSubscriptions(ctx context.Context) ([]*store.Subscription, error)
 	BusyCount(ctx context.Context, orchestrator string) (int, error)
-	ClearAgentSession(ctx context.Context, sid string) error
 	LoadCall(ctx context.Context, caller string, ref string) (*store.Call, error)
-	NoteCwd(ctx context.Context, dir string, now time.Time) error
 	PeerBusyCount(ctx context.Context, orchestrator string) (int, error)
 	ReserveUnder(ctx context.Context, orchestrator string, sid string, limit int, peerLimit int) error
 	ResolveSession(ctx context.Context, ref string) (sess *store.Session, matches int, err error)
@@ -222,6 +221,12 @@ type taskStore interface {
 	AppendTaskOutput(ctx context.Context, id string, lines ...string) error
 	ExpireTaskOutput(ctx context.Context, id string, keep time.Duration) error
 	SaveTask(ctx context.Context, t *store.Task) error
+}
+
+// updateStore is what update_session (update.go) needs besides the
+// records: starting a fresh agent conversation after a move (R17.2).
+type updateStore interface {
+	ClearAgentSession(ctx context.Context, sid string) error
 }
 
 // usageStore is what the usage subsystem (agents.go, caps.go) needs: the

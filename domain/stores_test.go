@@ -16,7 +16,7 @@ import (
 // stores.go that names what it may use (recordStore is open to all).
 var storeUsers = map[string]string{
 	"tool.go": "actionStore", "send.go": "actionStore", "create.go": "actionStore", "sessions.go": "actionStore",
-	"update.go": "actionStore",
+	"update.go": "updateStore",
 	"tasks.go":  "taskStore",
 	"agents.go": "usageStore", "caps.go": "usageStore",
 	"groups.go": "groupStore", "reads.go": "readStore", "tokens.go": "tokenStore",

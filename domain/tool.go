@@ -73,7 +73,7 @@ func (r *Relay) handlers() map[string]handler {
 		"read_task_output": r.tasks.readTaskOutput,
 		"send":             r.send,
 		"create_session":   r.createSession,
-		"update_session":   r.updateSession,
+		"update_session":   r.upd.updateSession,
 		"wait":             r.wait,
 		"answer_question":  r.answerQuestion,
 		"stop":             r.stop,

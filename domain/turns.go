@@ -656,7 +656,7 @@ func (dr *drainer) providerTurn(ctx context.Context, p provider.Provider, s *sto
 	}
 	pt := provider.Turn{SessionID: s.ID, TurnID: t.ID, Prompt: t.Text, Model: s.Model, Effort: s.Effort, Mode: s.Mode,
 		Cwd: cwd, History: history, Token: turnTok, RelayURL: base, Relay: dr.opts.Name, AgentSession: agentSessionOf(s)}
-	dr.relay.claudeSettings(p, s, &pt)
+	dr.upd.claudeSettings(p, s, &pt)
 	if base != "" && (st.AgentSessions || dr.relay.anyPairing(ctx)) {
 		pt.MCPURL = base + "/mcp"
 	}

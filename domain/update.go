@@ -4,10 +4,44 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
+
+// updates is update_session (R7.10): its checks (also what a paired relay
+// asks before a card, peercheck.go), its card, the change, and the Claude
+// settings a turn takes (claudeSettings, for the drain) by Options.Traits.
+// It sees the store only as recordStore and updateStore and reaches the rest
+// of the relay only through updatesHost.
+type updates struct {
+	st    updatesStore
+	now   func() time.Time
+	opts  *Options // the relay's: name, traits
+	grp   *groups
+	cards *cards
+	relay updatesHost
+}
+
+// updatesStore is the store as update_session sees it.
+type updatesStore interface {
+	recordStore
+	updateStore
+}
+
+// updatesHost is what update_session asks of the rest of the relay: the
+// session a call names (sessions.go), the provider, model and effort checks
+// (models.go), the folders rule (create.go) and telling the console
+// (notify.go).
+type updatesHost interface {
+	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
+	provider(id, nothing string) (provider.Provider, *Error)
+	checkModel(p provider.Info, model, nothing string, create bool) (string, *Error)
+	checkEffort(p provider.Info, effort, nothing string) *Error
+	checkFolder(dir, nothing string) (string, *Error)
+	notifySessions(ctx context.Context, ids ...string)
+}
 
 // effortUser is a provider that says whether its turns pass the effort on
 // (exec: only when its command has an {effort} placeholder).
@@ -29,9 +63,9 @@ type SessionTraits struct {
 
 // traits are a provider's SessionTraits; a claude-code provider's sessions
 // are Claude sessions whatever the options say.
-func (r *Relay) traits(p provider.Provider) SessionTraits {
+func (up *updates) traits(p provider.Provider) SessionTraits {
 	in := p.Info()
-	t := r.opts.Traits[in.ID]
+	t := up.opts.Traits[in.ID]
 	if in.Type == "claude-code" {
 		t.Claude = true
 	}
@@ -42,8 +76,8 @@ func (r *Relay) traits(p provider.Provider) SessionTraits {
 // settings on a turn whose provider takes them (R7.10): Claude sessions take
 // all three; a provider that declares its window semantics takes the window
 // (0 meaning CompactWindowZero tokens).
-func (r *Relay) claudeSettings(p provider.Provider, s *store.Session, pt *provider.Turn) {
-	tr := r.traits(p)
+func (up *updates) claudeSettings(p provider.Provider, s *store.Session, pt *provider.Turn) {
+	tr := up.traits(p)
 	switch {
 	case tr.Claude:
 		pt.AutoCompactWindow, pt.Thinking, pt.ThinkingDisplay = s.AutoCompactWindow, s.ThinkingEnabled, s.ThinkingDisplay
@@ -80,13 +114,13 @@ var claudeSettings = []string{"thinking_enabled", "thinking_display", "auto_comp
 // does not reach the turns; auto_compact_window and thinking_* for any
 // session that is not a Claude session, with what a provider that declares
 // its own semantics does with them (the seed's DeepSeek note).
-func (r *Relay) settingsNote(p provider.Provider, given map[string]bool) string {
+func (up *updates) settingsNote(p provider.Provider, given map[string]bool) string {
 	in := p.Info()
 	var notes []string
 	if given["effort"] && !usesEffort(p) {
 		notes = append(notes, fmt.Sprintf("effort does nothing for the %s provider (%s); stored for later turns.", in.Name, in.Type))
 	}
-	tr := r.traits(p)
+	tr := up.traits(p)
 	if tr.Claude {
 		return strings.Join(notes, " ")
 	}
@@ -150,15 +184,15 @@ func abs(n int) int {
 	return n
 }
 
-func (r *Relay) settingsOf(ctx context.Context, s *store.Session) map[string]any {
+func (up *updates) settingsOf(ctx context.Context, s *store.Session) map[string]any {
 	var group any
 	if s.GroupID != "" {
-		if g, err := r.st.GetGroup(ctx, s.GroupID); err == nil {
+		if g, err := up.st.GetGroup(ctx, s.GroupID); err == nil {
 			role := "member"
 			if g.Head == s.ID {
 				role = "head"
 			}
-			group = map[string]any{"id": g.ID, "name": r.grp.groupName(ctx, g), "role": role}
+			group = map[string]any{"id": g.ID, "name": up.grp.groupName(ctx, g), "role": role}
 		}
 	}
 	think := any(nil)
@@ -184,8 +218,8 @@ func nilIfEmpty(s string) any {
 // updateSession changes settings of another session (R7.10). Its checks run
 // in R3.4a's order: shapes, target, self, model / effort / group / folder,
 // card; only then the effect. A call that changes nothing asks no card.
-func (r *Relay) updateSession(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	in, pl, ch, e := r.updateChecks(ctx, c, a)
+func (up *updates) updateSession(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	in, pl, ch, e := up.updateChecks(ctx, c, a)
 	if e != nil {
 		return nil, e
 	}
@@ -198,13 +232,13 @@ func (r *Relay) updateSession(ctx context.Context, c *caller, a *args) (*result,
 	}
 	if len(ch.names) == 0 {
 		res.what = "nothing changed"
-		res.set("settings", r.settingsOf(ctx, pl.s)).set("changed", []string{})
+		res.set("settings", up.settingsOf(ctx, pl.s)).set("changed", []string{})
 		return res, nil
 	}
-	if e := r.cardUpdate(ctx, c, pl, ch); e != nil {
+	if e := up.cardUpdate(ctx, c, pl, ch); e != nil {
 		return nil, e
 	}
-	return r.applyUpdate(ctx, in, pl, ch, res)
+	return up.applyUpdate(ctx, in, pl, ch, res)
 }
 
 // updateArgs are update_session's arguments, their shapes checked.
@@ -232,16 +266,16 @@ type updatePlan struct {
 // updateChecks are all of update_session's checks before its card: the
 // arguments' shapes, its rules, and what would change (also the check a
 // paired relay asks, R5.3).
-func (r *Relay) updateChecks(ctx context.Context, c *caller, a *args) (*updateArgs, *updatePlan, *updateChange, *Error) {
+func (up *updates) updateChecks(ctx context.Context, c *caller, a *args) (*updateArgs, *updatePlan, *updateChange, *Error) {
 	in, e := parseUpdateArgs(a)
 	if e != nil {
 		return nil, nil, nil, e
 	}
-	pl, e := r.checkUpdate(ctx, c, a, in)
+	pl, e := up.checkUpdate(ctx, c, a, in)
 	if e != nil {
 		return nil, nil, nil, e
 	}
-	return in, pl, r.updateChanges(ctx, in, pl), nil
+	return in, pl, up.updateChanges(ctx, in, pl), nil
 }
 
 // parseUpdateArgs reads update_session's arguments: shapes first (R3.4a).
@@ -281,24 +315,24 @@ func parseUpdateArgs(a *args) (*updateArgs, *Error) {
 // checkUpdate applies update_session's rules in order: target, self, model,
 // effort, group, folder (not while the session is busy), and notes what is
 // rounded or ignored.
-func (r *Relay) checkUpdate(ctx context.Context, c *caller, a *args, in *updateArgs) (*updatePlan, *Error) {
-	s, e := r.target(ctx, a, "session")
+func (up *updates) checkUpdate(ctx context.Context, c *caller, a *args, in *updateArgs) (*updatePlan, *Error) {
+	s, e := up.relay.target(ctx, a, "session")
 	if e != nil {
 		return nil, e
 	}
 	if s.ID == c.s.ID {
 		return nil, Errorf(CodeSelf, "update_session cannot change the calling conversation itself. %s", nothingChanged)
 	}
-	p, e := r.provider(s.Provider, nothingChanged)
+	p, e := up.relay.provider(s.Provider, nothingChanged)
 	if e != nil {
 		return nil, e
 	}
 	pl := &updatePlan{s: s, p: p, cwd: in.cwd, acw: in.acw}
 	info := p.Info()
-	if pl.modelNote, e = r.checkModel(info, in.model, nothingChanged, false); e != nil {
+	if pl.modelNote, e = up.relay.checkModel(info, in.model, nothingChanged, false); e != nil {
 		return nil, e
 	}
-	if e := r.checkEffort(info, in.effort, nothingChanged); e != nil {
+	if e := up.relay.checkEffort(info, in.effort, nothingChanged); e != nil {
 		return nil, e
 	}
 	// Group: "none" leaves, a grp_ id must exist, an unknown name creates one.
@@ -307,7 +341,7 @@ func (r *Relay) checkUpdate(ctx context.Context, c *caller, a *args, in *updateA
 	case strings.EqualFold(in.groupRef, "none"):
 		pl.leave = s.GroupID != ""
 	default:
-		g, ge := r.grp.findGroup(ctx, in.groupRef, nothingChanged)
+		g, ge := up.grp.findGroup(ctx, in.groupRef, nothingChanged)
 		switch {
 		case ge == nil:
 			pl.group = g
@@ -318,11 +352,11 @@ func (r *Relay) checkUpdate(ctx context.Context, c *caller, a *args, in *updateA
 		}
 	}
 	if pl.cwd != "" {
-		if pl.cwd, e = r.checkFolder(pl.cwd, nothingChanged); e != nil {
+		if pl.cwd, e = up.relay.checkFolder(pl.cwd, nothingChanged); e != nil {
 			return nil, e
 		}
 		if pl.cwd != s.Cwd {
-			busy, why, err := r.busy(ctx, s.ID)
+			busy, why, err := up.busy(ctx, s.ID)
 			if err != nil {
 				return nil, internal("checkUpdate: busy", err)
 			}
@@ -337,7 +371,7 @@ func (r *Relay) checkUpdate(ctx context.Context, c *caller, a *args, in *updateA
 			pl.acw = n
 		}
 	}
-	if n := r.settingsNote(p, map[string]bool{"effort": in.effort != "", "thinking_enabled": in.think != "",
+	if n := up.settingsNote(p, map[string]bool{"effort": in.effort != "", "thinking_enabled": in.think != "",
 		"thinking_display": in.display != "", "auto_compact_window": in.hasACW}); n != "" {
 		pl.notes = append(pl.notes, n)
 	}
@@ -360,7 +394,7 @@ type updateChange struct {
 
 // updateChanges compares the settings with the session now; they are written
 // after the card.
-func (r *Relay) updateChanges(ctx context.Context, in *updateArgs, pl *updatePlan) *updateChange {
+func (up *updates) updateChanges(ctx context.Context, in *updateArgs, pl *updatePlan) *updateChange {
 	s := pl.s
 	// What would change: the text settings in one table (compared now, written after the card).
 	ch := &updateChange{texts: []updateText{
@@ -388,7 +422,7 @@ func (r *Relay) updateChanges(ctx context.Context, in *updateArgs, pl *updatePla
 		ch.lines = append(ch.lines, "Group: none")
 	case pl.group != nil && pl.group.ID != s.GroupID:
 		ch.names = append(ch.names, "group")
-		ch.lines = append(ch.lines, groupLine(r.grp.groupName(ctx, pl.group), pl.group.ID))
+		ch.lines = append(ch.lines, groupLine(up.grp.groupName(ctx, pl.group), pl.group.ID))
 	case pl.createGroup != "":
 		ch.names = append(ch.names, "group")
 		ch.lines = append(ch.lines, groupLine(pl.createGroup, "new"))
@@ -399,12 +433,12 @@ func (r *Relay) updateChanges(ctx context.Context, in *updateArgs, pl *updatePla
 // cardUpdate asks the owner when a card is needed: a session this
 // conversation did not start, once per conversation and relay (R5.2.4), and
 // ask/plan mode (R5.2.3).
-func (r *Relay) cardUpdate(ctx context.Context, c *caller, pl *updatePlan, ch *updateChange) *Error {
+func (up *updates) cardUpdate(ctx context.Context, c *caller, pl *updatePlan, ch *updateChange) *Error {
 	s := pl.s
 	need := &cardNeed{}
-	if s.StartedBy == nil || s.StartedBy.Session != c.s.ID || s.StartedBy.Relay != r.opts.Name {
-		flag := "update:" + r.opts.Name
-		ok, err := r.st.Flag(ctx, c.s.ID, flag)
+	if s.StartedBy == nil || s.StartedBy.Session != c.s.ID || s.StartedBy.Relay != up.opts.Name {
+		flag := "update:" + up.opts.Name
+		ok, err := up.st.Flag(ctx, c.s.ID, flag)
 		if err != nil {
 			return internal("cardUpdate: Flag", err)
 		}
@@ -415,7 +449,7 @@ func (r *Relay) cardUpdate(ctx context.Context, c *caller, pl *updatePlan, ch *u
 	}
 	modeCard(need, c, "update_session")
 	tid := s.ID
-	return r.cards.askCard(ctx, c, need, "update_session", &tid, updateCardLines(s, ch.lines), nothingChanged)
+	return up.cards.askCard(ctx, c, need, "update_session", &tid, updateCardLines(s, ch.lines), nothingChanged)
 }
 
 // updateCardLines are an update_session card's lines: the session, then its
@@ -440,10 +474,10 @@ func fieldOf(setting string) int {
 }
 
 // applyUpdate writes the changes to the session as it is after the card.
-func (r *Relay) applyUpdate(ctx context.Context, in *updateArgs, pl *updatePlan, ch *updateChange, res *result) (*result, *Error) {
+func (up *updates) applyUpdate(ctx context.Context, in *updateArgs, pl *updatePlan, ch *updateChange, res *result) (*result, *Error) {
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
 	// Effect. Re-read the session: a card may have taken minutes.
-	s, err := r.st.GetSession(ctx, pl.s.ID)
+	s, err := up.st.GetSession(ctx, pl.s.ID)
 	if err != nil {
 		return nil, internal("applyUpdate: GetSession", err)
 	}
@@ -457,17 +491,17 @@ func (r *Relay) applyUpdate(ctx context.Context, in *updateArgs, pl *updatePlan,
 			var gerr error
 			switch {
 			case pl.leave:
-				gerr = r.grp.leaveGroup(ctx, s)
+				gerr = up.grp.leaveGroup(ctx, s)
 			case pl.group != nil:
-				gerr = r.grp.joinGroup(ctx, s, pl.group)
+				gerr = up.grp.joinGroup(ctx, s, pl.group)
 			default:
-				groupCreated, gerr = r.grp.newGroup(ctx, pl.createGroup, s.ID, false)
+				groupCreated, gerr = up.grp.newGroup(ctx, pl.createGroup, s.ID, false)
 				if gerr == nil {
-					gerr = r.grp.joinGroup(ctx, s, groupCreated)
+					gerr = up.grp.joinGroup(ctx, s, groupCreated)
 				}
 			}
 			if gerr != nil {
-				saveErr := r.st.SaveSession(ctx, s)
+				saveErr := up.st.SaveSession(ctx, s)
 				done := "changing " + strings.Join(written, ", ")
 				if len(written) == 0 || saveErr != nil {
 					done = "starting the change"
@@ -483,16 +517,16 @@ func (r *Relay) applyUpdate(ctx context.Context, in *updateArgs, pl *updatePlan,
 		}
 		written = append(written, name)
 	}
-	if err := r.st.SaveSession(ctx, s); err != nil {
+	if err := up.st.SaveSession(ctx, s); err != nil {
 		return nil, internal("applyUpdate: SaveSession", err)
 	}
-	r.notifySessions(ctx, s.ID) // the owner's console (R19.6)
+	up.relay.notifySessions(ctx, s.ID) // the owner's console (R19.6)
 	if pl.cwd != "" && contains(written, "cwd") {
 		notes := pl.notes
-		_ = r.st.NoteCwd(ctx, pl.cwd, r.now())
+		_ = up.st.NoteCwd(ctx, pl.cwd, up.now())
 		if keepsConversation(pl.p) {
 			// R17.2: the agent CLI's conversation belongs to the old folder; the next turn starts a fresh one.
-			if err := r.st.ClearAgentSession(ctx, s.ID); err != nil {
+			if err := up.st.ClearAgentSession(ctx, s.ID); err != nil {
 				return nil, internalAfter(err, "changing "+strings.Join(written, ", "))
 			}
 			res.set("relaunched", true)
@@ -503,7 +537,7 @@ func (r *Relay) applyUpdate(ctx context.Context, in *updateArgs, pl *updatePlan,
 		}
 		res.set("note", strings.Join(notes, " "))
 	}
-	res.set("settings", r.settingsOf(ctx, s)).set("changed", written)
+	res.set("settings", up.settingsOf(ctx, s)).set("changed", written)
 	if groupCreated != nil {
 		res.set("groupCreated", map[string]any{"id": groupCreated.ID, "name": groupCreated.Name})
 	}
@@ -512,22 +546,22 @@ func (r *Relay) applyUpdate(ctx context.Context, in *updateArgs, pl *updatePlan,
 }
 
 // busy says whether a session has a turn queued or running or a task running.
-func (r *Relay) busy(ctx context.Context, sid string) (bool, string, error) {
-	cur, err := r.st.CurrentTurn(ctx, sid)
+func (up *updates) busy(ctx context.Context, sid string) (bool, string, error) {
+	cur, err := up.st.CurrentTurn(ctx, sid)
 	if err != nil {
 		return false, "", err
 	}
 	if cur != "" {
 		return true, "a turn is running", nil
 	}
-	q, err := r.st.QueuedTurns(ctx, sid)
+	q, err := up.st.QueuedTurns(ctx, sid)
 	if err != nil {
 		return false, "", err
 	}
 	if len(q) > 0 {
 		return true, "a turn is queued", nil
 	}
-	tasks, err := r.st.Tasks(ctx, sid)
+	tasks, err := up.st.Tasks(ctx, sid)
 	if err != nil {
 		return false, "", err
 	}
