@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,62 @@ import (
 	"github.com/oar/relay/store"
 )
 
+// creates is create_session (R7.9): its checks in R3.4a's order (also the
+// check a paired relay asks, peercheck.go), the first-create card, the new
+// session in its group and its first prompt; and the folders rule (R18.3),
+// which the owner's sessions, update_session and every turn start keep too
+// (through the doors below). It reaches the rest of the relay only through
+// createsHost and the subsystems it points to.
+type creates struct {
+	st    createsStore
+	now   func() time.Time
+	log   *slog.Logger
+	opts  *Options // the relay's: name, folders, limits, default folder
+	cards *cards
+	grp   *groups
+	use   *usage
+	rem   *remote
+	// foldKept is the folders rule's folders resolved (realFolders).
+	foldKept cached[[]string]
+	relay    createsHost
+}
+
+// createsStore is the store as create_session sees it.
+type createsStore interface {
+	recordStore
+	createStore
+}
+
+// createsHost is what create_session asks of the rest of the relay: the
+// wait argument, queueing the first prompt, waiting for its reply and the
+// result, a reservation given back (queue.go), the cap per paired relay
+// (send.go, queue.go), the providers (relay.go) and their models and
+// efforts (models.go).
+type createsHost interface {
+	waitArg(ctx context.Context, a *args, nothing string) (time.Duration, string, *Error)
+	precheckPeerCap(ctx context.Context, orch string, by *store.Ref, nothing string) *Error
+	peerCapError(by *store.Ref, nothing string) *Error
+	providerIDs() []string
+	provider(id, nothing string) (provider.Provider, *Error)
+	checkModel(p provider.Info, model, nothing string, create bool) (string, *Error)
+	checkEffort(p provider.Info, effort, nothing string) *Error
+	queue(ctx context.Context, s *store.Session, text, role string, from *store.Ref, origin store.Origin, callerID string, enforce bool, waitFor time.Duration) (*store.Turn, error)
+	fromRef(c *caller) *store.Ref
+	sent(ctx context.Context, c *caller, t *store.Turn, wait time.Duration, done string) (*store.Turn, *Error)
+	turnResult(ctx context.Context, res *result, t *store.Turn)
+	unreserve(ctx context.Context, orch, sid string)
+}
+
+// checkFolder applies the folders rule (the door for the owner's sessions
+// and update_session).
+func (r *Relay) checkFolder(dir, nothing string) (string, *Error) {
+	return r.crt.checkFolder(dir, nothing)
+}
+
+// folderAllowed checks a session's folder after symbolic links (the door
+// for the drain's host).
+func (r *Relay) folderAllowed(dir string) (resolved, why string) { return r.crt.folderAllowed(dir) }
+
 func titleFrom(text string) string {
 	line := strings.TrimSpace(strings.SplitN(strings.TrimSpace(text), "\n", 2)[0])
 	if line == "" {
@@ -23,7 +80,7 @@ func titleFrom(text string) string {
 }
 
 // checkFolder applies the folders rule; "" is fine (defaults apply).
-func (r *Relay) checkFolder(dir, nothing string) (string, *Error) {
+func (cr *creates) checkFolder(dir, nothing string) (string, *Error) {
 	if dir == "" {
 		return "", nil
 	}
@@ -34,13 +91,13 @@ func (r *Relay) checkFolder(dir, nothing string) (string, *Error) {
 		return "", Errorf(CodeInvalidInput, "cwd may not contain \"..\" (got %q). %s", dir, nothing)
 	}
 	dir = filepath.Clean(dir)
-	if !config.Inside(r.opts.Folders, dir) {
-		return "", Errorf(CodeInvalidInput, "Relay %q may not use the folder %s; sessions may use folders inside %s. %s", r.opts.Name, dir, strings.Join(r.opts.Folders, ", "), nothing)
+	if !config.Inside(cr.opts.Folders, dir) {
+		return "", Errorf(CodeInvalidInput, "Relay %q may not use the folder %s; sessions may use folders inside %s. %s", cr.opts.Name, dir, strings.Join(cr.opts.Folders, ", "), nothing)
 	}
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return "", Errorf(CodeInvalidInput, "The folder %s does not exist on relay %q. %s", dir, r.opts.Name, nothing)
+		return "", Errorf(CodeInvalidInput, "The folder %s does not exist on relay %q. %s", dir, cr.opts.Name, nothing)
 	}
-	if _, why := r.folderAllowed(dir); why != "" {
+	if _, why := cr.folderAllowed(dir); why != "" {
 		return "", Errorf(CodeInvalidInput, "%s %s", why, nothing)
 	}
 	return dir, nil
@@ -50,8 +107,8 @@ func (r *Relay) checkFolder(dir, nothing string) (string, *Error) {
 // resolved, for folderRecheck: a turn start resolves its session's folder
 // every time, while the rule's own folders (the operator's configuration)
 // are resolved again once folderRecheck has passed since they last were.
-func (r *Relay) realFolders() []string {
-	return r.foldKept.getOr(func() []string { return config.ResolveFolders(r.opts.Folders) })
+func (cr *creates) realFolders() []string {
+	return cr.foldKept.getOr(func() []string { return config.ResolveFolders(cr.opts.Folders) })
 }
 
 // folderRecheck is how long the folders rule's resolved folders are kept.
@@ -59,13 +116,13 @@ const folderRecheck = 10 * time.Second
 
 // folderAllowed resolves a session's folder and checks it against the
 // folders rule after symbolic links (R18.3); why is "" when it is allowed.
-func (r *Relay) folderAllowed(dir string) (resolved, why string) {
-	resolved, ok, err := config.InsideReal(r.realFolders(), dir)
+func (cr *creates) folderAllowed(dir string) (resolved, why string) {
+	resolved, ok, err := config.InsideReal(cr.realFolders(), dir)
 	if err != nil {
-		return "", fmt.Sprintf("The folder %s cannot be resolved on relay %q (it no longer exists or cannot be read).", dir, r.opts.Name)
+		return "", fmt.Sprintf("The folder %s cannot be resolved on relay %q (it no longer exists or cannot be read).", dir, cr.opts.Name)
 	}
 	if !ok {
-		return "", fmt.Sprintf("The folder %s resolves to %s, outside the folders relay %q may use (%s).", dir, resolved, r.opts.Name, strings.Join(r.opts.Folders, ", "))
+		return "", fmt.Sprintf("The folder %s resolves to %s, outside the folders relay %q may use (%s).", dir, resolved, cr.opts.Name, strings.Join(cr.opts.Folders, ", "))
 	}
 	return resolved, ""
 }
@@ -73,20 +130,20 @@ func (r *Relay) folderAllowed(dir string) (resolved, why string) {
 // createSession starts a session with a first prompt (R7.9) and waits for
 // its reply (R7.11). Its checks run in R3.4a's order: shapes, rule limits,
 // provider / model / effort / group / folder, card; only then the effect.
-func (r *Relay) createSession(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	in, pl, e := r.createChecks(ctx, c, a)
+func (cr *creates) createSession(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	in, pl, e := cr.createChecks(ctx, c, a)
 	if e != nil {
 		return nil, e
 	}
 	defer func() {
 		if !pl.queued {
-			r.cards.giveBack(ctx, pl.need, c) // nothing was sent: the prompt does not count (R5.2.6)
+			cr.cards.giveBack(ctx, pl.need, c) // nothing was sent: the prompt does not count (R5.2.6)
 		}
 	}()
-	if e := r.cardCreate(ctx, c, in, pl); e != nil {
+	if e := cr.cardCreate(ctx, c, in, pl); e != nil {
 		return nil, e
 	}
-	return r.applyCreate(ctx, c, in, pl)
+	return cr.applyCreate(ctx, c, in, pl)
 }
 
 // createArgs are create_session's arguments, their shapes checked.
@@ -111,12 +168,12 @@ type createPlan struct {
 
 // createChecks are all of create_session's checks before its card: the
 // arguments' shapes, then its rules (also the check a paired relay asks, R5.3).
-func (r *Relay) createChecks(ctx context.Context, c *caller, a *args) (*createArgs, *createPlan, *Error) {
-	in, e := r.parseCreateArgs(ctx, a)
+func (cr *creates) createChecks(ctx context.Context, c *caller, a *args) (*createArgs, *createPlan, *Error) {
+	in, e := cr.parseCreateArgs(ctx, a)
 	if e != nil {
 		return nil, nil, e
 	}
-	pl, e := r.checkCreate(ctx, c, in)
+	pl, e := cr.checkCreate(ctx, c, in)
 	if e != nil {
 		return nil, nil, e
 	}
@@ -124,13 +181,13 @@ func (r *Relay) createChecks(ctx context.Context, c *caller, a *args) (*createAr
 }
 
 // parseCreateArgs reads create_session's arguments: shapes first (R3.4a).
-func (r *Relay) parseCreateArgs(ctx context.Context, a *args) (*createArgs, *Error) {
+func (cr *creates) parseCreateArgs(ctx context.Context, a *args) (*createArgs, *Error) {
 	in := &createArgs{}
 	var e *Error
 	if in.text, e = promptText(a, nothingCreated); e != nil {
 		return nil, e
 	}
-	if in.wait, in.note, e = r.waitArg(ctx, a, nothingCreated); e != nil {
+	if in.wait, in.note, e = cr.relay.waitArg(ctx, a, nothingCreated); e != nil {
 		return nil, e
 	}
 	get := func(k string) string {
@@ -158,20 +215,20 @@ func (r *Relay) parseCreateArgs(ctx context.Context, a *args) (*createArgs, *Err
 // checkCreate applies create_session's rules in order: one level, the cap,
 // then provider, model, effort, group and folder, filling in what the agent
 // left out.
-func (r *Relay) checkCreate(ctx context.Context, c *caller, in *createArgs) (*createPlan, *Error) {
+func (cr *creates) checkCreate(ctx context.Context, c *caller, in *createArgs) (*createPlan, *Error) {
 	// Rule limits: one level (R6.2), the cap (R6.1).
 	if c.s.StartedBy != nil && !c.s.MayCreateSessions {
 		return nil, Errorf(CodeForbidden, "This session was started by an agent, and such sessions cannot start sessions themselves unless the owner allows it for this conversation. %s", nothingCreated)
 	}
-	n, err := r.st.BusyCount(ctx, c.s.ID)
+	n, err := cr.st.BusyCount(ctx, c.s.ID)
 	if err != nil {
 		return nil, internal("checkCreate: BusyCount", err)
 	}
-	if n >= r.opts.Limits.ActiveSessions {
+	if n >= cr.opts.Limits.ActiveSessions {
 		return nil, Errorf(CodeSessionLimit, "%d sessions this conversation started already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
-			n, r.opts.Limits.ActiveSessions, nothingCreated)
+			n, cr.opts.Limits.ActiveSessions, nothingCreated)
 	}
-	if e := r.precheckPeerCap(ctx, c.s.ID, r.rem.startedBy(c), nothingCreated); e != nil {
+	if e := cr.relay.precheckPeerCap(ctx, c.s.ID, cr.rem.startedBy(c), nothingCreated); e != nil {
 		return nil, e
 	}
 	pl := &createPlan{provID: in.provID, model: in.model, effort: in.effort, mode: in.mode, need: &cardNeed{}}
@@ -180,21 +237,21 @@ func (r *Relay) checkCreate(ctx context.Context, c *caller, in *createArgs) (*cr
 		pl.provID = c.s.Provider
 		if isExternal(c.s) {
 			// An external client's sessions run on the relay's first provider.
-			pl.provID = r.providerIDs()[0]
+			pl.provID = cr.relay.providerIDs()[0]
 		}
 	}
 	if pl.provID == ProviderExternal {
 		return nil, Errorf(CodeInvalidInput, "An agent cannot start an external session: its agent is an MCP client the owner connects. %s", nothingCreated)
 	}
-	p, e := r.provider(pl.provID, nothingCreated)
+	p, e := cr.relay.provider(pl.provID, nothingCreated)
 	if e != nil {
 		return nil, e
 	}
-	if e := r.use.checkAvailable(p, nothingCreated); e != nil { // R17.1
+	if e := cr.use.checkAvailable(p, nothingCreated); e != nil { // R17.1
 		return nil, e
 	}
 	pl.info = p.Info()
-	if pl.modelNote, e = r.checkModel(pl.info, pl.model, nothingCreated, true); e != nil {
+	if pl.modelNote, e = cr.relay.checkModel(pl.info, pl.model, nothingCreated, true); e != nil {
 		return nil, e
 	}
 	if pl.model == "" {
@@ -203,7 +260,7 @@ func (r *Relay) checkCreate(ctx context.Context, c *caller, in *createArgs) (*cr
 			pl.model = c.s.Model
 		}
 	}
-	if e := r.checkEffort(pl.info, pl.effort, nothingCreated); e != nil {
+	if e := cr.relay.checkEffort(pl.info, pl.effort, nothingCreated); e != nil {
 		return nil, e
 	}
 	if pl.effort == "" && contains(pl.info.Efforts, c.s.Effort) {
@@ -213,15 +270,15 @@ func (r *Relay) checkCreate(ctx context.Context, c *caller, in *createArgs) (*cr
 		pl.mode = firstNonEmpty(c.s.Mode, "agent")
 	}
 	if in.groupRef != "" {
-		if pl.group, e = r.grp.findGroup(ctx, in.groupRef, nothingCreated); e != nil {
+		if pl.group, e = cr.grp.findGroup(ctx, in.groupRef, nothingCreated); e != nil {
 			return nil, e
 		}
 	}
-	if pl.cwd, e = r.checkFolder(in.cwd, nothingCreated); e != nil {
+	if pl.cwd, e = cr.checkFolder(in.cwd, nothingCreated); e != nil {
 		return nil, e
 	}
 	if pl.cwd == "" {
-		pl.cwd = firstNonEmpty(c.s.Cwd, r.opts.DefaultCwd)
+		pl.cwd = firstNonEmpty(c.s.Cwd, cr.opts.DefaultCwd)
 	}
 	pl.title = in.title
 	if pl.title == "" {
@@ -232,8 +289,8 @@ func (r *Relay) checkCreate(ctx context.Context, c *caller, in *createArgs) (*cr
 
 // cardCreate asks the owner when a card is needed: the conversation's first
 // session (R5.2.1), ask/plan mode (R5.2.3), loop protection (R5.2.6).
-func (r *Relay) cardCreate(ctx context.Context, c *caller, in *createArgs, pl *createPlan) *Error {
-	first, err := r.st.Flag(ctx, c.s.ID, "created")
+func (cr *creates) cardCreate(ctx context.Context, c *caller, in *createArgs, pl *createPlan) *Error {
+	first, err := cr.st.Flag(ctx, c.s.ID, "created")
 	if err != nil {
 		return internal("cardCreate: Flag", err)
 	}
@@ -242,14 +299,14 @@ func (r *Relay) cardCreate(ctx context.Context, c *caller, in *createArgs, pl *c
 		pl.need.flags = append(pl.need.flags, "created")
 	}
 	modeCard(pl.need, c, "create_session")
-	if e := r.cards.loopCard(ctx, pl.need, c); e != nil {
+	if e := cr.cards.loopCard(ctx, pl.need, c); e != nil {
 		return e
 	}
 	lines := []string{createCardLine(pl.title, pl.info.Name, pl.cwd, in.text), settingsLine(pl.model, pl.effort, pl.mode)}
 	if pl.group != nil {
-		lines = append(lines, groupLine(r.grp.groupName(ctx, pl.group), pl.group.ID))
+		lines = append(lines, groupLine(cr.grp.groupName(ctx, pl.group), pl.group.ID))
 	}
-	return r.cards.askCard(ctx, c, pl.need, "create_session", nil, lines, nothingCreated)
+	return cr.cards.askCard(ctx, c, pl.need, "create_session", nil, lines, nothingCreated)
 }
 
 // createCardLine is a create_session card's first line (R18.16: one line).
@@ -260,57 +317,57 @@ func createCardLine(title, provider, cwd, text string) string {
 
 // applyCreate creates the session in its group, queues its first prompt and
 // waits for the reply.
-func (r *Relay) applyCreate(ctx context.Context, c *caller, in *createArgs, pl *createPlan) (*result, *Error) {
+func (cr *creates) applyCreate(ctx context.Context, c *caller, in *createArgs, pl *createPlan) (*result, *Error) {
 	// Effect. It completes even if the caller's client goes away now (its
 	// context ends on a disconnect, R18.12); only the wait for the reply ends.
 	waitCtx := ctx
 	ctx = context.WithoutCancel(ctx)
 	// The caller's record again (a card may have taken minutes), and the
 	// named group must still exist (R7.9): else nothing is created.
-	if fresh, err := r.st.GetSession(ctx, c.s.ID); err == nil {
+	if fresh, err := cr.st.GetSession(ctx, c.s.ID); err == nil {
 		c.s = fresh
 	}
 	group := pl.group
 	if group != nil {
-		if _, err := r.st.GetGroup(ctx, group.ID); errors.Is(err, store.ErrNotFound) {
+		if _, err := cr.st.GetGroup(ctx, group.ID); errors.Is(err, store.ErrNotFound) {
 			return nil, Errorf(CodeUnknownGroup, "The session group %q (%s) on relay %q was dissolved before the session could start. %s",
-				r.grp.groupName(ctx, group), group.ID, r.opts.Name, nothingCreated)
+				cr.grp.groupName(ctx, group), group.ID, cr.opts.Name, nothingCreated)
 		} else if err != nil {
 			return nil, internal("applyCreate: GetGroup", err)
 		}
 	}
-	now := r.now()
+	now := cr.now()
 	s := &store.Session{ID: store.NewID(16), Title: pl.title, Provider: pl.provID, Model: pl.model, Effort: pl.effort, Mode: pl.mode,
 		Cwd: pl.cwd, Repo: in.repo, Branch: in.branch, Token: store.NewID(24), CreatedAt: now, LastActivityAt: now,
-		StartedBy: r.rem.startedBy(c)}
-	if err := r.st.ReserveUnder(ctx, c.s.ID, s.ID, r.opts.Limits.ActiveSessions, r.opts.Limits.ActiveSessionsPerPeerToken); err != nil {
+		StartedBy: cr.rem.startedBy(c)}
+	if err := cr.st.ReserveUnder(ctx, c.s.ID, s.ID, cr.opts.Limits.ActiveSessions, cr.opts.Limits.ActiveSessionsPerPeerToken); err != nil {
 		if errors.Is(err, store.ErrPeerSessionLimit) {
-			return nil, r.peerCapError(s.StartedBy, nothingCreated)
+			return nil, cr.relay.peerCapError(s.StartedBy, nothingCreated)
 		}
 		if errors.Is(err, store.ErrSessionLimit) {
 			return nil, Errorf(CodeSessionLimit, "%d sessions this conversation started already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
-				r.opts.Limits.ActiveSessions, r.opts.Limits.ActiveSessions, nothingCreated)
+				cr.opts.Limits.ActiveSessions, cr.opts.Limits.ActiveSessions, nothingCreated)
 		}
 		return nil, internal("applyCreate: ReserveUnder", err)
 	}
-	if err := r.st.CreateSession(ctx, s); err != nil {
-		r.unreserve(ctx, c.s.ID, s.ID)
+	if err := cr.st.CreateSession(ctx, s); err != nil {
+		cr.relay.unreserve(ctx, c.s.ID, s.ID)
 		return nil, internal("applyCreate: CreateSession", err)
 	}
-	_ = r.st.NoteCwd(ctx, pl.cwd, now)
-	group, groupWarning := r.groupCreated(ctx, c, s, group)
-	t, err := r.queue(ctx, s, in.text, "agent", r.fromRef(c), c.origin(r.opts.Name), c.s.ID, false, in.wait)
+	_ = cr.st.NoteCwd(ctx, pl.cwd, now)
+	group, groupWarning := cr.groupCreated(ctx, c, s, group)
+	t, err := cr.relay.queue(ctx, s, in.text, "agent", cr.relay.fromRef(c), c.origin(cr.opts.Name), c.s.ID, false, in.wait)
 	if err != nil {
-		r.unreserve(ctx, c.s.ID, s.ID)
+		cr.relay.unreserve(ctx, c.s.ID, s.ID)
 		return nil, internalAfter(err, "session "+s.ID+" was created, but its first prompt was not queued")
 	}
 	pl.queued = true
-	t, e := r.sent(waitCtx, c, t, in.wait, "session "+s.ID+" was created and its prompt queued (message_id "+t.ID+")")
+	t, e := cr.relay.sent(waitCtx, c, t, in.wait, "session "+s.ID+" was created and its prompt queued (message_id "+t.ID+")")
 	if e != nil {
 		return nil, e
 	}
 	res := newResult(s.ID, "")
-	r.turnResult(ctx, res, t)
+	cr.relay.turnResult(ctx, res, t)
 	res.what = fmt.Sprintf("%q, %s", pl.title, res.what)
 	res.set("provider", pl.provID).set("model", pl.model).set("mode", pl.mode).set("effort", pl.effort).set("title", pl.title)
 	if in.repo != "" {
@@ -324,7 +381,7 @@ func (r *Relay) applyCreate(ctx context.Context, c *caller, in *createArgs, pl *
 		if group.Head == s.ID {
 			role = "head"
 		}
-		res.set("group", map[string]any{"id": group.ID, "name": r.grp.groupName(ctx, group), "role": role})
+		res.set("group", map[string]any{"id": group.ID, "name": cr.grp.groupName(ctx, group), "role": role})
 	} else {
 		res.set("group", nil)
 	}
@@ -346,7 +403,7 @@ func (r *Relay) applyCreate(ctx context.Context, c *caller, in *createArgs, pl *
 // its caller is a stand-in here, no session to head or share a group with.
 // It returns the group joined, or nil and a warning when that failed (the
 // session stays).
-func (r *Relay) groupCreated(ctx context.Context, c *caller, s *store.Session, group *store.Group) (*store.Group, string) {
+func (cr *creates) groupCreated(ctx context.Context, c *caller, s *store.Session, group *store.Group) (*store.Group, string) {
 	if group == nil && c.remote != nil {
 		return nil, ""
 	}
@@ -354,27 +411,27 @@ func (r *Relay) groupCreated(ctx context.Context, c *caller, s *store.Session, g
 	if group == nil {
 		// Join the caller's group, or found one with the caller as head.
 		if c.s.GroupID != "" {
-			group, err = r.st.GetGroup(ctx, c.s.GroupID)
+			group, err = cr.st.GetGroup(ctx, c.s.GroupID)
 		}
 		if group == nil {
-			group, err = r.grp.newGroup(ctx, "", c.s.ID, false)
+			group, err = cr.grp.newGroup(ctx, "", c.s.ID, false)
 			if err == nil {
-				err = r.grp.joinGroup(ctx, c.s, group)
+				err = cr.grp.joinGroup(ctx, c.s, group)
 			}
 			if err == nil {
-				err = r.st.SaveSession(ctx, c.s)
+				err = cr.st.SaveSession(ctx, c.s)
 			}
 		}
-	} else if _, gerr := r.st.GetGroup(ctx, group.ID); gerr != nil {
+	} else if _, gerr := cr.st.GetGroup(ctx, group.ID); gerr != nil {
 		err = fmt.Errorf("the group %s was dissolved before the session started", group.ID)
 	}
 	if err == nil && group != nil {
-		if err = r.grp.joinGroup(ctx, s, group); err == nil {
-			err = r.st.SaveSession(ctx, s)
+		if err = cr.grp.joinGroup(ctx, s, group); err == nil {
+			err = cr.st.SaveSession(ctx, s)
 		}
 	}
 	if err != nil {
-		r.log.Error("create_session: group not joined", "session", s.ID, "err", err)
+		cr.log.Error("create_session: group not joined", "session", s.ID, "err", err)
 		s.GroupID = ""
 		return nil, "the relay could not put the session into its group"
 	}

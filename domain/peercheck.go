@@ -84,7 +84,7 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 			chk.Billing = pl.info.Name
 		}
 	case "create_session":
-		_, pl, e := r.createChecks(ctx, c, a)
+		_, pl, e := r.crt.createChecks(ctx, c, a)
 		if e != nil {
 			return nil, e
 		}

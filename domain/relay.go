@@ -78,13 +78,12 @@ type Options struct {
 	Peers PeerClient
 }
 
-// Relay is the domain service: the tool actions that change sessions
-// (send, wait, create, update, answer, stop, archive: queue.go, send.go,
-// create.go, update.go, steer.go) and the lookups every action shares
-// (sessions.go), the owner's operations
-// (owner.go) and the doors of its subsystems, each a type of its own that
-// reaches the rest through a small host interface (docs/ARCHITECTURE.md,
-// "Subsystems").
+// Relay is the domain service: the tool actions that prompt and steer
+// sessions (send, wait, answer, stop, archive: queue.go, send.go,
+// steer.go), the lookups and checks every action shares (sessions.go,
+// models.go), the owner's operations (owner.go) and the doors of its
+// subsystems, each a type of its own that reaches the rest through a small
+// host interface (docs/ARCHITECTURE.md, "Subsystems").
 type Relay struct {
 	st        Store
 	enq       Enqueuer
@@ -101,7 +100,6 @@ type Relay struct {
 	handler   map[string]handler     // the actions' handlers (handlers), built once
 	bg        sync.WaitGroup         // goroutines of Start: notification listener, cache watcher
 	setKept   cached[store.Settings] // the owner's settings (settings)
-	foldKept  cached[[]string]       // the folders rule's folders resolved (realFolders)
 
 	// The subsystems.
 	dl    *pipeline      // delivery: fan-out, hold, release, flush, summary (deliver.go)
@@ -111,6 +109,7 @@ type Relay struct {
 	asks  *asks          // asks to the owner (asks.go)
 	cards *cards         // approval cards and loop protection (cards.go)
 	grp   *groups        // session groups (groups.go)
+	crt   *creates       // create_session and the folders rule (create.go)
 	reads *reads         // list_relays, relay_info, usage, list_sessions, read_session, the owner's views (reads.go)
 	tasks *tasks         // a turn's tasks and their output (tasks.go)
 	upd   *updates       // update_session and the Claude settings a turn takes (update.go)
@@ -144,7 +143,7 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r.dl = &pipeline{st: st, enq: enq, clk: clk, now: r.now, log: r.log, met: r.met, opts: &r.opts, relay: r}
 	r.pk = &peerLink{st: st, peers: opts.Peers, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, relay: r,
 		linkOnline: map[string]time.Time{}}
-	r.setKept.ttl, r.foldKept.ttl = settingsTTL, folderRecheck
+	r.setKept.ttl = settingsTTL
 	r.tok = newTokens(st, r.now, r.log, &r.opts)
 	r.cards = &cards{st: st, now: r.now, timers: r.timers, log: r.log, met: r.met, opts: &r.opts, hub: r.hub, relay: r}
 	r.grp = &groups{st: st, now: r.now, opts: &r.opts, relay: r}
@@ -156,6 +155,8 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r.use = &usage{st: st, now: r.now, log: r.log, opts: &r.opts, providers: r.providers, relay: r}
 	r.reads = &reads{st: st, log: r.log, opts: &r.opts, grp: r.grp, use: r.use, tasks: r.tasks, providers: r.providers, relay: r}
 	r.upd = &updates{st: st, now: r.now, opts: &r.opts, grp: r.grp, cards: r.cards, relay: r}
+	r.crt = &creates{st: st, now: r.now, log: r.log, opts: &r.opts, cards: r.cards, grp: r.grp, use: r.use, rem: r.rem, relay: r,
+		foldKept: cached[[]string]{ttl: folderRecheck}}
 	r.dr = &drainer{st: st, enq: enq, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, hub: r.hub, warm: r.warm, tok: r.tok,
 		providers: r.providers, tasks: r.tasks, use: r.use, upd: r.upd, relay: r,
 		running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}}

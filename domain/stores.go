@@ -21,6 +21,7 @@ type Store interface {
 	recordStore
 	actionStore
 	groupStore
+	createStore
 	tokenStore
 	readStore
 	mirrorStore
@@ -42,10 +43,11 @@ var _ Store = (*store.Store)(nil)
 
 // recordStore is what several subsystems read and write: the session,
 // turn, card, ask, subscription and pairing records (with the sessions a
-// subscription watches and its held events), the loop counts, the settings,
-// the folders used and the notification channel.
+// subscription watches and its held events), the loop counts, the count of
+// sessions at work, the folders used, the settings and the notification channel.
 type recordStore interface {
 	AsksIn(ctx context.Context, sid string) ([]*store.Ask, error)
+	BusyCount(ctx context.Context, orchestrator string) (int, error)
 	ClearOnce(ctx context.Context, names ...string) error
 	CreateSession(ctx context.Context, sess *store.Session) error
 	CurrentTurn(ctx context.Context, sid string) (string, error)
@@ -85,14 +87,12 @@ type recordStore interface {
 }
 
 // actionStore is what the tool actions on sessions (tool.go, send.go,
-// create.go, sessions.go) need besides the records: the call's
-// one-round-trip load, the 4-at-work reservations, a session by reference.
+// sessions.go) need besides the records: the call's one-round-trip load,
+// the 4-at-work count of a paired relay's sessions, a session by reference.
 type actionStore interface {
 	AllScopeSubscriptions(ctx context.Context) ([]*store.Subscription, error)
-	BusyCount(ctx context.Context, orchestrator string) (int, error)
 	LoadCall(ctx context.Context, caller string, ref string) (*store.Call, error)
 	PeerBusyCount(ctx context.Context, orchestrator string) (int, error)
-	ReserveUnder(ctx context.Context, orchestrator string, sid string, limit int, peerLimit int) error
 	ResolveSession(ctx context.Context, ref string) (sess *store.Session, matches int, err error)
 }
 
@@ -103,6 +103,12 @@ type groupStore interface {
 	Groups(ctx context.Context) ([]*store.Group, error)
 	SaveGroup(ctx context.Context, g *store.Group) error
 	SetGroupMember(ctx context.Context, gid string, sid string, member bool) error
+}
+
+// createStore is what create_session (create.go) needs besides the records:
+// a place among the sessions at work, reserved under the limits.
+type createStore interface {
+	ReserveUnder(ctx context.Context, orchestrator string, sid string, limit int, peerLimit int) error
 }
 
 // tokenStore is what the bearer tokens (tokens.go) need: session, turn

@@ -15,7 +15,7 @@ import (
 // storeUsers maps each domain file that calls the store to the interface of
 // stores.go that names what it may use (recordStore is open to all).
 var storeUsers = map[string]string{
-	"tool.go": "actionStore", "send.go": "actionStore", "create.go": "actionStore", "sessions.go": "actionStore",
+	"tool.go": "actionStore", "send.go": "actionStore", "create.go": "createStore", "sessions.go": "actionStore",
 	"update.go": "updateStore",
 	"tasks.go":  "taskStore",
 	"agents.go": "usageStore", "caps.go": "usageStore",

@@ -72,7 +72,7 @@ func (r *Relay) handlers() map[string]handler {
 		"read_session":     r.reads.readSession,
 		"read_task_output": r.tasks.readTaskOutput,
 		"send":             r.send,
-		"create_session":   r.createSession,
+		"create_session":   r.crt.createSession,
 		"update_session":   r.upd.updateSession,
 		"wait":             r.wait,
 		"answer_question":  r.answerQuestion,
