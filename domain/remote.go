@@ -510,13 +510,8 @@ func (rm *remote) afterRemote(ctx context.Context, c *caller, a *args, p *store.
 
 func (rm *remote) endMirror(ctx context.Context, s *store.Subscription, reason string) {
 	// Ended meanwhile (an unpairing, the owner's Unsubscribe, the poller
-	// seeing it end there): the first reason stays.
-	if fresh, err := rm.st.GetSubscription(ctx, s.ID); err == nil && fresh.EndReason != "" {
-		*s = *fresh
-		return
-	}
-	s.EndReason, s.EndedAt = reason, rm.now()
-	if err := rm.st.SaveSubscription(ctx, s); err != nil {
+	// seeing it end there): the first reason stays, on the record as stored.
+	if _, err := rm.st.EndSubscription(ctx, s, reason, rm.now()); err != nil {
 		rm.log.Warn("end remote subscription", "sub", s.ID, "err", err)
 	}
 }

@@ -52,6 +52,7 @@ type recordStore interface {
 	CreateSession(ctx context.Context, sess *store.Session) error
 	CurrentTurn(ctx context.Context, sid string) (string, error)
 	DecideCard(ctx context.Context, id string, decision string) (*store.Card, bool, error)
+	EndSubscription(ctx context.Context, sub *store.Subscription, reason string, at time.Time) (ended bool, err error)
 	Flag(ctx context.Context, sid string, name string) (bool, error)
 	GetAsk(ctx context.Context, id string) (*store.Ask, error)
 	GetGroup(ctx context.Context, id string) (*store.Group, error)

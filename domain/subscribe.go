@@ -494,17 +494,20 @@ func (sb *subscriptions) unsubscribe(ctx context.Context, c *caller, a *args) (*
 		set("unsubscribed", nonNil(ended)), nil
 }
 
-// endSubscription ends a subscription with a reason (R8.19).
+// endSubscription ends a subscription with a reason (R8.19), on the record
+// as stored: ended meanwhile (another process, the owner), the first reason
+// stays and sub becomes that record.
 func (sb *subscriptions) endSubscription(ctx context.Context, sub *store.Subscription, reason string) error {
 	if sub.EndReason != "" {
 		return nil
 	}
-	sub.EndReason = reason
-	sub.EndedAt = sb.now()
-	if err := sb.st.SaveSubscription(ctx, sub); err != nil {
+	ended, err := sb.st.EndSubscription(ctx, sub, reason, sb.now())
+	if err != nil {
 		return err
 	}
-	sb.relay.notifySub(ctx, sub) // the owner's console (R19.6)
+	if ended {
+		sb.relay.notifySub(ctx, sub) // the owner's console (R19.6)
+	}
 	return nil
 }
 

@@ -213,6 +213,53 @@ func (s *Store) SaveLiveSubscription(ctx context.Context, sub *Subscription) (bo
 	return saved, nil
 }
 
+// EndSubscription ends sub with reason at at, on the record as stored (R8.19):
+// an end written meanwhile stays, with its reason (the first one), and what
+// others wrote meanwhile (a digest's lastDigestAt, a poller's cursor) is
+// kept. It is a WATCH transaction tried again while writes come between; a
+// record gone meanwhile is written back ended. sub becomes the record as it
+// is now; ended reports whether this call ended it.
+func (s *Store) EndSubscription(ctx context.Context, sub *Subscription, reason string, at time.Time) (ended bool, err error) {
+	key := s.subKey(sub.ID)
+	end := func(tx *redis.Tx) error {
+		cur := *sub
+		raw, err := tx.Get(ctx, key).Bytes()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return err
+		default:
+			cur = Subscription{}
+			if err := json.Unmarshal(raw, &cur); err != nil {
+				return err
+			}
+		}
+		if cur.EndReason != "" {
+			*sub, ended = cur, false
+			return nil
+		}
+		cur.EndReason, cur.EndedAt = reason, at
+		b, err := json.Marshal(&cur)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			s.saveSubscriptionIn(ctx, p, &cur, b)
+			return nil
+		}); err != nil {
+			return err
+		}
+		*sub, ended = cur, true
+		return nil
+	}
+	for range lastDigestTries {
+		if err = s.rdb.Watch(ctx, end, key); !errors.Is(err, redis.TxFailedErr) {
+			break
+		}
+	}
+	return ended, wrap(err, "end subscription %s", sub.ID)
+}
+
 // saveSubscriptionIn queues SaveSubscription's writes (b is sub's JSON) on p.
 func (s *Store) saveSubscriptionIn(ctx context.Context, p redis.Pipeliner, sub *Subscription, b []byte) {
 	p.Set(ctx, s.subKey(sub.ID), b, 0)
@@ -351,8 +398,8 @@ func (s *Store) SetLastDigest(ctx context.Context, sub *Subscription, at time.Ti
 	return wrap(err, "last digest of subscription %s", sub.ID)
 }
 
-// lastDigestTries is how often SetLastDigest tries while other writes to the
-// record come between its read and its write.
+// lastDigestTries is how often SetLastDigest and EndSubscription try while
+// other writes to the record come between their read and their write.
 const lastDigestTries = 10
 
 // Held events of a subscription (digest, quiet hours).

@@ -86,3 +86,43 @@ func TestSetLastDigestKeepsAnEnd(t *testing.T) {
 		t.Fatalf("the digest brought a missing subscription back")
 	}
 }
+
+// R8.19: an end is written on the record as stored: the first end's reason
+// stays, a cursor or lastDigestAt written meanwhile is kept, the indexes
+// follow, and a record gone meanwhile comes back ended.
+func TestEndSubscriptionKeepsTheFirstEnd(t *testing.T) {
+	e := newEnv(t)
+	sub := &Subscription{ID: "sub_end", Watcher: "w1", Sessions: []string{"s1"}, CreatedAt: time.Now().UTC()}
+	if err := e.s.SaveSubscription(e.ctx, sub); err != nil {
+		t.Fatal(err)
+	}
+	first, second := *sub, *sub // two enders' copies, read while live
+	dg := time.Date(2026, 12, 4, 20, 0, 0, 0, time.UTC)
+	if err := e.s.SetLastDigest(e.ctx, &Subscription{ID: sub.ID}, dg); err != nil { // written meanwhile
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 4, 21, 0, 0, 0, time.UTC)
+	if ended, err := e.s.EndSubscription(e.ctx, &first, "unsubscribed", at); err != nil || !ended {
+		t.Fatalf("first end: %v %v, want true", ended, err)
+	}
+	if ended, err := e.s.EndSubscription(e.ctx, &second, "archived", at.Add(time.Minute)); err != nil || ended {
+		t.Fatalf("second end: %v %v, want false", ended, err)
+	}
+	if second.EndReason != "unsubscribed" || !second.EndedAt.Equal(at) {
+		t.Errorf("the second ender's copy: %q at %s, want the first end's", second.EndReason, second.EndedAt)
+	}
+	got, err := e.s.GetSubscription(e.ctx, sub.ID)
+	if err != nil || got.EndReason != "unsubscribed" || !got.LastDigestAt.Equal(dg) {
+		t.Fatalf("stored after two ends: %+v %v, want the first reason and lastDigestAt %s", got, err, dg)
+	}
+	if live, err := e.s.WatcherSubscriptions(e.ctx, "w1"); err != nil || len(live) != 0 {
+		t.Fatalf("the watcher's live subscriptions after the end: %d %v", len(live), err)
+	}
+	gone := &Subscription{ID: "sub_end_gone", Watcher: "w1", Sessions: []string{"s1"}}
+	if ended, err := e.s.EndSubscription(e.ctx, gone, "archived", at); err != nil || !ended {
+		t.Fatalf("end of a missing record: %v %v", ended, err)
+	}
+	if got, err := e.s.GetSubscription(e.ctx, gone.ID); err != nil || got.EndReason != "archived" {
+		t.Fatalf("a missing record after its end: %+v %v", got, err)
+	}
+}
