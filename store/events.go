@@ -183,19 +183,9 @@ func (s *Store) SaveLiveSubscription(ctx context.Context, sub *Subscription) (bo
 	key := s.subKey(sub.ID)
 	saved := false
 	err = s.rdb.Watch(ctx, func(tx *redis.Tx) error {
-		raw, err := tx.Get(ctx, key).Bytes()
-		if errors.Is(err, redis.Nil) {
-			return nil
-		}
-		if err != nil {
+		cur, err := storedSub(ctx, tx, key)
+		if err != nil || cur == nil || cur.EndReason != "" {
 			return err
-		}
-		var cur Subscription
-		if err := json.Unmarshal(raw, &cur); err != nil {
-			return err
-		}
-		if cur.EndReason != "" {
-			return nil
 		}
 		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			s.saveSubscriptionIn(ctx, p, sub, b)
@@ -222,17 +212,13 @@ func (s *Store) SaveLiveSubscription(ctx context.Context, sub *Subscription) (bo
 func (s *Store) EndSubscription(ctx context.Context, sub *Subscription, reason string, at time.Time) (ended bool, err error) {
 	key := s.subKey(sub.ID)
 	end := func(tx *redis.Tx) error {
-		cur := *sub
-		raw, err := tx.Get(ctx, key).Bytes()
-		switch {
-		case errors.Is(err, redis.Nil):
-		case err != nil:
+		stored, err := storedSub(ctx, tx, key)
+		if err != nil {
 			return err
-		default:
-			cur = Subscription{}
-			if err := json.Unmarshal(raw, &cur); err != nil {
-				return err
-			}
+		}
+		cur := *sub
+		if stored != nil {
+			cur = *stored
 		}
 		if cur.EndReason != "" {
 			*sub, ended = cur, false
@@ -258,6 +244,23 @@ func (s *Store) EndSubscription(ctx context.Context, sub *Subscription, reason s
 		}
 	}
 	return ended, wrap(err, "end subscription %s", sub.ID)
+}
+
+// storedSub reads the subscription at key inside a WATCH transaction (nil
+// when there is none), for the writes that must see it as stored.
+func storedSub(ctx context.Context, tx *redis.Tx, key string) (*Subscription, error) {
+	raw, err := tx.Get(ctx, key).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var cur Subscription
+	if err := json.Unmarshal(raw, &cur); err != nil {
+		return nil, err
+	}
+	return &cur, nil
 }
 
 // saveSubscriptionIn queues SaveSubscription's writes (b is sub's JSON) on p.
@@ -367,19 +370,12 @@ func (s *Store) SetLastDigest(ctx context.Context, sub *Subscription, at time.Ti
 	sub.LastDigestAt = at
 	key := s.subKey(sub.ID)
 	write := func(tx *redis.Tx) error {
-		raw, err := tx.Get(ctx, key).Bytes()
-		if errors.Is(err, redis.Nil) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		var cur Subscription
-		if err := json.Unmarshal(raw, &cur); err != nil {
+		cur, err := storedSub(ctx, tx, key)
+		if err != nil || cur == nil {
 			return err
 		}
 		cur.LastDigestAt = at
-		b, err := json.Marshal(&cur)
+		b, err := json.Marshal(cur)
 		if err != nil {
 			return err
 		}
