@@ -76,12 +76,10 @@ func (r realTimer) Reset(d time.Duration) bool { return r.t.Reset(d) }
 // time.
 type scaledTimer struct {
 	realTimer
-	factor float64
+	clk *Scaled
 }
 
-func (s scaledTimer) Reset(d time.Duration) bool {
-	return s.t.Reset(time.Duration(float64(d) / s.factor))
-}
+func (s scaledTimer) Reset(d time.Duration) bool { return s.t.Reset(s.clk.real(d)) }
 
 // Scaled is a clock that runs Factor times faster than the wall clock from
 // Base on (end-to-end tests of digests, quiet hours and wake limits run in
@@ -143,12 +141,12 @@ func (s *Scaled) real(d time.Duration) time.Duration {
 
 // NewTimer fires after d of clock time (d/Factor of wall time).
 func (s *Scaled) NewTimer(d time.Duration) Timer {
-	return scaledTimer{realTimer{time.NewTimer(s.real(d))}, s.Factor}
+	return scaledTimer{realTimer{time.NewTimer(s.real(d))}, s}
 }
 
 // AfterFunc calls f after d of clock time.
 func (s *Scaled) AfterFunc(d time.Duration, f func()) Timer {
-	return scaledTimer{realTimer{time.AfterFunc(s.real(d), f)}, s.Factor}
+	return scaledTimer{realTimer{time.AfterFunc(s.real(d), f)}, s}
 }
 
 // Sim is a clock that moves only by Advance or Set. Its timers fire, in the
@@ -190,10 +188,8 @@ func (s *Sim) AfterFunc(d time.Duration, f func()) Timer { return s.add(d, nil, 
 func (s *Sim) add(d time.Duration, ch chan time.Time, f func()) *simTimer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.seq++
-	t := &simTimer{sim: s, due: s.now.Add(d), seq: s.seq, ch: ch, f: f}
-	s.timers = append(s.timers, t)
-	s.wake()
+	t := &simTimer{sim: s, ch: ch, f: f}
+	s.arm(t, d)
 	if d <= 0 {
 		// Due now: fire at once, as a runtime timer of 0 does.
 		s.mu.Unlock()
@@ -268,6 +264,15 @@ func (s *Sim) WaitDue(ctx context.Context, t time.Time) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// arm sets t to fire once the clock has moved on by d (s.mu held; the
+// caller fires what is due at once).
+func (s *Sim) arm(t *simTimer, d time.Duration) {
+	s.seq++
+	t.due, t.seq = s.now.Add(d), s.seq
+	s.timers = append(s.timers, t)
+	s.wake()
 }
 
 // wake tells WaitDue a timer was set (s.mu held).
@@ -370,10 +375,7 @@ func (t *simTimer) Reset(d time.Duration) bool {
 	s := t.sim
 	s.mu.Lock()
 	waited := t.remove()
-	s.seq++
-	t.due, t.seq = s.now.Add(d), s.seq
-	s.timers = append(s.timers, t)
-	s.wake()
+	s.arm(t, d)
 	s.mu.Unlock()
 	if d <= 0 {
 		s.fireDue()
