@@ -21,12 +21,15 @@ type cached[T any] struct {
 func (k *cached[T]) get() (T, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.at.IsZero() || time.Since(k.at) >= k.ttl {
+	if !k.fresh() {
 		var zero T
 		return zero, false
 	}
 	return k.v, true
 }
+
+// fresh reports whether a value is kept and younger than ttl (k.mu held).
+func (k *cached[T]) fresh() bool { return !k.at.IsZero() && time.Since(k.at) < k.ttl }
 
 // keep keeps v from now on.
 func (k *cached[T]) keep(v T) {
@@ -40,7 +43,7 @@ func (k *cached[T]) keep(v T) {
 func (k *cached[T]) getOr(load func() T) T {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.at.IsZero() || time.Since(k.at) >= k.ttl {
+	if !k.fresh() {
 		k.v, k.at = load(), time.Now()
 	}
 	return k.v

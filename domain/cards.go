@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oar/relay/clock"
 	"github.com/oar/relay/store"
 )
 
@@ -22,14 +21,13 @@ import (
 // decision on the notification hub, and reaches the rest of the relay only
 // through cardsHost.
 type cards struct {
-	st     cardsStore
-	now    func() time.Time
-	timers clock.Clock // the durations of work (Options.Timers): a card's deadline
-	log    *slog.Logger
-	met    Metrics
-	opts   *Options // the relay's: name, limits, MaxWaitCap
-	hub    *hub
-	relay  cardsHost
+	st    cardsStore
+	now   func() time.Time
+	log   *slog.Logger
+	met   Metrics
+	opts  *Options // the relay's: name, limits, MaxWaitCap, Timers (a card's deadline)
+	hub   *hub
+	relay cardsHost
 }
 
 // cardsStore is the store as the cards see it.
@@ -171,7 +169,7 @@ func (cd *cards) askCard(ctx context.Context, c *caller, need *cardNeed, action 
 	}
 	cd.log.Info("card asked", "card", card.ID, "session", id8(c.s.ID), "action", action)
 	cd.relay.notify(ctx, "cards")
-	deadline := cd.timers.NewTimer(cd.maxWait(ctx))
+	deadline := cd.opts.Timers.NewTimer(cd.maxWait(ctx))
 	defer deadline.Stop()
 	recheck := time.NewTicker(recheckEvery)
 	defer recheck.Stop()

@@ -230,7 +230,7 @@ func (r *Relay) waitTurn(ctx context.Context, id string, d time.Duration) (*stor
 // as just queued when ch listened before it was queued (no notification can
 // have been missed): the first read is then skipped while d > 0.
 func (r *Relay) waitTurnOn(ctx context.Context, id string, d time.Duration, ch <-chan struct{}, queued *store.Turn) (*store.Turn, error) {
-	timer := r.timers.NewTimer(d)
+	timer := r.opts.Timers.NewTimer(d)
 	defer timer.Stop()
 	recheck := time.NewTicker(recheckEvery)
 	defer recheck.Stop()

@@ -90,7 +90,6 @@ type Relay struct {
 	opts      Options
 	clk       clock.Clock      // the rules' clock (opts.Clock)
 	now       func() time.Time // clk.Now in UTC: records and results are in UTC
-	timers    clock.Clock      // the durations of work (opts.Timers)
 	log       *slog.Logger
 	met       Metrics
 	providers map[string]provider.Provider
@@ -137,7 +136,7 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	if opts.Peers == nil {
 		opts.Peers = noPeers{}
 	}
-	r := &Relay{st: st, enq: enq, opts: opts, clk: clk, timers: opts.Timers, now: func() time.Time { return clk.Now().UTC() }, log: opts.Logger, met: opts.Metrics,
+	r := &Relay{st: st, enq: enq, opts: opts, clk: clk, now: func() time.Time { return clk.Now().UTC() }, log: opts.Logger, met: opts.Metrics,
 		providers: map[string]provider.Provider{}, hub: newHub(),
 		warm: newWarmGoroutines(keptGoroutines, clock.Real{})}
 	r.dl = &pipeline{st: st, enq: enq, clk: clk, now: r.now, log: r.log, met: r.met, opts: &r.opts, relay: r}
@@ -145,7 +144,7 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 		linkOnline: map[string]time.Time{}}
 	r.setKept.ttl = settingsTTL
 	r.tok = newTokens(st, r.now, r.log, &r.opts)
-	r.cards = &cards{st: st, now: r.now, timers: r.timers, log: r.log, met: r.met, opts: &r.opts, hub: r.hub, relay: r}
+	r.cards = &cards{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, hub: r.hub, relay: r}
 	r.grp = &groups{st: st, now: r.now, opts: &r.opts, relay: r}
 	r.sch = &schedules{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
 	r.subs = &subscriptions{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
