@@ -238,12 +238,7 @@ func (s *Store) EndSubscription(ctx context.Context, sub *Subscription, reason s
 		*sub, ended = cur, true
 		return nil
 	}
-	for range lastDigestTries {
-		if err = s.rdb.Watch(ctx, end, key); !errors.Is(err, redis.TxFailedErr) {
-			break
-		}
-	}
-	return ended, wrap(err, "end subscription %s", sub.ID)
+	return ended, wrap(s.watchRetried(ctx, end, key), "end subscription %s", sub.ID)
 }
 
 // storedSub reads the subscription at key inside a WATCH transaction (nil
@@ -385,18 +380,22 @@ func (s *Store) SetLastDigest(ctx context.Context, sub *Subscription, at time.Ti
 		})
 		return err
 	}
+	return wrap(s.watchRetried(ctx, write, key), "last digest of subscription %s", sub.ID)
+}
+
+// watchRetried runs fn in a WATCH transaction on key, again while other
+// writes to key come between its read and its write (at most watchTries).
+func (s *Store) watchRetried(ctx context.Context, fn func(*redis.Tx) error, key string) error {
 	var err error
-	for range lastDigestTries {
-		if err = s.rdb.Watch(ctx, write, key); !errors.Is(err, redis.TxFailedErr) {
+	for range watchTries {
+		if err = s.rdb.Watch(ctx, fn, key); !errors.Is(err, redis.TxFailedErr) {
 			break
 		}
 	}
-	return wrap(err, "last digest of subscription %s", sub.ID)
+	return err
 }
 
-// lastDigestTries is how often SetLastDigest and EndSubscription try while
-// other writes to the record come between their read and their write.
-const lastDigestTries = 10
+const watchTries = 10
 
 // Held events of a subscription (digest, quiet hours).
 
