@@ -187,26 +187,22 @@ func TestRulesDeliveryNoEchoOwnPrompt(t *testing.T) {
 
 	// 3. wait_seconds 0 and then a wait that gets the reply: no echo.
 	env = send(w, a, map[string]any{"text": script(map[string]any{"sleep_ms": 1500}, map[string]any{"reply": "later"}), "wait_seconds": 0})
-	waited := make(chan struct{})
-	go func() {
-		defer close(waited)
+	waited := f.meanwhile("wait", func() {
 		env = f.ok(w, map[string]any{"action": "wait", "relay": "this", "session": a, "message_id": env["message_id"], "wait_seconds": 15})
-	}()
+	})
 	f.due(f.work.Now().Add(15 * time.Second)) // the wait waits
 	f.pass(1500 * time.Millisecond)           // the agent's sleep ends: it replies
-	f.done(waited, "wait")
+	waited()
 	if env["status"] != "done" {
 		t.Fatalf("wait: %v", env)
 	}
 	// 4. a wait that ran out before the reply: the held turn_end is delivered.
-	sent := make(chan struct{})
-	go func() {
-		defer close(sent)
+	sent := f.meanwhile("send", func() {
 		env = send(w, a, map[string]any{"text": script(map[string]any{"sleep_ms": 2500}, map[string]any{"reply": "too slow"}), "wait_seconds": 1})
-	}()
+	})
 	f.due(f.work.Now().Add(2500 * time.Millisecond)) // the agent sleeps
 	f.pass(time.Second)                              // the wait runs out
-	f.done(sent, "send")
+	sent()
 	if env["status"] == "done" {
 		t.Fatalf("send with wait_seconds 1 got the reply of a 2.5 s turn: %v", env)
 	}

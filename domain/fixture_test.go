@@ -452,14 +452,22 @@ func (f *fixture) due(t time.Time) {
 	}
 }
 
-// done waits for ch to close: what a test ran in another goroutine (a call
-// that waits, a drain) has returned.
-func (f *fixture) done(ch <-chan struct{}, what string) {
-	f.t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(actUntilMax):
-		f.t.Fatalf("%s: not done within %s", what, actUntilMax)
+// meanwhile runs fn in its own goroutine (a call that waits, a drain) while
+// the test moves the work clock; the func it returns waits until fn has
+// returned, failing the test after actUntilMax.
+func (f *fixture) meanwhile(what string, fn func()) (done func()) {
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		fn()
+	}()
+	return func() {
+		f.t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(actUntilMax):
+			f.t.Fatalf("%s: not done within %s", what, actUntilMax)
+		}
 	}
 }
 

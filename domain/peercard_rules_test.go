@@ -250,14 +250,12 @@ func TestPeerWaitIsCallersLimit(t *testing.T) {
 	call := func(args map[string]any, wait time.Duration) map[string]any {
 		t.Helper()
 		var env map[string]any
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
+		done := b.meanwhile(fmt.Sprint(args["action"], " from alpha"), func() {
 			env = a.ok(sa, args)
-		}()
+		})
 		b.due(b.work.Now().Add(wait)) // bravo's wait, by alpha's limit
 		b.pass(600 * time.Millisecond)
-		b.done(done, fmt.Sprint(args["action"], " from alpha"))
+		done()
 		return env
 	}
 	env := call(map[string]any{"action": "send", "relay": "bravo", "session": sb, "text": slow("slept once"), "wait_seconds": 1000}, 900*time.Second)

@@ -31,15 +31,13 @@ func TestRulesPromptRunningResultCarriesPartial(t *testing.T) {
 
 	// send waits 2 s: the turn replies, then sleeps, and the wait's timer ends the call.
 	var env map[string]any
-	sent := make(chan struct{})
-	go func() {
-		defer close(sent)
+	sent := f.meanwhile("send", func() {
 		env = f.ok(a, map[string]any{"action": "send", "relay": "this", "session": b, "wait_seconds": 2,
 			"text": script(map[string]any{"reply": "half done"}, map[string]any{"sleep_ms": 600000})})
-	}()
+	})
 	f.due(f.work.Now().Add(600 * time.Second)) // the agent sleeps after its reply: the partial is kept
 	f.pass(2 * time.Second)
-	f.done(sent, "send")
+	sent()
 	if diff := cmp.Diff(running{"running", "half done"}, running{env["status"], env["partial"]}); diff != "" {
 		t.Errorf("send (-want +got):\n%s", diff)
 	}
@@ -209,13 +207,11 @@ func TestRulesPromptMaxTurnSeconds(t *testing.T) {
 	}
 	s := f.session(NewSession{Title: "slow"})
 	tid := f.prompt(s, script(map[string]any{"sleep_ms": 3000}, map[string]any{"reply": "too late"}))
-	ran := make(chan struct{})
-	go func() {
-		defer close(ran)
+	ran := f.meanwhile("the drain of the turn past its limit", func() {
 		f.run() // the drain runs the turn until the limit ends it
-	}()
+	})
 	f.pass(time.Second) // the turn's limit, set when it started: the agent still sleeps
-	f.done(ran, "the drain of the turn past its limit")
+	ran()
 	tr := f.r2Turn(tid)
 	if tr.Status != store.TurnError || !strings.Contains(tr.Error, "max_turn_seconds") {
 		t.Fatalf("turn %s %q, want error naming max_turn_seconds", tr.Status, tr.Error)
