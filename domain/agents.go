@@ -26,7 +26,7 @@ type usage struct {
 	log       *slog.Logger
 	opts      *Options                     // the relay's: name, caps
 	providers map[string]provider.Provider // the relay's, read-only after New
-	order     []string                     // the relay's provider ids in config order (set in New)
+	order     []string                     // the relay's provider ids in config order (read-only after New)
 	relay     usageHost
 }
 

@@ -139,6 +139,15 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r := &Relay{st: st, enq: enq, opts: opts, clk: clk, now: func() time.Time { return clk.Now().UTC() }, log: opts.Logger, met: opts.Metrics,
 		providers: map[string]provider.Provider{}, hub: newHub(),
 		warm: newWarmGoroutines(keptGoroutines, clock.Real{})}
+	history := 0 // the last messages a drain reads with its turn (historyRead when a provider uses them)
+	for _, p := range provs {
+		id := p.Info().ID
+		r.providers[id] = p
+		r.order = append(r.order, id)
+		if p.Info().WantsHistory {
+			history = historyRead
+		}
+	}
 	r.dl = &pipeline{st: st, enq: enq, clk: clk, now: r.now, log: r.log, met: r.met, opts: &r.opts, relay: r}
 	r.pk = &peerLink{st: st, peers: opts.Peers, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, relay: r,
 		linkOnline: map[string]time.Time{}}
@@ -151,24 +160,15 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r.asks = &asks{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
 	r.rem = &remote{st: st, now: r.now, log: r.log, opts: &r.opts, pk: r.pk, cards: r.cards, subs: r.subs, relay: r}
 	r.tasks = &tasks{st: st, now: r.now, log: r.log, opts: &r.opts, dl: r.dl, hub: r.hub, relay: r}
-	r.use = &usage{st: st, now: r.now, log: r.log, opts: &r.opts, providers: r.providers, relay: r}
+	r.use = &usage{st: st, now: r.now, log: r.log, opts: &r.opts, providers: r.providers, order: r.order, relay: r}
 	r.reads = &reads{st: st, log: r.log, opts: &r.opts, grp: r.grp, use: r.use, tasks: r.tasks, providers: r.providers, relay: r}
 	r.upd = &updates{st: st, now: r.now, opts: &r.opts, grp: r.grp, cards: r.cards, relay: r}
 	r.crt = &creates{st: st, now: r.now, log: r.log, opts: &r.opts, cards: r.cards, grp: r.grp, use: r.use, rem: r.rem, relay: r,
 		foldKept: cached[[]string]{ttl: folderRecheck}}
 	r.dr = &drainer{st: st, enq: enq, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, hub: r.hub, warm: r.warm, tok: r.tok,
-		providers: r.providers, tasks: r.tasks, use: r.use, upd: r.upd, relay: r,
+		providers: r.providers, drainHistory: history, tasks: r.tasks, use: r.use, upd: r.upd, relay: r,
 		running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}}
 	r.handler = r.handlers()
-	for _, p := range provs {
-		id := p.Info().ID
-		r.providers[id] = p
-		r.order = append(r.order, id)
-		if p.Info().WantsHistory {
-			r.dr.drainHistory = historyRead
-		}
-	}
-	r.use.order = r.order
 	if opts.DirectDrains > 0 {
 		r.dr.direct = make(chan struct{}, opts.DirectDrains)
 	}
