@@ -3,6 +3,7 @@ package relaytest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -30,7 +31,11 @@ import (
 // The failover tests start their own Redis set (the .ci scripts: real
 // redis-server processes on free loopback ports), a `relay serve` and a
 // `relay worker` process on it, put load on the relay, SIGKILL the master
-// that holds the relay's keys and let the set promote a replica. Every
+// that holds the relay's keys and let the set promote a replica. Before each
+// kill the master's writes are paused until its replica has them all
+// (settleReplication): what Redis's asynchronous replication can lose is
+// documented, not the relay's, so it is kept out; the only loss allowed is
+// the one a failover the set made by itself can cause (foTimeline). Every
 // process must go on by itself: /readyz 503 while the master is gone and 200
 // after, calls failing meanwhile only as REMOTE_RELAY_INTERNAL (5xx on the
 // owner API), every accepted prompt answered, in order, and no session left
@@ -259,7 +264,96 @@ type foPrompt struct {
 	status int    // HTTP status; 0 = transport error
 	code   string // the refusal's code
 	err    string
-	trial  int // the kill it came after (0: before the first)
+	trial  int       // the kill it came after (0: before the first)
+	at     time.Time // when its answer came
+}
+
+// foTimeline is what happened to the set during a failover test, with
+// when: the kills, the revivals and every change of master the test saw. A
+// change of master that no kill caused is a failover the set made by itself
+// (a sentinel or a cluster node took a slow master for a dead one): the old
+// master may still have taken writes after its replica was promoted, and
+// those are lost when it becomes a replica — Redis's own loss (R21.3). A
+// lost prompt is shown against the timeline.
+type foTimeline struct {
+	mu      sync.Mutex
+	begin   time.Time
+	events  []foEvent
+	killing bool // a kill was made and its change of master not seen yet
+}
+
+type foEvent struct {
+	at       time.Time
+	what     string
+	unbidden bool // a change of master that no kill caused
+}
+
+func (tl *foTimeline) add(format string, a ...any) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.events = append(tl.events, foEvent{at: time.Now(), what: fmt.Sprintf(format, a...)})
+}
+
+// kill notes a kill: the next change of master is its failover.
+func (tl *foTimeline) kill(format string, a ...any) {
+	tl.add(format, a...)
+	tl.mu.Lock()
+	tl.killing = true
+	tl.mu.Unlock()
+}
+
+// change notes a change of master, the kill's or one the set made by itself.
+func (tl *foTimeline) change(from, to string) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	e := foEvent{at: time.Now(), what: fmt.Sprintf("the set names %s the master (was %s)", to, from)}
+	if tl.killing {
+		tl.killing = false
+	} else {
+		e.unbidden = true
+		e.what += ": a failover no kill caused"
+	}
+	tl.events = append(tl.events, e)
+}
+
+// nearUnbidden says whether a change of master that no kill caused came
+// within 5 s of at.
+func (tl *foTimeline) nearUnbidden(at time.Time) bool {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	for _, e := range tl.events {
+		if d := e.at.Sub(at); e.unbidden && d > -5*time.Second && d < 5*time.Second {
+			return true
+		}
+	}
+	return false
+}
+
+// String is the timeline, each event at its offset from the start of the load.
+func (tl *foTimeline) String() string {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	var b strings.Builder
+	for _, e := range tl.events {
+		fmt.Fprintf(&b, "  %9s  %s\n", e.at.Sub(tl.begin).Round(time.Millisecond), e.what)
+	}
+	return b.String()
+}
+
+// near names the events within 5 s of at, with their distance (for a lost prompt).
+func (tl *foTimeline) near(at time.Time) string {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	var out []string
+	for _, e := range tl.events {
+		if d := e.at.Sub(at); d > -5*time.Second && d < 5*time.Second {
+			out = append(out, fmt.Sprintf("%s %+.3fs", e.what, d.Seconds()))
+		}
+	}
+	if len(out) == 0 {
+		return "no kill, revival or change of master within 5 s"
+	}
+	return strings.Join(out, "; ")
 }
 
 // foCall is one MCP send (with a wait) of the agent session.
@@ -330,6 +424,7 @@ func runFailover(t *testing.T, set haSet) {
 		}
 		defer resp.Body.Close()
 		data, _ := io.ReadAll(resp.Body)
+		p.at = time.Now()
 		var out map[string]any
 		_ = json.Unmarshal(data, &out)
 		p.status = resp.StatusCode
@@ -376,6 +471,7 @@ func runFailover(t *testing.T, set haSet) {
 	for i := range sessions {
 		sessions[i] = r.NewSession(map[string]any{"title": fmt.Sprintf("load %d", i)})
 	}
+	tl := &foTimeline{begin: time.Now()}
 	sent := make([][]foPrompt, nSessions)
 	acceptedIn := make([]atomic.Int64, trials+1) // owner prompts accepted after each kill (0: before the first), as they are
 	stopLoad := make(chan struct{})
@@ -410,6 +506,26 @@ func runFailover(t *testing.T, set haSet) {
 			}
 		}()
 	}
+	// Every change of master the set names, kill or not (a sentinel or a
+	// node that takes a slow master for a dead one fails over by itself).
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		last, _ := set.Master(obs, rd.Prefix)
+		tl.add("the set names %s the master", last)
+		for {
+			select {
+			case <-stopLoad:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			m, err := set.Master(obs, rd.Prefix)
+			if err == nil && m != "" && m != last {
+				tl.change(last, m)
+				last = m
+			}
+		}
+	}()
 	// An agent's session sends to another and waits for the reply (the MCP
 	// path: the drain starts in the serve process, the caller waits on
 	// pub/sub).
@@ -506,8 +622,20 @@ func runFailover(t *testing.T, set haSet) {
 		trialMu.Lock()
 		trial = k
 		trialMu.Unlock()
+		// The master's replica first catches up with it (its writes
+		// paused): the kill loses nothing to replication lag.
+		master, err := set.Master(obs, rd.Prefix)
+		if err != nil {
+			t.Fatalf("trial %d: the master of the relay's keys: %v", k, err)
+		}
+		settled := settleReplication(t, master)
+		tl.kill("kill %d: the master %s paused its writes, and its replica had them all after %s: SIGKILL", k, master, settled.Round(time.Millisecond))
 		killed := set.KillMaster(t, obs, rd.Prefix)
 		kill := time.Now()
+		if killed != master {
+			t.Fatalf("trial %d: the set's master changed from %s to %s between the pause and the kill", k, master, killed)
+		}
+		tl.add("kill %d: the master %s no longer answers", k, killed)
 		killedAddrs = append(killedAddrs, killed)
 		// When the set names another master (the promotion, as the set itself says).
 		promoted := make(chan time.Duration, 1)
@@ -599,7 +727,9 @@ func runFailover(t *testing.T, set haSet) {
 		Eventually(t, 60*time.Second, func() bool { return acceptedIn[k].Load() >= 2*nSessions }, "trial %d: %d owner prompts accepted after the kill", k, 2*nSessions)
 		if k < trials {
 			rb := time.Now()
+			tl.add("revive %d: the killed node %s starts", k, killed)
 			set.Revive(t) // returns once the node replicates again and the set knows it
+			tl.add("revive %d: the node %s replicates the master", k, killed)
 			t.Logf("trial %d: the killed node is back as a replica after %s", k, time.Since(rb).Round(10*time.Millisecond))
 		}
 	}
@@ -654,11 +784,44 @@ func runFailover(t *testing.T, set haSet) {
 		t.Errorf("no MCP send succeeded")
 	}
 
+	// No accepted prompt is lost: its turn is there (R21.3). The kills lose
+	// nothing (each waited for the replica); only a failover the set made by
+	// itself may have dropped writes the old master took after its replica
+	// was promoted: Redis's own loss, allowed within 5 s of that failover and
+	// logged. Any other loss is the relay's.
+	lost := map[string]bool{} // turn ids lost to a failover the set made by itself
+	var relayLost []string
+	for i := range sent {
+		for _, p := range sent[i] {
+			if p.id == "" {
+				continue
+			}
+			if _, err := getTurn(p.id); !errors.Is(err, store.ErrNotFound) {
+				continue
+			}
+			what := fmt.Sprintf("session %d: prompt %s (turn %s) accepted at %s after kill %d; near it: %s",
+				i, p.text, p.id, p.at.Sub(tl.begin).Round(time.Millisecond), p.trial, tl.near(p.at))
+			if tl.nearUnbidden(p.at) {
+				lost[p.id] = true
+				t.Logf("lost to a failover the set made by itself (Redis's own loss): %s", what)
+			} else {
+				relayLost = append(relayLost, what)
+			}
+		}
+	}
+	if len(relayLost) > 0 {
+		for _, l := range relayLost {
+			t.Errorf("an accepted prompt is lost: %s", l)
+		}
+		t.Fatalf("%d of %d accepted owner prompts lost; what happened to the set (from the start of the load):\n%s", len(relayLost), accepted, tl)
+	}
+	t.Logf("what happened to the set (from the start of the load):\n%s", tl)
+
 	// Every accepted prompt ends done, in order per session.
 	var waiting []string
 	for i := range sent {
 		for _, p := range sent[i] {
-			if p.id != "" {
+			if p.id != "" && !lost[p.id] {
 				waiting = append(waiting, p.id)
 			}
 		}
@@ -721,13 +884,20 @@ func runFailover(t *testing.T, set haSet) {
 				refusedTexts[p.text] = true
 				continue
 			}
+			if lost[p.id] {
+				continue
+			}
 			acceptedTexts = append(acceptedTexts, p.text)
 			tr, err := getTurn(p.id)
 			if err != nil {
 				t.Fatalf("turn %s: %v", p.id, err)
 			}
 			want := fmt.Sprintf("s%d-p%d", i, k)
-			if tr.Status != store.TurnDone || tr.Reply != want {
+			if tr.Status == store.TurnError && (tl.nearUnbidden(tr.StartedAt) || tl.nearUnbidden(tr.EndedAt)) {
+				// Its outcome was lost to a failover the set made by itself: the
+				// sweep ended it as an error (docs/OPERATIONS.md).
+				t.Logf("session %d prompt %d (turn %s) ended as an error near a failover no kill caused: %q", i, k, p.id, tr.Error)
+			} else if tr.Status != store.TurnDone || tr.Reply != want {
 				t.Errorf("session %d prompt %d (turn %s, after kill %d): %s %q error %q, want done %q", i, k, p.id, p.trial, tr.Status, tr.Reply, tr.Error, want)
 			}
 			if prev != nil && tr.StartedAt.Before(prev.EndedAt) {
@@ -885,15 +1055,41 @@ func (c *clusterSet) KillMaster(t *testing.T, cl redis.UniversalClient, prefix s
 	return addr
 }
 
-// Revive starts the killed node again with its nodes.conf (the cluster makes
-// it a replica of the promoted one) and waits until every node is up and
-// every master has a replica.
+// Revive starts the killed node again as a replica of the promoted one and
+// waits until every node is up and every master has a replica. Its
+// nodes.conf is first made to say so (asReplicaConf): started with the file
+// it died with, it would claim its old slots until the cluster bus told it
+// otherwise, and a client reading the slot map from it in that moment would
+// write to an empty master whose writes are dropped a moment later.
 func (c *clusterSet) Revive(t *testing.T) {
 	t.Helper()
 	if c.killed == "" {
 		return
 	}
 	d := filepath.Join(c.dir, c.killed)
+	conf := filepath.Join(d, "nodes.conf")
+	old, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatalf("nodes.conf of the killed node %s: %v", c.killed, err)
+	}
+	var live string
+	raw, _ := os.ReadFile(filepath.Join(c.dir, "ports"))
+	for _, p := range strings.Fields(string(raw)) {
+		if p == c.killed {
+			continue
+		}
+		if b, err := exec.Command("redis-cli", "-p", p, "cluster", "nodes").Output(); err == nil && len(b) > 0 {
+			live = string(b)
+			break
+		}
+	}
+	fixed, err := asReplicaConf(string(old), live)
+	if err != nil {
+		t.Fatalf("the killed node %s as a replica: %v (its nodes.conf:\n%s\nthe cluster's view:\n%s)", c.killed, err, old, live)
+	}
+	if err := os.WriteFile(conf, []byte(fixed), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// As .ci/redis-cluster starts a node.
 	out, err := exec.Command("redis-server", "--port", c.killed, "--bind", "127.0.0.1", "--dir", d,
 		"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
@@ -1008,4 +1204,132 @@ func redisSlot(key string) int {
 		}
 	}
 	return int(crc) % 16384
+}
+
+// settleReplication pauses the writes of the master at addr (CLIENT PAUSE
+// WRITE, longer than the kill after it takes) and waits until each of its
+// replicas has processed every write the master acknowledged, and returns
+// how long that took. A master killed then loses nothing to its replication
+// stream's lag: what Redis's own asynchronous replication can lose (R21.3;
+// docs/OPERATIONS.md, "What a failover can lose") is kept out of the test, so
+// an accepted prompt missing after the failover is the relay's loss. The
+// relay's writes sent meanwhile wait for the pause and fail with the master,
+// or are tried again on the promoted one.
+func settleReplication(t *testing.T, addr string) time.Duration {
+	t.Helper()
+	begin := time.Now()
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
+	defer func() { _ = c.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Do(ctx, "CLIENT", "PAUSE", 30000, "WRITE").Err(); err != nil {
+		t.Fatalf("CLIENT PAUSE WRITE on the master %s: %v", addr, err)
+	}
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		t.Fatalf("INFO replication of the master %s: %v", addr, err)
+	}
+	acked := infoInt(info, "master_repl_offset")
+	var replicas []string
+	for _, l := range strings.Split(info, "\n") {
+		// slave0:ip=127.0.0.1,port=30001,state=online,offset=…,lag=0
+		if !strings.HasPrefix(l, "slave") || !strings.Contains(l, ":ip=") {
+			continue
+		}
+		var ip, port string
+		for _, f := range strings.Split(strings.TrimSpace(l[strings.IndexByte(l, ':')+1:]), ",") {
+			k, v, _ := strings.Cut(f, "=")
+			switch k {
+			case "ip":
+				ip = v
+			case "port":
+				port = v
+			}
+		}
+		replicas = append(replicas, net.JoinHostPort(ip, port))
+	}
+	if acked < 0 || len(replicas) == 0 {
+		t.Fatalf("the master %s names no replica or no offset (INFO replication:\n%s)", addr, info)
+	}
+	for _, ra := range replicas {
+		rc := redis.NewClient(&redis.Options{Addr: ra, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
+		var got int64
+		Eventually(t, 10*time.Second, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			ri, err := rc.Info(ctx, "replication").Result()
+			got = infoInt(ri, "slave_repl_offset")
+			return err == nil && got >= acked
+		}, "the replica %s to have the paused master %s's writes up to offset %d (it has %d)", ra, addr, acked, got)
+		_ = rc.Close()
+	}
+	return time.Since(begin)
+}
+
+// infoInt is the number of an INFO field ("name:123"), -1 when it is not there.
+func infoInt(info, name string) int64 {
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), name+":"); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return n
+			}
+		}
+	}
+	return -1
+}
+
+// asReplicaConf is the nodes.conf of a killed master (conf) rewritten from
+// the cluster's view now (live, CLUSTER NODES of a node that stayed): the
+// node is a replica of the master that took its first slot, which owns its
+// slots; the other lines are the live view's.
+func asReplicaConf(conf, live string) (string, error) {
+	var self []string
+	vars := ""
+	for _, l := range strings.Split(strings.TrimSpace(conf), "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) > 0 && f[0] == "vars":
+			vars = l
+		case len(f) >= 8 && strings.Contains(f[2], "myself"):
+			self = f
+		}
+	}
+	if len(self) < 9 {
+		return "", fmt.Errorf("no myself line with slots")
+	}
+	first, err := strconv.Atoi(strings.SplitN(self[8], "-", 2)[0])
+	if err != nil {
+		return "", fmt.Errorf("slot %q: %w", self[8], err)
+	}
+	var lines []string
+	newMaster := ""
+	for _, l := range strings.Split(strings.TrimSpace(live), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 8 || f[0] == self[0] {
+			continue
+		}
+		f[2] = strings.TrimPrefix(f[2], "myself,")
+		for _, r := range f[8:] {
+			lo, hi, _ := strings.Cut(r, "-")
+			a, err1 := strconv.Atoi(lo)
+			b, err2 := strconv.Atoi(hi)
+			if hi == "" {
+				b, err2 = a, nil
+			}
+			if err1 == nil && err2 == nil && a <= first && first <= b && strings.Contains(f[2], "master") {
+				newMaster = f[0]
+			}
+		}
+		lines = append(lines, strings.Join(f, " "))
+	}
+	if newMaster == "" {
+		return "", fmt.Errorf("no live master serves slot %d", first)
+	}
+	// id addr flags master ping-sent pong-recv config-epoch link-state (no slots)
+	me := []string{self[0], self[1], "myself,slave", newMaster, "0", "0", self[6], "connected"}
+	lines = append(lines, strings.Join(me, " "))
+	if vars != "" {
+		lines = append(lines, vars)
+	}
+	return strings.Join(lines, "\n") + "\n", nil
 }
