@@ -7,13 +7,15 @@
 //
 // Two clocks of this interface drive a relay (package domain's Options):
 // the rules' clock (Clock) and the clock of the durations of work (Timers:
-// how long a call waits for a reply or a card, a turn's max_turn_seconds).
+// how long a call waits for a reply or a card, a turn's max_turn_seconds,
+// how long a process trusts the tokens it cached).
 // They are apart on purpose: end-to-end tests run the rules sped up (Scaled)
 // and the work at its real pace, since a test clock that shortened a wait
 // would test a different program; the domain's table tests run a Sim for
 // either, so a timeout is a step of the test and not seconds of waiting.
 // Leases (Redis keeps their TTLs on its own clock), HTTP timeouts, rechecks
-// and caches (a kept goroutine's idle end) run on the wall clock.
+// and the other caches (a kept goroutine's idle end, the owner's settings)
+// run on the wall clock.
 package clock
 
 import (

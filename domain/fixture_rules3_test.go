@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oar/relay/clock"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
@@ -109,16 +110,21 @@ func (f *fixture) r3PlainIn(toks ...string) []string {
 }
 
 // r3Process builds and starts another Relay on f's store, enqueuer and
-// clock, as fo configures it (a second process of the same relay: its own
-// worker id and caches); it ends with the test.
+// clocks (the work clock too when f has one), as fo configures it (a second
+// process of the same relay: its own worker id and caches); it ends with the
+// test.
 func (f *fixture) r3Process(fo fixtureOptions) *Relay {
 	f.t.Helper()
 	cfg := fo.config()
 	ctx, cancel := context.WithCancel(context.Background())
 	p := provider.NewScripted(provider.Info{})
+	var timers clock.Clock = clock.Real{}
+	if f.work != nil {
+		timers = f.work
+	}
 	r := New(f.st, f.enq, []provider.Provider{p}, Options{
 		Name: f.r.opts.Name, Version: "test", Folders: f.r.opts.Folders,
-		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Clock: f.clk,
+		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Clock: f.clk, Timers: timers,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	if err := r.Start(ctx); err != nil {

@@ -56,9 +56,10 @@ type Options struct {
 	// does not); default the wall clock. Tests run a Scaled or a Sim one.
 	Clock clock.Clock
 	// Timers is the clock of the durations of work: how long a call waits
-	// for a reply or a card, a turn's max_turn_seconds; default the wall
-	// clock, also when Clock is a Scaled one. The domain's tests run a Sim
-	// to step through a timeout.
+	// for a reply or a card, a turn's max_turn_seconds, how long a process
+	// trusts the tokens it cached (tokens.go); default the wall clock, also
+	// when Clock is a Scaled one. The domain's tests run a Sim to step
+	// through a timeout.
 	Timers   clock.Clock
 	Logger   *slog.Logger
 	Metrics  Metrics

@@ -18,12 +18,14 @@ import (
 // (R18.2, R18.19), and the peer tokens paired relays call with (R18.20,
 // R18.21). An archive or a revocation empties every process's caches at once
 // through the "tokens" notification (drop); a cached token's own TTL is the
-// safety net. It reaches nothing else of the relay.
+// safety net, timed on the clock of the durations of work (Options.Timers:
+// the wall clock in a relay, a Sim the domain's tests step). It reaches
+// nothing else of the relay.
 type tokens struct {
 	st   tokensStore
 	now  func() time.Time
 	log  *slog.Logger
-	opts *Options // the relay's: its name and base URL
+	opts *Options // the relay's: its name and base URL; Timers times the caches
 
 	mu       sync.RWMutex
 	sessions map[string]tokenEntry // bearer token -> session id
@@ -79,7 +81,8 @@ func (tk *tokens) SessionForToken(ctx context.Context, token string) (string, bo
 	tk.mu.RLock()
 	ent, ok := tk.sessions[token]
 	tk.mu.RUnlock()
-	if ok && time.Since(ent.at) < tokenCacheTTL(token) {
+	now := tk.opts.Timers.Now()
+	if ok && now.Sub(ent.at) < tokenCacheTTL(token) {
 		return ent.id, true, nil
 	}
 	id, err := tk.st.SessionByToken(ctx, token)
@@ -101,7 +104,7 @@ func (tk *tokens) SessionForToken(ctx context.Context, token string) (string, bo
 	if len(tk.sessions) >= 100000 {
 		tk.sessions = map[string]tokenEntry{}
 	}
-	tk.sessions[token] = tokenEntry{id: id, at: time.Now()}
+	tk.sessions[token] = tokenEntry{id: id, at: now}
 	tk.mu.Unlock()
 	return id, true, nil
 }
@@ -112,7 +115,7 @@ const tokenTTL = 30 * time.Second
 
 type tokenEntry struct {
 	id string
-	at time.Time
+	at time.Time // when it was found in the store (Options.Timers)
 }
 
 // dropTokens empties this process's token caches (session and turn tokens,
@@ -171,9 +174,9 @@ const peerTokenTTL = 30 * time.Second
 // peerTok is what a process knows of a peer token: valid until, and the
 // relay it is tied to ("" before its first call; a tie never changes).
 type peerTok struct {
-	until   time.Time
+	until   time.Time // (Options.Timers)
 	bound   string
-	touched time.Time // lastUsedAt last written by this process
+	touched time.Time // lastUsedAt last written by this process (wall clock)
 }
 
 // PeerTokenValid reports whether a bearer token is a peer token of this
@@ -183,7 +186,8 @@ func (tk *tokens) PeerTokenValid(ctx context.Context, tok string) (bool, error) 
 	tk.peerMu.Lock()
 	e, ok := tk.peers[tok]
 	tk.peerMu.Unlock()
-	if ok && time.Now().Before(e.until) {
+	now := tk.opts.Timers.Now()
+	if ok && now.Before(e.until) {
 		tk.touchPeerToken(ctx, tok)
 		return true, nil
 	}
@@ -193,7 +197,7 @@ func (tk *tokens) PeerTokenValid(ctx context.Context, tok string) (bool, error) 
 	}
 	tk.peerMu.Lock()
 	e = tk.peers[tok]
-	e.until = time.Now().Add(peerTokenTTL)
+	e.until = now.Add(peerTokenTTL)
 	tk.peers[tok] = e
 	tk.peerMu.Unlock()
 	tk.touchPeerToken(ctx, tok)
