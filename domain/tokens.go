@@ -29,6 +29,10 @@ type tokens struct {
 
 	mu       sync.RWMutex
 	sessions map[string]tokenEntry // bearer token -> session id
+	// ended are the turn tokens this process revoked (their turn ended here),
+	// each kept for turnTokenTTL: a lookup that read the store before the
+	// revocation caches nothing after it.
+	ended map[string]time.Time
 
 	peerMu sync.Mutex
 	peers  map[string]peerTok // peer tokens found valid (PeerTokenValid)
@@ -41,7 +45,8 @@ type tokensStore interface {
 }
 
 func newTokens(st tokensStore, now func() time.Time, log *slog.Logger, opts *Options) *tokens {
-	return &tokens{st: st, now: now, log: log, opts: opts, sessions: map[string]tokenEntry{}, peers: map[string]peerTok{}}
+	return &tokens{st: st, now: now, log: log, opts: opts, sessions: map[string]tokenEntry{}, ended: map[string]time.Time{},
+		peers: map[string]peerTok{}}
 }
 
 // SessionForToken (the tokens' door for api's /mcp): see [tokens.SessionForToken].
@@ -101,11 +106,14 @@ func (tk *tokens) SessionForToken(ctx context.Context, token string) (string, bo
 		return "", false, nil
 	}
 	tk.mu.Lock()
+	defer tk.mu.Unlock()
+	if _, ended := tk.ended[token]; ended { // its turn ended while Redis was asked (R18.19)
+		return "", false, nil
+	}
 	if len(tk.sessions) >= 100000 {
 		tk.sessions = map[string]tokenEntry{}
 	}
 	tk.sessions[token] = tokenEntry{id: id, at: now}
-	tk.mu.Unlock()
 	return id, true, nil
 }
 
@@ -143,6 +151,13 @@ func (tk *tokens) mintTurnToken(ctx context.Context, p provider.Provider, sid st
 	drop := sync.OnceFunc(func() {
 		tk.mu.Lock()
 		delete(tk.sessions, tok)
+		now := tk.opts.Timers.Now()
+		for t, at := range tk.ended {
+			if now.Sub(at) > turnTokenTTL {
+				delete(tk.ended, t)
+			}
+		}
+		tk.ended[tok] = now
 		tk.mu.Unlock()
 		if err := tk.st.DropTurnToken(context.WithoutCancel(ctx), sid, tok); err != nil {
 			tk.log.Warn("turn token not revoked (it expires within a minute)", "session", id8(sid), "err", err)
