@@ -90,7 +90,7 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 	var turnID string
 	if strings.TrimSpace(in.Text) != "" {
 		r.unlockMentions(ctx, s.ID, in.Text)
-		t, err := r.queue(ctx, s, in.Text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.rem.mentionedRelays(ctx, s.ID)}, "", false, 0)
+		t, err := r.q.queue(ctx, s, in.Text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.rem.mentionedRelays(ctx, s.ID)}, "", false, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -162,7 +162,7 @@ func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (*relay.Mess
 	}
 	r.unlockMentions(ctx, s.ID, text)   // R4.4: the owner mentioned paired relays
 	r.sch.releaseHeld(ctx, s.ID, false) // the owner wrote: held schedule firings go (R9.6)
-	t, err := r.queue(ctx, s, text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.rem.mentionedRelays(ctx, s.ID)}, "", false, 0)
+	t, err := r.q.queue(ctx, s, text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.rem.mentionedRelays(ctx, s.ID)}, "", false, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +246,7 @@ func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (*relay.Sess
 	if err := r.grp.leaveGroup(ctx, s); err != nil {
 		return nil, fmt.Errorf("delete session %s: %w", id8(s.ID), err)
 	}
-	if err := r.st.DeleteSession(ctx, s.ID, r.st.BusyKey(r.orchestrator(s)), r.st.PeerBusyKey(r.orchestrator(s))); err != nil {
+	if err := r.st.DeleteSession(ctx, s.ID, r.st.BusyKey(orchestrator(r.opts.Name, s)), r.st.PeerBusyKey(orchestrator(r.opts.Name, s))); err != nil {
 		return nil, fmt.Errorf("delete session %s: %w", id8(s.ID), err)
 	}
 	r.notify(ctx, "tokens")

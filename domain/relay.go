@@ -79,11 +79,11 @@ type Options struct {
 }
 
 // Relay is the domain service: the tool actions that prompt and steer
-// sessions (send, wait, answer, stop, archive: queue.go, send.go,
-// steer.go), the lookups and checks every action shares (sessions.go,
-// models.go), the owner's operations (owner.go) and the doors of its
-// subsystems, each a type of its own that reaches the rest through a small
-// host interface (docs/ARCHITECTURE.md, "Subsystems").
+// sessions (send, answer, stop, archive: send.go, steer.go), the lookups
+// and checks every action shares (sessions.go, models.go), the owner's
+// operations (owner.go) and the doors of its subsystems, each a type of its
+// own that reaches the rest through a small host interface
+// (docs/ARCHITECTURE.md, "Subsystems").
 type Relay struct {
 	st        Store
 	enq       Enqueuer
@@ -101,6 +101,7 @@ type Relay struct {
 	setKept   cached[store.Settings] // the owner's settings (settings)
 
 	// The subsystems.
+	q     *turnQueue     // queueing a turn and waiting for it, the wait action (queue.go)
 	dl    *pipeline      // delivery: fan-out, hold, release, flush, summary (deliver.go)
 	dr    *drainer       // the drain: turns, leases, drains started here (turns.go, direct.go)
 	sch   *schedules     // schedules (schedule.go)
@@ -155,19 +156,20 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r.tok = newTokens(st, r.now, r.log, &r.opts)
 	r.cards = &cards{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, hub: r.hub, relay: r}
 	r.grp = &groups{st: st, now: r.now, opts: &r.opts, relay: r}
-	r.sch = &schedules{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
-	r.subs = &subscriptions{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
-	r.asks = &asks{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
-	r.rem = &remote{st: st, now: r.now, log: r.log, opts: &r.opts, pk: r.pk, cards: r.cards, subs: r.subs, relay: r}
 	r.tasks = &tasks{st: st, now: r.now, log: r.log, opts: &r.opts, dl: r.dl, hub: r.hub, relay: r}
 	r.use = &usage{st: st, now: r.now, log: r.log, opts: &r.opts, providers: r.providers, order: r.order, relay: r}
 	r.reads = &reads{st: st, log: r.log, opts: &r.opts, grp: r.grp, use: r.use, tasks: r.tasks, providers: r.providers, relay: r}
 	r.upd = &updates{st: st, now: r.now, opts: &r.opts, grp: r.grp, cards: r.cards, relay: r}
-	r.crt = &creates{st: st, now: r.now, log: r.log, opts: &r.opts, cards: r.cards, grp: r.grp, use: r.use, rem: r.rem, relay: r,
-		foldKept: cached[[]string]{ttl: folderRecheck}}
 	r.dr = &drainer{st: st, enq: enq, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, hub: r.hub, warm: r.warm, tok: r.tok,
 		providers: r.providers, drainHistory: history, tasks: r.tasks, use: r.use, upd: r.upd, relay: r,
 		running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}}
+	r.q = &turnQueue{st: st, enq: enq, log: r.log, opts: &r.opts, now: r.now, hub: r.hub, dl: r.dl, dr: r.dr, cards: r.cards, reads: r.reads, relay: r}
+	r.sch = &schedules{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, dl: r.dl, cards: r.cards, q: r.q, relay: r}
+	r.subs = &subscriptions{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
+	r.asks = &asks{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
+	r.rem = &remote{st: st, now: r.now, log: r.log, opts: &r.opts, pk: r.pk, cards: r.cards, subs: r.subs, q: r.q, relay: r}
+	r.crt = &creates{st: st, now: r.now, log: r.log, opts: &r.opts, cards: r.cards, grp: r.grp, use: r.use, rem: r.rem, q: r.q, relay: r,
+		foldKept: cached[[]string]{ttl: folderRecheck}}
 	r.handler = r.handlers()
 	if opts.DirectDrains > 0 {
 		r.dr.direct = make(chan struct{}, opts.DirectDrains)

@@ -78,7 +78,7 @@ func (r *Relay) parseSendArgs(ctx context.Context, a *args) (*sendArgs, *Error) 
 	if in.text, e = promptText(a, nothingSent); e != nil {
 		return nil, e
 	}
-	if in.wait, in.note, e = r.waitArg(ctx, a, nothingSent); e != nil {
+	if in.wait, in.note, e = r.q.waitArg(ctx, a, nothingSent); e != nil {
 		return nil, e
 	}
 	if in.mode, e = a.str("mode"); e != nil {
@@ -117,7 +117,7 @@ func (r *Relay) checkSend(ctx context.Context, c *caller, a *args, in *sendArgs)
 		return nil, notPromptable(s, nothingSent)
 	}
 	// Rule limits: the 4-at-work cap (checked again atomically when queued).
-	if e := r.precheckCap(ctx, s); e != nil {
+	if e := r.q.precheckCap(ctx, s); e != nil {
 		return nil, e
 	}
 	// Provider switch (R7.8), model, effort.
@@ -264,7 +264,7 @@ func (r *Relay) applySend(ctx context.Context, c *caller, in *sendArgs, pl *send
 	if pl.loopAtQueue {
 		loopOf = c.s.ID
 	}
-	t, err := r.queueTurn(ctx, id, s, in.text, "agent", r.fromRef(c), c.origin(r.opts.Name), c.s.ID, true, in.wait, loopOf)
+	t, err := r.q.queueTurn(ctx, id, s, in.text, "agent", r.q.fromRef(c), c.origin(r.opts.Name), c.s.ID, true, in.wait, loopOf)
 	if err != nil {
 		if len(undo) > 0 {
 			if uerr := r.st.SetSessionFields(context.WithoutCancel(ctx), s.ID, undo); uerr != nil {
@@ -278,12 +278,12 @@ func (r *Relay) applySend(ctx context.Context, c *caller, in *sendArgs, pl *send
 		return nil, AsError(err)
 	}
 	pl.queued = true
-	t, e := r.sentOn(waitCtx, c.delivery, t, in.wait, ch, "the prompt was queued (message_id "+t.ID+")")
+	t, e := r.q.sentOn(waitCtx, c.delivery, t, in.wait, ch, "the prompt was queued (message_id "+t.ID+")")
 	if e != nil {
 		return nil, e
 	}
 	res := newResult(s.ID, "")
-	r.turnResult(ctx, res, t)
+	r.q.turnResult(ctx, res, t)
 	if in.note != "" {
 		res.set("note", in.note)
 	}
@@ -291,48 +291,4 @@ func (r *Relay) applySend(ctx context.Context, c *caller, in *sendArgs, pl *send
 		res.note("modelNote", pl.modelNote)
 	}
 	return res, nil
-}
-
-func (r *Relay) precheckCap(ctx context.Context, s *store.Session) *Error {
-	orch := r.orchestrator(s)
-	if orch == "" {
-		return nil
-	}
-	cur, err := r.st.CurrentTurn(ctx, s.ID)
-	if err != nil {
-		return internal("precheckCap: CurrentTurn", err)
-	}
-	q, err := r.st.QueuedTurns(ctx, s.ID)
-	if err != nil {
-		return internal("precheckCap: QueuedTurns", err)
-	}
-	if cur != "" || len(q) > 0 {
-		return nil // busy already: the prompt just queues
-	}
-	n, err := r.st.BusyCount(ctx, orch)
-	if err != nil {
-		return internal("precheckCap: BusyCount", err)
-	}
-	if n >= r.opts.Limits.ActiveSessions {
-		return Errorf(CodeSessionLimit, "%d sessions started by the same conversation already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
-			n, r.opts.Limits.ActiveSessions, nothingSent)
-	}
-	return r.precheckPeerCap(ctx, orch, s.StartedBy, nothingSent)
-}
-
-// precheckPeerCap refuses a prompt that would make one more session of a
-// paired relay's conversations busy beyond the cap per paired relay (checked
-// again atomically when queued); nil for a conversation on this relay.
-func (r *Relay) precheckPeerCap(ctx context.Context, orch string, by *store.Ref, nothing string) *Error {
-	if r.opts.Limits.ActiveSessionsPerPeerToken <= 0 || !isPeerConversation(orch) {
-		return nil
-	}
-	n, err := r.st.PeerBusyCount(ctx, orch)
-	if err != nil {
-		return internal("precheckPeerCap: PeerBusyCount", err)
-	}
-	if n >= r.opts.Limits.ActiveSessionsPerPeerToken {
-		return r.peerCapError(by, nothing)
-	}
-	return nil
 }

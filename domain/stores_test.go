@@ -21,7 +21,7 @@ var storeUsers = map[string]string{
 	"agents.go": "usageStore", "caps.go": "usageStore",
 	"groups.go": "groupStore", "reads.go": "readStore", "tokens.go": "tokenStore",
 	"turns.go": "drainStore", "turntoken.go": "drainStore", "direct.go": "drainStore", "stacks.go": "drainStore",
-	"queue.go": "drainStore", "steer.go": "drainStore",
+	"queue.go": "queueStore", "steer.go": "drainStore",
 	"deliver.go": "deliveryStore", "events.go": "deliveryStore",
 	"mirrors.go": "mirrorStore", "notify.go": "deliveryStore",
 	"subscribe.go": "subscriptionStore",

@@ -74,7 +74,7 @@ func (r *Relay) handlers() map[string]handler {
 		"send":             r.send,
 		"create_session":   r.crt.createSession,
 		"update_session":   r.upd.updateSession,
-		"wait":             r.wait,
+		"wait":             r.q.wait,
 		"answer_question":  r.answerQuestion,
 		"stop":             r.stop,
 		"archive":          r.archive,
