@@ -223,7 +223,7 @@ func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (*relay.Sess
 			r.notify(ctx, "cards")
 		}
 	}
-	if err := r.retire(ctx, s.ID, "deleted"); err != nil {
+	if err := r.steer.retire(ctx, s.ID, "deleted"); err != nil {
 		return nil, err
 	}
 	// The drain ends the stopped turn and the queued ones of an archived

@@ -78,12 +78,11 @@ type Options struct {
 	Peers PeerClient
 }
 
-// Relay is the domain service: the tool actions that prompt and steer
-// sessions (send, answer, stop, archive: send.go, steer.go), the lookups
-// and checks every action shares (sessions.go, models.go), the owner's
-// operations (owner.go) and the doors of its subsystems, each a type of its
-// own that reaches the rest through a small host interface
-// (docs/ARCHITECTURE.md, "Subsystems").
+// Relay is the domain service: the lookups and checks every action shares
+// (sessions.go, models.go), the owner's operations (owner.go) and the doors
+// of its subsystems, each a type of its own that reaches the rest through a
+// small host interface (docs/ARCHITECTURE.md, "Subsystems"); the tool
+// actions are the subsystems'.
 type Relay struct {
 	st        Store
 	enq       Enqueuer
@@ -102,6 +101,8 @@ type Relay struct {
 
 	// The subsystems.
 	q     *turnQueue     // queueing a turn and waiting for it, the wait action (queue.go)
+	snd   *sends         // send (send.go)
+	steer *steering      // answer_question, stop, archive (steer.go)
 	dl    *pipeline      // delivery: fan-out, hold, release, flush, summary (deliver.go)
 	dr    *drainer       // the drain: turns, leases, drains started here (turns.go, direct.go)
 	sch   *schedules     // schedules (schedule.go)
@@ -168,6 +169,8 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r.subs = &subscriptions{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
 	r.asks = &asks{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
 	r.rem = &remote{st: st, now: r.now, log: r.log, opts: &r.opts, pk: r.pk, cards: r.cards, subs: r.subs, q: r.q, relay: r}
+	r.snd = &sends{st: st, log: r.log, opts: &r.opts, providers: r.providers, hub: r.hub, q: r.q, cards: r.cards, use: r.use, relay: r}
+	r.steer = &steering{st: st, now: r.now, opts: &r.opts, cards: r.cards, subs: r.subs, sch: r.sch, asks: r.asks, relay: r}
 	r.crt = &creates{st: st, now: r.now, log: r.log, opts: &r.opts, cards: r.cards, grp: r.grp, use: r.use, rem: r.rem, q: r.q, relay: r,
 		foldKept: cached[[]string]{ttl: folderRecheck}}
 	r.handler = r.handlers()

@@ -21,6 +21,7 @@ type Store interface {
 	recordStore
 	actionStore
 	queueStore
+	steerStore
 	groupStore
 	createStore
 	tokenStore
@@ -46,7 +47,8 @@ var _ Store = (*store.Store)(nil)
 // turn, card, ask, subscription and pairing records (with the sessions a
 // subscription watches and its held events), the loop counts, the count of
 // sessions at work, a turn put back at the head of its queue and a lease
-// released (the drain and the turn queue), the folders used, the settings and
+// released (the drain and the turn queue), a question read and a turn's
+// question mark cleared (the drain and the steering actions), the folders used, the settings and
 // the notification channel.
 type recordStore interface {
 	AsksIn(ctx context.Context, sid string) ([]*store.Ask, error)
@@ -60,6 +62,7 @@ type recordStore interface {
 	GetAsk(ctx context.Context, id string) (*store.Ask, error)
 	GetGroup(ctx context.Context, id string) (*store.Group, error)
 	GetPairing(ctx context.Context, name string) (*store.Pairing, error)
+	GetQuestion(ctx context.Context, id string) (*store.Question, error)
 	GetSession(ctx context.Context, id string) (*store.Session, error)
 	GetSessions(ctx context.Context, ids []string) ([]*store.Session, error)
 	GetSubscription(ctx context.Context, id string) (*store.Subscription, error)
@@ -83,6 +86,7 @@ type recordStore interface {
 	SaveSubscription(ctx context.Context, sub *store.Subscription) error
 	SessionExtras(ctx context.Context, ids []string) ([]store.Extras, error)
 	SetSessionFields(ctx context.Context, id string, kv map[string]any) error
+	SetTurnQuestion(ctx context.Context, id string, questionID string) error
 	SetLastDigest(ctx context.Context, sub *store.Subscription, at time.Time) error
 	SetOnce(ctx context.Context, name string, ttl time.Duration) (bool, error)
 	SubscriptionsOf(ctx context.Context, sid string) ([]*store.Subscription, error)
@@ -111,6 +115,16 @@ type queueStore interface {
 	ResolveTurnID(ctx context.Context, idOrPrefix string) (string, int, error)
 	SetWaiting(ctx context.Context, turn string, ttl time.Duration) error
 	Unreserve(ctx context.Context, orchestrator string, sid string) error
+}
+
+// steerStore is what the steering actions (steer.go) need besides the
+// records: a question by id or prefix and its answer, a turn's stop
+// requested, a session archived.
+type steerStore interface {
+	AnswerQuestion(ctx context.Context, id string, answer string, by string) (*store.Question, bool, error)
+	ArchiveSession(ctx context.Context, id string, now time.Time) error
+	RequestTurnStop(ctx context.Context, id string) error
+	ResolveQuestionID(ctx context.Context, idOrPrefix string) (string, int, error)
 }
 
 // groupStore is what the session groups (groups.go) need.
@@ -158,28 +172,21 @@ type readStore interface {
 }
 
 // drainStore is what the drain (turns.go, turntoken.go, direct.go,
-// stacks.go, steer.go) needs: the lease, the fenced turn writes and
-// questions.
+// stacks.go) needs: the lease, the fenced turn writes and questions.
 type drainStore interface {
 	AppendMessage(ctx context.Context, sid string, m *store.Message) error
 	SetAgentSession(ctx context.Context, sid string, provider string, id string) error
 	APIURL(ctx context.Context) (string, error)
 	AcquireLease(ctx context.Context, sid string, owner string, ttl time.Duration) (bool, error)
-	AnswerQuestion(ctx context.Context, id string, answer string, by string) (*store.Question, bool, error)
-	ArchiveSession(ctx context.Context, id string, now time.Time) error
 	FinishTurn(ctx context.Context, sid string, orchestrator string, turnID string, fence string, msg *store.Message, at time.Time, kv ...any) (bool, error)
 	FinishTurnEmit(ctx context.Context, sid string, orchestrator string, turnID string, fence string, msg *store.Message, at time.Time, ev *store.Event, releaseOwner string, u *store.UsageAdd, kv ...any) (more bool, watched bool, released bool, ended *store.Turn, err error)
-	GetQuestion(ctx context.Context, id string) (*store.Question, error)
 	PopTurnBy(ctx context.Context, sid string, orchestrator string, now time.Time, drainer string) (string, error)
 	RenewLease(ctx context.Context, sid string, owner string, ttl time.Duration) (bool, error)
 	RenewTurnToken(ctx context.Context, tok string, ttl time.Duration) (bool, error)
-	RequestTurnStop(ctx context.Context, id string) error
 	RequeueTurnBy(ctx context.Context, sid string, turnID string, fence string) error
-	ResolveQuestionID(ctx context.Context, idOrPrefix string) (string, int, error)
 	SaveQuestion(ctx context.Context, q *store.Question) error
 	SetDrainID(ctx context.Context, sid string, id string) error
 	SetTurnPartial(ctx context.Context, sid string, id string, fence string, text string, at time.Time) error
-	SetTurnQuestion(ctx context.Context, id string, questionID string) error
 	StartDrain(ctx context.Context, sid string, owner string, ttl time.Duration, now time.Time, history int) (*store.Drain, error)
 }
 
