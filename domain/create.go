@@ -20,7 +20,7 @@ import (
 // session in its group and its first prompt; and the folders rule (R18.3),
 // which the owner's sessions, update_session and every turn start keep too
 // (through the doors below). It reaches the rest of the relay only through
-// createsHost and the subsystems it points to.
+// the subsystems it points to, its providers through models.
 type creates struct {
 	st    createsStore
 	now   func() time.Time
@@ -31,24 +31,15 @@ type creates struct {
 	use   *usage
 	rem   *remote
 	q     *turnQueue // the wait, the first prompt, its reply and result, the caps
+	mod   *models    // the provider, its model and effort
 	// foldKept is the folders rule's folders resolved (realFolders).
 	foldKept cached[[]string]
-	relay    createsHost
 }
 
 // createsStore is the store as create_session sees it.
 type createsStore interface {
 	recordStore
 	createStore
-}
-
-// createsHost is what create_session asks of the rest of the relay: the
-// providers (relay.go) and their models and efforts (models.go).
-type createsHost interface {
-	providerIDs() []string
-	provider(id, nothing string) (provider.Provider, *Error)
-	checkModel(p provider.Info, model, nothing string, create bool) (string, *Error)
-	checkEffort(p provider.Info, effort, nothing string) *Error
 }
 
 // checkFolder applies the folders rule (the door for the owner's sessions
@@ -227,13 +218,13 @@ func (cr *creates) checkCreate(ctx context.Context, c *caller, in *createArgs) (
 		pl.provID = c.s.Provider
 		if isExternal(c.s) {
 			// An external client's sessions run on the relay's first provider.
-			pl.provID = cr.relay.providerIDs()[0]
+			pl.provID = cr.mod.ids()[0]
 		}
 	}
 	if pl.provID == ProviderExternal {
 		return nil, Errorf(CodeInvalidInput, "An agent cannot start an external session: its agent is an MCP client the owner connects. %s", nothingCreated)
 	}
-	p, e := cr.relay.provider(pl.provID, nothingCreated)
+	p, e := cr.mod.provider(pl.provID, nothingCreated)
 	if e != nil {
 		return nil, e
 	}
@@ -241,7 +232,7 @@ func (cr *creates) checkCreate(ctx context.Context, c *caller, in *createArgs) (
 		return nil, e
 	}
 	pl.info = p.Info()
-	if pl.modelNote, e = cr.relay.checkModel(pl.info, pl.model, nothingCreated, true); e != nil {
+	if pl.modelNote, e = cr.mod.checkModel(pl.info, pl.model, nothingCreated, true); e != nil {
 		return nil, e
 	}
 	if pl.model == "" {
@@ -250,7 +241,7 @@ func (cr *creates) checkCreate(ctx context.Context, c *caller, in *createArgs) (
 			pl.model = c.s.Model
 		}
 	}
-	if e := cr.relay.checkEffort(pl.info, pl.effort, nothingCreated); e != nil {
+	if e := cr.mod.checkEffort(pl.info, pl.effort, nothingCreated); e != nil {
 		return nil, e
 	}
 	if pl.effort == "" && contains(pl.info.Efforts, c.s.Effort) {

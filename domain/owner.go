@@ -33,7 +33,7 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 			return nil, e
 		}
 	}
-	p, e := r.provider(provID, nothingCreated)
+	p, e := r.mod.provider(provID, nothingCreated)
 	if e != nil {
 		return nil, e
 	}
@@ -41,10 +41,10 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 		return nil, e
 	}
 	info := p.Info()
-	if _, e := r.checkModel(info, in.Model, nothingCreated, true); e != nil {
+	if _, e := r.mod.checkModel(info, in.Model, nothingCreated, true); e != nil {
 		return nil, e
 	}
-	if e := r.checkEffort(info, in.Effort, nothingCreated); e != nil {
+	if e := r.mod.checkEffort(info, in.Effort, nothingCreated); e != nil {
 		return nil, e
 	}
 	if e := checkMode(in.Mode, nothingCreated); e != nil {
@@ -269,7 +269,7 @@ func (r *Relay) OwnerPatchSession(ctx context.Context, ref string, p SessionPatc
 	if e != nil {
 		return nil, e
 	}
-	prov, e := r.provider(s.Provider, nothingChanged)
+	prov, e := r.mod.provider(s.Provider, nothingChanged)
 	if e != nil {
 		return nil, e
 	}
@@ -279,12 +279,12 @@ func (r *Relay) OwnerPatchSession(ctx context.Context, ref string, p SessionPatc
 		}
 	}
 	if p.Model != nil {
-		if _, e := r.checkModel(prov.Info(), *p.Model, nothingChanged, false); e != nil {
+		if _, e := r.mod.checkModel(prov.Info(), *p.Model, nothingChanged, false); e != nil {
 			return nil, e
 		}
 	}
 	if p.Effort != nil {
-		if e := r.checkEffort(prov.Info(), *p.Effort, nothingChanged); e != nil {
+		if e := r.mod.checkEffort(prov.Info(), *p.Effort, nothingChanged); e != nil {
 			return nil, e
 		}
 	}
@@ -408,7 +408,7 @@ func (r *Relay) RecoverDrains(ctx context.Context, stale func(map[string]string)
 // Providers describes the configured providers in config order (the console's New session form).
 func (r *Relay) Providers() []provider.Info {
 	out := []provider.Info{}
-	for _, id := range r.providerIDs() {
+	for _, id := range r.mod.ids() {
 		out = append(out, r.providers[id].Info())
 	}
 	return out

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"time"
 
@@ -78,9 +77,9 @@ type Options struct {
 	Peers PeerClient
 }
 
-// Relay is the domain service: the lookups and checks every action shares
-// (sessions.go, models.go), the owner's operations (owner.go) and the doors
-// of its subsystems, each a type of its own that reaches the rest through a
+// Relay is the domain service: the lookups every action shares
+// (sessions.go), the owner's operations (owner.go) and the doors of its
+// subsystems, each a type of its own that reaches the rest through a
 // small host interface (docs/ARCHITECTURE.md, "Subsystems"); the tool
 // actions are the subsystems'.
 type Relay struct {
@@ -101,6 +100,7 @@ type Relay struct {
 
 	// The subsystems.
 	q     *turnQueue     // queueing a turn and waiting for it, the wait action (queue.go)
+	mod   *models        // the providers as the actions check them: models, efforts (models.go)
 	snd   *sends         // send (send.go)
 	steer *steering      // answer_question, stop, archive (steer.go)
 	dl    *pipeline      // delivery: fan-out, hold, release, flush, summary (deliver.go)
@@ -150,6 +150,7 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 			history = historyRead
 		}
 	}
+	r.mod = &models{opts: &r.opts, providers: r.providers, order: r.order}
 	r.dl = &pipeline{st: st, enq: enq, clk: clk, now: r.now, log: r.log, met: r.met, opts: &r.opts, relay: r}
 	r.pk = &peerLink{st: st, peers: opts.Peers, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, relay: r,
 		linkOnline: map[string]time.Time{}}
@@ -159,8 +160,8 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r.grp = &groups{st: st, now: r.now, opts: &r.opts, relay: r}
 	r.tasks = &tasks{st: st, now: r.now, log: r.log, opts: &r.opts, dl: r.dl, hub: r.hub, relay: r}
 	r.use = &usage{st: st, now: r.now, log: r.log, opts: &r.opts, providers: r.providers, order: r.order, relay: r}
-	r.reads = &reads{st: st, log: r.log, opts: &r.opts, grp: r.grp, use: r.use, tasks: r.tasks, providers: r.providers, relay: r}
-	r.upd = &updates{st: st, now: r.now, opts: &r.opts, grp: r.grp, cards: r.cards, relay: r}
+	r.reads = &reads{st: st, log: r.log, opts: &r.opts, grp: r.grp, use: r.use, tasks: r.tasks, providers: r.providers, mod: r.mod, relay: r}
+	r.upd = &updates{st: st, now: r.now, opts: &r.opts, grp: r.grp, cards: r.cards, mod: r.mod, relay: r}
 	r.dr = &drainer{st: st, enq: enq, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, hub: r.hub, warm: r.warm, tok: r.tok,
 		providers: r.providers, drainHistory: history, tasks: r.tasks, use: r.use, upd: r.upd, relay: r,
 		running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}}
@@ -169,9 +170,9 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r.subs = &subscriptions{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
 	r.asks = &asks{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
 	r.rem = &remote{st: st, now: r.now, log: r.log, opts: &r.opts, pk: r.pk, cards: r.cards, subs: r.subs, q: r.q, relay: r}
-	r.snd = &sends{st: st, log: r.log, opts: &r.opts, providers: r.providers, hub: r.hub, q: r.q, cards: r.cards, use: r.use, relay: r}
+	r.snd = &sends{st: st, log: r.log, opts: &r.opts, hub: r.hub, q: r.q, cards: r.cards, use: r.use, mod: r.mod, relay: r}
 	r.steer = &steering{st: st, now: r.now, opts: &r.opts, cards: r.cards, subs: r.subs, sch: r.sch, asks: r.asks, relay: r}
-	r.crt = &creates{st: st, now: r.now, log: r.log, opts: &r.opts, cards: r.cards, grp: r.grp, use: r.use, rem: r.rem, q: r.q, relay: r,
+	r.crt = &creates{st: st, now: r.now, log: r.log, opts: &r.opts, cards: r.cards, grp: r.grp, use: r.use, rem: r.rem, q: r.q, mod: r.mod,
 		foldKept: cached[[]string]{ttl: folderRecheck}}
 	r.handler = r.handlers()
 	if opts.DirectDrains > 0 {
@@ -401,16 +402,4 @@ func (h *hub) listen(ctx context.Context, st lifeStore, ready chan struct{}, log
 		}
 		_ = ps.Close()
 	}
-}
-
-// providerIDs lists the providers in config order.
-func (r *Relay) providerIDs() []string {
-	out := append([]string(nil), r.order...)
-	if len(out) == 0 {
-		for id := range r.providers {
-			out = append(out, id)
-		}
-		sort.Strings(out)
-	}
-	return out
 }

@@ -19,24 +19,21 @@ import (
 // It sees the store only as recordStore and reaches the rest of the relay
 // only through sendsHost and the subsystems it points to.
 type sends struct {
-	st        recordStore
-	log       *slog.Logger
-	opts      *Options                     // the relay's: name
-	providers map[string]provider.Provider // the relay's, read-only after New: the billing partners
-	hub       *hub
-	q         *turnQueue
-	cards     *cards
-	use       *usage
-	relay     sendsHost
+	st    recordStore
+	log   *slog.Logger
+	opts  *Options // the relay's: name
+	hub   *hub
+	q     *turnQueue
+	cards *cards
+	use   *usage
+	mod   *models // the providers (the billing partners), a model and effort checked
+	relay sendsHost
 }
 
 // sendsHost is what send asks of the rest of the relay: the target session
-// (sessions.go), the provider, model and effort checks (models.go).
+// (sessions.go).
 type sendsHost interface {
 	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
-	provider(id, nothing string) (provider.Provider, *Error)
-	checkModel(p provider.Info, model, nothing string, create bool) (string, *Error)
-	checkEffort(p provider.Info, effort, nothing string) *Error
 }
 
 // send queues a prompt into another session (R7.7) and waits for its reply
@@ -153,19 +150,19 @@ func (sn *sends) checkSend(ctx context.Context, c *caller, a *args, in *sendArgs
 	target := s.Provider
 	switchTo := ""
 	if in.provID != "" && in.provID != s.Provider {
-		cur, ok := sn.providers[s.Provider]
+		cur, ok := sn.mod.providers[s.Provider]
 		partner := ""
 		if ok {
 			partner = cur.Info().SwitchTo
 		}
-		p, ok2 := sn.providers[in.provID]
+		p, ok2 := sn.mod.providers[in.provID]
 		if !ok2 || (partner != in.provID && p.Info().SwitchTo != s.Provider) {
 			return nil, Errorf(CodeProviderUnavailable, "Provider %q is not set up as a billing partner of %q on relay %q. %s", in.provID, s.Provider, sn.opts.Name, nothingSent).
 				With("remoteCode", remoteName(in.provID)+"_NOT_CONFIGURED")
 		}
 		target, switchTo = in.provID, in.provID
 	}
-	p, e := sn.relay.provider(target, nothingSent)
+	p, e := sn.mod.provider(target, nothingSent)
 	if e != nil {
 		return nil, e
 	}
@@ -180,11 +177,11 @@ func (sn *sends) checkSend(ctx context.Context, c *caller, a *args, in *sendArgs
 	if switchTo != "" && checkM == "" {
 		checkM = s.Model
 	}
-	modelNote, e := sn.relay.checkModel(info, checkM, nothingSent, false)
+	modelNote, e := sn.mod.checkModel(info, checkM, nothingSent, false)
 	if e != nil {
 		return nil, e
 	}
-	if e := sn.relay.checkEffort(info, in.effort, nothingSent); e != nil {
+	if e := sn.mod.checkEffort(info, in.effort, nothingSent); e != nil {
 		return nil, e
 	}
 	mode := in.mode
