@@ -91,7 +91,6 @@ type Relay struct {
 	log       *slog.Logger
 	met       Metrics
 	providers map[string]provider.Provider
-	order     []string // provider ids in config order
 	hub       *hub
 	warm      *warmGoroutines        // tool calls and drains started here run on kept goroutines (stacks.go)
 	handler   map[string]handler     // the actions' handlers (handlers), built once
@@ -141,16 +140,17 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r := &Relay{st: st, enq: enq, opts: opts, clk: clk, now: func() time.Time { return clk.Now().UTC() }, log: opts.Logger, met: opts.Metrics,
 		providers: map[string]provider.Provider{}, hub: newHub(),
 		warm: newWarmGoroutines(keptGoroutines, clock.Real{})}
-	history := 0 // the last messages a drain reads with its turn (historyRead when a provider uses them)
+	history := 0       // the last messages a drain reads with its turn (historyRead when a provider uses them)
+	var order []string // provider ids in config order (models and usage keep it)
 	for _, p := range provs {
 		id := p.Info().ID
 		r.providers[id] = p
-		r.order = append(r.order, id)
+		order = append(order, id)
 		if p.Info().WantsHistory {
 			history = historyRead
 		}
 	}
-	r.mod = &models{opts: &r.opts, providers: r.providers, order: r.order}
+	r.mod = &models{opts: &r.opts, providers: r.providers, order: order}
 	r.dl = &pipeline{st: st, enq: enq, clk: clk, now: r.now, log: r.log, met: r.met, opts: &r.opts, relay: r}
 	r.pk = &peerLink{st: st, peers: opts.Peers, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, relay: r,
 		linkOnline: map[string]time.Time{}}
@@ -159,7 +159,7 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r.cards = &cards{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, hub: r.hub, relay: r}
 	r.grp = &groups{st: st, now: r.now, opts: &r.opts, relay: r}
 	r.tasks = &tasks{st: st, now: r.now, log: r.log, opts: &r.opts, dl: r.dl, hub: r.hub, relay: r}
-	r.use = &usage{st: st, now: r.now, log: r.log, opts: &r.opts, providers: r.providers, order: r.order, relay: r}
+	r.use = &usage{st: st, now: r.now, log: r.log, opts: &r.opts, providers: r.providers, order: order, relay: r}
 	r.reads = &reads{st: st, log: r.log, opts: &r.opts, grp: r.grp, use: r.use, tasks: r.tasks, providers: r.providers, mod: r.mod, relay: r}
 	r.upd = &updates{st: st, now: r.now, opts: &r.opts, grp: r.grp, cards: r.cards, mod: r.mod, relay: r}
 	r.dr = &drainer{st: st, enq: enq, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, hub: r.hub, warm: r.warm, tok: r.tok,
