@@ -20,7 +20,7 @@ import (
 // session in its group and its first prompt; and the folders rule (R18.3),
 // which the owner's sessions, update_session and every turn start keep too
 // (through the doors below). It reaches the rest of the relay only through
-// createsHost and the subsystems it points to.
+// the subsystems it points to, its providers through models.
 type creates struct {
 	st    createsStore
 	now   func() time.Time
@@ -30,35 +30,16 @@ type creates struct {
 	grp   *groups
 	use   *usage
 	rem   *remote
+	q     *turnQueue // the wait, the first prompt, its reply and result, the caps
+	mod   *models    // the provider, its model and effort
 	// foldKept is the folders rule's folders resolved (realFolders).
 	foldKept cached[[]string]
-	relay    createsHost
 }
 
 // createsStore is the store as create_session sees it.
 type createsStore interface {
 	recordStore
 	createStore
-}
-
-// createsHost is what create_session asks of the rest of the relay: the
-// wait argument, queueing the first prompt, waiting for its reply and the
-// result, a reservation given back (queue.go), the cap per paired relay
-// (send.go, queue.go), the providers (relay.go) and their models and
-// efforts (models.go).
-type createsHost interface {
-	waitArg(ctx context.Context, a *args, nothing string) (time.Duration, string, *Error)
-	precheckPeerCap(ctx context.Context, orch string, by *store.Ref, nothing string) *Error
-	peerCapError(by *store.Ref, nothing string) *Error
-	providerIDs() []string
-	provider(id, nothing string) (provider.Provider, *Error)
-	checkModel(p provider.Info, model, nothing string, create bool) (string, *Error)
-	checkEffort(p provider.Info, effort, nothing string) *Error
-	queue(ctx context.Context, s *store.Session, text, role string, from *store.Ref, origin store.Origin, callerID string, enforce bool, waitFor time.Duration) (*store.Turn, error)
-	fromRef(c *caller) *store.Ref
-	sent(ctx context.Context, c *caller, t *store.Turn, wait time.Duration, done string) (*store.Turn, *Error)
-	turnResult(ctx context.Context, res *result, t *store.Turn)
-	unreserve(ctx context.Context, orch, sid string)
 }
 
 // checkFolder applies the folders rule (the door for the owner's sessions
@@ -187,7 +168,7 @@ func (cr *creates) parseCreateArgs(ctx context.Context, a *args) (*createArgs, *
 	if in.text, e = promptText(a, nothingCreated); e != nil {
 		return nil, e
 	}
-	if in.wait, in.note, e = cr.relay.waitArg(ctx, a, nothingCreated); e != nil {
+	if in.wait, in.note, e = cr.q.waitArg(ctx, a, nothingCreated); e != nil {
 		return nil, e
 	}
 	get := func(k string) string {
@@ -228,7 +209,7 @@ func (cr *creates) checkCreate(ctx context.Context, c *caller, in *createArgs) (
 		return nil, Errorf(CodeSessionLimit, "%d sessions this conversation started already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
 			n, cr.opts.Limits.ActiveSessions, nothingCreated)
 	}
-	if e := cr.relay.precheckPeerCap(ctx, c.s.ID, cr.rem.startedBy(c), nothingCreated); e != nil {
+	if e := cr.q.precheckPeerCap(ctx, c.s.ID, cr.rem.startedBy(c), nothingCreated); e != nil {
 		return nil, e
 	}
 	pl := &createPlan{provID: in.provID, model: in.model, effort: in.effort, mode: in.mode, need: &cardNeed{}}
@@ -237,13 +218,13 @@ func (cr *creates) checkCreate(ctx context.Context, c *caller, in *createArgs) (
 		pl.provID = c.s.Provider
 		if isExternal(c.s) {
 			// An external client's sessions run on the relay's first provider.
-			pl.provID = cr.relay.providerIDs()[0]
+			pl.provID = cr.mod.ids()[0]
 		}
 	}
 	if pl.provID == ProviderExternal {
 		return nil, Errorf(CodeInvalidInput, "An agent cannot start an external session: its agent is an MCP client the owner connects. %s", nothingCreated)
 	}
-	p, e := cr.relay.provider(pl.provID, nothingCreated)
+	p, e := cr.mod.provider(pl.provID, nothingCreated)
 	if e != nil {
 		return nil, e
 	}
@@ -251,7 +232,7 @@ func (cr *creates) checkCreate(ctx context.Context, c *caller, in *createArgs) (
 		return nil, e
 	}
 	pl.info = p.Info()
-	if pl.modelNote, e = cr.relay.checkModel(pl.info, pl.model, nothingCreated, true); e != nil {
+	if pl.modelNote, e = cr.mod.checkModel(pl.info, pl.model, nothingCreated, true); e != nil {
 		return nil, e
 	}
 	if pl.model == "" {
@@ -260,7 +241,7 @@ func (cr *creates) checkCreate(ctx context.Context, c *caller, in *createArgs) (
 			pl.model = c.s.Model
 		}
 	}
-	if e := cr.relay.checkEffort(pl.info, pl.effort, nothingCreated); e != nil {
+	if e := cr.mod.checkEffort(pl.info, pl.effort, nothingCreated); e != nil {
 		return nil, e
 	}
 	if pl.effort == "" && contains(pl.info.Efforts, c.s.Effort) {
@@ -342,7 +323,7 @@ func (cr *creates) applyCreate(ctx context.Context, c *caller, in *createArgs, p
 		StartedBy: cr.rem.startedBy(c)}
 	if err := cr.st.ReserveUnder(ctx, c.s.ID, s.ID, cr.opts.Limits.ActiveSessions, cr.opts.Limits.ActiveSessionsPerPeerToken); err != nil {
 		if errors.Is(err, store.ErrPeerSessionLimit) {
-			return nil, cr.relay.peerCapError(s.StartedBy, nothingCreated)
+			return nil, cr.q.peerCapError(s.StartedBy, nothingCreated)
 		}
 		if errors.Is(err, store.ErrSessionLimit) {
 			return nil, Errorf(CodeSessionLimit, "%d sessions this conversation started already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
@@ -351,23 +332,23 @@ func (cr *creates) applyCreate(ctx context.Context, c *caller, in *createArgs, p
 		return nil, internal("applyCreate: ReserveUnder", err)
 	}
 	if err := cr.st.CreateSession(ctx, s); err != nil {
-		cr.relay.unreserve(ctx, c.s.ID, s.ID)
+		cr.q.unreserve(ctx, c.s.ID, s.ID)
 		return nil, internal("applyCreate: CreateSession", err)
 	}
 	_ = cr.st.NoteCwd(ctx, pl.cwd, now)
 	group, groupWarning := cr.groupCreated(ctx, c, s, group)
-	t, err := cr.relay.queue(ctx, s, in.text, "agent", cr.relay.fromRef(c), c.origin(cr.opts.Name), c.s.ID, false, in.wait)
+	t, err := cr.q.queue(ctx, s, in.text, "agent", cr.q.fromRef(c), c.origin(cr.opts.Name), c.s.ID, false, in.wait)
 	if err != nil {
-		cr.relay.unreserve(ctx, c.s.ID, s.ID)
+		cr.q.unreserve(ctx, c.s.ID, s.ID)
 		return nil, internalAfter(err, "session "+s.ID+" was created, but its first prompt was not queued")
 	}
 	pl.queued = true
-	t, e := cr.relay.sent(waitCtx, c, t, in.wait, "session "+s.ID+" was created and its prompt queued (message_id "+t.ID+")")
+	t, e := cr.q.sent(waitCtx, c, t, in.wait, "session "+s.ID+" was created and its prompt queued (message_id "+t.ID+")")
 	if e != nil {
 		return nil, e
 	}
 	res := newResult(s.ID, "")
-	cr.relay.turnResult(ctx, res, t)
+	cr.q.turnResult(ctx, res, t)
 	res.what = fmt.Sprintf("%q, %s", pl.title, res.what)
 	res.set("provider", pl.provID).set("model", pl.model).set("mode", pl.mode).set("effort", pl.effort).set("title", pl.title)
 	if in.repo != "" {

@@ -58,13 +58,12 @@ type drainerStore interface {
 }
 
 // drainHost is what the drain asks of the rest of the relay: an agent's
-// relay_tool calls (tool.go), the settings (relay.go), the session's
-// orchestrator (queue.go), the folders rule (create.go), whether any relay
-// is paired (pairing.go) and telling the console (notify.go).
+// relay_tool calls (tool.go), the settings (relay.go), the folders rule
+// (create.go), whether any relay is paired (pairing.go) and telling the
+// console (notify.go).
 type drainHost interface {
 	CallTool(ctx context.Context, callerID string, raw json.RawMessage, d *Delivery) (json.RawMessage, bool)
 	settings(ctx context.Context) (store.Settings, error)
-	orchestrator(s *store.Session) string
 	folderAllowed(dir string) (resolved, why string)
 	anyPairing(ctx context.Context) bool
 	notify(ctx context.Context, what string)

@@ -10,6 +10,31 @@ import (
 	"github.com/oar/relay/provider"
 )
 
+// models are the relay's providers as the actions check what an agent or
+// the owner names of them: a provider by id, in config order (ids), a model
+// checked against its provider's list with a suggestion or the provider that
+// offers it (R7.13), an effort against its efforts, and a model or effort
+// that would become an option of an exec provider's command refused
+// (R11.2). create_session, update_session, send and the owner's sessions
+// check through it; it holds no store.
+type models struct {
+	opts      *Options                     // the relay's: name
+	providers map[string]provider.Provider // the relay's, read-only after New
+	order     []string                     // provider ids in config order
+}
+
+// ids lists the providers in config order.
+func (md *models) ids() []string {
+	out := append([]string(nil), md.order...)
+	if len(out) == 0 {
+		for id := range md.providers {
+			out = append(out, id)
+		}
+		sort.Strings(out)
+	}
+	return out
+}
+
 func normModel(s string) string {
 	s = strings.ToLower(s)
 	return strings.NewReplacer(".", "", "-", "", "_", "").Replace(s)
@@ -17,15 +42,15 @@ func normModel(s string) string {
 
 // checkModel applies R7.13 for provider p; nothing ends the error sentence.
 // It returns a modelNote when the model could not be checked.
-func (r *Relay) checkModel(p provider.Info, model, nothing string, create bool) (string, *Error) {
+func (md *models) checkModel(p provider.Info, model, nothing string, create bool) (string, *Error) {
 	if model == "" {
 		return "", nil
 	}
-	if e := r.checkNotFlag(p, "{model}", "model", model, nothing); e != nil {
+	if e := md.checkNotFlag(p, "{model}", "model", model, nothing); e != nil {
 		return "", e
 	}
 	if len(p.Models) == 0 {
-		return fmt.Sprintf("Relay %q has no model list for %s yet; %q was passed on unchecked.", r.opts.Name, p.Name, model), nil
+		return fmt.Sprintf("Relay %q has no model list for %s yet; %q was passed on unchecked.", md.opts.Name, p.Name, model), nil
 	}
 	for _, m := range p.Models {
 		if m == model {
@@ -54,7 +79,7 @@ func (r *Relay) checkModel(p provider.Info, model, nothing string, create bool) 
 	for _, c := range cands {
 		sugg = append(sugg, c.id)
 	}
-	msg := fmt.Sprintf("Unknown model '%s' for %s on relay %q", model, p.Name, r.opts.Name)
+	msg := fmt.Sprintf("Unknown model '%s' for %s on relay %q", model, p.Name, md.opts.Name)
 	if len(sugg) > 0 {
 		msg += fmt.Sprintf("; did you mean '%s'?", sugg[0])
 	} else {
@@ -69,11 +94,11 @@ func (r *Relay) checkModel(p provider.Info, model, nothing string, create bool) 
 	// model name, so the agent must pass that provider.
 	if create {
 		var owners []string
-		for _, id := range r.providerIDs() {
+		for _, id := range md.ids() {
 			if id == p.ID {
 				continue
 			}
-			for _, m := range r.providers[id].Info().Models {
+			for _, m := range md.providers[id].Info().Models {
 				if m == model {
 					owners = append(owners, id)
 				}
@@ -93,11 +118,11 @@ func (r *Relay) checkModel(p provider.Info, model, nothing string, create bool) 
 	return "", e
 }
 
-func (r *Relay) checkEffort(p provider.Info, effort, nothing string) *Error {
+func (md *models) checkEffort(p provider.Info, effort, nothing string) *Error {
 	if effort == "" {
 		return nil
 	}
-	if e := r.checkNotFlag(p, "{effort}", "effort", effort, nothing); e != nil {
+	if e := md.checkNotFlag(p, "{effort}", "effort", effort, nothing); e != nil {
 		return e
 	}
 	if len(p.Efforts) == 0 {
@@ -118,10 +143,10 @@ func checkMode(mode, nothing string) *Error {
 	return Errorf(CodeInvalidInput, "mode must be agent, ask or plan (got %q). %s", mode, nothing)
 }
 
-func (r *Relay) provider(id, nothing string) (provider.Provider, *Error) {
-	p, ok := r.providers[id]
+func (md *models) provider(id, nothing string) (provider.Provider, *Error) {
+	p, ok := md.providers[id]
 	if !ok {
-		return nil, Errorf(CodeInvalidInput, "Relay %q has no provider %q; providers: %s. %s", r.opts.Name, id, strings.Join(r.providerIDs(), ", "), nothing)
+		return nil, Errorf(CodeInvalidInput, "Relay %q has no provider %q; providers: %s. %s", md.opts.Name, id, strings.Join(md.ids(), ", "), nothing)
 	}
 	return p, nil
 }
@@ -134,8 +159,8 @@ type flagChecker interface {
 // checkNotFlag refuses a model or effort that would become an option of the
 // provider's command (it starts with "-" and is put for a placeholder that
 // no "--" precedes).
-func (r *Relay) checkNotFlag(p provider.Info, placeholder, what, value, nothing string) *Error {
-	fc, ok := r.providers[p.ID].(flagChecker)
+func (md *models) checkNotFlag(p provider.Info, placeholder, what, value, nothing string) *Error {
+	fc, ok := md.providers[p.ID].(flagChecker)
 	if !ok || !fc.ValueBecomesFlag(placeholder, value) {
 		return nil
 	}

@@ -33,7 +33,7 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 			return nil, e
 		}
 	}
-	p, e := r.provider(provID, nothingCreated)
+	p, e := r.mod.provider(provID, nothingCreated)
 	if e != nil {
 		return nil, e
 	}
@@ -41,10 +41,10 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 		return nil, e
 	}
 	info := p.Info()
-	if _, e := r.checkModel(info, in.Model, nothingCreated, true); e != nil {
+	if _, e := r.mod.checkModel(info, in.Model, nothingCreated, true); e != nil {
 		return nil, e
 	}
-	if e := r.checkEffort(info, in.Effort, nothingCreated); e != nil {
+	if e := r.mod.checkEffort(info, in.Effort, nothingCreated); e != nil {
 		return nil, e
 	}
 	if e := checkMode(in.Mode, nothingCreated); e != nil {
@@ -90,7 +90,7 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 	var turnID string
 	if strings.TrimSpace(in.Text) != "" {
 		r.unlockMentions(ctx, s.ID, in.Text)
-		t, err := r.queue(ctx, s, in.Text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.rem.mentionedRelays(ctx, s.ID)}, "", false, 0)
+		t, err := r.q.queue(ctx, s, in.Text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.rem.mentionedRelays(ctx, s.ID)}, "", false, 0)
 		if err != nil {
 			return nil, err
 		}
@@ -162,7 +162,7 @@ func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (*relay.Mess
 	}
 	r.unlockMentions(ctx, s.ID, text)   // R4.4: the owner mentioned paired relays
 	r.sch.releaseHeld(ctx, s.ID, false) // the owner wrote: held schedule firings go (R9.6)
-	t, err := r.queue(ctx, s, text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.rem.mentionedRelays(ctx, s.ID)}, "", false, 0)
+	t, err := r.q.queue(ctx, s, text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.rem.mentionedRelays(ctx, s.ID)}, "", false, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +223,7 @@ func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (*relay.Sess
 			r.notify(ctx, "cards")
 		}
 	}
-	if err := r.retire(ctx, s.ID, "deleted"); err != nil {
+	if err := r.steer.retire(ctx, s.ID, "deleted"); err != nil {
 		return nil, err
 	}
 	// The drain ends the stopped turn and the queued ones of an archived
@@ -246,7 +246,7 @@ func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (*relay.Sess
 	if err := r.grp.leaveGroup(ctx, s); err != nil {
 		return nil, fmt.Errorf("delete session %s: %w", id8(s.ID), err)
 	}
-	if err := r.st.DeleteSession(ctx, s.ID, r.st.BusyKey(r.orchestrator(s)), r.st.PeerBusyKey(r.orchestrator(s))); err != nil {
+	if err := r.st.DeleteSession(ctx, s.ID, r.st.BusyKey(orchestrator(r.opts.Name, s)), r.st.PeerBusyKey(orchestrator(r.opts.Name, s))); err != nil {
 		return nil, fmt.Errorf("delete session %s: %w", id8(s.ID), err)
 	}
 	r.notify(ctx, "tokens")
@@ -269,7 +269,7 @@ func (r *Relay) OwnerPatchSession(ctx context.Context, ref string, p SessionPatc
 	if e != nil {
 		return nil, e
 	}
-	prov, e := r.provider(s.Provider, nothingChanged)
+	prov, e := r.mod.provider(s.Provider, nothingChanged)
 	if e != nil {
 		return nil, e
 	}
@@ -279,12 +279,12 @@ func (r *Relay) OwnerPatchSession(ctx context.Context, ref string, p SessionPatc
 		}
 	}
 	if p.Model != nil {
-		if _, e := r.checkModel(prov.Info(), *p.Model, nothingChanged, false); e != nil {
+		if _, e := r.mod.checkModel(prov.Info(), *p.Model, nothingChanged, false); e != nil {
 			return nil, e
 		}
 	}
 	if p.Effort != nil {
-		if e := r.checkEffort(prov.Info(), *p.Effort, nothingChanged); e != nil {
+		if e := r.mod.checkEffort(prov.Info(), *p.Effort, nothingChanged); e != nil {
 			return nil, e
 		}
 	}
@@ -408,7 +408,7 @@ func (r *Relay) RecoverDrains(ctx context.Context, stale func(map[string]string)
 // Providers describes the configured providers in config order (the console's New session form).
 func (r *Relay) Providers() []provider.Info {
 	out := []provider.Info{}
-	for _, id := range r.providerIDs() {
+	for _, id := range r.mod.ids() {
 		out = append(out, r.providers[id].Info())
 	}
 	return out

@@ -74,7 +74,7 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 	chk := &PeerChecked{Action: a.action}
 	switch a.action {
 	case "send":
-		in, pl, e := r.sendChecks(ctx, c, a)
+		in, pl, e := r.snd.sendChecks(ctx, c, a)
 		if e != nil {
 			return nil, e
 		}
@@ -118,7 +118,7 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 		}
 		chk.Session = &CheckedRef{ID: in.concern.ID, Title: in.concern.Title}
 	case "answer_question":
-		_, s, _, e := r.checkAnswer(ctx, c, a)
+		_, s, _, e := r.steer.checkAnswer(ctx, c, a)
 		if e != nil {
 			return nil, e
 		}

@@ -129,7 +129,7 @@ func (r *Relay) peerCaller(ctx context.Context, tok string, raw []byte) (string,
 // when it names none: one that offers the caller's model; else the first,
 // passed as the provider argument (its default model, not the caller's).
 func (r *Relay) peerProvider(a *args, model string) string {
-	ids := r.providerIDs()
+	ids := r.mod.ids()
 	for _, id := range ids {
 		if model != "" && contains(r.providers[id].Info().Models, model) {
 			return id

@@ -25,6 +25,7 @@ type reads struct {
 	tasks *tasks
 	// providers are the relay's, read-only after New.
 	providers map[string]provider.Provider
+	mod       *models // the providers in config order (ids)
 	relay     readsHost
 }
 
@@ -35,13 +36,12 @@ type readsStore interface {
 }
 
 // readsHost is what the reads ask of the rest of the relay: the sessions'
-// views and a target (sessions.go), the settings and providers (relay.go),
+// views and a target (sessions.go), the settings (relay.go),
 // the pairings as this conversation sees them (pairing.go).
 type readsHost interface {
 	views(ctx context.Context, ss []*store.Session) ([]*view, error)
 	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
 	settings(ctx context.Context) (store.Settings, error)
-	providerIDs() []string
 	pairedRelays(ctx context.Context, sid string) ([]any, int, error)
 }
 
@@ -90,7 +90,7 @@ func (rd *reads) relayInfo(ctx context.Context, c *caller, a *args) (*result, *E
 		return nil, internal("relayInfo: settings", err)
 	}
 	provs := []any{}
-	for _, id := range rd.relay.providerIDs() {
+	for _, id := range rd.mod.ids() {
 		in := rd.providers[id].Info()
 		pv := map[string]any{"id": in.ID, "name": in.Name, "defaultModel": in.DefaultModel,
 			"models": nonNil(in.Models), "efforts": nonNil(in.Efforts), "available": in.Status != provider.StatusUnavailable}
@@ -124,7 +124,7 @@ func (rd *reads) relayInfo(ctx context.Context, c *caller, a *args) (*result, *E
 func (rd *reads) usage(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	provs := []any{}
 	capped := 0
-	for _, id := range rd.relay.providerIDs() {
+	for _, id := range rd.mod.ids() {
 		u, err := rd.st.Usage(ctx, id)
 		if err != nil {
 			return nil, internal("usage: Usage", err)

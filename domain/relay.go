@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"time"
 
@@ -79,12 +78,11 @@ type Options struct {
 	Peers PeerClient
 }
 
-// Relay is the domain service: the tool actions that prompt and steer
-// sessions (send, wait, answer, stop, archive: queue.go, send.go,
-// steer.go), the lookups and checks every action shares (sessions.go,
-// models.go), the owner's operations (owner.go) and the doors of its
-// subsystems, each a type of its own that reaches the rest through a small
-// host interface (docs/ARCHITECTURE.md, "Subsystems").
+// Relay is the domain service: the lookups every action shares
+// (sessions.go), the owner's operations (owner.go) and the doors of its
+// subsystems, each a type of its own that reaches the rest through a
+// small host interface (docs/ARCHITECTURE.md, "Subsystems"); the tool
+// actions are the subsystems'.
 type Relay struct {
 	st        Store
 	enq       Enqueuer
@@ -94,7 +92,6 @@ type Relay struct {
 	log       *slog.Logger
 	met       Metrics
 	providers map[string]provider.Provider
-	order     []string // provider ids in config order
 	hub       *hub
 	warm      *warmGoroutines        // tool calls and drains started here run on kept goroutines (stacks.go)
 	handler   map[string]handler     // the actions' handlers (handlers), built once
@@ -102,6 +99,10 @@ type Relay struct {
 	setKept   cached[store.Settings] // the owner's settings (settings)
 
 	// The subsystems.
+	q     *turnQueue     // queueing a turn and waiting for it, the wait action (queue.go)
+	mod   *models        // the providers as the actions check them: models, efforts (models.go)
+	snd   *sends         // send (send.go)
+	steer *steering      // answer_question, stop, archive (steer.go)
 	dl    *pipeline      // delivery: fan-out, hold, release, flush, summary (deliver.go)
 	dr    *drainer       // the drain: turns, leases, drains started here (turns.go, direct.go)
 	sch   *schedules     // schedules (schedule.go)
@@ -140,15 +141,17 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r := &Relay{st: st, enq: enq, opts: opts, clk: clk, now: func() time.Time { return clk.Now().UTC() }, log: opts.Logger, met: opts.Metrics,
 		providers: map[string]provider.Provider{}, hub: newHub(),
 		warm: newWarmGoroutines(keptGoroutines, clock.Real{})}
-	history := 0 // the last messages a drain reads with its turn (historyRead when a provider uses them)
+	history := 0       // the last messages a drain reads with its turn (historyRead when a provider uses them)
+	var order []string // provider ids in config order (models and usage keep it)
 	for _, p := range provs {
 		id := p.Info().ID
 		r.providers[id] = p
-		r.order = append(r.order, id)
+		order = append(order, id)
 		if p.Info().WantsHistory {
 			history = historyRead
 		}
 	}
+	r.mod = &models{opts: &r.opts, providers: r.providers, order: order}
 	r.dl = &pipeline{st: st, enq: enq, clk: clk, now: r.now, log: r.log, met: r.met, opts: &r.opts, relay: r}
 	r.pk = &peerLink{st: st, peers: opts.Peers, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, relay: r,
 		linkOnline: map[string]time.Time{}}
@@ -156,19 +159,22 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r.tok = newTokens(st, r.now, r.log, &r.opts)
 	r.cards = &cards{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, hub: r.hub, relay: r}
 	r.grp = &groups{st: st, now: r.now, opts: &r.opts, relay: r}
-	r.sch = &schedules{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
-	r.subs = &subscriptions{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
-	r.asks = &asks{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
-	r.rem = &remote{st: st, now: r.now, log: r.log, opts: &r.opts, pk: r.pk, cards: r.cards, subs: r.subs, relay: r}
 	r.tasks = &tasks{st: st, now: r.now, log: r.log, opts: &r.opts, dl: r.dl, hub: r.hub, relay: r}
-	r.use = &usage{st: st, now: r.now, log: r.log, opts: &r.opts, providers: r.providers, order: r.order, relay: r}
-	r.reads = &reads{st: st, log: r.log, opts: &r.opts, grp: r.grp, use: r.use, tasks: r.tasks, providers: r.providers, relay: r}
-	r.upd = &updates{st: st, now: r.now, opts: &r.opts, grp: r.grp, cards: r.cards, relay: r}
-	r.crt = &creates{st: st, now: r.now, log: r.log, opts: &r.opts, cards: r.cards, grp: r.grp, use: r.use, rem: r.rem, relay: r,
-		foldKept: cached[[]string]{ttl: folderRecheck}}
+	r.use = &usage{st: st, now: r.now, log: r.log, opts: &r.opts, providers: r.providers, order: order, relay: r}
+	r.reads = &reads{st: st, log: r.log, opts: &r.opts, grp: r.grp, use: r.use, tasks: r.tasks, providers: r.providers, mod: r.mod, relay: r}
+	r.upd = &updates{st: st, now: r.now, opts: &r.opts, grp: r.grp, cards: r.cards, mod: r.mod, relay: r}
 	r.dr = &drainer{st: st, enq: enq, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, hub: r.hub, warm: r.warm, tok: r.tok,
 		providers: r.providers, drainHistory: history, tasks: r.tasks, use: r.use, upd: r.upd, relay: r,
 		running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}}
+	r.q = &turnQueue{st: st, enq: enq, log: r.log, opts: &r.opts, now: r.now, hub: r.hub, dl: r.dl, dr: r.dr, cards: r.cards, reads: r.reads, relay: r}
+	r.sch = &schedules{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, dl: r.dl, cards: r.cards, q: r.q, relay: r}
+	r.subs = &subscriptions{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
+	r.asks = &asks{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
+	r.rem = &remote{st: st, now: r.now, log: r.log, opts: &r.opts, pk: r.pk, cards: r.cards, subs: r.subs, q: r.q, relay: r}
+	r.snd = &sends{st: st, log: r.log, opts: &r.opts, hub: r.hub, q: r.q, cards: r.cards, use: r.use, mod: r.mod, relay: r}
+	r.steer = &steering{st: st, now: r.now, opts: &r.opts, cards: r.cards, subs: r.subs, sch: r.sch, asks: r.asks, relay: r}
+	r.crt = &creates{st: st, now: r.now, log: r.log, opts: &r.opts, cards: r.cards, grp: r.grp, use: r.use, rem: r.rem, q: r.q, mod: r.mod,
+		foldKept: cached[[]string]{ttl: folderRecheck}}
 	r.handler = r.handlers()
 	if opts.DirectDrains > 0 {
 		r.dr.direct = make(chan struct{}, opts.DirectDrains)
@@ -397,16 +403,4 @@ func (h *hub) listen(ctx context.Context, st lifeStore, ready chan struct{}, log
 		}
 		_ = ps.Close()
 	}
-}
-
-// providerIDs lists the providers in config order.
-func (r *Relay) providerIDs() []string {
-	out := append([]string(nil), r.order...)
-	if len(out) == 0 {
-		for id := range r.providers {
-			out = append(out, id)
-		}
-		sort.Strings(out)
-	}
-	return out
 }

@@ -30,6 +30,7 @@ type remote struct {
 	pk    *peerLink
 	cards *cards
 	subs  *subscriptions
+	q     *turnQueue // the wait argument (waitArg)
 	relay remoteHost
 }
 
@@ -41,12 +42,11 @@ type remoteStore interface {
 }
 
 // remoteHost is what a remote call asks of the rest of the relay: the
-// target session of a call that names one here (sessions.go), the wait of a
-// call (queue.go), the check on the paired relay before a card
-// (peercheck.go) and telling the console (notify.go).
+// target session of a call that names one here (sessions.go), the check on
+// the paired relay before a card (peercheck.go) and telling the console
+// (notify.go).
 type remoteHost interface {
 	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
-	waitArg(ctx context.Context, a *args, nothing string) (time.Duration, string, *Error)
 	checkThere(ctx context.Context, p *store.Pairing, body PeerCallBody) (*PeerChecked, *Error)
 	notify(ctx context.Context, what string)
 }
@@ -230,7 +230,7 @@ func (rm *remote) remoteCall(ctx context.Context, c *caller, a *args, p *store.P
 	timeout := rm.opts.Timing.PeerTimeout
 	waitNote := ""
 	if a.action == "send" || a.action == "create_session" || a.action == "wait" {
-		wait, note, e := rm.relay.waitArg(ctx, a, nothingDone)
+		wait, note, e := rm.q.waitArg(ctx, a, nothingDone)
 		if e != nil {
 			return nil, e
 		}

@@ -22,7 +22,8 @@ const nothingScheduled = "Nothing was scheduled."
 // owner is away or a card is open), ending schedules, and recovering them at
 // start. It sees the store only as recordStore and scheduleStore, the timed
 // jobs through the delivery pipeline's schedule and early, its cards and
-// loop count through the cards, and the rest of the relay only through
+// loop count through the cards, the 4-at-work precheck and the prompt's
+// queueing through the turn queue, and the rest of the relay only through
 // schedulesHost.
 type schedules struct {
 	st    schedulesStore
@@ -32,6 +33,7 @@ type schedules struct {
 	opts  *Options // the relay's: name, limits, timing
 	dl    *pipeline
 	cards *cards
+	q     *turnQueue
 	relay schedulesHost
 }
 
@@ -42,13 +44,9 @@ type schedulesStore interface {
 }
 
 // schedulesHost is what the schedules ask of the rest of the relay: a
-// session by reference (sessions.go), the spending cap's precheck
-// (send.go), queueing the prompt (queue.go) and telling the console
-// (notify.go).
+// session by reference (sessions.go) and telling the console (notify.go).
 type schedulesHost interface {
 	sessionByRef(ctx context.Context, ref string) (*store.Session, *Error)
-	precheckCap(ctx context.Context, s *store.Session) *Error
-	queue(ctx context.Context, s *store.Session, text, role string, from *store.Ref, origin store.Origin, callerID string, enforce bool, waitFor time.Duration) (*store.Turn, error)
 	notifySchedule(ctx context.Context, sc *store.Schedule)
 }
 
@@ -457,7 +455,7 @@ func (sh *schedules) fireOccurrence(ctx context.Context, sc *store.Schedule, tar
 	// of the conversation that started the target; over it the firing
 	// waits and is tried again (issue 13), checked again atomically below.
 	if other {
-		if e := sh.relay.precheckCap(ctx, target); e != nil {
+		if e := sh.q.precheckCap(ctx, target); e != nil {
 			if e.Code == CodeSessionLimit {
 				return false, sh.retryFull(ctx, sc, approved, now)
 			}
@@ -476,7 +474,7 @@ func (sh *schedules) fireOccurrence(ctx context.Context, sc *store.Schedule, tar
 			from = &store.Ref{Relay: sh.opts.Name, Session: setter.ID, Title: setter.Title, Model: setter.Model}
 		}
 	}
-	t, err := sh.relay.queue(ctx, target, text, "schedule", from, sc.Origin, "", other, 0)
+	t, err := sh.q.queue(ctx, target, text, "schedule", from, sc.Origin, "", other, 0)
 	var e *Error
 	if errors.As(err, &e) && e.Code == CodeSessionLimit {
 		if err := sh.st.ClearOnce(context.WithoutCancel(ctx), once); err != nil {

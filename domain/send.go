@@ -4,31 +4,57 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
 
+// sends is the send action (R7.7): its checks in R3.4a's order (also the
+// check a paired relay asks before its card, peercheck.go, R5.3), the
+// billing switch (R7.8), the card for loop protection and ask/plan mode
+// (R5.2.6, R5.2.3), the settings it writes before its prompt (R7.10), and
+// the prompt queued and its reply waited for (R7.11) through the turn queue.
+// It sees the store only as recordStore and reaches the rest of the relay
+// only through sendsHost and the subsystems it points to.
+type sends struct {
+	st    recordStore
+	log   *slog.Logger
+	opts  *Options // the relay's: name
+	hub   *hub
+	q     *turnQueue
+	cards *cards
+	use   *usage
+	mod   *models // the providers (the billing partners), a model and effort checked
+	relay sendsHost
+}
+
+// sendsHost is what send asks of the rest of the relay: the target session
+// (sessions.go).
+type sendsHost interface {
+	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
+}
+
 // send queues a prompt into another session (R7.7) and waits for its reply
 // (R7.11). Its checks run in R3.4a's order: shapes, target, self, rule
 // limits, provider / model / effort, card; only then the effect.
-func (r *Relay) send(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	in, pl, e := r.sendChecks(ctx, c, a)
+func (sn *sends) send(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	in, pl, e := sn.sendChecks(ctx, c, a)
 	if e != nil {
 		return nil, e
 	}
 	defer func() {
 		if !pl.queued {
-			r.cards.giveBack(ctx, pl.need, c) // nothing was sent: the prompt does not count (R5.2.6)
+			sn.cards.giveBack(ctx, pl.need, c) // nothing was sent: the prompt does not count (R5.2.6)
 		}
 	}()
-	if e := r.cardSend(ctx, c, in, pl); e != nil {
+	if e := sn.cardSend(ctx, c, in, pl); e != nil {
 		return nil, e
 	}
-	res, e := r.applySend(ctx, c, in, pl)
+	res, e := sn.applySend(ctx, c, in, pl)
 	if pl.loopUsed != nil {
-		return r.loopCardSend(ctx, c, in, pl, pl.loopUsed.Count)
+		return sn.loopCardSend(ctx, c, in, pl, pl.loopUsed.Count)
 	}
 	return res, e
 }
@@ -59,12 +85,12 @@ type sendPlan struct {
 
 // sendChecks are all of send's checks before its card: the arguments'
 // shapes, then its rules (also the check a paired relay asks, R5.3).
-func (r *Relay) sendChecks(ctx context.Context, c *caller, a *args) (*sendArgs, *sendPlan, *Error) {
-	in, e := r.parseSendArgs(ctx, a)
+func (sn *sends) sendChecks(ctx context.Context, c *caller, a *args) (*sendArgs, *sendPlan, *Error) {
+	in, e := sn.parseSendArgs(ctx, a)
 	if e != nil {
 		return nil, nil, e
 	}
-	pl, e := r.checkSend(ctx, c, a, in)
+	pl, e := sn.checkSend(ctx, c, a, in)
 	if e != nil {
 		return nil, nil, e
 	}
@@ -72,13 +98,13 @@ func (r *Relay) sendChecks(ctx context.Context, c *caller, a *args) (*sendArgs, 
 }
 
 // parseSendArgs reads send's arguments: shapes first (R3.4a).
-func (r *Relay) parseSendArgs(ctx context.Context, a *args) (*sendArgs, *Error) {
+func (sn *sends) parseSendArgs(ctx context.Context, a *args) (*sendArgs, *Error) {
 	in := &sendArgs{}
 	var e *Error
 	if in.text, e = promptText(a, nothingSent); e != nil {
 		return nil, e
 	}
-	if in.wait, in.note, e = r.waitArg(ctx, a, nothingSent); e != nil {
+	if in.wait, in.note, e = sn.q.waitArg(ctx, a, nothingSent); e != nil {
 		return nil, e
 	}
 	if in.mode, e = a.str("mode"); e != nil {
@@ -101,9 +127,9 @@ func (r *Relay) parseSendArgs(ctx context.Context, a *args) (*sendArgs, *Error) 
 
 // checkSend applies send's rules in order: target, self, the 4-at-work cap,
 // provider switch, model and effort.
-func (r *Relay) checkSend(ctx context.Context, c *caller, a *args, in *sendArgs) (*sendPlan, *Error) {
+func (sn *sends) checkSend(ctx context.Context, c *caller, a *args, in *sendArgs) (*sendPlan, *Error) {
 	// Target, self.
-	s, e := r.target(ctx, a, "session")
+	s, e := sn.relay.target(ctx, a, "session")
 	if e != nil {
 		return nil, e
 	}
@@ -117,33 +143,33 @@ func (r *Relay) checkSend(ctx context.Context, c *caller, a *args, in *sendArgs)
 		return nil, notPromptable(s, nothingSent)
 	}
 	// Rule limits: the 4-at-work cap (checked again atomically when queued).
-	if e := r.precheckCap(ctx, s); e != nil {
+	if e := sn.q.precheckCap(ctx, s); e != nil {
 		return nil, e
 	}
 	// Provider switch (R7.8), model, effort.
 	target := s.Provider
 	switchTo := ""
 	if in.provID != "" && in.provID != s.Provider {
-		cur, ok := r.providers[s.Provider]
+		cur, ok := sn.mod.providers[s.Provider]
 		partner := ""
 		if ok {
 			partner = cur.Info().SwitchTo
 		}
-		p, ok2 := r.providers[in.provID]
+		p, ok2 := sn.mod.providers[in.provID]
 		if !ok2 || (partner != in.provID && p.Info().SwitchTo != s.Provider) {
-			return nil, Errorf(CodeProviderUnavailable, "Provider %q is not set up as a billing partner of %q on relay %q. %s", in.provID, s.Provider, r.opts.Name, nothingSent).
+			return nil, Errorf(CodeProviderUnavailable, "Provider %q is not set up as a billing partner of %q on relay %q. %s", in.provID, s.Provider, sn.opts.Name, nothingSent).
 				With("remoteCode", remoteName(in.provID)+"_NOT_CONFIGURED")
 		}
 		target, switchTo = in.provID, in.provID
 	}
-	p, e := r.provider(target, nothingSent)
+	p, e := sn.mod.provider(target, nothingSent)
 	if e != nil {
 		return nil, e
 	}
-	if e := r.use.checkAvailable(p, nothingSent); e != nil { // R17.1
+	if e := sn.use.checkAvailable(p, nothingSent); e != nil { // R17.1
 		return nil, e
 	}
-	if e := r.use.checkCap(ctx, target, r.use.partnerOf(s.Provider), switchTo != "", nothingSent); e != nil { // R7.8
+	if e := sn.use.checkCap(ctx, target, sn.use.partnerOf(s.Provider), switchTo != "", nothingSent); e != nil { // R7.8
 		return nil, e
 	}
 	info := p.Info()
@@ -151,11 +177,11 @@ func (r *Relay) checkSend(ctx context.Context, c *caller, a *args, in *sendArgs)
 	if switchTo != "" && checkM == "" {
 		checkM = s.Model
 	}
-	modelNote, e := r.checkModel(info, checkM, nothingSent, false)
+	modelNote, e := sn.mod.checkModel(info, checkM, nothingSent, false)
 	if e != nil {
 		return nil, e
 	}
-	if e := r.checkEffort(info, in.effort, nothingSent); e != nil {
+	if e := sn.mod.checkEffort(info, in.effort, nothingSent); e != nil {
 		return nil, e
 	}
 	mode := in.mode
@@ -171,28 +197,28 @@ func (r *Relay) checkSend(ctx context.Context, c *caller, a *args, in *sendArgs)
 // count is taken by the prompt's push (loopAtQueue): one round trip less, and
 // a prompt that is not queued is never counted; a used-up count then asks the
 // loop card (loopCardSend).
-func (r *Relay) cardSend(ctx context.Context, c *caller, in *sendArgs, pl *sendPlan) *Error {
+func (sn *sends) cardSend(ctx context.Context, c *caller, in *sendArgs, pl *sendPlan) *Error {
 	modeCard(pl.need, c, "send")
 	if changes, _ := sendChanges(pl.s, in, pl); !pl.need.needed() && c.remote == nil && len(changes) == 0 {
 		// Nothing is written before the push: a used-up count leaves nothing to undo.
 		pl.loopAtQueue = true
 		return nil
 	}
-	if e := r.cards.loopCard(ctx, pl.need, c); e != nil {
+	if e := sn.cards.loopCard(ctx, pl.need, c); e != nil {
 		return e
 	}
-	return r.askSendCard(ctx, c, in, pl)
+	return sn.askSendCard(ctx, c, in, pl)
 }
 
 // askSendCard asks the owner about the send for the reasons in pl.need.
-func (r *Relay) askSendCard(ctx context.Context, c *caller, in *sendArgs, pl *sendPlan) *Error {
+func (sn *sends) askSendCard(ctx context.Context, c *caller, in *sendArgs, pl *sendPlan) *Error {
 	s := pl.s
 	lines := []string{sendCardLine(s, in.text), settingsLine(firstNonEmpty(in.model, s.Model), firstNonEmpty(in.effort, s.Effort), pl.mode)}
 	if pl.switchTo != "" {
 		lines = append(lines, "Switches billing to "+pl.info.Name)
 	}
 	tid := s.ID
-	return r.cards.askCard(ctx, c, pl.need, "send", &tid, lines, nothingSent)
+	return sn.cards.askCard(ctx, c, pl.need, "send", &tid, lines, nothingSent)
 }
 
 // sendCardLine is a send card's first line: the target and the prompt (R18.16: one line).
@@ -219,17 +245,17 @@ func sendChanges(s *store.Session, in *sendArgs, pl *sendPlan) (changes, undo ma
 // loopCardSend is a send whose push found the loop count used up (nothing was
 // written): it asks the loop card (R5.2.6) and, allowed, sends again (the
 // card counted the prompt).
-func (r *Relay) loopCardSend(ctx context.Context, c *caller, in *sendArgs, pl *sendPlan, count int) (*result, *Error) {
+func (sn *sends) loopCardSend(ctx context.Context, c *caller, in *sendArgs, pl *sendPlan, count int) (*result, *Error) {
 	pl.loopAtQueue, pl.loopUsed = false, nil
 	addLoopReason(pl.need, count)
-	if e := r.askSendCard(ctx, c, in, pl); e != nil {
+	if e := sn.askSendCard(ctx, c, in, pl); e != nil {
 		return nil, e
 	}
-	return r.applySend(ctx, c, in, pl)
+	return sn.applySend(ctx, c, in, pl)
 }
 
 // applySend writes the prompt's settings, queues it and waits for the reply.
-func (r *Relay) applySend(ctx context.Context, c *caller, in *sendArgs, pl *sendPlan) (*result, *Error) {
+func (sn *sends) applySend(ctx context.Context, c *caller, in *sendArgs, pl *sendPlan) (*result, *Error) {
 	// Effect. It completes even if the caller's client goes away now (its
 	// context ends on a disconnect, R18.12); only the wait for the reply ends.
 	waitCtx := ctx
@@ -239,7 +265,7 @@ func (r *Relay) applySend(ctx context.Context, c *caller, in *sendArgs, pl *send
 	s := pl.s
 	if pl.need.needed() {
 		var err error
-		if s, err = r.st.GetSession(ctx, pl.s.ID); err != nil {
+		if s, err = sn.st.GetSession(ctx, pl.s.ID); err != nil {
 			return nil, internal("applySend: GetSession", err)
 		}
 	}
@@ -251,24 +277,24 @@ func (r *Relay) applySend(ctx context.Context, c *caller, in *sendArgs, pl *send
 	// switches nothing (R7.8).
 	changes, undo := sendChanges(s, in, pl)
 	if len(changes) > 0 {
-		if err := r.st.SetSessionFields(ctx, s.ID, changes); err != nil {
+		if err := sn.st.SetSessionFields(ctx, s.ID, changes); err != nil {
 			return nil, internal("applySend: SetSessionFields", err)
 		}
 	}
 	// Listen for the turn's notifications before it can run: the wait then
 	// needs no first read of the turn.
 	id := store.NewID(16)
-	ch, unsub := r.hub.sub("turn:" + id)
+	ch, unsub := sn.hub.sub("turn:" + id)
 	defer unsub()
 	loopOf := ""
 	if pl.loopAtQueue {
 		loopOf = c.s.ID
 	}
-	t, err := r.queueTurn(ctx, id, s, in.text, "agent", r.fromRef(c), c.origin(r.opts.Name), c.s.ID, true, in.wait, loopOf)
+	t, err := sn.q.queueTurn(ctx, id, s, in.text, "agent", sn.q.fromRef(c), c.origin(sn.opts.Name), c.s.ID, true, in.wait, loopOf)
 	if err != nil {
 		if len(undo) > 0 {
-			if uerr := r.st.SetSessionFields(context.WithoutCancel(ctx), s.ID, undo); uerr != nil {
-				r.log.Error("undo settings of a refused send", "session", s.ID, "err", uerr)
+			if uerr := sn.st.SetSessionFields(context.WithoutCancel(ctx), s.ID, undo); uerr != nil {
+				sn.log.Error("undo settings of a refused send", "session", s.ID, "err", uerr)
 			}
 		}
 		if used := (*store.LoopUsedError)(nil); errors.As(err, &used) {
@@ -278,12 +304,12 @@ func (r *Relay) applySend(ctx context.Context, c *caller, in *sendArgs, pl *send
 		return nil, AsError(err)
 	}
 	pl.queued = true
-	t, e := r.sentOn(waitCtx, c.delivery, t, in.wait, ch, "the prompt was queued (message_id "+t.ID+")")
+	t, e := sn.q.sentOn(waitCtx, c.delivery, t, in.wait, ch, "the prompt was queued (message_id "+t.ID+")")
 	if e != nil {
 		return nil, e
 	}
 	res := newResult(s.ID, "")
-	r.turnResult(ctx, res, t)
+	sn.q.turnResult(ctx, res, t)
 	if in.note != "" {
 		res.set("note", in.note)
 	}
@@ -291,48 +317,4 @@ func (r *Relay) applySend(ctx context.Context, c *caller, in *sendArgs, pl *send
 		res.note("modelNote", pl.modelNote)
 	}
 	return res, nil
-}
-
-func (r *Relay) precheckCap(ctx context.Context, s *store.Session) *Error {
-	orch := r.orchestrator(s)
-	if orch == "" {
-		return nil
-	}
-	cur, err := r.st.CurrentTurn(ctx, s.ID)
-	if err != nil {
-		return internal("precheckCap: CurrentTurn", err)
-	}
-	q, err := r.st.QueuedTurns(ctx, s.ID)
-	if err != nil {
-		return internal("precheckCap: QueuedTurns", err)
-	}
-	if cur != "" || len(q) > 0 {
-		return nil // busy already: the prompt just queues
-	}
-	n, err := r.st.BusyCount(ctx, orch)
-	if err != nil {
-		return internal("precheckCap: BusyCount", err)
-	}
-	if n >= r.opts.Limits.ActiveSessions {
-		return Errorf(CodeSessionLimit, "%d sessions started by the same conversation already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
-			n, r.opts.Limits.ActiveSessions, nothingSent)
-	}
-	return r.precheckPeerCap(ctx, orch, s.StartedBy, nothingSent)
-}
-
-// precheckPeerCap refuses a prompt that would make one more session of a
-// paired relay's conversations busy beyond the cap per paired relay (checked
-// again atomically when queued); nil for a conversation on this relay.
-func (r *Relay) precheckPeerCap(ctx context.Context, orch string, by *store.Ref, nothing string) *Error {
-	if r.opts.Limits.ActiveSessionsPerPeerToken <= 0 || !isPeerConversation(orch) {
-		return nil
-	}
-	n, err := r.st.PeerBusyCount(ctx, orch)
-	if err != nil {
-		return internal("precheckPeerCap: PeerBusyCount", err)
-	}
-	if n >= r.opts.Limits.ActiveSessionsPerPeerToken {
-		return r.peerCapError(by, nothing)
-	}
-	return nil
 }

@@ -5,23 +5,73 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/oar/relay/store"
 )
 
-func (r *Relay) answerQuestion(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	q, s, text, e := r.checkAnswer(ctx, c, a)
+// steering is the actions that steer another session: answer_question
+// (R7.14, and the owner's answer to a question card),
+// stop (R7.15, and the owner's Stop) and archive (R7.16, and the owner's
+// archive and delete: the token revoked at once, R18.2; the session's
+// subscriptions, schedules and asks ended), each with its card for ask/plan
+// mode (R5.2.3). Its checks are also what a paired relay asks before its
+// card (peercheck.go, R5.3). It sees the store only as recordStore and
+// steerStore and reaches the rest of the relay only through steeringHost and
+// the subsystems it points to.
+type steering struct {
+	st    steeringStore
+	now   func() time.Time
+	opts  *Options // the relay's: name
+	cards *cards
+	subs  *subscriptions
+	sch   *schedules
+	asks  *asks
+	relay steeringHost
+}
+
+// steeringStore is the store as the steering actions see it.
+type steeringStore interface {
+	recordStore
+	steerStore
+}
+
+// steeringHost is what the steering actions ask of the rest of the relay:
+// the target session (sessions.go) and telling the console (notify.go).
+type steeringHost interface {
+	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
+	notify(ctx context.Context, what string)
+}
+
+// AnswerQuestion is the owner's answer to a question card (owner API).
+func (r *Relay) AnswerQuestion(ctx context.Context, sid, qid string, choices []string, answer string) (*store.Question, error) {
+	return r.steer.answerOwner(ctx, sid, qid, choices, answer)
+}
+
+// StopTurn stops a session's running turn (the owner's Stop); queued
+// prompts stay queued (R7.15).
+func (r *Relay) StopTurn(ctx context.Context, sid string) (bool, error) {
+	return r.steer.stopTurn(ctx, sid)
+}
+
+// Archive archives a session: its running turn stops and queued prompts are dropped when reached.
+func (r *Relay) Archive(ctx context.Context, sid string) error {
+	return r.steer.retire(ctx, sid, "archived")
+}
+
+func (sg *steering) answerQuestion(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	q, s, text, e := sg.checkAnswer(ctx, c, a)
 	if e != nil {
 		return nil, e
 	}
 	need := &cardNeed{}
 	modeCard(need, c, "answer_question")
 	tid := s.ID
-	if e := r.cards.askCard(ctx, c, need, "answer_question", &tid, []string{fmt.Sprintf("Answer %q in %q (%s): %s", q.Question, s.Title, id8(s.ID), text)}, nothingSent); e != nil {
+	if e := sg.cards.askCard(ctx, c, need, "answer_question", &tid, []string{fmt.Sprintf("Answer %q in %q (%s): %s", q.Question, s.Title, id8(s.ID), text)}, nothingSent); e != nil {
 		return nil, e
 	}
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
-	if _, e := r.answer(ctx, q.ID, text, c.s.ID); e != nil {
+	if _, e := sg.answer(ctx, q.ID, text, c.s.ID); e != nil {
 		return nil, e
 	}
 	res := newResult(s.ID, fmt.Sprintf("answered %s", q.ID))
@@ -33,7 +83,7 @@ func (r *Relay) answerQuestion(ctx context.Context, c *caller, a *args) (*result
 // session, self, the choices) and returns the question, its session and the
 // answer's text; nothing is written (also the check a paired relay asks
 // before its card, R5.3).
-func (r *Relay) checkAnswer(ctx context.Context, c *caller, a *args) (*store.Question, *store.Session, string, *Error) {
+func (sg *steering) checkAnswer(ctx context.Context, c *caller, a *args) (*store.Question, *store.Session, string, *Error) {
 	qid, e := a.str("question_id")
 	if e != nil {
 		return nil, nil, "", e
@@ -59,17 +109,17 @@ func (r *Relay) checkAnswer(ctx context.Context, c *caller, a *args) (*store.Que
 	// question says which session it belongs to; a session given must match.
 	var s *store.Session
 	if a.has("session") {
-		if s, e = r.target(ctx, a, "session"); e != nil {
+		if s, e = sg.relay.target(ctx, a, "session"); e != nil {
 			return nil, nil, "", e
 		}
 	}
-	q, e := r.findQuestion(ctx, sessionID(s), qid)
+	q, e := sg.findQuestion(ctx, sessionID(s), qid)
 	if e != nil {
 		return nil, nil, "", e
 	}
 	if s == nil {
 		var err error
-		if s, err = r.st.GetSession(ctx, q.Session); err != nil {
+		if s, err = sg.st.GetSession(ctx, q.Session); err != nil {
 			return nil, nil, "", internal("checkAnswer: GetSession", err)
 		}
 	}
@@ -91,22 +141,22 @@ func sessionID(s *store.Session) string {
 }
 
 // findQuestion finds a pending question card by id or prefix; sid "" accepts any session.
-func (r *Relay) findQuestion(ctx context.Context, sid, ref string) (*store.Question, *Error) {
-	id, n, err := r.st.ResolveQuestionID(ctx, ref)
+func (sg *steering) findQuestion(ctx context.Context, sid, ref string) (*store.Question, *Error) {
+	id, n, err := sg.st.ResolveQuestionID(ctx, ref)
 	if err != nil {
 		return nil, internal("findQuestion: ResolveQuestionID", err)
 	}
 	if n > 1 {
 		return nil, Errorf(CodeInvalidInput, "question_id %q matches more than one question; give more characters. %s", ref, nothingSent)
 	}
-	notFound := Errorf(CodeNotFound, "Relay %q has no open question %q. %s", r.opts.Name, ref, nothingSent)
+	notFound := Errorf(CodeNotFound, "Relay %q has no open question %q. %s", sg.opts.Name, ref, nothingSent)
 	if sid != "" {
-		notFound = Errorf(CodeNotFound, "Session %s on relay %q has no open question %q. %s", id8(sid), r.opts.Name, ref, nothingSent)
+		notFound = Errorf(CodeNotFound, "Session %s on relay %q has no open question %q. %s", id8(sid), sg.opts.Name, ref, nothingSent)
 	}
 	if id == "" || len(ref) < 8 {
 		return nil, notFound
 	}
-	q, err := r.st.GetQuestion(ctx, id)
+	q, err := sg.st.GetQuestion(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && ((sid != "" && q.Session != sid) || q.Status != "pending")) {
 		return nil, notFound
 	}
@@ -132,8 +182,8 @@ func answerText(q *store.Question, choices []string, answer string) (string, *Er
 }
 
 // answer records a question's answer and wakes the turn waiting on it.
-func (r *Relay) answer(ctx context.Context, qid, text, by string) (*store.Question, *Error) {
-	q, ok, err := r.st.AnswerQuestion(ctx, qid, text, by)
+func (sg *steering) answer(ctx context.Context, qid, text, by string) (*store.Question, *Error) {
+	q, ok, err := sg.st.AnswerQuestion(ctx, qid, text, by)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, Errorf(CodeNotFound, "No question %q. %s", qid, nothingSent)
 	}
@@ -145,19 +195,19 @@ func (r *Relay) answer(ctx context.Context, qid, text, by string) (*store.Questi
 	}
 	// The turn no longer waits on it: a wait right after this must not report "question".
 	if q.Turn != "" {
-		if err := r.st.SetTurnQuestion(ctx, q.Turn, ""); err != nil {
+		if err := sg.st.SetTurnQuestion(ctx, q.Turn, ""); err != nil {
 			return nil, internal("answer: SetTurnQuestion", err)
 		}
 	}
-	if err := r.st.Notify(ctx, "q:"+qid); err != nil {
+	if err := sg.st.Notify(ctx, "q:"+qid); err != nil {
 		return nil, internal("answer: Notify", err)
 	}
 	return q, nil
 }
 
-// AnswerQuestion is the owner's answer to a question card (owner API).
-func (r *Relay) AnswerQuestion(ctx context.Context, sid, qid string, choices []string, answer string) (*store.Question, error) {
-	q, e := r.findQuestion(ctx, sid, qid)
+// answerOwner is the owner's answer to a question card (owner API).
+func (sg *steering) answerOwner(ctx context.Context, sid, qid string, choices []string, answer string) (*store.Question, error) {
+	q, e := sg.findQuestion(ctx, sid, qid)
 	if e != nil {
 		return nil, e
 	}
@@ -168,15 +218,15 @@ func (r *Relay) AnswerQuestion(ctx context.Context, sid, qid string, choices []s
 	if e != nil {
 		return nil, e
 	}
-	q, e = r.answer(ctx, q.ID, text, "owner")
+	q, e = sg.answer(ctx, q.ID, text, "owner")
 	if e != nil {
 		return nil, e
 	}
 	return q, nil
 }
 
-func (r *Relay) stop(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	s, e := r.target(ctx, a, "session")
+func (sg *steering) stop(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	s, e := sg.relay.target(ctx, a, "session")
 	if e != nil {
 		return nil, e
 	}
@@ -186,11 +236,11 @@ func (r *Relay) stop(ctx context.Context, c *caller, a *args) (*result, *Error) 
 	need := &cardNeed{}
 	modeCard(need, c, "stop")
 	tid := s.ID
-	if e := r.cards.askCard(ctx, c, need, "stop", &tid, []string{fmt.Sprintf("Stop the running turn of %q (%s)", s.Title, id8(s.ID))}, nothingDone); e != nil {
+	if e := sg.cards.askCard(ctx, c, need, "stop", &tid, []string{fmt.Sprintf("Stop the running turn of %q (%s)", s.Title, id8(s.ID))}, nothingDone); e != nil {
 		return nil, e
 	}
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
-	stopped, err := r.StopTurn(ctx, s.ID)
+	stopped, err := sg.stopTurn(ctx, s.ID)
 	if err != nil {
 		return nil, internal("stop: StopTurn", err)
 	}
@@ -205,29 +255,29 @@ func (r *Relay) stop(ctx context.Context, c *caller, a *args) (*result, *Error) 
 	return res, nil
 }
 
-// StopTurn stops a session's running turn; queued prompts stay queued (R7.15).
+// stopTurn stops a session's running turn; queued prompts stay queued (R7.15).
 // A turn that is next in the queue but has not started yet (a worker is about
 // to take it) counts as running: it ends as stopped without running.
-func (r *Relay) StopTurn(ctx context.Context, sid string) (bool, error) {
-	cur, err := r.st.CurrentTurn(ctx, sid)
+func (sg *steering) stopTurn(ctx context.Context, sid string) (bool, error) {
+	cur, err := sg.st.CurrentTurn(ctx, sid)
 	if err != nil {
 		return false, fmt.Errorf("stop the turn of session %s: %w", id8(sid), err)
 	}
 	if cur == "" {
-		q, err := r.st.QueuedTurns(ctx, sid)
+		q, err := sg.st.QueuedTurns(ctx, sid)
 		if err != nil || len(q) == 0 {
 			return false, err
 		}
 		cur = q[0]
 	}
-	if err := r.st.RequestTurnStop(ctx, cur); err != nil {
+	if err := sg.st.RequestTurnStop(ctx, cur); err != nil {
 		return false, fmt.Errorf("stop turn %s of session %s: %w", id8(cur), id8(sid), err)
 	}
-	return true, r.st.Notify(ctx, "stop:"+cur)
+	return true, sg.st.Notify(ctx, "stop:"+cur)
 }
 
-func (r *Relay) archive(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	s, e := r.target(ctx, a, "session")
+func (sg *steering) archive(ctx context.Context, c *caller, a *args) (*result, *Error) {
+	s, e := sg.relay.target(ctx, a, "session")
 	if e != nil {
 		return nil, e
 	}
@@ -240,39 +290,36 @@ func (r *Relay) archive(ctx context.Context, c *caller, a *args) (*result, *Erro
 	need := &cardNeed{}
 	modeCard(need, c, "archive")
 	tid := s.ID
-	if e := r.cards.askCard(ctx, c, need, "archive", &tid, []string{fmt.Sprintf("Archive %q (%s)", s.Title, id8(s.ID))}, nothingDone); e != nil {
+	if e := sg.cards.askCard(ctx, c, need, "archive", &tid, []string{fmt.Sprintf("Archive %q (%s)", s.Title, id8(s.ID))}, nothingDone); e != nil {
 		return nil, e
 	}
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
-	if err := r.Archive(ctx, s.ID); err != nil {
+	if err := sg.retire(ctx, s.ID, "archived"); err != nil {
 		return nil, internal("archive: Archive", err)
 	}
 	return newResult(s.ID, "archived").set("archived", true), nil
 }
 
-// Archive archives a session: its running turn stops and queued prompts are dropped when reached.
-func (r *Relay) Archive(ctx context.Context, sid string) error { return r.retire(ctx, sid, "archived") }
-
 // retire archives a session and ends its subscriptions and schedules with
 // reason ("archived", or "deleted" on the way to deleting it), and its asks.
-func (r *Relay) retire(ctx context.Context, sid, reason string) error {
+func (sg *steering) retire(ctx context.Context, sid, reason string) error {
 	// R18.2: the token dies with the archive, in every process at once.
-	if err := r.st.ArchiveSession(ctx, sid, r.now()); err != nil {
+	if err := sg.st.ArchiveSession(ctx, sid, sg.now()); err != nil {
 		return fmt.Errorf("retire session %s (%s): %w", id8(sid), reason, err)
 	}
-	if err := r.st.Notify(ctx, "tokens"); err != nil {
+	if err := sg.st.Notify(ctx, "tokens"); err != nil {
 		return fmt.Errorf("retire session %s (%s): %w", id8(sid), reason, err)
 	}
-	r.notify(ctx, "session:"+sid) // the owner's console (R19.6)
-	if err := r.subs.endSubscriptionsFor(ctx, sid, reason); err != nil {
+	sg.relay.notify(ctx, "session:"+sid) // the owner's console (R19.6)
+	if err := sg.subs.endSubscriptionsFor(ctx, sid, reason); err != nil {
 		return fmt.Errorf("retire session %s (%s): %w", id8(sid), reason, err)
 	}
-	if err := r.sch.endSchedulesFor(ctx, sid, reason); err != nil {
+	if err := sg.sch.endSchedulesFor(ctx, sid, reason); err != nil {
 		return fmt.Errorf("retire session %s (%s): %w", id8(sid), reason, err)
 	}
-	if err := r.asks.endAsksFor(ctx, sid); err != nil {
+	if err := sg.asks.endAsksFor(ctx, sid); err != nil {
 		return fmt.Errorf("retire session %s (%s): %w", id8(sid), reason, err)
 	}
-	_, err := r.StopTurn(ctx, sid)
+	_, err := sg.stopTurn(ctx, sid)
 	return err
 }

@@ -20,6 +20,8 @@ import (
 type Store interface {
 	recordStore
 	actionStore
+	queueStore
+	steerStore
 	groupStore
 	createStore
 	tokenStore
@@ -44,7 +46,10 @@ var _ Store = (*store.Store)(nil)
 // recordStore is what several subsystems read and write: the session,
 // turn, card, ask, subscription and pairing records (with the sessions a
 // subscription watches and its held events), the loop counts, the count of
-// sessions at work, the folders used, the settings and the notification channel.
+// sessions at work, a turn put back at the head of its queue and a lease
+// released (the drain and the turn queue), a question read and a turn's
+// question mark cleared (the drain and the steering actions), the folders used, the settings and
+// the notification channel.
 type recordStore interface {
 	AsksIn(ctx context.Context, sid string) ([]*store.Ask, error)
 	BusyCount(ctx context.Context, orchestrator string) (int, error)
@@ -57,6 +62,7 @@ type recordStore interface {
 	GetAsk(ctx context.Context, id string) (*store.Ask, error)
 	GetGroup(ctx context.Context, id string) (*store.Group, error)
 	GetPairing(ctx context.Context, name string) (*store.Pairing, error)
+	GetQuestion(ctx context.Context, id string) (*store.Question, error)
 	GetSession(ctx context.Context, id string) (*store.Session, error)
 	GetSessions(ctx context.Context, ids []string) ([]*store.Session, error)
 	GetSubscription(ctx context.Context, id string) (*store.Subscription, error)
@@ -72,12 +78,15 @@ type recordStore interface {
 	PendingCards(ctx context.Context) ([]*store.Card, error)
 	PendingQuestions(ctx context.Context, sid string) ([]*store.Question, error)
 	QueuedTurns(ctx context.Context, sid string) ([]string, error)
+	ReleaseLease(ctx context.Context, sid string, owner string) error
 	RemoteAsks(ctx context.Context) ([]*store.RemoteAsk, error)
+	RequeueTurn(ctx context.Context, sid string, turnID string) error
 	ResetLoop(ctx context.Context, sid string) error
 	SaveSession(ctx context.Context, sess *store.Session) error
 	SaveSubscription(ctx context.Context, sub *store.Subscription) error
 	SessionExtras(ctx context.Context, ids []string) ([]store.Extras, error)
 	SetSessionFields(ctx context.Context, id string, kv map[string]any) error
+	SetTurnQuestion(ctx context.Context, id string, questionID string) error
 	SetLastDigest(ctx context.Context, sub *store.Subscription, at time.Time) error
 	SetOnce(ctx context.Context, name string, ttl time.Duration) (bool, error)
 	SubscriptionsOf(ctx context.Context, sid string) ([]*store.Subscription, error)
@@ -87,14 +96,35 @@ type recordStore interface {
 	UnlockState(ctx context.Context, sid string) (map[string]string, []*store.Pairing, error)
 }
 
-// actionStore is what the tool actions on sessions (tool.go, send.go,
-// sessions.go) need besides the records: the call's one-round-trip load,
-// the 4-at-work count of a paired relay's sessions, a session by reference.
+// actionStore is what the tool calls and the lookups every action shares
+// (tool.go, sessions.go) need besides the records: the call's
+// one-round-trip load, the subscriptions of every session, a session by
+// reference.
 type actionStore interface {
 	AllScopeSubscriptions(ctx context.Context) ([]*store.Subscription, error)
 	LoadCall(ctx context.Context, caller string, ref string) (*store.Call, error)
-	PeerBusyCount(ctx context.Context, orchestrator string) (int, error)
 	ResolveSession(ctx context.Context, ref string) (sess *store.Session, matches int, err error)
+}
+
+// queueStore is what the turn queue (queue.go) needs besides the records:
+// the prompt's push, the caller's wait marked, a 4-at-work slot given back,
+// the count of a paired relay's sessions at work, a message by id or prefix.
+type queueStore interface {
+	PeerBusyCount(ctx context.Context, orchestrator string) (int, error)
+	QueueTurn(ctx context.Context, t *store.Turn, o store.QueueOpts) (*store.Queued, error)
+	ResolveTurnID(ctx context.Context, idOrPrefix string) (string, int, error)
+	SetWaiting(ctx context.Context, turn string, ttl time.Duration) error
+	Unreserve(ctx context.Context, orchestrator string, sid string) error
+}
+
+// steerStore is what the steering actions (steer.go) need besides the
+// records: a question by id or prefix and its answer, a turn's stop
+// requested, a session archived.
+type steerStore interface {
+	AnswerQuestion(ctx context.Context, id string, answer string, by string) (*store.Question, bool, error)
+	ArchiveSession(ctx context.Context, id string, now time.Time) error
+	RequestTurnStop(ctx context.Context, id string) error
+	ResolveQuestionID(ctx context.Context, idOrPrefix string) (string, int, error)
 }
 
 // groupStore is what the session groups (groups.go) need.
@@ -142,35 +172,22 @@ type readStore interface {
 }
 
 // drainStore is what the drain (turns.go, turntoken.go, direct.go,
-// stacks.go, queue.go, steer.go) needs: queueing, the lease, the fenced turn
-// writes and questions.
+// stacks.go) needs: the lease, the fenced turn writes and questions.
 type drainStore interface {
 	AppendMessage(ctx context.Context, sid string, m *store.Message) error
 	SetAgentSession(ctx context.Context, sid string, provider string, id string) error
 	APIURL(ctx context.Context) (string, error)
 	AcquireLease(ctx context.Context, sid string, owner string, ttl time.Duration) (bool, error)
-	AnswerQuestion(ctx context.Context, id string, answer string, by string) (*store.Question, bool, error)
-	ArchiveSession(ctx context.Context, id string, now time.Time) error
 	FinishTurn(ctx context.Context, sid string, orchestrator string, turnID string, fence string, msg *store.Message, at time.Time, kv ...any) (bool, error)
 	FinishTurnEmit(ctx context.Context, sid string, orchestrator string, turnID string, fence string, msg *store.Message, at time.Time, ev *store.Event, releaseOwner string, u *store.UsageAdd, kv ...any) (more bool, watched bool, released bool, ended *store.Turn, err error)
-	GetQuestion(ctx context.Context, id string) (*store.Question, error)
 	PopTurnBy(ctx context.Context, sid string, orchestrator string, now time.Time, drainer string) (string, error)
-	QueueTurn(ctx context.Context, t *store.Turn, o store.QueueOpts) (*store.Queued, error)
-	ReleaseLease(ctx context.Context, sid string, owner string) error
 	RenewLease(ctx context.Context, sid string, owner string, ttl time.Duration) (bool, error)
 	RenewTurnToken(ctx context.Context, tok string, ttl time.Duration) (bool, error)
-	RequestTurnStop(ctx context.Context, id string) error
-	RequeueTurn(ctx context.Context, sid string, turnID string) error
 	RequeueTurnBy(ctx context.Context, sid string, turnID string, fence string) error
-	ResolveQuestionID(ctx context.Context, idOrPrefix string) (string, int, error)
-	ResolveTurnID(ctx context.Context, idOrPrefix string) (string, int, error)
 	SaveQuestion(ctx context.Context, q *store.Question) error
 	SetDrainID(ctx context.Context, sid string, id string) error
 	SetTurnPartial(ctx context.Context, sid string, id string, fence string, text string, at time.Time) error
-	SetTurnQuestion(ctx context.Context, id string, questionID string) error
-	SetWaiting(ctx context.Context, turn string, ttl time.Duration) error
 	StartDrain(ctx context.Context, sid string, owner string, ttl time.Duration, now time.Time, history int) (*store.Drain, error)
-	Unreserve(ctx context.Context, orchestrator string, sid string) error
 }
 
 // deliveryStore is what delivery (deliver.go, events.go, notify.go) needs:

@@ -15,13 +15,13 @@ import (
 // storeUsers maps each domain file that calls the store to the interface of
 // stores.go that names what it may use (recordStore is open to all).
 var storeUsers = map[string]string{
-	"tool.go": "actionStore", "send.go": "actionStore", "create.go": "createStore", "sessions.go": "actionStore",
+	"tool.go": "actionStore", "send.go": "recordStore", "create.go": "createStore", "sessions.go": "actionStore",
 	"update.go": "updateStore",
 	"tasks.go":  "taskStore",
 	"agents.go": "usageStore", "caps.go": "usageStore",
 	"groups.go": "groupStore", "reads.go": "readStore", "tokens.go": "tokenStore",
 	"turns.go": "drainStore", "turntoken.go": "drainStore", "direct.go": "drainStore", "stacks.go": "drainStore",
-	"queue.go": "drainStore", "steer.go": "drainStore",
+	"queue.go": "queueStore", "steer.go": "steerStore",
 	"deliver.go": "deliveryStore", "events.go": "deliveryStore",
 	"mirrors.go": "mirrorStore", "notify.go": "deliveryStore",
 	"subscribe.go": "subscriptionStore",

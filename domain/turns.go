@@ -69,7 +69,7 @@ func (dr *drainer) drainFrom(ctx context.Context, sid, owner string, d *store.Dr
 		return ErrRetryLater
 	}
 	s := d.Session
-	orch := dr.relay.orchestrator(s)
+	orch := orchestrator(dr.opts.Name, s)
 	rel := &leaseRelease{owner: owner}
 	defer func() {
 		if rel.released {

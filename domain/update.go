@@ -21,6 +21,7 @@ type updates struct {
 	opts  *Options // the relay's: name, traits
 	grp   *groups
 	cards *cards
+	mod   *models // the provider, its model and effort
 	relay updatesHost
 }
 
@@ -31,14 +32,10 @@ type updatesStore interface {
 }
 
 // updatesHost is what update_session asks of the rest of the relay: the
-// session a call names (sessions.go), the provider, model and effort checks
-// (models.go), the folders rule (create.go) and telling the console
-// (notify.go).
+// session a call names (sessions.go), the folders rule (create.go) and
+// telling the console (notify.go).
 type updatesHost interface {
 	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
-	provider(id, nothing string) (provider.Provider, *Error)
-	checkModel(p provider.Info, model, nothing string, create bool) (string, *Error)
-	checkEffort(p provider.Info, effort, nothing string) *Error
 	checkFolder(dir, nothing string) (string, *Error)
 	notifySessions(ctx context.Context, ids ...string)
 }
@@ -323,16 +320,16 @@ func (up *updates) checkUpdate(ctx context.Context, c *caller, a *args, in *upda
 	if s.ID == c.s.ID {
 		return nil, Errorf(CodeSelf, "update_session cannot change the calling conversation itself. %s", nothingChanged)
 	}
-	p, e := up.relay.provider(s.Provider, nothingChanged)
+	p, e := up.mod.provider(s.Provider, nothingChanged)
 	if e != nil {
 		return nil, e
 	}
 	pl := &updatePlan{s: s, p: p, cwd: in.cwd, acw: in.acw}
 	info := p.Info()
-	if pl.modelNote, e = up.relay.checkModel(info, in.model, nothingChanged, false); e != nil {
+	if pl.modelNote, e = up.mod.checkModel(info, in.model, nothingChanged, false); e != nil {
 		return nil, e
 	}
-	if e := up.relay.checkEffort(info, in.effort, nothingChanged); e != nil {
+	if e := up.mod.checkEffort(info, in.effort, nothingChanged); e != nil {
 		return nil, e
 	}
 	// Group: "none" leaves, a grp_ id must exist, an unknown name creates one.
