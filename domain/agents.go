@@ -21,13 +21,12 @@ import (
 // now, and the activity line of each relay_tool call. It sees the store only
 // as usageStore and reaches the rest of the relay only through usageHost.
 type usage struct {
-	st        usageStore
-	now       func() time.Time
-	log       *slog.Logger
-	opts      *Options                     // the relay's: name, caps
-	providers map[string]provider.Provider // the relay's, read-only after New
-	order     []string                     // the relay's provider ids in config order (read-only after New)
-	relay     usageHost
+	st    usageStore
+	now   func() time.Time
+	log   *slog.Logger
+	opts  *Options // the relay's: name, caps
+	mod   *models  // the providers, in config order
+	relay usageHost
 }
 
 // usageHost is what the usage subsystem asks of the rest of the relay: the
@@ -135,7 +134,7 @@ func (us *usage) agentUsage(ctx context.Context, id string, u map[string]int64, 
 		pv["paused"], pv["pausedReason"], pv["pausedAt"] = true, reason, ts(at)
 		pv["status"] = "paused"
 	}
-	if in := us.providers[id].Info(); in.Status == provider.StatusUnavailable {
+	if in := us.mod.providers[id].Info(); in.Status == provider.StatusUnavailable {
 		pv["status"], pv["statusReason"] = in.Status, in.StatusReason
 	}
 }
@@ -144,7 +143,7 @@ func (us *usage) agentUsage(ctx context.Context, id string, u map[string]int64, 
 // reports that another one ran (R7.13): the result's modelNote says so.
 func (us *usage) noteModel(ctx context.Context, s *store.Session, turnID string, status store.TurnStatus, ran string) {
 	asked := s.Model
-	if p, ok := us.providers[s.Provider]; ok && asked == "" {
+	if p, ok := us.mod.providers[s.Provider]; ok && asked == "" {
 		asked = p.Info().DefaultModel
 	}
 	if status != store.TurnDone || ran == "" || asked == "" || ran == asked {

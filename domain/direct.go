@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
 
@@ -36,10 +35,10 @@ type drainer struct {
 	use          *usage // a turn's usage and the model that ran (agents.go)
 	upd          *updates
 	hub          *hub
-	warm         *warmGoroutines              // drains started here run on kept goroutines (stacks.go)
-	tok          *tokens                      // the turn tokens it mints (tokens.go)
-	providers    map[string]provider.Provider // the relay's, read-only after New
-	drainHistory int                          // last messages a drain reads with its turn: historyRead when a provider uses them, else 0
+	warm         *warmGoroutines // drains started here run on kept goroutines (stacks.go)
+	tok          *tokens         // the turn tokens it mints (tokens.go)
+	mod          *models         // the providers
+	drainHistory int             // last messages a drain reads with its turn: historyRead when a provider uses them, else 0
 	relay        drainHost
 
 	mu        sync.Mutex

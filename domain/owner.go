@@ -152,7 +152,7 @@ func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (*relay.Mess
 	if s.Archived {
 		return nil, Errorf(CodeInvalidInput, "Session %s is archived; it takes no prompts. %s", id8(s.ID), nothingSent)
 	}
-	if p, ok := r.providers[s.Provider]; ok {
+	if p, ok := r.mod.providers[s.Provider]; ok {
 		if e := r.use.checkAvailable(p, nothingSent); e != nil { // R17.1
 			return nil, e
 		}
@@ -409,7 +409,7 @@ func (r *Relay) RecoverDrains(ctx context.Context, stale func(map[string]string)
 func (r *Relay) Providers() []provider.Info {
 	out := []provider.Info{}
 	for _, id := range r.mod.ids() {
-		out = append(out, r.providers[id].Info())
+		out = append(out, r.mod.providers[id].Info())
 	}
 	return out
 }

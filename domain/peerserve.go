@@ -131,7 +131,7 @@ func (r *Relay) peerCaller(ctx context.Context, tok string, raw []byte) (string,
 func (r *Relay) peerProvider(a *args, model string) string {
 	ids := r.mod.ids()
 	for _, id := range ids {
-		if model != "" && contains(r.providers[id].Info().Models, model) {
+		if model != "" && contains(r.mod.providers[id].Info().Models, model) {
 			return id
 		}
 	}

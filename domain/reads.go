@@ -23,10 +23,8 @@ type reads struct {
 	grp   *groups
 	use   *usage
 	tasks *tasks
-	// providers are the relay's, read-only after New.
-	providers map[string]provider.Provider
-	mod       *models // the providers in config order (ids)
-	relay     readsHost
+	mod   *models // the providers, in config order (ids)
+	relay readsHost
 }
 
 // readsStore is the store as the reads see it.
@@ -91,7 +89,7 @@ func (rd *reads) relayInfo(ctx context.Context, c *caller, a *args) (*result, *E
 	}
 	provs := []any{}
 	for _, id := range rd.mod.ids() {
-		in := rd.providers[id].Info()
+		in := rd.mod.providers[id].Info()
 		pv := map[string]any{"id": in.ID, "name": in.Name, "defaultModel": in.DefaultModel,
 			"models": nonNil(in.Models), "efforts": nonNil(in.Efforts), "available": in.Status != provider.StatusUnavailable}
 		if in.Status == provider.StatusUnavailable { // R17.1: e.g. the agent CLI is not installed
@@ -129,7 +127,7 @@ func (rd *reads) usage(ctx context.Context, c *caller, a *args) (*result, *Error
 		if err != nil {
 			return nil, internal("usage: Usage", err)
 		}
-		pv := map[string]any{"id": id, "name": rd.providers[id].Info().Name, "status": "ok",
+		pv := map[string]any{"id": id, "name": rd.mod.providers[id].Info().Name, "status": "ok",
 			"tracked": false, "paused": false,
 			"note":    "quota not tracked: this relay cannot see the provider's limits; it counts the turns and tokens it ran itself",
 			"counted": map[string]any{"turns": u["turns"], "inputTokens": u["inputTokens"], "outputTokens": u["outputTokens"]}}

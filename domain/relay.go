@@ -84,19 +84,18 @@ type Options struct {
 // small host interface (docs/ARCHITECTURE.md, "Subsystems"); the tool
 // actions are the subsystems'.
 type Relay struct {
-	st        Store
-	enq       Enqueuer
-	opts      Options
-	clk       clock.Clock      // the rules' clock (opts.Clock)
-	now       func() time.Time // clk.Now in UTC: records and results are in UTC
-	log       *slog.Logger
-	met       Metrics
-	providers map[string]provider.Provider
-	hub       *hub
-	warm      *warmGoroutines        // tool calls and drains started here run on kept goroutines (stacks.go)
-	handler   map[string]handler     // the actions' handlers (handlers), built once
-	bg        sync.WaitGroup         // goroutines of Start: notification listener, cache watcher
-	setKept   cached[store.Settings] // the owner's settings (settings)
+	st      Store
+	enq     Enqueuer
+	opts    Options
+	clk     clock.Clock      // the rules' clock (opts.Clock)
+	now     func() time.Time // clk.Now in UTC: records and results are in UTC
+	log     *slog.Logger
+	met     Metrics
+	hub     *hub
+	warm    *warmGoroutines        // tool calls and drains started here run on kept goroutines (stacks.go)
+	handler map[string]handler     // the actions' handlers (handlers), built once
+	bg      sync.WaitGroup         // goroutines of Start: notification listener, cache watcher
+	setKept cached[store.Settings] // the owner's settings (settings)
 
 	// The subsystems.
 	q     *turnQueue     // queueing a turn and waiting for it, the wait action (queue.go)
@@ -139,19 +138,20 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 		opts.Peers = noPeers{}
 	}
 	r := &Relay{st: st, enq: enq, opts: opts, clk: clk, now: func() time.Time { return clk.Now().UTC() }, log: opts.Logger, met: opts.Metrics,
-		providers: map[string]provider.Provider{}, hub: newHub(),
+		hub:  newHub(),
 		warm: newWarmGoroutines(keptGoroutines, clock.Real{})}
-	history := 0       // the last messages a drain reads with its turn (historyRead when a provider uses them)
-	var order []string // provider ids in config order (models and usage keep it)
+	history := 0                                // the last messages a drain reads with its turn (historyRead when a provider uses them)
+	providers := map[string]provider.Provider{} // models holds them, read-only after New
+	var order []string                          // provider ids in config order
 	for _, p := range provs {
 		id := p.Info().ID
-		r.providers[id] = p
+		providers[id] = p
 		order = append(order, id)
 		if p.Info().WantsHistory {
 			history = historyRead
 		}
 	}
-	r.mod = &models{opts: &r.opts, providers: r.providers, order: order}
+	r.mod = &models{opts: &r.opts, providers: providers, order: order}
 	r.dl = &pipeline{st: st, enq: enq, clk: clk, now: r.now, log: r.log, met: r.met, opts: &r.opts, relay: r}
 	r.pk = &peerLink{st: st, peers: opts.Peers, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, relay: r,
 		linkOnline: map[string]time.Time{}}
@@ -160,11 +160,11 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r.cards = &cards{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, hub: r.hub, relay: r}
 	r.grp = &groups{st: st, now: r.now, opts: &r.opts, relay: r}
 	r.tasks = &tasks{st: st, now: r.now, log: r.log, opts: &r.opts, dl: r.dl, hub: r.hub, relay: r}
-	r.use = &usage{st: st, now: r.now, log: r.log, opts: &r.opts, providers: r.providers, order: order, relay: r}
-	r.reads = &reads{st: st, log: r.log, opts: &r.opts, grp: r.grp, use: r.use, tasks: r.tasks, providers: r.providers, mod: r.mod, relay: r}
+	r.use = &usage{st: st, now: r.now, log: r.log, opts: &r.opts, mod: r.mod, relay: r}
+	r.reads = &reads{st: st, log: r.log, opts: &r.opts, grp: r.grp, use: r.use, tasks: r.tasks, mod: r.mod, relay: r}
 	r.upd = &updates{st: st, now: r.now, opts: &r.opts, grp: r.grp, cards: r.cards, mod: r.mod, relay: r}
 	r.dr = &drainer{st: st, enq: enq, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, hub: r.hub, warm: r.warm, tok: r.tok,
-		providers: r.providers, drainHistory: history, tasks: r.tasks, use: r.use, upd: r.upd, relay: r,
+		mod: r.mod, drainHistory: history, tasks: r.tasks, use: r.use, upd: r.upd, relay: r,
 		running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}}
 	r.q = &turnQueue{st: st, enq: enq, log: r.log, opts: &r.opts, now: r.now, hub: r.hub, dl: r.dl, dr: r.dr, cards: r.cards, reads: r.reads, relay: r}
 	r.sch = &schedules{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, dl: r.dl, cards: r.cards, q: r.q, relay: r}
@@ -181,7 +181,7 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	}
 	// The external session kind (R17.7) has a provider record so settings
 	// and look-ups work, but it is listed nowhere and runs no turns.
-	r.providers[ProviderExternal] = externalProvider{}
+	r.mod.providers[ProviderExternal] = externalProvider{}
 	return r
 }
 

@@ -476,7 +476,7 @@ func (dr *drainer) Shutdown() {
 
 func (dr *drainer) run(ctx context.Context, l drainLease, s *store.Session, orch string, t *store.Turn, msgs []store.Message) (bool, error) {
 	leaseOwner := l.fence
-	p, ok := dr.providers[s.Provider]
+	p, ok := dr.mod.providers[s.Provider]
 	if !ok {
 		return dr.finish(ctx, l, s, orch, t.ID, store.TurnError, "", "", fmt.Sprintf("provider %q is not configured on this relay", s.Provider))
 	}
