@@ -246,7 +246,8 @@ func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (*relay.Sess
 	if err := r.grp.leaveGroup(ctx, s); err != nil {
 		return nil, fmt.Errorf("delete session %s: %w", id8(s.ID), err)
 	}
-	if err := r.st.DeleteSession(ctx, s.ID, r.st.BusyKey(orchestrator(r.opts.Name, s)), r.st.PeerBusyKey(orchestrator(r.opts.Name, s))); err != nil {
+	orch := orchestrator(r.opts.Name, s)
+	if err := r.st.DeleteSession(ctx, s.ID, r.st.BusyKey(orch), r.st.PeerBusyKey(orch)); err != nil {
 		return nil, fmt.Errorf("delete session %s: %w", id8(s.ID), err)
 	}
 	r.notify(ctx, "tokens")

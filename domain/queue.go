@@ -71,9 +71,7 @@ type turnQueueStore interface {
 
 // turnQueueHost is what the turn queue asks of the rest of the relay: the
 // session the wait action names (sessions.go).
-type turnQueueHost interface {
-	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
-}
+type turnQueueHost = targets
 
 // waitArg reads wait_seconds and caps it by the longest wait (R7.11).
 func (tq *turnQueue) waitArg(ctx context.Context, a *args, nothing string) (time.Duration, string, *Error) {
@@ -266,9 +264,15 @@ func (tq *turnQueue) undoStart(ctx context.Context, sid, turnID, owner string, q
 	}
 }
 
+// listen is the notifications of turn id (its end, a question), from now
+// on: a caller that listens before the turn is queued misses none.
+func (tq *turnQueue) listen(id string) (<-chan struct{}, func()) {
+	return tq.hub.sub("turn:" + id)
+}
+
 // waitTurn waits until the turn ends, waits on a question, or d passes.
 func (tq *turnQueue) waitTurn(ctx context.Context, id string, d time.Duration) (*store.Turn, error) {
-	ch, unsub := tq.hub.sub("turn:" + id)
+	ch, unsub := tq.listen(id)
 	defer unsub()
 	return tq.waitTurnOn(ctx, id, d, ch, nil)
 }
@@ -361,7 +365,7 @@ func (tq *turnQueue) waitReply(ctx context.Context, dl *Delivery, id string, d t
 // waitReplyQueued is waitReply for a turn whose wait was marked when it was
 // queued.
 func (tq *turnQueue) waitReplyQueued(ctx context.Context, dl *Delivery, id string, d time.Duration) (*store.Turn, error) {
-	ch, unsub := tq.hub.sub("turn:" + id)
+	ch, unsub := tq.listen(id)
 	defer unsub()
 	return tq.waitReplyOn(ctx, dl, id, d, ch, nil)
 }

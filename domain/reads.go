@@ -38,7 +38,7 @@ type readsStore interface {
 // the pairings as this conversation sees them (pairing.go).
 type readsHost interface {
 	views(ctx context.Context, ss []*store.Session) ([]*view, error)
-	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
+	targets
 	settings(ctx context.Context) (store.Settings, error)
 	pairedRelays(ctx context.Context, sid string) ([]any, int, error)
 }

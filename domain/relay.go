@@ -171,7 +171,7 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r.subs = &subscriptions{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
 	r.asks = &asks{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
 	r.rem = &remote{st: st, now: r.now, log: r.log, opts: &r.opts, pk: r.pk, cards: r.cards, subs: r.subs, q: r.q, relay: r}
-	r.snd = &sends{st: st, log: r.log, opts: &r.opts, hub: r.hub, q: r.q, cards: r.cards, use: r.use, mod: r.mod, relay: r}
+	r.snd = &sends{st: st, log: r.log, opts: &r.opts, q: r.q, cards: r.cards, use: r.use, mod: r.mod, relay: r}
 	r.steer = &steering{st: st, now: r.now, opts: &r.opts, cards: r.cards, subs: r.subs, sch: r.sch, asks: r.asks, relay: r}
 	r.crt = &creates{st: st, now: r.now, log: r.log, opts: &r.opts, cards: r.cards, grp: r.grp, use: r.use, rem: r.rem, q: r.q, mod: r.mod,
 		foldKept: cached[[]string]{ttl: folderRecheck}}

@@ -46,7 +46,7 @@ type remoteStore interface {
 // the paired relay before a card (peercheck.go) and telling the console
 // (notify.go).
 type remoteHost interface {
-	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
+	targets
 	checkThere(ctx context.Context, p *store.Pairing, body PeerCallBody) (*PeerChecked, *Error)
 	notify(ctx context.Context, what string)
 }

@@ -22,7 +22,6 @@ type sends struct {
 	st    recordStore
 	log   *slog.Logger
 	opts  *Options // the relay's: name
-	hub   *hub
 	q     *turnQueue
 	cards *cards
 	use   *usage
@@ -32,9 +31,7 @@ type sends struct {
 
 // sendsHost is what send asks of the rest of the relay: the target session
 // (sessions.go).
-type sendsHost interface {
-	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
-}
+type sendsHost = targets
 
 // send queues a prompt into another session (R7.7) and waits for its reply
 // (R7.11). Its checks run in R3.4a's order: shapes, target, self, rule
@@ -284,7 +281,7 @@ func (sn *sends) applySend(ctx context.Context, c *caller, in *sendArgs, pl *sen
 	// Listen for the turn's notifications before it can run: the wait then
 	// needs no first read of the turn.
 	id := store.NewID(16)
-	ch, unsub := sn.hub.sub("turn:" + id)
+	ch, unsub := sn.q.listen(id)
 	defer unsub()
 	loopOf := ""
 	if pl.loopAtQueue {

@@ -145,6 +145,12 @@ func taskType(kind string) string {
 	return kind // monitor
 }
 
+// targets is the lookup of the session a call names (Relay.target), as the
+// subsystems' hosts offer it.
+type targets interface {
+	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
+}
+
 // target resolves the `session` argument to a session on this relay.
 func (r *Relay) target(ctx context.Context, a *args, key string) (*store.Session, *Error) {
 	ref, e := a.str(key)

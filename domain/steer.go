@@ -39,7 +39,7 @@ type steeringStore interface {
 // steeringHost is what the steering actions ask of the rest of the relay:
 // the target session (sessions.go) and telling the console (notify.go).
 type steeringHost interface {
-	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
+	targets
 	notify(ctx context.Context, what string)
 }
 

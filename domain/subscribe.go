@@ -47,7 +47,7 @@ type subscriptionsStore interface {
 // telling the console (notify.go).
 type subscriptionsHost interface {
 	sessionByRef(ctx context.Context, ref string) (*store.Session, *Error)
-	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
+	targets
 	unsubscribeMirror(ctx context.Context, sub *store.Subscription) (*relay.Ended, error)
 	notifySub(ctx context.Context, sub *store.Subscription)
 }

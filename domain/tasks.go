@@ -39,7 +39,7 @@ type tasksStore interface {
 // tasksHost is what the tasks ask of the rest of the relay: the session a
 // call names (sessions.go) and the settings (relay.go).
 type tasksHost interface {
-	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
+	targets
 	settings(ctx context.Context) (store.Settings, error)
 }
 

@@ -35,7 +35,7 @@ type updatesStore interface {
 // session a call names (sessions.go), the folders rule (create.go) and
 // telling the console (notify.go).
 type updatesHost interface {
-	target(ctx context.Context, a *args, key string) (*store.Session, *Error)
+	targets
 	checkFolder(dir, nothing string) (string, *Error)
 	notifySessions(ctx context.Context, ids ...string)
 }
