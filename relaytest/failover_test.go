@@ -319,14 +319,20 @@ func (tl *foTimeline) change(from, to string) {
 // nearUnbidden says whether a change of master that no kill caused came
 // within 5 s of at.
 func (tl *foTimeline) nearUnbidden(at time.Time) bool {
+	return slices.ContainsFunc(tl.around(at), func(e foEvent) bool { return e.unbidden })
+}
+
+// around are the events within 5 s of at.
+func (tl *foTimeline) around(at time.Time) []foEvent {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
+	var out []foEvent
 	for _, e := range tl.events {
-		if d := e.at.Sub(at); e.unbidden && d > -5*time.Second && d < 5*time.Second {
-			return true
+		if d := e.at.Sub(at); d > -5*time.Second && d < 5*time.Second {
+			out = append(out, e)
 		}
 	}
-	return false
+	return out
 }
 
 // String is the timeline, each event at its offset from the start of the load.
@@ -342,13 +348,9 @@ func (tl *foTimeline) String() string {
 
 // near names the events within 5 s of at, with their distance (for a lost prompt).
 func (tl *foTimeline) near(at time.Time) string {
-	tl.mu.Lock()
-	defer tl.mu.Unlock()
 	var out []string
-	for _, e := range tl.events {
-		if d := e.at.Sub(at); d > -5*time.Second && d < 5*time.Second {
-			out = append(out, fmt.Sprintf("%s %+.3fs", e.what, d.Seconds()))
-		}
+	for _, e := range tl.around(at) {
+		out = append(out, fmt.Sprintf("%s %+.3fs", e.what, e.at.Sub(at).Seconds()))
 	}
 	if len(out) == 0 {
 		return "no kill, revival or change of master within 5 s"
@@ -1225,21 +1227,20 @@ func settleReplication(t *testing.T, addr string) time.Duration {
 	if err := c.Do(ctx, "CLIENT", "PAUSE", 30000, "WRITE").Err(); err != nil {
 		t.Fatalf("CLIENT PAUSE WRITE on the master %s: %v", addr, err)
 	}
-	info, err := c.Info(ctx, "replication").Result()
+	info, err := c.InfoMap(ctx, "replication").Result()
 	if err != nil {
 		t.Fatalf("INFO replication of the master %s: %v", addr, err)
 	}
-	acked := infoInt(info, "master_repl_offset")
+	acked, err := strconv.ParseInt(info["Replication"]["master_repl_offset"], 10, 64)
 	var replicas []string
-	for _, l := range strings.Split(info, "\n") {
+	for k, v := range info["Replication"] {
 		// slave0:ip=127.0.0.1,port=30001,state=online,offset=…,lag=0
-		if !strings.HasPrefix(l, "slave") || !strings.Contains(l, ":ip=") {
+		if !strings.HasPrefix(k, "slave") || !strings.HasPrefix(v, "ip=") {
 			continue
 		}
 		var ip, port string
-		for _, f := range strings.Split(strings.TrimSpace(l[strings.IndexByte(l, ':')+1:]), ",") {
-			k, v, _ := strings.Cut(f, "=")
-			switch k {
+		for _, f := range strings.Split(v, ",") {
+			switch k, v, _ := strings.Cut(f, "="); k {
 			case "ip":
 				ip = v
 			case "port":
@@ -1248,8 +1249,8 @@ func settleReplication(t *testing.T, addr string) time.Duration {
 		}
 		replicas = append(replicas, net.JoinHostPort(ip, port))
 	}
-	if acked < 0 || len(replicas) == 0 {
-		t.Fatalf("the master %s names no replica or no offset (INFO replication:\n%s)", addr, info)
+	if err != nil || len(replicas) == 0 {
+		t.Fatalf("the master %s names no replica or no offset (INFO replication: %v)", addr, info)
 	}
 	for _, ra := range replicas {
 		rc := redis.NewClient(&redis.Options{Addr: ra, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
@@ -1257,25 +1258,16 @@ func settleReplication(t *testing.T, addr string) time.Duration {
 		Eventually(t, 10*time.Second, func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			ri, err := rc.Info(ctx, "replication").Result()
-			got = infoInt(ri, "slave_repl_offset")
+			off, err := rc.InfoMap(ctx, "replication").Result()
+			if err != nil {
+				return false
+			}
+			got, err = strconv.ParseInt(off["Replication"]["slave_repl_offset"], 10, 64)
 			return err == nil && got >= acked
 		}, "the replica %s to have the paused master %s's writes up to offset %d (it has %d)", ra, addr, acked, got)
 		_ = rc.Close()
 	}
 	return time.Since(begin)
-}
-
-// infoInt is the number of an INFO field ("name:123"), -1 when it is not there.
-func infoInt(info, name string) int64 {
-	for _, l := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(l), name+":"); ok {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-				return n
-			}
-		}
-	}
-	return -1
 }
 
 // asReplicaConf is the nodes.conf of a killed master (conf) rewritten from
