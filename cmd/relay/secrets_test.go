@@ -96,3 +96,22 @@ func TestWorkerIgnoresOwnerTokenFile(t *testing.T) {
 		t.Fatalf("worker with RELAY_OWNER_TOKEN_FILE set: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// R18.36: `relay export --redis URL` with a password in the URL says on
+// stderr that every user can read it, without the password.
+func TestExportWarnsOfPasswordInURL(t *testing.T) {
+	cleanEnv(t)
+	const pass = "export-pass-1a2b3c4d"
+	_, out, errOut := runCLI(t, "export", "--redis", "redis://:"+pass+"@127.0.0.1:1/0") // nothing listens on port 1
+	if !strings.Contains(errOut, "relay export: WARNING: the Redis password is on the command line") ||
+		!strings.Contains(errOut, "/proc/PID/cmdline") || !strings.Contains(errOut, "--redis-password-file") {
+		t.Errorf("no WARNING on stderr: %q", errOut)
+	}
+	if strings.Contains(out+errOut, pass) {
+		t.Errorf("the output shows the password: %q %q", out, errOut)
+	}
+	_, _, errOut = runCLI(t, "export", "--redis", "redis://127.0.0.1:1/0")
+	if strings.Contains(errOut, "WARNING") {
+		t.Errorf("a WARNING without a password on the command line: %q", errOut)
+	}
+}
