@@ -3,6 +3,9 @@
 #   docker build --build-arg VERSION=$(git describe --tags --always) -t relay .
 # No Docker engine runs in CI: .ci/run runs the same `go build` command instead.
 
+# The Go release of go.mod's `toolchain` line, the one govulncheck in CI checks
+# (R18.36: no known called vulnerability); cmd/relay/toolchain_test.go keeps
+# them the same.
 ARG GO_VERSION=1.26.11
 
 FROM golang:${GO_VERSION} AS build

@@ -129,6 +129,11 @@ func New(cfg config.Config, o Options) (*App, error) {
 		o.StallScanEvery = 30 * time.Second
 	}
 	a := &App{cfg: cfg, opts: o, log: o.Logger, started: make(chan struct{})}
+	// R18.36: a secret given as a flag is readable by every user of the
+	// machine; say so (never the secret), with the file to use instead.
+	for _, w := range cfg.CommandLineWarnings() {
+		a.log.Warn(w, "pid", os.Getpid())
+	}
 	tuning := redisurl.Tuning{DialTimeout: 2 * time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second,
 		MaxRetries: 1, PoolSize: 64}
 	var ru *redisurl.URL
@@ -149,6 +154,9 @@ func New(cfg config.Config, o Options) (*App, error) {
 		u, err := redisurl.Parse(cfg.RedisURL)
 		if err != nil {
 			return nil, fmt.Errorf("redis url: %w", err)
+		}
+		if cfg.RedisPassword != "" { // read from RELAY_REDIS_PASSWORD_FILE (R18.36)
+			u.SetPassword(cfg.RedisPassword)
 		}
 		ru = u
 	}

@@ -36,12 +36,20 @@ type Config struct {
 	DataDir     string
 	Name        string // --name / RELAY_NAME / yaml name, default os.Hostname()
 	ConfigPath  string // --config / RELAY_CONFIG, "" when no file is used
-	OwnerToken  string // --owner-token / RELAY_OWNER_TOKEN, "" = generate
+	OwnerToken  string // --owner-token / RELAY_OWNER_TOKEN, or read from --owner-token-file / RELAY_OWNER_TOKEN_FILE; "" = generate
 	MetricsAddr string // --metrics-addr / RELAY_METRICS_ADDR, "" = off
 	// PublicURL is the base URL handed to agents and printed at start
 	// (--public-url / RELAY_PUBLIC_URL); "" = the listen address, with an
 	// unspecified host shown as 127.0.0.1 (R18.10).
 	PublicURL string
+	// RedisPassword is the Redis password read from --redis-password-file /
+	// RELAY_REDIS_PASSWORD_FILE (R18.36), "" when none: the data nodes'
+	// password of RedisURL, which then has none of its own.
+	RedisPassword string
+	// SecretFlags are the flags that carried a secret on the command line
+	// (R18.36): "owner-token", "redis" (a URL with a password); each is
+	// logged as a WARNING at start (CommandLineWarnings).
+	SecretFlags []string
 
 	Folders    []string   // yaml folders; default [home]; ~ expanded, Clean
 	DefaultCwd string     // yaml default_cwd; default Folders[0]
@@ -150,6 +158,11 @@ const (
 	EnvMetricsAddr   = "RELAY_METRICS_ADDR"
 	EnvPublicURL     = "RELAY_PUBLIC_URL"
 	EnvDataDir       = "RELAY_DATA_DIR"
+	// EnvOwnerTokenFile and EnvRedisPasswordFile name files holding the
+	// owner token and the Redis password, which keeps them off the command
+	// line (R18.36).
+	EnvOwnerTokenFile    = "RELAY_OWNER_TOKEN_FILE"
+	EnvRedisPasswordFile = "RELAY_REDIS_PASSWORD_FILE"
 )
 
 // DefaultAddr is the default listen address.
@@ -255,6 +268,8 @@ var flagEnv = []struct{ flag, env string }{
 	{"name", EnvName},
 	{"config", EnvConfig},
 	{"owner-token", EnvOwnerToken},
+	{"owner-token-file", EnvOwnerTokenFile},
+	{"redis-password-file", EnvRedisPasswordFile},
 	{"metrics-addr", EnvMetricsAddr},
 	{"public-url", EnvPublicURL},
 	{"data-dir", EnvDataDir},
@@ -268,6 +283,8 @@ var flagEnv = []struct{ flag, env string }{
 // "metrics-addr"); an explicitly set flag wins even when it is empty. env is
 // a lookup such as os.LookupEnv; an environment variable set to "" counts as
 // unset. The YAML file is flags["config"], else RELAY_CONFIG, else none.
+// The owner token and the Redis password may come from files
+// (owner-token-file, redis-password-file and their variables: readSecrets).
 func Load(flags map[string]string, env func(string) (string, bool)) (Config, error) {
 	if env == nil {
 		env = func(string) (string, bool) { return "", false }
@@ -309,7 +326,7 @@ func Load(flags map[string]string, env func(string) (string, bool)) (Config, err
 	for _, fe := range flagEnv {
 		p, ok := targets[fe.flag]
 		if !ok {
-			continue // config: handled above
+			continue // config: handled above; the secret files: readSecrets
 		}
 		if v, ok := env(fe.env); ok && v != "" {
 			*p = v
@@ -317,6 +334,9 @@ func Load(flags map[string]string, env func(string) (string, bool)) (Config, err
 		if v, ok := flags[fe.flag]; ok {
 			*p = v
 		}
+	}
+	if err := c.readSecrets(flags, env); err != nil {
+		return Config{}, err
 	}
 
 	c.fillDefaults()

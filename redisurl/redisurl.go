@@ -306,3 +306,34 @@ func ForEachMaster(ctx context.Context, c redis.UniversalClient, fn func(ctx con
 	}
 	return fn(ctx, c)
 }
+
+// HasSecret reports whether raw carries a password (in its user part or as
+// sentinel_password): a URL that holds a secret on the command line is one
+// every user of the machine can read (R18.36).
+func HasSecret(raw string) bool {
+	return strings.Contains(raw, "://") && Redact(raw) != raw
+}
+
+// Password is the data nodes' password the URL names ("" when none).
+func (u *URL) Password() string {
+	switch u.Kind {
+	case Sentinel:
+		return u.Failover.Password
+	case Cluster:
+		return u.Cluster.Password
+	}
+	return u.Simple.Password
+}
+
+// SetPassword sets the data nodes' password (a password read from a file,
+// R18.36); a Sentinel URL's sentinel_password stays as it is.
+func (u *URL) SetPassword(p string) {
+	switch u.Kind {
+	case Sentinel:
+		u.Failover.Password = p
+	case Cluster:
+		u.Cluster.Password = p
+	default:
+		u.Simple.Password = p
+	}
+}

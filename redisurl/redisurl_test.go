@@ -168,3 +168,62 @@ func TestTune(t *testing.T) {
 		}
 	}
 }
+
+// TestHasSecret (R18.36): a URL with a password (its user part or
+// sentinel_password) is one whose flag draws the command-line WARNING.
+func TestHasSecret(t *testing.T) {
+	for raw, want := range map[string]bool{
+		"":                                            false,
+		"not a url":                                   false,
+		"redis://127.0.0.1:6379/0":                    false,
+		"redis://user@127.0.0.1:6379/0":               false,
+		"redis://:pw@127.0.0.1:6379/0":                true,
+		"rediss://u:pw@h:6380":                        true,
+		"unix://:pw@/run/redis.sock":                  true,
+		"redis+cluster://:pw@h:1,h:2":                 true,
+		"redis+sentinel://a:1/m":                      false,
+		"redis+sentinel://a:1/m?sentinel_password=sp": true,
+	} {
+		if got := HasSecret(raw); got != want {
+			t.Errorf("HasSecret(%q) = %v, want %v", raw, got, want)
+		}
+	}
+}
+
+// TestSetPassword (R18.36): a password read from a file becomes the data
+// nodes' password of every kind of URL; a sentinel's own stays.
+func TestSetPassword(t *testing.T) {
+	for _, raw := range []string{"redis://u@127.0.0.1:6379/0", "unix:///run/redis.sock",
+		"redis+sentinel://a:1/m?sentinel_password=sp", "redis+cluster://h:1,h:2"} {
+		u, err := Parse(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.Password() != "" {
+			t.Fatalf("%s: password %q before SetPassword", raw, u.Password())
+		}
+		u.SetPassword("from-file")
+		if u.Password() != "from-file" {
+			t.Fatalf("%s: password %q after SetPassword", raw, u.Password())
+		}
+		var got string
+		switch o := u.AsynqOpt().(type) {
+		case asynq.RedisClientOpt:
+			got = o.Password
+		case asynq.RedisFailoverClientOpt:
+			got = o.Password
+			if o.SentinelPassword != "sp" {
+				t.Errorf("%s: sentinel password %q, want sp", raw, o.SentinelPassword)
+			}
+		case asynq.RedisClusterClientOpt:
+			got = o.Password
+		}
+		if got != "from-file" {
+			t.Errorf("%s: the asynq option has password %q", raw, got)
+		}
+	}
+	u, _ := Parse("redis://:inurl@h:1")
+	if u.Password() != "inurl" {
+		t.Errorf("Password() of a URL with one: %q", u.Password())
+	}
+}

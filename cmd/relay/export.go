@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -34,11 +35,17 @@ func newExportCmd(stdout io.Writer) *cobra.Command {
 	f := cmd.Flags()
 	f.String("data-dir", "", "the embedded store's data directory; default $XDG_DATA_HOME/relay, else ~/.local/share/relay ("+config.EnvDataDir+")")
 	f.String("redis", "", "export a real Redis instead: redis://host:port/db ("+config.EnvRedis+" is not read: say which one)")
+	f.String("redis-password-file", "", "file holding the password of the --redis URL, which keeps it off the command line")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		dir, _ := cmd.Flags().GetString("data-dir")
 		url, _ := cmd.Flags().GetString("redis")
+		pwFile, _ := cmd.Flags().GetString("redis-password-file")
+		hasPwFile := cmd.Flags().Changed("redis-password-file")
 		if dir != "" && url != "" {
 			return usageError{errors.New("relay export: give --data-dir or --redis, not both")}
+		}
+		if hasPwFile && url == "" {
+			return usageError{errors.New("relay export: --redis-password-file needs --redis")}
 		}
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
@@ -49,6 +56,19 @@ func newExportCmd(stdout io.Writer) *cobra.Command {
 			u, perr := redisurl.Parse(url)
 			if perr != nil {
 				return usageError{fmt.Errorf("relay export: --redis: %w", perr)}
+			}
+			if u.Password() != "" && hasPwFile {
+				return usageError{errors.New("relay export: the --redis URL has a password and --redis-password-file gives one too: give one")}
+			}
+			if redisurl.HasSecret(url) { // R18.36
+				fmt.Fprintln(cmd.ErrOrStderr(), "relay export: WARNING: the Redis password is on the command line (in the --redis URL): every user of this machine can read it (/proc/PID/cmdline, ps); give the URL without its password and the password in --redis-password-file")
+			}
+			if hasPwFile {
+				pw, perr := config.ReadSecretFile("--redis-password-file", "the Redis password", pwFile)
+				if perr != nil {
+					return usageError{errors.New("relay export: " + strings.TrimPrefix(perr.Error(), "config: "))}
+				}
+				u.SetPassword(pw)
 			}
 			c := u.NewClient()
 			defer func() { _ = c.Close() }()

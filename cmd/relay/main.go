@@ -90,11 +90,13 @@ func newCmd(mode, short string, stderr io.Writer) *cobra.Command {
 		f.String("public-url", "", "base URL handed to agents and printed at start; default the listen address ("+config.EnvPublicURL+")")
 		f.String("redis", "", "Redis URL redis://host:port/db; empty = the embedded store, one process only ("+config.EnvRedis+")")
 		f.String("data-dir", "", "where the embedded store (no --redis) keeps its data; default $XDG_DATA_HOME/relay, else ~/.local/share/relay ("+config.EnvDataDir+")")
-		f.String("owner-token", "", "owner token for /api/v1, at least 16 characters; default: generated on first start, logged once, its SHA-256 kept in Redis ("+config.EnvOwnerToken+")")
+		f.String("owner-token", "", "owner token for /api/v1, at least 16 characters; default: generated on first start, logged once, its SHA-256 kept in Redis ("+config.EnvOwnerToken+"); on the command line every user of the machine can read it: prefer --owner-token-file")
+		f.String("owner-token-file", "", "file holding the owner token (a trailing newline is ignored), which keeps it off the command line ("+config.EnvOwnerTokenFile+")")
 	} else {
 		f.String("redis", "", "Redis URL redis://host:port/db of the relay to join; required ("+config.EnvRedis+")")
 		f.String("metrics-addr", "", "serve /metrics, /healthz and /readyz here; default off ("+config.EnvMetricsAddr+")")
 	}
+	f.String("redis-password-file", "", "file holding the Redis password, for a Redis URL without one (a trailing newline is ignored) ("+config.EnvRedisPasswordFile+")")
 	f.String("name", "", "this relay's name; default the host name ("+config.EnvName+")")
 	f.String("config", "", "YAML file: providers, folders, settings, timing, limits ("+config.EnvConfig+")")
 	f.String("log-format", "text", "log format: text or json")
@@ -111,7 +113,7 @@ func newCmd(mode, short string, stderr io.Writer) *cobra.Command {
 			// A worker takes no API flags; their variables (a compose file
 			// sharing one environment) do not apply to it.
 			env = func(k string) (string, bool) {
-				if k == config.EnvAddr || k == config.EnvPublicURL || k == config.EnvOwnerToken {
+				if k == config.EnvAddr || k == config.EnvPublicURL || k == config.EnvOwnerToken || k == config.EnvOwnerTokenFile {
 					return "", false
 				}
 				return os.LookupEnv(k)

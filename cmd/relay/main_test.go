@@ -17,7 +17,7 @@ import (
 func cleanEnv(t *testing.T) {
 	t.Helper()
 	for _, k := range []string{"REDIS_URL", "RELAY_ADDR", "RELAY_NAME", "RELAY_CONFIG", "RELAY_OWNER_TOKEN",
-		"RELAY_METRICS_ADDR", "RELAY_KEY_PREFIX", "RELAY_PUBLIC_URL"} {
+		"RELAY_METRICS_ADDR", "RELAY_KEY_PREFIX", "RELAY_PUBLIC_URL", "RELAY_OWNER_TOKEN_FILE", "RELAY_REDIS_PASSWORD_FILE"} {
 		t.Setenv(k, "")
 	}
 	t.Setenv("RELAY_DATA_DIR", t.TempDir()) // never the owner's own data directory
