@@ -22,6 +22,10 @@ import (
 // no read holds more than this of a file in memory.
 const acpReadMax = 1 << 20
 
+// acpReadScan bounds how much of a file one read goes through to find its
+// line (a sparse file of a petabyte would keep a relay goroutine reading).
+const acpReadScan = 1 << 30
+
 // acpFolder is a turn's session folder opened as an os.Root (R18.25): every
 // file the agent reads or writes, and every terminal folder, is opened
 // through it, so a link that leads out (dangling or not), a link made or a
@@ -189,7 +193,7 @@ func (pr *acpProc) fileTurn() (*acpTurn, error) {
 // ReadTextFile reads a file inside the session's folder (R22.5): line and
 // limit checked (R18.27), the file read line by line, never more than
 // acpReadMax of it held.
-func (pr *acpProc) ReadTextFile(_ context.Context, req acp.ReadTextFileRequest) (acp.ReadTextFileResponse, error) {
+func (pr *acpProc) ReadTextFile(ctx context.Context, req acp.ReadTextFileRequest) (acp.ReadTextFileResponse, error) {
 	pr.touch()
 	at, err := pr.fileTurn()
 	if err != nil {
@@ -210,10 +214,14 @@ func (pr *acpProc) ReadTextFile(_ context.Context, req acp.ReadTextFileRequest) 
 		return acp.ReadTextFileResponse{}, acp.NewInvalidParams(map[string]any{"error": err.Error()})
 	}
 	defer func() { _ = f.Close() }() // read only
-	content, err := readLines(f, line, limit, acpReadMax)
+	content, err := readLines(ctx, f, line, limit, acpReadMax, acpReadScan)
 	if errors.Is(err, errReadTooLarge) {
 		return acp.ReadTextFileResponse{}, acp.NewInvalidParams(map[string]any{"error": fmt.Sprintf(
 			"the part of %q asked for is larger than %d bytes, the most one read answers: read it in parts with line and limit", req.Path, acpReadMax)})
+	}
+	if errors.Is(err, errReadTooFar) {
+		return acp.ReadTextFileResponse{}, acp.NewInvalidParams(map[string]any{"error": fmt.Sprintf(
+			"line %d of %q is not within its first %d bytes, the most one read goes through", line, req.Path, acpReadScan)})
 	}
 	if err != nil {
 		return acp.ReadTextFileResponse{}, acp.NewInternalError(map[string]any{"error": err.Error()})
@@ -221,16 +229,26 @@ func (pr *acpProc) ReadTextFile(_ context.Context, req acp.ReadTextFileRequest) 
 	return acp.ReadTextFileResponse{Content: content}, nil
 }
 
-var errReadTooLarge = errors.New("the answer would be too large")
+var (
+	errReadTooLarge = errors.New("the answer would be too large")
+	errReadTooFar   = errors.New("the line is too far into the file")
+)
 
 // readLines reads from line (1-based; 0 is the start) at most limit lines
-// (0: all), and fails with errReadTooLarge past max bytes. Lines are
-// counted, never added to one another: no number from the agent can
-// overflow.
-func readLines(r io.Reader, line, limit, maxBytes int) (string, error) {
+// (0: all), and fails with errReadTooLarge past maxBytes of answer and with
+// errReadTooFar when the line starts past maxScan bytes. Lines are counted,
+// never added to one another: no number from the agent can overflow.
+func readLines(ctx context.Context, r io.Reader, line, limit, maxBytes, maxScan int) (string, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
+	scanned := 0
 	for at := 1; at < line; {
-		_, err := br.ReadSlice('\n')
+		b, err := br.ReadSlice('\n')
+		if scanned += len(b); scanned > maxScan {
+			return "", errReadTooFar
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return "", cerr
+		}
 		switch {
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue // the same line goes on

@@ -213,24 +213,32 @@ func TestReadLinesBounds(t *testing.T) {
 		{4, 1, ""},
 		{3, 0, "three\n"},
 	} {
-		got, err := readLines(strings.NewReader(text), c.line, c.limit, 1<<20)
+		got, err := readLines(context.Background(), strings.NewReader(text), c.line, c.limit, 1<<20, 1<<30)
 		if err != nil || got != c.want {
 			t.Fatalf("readLines(line %d, limit %d) = %q %v, want %q", c.line, c.limit, got, err, c.want)
 		}
 	}
 	// A line longer than the reader's buffer counts as one line.
 	long := strings.Repeat("y", 200<<10)
-	got, err := readLines(strings.NewReader(long+"\nnext\n"), 2, 1, 1<<20)
+	got, err := readLines(context.Background(), strings.NewReader(long+"\nnext\n"), 2, 1, 1<<20, 1<<30)
 	if err != nil || got != "next\n" {
 		t.Fatalf("after a long line: %q %v", excerptLine(got, 40), err)
 	}
 	// Past the bound: an error, reading no further than the bound.
 	r := &countingReader{r: strings.NewReader(strings.Repeat("z", 8<<20))}
-	if _, err := readLines(r, 0, 0, 1<<20); !errors.Is(err, errReadTooLarge) {
+	if _, err := readLines(context.Background(), r, 0, 0, 1<<20, 1<<30); !errors.Is(err, errReadTooLarge) {
 		t.Fatalf("an 8 MiB line: %v, want errReadTooLarge", err)
 	}
 	if r.n > 2<<20 {
 		t.Fatalf("read %d bytes of an 8 MiB file to refuse it", r.n)
+	}
+	// A line far into the file: the search stops at maxScan.
+	r = &countingReader{r: strings.NewReader(strings.Repeat("a\n", 4<<20))}
+	if _, err := readLines(context.Background(), r, math.MaxInt, 1, 1<<20, 1<<20); !errors.Is(err, errReadTooFar) {
+		t.Fatalf("line 2^63-1 of 8 MiB with a 1 MiB scan: %v, want errReadTooFar", err)
+	}
+	if r.n > 2<<20 {
+		t.Fatalf("read %d bytes to find a line past the scan bound", r.n)
 	}
 }
 
