@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -225,6 +226,7 @@ type acpProc struct {
 	cmd   *exec.Cmd
 	pgid  int
 	conn  *acp.ClientSideConnection
+	stdin *acpStdin
 	proxy *mcpProxy
 	key   string // the proxy's key of this process
 
@@ -240,10 +242,25 @@ type acpProc struct {
 	stopOnce  sync.Once
 	idleTimer *time.Timer
 
-	mu    sync.Mutex
-	cur   *acpTurn // the running turn; nil between turns
-	terms map[string]*acpTerm
-	nterm int
+	// The agent's requests in flight (R18.27): a place in slots is taken
+	// when a request is passed to the connection and given back when its
+	// answer is written; quit ends a wait for a place when the process stops.
+	slots    chan struct{}
+	quit     chan struct{}
+	slotWait atomic.Int32 // requests waiting for a place (tests)
+
+	// A handler that panicked (R18.27): the turn ends as an error with
+	// failMsg, the process is stopped, the relay goes on.
+	failMsg  atomic.Pointer[string]
+	failed   chan struct{}
+	failOnce sync.Once
+
+	mu           sync.Mutex
+	cur          *acpTurn // the running turn; nil between turns
+	terms        map[string]*acpTerm
+	nterm        int
+	termStarting int         // terminals being started (termRoom)
+	folder       os.FileInfo // the session's folder the process's first turn opened (R18.25)
 }
 
 // start starts the agent process in the session's folder (R22.1).
@@ -254,7 +271,8 @@ func (p *ACP) start(t Turn, px *mcpProxy) (*acpProc, error) {
 		return nil, &TurnError{Msg: fmt.Sprintf("acp provider %q: command %q not found", p.c.ID, p.c.Command[0])}
 	}
 	pr := &acpProc{p: p, sid: t.SessionID, cwd: t.Cwd, proxy: px, exited: make(chan struct{}),
-		errTail: &tailBuffer{max: defaultStderrTail}, terms: map[string]*acpTerm{}}
+		errTail: &tailBuffer{max: defaultStderrTail}, terms: map[string]*acpTerm{},
+		slots: make(chan struct{}, acpInFlight), quit: make(chan struct{}), failed: make(chan struct{})}
 	pr.touch()
 	pr.cmd = &exec.Cmd{
 		Path:        path,
@@ -295,7 +313,8 @@ func (p *ACP) start(t Turn, px *mcpProxy) (*acpProc, error) {
 		pr.proxy.drop(pr.key)
 	}()
 	pr.key = px.add()
-	pr.conn = acp.NewClientSideConnection(pr, stdinW, stdoutR)
+	pr.stdin = &acpStdin{pr: pr, w: stdinW}
+	pr.conn = acp.NewClientSideConnection(acpClient{pr}, pr.stdin, stdoutR)
 	pr.conn.SetLogger(slog.New(slog.NewTextHandler(io.Discard, nil))) // garbage is reported by lineFilter
 	return pr, nil
 }
@@ -318,7 +337,7 @@ func (pr *acpProc) dead() bool {
 		return true
 	default:
 	}
-	return pr.garbage.Load() != nil
+	return pr.garbage.Load() != nil || pr.failMsg.Load() != nil
 }
 
 // busy cancels the idle stop (a turn starts).
@@ -355,6 +374,7 @@ func (pr *acpProc) idle() {
 // stop kills the process group and its terminals.
 func (pr *acpProc) stop() {
 	pr.stopOnce.Do(func() {
+		close(pr.quit)
 		pr.busy()
 		pr.endTerminals()
 		_ = syscall.Kill(-pr.pgid, syscall.SIGTERM)
@@ -370,6 +390,9 @@ func (pr *acpProc) stop() {
 
 // crashText says why the process is gone.
 func (pr *acpProc) crashText() string {
+	if m := pr.failMsg.Load(); m != nil {
+		return *m
+	}
 	if g := pr.garbage.Load(); g != nil {
 		return fmt.Sprintf("The agent (acp) sent a line that is not JSON-RPC and was stopped: %s", *g)
 	}
@@ -389,10 +412,15 @@ func (pr *acpProc) crashText() string {
 }
 
 // lineFilter passes the agent's stdout to the ACP connection line by line;
-// a line that is not JSON ends the process (R22.7: garbage).
+// a line that is not JSON ends the process (R22.7: garbage). A request
+// waits here for a place among the acpInFlight (R18.27): the agent's
+// further lines wait in its pipe, so nothing of them is held.
 type lineFilter struct {
 	pr  *acpProc
-	out *io.PipeWriter
+	out interface {
+		io.Writer
+		CloseWithError(error) error
+	}
 	buf []byte
 }
 
@@ -420,6 +448,9 @@ func (f *lineFilter) Write(b []byte) (int, error) {
 			f.bad(excerptLine(trim, 200))
 			return n, nil
 		}
+		if h := rpcHeadOf(line); h.ID != nil && h.Method != "" && !f.pr.acquire(*h.ID) {
+			continue // refused, or the process stops
+		}
 		if _, err := f.out.Write(line); err != nil {
 			return n, nil //nolint:nilerr // the connection is gone; the process is reaped by Wait
 		}
@@ -434,6 +465,97 @@ func (f *lineFilter) bad(what string) {
 	}
 }
 
+// acpInFlight bounds an agent's requests in flight (R18.27): a request
+// counts from when it is passed to the ACP connection until its answer is
+// written. The next one waits (its line and all after it stay in the
+// agent's pipe) up to acpSlotWait, then is answered with an error.
+const acpInFlight = 8
+
+// acpSlotWait: how long a request waits for a place. A wait must end: the
+// places may all be held by requests that wait on the owner or a terminal
+// while the agent is gone.
+var acpSlotWait = 30 * time.Second
+
+// rpcHead is what tells a JSON-RPC request (id and method), a response (id
+// only) and a notification (method only) apart, read as the ACP SDK reads
+// them: the same fields and types as its message, so a line it cannot
+// decode (and drops unanswered) counts as no request here either; an id of
+// null is none.
+type rpcHead struct {
+	JSONRPC string            `json:"jsonrpc"`
+	ID      *json.RawMessage  `json:"id,omitempty"`
+	Method  string            `json:"method,omitempty"`
+	Params  json.RawMessage   `json:"params,omitempty"`
+	Result  json.RawMessage   `json:"result,omitempty"`
+	Error   *acp.RequestError `json:"error,omitempty"`
+}
+
+func rpcHeadOf(b []byte) rpcHead {
+	var h rpcHead
+	if json.Unmarshal(b, &h) != nil {
+		return rpcHead{}
+	}
+	return h
+}
+
+// acquire takes a place for the agent's request id; false: the request was
+// refused (after acpSlotWait) or the process stops, and is dropped.
+func (pr *acpProc) acquire(id json.RawMessage) bool {
+	select {
+	case pr.slots <- struct{}{}:
+		return true
+	default:
+	}
+	pr.slotWait.Add(1)
+	defer pr.slotWait.Add(-1)
+	timer := time.NewTimer(acpSlotWait)
+	defer timer.Stop()
+	select {
+	case pr.slots <- struct{}{}:
+		return true
+	case <-pr.quit:
+		return false
+	case <-timer.C:
+		msg := fmt.Sprintf("the relay answers at most %d requests of an agent at a time; this one waited %s and was refused", acpInFlight, acpSlotWait)
+		b, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "error": map[string]any{"code": -32000, "message": msg}})
+		if err == nil {
+			_, _ = pr.stdin.writeRaw(append(b, '\n')) // a gone agent reads no answer
+		}
+		return false
+	}
+}
+
+// release gives a place back: an answer was written.
+func (pr *acpProc) release() {
+	select {
+	case <-pr.slots:
+	default:
+	}
+}
+
+// acpStdin is the agent's stdin: the connection's messages one Write each
+// (the SDK writes a message at once), and the relay's own refusals, never
+// interleaved. An answer written gives its request's place back.
+type acpStdin struct {
+	pr *acpProc
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *acpStdin) Write(b []byte) (int, error) {
+	n, err := s.writeRaw(b)
+	if h := rpcHeadOf(b); h.ID != nil && h.Method == "" {
+		s.pr.release()
+	}
+	return n, err
+}
+
+func (s *acpStdin) writeRaw(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
+
 // acpErrWriter keeps the stderr tail; stderr counts as a sign of life.
 type acpErrWriter struct{ pr *acpProc }
 
@@ -444,10 +566,11 @@ func (w *acpErrWriter) Write(b []byte) (int, error) {
 
 // acpTurn is the running turn of a process.
 type acpTurn struct {
-	t     Turn
-	h     Host
-	ctx   context.Context
-	model string
+	t      Turn
+	h      Host
+	ctx    context.Context
+	model  string
+	folder *acpFolder // the session's folder, open for this turn (R18.25)
 
 	mu      sync.Mutex
 	text    []byte // all text so far (inFlight)
@@ -459,6 +582,7 @@ type acpTurn struct {
 
 type acpTool struct {
 	title string
+	name  string // the agent's name of the tool (_meta), e.g. mcp__relay__relay_tool
 	kind  acp.ToolKind
 	relay bool
 	done  bool
@@ -489,7 +613,26 @@ func (at *acpTurn) waiting() bool {
 
 // run runs one turn in the process.
 func (pr *acpProc) run(ctx context.Context, t Turn, h Host, model string) (Result, error) {
-	at := &acpTurn{t: t, h: h, ctx: ctx, model: model, tools: map[string]*acpTool{}}
+	// The turn's files go through its folder opened once (R18.25); the
+	// folder must be the one the process's first turn opened.
+	fo, err := openFolder(t.Cwd)
+	if err != nil {
+		pr.idle()
+		return Result{Model: model}, &TurnError{Msg: fmt.Sprintf("The session's folder %s cannot be opened: %v", t.Cwd, err)}
+	}
+	pr.mu.Lock()
+	if pr.folder == nil {
+		pr.folder = fo.info
+	}
+	same := os.SameFile(pr.folder, fo.info)
+	pr.mu.Unlock()
+	if !same {
+		fo.close()
+		pr.p.forget(pr)
+		pr.stop()
+		return Result{Model: model}, &TurnError{Msg: fmt.Sprintf("The session's folder %s is no longer the folder the agent (acp) started in (it was replaced); the agent was stopped, the next turn starts it again.", t.Cwd)}
+	}
+	at := &acpTurn{t: t, h: h, ctx: ctx, model: model, tools: map[string]*acpTool{}, folder: fo}
 	pr.mu.Lock()
 	pr.cur = at
 	pr.mu.Unlock()
@@ -499,6 +642,7 @@ func (pr *acpProc) run(ctx context.Context, t Turn, h Host, model string) (Resul
 		pr.mu.Lock()
 		pr.cur = nil
 		pr.mu.Unlock()
+		fo.close()
 		if !pr.dead() {
 			pr.idle()
 		}
@@ -554,6 +698,15 @@ func (pr *acpProc) run(ctx context.Context, t Turn, h Host, model string) (Resul
 			}
 			return pr.outcome(at, o.res, o.err)
 		case <-pr.exited:
+			if stopped {
+				return at.result(), fmt.Errorf("acp provider %q: %w", pr.p.c.ID, ctx.Err())
+			}
+			return at.result(), &TurnError{Msg: pr.crashText()}
+		case <-pr.failed:
+			// A handler panicked (R18.27): the process is stopped, the
+			// turn ends as an error naming the cause.
+			pr.p.forget(pr)
+			pr.stop()
 			if stopped {
 				return at.result(), fmt.Errorf("acp provider %q: %w", pr.p.c.ID, ctx.Err())
 			}
@@ -774,6 +927,85 @@ func (at *acpTurn) result() Result {
 
 // ---- the client side of ACP: what the agent asks of the relay ----
 
+// acpClient is what the ACP connection calls: each of the agent's requests
+// and notifications runs in a goroutine of the SDK, where a panic would end
+// the relay. Each method recovers one (R18.27): the request is answered
+// with an error, the turn ends as an error naming the cause, the agent
+// process is stopped, the relay goes on. It implements no optional method
+// (extension methods, elicitation, MCP over ACP): the SDK answers those
+// "method not found" itself.
+type acpClient struct{ pr *acpProc }
+
+var _ acp.Client = acpClient{}
+
+// recovered turns a panic of a handler into the request's error and the
+// process's failure.
+func (pr *acpProc) recovered(method string, err *error) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	pr.p.log.Error("acp: a handler of the agent's request panicked", "provider", pr.p.c.ID, "session", pr.sid,
+		"method", method, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+	pr.fail(fmt.Sprintf("The relay failed on the agent's %s request (%v); the agent (acp) was stopped.", method, v))
+	if err != nil {
+		*err = acp.NewInternalError(map[string]any{"error": fmt.Sprintf("the relay failed on this request: %v", v)})
+	}
+}
+
+// fail marks the process failed: its turn ends, it is stopped.
+func (pr *acpProc) fail(msg string) {
+	pr.failOnce.Do(func() {
+		pr.failMsg.Store(&msg)
+		close(pr.failed)
+	})
+}
+
+func (c acpClient) SessionUpdate(ctx context.Context, n acp.SessionNotification) (err error) {
+	defer c.pr.recovered(acp.ClientMethodSessionUpdate, &err)
+	return c.pr.SessionUpdate(ctx, n)
+}
+
+func (c acpClient) RequestPermission(ctx context.Context, req acp.RequestPermissionRequest) (res acp.RequestPermissionResponse, err error) {
+	defer c.pr.recovered(acp.ClientMethodSessionRequestPermission, &err)
+	return c.pr.RequestPermission(ctx, req)
+}
+
+func (c acpClient) ReadTextFile(ctx context.Context, req acp.ReadTextFileRequest) (res acp.ReadTextFileResponse, err error) {
+	defer c.pr.recovered(acp.ClientMethodFsReadTextFile, &err)
+	return c.pr.ReadTextFile(ctx, req)
+}
+
+func (c acpClient) WriteTextFile(ctx context.Context, req acp.WriteTextFileRequest) (res acp.WriteTextFileResponse, err error) {
+	defer c.pr.recovered(acp.ClientMethodFsWriteTextFile, &err)
+	return c.pr.WriteTextFile(ctx, req)
+}
+
+func (c acpClient) CreateTerminal(ctx context.Context, req acp.CreateTerminalRequest) (res acp.CreateTerminalResponse, err error) {
+	defer c.pr.recovered(acp.ClientMethodTerminalCreate, &err)
+	return c.pr.CreateTerminal(ctx, req)
+}
+
+func (c acpClient) TerminalOutput(ctx context.Context, req acp.TerminalOutputRequest) (res acp.TerminalOutputResponse, err error) {
+	defer c.pr.recovered(acp.ClientMethodTerminalOutput, &err)
+	return c.pr.TerminalOutput(ctx, req)
+}
+
+func (c acpClient) WaitForTerminalExit(ctx context.Context, req acp.WaitForTerminalExitRequest) (res acp.WaitForTerminalExitResponse, err error) {
+	defer c.pr.recovered(acp.ClientMethodTerminalWaitForExit, &err)
+	return c.pr.WaitForTerminalExit(ctx, req)
+}
+
+func (c acpClient) KillTerminal(ctx context.Context, req acp.KillTerminalRequest) (res acp.KillTerminalResponse, err error) {
+	defer c.pr.recovered(acp.ClientMethodTerminalKill, &err)
+	return c.pr.KillTerminal(ctx, req)
+}
+
+func (c acpClient) ReleaseTerminal(ctx context.Context, req acp.ReleaseTerminalRequest) (res acp.ReleaseTerminalResponse, err error) {
+	defer c.pr.recovered(acp.ClientMethodTerminalRelease, &err)
+	return c.pr.ReleaseTerminal(ctx, req)
+}
+
 func (pr *acpProc) turn() *acpTurn {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
@@ -795,7 +1027,7 @@ func (pr *acpProc) SessionUpdate(_ context.Context, n acp.SessionNotification) e
 		}
 	case u.ToolCall != nil:
 		tc := u.ToolCall
-		at.tool(string(tc.ToolCallId), tc.Title, tc.Kind, toolArgs(tc.RawInput, tc.Content), string(tc.Status))
+		at.tool(string(tc.ToolCallId), tc.Title, metaToolName(tc.Meta), tc.Kind, toolArgs(tc.RawInput, tc.Content), string(tc.Status))
 	case u.ToolCallUpdate != nil:
 		tc := u.ToolCallUpdate
 		title := ""
@@ -810,7 +1042,7 @@ func (pr *acpProc) SessionUpdate(_ context.Context, n acp.SessionNotification) e
 		if tc.Kind != nil {
 			kind = *tc.Kind
 		}
-		at.tool(string(tc.ToolCallId), title, kind, toolArgs(tc.RawInput, nil), status)
+		at.tool(string(tc.ToolCallId), title, metaToolName(tc.Meta), kind, toolArgs(tc.RawInput, nil), status)
 	}
 	return nil
 }
@@ -831,7 +1063,7 @@ func (at *acpTurn) addText(s string) {
 // their title and status when they end (R22.6); relay_tool's 🛰️ line
 // (R19.3) is the relay's, written once when the call reaches it. A tool
 // call starts a new reply segment.
-func (at *acpTurn) tool(id, title string, kind acp.ToolKind, raw any, status string) {
+func (at *acpTurn) tool(id, title, name string, kind acp.ToolKind, raw any, status string) {
 	at.mu.Lock()
 	tc := at.tools[id]
 	if tc == nil {
@@ -844,6 +1076,9 @@ func (at *acpTurn) tool(id, title string, kind acp.ToolKind, raw any, status str
 	}
 	if title != "" {
 		tc.title = title
+	}
+	if name != "" {
+		tc.name = name
 	}
 	if kind != "" {
 		tc.kind = kind
@@ -887,6 +1122,13 @@ func (pr *acpProc) RequestPermission(ctx context.Context, req acp.RequestPermiss
 		}
 		at.mu.Unlock()
 	}
+	// The tool's name and kind: Claude Code's adapter gives them only in
+	// the tool_call update it sends before the request, which the SDK
+	// handles in another goroutine: wait a moment for it.
+	name := metaToolName(req.ToolCall.Meta, req.Meta)
+	if name == "" && req.ToolCall.Kind == nil {
+		at.waitTool(ctx, string(req.ToolCall.ToolCallId))
+	}
 	// The request may be the first the relay hears of the call (Gemini CLI
 	// sends no tool_call first; the arguments are its content).
 	{
@@ -894,7 +1136,7 @@ func (pr *acpProc) RequestPermission(ctx context.Context, req acp.RequestPermiss
 		if req.ToolCall.Kind != nil {
 			kind = *req.ToolCall.Kind
 		}
-		at.tool(string(req.ToolCall.ToolCallId), title, kind, toolArgs(req.ToolCall.RawInput, req.ToolCall.Content), "")
+		at.tool(string(req.ToolCall.ToolCallId), title, name, kind, toolArgs(req.ToolCall.RawInput, req.ToolCall.Content), "")
 	}
 	pick := func(kinds ...acp.PermissionOptionKind) (acp.RequestPermissionResponse, bool) {
 		for _, k := range kinds {
@@ -906,20 +1148,23 @@ func (pr *acpProc) RequestPermission(ctx context.Context, req acp.RequestPermiss
 		}
 		return cancelled, false
 	}
-	// relay_tool's own calls: the relay checks them itself (cards, modes).
-	if strings.Contains(title, "relay_tool") {
-		r, _ := pick(acp.PermissionOptionKindAllowOnce, acp.PermissionOptionKindAllowAlways)
-		return r, nil
-	}
 	kind := acp.ToolKind("")
 	if req.ToolCall.Kind != nil {
 		kind = *req.ToolCall.Kind
-	} else {
-		at.mu.Lock()
-		if tc := at.tools[string(req.ToolCall.ToolCallId)]; tc != nil {
+	}
+	at.mu.Lock()
+	if tc := at.tools[string(req.ToolCall.ToolCallId)]; tc != nil {
+		if kind == "" {
 			kind = tc.kind
 		}
-		at.mu.Unlock()
+		name = tc.name
+	}
+	at.mu.Unlock()
+	// relay_tool's own calls: the relay checks them itself (cards, modes),
+	// told from the request's structured fields, never its text (R18.28).
+	if relayToolCall(req, kind, name) {
+		r, _ := pick(acp.PermissionOptionKindAllowOnce, acp.PermissionOptionKindAllowAlways)
+		return r, nil
 	}
 	if at.t.Mode == "plan" && writeKind(kind) {
 		if r, ok := pick(acp.PermissionOptionKindRejectOnce, acp.PermissionOptionKindRejectAlways); ok {
@@ -965,6 +1210,131 @@ func (pr *acpProc) RequestPermission(ctx context.Context, req acp.RequestPermiss
 	// A free answer that names no option: the agent gets a rejection.
 	r, _ := pick(acp.PermissionOptionKindRejectOnce, acp.PermissionOptionKindRejectAlways)
 	return r, nil
+}
+
+// relayTool* name relay_tool of the MCP server "relay" that session/new
+// hands over (mcpServers), as the agents name the call.
+const (
+	relayToolName  = "relay_tool"
+	relayMCPServer = "relay"
+)
+
+// relayToolCall reports whether a permission request is a call of the
+// relay's own relay_tool, from its structured fields only (R18.28): the
+// tool kind must be other (relay_tool is no edit, delete, move or execute:
+// a write is never answered here), and the tool and the MCP server the
+// call goes to must be named by the agent, not by the model:
+//   - name: the full name of the tool the agent calls, from _meta.toolName
+//     (Qwen Code: "mcp__relay__relay_tool") or _meta.claudeCode.toolName
+//     (Claude Code's adapter, in its tool_call update) of the request or of
+//     the call's tool_call update;
+//   - Gemini CLI names neither in a field: its MCP confirmation is the one
+//     offering the server-wide option ("proceed_always_server"), and its
+//     title is then the tool's display name, which it makes of the tool's
+//     and the server's names ("relay_tool (relay MCP Server)") — unless the
+//     arguments hold a string "command", which it shows instead; so the
+//     arguments (the request's content) must be known and hold none.
+//
+// Anything else — a title that merely mentions relay_tool, another kind,
+// another server — is a card.
+func relayToolCall(req acp.RequestPermissionRequest, kind acp.ToolKind, name string) bool {
+	if kind != acp.ToolKindOther {
+		return false
+	}
+	if name != "" {
+		return name == "mcp__"+relayMCPServer+"__"+relayToolName || name == "mcp_"+relayMCPServer+"_"+relayToolName
+	}
+	mcpAsk := false
+	for _, o := range req.Options {
+		if o.OptionId == "proceed_always_server" {
+			mcpAsk = true
+		}
+	}
+	if !mcpAsk || req.ToolCall.Title == nil || *req.ToolCall.Title != relayToolName+" ("+relayMCPServer+" MCP Server)" {
+		return false
+	}
+	keys, ok := geminiArgKeys(req.ToolCall.RawInput, req.ToolCall.Content)
+	if !ok {
+		return false
+	}
+	for _, k := range keys {
+		if k == "command" {
+			return false
+		}
+	}
+	return true
+}
+
+// metaToolName is the agent's name of a tool call in _meta: toolName
+// (Qwen Code) or claudeCode.toolName (Claude Code's adapter).
+func metaToolName(metas ...map[string]any) string {
+	for _, m := range metas {
+		if s, ok := m["toolName"].(string); ok && s != "" {
+			return s
+		}
+		if cc, ok := m["claudeCode"].(map[string]any); ok {
+			if s, ok := cc["toolName"].(string); ok && s != "" {
+				return s
+			}
+		}
+	}
+	return ""
+}
+
+// acpToolWait bounds waitTool.
+const acpToolWait = 2 * time.Second
+
+// waitTool waits up to acpToolWait for the tool_call update of id.
+func (at *acpTurn) waitTool(ctx context.Context, id string) {
+	deadline := time.Now().Add(acpToolWait)
+	for {
+		at.mu.Lock()
+		known := at.tools[id] != nil
+		at.mu.Unlock()
+		if known || time.Now().After(deadline) || ctx.Err() != nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// geminiArgKeys are the names of a Gemini CLI MCP call's arguments: its
+// rawInput, or the request's text content, which is the arguments as JSON
+// or, when they are long, "[Payload omitted due to length with parameters:
+// a, b, c]" (at most five named; more end with ", ...": not known).
+func geminiArgKeys(raw any, content []acp.ToolCallContent) ([]string, bool) {
+	var m map[string]any
+	if r, ok := raw.(map[string]any); ok && len(r) > 0 {
+		m = r
+	}
+	var texts []string
+	for _, c := range content {
+		if c.Content != nil && c.Content.Content.Text != nil {
+			texts = append(texts, strings.TrimSpace(c.Content.Content.Text.Text))
+		}
+	}
+	if m == nil && len(texts) == 1 {
+		t := texts[0]
+		const omitted = "[Payload omitted due to length with parameters: "
+		if strings.HasPrefix(t, omitted) && strings.HasSuffix(t, "]") {
+			list := strings.TrimSuffix(strings.TrimPrefix(t, omitted), "]")
+			if strings.HasSuffix(list, ", ...") {
+				return nil, false
+			}
+			return strings.Split(list, ", "), true
+		}
+		if json.Unmarshal([]byte(t), &m) != nil {
+			return nil, false
+		}
+	}
+	if m == nil {
+		return nil, false
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	return keys, true
 }
 
 // toolArgs is a tool call's input: rawInput, else a text content that is a

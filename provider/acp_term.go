@@ -6,14 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,6 +35,7 @@ const acpTaskLineMax = 8 << 10
 
 type acpTerm struct {
 	id    string
+	seq   int
 	cmd   *exec.Cmd
 	task  Task
 	limit int
@@ -47,6 +46,44 @@ type acpTerm struct {
 	exit      *acp.TerminalExitStatus
 	killed    bool
 	done      chan struct{}
+}
+
+// acpTermKeep bounds the terminals an agent process keeps (R18.26, as
+// R18.4 bounds output): each keeps up to acpTermMax of output for the agent.
+const acpTermKeep = 16
+
+// termRoom makes room for one more terminal: at acpTermKeep kept ones the
+// oldest that ended is forgotten (its output stays in its task); when all
+// still run, the request is refused. The place is reserved until done is
+// called (the terminal is kept, or did not start).
+func (pr *acpProc) termRoom() (done func(), err error) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	done = func() {
+		pr.mu.Lock()
+		pr.termStarting--
+		pr.mu.Unlock()
+	}
+	if len(pr.terms)+pr.termStarting < acpTermKeep {
+		pr.termStarting++
+		return done, nil
+	}
+	var oldest *acpTerm
+	for _, t := range pr.terms {
+		select {
+		case <-t.done:
+			if oldest == nil || t.seq < oldest.seq {
+				oldest = t
+			}
+		default:
+		}
+	}
+	if oldest == nil {
+		return nil, acp.NewInvalidRequest(map[string]any{"error": fmt.Sprintf("the agent has %d terminals running, the most the relay keeps: release or kill one first", acpTermKeep)})
+	}
+	delete(pr.terms, oldest.id)
+	pr.termStarting++
+	return done, nil
 }
 
 func (pr *acpProc) runningTerms() int {
@@ -64,18 +101,33 @@ func (pr *acpProc) runningTerms() int {
 // CreateTerminal starts the command (R22.4).
 func (pr *acpProc) CreateTerminal(ctx context.Context, req acp.CreateTerminalRequest) (acp.CreateTerminalResponse, error) {
 	pr.touch()
-	at := pr.turn()
-	if at == nil {
-		return acp.CreateTerminalResponse{}, acp.NewInvalidRequest(map[string]any{"error": "no turn of this session is running"})
+	at, err := pr.fileTurn()
+	if err != nil {
+		return acp.CreateTerminalResponse{}, err
 	}
-	dir := pr.cwd
+	if at.t.Mode == "plan" {
+		// A terminal runs what the agent likes: plan mode refuses it as it
+		// refuses writes (R18.26, R22.3).
+		return acp.CreateTerminalResponse{}, acp.NewInvalidRequest(map[string]any{"error": "the session is in plan mode: it runs no commands"})
+	}
+	// The terminal's folder, resolved through the turn's root (R18.25): a
+	// folder swapped for a link is not followed.
+	dir := at.folder.dir
 	if req.Cwd != nil && *req.Cwd != "" {
-		d, err := pr.inside(*req.Cwd, false)
-		if err != nil {
-			return acp.CreateTerminalResponse{}, acp.NewInvalidParams(map[string]any{"error": err.Error()})
-		}
-		dir = d
+		dir = *req.Cwd
 	}
+	dir, err = at.folder.subdir(dir)
+	if err != nil {
+		return acp.CreateTerminalResponse{}, acp.NewInvalidParams(map[string]any{"error": err.Error()})
+	}
+	if req.OutputByteLimit != nil && *req.OutputByteLimit < 0 {
+		return acp.CreateTerminalResponse{}, acp.NewInvalidParams(map[string]any{"error": "outputByteLimit may not be negative"})
+	}
+	placed, err := pr.termRoom()
+	if err != nil {
+		return acp.CreateTerminalResponse{}, err
+	}
+	defer placed()
 	env := pr.p.baseEnv()
 	for _, e := range req.Env {
 		if e.Name != "" && !strings.ContainsAny(e.Name, "=\x00") {
@@ -116,7 +168,7 @@ func (pr *acpProc) CreateTerminal(ctx context.Context, req acp.CreateTerminalReq
 	_ = w.Close()
 	pr.mu.Lock()
 	pr.nterm++
-	term := &acpTerm{id: fmt.Sprintf("term-%d-%s", pr.nterm, task.ID()), cmd: cmd, task: task, limit: limit, done: make(chan struct{})}
+	term := &acpTerm{id: fmt.Sprintf("term-%d-%s", pr.nterm, task.ID()), seq: pr.nterm, cmd: cmd, task: task, limit: limit, done: make(chan struct{})}
 	pr.terms[term.id] = term
 	pr.mu.Unlock()
 	go term.read(r, pr)
@@ -125,6 +177,7 @@ func (pr *acpProc) CreateTerminal(ctx context.Context, req acp.CreateTerminalReq
 
 // read copies the output to the agent's buffer and the task, then ends the task.
 func (t *acpTerm) read(r *os.File, pr *acpProc) {
+	defer pr.recovered("terminal output", nil) // the relay goes on (R18.27)
 	var line []byte
 	flush := func() {
 		l := strings.TrimRight(string(line), "\r")
@@ -292,99 +345,6 @@ func (pr *acpProc) endTerminals() {
 	for _, t := range terms {
 		t.kill()
 	}
-}
-
-// ---- files (R22.5) ----
-
-// inside resolves path (absolute, links resolved) and checks that it is the
-// session's folder or below it. forWrite: the file may not exist yet; its
-// deepest existing parent is resolved.
-func (pr *acpProc) inside(path string, forWrite bool) (string, error) {
-	if !filepath.IsAbs(path) {
-		return "", fmt.Errorf("the path %q is not absolute", path)
-	}
-	root, err := filepath.EvalSymlinks(pr.cwd)
-	if err != nil {
-		return "", fmt.Errorf("the session's folder cannot be resolved: %w", err)
-	}
-	clean := filepath.Clean(path)
-	resolved, err := filepath.EvalSymlinks(clean)
-	if err != nil && forWrite && errors.Is(err, os.ErrNotExist) {
-		// Resolve the deepest parent that exists; the rest is created.
-		rest := []string{}
-		dir := clean
-		for {
-			parent := filepath.Dir(dir)
-			rest = append([]string{filepath.Base(dir)}, rest...)
-			if parent == dir {
-				break
-			}
-			dir = parent
-			if r, perr := filepath.EvalSymlinks(dir); perr == nil {
-				resolved, err = filepath.Join(append([]string{r}, rest...)...), nil
-				break
-			}
-		}
-	}
-	if err != nil {
-		return "", fmt.Errorf("the path %q cannot be read: %w", path, err)
-	}
-	rel, err := filepath.Rel(root, resolved)
-	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		return "", fmt.Errorf("the path %q is outside the session's folder %s", path, pr.cwd)
-	}
-	return resolved, nil
-}
-
-// ReadTextFile reads a file inside the session's folder.
-func (pr *acpProc) ReadTextFile(_ context.Context, req acp.ReadTextFileRequest) (acp.ReadTextFileResponse, error) {
-	pr.touch()
-	p, err := pr.inside(req.Path, false)
-	if err != nil {
-		return acp.ReadTextFileResponse{}, acp.NewInvalidParams(map[string]any{"error": err.Error()})
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		return acp.ReadTextFileResponse{}, acp.NewInternalError(map[string]any{"error": err.Error()})
-	}
-	defer func() { _ = f.Close() }() // read only
-	b, err := io.ReadAll(io.LimitReader(f, MaxReplyBytes*8))
-	if err != nil {
-		return acp.ReadTextFileResponse{}, acp.NewInternalError(map[string]any{"error": err.Error()})
-	}
-	content := string(b)
-	if req.Line != nil || req.Limit != nil {
-		lines := strings.SplitAfter(content, "\n")
-		start := 0
-		if req.Line != nil && *req.Line > 0 {
-			start = min(*req.Line-1, len(lines))
-		}
-		end := len(lines)
-		if req.Limit != nil && *req.Limit > 0 && start+*req.Limit < end {
-			end = start + *req.Limit
-		}
-		content = strings.Join(lines[start:end], "")
-	}
-	return acp.ReadTextFileResponse{Content: content}, nil
-}
-
-// WriteTextFile writes a file inside the session's folder (parents made).
-func (pr *acpProc) WriteTextFile(_ context.Context, req acp.WriteTextFileRequest) (acp.WriteTextFileResponse, error) {
-	pr.touch()
-	if at := pr.turn(); at != nil && at.t.Mode == "plan" {
-		return acp.WriteTextFileResponse{}, acp.NewInvalidRequest(map[string]any{"error": "the session is in plan mode: it writes no files"})
-	}
-	p, err := pr.inside(req.Path, true)
-	if err != nil {
-		return acp.WriteTextFileResponse{}, acp.NewInvalidParams(map[string]any{"error": err.Error()})
-	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return acp.WriteTextFileResponse{}, acp.NewInternalError(map[string]any{"error": err.Error()})
-	}
-	if err := os.WriteFile(p, []byte(req.Content), 0o644); err != nil {
-		return acp.WriteTextFileResponse{}, acp.NewInternalError(map[string]any{"error": err.Error()})
-	}
-	return acp.WriteTextFileResponse{}, nil
 }
 
 // ---- relay_tool for a kept process ----

@@ -13,6 +13,14 @@
 // {"sleep_ms": N} (silent), {"exit": CODE}, {"garbage": TEXT},
 // {"stop": REASON}, {"usage": [IN, OUT]}, {"error": MSG}, {"hang": true}
 // (until cancelled).
+//
+// For the relay's security tests: {"read_lines": {"path", "line", "limit"}}
+// (fs/read_text_file with line and limit), {"reads": {"path", "count"}}
+// (count reads at once, their results summed up in one line),
+// {"sh": CMD} (the agent itself runs sh -c CMD, e.g. to swap its folder for
+// a link), and the permission step's "meta" (the tool call's _meta),
+// "content" (a text content), "raw_input" and "gemini_mcp" (Gemini CLI's
+// options for an MCP tool).
 package main
 
 import (
@@ -22,6 +30,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -149,8 +158,12 @@ type step struct {
 	Say        *string         `json:"say"`
 	Tool       json.RawMessage `json:"tool"`
 	Permission *struct {
-		Title string `json:"title"`
-		Kind  string `json:"kind"`
+		Title     string         `json:"title"`
+		Kind      string         `json:"kind"`
+		Meta      map[string]any `json:"meta"`
+		Content   string         `json:"content"`
+		RawInput  any            `json:"raw_input"`
+		GeminiMCP bool           `json:"gemini_mcp"`
 	} `json:"permission"`
 	Terminal *struct {
 		Command string   `json:"command"`
@@ -158,7 +171,17 @@ type step struct {
 		Cwd     string   `json:"cwd"`
 		NoWait  bool     `json:"no_wait"`
 	} `json:"terminal"`
-	Read  *string `json:"read"`
+	Read      *string `json:"read"`
+	ReadLines *struct {
+		Path  string `json:"path"`
+		Line  *int   `json:"line"`
+		Limit *int   `json:"limit"`
+	} `json:"read_lines"`
+	Reads *struct {
+		Path  string `json:"path"`
+		Count int    `json:"count"`
+	} `json:"reads"`
+	Sh    *string `json:"sh"`
 	Write *struct {
 		Path    string `json:"path"`
 		Content string `json:"content"`
@@ -223,13 +246,25 @@ func (a *agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResp
 			kind := acp.ToolKind(st.Permission.Kind)
 			_ = a.conn.SessionUpdate(ctx, acp.SessionNotification{SessionId: p.SessionId,
 				Update: acp.StartToolCall(id, st.Permission.Title, acp.WithStartKind(kind), acp.WithStartStatus(acp.ToolCallStatusPending))})
-			r, err := a.conn.RequestPermission(ctx, acp.RequestPermissionRequest{SessionId: p.SessionId,
-				ToolCall: acp.ToolCallUpdate{ToolCallId: id, Title: acp.Ptr(st.Permission.Title), Kind: &kind},
-				Options: []acp.PermissionOption{
-					{OptionId: "proceed_always", Name: "Allow for this session", Kind: acp.PermissionOptionKindAllowAlways},
+			tcu := acp.ToolCallUpdate{ToolCallId: id, Title: acp.Ptr(st.Permission.Title), Kind: &kind,
+				Meta: st.Permission.Meta, RawInput: st.Permission.RawInput}
+			if st.Permission.Content != "" {
+				tcu.Content = []acp.ToolCallContent{acp.ToolContent(acp.TextBlock(st.Permission.Content))}
+			}
+			opts := []acp.PermissionOption{
+				{OptionId: "proceed_always", Name: "Allow for this session", Kind: acp.PermissionOptionKindAllowAlways},
+				{OptionId: "proceed_once", Name: "Allow", Kind: acp.PermissionOptionKindAllowOnce},
+				{OptionId: "cancel", Name: "Reject", Kind: acp.PermissionOptionKindRejectOnce},
+			}
+			if st.Permission.GeminiMCP {
+				opts = []acp.PermissionOption{
+					{OptionId: "proceed_always_server", Name: "Allow all server tools for this session", Kind: acp.PermissionOptionKindAllowAlways},
+					{OptionId: "proceed_always_tool", Name: "Allow tool for this session", Kind: acp.PermissionOptionKindAllowAlways},
 					{OptionId: "proceed_once", Name: "Allow", Kind: acp.PermissionOptionKindAllowOnce},
 					{OptionId: "cancel", Name: "Reject", Kind: acp.PermissionOptionKindRejectOnce},
-				}})
+				}
+			}
+			r, err := a.conn.RequestPermission(ctx, acp.RequestPermissionRequest{SessionId: p.SessionId, ToolCall: tcu, Options: opts})
 			switch {
 			case err != nil:
 				say("PERMISSION ERROR: " + err.Error())
@@ -290,6 +325,39 @@ func (a *agent) Prompt(ctx context.Context, p acp.PromptRequest) (acp.PromptResp
 				say("READ ERROR: " + err.Error())
 			} else {
 				say("READ: " + r.Content)
+			}
+		case st.ReadLines != nil:
+			r, err := a.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: p.SessionId, Path: st.ReadLines.Path,
+				Line: st.ReadLines.Line, Limit: st.ReadLines.Limit})
+			if err != nil {
+				say("READ ERROR: " + err.Error())
+			} else {
+				say("READ: " + r.Content)
+			}
+		case st.Reads != nil:
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			ok, bytes, errs := 0, 0, map[string]int{}
+			for range st.Reads.Count {
+				wg.Go(func() {
+					r, err := a.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: p.SessionId, Path: st.Reads.Path})
+					mu.Lock()
+					defer mu.Unlock()
+					if err != nil {
+						errs[err.Error()]++
+						return
+					}
+					ok++
+					bytes += len(r.Content)
+				})
+			}
+			wg.Wait()
+			b, _ := json.Marshal(errs)
+			say(fmt.Sprintf("READS: %d ok, %d bytes, errors %s", ok, bytes, b))
+		case st.Sh != nil:
+			out, err := exec.CommandContext(ctx, "/bin/sh", "-c", *st.Sh).CombinedOutput()
+			if err != nil {
+				say(fmt.Sprintf("SH ERROR: %v: %s", err, out))
 			}
 		case st.Write != nil:
 			_, err := a.conn.WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: p.SessionId, Path: st.Write.Path, Content: st.Write.Content})
