@@ -255,3 +255,61 @@ func sleepers(marker string) int {
 	}
 	return n
 }
+
+// R18.31 for the agent CLIs: in the sandbox a CLI reads its own MCP config
+// file and writes its own Gemini CLI home, both in the provider's state
+// folder, while the other sessions' files there (MCP config files with their
+// tokens, Gemini chats) are hidden. Without the sandbox it sees them.
+func TestSandboxCLIStateFolder(t *testing.T) {
+	bwrap := needBwrap(t)
+	defer goleak.VerifyNone(t)
+	for _, tc := range []struct {
+		typ, body string
+	}{
+		{TypeClaudeCode, `cfg=""
+for a in "$@"; do case "$a" in --mcp-config=*) cfg="${a#--mcp-config=}";; esac; done
+own=no; grep -q "$RELAY_TOKEN" "$cfg" && own=yes
+n=$(ls -A "$STATE/mcp" 2>/dev/null | grep -c other-session)
+echo "{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"own=$own others=$n\",\"session_id\":\"11111111-2222-4333-8444-555555555555\"}"`},
+		{TypeGeminiCLI, `own=no; echo chat > "$GEMINI_CLI_HOME/.gemini/chat" && own=yes
+n=$(ls -A "$STATE/gemini" 2>/dev/null | grep -c other-session)
+echo '{"type":"init","session_id":"aaaaaaaa-2222-4333-8444-555555555555","model":"m1"}'
+echo "{\"type\":\"message\",\"role\":\"assistant\",\"content\":\"own=$own others=$n\",\"delta\":true}"
+echo '{"type":"result","status":"success","stats":{"input_tokens":1,"output_tokens":1}}'`},
+	} {
+		for _, sandboxed := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/sandbox=%v", tc.typ, sandboxed), func(t *testing.T) {
+				base := t.TempDir()
+				state := mkdir(t, filepath.Join(base, "state"))
+				writeFile(t, filepath.Join(state, "mcp", "relay-mcp-1-other-session-x.json"), `{"token":"other"}`, 0o600)
+				writeFile(t, filepath.Join(state, "gemini", "other-session", ".gemini", "chat"), "secret chat", 0o600)
+				bin := mkdir(t, filepath.Join(base, "bin"))
+				scriptPath := writeFile(t, filepath.Join(bin, "cli.sh"), "#!/bin/sh\n"+tc.body+"\n", 0o755)
+				var sb *Sandbox
+				if sandboxed {
+					sb = &Sandbox{Bwrap: bwrap, RO: []string{bin}}
+				}
+				c := CLIConfig{ID: "fake", Name: "Fake", Type: tc.typ, Command: []string{"/bin/sh", scriptPath}, StateDir: state,
+					Env: map[string]string{"STATE": state}, Sandbox: sb}
+				p, err := NewCLI(c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if sb != nil {
+					sb.Hide = p.SandboxHidden()
+				}
+				res, _, err := runCLI(t, p, execTurn(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := "own=yes others=1"
+				if sandboxed {
+					want = "own=yes others=0"
+				}
+				if res.Text != want {
+					t.Fatalf("reply %q, want %q", res.Text, want)
+				}
+			})
+		}
+	}
+}
