@@ -129,7 +129,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 		o.StallScanEvery = 30 * time.Second
 	}
 	a := &App{cfg: cfg, opts: o, log: o.Logger, started: make(chan struct{})}
-	sbs, err := newSandboxes(cfg) // R18.31: before anything is opened
+	sbs, err := newSandboxes(cfg, o.Logger) // R18.31: before anything is opened
 	if err != nil {
 		return nil, err
 	}

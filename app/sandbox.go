@@ -2,6 +2,8 @@ package app
 
 import (
 	"fmt"
+	"log/slog"
+	"os"
 	"path/filepath"
 
 	"github.com/oar/relay/config"
@@ -13,8 +15,10 @@ import (
 type sandboxes map[string]*provider.Sandbox
 
 // newSandboxes finds bwrap for every provider that sets sandbox: bwrap; a
-// relay whose provider asks for the sandbox does not start without it (exit 2).
-func newSandboxes(cfg config.Config) (sandboxes, error) {
+// relay whose provider asks for the sandbox does not start without it (exit
+// 2). A sandbox_rw or sandbox_ro path that does not exist is a warning: the
+// provider's turns fail with bwrap's message until it does.
+func newSandboxes(cfg config.Config, log *slog.Logger) (sandboxes, error) {
 	sbs := sandboxes{}
 	for i, p := range cfg.Providers {
 		if !p.Sandboxed() {
@@ -25,6 +29,11 @@ func newSandboxes(cfg config.Config) (sandboxes, error) {
 			return nil, fmt.Errorf("config: providers[%d].sandbox is bwrap (provider %q), but %v", i, p.ID, err)
 		}
 		sbs[p.ID] = &provider.Sandbox{Bwrap: bwrap, RW: p.SandboxRW, RO: p.SandboxRO}
+		for _, path := range append(append([]string(nil), p.SandboxRW...), p.SandboxRO...) {
+			if _, err := os.Stat(path); err != nil {
+				log.Warn("a sandbox path of the provider cannot be mounted: its turns fail until it exists", "provider", p.ID, "path", path, "err", err)
+			}
+		}
 	}
 	return sbs, nil
 }
