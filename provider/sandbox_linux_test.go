@@ -17,11 +17,16 @@ import (
 	"go.uber.org/goleak"
 )
 
-// needBwrap is bwrap's path; without it the test skips, or fails with
-// CI=true (CI installs bubblewrap).
+// needBwrap is bwrap's path; without it, or where it cannot make its
+// namespaces, the test skips, or fails with CI=true (CI installs bubblewrap).
 func needBwrap(t *testing.T) string {
 	t.Helper()
 	p, err := FindBwrap()
+	if err == nil {
+		if out, perr := exec.Command(p, "--unshare-pid", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "/bin/true").CombinedOutput(); perr != nil {
+			err = fmt.Errorf("bwrap cannot make its namespaces here: %v: %s", perr, strings.TrimSpace(string(out)))
+		}
+	}
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI=true but %v", err)

@@ -22,10 +22,17 @@ import (
 // sandbox, where the attack succeeds (so the test can fail), and once with
 // sandbox: bwrap, where it must not.
 
-// needBwrap skips without bubblewrap, or fails with CI=true (CI installs it).
+// needBwrap skips without bubblewrap, or where it cannot make its
+// namespaces; with CI=true it fails instead (CI installs bubblewrap).
 func needBwrap(t *testing.T) {
 	t.Helper()
-	if _, err := provider.FindBwrap(); err != nil {
+	p, err := provider.FindBwrap()
+	if err == nil {
+		if out, perr := exec.Command(p, "--unshare-pid", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "/bin/true").CombinedOutput(); perr != nil {
+			err = fmt.Errorf("bwrap cannot make its namespaces here: %v: %s", perr, strings.TrimSpace(string(out)))
+		}
+	}
+	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI=true but %v", err)
 		}
