@@ -244,13 +244,14 @@ func TestSandboxStopKillsAll(t *testing.T) {
 	}
 }
 
-// sleepers counts the live processes running "sleep MARKER".
+// sleepers counts the live processes running "sleep MARKER" (sleep by name or path).
 func sleepers(marker string) int {
 	ents, _ := os.ReadDir("/proc")
 	n := 0
 	for _, e := range ents {
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || string(b) != "sleep\x00"+marker+"\x00" {
+		argv := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+		if err != nil || len(argv) != 2 || filepath.Base(argv[0]) != "sleep" || argv[1] != marker {
 			continue
 		}
 		var pid int
@@ -316,5 +317,49 @@ echo '{"type":"result","status":"success","stats":{"input_tokens":1,"output_toke
 				}
 			})
 		}
+	}
+}
+
+// The helper process of TestSandboxAgentDiesWithRelay: a relay process
+// running one sandboxed exec turn whose agent sleeps.
+func TestHelperSandboxedRelay(t *testing.T) {
+	marker := os.Getenv("RELAY_TEST_HELPER_SANDBOX_MARKER")
+	if marker == "" {
+		t.Skip("helper process only")
+	}
+	dir := t.TempDir()
+	_, _ = NewExec(ExecConfig{ID: "x", Command: []string{"sleep", marker}, Sandbox: &Sandbox{Bwrap: os.Getenv("RELAY_TEST_HELPER_BWRAP")}}).
+		Run(context.Background(), Turn{SessionID: "s", Cwd: dir}, nil)
+}
+
+// R18.11 in the sandbox: an agent whose relay process died is killed with it
+// (Pdeathsig kills bwrap, --die-with-parent the sandbox).
+func TestSandboxAgentDiesWithRelay(t *testing.T) {
+	bwrap := needBwrap(t)
+	marker := fmt.Sprint(3000 + rand.IntN(100000))
+	relayProc := exec.Command(os.Args[0], "-test.run=^TestHelperSandboxedRelay$")
+	relayProc.Env = append(os.Environ(), "RELAY_TEST_HELPER_SANDBOX_MARKER="+marker, "RELAY_TEST_HELPER_BWRAP="+bwrap)
+	var out strings.Builder
+	relayProc.Stdout, relayProc.Stderr = &out, &out
+	if err := relayProc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for sleepers(marker) != 1 {
+		if time.Now().After(deadline) {
+			_ = relayProc.Process.Kill()
+			_ = relayProc.Wait()
+			t.Fatalf("the sandboxed agent did not start; the relay process said: %s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = relayProc.Process.Kill() // SIGKILL: no cleanup of its own
+	_ = relayProc.Wait()
+	deadline = time.Now().Add(20 * time.Second)
+	for sleepers(marker) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sandboxed agent (sleep %s) outlived its relay process", marker)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
