@@ -129,6 +129,10 @@ func New(cfg config.Config, o Options) (*App, error) {
 		o.StallScanEvery = 30 * time.Second
 	}
 	a := &App{cfg: cfg, opts: o, log: o.Logger, started: make(chan struct{})}
+	sbs, err := newSandboxes(cfg, o.Logger) // R18.31: before anything is opened
+	if err != nil {
+		return nil, err
+	}
 	// R18.36: a secret given as a flag is readable by every user of the
 	// machine; say so (never the secret), with the file to use instead.
 	for _, w := range cfg.CommandLineWarnings() {
@@ -169,11 +173,12 @@ func New(cfg config.Config, o Options) (*App, error) {
 	a.insp = asynq.NewInspectorFromRedisClient(a.rdb)
 	a.met = metrics.New()
 
-	provs, scripted, err := buildProviders(cfg, a.log)
+	provs, scripted, err := buildProviders(cfg, a.log, sbs)
 	if err != nil {
 		a.close()
 		return nil, err
 	}
+	sbs.hide(cfg, provs)
 	a.scripted = scripted
 	a.provs = provs
 	ropt := domain.Options{
@@ -235,7 +240,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 	return a, nil
 }
 
-func buildProviders(cfg config.Config, log *slog.Logger) ([]provider.Provider, *provider.Scripted, error) {
+func buildProviders(cfg config.Config, log *slog.Logger, sbs sandboxes) ([]provider.Provider, *provider.Scripted, error) {
 	var out []provider.Provider
 	var scripted *provider.Scripted
 	for _, p := range cfg.Providers {
@@ -245,11 +250,11 @@ func buildProviders(cfg config.Config, log *slog.Logger) ([]provider.Provider, *
 			out = append(out, scripted)
 		case config.TypeExec:
 			out = append(out, provider.NewExec(provider.ExecConfig{ID: p.ID, Name: p.Name, Command: p.Command, Models: p.Models,
-				DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo, Env: p.Env}))
+				DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo, Env: p.Env, Sandbox: sbs[p.ID]}))
 		case config.TypeClaudeCode, config.TypeCodex, config.TypeGeminiCLI: // R17.1
 			cli, err := provider.NewCLI(provider.CLIConfig{ID: p.ID, Name: p.Name, Type: p.Type, Command: p.Command, Args: p.Args,
 				Env: p.Env, Models: p.Models, DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo,
-				Silence: cfg.Timing.AgentSilence})
+				Silence: cfg.Timing.AgentSilence, Sandbox: sbs[p.ID]})
 			if err != nil {
 				return nil, nil, fmt.Errorf("config: %w", err)
 			}
@@ -260,7 +265,7 @@ func buildProviders(cfg config.Config, log *slog.Logger) ([]provider.Provider, *
 		case config.TypeACP: // R22.1
 			ap := provider.NewACP(provider.ACPConfig{ID: p.ID, Name: p.Name, Command: p.Command, Env: p.Env, Models: p.Models,
 				DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo, Silence: cfg.Timing.AgentSilence,
-				Idle: cfg.Timing.ACPIdle, Logger: log})
+				Idle: cfg.Timing.ACPIdle, Logger: log, Sandbox: sbs[p.ID]})
 			if in := ap.Info(); in.Status == provider.StatusUnavailable {
 				log.Warn("provider unavailable: prompts to it are refused until its command can be found", "provider", p.ID, "why", in.StatusReason)
 			}

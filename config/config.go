@@ -50,6 +50,9 @@ type Config struct {
 	// (R18.36): "owner-token", "redis" (a URL with a password); each is
 	// logged as a WARNING at start (CommandLineWarnings).
 	SecretFlags []string
+	// SecretFiles are the files the owner token and the Redis password were
+	// read from (R18.36): a sandboxed agent never sees them (R18.31).
+	SecretFiles []string
 
 	Folders    []string   // yaml folders; default [home]; ~ expanded, Clean
 	DefaultCwd string     // yaml default_cwd; default Folders[0]
@@ -89,6 +92,28 @@ type Provider struct {
 	// AlwaysThinks (always_thinks): the provider's model always thinks, so
 	// thinking_enabled changes nothing (a DeepSeek session).
 	AlwaysThinks bool
+	// Sandbox (sandbox): SandboxBwrap runs each agent process and each of
+	// its ACP terminals under bubblewrap (R18.31); "" or "none" = no sandbox.
+	// Only for the types that run processes (RunsProcesses).
+	Sandbox string
+	// SandboxRW (sandbox_rw) and SandboxRO (sandbox_ro): paths mounted
+	// writable and read-only inside the sandbox besides the session's folder
+	// (e.g. the CLI's own config); absolute, ~ expanded; only with sandbox: bwrap.
+	SandboxRW []string
+	SandboxRO []string
+}
+
+// SandboxBwrap is the one sandbox a provider may set (R18.31): Debian's
+// bubblewrap, found as bwrap on PATH.
+const SandboxBwrap = "bwrap"
+
+// Sandboxed reports whether the provider's processes run in the sandbox.
+func (p Provider) Sandboxed() bool { return p.Sandbox == SandboxBwrap }
+
+// RunsProcesses reports whether a provider type runs agent processes (exec,
+// the agent CLIs, acp): the types a sandbox applies to.
+func RunsProcesses(typ string) bool {
+	return typ == TypeExec || typ == TypeACP || IsAgentCLI(typ)
 }
 
 // ClaudeSessions reports whether a provider's sessions are Claude sessions,
@@ -700,6 +725,40 @@ func (c Config) validateProviders() error {
 				return fmt.Errorf("config: %s.env has an invalid variable name %q", at, k)
 			}
 		}
+		if err := checkSandbox(at, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkSandbox validates sandbox, sandbox_rw and sandbox_ro (R18.31).
+func checkSandbox(at string, p Provider) error {
+	switch p.Sandbox {
+	case "", "none":
+		if len(p.SandboxRW) > 0 || len(p.SandboxRO) > 0 {
+			return fmt.Errorf("config: %s.sandbox_rw and sandbox_ro apply only with sandbox: bwrap", at)
+		}
+		return nil
+	case SandboxBwrap:
+	default:
+		return fmt.Errorf("config: %s.sandbox must be bwrap or none (got %q)", at, p.Sandbox)
+	}
+	if !RunsProcesses(p.Type) {
+		return fmt.Errorf("config: %s.sandbox applies only to the types that run agent processes (exec, claude-code, codex, gemini-cli, acp); type %s runs none", at, p.Type)
+	}
+	for _, l := range []struct {
+		key   string
+		paths []string
+	}{{"sandbox_rw", p.SandboxRW}, {"sandbox_ro", p.SandboxRO}} {
+		for j, path := range l.paths {
+			if !filepath.IsAbs(path) || strings.ContainsRune(path, 0) {
+				return fmt.Errorf("config: %s.%s[%d] must be an absolute path (got %q)", at, l.key, j, path)
+			}
+			if filepath.Clean(path) == "/" {
+				return fmt.Errorf("config: %s.%s[%d] must not be / (the whole file system is already read-only in the sandbox; name the paths the agent needs)", at, l.key, j)
+			}
+		}
 	}
 	return nil
 }
@@ -1138,6 +1197,9 @@ func (d *fileDecoder) providers(p *[]Provider) func(string, *yaml.Node) error {
 				{"claude", d.boolean(&pr.Claude)},
 				{"compact_window_zero", d.integer(&pr.CompactWindowZero)},
 				{"always_thinks", d.boolean(&pr.AlwaysThinks)},
+				{"sandbox", d.str(&pr.Sandbox)},
+				{"sandbox_rw", d.paths(&pr.SandboxRW)},
+				{"sandbox_ro", d.paths(&pr.SandboxRO)},
 			})
 			if err != nil {
 				return err

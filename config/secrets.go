@@ -39,6 +39,7 @@ func (c *Config) readSecrets(flags map[string]string, env func(string) (string, 
 			return err
 		}
 		c.OwnerToken = tok
+		c.SecretFiles = append(c.SecretFiles, fileFlag)
 	case !tokFlag:
 		file, hasFile := envSet(EnvOwnerTokenFile)
 		if !hasFile {
@@ -52,6 +53,7 @@ func (c *Config) readSecrets(flags map[string]string, env func(string) (string, 
 			return err
 		}
 		c.OwnerToken = tok
+		c.SecretFiles = append(c.SecretFiles, file)
 	}
 
 	// The Redis password.
@@ -73,6 +75,7 @@ func (c *Config) readSecrets(flags map[string]string, env func(string) (string, 
 			return err
 		}
 		c.RedisPassword = pw
+		c.SecretFiles = append(c.SecretFiles, file)
 	}
 
 	c.SecretFlags = nil

@@ -52,6 +52,8 @@ type ACPConfig struct {
 	// this long (timing.acp_idle, default 10 min).
 	Idle   time.Duration
 	Logger *slog.Logger
+
+	Sandbox *Sandbox // the agent and its terminals run in it (R18.31, R18.26); nil = none
 }
 
 // ACP is the provider for Agent Client Protocol agents. It keeps one agent
@@ -283,6 +285,7 @@ func (p *ACP) start(t Turn, px *mcpProxy) (*acpProc, error) {
 		WaitDelay:   execPipeDelay,
 		Stderr:      &acpErrWriter{pr: pr},
 	}
+	p.c.Sandbox.wrap(pr.cmd, t.Cwd)
 	stdinW, err := pr.cmd.StdinPipe()
 	if err != nil {
 		return nil, &TurnError{Msg: fmt.Sprintf("acp provider %q: %v", p.c.ID, err)}

@@ -61,6 +61,8 @@ type CLIConfig struct {
 	// ResultGrace: a CLI still running this long after its final result is
 	// killed and the turn ends normally (default 10 s).
 	ResultGrace time.Duration
+	// Sandbox confines the CLI (R18.31); nil = none.
+	Sandbox *Sandbox
 }
 
 // CLI is an agent CLI provider. It is safe for concurrent turns.
@@ -267,6 +269,7 @@ func (p *CLI) run(ctx context.Context, t Turn, h Host, model string) (Result, *s
 		Stdout:      s,
 		Stderr:      &touchWriter{w: errTail, s: s},
 	} // Stdin nil: /dev/null
+	p.c.Sandbox.wrap(cmd, t.Cwd, p.sandboxBinds(t, tf)...)
 	if err := cmd.Start(); err != nil {
 		return Result{}, nil, &TurnError{Msg: fmt.Sprintf("%s provider %q: cannot start %q: %v", p.c.Type, p.c.ID, argv[0], err)}
 	}

@@ -39,6 +39,8 @@ type ExecConfig struct {
 	ConfigDir string
 	// StderrTail is how many bytes of the end of stderr a failed turn reports (default 2000).
 	StderrTail int
+	// Sandbox confines the command (R18.31); nil = none.
+	Sandbox *Sandbox
 }
 
 // Timing of a stop: the process group gets SIGTERM, then SIGKILL after
@@ -137,6 +139,7 @@ func (e *Exec) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 		SysProcAttr: agentProcAttr(),
 		WaitDelay:   execPipeDelay,
 	}
+	e.c.Sandbox.wrap(cmd, t.Cwd, sandboxBind{path: cfgPath})
 	if !promptInArgs {
 		cmd.Stdin = strings.NewReader(t.Prompt)
 	} // else nil: /dev/null
