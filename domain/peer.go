@@ -138,7 +138,8 @@ func (pk *peerLink) peerDone(kind string, err error) *Error {
 	if err != nil {
 		var pe *peer.Error
 		if errors.As(err, &pe) {
-			e = &Error{Code: pe.Code, Msg: pe.Msg}
+			// The code of another relay's error answer is data (R18.32).
+			e = closedPeerError(&Error{Code: pe.Code, Msg: pe.Msg})
 		} else {
 			e = internal("peer request", err)
 		}

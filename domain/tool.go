@@ -137,6 +137,9 @@ func (r *Relay) envelope(action, callerID string, start time.Time, out *result, 
 		if _, known := actionArgs[action]; !known {
 			action = "unknown"
 		}
+		if code != "ok" && !KnownCode(code) {
+			code = CodeInternal // labels come only from the closed set (R18.32)
+		}
 		r.met.ToolCall(action, code, time.Since(start))
 	}
 	b, err := json.Marshal(env)
