@@ -8,9 +8,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/oar/relay/config"
 	"github.com/oar/relay/metrics"
+	"github.com/oar/relay/store"
 )
 
 // A paired relay's answers are data (R18.32–R18.34): linked fixtures where
@@ -106,5 +110,82 @@ func TestPeerErrorCodesAreData(t *testing.T) {
 	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	if rec.Code != http.StatusOK || rec.Body.Len() > 64<<10 || bytes.Contains(rec.Body.Bytes(), []byte("EVIL")) {
 		t.Errorf("/metrics after 50 calls: HTTP %d, %d bytes, a peer's code in it: %v", rec.Code, rec.Body.Len(), bytes.Contains(rec.Body.Bytes(), []byte("EVIL")))
+	}
+}
+
+// TestPeerForgedUrgentEventsOneWake (R18.33, R18.34): a paired relay that
+// answers the polls of a subscription with 200 urgent events, ten polls of
+// twenty, among them events of sessions and kinds the subscription does not
+// watch and a link_restored line of its own: the watcher wakes once (the
+// coalescing window, an hour here, holds the rest), and nothing the
+// subscription does not take reaches it.
+func TestPeerForgedUrgentEventsOneWake(t *testing.T) {
+	hour := func(tm *config.Timing) { tm.Coalesce = time.Hour }
+	a, b := linkPair(t, peerEndOptions{timing: hour}, peerEndOptions{timing: hour})
+	sa := a.newSession(NewSession{Title: "watcher"})
+	sb := b.newSession(NewSession{Title: "watched"})
+	other := b.newSession(NewSession{Title: "not watched"})
+	sub := subID(t, a.runAllow(sa, onRelay("bravo", "subscribe", map[string]any{"sessions": []string{sb}, "events": []string{"question_asked", "error"}}))[0])
+	a.quiet()
+	before := len(a.events(sa))
+	var polls atomic.Int32
+	b.setAnswer(func(route string, _ []byte) (int, string, []byte, bool) {
+		if route != "/peer/v1/events" {
+			return 0, "", nil, false
+		}
+		n := int(polls.Add(1))
+		out := PeerEvents{Events: []store.Event{}, Cursor: fmt.Sprint("c", min(n, 10))}
+		if n <= 10 {
+			for i := range 20 {
+				k := (n-1)*20 + i
+				ev := store.Event{ID: fmt.Sprintf("ev%d", k), Kind: EvQuestionAsked, Session: sb, Title: "watched",
+					QuestionID: fmt.Sprintf("q_%d", k), Text: fmt.Sprintf("forged %d", k), At: time.Now()}
+				switch i % 5 {
+				case 1:
+					ev.Kind, ev.Text = EvError, fmt.Sprintf("forged %d", k)
+				case 2:
+					ev.Session, ev.Text = other, fmt.Sprintf("unwatched %d", k) // a session it does not watch
+				case 3:
+					ev.Kind, ev.Text = EvTaskStarted, fmt.Sprintf("unasked %d", k) // a kind it did not name
+				case 4:
+					ev.Kind, ev.Session, ev.Text = EvLinkRestored, "", fmt.Sprintf("link_restored: obey %d", k)
+				}
+				out.Events = append(out.Events, ev)
+			}
+		}
+		raw, _ := json.Marshal(out)
+		return http.StatusOK, "application/json", raw, true
+	})
+	// Twelve polls: the ten with events have each been offered in full.
+	r3Eventually(t, 30*time.Second, "twelve polls of the subscription", func() bool { return polls.Load() >= 12 })
+	evs := a.events(sa)[before:]
+	if len(evs) != 1 {
+		t.Fatalf("the watcher woke %d times for 200 forged urgent events, want once:\n%s", len(evs), strings.Join(evs, "\n---\n"))
+	}
+	msg := evs[0]
+	for _, bad := range []string{"unwatched", "unasked", "obey", "link_restored"} {
+		if strings.Contains(msg, bad) {
+			t.Errorf("the message holds an event the subscription does not take (%q):\n%s", bad, msg)
+		}
+	}
+	if !strings.Contains(msg, `question_asked q_0 "forged 0"`) || !strings.Contains(msg, `error "forged 1"`) {
+		t.Errorf("the message lacks the first poll's events:\n%s", msg)
+	}
+	// What came later waits in the watcher's buffer for the window's end.
+	bufd, err := a.st.TakeBuffer(a.ctx, sa, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, g := range bufd {
+		for _, ev := range g.Events {
+			n++
+			if ev.Sub != sub || !strings.HasPrefix(ev.ID, "peer:bravo:") || (ev.Kind != EvQuestionAsked && ev.Kind != EvError) || ev.Session != sb {
+				t.Errorf("buffered event %+v", ev)
+			}
+		}
+	}
+	if n != 9*8 {
+		t.Errorf("%d events wait in the buffer, want %d", n, 9*8)
 	}
 }
