@@ -26,7 +26,7 @@ import (
 func (rm *remote) keepMirror(ctx context.Context, c *caller, a *args, p *store.Pairing, env map[string]any) {
 	sm, _ := env["subscription"].(map[string]any)
 	id, _ := sm["id"].(string)
-	if id == "" {
+	if !rm.mirrorFree(ctx, p, id, "") {
 		return
 	}
 	sub := &store.Subscription{ID: id, Watcher: c.s.ID, Relay: p.Name, Cursor: "0", CreatedAt: rm.now()}
@@ -75,6 +75,45 @@ func (rm *remote) keepMirror(ctx context.Context, c *caller, a *args, p *store.P
 	if err := rm.st.SaveSubscription(ctx, sub); err != nil {
 		rm.log.Error("keep remote subscription", "relay", p.Name, "sub", id, "err", err)
 	}
+}
+
+// peerRecordID reports whether id, a record's id a paired relay answered,
+// is one this relay keeps: prefix and at most 64 letters, digits, '_' or
+// '-' (R3.7, R18.34).
+func peerRecordID(id, prefix string) bool {
+	rest, ok := strings.CutPrefix(id, prefix)
+	if !ok || rest == "" || len(rest) > 64 {
+		return false
+	}
+	for _, c := range rest {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// mirrorFree reports whether a subscription id paired relay p answered may
+// name a new mirror here (R18.34): an id of the form this relay keeps that
+// names no record here (but the mirror it replaces, moved), so that no
+// answer of a paired relay overwrites a local subscription or another
+// mirror. One that may not is logged and not followed.
+func (rm *remote) mirrorFree(ctx context.Context, p *store.Pairing, id, moved string) bool {
+	if id == "" {
+		return false
+	}
+	if peerRecordID(id, "sub_") {
+		_, err := rm.st.GetSubscription(ctx, id)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && id == moved) {
+			return true
+		}
+		if err != nil {
+			rm.log.Error("keep remote subscription", "relay", p.Name, "sub", id, "err", err)
+			return false
+		}
+	}
+	rm.log.Warn("paired relay answered a subscription id that names a record here, or none this relay keeps: not followed", "relay", p.Name)
+	return false
 }
 
 func anyStrings(v any) []string {

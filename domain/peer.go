@@ -419,7 +419,7 @@ func (pk *peerLink) Unpair(ctx context.Context, name string) (*relay.Unpaired, e
 			if !pk.relay.remoteWithdraw(ctx, p, a) {
 				untold++
 			}
-			if ok, err := pk.st.DeleteRemoteAsk(ctx, a.ID); err == nil && ok {
+			if ok, err := pk.st.DeleteRemoteAsk(ctx, a.Relay, a.ID); err == nil && ok {
 				endedAsks++
 			}
 		}

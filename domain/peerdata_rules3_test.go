@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -187,5 +188,127 @@ func TestPeerForgedUrgentEventsOneWake(t *testing.T) {
 	}
 	if n != 9*8 {
 		t.Errorf("%d events wait in the buffer, want %d", n, 9*8)
+	}
+}
+
+// callAction is the action of a /peer/v1/call body.
+func callAction(body []byte) string {
+	var cb PeerCallBody
+	_ = json.Unmarshal(body, &cb)
+	return cb.Action
+}
+
+// TestPeerSubscriptionIDsNeverOverwrite (R18.34): a paired relay that
+// answers subscribe with the id of a subscription of this relay (or an id
+// of no form this relay keeps) does not overwrite that record: it stays the
+// local one, and no mirror is followed under either id.
+func TestPeerSubscriptionIDsNeverOverwrite(t *testing.T) {
+	a, b := linkPair(t, peerEndOptions{}, peerEndOptions{})
+	sa := a.newSession(NewSession{Title: "watcher"})
+	sl := a.newSession(NewSession{Title: "local"})
+	sb := b.newSession(NewSession{Title: "watched"})
+	local := subID(t, a.runAllow(sa, onRelay("this", "subscribe", map[string]any{"sessions": []string{sl}}))[0])
+	before := a.mirror(local)
+	for _, id := range []string{local, "sub_../../x", strings.Repeat("sub_a", 30)} {
+		b.setAnswer(func(route string, body []byte) (int, string, []byte, bool) {
+			if route != "/peer/v1/call" || callAction(body) != "subscribe" {
+				return 0, "", nil, false
+			}
+			raw, _ := json.Marshal(map[string]any{"ok": true, "relay": "bravo", "summary": "subscribe → bravo: 1 session",
+				"subscription": map[string]any{"id": id, "sessions": []any{map[string]any{"id": sb, "title": "watched"}}, "events": defaultEvents}})
+			return http.StatusOK, "application/json", raw, true
+		})
+		res := a.runAllow(sa, onRelay("bravo", "subscribe", map[string]any{"sessions": []string{sb}}))
+		if linkCode(res[0]) != "ok" {
+			t.Fatalf("subscribe on bravo answered %q: %v", id, res[0])
+		}
+	}
+	after := a.mirror(local)
+	if after.Relay != "" || after.Watcher != before.Watcher || after.EndReason != "" || !slices.Equal(after.Sessions, before.Sessions) {
+		t.Errorf("the local subscription after bravo answered its id: %+v, was %+v", after, before)
+	}
+	mirrors, err := a.st.RemoteSubscriptions(a.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mirrors) != 0 {
+		t.Errorf("alpha follows %d mirrors under ids bravo chose: %+v", len(mirrors), mirrors[0])
+	}
+}
+
+// TestPeerAskIDsAndViaAreData (R18.34): two paired relays that answer an
+// ask with the same id each keep their own record here (neither overwrites
+// the other's), and an answer whose via names no relay known here comes
+// without it.
+func TestPeerAskIDsAndViaAreData(t *testing.T) {
+	n := newPeerNet(t)
+	a, b, c := n.relay("alpha", peerEndOptions{timing: subsFast}), n.relay("bravo", peerEndOptions{}), n.relay("charlie", peerEndOptions{})
+	a.pair(b, PairRequest{})
+	a.pair(c, PairRequest{})
+	sa := a.newSession(NewSession{Title: "asker"})
+	var answered atomic.Bool
+	fake := func(end *peerEnd) {
+		end.setAnswer(func(route string, body []byte) (int, string, []byte, bool) {
+			if route != "/peer/v1/call" {
+				return 0, "", nil, false
+			}
+			var v any
+			switch callAction(body) {
+			case "ask":
+				v = map[string]any{"ok": true, "relay": end.name, "summary": "ask → " + end.name, "question_id": "ask_same", "status": "pending"}
+			case "list_questions":
+				q := map[string]any{"question_id": "ask_same", "status": "pending"}
+				if end == b && answered.Load() {
+					q = map[string]any{"question_id": "ask_same", "status": "answered", "answer": "yes", "via": "mallory"}
+				}
+				v = map[string]any{"ok": true, "relay": end.name, "summary": "list_questions", "questions": []any{q}}
+			default:
+				return 0, "", nil, false
+			}
+			raw, _ := json.Marshal(v)
+			return http.StatusOK, "application/json", raw, true
+		})
+	}
+	fake(b)
+	fake(c)
+	res := a.runAllow(sa,
+		onRelay("bravo", "ask", map[string]any{"session": "0123456789abcdef", "question": "Ship it?"}),
+		onRelay("charlie", "ask", map[string]any{"session": "0123456789abcdef", "question": "Merge it?"}))
+	for _, r := range res {
+		if linkCode(r) != "ok" {
+			t.Fatalf("ask: %v", r)
+		}
+	}
+	asks, err := a.st.RemoteAsks(a.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var relays []string
+	for _, x := range asks {
+		relays = append(relays, x.Relay+" "+x.Question)
+	}
+	slices.Sort(relays)
+	if !slices.Equal(relays, []string{"bravo Ship it?", "charlie Merge it?"}) {
+		t.Fatalf("alpha follows %q, want both asks", relays)
+	}
+	before := len(a.events(sa))
+	answered.Store(true)
+	var line string
+	r3Eventually(t, 30*time.Second, "the answer of bravo's ask", func() bool {
+		a.clk.Advance(time.Second) // to the asks' next polls (ask_poll, on alpha's clock)
+		for _, txt := range a.events(sa)[before:] {
+			if strings.Contains(txt, "question_answered") {
+				line = txt
+				return true
+			}
+		}
+		return false
+	})
+	if !strings.Contains(line, `question_answered ask_same "Ship it?": "yes"`) || strings.Contains(line, "mallory") || strings.Contains(line, "via") {
+		t.Errorf("the answer's line names a relay not known here:\n%s", line)
+	}
+	asks, _ = a.st.RemoteAsks(a.ctx)
+	if len(asks) != 1 || asks[0].Relay != "charlie" {
+		t.Errorf("after bravo's answer alpha follows %+v, want charlie's ask", asks)
 	}
 }

@@ -371,7 +371,7 @@ func (pk *peerLink) pollAsk(ctx context.Context, a *store.RemoteAsk) {
 	p, err := pk.st.GetPairing(ctx, a.Relay)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			_, _ = pk.st.DeleteRemoteAsk(ctx, a.ID)
+			_, _ = pk.st.DeleteRemoteAsk(ctx, a.Relay, a.ID)
 		}
 		return
 	}
@@ -395,15 +395,15 @@ func (pk *peerLink) pollAsk(ctx context.Context, a *store.RemoteAsk) {
 	status, _ := q["status"].(string)
 	switch {
 	case q == nil || status == "withdrawn":
-		_, _ = pk.st.DeleteRemoteAsk(ctx, a.ID) // ended there (archived, deleted, withdrawn): nobody is told
-		pk.relay.notify(ctx, "inbox")           // but the owner's console drops it (R19.4)
+		_, _ = pk.st.DeleteRemoteAsk(ctx, a.Relay, a.ID) // ended there (archived, deleted, withdrawn): nobody is told
+		pk.relay.notify(ctx, "inbox")                    // but the owner's console drops it (R19.4)
 	case status == "pending":
 		a.NextPollAt = pk.now().Add(pk.opts.Timing.AskPoll)
 		if err := pk.st.SaveRemoteAsk(ctx, a); err != nil {
 			pk.log.Warn("save remote ask", "ask", a.ID, "err", err)
 		}
 	default:
-		ok, err := pk.st.DeleteRemoteAsk(ctx, a.ID)
+		ok, err := pk.st.DeleteRemoteAsk(ctx, a.Relay, a.ID)
 		if err != nil || !ok {
 			return // another process told the asker
 		}
@@ -411,9 +411,7 @@ func (pk *peerLink) pollAsk(ctx context.Context, a *store.RemoteAsk) {
 		answer, _ := q["answer"].(string)
 		choice, _ := q["choice"].(string)
 		via, _ := q["via"].(string)
-		if via == "" {
-			via = p.Name
-		}
+		via = pk.viaHere(ctx, p, via)
 		pk.dl.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: a.Asker, QuestionID: a.ID, Text: a.Question,
 			Answer: answer, Choice: choice, Dismissed: status == "dismissed", Via: via})
 	}
@@ -433,4 +431,27 @@ func (pk *peerLink) refreshPairing(ctx context.Context, name string, h *Hello) {
 	if err := pk.st.SavePairing(ctx, p); err != nil {
 		pk.log.Warn("refresh pairing", "relay", name, "err", err)
 	}
+}
+
+// viaHere is the via of an answer a paired relay reported (R18.34): the
+// relay whose inbox the owner answered in, named as this relay names it —
+// this relay, or a relay paired here (by its name here); the paired relay
+// itself when it names none; anything else is left out.
+func (pk *peerLink) viaHere(ctx context.Context, p *store.Pairing, via string) string {
+	switch {
+	case via == "" || strings.EqualFold(via, p.Name) || strings.EqualFold(via, p.SelfName()):
+		return p.Name
+	case strings.EqualFold(via, pk.opts.Name):
+		return pk.opts.Name
+	}
+	ps, err := pk.st.Pairings(ctx)
+	if err != nil {
+		return ""
+	}
+	for _, o := range ps {
+		if strings.EqualFold(via, o.Name) || strings.EqualFold(via, o.SelfName()) {
+			return o.Name
+		}
+	}
+	return ""
 }

@@ -283,7 +283,7 @@ type peerStore interface {
 	SaveLiveSubscription(ctx context.Context, sub *store.Subscription) (bool, error)
 	AddPairing(ctx context.Context, p *store.Pairing) error
 	DeletePairing(ctx context.Context, name string) (bool, error)
-	DeleteRemoteAsk(ctx context.Context, id string) (bool, error)
+	DeleteRemoteAsk(ctx context.Context, relay, id string) (bool, error)
 	DropLink(ctx context.Context, name string) error
 	Instance(ctx context.Context) (string, error)
 	Links(ctx context.Context) (map[string]store.Link, error)

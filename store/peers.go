@@ -288,13 +288,23 @@ type RemoteAsk struct {
 	NextPollAt time.Time `json:"nextPollAt"`
 }
 
+// remoteAskField is a remote ask's field in rasks: the id the paired relay
+// gave it, namespaced by that relay's local name, so that one relay's id
+// never names another's ask (R18.34). Older records are under the bare id.
+func remoteAskField(relay, id string) string { return strings.ToLower(relay) + "|" + id }
+
 // SaveRemoteAsk writes (or rewrites) a polled remote ask.
 func (s *Store) SaveRemoteAsk(ctx context.Context, a *RemoteAsk) error {
 	b, err := json.Marshal(a)
 	if err != nil {
 		return fmt.Errorf("save remote ask %s: %w", a.ID, err)
 	}
-	return wrap(s.rdb.HSet(ctx, s.k("rasks"), a.ID, b).Err(), "save remote ask %s", a.ID)
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, s.k("rasks"), remoteAskField(a.Relay, a.ID), b)
+		p.HDel(ctx, s.k("rasks"), a.ID) // an older record of it, under the bare id
+		return nil
+	})
+	return wrap(err, "save remote ask %s", a.ID)
 }
 
 // RemoteAsks lists the polled remote asks.
@@ -314,9 +324,9 @@ func (s *Store) RemoteAsks(ctx context.Context) ([]*RemoteAsk, error) {
 	return out, nil
 }
 
-// DeleteRemoteAsk stops polling an ask; false when another process did first.
-func (s *Store) DeleteRemoteAsk(ctx context.Context, id string) (bool, error) {
-	n, err := s.rdb.HDel(ctx, s.k("rasks"), id).Result()
+// DeleteRemoteAsk stops polling relay's ask id; false when another process did first.
+func (s *Store) DeleteRemoteAsk(ctx context.Context, relay, id string) (bool, error) {
+	n, err := s.rdb.HDel(ctx, s.k("rasks"), remoteAskField(relay, id), id).Result()
 	return n > 0, wrap(err, "delete remote ask %s", id)
 }
 
