@@ -151,7 +151,10 @@ type tokenStore interface {
 	DropTurnToken(ctx context.Context, sid string, tok string) error
 	PeerTokenRelay(ctx context.Context, tok string) (string, error)
 	PeerTokenValid(ctx context.Context, tok string) (bool, error)
+	PeerTokenScope(ctx context.Context, tok string) (string, error)
 	PeerTokens(ctx context.Context) ([]store.PeerTokenInfo, error)
+	AddPeerPrompted(ctx context.Context, relay, sid string) error
+	PeerPrompted(ctx context.Context, relay string) ([]string, error)
 	RevokePeerToken(ctx context.Context, id string) (bool, error)
 	SessionByToken(ctx context.Context, token string) (string, error)
 	TouchPeerToken(ctx context.Context, tok string, now time.Time) error

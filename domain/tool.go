@@ -21,6 +21,9 @@ type caller struct {
 	// delivery settles whether the call's result reached the client (nil:
 	// when CallTool returns, see [Delivery]).
 	delivery *Delivery
+	// reach, for a paired relay's agent whose peer token has scope
+	// "started", is the sessions it reaches (R18.35); nil: every session.
+	reach *peerReach
 }
 
 // origin is the chain the caller's prompts continue (R4.7).

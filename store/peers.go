@@ -142,6 +142,48 @@ func (s *Store) DeletePairing(ctx context.Context, name string) (bool, error) {
 type PeerToken struct {
 	CreatedAt time.Time `json:"createdAt"`
 	Label     string    `json:"label,omitempty"`
+	// Scope is what it reaches (R18.35): "" (older tokens too) every session
+	// as the rules allow, PeerScopeStarted only the sessions its relay's
+	// agents started or prompted.
+	Scope string `json:"scope,omitempty"`
+}
+
+// Peer token scopes (R18.35).
+const (
+	PeerScopeAll     = "all"     // the default: every session, as R4 and the accept setting allow
+	PeerScopeStarted = "started" // only the sessions its relay's agents started or prompted
+)
+
+// PeerTokenScope is the scope of a peer token: PeerScopeAll or
+// PeerScopeStarted ("" when there is no such token).
+func (s *Store) PeerTokenScope(ctx context.Context, tok string) (string, error) {
+	raw, err := s.rdb.HGet(ctx, s.k("peertok"), TokenHash(tok)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("scope of a peer token: %w", err)
+	}
+	var t PeerToken
+	if err := json.Unmarshal([]byte(raw), &t); err != nil {
+		return "", fmt.Errorf("scope of a peer token: %w", err)
+	}
+	if t.Scope == PeerScopeStarted {
+		return PeerScopeStarted, nil
+	}
+	return PeerScopeAll, nil
+}
+
+// AddPeerPrompted records that an agent of relay prompted session sid here
+// (R18.35: a "started" peer token reaches it).
+func (s *Store) AddPeerPrompted(ctx context.Context, relay, sid string) error {
+	return wrap(s.rdb.SAdd(ctx, s.k("peerprompted", strings.ToLower(relay)), sid).Err(), "record a session %s prompted", relay)
+}
+
+// PeerPrompted lists the sessions agents of relay prompted here.
+func (s *Store) PeerPrompted(ctx context.Context, relay string) ([]string, error) {
+	ids, err := s.rdb.SMembers(ctx, s.k("peerprompted", strings.ToLower(relay))).Result()
+	return ids, wrap(err, "sessions %s prompted", relay)
 }
 
 // AddPeerToken stores a peer token (only its hash is kept).
