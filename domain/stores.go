@@ -153,8 +153,6 @@ type tokenStore interface {
 	PeerTokenValid(ctx context.Context, tok string) (bool, error)
 	PeerTokenScope(ctx context.Context, tok string) (string, error)
 	PeerTokens(ctx context.Context) ([]store.PeerTokenInfo, error)
-	AddPeerPrompted(ctx context.Context, relay, sid string) error
-	PeerPrompted(ctx context.Context, relay string) ([]string, error)
 	RevokePeerToken(ctx context.Context, id string) (bool, error)
 	SessionByToken(ctx context.Context, token string) (string, error)
 	TouchPeerToken(ctx context.Context, tok string, now time.Time) error
@@ -285,6 +283,7 @@ type scheduleStore interface {
 type peerStore interface {
 	SaveLiveSubscription(ctx context.Context, sub *store.Subscription) (bool, error)
 	AddPairing(ctx context.Context, p *store.Pairing) error
+	AddPeerPrompted(ctx context.Context, relay, sid string) error
 	DeletePairing(ctx context.Context, name string) (bool, error)
 	DeleteRemoteAsk(ctx context.Context, relay, id string) (bool, error)
 	DropLink(ctx context.Context, name string) error
@@ -292,6 +291,7 @@ type peerStore interface {
 	Links(ctx context.Context) (map[string]store.Link, error)
 	PairingCount(ctx context.Context) (int64, error)
 	Pairings(ctx context.Context) ([]*store.Pairing, error)
+	PeerPrompted(ctx context.Context, relay string) ([]string, error)
 	ReleaseLock(ctx context.Context, name string) error
 	RemoteSubscriptions(ctx context.Context) ([]*store.Subscription, error)
 	SavePairing(ctx context.Context, p *store.Pairing) error
