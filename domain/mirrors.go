@@ -40,27 +40,29 @@ func (rm *remote) keepMirror(ctx context.Context, c *caller, a *args, p *store.P
 			sub.Quiet = &q
 		}
 	}
-	if refs, _ := a.strs("sessions"); len(refs) == 1 && strings.EqualFold(refs[0], "all") {
+	refs, _ := a.strs("sessions")
+	if len(refs) == 1 && strings.EqualFold(refs[0], "all") {
 		sub.All = true
 	}
-	// What the relay answered wins: it resolved the ids and named the sessions.
-	switch v := sm["sessions"].(type) {
-	case string:
-		sub.All = v == "all"
-	case []any:
-		sub.All = false
+	// What the relay answered names the sessions (it resolved the ids), but
+	// never more than the agent asked for: its events are filtered here by
+	// what the subscription itself names (R18.33).
+	if v, ok := sm["sessions"].([]any); ok && !sub.All {
 		for _, x := range v {
 			m, _ := x.(map[string]any)
 			sid, _ := m["id"].(string)
 			title, _ := m["title"].(string)
-			if sid != "" {
+			if sid != "" && slices.ContainsFunc(refs, func(ref string) bool { return sessionRefMatches(ref, sid) }) {
 				sub.Sessions = append(sub.Sessions, sid)
 				sub.Titles = append(sub.Titles, title)
 			}
 		}
 	}
-	if evs := anyStrings(sm["events"]); len(evs) > 0 {
-		sub.Events = evs
+	if !sub.All && len(sub.Sessions) == 0 {
+		sub.Sessions = refs // as the agent gave them (an older relay names none)
+	}
+	if len(sub.Events) == 0 {
+		sub.Events = slices.Clone(defaultEvents) // R8.2, whatever the relay answered
 	}
 	if ex := anyStrings(sm["exclude"]); len(ex) > 0 {
 		sub.Exclude = ex // full ids: the relay resolved them
@@ -125,6 +127,13 @@ func anyStrings(v any) []string {
 		}
 	}
 	return out
+}
+
+// sessionRefMatches reports whether a session reference as an agent gave
+// it names session id: the id, or a prefix of 8 or more characters (R3.7).
+func sessionRefMatches(ref, id string) bool {
+	ref = normRef(ref)
+	return ref == strings.ToLower(id) || (len(ref) >= 8 && strings.HasPrefix(strings.ToLower(id), ref))
 }
 
 // mirrorExcludes reports whether a mirror leaves out a session's events

@@ -312,3 +312,49 @@ func TestPeerAskIDsAndViaAreData(t *testing.T) {
 		t.Errorf("after bravo's answer alpha follows %+v, want charlie's ask", asks)
 	}
 }
+
+// TestPeerSubscribeAnswerDoesNotWiden (R18.33): a paired relay that answers
+// subscribe with more sessions and events than the agent asked for, then
+// sends events of them: only what the subscription itself names arrives.
+func TestPeerSubscribeAnswerDoesNotWiden(t *testing.T) {
+	a, b := linkPair(t, peerEndOptions{timing: subsFast}, peerEndOptions{timing: subsFast})
+	sa := a.newSession(NewSession{Title: "watcher"})
+	sb := b.newSession(NewSession{Title: "watched"})
+	other := b.newSession(NewSession{Title: "other"})
+	var polls atomic.Int32
+	b.setAnswer(func(route string, body []byte) (int, string, []byte, bool) {
+		var v any
+		switch {
+		case route == "/peer/v1/call" && callAction(body) == "subscribe":
+			v = map[string]any{"ok": true, "relay": "bravo", "summary": "subscribe → bravo: 2 sessions", "subscription": map[string]any{"id": "sub_widened1",
+				"sessions": []any{map[string]any{"id": sb, "title": "watched"}, map[string]any{"id": other, "title": "other"}}, "events": eventKinds}}
+		case route == "/peer/v1/events":
+			out := PeerEvents{Events: []store.Event{}, Cursor: "c1"}
+			if polls.Add(1) == 1 {
+				out.Events = []store.Event{
+					{ID: "e1", Kind: EvTurnEnd, Session: other, Title: "other", Status: "done", Text: "not asked: other session", At: time.Now()},
+					{ID: "e2", Kind: EvTaskStarted, Session: sb, Title: "watched", TaskID: "t1234567", Text: "not asked: task_started", At: time.Now()},
+					{ID: "e3", Kind: EvTurnEnd, Session: sb, Title: "watched", Status: "done", Text: "asked for", At: time.Now()},
+				}
+			}
+			v = out
+		default:
+			return 0, "", nil, false
+		}
+		raw, _ := json.Marshal(v)
+		return http.StatusOK, "application/json", raw, true
+	})
+	before := len(a.events(sa))
+	res := a.runAllow(sa, onRelay("bravo", "subscribe", map[string]any{"sessions": []string{sb[:8]}, "events": []string{"turn_end"}}))
+	if linkCode(res[0]) != "ok" {
+		t.Fatalf("subscribe: %v", res[0])
+	}
+	r3Eventually(t, 30*time.Second, "three polls", func() bool { return polls.Load() >= 3 })
+	all := strings.Join(a.events(sa)[before:], "\n")
+	if !strings.Contains(all, `turn_end (done) "asked for"`) || strings.Contains(all, "not asked") {
+		t.Errorf("the watcher's event messages:\n%s", all)
+	}
+	if m := a.mirror("sub_widened1"); !slices.Equal(m.Sessions, []string{sb}) || !slices.Equal(m.Events, []string{"turn_end"}) {
+		t.Errorf("the mirror: sessions %v, events %v", m.Sessions, m.Events)
+	}
+}

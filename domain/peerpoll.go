@@ -274,7 +274,7 @@ func mirrorTakes(sub *store.Subscription, ev *store.Event) bool {
 	if mirrorExcludes(sub, ev.Session) {
 		return false // exclude applied here too (R8.21), for a relay that does not know it
 	}
-	return sub.All || slices.Contains(sub.Sessions, ev.Session)
+	return sub.All || slices.ContainsFunc(sub.Sessions, func(ref string) bool { return sessionRefMatches(ref, ev.Session) })
 }
 
 func (pk *peerLink) offerRemote(ctx context.Context, sub *store.Subscription, p *store.Pairing, evs []store.Event) error {
