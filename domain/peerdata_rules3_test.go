@@ -358,3 +358,41 @@ func TestPeerSubscribeAnswerDoesNotWiden(t *testing.T) {
 		t.Errorf("the mirror: sessions %v, events %v", m.Sessions, m.Events)
 	}
 }
+
+// TestPeerPollBringsAtMost500 (R18.33): a paired relay that answers one poll
+// with 600 events (more than a page may hold): the poll brings 500 of them,
+// as one message.
+func TestPeerPollBringsAtMost500(t *testing.T) {
+	a, b := linkPair(t, peerEndOptions{timing: subsFast}, peerEndOptions{timing: subsFast})
+	sa := a.newSession(NewSession{Title: "watcher"})
+	sb := b.newSession(NewSession{Title: "watched"})
+	sub := subID(t, a.runAllow(sa, onRelay("bravo", "subscribe", map[string]any{"sessions": []string{sb}, "events": []string{"turn_end"}}))[0])
+	a.quiet()
+	before := len(a.events(sa))
+	var polls atomic.Int32
+	b.setAnswer(func(route string, _ []byte) (int, string, []byte, bool) {
+		if route != "/peer/v1/events" {
+			return 0, "", nil, false
+		}
+		out := PeerEvents{Events: []store.Event{}, Cursor: "c1"}
+		if polls.Add(1) == 1 {
+			for i := range 600 {
+				out.Events = append(out.Events, store.Event{ID: fmt.Sprint("ev", i), Kind: EvTurnEnd, Session: sb, Title: "watched", Status: "done",
+					Text: fmt.Sprint("flood ", i), At: time.Now().Add(time.Duration(i) * time.Microsecond)})
+			}
+		}
+		raw, _ := json.Marshal(out)
+		return http.StatusOK, "application/json", raw, true
+	})
+	r3Eventually(t, 30*time.Second, "three polls", func() bool { return polls.Load() >= 3 })
+	evs := a.events(sa)[before:]
+	if len(evs) != 1 {
+		t.Fatalf("%d event messages for one poll, want 1", len(evs))
+	}
+	if n := strings.Count(evs[0], "flood "); n != 500 {
+		t.Errorf("one poll brought %d events, want 500", n)
+	}
+	if m := a.mirror(sub); m.Cursor != "c1" {
+		t.Errorf("the cursor after the poll: %q", m.Cursor)
+	}
+}
