@@ -75,6 +75,7 @@ type PeerTokenIssued struct {
 	ID        string `json:"id"`
 	Note      string `json:"note"`
 	Relay     string `json:"relay"`
+	Scope     string `json:"scope"` // all | started (R18.35)
 	Token     string `json:"token"`
 	URL       string `json:"url"`
 }

@@ -132,11 +132,12 @@ func (p *peer) answer(c *gin.Context) {
 func (o *owner) peerToken(c *gin.Context) {
 	var in struct {
 		Label string `json:"label"`
+		Scope string `json:"scope"` // all (default) | started (R18.35)
 	}
 	if !bind(c, &in, true) {
 		return
 	}
-	out, err := o.r.NewPeerToken(c.Request.Context(), in.Label)
+	out, err := o.r.NewScopedPeerToken(c.Request.Context(), in.Label, in.Scope)
 	if err != nil {
 		fail(c, err)
 		return

@@ -310,10 +310,31 @@ func (p *pipeline) Release(ctx context.Context, subID string) error {
 	return p.release(ctx, sub.Watcher, b)
 }
 
+// releasePeer is release for the events of one poll of a remote
+// subscription (R18.33): urgent ones wake the watcher at once only once per
+// coalescing window and subscription; within it they wait in the buffer for
+// the window's end like any other event (they still pass the wake limit).
+func (p *pipeline) releasePeer(ctx context.Context, sub *store.Subscription, b store.Batch) error {
+	now := b.Urgent
+	if now && p.opts.Timing.Coalesce > 0 {
+		first, err := p.st.SetOnce(ctx, "peerwake:"+sub.ID, p.opts.Timing.Coalesce)
+		if err != nil {
+			return fmt.Errorf("urgent wake of subscription %s: %w", sub.ID, err)
+		}
+		now = first
+	}
+	return p.releaseNow(ctx, sub.Watcher, b, now)
+}
+
 // release puts events into the watcher's delivery buffer (each event once
 // per watcher, R8.12); urgent ones are delivered at once with what the
 // buffer holds, others when the coalescing window closes (R8.16).
 func (p *pipeline) release(ctx context.Context, watcher string, b store.Batch) error {
+	return p.releaseNow(ctx, watcher, b, b.Urgent)
+}
+
+// releaseNow is release; now says whether the buffer goes at once.
+func (p *pipeline) releaseNow(ctx context.Context, watcher string, b store.Batch, flushNow bool) error {
 	if isPeerConversation(watcher) {
 		// A paired relay's conversation: its relay reads the subscription's
 		// stream (held echoes, heartbeats, all_idle, stalled end up there).
@@ -347,7 +368,7 @@ func (p *pipeline) release(ctx context.Context, watcher string, b store.Batch) e
 	if err != nil {
 		return err
 	}
-	if b.Urgent || p.opts.Timing.Coalesce <= 0 {
+	if flushNow || p.opts.Timing.Coalesce <= 0 {
 		return p.flush(ctx, watcher, timeZero, b.Urgent)
 	}
 	if opened {

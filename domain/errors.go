@@ -119,3 +119,59 @@ func thousands(n int) string {
 	}
 	return s
 }
+
+// closedCodes is R15's closed set of error codes.
+var closedCodes = map[string]bool{
+	CodeInvalidInput: true, CodeNotFound: true, CodeUnknownRelay: true, CodeLocked: true, CodeDisabled: true,
+	CodePermission: true, CodeNotAccepting: true, CodeNoActiveTurn: true, CodeForbidden: true, CodeSelf: true,
+	CodeSessionLimit: true, CodeLimit: true, CodeScheduleLimit: true, CodeQuestionLimit: true, CodeHopLimit: true,
+	CodeBusy: true, CodeUnknownModel: true, CodeUnknownGroup: true, CodeProviderUnavailable: true,
+	CodeUnsupported: true, CodeOffline: true, CodeAuth: true, CodeInternal: true,
+}
+
+// KnownCode reports whether code is one of R15's codes.
+func KnownCode(code string) bool { return closedCodes[code] }
+
+// maxRemoteCode is the longest remoteCode a paired relay's code may give (R18.32).
+const maxRemoteCode = 64
+
+// remoteCodeOf is a paired relay's own code as the field remoteCode keeps
+// it: at most 64 characters of [A-Z0-9_], else nothing (R18.32).
+func remoteCodeOf(code string) string {
+	if code == "" || len(code) > maxRemoteCode {
+		return ""
+	}
+	for i := 0; i < len(code); i++ {
+		c := code[i]
+		if !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return ""
+		}
+	}
+	return code
+}
+
+// closedPeerError makes e, an error a paired relay answered, one of R15's
+// codes (R18.32): a code outside the set becomes REMOTE_RELAY_INTERNAL with
+// the peer's code in remoteCode (when it is a code at all), and a remoteCode
+// the peer sent itself is kept only when it is one.
+func closedPeerError(e *Error) *Error {
+	if rc, ok := e.Fields["remoteCode"]; ok {
+		s, _ := rc.(string)
+		if s = remoteCodeOf(s); s == "" {
+			delete(e.Fields, "remoteCode")
+		} else {
+			e.Fields["remoteCode"] = s
+		}
+	}
+	if closedCodes[e.Code] {
+		return e
+	}
+	peerCode := remoteCodeOf(e.Code)
+	e.Code = CodeInternal
+	if peerCode != "" {
+		e = e.With("remoteCode", peerCode)
+	} else if e.Fields != nil {
+		delete(e.Fields, "remoteCode")
+	}
+	return e
+}

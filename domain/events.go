@@ -90,14 +90,27 @@ func EventLine(ev *store.Event) string {
 	case EvQuestionAnswered:
 		// The answer's via (the relay whose inbox it was answered in) and its
 		// choice come from a paired relay as they are.
-		qid, via := LineValue(ev.QuestionID, fieldID), LineValue(ev.Via, fieldRelay)
+		// A via no relay here is known by is left out (R18.34).
+		qid, via := LineValue(ev.QuestionID, fieldID), ""
+		if ev.Via != "" {
+			via = "via " + LineValue(ev.Via, fieldRelay)
+		}
 		if ev.Dismissed {
-			return prefix + fmt.Sprintf("question_answered %s %s: dismissed (via %s)", qid, quoted(ev.Text), via)
+			if via == "" {
+				return prefix + fmt.Sprintf("question_answered %s %s: dismissed", qid, quoted(ev.Text))
+			}
+			return prefix + fmt.Sprintf("question_answered %s %s: dismissed (%s)", qid, quoted(ev.Text), via)
 		}
 		if ev.Choice == "" {
-			return prefix + fmt.Sprintf("question_answered %s %s: %s (via %s)", qid, quoted(ev.Text), quoted(ev.Answer), via)
+			if via == "" {
+				return prefix + fmt.Sprintf("question_answered %s %s: %s", qid, quoted(ev.Text), quoted(ev.Answer))
+			}
+			return prefix + fmt.Sprintf("question_answered %s %s: %s (%s)", qid, quoted(ev.Text), quoted(ev.Answer), via)
 		}
-		return prefix + fmt.Sprintf("question_answered %s %s: %s (choice: %s, via %s)", qid, quoted(ev.Text), quoted(ev.Answer), LineValue(ev.Choice, fieldExcerpt), via)
+		if via != "" {
+			via = ", " + via
+		}
+		return prefix + fmt.Sprintf("question_answered %s %s: %s (choice: %s%s)", qid, quoted(ev.Text), quoted(ev.Answer), LineValue(ev.Choice, fieldExcerpt), via)
 	case EvLinkLost:
 		return prefix + LineValue(ev.Relay, fieldRelay) + " · link_lost"
 	case EvLinkRestored:

@@ -26,7 +26,7 @@ import (
 func (rm *remote) keepMirror(ctx context.Context, c *caller, a *args, p *store.Pairing, env map[string]any) {
 	sm, _ := env["subscription"].(map[string]any)
 	id, _ := sm["id"].(string)
-	if id == "" {
+	if !rm.mirrorFree(ctx, p, id, "") {
 		return
 	}
 	sub := &store.Subscription{ID: id, Watcher: c.s.ID, Relay: p.Name, Cursor: "0", CreatedAt: rm.now()}
@@ -40,27 +40,29 @@ func (rm *remote) keepMirror(ctx context.Context, c *caller, a *args, p *store.P
 			sub.Quiet = &q
 		}
 	}
-	if refs, _ := a.strs("sessions"); len(refs) == 1 && strings.EqualFold(refs[0], "all") {
+	refs, _ := a.strs("sessions")
+	if len(refs) == 1 && strings.EqualFold(refs[0], "all") {
 		sub.All = true
 	}
-	// What the relay answered wins: it resolved the ids and named the sessions.
-	switch v := sm["sessions"].(type) {
-	case string:
-		sub.All = v == "all"
-	case []any:
-		sub.All = false
+	// What the relay answered names the sessions (it resolved the ids), but
+	// never more than the agent asked for: its events are filtered here by
+	// what the subscription itself names (R18.33).
+	if v, ok := sm["sessions"].([]any); ok && !sub.All {
 		for _, x := range v {
 			m, _ := x.(map[string]any)
 			sid, _ := m["id"].(string)
 			title, _ := m["title"].(string)
-			if sid != "" {
+			if sid != "" && slices.ContainsFunc(refs, func(ref string) bool { return sessionRefMatches(ref, sid) }) {
 				sub.Sessions = append(sub.Sessions, sid)
 				sub.Titles = append(sub.Titles, title)
 			}
 		}
 	}
-	if evs := anyStrings(sm["events"]); len(evs) > 0 {
-		sub.Events = evs
+	if !sub.All && len(sub.Sessions) == 0 {
+		sub.Sessions = refs // as the agent gave them (an older relay names none)
+	}
+	if len(sub.Events) == 0 {
+		sub.Events = slices.Clone(defaultEvents) // R8.2, whatever the relay answered
 	}
 	if ex := anyStrings(sm["exclude"]); len(ex) > 0 {
 		sub.Exclude = ex // full ids: the relay resolved them
@@ -77,6 +79,45 @@ func (rm *remote) keepMirror(ctx context.Context, c *caller, a *args, p *store.P
 	}
 }
 
+// peerRecordID reports whether id, a record's id a paired relay answered,
+// is one this relay keeps: prefix and at most 64 letters, digits, '_' or
+// '-' (R3.7, R18.34).
+func peerRecordID(id, prefix string) bool {
+	rest, ok := strings.CutPrefix(id, prefix)
+	if !ok || rest == "" || len(rest) > 64 {
+		return false
+	}
+	for _, c := range rest {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// mirrorFree reports whether a subscription id paired relay p answered may
+// name a new mirror here (R18.34): an id of the form this relay keeps that
+// names no record here (but the mirror it replaces, moved), so that no
+// answer of a paired relay overwrites a local subscription or another
+// mirror. One that may not is logged and not followed.
+func (rm *remote) mirrorFree(ctx context.Context, p *store.Pairing, id, moved string) bool {
+	if id == "" {
+		return false
+	}
+	if peerRecordID(id, "sub_") {
+		_, err := rm.st.GetSubscription(ctx, id)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && id == moved) {
+			return true
+		}
+		if err != nil {
+			rm.log.Error("keep remote subscription", "relay", p.Name, "sub", id, "err", err)
+			return false
+		}
+	}
+	rm.log.Warn("paired relay answered a subscription id that names a record here, or none this relay keeps: not followed", "relay", p.Name)
+	return false
+}
+
 func anyStrings(v any) []string {
 	list, _ := v.([]any)
 	var out []string
@@ -86,6 +127,13 @@ func anyStrings(v any) []string {
 		}
 	}
 	return out
+}
+
+// sessionRefMatches reports whether a session reference as an agent gave
+// it names session id: the id, or a prefix of 8 or more characters (R3.7).
+func sessionRefMatches(ref, id string) bool {
+	ref = normRef(ref)
+	return ref == strings.ToLower(id) || (len(ref) >= 8 && strings.HasPrefix(strings.ToLower(id), ref))
 }
 
 // mirrorExcludes reports whether a mirror leaves out a session's events

@@ -138,7 +138,8 @@ func (pk *peerLink) peerDone(kind string, err error) *Error {
 	if err != nil {
 		var pe *peer.Error
 		if errors.As(err, &pe) {
-			e = &Error{Code: pe.Code, Msg: pe.Msg}
+			// The code of another relay's error answer is data (R18.32).
+			e = closedPeerError(&Error{Code: pe.Code, Msg: pe.Msg})
 		} else {
 			e = internal("peer request", err)
 		}
@@ -418,7 +419,7 @@ func (pk *peerLink) Unpair(ctx context.Context, name string) (*relay.Unpaired, e
 			if !pk.relay.remoteWithdraw(ctx, p, a) {
 				untold++
 			}
-			if ok, err := pk.st.DeleteRemoteAsk(ctx, a.ID); err == nil && ok {
+			if ok, err := pk.st.DeleteRemoteAsk(ctx, a.Relay, a.ID); err == nil && ok {
 				endedAsks++
 			}
 		}

@@ -230,7 +230,7 @@ func envError(env map[string]any) *Error {
 			er = er.With(k, v)
 		}
 	}
-	return er
+	return closedPeerError(er) // its code is data, never a label (R18.32)
 }
 
 // checkedCardLines are the card's lines of a call a paired relay checked:

@@ -89,7 +89,8 @@ type peerEndOptions struct {
 	providers  []provider.Info // the scripted providers (nil: the default one)
 	maxWaitCap time.Duration
 	start      time.Time
-	work       bool // fixtureOptions.work: the durations of work on a Sim the test moves (pass)
+	work       bool    // fixtureOptions.work: the durations of work on a Sim the test moves (pass)
+	metrics    Metrics // the relay's counts (nil: none)
 }
 
 func newPeerNet(t testing.TB) *peerNet {
@@ -121,7 +122,7 @@ func (n *peerNet) relay(name string, o peerEndOptions) *peerEnd {
 				o.timing(tm)
 			}
 		},
-		start: o.start, name: name, baseURL: e.url, scripted: o.providers, maxWaitCap: o.maxWaitCap, peers: n, work: o.work,
+		start: o.start, name: name, baseURL: e.url, scripted: o.providers, maxWaitCap: o.maxWaitCap, peers: n, work: o.work, metrics: o.metrics,
 	})
 	e.fixture = f
 	actAuto(f)

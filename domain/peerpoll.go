@@ -189,7 +189,8 @@ func (pk *peerLink) pollMirror(ctx context.Context, id string) {
 	// lost link kept comes as one message (R8.21, up to 500 events).
 	cursor, ended := sub.Cursor, ""
 	var evs []store.Event
-	for page := 0; page < 50; page++ {
+	read := 0 // what the relay sent this poll: at most peerPollMax (R18.33)
+	for page := 0; read < peerPollMax; page++ {
 		pe, e := pk.peerEvents(ctx, p, sub.ID, cursor, 0)
 		if e != nil {
 			if e.Code == CodeNotFound {
@@ -206,11 +207,18 @@ func (pk *peerLink) pollMirror(ctx context.Context, id string) {
 			}
 			return // the cursor stays: the next poll reads it all again
 		}
-		for _, ev := range pe.Events {
-			if mirrorExcludes(sub, ev.Session) {
-				continue // exclude applied here too (R8.21), for a relay that does not know it
+		got := pe.Events
+		if len(got) > peerPollMax-read {
+			got = got[:peerPollMax-read] // a relay that sends more than it may: the rest is lost (R18.33)
+		}
+		read += len(pe.Events)
+		for _, ev := range got {
+			if !mirrorTakes(sub, &ev) {
+				continue // filtered here, whatever the relay sent (R18.33, R8.21's exclude)
 			}
-			ev.Relay = p.Name
+			// Its ids are that relay's: namespaced, they never name a record here (R18.34).
+			ev.ID = "peer:" + strings.ToLower(p.Name) + ":" + ev.ID
+			ev.Relay, ev.Turn = p.Name, ""
 			ev.Sub, ev.Watcher = sub.ID, "" // the same id on both relays: all_idle and heartbeat lines name it
 			evs = append(evs, ev)
 		}
@@ -243,14 +251,38 @@ func (pk *peerLink) pollMirror(ctx context.Context, id string) {
 	}
 }
 
+// peerPollMax is the most events one poll of a remote subscription reads
+// (R18.33; the replay a relay keeps per subscription, R8.21).
+const peerPollMax = 500
+
+// mirrorTakes reports whether a remote subscription takes an event its
+// relay sent (R18.33): of the subscription's own events (the default ones
+// when it named none) and of its sessions (all but those it excludes, or
+// those it names); all_idle and heartbeat name no session. link_lost and
+// link_restored are this relay's own lines, never a paired relay's (R18.34).
+func mirrorTakes(sub *store.Subscription, ev *store.Event) bool {
+	kinds := sub.Events
+	if len(kinds) == 0 {
+		kinds = defaultEvents
+	}
+	if ev.Kind == EvLinkLost || ev.Kind == EvLinkRestored || !slices.Contains(kinds, ev.Kind) {
+		return false
+	}
+	if ev.Session == "" {
+		return ev.Kind == EvAllIdle || ev.Kind == EvHeartbeat
+	}
+	if mirrorExcludes(sub, ev.Session) {
+		return false // exclude applied here too (R8.21), for a relay that does not know it
+	}
+	return sub.All || slices.ContainsFunc(sub.Sessions, func(ref string) bool { return sessionRefMatches(ref, ev.Session) })
+}
+
 func (pk *peerLink) offerRemote(ctx context.Context, sub *store.Subscription, p *store.Pairing, evs []store.Event) error {
-	if sub.LinkDownAt.IsZero() || len(evs) == 0 {
-		for i := range evs {
-			if err := pk.dl.offer(ctx, sub, &evs[i]); err != nil {
-				return err
-			}
-		}
+	if len(evs) == 0 {
 		return nil
+	}
+	if sub.LinkDownAt.IsZero() {
+		return pk.offerPoll(ctx, sub, evs)
 	}
 	// The link is back: replayed events in one message, those the
 	// subscription's digest or quiet hours hold come later (R8.21), as
@@ -298,7 +330,40 @@ func (pk *peerLink) offerRemote(ctx context.Context, sub *store.Subscription, p 
 	}
 	all := append(append([]store.Event{lost}, batch...), restored)
 	pk.log.Info("link to paired relay restored", "relay", p.Name, "sub", sub.ID, "replayed", len(evs), "held", held)
-	return pk.dl.release(ctx, sub.Watcher, store.Batch{Kind: "plain", Sub: sub.ID, Events: all, Urgent: true})
+	return pk.dl.releasePeer(ctx, sub, store.Batch{Kind: "plain", Sub: sub.ID, Events: all, Urgent: true})
+}
+
+// offerPoll offers the events of one poll as one message (R18.33): those
+// the subscription's digest or quiet hours hold wait for them, as offer
+// would hold them; the rest go together, and urgent ones wake the watcher
+// at most once per coalescing window (releasePeer).
+func (pk *peerLink) offerPoll(ctx context.Context, sub *store.Subscription, evs []store.Event) error {
+	now := pk.now()
+	due := holdDue(sub, now)
+	holding := due.After(now)
+	digested, isUrgent := false, false
+	var batch []store.Event
+	for i := range evs {
+		ev := &evs[i]
+		if !urgent(ev.Kind) && holding {
+			if err := pk.dl.hold(ctx, sub, ev, due); err != nil {
+				return err
+			}
+			continue
+		}
+		digested = digested || !urgent(ev.Kind)
+		isUrgent = isUrgent || urgent(ev.Kind)
+		batch = append(batch, *ev)
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	if digested && sub.DigestMinutes > 0 {
+		if err := pk.st.SetLastDigest(ctx, sub, now); err != nil { // this was the digest: the next one N minutes on
+			return err
+		}
+	}
+	return pk.dl.releasePeer(ctx, sub, store.Batch{Kind: "plain", Sub: sub.ID, Events: batch, Urgent: isUrgent})
 }
 
 // pollAsk asks the paired relay whether an ask made there was answered (R10.5).
@@ -306,7 +371,7 @@ func (pk *peerLink) pollAsk(ctx context.Context, a *store.RemoteAsk) {
 	p, err := pk.st.GetPairing(ctx, a.Relay)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			_, _ = pk.st.DeleteRemoteAsk(ctx, a.ID)
+			_, _ = pk.st.DeleteRemoteAsk(ctx, a.Relay, a.ID)
 		}
 		return
 	}
@@ -330,15 +395,15 @@ func (pk *peerLink) pollAsk(ctx context.Context, a *store.RemoteAsk) {
 	status, _ := q["status"].(string)
 	switch {
 	case q == nil || status == "withdrawn":
-		_, _ = pk.st.DeleteRemoteAsk(ctx, a.ID) // ended there (archived, deleted, withdrawn): nobody is told
-		pk.relay.notify(ctx, "inbox")           // but the owner's console drops it (R19.4)
+		_, _ = pk.st.DeleteRemoteAsk(ctx, a.Relay, a.ID) // ended there (archived, deleted, withdrawn): nobody is told
+		pk.relay.notify(ctx, "inbox")                    // but the owner's console drops it (R19.4)
 	case status == "pending":
 		a.NextPollAt = pk.now().Add(pk.opts.Timing.AskPoll)
 		if err := pk.st.SaveRemoteAsk(ctx, a); err != nil {
 			pk.log.Warn("save remote ask", "ask", a.ID, "err", err)
 		}
 	default:
-		ok, err := pk.st.DeleteRemoteAsk(ctx, a.ID)
+		ok, err := pk.st.DeleteRemoteAsk(ctx, a.Relay, a.ID)
 		if err != nil || !ok {
 			return // another process told the asker
 		}
@@ -346,9 +411,7 @@ func (pk *peerLink) pollAsk(ctx context.Context, a *store.RemoteAsk) {
 		answer, _ := q["answer"].(string)
 		choice, _ := q["choice"].(string)
 		via, _ := q["via"].(string)
-		if via == "" {
-			via = p.Name
-		}
+		via = pk.viaHere(ctx, p, via)
 		pk.dl.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: a.Asker, QuestionID: a.ID, Text: a.Question,
 			Answer: answer, Choice: choice, Dismissed: status == "dismissed", Via: via})
 	}
@@ -368,4 +431,27 @@ func (pk *peerLink) refreshPairing(ctx context.Context, name string, h *Hello) {
 	if err := pk.st.SavePairing(ctx, p); err != nil {
 		pk.log.Warn("refresh pairing", "relay", name, "err", err)
 	}
+}
+
+// viaHere is the via of an answer a paired relay reported (R18.34): the
+// relay whose inbox the owner answered in, named as this relay names it —
+// this relay, or a relay paired here (by its name here); the paired relay
+// itself when it names none; anything else is left out.
+func (pk *peerLink) viaHere(ctx context.Context, p *store.Pairing, via string) string {
+	switch {
+	case via == "" || strings.EqualFold(via, p.Name) || strings.EqualFold(via, p.SelfName()):
+		return p.Name
+	case strings.EqualFold(via, pk.opts.Name):
+		return pk.opts.Name
+	}
+	ps, err := pk.st.Pairings(ctx)
+	if err != nil {
+		return ""
+	}
+	for _, o := range ps {
+		if strings.EqualFold(via, o.Name) || strings.EqualFold(via, o.SelfName()) {
+			return o.Name
+		}
+	}
+	return ""
 }

@@ -58,6 +58,12 @@ func (r *Relay) PeerCall(ctx context.Context, tok string, raw []byte) (json.RawM
 		res, e = r.runLocal(ctx, c, a)
 	}
 	o := c.remote
+	if e == nil && a.action == "send" && res.session != "" {
+		// A session its agents prompted: a "started" peer token reaches it (R18.35).
+		if err := r.st.AddPeerPrompted(context.WithoutCancel(ctx), o.Relay, res.session); err != nil {
+			r.log.Warn("record a session a paired relay prompted", "from", o.Relay, "session", id8(res.session), "err", err)
+		}
+	}
 	if e != nil {
 		r.log.Info("peer call refused", "action", action, "from", o.Relay, "code", e.Code)
 	} else {
@@ -121,6 +127,9 @@ func (r *Relay) peerCaller(ctx context.Context, tok string, raw []byte) (string,
 		// R7.9: what the agent leaves out follows the caller's session where
 		// this relay offers it: a provider with the caller's model, else the first.
 		c.s.Provider = r.peerProvider(a, o.Model)
+	}
+	if e := r.scopeReach(ctx, tok, bound, c, a); e != nil {
+		return action, c, a, e
 	}
 	return action, c, a, nil
 }

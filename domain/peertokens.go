@@ -56,3 +56,85 @@ func (r *Relay) PeerAnswer(ctx context.Context, tok, id string, in InboxAnswer, 
 	in.Via = via
 	return r.AnswerAsk(ctx, id, in)
 }
+
+// peerReach is what an agent of a paired relay whose peer token has scope
+// "started" reaches (R18.35): the sessions that relay's agents started here
+// (startedBy) or prompted (send).
+type peerReach struct {
+	relay    string
+	prompted map[string]bool
+}
+
+// has reports whether the caller reaches session s; a nil reach reaches every one.
+func (p *peerReach) has(s *store.Session) bool {
+	if p == nil {
+		return true
+	}
+	return (s.StartedBy != nil && strings.EqualFold(s.StartedBy.Relay, p.relay)) || p.prompted[s.ID]
+}
+
+// scopeReach sets what a peer call reaches by its token's scope (R18.35)
+// and refuses, before anything else, a call naming a session it does not
+// reach: such a session is not found, as if it were not there. Calls of a
+// token with the default scope reach every session as the rules allow.
+func (r *Relay) scopeReach(ctx context.Context, tok, bound string, c *caller, a *args) *Error {
+	scope, err := r.tok.peerScope(ctx, tok)
+	if err != nil {
+		return internal("scopeReach: peerScope", err)
+	}
+	if scope != store.PeerScopeStarted {
+		return nil
+	}
+	ids, err := r.st.PeerPrompted(ctx, bound)
+	if err != nil {
+		return internal("scopeReach: PeerPrompted", err)
+	}
+	c.reach = &peerReach{relay: bound, prompted: map[string]bool{}}
+	for _, id := range ids {
+		c.reach.prompted[id] = true
+	}
+	reaches := func(ref string) *Error {
+		s, e := r.sessionByRef(ctx, ref)
+		if e != nil {
+			return e
+		}
+		if !c.reach.has(s) {
+			return Errorf(CodeNotFound, "Relay %q has no session %q. Nothing was done.", r.opts.Name, normRef(ref))
+		}
+		return nil
+	}
+	if a.action == "answer_question" && !a.has("session") {
+		return Errorf(CodeInvalidInput, "answer_question on relay %q needs session: the session whose question it answers (this relay reaches only the sessions your relay's agents started or prompted). %s", r.opts.Name, nothingSent)
+	}
+	if ref, _ := a.str("session"); ref != "" {
+		if e := reaches(ref); e != nil {
+			return e
+		}
+	}
+	if a.action == "subscribe" {
+		refs, _ := a.strs("sessions")
+		for _, ref := range refs {
+			if strings.EqualFold(ref, "all") {
+				return Errorf(CodeForbidden, "Relay %q lets your relay's agents reach only the sessions they started or prompted here; name those sessions instead of \"all\". %s", r.opts.Name, nothingSubscribed)
+			}
+			if e := reaches(ref); e != nil {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// reachable keeps of sessions those c reaches (R18.35).
+func (c *caller) reachable(ss []*store.Session) []*store.Session {
+	if c.reach == nil {
+		return ss
+	}
+	out := ss[:0:0]
+	for _, s := range ss {
+		if s != nil && c.reach.has(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -174,7 +174,14 @@ func (rd *reads) listSessions(ctx context.Context, c *caller, a *args) (*result,
 	if e != nil {
 		return nil, e
 	}
-	items, total, err := rd.SessionList(ctx, scope, limit)
+	var items []*relay.SessionItem
+	var total int
+	var err error
+	if c.reach != nil {
+		items, total, err = rd.reachList(ctx, c, scope, limit)
+	} else {
+		items, total, err = rd.SessionList(ctx, scope, limit)
+	}
 	if err != nil {
 		return nil, internal("listSessions: SessionList", err)
 	}
@@ -224,6 +231,31 @@ func (rd *reads) SessionList(ctx context.Context, scope string, limit int) ([]*r
 	return items, total, nil
 }
 
+// reachList is SessionList for a caller that reaches only some sessions
+// (R18.35: a paired relay's agent with a "started" peer token): those, and
+// their count.
+func (rd *reads) reachList(ctx context.Context, c *caller, scope string, limit int) ([]*relay.SessionItem, int, error) {
+	ids, _, err := rd.st.ListSessionIDs(ctx, scope, 1<<30)
+	if err != nil {
+		return nil, 0, err
+	}
+	ss, err := rd.st.GetSessions(ctx, ids)
+	if err != nil {
+		return nil, 0, err
+	}
+	ss = c.reachable(ss)
+	total := len(ss)
+	vs, err := rd.relay.views(ctx, ss[:min(limit, len(ss))])
+	if err != nil {
+		return nil, 0, err
+	}
+	items := make([]*relay.SessionItem, 0, len(vs))
+	for _, v := range vs {
+		items = append(items, rd.listItem(ctx, v))
+	}
+	return items, total, nil
+}
+
 func (rd *reads) readSession(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	last, e := a.boundedInt("last", 5, 1, 50)
 	if e != nil {
@@ -236,6 +268,24 @@ func (rd *reads) readSession(ctx context.Context, c *caller, a *args) (*result, 
 	d, err := rd.SessionDetail(ctx, s, last)
 	if err != nil {
 		return nil, internal("readSession: SessionDetail", err)
+	}
+	if c.reach != nil && d.Group != nil && len(d.Group.Members) > 0 {
+		// The members it does not reach are not named (R18.35).
+		ids := make([]string, len(d.Group.Members))
+		for i, m := range d.Group.Members {
+			ids[i] = m.ID
+		}
+		ms, err := rd.st.GetSessions(ctx, ids)
+		if err != nil {
+			return nil, internal("readSession: GetSessions", err)
+		}
+		kept := d.Group.Members[:0:0]
+		for i, m := range d.Group.Members {
+			if ms[i] != nil && c.reach.has(ms[i]) {
+				kept = append(kept, m)
+			}
+		}
+		d.Group.Members = kept
 	}
 	res := newResult(s.ID, fmt.Sprintf("%s, %s", plural(len(d.Messages), "message", "messages"), d.State))
 	fields, err := jsonFields(d)

@@ -494,7 +494,10 @@ func (rm *remote) afterRemote(ctx context.Context, c *caller, a *args, p *store.
 		rm.moveMirrors(ctx, c, a, p, env)
 	case "ask":
 		id, _ := env["question_id"].(string)
-		if id == "" {
+		if !peerRecordID(id, "ask_") {
+			if id != "" {
+				rm.log.Warn("paired relay answered an ask id this relay does not keep", "relay", p.Name)
+			}
 			return
 		}
 		sid, _ := a.str("session")
@@ -546,7 +549,7 @@ func (rm *remote) moveMirrors(ctx context.Context, c *caller, a *args, p *store.
 		id, _ := v["id"].(string)
 		was, _ := v["movedFrom"].(string)
 		o := old[was]
-		if id == "" || o == nil {
+		if id == "" || o == nil || !rm.mirrorFree(ctx, p, id, o.ID) {
 			continue
 		}
 		nu := *o

@@ -151,6 +151,7 @@ type tokenStore interface {
 	DropTurnToken(ctx context.Context, sid string, tok string) error
 	PeerTokenRelay(ctx context.Context, tok string) (string, error)
 	PeerTokenValid(ctx context.Context, tok string) (bool, error)
+	PeerTokenScope(ctx context.Context, tok string) (string, error)
 	PeerTokens(ctx context.Context) ([]store.PeerTokenInfo, error)
 	RevokePeerToken(ctx context.Context, id string) (bool, error)
 	SessionByToken(ctx context.Context, token string) (string, error)
@@ -282,13 +283,15 @@ type scheduleStore interface {
 type peerStore interface {
 	SaveLiveSubscription(ctx context.Context, sub *store.Subscription) (bool, error)
 	AddPairing(ctx context.Context, p *store.Pairing) error
+	AddPeerPrompted(ctx context.Context, relay, sid string) error
 	DeletePairing(ctx context.Context, name string) (bool, error)
-	DeleteRemoteAsk(ctx context.Context, id string) (bool, error)
+	DeleteRemoteAsk(ctx context.Context, relay, id string) (bool, error)
 	DropLink(ctx context.Context, name string) error
 	Instance(ctx context.Context) (string, error)
 	Links(ctx context.Context) (map[string]store.Link, error)
 	PairingCount(ctx context.Context) (int64, error)
 	Pairings(ctx context.Context) ([]*store.Pairing, error)
+	PeerPrompted(ctx context.Context, relay string) ([]string, error)
 	ReleaseLock(ctx context.Context, name string) error
 	RemoteSubscriptions(ctx context.Context) ([]*store.Subscription, error)
 	SavePairing(ctx context.Context, p *store.Pairing) error

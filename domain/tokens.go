@@ -56,7 +56,12 @@ func (r *Relay) SessionForToken(ctx context.Context, token string) (string, bool
 
 // NewPeerToken issues a peer token (POST /api/v1/peer-tokens).
 func (r *Relay) NewPeerToken(ctx context.Context, label string) (*relay.PeerTokenIssued, error) {
-	return r.tok.NewPeerToken(ctx, label)
+	return r.tok.NewPeerToken(ctx, label, "")
+}
+
+// NewScopedPeerToken issues a peer token of a scope, "all" or "started" (R18.35).
+func (r *Relay) NewScopedPeerToken(ctx context.Context, label, scope string) (*relay.PeerTokenIssued, error) {
+	return r.tok.NewPeerToken(ctx, label, scope)
 }
 
 // PeerTokenValid reports whether a bearer token is a peer token of this relay.
@@ -166,18 +171,30 @@ func (tk *tokens) mintTurnToken(ctx context.Context, p provider.Provider, sid st
 	return tok, drop, nil
 }
 
-// NewPeerToken issues a token another relay pairs with (POST /api/v1/peer-tokens).
-func (tk *tokens) NewPeerToken(ctx context.Context, label string) (*relay.PeerTokenIssued, error) {
+// NewPeerToken issues a token another relay pairs with (POST /api/v1/peer-tokens);
+// scope is "" or "all" (every session, as the rules allow) or "started"
+// (only the sessions its relay's agents started or prompted, R18.35).
+func (tk *tokens) NewPeerToken(ctx context.Context, label, scope string) (*relay.PeerTokenIssued, error) {
 	if len(label) > 200 {
 		return nil, Errorf(CodeInvalidInput, "label may have at most 200 characters. No token was made.")
 	}
+	stored := ""
+	switch scope {
+	case "", store.PeerScopeAll:
+		scope = store.PeerScopeAll
+	case store.PeerScopeStarted:
+		stored = store.PeerScopeStarted
+	default:
+		return nil, Errorf(CodeInvalidInput, "scope must be %q (every session, as the rules allow; the default) or %q (only the sessions that relay's agents started or prompted) (got %q). No token was made.",
+			store.PeerScopeAll, store.PeerScopeStarted, scope)
+	}
 	tok := "rpt_" + store.NewID(24)
 	now := tk.now()
-	if err := tk.st.AddPeerToken(ctx, tok, store.PeerToken{CreatedAt: now, Label: label}); err != nil {
+	if err := tk.st.AddPeerToken(ctx, tok, store.PeerToken{CreatedAt: now, Label: label, Scope: stored}); err != nil {
 		return nil, fmt.Errorf("issue a peer token: %w", err)
 	}
-	tk.log.Info("peer token issued", "label", label)
-	return &relay.PeerTokenIssued{Token: tok, ID: store.PeerTokenID(tok), Relay: tk.opts.Name, URL: tk.opts.BaseURL, CreatedAt: tsString(now),
+	tk.log.Info("peer token issued", "label", label, "scope", scope)
+	return &relay.PeerTokenIssued{Token: tok, ID: store.PeerTokenID(tok), Relay: tk.opts.Name, URL: tk.opts.BaseURL, CreatedAt: tsString(now), Scope: scope,
 		Note: "Give this token to the other relay's owner: they pair with POST /api/v1/relays {url, token}. It is shown only once."}, nil
 }
 
@@ -191,6 +208,7 @@ const peerTokenTTL = 30 * time.Second
 type peerTok struct {
 	until   time.Time // (Options.Timers)
 	bound   string
+	scope   string    // "" until read (a scope never changes)
 	touched time.Time // lastUsedAt last written by this process (wall clock)
 }
 
@@ -263,6 +281,28 @@ func (tk *tokens) RevokePeerToken(ctx context.Context, id string) (*relay.PeerTo
 	}
 	tk.log.Info("peer token revoked", "id", id)
 	return &relay.PeerTokenRevoked{ID: strings.ToLower(id), Revoked: true}, nil
+}
+
+// peerScope is a peer token's scope (store.PeerScopeAll or
+// store.PeerScopeStarted), remembered once read.
+func (tk *tokens) peerScope(ctx context.Context, tok string) (string, error) {
+	tk.peerMu.Lock()
+	e := tk.peers[tok]
+	tk.peerMu.Unlock()
+	if e.scope != "" {
+		return e.scope, nil
+	}
+	scope, err := tk.st.PeerTokenScope(ctx, tok)
+	if err != nil || scope == "" {
+		return scope, err
+	}
+	tk.peerMu.Lock()
+	if cur, ok := tk.peers[tok]; ok { // only tokens found valid are kept
+		cur.scope = scope
+		tk.peers[tok] = cur
+	}
+	tk.peerMu.Unlock()
+	return scope, nil
 }
 
 // peerTouchEvery is how often a process records a peer token's lastUsedAt.

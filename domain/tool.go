@@ -21,6 +21,9 @@ type caller struct {
 	// delivery settles whether the call's result reached the client (nil:
 	// when CallTool returns, see [Delivery]).
 	delivery *Delivery
+	// reach, for a paired relay's agent whose peer token has scope
+	// "started", is the sessions it reaches (R18.35); nil: every session.
+	reach *peerReach
 }
 
 // origin is the chain the caller's prompts continue (R4.7).
@@ -136,6 +139,9 @@ func (r *Relay) envelope(action, callerID string, start time.Time, out *result, 
 	if r.met != nil {
 		if _, known := actionArgs[action]; !known {
 			action = "unknown"
+		}
+		if code != "ok" && !KnownCode(code) {
+			code = CodeInternal // labels come only from the closed set (R18.32)
 		}
 		r.met.ToolCall(action, code, time.Since(start))
 	}

@@ -142,6 +142,48 @@ func (s *Store) DeletePairing(ctx context.Context, name string) (bool, error) {
 type PeerToken struct {
 	CreatedAt time.Time `json:"createdAt"`
 	Label     string    `json:"label,omitempty"`
+	// Scope is what it reaches (R18.35): "" (older tokens too) every session
+	// as the rules allow, PeerScopeStarted only the sessions its relay's
+	// agents started or prompted.
+	Scope string `json:"scope,omitempty"`
+}
+
+// Peer token scopes (R18.35).
+const (
+	PeerScopeAll     = "all"     // the default: every session, as R4 and the accept setting allow
+	PeerScopeStarted = "started" // only the sessions its relay's agents started or prompted
+)
+
+// PeerTokenScope is the scope of a peer token: PeerScopeAll or
+// PeerScopeStarted ("" when there is no such token).
+func (s *Store) PeerTokenScope(ctx context.Context, tok string) (string, error) {
+	raw, err := s.rdb.HGet(ctx, s.k("peertok"), TokenHash(tok)).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("scope of a peer token: %w", err)
+	}
+	var t PeerToken
+	if err := json.Unmarshal([]byte(raw), &t); err != nil {
+		return "", fmt.Errorf("scope of a peer token: %w", err)
+	}
+	if t.Scope == PeerScopeStarted {
+		return PeerScopeStarted, nil
+	}
+	return PeerScopeAll, nil
+}
+
+// AddPeerPrompted records that an agent of relay prompted session sid here
+// (R18.35: a "started" peer token reaches it).
+func (s *Store) AddPeerPrompted(ctx context.Context, relay, sid string) error {
+	return wrap(s.rdb.SAdd(ctx, s.k("peerprompted", strings.ToLower(relay)), sid).Err(), "record a session %s prompted", relay)
+}
+
+// PeerPrompted lists the sessions agents of relay prompted here.
+func (s *Store) PeerPrompted(ctx context.Context, relay string) ([]string, error) {
+	ids, err := s.rdb.SMembers(ctx, s.k("peerprompted", strings.ToLower(relay))).Result()
+	return ids, wrap(err, "sessions %s prompted", relay)
 }
 
 // AddPeerToken stores a peer token (only its hash is kept).
@@ -288,13 +330,23 @@ type RemoteAsk struct {
 	NextPollAt time.Time `json:"nextPollAt"`
 }
 
+// remoteAskField is a remote ask's field in rasks: the id the paired relay
+// gave it, namespaced by that relay's local name, so that one relay's id
+// never names another's ask (R18.34). Older records are under the bare id.
+func remoteAskField(relay, id string) string { return strings.ToLower(relay) + "|" + id }
+
 // SaveRemoteAsk writes (or rewrites) a polled remote ask.
 func (s *Store) SaveRemoteAsk(ctx context.Context, a *RemoteAsk) error {
 	b, err := json.Marshal(a)
 	if err != nil {
 		return fmt.Errorf("save remote ask %s: %w", a.ID, err)
 	}
-	return wrap(s.rdb.HSet(ctx, s.k("rasks"), a.ID, b).Err(), "save remote ask %s", a.ID)
+	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, s.k("rasks"), remoteAskField(a.Relay, a.ID), b)
+		p.HDel(ctx, s.k("rasks"), a.ID) // an older record of it, under the bare id
+		return nil
+	})
+	return wrap(err, "save remote ask %s", a.ID)
 }
 
 // RemoteAsks lists the polled remote asks.
@@ -314,9 +366,9 @@ func (s *Store) RemoteAsks(ctx context.Context) ([]*RemoteAsk, error) {
 	return out, nil
 }
 
-// DeleteRemoteAsk stops polling an ask; false when another process did first.
-func (s *Store) DeleteRemoteAsk(ctx context.Context, id string) (bool, error) {
-	n, err := s.rdb.HDel(ctx, s.k("rasks"), id).Result()
+// DeleteRemoteAsk stops polling relay's ask id; false when another process did first.
+func (s *Store) DeleteRemoteAsk(ctx context.Context, relay, id string) (bool, error) {
+	n, err := s.rdb.HDel(ctx, s.k("rasks"), remoteAskField(relay, id), id).Result()
 	return n > 0, wrap(err, "delete remote ask %s", id)
 }
 

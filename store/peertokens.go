@@ -15,7 +15,7 @@ import (
 
 // Peer tokens this relay issued (R18.20). Keys, each field the token's SHA-256:
 //
-//	peertok        hash: → PeerToken JSON (when made, label)
+//	peertok        hash: → PeerToken JSON (when made, label, scope; no scope: "all")
 //	peertokrelay   hash: → the relay name bound at its first call
 //	peertokused    hash: → when it was last used (ms; written at most once a minute per process)
 //
@@ -37,6 +37,7 @@ type PeerTokenInfo struct {
 	ID         string    `json:"id"`
 	Relay      string    `json:"relay"` // bound at its first call ("" before)
 	Label      string    `json:"label,omitempty"`
+	Scope      string    `json:"scope"` // all | started (R18.35)
 	CreatedAt  time.Time `json:"createdAt"`
 	LastUsedAt time.Time `json:"lastUsedAt"`
 }
@@ -57,7 +58,10 @@ func (s *Store) PeerTokens(ctx context.Context) ([]PeerTokenInfo, error) {
 	for h, raw := range toks.Val() {
 		var t PeerToken
 		_ = json.Unmarshal([]byte(raw), &t)
-		info := PeerTokenInfo{ID: h[:min(peerTokenIDLen, len(h))], Relay: bound.Val()[h], Label: t.Label, CreatedAt: t.CreatedAt}
+		info := PeerTokenInfo{ID: h[:min(peerTokenIDLen, len(h))], Relay: bound.Val()[h], Label: t.Label, Scope: PeerScopeAll, CreatedAt: t.CreatedAt}
+		if t.Scope == PeerScopeStarted {
+			info.Scope = PeerScopeStarted
+		}
 		if v, err := strconv.ParseInt(used.Val()[h], 10, 64); err == nil {
 			info.LastUsedAt = fromMS(v)
 		}

@@ -152,6 +152,7 @@ type view struct {
 // the token; times as the domain writes them ("" for never).
 type peerTokenView struct {
 	ID, Relay, Label      string
+	Scope                 string // all | started (R18.35)
 	CreatedAt, LastUsedAt string
 }
 
@@ -297,7 +298,7 @@ func (c *console) load(ctx context.Context, name string, g *gin.Context) (*view,
 			return nil, 0, err
 		}
 		for _, t := range toks {
-			v.PeerTokens = append(v.PeerTokens, peerTokenView{ID: t.ID, Relay: t.Relay, Label: t.Label,
+			v.PeerTokens = append(v.PeerTokens, peerTokenView{ID: t.ID, Relay: t.Relay, Label: t.Label, Scope: t.Scope,
 				CreatedAt: timeText(t.CreatedAt), LastUsedAt: timeText(t.LastUsedAt)})
 		}
 	}
