@@ -69,13 +69,17 @@ func slowRequestFrom(local, addr, head string, stop <-chan struct{}) (held time.
 // TestSlowBodiesSilenceNoOne reproduces issue 33's slow-body attack on a real
 // loopback server (R18.29): many connections send a request's header and then
 // trickle its body, to the console's sign-in and /healthz (no token) and to
-// /mcp (with the attacking session's own token), kept up for the whole test (a connection
-// that is cut is opened again). The server here has the relay's router and a
-// bound of 100 connections, 16 requests without a proven token, and a 2 s
-// body deadline (relay serve: 2,048, 256 and 10 s), and the attack holds 2.4 times the bound (1.2 with the token, 1.2 without). Meanwhile /healthz, the owner
-// API (a read and a change with a body) and another session's MCP call answer,
-// every time, within 5 s; every slow request is cut at the deadline. The
-// relay's own server (default settings) cuts a trickled /mcp body at 10 s.
+// /mcp (with the attacking session's own token), kept up for the whole test
+// (a connection that is cut is opened again). The server here has the relay's
+// router, a bound of 100 connections, 16 requests without a proven token and
+// a 2 s body deadline (relay serve: 2,048, 256 and 10 s); the attack keeps 240
+// slow requests going, 120 with the token and 120 without, each more than the
+// connections. Meanwhile /healthz, the owner API (a read and a change with a
+// body) and another session's MCP call answer, every time, within 5 s; every
+// slow request is cut at the deadline. The relay's own server (default
+// settings) cuts a trickled /mcp body at 10 s. (Checked: on the code before
+// R18.29 every probe fails; with either bound of body.go — per token, or the
+// unproven one — taken out, some do.)
 func TestSlowBodiesSilenceNoOne(t *testing.T) {
 	r := relaytest.Start(t, relaytest.Options{})
 	attacker := r.NewSession(map[string]any{"title": "attacker"})
