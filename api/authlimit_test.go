@@ -14,13 +14,13 @@ import (
 	"github.com/oar/relay/relaytest"
 )
 
-// TestFailedTokensSlowed (R18.23): more than 20 failed tokens from one
-// address within the window (a minute; here the relay's clock runs 6× faster,
-// so 10 s) — on /api/v1, /mcp, /peer/v1 and the console's sign-in together —
-// answer 429 with Retry-After for that address, also to a correct token,
-// while another address is not refused; once the window is over a correct
-// token works again. X-Forwarded-For changes nothing: the address is the TCP
-// peer's.
+// TestFailedTokensSlowed (R18.23, R18.30): more than 20 failed tokens from
+// one address within the window (a minute; here the relay's clock runs 6×
+// faster, so 10 s) — on /api/v1, /mcp, /peer/v1 and the console's sign-in
+// together — answer that address's wrong tokens 429 with Retry-After, while
+// its correct tokens are served and another address's wrong tokens are
+// refused as wrong (401); once the window is over its wrong tokens are 401
+// again. X-Forwarded-For changes nothing: the address is the TCP peer's.
 func TestFailedTokensSlowed(t *testing.T) {
 	r := relaytest.Start(t, relaytest.Options{Clock: clock.NewScaled(time.Now(), 6)})
 	var tok map[string]any
@@ -104,26 +104,29 @@ func TestFailedTokensSlowed(t *testing.T) {
 	if resp := do(main, bad[0]); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("the 21st failed token: status %d, Retry-After %q; want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
-	// Now every route refuses this address, correct tokens too.
-	for _, tr := range tries("") {
+	// Now every route refuses this address's wrong tokens (R18.30: only them).
+	for _, tr := range tries("another-wrong-token-9876543210") {
 		resp := do(main, tr)
 		ra, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
 		if resp.StatusCode != http.StatusTooManyRequests || ra < 1 || ra > 10 {
-			t.Errorf("%s with a correct token while slowed: status %d, Retry-After %q; want 429 and at most the window", tr.name, resp.StatusCode, resp.Header.Get("Retry-After"))
+			t.Errorf("%s with a wrong token while slowed: status %d, Retry-After %q; want 429 and at most the window", tr.name, resp.StatusCode, resp.Header.Get("Retry-After"))
 		}
 	}
-	// Another address is not refused.
-	for _, tr := range tries("") {
-		if resp := do(other, tr); resp.StatusCode != okStatus[tr.name] {
-			t.Errorf("%s from another address: status %d, want %d", tr.name, resp.StatusCode, okStatus[tr.name])
+	// Correct tokens from this address are served (R18.30), and so is every token from another.
+	for who, c := range map[string]*http.Client{"the slowed address": main, "another address": other} {
+		for _, tr := range tries("") {
+			if resp := do(c, tr); resp.StatusCode != okStatus[tr.name] {
+				t.Errorf("%s with a correct token from %s: status %d, want %d", tr.name, who, resp.StatusCode, okStatus[tr.name])
+			}
 		}
 	}
-	// Once the window is over, correct tokens work again.
-	relaytest.Eventually(t, 40*time.Second, func() bool { return do(main, tries("")[0]).StatusCode == http.StatusOK },
-		"the owner token still refused after the window")
-	for _, tr := range tries("") {
-		if resp := do(main, tr); resp.StatusCode != okStatus[tr.name] {
-			t.Errorf("%s after the window: status %d, want %d", tr.name, resp.StatusCode, okStatus[tr.name])
-		}
+	// A fresh wrong token from another address is not slowed: 401.
+	if resp := do(other, tries("fresh-wrong-token-from-elsewhere")[0]); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a wrong token from another address: status %d, want 401", resp.StatusCode)
 	}
+	// Once the window is over, a wrong token is refused as wrong again (401), not slowed.
+	relaytest.Eventually(t, 40*time.Second, func() bool {
+		return do(main, tries("after-window-token-0000")[0]).StatusCode == http.StatusUnauthorized
+	},
+		"wrong tokens still slowed after the window")
 }

@@ -11,14 +11,15 @@ import (
 	"github.com/oar/relay/web"
 )
 
-// limitTokens slows failed authentication on a route (R18.23): while the
-// caller's address is refused (more than web.MaxFailures failed tokens within
-// the window) any request of it that presents a bearer token is answered 429
-// with Retry-After; otherwise the token is checked with valid, a wrong one is
-// counted, and the request goes on to the route's own check (401 as before)
-// unless this failure was one too many (429). A request without a token is
-// not counted, and neither is the console's cookie: its id cannot be guessed,
-// and a browser with a stale one must not lock its owner out.
+// limitTokens slows failed authentication on a route (R18.23) without ever
+// refusing a correct token (R18.30): a presented bearer token is checked with
+// valid first; a correct one is served at once (the request has proved its
+// token, see [proven]), whatever came from its address before; a wrong one is
+// counted by its address and its prefix, and answered 429 with Retry-After
+// while either count is over web.MaxFailures in its window, else it goes on to
+// the route's own check (401 as before). A request without a token is not
+// counted, and neither is the console's cookie: its id cannot be guessed, and
+// a browser with a stale one must not lock its owner out.
 func limitTokens(f *web.Failures, valid func(ctx context.Context, token string) (bool, error)) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		tok := bearerToken(c.Request)
@@ -26,13 +27,14 @@ func limitTokens(f *web.Failures, valid func(ctx context.Context, token string) 
 			c.Next()
 			return
 		}
-		if d := f.Blocked(c.Request); d > 0 {
-			tooMany(c, d)
+		ok, err := valid(c.Request.Context(), tok)
+		if err == nil && ok {
+			proven(c)
+			c.Next()
 			return
 		}
-		ok, err := valid(c.Request.Context(), tok)
-		if err == nil && !ok {
-			if d := f.Fail(c.Request); d > 0 {
+		if err == nil {
+			if d := f.Fail(c.Request, tok); d > 0 {
 				tooMany(c, d)
 				return
 			}

@@ -42,6 +42,9 @@ type Options struct {
 	// AuthWindow is the window of failed-token counting (R18.23); default a
 	// minute (tests run a shorter one).
 	AuthWindow time.Duration
+	// MaxUnproven bounds the requests reading a body without a proven token
+	// at once (R18.29; default [DefaultMaxUnproven]).
+	MaxUnproven int
 }
 
 // NewRouter builds the HTTP handler of `relay serve`.
@@ -53,14 +56,18 @@ func NewRouter(o Options) http.Handler {
 		o.Logger = slog.Default()
 	}
 	g := gin.New()
-	g.Use(gin.Recovery(), logRequests(o.Logger, o.Metrics), hostGuard(o.PublicURL, o.MCP.DisableLocalhostProtection))
+	// R18.29: bodies are read before any other work, each within its bound (body.go).
+	bodies := newBodies(o.MaxUnproven)
+	g.Use(gin.Recovery(), logRequests(o.Logger, o.Metrics), closeUntilRead,
+		hostGuard(o.PublicURL, o.MCP.DisableLocalhostProtection), bodies.entry)
 	g.HandleMethodNotAllowed = true
 	// hostGuard checks Host on every route, /mcp too, with the public URL's
 	// host allowed: the SDK's own check (which would refuse that host) is off.
 	mcpOpts := o.MCP
 	mcpOpts.DisableLocalhostProtection = true
 	mcpH := gin.WrapH(NewMCPHandler(o.Relay, mcpOpts))
-	// R18.23: failed tokens of every kind count per address in one window.
+	// R18.23, R18.30: wrong tokens of every kind count per address and per
+	// prefix in one window; a correct token is always served.
 	fails := web.NewFailures(o.AuthWindow)
 	var sessions web.Sessions // nil without a store (the docs test's router)
 	if o.Store != nil {
@@ -74,16 +81,18 @@ func NewRouter(o Options) http.Handler {
 		_, ok, err := o.Relay.SessionForToken(ctx, tok)
 		return ok, err
 	})
-	g.POST("/mcp", limitMCP, mcpH)
-	g.GET("/mcp", limitMCP, mcpH)
-	g.DELETE("/mcp", limitMCP, mcpH)
+	readMCP := bodies.read(maxMCPBody, mcpTooLarge)
+	g.POST("/mcp", limitMCP, readMCP, mcpH)
+	g.GET("/mcp", limitMCP, readMCP, mcpH)
+	g.DELETE("/mcp", limitMCP, readMCP, mcpH)
 	AddHealth(g, o.Ready, o.Metrics)
 	v1 := g.Group("/api/v1", limitTokens(fails, func(_ context.Context, tok string) (bool, error) { return auth.CheckToken(tok), nil }),
-		ownerOrCookie(auth))
+		ownerOrCookie(auth), provenHere, bodies.read(maxBody, tooLarge(maxBody)))
 	ow := &owner{r: o.Relay}
 	ow.routes(v1)
 	pr := &peer{r: o.Relay}
-	pr.routes(g.Group("/peer/v1", limitTokens(fails, func(ctx context.Context, tok string) (bool, error) { return o.Relay.PeerTokenValid(ctx, tok) }), pr.auth))
+	pr.routes(g.Group("/peer/v1", limitTokens(fails, func(ctx context.Context, tok string) (bool, error) { return o.Relay.PeerTokenValid(ctx, tok) }), pr.auth,
+		provenHere, bodies.read(maxPeerBody, tooLarge(maxPeerBody))))
 	sse := newStreams(o.Relay, o.Store)
 	// The owner's console (R19): GET / and its pages; live updates on /api/v1/stream.
 	v1.GET("/stream", sse.handle)

@@ -21,9 +21,10 @@ const (
 	// ReadHeaderTimeout closes a connection that does not send its request
 	// header in time (slowloris).
 	ReadHeaderTimeout = 10 * time.Second
-	// BodyTimeout bounds the reading of a request's body: a client that
-	// trickles one in holds its connection (and its handler) no longer.
-	BodyTimeout = 60 * time.Second
+	// BodyTimeout bounds the reading of a request's body, from the end of its
+	// header (R18.29): a client that trickles one in holds its connection
+	// (and its handler) no longer.
+	BodyTimeout = 10 * time.Second
 	// slowHeader is how long a connection may be reading a request without
 	// its handler having started before it counts as idle for eviction.
 	slowHeader = time.Second
@@ -42,12 +43,30 @@ func MaxConns() int {
 	return max(n, 64)
 }
 
+// ServerOptions adjusts [NewServerWith]; the zero value is relay serve's.
+type ServerOptions struct {
+	// BodyTimeout bounds the reading of a request's body (default
+	// [BodyTimeout]; tests run a shorter one).
+	BodyTimeout time.Duration
+	// MaxConns is the bound of open connections (default [MaxConns]()).
+	MaxConns int
+}
+
 // NewServer returns the http.Server of relay serve for handler h: bounded
 // header size, idle and header timeouts, a body read deadline, and at most
 // MaxConns open connections (see [Conns]). No WriteTimeout and no
 // ReadTimeout: tool calls, waits and the console's stream run long.
-func NewServer(h http.Handler) *http.Server {
-	cl := NewConns(MaxConns())
+func NewServer(h http.Handler) *http.Server { return NewServerWith(h, ServerOptions{}) }
+
+// NewServerWith is [NewServer] with its bounds set by o.
+func NewServerWith(h http.Handler, o ServerOptions) *http.Server {
+	if o.MaxConns <= 0 {
+		o.MaxConns = MaxConns()
+	}
+	cl := NewConns(o.MaxConns)
+	if o.BodyTimeout > 0 {
+		cl.bodyTimeout = o.BodyTimeout
+	}
 	return &http.Server{
 		Handler:           cl.Handler(h),
 		ReadHeaderTimeout: ReadHeaderTimeout,
@@ -70,7 +89,8 @@ func NewServer(h http.Handler) *http.Server {
 // requests after it, so [Conns.Handler] sets a read deadline for the body
 // alone: a trickled body does not hold a handler forever.)
 type Conns struct {
-	max int
+	max         int
+	bodyTimeout time.Duration
 
 	mu     sync.Mutex
 	order  *list.List // of *connEntry, the least recently busy first
@@ -88,7 +108,7 @@ type connEntry struct {
 
 // NewConns returns a limiter for at most max open connections.
 func NewConns(max int) *Conns {
-	return &Conns{max: max, order: list.New(), byConn: map[net.Conn]*list.Element{}}
+	return &Conns{max: max, bodyTimeout: BodyTimeout, order: list.New(), byConn: map[net.Conn]*list.Element{}}
 }
 
 type connKey struct{}
@@ -164,7 +184,7 @@ func (l *Conns) Handler(h http.Handler) http.Handler {
 		defer l.busy(c, -1)
 		if r.Body != nil && r.Body != http.NoBody {
 			rc := http.NewResponseController(w)
-			if rc.SetReadDeadline(time.Now().Add(BodyTimeout)) == nil {
+			if rc.SetReadDeadline(time.Now().Add(l.bodyTimeout)) == nil {
 				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
 			}
 		}

@@ -483,7 +483,9 @@ func (a *App) Run(ctx context.Context) (err error) {
 				return &ListenError{Flag: "--metrics-addr", Addr: a.cfg.MetricsAddr, Err: err}
 			}
 			a.addr = ln.Addr().String()
-			srv = &http.Server{Handler: api.NewHealthRouter(a.ready, a.met), ReadHeaderTimeout: 10 * time.Second}
+			// The same bounds as relay serve's (R18.18, R18.29: a body, which
+			// no health route takes, is given BodyTimeout before it is cut).
+			srv = api.NewServer(api.NewHealthRouter(a.ready, a.met))
 		}
 	default:
 		return fmt.Errorf("unknown mode %q", a.opts.Mode)

@@ -12,12 +12,15 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -492,21 +495,34 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 	return nil
 }
 
+// maxSignInBody bounds the sign-in's form (a token and a path).
+const maxSignInBody = 16 << 10
+
 func (c *console) signIn(ctx *gin.Context) {
 	headers(ctx.Writer)
-	next := safeNext(ctx.PostForm("next"))
+	// R18.29: the origin and the sign-in's failure count are checked before
+	// the form is read; a refusal closes the connection (its body unread).
 	if !SameOrigin(ctx.Request) {
-		c.render(ctx, http.StatusForbidden, &view{Page: "signin", Title: "Sign in", Next: next,
+		ctx.Header("Connection", "close")
+		c.render(ctx, http.StatusForbidden, &view{Page: "signin", Title: "Sign in", Next: "/",
 			Error: "This sign-in did not come from this relay's own page; nothing was done."})
 		return
 	}
-	if d := c.fails.Blocked(ctx.Request); d > 0 {
-		c.tooMany(ctx, next, d)
+	if d := c.fails.SignInRefused(ctx.Request); d > 0 {
+		ctx.Header("Connection", "close")
+		RetryAfter(ctx.Writer, d)
+		c.render(ctx, http.StatusTooManyRequests, &view{Page: "signin", Title: "Sign in", Next: "/", Error: SignInRefusedMessage(d)})
 		return
 	}
-	if !c.auth.CheckToken(strings.TrimSpace(ctx.PostForm("token"))) {
+	if status, msg := readForm(ctx); status != 0 {
+		c.render(ctx, status, &view{Page: "signin", Title: "Sign in", Next: "/", Error: msg})
+		return
+	}
+	next := safeNext(ctx.PostForm("next"))
+	tok := strings.TrimSpace(ctx.PostForm("token"))
+	if !c.auth.CheckToken(tok) {
 		time.Sleep(300 * time.Millisecond) // slows guessing a little
-		if d := c.fails.Fail(ctx.Request); d > 0 {
+		if d := c.fails.FailSignIn(ctx.Request, tok); d > 0 {
 			c.tooMany(ctx, next, d)
 			return
 		}
@@ -522,6 +538,29 @@ func (c *console) signIn(ctx *gin.Context) {
 		return
 	}
 	ctx.Redirect(http.StatusSeeOther, next)
+}
+
+// readForm reads the sign-in's form whole, within maxSignInBody and the
+// server's body deadline (R18.29), before anything else reads it. It returns
+// the status and sentence of a refusal (0: read).
+func readForm(ctx *gin.Context) (int, string) {
+	b, err := io.ReadAll(http.MaxBytesReader(ctx.Writer, ctx.Request.Body, maxSignInBody))
+	if err != nil {
+		ctx.Header("Connection", "close")
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			return http.StatusRequestEntityTooLarge, "The sign-in form is too large; nothing was done."
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return http.StatusRequestTimeout, "The sign-in form did not arrive in time; nothing was done. Try again."
+		default:
+			return http.StatusBadRequest, "The sign-in form could not be read; nothing was done. Try again."
+		}
+	}
+	ctx.Request.Body = io.NopCloser(bytes.NewReader(b))
+	ctx.Request.ContentLength = int64(len(b))
+	ctx.Writer.Header().Del("Connection") // read whole: the connection may be kept (api's closeUntilRead set it)
+	return 0, ""
 }
 
 // tooMany answers a sign-in from an address slowed for failed tokens (R18.23).
