@@ -37,7 +37,7 @@ func slowRequestFrom(local, addr, head string, stop <-chan struct{}) (held time.
 	if err != nil {
 		return 0, 0, err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // the probe's own connection
 	start := time.Now()
 	if _, err := io.WriteString(c, head); err != nil {
 		return time.Since(start), 0, nil // closed at once: refused
@@ -50,6 +50,7 @@ func slowRequestFrom(local, addr, head string, stop <-chan struct{}) (held time.
 			return
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
 		done <- resp.StatusCode
 	}()
 	tick := time.NewTicker(300 * time.Millisecond)

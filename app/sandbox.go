@@ -26,7 +26,7 @@ func newSandboxes(cfg config.Config, log *slog.Logger) (sandboxes, error) {
 		}
 		bwrap, err := provider.FindBwrap()
 		if err != nil {
-			return nil, fmt.Errorf("config: providers[%d].sandbox is bwrap (provider %q), but %v", i, p.ID, err)
+			return nil, fmt.Errorf("config: providers[%d].sandbox is bwrap (provider %q), but %w", i, p.ID, err)
 		}
 		sbs[p.ID] = &provider.Sandbox{Bwrap: bwrap, RW: p.SandboxRW, RO: p.SandboxRO}
 		for _, path := range append(append([]string(nil), p.SandboxRW...), p.SandboxRO...) {

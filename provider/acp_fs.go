@@ -176,7 +176,7 @@ func (fo *acpFolder) subdir(path string) (string, error) {
 	// confined by the sandbox (R18.26, R18.31), not by its folder.
 	real, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
 	if err != nil || !filepath.IsAbs(real) {
-		return "", fmt.Errorf("the folder %q cannot be resolved: %v", path, err)
+		return "", fmt.Errorf("the folder %q cannot be resolved: %w", path, err)
 	}
 	return real, nil
 }

@@ -52,7 +52,7 @@ func fakeACPAgent(t *testing.T) string {
 		acpAgentBin = filepath.Join(acpAgentDir, "acpagent")
 		out, err := exec.Command("go", "build", "-o", acpAgentBin, "github.com/oar/relay/relaytest/agentfake/acpagent").CombinedOutput()
 		if err != nil {
-			acpAgentErr = fmt.Errorf("%v: %s", err, out)
+			acpAgentErr = fmt.Errorf("%w: %s", err, out)
 		}
 	})
 	if acpAgentErr != nil {

@@ -24,7 +24,7 @@ func needBwrap(t *testing.T) string {
 	p, err := FindBwrap()
 	if err == nil {
 		if out, perr := exec.Command(p, "--unshare-pid", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "/bin/true").CombinedOutput(); perr != nil {
-			err = fmt.Errorf("bwrap cannot make its namespaces here: %v: %s", perr, strings.TrimSpace(string(out)))
+			err = fmt.Errorf("bwrap cannot make its namespaces here: %w: %s", perr, strings.TrimSpace(string(out)))
 		}
 	}
 	if err != nil {
@@ -231,7 +231,8 @@ func TestSandboxStopKillsAll(t *testing.T) {
 	}
 	cancel()
 	select {
-	case <-done:
+	case err := <-done:
+		t.Logf("Run after the stop: %v", err)
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return after the stop")
 	}

@@ -29,7 +29,7 @@ func needBwrap(t *testing.T) {
 	p, err := provider.FindBwrap()
 	if err == nil {
 		if out, perr := exec.Command(p, "--unshare-pid", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "/bin/true").CombinedOutput(); perr != nil {
-			err = fmt.Errorf("bwrap cannot make its namespaces here: %v: %s", perr, strings.TrimSpace(string(out)))
+			err = fmt.Errorf("bwrap cannot make its namespaces here: %w: %s", perr, strings.TrimSpace(string(out)))
 		}
 	}
 	if err != nil {
