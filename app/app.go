@@ -541,7 +541,7 @@ func (a *App) Run(ctx context.Context) (err error) {
 		go func() { serveErr <- srv.Serve(ln) }()
 		if a.opts.Mode == ModeServe {
 			pub := a.PublicURL()
-			a.log.Info("relay serving", "name", a.cfg.Name, "listen", a.addr, "url", pub, "mcp", pub+"/mcp", "owner_api", pub+"/api/v1")
+			a.log.Info("relay serving", "name", a.cfg.Name, "listen", a.addr, "url", pub, "console", pub+"/", "mcp", pub+"/mcp", "owner_api", pub+"/api/v1")
 		}
 	}
 	// R18.9: what this process is, where its Redis is, what it works on.
