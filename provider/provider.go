@@ -136,7 +136,7 @@ type Host interface {
 	StartTask(ctx context.Context, spec TaskSpec) (Task, error)
 	// Partial reports the reply written so far (read_session's inFlight).
 	Partial(text string)
-	// A Host may also implement ActivityHost and AgentSessionHost (the
+	// A Host may also implement ActivityHost, AgentSessionHost and OutputHost (the
 	// relay's does); providers check with a type assertion.
 }
 
@@ -144,6 +144,13 @@ type Host interface {
 // (role "activity"), e.g. "🛰️ send → desk session 1a2b3c4d" (R17.3).
 type ActivityHost interface {
 	Activity(line string)
+}
+
+// OutputHost is told that the agent printed something (any output, stderr
+// included: a sign of life), for the relay's progress lines of a long turn
+// (R25.2).
+type OutputHost interface {
+	Output()
 }
 
 // AgentSessionHost stores the agent CLI's conversation id with the session
