@@ -106,6 +106,7 @@ func AddHealth(g *gin.Engine, ready func(context.Context) error, m *metrics.Metr
 		defer cancel()
 		if ready != nil {
 			if err := ready(ctx); err != nil {
+				_ = c.Error(err) // the log line's cause: a store that does not answer is rate-limited (R25.3)
 				c.JSON(http.StatusServiceUnavailable, gin.H{"status": "unavailable", "error": readyReason(err)})
 				return
 			}
