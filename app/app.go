@@ -168,6 +168,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 	ru.Tune(tuning)
 	redisLogOnce.Do(func() { redis.SetLogger(redisLogger{slog.Default()}) }) // a global of go-redis: set once
 	a.rdb = ru.NewClient()
+	a.rdb.AddHook(store.UnreachableHook()) // R25.3: the store's silence, told apart from any other
 	a.st = store.New(a.rdb, o.KeyPrefix)
 	a.queues = jobs.QueuesFor(o.KeyPrefix)
 	a.aq = asynq.NewClientFromRedisClient(a.rdb)

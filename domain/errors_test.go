@@ -6,6 +6,8 @@ import (
 	"net"
 	"syscall"
 	"testing"
+
+	"github.com/oar/relay/store"
 )
 
 // An unexpected error names its step in the log and keeps its cause; the
@@ -35,7 +37,11 @@ func TestInternalNamesItsStep(t *testing.T) {
 // owner API), its short cause in the sentence, never an address; the log
 // keeps the whole chain.
 func TestUnreachableStoreIsUnavailable(t *testing.T) {
-	cause := &net.OpError{Op: "dial", Net: "tcp", Err: &net.OpError{Op: "connect", Err: syscall.ECONNREFUSED}}
+	raw := &net.OpError{Op: "dial", Net: "tcp", Err: &net.OpError{Op: "connect", Err: syscall.ECONNREFUSED}}
+	if e := internal("call bravo", raw); e.Code != CodeInternal {
+		t.Errorf("a refusal that is not the store's (its client did not mark it): %s", e.Code)
+	}
+	cause := store.MarkUnreachable(raw) // as the store's client (store.UnreachableHook) marks it
 	e := internal("ask: AddAsk", cause)
 	if e.Code != CodeUnavailable || e.Msg != "The relay's store does not answer (connection refused); nothing was changed." {
 		t.Errorf("the agent sees %s %q", e.Code, e.Msg)

@@ -3,14 +3,16 @@
 // distinct failure through at ERROR once, then at most once a minute with a
 // count while the outage lasts, and says "store reachable again" when a
 // probe (Watch) finds the store answering. Every log line of the process
-// goes through it, the queue library's (asynq) and go-redis's included.
+// goes through it, the queue library's (asynq) and go-redis's included. A
+// failure is the store's when its error was marked by the store's client
+// (store.UnreachableHook); a paired relay or a model endpoint that does not
+// answer is not the store.
 package storelog
 
 import (
 	"context"
 	"log/slog"
 	"regexp"
-	"strings"
 	"sync"
 	"time"
 
@@ -160,26 +162,34 @@ func (h *Handler) Watch(ctx context.Context, every time.Duration, ping func(cont
 }
 
 // storeFailure finds in a record the sign of a store that does not answer:
-// an error value among its attributes (typed, or its text), else the text
-// of its message or string attributes (the queue library logs text only).
+// an error among its attributes that the store's client marked so
+// (store.Unreachable), or, in a line of the queue library (component=asynq,
+// whose client is the store's and which logs text only), the words of one.
 // It answers the short cause.
 func storeFailure(r slog.Record) (string, bool) {
-	cause, ok := store.UnreachableText(r.Message)
+	var (
+		cause string
+		ok    bool
+		queue bool
+	)
 	r.Attrs(func(a slog.Attr) bool {
-		if ok {
-			return false
+		if a.Key == "component" && a.Value.Kind() == slog.KindString && a.Value.String() == "asynq" {
+			queue = true
 		}
-		cause, ok = attrFailure(a)
-		return !ok
+		if !ok {
+			cause, ok = attrFailure(a)
+		}
+		return true
 	})
+	if !ok && queue {
+		cause, ok = store.UnreachableText(r.Message)
+	}
 	return cause, ok
 }
 
 func attrFailure(a slog.Attr) (string, bool) {
 	v := a.Value.Resolve()
 	switch v.Kind() {
-	case slog.KindString:
-		return store.UnreachableText(v.String())
 	case slog.KindGroup:
 		for _, g := range v.Group() {
 			if c, ok := attrFailure(g); ok {
@@ -189,9 +199,6 @@ func attrFailure(a slog.Attr) (string, bool) {
 	case slog.KindAny:
 		if err, isErr := v.Any().(error); isErr {
 			return store.Unreachable(err)
-		}
-		if s, isStr := v.Any().(interface{ String() string }); isStr {
-			return store.UnreachableText(strings.TrimSpace(s.String()))
 		}
 	}
 	return "", false

@@ -13,10 +13,17 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/oar/relay/store"
 )
 
+func netRefused() error {
+	return &net.OpError{Op: "dial", Net: "tcp", Err: &net.OpError{Op: "connect", Err: syscall.ECONNREFUSED}}
+}
+
+// refused is a store failure as the store's client marks it.
 func refused() error {
-	return fmt.Errorf("list sessions: %w", &net.OpError{Op: "dial", Net: "tcp", Err: &net.OpError{Op: "connect", Err: syscall.ECONNREFUSED}})
+	return fmt.Errorf("list sessions: %w", store.MarkUnreachable(netRefused()))
 }
 
 // R25.3: each distinct failure at ERROR once, then at most once a minute
@@ -32,9 +39,12 @@ func TestHandlerRateLimitsStoreFailures(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		log.Warn("scheduled work failed", "loop", "drain-sweep", "err", refused())
 		// The queue library's text, with a port that changes.
-		log.Error(fmt.Sprintf("Dequeue error: UNKNOWN: redis eval error: read tcp 127.0.0.1:%d->127.0.0.1:6390: connect: connection refused", 40000+i))
+		log.Error(fmt.Sprintf("Dequeue error: UNKNOWN: redis eval error: read tcp 127.0.0.1:%d->127.0.0.1:6390: connect: connection refused", 40000+i), "component", "asynq")
 		log.Info("turn started", "session", "abcd1234")
 		log.Error("not a store failure", "err", errors.New("boom"))
+		// A paired relay that does not answer is not the store.
+		log.Warn("paired relay offline", "relay", "bravo", "err", fmt.Errorf("call bravo: %w", netRefused()))
+		log.Warn("poll of paired relay failed: dial tcp 10.0.0.2:7420: connect: connection refused")
 		now = now.Add(time.Second)
 	}
 	got := lines()
@@ -56,7 +66,8 @@ func TestHandlerRateLimitsStoreFailures(t *testing.T) {
 	if n := count(`level=ERROR msg="scheduled work failed" component=x loop=drain-sweep`); n != 1 || count(`store="does not answer (connection refused)"`) != 2 {
 		t.Errorf("the first line is not at ERROR with the cause:\n%s", buf.String())
 	}
-	if count(`msg="turn started"`) != 50 || count(`msg="not a store failure"`) != 50 {
+	if count(`msg="turn started"`) != 50 || count(`msg="not a store failure"`) != 50 ||
+		count(`level=WARN msg="paired relay offline"`) != 50 || count(`level=WARN msg="poll of paired relay failed`) != 50 {
 		t.Errorf("other lines were held back:\n%s", buf.String())
 	}
 	if !h.Down() {
