@@ -129,6 +129,10 @@ func (s *streams) handle(c *gin.Context) {
 	_, err := ps.Receive(rctx)
 	rcancel()
 	if err != nil {
+		if e := domain.AsError(err); e.Code == domain.CodeUnavailable { // R25.3
+			fail(c, e)
+			return
+		}
 		c.JSON(http.StatusServiceUnavailable, gin.H{"error": "Redis is not reachable; try again.", "code": domain.CodeInternal})
 		return
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/oar/relay/redisurl"
 	"github.com/oar/relay/scheduler"
 	"github.com/oar/relay/store"
+	"github.com/oar/relay/storelog"
 	"github.com/oar/relay/worker"
 )
 
@@ -84,6 +85,9 @@ type App struct {
 	cfg  config.Config
 	opts Options
 	log  *slog.Logger
+	// health is a.log's handler: a store that does not answer logs each
+	// failure once a minute at most, and "store reachable again" (R25.3).
+	health *storelog.Handler
 
 	emb      *embedded.Server // the embedded store (no Redis URL), else nil
 	rdb      redis.UniversalClient
@@ -128,7 +132,8 @@ func New(cfg config.Config, o Options) (*App, error) {
 	if o.StallScanEvery <= 0 {
 		o.StallScanEvery = 30 * time.Second
 	}
-	a := &App{cfg: cfg, opts: o, log: o.Logger, started: make(chan struct{})}
+	health := storelog.New(o.Logger.Handler())
+	a := &App{cfg: cfg, opts: o, log: slog.New(health), health: health, started: make(chan struct{})}
 	sbs, err := newSandboxes(cfg, o.Logger) // R18.31: before anything is opened
 	if err != nil {
 		return nil, err
@@ -167,6 +172,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 	ru.Tune(tuning)
 	redisLogOnce.Do(func() { redis.SetLogger(redisLogger{slog.Default()}) }) // a global of go-redis: set once
 	a.rdb = ru.NewClient()
+	a.rdb.AddHook(store.UnreachableHook()) // R25.3: the store's silence, told apart from any other
 	a.st = store.New(a.rdb, o.KeyPrefix)
 	a.queues = jobs.QueuesFor(o.KeyPrefix)
 	a.aq = asynq.NewClientFromRedisClient(a.rdb)
@@ -548,9 +554,14 @@ func (a *App) Run(ctx context.Context) (err error) {
 		go func() { serveErr <- srv.Serve(ln) }()
 		if a.opts.Mode == ModeServe {
 			pub := a.PublicURL()
-			a.log.Info("relay serving", "name", a.cfg.Name, "listen", a.addr, "url", pub, "mcp", pub+"/mcp", "owner_api", pub+"/api/v1")
+			a.log.Info("relay serving", "name", a.cfg.Name, "listen", a.addr, "url", pub, "console", pub+"/", "mcp", pub+"/mcp", "owner_api", pub+"/api/v1")
 		}
 	}
+	wg.Add(1)
+	go func() { // R25.3: "store reachable again" once it answers
+		defer wg.Done()
+		a.health.Watch(loops, time.Second, func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() })
+	}()
 	// R18.9: what this process is, where its Redis is, what it works on.
 	conc := a.opts.Concurrency
 	if conc <= 0 {

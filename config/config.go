@@ -147,6 +147,9 @@ type Timing struct {
 	// ACPIdle: an ACP agent's process is stopped when its session was idle
 	// this long (acp_idle; 0 = the default, 10 min; R22.1).
 	ACPIdle time.Duration
+	// TurnLogEvery: a turn still running logs one INFO line this often
+	// (turn_log_every, default 5m; 0 = the default; at least 1s; R25.2).
+	TurnLogEvery time.Duration
 }
 
 // Limits holds the counting limits (yaml limits:); each is >= 1.
@@ -265,6 +268,7 @@ func Default() Config {
 			DefaultWait:      60 * time.Second,
 			PeerTimeout:      10 * time.Second,
 			AgentSilence:     10 * time.Minute,
+			TurnLogEvery:     5 * time.Minute,
 		},
 		Limits: Limits{
 			ActiveSessions:               4,
@@ -604,6 +608,9 @@ func (c Config) Validate() error {
 	if t.ACPIdle < 0 { // 0 = the default (10 min)
 		return fmt.Errorf("config: timing.acp_idle must not be negative (got %s)", t.ACPIdle)
 	}
+	if t.TurnLogEvery != 0 && t.TurnLogEvery < time.Second { // 0 = the default (5 min)
+		return fmt.Errorf("config: timing.turn_log_every must be at least 1s (got %s)", t.TurnLogEvery)
+	}
 
 	l := c.Limits
 	for _, n := range []struct {
@@ -910,6 +917,7 @@ func (d *fileDecoder) decode(c *Config, data []byte) error {
 			{"peer_timeout", d.duration(&c.Timing.PeerTimeout)},
 			{"agent_silence", d.duration(&c.Timing.AgentSilence)},
 			{"acp_idle", d.duration(&c.Timing.ACPIdle)},
+			{"turn_log_every", d.duration(&c.Timing.TurnLogEvery)},
 		})},
 		{"limits", d.section([]field{
 			{"active_sessions", d.integer(&c.Limits.ActiveSessions)},

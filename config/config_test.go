@@ -88,6 +88,7 @@ func defaultTiming() Timing {
 		DefaultWait:      60 * time.Second,
 		PeerTimeout:      10 * time.Second,
 		AgentSilence:     10 * time.Minute,
+		TurnLogEvery:     5 * time.Minute,
 	}
 }
 
@@ -249,6 +250,7 @@ func TestLoadCustomFile(t *testing.T) {
 			DefaultWait:      10 * time.Second,
 			PeerTimeout:      90 * time.Second,
 			AgentSilence:     10 * time.Minute,
+			TurnLogEvery:     5 * time.Minute,
 		},
 		Limits: Limits{
 			ActiveSessions:               1,

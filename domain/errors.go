@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/oar/relay/store"
 )
 
 // Error codes (SPEC §15). The set is closed.
@@ -31,6 +33,7 @@ const (
 	CodeUnsupported         = "REMOTE_RELAY_UNSUPPORTED"
 	CodeOffline             = "REMOTE_RELAY_OFFLINE"
 	CodeAuth                = "REMOTE_RELAY_AUTH"
+	CodeUnavailable         = "REMOTE_RELAY_UNAVAILABLE"
 	CodeInternal            = "REMOTE_RELAY_INTERNAL"
 )
 
@@ -63,11 +66,22 @@ func (e *Error) With(k string, v any) *Error {
 
 // internal wraps an unexpected error: the agent sees a plain sentence, the
 // log the detail, which starts with op, the step that failed ("ask: AddAsk").
+// A store that does not answer is REMOTE_RELAY_UNAVAILABLE instead (R25.3),
+// its short cause in the sentence.
 func internal(op string, err error) *Error {
 	if op != "" {
 		err = fmt.Errorf("%s: %w", op, err)
 	}
+	if cause, ok := store.Unreachable(err); ok {
+		return unavailable(cause, err)
+	}
 	return &Error{Code: CodeInternal, Msg: "Something went wrong inside the relay; the log has the detail. Nothing was done.", cause: err}
+}
+
+// unavailable is a failure because the store does not answer (R25.3): the
+// caller may try again, nothing was changed.
+func unavailable(cause string, err error) *Error {
+	return &Error{Code: CodeUnavailable, Msg: "The relay's store does not answer (" + cause + "); nothing was changed.", cause: err}
 }
 
 // internalAfter is an unexpected failure after the effect happened: the
@@ -98,6 +112,8 @@ func HTTPStatus(code string) int {
 		return 500
 	case CodeOffline:
 		return 502
+	case CodeUnavailable:
+		return 503
 	default:
 		return 400
 	}

@@ -520,8 +520,11 @@ func (dr *drainer) run(ctx context.Context, l drainLease, s *store.Session, orch
 		return false, dr.putBack(ctx, s.ID, t.ID, err)
 	}
 	h := &host{dr: dr, sid: s.ID, turn: t.ID, prov: s.Provider, fence: leaseOwner}
+	h.output()
 	dr.turnStarted(s, t.ID)
+	stopProgress := dr.turnProgress(s, t.ID, h, lim)
 	out, runErr := p.Run(tctx, pt, h)
+	stopProgress()
 	out.Text = provider.BoundReply(out.Text) // R18.4, whatever the provider
 	cause := context.Cause(tctx)
 	if tctx.Err() == nil {
@@ -733,6 +736,38 @@ func (dr *drainer) turnEnded(s *store.Session, turn string, status store.TurnSta
 	}
 }
 
+// defaultTurnLogEvery is timing.turn_log_every when the config gives none (R25.2).
+const defaultTurnLogEvery = 5 * time.Minute
+
+// turnProgress logs one INFO line every timing.turn_log_every while the turn
+// runs (R25.2): ids, provider, how long it has run and the seconds since the
+// agent's last output (never the prompt). On the wall clock, as the lease
+// renewal: a domain test's Sim clock of work sees no timer of it. The
+// returned func stops it (and joins its goroutine).
+func (dr *drainer) turnProgress(s *store.Session, turn string, h *host, lim *turnLimit) func() {
+	every := dr.opts.Timing.TurnLogEvery
+	if every <= 0 {
+		every = defaultTurnLogEvery
+	}
+	done := make(chan struct{})
+	joined := make(chan struct{})
+	go func() {
+		defer close(joined)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case now := <-tick.C:
+				dr.log.Info("turn running", "session", id8(s.ID), "turn", id8(turn), "provider", s.Provider,
+					"elapsed", now.Sub(lim.started).Round(time.Second), "since_output_s", int64(now.Sub(h.lastOutput())/time.Second))
+			}
+		}
+	}()
+	return func() { close(done); <-joined }
+}
+
 // history is the conversation before a turn's prompt (at most 50 messages).
 func (dr *drainer) history(ctx context.Context, sid, turnID string) ([]provider.HistoryItem, error) {
 	msgs, err := dr.st.LastMessages(ctx, sid, historyRead)
@@ -776,13 +811,29 @@ type host struct {
 	mu      sync.Mutex
 	partial string
 	last    time.Time
+
+	// out is when the agent last showed output (unix nanos, wall clock):
+	// the turn's progress lines say how long ago (R25.2).
+	out atomic.Int64
 }
+
+var _ provider.OutputHost = (*host)(nil)
+
+// output notes that the agent showed something now.
+func (h *host) output() { h.out.Store(time.Now().UnixNano()) }
+
+// Output is provider.OutputHost: an agent CLI printed something (any line,
+// stderr too).
+func (h *host) Output() { h.output() }
+
+func (h *host) lastOutput() time.Time { return time.Unix(0, h.out.Load()) }
 
 // Activity appends an activity line of the running turn to the conversation
 // (role "activity", R17.3). A 🛰️ line a provider reports is dropped: the
 // relay writes that line itself for every relay_tool call (noteCall), so it
 // comes once whatever the provider.
 func (h *host) Activity(line string) {
+	h.output()
 	if strings.HasPrefix(line, relayCallMark) {
 		return
 	}
@@ -806,11 +857,13 @@ func (h *host) SetAgentSession(id string) {
 }
 
 func (h *host) CallTool(ctx context.Context, args json.RawMessage) json.RawMessage {
+	h.output()
 	out, _ := h.dr.relay.CallTool(ctx, h.sid, args, nil)
 	return out
 }
 
 func (h *host) Partial(text string) {
+	h.output()
 	text = provider.BoundPartial(text)
 	h.mu.Lock()
 	h.partial = text
@@ -835,10 +888,12 @@ func (h *host) partialText() string {
 }
 
 func (h *host) StartTask(ctx context.Context, spec provider.TaskSpec) (provider.Task, error) {
+	h.output()
 	return h.dr.tasks.startTask(ctx, h.sid, spec)
 }
 
 func (h *host) AskUser(ctx context.Context, text string, options []string) (string, error) {
+	h.output()
 	dr := h.dr
 	q := &store.Question{ID: "q_" + store.NewID(8), Session: h.sid, Turn: h.turn, Kind: "ask_user", Question: text,
 		Options: options, Status: "pending", CreatedAt: dr.now()}

@@ -11,6 +11,9 @@ import (
 
 // Export writes every key of the database c reaches as RESP commands that
 // recreate it in an empty Redis (R20.4), and returns how many keys it wrote.
+// Each key is written whole after a DEL of it (R25.5): loading the output
+// twice, or into a Redis that has an older copy, leaves each key as exported
+// (a list or a stream is not appended to what is there).
 // Keys are read in batches, each at one point in time; on a database that
 // changes meanwhile the batches are of different moments (stop the relay
 // first for an exact copy; the embedded store's data directory cannot be
@@ -70,8 +73,12 @@ func export(ctx context.Context, c redis.Cmdable, w io.Writer, bySlot bool) (int
 			now := time.Now()
 			for _, r := range recs {
 				cmds := r.Commands(now)
-				if len(cmds) > 0 {
-					n++
+				if len(cmds) == 0 {
+					continue
+				}
+				n++
+				if err := WriteRESP(w, []string{"DEL", r.Key}); err != nil {
+					return err
 				}
 				for _, cmd := range cmds {
 					if err := WriteRESP(w, cmd); err != nil {

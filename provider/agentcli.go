@@ -388,7 +388,12 @@ func newStream(h Host, d dialect, t Turn) *stream {
 	return s
 }
 
-func (s *stream) touch() { s.last.Store(time.Now().UnixNano()) }
+func (s *stream) touch() {
+	s.last.Store(time.Now().UnixNano())
+	if o, ok := s.h.(OutputHost); ok {
+		o.Output() // the relay's progress lines say how long ago (R25.2)
+	}
+}
 
 func (s *stream) lastOutput() time.Time { return time.Unix(0, s.last.Load()) }
 

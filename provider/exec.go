@@ -275,7 +275,7 @@ func killGroup(pgid int, waitc <-chan error) {
 func (e *Exec) env(t Turn, cfgPath string) []string {
 	return append(withExtras(AgentEnv(os.Environ()), e.c.Env),
 		"RELAY_URL="+t.RelayURL,
-		"RELAY_MCP_URL="+t.MCPURL,
+		"RELAY_MCP_URL="+t.MCPEndpoint(),
 		"RELAY_SESSION_ID="+t.SessionID,
 		"RELAY_TOKEN="+t.Token,
 		"RELAY_MCP_CONFIG="+cfgPath,

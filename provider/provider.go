@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 )
 
 // Info describes a provider as relay_info shows it (R7.2).
@@ -54,7 +55,9 @@ type Turn struct {
 	History   []HistoryItem
 	// Token is the session's bearer token for POST /mcp.
 	Token string
-	// RelayURL is the base URL of the relay's API (http://host:port), MCPURL its /mcp route.
+	// RelayURL is the base URL of the relay's API (http://host:port), MCPURL its /mcp route,
+	// set only while the relay offers relay_tool to agents (agent sessions on or a
+	// relay paired, R4.2; MCPEndpoint is the route either way).
 	RelayURL string
 	MCPURL   string
 	// Relay is this relay's name (activity lines, R17.3).
@@ -70,6 +73,17 @@ type Turn struct {
 	AutoCompactWindow int
 	Thinking          string
 	ThinkingDisplay   string
+}
+
+// MCPEndpoint is the relay's /mcp URL whether or not relay_tool is offered
+// to this turn: MCPURL, else RelayURL's /mcp. An exec agent always gets it
+// as RELAY_MCP_URL (R25.6; relay_tool may refuse it while agent sessions are
+// off, but the URL is there); "" only when the relay's URL is not known.
+func (t Turn) MCPEndpoint() string {
+	if t.MCPURL != "" || t.RelayURL == "" {
+		return t.MCPURL
+	}
+	return strings.TrimRight(t.RelayURL, "/") + "/mcp"
 }
 
 // Usage is what a turn consumed, when the provider knows it.
@@ -122,7 +136,7 @@ type Host interface {
 	StartTask(ctx context.Context, spec TaskSpec) (Task, error)
 	// Partial reports the reply written so far (read_session's inFlight).
 	Partial(text string)
-	// A Host may also implement ActivityHost and AgentSessionHost (the
+	// A Host may also implement ActivityHost, AgentSessionHost and OutputHost (the
 	// relay's does); providers check with a type assertion.
 }
 
@@ -130,6 +144,13 @@ type Host interface {
 // (role "activity"), e.g. "🛰️ send → desk session 1a2b3c4d" (R17.3).
 type ActivityHost interface {
 	Activity(line string)
+}
+
+// OutputHost is told that the agent printed something (any output, stderr
+// included: a sign of life), for the relay's progress lines of a long turn
+// (R25.2).
+type OutputHost interface {
+	Output()
 }
 
 // AgentSessionHost stores the agent CLI's conversation id with the session

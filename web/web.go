@@ -185,6 +185,8 @@ func (c *console) page(name string) gin.HandlerFunc {
 			e := domain.AsError(err)
 			if e.Code == domain.CodeInternal {
 				c.log.Error("console page", "page", name, "err", err)
+			} else if e.Code == domain.CodeUnavailable {
+				_ = ctx.Error(err) // the 503's log line names the cause, so a store's silence is rate-limited (R25.3)
 			}
 			c.render(ctx, domain.HTTPStatus(e.Code), &view{Page: "error", Title: "Error", Error: e.Msg})
 			return
