@@ -183,9 +183,10 @@ func (c *console) page(name string) gin.HandlerFunc {
 		v, status, err := c.load(ctx.Request.Context(), name, ctx)
 		if err != nil {
 			e := domain.AsError(err)
-			if e.Code == domain.CodeInternal {
+			switch e.Code {
+			case domain.CodeInternal:
 				c.log.Error("console page", "page", name, "err", err)
-			} else if e.Code == domain.CodeUnavailable {
+			case domain.CodeUnavailable:
 				_ = ctx.Error(err) // the 503's log line names the cause, so a store's silence is rate-limited (R25.3)
 			}
 			c.render(ctx, domain.HTTPStatus(e.Code), &view{Page: "error", Title: "Error", Error: e.Msg})
