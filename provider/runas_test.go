@@ -1,0 +1,259 @@
+//go:build linux
+
+package provider
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// R18.26, issue 33's HIGH finding "terminal/create runs any command as the
+// relay's own user": a provider's user: runs every agent process (and, in
+// relaytest, every ACP terminal) as that OS user. These tests switch to
+// nobody (65534), so they need root (as in CI).
+
+const nobodyUID = 65534
+
+// runAsNobody is the provider user nobody for a relay running as root.
+func runAsNobody(t *testing.T) *RunAs {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("running processes as another user needs root (CI runs the tests as root)")
+	}
+	u, err := LookupRunAs("nobody", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.UID != nobodyUID || !u.switches {
+		t.Fatalf("nobody: %+v", u)
+	}
+	return u
+}
+
+// openDir is a fresh folder in the temp folder that every user may enter
+// and write (t.TempDir's parent is 0700: nobody could not reach it).
+func openDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "relay-runas-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(d) })
+	if err := os.Chmod(d, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestRunAsLookup(t *testing.T) {
+	if _, err := LookupRunAs("no-such-user-r1826", 0); err == nil || err.Error() != `user "no-such-user-r1826" does not exist on this machine` {
+		t.Fatalf("unknown user: %v", err)
+	}
+	if _, err := LookupRunAs("4000000000", 0); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("unknown uid: %v", err)
+	}
+	// A relay that is not root cannot switch to another user.
+	_, err := LookupRunAs("nobody", 1000)
+	if err == nil || err.Error() != `the relay runs as uid 1000, not root, so it cannot run processes as user "nobody" (uid 65534): start the relay as root, or leave user out` {
+		t.Fatalf("non-root relay: %v", err)
+	}
+	// A relay already running as the user has nothing to switch.
+	u, err := LookupRunAs("nobody", nobodyUID)
+	if err != nil || u.switches || u.procAttr().Credential != nil {
+		t.Fatalf("relay as nobody: %+v %v", u, err)
+	}
+	// Root switches: uid, primary gid, groups; by name or by uid.
+	for _, name := range []string{"nobody", "65534"} {
+		u, err := LookupRunAs(name, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := u.procAttr()
+		if !a.Setpgid || a.Pdeathsig != syscall.SIGKILL || a.Credential == nil || a.Credential.Uid != nobodyUID ||
+			a.Credential.Gid != u.GID || len(a.Credential.Groups) == 0 || u.Name != "nobody" || u.Home == "" {
+			t.Fatalf("%s: %+v %+v", name, u, a)
+		}
+	}
+	var none *RunAs
+	if a := none.procAttr(); a.Credential != nil || !a.Setpgid {
+		t.Fatalf("no user: %+v", a)
+	}
+	u, err = LookupRunAs("nobody", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env := u.withEnv(map[string]string{"A": "b"}); env["HOME"] != u.Home || env["USER"] != "nobody" || env["LOGNAME"] != "nobody" || env["A"] != "b" {
+		t.Fatalf("env: %v", env)
+	}
+	if env := u.withEnv(map[string]string{"HOME": "/srv/agent"}); env["HOME"] != "/srv/agent" {
+		t.Fatalf("the provider's own HOME must win: %v", env)
+	}
+}
+
+// The exec provider with user: nobody: the agent runs as 65534 (before
+// the fix: as the relay's uid 0), with nobody's HOME, and reads its MCP
+// config file (still 0600, now nobody's) also from a folder of the relay's
+// (made 0711, not listable); with sandbox: bwrap, bwrap itself runs as
+// nobody and the agent still reads its file.
+func TestRunAsExec(t *testing.T) {
+	u := runAsNobody(t)
+	defer goleak.VerifyNone(t)
+	for _, sandboxed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sandbox=%v", sandboxed), func(t *testing.T) {
+			var sb *Sandbox
+			if sandboxed {
+				sb = &Sandbox{Bwrap: needBwrap(t)}
+			}
+			base := openDir(t)
+			folder := mkdir(t, filepath.Join(base, "folder"))
+			if err := os.Chmod(folder, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			bin := writeFile(t, filepath.Join(base, "bin", "agent.sh"), `#!/bin/sh
+echo "uid=$(id -u) home=$HOME"
+echo "cfg=$(stat -c %a:%u "$RELAY_MCP_CONFIG")"
+grep -q "$RELAY_TOKEN" "$RELAY_MCP_CONFIG" && echo READ_CONFIG
+echo "others=$(ls "$(dirname "$RELAY_MCP_CONFIG")" 2>/dev/null | grep -c other-session)"
+echo x > "$PWD/w" && echo WROTE_FOLDER
+`, 0o755)
+			// A folder of the relay's own (0700, root's) for the MCP config files.
+			cfgDir := filepath.Join(base, "mcp")
+			if err := os.Mkdir(cfgDir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, filepath.Join(cfgDir, "relay-mcp-1-other-session-x.json"), `{"token":"other"}`, 0o600)
+			c := ExecConfig{ID: "x", Command: []string{bin}, ConfigDir: cfgDir, User: u, Sandbox: sb}
+			if sb != nil {
+				sb.RO = []string{filepath.Dir(bin)}
+				sb.Hide = NewExec(c).SandboxHidden()
+			}
+			turn := execTurn(t)
+			turn.Cwd = folder
+			res, _, err := runExec(t, c, turn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := fmt.Sprintf("uid=65534 home=%s\ncfg=600:65534\nREAD_CONFIG\nothers=0\nWROTE_FOLDER", u.Home)
+			if strings.TrimSpace(res.Text) != want {
+				t.Fatalf("the agent reported\n%s\nwant\n%s", res.Text, want)
+			}
+			if fi, err := os.Stat(cfgDir); err != nil || fi.Mode().Perm() != 0o711 {
+				t.Fatalf("the MCP config folder: %v %v", fi.Mode(), err)
+			}
+		})
+	}
+}
+
+// Agent CLIs with user: nobody: Claude Code reads its per-turn MCP config in
+// the relay's state folder, Gemini CLI writes its own home (nobody's) and
+// reads the settings the relay wrote there; neither lists the other
+// sessions' files; with and without the sandbox.
+func TestRunAsCLI(t *testing.T) {
+	u := runAsNobody(t)
+	defer goleak.VerifyNone(t)
+	for _, tc := range []struct {
+		typ, body string
+	}{
+		{TypeClaudeCode, `cfg=""
+for a in "$@"; do case "$a" in --mcp-config=*) cfg="${a#--mcp-config=}";; esac; done
+own=no; grep -q "$RELAY_TOKEN" "$cfg" && own=yes
+n=$(ls -A "$STATE/mcp" 2>/dev/null | grep -c other-session)
+echo "{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"uid=$(id -u) own=$own others=$n\",\"session_id\":\"11111111-2222-4333-8444-555555555555\"}"`},
+		{TypeGeminiCLI, `own=no; echo chat > "$GEMINI_CLI_HOME/.gemini/chat" && grep -q httpUrl "$GEMINI_CLI_HOME/.gemini/settings.json" && own=yes
+n=$(ls -A "$STATE/gemini" 2>/dev/null | grep -c other-session)
+echo '{"type":"init","session_id":"aaaaaaaa-2222-4333-8444-555555555555","model":"m1"}'
+echo "{\"type\":\"message\",\"role\":\"assistant\",\"content\":\"uid=$(id -u) own=$own others=$n\",\"delta\":true}"
+echo '{"type":"result","status":"success","stats":{"input_tokens":1,"output_tokens":1}}'`},
+	} {
+		for _, sandboxed := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/sandbox=%v", tc.typ, sandboxed), func(t *testing.T) {
+				var sb *Sandbox
+				if sandboxed {
+					sb = &Sandbox{Bwrap: needBwrap(t)}
+				}
+				base := openDir(t)
+				folder := mkdir(t, filepath.Join(base, "folder"))
+				state := filepath.Join(base, "state")
+				if err := os.Mkdir(state, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				writeFile(t, filepath.Join(state, "mcp", "relay-mcp-1-other-session-x.json"), `{"token":"other"}`, 0o600)
+				writeFile(t, filepath.Join(state, "gemini", "other-session", ".gemini", "chat"), "secret chat", 0o600)
+				for _, d := range []string{filepath.Join(state, "mcp"), filepath.Join(state, "gemini")} {
+					if err := os.Chmod(d, 0o700); err != nil {
+						t.Fatal(err)
+					}
+				}
+				bin := writeFile(t, filepath.Join(base, "bin", "cli.sh"), "#!/bin/sh\n"+tc.body+"\n", 0o755)
+				if sb != nil {
+					sb.RO = []string{filepath.Dir(bin)}
+				}
+				p, err := NewCLI(CLIConfig{ID: "fake", Name: "Fake", Type: tc.typ, Command: []string{"/bin/sh", bin}, StateDir: state,
+					Env: map[string]string{"STATE": state}, Sandbox: sb, User: u})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if sb != nil {
+					sb.Hide = p.SandboxHidden()
+				}
+				turn := execTurn(t)
+				turn.Cwd = folder
+				res, _, err := runCLI(t, p, turn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := "uid=65534 own=yes others=0"; res.Text != want {
+					t.Fatalf("reply %q, want %q", res.Text, want)
+				}
+				if tc.typ == TypeGeminiCLI {
+					home := GeminiHome(state, turn.SessionID)
+					for _, f := range []string{home, filepath.Join(home, ".gemini"), filepath.Join(home, ".gemini", "settings.json")} {
+						fi, err := os.Lstat(f)
+						if err != nil || fi.Sys().(*syscall.Stat_t).Uid != nobodyUID {
+							t.Fatalf("%s is not nobody's: %v", f, err)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// The Gemini CLI home belongs to the user, who may put links in it: the
+// relay, writing the next turn's settings as root, never follows one out.
+func TestRunAsGeminiHomeLink(t *testing.T) {
+	u := runAsNobody(t)
+	base := openDir(t)
+	state := filepath.Join(base, "state")
+	outside := mkdir(t, filepath.Join(base, "outside"))
+	p, err := NewCLI(CLIConfig{ID: "g", Type: TypeGeminiCLI, Command: []string{"/bin/true"}, StateDir: state, User: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := GeminiHome(state, "s-1")
+	if err := p.writeGeminiHome(home, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	// The user swaps its .gemini for a link to a folder of root's.
+	if err := os.RemoveAll(filepath.Join(home, ".gemini")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(home, ".gemini")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.writeGeminiHome(home, []byte("{}")); err == nil {
+		t.Fatal("the relay wrote the settings through the user's link")
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) > 0 {
+		t.Fatalf("the relay wrote outside the home: %v", ents)
+	}
+	if fi, err := os.Stat(outside); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Fatalf("the folder behind the link changed owner: %v", err)
+	}
+}
