@@ -3,6 +3,7 @@
 package provider
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -255,5 +256,57 @@ func TestRunAsGeminiHomeLink(t *testing.T) {
 	}
 	if fi, err := os.Stat(outside); err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
 		t.Fatalf("the folder behind the link changed owner: %v", err)
+	}
+}
+
+// ACP file requests as the agent's user (R18.26): a file only root may read
+// stays closed to it, what it writes belongs to it, and the relay's other
+// threads keep root's identity; a panic comes back to the caller.
+func TestRunAsFiles(t *testing.T) {
+	u := runAsNobody(t)
+	dir := openDir(t)
+	secret := writeFile(t, filepath.Join(dir, "secret"), "root only", 0o600)
+	err := u.files(func() error {
+		f, err := os.Open(secret)
+		if err == nil {
+			_ = f.Close()
+		}
+		return err
+	})
+	if !errors.Is(err, os.ErrPermission) {
+		t.Fatalf("nobody opened root's 0600 file: %v", err)
+	}
+	made := filepath.Join(dir, "sub", "made")
+	if err := u.files(func() error {
+		if err := os.MkdirAll(filepath.Dir(made), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(made, []byte("x"), 0o644)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{made, filepath.Dir(made)} {
+		fi, err := os.Stat(p)
+		if err != nil || fi.Sys().(*syscall.Stat_t).Uid != nobodyUID || fi.Sys().(*syscall.Stat_t).Gid != u.GID {
+			t.Fatalf("%s is not nobody's: %v", p, err)
+		}
+	}
+	// Every thread of the relay is still root's: many opens after, on any thread.
+	for i := 0; i < 50; i++ {
+		if _, err := os.ReadFile(secret); err != nil {
+			t.Fatalf("the relay lost its own identity: %v", err)
+		}
+	}
+	func() {
+		defer func() {
+			if v := recover(); v != "boom" {
+				t.Fatalf("panic %v, want boom", v)
+			}
+		}()
+		_ = u.files(func() error { panic("boom") })
+	}()
+	var none *RunAs
+	if err := none.files(func() error { _, err := os.ReadFile(secret); return err }); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,8 +89,10 @@ func agentUIDs(t *testing.T, bin, env string) []string {
 // An ACP agent and its terminal: with the agent's command wrapped in
 // setpriv (the operator's "sudo -u agent"), the agent runs as nobody but
 // the relay started its terminal as root (uid 0: the old behaviour, the
-// finding); with user: nobody both run as 65534, also inside the sandbox
-// (bwrap then runs as nobody too).
+// finding), and read and wrote files for it as root; with user: nobody
+// the terminal runs as 65534 too (inside the sandbox bwrap then runs as
+// nobody), a root-only file is closed to the agent's fs/read_text_file and
+// what its fs/write_text_file makes is nobody's.
 func TestUserACPTerminal(t *testing.T) {
 	needRoot(t)
 	t.Parallel()
@@ -101,10 +104,14 @@ func TestUserACPTerminal(t *testing.T) {
 		name, user, sandbox string
 		wrap                bool
 		termUID             string
+		read                string // what the agent's fs/read_text_file of a root-only file got
+		fileUID             uint32 // who owns what its fs/write_text_file made
 	}{
-		{name: "wrapped", wrap: true, termUID: "0"}, // the finding: the terminal escapes the agent's user
-		{name: "user", user: "nobody", termUID: "65534"},
-		{name: "user+bwrap", user: "nobody", sandbox: "bwrap", termUID: "65534"},
+		// The finding: the relay ran the terminal, and read and wrote
+		// files, as root for an agent wrapped to run as nobody.
+		{name: "wrapped", wrap: true, termUID: "0", read: "READ: root only", fileUID: 0},
+		{name: "user", user: "nobody", termUID: "65534", read: "READ ERROR:", fileUID: 65534},
+		{name: "user+bwrap", user: "nobody", sandbox: "bwrap", termUID: "65534", read: "READ ERROR:", fileUID: 65534},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.sandbox != "" {
@@ -122,6 +129,9 @@ func TestUserACPTerminal(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			if err := os.WriteFile(filepath.Join(folder, "secret.txt"), []byte("root only\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
 			bin := copyExecutable(t, fakeACPAgent(t), base)
 			f := newACPFake(t, map[string]string{"FAKE_ACP_STATE": state})
 			f.state = state
@@ -138,9 +148,23 @@ func TestUserACPTerminal(t *testing.T) {
 			a := r.NewSession(map[string]any{"title": "acp agent", "provider": "fakeacp"})
 			reply := doneTurn(t, r, r.Message(a.ID, acpScript(
 				map[string]any{"sh": "id -u > agent-uid.txt"},
-				map[string]any{"terminal": map[string]any{"command": "sh", "args": []string{"-c", "id -u; echo x > term.txt && echo WROTE"}}})))
+				map[string]any{"terminal": map[string]any{"command": "sh", "args": []string{"-c", "id -u; echo x > term.txt && echo WROTE"}}},
+				map[string]any{"read": filepath.Join(folder, "secret.txt")},
+				map[string]any{"write": map[string]any{"path": filepath.Join(folder, "new", "made.txt"), "content": "made"}})))
 			if want := "TERMINAL exit 0: " + tc.termUID + "\nWROTE"; !strings.Contains(reply, want) {
 				t.Fatalf("the terminal reported %q, want %q", reply, want)
+			}
+			if !strings.Contains(reply, tc.read) || tc.read != "READ: root only" && strings.Contains(reply, "root only") {
+				t.Fatalf("the agent's read of a root-only file: %q, want %q", reply, tc.read)
+			}
+			for _, p := range []string{filepath.Join(folder, "new"), filepath.Join(folder, "new", "made.txt")} {
+				fi, err := os.Stat(p)
+				if err != nil {
+					t.Fatalf("the agent's write: %v (reply %q)", err, reply)
+				}
+				if uid := fi.Sys().(*syscall.Stat_t).Uid; uid != tc.fileUID {
+					t.Fatalf("%s belongs to uid %d, want %d", p, uid, tc.fileUID)
+				}
 			}
 			b, err := os.ReadFile(filepath.Join(folder, "agent-uid.txt"))
 			if got := strings.TrimSpace(string(b)); err != nil || got != "65534" {
