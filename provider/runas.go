@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"syscall"
 )
@@ -66,6 +67,9 @@ func LookupRunAs(name string, euid int) (*RunAs, error) {
 	}
 	if euid != 0 {
 		return nil, fmt.Errorf("the relay runs as uid %d, not root, so it cannot run processes as user %q (uid %d): start the relay as root, or leave user out", euid, name, uid)
+	}
+	if runtime.GOOS != "linux" {
+		return nil, fmt.Errorf("running processes as user %q is supported on Linux only", name)
 	}
 	ids, err := u.GroupIds()
 	if err != nil {
@@ -143,9 +147,16 @@ func (r *RunAs) reach(dir string) error {
 		return fmt.Errorf("%s belongs to uid %d, not to the relay (uid %d): the relay writes files for user %q only in a folder of its own", dir, st.Uid, r.euid, r.Name)
 	}
 	if m := fi.Mode().Perm(); m&0o011 != 0o011 {
-		return os.Chmod(dir, m|0o011)
+		if err := os.Chmod(dir, m|0o011); err != nil {
+			return err
+		}
 	}
-	return nil
+	return r.files(func() error { // and every folder above it lets the user pass
+		if _, err := os.Stat(dir + "/."); err != nil {
+			return fmt.Errorf("user %q cannot reach %s (every folder above it must let it pass): %w", r.Name, dir, err)
+		}
+		return nil
+	})
 }
 
 // own hands a file the relay created (still open) to the user, keeping its

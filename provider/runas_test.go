@@ -310,3 +310,69 @@ func TestRunAsFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The sandbox run as the provider's user: a hidden path that user cannot
+// reach (the data directory under root's 0700 home) is left alone, as bwrap
+// (now nobody) could not mount over it and nobody cannot read it anyway; a
+// hidden path it can reach is still hidden.
+func TestRunAsSandboxHide(t *testing.T) {
+	u := runAsNobody(t)
+	bwrap := needBwrap(t)
+	// Outside /tmp: the sandbox's own /tmp would hide them whatever Hide says.
+	closedDir, err := os.MkdirTemp("/var/tmp", "relay-runas-closed-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(closedDir) })
+	openHome, err := os.MkdirTemp("/var/tmp", "relay-runas-open-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(openHome) })
+	if err := os.Chmod(openHome, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	closedData := mkdir(t, filepath.Join(closedDir, "data")) // closedDir is 0700: nobody cannot pass
+	openData := mkdir(t, filepath.Join(openHome, "data"))
+	writeFile(t, filepath.Join(openData, "visible-secret"), "x", 0o644)
+	base := openDir(t)
+	folder := mkdir(t, filepath.Join(base, "folder"))
+	bin := writeFile(t, filepath.Join(base, "bin", "agent.sh"), `#!/bin/sh
+echo "uid=$(id -u) open=$(ls -A "$OPEN" 2>&1 | wc -l) closed=$(ls "$CLOSED" >/dev/null 2>&1 && echo listed || echo no)"
+`, 0o755)
+	sb := &Sandbox{Bwrap: bwrap, RO: []string{filepath.Dir(bin)}, Hide: []string{closedData, openData}}
+	turn := execTurn(t)
+	turn.Cwd = folder
+	res, _, err := runExec(t, ExecConfig{ID: "x", Command: []string{bin}, User: u, Sandbox: sb,
+		Env: map[string]string{"OPEN": openData, "CLOSED": closedData}}, turn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "uid=65534 open=0 closed=no"; strings.TrimSpace(res.Text) != want {
+		t.Fatalf("the agent reported %q, want %q", res.Text, want)
+	}
+}
+
+// A folder of the relay's for the user's files that lies where the user
+// cannot pass (under a 0700 folder) is refused with a clear error, not left
+// for the agent to fail on.
+func TestRunAsReachRefused(t *testing.T) {
+	u := runAsNobody(t)
+	closed := t.TempDir() // its parent is 0700
+	d := mkdir(t, filepath.Join(closed, "mcp"))
+	if err := os.Chmod(closed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	err := u.reach(d)
+	if err == nil || !strings.Contains(err.Error(), `user "nobody" cannot reach `+d) {
+		t.Fatalf("reach: %v", err)
+	}
+	// A folder someone else owns is refused too: its owner could swap the files.
+	other := mkdir(t, filepath.Join(openDir(t), "other"))
+	if err := os.Chown(other, nobodyUID, nobodyUID); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.reach(other); err == nil || !strings.Contains(err.Error(), "belongs to uid 65534, not to the relay") {
+		t.Fatalf("reach of nobody's folder: %v", err)
+	}
+}
