@@ -1,6 +1,7 @@
 package app
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/oar/relay/config"
@@ -11,6 +12,9 @@ import (
 // start with one line (relay serve exits 2 on app.New's error); the relay's
 // uid is injected, so the non-root case is tested without dropping root.
 func TestNewUsers(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("user: is Linux only")
+	}
 	cfg := config.Config{Providers: []config.Provider{
 		{ID: "plain", Type: config.TypeExec, Command: []string{"a"}},
 		{ID: "agent", Type: config.TypeACP, Command: []string{"a"}, User: "nobody"},

@@ -64,7 +64,8 @@ type CLIConfig struct {
 	// Sandbox confines the CLI (R18.31); nil = none.
 	Sandbox *Sandbox
 	// User runs the CLI as that OS user (R18.26); nil = the relay's own.
-	// Without StateDir, the state folder is then in the temp folder.
+	// Without StateDir, the state folder of another user's CLI is in the
+	// temp folder (relay-agents-<relay uid>-as-<uid>).
 	User *RunAs
 }
 
@@ -107,8 +108,8 @@ func NewCLI(c CLIConfig) (*CLI, error) {
 	if c.Silence <= 0 {
 		c.Silence = DefaultAgentSilence
 	}
-	if c.StateDir == "" && c.User != nil {
-		c.StateDir = c.User.stateDir()
+	if c.StateDir == "" {
+		c.StateDir = c.User.stateDir() // another user's: in the temp folder
 	}
 	c.Env = c.User.withEnv(c.Env)
 	if c.ResultGrace <= 0 {

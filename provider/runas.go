@@ -118,10 +118,14 @@ func (r *RunAs) withEnv(env map[string]string) map[string]string {
 	return out
 }
 
-// stateDir is the default state folder of an agent CLI provider run as the
-// user: in the temp folder (the relay's own cache folder is usually in a
-// home the user cannot enter), named after the relay's and the user's uids.
+// stateDir is the default state folder of an agent CLI provider run as
+// another user: in the temp folder (the relay's own cache folder is usually
+// in a home the user cannot enter), named after the relay's and the user's
+// uids; "" when the relay does not switch (the usual default applies).
 func (r *RunAs) stateDir() string {
+	if r == nil || !r.switches {
+		return ""
+	}
 	return filepath.Join(os.TempDir(), fmt.Sprintf("relay-agents-%d-as-%d", r.euid, r.UID))
 }
 

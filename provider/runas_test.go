@@ -376,3 +376,39 @@ func TestRunAsReachRefused(t *testing.T) {
 		t.Fatalf("reach of nobody's folder: %v", err)
 	}
 }
+
+// Without a state folder of its own, an agent CLI run as another user keeps
+// its state in the temp folder, named after both uids (the relay's cache
+// folder is in root's home, which the user cannot enter), and works there.
+func TestRunAsCLIDefaultState(t *testing.T) {
+	u := runAsNobody(t)
+	tmp := openDir(t)
+	t.Setenv("TMPDIR", tmp)
+	base := openDir(t)
+	folder := mkdir(t, filepath.Join(base, "folder"))
+	bin := writeFile(t, filepath.Join(base, "bin", "cli.sh"), `#!/bin/sh
+cfg=""
+for a in "$@"; do case "$a" in --mcp-config=*) cfg="${a#--mcp-config=}";; esac; done
+own=no; grep -q "$RELAY_TOKEN" "$cfg" && own=yes
+echo "{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\":\"uid=$(id -u) own=$own\",\"session_id\":\"11111111-2222-4333-8444-555555555555\"}"
+`, 0o755)
+	p, err := NewCLI(CLIConfig{ID: "c", Type: TypeClaudeCode, Command: []string{"/bin/sh", bin}, User: u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(tmp, "relay-agents-0-as-65534"); p.c.StateDir != want {
+		t.Fatalf("state folder %s, want %s", p.c.StateDir, want)
+	}
+	turn := execTurn(t)
+	turn.Cwd = folder
+	res, _, err := runCLI(t, p, turn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Text != "uid=65534 own=yes" {
+		t.Fatalf("reply %q", res.Text)
+	}
+	if fi, err := os.Lstat(p.c.StateDir); err != nil || fi.Mode().Perm() != 0o711 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Fatalf("the state folder: %v %v", fi, err)
+	}
+}
