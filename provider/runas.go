@@ -16,8 +16,10 @@ import (
 // R18.26): every agent process and every ACP terminal of the provider gets
 // its uid, primary gid and supplementary groups, and HOME (USER, LOGNAME) of
 // that user unless the provider's env sets them. The files the relay writes
-// for the agent (MCP config files, a Gemini CLI home) are handed to it. A nil
-// *RunAs is none: the processes run as the relay's own user.
+// for the agent (MCP config files, a Gemini CLI home) are handed to it, and
+// an ACP agent's file requests are served with its file-system identity
+// (files, Linux). A nil *RunAs is none: the processes run as the relay's
+// own user.
 type RunAs struct {
 	Name   string // the user's name (or its uid when it has none)
 	UID    uint32
