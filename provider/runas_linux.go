@@ -8,13 +8,15 @@ import (
 )
 
 // files runs fn with the user's file-system identity (R18.26): on an OS
-// thread of its own whose fsuid, fsgid and supplementary groups are the
+// thread locked to it whose fsuid, fsgid and supplementary groups are the
 // user's, so the kernel checks fn's opens, creations and writes as it would
-// the agent's own (the file-system capabilities of root are dropped with the
-// fsuid), and what fn creates belongs to the user. The credentials of that
-// thread alone change (raw setgroups/setfsuid, not the all-threads
-// syscall.Setgroups); the thread is never handed back to the runtime: its
-// goroutine ends locked to it, which ends the thread. A panic in fn is
+// the agent's own (root's file-system capabilities go with the fsuid), and
+// what fn creates belongs to the user. Only that thread's credentials change
+// (raw setgroups/setfsuid, not the all-threads syscall.Setgroups), and they
+// are restored before the thread is handed back. The thread is never left
+// to end: an agent started from it earlier holds a parent-death signal
+// (Pdeathsig, bwrap --die-with-parent) tied to it. Should the restore fail,
+// the thread stays parked with its goroutine instead. A panic in fn is
 // raised again in the caller. Without a user to switch to, fn just runs.
 func (r *RunAs) files(fn func() error) error {
 	if r == nil || !r.switches {
@@ -27,14 +29,31 @@ func (r *RunAs) files(fn func() error) error {
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+		runtime.LockOSThread()
+		ogroups, gerr := unix.Getgroups()
+		ofsuid, _ := unix.SetfsuidRetUid(-1) // -1 changes nothing: the current one
+		ofsgid, _ := unix.SetfsgidRetGid(-1)
 		o := outcome{panicked: true}
 		defer func() {
 			if o.panicked {
 				o.p = recover()
 			}
+			// Back to the relay's own identity, checked.
+			_ = unix.Setfsuid(ofsuid)
+			_ = unix.Setfsgid(ofsgid)
+			rerr := unix.Setgroups(ogroups)
+			u, _ := unix.SetfsuidRetUid(-1)
+			g, _ := unix.SetfsgidRetGid(-1)
 			done <- o
+			if gerr != nil || rerr != nil || u != ofsuid || g != ofsgid {
+				select {} // never reused, never ended (see above)
+			}
+			runtime.UnlockOSThread()
 		}()
+		if gerr != nil {
+			o.err, o.panicked = fmt.Errorf("file access as user %q: getgroups: %w", r.Name, gerr), false
+			return
+		}
 		groups := make([]int, len(r.Groups))
 		for i, g := range r.Groups {
 			groups[i] = int(g)
@@ -45,7 +64,7 @@ func (r *RunAs) files(fn func() error) error {
 		}
 		_ = unix.Setfsgid(int(r.GID))
 		_ = unix.Setfsuid(int(r.UID))
-		// setfsuid/setfsgid report no failure: read them back (-1 changes nothing).
+		// setfsuid/setfsgid report no failure: read them back.
 		if u, _ := unix.SetfsuidRetUid(-1); u != int(r.UID) {
 			o.err, o.panicked = fmt.Errorf("file access as user %q: the thread's fsuid is %d", r.Name, u), false
 			return

@@ -8,10 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 )
 
 // R18.26, issue 33's HIGH finding "terminal/create runs any command as the
@@ -410,5 +413,49 @@ echo "{\"type\":\"result\",\"subtype\":\"success\",\"is_error\":false,\"result\"
 	}
 	if fi, err := os.Lstat(p.c.StateDir); err != nil || fi.Mode().Perm() != 0o711 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
 		t.Fatalf("the state folder: %v %v", fi, err)
+	}
+}
+
+// files hands its thread back with the relay's identity and never lets it
+// end: an agent started earlier from that thread holds a parent-death
+// signal tied to the thread (Pdeathsig, bwrap --die-with-parent) and would
+// be killed with it. The threads fn ran on are all still there after.
+func TestRunAsFilesKeepsThreads(t *testing.T) {
+	u := runAsNobody(t)
+	var mu sync.Mutex
+	tids := map[int]bool{}
+	var wg sync.WaitGroup
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 10; j++ {
+				if err := u.files(func() error {
+					mu.Lock()
+					tids[unix.Gettid()] = true
+					mu.Unlock()
+					return nil
+				}); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// A thread that ends is gone from /proc/self/task within moments; look
+	// for a while, on every thread fn ran on.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		for tid := range tids {
+			if _, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", tid)); err != nil {
+				t.Fatalf("thread %d that files ran on ended: an agent it started would be killed with it", tid)
+			}
+			// Its identity is the relay's again.
+			b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/status", tid))
+			if err == nil && !strings.Contains(string(b), "\nUid:\t0\t0\t0\t0\n") {
+				t.Fatalf("thread %d kept another identity:\n%s", tid, b)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
