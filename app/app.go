@@ -138,6 +138,10 @@ func New(cfg config.Config, o Options) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	us, err := newUsers(cfg, os.Geteuid()) // R18.26: the providers' users, as early
+	if err != nil {
+		return nil, err
+	}
 	// R18.36: a secret given as a flag is readable by every user of the
 	// machine; say so (never the secret), with the file to use instead.
 	for _, w := range cfg.CommandLineWarnings() {
@@ -179,7 +183,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 	a.insp = asynq.NewInspectorFromRedisClient(a.rdb)
 	a.met = metrics.New()
 
-	provs, scripted, err := buildProviders(cfg, a.log, sbs)
+	provs, scripted, err := buildProviders(cfg, a.log, sbs, us)
 	if err != nil {
 		a.close()
 		return nil, err
@@ -246,7 +250,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 	return a, nil
 }
 
-func buildProviders(cfg config.Config, log *slog.Logger, sbs sandboxes) ([]provider.Provider, *provider.Scripted, error) {
+func buildProviders(cfg config.Config, log *slog.Logger, sbs sandboxes, us users) ([]provider.Provider, *provider.Scripted, error) {
 	var out []provider.Provider
 	var scripted *provider.Scripted
 	for _, p := range cfg.Providers {
@@ -256,11 +260,11 @@ func buildProviders(cfg config.Config, log *slog.Logger, sbs sandboxes) ([]provi
 			out = append(out, scripted)
 		case config.TypeExec:
 			out = append(out, provider.NewExec(provider.ExecConfig{ID: p.ID, Name: p.Name, Command: p.Command, Models: p.Models,
-				DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo, Env: p.Env, Sandbox: sbs[p.ID]}))
+				DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo, Env: p.Env, Sandbox: sbs[p.ID], User: us[p.ID]}))
 		case config.TypeClaudeCode, config.TypeCodex, config.TypeGeminiCLI: // R17.1
 			cli, err := provider.NewCLI(provider.CLIConfig{ID: p.ID, Name: p.Name, Type: p.Type, Command: p.Command, Args: p.Args,
 				Env: p.Env, Models: p.Models, DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo,
-				Silence: cfg.Timing.AgentSilence, Sandbox: sbs[p.ID]})
+				Silence: cfg.Timing.AgentSilence, Sandbox: sbs[p.ID], User: us[p.ID]})
 			if err != nil {
 				return nil, nil, fmt.Errorf("config: %w", err)
 			}
@@ -271,7 +275,7 @@ func buildProviders(cfg config.Config, log *slog.Logger, sbs sandboxes) ([]provi
 		case config.TypeACP: // R22.1
 			ap := provider.NewACP(provider.ACPConfig{ID: p.ID, Name: p.Name, Command: p.Command, Env: p.Env, Models: p.Models,
 				DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo, Silence: cfg.Timing.AgentSilence,
-				Idle: cfg.Timing.ACPIdle, Logger: log, Sandbox: sbs[p.ID]})
+				Idle: cfg.Timing.ACPIdle, Logger: log, Sandbox: sbs[p.ID], User: us[p.ID]})
 			if in := ap.Info(); in.Status == provider.StatusUnavailable {
 				log.Warn("provider unavailable: prompts to it are refused until its command can be found", "provider", p.ID, "why", in.StatusReason)
 			}

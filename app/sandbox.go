@@ -68,3 +68,25 @@ func (sbs sandboxes) hide(cfg config.Config, provs []provider.Provider) {
 		sb.Hide = hide
 	}
 }
+
+// users are the providers' OS users (R18.26) by provider id; a provider
+// without user: has none here (a nil *provider.RunAs: the relay's own).
+type users map[string]*provider.RunAs
+
+// newUsers resolves every provider's user: for a relay running as euid
+// (os.Geteuid()). A user that does not exist, or one a relay that is not
+// root cannot switch to, stops the start (exit 2) with one line.
+func newUsers(cfg config.Config, euid int) (users, error) {
+	us := users{}
+	for i, p := range cfg.Providers {
+		if p.User == "" {
+			continue
+		}
+		u, err := provider.LookupRunAs(p.User, euid)
+		if err != nil {
+			return nil, fmt.Errorf("config: providers[%d].user (provider %q): %v", i, p.ID, err)
+		}
+		us[p.ID] = u
+	}
+	return us, nil
+}

@@ -101,6 +101,12 @@ type Provider struct {
 	// (e.g. the CLI's own config); absolute, ~ expanded; only with sandbox: bwrap.
 	SandboxRW []string
 	SandboxRO []string
+	// User (user): the OS user (a name, or a numeric uid) every agent
+	// process and every ACP terminal of the provider runs as (R18.26); ""
+	// = the relay's own. Only for the types that run processes; the app
+	// resolves it at start (exit 2 when it does not exist or the relay,
+	// not root, cannot switch to it).
+	User string
 }
 
 // SandboxBwrap is the one sandbox a provider may set (R18.31): Debian's
@@ -735,6 +741,9 @@ func (c Config) validateProviders() error {
 		if err := checkSandbox(at, p); err != nil {
 			return err
 		}
+		if err := checkUser(at, p); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -769,6 +778,25 @@ func checkSandbox(at string, p Provider) error {
 	}
 	return nil
 }
+
+// checkUser validates user (R18.26): a user name or a numeric uid, only on
+// the types that run processes. Whether it exists is checked at start.
+func checkUser(at string, p Provider) error {
+	if p.User == "" {
+		return nil
+	}
+	if !RunsProcesses(p.Type) {
+		return fmt.Errorf("config: %s.user applies only to the types that run agent processes (exec, claude-code, codex, gemini-cli, acp); type %s runs none", at, p.Type)
+	}
+	if !userRe.MatchString(p.User) {
+		return fmt.Errorf("config: %s.user must be a user name or a numeric uid (got %q)", at, p.User)
+	}
+	return nil
+}
+
+// userRe is a user name (POSIX portable characters, as useradd takes them)
+// or a uid.
+var userRe = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\$?$`)
 
 // Units of a provider's monthly_cap (R7.8).
 const (
@@ -1208,6 +1236,7 @@ func (d *fileDecoder) providers(p *[]Provider) func(string, *yaml.Node) error {
 				{"sandbox", d.str(&pr.Sandbox)},
 				{"sandbox_rw", d.paths(&pr.SandboxRW)},
 				{"sandbox_ro", d.paths(&pr.SandboxRO)},
+				{"user", d.str(&pr.User)},
 			})
 			if err != nil {
 				return err

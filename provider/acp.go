@@ -54,6 +54,7 @@ type ACPConfig struct {
 	Logger *slog.Logger
 
 	Sandbox *Sandbox // the agent and its terminals run in it (R18.31, R18.26); nil = none
+	User    *RunAs   // the agent and its terminals run as that OS user (R18.26); nil = the relay's own
 }
 
 // ACP is the provider for Agent Client Protocol agents. It keeps one agent
@@ -83,7 +84,7 @@ func NewACP(c ACPConfig) *ACP {
 	for k, v := range c.Env {
 		env[k] = v
 	}
-	c.Env = env
+	c.Env = c.User.withEnv(env) // HOME of the provider's user (R18.26)
 	if c.Silence <= 0 {
 		c.Silence = DefaultAgentSilence
 	}
@@ -281,7 +282,7 @@ func (p *ACP) start(t Turn, px *mcpProxy) (*acpProc, error) {
 		Args:        append([]string(nil), p.c.Command...),
 		Env:         env,
 		Dir:         t.Cwd,
-		SysProcAttr: agentProcAttr(), // own process group, killed with the relay (R18.11)
+		SysProcAttr: p.c.User.procAttr(), // own process group, killed with the relay (R18.11); the provider's user (R18.26)
 		WaitDelay:   execPipeDelay,
 		Stderr:      &acpErrWriter{pr: pr},
 	}

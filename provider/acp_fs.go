@@ -209,7 +209,8 @@ func (pr *acpProc) ReadTextFile(ctx context.Context, req acp.ReadTextFileRequest
 	if line < 0 || limit < 0 {
 		return acp.ReadTextFileResponse{}, acp.NewInvalidParams(map[string]any{"error": "line and limit may not be negative"})
 	}
-	f, err := at.folder.openRead(req.Path)
+	var f *os.File
+	err = pr.p.c.User.files(func() (err error) { f, err = at.folder.openRead(req.Path); return err }) // as the agent's user (R18.26)
 	if err != nil {
 		return acp.ReadTextFileResponse{}, acp.NewInvalidParams(map[string]any{"error": err.Error()})
 	}
@@ -290,7 +291,7 @@ func (pr *acpProc) WriteTextFile(_ context.Context, req acp.WriteTextFileRequest
 	if at.t.Mode == "plan" {
 		return acp.WriteTextFileResponse{}, acp.NewInvalidRequest(map[string]any{"error": "the session is in plan mode: it writes no files"})
 	}
-	if err := at.folder.write(req.Path, req.Content); err != nil {
+	if err := pr.p.c.User.files(func() error { return at.folder.write(req.Path, req.Content) }); err != nil { // as the agent's user (R18.26)
 		return acp.WriteTextFileResponse{}, acp.NewInvalidParams(map[string]any{"error": err.Error()})
 	}
 	return acp.WriteTextFileResponse{}, nil

@@ -157,8 +157,8 @@ func (pr *acpProc) CreateTerminal(ctx context.Context, req acp.CreateTerminalReq
 		task.Finish(127)
 		return acp.CreateTerminalResponse{}, acp.NewInternalError(map[string]any{"error": err.Error()})
 	}
-	cmd := &exec.Cmd{Path: path, Args: argv, Env: env, Dir: dir, Stdout: w, Stderr: w, SysProcAttr: agentProcAttr()}
-	pr.p.c.Sandbox.wrap(cmd, pr.cwd) // R18.26: the agent's own confinement
+	cmd := &exec.Cmd{Path: path, Args: argv, Env: env, Dir: dir, Stdout: w, Stderr: w, SysProcAttr: pr.p.c.User.procAttr()}
+	pr.p.c.Sandbox.wrap(cmd, pr.cwd) // R18.26: the agent's own confinement (sandbox, user)
 	if err := cmd.Start(); err != nil {
 		_ = r.Close()
 		_ = w.Close()

@@ -63,6 +63,10 @@ type CLIConfig struct {
 	ResultGrace time.Duration
 	// Sandbox confines the CLI (R18.31); nil = none.
 	Sandbox *Sandbox
+	// User runs the CLI as that OS user (R18.26); nil = the relay's own.
+	// Without StateDir, the state folder of another user's CLI is in the
+	// temp folder (relay-agents-<relay uid>-as-<uid>).
+	User *RunAs
 }
 
 // CLI is an agent CLI provider. It is safe for concurrent turns.
@@ -104,6 +108,10 @@ func NewCLI(c CLIConfig) (*CLI, error) {
 	if c.Silence <= 0 {
 		c.Silence = DefaultAgentSilence
 	}
+	if c.StateDir == "" {
+		c.StateDir = c.User.stateDir() // another user's: in the temp folder
+	}
+	c.Env = c.User.withEnv(c.Env)
 	if c.ResultGrace <= 0 {
 		c.ResultGrace = DefaultResultGrace
 	}
@@ -184,7 +192,13 @@ func (p *CLI) MCPConfigDir() string { return filepath.Join(p.c.StateDir, "mcp") 
 
 // mcpConfigFile writes the turn's MCP config (R11.2 shape) to a 0600 file.
 func (p *CLI) mcpConfigFile(t Turn, tf *turnFiles) (string, error) {
-	path, err := (&Exec{c: ExecConfig{ConfigDir: p.MCPConfigDir()}}).writeMCPConfig(t)
+	if err := os.MkdirAll(p.c.StateDir, 0o700); err != nil {
+		return "", err
+	}
+	if err := p.c.User.reach(p.c.StateDir); err != nil {
+		return "", err
+	}
+	path, err := (&Exec{c: ExecConfig{ConfigDir: p.MCPConfigDir(), User: p.c.User}}).writeMCPConfig(t)
 	if err != nil {
 		return "", err
 	}
@@ -264,7 +278,7 @@ func (p *CLI) run(ctx context.Context, t Turn, h Host, model string) (Result, *s
 		Args:        argv,
 		Env:         env,
 		Dir:         t.Cwd,
-		SysProcAttr: agentProcAttr(), // own process group, killed with the relay (as exec)
+		SysProcAttr: p.c.User.procAttr(), // own process group, killed with the relay (as exec); the provider's user (R18.26)
 		WaitDelay:   execPipeDelay,
 		Stdout:      s,
 		Stderr:      &touchWriter{w: errTail, s: s},

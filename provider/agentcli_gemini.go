@@ -28,9 +28,6 @@ func GeminiHome(stateDir, sessionID string) string {
 
 func (geminiDialect) prepare(p *CLI, t Turn, model string, _ *turnFiles) ([]string, []string, error) {
 	home := GeminiHome(p.c.StateDir, t.SessionID)
-	if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o700); err != nil {
-		return nil, nil, fmt.Errorf("gemini home: %w", err)
-	}
 	settings := map[string]any{
 		"security":  map[string]any{"auth": map[string]any{"selectedType": "gemini-api-key"}},
 		"privacy":   map[string]any{"usageStatisticsEnabled": false},
@@ -46,13 +43,8 @@ func (geminiDialect) prepare(p *CLI, t Turn, model string, _ *turnFiles) ([]stri
 		}}
 	}
 	b, _ := json.MarshalIndent(settings, "", "  ")
-	path := filepath.Join(home, ".gemini", "settings.json")
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return nil, nil, fmt.Errorf("gemini settings: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return nil, nil, fmt.Errorf("gemini settings: %w", err)
+	if err := p.writeGeminiHome(home, b); err != nil {
+		return nil, nil, err
 	}
 	args := []string{"--output-format=stream-json", "--skip-trust"}
 	if model != "" {
@@ -69,6 +61,70 @@ func (geminiDialect) prepare(p *CLI, t Turn, model string, _ *turnFiles) ([]stri
 	args = append(args, p.c.Args...)
 	args = append(args, "--prompt="+t.Prompt)
 	return args, []string{"GEMINI_CLI_HOME=" + home}, nil
+}
+
+// writeGeminiHome makes the session's Gemini CLI home (0700) with its
+// .gemini folder and writes settings into .gemini/settings.json (0600,
+// replaced whole). With the provider's user (R18.26) the home, .gemini and
+// the settings belong to that user (the CLI writes its chats there) while
+// StateDir and StateDir/gemini stay the relay's; every step below the home
+// goes through os.Root and a fresh O_EXCL file, so a link the user put in
+// its home never makes the relay write elsewhere.
+func (p *CLI) writeGeminiHome(home string, settings []byte) error {
+	parent := filepath.Dir(home)
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return fmt.Errorf("gemini home: %w", err)
+	}
+	for _, d := range []string{p.c.StateDir, parent} {
+		if err := p.c.User.reach(d); err != nil {
+			return fmt.Errorf("gemini home: %w", err)
+		}
+	}
+	root, err := os.OpenRoot(parent)
+	if err != nil {
+		return fmt.Errorf("gemini home: %w", err)
+	}
+	defer root.Close()
+	name := filepath.Base(home)
+	if err := mkdirIn(root, name); err != nil {
+		return fmt.Errorf("gemini home: %w", err)
+	}
+	if err := p.c.User.ownIn(root, name); err != nil {
+		return fmt.Errorf("gemini home: %w", err)
+	}
+	h, err := root.OpenRoot(name)
+	if err != nil {
+		return fmt.Errorf("gemini home: %w", err)
+	}
+	defer h.Close()
+	if err := mkdirIn(h, ".gemini"); err != nil {
+		return fmt.Errorf("gemini home: %w", err)
+	}
+	if err := p.c.User.ownIn(h, ".gemini"); err != nil {
+		return fmt.Errorf("gemini home: %w", err)
+	}
+	path := filepath.Join(".gemini", "settings.json")
+	tmp := path + ".tmp"
+	_ = h.Remove(tmp)
+	f, err := h.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("gemini settings: %w", err)
+	}
+	err = p.c.User.own(f)
+	if err == nil {
+		_, err = f.Write(settings)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = h.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = h.Remove(tmp)
+		return fmt.Errorf("gemini settings: %w", err)
+	}
+	return nil
 }
 
 func (geminiDialect) event(ev map[string]any, s *stream) {

@@ -41,6 +41,8 @@ type ExecConfig struct {
 	StderrTail int
 	// Sandbox confines the command (R18.31); nil = none.
 	Sandbox *Sandbox
+	// User runs the command as that OS user (R18.26); nil = the relay's own.
+	User *RunAs
 }
 
 // Timing of a stop: the process group gets SIGTERM, then SIGKILL after
@@ -73,6 +75,7 @@ func NewExec(c ExecConfig) *Exec {
 		}
 		c.Env = env
 	}
+	c.Env = c.User.withEnv(c.Env)
 	if c.StderrTail <= 0 {
 		c.StderrTail = defaultStderrTail
 	}
@@ -136,7 +139,7 @@ func (e *Exec) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 		Args:        argv,
 		Env:         env,
 		Dir:         t.Cwd,
-		SysProcAttr: agentProcAttr(),
+		SysProcAttr: e.c.User.procAttr(), // own process group, killed with the relay; the provider's user (R18.26)
 		WaitDelay:   execPipeDelay,
 	}
 	e.c.Sandbox.wrap(cmd, t.Cwd, sandboxBind{path: cfgPath})
@@ -368,6 +371,9 @@ func (e *Exec) writeMCPConfig(t Turn) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
+	if err := e.c.User.reach(dir); err != nil { // R18.26: the user opens it by name
+		return "", err
+	}
 	// CreateTemp opens with O_EXCL and mode 0600: no symlink games in a
 	// shared temp dir, and concurrent turns of a session do not collide.
 	// The relay's pid in the name lets a later start remove the files of a
@@ -377,7 +383,10 @@ func (e *Exec) writeMCPConfig(t Turn) (string, error) {
 		return "", err
 	}
 	name := f.Name()
-	_, err = f.Write(MCPConfigJSON(t.MCPURL, t.Token))
+	err = e.c.User.own(f) // still 0600, now the agent's (R18.26)
+	if err == nil {
+		_, err = f.Write(MCPConfigJSON(t.MCPURL, t.Token))
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

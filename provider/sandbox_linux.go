@@ -4,9 +4,11 @@ package provider
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -85,8 +87,9 @@ func (s *Sandbox) args(cmd *exec.Cmd, folder string, binds []sandboxBind) ([]str
 		a = append(a, m.flag, m.path, m.path)
 	}
 	var hidden []string
+	closed := closedTo(cmd, s.Hide)
 	for _, h := range s.Hide {
-		if h == "" || !filepath.IsAbs(h) {
+		if h == "" || !filepath.IsAbs(h) || closed[h] {
 			continue
 		}
 		real, err := filepath.EvalSymlinks(h)
@@ -166,4 +169,27 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// closedTo are the paths of hide that the user cmd runs as (the provider's
+// user, R18.26) cannot even reach, e.g. a data directory under root's 0700
+// home: bwrap, run as that user, could not mount over them, and there is
+// nothing to hide from a user the file system already keeps out. Nil when
+// cmd runs as the relay's own user.
+func closedTo(cmd *exec.Cmd, hide []string) map[string]bool {
+	if cmd.SysProcAttr == nil || cmd.SysProcAttr.Credential == nil {
+		return nil
+	}
+	c := cmd.SysProcAttr.Credential
+	as := &RunAs{Name: strconv.FormatUint(uint64(c.Uid), 10), UID: c.Uid, GID: c.Gid, Groups: c.Groups, switches: true}
+	closed := map[string]bool{}
+	_ = as.files(func() error {
+		for _, h := range hide {
+			if _, err := os.Lstat(h); errors.Is(err, fs.ErrPermission) {
+				closed[h] = true
+			}
+		}
+		return nil
+	})
+	return closed
 }
