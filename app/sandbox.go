@@ -84,7 +84,7 @@ func newUsers(cfg config.Config, euid int) (users, error) {
 		}
 		u, err := provider.LookupRunAs(p.User, euid)
 		if err != nil {
-			return nil, fmt.Errorf("config: providers[%d].user (provider %q): %v", i, p.ID, err)
+			return nil, fmt.Errorf("config: providers[%d].user (provider %q): %w", i, p.ID, err)
 		}
 		us[p.ID] = u
 	}

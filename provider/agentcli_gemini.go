@@ -84,7 +84,7 @@ func (p *CLI) writeGeminiHome(home string, settings []byte) error {
 	if err != nil {
 		return fmt.Errorf("gemini home: %w", err)
 	}
-	defer root.Close()
+	defer func() { _ = root.Close() }() // a directory handle: nothing to flush
 	name := filepath.Base(home)
 	if err := mkdirIn(root, name); err != nil {
 		return fmt.Errorf("gemini home: %w", err)
@@ -96,7 +96,7 @@ func (p *CLI) writeGeminiHome(home string, settings []byte) error {
 	if err != nil {
 		return fmt.Errorf("gemini home: %w", err)
 	}
-	defer h.Close()
+	defer func() { _ = h.Close() }() // a directory handle: nothing to flush
 	if err := mkdirIn(h, ".gemini"); err != nil {
 		return fmt.Errorf("gemini home: %w", err)
 	}

@@ -50,7 +50,7 @@ func LookupRunAs(name string, euid int) (*RunAs, error) {
 		if errors.As(err, &uu) || errors.As(err, &ui) {
 			return nil, fmt.Errorf("user %q does not exist on this machine", name)
 		}
-		return nil, fmt.Errorf("user %q cannot be looked up: %v", name, err)
+		return nil, fmt.Errorf("user %q cannot be looked up: %w", name, err)
 	}
 	uid, err := strconv.ParseUint(u.Uid, 10, 32)
 	if err != nil {
@@ -75,7 +75,7 @@ func LookupRunAs(name string, euid int) (*RunAs, error) {
 	}
 	ids, err := u.GroupIds()
 	if err != nil {
-		return nil, fmt.Errorf("the groups of user %q cannot be looked up: %v", name, err)
+		return nil, fmt.Errorf("the groups of user %q cannot be looked up: %w", name, err)
 	}
 	for _, g := range ids {
 		n, err := strconv.ParseUint(g, 10, 32)
