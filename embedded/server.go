@@ -331,12 +331,13 @@ func (s *Server) loop() {
 	ff := time.NewTicker(250 * time.Millisecond)
 	defer ff.Stop()
 	lastFF := time.Now()
+	clock := ttlClock{m: s.mini}
 	for {
 		select {
 		case <-s.stop:
 			return
 		case now := <-ff.C:
-			s.mini.FastForward(now.Sub(lastFF))
+			clock.tick(now.Sub(lastFF))
 			lastFF = now
 		case <-cp.C:
 			if err := s.Checkpoint(context.Background()); err != nil {
