@@ -38,6 +38,7 @@ import (
 
 type idleRun struct {
 	cpu      time.Duration // process CPU over the window
+	keys     int64         // keys in the store at the end (embedded: the data directory's)
 	segs     uint64        // segment files written in the window
 	merges   int           // base file rewrites in the window
 	redisCPU time.Duration // redis-server's CPU over the window (real Redis only)
@@ -46,6 +47,7 @@ type idleRun struct {
 
 type idleResult struct {
 	bin, binNote     string
+	sessions         int
 	window, settle   time.Duration
 	emb, real, alone idleRun
 	loadAvg          [2]string
@@ -64,7 +66,10 @@ func runEmbeddedIdle(dir string) {
 		fmt.Fprintln(os.Stderr, "embedded-idle:", err)
 		os.Exit(1)
 	}
-	fmt.Println("ready")
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.Password()})
+	n, _ := c.DBSize(ctx).Result()
+	_ = c.Close()
+	fmt.Println("ready", n)
 	<-ctx.Done()
 	if err := s.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, "embedded-idle:", err)
@@ -202,7 +207,7 @@ func (b *bench) relayBinary(ctx context.Context, dir string) (string, string, er
 }
 
 func (b *bench) runIdle(ctx context.Context) (idleResult, error) {
-	res := idleResult{window: time.Duration(b.o.idleSecs) * time.Second, settle: 15 * time.Second}
+	res := idleResult{window: time.Duration(b.o.idleSecs) * time.Second, settle: 15 * time.Second, sessions: b.o.idleSessions}
 	if b.o.quick {
 		res.settle = 5 * time.Second
 	}
@@ -250,6 +255,9 @@ func (b *bench) runIdle(ctx context.Context) (idleResult, error) {
 		return res, fmt.Errorf("embedded server alone: not ready: %s", p.out.String())
 	}
 	res.alone, err = b.idleWindow(ctx, p.cmd.Process.Pid, res, data, false)
+	if f := strings.Fields(p.out.String()[strings.Index(p.out.String(), "ready"):]); len(f) > 1 {
+		res.alone.keys, _ = strconv.ParseInt(f[1], 10, 64)
+	}
 	if serr := p.stop(); err == nil && serr != nil {
 		err = fmt.Errorf("embedded server alone: stop: %w: %s", serr, p.out.String())
 	}
@@ -354,6 +362,39 @@ func (b *bench) idleRelay(ctx context.Context, res idleResult, st int, cfg, data
 	}); err != nil {
 		return idleRun{}, errors.New("the turn was not answered")
 	}
+	// The rest of the sessions, 8 at a time.
+	errs := make(chan error, 8)
+	next := make(chan int)
+	go func() {
+		defer close(next)
+		for i := 1; i < b.o.idleSessions; i++ {
+			next <- i
+		}
+	}()
+	for range 8 {
+		go func() {
+			var err error
+			for i := range next {
+				if err != nil {
+					continue
+				}
+				var code int
+				code, err = call("POST", "/api/v1/sessions", map[string]any{"title": fmt.Sprint("idle ", i)}, nil)
+				if err == nil && code != http.StatusCreated {
+					err = fmt.Errorf("create session %d: %d", i, code)
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if e := <-errs; e != nil && err == nil {
+			err = e
+		}
+	}
+	if err != nil {
+		return idleRun{}, err
+	}
 	select {
 	case <-ctx.Done():
 		return idleRun{}, ctx.Err()
@@ -402,8 +443,8 @@ func (b *bench) tableI(row rowFunc, r idleResult) {
 	pct := func(d time.Duration) float64 { return 100 * d.Seconds() / r.window.Seconds() }
 	perMin := func(n uint64) float64 { return float64(n) * 60 / r.window.Seconds() }
 	row("i", "the embedded default at rest: setup",
-		fmt.Sprintf("a real `relay serve` process (%s: %s) with one session and one answered turn (scripted), then left alone %s before an idle window of %s; process CPU = utime + stime of /proc/PID/stat (10 ms ticks) over the window, as %% of one core; files = segment numbers the data directory used in the window (a merge's base file counted apart); load average %s at the start, %s at the end",
-			r.binNote, r.bin, r.settle, r.window, r.loadAvg[0], r.loadAvg[1]), "", "")
+		fmt.Sprintf("a real `relay serve` process (%s: %s) with %d sessions (one with an answered turn, scripted; %d keys in the embedded store), then left alone %s before an idle window of %s; process CPU = utime + stime of /proc/PID/stat (10 ms ticks) over the window, as %% of one core; files = segment numbers the data directory used in the window (a merge's base file counted apart); load average %s at the start, %s at the end",
+			r.binNote, r.bin, r.sessions, r.alone.keys, r.settle, r.window, r.loadAvg[0], r.loadAvg[1]), "", "")
 	row("i", "data files written at rest (embedded default)",
 		fmt.Sprintf("**%.1f a minute** (%d segment(s), %d merge(s) in %s; %d data file(s) at the end)", perMin(r.emb.segs), r.emb.segs, r.emb.merges, r.window, r.emb.files),
 		"0", verdict(r.emb.segs == 0 && r.emb.merges == 0))

@@ -38,37 +38,38 @@ import (
 )
 
 type options struct {
-	redisURL    string
-	quick       bool
-	clients     int // (a) concurrent MCP clients / (b) asynq producers
-	rounds      int // (a) measured send round trips per client
-	warm        int // (a), (b) unmeasured rounds per client first
-	hops        int // (b) measured hops per producer
-	pings       int // (b) sequential PINGs
-	concurrency int // asynq concurrency of the relay worker and the bare hop server
-	listN       int // (c) sessions in the relay
-	calls       int // (c) calls per variant
-	conc        int // (c) concurrent clients
-	idle        int // (d) idle sessions
-	rows        string
-	probes      int // (e) Fanout calls per (total, matching) cell
-	eventRate   int // (e) owner messages per second in the paced phase
-	eventSecs   int // (e) length of the paced phase
-	burst       int // (e) owner messages sent at once
-	held        int // (f) events held by a digest
-	heldReply   int // (f) bytes of each held event's reply text
-	schedules   int // (g) active schedules whose memory is measured
-	fireRate    int // (g) schedules due per second
-	fireSecs    int // (g) seconds of the firing window
-	profile     string
-	trace       bool
-	inproc      bool   // MCP clients in this process instead of a child process
-	rtCallers   bool   // print the relay's Redis round trips of (a) by calling site
-	goals       string // which goals of row h to measure ("123" run together)
-	relayBin    string // row i: the relay binary ("" = build ./cmd/relay)
-	idleSecs    int    // row i: seconds of the idle window
-	clusterURL  string // row k: a Redis Cluster (redis+cluster://)
-	sentinelURL string // row k: a Sentinel set (redis+sentinel://), optional
+	redisURL     string
+	quick        bool
+	clients      int // (a) concurrent MCP clients / (b) asynq producers
+	rounds       int // (a) measured send round trips per client
+	warm         int // (a), (b) unmeasured rounds per client first
+	hops         int // (b) measured hops per producer
+	pings        int // (b) sequential PINGs
+	concurrency  int // asynq concurrency of the relay worker and the bare hop server
+	listN        int // (c) sessions in the relay
+	calls        int // (c) calls per variant
+	conc         int // (c) concurrent clients
+	idle         int // (d) idle sessions
+	rows         string
+	probes       int // (e) Fanout calls per (total, matching) cell
+	eventRate    int // (e) owner messages per second in the paced phase
+	eventSecs    int // (e) length of the paced phase
+	burst        int // (e) owner messages sent at once
+	held         int // (f) events held by a digest
+	heldReply    int // (f) bytes of each held event's reply text
+	schedules    int // (g) active schedules whose memory is measured
+	fireRate     int // (g) schedules due per second
+	fireSecs     int // (g) seconds of the firing window
+	profile      string
+	trace        bool
+	inproc       bool   // MCP clients in this process instead of a child process
+	rtCallers    bool   // print the relay's Redis round trips of (a) by calling site
+	goals        string // which goals of row h to measure ("123" run together)
+	relayBin     string // row i: the relay binary ("" = build ./cmd/relay)
+	idleSecs     int    // row i: seconds of the idle window
+	idleSessions int    // row i: sessions in the idle relay
+	clusterURL   string // row k: a Redis Cluster (redis+cluster://)
+	sentinelURL  string // row k: a Sentinel set (redis+sentinel://), optional
 }
 
 func parseFlags() options {
@@ -87,6 +88,7 @@ func parseFlags() options {
 	flag.IntVar(&o.idle, "idle", 10000, "(d) idle sessions whose Redis memory is measured")
 	flag.StringVar(&o.relayBin, "relay-bin", "", "row i: the relay binary to run (default: go build ./cmd/relay of this checkout)")
 	flag.IntVar(&o.idleSecs, "idle-secs", 60, "row i: seconds of the idle window")
+	flag.IntVar(&o.idleSessions, "idle-sessions", 1000, "row i: sessions in the idle relay (one with a turn)")
 	flag.StringVar(&o.rows, "rows", "abcdefghpmi", "which rows to run (a, b and c run together; h: the goals G1–G5; p: paired relays; m: the embedded default beside the real Redis; i: the embedded default at rest, a real relay process; k: a Redis Cluster, -cluster, beside the single Redis, not in the default)")
 	flag.IntVar(&o.probes, "probes", 200, "(e) in-process Relay.Fanout calls per (total, matching) cell")
 	flag.IntVar(&o.eventRate, "event-rate", 100, "(e) owner messages (turn_end events) per second in the paced phase")
@@ -109,9 +111,9 @@ func parseFlags() options {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		quick := map[string]*int{"rounds": &o.rounds, "hops": &o.hops, "pings": &o.pings, "calls": &o.calls, "idle": &o.idle, "warm": &o.warm,
-			"probes": &o.probes, "event-secs": &o.eventSecs, "idle-secs": &o.idleSecs, "burst": &o.burst, "held": &o.held, "schedules": &o.schedules, "fire-secs": &o.fireSecs}
+			"probes": &o.probes, "event-secs": &o.eventSecs, "idle-secs": &o.idleSecs, "idle-sessions": &o.idleSessions, "burst": &o.burst, "held": &o.held, "schedules": &o.schedules, "fire-secs": &o.fireSecs}
 		small := map[string]int{"rounds": 10, "hops": 15, "pings": 1000, "calls": 800, "idle": 10000, "warm": 1,
-			"probes": 60, "event-secs": 3, "idle-secs": 15, "burst": 400, "held": 10000, "schedules": 1000, "fire-secs": 5}
+			"probes": 60, "event-secs": 3, "idle-secs": 15, "idle-sessions": 100, "burst": 400, "held": 10000, "schedules": 1000, "fire-secs": 5}
 		for k, p := range quick {
 			if !set[k] {
 				*p = small[k]
