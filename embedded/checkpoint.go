@@ -98,22 +98,22 @@ func (s *Server) Checkpoint(ctx context.Context) error {
 			return err
 		}
 	}
-	// R25.4: live-only keys are never kept; asynq's counters alone make no
-	// file (they wait for the next change of anything else, or the last
-	// checkpoint of a clean stop).
-	counters := 0
+	// R25.4: live-only keys are never kept; deferred keys (asynq's counters
+	// and queue names) alone make no file: they wait for the next change of
+	// anything else, or the last checkpoint of a clean stop.
+	deferred := 0
 	for k := range changes {
 		switch {
 		case liveOnly(k):
 			delete(changes, k)
-		case counterKey(k):
-			counters++
+		case deferredKey(k):
+			deferred++
 		}
 	}
 	if len(changes) == 0 {
 		return nil
 	}
-	if counters == len(changes) && !s.closing.Load() {
+	if deferred == len(changes) && !s.closing.Load() {
 		s.tr.againChanges(changes)
 		return nil
 	}
@@ -136,9 +136,9 @@ func (s *Server) Checkpoint(ctx context.Context) error {
 	if len(out) == 0 {
 		return nil
 	}
-	if !s.closing.Load() && onlyCounters(out) {
+	if !s.closing.Load() && onlyDeferred(out) {
 		// The other keys read were as written (a task queued and done
-		// between two checkpoints): the counters wait.
+		// between two checkpoints): the deferred keys wait.
 		left := make(map[string]*change, len(out))
 		for _, r := range out {
 			left[r.Key] = changes[r.Key]
@@ -205,10 +205,10 @@ func nearExpiry(a, b int64) bool {
 	return a-b <= 1000 && b-a <= 1000
 }
 
-// onlyCounters says whether every record is one of asynq's counters.
-func onlyCounters(recs []*Record) bool {
+// onlyDeferred says whether every record is of a deferred key.
+func onlyDeferred(recs []*Record) bool {
 	for _, r := range recs {
-		if !counterKey(r.Key) {
+		if !deferredKey(r.Key) {
 			return false
 		}
 	}

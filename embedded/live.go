@@ -20,12 +20,15 @@ import "strings"
 //	{P}:lease:SID                          a drain's session lease (TTL 15 s, renewed while it runs)
 //	{P}:lock:NAME                          a short named lock (TTL), e.g. one poller per mirror
 //
-// Counter keys are kept, but a change to them alone writes no file: they
+// Deferred keys are kept, but a change to them alone writes no file: they
 // go with the next checkpoint that writes something else, or the last one
-// of a clean stop (a crash loses the counts since):
+// of a clean stop (a crash loses what changed since):
 //
 //	asynq:{Q}:processed, asynq:{Q}:processed:DATE  tasks done (the stall scan is one a minute)
 //	asynq:{Q}:failed, asynq:{Q}:failed:DATE        tasks failed
+//	asynq:queues                                   the queues' names: each process adds its
+//	                                               queues again at its first task (a SADD
+//	                                               that changes nothing after a restart)
 func liveOnly(key string) bool {
 	if rest, ok := strings.CutPrefix(key, "asynq:"); ok {
 		for _, n := range []string{"servers", "workers", "schedulers"} {
@@ -52,9 +55,12 @@ func liveOnly(key string) bool {
 	return false
 }
 
-// counterKey says whether key is one of asynq's counters, kept but not a
-// reason for a file of its own.
-func counterKey(key string) bool {
+// deferredKey says whether key is kept but not a reason for a file of its
+// own: asynq's counters and its set of queue names.
+func deferredKey(key string) bool {
+	if key == "asynq:queues" {
+		return true
+	}
 	if !strings.HasPrefix(key, "asynq:{") {
 		return false
 	}

@@ -19,7 +19,7 @@ func TestLiveOnlyKeys(t *testing.T) {
 		"asynq:servers": true, "asynq:servers:{vm:42:uuid}": true, "asynq:workers": true,
 		"asynq:workers:{vm:42:uuid}": true, "asynq:schedulers": true, "asynq:schedulers:{x}": true,
 		"{relay}:procs": true, "{p-1}:procs": true, "{relay}:lease:abc": true, "{relay}:lock:mirror:x": true,
-		"asynq:queues": false, "asynq:{relay}:turns}:pending": false, "asynq:{relay}:turns}:t:x": false,
+		"asynq:{relay}:turns}:pending": false, "asynq:{relay}:turns}:t:x": false,
 		"asynq:serversx": false, "{relay}:procsx": false, "{relay}:procs:x": false, "{relay}:lease": false,
 		"{relay}:sess:abc": false, "{relay}:leases:x": false, "relay:procs": false, "{relay}:q:lease:x": false,
 	} {
@@ -30,10 +30,11 @@ func TestLiveOnlyKeys(t *testing.T) {
 	for k, want := range map[string]bool{
 		"asynq:{relay}:events}:processed": true, "asynq:{relay}:events}:processed:2026-12-06": true,
 		"asynq:{relay}:turns}:failed": true, "asynq:{q}:failed:2026-12-06": true,
+		"asynq:queues": true,
 		"asynq:{relay}:events}:pending": false, "asynq:{relay}:events}:t:processed": false, "{relay}:processed": false,
 	} {
-		if got := counterKey(k); got != want {
-			t.Errorf("counterKey(%q) = %v, want %v", k, got, want)
+		if got := deferredKey(k); got != want {
+			t.Errorf("deferredKey(%q) = %v, want %v", k, got, want)
 		}
 	}
 }
@@ -61,7 +62,7 @@ func segmentKeys(t *testing.T, dir string) [][]string {
 
 // R25.4: the heartbeats and leases of a live process are in no checkpoint
 // (a change to them alone writes no file), everything else is; asynq's
-// counters alone write no file either, but go with the next change and the
+// counters and queue names alone write no file either, but go with the next change and the
 // last checkpoint of a clean stop; after a restart the dataset is all but
 // the live-only keys.
 func TestLiveOnlyKeysNotKept(t *testing.T) {
@@ -114,6 +115,7 @@ func TestLiveOnlyKeysNotKept(t *testing.T) {
 	for beat := 2; beat < 5; beat++ {
 		live(beat)
 		c.Incr(ctx, "asynq:{relay}:events}:processed")
+		c.SAdd(ctx, "asynq:queues", "relay}:events") // each process names its queues again
 		c.LPush(ctx, "asynq:{relay}:events}:pending", "t1") // a task queued and taken between two checkpoints
 		c.LRem(ctx, "asynq:{relay}:events}:pending", 1, "t1")
 		checkpoint()
@@ -130,7 +132,7 @@ func TestLiveOnlyKeysNotKept(t *testing.T) {
 	all := segmentKeys(t, dir)
 	last := all[len(all)-1]
 	sort.Strings(last)
-	if want := []string{"asynq:{relay}:events}:processed", "{relay}:sess:s1"}; !slices.Equal(last, want) {
+	if want := []string{"asynq:queues", "asynq:{relay}:events}:processed", "{relay}:sess:s1"}; !slices.Equal(last, want) {
 		t.Fatalf("the change's segment holds %v, want %v", last, want)
 	}
 	// Counters changed alone are written by the last checkpoint of a clean stop.
