@@ -30,7 +30,7 @@ func TestLiveOnlyKeys(t *testing.T) {
 	for k, want := range map[string]bool{
 		"asynq:{relay}:events}:processed": true, "asynq:{relay}:events}:processed:2026-12-06": true,
 		"asynq:{relay}:turns}:failed": true, "asynq:{q}:failed:2026-12-06": true,
-		"asynq:queues": true,
+		"asynq:queues":                  true,
 		"asynq:{relay}:events}:pending": false, "asynq:{relay}:events}:t:processed": false, "{relay}:processed": false,
 	} {
 		if got := deferredKey(k); got != want {
@@ -115,7 +115,7 @@ func TestLiveOnlyKeysNotKept(t *testing.T) {
 	for beat := 2; beat < 5; beat++ {
 		live(beat)
 		c.Incr(ctx, "asynq:{relay}:events}:processed")
-		c.SAdd(ctx, "asynq:queues", "relay}:events") // each process names its queues again
+		c.SAdd(ctx, "asynq:queues", "relay}:events")        // each process names its queues again
 		c.LPush(ctx, "asynq:{relay}:events}:pending", "t1") // a task queued and taken between two checkpoints
 		c.LRem(ctx, "asynq:{relay}:events}:pending", 1, "t1")
 		checkpoint()
