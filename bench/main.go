@@ -38,35 +38,38 @@ import (
 )
 
 type options struct {
-	redisURL    string
-	quick       bool
-	clients     int // (a) concurrent MCP clients / (b) asynq producers
-	rounds      int // (a) measured send round trips per client
-	warm        int // (a), (b) unmeasured rounds per client first
-	hops        int // (b) measured hops per producer
-	pings       int // (b) sequential PINGs
-	concurrency int // asynq concurrency of the relay worker and the bare hop server
-	listN       int // (c) sessions in the relay
-	calls       int // (c) calls per variant
-	conc        int // (c) concurrent clients
-	idle        int // (d) idle sessions
-	rows        string
-	probes      int // (e) Fanout calls per (total, matching) cell
-	eventRate   int // (e) owner messages per second in the paced phase
-	eventSecs   int // (e) length of the paced phase
-	burst       int // (e) owner messages sent at once
-	held        int // (f) events held by a digest
-	heldReply   int // (f) bytes of each held event's reply text
-	schedules   int // (g) active schedules whose memory is measured
-	fireRate    int // (g) schedules due per second
-	fireSecs    int // (g) seconds of the firing window
-	profile     string
-	trace       bool
-	inproc      bool   // MCP clients in this process instead of a child process
-	rtCallers   bool   // print the relay's Redis round trips of (a) by calling site
-	goals       string // which goals of row h to measure ("123" run together)
-	clusterURL  string // row k: a Redis Cluster (redis+cluster://)
-	sentinelURL string // row k: a Sentinel set (redis+sentinel://), optional
+	redisURL     string
+	quick        bool
+	clients      int // (a) concurrent MCP clients / (b) asynq producers
+	rounds       int // (a) measured send round trips per client
+	warm         int // (a), (b) unmeasured rounds per client first
+	hops         int // (b) measured hops per producer
+	pings        int // (b) sequential PINGs
+	concurrency  int // asynq concurrency of the relay worker and the bare hop server
+	listN        int // (c) sessions in the relay
+	calls        int // (c) calls per variant
+	conc         int // (c) concurrent clients
+	idle         int // (d) idle sessions
+	rows         string
+	probes       int // (e) Fanout calls per (total, matching) cell
+	eventRate    int // (e) owner messages per second in the paced phase
+	eventSecs    int // (e) length of the paced phase
+	burst        int // (e) owner messages sent at once
+	held         int // (f) events held by a digest
+	heldReply    int // (f) bytes of each held event's reply text
+	schedules    int // (g) active schedules whose memory is measured
+	fireRate     int // (g) schedules due per second
+	fireSecs     int // (g) seconds of the firing window
+	profile      string
+	trace        bool
+	inproc       bool   // MCP clients in this process instead of a child process
+	rtCallers    bool   // print the relay's Redis round trips of (a) by calling site
+	goals        string // which goals of row h to measure ("123" run together)
+	relayBin     string // row i: the relay binary ("" = build ./cmd/relay)
+	idleSecs     int    // row i: seconds of the idle window
+	idleSessions int    // row i: sessions in the idle relay
+	clusterURL   string // row k: a Redis Cluster (redis+cluster://)
+	sentinelURL  string // row k: a Sentinel set (redis+sentinel://), optional
 }
 
 func parseFlags() options {
@@ -83,7 +86,10 @@ func parseFlags() options {
 	flag.IntVar(&o.calls, "calls", 4000, "(c) calls per variant (list_sessions, same payload, no-op)")
 	flag.IntVar(&o.conc, "conc", 8, "(c) concurrent MCP clients per variant")
 	flag.IntVar(&o.idle, "idle", 10000, "(d) idle sessions whose Redis memory is measured")
-	flag.StringVar(&o.rows, "rows", "abcdefghpm", "which rows to run (a, b and c run together; h: the goals G1–G5; p: paired relays; m: the embedded default beside the real Redis; k: a Redis Cluster, -cluster, beside the single Redis, not in the default)")
+	flag.StringVar(&o.relayBin, "relay-bin", "", "row i: the relay binary to run (default: go build ./cmd/relay of this checkout)")
+	flag.IntVar(&o.idleSecs, "idle-secs", 60, "row i: seconds of the idle window")
+	flag.IntVar(&o.idleSessions, "idle-sessions", 1000, "row i: sessions in the idle relay (one with a turn)")
+	flag.StringVar(&o.rows, "rows", "abcdefghpmi", "which rows to run (a, b and c run together; h: the goals G1–G5; p: paired relays; m: the embedded default beside the real Redis; i: the embedded default at rest, a real relay process; k: a Redis Cluster, -cluster, beside the single Redis, not in the default)")
 	flag.IntVar(&o.probes, "probes", 200, "(e) in-process Relay.Fanout calls per (total, matching) cell")
 	flag.IntVar(&o.eventRate, "event-rate", 100, "(e) owner messages (turn_end events) per second in the paced phase")
 	flag.IntVar(&o.eventSecs, "event-secs", 10, "(e) seconds of the paced phase")
@@ -105,9 +111,9 @@ func parseFlags() options {
 		set := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		quick := map[string]*int{"rounds": &o.rounds, "hops": &o.hops, "pings": &o.pings, "calls": &o.calls, "idle": &o.idle, "warm": &o.warm,
-			"probes": &o.probes, "event-secs": &o.eventSecs, "burst": &o.burst, "held": &o.held, "schedules": &o.schedules, "fire-secs": &o.fireSecs}
+			"probes": &o.probes, "event-secs": &o.eventSecs, "idle-secs": &o.idleSecs, "idle-sessions": &o.idleSessions, "burst": &o.burst, "held": &o.held, "schedules": &o.schedules, "fire-secs": &o.fireSecs}
 		small := map[string]int{"rounds": 10, "hops": 15, "pings": 1000, "calls": 800, "idle": 10000, "warm": 1,
-			"probes": 60, "event-secs": 3, "burst": 400, "held": 10000, "schedules": 1000, "fire-secs": 5}
+			"probes": 60, "event-secs": 3, "idle-secs": 15, "idle-sessions": 100, "burst": 400, "held": 10000, "schedules": 1000, "fire-secs": 5}
 		for k, p := range quick {
 			if !set[k] {
 				*p = small[k]
@@ -120,6 +126,10 @@ func parseFlags() options {
 func main() {
 	if len(os.Args) == 2 && os.Args[1] == "-driver" {
 		runDriver()
+		return
+	}
+	if len(os.Args) == 3 && os.Args[1] == idleEmbeddedMode {
+		runEmbeddedIdle(os.Args[2])
 		return
 	}
 	log.SetFlags(0)
@@ -135,8 +145,8 @@ func main() {
 	if o.fireSecs < 1 || o.fireSecs > perTarget {
 		log.Fatalf("-fire-secs must be between 1 and %d", perTarget)
 	}
-	if strings.Trim(o.rows, "abcdefghpmk") != "" || o.rows == "" {
-		log.Fatal("-rows takes letters of abcdefghpmk")
+	if strings.Trim(o.rows, "abcdefghpmik") != "" || o.rows == "" {
+		log.Fatal("-rows takes letters of abcdefghpmik")
 	}
 	if strings.Contains(o.rows, "k") && o.clusterURL == "" {
 		log.Fatal("row k needs -cluster URL (a Redis Cluster: bash .ci/redis-cluster start DIR prints one)")
@@ -175,6 +185,7 @@ type bench struct {
 	g4Prefix  string // relay (and second worker) of goal 4
 	g5Prefix  string // relay of goal 5
 	pPrefix   string // relays of (p): PREFIXa and PREFIXb
+	iPrefix   string // relays of (i)
 	mPrefix   string // relays of (m) (the real Redis's one; the embedded ones use it too, in stores of their own)
 	kPrefix   string // relays of (k), one on each store
 	conc      int    // the relay worker's asynq concurrency, as asynq reports it
@@ -209,7 +220,7 @@ func newBench(ctx context.Context, o options) (*bench, error) {
 	tr := newTransport()
 	return &bench{o: o, rdb: rdb, ropts: ropts, tr: tr, hc: &http.Client{Transport: tr, Timeout: 60 * time.Second},
 		prefix: newPrefix(), memPrefix: newPrefix(), evPrefix: newPrefix(), hdPrefix: newPrefix(), scPrefix: newPrefix(),
-		g1Prefix: newPrefix(), g4Prefix: newPrefix(), g5Prefix: newPrefix(), pPrefix: newPrefix(), mPrefix: newPrefix(), kPrefix: newPrefix(), start: time.Now()}, nil
+		g1Prefix: newPrefix(), g4Prefix: newPrefix(), g5Prefix: newPrefix(), pPrefix: newPrefix(), mPrefix: newPrefix(), iPrefix: newPrefix(), kPrefix: newPrefix(), start: time.Now()}, nil
 }
 
 func (b *bench) where() string {
@@ -231,7 +242,7 @@ func (b *bench) cleanup() error {
 	var errs []error
 	queues, err := b.rdb.SMembers(ctx, "asynq:queues").Result()
 	errs = append(errs, err)
-	for _, p := range []string{b.prefix, b.memPrefix, b.evPrefix, b.hdPrefix, b.scPrefix, b.g1Prefix, b.g4Prefix, b.g5Prefix, b.pPrefix + "a", b.pPrefix + "b", b.mPrefix, b.kPrefix} {
+	for _, p := range []string{b.prefix, b.memPrefix, b.evPrefix, b.hdPrefix, b.scPrefix, b.g1Prefix, b.g4Prefix, b.g5Prefix, b.pPrefix + "a", b.pPrefix + "b", b.mPrefix, b.iPrefix, b.kPrefix} {
 		errs = append(errs, store.DeleteMatching(ctx, b.rdb, store.KeyBase(p)+"*"))
 		errs = append(errs, store.DeleteMatching(ctx, b.rdb, "asynq:{"+p+"}*")) // the relay's queues
 		errs = append(errs, store.DeleteMatching(ctx, b.rdb, "asynq:{"+p+":*")) // the bench's own (hop)
@@ -299,6 +310,7 @@ type results struct {
 	gl   goalsResult
 	pr   peerResult
 	em   embResult
+	id   idleResult
 	ha   haResult
 }
 
@@ -379,6 +391,13 @@ func (b *bench) run(ctx context.Context) (string, error) {
 		b.logf("(m) the embedded default beside the real Redis, prefix %s", b.mPrefix)
 		if res.em, err = b.runEmbedded(ctx); err != nil {
 			return "", fmt.Errorf("(m): %w", err)
+		}
+	}
+	// (i) the embedded default at rest: real relay processes.
+	if o.runs("i") {
+		b.logf("(i) the embedded default at rest, %d s windows, prefix %s", o.idleSecs, b.iPrefix)
+		if res.id, err = b.runIdle(ctx); err != nil {
+			return "", fmt.Errorf("(i): %w", err)
 		}
 	}
 	// (k) a Redis Cluster (and a Sentinel set) beside the single Redis.
@@ -528,6 +547,9 @@ func (b *bench) table(ctx context.Context, r results) string {
 	}
 	if o.runs("m") {
 		b.tableM(row, r.em)
+	}
+	if o.runs("i") {
+		b.tableI(row, r.id)
 	}
 	if o.runs("k") {
 		b.tableK(row, r.ha)

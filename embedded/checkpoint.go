@@ -15,7 +15,8 @@ import (
 // keyState is what the data directory holds of a key, as far as the next
 // checkpoint needs to know it.
 type keyState struct {
-	hash       uint64 // of the whole record last written; 0 once a patch followed it
+	hash       uint64 // of the whole record last written, its expiry left out (hashBody); 0 once a patch followed it
+	expireAt   int64  // the expiry of the whole record last written
 	patch      uint64 // of the patch last written (0: none since the whole record)
 	listLen    int64  // a list's length as written; -1 unknown
 	streamLast string // a stream's last entry id as written; "" unknown
@@ -34,7 +35,7 @@ func (s *Server) noteWritten(r *Record) {
 	}
 	st := s.keys[r.Key]
 	if !IsPatch(r.Type) {
-		st = &keyState{hash: hashRecord(r), listLen: -1, expires: r.ExpireAt > 0}
+		st = &keyState{hash: hashBody(r), expireAt: r.ExpireAt, listLen: -1, expires: r.ExpireAt > 0}
 		switch r.Type {
 		case TypeList:
 			st.listLen = int64(len(r.Items))
@@ -62,6 +63,10 @@ func (s *Server) noteWritten(r *Record) {
 		}
 	}
 }
+
+// maxSegments is how many segment files may follow the base file before a
+// checkpoint starts a merge, however small they are (R25.4).
+const maxSegments = 64
 
 // checkpointBatch is how many keys one MULTI of a checkpoint reads: the
 // server's lock is held while it runs, so a burst of changes (thousands of
@@ -93,7 +98,23 @@ func (s *Server) Checkpoint(ctx context.Context) error {
 			return err
 		}
 	}
+	// R25.4: live-only keys are never kept; deferred keys (asynq's counters
+	// and queue names) alone make no file: they wait for the next change of
+	// anything else, or the last checkpoint of a clean stop.
+	deferred := 0
+	for k := range changes {
+		switch {
+		case liveOnly(k):
+			delete(changes, k)
+		case deferredKey(k):
+			deferred++
+		}
+	}
 	if len(changes) == 0 {
+		return nil
+	}
+	if deferred == len(changes) && !s.closing.Load() {
+		s.tr.againChanges(changes)
 		return nil
 	}
 	keys := make([]string, 0, len(changes))
@@ -113,6 +134,16 @@ func (s *Server) Checkpoint(ctx context.Context) error {
 		out = append(out, recs...)
 	}
 	if len(out) == 0 {
+		return nil
+	}
+	if !s.closing.Load() && onlyDeferred(out) {
+		// The other keys read were as written (a task queued and done
+		// between two checkpoints): the deferred keys wait.
+		left := make(map[string]*change, len(out))
+		for _, r := range out {
+			left[r.Key] = changes[r.Key]
+		}
+		s.tr.againChanges(left)
 		return nil
 	}
 	seq := s.seq + 1
@@ -144,7 +175,10 @@ func (s *Server) Checkpoint(ctx context.Context) error {
 	s.stats.records.Add(int64(len(out)))
 	s.stats.bytes.Add(n)
 	s.stats.lastCheckpointNs.Store(int64(time.Since(start)))
-	if !s.closing.Load() && s.segBytes >= max(s.opts.CompactAt, s.baseBytes/2) && s.compacting.CompareAndSwap(false, true) {
+	// A merge when the segments pass their share of bytes, or maxSegments
+	// files (R25.4: a day of small changes is thousands of files else).
+	merge := s.segBytes >= max(s.opts.CompactAt, s.baseBytes/2) || s.seq-s.baseSeq > maxSegments
+	if !s.closing.Load() && merge && s.compacting.CompareAndSwap(false, true) {
 		s.compactWG.Add(1)
 		go func(upto uint64) {
 			defer s.compactWG.Done()
@@ -155,6 +189,30 @@ func (s *Server) Checkpoint(ctx context.Context) error {
 		}(seq)
 	}
 	return nil
+}
+
+// nearExpiry says whether two reads of a key's expiry are the same expiry:
+// both none, or within a second. A read gives now + PTTL, and miniredis
+// counts a TTL down only every 250 ms, so two reads of an unchanged key
+// differ by up to that; without the margin a key with a TTL that a pending
+// command keeps marked would be written again at every checkpoint (R25.4).
+// An expiry set again later than a second is written; one set again sooner
+// is at most a second early on disk.
+func nearExpiry(a, b int64) bool {
+	if (a == 0) != (b == 0) {
+		return false
+	}
+	return a-b <= 1000 && b-a <= 1000
+}
+
+// onlyDeferred says whether every record is of a deferred key.
+func onlyDeferred(recs []*Record) bool {
+	for _, r := range recs {
+		if !deferredKey(r.Key) {
+			return false
+		}
+	}
+	return true
 }
 
 // How a checkpoint reads one key.
@@ -245,7 +303,7 @@ func (s *Server) readChanges(ctx context.Context, keys []string, changes map[str
 			if r, err = wholeRecord(k, got, rd.pttl.Val(), rd.val, now); err != nil {
 				return nil, nil, err
 			}
-			if st != nil && st.hash != 0 && st.hash == hashRecord(r) {
+			if st != nil && st.hash != 0 && st.hash == hashBody(r) && nearExpiry(st.expireAt, r.ExpireAt) {
 				continue // written so already (a command that changed nothing)
 			}
 			recs = append(recs, r)

@@ -30,7 +30,8 @@ type Options struct {
 	// about the last second of changes, R20.1).
 	Every time.Duration
 	// CompactAt is the segment bytes that start a merge into the base file
-	// (default 4 MiB or half the base file, whichever is larger).
+	// (default 4 MiB or half the base file, whichever is larger); more than
+	// 64 segment files start one too, however small (R25.4).
 	CompactAt int64
 	// ReadOnly loads the directory and writes nothing to it: no checkpoint,
 	// no merge, no clean-up of files a stopped merge or write left
@@ -198,6 +199,9 @@ func (s *Server) load() (int, error) {
 	basePath := filepath.Join(s.opts.Dir, baseName)
 	if fi, err := os.Stat(basePath); err == nil {
 		seq, err := readFile(basePath, kindBase, func(r *Record) error {
+			if liveOnly(r.Key) {
+				return nil // kept by an older version: the live process writes it again
+			}
 			s.noteWritten(r)
 			return ld.add(r, false)
 		})
@@ -218,6 +222,9 @@ func (s *Server) load() (int, error) {
 		}
 		path := filepath.Join(s.opts.Dir, segName(seq))
 		got, err := readFile(path, kindSeg, func(r *Record) error {
+			if liveOnly(r.Key) {
+				return nil
+			}
 			s.noteWritten(r)
 			return ld.add(r, true)
 		})
@@ -300,6 +307,16 @@ func (l *loader) flush() error {
 	return nil
 }
 
+// hashBody is hashRecord of r without its expiry (compared apart, nearExpiry).
+func hashBody(r *Record) uint64 {
+	if r.ExpireAt == 0 {
+		return hashRecord(r)
+	}
+	c := *r
+	c.ExpireAt = 0
+	return hashRecord(&c)
+}
+
 func hashRecord(r *Record) uint64 {
 	h := fnv.New64a()
 	_, _ = h.Write(encodeRecord(nil, r))
@@ -314,12 +331,13 @@ func (s *Server) loop() {
 	ff := time.NewTicker(250 * time.Millisecond)
 	defer ff.Stop()
 	lastFF := time.Now()
+	clock := ttlClock{m: s.mini}
 	for {
 		select {
 		case <-s.stop:
 			return
 		case now := <-ff.C:
-			s.mini.FastForward(now.Sub(lastFF))
+			clock.tick(now.Sub(lastFF))
 			lastFF = now
 		case <-cp.C:
 			if err := s.Checkpoint(context.Background()); err != nil {
@@ -372,6 +390,9 @@ func (s *Server) compact(upto uint64) error {
 		}
 		path := filepath.Join(s.opts.Dir, segName(seq))
 		if _, err := readFile(path, kindSeg, func(r *Record) error {
+			if liveOnly(r.Key) {
+				return nil
+			}
 			if !IsPatch(r.Type) {
 				newer[r.Key] = r
 				delete(onBase, r.Key)
@@ -402,7 +423,7 @@ func (s *Server) compact(upto uint64) error {
 	fw.paced = true
 	if _, err := os.Stat(basePath); err == nil {
 		_, err := readFile(basePath, kindBase, func(r *Record) error {
-			if _, ok := newer[r.Key]; ok {
+			if _, ok := newer[r.Key]; ok || liveOnly(r.Key) {
 				return nil
 			}
 			for _, p := range onBase[r.Key] {

@@ -104,6 +104,10 @@ func (t *tracker) hook(c *server.Peer, cmd string, args ...string) bool {
 		return true
 	}
 	ops, all, write := t.writeOps(cmd, args)
+	if write && !all {
+		ops = dropLive(ops)
+		write = len(ops) > 0
+	}
 	if isNested(c) {
 		if write {
 			t.mu.Lock()
@@ -241,6 +245,17 @@ func set(s string) map[string]bool {
 		m[w] = true
 	}
 	return m
+}
+
+// dropLive leaves out the ops on keys no checkpoint keeps (liveOnly).
+func dropLive(ops []keyOp) []keyOp {
+	out := ops[:0]
+	for _, op := range ops {
+		if !liveOnly(op.key) {
+			out = append(out, op)
+		}
+	}
+	return out
 }
 
 // writeOps says what cmd may change: for the commands the relay and asynq
