@@ -188,8 +188,8 @@ func (p *idleProc) stop() error {
 		return err
 	case <-time.After(30 * time.Second):
 		_ = p.cmd.Process.Kill()
-		<-p.done
-		return errors.New("did not stop within 30 s after SIGTERM")
+		err := <-p.done
+		return fmt.Errorf("did not stop within 30 s after SIGTERM (killed: %w)", err)
 	}
 }
 
@@ -340,10 +340,10 @@ func (b *bench) idleRelay(ctx context.Context, res idleResult, st int, cfg, data
 		ID string `json:"id"`
 	}
 	if code, err := call("POST", "/api/v1/sessions", map[string]any{"title": "at rest"}, &sess); err != nil || code != http.StatusCreated {
-		return idleRun{}, fmt.Errorf("create a session: %d %v", code, err)
+		return idleRun{}, fmt.Errorf("create a session: %d %w", code, err)
 	}
 	if code, err := call("POST", "/api/v1/sessions/"+sess.ID+"/messages", map[string]any{"text": "one turn"}, nil); err != nil || code != http.StatusAccepted {
-		return idleRun{}, fmt.Errorf("message: %d %v", code, err)
+		return idleRun{}, fmt.Errorf("message: %d %w", code, err)
 	}
 	if err := waitFor(ctx, 60*time.Second, func() bool {
 		var s struct {

@@ -20,9 +20,13 @@ func TestTTLClockCheap(t *testing.T) {
 	for i := range 20000 {
 		m.HSet(fmt.Sprintf("{relay}:sess:%08d", i), "title", "idle")
 	}
-	m.Set("soon", "x")
+	if err := m.Set("soon", "x"); err != nil {
+		t.Fatal(err)
+	}
 	m.SetTTL("soon", 300*time.Millisecond)
-	m.Set("later", "y")
+	if err := m.Set("later", "y"); err != nil {
+		t.Fatal(err)
+	}
 	m.SetTTL("later", time.Hour)
 
 	// The first tick warms what a tick may allocate; then none may grow with the dataset.
