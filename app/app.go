@@ -338,6 +338,9 @@ func (a *App) queueStats() []metrics.QueueStat {
 // Metrics returns the process's metrics registry.
 func (a *App) Metrics() *metrics.Metrics { return a.met }
 
+// Tracing reports whether this process sends OpenTelemetry traces (R25.1).
+func (a *App) Tracing() bool { return a.tracing }
+
 // Relay returns the domain service (tests).
 func (a *App) Relay() *domain.Relay { return a.relay }
 

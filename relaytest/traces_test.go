@@ -15,9 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	common "go.opentelemetry.io/proto/otlp/common/v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/oar/relay/config"
 )
 
 // otlpSpan is one span an OTLP/HTTP receiver got, with its resource.
@@ -285,4 +289,32 @@ func checkSendTrace(t *testing.T, rcv *otlpReceiver, mc *MCP, sa, sb Session, pr
 		t.Fatalf("bravo's drain ran in alpha's process")
 	}
 	return procs
+}
+
+// R25.1: with no OTEL_* endpoint variable a relay sets nothing up: no
+// exporter, the global tracer provider stays OpenTelemetry's no-op one, the
+// relay works as before (a send and its reply). The drain payload without a
+// trace context: asynqjobs' TestDrainTaskTraceContext. (Not parallel: it
+// clears the variables.)
+func TestTracesOffByDefault(t *testing.T) {
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
+		t.Setenv(k, "")
+	}
+	before := otel.GetTracerProvider()
+	r := Start(t, Options{Config: func(c *config.Config) { c.Limits.DirectStarts = 0 }}) // the turn's drain goes through the queue
+	if r.App.Tracing() {
+		t.Fatal("traces on with no endpoint variable")
+	}
+	if tp := otel.GetTracerProvider(); tp != before {
+		t.Fatalf("the global tracer provider was replaced: %T", tp)
+	}
+	if _, ok := otel.GetTracerProvider().(*sdktrace.TracerProvider); ok {
+		t.Fatal("the global tracer provider is the SDK's")
+	}
+	a := r.NewSession(map[string]any{"title": "a"})
+	b := r.NewSession(map[string]any{"title": "b"})
+	res := r.Connect(a.Token, nil).MustOK(map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": "hello", "wait_seconds": 20})
+	if rp, _ := res["reply"].(map[string]any); rp == nil || rp["text"] != "echo: hello" {
+		t.Fatalf("send: %v", res)
+	}
 }
