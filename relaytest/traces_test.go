@@ -254,8 +254,8 @@ func checkSendTrace(t *testing.T, rcv *otlpReceiver, mc *MCP, sa, sb Session, pr
 		for _, s := range spans {
 			procs[s.res["service.instance.id"]] = s.res["relay.name"]
 			switch {
-			case s.name == "POST /mcp" && s.res["relay.name"] == "alpha":
-				httpServer = true
+			case s.name == "POST /mcp" && s.res["relay.name"] == "alpha" && s.id == mcpSpan.parent:
+				httpServer = true // the MCP request's span is its child
 			case s.name == "POST /peer/v1/call" && s.res["relay.name"] == "alpha":
 				peerCall = true
 			case s.name == "POST /peer/v1/call" && s.res["relay.name"] == "bravo":
