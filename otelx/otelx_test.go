@@ -203,7 +203,7 @@ func TestServiceNameFromEnv(t *testing.T) {
 	}
 	got := map[string]string{}
 	for _, kv := range res.Attributes() {
-		got[string(kv.Key)] = kv.Value.Emit()
+		got[string(kv.Key)] = kv.Value.AsString()
 	}
 	if got["service.name"] != "relay-eu" || got["relay.name"] != "r1" {
 		t.Fatalf("resource: %v", got)
