@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oar/relay/clock"
@@ -544,6 +545,9 @@ func (dr *drainer) run(ctx context.Context, l drainLease, s *store.Session, orch
 		return dr.handBack(ctx, s, t.ID, leaseOwner, cause)
 	}
 	status, reply, errText := dr.turnOutcome(s, t.ID, out.Text, cause, runErr, h, lim)
+	if status == store.TurnError {
+		span.SetStatus(codes.Error, "the turn ended in an error") // not the error's text: it may quote the agent
+	}
 	dr.turnEnded(s, t.ID, status, errText, lim.started)
 	u := dr.use.countUsage(ctx, s.Provider, status, out) // tokens, cost, a usage limit (R7.3, R17.3)
 	model := out.Model

@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
 )
@@ -26,10 +27,16 @@ func Handler(h http.Handler) http.Handler {
 // quietPaths are the probes and scrapes that make no trace.
 var quietPaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
 
-// Transport wraps an HTTP client's transport so each request is a client
-// span and carries the traceparent header (a call to a paired relay).
+// Transport wraps an HTTP client's transport so each request made inside a
+// trace is a client span and carries the traceparent header (a call to a
+// paired relay); a request of a background loop (a subscription's poll, a
+// hello) makes no span and sends no header (childOnly).
 func Transport(rt http.RoundTripper) http.RoundTripper {
-	return otelhttp.NewTransport(rt,
+	return transport(rt, otel.GetTracerProvider(), otel.GetTextMapPropagator())
+}
+
+func transport(rt http.RoundTripper, tp trace.TracerProvider, prop propagation.TextMapPropagator) http.RoundTripper {
+	return otelhttp.NewTransport(rt, otelhttp.WithTracerProvider(childOnly{tp: tp}), otelhttp.WithPropagators(prop),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method + " " + r.URL.Path }))
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -244,4 +245,47 @@ func TestChildOnly(t *testing.T) {
 		t.Fatalf("spans: %v", rec.Ended())
 	}
 	var _ trace.TracerProvider = childOnly{}
+}
+
+// A call to a paired relay made inside a trace is a client span and sends
+// traceparent; one of a background loop (no trace) makes neither.
+func TestTransportInsideTraceOnly(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("traceparent"))
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	c := &http.Client{Transport: transport(http.DefaultTransport, tp, propagation.TraceContext{})}
+	get := func(ctx context.Context) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/peer/v1/hello", nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+	}
+	get(context.Background())
+	ctx, call := tp.Tracer("t").Start(context.Background(), "tools/call relay_tool")
+	get(ctx)
+	call.End()
+	mu.Lock()
+	defer mu.Unlock()
+	if got[0] != "" {
+		t.Errorf("a call outside any trace sent traceparent %q", got[0])
+	}
+	if !strings.HasPrefix(got[1], "00-"+call.SpanContext().TraceID().String()+"-") {
+		t.Errorf("a call inside the trace sent traceparent %q", got[1])
+	}
+	var names []string
+	for _, s := range rec.Ended() {
+		names = append(names, s.Name())
+	}
+	if len(names) != 2 || names[0] != "GET /peer/v1/hello" {
+		t.Errorf("spans: %q, want the client span and the call's", names)
+	}
 }

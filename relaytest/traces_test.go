@@ -169,8 +169,8 @@ func TestTracesOneTraceAcrossRelays(t *testing.T) {
 		if len(procs) >= 3 {
 			break
 		}
-		if i == 24 {
-			t.Fatalf("24 sends, and no turn ran in bravo's worker process: %v", procs)
+		if i == 40 {
+			t.Fatalf("40 sends, and no turn ran in bravo's worker process: %v", procs)
 		}
 	}
 }
