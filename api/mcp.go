@@ -19,8 +19,10 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/oar/relay/domain"
+	"github.com/oar/relay/otelx"
 )
 
 // ToolDomain is what the MCP route needs from the relay domain.
@@ -272,6 +274,16 @@ func (r *mcpRoute) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 		return toolResult(envelopeArgsNotObject, true), nil
 	}
 
+	// R25.1: a span per MCP request, inside the HTTP server span; its
+	// attributes name the action and the calling session, never the
+	// arguments (a prompt), the token or mcp.session.id.
+	ctx, span := otelx.Tracer().Start(ctx, "tools/call relay_tool", trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(otelx.KeyMCPMethod.String("tools/call"), otelx.KeySession.String(caller),
+			otelx.KeyAction.String(spanAction(actionOf(args))))
+	}
+
 	var d *domain.Delivery
 	if post, _ := ctx.Value(postKey{}).(*mcpPost); post != nil {
 		post.begin()
@@ -393,6 +405,21 @@ func actionOf(args json.RawMessage) string {
 	}
 	s, _ := a.Action.(string)
 	return truncate(s, 40)
+}
+
+// spanAction is an action's name as a span attribute: a name of lower-case
+// letters and underscores as it is, anything else (free text an agent put
+// there) "other".
+func spanAction(a string) string {
+	if a == "" {
+		return ""
+	}
+	for _, c := range a {
+		if (c < 'a' || c > 'z') && c != '_' {
+			return "other"
+		}
+	}
+	return a
 }
 
 func isJSONObject(b json.RawMessage) bool {

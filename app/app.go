@@ -28,6 +28,7 @@ import (
 	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/jobs/asynqjobs"
 	"github.com/oar/relay/metrics"
+	"github.com/oar/relay/otelx"
 	"github.com/oar/relay/peer"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/redisurl"
@@ -110,6 +111,10 @@ type App struct {
 	ownerTokenHash string
 	draining       bool
 	mu             sync.Mutex
+	// tracing: OpenTelemetry traces are on (R25.1, OTEL_* variables);
+	// endTraces flushes and ends them (a no-op when off).
+	tracing   bool
+	endTraces func(context.Context) error
 }
 
 // New connects to Redis and builds the process; Run starts it.
@@ -181,6 +186,19 @@ func New(cfg config.Config, o Options) (*App, error) {
 	a.queues = jobs.QueuesFor(o.KeyPrefix)
 	a.aq = asynq.NewClientFromRedisClient(a.rdb)
 	a.insp = asynq.NewInspectorFromRedisClient(a.rdb)
+	// R25.1: traces when an OTLP endpoint is set, else nothing at all (the
+	// global no-op tracer provider, no exporter, no instrumentation).
+	if a.tracing, a.endTraces, err = otelx.Setup(context.Background(), cfg.Name); err != nil {
+		a.close()
+		return nil, err
+	}
+	if a.tracing {
+		if err := otelx.Redis(a.rdb); err != nil { // the store's commands, inside a trace
+			a.close()
+			return nil, err
+		}
+		a.log.Info("OpenTelemetry traces on", "protocol", otelx.Protocol())
+	}
 	a.met = metrics.New()
 
 	provs, scripted, err := buildProviders(cfg, a.log, sbs, us)
@@ -191,11 +209,15 @@ func New(cfg config.Config, o Options) (*App, error) {
 	sbs.hide(cfg, provs)
 	a.scripted = scripted
 	a.provs = provs
+	peers := peer.NewClient()
+	if a.tracing { // a call to a paired relay carries the traceparent header (R25.1)
+		peers.WrapTransport(otelx.Transport)
+	}
 	ropt := domain.Options{
 		Name: cfg.Name, Version: Version, Folders: cfg.Folders, DefaultCwd: cfg.DefaultCwd,
 		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Logger: a.log, Metrics: a.met,
 		MaxWaitCap: o.MaxWaitCap, Caps: map[string]domain.Cap{}, Traits: map[string]domain.SessionTraits{},
-		Peers: peer.NewClient(),
+		Peers: peers,
 	}
 	if o.Mode == ModeServe {
 		// The worker runs here too: a prompt whose caller waits may start
@@ -315,6 +337,9 @@ func (a *App) queueStats() []metrics.QueueStat {
 
 // Metrics returns the process's metrics registry.
 func (a *App) Metrics() *metrics.Metrics { return a.met }
+
+// Tracing reports whether this process sends OpenTelemetry traces (R25.1).
+func (a *App) Tracing() bool { return a.tracing }
 
 // Relay returns the domain service (tests).
 func (a *App) Relay() *domain.Relay { return a.relay }
@@ -485,6 +510,9 @@ func (a *App) Run(ctx context.Context) (err error) {
 		// R18.18: bounded headers, idle connections closed, at most
 		// api.MaxConns connections (the least recently busy idle one closed
 		// for a new one), so a flood cannot stop /healthz or the owner API.
+		if a.tracing { // the HTTP server span, continuing a paired relay's trace (R25.1)
+			h = otelx.Handler(h)
+		}
 		srv = api.NewServer(h)
 	case ModeWorker:
 		if a.cfg.MetricsAddr != "" {
@@ -646,6 +674,7 @@ func (a *App) setupOwnerToken(ctx context.Context) error {
 func (a *App) Close() { a.close() }
 
 func (a *App) close() {
+	defer a.closeTraces()
 	_ = a.aq.Close()
 	_ = a.insp.Close()
 	_ = a.rdb.Close()
@@ -656,6 +685,19 @@ func (a *App) close() {
 			a.log.Error("embedded store: close", "err", err)
 		}
 	}
+}
+
+// closeTraces sends the spans still buffered and ends the exporter (R25.1).
+func (a *App) closeTraces() {
+	if a.endTraces == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.endTraces(ctx); err != nil {
+		a.log.Warn("OpenTelemetry: send the last spans", "err", err)
+	}
+	a.endTraces = nil
 }
 
 var redisLogOnce sync.Once

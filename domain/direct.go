@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/oar/relay/store"
 )
 
@@ -119,10 +121,12 @@ func (dr *drainer) releaseDirect() {
 
 // runHere runs the session's drain from its first step d (taken for owner
 // with the prompt's push) in this process, on the slot reserveDirect took.
-func (dr *drainer) runHere(sid, owner string, d *store.Drain) {
+func (dr *drainer) runHere(call context.Context, sid, owner string, d *store.Drain) {
+	sc := trace.SpanContextFromContext(call) // R25.1: the turn's span joins the call's trace
 	dr.warm.start(func() {
 		defer dr.releaseDirect()
-		ctx := context.Background() // not the call's: the turn runs on when the caller leaves
+		// Not the call's context: the turn runs on when the caller leaves.
+		ctx := trace.ContextWithSpanContext(context.Background(), sc)
 		err := dr.drainRecovered(sid, func() error { return dr.drainFrom(ctx, sid, owner, d) })
 		if err == nil {
 			return

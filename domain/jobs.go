@@ -7,7 +7,11 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/oar/relay/jobs"
+	"github.com/oar/relay/otelx"
 	"github.com/oar/relay/store"
 )
 
@@ -26,7 +30,15 @@ func (r *Relay) RunJob(ctx context.Context, typ string, payload []byte) error {
 			if p.Session == "" {
 				return fmt.Errorf("%s payload %q names no session: %w", typ, payload, ErrBadJob)
 			}
-			return jobErr(r.Drain(ctx, p.Session), "drain session %s", id8(p.Session))
+			// R25.1: the worker's span joins the trace that queued the turn.
+			ctx, span := otelx.Tracer().Start(otelx.Extract(ctx, p.TP, p.TS), jobs.TypeDrain,
+				trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(otelx.KeySession.String(p.Session)))
+			defer span.End()
+			err := jobErr(r.Drain(ctx, p.Session), "drain session %s", id8(p.Session))
+			if err != nil && !errors.Is(err, ErrRetryLater) {
+				span.SetStatus(codes.Error, "drain failed")
+			}
+			return err
 		})
 	case jobs.TypeFanout:
 		return runJob(typ, payload, func(ev store.Event) error {

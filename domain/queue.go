@@ -205,7 +205,7 @@ func (tq *turnQueue) queueTurn(ctx context.Context, id string, s *store.Session,
 	}
 	switch {
 	case q.Drain != nil:
-		tq.dr.runHere(s.ID, o.StartOwner, q.Drain)
+		tq.dr.runHere(ctx, s.ID, o.StartOwner, q.Drain)
 	case q.Start:
 		if err := tq.enq.EnqueueDrain(ctx, s.ID, drainID); err != nil {
 			// The prompt is queued; the recovery sweep starts the drain.

@@ -10,8 +10,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/oar/relay/clock"
 	"github.com/oar/relay/jobs"
+	"github.com/oar/relay/otelx"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
@@ -121,7 +125,8 @@ func (dr *drainer) drainFrom(ctx context.Context, sid, owner string, d *store.Dr
 				dr.log.Warn("release the lease before the next drain; it expires on its own", "session", id8(sid), "err", err)
 			}
 		}
-		if err := dr.enqueueDrain(ctx, sid); err != nil {
+		// The next turn is another caller's: its drain starts no part of this trace.
+		if err := dr.enqueueDrain(trace.ContextWithSpanContext(ctx, trace.SpanContext{}), sid); err != nil {
 			return err
 		}
 	}
@@ -519,6 +524,12 @@ func (dr *drainer) run(ctx context.Context, l drainLease, s *store.Session, orch
 	if err != nil {
 		return false, dr.putBack(ctx, s.ID, t.ID, err)
 	}
+	// R25.1: the provider's turn span; the agent process gets its
+	// TRACEPARENT. Ids only: never the prompt, the reply or the token.
+	tctx, span := otelx.Tracer().Start(tctx, "turn", trace.WithAttributes(otelx.KeyProvider.String(s.Provider),
+		otelx.KeyTurn.String(t.ID), otelx.KeySession.String(s.ID)))
+	defer span.End()
+	pt.TraceEnv = otelx.Env(tctx)
 	h := &host{dr: dr, sid: s.ID, turn: t.ID, prov: s.Provider, fence: leaseOwner}
 	h.output()
 	dr.turnStarted(s, t.ID)
@@ -534,6 +545,9 @@ func (dr *drainer) run(ctx context.Context, l drainLease, s *store.Session, orch
 		return dr.handBack(ctx, s, t.ID, leaseOwner, cause)
 	}
 	status, reply, errText := dr.turnOutcome(s, t.ID, out.Text, cause, runErr, h, lim)
+	if status == store.TurnError {
+		span.SetStatus(codes.Error, "the turn ended in an error") // not the error's text: it may quote the agent
+	}
 	dr.turnEnded(s, t.ID, status, errText, lim.started)
 	u := dr.use.countUsage(ctx, s.Provider, status, out) // tokens, cost, a usage limit (R7.3, R17.3)
 	model := out.Model

@@ -8,9 +8,14 @@ import "time"
 // TypeDrain runs the next queued turn of one session.
 const TypeDrain = "session:drain"
 
-// DrainPayload names the session whose next turn runs.
+// DrainPayload names the session whose next turn runs. TP and TS are the
+// W3C traceparent and tracestate of the span that queued the turn (R25.1:
+// the worker's span joins that trace); left out when traces are off, so the
+// payload is what it was.
 type DrainPayload struct {
 	Session string `json:"session"`
+	TP      string `json:"tp,omitempty"`
+	TS      string `json:"ts,omitempty"`
 }
 
 // Event delivery task types (fan-out, timed releases, coalescing flushes,

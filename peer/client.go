@@ -232,3 +232,10 @@ func netReason(err error) string {
 	}
 	return s
 }
+
+// WrapTransport replaces the client's HTTP transport by wrap's answer for it
+// (app gives otelx.Transport when traces are on: each call carries the
+// traceparent header, R25.1). Call it before the client is used.
+func (c *Client) WrapTransport(wrap func(http.RoundTripper) http.RoundTripper) {
+	c.http.Transport = wrap(c.http.Transport)
+}

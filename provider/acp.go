@@ -269,6 +269,9 @@ type acpProc struct {
 // start starts the agent process in the session's folder (R22.1).
 func (p *ACP) start(t Turn, px *mcpProxy) (*acpProc, error) {
 	env := append(p.baseEnv(), "RELAY_URL="+t.RelayURL, "RELAY_SESSION_ID="+t.SessionID)
+	// R25.1: TRACEPARENT of the span of the turn that starts the process
+	// (a kept process's later turns have spans of their own on the relay's side).
+	env = append(env, t.TraceEnv...)
 	path, err := lookPath(p.c.Command[0], env)
 	if err != nil {
 		return nil, &TurnError{Msg: fmt.Sprintf("acp provider %q: command %q not found", p.c.ID, p.c.Command[0])}

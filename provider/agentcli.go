@@ -265,6 +265,7 @@ func (p *CLI) run(ctx context.Context, t Turn, h Host, model string) (Result, *s
 		"RELAY_SESSION_ID="+t.SessionID,
 		"RELAY_TOKEN="+t.Token,
 	)
+	env = append(env, t.TraceEnv...) // R25.1: TRACEPARENT of the turn's span
 	env = append(env, extraEnv...)
 	path, err := lookPath(argv[0], env)
 	if err != nil {

@@ -276,7 +276,7 @@ func killGroup(pgid int, waitc <-chan error) {
 // configured extras, then the turn's RELAY_* variables (later entries win in
 // os/exec).
 func (e *Exec) env(t Turn, cfgPath string) []string {
-	return append(withExtras(AgentEnv(os.Environ()), e.c.Env),
+	return append(append(withExtras(AgentEnv(os.Environ()), e.c.Env),
 		"RELAY_URL="+t.RelayURL,
 		"RELAY_MCP_URL="+t.MCPEndpoint(),
 		"RELAY_SESSION_ID="+t.SessionID,
@@ -285,7 +285,7 @@ func (e *Exec) env(t Turn, cfgPath string) []string {
 		"RELAY_AUTO_COMPACT_WINDOW="+itoaOrEmpty(t.AutoCompactWindow),
 		"RELAY_THINKING="+t.Thinking,
 		"RELAY_THINKING_DISPLAY="+t.ThinkingDisplay,
-	)
+	), t.TraceEnv...) // R25.1: TRACEPARENT of the turn's span
 }
 
 // itoaOrEmpty is n in decimal, "" for 0 (not set).
@@ -313,12 +313,13 @@ func withExtras(env []string, extras map[string]string) []string {
 // AgentEnv is what an agent process inherits of the relay's environment
 // (R18.1): everything but REDIS_URL and the RELAY_* variables, which carry the
 // relay's own configuration (owner token, address, config path, key prefix,
-// …). PATH, HOME and API keys pass through.
+// …), and TRACEPARENT / TRACESTATE (a turn gives its own, Turn.TraceEnv,
+// R25.1). PATH, HOME and API keys pass through.
 func AgentEnv(environ []string) []string {
 	out := make([]string, 0, len(environ))
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if name == "REDIS_URL" || strings.HasPrefix(name, "RELAY_") {
+		if name == "REDIS_URL" || strings.HasPrefix(name, "RELAY_") || name == "TRACEPARENT" || name == "TRACESTATE" {
 			continue
 		}
 		out = append(out, kv)

@@ -73,6 +73,9 @@ type Turn struct {
 	AutoCompactWindow int
 	Thinking          string
 	ThinkingDisplay   string
+	// TraceEnv is TRACEPARENT (and TRACESTATE) of the turn's span for the
+	// agent process's environment (R25.1), nil when traces are off.
+	TraceEnv []string
 }
 
 // MCPEndpoint is the relay's /mcp URL whether or not relay_tool is offered

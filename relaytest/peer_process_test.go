@@ -56,17 +56,26 @@ type peerProc struct {
 	st    *store.Store
 	child
 	out *syncBuffer
+	env []string // more environment of the process (the traces test's OTEL_*)
 }
 
 // startPeerProc starts `relay serve` named name on rd with timing (YAML lines
 // under timing:) and stops it when the test ends.
 func startPeerProc(t *testing.T, label, name string, rd *Redis, timing string) *peerProc {
 	t.Helper()
+	return startPeerProcWith(t, label, name, rd, timing, "", nil)
+}
+
+// startPeerProcWith is startPeerProc with more YAML (top-level lines after
+// timing's) and more environment.
+func startPeerProcWith(t *testing.T, label, name string, rd *Redis, timing, more string, env []string) *peerProc {
+	t.Helper()
 	cfg := filepath.Join(t.TempDir(), label+".yaml")
 	yaml := fmt.Sprintf("name: %s\nfolders: [%s]\ndefault_cwd: %s\nsettings:\n  agent_sessions: true\n", name, rd.Dir, rd.Dir)
 	if timing != "" {
 		yaml += "timing:\n" + timing
 	}
+	yaml += more
 	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +86,7 @@ func startPeerProc(t *testing.T, label, name string, rd *Redis, timing string) *
 	rdb := ru.NewClient()
 	addr := freeAddr(t)
 	p := &peerProc{t: t, label: label, bin: peerRelayBinary(t), rd: rd, addr: addr, cfg: cfg, name: name,
-		api: &Relay{tb: t, URL: "http://" + addr}, st: store.New(rdb, rd.Prefix), out: &syncBuffer{}}
+		api: &Relay{tb: t, URL: "http://" + addr}, st: store.New(rdb, rd.Prefix), out: &syncBuffer{}, env: env}
 	t.Cleanup(func() {
 		p.kill()
 		_ = rdb.Close()
@@ -94,7 +103,7 @@ func (p *peerProc) start() {
 	p.t.Helper()
 	cmd := exec.Command(p.bin, "serve", "--addr", p.addr, "--redis", p.rd.URL, "--owner-token", OwnerToken,
 		"--config", p.cfg, "--log-level", "debug")
-	cmd.Env = relayEnv("RELAY_KEY_PREFIX=" + p.rd.Prefix)
+	cmd.Env = relayEnv(append([]string{"RELAY_KEY_PREFIX=" + p.rd.Prefix}, p.env...)...)
 	took := runServe(p.t, &p.child, cmd, p.out, p.label, p.api.URL)
 	p.t.Logf("%s (relay %q) ready on %s after %s", p.label, p.name, p.addr, took.Round(time.Millisecond))
 }

@@ -13,12 +13,16 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/oar/relay/jobs"
+	"github.com/oar/relay/otelx"
 )
 
 // NewDrainTask builds the task that runs a session's next turn; the task id
-// is given so the recovery sweep can find it.
-func NewDrainTask(q jobs.Queues, session, taskID string) (*asynq.Task, error) {
-	b, err := json.Marshal(jobs.DrainPayload{Session: session})
+// is given so the recovery sweep can find it. The trace of ctx's span, if
+// any, rides in the payload (R25.1).
+func NewDrainTask(ctx context.Context, q jobs.Queues, session, taskID string) (*asynq.Task, error) {
+	p := jobs.DrainPayload{Session: session}
+	p.TP, p.TS = otelx.Inject(ctx)
+	b, err := json.Marshal(p)
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +44,7 @@ func NewClient(c *asynq.Client, insp *asynq.Inspector, q jobs.Queues) *Client {
 
 // EnqueueDrain enqueues a drain task with the given id; an id already taken is not an error.
 func (c *Client) EnqueueDrain(ctx context.Context, session, taskID string) error {
-	t, err := NewDrainTask(c.q, session, taskID)
+	t, err := NewDrainTask(ctx, c.q, session, taskID)
 	if err != nil {
 		return err
 	}
