@@ -2,6 +2,7 @@ package relaytest
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
@@ -47,8 +48,41 @@ func commandsProcessed(t *testing.T, c *redis.Client) int64 {
 // processor's and forwarder's checks every second, each subscription's PING
 // every 3 s). A count over a window, not a timing: a slow machine sends fewer.
 func TestIdleRelayRedisCommands(t *testing.T) {
-	NeedsSharedRedis(t, "a redis-server of its own, whose INFO commandstats only this relay moves")
+	a, c := idleRelay(t)
+	if _, err := a.Relay().OwnerCreateSession(context.Background(), domain.NewSession{Title: "Idle"}); err != nil {
+		t.Fatalf("create session: %v", err)
+	}
+	// Not a wait for a condition: the start's own work (announce, schedule
+	// recovery, first checks of every set) settles in these seconds.
+	time.Sleep(5 * time.Second)
+	const window = 15 * time.Second
+	n0 := commandsProcessed(t, c)
+	t0 := time.Now()
+	// Not a wait for work either: the window the idle rate is counted over.
+	time.Sleep(window)
+	n1 := commandsProcessed(t, c)
+	el := time.Since(t0).Seconds()
+	rate := float64(n1-n0-1) / el // minus this test's first INFO
+	t.Logf("idle relay: %d commands in %.1f s = %.2f/s", n1-n0-1, el, rate)
+	if rate > 10 {
+		stats, _ := c.Info(context.Background(), "commandstats").Result()
+		t.Errorf("an idle relay sent %.2f Redis commands/s over %.0f s, want at most 10\n%s", rate, el, stats)
+	}
+}
+
+// idleRelay starts a relay (serve, production intervals) on a redis-server of
+// its own and answers a client of that server.
+func idleRelay(t *testing.T) (*app.App, *redis.Client) {
+	t.Helper()
+	NeedsSharedRedis(t, "a redis-server of its own, whose INFO only this relay moves")
 	rs := startRedisServer(t)
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(rs.port)})
+	t.Cleanup(func() { _ = c.Close() })
+	// No AOF here: its buffer would count in used_memory (and this server is
+	// never restarted).
+	if err := c.ConfigSet(context.Background(), "appendonly", "no").Err(); err != nil {
+		t.Fatalf("CONFIG SET appendonly no: %v", err)
+	}
 	cfg := TestConfig(t)
 	cfg.RedisURL = rs.url()
 	a, err := app.New(cfg, app.Options{KeyPrefix: "idle" + store.NewID(5), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -76,26 +110,58 @@ func TestIdleRelayRedisCommands(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatalf("relay did not start within 15 s")
 	}
-	if _, err := a.Relay().OwnerCreateSession(context.Background(), domain.NewSession{Title: "Idle"}); err != nil {
-		t.Fatalf("create session: %v", err)
-	}
+	return a, c
+}
 
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(rs.port)})
-	defer func() { _ = c.Close() }()
-	// Not a wait for a condition: the start's own work (announce, schedule
-	// recovery, first checks of every set) settles in these seconds.
-	time.Sleep(5 * time.Second)
-	const window = 15 * time.Second
-	n0 := commandsProcessed(t, c)
-	t0 := time.Now()
-	// Not a wait for work either: the window the idle rate is counted over.
-	time.Sleep(window)
-	n1 := commandsProcessed(t, c)
-	el := time.Since(t0).Seconds()
-	rate := float64(n1-n0-1) / el // minus this test's first INFO
-	t.Logf("idle relay: %d commands in %.1f s = %.2f/s", n1-n0-1, el, rate)
-	if rate > 10 {
-		stats, _ := c.Info(context.Background(), "commandstats").Result()
-		t.Errorf("an idle relay sent %.2f Redis commands/s over %.0f s, want at most 10\n%s", rate, el, stats)
+// usedMemory is INFO memory's used_memory.
+func usedMemory(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	s, err := c.Info(context.Background(), "memory").Result()
+	if err != nil {
+		t.Fatalf("INFO memory: %v", err)
+	}
+	for _, line := range strings.Split(s, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	t.Fatalf("INFO memory without used_memory:\n%s", s)
+	return 0
+}
+
+// Idle sessions, as the bench's (d) and G5 make them (the owner's create,
+// default settings), take at most 1 KiB of Redis each by both of the bench's
+// measures: INFO used_memory's growth and MEMORY USAGE of every key (issue
+// 36). Before: about 1,060 B and 960 B; the session hash stored its eleven
+// empty or zero settings, which cost 128 B of listpack a session.
+func TestIdleSessionBytes(t *testing.T) {
+	a, c := idleRelay(t)
+	ctx := context.Background()
+	const n = 3000
+	usage := func() int64 {
+		var sum int64
+		iter := c.Scan(ctx, 0, "*", 1000).Iterator()
+		for iter.Next(ctx) {
+			if v, err := c.MemoryUsage(ctx, iter.Val(), 0).Result(); err == nil {
+				sum += v
+			}
+		}
+		if err := iter.Err(); err != nil {
+			t.Fatalf("SCAN: %v", err)
+		}
+		return sum
+	}
+	u0, m0 := usage(), usedMemory(t, c)
+	for i := range n {
+		if _, err := a.Relay().OwnerCreateSession(ctx, domain.NewSession{Title: fmt.Sprintf("Idle session %05d", i)}); err != nil {
+			t.Fatalf("create session %d: %v", i, err)
+		}
+	}
+	m1, u1 := usedMemory(t, c), usage()
+	perUsed, perUsage := float64(m1-m0)/n, float64(u1-u0)/n
+	t.Logf("%d idle sessions: used_memory %.0f B/session, MEMORY USAGE %.0f B/session", n, perUsed, perUsage)
+	if perUsed > 1024 || perUsage > 1024 {
+		t.Errorf("an idle session takes %.0f B of used_memory and %.0f B by MEMORY USAGE, want at most 1024 B each", perUsed, perUsage)
 	}
 }
