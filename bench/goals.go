@@ -405,7 +405,7 @@ func idleHops(ctx context.Context, opts *redisurl.URL, info redis.UniversalClien
 	var wk *worker.Waker
 	poll := 10 * time.Millisecond
 	if wake {
-		wk = worker.NewWaker(rdb, q.All(), time.Second)
+		wk = worker.NewWaker(rdb, q.All(), worker.DefaultIdleCheck)
 		rdb.AddHook(wk)
 		poll = time.Millisecond
 	}
