@@ -52,8 +52,9 @@ type Session struct {
 // fields is the session's stored form: the fields whose value is not the
 // zero value (sessionFrom reads a missing field as its zero value: "", 0,
 // false, no time, no StartedBy); cleared names the others, which a save
-// deletes. An idle session's hash so keeps only what it says (issue 36: the
-// eleven empty or zero settings cost 128 B a session as listpack entries).
+// deletes; "last" is left out while it equals "created". An idle session's
+// hash so keeps only what it says (issue 36: the eleven empty or zero
+// settings and the second timestamp cost 128–192 B a session of listpack).
 func (s *Session) fields() (set map[string]any, cleared []string) {
 	sb := ""
 	if s.StartedBy != nil {
@@ -76,10 +77,14 @@ func (s *Session) fields() (set map[string]any, cleared []string) {
 		}
 		return ""
 	}
+	last := msz(s.LastActivityAt)
+	if last == msz(s.CreatedAt) {
+		last = "" // never active since it was made: read back as created
+	}
 	all := [...][2]string{
 		{"id", s.ID}, {"title", s.Title}, {"provider", s.Provider}, {"model", s.Model}, {"effort", s.Effort},
 		{"mode", s.Mode}, {"cwd", s.Cwd}, {"repo", s.Repo}, {"branch", s.Branch}, {"tokh", s.tokh()},
-		{"created", msz(s.CreatedAt)}, {"last", msz(s.LastActivityAt)}, {"archived", flag(s.Archived)},
+		{"created", msz(s.CreatedAt)}, {"last", last}, {"archived", flag(s.Archived)},
 		{"archivedAt", msz(s.ArchivedAt)}, {"group", s.GroupID}, {"startedBy", sb},
 		{"mayCreate", flag(s.MayCreateSessions)}, {"acw", acw}, {"think", s.ThinkingEnabled},
 		{"thinkDisp", s.ThinkingDisplay},
@@ -112,6 +117,9 @@ func sessionFrom(m map[string]string) *Session {
 		MayCreateSessions: m["mayCreate"] == "1", AutoCompactWindow: int(atoi64(m["acw"])),
 		ThinkingEnabled: m["think"], ThinkingDisplay: m["thinkDisp"],
 		AgentSession: m["agentSession"], AgentProvider: m["agentProvider"],
+	}
+	if _, ok := m["last"]; !ok {
+		s.LastActivityAt = s.CreatedAt // not written while it equals created
 	}
 	if v := m["startedBy"]; v != "" {
 		var r Ref
