@@ -77,7 +77,7 @@ func benchHopWith(ctx context.Context, opts *redisurl.URL, info redis.UniversalC
 		for q := range queues {
 			qs = append(qs, q)
 		}
-		wk = worker.NewWaker(rdb, qs, time.Second)
+		wk = worker.NewWaker(rdb, qs, worker.DefaultIdleCheck)
 		rdb.AddHook(wk)
 		poll = time.Millisecond
 	}
@@ -187,3 +187,6 @@ func (a asynqLogger) Info(args ...any)  { a.l.Info(fmt.Sprint(args...), "compone
 func (a asynqLogger) Warn(args ...any)  { a.l.Warn(fmt.Sprint(args...), "component", "asynq") }
 func (a asynqLogger) Error(args ...any) { a.l.Error(fmt.Sprint(args...), "component", "asynq") }
 func (a asynqLogger) Fatal(args ...any) { a.l.Error(fmt.Sprint(args...), "component", "asynq") }
+
+// idleCheckText is the waker's IdleCheck of the relay's worker, as the setup row says it.
+func idleCheckText() string { return worker.DefaultIdleCheck.String() }

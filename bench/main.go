@@ -519,8 +519,8 @@ func (b *bench) table(ctx context.Context, r results) string {
 		worker = fmt.Sprintf("relay worker's asynq concurrency %d", o.concurrency)
 	}
 	if b.worker != nil {
-		worker = fmt.Sprintf("relay worker's asynq config (also the bare hop's): concurrency %d, %d queues, the waker (worker/wake.go: pub/sub wake-up, 1 s idle check), TaskCheckInterval 1ms, DelayedTaskCheckInterval 100ms (forward scripts answered locally while nothing is due); MCP clients in %s",
-			b.conc, len(b.worker.Queues), b.where())
+		worker = fmt.Sprintf("relay worker's asynq config (also the bare hop's): concurrency %d, %d queues, the waker (worker/wake.go: pub/sub wake-up, %s idle check), TaskCheckInterval 1ms, DelayedTaskCheckInterval 100ms (forward scripts answered locally while nothing is due); MCP clients in %s",
+			b.conc, len(b.worker.Queues), idleCheckText(), b.where())
 	}
 	row("run", "setup", fmt.Sprintf("%s run, rows %s; Redis %s at %s; %s, GOMAXPROCS %d, %d CPUs; %s",
 		mode, o.rows, serverInfo(ctx, b.rdb), b.o.redisURL, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), worker), "", "")

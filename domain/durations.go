@@ -64,6 +64,11 @@ const (
 	notifyReadyTimeout = 5 * time.Second
 	// notifyRetry: a failed notification subscription is tried again after this pause.
 	notifyRetry = time.Second
+	// notifyHealthEvery: the subscription is PINGed after this long without a
+	// message (go-redis's default, 3 s, made it a third of an idle relay's
+	// commands, issue 36). A closed connection is seen at once without it, and
+	// every waiter re-checks on its own every recheckEvery.
+	notifyHealthEvery = 15 * time.Second
 
 	// Deleting a session.
 

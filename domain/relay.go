@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/oar/relay/clock"
 
 	"github.com/oar/relay/config"
@@ -388,7 +390,7 @@ func (h *hub) listen(ctx context.Context, st lifeStore, ready chan struct{}, log
 		}
 		once.Do(func() { close(ready) })
 		h.fireAll()
-		ch := ps.Channel()
+		ch := ps.Channel(redis.WithChannelHealthCheckInterval(notifyHealthEvery))
 	loop:
 		for {
 			select {

@@ -49,20 +49,55 @@ type Session struct {
 	AgentProvider string
 }
 
-func (s *Session) fields() map[string]any {
+// fields is the session's stored form: the fields whose value is not the
+// zero value (sessionFrom reads a missing field as its zero value: "", 0,
+// false, no time, no StartedBy); cleared names the others, which a save
+// deletes; "last" is left out while it equals "created". An idle session's
+// hash so keeps only what it says (issue 36: the eleven empty or zero
+// settings and the second timestamp cost 128–192 B a session of listpack).
+func (s *Session) fields() (set map[string]any, cleared []string) {
 	sb := ""
 	if s.StartedBy != nil {
 		b, _ := json.Marshal(s.StartedBy)
 		sb = string(b)
 	}
-	return map[string]any{
-		"id": s.ID, "title": s.Title, "provider": s.Provider, "model": s.Model, "effort": s.Effort,
-		"mode": s.Mode, "cwd": s.Cwd, "repo": s.Repo, "branch": s.Branch, "tokh": s.tokh(),
-		"created": ms(s.CreatedAt), "last": ms(s.LastActivityAt), "archived": b2s(s.Archived),
-		"archivedAt": ms(s.ArchivedAt), "group": s.GroupID, "startedBy": sb,
-		"mayCreate": b2s(s.MayCreateSessions), "acw": s.AutoCompactWindow, "think": s.ThinkingEnabled,
-		"thinkDisp": s.ThinkingDisplay,
+	acw := ""
+	if s.AutoCompactWindow != 0 {
+		acw = strconv.Itoa(s.AutoCompactWindow)
 	}
+	msz := func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return strconv.FormatInt(ms(t), 10)
+	}
+	flag := func(b bool) string {
+		if b {
+			return "1"
+		}
+		return ""
+	}
+	last := msz(s.LastActivityAt)
+	if last == msz(s.CreatedAt) {
+		last = "" // never active since it was made: read back as created
+	}
+	all := [...][2]string{
+		{"id", s.ID}, {"title", s.Title}, {"provider", s.Provider}, {"model", s.Model}, {"effort", s.Effort},
+		{"mode", s.Mode}, {"cwd", s.Cwd}, {"repo", s.Repo}, {"branch", s.Branch}, {"tokh", s.tokh()},
+		{"created", msz(s.CreatedAt)}, {"last", last}, {"archived", flag(s.Archived)},
+		{"archivedAt", msz(s.ArchivedAt)}, {"group", s.GroupID}, {"startedBy", sb},
+		{"mayCreate", flag(s.MayCreateSessions)}, {"acw", acw}, {"think", s.ThinkingEnabled},
+		{"thinkDisp", s.ThinkingDisplay},
+	}
+	set = make(map[string]any, len(all))
+	for _, f := range all {
+		if f[1] == "" {
+			cleared = append(cleared, f[0])
+		} else {
+			set[f[0]] = f[1]
+		}
+	}
+	return set, cleared
 }
 
 // tokh is the stored form of the session's token.
@@ -82,6 +117,9 @@ func sessionFrom(m map[string]string) *Session {
 		MayCreateSessions: m["mayCreate"] == "1", AutoCompactWindow: int(atoi64(m["acw"])),
 		ThinkingEnabled: m["think"], ThinkingDisplay: m["thinkDisp"],
 		AgentSession: m["agentSession"], AgentProvider: m["agentProvider"],
+	}
+	if _, ok := m["last"]; !ok {
+		s.LastActivityAt = s.CreatedAt // not written while it equals created
 	}
 	if v := m["startedBy"]; v != "" {
 		var r Ref
@@ -109,7 +147,8 @@ func (s *Store) sessKey(id string) string { return s.k("sess", id) }
 // CreateSession writes a new session and its indexes.
 func (s *Store) CreateSession(ctx context.Context, sess *Session) error {
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, s.sessKey(sess.ID), sess.fields())
+		set, _ := sess.fields() // a new hash: nothing to clear
+		p.HSet(ctx, s.sessKey(sess.ID), set)
 		p.Set(ctx, s.tokKey(sess.tokh()), sess.ID, 0)
 		p.ZAdd(ctx, s.k("sids"), redis.Z{Member: sess.ID})
 		p.ZAdd(ctx, s.k("sessions", "active"), redis.Z{Score: float64(ms(sess.LastActivityAt)), Member: sess.ID})
@@ -154,9 +193,18 @@ func (s *Store) GetSessions(ctx context.Context, ids []string) ([]*Session, erro
 	return out, nil
 }
 
-// SaveSession writes every field of sess (settings changes).
+// SaveSession writes every field of sess (settings changes): the set ones,
+// and those back at their zero value deleted, in one MULTI.
 func (s *Store) SaveSession(ctx context.Context, sess *Session) error {
-	if err := s.rdb.HSet(ctx, s.sessKey(sess.ID), sess.fields()).Err(); err != nil {
+	set, cleared := sess.fields()
+	key := s.sessKey(sess.ID)
+	if _, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, key, set)
+		if len(cleared) > 0 {
+			p.HDel(ctx, key, cleared...)
+		}
+		return nil
+	}); err != nil {
 		return fmt.Errorf("save session %s: %w", sess.ID, err)
 	}
 	return nil

@@ -98,6 +98,13 @@ func NewWaker(rdb redis.UniversalClient, queues []string, idle time.Duration) *W
 	return w
 }
 
+// HealthCheckEvery is how long a wake subscription goes without a message
+// before go-redis PINGs it (its default 3 s is a third of an idle relay's
+// commands otherwise, issue 36). A connection that closes is seen at once
+// without it; a resubscription wakes every waiter, and IdleCheck bounds what a
+// silent connection could hold up.
+const HealthCheckEvery = 15 * time.Second
+
 func asynqKey(q, suffix string) string { return "asynq:{" + q + "}:" + suffix }
 
 // WakeChannel is the pub/sub channel that tells the workers of queue q that
@@ -135,7 +142,7 @@ func (w *Waker) Start() {
 			ps = w.rdb.Subscribe(context.Background(), groups[tag]...)
 		}
 		w.ps = append(w.ps, ps)
-		ch := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
+		ch := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024), redis.WithChannelHealthCheckInterval(HealthCheckEvery))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -29,7 +29,7 @@ type Options struct {
 	// forwarder every DelayedTaskCheckInterval, as asynq does by itself.
 	NoWake bool
 	// IdleCheck bounds how long an idle worker goes without asking Redis
-	// (default 1 s): the longest a lost wake-up delays a task.
+	// (default DefaultIdleCheck): the longest a lost wake-up delays a task.
 	IdleCheck time.Duration
 	Logger    *slog.Logger
 	// ShutdownTimeout bounds how long Shutdown waits for handlers (default 8s);
@@ -48,6 +48,21 @@ type Worker struct {
 // DefaultConcurrency is how many jobs a worker runs at once when not set.
 const DefaultConcurrency = 64
 
+// DefaultIdleCheck is how long an idle worker waits on its wake channels
+// before it asks Redis again (its queues, and the scheduled and retry sets
+// whose earliest entry is not due yet). Every task pushed by a process of the
+// relay is announced on a wake channel, a resubscription wakes at once, and a
+// set's due time is known, so this only bounds a wake-up that never came
+// (a client without the hook); it is what an idle relay's polling costs
+// (issue 36: 6 dequeue and 12 forward commands per check).
+const DefaultIdleCheck = 5 * time.Second
+
+// janitorEvery is asynq's JanitorInterval: the janitor deletes completed
+// tasks kept for their Retention, which the relay's tasks have none of (only
+// tasks moved by the key-format upgrade may); asynq's 8 s default polls both
+// queues for nothing.
+const janitorEvery = time.Minute
+
 // New builds a worker on rdb (shared with the rest of the process). Unless
 // o.NoWake, it adds the waker's hook to rdb (wake.go): call New before the
 // client is in use, and build one worker per client.
@@ -56,7 +71,7 @@ func New(rdb redis.UniversalClient, r *domain.Relay, o Options) *Worker {
 		o.Concurrency = DefaultConcurrency
 	}
 	if o.IdleCheck <= 0 {
-		o.IdleCheck = time.Second
+		o.IdleCheck = DefaultIdleCheck
 	}
 	var wk *Waker
 	delayedCheck := 100 * time.Millisecond
@@ -83,6 +98,7 @@ func New(rdb redis.UniversalClient, r *domain.Relay, o Options) *Worker {
 		Queues:                   map[string]int{o.Queues.Turns: 1, o.Queues.Events: 1},
 		TaskCheckInterval:        o.PollEvery,
 		DelayedTaskCheckInterval: delayedCheck,
+		JanitorInterval:          janitorEvery,
 		ShutdownTimeout:          o.ShutdownTimeout,
 		RetryDelayFunc:           retryDelay,
 		IsFailure:                func(err error) bool { return !errors.Is(err, domain.ErrRetryLater) },
