@@ -80,8 +80,9 @@ func NewServerWith(h http.Handler, o ServerOptions) *http.Server {
 // Conns bounds a server's open connections without refusing new ones: when a
 // new connection makes more than max, the one that has been doing nothing the
 // longest is closed — a new connection that sent nothing yet, a keep-alive one
-// between requests, or one still sending its request header after
-// slowHeader — so a flood of idle connections only ever pushes out its own
+// between requests, one whose handler has returned (net/http may still read
+// the rest of an unread body there, since Go 1.26.9), or one still sending
+// its request header after slowHeader — so a flood of idle connections only ever pushes out its own
 // (and idle keep-alives, which clients re-open), while /healthz, the owner
 // API and running calls get through. A connection whose handler runs is never
 // closed; only when every connection runs a handler is the new one closed.
@@ -103,6 +104,11 @@ type connEntry struct {
 	state    http.ConnState
 	since    time.Time // last state change or handler end
 	handlers int       // handlers running on it (0 or 1 for HTTP/1)
+	// served: its last handler has returned and no new request has begun.
+	// net/http may still be at work on it (since Go 1.26.9 it reads what is
+	// left of an unread body after the answer, until the body's deadline),
+	// but it reads no request's header: it may be closed like an idle one.
+	served bool
 	closing  bool      // closed by us; its StateClosed is still to come
 }
 
@@ -131,7 +137,7 @@ func (l *Conns) ConnState(c net.Conn, s http.ConnState) {
 	case http.StateActive, http.StateIdle:
 		if el, ok := l.byConn[c]; ok {
 			e := el.Value.(*connEntry)
-			e.state, e.since = s, now
+			e.state, e.since, e.served = s, now, false
 			l.order.MoveToBack(el)
 		}
 	case http.StateHijacked, http.StateClosed:
@@ -158,7 +164,7 @@ func (l *Conns) evictLocked(now time.Time) []net.Conn {
 		if e.closing || e.handlers > 0 {
 			continue
 		}
-		if e.state == http.StateActive && now.Sub(e.since) < slowHeader {
+		if e.state == http.StateActive && !e.served && now.Sub(e.since) < slowHeader {
 			continue // reading a request's header right now
 		}
 		e.closing = true
@@ -201,6 +207,7 @@ func (l *Conns) busy(c net.Conn, d int) {
 		e := el.Value.(*connEntry)
 		e.handlers += d
 		e.since = time.Now()
+		e.served = d < 0 && e.handlers == 0
 		l.order.MoveToBack(el)
 	}
 	l.mu.Unlock()
