@@ -108,8 +108,8 @@ type connEntry struct {
 	// net/http may still be at work on it (since Go 1.26.9 it reads what is
 	// left of an unread body after the answer, until the body's deadline),
 	// but it reads no request's header: it may be closed like an idle one.
-	served bool
-	closing  bool      // closed by us; its StateClosed is still to come
+	served  bool
+	closing bool // closed by us; its StateClosed is still to come
 }
 
 // NewConns returns a limiter for at most max open connections.
