@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/oar/relay/redisurl"
+	"github.com/redis/go-redis/v9"
 )
 
 // SPEC §20 with real processes: `relay serve` on the embedded default (no
@@ -743,29 +744,7 @@ func redisKeys(t *testing.T, url string) map[string]string {
 		if ttl >= 0 && ttl < time.Minute {
 			continue
 		}
-		typ, err := c.Type(ctx, k).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var n int64
-		switch typ {
-		case "string":
-			n, err = c.StrLen(ctx, k).Result()
-		case "hash":
-			n, err = c.HLen(ctx, k).Result()
-		case "list":
-			n, err = c.LLen(ctx, k).Result()
-		case "set":
-			n, err = c.SCard(ctx, k).Result()
-		case "zset":
-			n, err = c.ZCard(ctx, k).Result()
-		case "stream":
-			n, err = c.XLen(ctx, k).Result()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[k] = fmt.Sprintf("%s/%d", typ, n)
+		out[k] = keyShape(t, ctx, c, k)
 	}
 	if err := iter.Err(); err != nil {
 		t.Fatal(err)
@@ -926,4 +905,33 @@ func ownerTokenFile(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// keyShape is a key's type and size: "TYPE/N", N the elements of a list,
+// set, zset, stream or hash, the bytes of a string.
+func keyShape(t *testing.T, ctx context.Context, c redis.Cmdable, k string) string {
+	t.Helper()
+	typ, err := c.Type(ctx, k).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	switch typ {
+	case "string":
+		n, err = c.StrLen(ctx, k).Result()
+	case "hash":
+		n, err = c.HLen(ctx, k).Result()
+	case "list":
+		n, err = c.LLen(ctx, k).Result()
+	case "set":
+		n, err = c.SCard(ctx, k).Result()
+	case "zset":
+		n, err = c.ZCard(ctx, k).Result()
+	case "stream":
+		n, err = c.XLen(ctx, k).Result()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%s/%d", typ, n)
 }

@@ -25,29 +25,7 @@ func redisShape(t *testing.T, port int) map[string]string {
 	iter := c.Scan(ctx, 0, "*", 1000).Iterator()
 	for iter.Next(ctx) {
 		k := iter.Val()
-		typ, err := c.Type(ctx, k).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var n int64
-		switch typ {
-		case "string":
-			n, err = c.StrLen(ctx, k).Result()
-		case "list":
-			n, err = c.LLen(ctx, k).Result()
-		case "set":
-			n, err = c.SCard(ctx, k).Result()
-		case "zset":
-			n, err = c.ZCard(ctx, k).Result()
-		case "hash":
-			n, err = c.HLen(ctx, k).Result()
-		case "stream":
-			n, err = c.XLen(ctx, k).Result()
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[k] = fmt.Sprintf("%s/%d", typ, n)
+		out[k] = keyShape(t, ctx, c, k)
 	}
 	if err := iter.Err(); err != nil {
 		t.Fatal(err)
