@@ -286,7 +286,7 @@ func (b *bench) tableT(row rowFunc, r tracingResult) {
 		v = "FAIL (spans from a relay with tracing off)"
 	}
 	row("t", fmt.Sprintf("tracing exporting (OTEL_EXPORTER_OTLP_ENDPOINT=%s, OTEL_TRACES_SAMPLER=always_on, HTTP/protobuf, to a receiver in the bench process) vs off: the cost", r.recv),
-		fmt.Sprintf("G1 send p50 exporting ÷ off **%.3f** · G2 round trips/s off ÷ exporting **%.3f** · G2 relay CPU per round trip exporting ÷ off **%.3f** · spans received: **%d** from the exporting runs (%d POSTs, %d bad; %.1f spans per send→reply round trip, %d of those, warm-ups included: owner API calls, MCP sessions' set-up and the goal 1 floor make spans too, a batch processor's full queue drops some), %d from the off runs",
+		fmt.Sprintf("G1 send p50 exporting ÷ off **%.3f** · G2 round trips/s off ÷ exporting **%.3f** · G2 relay CPU per round trip exporting ÷ off **%.3f** · spans received: **%d** from the exporting runs (%d POSTs, %d bad; %.1f spans per send→reply round trip, %d of those, warm-ups included; owner API calls and MCP sessions' set-up make spans too; spans the SDK's batch processor dropped are not counted), %d from the off runs",
 			g1, thr, cpu, spansOn, postsOn, r.badReqs, ratio(float64(spansOn), float64(sendsOn)), sendsOn, spansOff),
 		"≤ 1.15 each; spans > 0", v)
 }
