@@ -101,7 +101,7 @@ func (r *otlpReceiver) handle(w http.ResponseWriter, req *http.Request) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		defer zr.Close()
+		defer func() { _ = zr.Close() }()
 		body = zr
 	}
 	data, err := io.ReadAll(body)
@@ -160,7 +160,7 @@ func (b *bench) runTracing(ctx context.Context) (tracingResult, error) {
 	if err != nil {
 		return out, err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	for i := 0; i < b.o.traceRuns; i++ {
 		order := []bool{false, true}
 		if i%2 == 1 {
@@ -182,6 +182,9 @@ func (b *bench) runTracing(ctx context.Context) (tracingResult, error) {
 			}
 			if b.o.inproc {
 				args = append(args, "-inproc")
+			}
+			if b.o.profile != "" { // each child's goal 2 rounds: DIR/off-1/goal2-1.pprof, DIR/exporting-1/…
+				args = append(args, "-profile", filepath.Join(b.o.profile, fmt.Sprintf("%s-%d", name, i+1)), fmt.Sprintf("-trace=%t", b.o.trace))
 			}
 			cmd := exec.CommandContext(ctx, exe, args...)
 			cmd.Env = tracingEnv(os.Environ(), on, recv.url)
