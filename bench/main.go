@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -70,6 +71,8 @@ type options struct {
 	idleSessions int    // row i: sessions in the idle relay
 	clusterURL   string // row k: a Redis Cluster (redis+cluster://)
 	sentinelURL  string // row k: a Sentinel set (redis+sentinel://), optional
+	traceRuns    int    // row t: child runs of each variant (tracing off, exporting)
+	goalsJSON    string // row h: also write G1 and G2's medians to this file as JSON (row t's children)
 }
 
 func parseFlags() options {
@@ -89,7 +92,7 @@ func parseFlags() options {
 	flag.StringVar(&o.relayBin, "relay-bin", "", "row i: the relay binary to run (default: go build ./cmd/relay of this checkout)")
 	flag.IntVar(&o.idleSecs, "idle-secs", 60, "row i: seconds of the idle window")
 	flag.IntVar(&o.idleSessions, "idle-sessions", 1000, "row i: sessions in the idle relay (one with a turn)")
-	flag.StringVar(&o.rows, "rows", "abcdefghpmi", "which rows to run (a, b and c run together; h: the goals G1–G5; p: paired relays; m: the embedded default beside the real Redis; i: the embedded default at rest, a real relay process; k: a Redis Cluster, -cluster, beside the single Redis, not in the default)")
+	flag.StringVar(&o.rows, "rows", "abcdefghpmi", "which rows to run (a, b and c run together; h: the goals G1–G5; p: paired relays; m: the embedded default beside the real Redis; i: the embedded default at rest, a real relay process; k: a Redis Cluster, -cluster, beside the single Redis, not in the default; t: G1 and G2 with the relay's traces off and exporting to a local OTLP receiver, child processes, not in the default)")
 	flag.IntVar(&o.probes, "probes", 200, "(e) in-process Relay.Fanout calls per (total, matching) cell")
 	flag.IntVar(&o.eventRate, "event-rate", 100, "(e) owner messages (turn_end events) per second in the paced phase")
 	flag.IntVar(&o.eventSecs, "event-secs", 10, "(e) seconds of the paced phase")
@@ -105,6 +108,8 @@ func parseFlags() options {
 	flag.BoolVar(&o.trace, "trace", true, "with -profile, also write execution traces (they cost the profiled process CPU of their own)")
 	flag.StringVar(&o.profile, "profile", "", "directory to write CPU profiles and execution traces of the send and list phases to (send.pprof, send.trace, list.pprof, list.trace)")
 	flag.StringVar(&o.clusterURL, "cluster", "", "row k: a Redis Cluster URL (redis+cluster://HOST:PORT,…), measured beside -redis")
+	flag.IntVar(&o.traceRuns, "trace-runs", 4, "row t: child runs of goals 1 and 2 with the relay's tracing off and as many exporting, alternating")
+	flag.StringVar(&o.goalsJSON, "goals-json", "", "row h: also write goals 1 and 2's medians to this file as JSON (what row t's children report)")
 	flag.StringVar(&o.sentinelURL, "sentinel", "", "row k: also a Sentinel URL (redis+sentinel://HOST:PORT,…/MASTER), beside -redis")
 	flag.Parse()
 	if o.quick {
@@ -145,8 +150,11 @@ func main() {
 	if o.fireSecs < 1 || o.fireSecs > perTarget {
 		log.Fatalf("-fire-secs must be between 1 and %d", perTarget)
 	}
-	if strings.Trim(o.rows, "abcdefghpmik") != "" || o.rows == "" {
-		log.Fatal("-rows takes letters of abcdefghpmik")
+	if strings.Trim(o.rows, "abcdefghpmikt") != "" || o.rows == "" {
+		log.Fatal("-rows takes letters of abcdefghpmikt")
+	}
+	if o.traceRuns < 1 {
+		log.Fatal("-trace-runs must be at least 1")
 	}
 	if strings.Contains(o.rows, "k") && o.clusterURL == "" {
 		log.Fatal("row k needs -cluster URL (a Redis Cluster: bash .ci/redis-cluster start DIR prints one)")
@@ -312,6 +320,7 @@ type results struct {
 	em   embResult
 	id   idleResult
 	ha   haResult
+	tr   tracingResult
 }
 
 // runs reports whether -rows asks for a row (a, b and c run together).
@@ -334,6 +343,22 @@ func (b *bench) run(ctx context.Context) (string, error) {
 		res.gl, err = b.runGoals(ctx)
 		if err != nil {
 			return "", fmt.Errorf("(h): %w", err)
+		}
+		if o.goalsJSON != "" {
+			data, err := json.Marshal(summarize12(res.gl, o.quick))
+			if err != nil {
+				return "", err
+			}
+			if err := os.WriteFile(o.goalsJSON, data, 0o644); err != nil {
+				return "", fmt.Errorf("(h): %w", err)
+			}
+		}
+	}
+	// (t) goals 1 and 2 with the relay's traces off and exporting, in child processes.
+	if o.runs("t") {
+		b.logf("(t) tracing off vs exporting: %d child runs of each", o.traceRuns)
+		if res.tr, err = b.runTracing(ctx); err != nil {
+			return "", fmt.Errorf("(t): %w", err)
 		}
 	}
 	if o.runs("a") {
@@ -526,6 +551,9 @@ func (b *bench) table(ctx context.Context, r results) string {
 		mode, o.rows, serverInfo(ctx, b.rdb), b.o.redisURL, runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), worker), "", "")
 	if o.runs("h") {
 		b.tableGoals(row, r.gl)
+	}
+	if o.runs("t") {
+		b.tableT(row, r.tr)
 	}
 	if o.runs("a") {
 		b.tableABC(row, r)
