@@ -2,12 +2,14 @@ package api_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -180,6 +182,17 @@ func TestSlowBodiesSilenceNoOne(t *testing.T) {
 		req.Header.Set("MCP-Protocol-Version", "2025-06-18")
 		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
 		resp, err := c.Do(req)
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) && !os.IsTimeout(err) {
+			// Closed before any answer: the connection bound (R18.18) closes
+			// a new connection only when every other one is busy, which a
+			// loaded machine can meet for a moment; a client opens it again.
+			// Once: before R18.29 every probe failed, again and again.
+			time.Sleep(200 * time.Millisecond)
+			if req.GetBody != nil {
+				req.Body, _ = req.GetBody()
+			}
+			resp, err = c.Do(req)
+		}
 		if err != nil {
 			return err
 		}
