@@ -584,6 +584,7 @@ type acpTurn struct {
 	segment []byte // text since the last tool call (the reply)
 	waits   int    // questions, relay_tool calls and terminal waits running
 	tools   map[string]*acpTool
+	added   chan struct{} // closed (and made anew) when a tool call is first heard of
 	usage   Usage
 }
 
@@ -1076,6 +1077,10 @@ func (at *acpTurn) tool(id, title, name string, kind acp.ToolKind, raw any, stat
 	if tc == nil {
 		tc = &acpTool{}
 		at.tools[id] = tc
+		if at.added != nil {
+			close(at.added)
+			at.added = nil
+		}
 		if len(at.text) > 0 && !strings.HasSuffix(string(at.text), "\n\n") {
 			at.text = append(at.text, '\n', '\n')
 		}
@@ -1291,17 +1296,29 @@ func metaToolName(metas ...map[string]any) string {
 // acpToolWait bounds waitTool.
 const acpToolWait = 2 * time.Second
 
-// waitTool waits up to acpToolWait for the tool_call update of id.
+// waitTool waits up to acpToolWait for the tool_call update of id: woken
+// by each new tool call (tool closes added), not by polling.
 func (at *acpTurn) waitTool(ctx context.Context, id string) {
-	deadline := time.Now().Add(acpToolWait)
+	timer := time.NewTimer(acpToolWait)
+	defer timer.Stop()
 	for {
 		at.mu.Lock()
-		known := at.tools[id] != nil
-		at.mu.Unlock()
-		if known || time.Now().After(deadline) || ctx.Err() != nil {
+		if at.tools[id] != nil {
+			at.mu.Unlock()
 			return
 		}
-		time.Sleep(10 * time.Millisecond)
+		if at.added == nil {
+			at.added = make(chan struct{})
+		}
+		added := at.added
+		at.mu.Unlock()
+		select {
+		case <-added:
+		case <-timer.C:
+			return
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
