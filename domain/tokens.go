@@ -239,23 +239,31 @@ func (tk *tokens) PeerTokenValid(ctx context.Context, tok string) (bool, error) 
 
 // bindPeerToken is store.BindPeerToken, remembered once tied.
 func (tk *tokens) bindPeerToken(ctx context.Context, tok, relayName string) (string, error) {
+	return tk.peerField(ctx, tok, func(e *peerTok) *string { return &e.bound },
+		func(ctx context.Context) (string, error) { return tk.st.BindPeerToken(ctx, tok, relayName) })
+}
+
+// peerField is a field of a peer token's cached entry (field picks it):
+// its value once set, else what load reads, kept when not empty and only
+// for tokens found valid (an entry in peers).
+func (tk *tokens) peerField(ctx context.Context, tok string, field func(*peerTok) *string, load func(context.Context) (string, error)) (string, error) {
 	tk.peerMu.Lock()
 	e := tk.peers[tok]
 	tk.peerMu.Unlock()
-	if e.bound != "" {
-		return e.bound, nil
+	if v := *field(&e); v != "" {
+		return v, nil
 	}
-	bound, err := tk.st.BindPeerToken(ctx, tok, relayName)
-	if err != nil || bound == "" {
-		return bound, err
+	v, err := load(ctx)
+	if err != nil || v == "" {
+		return v, err
 	}
 	tk.peerMu.Lock()
-	if cur, ok := tk.peers[tok]; ok { // only tokens found valid are kept
-		cur.bound = bound
+	if cur, ok := tk.peers[tok]; ok {
+		*field(&cur) = v
 		tk.peers[tok] = cur
 	}
 	tk.peerMu.Unlock()
-	return bound, nil
+	return v, nil
 }
 
 // PeerTokens lists the peer tokens this relay issued (GET /api/v1/peer-tokens):
@@ -286,23 +294,8 @@ func (tk *tokens) RevokePeerToken(ctx context.Context, id string) (*relay.PeerTo
 // peerScope is a peer token's scope (store.PeerScopeAll or
 // store.PeerScopeStarted), remembered once read.
 func (tk *tokens) peerScope(ctx context.Context, tok string) (string, error) {
-	tk.peerMu.Lock()
-	e := tk.peers[tok]
-	tk.peerMu.Unlock()
-	if e.scope != "" {
-		return e.scope, nil
-	}
-	scope, err := tk.st.PeerTokenScope(ctx, tok)
-	if err != nil || scope == "" {
-		return scope, err
-	}
-	tk.peerMu.Lock()
-	if cur, ok := tk.peers[tok]; ok { // only tokens found valid are kept
-		cur.scope = scope
-		tk.peers[tok] = cur
-	}
-	tk.peerMu.Unlock()
-	return scope, nil
+	return tk.peerField(ctx, tok, func(e *peerTok) *string { return &e.scope },
+		func(ctx context.Context) (string, error) { return tk.st.PeerTokenScope(ctx, tok) })
 }
 
 // peerTouchEvery is how often a process records a peer token's lastUsedAt.
