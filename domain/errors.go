@@ -142,7 +142,7 @@ var closedCodes = map[string]bool{
 	CodePermission: true, CodeNotAccepting: true, CodeNoActiveTurn: true, CodeForbidden: true, CodeSelf: true,
 	CodeSessionLimit: true, CodeLimit: true, CodeScheduleLimit: true, CodeQuestionLimit: true, CodeHopLimit: true,
 	CodeBusy: true, CodeUnknownModel: true, CodeUnknownGroup: true, CodeProviderUnavailable: true,
-	CodeUnsupported: true, CodeOffline: true, CodeAuth: true, CodeInternal: true,
+	CodeUnsupported: true, CodeOffline: true, CodeAuth: true, CodeUnavailable: true, CodeInternal: true,
 }
 
 // KnownCode reports whether code is one of R15's codes.
