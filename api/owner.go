@@ -55,7 +55,7 @@ func (o *owner) routes(g *gin.RouterGroup) {
 // fail answers a domain error once, here, for the whole owner API.
 func fail(c *gin.Context, err error) {
 	e := domain.AsError(err)
-	if e.Code == domain.CodeInternal || e.Code == domain.CodeUnavailable { // logged with the 5xx (R18.9; R25.3 rate-limits a store's)
+	if e.ServerFault() { // logged with the 5xx
 		_ = c.Error(err)
 	}
 	body := gin.H{"error": e.Msg, "code": e.Code}

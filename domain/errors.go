@@ -48,6 +48,11 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Code + ": " + e.Msg }
 
+// ServerFault reports whether the failure is the relay's own (INTERNAL, or
+// UNAVAILABLE: the store does not answer), logged with its cause (R18.9;
+// the process's log handler rate-limits the store's, R25.3).
+func (e *Error) ServerFault() bool { return e.Code == CodeInternal || e.Code == CodeUnavailable }
+
 func (e *Error) Unwrap() error { return e.cause }
 
 // Errorf builds an Error.

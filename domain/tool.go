@@ -126,7 +126,7 @@ func (r *Relay) envelope(action, callerID string, start time.Time, out *result, 
 	code := "ok"
 	if e != nil {
 		code = e.Code
-		if e.Code == CodeInternal || e.Code == CodeUnavailable { // the latter rate-limited by the process's log handler (R25.3)
+		if e.ServerFault() {
 			r.log.Error("relay_tool failed", "action", action, "session", callerID, "err", e.cause)
 		}
 		errorEnvelope(env, e)
