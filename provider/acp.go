@@ -1123,33 +1123,30 @@ func (pr *acpProc) RequestPermission(ctx context.Context, req acp.RequestPermiss
 	if at == nil || len(req.Options) == 0 {
 		return cancelled, nil
 	}
-	title := ""
-	if req.ToolCall.Title != nil {
-		title = *req.ToolCall.Title
-	}
-	if title == "" {
-		at.mu.Lock()
-		if tc := at.tools[string(req.ToolCall.ToolCallId)]; tc != nil {
-			title = tc.title
-		}
-		at.mu.Unlock()
-	}
+	id := string(req.ToolCall.ToolCallId)
 	// The tool's name and kind: Claude Code's adapter gives them only in
 	// the tool_call update it sends before the request, which the SDK
 	// handles in another goroutine: wait a moment for it.
 	name := metaToolName(req.ToolCall.Meta, req.Meta)
 	if name == "" && req.ToolCall.Kind == nil {
-		at.waitTool(ctx, string(req.ToolCall.ToolCallId))
+		at.waitTool(ctx, id)
+	}
+	title, kind := "", acp.ToolKind("")
+	if req.ToolCall.Title != nil {
+		title = *req.ToolCall.Title
+	}
+	if req.ToolCall.Kind != nil {
+		kind = *req.ToolCall.Kind
 	}
 	// The request may be the first the relay hears of the call (Gemini CLI
-	// sends no tool_call first; the arguments are its content).
-	{
-		kind := acp.ToolKind("")
-		if req.ToolCall.Kind != nil {
-			kind = *req.ToolCall.Kind
-		}
-		at.tool(string(req.ToolCall.ToolCallId), title, name, kind, toolArgs(req.ToolCall.RawInput, req.ToolCall.Content), "")
+	// sends no tool_call first; the arguments are its content). Then what
+	// the call's updates told (title, kind, name), in one look.
+	at.tool(id, title, name, kind, toolArgs(req.ToolCall.RawInput, req.ToolCall.Content), "")
+	at.mu.Lock()
+	if tc := at.tools[id]; tc != nil {
+		title, kind, name = tc.title, tc.kind, tc.name
 	}
+	at.mu.Unlock()
 	pick := func(kinds ...acp.PermissionOptionKind) (acp.RequestPermissionResponse, bool) {
 		for _, k := range kinds {
 			for _, o := range req.Options {
@@ -1160,18 +1157,6 @@ func (pr *acpProc) RequestPermission(ctx context.Context, req acp.RequestPermiss
 		}
 		return cancelled, false
 	}
-	kind := acp.ToolKind("")
-	if req.ToolCall.Kind != nil {
-		kind = *req.ToolCall.Kind
-	}
-	at.mu.Lock()
-	if tc := at.tools[string(req.ToolCall.ToolCallId)]; tc != nil {
-		if kind == "" {
-			kind = tc.kind
-		}
-		name = tc.name
-	}
-	at.mu.Unlock()
 	// relay_tool's own calls: the relay checks them itself (cards, modes),
 	// told from the request's structured fields, never its text (R18.28).
 	if relayToolCall(req, kind, name) {
