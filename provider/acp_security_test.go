@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"log/slog"
 	"math"
@@ -413,5 +416,40 @@ func TestACPInFlightUndecodable(t *testing.T) {
 	}
 	if len(pr.slots) != 0 || len(out.lines) != 20 {
 		t.Fatalf("%d places taken, %d lines passed; want 0 and 20", len(pr.slots), len(out.lines))
+	}
+}
+
+// R18.27: every method of acpClient (what the SDK calls) recovers: its first
+// statement defers recovered. TestACPClientRecovers drives one of them; this
+// catches a method added or changed without the guard.
+func TestACPClientMethodsAllRecover(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "acp.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, d := range f.Decls {
+		fn, ok := d.(*ast.FuncDecl)
+		if !ok || fn.Recv == nil || len(fn.Recv.List) != 1 {
+			continue
+		}
+		if id, ok := fn.Recv.List[0].Type.(*ast.Ident); !ok || id.Name != "acpClient" {
+			continue
+		}
+		n++
+		guarded := false
+		if len(fn.Body.List) > 0 {
+			if def, ok := fn.Body.List[0].(*ast.DeferStmt); ok {
+				if sel, ok := def.Call.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "recovered" {
+					guarded = true
+				}
+			}
+		}
+		if !guarded {
+			t.Errorf("acpClient.%s does not begin with defer c.pr.recovered(…): a panic in it would stop the relay", fn.Name.Name)
+		}
+	}
+	if n < 9 {
+		t.Fatalf("found %d acpClient methods in acp.go, want the SDK's 9 client methods", n)
 	}
 }
