@@ -20,6 +20,10 @@ func TestTurnLogEvery(t *testing.T) {
 	if err != nil || c.Timing.TurnLogEvery != 30*time.Second {
 		t.Fatalf("turn_log_every: 30s: %v %v", c.Timing.TurnLogEvery, err)
 	}
+	c, err = Load(map[string]string{"config": writeFile(t, "folders: [/srv]\ntiming: {turn_log_every: 0s}\n")}, envOf(nil))
+	if err != nil || c.Timing.TurnLogEvery != 0 {
+		t.Fatalf("turn_log_every: 0s is accepted and kept as 0 (the drain's default, 5m, applies): %v %v", c.Timing.TurnLogEvery, err)
+	}
 	for _, bad := range []string{"-1s", "500ms"} {
 		_, err := Load(map[string]string{"config": writeFile(t, "folders: [/srv]\ntiming: {turn_log_every: "+bad+"}\n")}, envOf(nil))
 		if err == nil || !strings.Contains(err.Error(), "timing.turn_log_every must be at least 1s") {
