@@ -226,7 +226,9 @@ func tooLarge(limit int64) gin.HandlerFunc {
 	}
 }
 
-// mcpTooLarge answers a /mcp body over the SDK's limit as batchLimit does.
-func mcpTooLarge(c *gin.Context) {
-	http.Error(c.Writer, fmt.Sprintf("request body exceeds %d bytes", maxMCPBody), http.StatusRequestEntityTooLarge)
+// mcpTooLarge answers a /mcp body over the SDK's limit (as the SDK does).
+func mcpTooLarge(c *gin.Context) { mcpBodyTooLarge(c.Writer) }
+
+func mcpBodyTooLarge(w http.ResponseWriter) {
+	http.Error(w, fmt.Sprintf("request body exceeds %d bytes", maxMCPBody), http.StatusRequestEntityTooLarge)
 }

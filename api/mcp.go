@@ -197,7 +197,7 @@ func (b batchLimit) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			http.Error(w, fmt.Sprintf("request body exceeds %d bytes", mbe.Limit), http.StatusRequestEntityTooLarge)
+			mcpBodyTooLarge(w)
 			return
 		}
 		http.Error(w, "failed to read body", http.StatusBadRequest)

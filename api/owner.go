@@ -69,11 +69,9 @@ func fail(c *gin.Context, err error) {
 func bind(c *gin.Context, dst any, optional bool) bool {
 	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, maxBody))
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			// R18.14: 413, with the same error body as every other refusal.
-			c.JSON(http.StatusRequestEntityTooLarge, gin.H{"error": fmt.Sprintf("The request body is too large (at most %d bytes). Nothing was done.", maxBody),
-				"code": domain.CodeInvalidInput})
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) { // R18.14 (body.go's read answers it first on the router's routes)
+			tooLarge(maxBody)(c)
 			return false
 		}
 		fail(c, domain.Errorf(domain.CodeInvalidInput, "The request body could not be read (%v). Nothing was done.", err))
