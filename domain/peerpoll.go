@@ -288,32 +288,18 @@ func (pk *peerLink) offerRemote(ctx context.Context, sub *store.Subscription, p 
 	// subscription's digest or quiet hours hold come later (R8.21), as
 	// offer would hold them: a digest already due takes them all now.
 	now := pk.now()
-	due := holdDue(sub, now)
-	holding := due.After(now)
-	held, digested := 0, false
-	var batch []store.Event
 	first := sub.LinkDownAt
 	for i := range evs {
-		ev := &evs[i]
-		ev.Replayed = true
-		if ev.At.Before(first) {
-			first = ev.At
-		}
-		if !urgent(ev.Kind) && holding {
-			if err := pk.dl.hold(ctx, sub, ev, due); err != nil {
-				return err
-			}
-			held++
-			continue
-		}
-		digested = digested || !urgent(ev.Kind)
-		batch = append(batch, *ev)
-	}
-	if digested && sub.DigestMinutes > 0 {
-		if err := pk.st.SetLastDigest(ctx, sub, now); err != nil { // this was the digest: the next one N minutes on
-			return err
+		evs[i].Replayed = true
+		if evs[i].At.Before(first) {
+			first = evs[i].At
 		}
 	}
+	batch, _, err := pk.holdOrTake(ctx, sub, evs, now)
+	if err != nil {
+		return err
+	}
+	held := len(evs) - len(batch)
 	mark := sub.LinkDownAt.UnixMilli()
 	lost := store.Event{ID: fmt.Sprintf("lost_%s_%d", sub.ID, mark), Kind: EvLinkLost, Relay: p.Name, At: first.Add(-time.Millisecond)}
 	restored := store.Event{ID: fmt.Sprintf("restored_%s_%d", sub.ID, mark), Kind: EvLinkRestored, Relay: p.Name, At: now.Add(time.Millisecond),
@@ -338,16 +324,27 @@ func (pk *peerLink) offerRemote(ctx context.Context, sub *store.Subscription, p 
 // would hold them; the rest go together, and urgent ones wake the watcher
 // at most once per coalescing window (releasePeer).
 func (pk *peerLink) offerPoll(ctx context.Context, sub *store.Subscription, evs []store.Event) error {
-	now := pk.now()
+	batch, isUrgent, err := pk.holdOrTake(ctx, sub, evs, pk.now())
+	if err != nil || len(batch) == 0 {
+		return err
+	}
+	return pk.dl.releasePeer(ctx, sub, store.Batch{Kind: "plain", Sub: sub.ID, Events: batch, Urgent: isUrgent})
+}
+
+// holdOrTake splits a paired relay's events as offer would: those the
+// subscription's digest or quiet hours hold wait for them (R8.21); the rest
+// are the batch to deliver now, urgent when one of them is. A batch with
+// events the digest would have held is the digest: the next one is N
+// minutes on.
+func (pk *peerLink) holdOrTake(ctx context.Context, sub *store.Subscription, evs []store.Event, now time.Time) (batch []store.Event, isUrgent bool, err error) {
 	due := holdDue(sub, now)
 	holding := due.After(now)
-	digested, isUrgent := false, false
-	var batch []store.Event
+	digested := false
 	for i := range evs {
 		ev := &evs[i]
 		if !urgent(ev.Kind) && holding {
 			if err := pk.dl.hold(ctx, sub, ev, due); err != nil {
-				return err
+				return nil, false, err
 			}
 			continue
 		}
@@ -355,15 +352,12 @@ func (pk *peerLink) offerPoll(ctx context.Context, sub *store.Subscription, evs 
 		isUrgent = isUrgent || urgent(ev.Kind)
 		batch = append(batch, *ev)
 	}
-	if len(batch) == 0 {
-		return nil
-	}
 	if digested && sub.DigestMinutes > 0 {
-		if err := pk.st.SetLastDigest(ctx, sub, now); err != nil { // this was the digest: the next one N minutes on
-			return err
+		if err := pk.st.SetLastDigest(ctx, sub, now); err != nil {
+			return nil, false, err
 		}
 	}
-	return pk.dl.releasePeer(ctx, sub, store.Batch{Kind: "plain", Sub: sub.ID, Events: batch, Urgent: isUrgent})
+	return batch, isUrgent, nil
 }
 
 // pollAsk asks the paired relay whether an ask made there was answered (R10.5).
