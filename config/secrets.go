@@ -67,10 +67,11 @@ func (c *Config) readSecrets(flags map[string]string, env func(string) (string, 
 		if c.RedisURL == "" {
 			return fmt.Errorf("config: %s needs a Redis URL (--redis / %s): the embedded store has a password of its own", source, EnvRedis)
 		}
-		if u, err := redisurl.Parse(c.RedisURL); err == nil && u.Password() != "" {
-			return fmt.Errorf("config: the Redis URL has a password and %s gives one too: give one (the URL without its password, and the password in the file)", source)
-		} // a URL that does not parse: Validate says so
-		pw, err := ReadSecretFile(source, "the Redis password", file)
+		u, err := redisurl.Parse(c.RedisURL)
+		if err != nil {
+			u = nil // Validate says so
+		}
+		pw, err := RedisPasswordFile(u, "Redis URL", source, file)
 		if err != nil {
 			return err
 		}
@@ -113,6 +114,16 @@ func ReadSecretFile(source, what, path string) (string, error) {
 		return "", fmt.Errorf("config: %s: %s is empty: it must hold %s", source, path, what)
 	}
 	return s, nil
+}
+
+// RedisPasswordFile reads the Redis password from file (source names the
+// flag or variable that gave it), for u, a Redis URL (urlName names it in
+// the error) that must not have a password of its own (nil: not checked).
+func RedisPasswordFile(u *redisurl.URL, urlName, source, file string) (string, error) {
+	if u != nil && u.Password() != "" {
+		return "", fmt.Errorf("config: the %s has a password and %s gives one too: give one (the URL without its password, and the password in the file)", urlName, source)
+	}
+	return ReadSecretFile(source, "the Redis password", file)
 }
 
 // CommandLineWarnings are the WARNING lines for the secrets SecretFlags

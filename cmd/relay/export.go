@@ -57,14 +57,11 @@ func newExportCmd(stdout io.Writer) *cobra.Command {
 			if perr != nil {
 				return usageError{fmt.Errorf("relay export: --redis: %w", perr)}
 			}
-			if u.Password() != "" && hasPwFile {
-				return usageError{errors.New("relay export: the --redis URL has a password and --redis-password-file gives one too: give one")}
-			}
-			if redisurl.HasSecret(url) { // R18.36
+			if redisurl.HasSecret(url) && !hasPwFile { // R18.36
 				fmt.Fprintln(cmd.ErrOrStderr(), "relay export: WARNING: the Redis password is on the command line (in the --redis URL): every user of this machine can read it (/proc/PID/cmdline, ps); give the URL without its password and the password in --redis-password-file")
 			}
 			if hasPwFile {
-				pw, perr := config.ReadSecretFile("--redis-password-file", "the Redis password", pwFile)
+				pw, perr := config.RedisPasswordFile(u, "--redis URL", "--redis-password-file", pwFile)
 				if perr != nil {
 					return usageError{errors.New("relay export: " + strings.TrimPrefix(perr.Error(), "config: "))}
 				}
