@@ -135,10 +135,6 @@ func instanceID() string {
 // Tracer is the relay's tracer (the global provider's: no-op when off).
 func Tracer() trace.Tracer { return otel.Tracer(ScopeName) }
 
-// Recording reports whether ctx's span records (tracing on and sampled), so
-// a caller computes attributes only then.
-func Recording(ctx context.Context) bool { return trace.SpanFromContext(ctx).IsRecording() }
-
 // Inject returns the W3C traceparent and tracestate of ctx's span, "" when
 // it has none (tracing off).
 func Inject(ctx context.Context) (traceparent, tracestate string) {

@@ -143,7 +143,7 @@ func TestSetupExports(t *testing.T) {
 		t.Fatalf("Setup: on=%v err=%v", on, err)
 	}
 	ctx, span := Tracer().Start(context.Background(), "parent")
-	if !Recording(ctx) {
+	if !span.IsRecording() {
 		t.Fatal("the span does not record")
 	}
 	tp, _ := Inject(ctx)
