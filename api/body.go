@@ -1,12 +1,8 @@
 package api
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -197,25 +193,19 @@ func credential(r *http.Request) string {
 // refusal (large for a body over limit, 408 past the deadline, 400 else)
 // closes it.
 func readBody(c *gin.Context, limit int64, large gin.HandlerFunc) bool {
-	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, limit))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.As(err, &mbe):
-			large(c)
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			c.JSON(http.StatusRequestTimeout, gin.H{"error": "The request's body did not arrive in time (the relay waits for a body at most " +
-				strconv.Itoa(int(BodyTimeout.Seconds())) + " s). Nothing was done.", "code": domain.CodeInvalidInput})
-		default:
-			c.JSON(http.StatusBadRequest, gin.H{"error": "The request's body could not be read. Nothing was done.", "code": domain.CodeInvalidInput})
-		}
-		c.Abort()
-		return false
+	switch web.ReadBody(c, limit) {
+	case 0:
+		return true
+	case http.StatusRequestEntityTooLarge:
+		large(c)
+	case http.StatusRequestTimeout:
+		c.JSON(http.StatusRequestTimeout, gin.H{"error": "The request's body did not arrive in time (the relay waits for a body at most " +
+			strconv.Itoa(int(BodyTimeout.Seconds())) + " s). Nothing was done.", "code": domain.CodeInvalidInput})
+	default:
+		c.JSON(http.StatusBadRequest, gin.H{"error": "The request's body could not be read. Nothing was done.", "code": domain.CodeInvalidInput})
 	}
-	c.Request.Body = io.NopCloser(bytes.NewReader(body))
-	c.Request.ContentLength = int64(len(body))
-	c.Writer.Header().Del("Connection")
-	return true
+	c.Abort()
+	return false
 }
 
 // tooLarge answers a body over limit: 413 with the owner API's error body.

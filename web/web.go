@@ -547,23 +547,40 @@ func (c *console) signIn(ctx *gin.Context) {
 // server's body deadline (R18.29), before anything else reads it. It returns
 // the status and sentence of a refusal (0: read).
 func readForm(ctx *gin.Context) (int, string) {
-	b, err := io.ReadAll(http.MaxBytesReader(ctx.Writer, ctx.Request.Body, maxSignInBody))
+	switch ReadBody(ctx, maxSignInBody) {
+	case 0:
+		return 0, ""
+	case http.StatusRequestEntityTooLarge:
+		return http.StatusRequestEntityTooLarge, "The sign-in form is too large; nothing was done."
+	case http.StatusRequestTimeout:
+		return http.StatusRequestTimeout, "The sign-in form did not arrive in time; nothing was done. Try again."
+	default:
+		return http.StatusBadRequest, "The sign-in form could not be read; nothing was done. Try again."
+	}
+}
+
+// ReadBody reads the request's body whole within limit (and the
+// connection's read deadline) and puts it back as a buffer, the connection
+// then kept (0); else the status of the refusal — 413 over limit, 408 past
+// the deadline, 400 otherwise — with the connection to be closed (R18.29).
+func ReadBody(ctx *gin.Context, limit int64) int {
+	b, err := io.ReadAll(http.MaxBytesReader(ctx.Writer, ctx.Request.Body, limit))
 	if err != nil {
 		ctx.Header("Connection", "close")
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
-			return http.StatusRequestEntityTooLarge, "The sign-in form is too large; nothing was done."
+			return http.StatusRequestEntityTooLarge
 		case errors.Is(err, os.ErrDeadlineExceeded):
-			return http.StatusRequestTimeout, "The sign-in form did not arrive in time; nothing was done. Try again."
+			return http.StatusRequestTimeout
 		default:
-			return http.StatusBadRequest, "The sign-in form could not be read; nothing was done. Try again."
+			return http.StatusBadRequest
 		}
 	}
 	ctx.Request.Body = io.NopCloser(bytes.NewReader(b))
 	ctx.Request.ContentLength = int64(len(b))
 	ctx.Writer.Header().Del("Connection") // read whole: the connection may be kept (api's closeUntilRead set it)
-	return 0, ""
+	return 0
 }
 
 // tooMany answers a sign-in from an address slowed for failed tokens (R18.23).
