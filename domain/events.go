@@ -95,22 +95,22 @@ func EventLine(ev *store.Event) string {
 		if ev.Via != "" {
 			via = "via " + LineValue(ev.Via, fieldRelay)
 		}
-		if ev.Dismissed {
-			if via == "" {
-				return prefix + fmt.Sprintf("question_answered %s %s: dismissed", qid, quoted(ev.Text))
+		head := prefix + fmt.Sprintf("question_answered %s %s: ", qid, quoted(ev.Text))
+		switch {
+		case ev.Choice != "" && !ev.Dismissed:
+			if via != "" {
+				via = ", " + via
 			}
-			return prefix + fmt.Sprintf("question_answered %s %s: dismissed (%s)", qid, quoted(ev.Text), via)
-		}
-		if ev.Choice == "" {
-			if via == "" {
-				return prefix + fmt.Sprintf("question_answered %s %s: %s", qid, quoted(ev.Text), quoted(ev.Answer))
-			}
-			return prefix + fmt.Sprintf("question_answered %s %s: %s (%s)", qid, quoted(ev.Text), quoted(ev.Answer), via)
+			return head + fmt.Sprintf("%s (choice: %s%s)", quoted(ev.Answer), LineValue(ev.Choice, fieldExcerpt), via)
+		case ev.Dismissed:
+			head += "dismissed"
+		default:
+			head += quoted(ev.Answer)
 		}
 		if via != "" {
-			via = ", " + via
+			head += " (" + via + ")"
 		}
-		return prefix + fmt.Sprintf("question_answered %s %s: %s (choice: %s%s)", qid, quoted(ev.Text), quoted(ev.Answer), LineValue(ev.Choice, fieldExcerpt), via)
+		return head
 	case EvLinkLost:
 		return prefix + LineValue(ev.Relay, fieldRelay) + " · link_lost"
 	case EvLinkRestored:
