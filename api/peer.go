@@ -137,7 +137,7 @@ func (o *owner) peerToken(c *gin.Context) {
 	if !bind(c, &in, true) {
 		return
 	}
-	out, err := o.r.NewScopedPeerToken(c.Request.Context(), in.Label, in.Scope)
+	out, err := o.r.NewPeerToken(c.Request.Context(), in.Label, in.Scope)
 	if err != nil {
 		fail(c, err)
 		return

@@ -132,7 +132,7 @@ func (n *peerNet) relay(name string, o peerEndOptions) *peerEnd {
 // token makes a peer token on e as its owner does (POST /api/v1/peer-tokens).
 func (e *peerEnd) token() string {
 	e.t.Helper()
-	tok, err := e.r.NewPeerToken(e.ctx, "")
+	tok, err := e.r.NewPeerToken(e.ctx, "", "")
 	if err != nil {
 		e.t.Fatalf("peer token on %s: %v", e.name, err)
 	}

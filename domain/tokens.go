@@ -54,13 +54,9 @@ func (r *Relay) SessionForToken(ctx context.Context, token string) (string, bool
 	return r.tok.SessionForToken(ctx, token)
 }
 
-// NewPeerToken issues a peer token (POST /api/v1/peer-tokens).
-func (r *Relay) NewPeerToken(ctx context.Context, label string) (*relay.PeerTokenIssued, error) {
-	return r.tok.NewPeerToken(ctx, label, "")
-}
-
-// NewScopedPeerToken issues a peer token of a scope, "all" or "started" (R18.35).
-func (r *Relay) NewScopedPeerToken(ctx context.Context, label, scope string) (*relay.PeerTokenIssued, error) {
+// NewPeerToken issues a peer token (POST /api/v1/peer-tokens) of a scope:
+// "all" (also ""), or "started" (R18.35).
+func (r *Relay) NewPeerToken(ctx context.Context, label, scope string) (*relay.PeerTokenIssued, error) {
 	return r.tok.NewPeerToken(ctx, label, scope)
 }
 
