@@ -1035,7 +1035,7 @@ func (pr *acpProc) SessionUpdate(_ context.Context, n acp.SessionNotification) e
 		}
 	case u.ToolCall != nil:
 		tc := u.ToolCall
-		at.tool(string(tc.ToolCallId), tc.Title, metaToolName(tc.Meta), tc.Kind, toolArgs(tc.RawInput, tc.Content), string(tc.Status))
+		at.tool(string(tc.ToolCallId), tc.Title, agentToolName(tc.Meta, tc.RawInput), tc.Kind, toolArgs(tc.RawInput, tc.Content), string(tc.Status))
 	case u.ToolCallUpdate != nil:
 		tc := u.ToolCallUpdate
 		title := ""
@@ -1050,7 +1050,7 @@ func (pr *acpProc) SessionUpdate(_ context.Context, n acp.SessionNotification) e
 		if tc.Kind != nil {
 			kind = *tc.Kind
 		}
-		at.tool(string(tc.ToolCallId), title, metaToolName(tc.Meta), kind, toolArgs(tc.RawInput, nil), status)
+		at.tool(string(tc.ToolCallId), title, agentToolName(tc.Meta, tc.RawInput), kind, toolArgs(tc.RawInput, nil), status)
 	}
 	return nil
 }
@@ -1125,10 +1125,11 @@ func (pr *acpProc) RequestPermission(ctx context.Context, req acp.RequestPermiss
 	}
 	id := string(req.ToolCall.ToolCallId)
 	// The tool's name and kind: Claude Code's adapter gives them only in
-	// the tool_call update it sends before the request, which the SDK
-	// handles in another goroutine: wait a moment for it.
+	// the tool_call update it sends before the request, codex-acp the MCP
+	// call's server and tool, both handled by the SDK in another
+	// goroutine: wait a moment for it.
 	name := metaToolName(req.ToolCall.Meta, req.Meta)
-	if name == "" && req.ToolCall.Kind == nil {
+	if name == "" && (req.ToolCall.Kind == nil || mcpApproval(req)) {
 		at.waitTool(ctx, id)
 	}
 	title, kind := "", acp.ToolKind("")
@@ -1219,12 +1220,15 @@ const (
 // relayToolCall reports whether a permission request is a call of the
 // relay's own relay_tool, from its structured fields only (R18.28): the
 // tool kind must be other (relay_tool is no edit, delete, move or execute:
-// a write is never answered here), and the tool and the MCP server the
-// call goes to must be named by the agent, not by the model:
+// a write is never answered here) — or execute in a request the agent
+// marks as an MCP tool's approval (codex-acp, R24.3) — and the tool and
+// the MCP server the call goes to must be named by the agent, not by the
+// model:
 //   - name: the full name of the tool the agent calls, from _meta.toolName
 //     (Qwen Code: "mcp__relay__relay_tool") or _meta.claudeCode.toolName
 //     (Claude Code's adapter, in its tool_call update) of the request or of
-//     the call's tool_call update;
+//     the call's tool_call update, or the server and tool of codex-acp's
+//     MCP call (agentToolName);
 //   - Gemini CLI names neither in a field: its MCP confirmation is the one
 //     offering the server-wide option ("proceed_always_server"), and its
 //     title is then the tool's display name, which it makes of the tool's
@@ -1235,7 +1239,7 @@ const (
 // Anything else — a title that merely mentions relay_tool, another kind,
 // another server — is a card.
 func relayToolCall(req acp.RequestPermissionRequest, kind acp.ToolKind, name string) bool {
-	if kind != acp.ToolKindOther {
+	if kind != acp.ToolKindOther && (kind != acp.ToolKindExecute || !mcpApproval(req)) {
 		return false
 	}
 	if name != "" {
@@ -1260,6 +1264,34 @@ func relayToolCall(req acp.RequestPermissionRequest, kind acp.ToolKind, name str
 		}
 	}
 	return true
+}
+
+// mcpApproval reports whether the agent marks the request as the approval
+// of an MCP tool call (codex-acp's _meta.is_mcp_tool_approval; it gives
+// every MCP call the kind execute).
+func mcpApproval(req acp.RequestPermissionRequest) bool {
+	v, _ := req.Meta["is_mcp_tool_approval"].(bool)
+	return v
+}
+
+// agentToolName is the agent's name of a tool call: metaToolName, or for
+// an MCP call codex-acp marks (_meta.is_mcp_tool_call) the server and tool
+// its rawInput names beside the model's arguments, as
+// mcp__SERVER__TOOL.
+func agentToolName(meta map[string]any, raw any) string {
+	if n := metaToolName(meta); n != "" {
+		return n
+	}
+	if v, _ := meta["is_mcp_tool_call"].(bool); !v {
+		return ""
+	}
+	m, _ := raw.(map[string]any)
+	server, _ := m["server"].(string)
+	tool, _ := m["tool"].(string)
+	if server == "" || tool == "" {
+		return ""
+	}
+	return "mcp__" + server + "__" + tool
 }
 
 // metaToolName is the agent's name of a tool call in _meta: toolName

@@ -31,6 +31,12 @@ var (
 	// ClaudeCodeACP is Zed's ACP adapter over Claude Code (the Claude
 	// Agent SDK inside it brings its own Claude Code).
 	ClaudeCodeACP = Package{"@zed-industries/claude-code-acp", "0.16.2", "claude-code-acp"}
+	// The ACP agents of R24.3 (measured offline in 2026-12).
+	QwenCode       = Package{"@qwen-code/qwen-code", "0.24.4", "qwen"}
+	CodexACP       = Package{"@agentclientprotocol/codex-acp", "2.6.0", "codex-acp"}
+	ClaudeAgentACP = Package{"@agentclientprotocol/claude-agent-acp", "0.101.0", "claude-agent-acp"}
+	CopilotCLI     = Package{"@github/copilot", "1.0.102", "copilot"}
+	OpenCode       = Package{"opencode-ai", "1.18.33", "opencode"}
 )
 
 // CacheDir is where the CLIs are installed: ${XDG_CACHE_HOME:-$HOME/.cache}/relay-ci/npm.
