@@ -240,6 +240,8 @@ type acpProc struct {
 	garbage atomic.Pointer[string]
 
 	caps      acp.AgentCapabilities
+	info      *acp.Implementation // initialize's agentInfo (names the agent in errors)
+	auth      []acpAuthMethod     // initialize's authMethods (R24.3)
 	initDone  bool
 	acpSess   atomic.Pointer[string] // the ACP session open in this process (read by the SDK's goroutines)
 	stopOnce  sync.Once
@@ -776,6 +778,8 @@ func (pr *acpProc) open(t Turn, at *acpTurn) (string, error) {
 			return "", &TurnError{Msg: pr.startError("initialize", err)}
 		}
 		pr.caps = res.AgentCapabilities
+		pr.info = res.AgentInfo
+		pr.auth = authMethodsOf(res.AuthMethods)
 		pr.initDone = true
 	}
 	want := t.AgentSession
@@ -842,6 +846,9 @@ func (pr *acpProc) startError(step string, err error) string {
 	if pr.gone() {
 		return pr.crashText()
 	}
+	if ok, methods := authRequired(err); ok {
+		return pr.authText(step, err, methods)
+	}
 	msg := fmt.Sprintf("The agent (acp) refused %s: %s", step, excerptLine(reqErrText(err), 500))
 	if tail := strings.TrimSpace(pr.errTail.String()); tail != "" {
 		msg += " (its stderr: " + excerptLine(tail, 500) + ")"
@@ -900,6 +907,9 @@ func (pr *acpProc) outcome(at *acpTurn, res acp.PromptResponse, err error) (Resu
 	if err != nil {
 		if pr.gone() {
 			return out, &TurnError{Msg: pr.crashText()}
+		}
+		if ok, methods := authRequired(err); ok {
+			return out, &TurnError{Msg: pr.authText("session/prompt", err, methods)}
 		}
 		msg := reqErrText(err)
 		if limitText(msg) {

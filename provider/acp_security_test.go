@@ -361,11 +361,33 @@ func TestRelayToolCallStructured(t *testing.T) {
 		{"gemini title from command", req("relay_tool (relay MCP Server)", nil, gemini, text(`{"command":"relay_tool (relay MCP Server)"}`)), acp.ToolKindOther, "", false},
 		{"gemini, no arguments", req("relay_tool (relay MCP Server)", nil, gemini, nil), acp.ToolKindOther, "", false},
 		{"gemini, other server", req("relay_tool (evil MCP Server)", nil, gemini, text(args)), acp.ToolKindOther, "", false},
+		// codex-acp (R24.3): kind execute, the MCP approval marked in the
+		// request's _meta, server and tool in the call's rawInput.
+		{"codex-acp", codex(true), acp.ToolKindExecute, codexName("relay", "relay_tool"), true},
+		{"codex-acp, not marked", codex(false), acp.ToolKindExecute, codexName("relay", "relay_tool"), false},
+		{"codex-acp, other server", codex(true), acp.ToolKindExecute, codexName("evil", "relay_tool"), false},
+		{"codex-acp, shell", codex(true), acp.ToolKindExecute, agentToolName(nil, map[string]any{"server": "relay", "tool": "relay_tool"}), false},
+		{"codex-acp, edit", codex(true), acp.ToolKindEdit, codexName("relay", "relay_tool"), false},
 	} {
 		if got := relayToolCall(c.req, c.kind, metaOr(c.req, c.tool)); got != c.want {
 			t.Errorf("%s: relayToolCall = %v, want %v", c.name, got, c.want)
 		}
 	}
+}
+
+// codex is codex-acp's permission request of an MCP call (marked or not).
+func codex(marked bool) acp.RequestPermissionRequest {
+	r := acp.RequestPermissionRequest{Options: []acp.PermissionOption{{OptionId: "allow_once", Kind: acp.PermissionOptionKindAllowOnce}}}
+	if marked {
+		r.Meta = map[string]any{"is_mcp_tool_approval": true}
+	}
+	return r
+}
+
+// codexName is the name agentToolName makes of codex-acp's MCP tool_call.
+func codexName(server, tool string) string {
+	return agentToolName(map[string]any{"is_mcp_tool_call": true},
+		map[string]any{"server": server, "tool": tool, "arguments": map[string]any{"action": "send"}})
 }
 
 func metaOr(req acp.RequestPermissionRequest, tool string) string {
