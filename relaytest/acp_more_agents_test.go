@@ -156,17 +156,12 @@ func TestACPClaudeAgent(t *testing.T) {
 	acpAgentTurn(t, prov, fake)
 }
 
-// R24.3 with GitHub Copilot CLI (copilot --acp --stdio), bring your own
-// key: a fake chat-completions API, offline mode. Copilot's permission
-// request for an MCP tool names it only in its title ("relay_tool"), which
-// the relay never trusts (R18.28): --allow-tool 'relay(relay_tool)' lets
-// Copilot run the relay's tool without asking.
-func TestACPCopilotCLI(t *testing.T) {
-	t.Parallel()
+// copilotProvider runs Copilot CLI with its own key against fake (a fake
+// chat-completions API), offline, with more arguments.
+func copilotProvider(t *testing.T, fake *agentfake.Server, more ...string) config.Provider {
 	bin := agentfake.Install(t, agentfake.CopilotCLI)
-	fake := agentfake.OpenAIChat(t, acpShellScript("", nil))
-	prov := config.Provider{ID: "copilot", Name: "GitHub Copilot CLI", Type: config.TypeACP,
-		Command: []string{bin, "--acp", "--stdio", "--allow-tool", "relay(relay_tool)"}, Models: []string{"fake-model"},
+	return config.Provider{ID: "copilot", Name: "GitHub Copilot CLI", Type: config.TypeACP,
+		Command: append([]string{bin, "--acp", "--stdio"}, more...), Models: []string{"fake-model"},
 		Env: map[string]string{
 			"HOME":                      t.TempDir(),
 			"COPILOT_PROVIDER_BASE_URL": fake.URL + "/v1",
@@ -175,7 +170,49 @@ func TestACPCopilotCLI(t *testing.T) {
 			"COPILOT_OFFLINE":           "true",
 			"COPILOT_AUTO_UPDATE":       "false",
 		}}
-	acpAgentTurn(t, prov, fake)
+}
+
+// R24.3 with GitHub Copilot CLI (copilot --acp --stdio), bring your own
+// key: --allow-tool 'relay(relay_tool)' lets Copilot run the relay's tool
+// without asking.
+func TestACPCopilotCLI(t *testing.T) {
+	t.Parallel()
+	fake := agentfake.OpenAIChat(t, acpShellScript("", nil))
+	acpAgentTurn(t, copilotProvider(t, fake, "--allow-tool", "relay(relay_tool)"), fake)
+}
+
+// R24.3, R18.28, R22.3: without --allow-tool Copilot asks permission for
+// relay_tool naming it only in the title ("relay_tool", kind other, no
+// server or tool field), which the relay never trusts: the call is a
+// question card; another session allows it and the turn goes on.
+func TestACPCopilotCLIAsksForRelayTool(t *testing.T) {
+	t.Parallel()
+	fake := agentfake.OpenAIChat(t, acpShellScript("", nil))
+	e := startACPE2E(t, copilotProvider(t, fake), fake)
+	mid := e.r.Message(e.a.ID, "Please CALLTOOL "+e.target.ID+" and report.")
+	var q map[string]any
+	// Copilot starts slowly on a busy machine: wait longer than
+	// pendingQuestion does.
+	Eventually(t, 120*time.Second, func() bool {
+		if qs := list(t, readSession(e.m, e.a.ID, 1)["pendingQuestions"], "pendingQuestions"); len(qs) == 1 {
+			q = obj(t, qs[0], "question")
+		}
+		st := e.r.Turn(mid).Status
+		return q != nil || st == "done" || st == "error" || st == "stopped"
+	}, "copilot's question")
+	if q == nil {
+		t.Fatalf("no question; the turn ended %+v", e.r.Turn(mid))
+	}
+	opts, _ := json.Marshal(q["options"])
+	t.Logf("copilot's relay_tool permission card: %q options %s", q["question"], opts)
+	if q["kind"] != "ask_user" || q["question"] != "relay_tool" || !strings.Contains(string(opts), `"Allow once"`) {
+		t.Fatalf("question %v, want Copilot's relay_tool request as an ask_user card", q)
+	}
+	e.m.MustOK(map[string]any{"action": "answer_question", "relay": "this", "session": e.a.ID, "question_id": q["id"], "choices": []string{"Allow once"}})
+	turn := e.r.WaitTurn(mid, 120*time.Second, "done", "error", "stopped")
+	if turn.Status != "done" || turn.Reply != "FINAL: relay answered ok=true" {
+		t.Fatalf("turn ended %s %q: %s", turn.Status, turn.Reply, turn.Error)
+	}
 }
 
 // openCodeConfig is OPENCODE_CONFIG_CONTENT with one OpenAI-compatible
