@@ -17,16 +17,16 @@ import (
 // against a fake model API on 127.0.0.1 whose model calls relay_tool
 // (read_session of another session) and answers after its result.
 
-// acpAgentTurn runs the relay_tool turn of turnOneRelayTool and logs every
-// permission question the agent's requests became (an agent whose
-// relay_tool request the relay does not recognise would wait for an owner
-// here: the test fails on it).
-func acpAgentTurn(t *testing.T, prov config.Provider, fake *agentfake.Server) *acpE2E {
+// acpAgentTurn runs the relay_tool turn of turnOneRelayTool: the reply
+// after an ok relay_tool result and the relay's activity line of the call.
+// A permission request for relay_tool that became a question card (one the
+// relay did not tell as its own) fails the test at once.
+func acpAgentTurn(t *testing.T, prov config.Provider, fake *agentfake.Server) {
 	t.Helper()
 	e := startACPE2E(t, prov, fake)
 	start := time.Now()
 	mid := e.r.Message(e.a.ID, "Please CALLTOOL "+e.target.ID+" and report.")
-	var turn = e.r.Turn(mid)
+	turn := e.r.Turn(mid)
 	Eventually(t, 120*time.Second, func() bool {
 		turn = e.r.Turn(mid)
 		if qs := list(t, readSession(e.m, e.a.ID, 1)["pendingQuestions"], "pendingQuestions"); len(qs) > 0 {
@@ -47,7 +47,6 @@ func acpAgentTurn(t *testing.T, prov config.Provider, fake *agentfake.Server) *a
 	if len(acts) < 1 || acts[0]["text"] != want {
 		t.Fatalf("activity lines %v, want %q first", acts, want)
 	}
-	return e
 }
 
 // R24.3 with Qwen Code (qwen --acp) against a fake chat-completions API:
