@@ -117,7 +117,9 @@ func TestConversationInBrowserR23(t *testing.T) {
 	checkNoPlaceholders(t, b, "after the reply")
 
 	// At 360 px the code block scrolls inside itself, the page does not.
-	b.do("360 px", chromedp.EmulateViewport(360, 740))
+	dir := shotDir(t)
+	shots := []string{b.screenshot(dir, "console-markdown-1280.png", 1280, 900), b.screenshot(dir, "console-markdown-360.png", 360, 740)}
+	t.Logf("screenshots: %v", shots)
 	if w := eval[int](b, `document.documentElement.scrollWidth`); w > 360 {
 		t.Errorf("at 360 px the conversation is %d px wide (scrolls sideways)", w)
 	}

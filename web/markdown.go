@@ -41,6 +41,9 @@ func NewMarkdown() *Markdown {
 		goldmark.WithRendererOptions(
 			renderer.WithNodeRenderers(util.Prioritized(rawAsText{}, 100)),
 			ghtml.WithXHTML(),
+			// A line break in a message is one on the page, as people and
+			// agents write chat (and as the console showed them before).
+			ghtml.WithHardWraps(),
 		),
 	)
 	return &Markdown{md: md, policy: policy()}

@@ -166,6 +166,9 @@ func TestMarkdownGFMR23_2(t *testing.T) {
 	if strings.Join(hrefs, " ") != "/s/abc https://example.com https://example.com/l.png" {
 		t.Errorf("links %q", hrefs)
 	}
+	if got := string(md.HTML("line one\nline two")); !strings.Contains(got, "line one<br />") {
+		t.Errorf("a line break is not kept: %s", got)
+	}
 	if len(targets) != 2 {
 		t.Errorf("target=_blank on %d links, want the 2 to another site: %s", len(targets), out)
 	}
@@ -190,7 +193,8 @@ func TestHeaderLinesR23_2(t *testing.T) {
 		{"agent", remote + "\nhi", []string{remote}, "hi", false},
 		{"schedule", local + "\n" + sched + "\nrun `make`", []string{local, sched}, "run make", false},
 		{"event", event, []string{domain.Header}, `[relay event] session "a *b*" (1234abcd): turn_end (done) "**hi**"`, true},
-		{"assistant", domain.Header + "\nok", nil, domain.Header + "\nok", false},
+		{"assistant", domain.Header + "\nok", nil, domain.Header + "\nok", false}, // a hard line break
+
 		{"user", sched + "\nmine", nil, sched + "\nmine", false},
 	}
 	for _, c := range cases {
