@@ -166,7 +166,7 @@ func TestMarkdownGFMR23_2(t *testing.T) {
 	if strings.Join(hrefs, " ") != "/s/abc https://example.com https://example.com/l.png" {
 		t.Errorf("links %q", hrefs)
 	}
-	if got := string(md.HTML("line one\nline two")); !strings.Contains(got, "line one<br />") {
+	if got := string(md.HTML("line one\nline two")); !strings.Contains(got, "line one<br/>") {
 		t.Errorf("a line break is not kept: %s", got)
 	}
 	if len(targets) != 2 {
