@@ -157,3 +157,42 @@ func TestConversationInBrowserR23(t *testing.T) {
 		}
 	}
 }
+
+// TestConversationFoldStaysOpenR23_3: a fold the owner opened stays open
+// while the running turn adds calls to it (the live refresh replaces its
+// element): 4 calls fold, the owner opens them, a question holds the turn,
+// its answer lets a fifth call come, and "5 tool calls" is still open.
+func TestConversationFoldStaysOpenR23_3(t *testing.T) {
+	b := newBrowser(t)
+	r := relaytest.Start(t, relaytest.Options{})
+	s := r.NewSession(map[string]any{"title": "Folding"})
+	b.signIn(r, "/s/"+s.ID, "#composer")
+	eval[bool](b, `window.__noReload = true`)
+	call := map[string]any{"tool": map[string]any{"action": "list_relays", "relay": "this"}}
+	r.Message(s.ID, relaytest.Script(call, call, call, call,
+		map[string]any{"question": map[string]any{"text": "go on?", "options": []string{"yes"}}}, call, map[string]any{"sleep_ms": 60000}))
+	fold := `#live-msgs .fold details`
+	b.waitJS("4 tool calls", `!!document.querySelector("`+fold+`") && document.querySelector("`+fold+` summary").textContent.trim() === "4 tool calls"`, 15*time.Second)
+	b.do("open the fold with Space", chromedp.Focus(fold+" summary"), chromedp.KeyEvent(" "))
+	b.waitJS("the fold open", `document.querySelector("`+fold+`").open`, 5*time.Second)
+	var qid string
+	relaytest.Eventually(t, 15*time.Second, func() bool {
+		qs, _ := r.Get(s.ID)["pendingQuestions"].([]any)
+		if len(qs) == 1 {
+			qid, _ = qs[0].(map[string]any)["id"].(string)
+		}
+		return qid != ""
+	}, "the turn's question")
+	if st := r.Owner("POST", "/api/v1/sessions/"+s.ID+"/questions/"+qid, map[string]any{"answer": "yes"}, nil); st != 200 {
+		t.Fatalf("answer: %d", st)
+	}
+	b.waitJS("5 tool calls", `document.querySelector("`+fold+` summary").textContent.trim() === "5 tool calls"`, 15*time.Second)
+	b.notReloaded()
+	if !eval[bool](b, `document.querySelector("`+fold+`").open`) {
+		t.Errorf("the fold the owner opened closed when a call was added to it")
+	}
+	if st := r.Owner("POST", "/api/v1/sessions/"+s.ID+"/stop", nil, nil); st >= 300 {
+		t.Fatalf("stop: %d", st)
+	}
+	checkNoPlaceholders(t, b, "a stopped turn")
+}
