@@ -66,7 +66,27 @@ func TestConversationInBrowserR23(t *testing.T) {
 	r.WaitTurn(mid, 30*time.Second, store.TurnDone)
 	b.waitJS("the reply's table", `!!document.querySelector("#live-msgs .r-assistant .md table")`, 10*time.Second)
 	b.notReloaded()
+	checkHostileReply(t, b)
+	checkFold(t, b)
+	checkRunningTurn(t, b, r, s.ID)
 
+	if errs := b.errors(); len(errs) > 0 {
+		t.Errorf("console errors: %v", errs)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, req := range b.requests {
+		if rq, err := url.Parse(req); err != nil || rq.Host != u.Host {
+			t.Errorf("the page contacted %s", req)
+		}
+	}
+}
+
+// checkHostileReply: the reply ran nothing, kept no handler, script or
+// script URL, shows the HTML it wrote as text, and its table and code
+// block render (R23.2).
+func checkHostileReply(t *testing.T, b *browser) {
+	t.Helper()
 	if n := eval[int](b, `window.__pwned === undefined ? 0 : window.__pwned`); n != 0 {
 		t.Fatalf("the reply ran script: window.__pwned = %d", n)
 	}
@@ -100,8 +120,13 @@ func TestConversationInBrowserR23(t *testing.T) {
 	if code := eval[string](b, `document.querySelector("#live-msgs .md pre code.language-sh").innerText`); !strings.Contains(code, "make build && ./relay serve") {
 		t.Errorf("code block %q", code)
 	}
+}
 
-	// Five tool calls are one line that opens in place, from the keyboard.
+// checkFold: five tool calls are one line, "5 tool calls", that opens in
+// place from the keyboard (R23.3); at 360 px the code block scrolls inside
+// itself, the page does not.
+func checkFold(t *testing.T, b *browser) {
+	t.Helper()
 	fold := `#live-msgs .fold details`
 	if sum := b.text(fold + " summary"); strings.TrimSpace(sum) != "5 tool calls" {
 		t.Errorf("fold summary %q, want \"5 tool calls\"", sum)
@@ -127,11 +152,15 @@ func TestConversationInBrowserR23(t *testing.T) {
 		t.Errorf("the code block does not scroll inside itself at 360 px")
 	}
 	b.do("desktop", chromedp.EmulateViewport(1280, 900))
+}
 
-	// R23.4: a running turn shows "Working…" before any output, then its partial reply.
+// checkRunningTurn: a running turn shows "Working…" before any output, then
+// its partial reply (R23.4).
+func checkRunningTurn(t *testing.T, b *browser, r *relaytest.Relay, sid string) {
+	t.Helper()
 	run := relaytest.Script(map[string]any{"sleep_ms": 4000}, map[string]any{"reply": "partial **so far**"},
 		map[string]any{"sleep_ms": 400}, map[string]any{"sleep_ms": 60000})
-	r.Message(s.ID, run)
+	r.Message(sid, run)
 	b.waitJS("Working…", `!!document.querySelector("#live-msgs .partial") && document.querySelector("#live-msgs .partial").innerText.includes("Working…")`, 10*time.Second)
 	checkNoPlaceholders(t, b, "a running turn without output")
 	b.waitJS("the partial reply", `!!document.querySelector("#live-msgs .partial strong") && document.querySelector("#live-msgs .partial").innerText.includes("partial so far")`, 15*time.Second)
@@ -140,22 +169,11 @@ func TestConversationInBrowserR23(t *testing.T) {
 	}
 	checkNoPlaceholders(t, b, "a running turn with a partial reply")
 	b.notReloaded()
-	if st := r.Owner("POST", "/api/v1/sessions/"+s.ID+"/stop", nil, nil); st >= 300 {
+	if st := r.Owner("POST", "/api/v1/sessions/"+sid+"/stop", nil, nil); st >= 300 {
 		t.Fatalf("stop: %d", st)
 	}
 	b.waitJS("the turn stopped", `!document.querySelector("#live-msgs .partial")`, 15*time.Second)
 	checkNoPlaceholders(t, b, "a stopped turn")
-
-	if errs := b.errors(); len(errs) > 0 {
-		t.Errorf("console errors: %v", errs)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, req := range b.requests {
-		if rq, err := url.Parse(req); err != nil || rq.Host != u.Host {
-			t.Errorf("the page contacted %s", req)
-		}
-	}
 }
 
 // TestConversationFoldStaysOpenR23_3: a fold the owner opened stays open
