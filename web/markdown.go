@@ -68,9 +68,9 @@ func policy() *bluemonday.Policy {
 func (m *Markdown) HTML(src string) template.HTML {
 	var buf bytes.Buffer
 	if err := m.md.Convert([]byte(src), &buf); err != nil {
-		return template.HTML("<p>" + template.HTMLEscapeString(src) + "</p>") //nolint:gosec // escaped
+		return template.HTML("<p>" + template.HTMLEscapeString(src) + "</p>") // escaped: the text as it is
 	}
-	return template.HTML(m.policy.SanitizeBytes(buf.Bytes())) //nolint:gosec // sanitised by the policy
+	return template.HTML(m.policy.SanitizeBytes(buf.Bytes())) // sanitised by the policy
 }
 
 // rawAsText renders HTML written in the Markdown as the text it is, so an
