@@ -2,10 +2,12 @@ package web
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"html/template"
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/microcosm-cc/bluemonday"
 	"github.com/yuin/goldmark"
@@ -28,7 +30,13 @@ import (
 type Markdown struct {
 	md     goldmark.Markdown
 	policy *bluemonday.Policy
+	cache  htmlCache
 }
+
+// cacheBytes bounds the rendered HTML kept: a live page renders its last 200
+// messages again on every refresh (several a second while a turn writes),
+// and messages do not change, so each is rendered once.
+const cacheBytes = 32 << 20
 
 // NewMarkdown returns the console's renderer.
 func NewMarkdown() *Markdown {
@@ -46,7 +54,7 @@ func NewMarkdown() *Markdown {
 			ghtml.WithHardWraps(),
 		),
 	)
-	return &Markdown{md: md, policy: policy()}
+	return &Markdown{md: md, policy: policy(), cache: htmlCache{max: cacheBytes}}
 }
 
 // policy is what may reach the page: the elements Markdown makes.
@@ -66,6 +74,16 @@ func policy() *bluemonday.Policy {
 
 // HTML renders text as sanitised HTML.
 func (m *Markdown) HTML(src string) template.HTML {
+	key := sha256.Sum256([]byte(src))
+	if h, ok := m.cache.get(key); ok {
+		return h
+	}
+	h := m.render(src)
+	m.cache.put(key, h)
+	return h
+}
+
+func (m *Markdown) render(src string) template.HTML {
 	var buf bytes.Buffer
 	if err := m.md.Convert([]byte(src), &buf); err != nil {
 		return template.HTML("<p>" + template.HTMLEscapeString(src) + "</p>") // escaped: the text as it is
@@ -155,5 +173,43 @@ func (linkAttrs) Transform(doc *ast.Document, reader text.Reader, _ parser.Conte
 		link.SetAttributeString("rel", []byte("noopener noreferrer"))
 		link.SetAttributeString("target", []byte("_blank"))
 		img.Parent().ReplaceChild(img.Parent(), img, link)
+	}
+}
+
+// htmlCache keeps rendered HTML by the SHA-256 of its Markdown, the oldest
+// dropped once the total passes max bytes.
+type htmlCache struct {
+	max int
+
+	mu    sync.Mutex
+	m     map[[32]byte]template.HTML
+	order [][32]byte
+	size  int
+}
+
+func (c *htmlCache) get(k [32]byte) (template.HTML, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h, ok := c.m[k]
+	return h, ok
+}
+
+func (c *htmlCache) put(k [32]byte, h template.HTML) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[[32]byte]template.HTML{}
+	}
+	if _, ok := c.m[k]; ok || len(h) > c.max {
+		return
+	}
+	c.m[k] = h
+	c.order = append(c.order, k)
+	c.size += len(h)
+	for c.size > c.max {
+		old := c.order[0]
+		c.order = c.order[1:]
+		c.size -= len(c.m[old])
+		delete(c.m, old)
 	}
 }

@@ -2,7 +2,9 @@ package web
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"html/template"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -292,5 +294,57 @@ func TestConversationTemplateNoNilR23_4(t *testing.T) {
 		if !strings.Contains(text, c.want) || !strings.Contains(text, "4 tool calls") {
 			t.Errorf("inFlight %v: want %q and \"4 tool calls\" in %q", c.inFlight, c.want, text)
 		}
+	}
+}
+
+func benchMessages() []relay.Message {
+	reply := strings.Repeat("Some **bold** text with `code` and a [link](https://example.com).\n\n- item one\n- item two\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```go\nfunc main() {}\n```\n\n", 8)
+	msgs := make([]relay.Message, 200)
+	for i := range msgs {
+		msgs[i] = relay.Message{ID: strconv.Itoa(i), Role: "assistant", Text: reply + strconv.Itoa(i)}
+	}
+	return msgs
+}
+
+// BenchmarkConversation200 renders a page's 200 messages of ~2.4 KB of
+// Markdown each, as every live refresh of a conversation does (the
+// rendered messages cached from the first refresh on).
+func BenchmarkConversation200(b *testing.B) {
+	md, msgs := NewMarkdown(), benchMessages()
+	b.ReportAllocs()
+	for b.Loop() {
+		conversation(md, msgs)
+	}
+}
+
+// BenchmarkConversation200Cold is the first render of those messages.
+func BenchmarkConversation200Cold(b *testing.B) {
+	msgs := benchMessages()
+	b.ReportAllocs()
+	for b.Loop() {
+		conversation(NewMarkdown(), msgs)
+	}
+}
+
+// TestMarkdownCacheBound: rendered HTML is kept by its Markdown's hash, the
+// oldest dropped past the bound; what the cache answers is what a render gives.
+func TestMarkdownCacheBound(t *testing.T) {
+	md := NewMarkdown()
+	md.cache.max = 100
+	first := md.HTML("**a**")
+	if again := md.HTML("**a**"); again != first || first != md.render("**a**") {
+		t.Fatalf("cached %q, rendered %q", again, md.render("**a**"))
+	}
+	for i := range 50 {
+		md.HTML(strings.Repeat("x", i+1))
+	}
+	if md.cache.size > 100 || len(md.cache.m) != len(md.cache.order) {
+		t.Errorf("cache holds %d bytes in %d entries (%d in order), bound 100", md.cache.size, len(md.cache.m), len(md.cache.order))
+	}
+	if _, ok := md.cache.get(sha256.Sum256([]byte("**a**"))); ok {
+		t.Errorf("the oldest entry was not dropped")
+	}
+	if h := md.HTML(strings.Repeat("y", 500)); !strings.Contains(string(h), "yyy") {
+		t.Errorf("a render larger than the bound: %q", h)
 	}
 }
