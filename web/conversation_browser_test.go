@@ -214,3 +214,35 @@ func TestConversationFoldStaysOpenR23_3(t *testing.T) {
 	}
 	checkNoPlaceholders(t, b, "a stopped turn")
 }
+
+// TestConversationPromptHeaderR23_2: a prompt another conversation's agent
+// sent shows the relay's `[Prompt from an agent …]` line as the message's
+// small header, and the prompt itself as Markdown, inert.
+func TestConversationPromptHeaderR23_2(t *testing.T) {
+	b := newBrowser(t)
+	b.collectConsole()
+	r := relaytest.Start(t, relaytest.Options{})
+	from := r.NewSession(map[string]any{"title": "Lead"})
+	to := r.NewSession(map[string]any{"title": "Worker"})
+	mustOK(t, "send", runTool(t, r, from, map[string]any{"action": "send", "session": to.ID,
+		"text": "Please **check** <img src=x onerror=\"window.__pwned=1\">"}))
+	waitIdle(t, r, to.ID)
+	b.signIn(r, "/s/"+to.ID, "#composer")
+	msg := `#live-msgs .r-agent`
+	if head := b.text(msg + " .mhead"); !strings.HasPrefix(head, `[Prompt from an agent on this relay · session "Lead" · `) {
+		t.Errorf("the prompt's header %q", head)
+	}
+	if body := b.text(msg + " .md"); strings.Contains(body, "[Prompt from") || !strings.Contains(body, `Please check <img src=x onerror="window.__pwned=1">`) {
+		t.Errorf("the prompt's body %q", body)
+	}
+	if n := eval[int](b, `document.querySelectorAll("#live-msgs .r-agent .md strong, #live-msgs .r-agent .md img").length`); n != 1 {
+		t.Errorf("%d strong/img in the prompt, want the one strong", n)
+	}
+	if n := eval[int](b, `window.__pwned === undefined ? 0 : window.__pwned`); n != 0 {
+		t.Fatalf("the prompt ran script: window.__pwned = %d", n)
+	}
+	checkNoPlaceholders(t, b, "a prompt from an agent")
+	if errs := b.errors(); len(errs) > 0 {
+		t.Errorf("console errors: %v", errs)
+	}
+}
