@@ -255,6 +255,12 @@
     root._src = root.innerHTML;
     Array.prototype.forEach.call(root.children, function (c) { c._src = c.outerHTML; });
   }
+  // keepOpen keeps what the owner opened (a folded run of tool calls) open
+  // when its element is replaced by a newer one.
+  function keepOpen(o, n) {
+    var was = o.querySelectorAll("details"), now = n.querySelectorAll("details");
+    for (var i = 0; i < was.length && i < now.length; i++) if (was[i].open) now[i].open = true;
+  }
   function merge(cur, nu) {
     if (cur._src === nu.innerHTML) return false;
     cur._src = nu.innerHTML;
@@ -265,6 +271,7 @@
       if (o && o._src === c.outerHTML) return o;
       var n = document.importNode(c, true);
       n._src = c.outerHTML;
+      if (o) keepOpen(o, n);
       return n;
     });
     var keep = new Set(want);
