@@ -201,7 +201,9 @@ type PendingQuestion struct {
 }
 
 // SessionItem is a session as list_sessions and GET /sessions list it. Via
-// is the owner API's badge of a session an agent started (R4.11).
+// is the owner API's badge of a session an agent started (R4.11). Preview
+// is the console's one plain line of the last prompt or reply (R23.1), not
+// in the API's or the tool's answers.
 type SessionItem struct {
 	Archived          bool         `json:"archived,omitempty"`
 	Cwd               string       `json:"cwd"`
@@ -212,6 +214,7 @@ type SessionItem struct {
 	MessageCount      int          `json:"messageCount"`
 	Mode              string       `json:"mode"`
 	Model             string       `json:"model"`
+	Preview           string       `json:"-"`
 	Provider          string       `json:"provider"`
 	StartedBy         *Ref         `json:"startedBy,omitempty"`
 	State             string       `json:"state"`
