@@ -38,7 +38,8 @@
       if (el.type === "radio") { if (el.checked) out[el.name] = el.value; return; }
       var v = el.value;
       if (v === "" && !el.hasAttribute("data-keep-empty")) return;
-      out[el.name] = el.dataset.type === "int" ? parseInt(v, 10) : v;
+      // data-type="minutes": typed in minutes, sent in seconds (the API's unit).
+      out[el.name] = el.dataset.type === "int" ? parseInt(v, 10) : el.dataset.type === "minutes" ? Math.round(parseFloat(v) * 60) : v;
     });
     return out;
   }
@@ -278,9 +279,17 @@
   if (document.body.dataset.page === "session" && !location.hash) window.scrollTo(0, document.body.scrollHeight);
   var live = document.querySelectorAll("[data-live]");
   Array.prototype.forEach.call(live, mark);
-  var pending = false, running = false, timer = 0;
+  var pending = false, sidePending = false, running = false, timer = 0;
   function refresh() {
     pending = true;
+    if (running || timer) return;
+    timer = setTimeout(run, 60);
+  }
+  // refreshSide refreshes only the sessions list beside a conversation
+  // (another session changed): the page's ?side=1 renders the list alone.
+  function refreshSide() {
+    if (document.body.dataset.page !== "session") { refresh(); return; }
+    sidePending = true;
     if (running || timer) return;
     timer = setTimeout(run, 60);
   }
@@ -290,13 +299,15 @@
   }
   function run() {
     timer = 0;
-    if (!pending) return;
+    if (!pending && !sidePending) return;
+    var src = pending ? location.href : location.pathname + "?side=1";
     pending = false;
+    sidePending = false;
     running = true;
     var before = waitingCount();
     var msgs = document.getElementById("live-msgs");
     var atEnd = (window.innerHeight + window.scrollY) >= document.body.scrollHeight - 80;
-    fetch(location.href, { credentials: "same-origin", headers: { "X-Live": "1" } }).then(function (res) {
+    fetch(src, { credentials: "same-origin", headers: { "X-Live": "1" } }).then(function (res) {
       return res.text().then(function (t) { return { res: res, t: t }; });
     }).then(function (x) {
       var doc = new DOMParser().parseFromString(x.t, "text/html");
@@ -314,7 +325,7 @@
       document.dispatchEvent(new CustomEvent("relay:refreshed"));
     }).catch(function () { /* the stream's reconnect brings the next refresh */ }).then(function () {
       running = false;
-      if (pending) timer = setTimeout(run, 60);
+      if (pending || sidePending) timer = setTimeout(run, 60);
     });
   }
 
@@ -328,14 +339,14 @@
     window.relayStream = es;
     es.addEventListener("hello", function () { document.body.dataset.stream = "open"; refresh(); });
     es.addEventListener("session", function (e) {
-      if (page === "session" && e.data !== me) return;
+      if (page === "session" && e.data !== me) { refreshSide(); return; }
       if (page === "settings" || page === "relays" || page === "inbox") return;
       refresh();
     });
     ["cards", "inbox", "question", "settings"].forEach(function (k) { es.addEventListener(k, refresh); });
     // The sessions list itself changed (a group made, renamed or dissolved; a subscription to all sessions).
     es.addEventListener("sessions", function () { if (page === "sessions" || page === "session") refresh(); });
-    es.addEventListener("turn", function () { if (page !== "session") refresh(); });
+    es.addEventListener("turn", function () { if (page !== "session") refresh(); else refreshSide(); });
     es.onerror = function () {
       document.body.dataset.stream = "closed";
       if (es.readyState === EventSource.CLOSED) setTimeout(connect, 2000);
