@@ -313,7 +313,7 @@ func TestScriptPush(t *testing.T) {
 		{name: "the whole write", before: scState{"sess:s9": scHash{"id": "s9", "last": "1"}, "sessions:active": scZset{"s9": 1}},
 			run: queue(QueueOpts{Waiting: time.Minute}), want: []any{true, false, ""},
 			after: scState{
-				"sess:s9": scHash{"id": "s9", "last": atMS}, "sessions:active": scZset{"s9": float64(at.UnixMilli())},
+				"sess:s9": scHash{"id": "s9", "last": atMS, "pv": "x"}, "sessions:active": scZset{"s9": float64(at.UnixMilli())},
 				"q:s9": scList{"t9"}, "drain:s9": "d9", "drains": scSet{"s9"}, "tids": scZset{"t9": 0}, "waiting:t9": "1",
 				"msgs:s9": scList{mustJSON(Message{ID: "t9", Role: "agent", Text: "x", CreatedAt: at})},
 				"turn:t9": scHash{"id": "t9", "session": "s9", "status": "queued", "role": "agent", "from": "",

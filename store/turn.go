@@ -743,19 +743,28 @@ end
 // previewLua defines setPreview(sess, msg): the start of a message's text
 // (msg its JSON; "" = none) kept on the session hash as "pv", so the
 // console's sessions list shows each session's last message without reading
-// its conversation (R23.1). The domain makes it one plain line when read.
+// its conversation (R23.1): a machine header line left out when text
+// follows it, runs of whitespace made one space, at most previewBytes
+// (a hash keeps small values compactly). The domain makes it one plain line
+// of at most 80 characters when read.
 const previewLua = `
 local function setPreview(sess, msg)
   if msg == '' then return end
   local ok, m = pcall(cjson.decode, msg)
-  if ok and type(m) == 'table' and type(m['text']) == 'string' then
-    redis.call('HSET', sess, 'pv', string.sub(m['text'], 1, ` + previewBytes + `))
+  if not ok or type(m) ~= 'table' or type(m['text']) ~= 'string' then return end
+  local t = string.sub(m['text'], 1, 800)
+  local nl = string.find(t, '\n', 1, true)
+  if nl and string.sub(t, 1, 1) == '[' and string.match(string.sub(t, 1, nl - 1), '%]%s*$') and string.find(t, '%S', nl) then
+    t = string.sub(t, nl + 1)
   end
+  t = string.gsub(t, '%s+', ' ')
+  redis.call('HSET', sess, 'pv', string.sub(t, 1, ` + previewBytes + `))
 end
 `
 
-// previewBytes is how much of a message's text previewLua keeps.
-const previewBytes = "400"
+// previewBytes is how much of a message's text previewLua keeps: 80
+// characters of two bytes.
+const previewBytes = "160"
 
 // fenceLua defines fenced(lease, turn, owner): a drain's write (owner its
 // lease owner; "" = not fenced) must be refused, because owner no longer
