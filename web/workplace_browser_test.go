@@ -1,6 +1,7 @@
 package web_test
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/relaytest"
+	"github.com/oar/relay/store"
 )
 
 // The console as the owner's workplace (SPEC §23): the sessions list beside
@@ -91,9 +93,39 @@ func TestConsoleListBesideConversationR23_1(t *testing.T) {
 	if eval[bool](b, `getComputedStyle(document.getElementById("side")).display === "none"`) {
 		t.Errorf("at 360 px the sessions page hides its list")
 	}
+	workplaceShots(t, b, r, long.ID)
 	if errs := b.errors(); len(errs) > 0 {
 		t.Errorf("console errors: %v", errs)
 	}
+}
+
+// workplaceShots takes the README's screenshots of the workplace, a
+// conversation beside the list at 1280 px and alone at 360 px
+// (RELAY_SCREENSHOTS=docs writes them there); nothing scrolls sideways.
+func workplaceShots(t *testing.T, b *browser, r *relaytest.Relay, archive string) {
+	t.Helper()
+	r.Owner("POST", "/api/v1/sessions/"+archive+"/archive", nil, nil)
+	s := r.NewSession(map[string]any{"title": "Release notes v2.3"})
+	ctx := context.Background()
+	for i, text := range []string{
+		"Draft the release notes for v2.3 from the pull requests merged since v2.2.",
+		"Here is a draft:\n\n- The console keeps the sessions list beside the conversation.\n- Settings are named as in the app.\n- Faster session lists: each row reads one field for its preview.\n\nShall I add the upgrade notes?",
+	} {
+		role := []string{"user", "assistant"}[i]
+		if err := r.App.Store().AppendMessage(ctx, s.ID, &store.Message{ID: store.NewID(16), Role: role, Text: text, CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.Message(s.ID, "Yes, add the upgrade notes.")
+	waitIdle(t, r, s.ID)
+	dir := shotDir(t)
+	b.do("the conversation", chromedp.EmulateViewport(1280, 800), chromedp.Navigate(r.URL+"/s/"+s.ID), chromedp.WaitVisible("#live-msgs"))
+	shots := []string{b.screenshot(dir, "console-1280.png", 1280, 800), b.screenshot(dir, "console-360.png", 360, 740)}
+	if !eval[bool](b, noSidewaysJS) {
+		t.Errorf("at 360 px the conversation scrolls sideways")
+	}
+	b.do("desktop", chromedp.EmulateViewport(1280, 900))
+	t.Logf("screenshots: %v", shots)
 }
 
 // labelIn is the JS that finds the control labelled exactly text and
