@@ -190,6 +190,11 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 // SetBaseURL sets the API's URL once the listener is bound (serve) .
 func (r *Relay) SetBaseURL(u string) { r.opts.BaseURL = u }
 
+// PublicURL is the relay's public URL, as agents and MCP clients are given
+// it ("" in a worker-only process): the console's MCP client settings
+// (R23.5).
+func (r *Relay) PublicURL() string { return r.opts.BaseURL }
+
 // WorkerID names this process in leases and logs.
 func (r *Relay) WorkerID() string { return r.opts.WorkerID }
 

@@ -115,6 +115,8 @@ func (c *console) funcs() template.FuncMap {
 			return viaBadge{Ref: ref, Link: link, Remote: ref.Relay != "" && ref.Relay != here}
 		},
 		"plural": plural,
+		// mcpSetup names an MCP client settings block: its ids' prefix and the relay's /mcp URL (R23.5).
+		"mcpSetup": func(prefix, url string) mcpSetup { return mcpSetup{P: prefix, URL: url} },
 		// minutes writes seconds as minutes ("2", "2.5"): the settings page's unit (R23.11).
 		"minutes": func(sec int) string { return strconv.FormatFloat(float64(sec)/60, 'f', -1, 64) },
 	}
@@ -167,3 +169,7 @@ func ago(x any) string {
 	}
 	return t.UTC().Format("2006-01-02 15:04 UTC")
 }
+
+// mcpSetup is the "mcpsetup" template's data: its elements' id prefix and
+// the relay's MCP URL.
+type mcpSetup struct{ P, URL string }

@@ -153,6 +153,7 @@ type view struct {
 	Mentions  []string // the paired relays' names, offered after @ in the message box
 
 	Settings relay.Settings
+	MCPURL   string // the relay's public /mcp URL, in an external session's MCP client settings (R23.5)
 
 	Relays     []*relay.PairedRelay // the pairings (GET /api/v1/relays)
 	PeerTokens []peerTokenView      // the peer tokens this relay issued (GET /api/v1/peer-tokens)
@@ -205,6 +206,7 @@ func (c *console) page(name string) gin.HandlerFunc {
 
 func (c *console) render(ctx *gin.Context, status int, v *view) {
 	v.Relay, v.Assets = c.r.Name(), c.assets
+	v.MCPURL = strings.TrimRight(c.r.PublicURL(), "/") + "/mcp"
 	if v.Page != "signin" && v.Page != "error" {
 		c.navCounts(ctx.Request.Context(), v)
 	}
