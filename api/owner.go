@@ -29,6 +29,8 @@ func (o *owner) routes(g *gin.RouterGroup) {
 	g.POST("/sessions/:id/messages", o.message)
 	g.POST("/sessions/:id/stop", o.stop)
 	g.POST("/sessions/:id/archive", o.archive)
+	g.POST("/sessions/:id/token", o.newToken)
+	g.POST("/sessions/:id/kill", o.kill)
 	g.POST("/sessions/:id/questions/:qid", o.answer)
 	g.GET("/cards", o.cards)
 	g.POST("/cards/:id", o.decide)
@@ -187,6 +189,26 @@ func (o *owner) message(c *gin.Context) {
 
 func (o *owner) stop(c *gin.Context) {
 	out, err := o.r.OwnerStop(c.Request.Context(), c.Param("id"))
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// newToken: an external session's new token (R23.5).
+func (o *owner) newToken(c *gin.Context) {
+	out, err := o.r.OwnerNewToken(c.Request.Context(), c.Param("id"))
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// kill ends the session's agent process and its running turn's (R23.6).
+func (o *owner) kill(c *gin.Context) {
+	out, err := o.r.OwnerKill(c.Request.Context(), c.Param("id"))
 	if err != nil {
 		fail(c, err)
 		return
