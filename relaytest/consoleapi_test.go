@@ -1,8 +1,18 @@
 package relaytest
 
 import (
+	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/oar/relay/config"
+	"github.com/oar/relay/store"
 )
 
 // R23.5: POST /api/v1/sessions/{id}/token gives an external session a new
@@ -67,4 +77,195 @@ func TestExternalNewToken(t *testing.T) {
 	if st := rawMCPStatus(t, a.URL, tok); st != http.StatusUnauthorized {
 		t.Fatalf("the archived session's token: %d, want 401", st)
 	}
+}
+
+// kill is POST /api/v1/sessions/{id}/kill; it returns the answer's killed.
+func kill(t *testing.T, r *Relay, sid string) bool {
+	t.Helper()
+	var out map[string]any
+	if st := r.Owner(http.MethodPost, "/api/v1/sessions/"+sid+"/kill", nil, &out); st != http.StatusOK || out["session"] != sid {
+		t.Fatalf("kill %s: %d %v", sid, st, out)
+	}
+	killed, ok := out["killed"].(bool)
+	if !ok {
+		t.Fatalf("kill %s: no killed in %v", sid, out)
+	}
+	return killed
+}
+
+// pidFile reads a pid an exec script wrote.
+func pidFile(t *testing.T, path string) int {
+	t.Helper()
+	var pid int
+	Eventually(t, 30*time.Second, func() bool {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0
+	}, "the script to write %s", path)
+	return pid
+}
+
+// gone waits for a process to end.
+func gone(t *testing.T, pid int, what string) {
+	t.Helper()
+	Eventually(t, 30*time.Second, func() bool { return syscall.Kill(pid, 0) != nil }, "%s (pid %d) to end", what, pid)
+}
+
+// execShell is a relay with the exec provider "sh" running execAgentScript.
+func execShell(t *testing.T, o Options) (Options, string) {
+	t.Helper()
+	dir := t.TempDir()
+	script := filepath.Join(dir, "agent.sh")
+	if err := os.WriteFile(script, []byte(execAgentScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o.Config = func(c *config.Config) {
+		c.Providers = append(c.Providers, config.Provider{ID: "sh", Name: "Shell", Type: config.TypeExec,
+			Command: []string{"/bin/sh", script}, Models: []string{"sh-1"}, DefaultModel: "sh-1", Env: map[string]string{"TEST_DIR": dir}})
+	}
+	return o, dir
+}
+
+// R23.6: Kill session on an exec session: the running turn's process group
+// ends, the turn ends as stopped; with nothing running, killed is false;
+// the next turn runs a new process.
+func TestKillSessionExec(t *testing.T) {
+	t.Parallel()
+	o, dir := execShell(t, Options{})
+	r := Start(t, o)
+	s := r.NewSession(map[string]any{"provider": "sh", "title": "shell"})
+	if kill(t, r, s.ID) {
+		t.Fatal("kill of a session that never ran: killed true")
+	}
+	tid := r.Message(s.ID, "hang here")
+	sh, child := pidFile(t, filepath.Join(dir, "sh.pid")), pidFile(t, filepath.Join(dir, "child.pid"))
+	if !kill(t, r, s.ID) {
+		t.Fatal("kill of a running turn: killed false")
+	}
+	if tr := waitEnded(r, tid, 30*time.Second); tr.Status != store.TurnStopped {
+		t.Fatalf("the killed turn ended %s (%q), want stopped", tr.Status, tr.Error)
+	}
+	gone(t, sh, "the turn's shell")
+	gone(t, child, "the turn's child process")
+	if kill(t, r, s.ID) {
+		t.Fatal("kill with nothing running: killed true")
+	}
+	if tr := waitEnded(r, r.Message(s.ID, "again"), 30*time.Second); tr.Status != store.TurnDone || !strings.HasPrefix(tr.Reply, "got: again") {
+		t.Fatalf("the turn after a kill: %s %q %q", tr.Status, tr.Reply, tr.Error)
+	}
+	// A session with no process of the relay at all.
+	ext := r.NewSession(map[string]any{"provider": "external"})
+	if kill(t, r, ext.ID) {
+		t.Fatal("kill of an external session: killed true")
+	}
+}
+
+// R23.6 across processes: the turn runs in one serve process, the kill is
+// asked of another (the same path as Stop: the notification hub).
+func TestKillSessionOtherProcess(t *testing.T) {
+	NeedsSharedRedis(t, "two serve processes of one relay")
+	t.Parallel()
+	o, dir := execShell(t, Options{})
+	a := Start(t, o)
+	o.Redis = a.Redis
+	b := Start(t, o)
+	s := a.NewSession(map[string]any{"provider": "sh", "title": "shell"})
+	tid := a.Message(s.ID, "hang here")
+	sh := pidFile(t, filepath.Join(dir, "sh.pid"))
+	other := otherProcess(t, a, b, tid)
+	if !kill(t, other, s.ID) {
+		t.Fatal("kill asked of the other process: killed false")
+	}
+	if tr := waitEnded(a, tid, 30*time.Second); tr.Status != store.TurnStopped {
+		t.Fatalf("the killed turn ended %s (%q), want stopped", tr.Status, tr.Error)
+	}
+	gone(t, sh, "the turn's shell")
+}
+
+// otherProcess is the one of a and b that does not run turn tid.
+func otherProcess(t *testing.T, a, b *Relay, tid string) *Relay {
+	t.Helper()
+	var drainer string
+	Eventually(t, 30*time.Second, func() bool { drainer = a.Turn(tid).Drainer; return drainer != "" }, "turn %s to name its drainer", tid)
+	switch {
+	case strings.HasPrefix(drainer, a.App.Relay().WorkerID()+":"):
+		return b
+	case strings.HasPrefix(drainer, b.App.Relay().WorkerID()+":"):
+		return a
+	}
+	t.Fatalf("turn %s drained by %q, neither process", tid, drainer)
+	return nil
+}
+
+// R23.6 on an ACP session: the kept agent process ends (also when it lives
+// in another process); the next turn starts a new one that resumes the
+// conversation (session/load, R22.2) with the tool list as it is now
+// (agent sessions turned off meanwhile: no relay_tool, R4.2).
+func TestKillSessionACP(t *testing.T) {
+	t.Parallel()
+	f := newACPFake(t, nil)
+	r, opts := startACP(t, f, nil)
+	var b *Relay
+	if !EmbeddedMode() {
+		opts.Redis = r.Redis
+		b = Start(t, opts)
+	}
+	s := r.NewSession(map[string]any{"title": "acp agent", "provider": "fakeacp"})
+	mid := r.Message(s.ID, "one")
+	doneTurn(t, r, mid)
+	pid := f.log(t)[0].PID
+	asked := r
+	if b != nil {
+		asked = otherProcess(t, r, b, mid) // the kept process lives in the other one
+	}
+	if !kill(t, asked, s.ID) {
+		t.Fatal("kill of a kept ACP process: killed false")
+	}
+	gone(t, pid, "the kept agent process")
+	if kill(t, asked, s.ID) {
+		t.Fatal("a second kill: killed true")
+	}
+	var st map[string]any
+	if c := r.Owner(http.MethodPatch, "/api/v1/settings", map[string]any{"agent_sessions": false}, &st); c != http.StatusOK {
+		t.Fatalf("settings: %d %v", c, st)
+	}
+	if got := doneTurn(t, r, r.Message(s.ID, "two")); got != "ANSWER: two (prompt 2)" {
+		t.Fatalf("the turn after the kill %q (want the conversation resumed)", got)
+	}
+	log := f.log(t)
+	if f.count(t, "initialize") != 2 || f.count(t, "session/load") != 1 {
+		t.Fatalf("%d initialize and %d session/load after the kill, want 2 and 1", f.count(t, "initialize"), f.count(t, "session/load"))
+	}
+	for _, e := range log {
+		if e.Method == "session/load" {
+			if servers, _ := json.Marshal(e.Params["mcpServers"]); string(servers) != "[]" {
+				t.Fatalf("session/load after agent sessions were turned off hands %s, want no relay_tool", servers)
+			}
+			if e.PID == pid {
+				t.Fatal("session/load in the killed process")
+			}
+		}
+	}
+}
+
+// R23.6: an ACP turn running when the kill comes ends as stopped.
+func TestKillSessionACPRunningTurn(t *testing.T) {
+	t.Parallel()
+	f := newACPFake(t, nil)
+	r, _ := startACP(t, f, nil)
+	s := r.NewSession(map[string]any{"title": "acp agent", "provider": "fakeacp"})
+	mid := r.Message(s.ID, acpScript(map[string]any{"sleep_ms": 120000}))
+	r.WaitTurn(mid, 30*time.Second, store.TurnRunning)
+	Eventually(t, 30*time.Second, func() bool { return f.count(t, "session/prompt") == 1 }, "the prompt to reach the agent")
+	pid := f.log(t)[0].PID
+	if !kill(t, r, s.ID) {
+		t.Fatal("kill of a running ACP turn: killed false")
+	}
+	if tr := waitEnded(r, mid, 30*time.Second); tr.Status != store.TurnStopped {
+		t.Fatalf("the killed ACP turn ended %s (%q), want stopped", tr.Status, tr.Error)
+	}
+	gone(t, pid, "the agent process")
 }
