@@ -38,6 +38,7 @@ func (o *owner) routes(g *gin.RouterGroup) {
 	g.PATCH("/settings", o.patchSettings)
 	g.GET("/groups", o.groups)
 	g.POST("/groups", o.createGroup)
+	g.PUT("/groups/order", o.orderGroups)
 	g.PATCH("/groups/:id", o.renameGroup)
 	g.DELETE("/groups/:id", o.dissolveGroup)
 	g.GET("/schedules", o.schedules)
@@ -358,6 +359,22 @@ func (o *owner) patchSettings(c *gin.Context) {
 
 func (o *owner) groups(c *gin.Context) {
 	gs, err := o.r.Groups(c.Request.Context())
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"groups": gs})
+}
+
+// orderGroups sets the owner's order of the groups (R23.7).
+func (o *owner) orderGroups(c *gin.Context) {
+	var in struct {
+		IDs []string `json:"ids"`
+	}
+	if !bind(c, &in, false) {
+		return
+	}
+	gs, err := o.r.SetGroupOrder(c.Request.Context(), in.IDs)
 	if err != nil {
 		fail(c, err)
 		return

@@ -132,8 +132,10 @@ type steerStore interface {
 type groupStore interface {
 	DeleteGroup(ctx context.Context, gid string) error
 	GroupMembers(ctx context.Context, gid string) ([]string, error)
+	GroupOrder(ctx context.Context) ([]string, error)
 	Groups(ctx context.Context) ([]*store.Group, error)
 	SaveGroup(ctx context.Context, g *store.Group) error
+	SetGroupOrder(ctx context.Context, ids []string) error
 	SetGroupMember(ctx context.Context, gid string, sid string, member bool) error
 }
 

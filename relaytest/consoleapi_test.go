@@ -269,3 +269,124 @@ func TestKillSessionACPRunningTurn(t *testing.T) {
 	}
 	gone(t, pid, "the agent process")
 }
+
+// groupOf is a session's group as GET /sessions/{id} shows it ("" = none).
+func groupOf(t *testing.T, r *Relay, sid string) (id, name string) {
+	t.Helper()
+	g, _ := r.Get(sid)["group"].(map[string]any)
+	if g == nil {
+		return "", ""
+	}
+	return str(g["id"]), str(g["name"])
+}
+
+// groupIDs is GET /api/v1/groups's ids in order.
+func groupIDs(t *testing.T, r *Relay) []string {
+	t.Helper()
+	var out struct {
+		Groups []struct {
+			ID string `json:"id"`
+		} `json:"groups"`
+	}
+	if st := r.Owner(http.MethodGet, "/api/v1/groups", nil, &out); st != http.StatusOK {
+		t.Fatalf("GET /groups: %d", st)
+	}
+	var ids []string
+	for _, g := range out.Groups {
+		ids = append(ids, g.ID)
+	}
+	return ids
+}
+
+// R23.7: PATCH /sessions/{id} moves a session by group id or name (a new
+// name makes an owner's group), "" or null takes it out; PUT /groups/order
+// sets GET /groups's order, the groups left out (and unnamed ones) after.
+func TestGroupsByHand(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	s := r.NewSession(map[string]any{"title": "mover"})
+	patch := func(body map[string]any, want int) map[string]any {
+		t.Helper()
+		var out map[string]any
+		if st := r.Owner(http.MethodPatch, "/api/v1/sessions/"+s.ID, body, &out); st != want {
+			t.Fatalf("PATCH %v: %d %v, want %d", body, st, out, want)
+		}
+		return out
+	}
+	patch(map[string]any{"group": "Research"}, http.StatusOK)
+	gid, name := groupOf(t, r, s.ID)
+	if !strings.HasPrefix(gid, "grp_") || name != "Research" {
+		t.Fatalf("after a new name: group %q %q", gid, name)
+	}
+	var groups map[string][]map[string]any
+	r.Owner(http.MethodGet, "/api/v1/groups", nil, &groups)
+	if g := groups["groups"]; len(g) != 1 || g[0]["ownerCreated"] != true {
+		t.Fatalf("the new name's group: %v, want one owner group", g)
+	}
+	patch(map[string]any{"group": nil}, http.StatusOK)
+	if gid2, _ := groupOf(t, r, s.ID); gid2 != "" {
+		t.Fatalf("after group null: in %q", gid2)
+	}
+	if ids := groupIDs(t, r); len(ids) != 1 || ids[0] != gid {
+		t.Fatalf("the owner's group went with its last session: %v", ids)
+	}
+	patch(map[string]any{"group": "research"}, http.StatusOK) // by name, any case: the same group
+	if gid2, _ := groupOf(t, r, s.ID); gid2 != gid {
+		t.Fatalf("by name: in %q, want %q", gid2, gid)
+	}
+	patch(map[string]any{"group": ""}, http.StatusOK)
+	if gid2, _ := groupOf(t, r, s.ID); gid2 != "" {
+		t.Fatalf(`after group "": in %q`, gid2)
+	}
+	patch(map[string]any{"group": gid}, http.StatusOK) // by id
+	if gid2, _ := groupOf(t, r, s.ID); gid2 != gid {
+		t.Fatalf("by id: in %q, want %q", gid2, gid)
+	}
+	out := patch(map[string]any{"group": "grp_nosuch", "title": "renamed"}, http.StatusBadRequest)
+	if out["code"] != "REMOTE_RELAY_UNKNOWN_GROUP" || r.Get(s.ID)["title"] != "mover" {
+		t.Fatalf("an unknown id: %v (and the title must stay)", out)
+	}
+	patch(map[string]any{"group": 3}, http.StatusBadRequest)
+
+	// The order.
+	var a, b, c map[string]any
+	r.Owner(http.MethodPost, "/api/v1/groups", map[string]any{"name": "Alpha"}, &a)
+	r.Owner(http.MethodPost, "/api/v1/groups", map[string]any{"name": "Beta"}, &b)
+	r.Owner(http.MethodPost, "/api/v1/groups", map[string]any{"name": "Gamma"}, &c)
+	ga, gb, gc := str(a["id"]), str(b["id"]), str(c["id"])
+	var put map[string]any
+	if st := r.Owner(http.MethodPut, "/api/v1/groups/order", map[string]any{"ids": []string{gc, gid, ga}}, &put); st != http.StatusOK {
+		t.Fatalf("PUT /groups/order: %d %v", st, put)
+	}
+	if got := groupIDs(t, r); strings.Join(got, ",") != strings.Join([]string{gc, gid, ga, gb}, ",") {
+		t.Fatalf("order %v, want %v", got, []string{gc, gid, ga, gb})
+	}
+	if st := r.Owner(http.MethodPut, "/api/v1/groups/order", map[string]any{"ids": []string{ga, "grp_nosuch"}}, &put); st != http.StatusNotFound {
+		t.Fatalf("PUT an unknown id: %d %v", st, put)
+	}
+	if st := r.Owner(http.MethodPut, "/api/v1/groups/order", map[string]any{"ids": []string{ga, ga}}, &put); st != http.StatusBadRequest {
+		t.Fatalf("PUT an id twice: %d %v", st, put)
+	}
+	if got := groupIDs(t, r); got[0] != gc {
+		t.Fatalf("a refused order changed it: %v", got)
+	}
+	// An unnamed group (an agent's, named by its head) comes after the ordered ones.
+	head := r.NewSession(map[string]any{"title": "head"})
+	if res, _ := r.InTurn(head, map[string]any{"action": "create_session", "text": "hi"}, "allow"); res["ok"] != true {
+		t.Fatalf("create_session: %v", res)
+	}
+	got := groupIDs(t, r)
+	if len(got) != 5 || got[0] != gc || got[1] != gid || got[2] != ga {
+		t.Fatalf("with a group an agent made: %v", got)
+	}
+	unnamed := got[3]
+	if unnamed == gb {
+		unnamed = got[4]
+	}
+	if st := r.Owner(http.MethodPut, "/api/v1/groups/order", map[string]any{"ids": []string{unnamed, gb}}, &put); st != http.StatusOK {
+		t.Fatalf("PUT with the unnamed group: %d %v", st, put)
+	}
+	if got := groupIDs(t, r); got[0] != gb || got[1] != unnamed {
+		t.Fatalf("an unnamed group in ids comes after the named ones, in activity order: %v", got)
+	}
+}
