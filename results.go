@@ -21,6 +21,20 @@ type StopRequested struct {
 	StopRequested bool   `json:"stopRequested"`
 }
 
+// SessionToken answers POST /sessions/{id}/token (R23.5): an external
+// session's new token, shown this once.
+type SessionToken struct {
+	Session string `json:"session"`
+	Token   string `json:"token"`
+}
+
+// SessionKilled answers POST /sessions/{id}/kill (R23.6): Killed says
+// whether an agent process of the session (kept, or its running turn's) ran.
+type SessionKilled struct {
+	Killed  bool   `json:"killed"`
+	Session string `json:"session"`
+}
+
 // SessionArchived answers POST /sessions/{id}/archive.
 type SessionArchived struct {
 	Archived bool   `json:"archived"`

@@ -606,6 +606,18 @@ func (dr *drainer) track(turn string, cancel context.CancelCauseFunc) func() {
 	}
 }
 
+// stopHere stops turn at once when it runs in this process (Kill session,
+// R23.6: the turn ends as stopped, whatever its agent's end says).
+func (dr *drainer) stopHere(turn string) bool {
+	dr.mu.Lock()
+	defer dr.mu.Unlock()
+	cancel := dr.running[turn]
+	if cancel != nil {
+		cancel(errStopped)
+	}
+	return cancel != nil
+}
+
 // keepTurn watches a running turn until the returned func is called (it
 // joins the goroutine): a stop request ends it, a settings change moves its
 // deadline, and every leaseTTL/3 the session's lease and the turn's token

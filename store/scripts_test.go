@@ -700,3 +700,22 @@ func TestScriptTokens(t *testing.T) {
 			after: scState{"ownerh": oh, "sess:s1": scHash{"id": "s1", "tokh": ph}, "tokh:" + ph: "s1", "tokh:" + lh: "s2", "tokfmt": tokFormat}},
 	})
 }
+
+// R23.5: an external session's new token; the old one names nothing at once.
+func TestScriptRotateSessionToken(t *testing.T) {
+	oh, nh := TokenHash("old-tok"), TokenHash("new-tok")
+	rotate := func(e *testEnv) any {
+		ok, err := e.s.RotateSessionToken(e.ctx, "s1", "new-tok")
+		return []any{ok, errName(err)}
+	}
+	runScriptRows(t, []scriptRow{
+		{name: "rotate", before: scState{"tokh:" + oh: "s1", "sess:s1": scHash{"id": "s1", "tokh": oh}}, run: rotate, want: []any{true, ""},
+			after: scState{"tokh:" + nh: "s1", "sess:s1": scHash{"id": "s1", "tokh": nh}}},
+		{name: "rotate: no token before", before: scState{"sess:s1": scHash{"id": "s1"}}, run: rotate, want: []any{true, ""},
+			after: scState{"tokh:" + nh: "s1", "sess:s1": scHash{"id": "s1", "tokh": nh}}},
+		{name: "rotate: archived", before: scState{"sess:s1": scHash{"id": "s1", "archived": "1"}}, run: rotate, want: []any{false, ""},
+			after: scState{"sess:s1": scHash{"id": "s1", "archived": "1"}}},
+		{name: "rotate: no session", before: scState{"tokh:" + oh: "s2"}, run: rotate, want: []any{false, ""},
+			after: scState{"tokh:" + oh: "s2"}},
+	})
+}
