@@ -91,6 +91,11 @@ func TestConsoleExternalSessionR23_5(t *testing.T) {
 	if n := eval[int](b, `Array.from(document.querySelectorAll("#ext-out button")).filter(function(e){return e.textContent.trim()==="Copy"}).length`); n != 3 {
 		t.Errorf("%d Copy buttons beside the settings, want 3", n)
 	}
+	b.do("phone", chromedp.EmulateViewport(360, 740))
+	if !eval[bool](b, noSidewaysJS) {
+		t.Errorf("at 360 px the MCP client settings make the page %d px wide", eval[int](b, `document.documentElement.scrollWidth`))
+	}
+	b.do("desktop", chromedp.EmulateViewport(1280, 900))
 	b.clickText("#ext-out button", "Copy")
 	b.waitJS("the copy's answer", `document.getElementById("status").textContent !== ""`, 5*time.Second)
 	if st := mcpStatus(t, r.URL, tok); st != http.StatusOK {
