@@ -75,6 +75,10 @@ func TestConsoleListBesideConversationR23_1(t *testing.T) {
 		t.Errorf("after opening a session from the list, the list is not beside it")
 	}
 
+	// "New session" beside a conversation opens the form on the list's page.
+	b.do("New session", chromedp.Click(`#side .newlink`))
+	b.waitJS("the New session form, open", `document.body.dataset.page === "sessions" && !!document.getElementById("new-session") && document.getElementById("new-session").open`, 10*time.Second)
+
 	// ---- 360 px: one column, a way back, nothing sideways ---------------------
 	for _, id := range []string{long.ID, one.ID} {
 		b.do("phone", chromedp.EmulateViewport(360, 740), chromedp.Navigate(r.URL+"/s/"+id), chromedp.WaitVisible("#live-msgs"))

@@ -342,6 +342,9 @@
   }
 
   if (document.body.dataset.page === "session" && !location.hash) window.scrollTo(0, document.body.scrollHeight);
+  // "New session" beside a conversation links to /#new-session: open it there.
+  var named = location.hash && document.getElementById(location.hash.slice(1));
+  if (named && named.tagName === "DETAILS") named.open = true;
   var live = document.querySelectorAll("[data-live]");
   Array.prototype.forEach.call(live, mark);
   var pending = false, sidePending = false, running = false, timer = 0;
