@@ -679,10 +679,7 @@ func (dr *drainer) providerTurn(ctx context.Context, p provider.Provider, s *sto
 			return provider.Turn{}, err
 		}
 	}
-	base := dr.opts.BaseURL
-	if base == "" {
-		base, _ = dr.st.APIURL(ctx) // a worker-only process: the API recorded where it listens
-	}
+	base := dr.publicURL(ctx)
 	pt := provider.Turn{SessionID: s.ID, TurnID: t.ID, Prompt: t.Text, Model: s.Model, Effort: s.Effort, Mode: s.Mode,
 		Cwd: cwd, History: history, Token: turnTok, RelayURL: base, Relay: dr.opts.Name, AgentSession: agentSessionOf(s)}
 	dr.upd.claudeSettings(p, s, &pt)
@@ -690,6 +687,16 @@ func (dr *drainer) providerTurn(ctx context.Context, p provider.Provider, s *sto
 		pt.MCPURL = base + "/mcp"
 	}
 	return pt, nil
+}
+
+// publicURL is the relay's public URL: this process's API, or in a
+// worker-only process the one the API recorded ("" when none is known).
+func (dr *drainer) publicURL(ctx context.Context) string {
+	if dr.opts.BaseURL != "" {
+		return dr.opts.BaseURL
+	}
+	base, _ := dr.st.APIURL(ctx)
+	return base
 }
 
 // handedBack says whether a turn that ended for cause is handed back rather

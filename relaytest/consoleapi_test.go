@@ -390,3 +390,47 @@ func TestGroupsByHand(t *testing.T) {
 		t.Fatalf("an unnamed group in ids comes after the named ones, in activity order: %v", got)
 	}
 }
+
+// R23.8: openUrl in send, create_session and wait results is the session's
+// console page on the relay that holds it: this relay's public URL, or a
+// paired relay's own, as its hello reports it.
+func TestOpenURL(t *testing.T) {
+	t.Parallel()
+	const bravoURL = "http://bravo.example:8443"
+	a := Start(t, Options{Config: func(c *config.Config) { c.Name = "alpha" }})
+	b := Start(t, Options{Config: func(c *config.Config) { c.Name = "bravo"; c.PublicURL = bravoURL + "/" }})
+	pairRelays(t, a, b, nil)
+	sa := a.NewSession(map[string]any{"title": "caller"})
+	local := a.NewSession(map[string]any{"title": "local target"})
+	sb := b.NewSession(map[string]any{"title": "remote target"})
+
+	res, _ := a.InTurn(sa, map[string]any{"action": "send", "session": local.ID, "text": "hi", "wait_seconds": 0}, "")
+	wantEq(t, "send's openUrl", res["openUrl"], a.URL+"/s/"+local.ID)
+	res, _ = a.InTurn(sa, map[string]any{"action": "wait", "session": local.ID, "message_id": str(res["message_id"]), "wait_seconds": 20}, "")
+	wantEq(t, "wait's openUrl", res["openUrl"], a.URL+"/s/"+local.ID)
+	a.Owner(http.MethodPatch, "/api/v1/sessions/"+sa.ID, map[string]any{"may_create_sessions": true}, nil)
+	res, _ = a.InTurn(sa, map[string]any{"action": "create_session", "text": "child", "wait_seconds": 20}, "allow")
+	wantEq(t, "create_session's openUrl", res["openUrl"], a.URL+"/s/"+str(res["session"]))
+
+	var hello map[string]any
+	if st := b.do(http.MethodGet, "/peer/v1/hello", peerTokenOf(t, b), nil, &hello); st != http.StatusOK {
+		t.Fatalf("hello: %d %v", st, hello)
+	}
+	wantEq(t, "hello's publicUrl", hello["publicUrl"], bravoURL)
+	a.Message(sa.ID, "work with @bravo")
+	res, _ = a.InTurn(sa, map[string]any{"action": "send", "relay": "bravo", "session": sb.ID, "text": "hello there", "wait_seconds": 20}, "")
+	if res["ok"] != true {
+		t.Fatalf("send to bravo: %v", res)
+	}
+	wantEq(t, "a paired relay's openUrl", res["openUrl"], bravoURL+"/s/"+sb.ID)
+}
+
+// peerTokenOf makes a peer token on r.
+func peerTokenOf(t *testing.T, r *Relay) string {
+	t.Helper()
+	var tok map[string]any
+	if st := r.Owner(http.MethodPost, "/api/v1/peer-tokens", map[string]any{}, &tok); st != http.StatusCreated {
+		t.Fatalf("peer token: %d %v", st, tok)
+	}
+	return str(tok["token"])
+}
