@@ -21,6 +21,20 @@ type StopRequested struct {
 	StopRequested bool   `json:"stopRequested"`
 }
 
+// SessionToken answers POST /sessions/{id}/token (R23.5): an external
+// session's new token, shown this once.
+type SessionToken struct {
+	Session string `json:"session"`
+	Token   string `json:"token"`
+}
+
+// SessionKilled answers POST /sessions/{id}/kill (R23.6): Killed says
+// whether an agent process of the session (kept, or its running turn's) ran.
+type SessionKilled struct {
+	Killed  bool   `json:"killed"`
+	Session string `json:"session"`
+}
+
 // SessionArchived answers POST /sessions/{id}/archive.
 type SessionArchived struct {
 	Archived bool   `json:"archived"`
@@ -201,7 +215,9 @@ type PendingQuestion struct {
 }
 
 // SessionItem is a session as list_sessions and GET /sessions list it. Via
-// is the owner API's badge of a session an agent started (R4.11).
+// is the owner API's badge of a session an agent started (R4.11). Preview
+// is the console's one plain line of the last prompt or reply (R23.1), not
+// in the API's or the tool's answers.
 type SessionItem struct {
 	Archived          bool         `json:"archived,omitempty"`
 	Cwd               string       `json:"cwd"`
@@ -212,6 +228,7 @@ type SessionItem struct {
 	MessageCount      int          `json:"messageCount"`
 	Mode              string       `json:"mode"`
 	Model             string       `json:"model"`
+	Preview           string       `json:"-"`
 	Provider          string       `json:"provider"`
 	StartedBy         *Ref         `json:"startedBy,omitempty"`
 	State             string       `json:"state"`

@@ -247,6 +247,14 @@ func TestGoldenOwnerJSON(t *testing.T) {
 	g.owner(r, "delete session", "DELETE", "/api/v1/sessions/"+id1, nil)
 	g.owner(r, "dissolve group", "DELETE", "/api/v1/groups/"+gid, nil)
 
+	// R23.5–R23.7.
+	ext := g.owner(r, "create external session", "POST", "/api/v1/sessions", map[string]any{"provider": "external", "title": "my client"})
+	g.owner(r, "new token", "POST", "/api/v1/sessions/"+str(ext, "id")+"/token", nil)
+	g.owner(r, "kill, nothing running", "POST", "/api/v1/sessions/"+id2+"/kill", nil)
+	g.owner(r, "patch session group", "PATCH", "/api/v1/sessions/"+id2, map[string]any{"group": "Ops"})
+	ops := g.owner(r, "create group Later", "POST", "/api/v1/groups", map[string]any{"name": "Later"})
+	g.owner(r, "order groups", "PUT", "/api/v1/groups/order", map[string]any{"ids": []string{str(ops, "id")}})
+
 	path := filepath.Join("testdata", "owner.golden")
 	if *update {
 		if err := os.MkdirAll("testdata", 0o755); err != nil {

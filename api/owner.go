@@ -29,6 +29,8 @@ func (o *owner) routes(g *gin.RouterGroup) {
 	g.POST("/sessions/:id/messages", o.message)
 	g.POST("/sessions/:id/stop", o.stop)
 	g.POST("/sessions/:id/archive", o.archive)
+	g.POST("/sessions/:id/token", o.newToken)
+	g.POST("/sessions/:id/kill", o.kill)
 	g.POST("/sessions/:id/questions/:qid", o.answer)
 	g.GET("/cards", o.cards)
 	g.POST("/cards/:id", o.decide)
@@ -36,6 +38,7 @@ func (o *owner) routes(g *gin.RouterGroup) {
 	g.PATCH("/settings", o.patchSettings)
 	g.GET("/groups", o.groups)
 	g.POST("/groups", o.createGroup)
+	g.PUT("/groups/order", o.orderGroups)
 	g.PATCH("/groups/:id", o.renameGroup)
 	g.DELETE("/groups/:id", o.dissolveGroup)
 	g.GET("/schedules", o.schedules)
@@ -194,6 +197,26 @@ func (o *owner) stop(c *gin.Context) {
 	c.JSON(http.StatusOK, out)
 }
 
+// newToken: an external session's new token (R23.5).
+func (o *owner) newToken(c *gin.Context) {
+	out, err := o.r.OwnerNewToken(c.Request.Context(), c.Param("id"))
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// kill ends the session's agent process and its running turn's (R23.6).
+func (o *owner) kill(c *gin.Context) {
+	out, err := o.r.OwnerKill(c.Request.Context(), c.Param("id"))
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
+}
+
 func (o *owner) archive(c *gin.Context) {
 	out, err := o.r.OwnerArchive(c.Request.Context(), c.Param("id"))
 	if err != nil {
@@ -336,6 +359,22 @@ func (o *owner) patchSettings(c *gin.Context) {
 
 func (o *owner) groups(c *gin.Context) {
 	gs, err := o.r.Groups(c.Request.Context())
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"groups": gs})
+}
+
+// orderGroups sets the owner's order of the groups (R23.7).
+func (o *owner) orderGroups(c *gin.Context) {
+	var in struct {
+		IDs []string `json:"ids"`
+	}
+	if !bind(c, &in, false) {
+		return
+	}
+	gs, err := o.r.SetGroupOrder(c.Request.Context(), in.IDs)
 	if err != nil {
 		fail(c, err)
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
@@ -48,4 +49,31 @@ func (externalProvider) Info() provider.Info {
 
 func (externalProvider) Run(context.Context, provider.Turn, provider.Host) (provider.Result, error) {
 	return provider.Result{}, &provider.TurnError{Msg: "This session is an external MCP client; the relay runs no turns for it."}
+}
+
+// OwnerNewToken gives an external session a new token (R23.5, POST
+// /api/v1/sessions/{id}/token), shown this once; the old one is refused at
+// once, by every process (the "tokens" notification empties their caches).
+// Any other session is refused: its agent gets a token of its own for each
+// turn (R18.19).
+func (r *Relay) OwnerNewToken(ctx context.Context, ref string) (*relay.SessionToken, error) {
+	s, e := r.sessionByRef(ctx, ref)
+	if e != nil {
+		return nil, e
+	}
+	if !isExternal(s) {
+		return nil, Errorf(CodeUnsupported, "Session %s (%q) is not an external session: only an external MCP client's session has a token to give out (the relay gives its own agents a new one for each turn). %s",
+			id8(s.ID), s.Title, nothingChanged)
+	}
+	if s.Archived {
+		return nil, Errorf(CodeInvalidInput, "Session %s (%q) is archived: its token was revoked and it gets no new one. %s", id8(s.ID), s.Title, nothingChanged)
+	}
+	tok, err := r.tok.rotateSessionToken(ctx, s.ID)
+	if err != nil {
+		return nil, err
+	}
+	if tok == "" { // archived or deleted meanwhile
+		return nil, Errorf(CodeNotFound, "Session %s (%q) was archived or deleted meanwhile; it gets no new token. %s", id8(s.ID), s.Title, nothingChanged)
+	}
+	return &relay.SessionToken{Session: s.ID, Token: tok}, nil
 }

@@ -49,6 +49,11 @@ func (r *Relay) RenameGroup(ctx context.Context, id, name string) (*relay.Group,
 	return r.grp.RenameGroup(ctx, id, name)
 }
 
+// SetGroupOrder is the owner's PUT /groups/order (R23.7).
+func (r *Relay) SetGroupOrder(ctx context.Context, ids []string) ([]*relay.Group, error) {
+	return r.grp.SetGroupOrder(ctx, ids)
+}
+
 // DissolveGroup is the owner's DELETE /groups/{id}.
 func (r *Relay) DissolveGroup(ctx context.Context, id string) (*relay.GroupDissolved, error) {
 	return r.grp.DissolveGroup(ctx, id)
@@ -248,18 +253,91 @@ func (gr *groups) CreateGroup(ctx context.Context, name string) (*relay.GroupCre
 	return &relay.GroupCreated{ID: g.ID, Name: g.Name, MemberCount: 0, OwnerCreated: true, CreatedAt: tsString(g.CreatedAt)}, nil
 }
 
-// Groups lists every group for the owner (empty ones too).
+// Groups lists every group for the owner (empty ones too): the named ones
+// in the owner's order (R23.7), then the others in activity order.
 func (gr *groups) Groups(ctx context.Context) ([]*relay.Group, error) {
 	all, err := gr.allGroups(ctx)
 	if err != nil {
 		return nil, err
 	}
+	order, err := gr.st.GroupOrder(ctx)
+	if err != nil {
+		return nil, err
+	}
+	all = ordered(all, order)
 	out := []*relay.Group{}
 	for _, gi := range all {
 		out = append(out, &relay.Group{ID: gi.g.ID, Name: gi.name, MemberCount: gi.members,
 			Head: gi.g.Head, OwnerCreated: gi.g.OwnerCreated})
 	}
 	return out, nil
+}
+
+// ordered puts the named groups of order first, in its order; the rest keep
+// theirs (activity).
+func ordered(all []groupInfo, order []string) []groupInfo {
+	place := make(map[string]int, len(order))
+	for i, id := range order {
+		place[id] = i
+	}
+	rank := func(gi groupInfo) int {
+		if i, ok := place[gi.g.ID]; ok && gi.g.Name != "" {
+			return i
+		}
+		return len(order)
+	}
+	sort.SliceStable(all, func(i, j int) bool { return rank(all[i]) < rank(all[j]) })
+	return all
+}
+
+// SetGroupOrder is the owner's PUT /groups/order (R23.7): ids, each a
+// group of this relay, once; the answer is the list in its new order.
+func (gr *groups) SetGroupOrder(ctx context.Context, ids []string) ([]*relay.Group, error) {
+	const nothing = "Nothing was changed."
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			return nil, Errorf(CodeInvalidInput, "ids names group %q twice. %s", id, nothing)
+		}
+		seen[id] = true
+		if _, err := gr.groupByID(ctx, id, nothing); err != nil {
+			return nil, err
+		}
+	}
+	if err := gr.st.SetGroupOrder(ctx, ids); err != nil {
+		return nil, err
+	}
+	gr.relay.notifyGroups(ctx) // the owner's console (R19.6)
+	return gr.Groups(ctx)
+}
+
+// moveTo puts s into the group ref names for the owner's PATCH /sessions
+// (R23.7): "" or "none" takes it out; a group id must exist; a name finds
+// its group (R7.10's rules) or, new, makes an owner's group of that name.
+// It checks only (the returned func makes the change), so a refused patch
+// changes nothing.
+func (gr *groups) moveTo(ctx context.Context, s *store.Session, ref string) (func() error, *Error) {
+	ref = strings.TrimSpace(ref)
+	if ref == "" || strings.EqualFold(ref, "none") {
+		return func() error { return gr.leaveGroup(ctx, s) }, nil
+	}
+	if len(ref) > 200 {
+		return nil, Errorf(CodeInvalidInput, "group may have at most 200 characters. %s", nothingChanged)
+	}
+	g, e := gr.findGroup(ctx, ref, nothingChanged)
+	if e == nil {
+		return func() error { return gr.joinGroup(ctx, s, g) }, nil
+	}
+	if strings.HasPrefix(ref, "grp_") || strings.Contains(e.Msg, "more than one") {
+		return nil, e
+	}
+	return func() error {
+		g, err := gr.newGroup(ctx, ref, "", true)
+		if err != nil {
+			return err
+		}
+		return gr.joinGroup(ctx, s, g)
+	}, nil
 }
 
 // groupByID loads a group for the owner's routes; nothing says what was not done.

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -262,6 +263,28 @@ type SessionPatch struct {
 	Mode              *string `json:"mode"`
 	Model             *string `json:"model"`
 	Effort            *string `json:"effort"`
+	// Group moves the session (R23.7): a group id or name (a new name
+	// makes an owner's group), or "" / null to take it out of its group.
+	Group OptString `json:"group"`
+}
+
+// OptString is a JSON string that may be absent (Set false), null or a string.
+type OptString struct {
+	Set   bool
+	Value string
+}
+
+// UnmarshalJSON takes a string or null.
+func (o *OptString) UnmarshalJSON(b []byte) error {
+	o.Set = true
+	if string(b) == "null" {
+		o.Value = ""
+		return nil
+	}
+	if err := json.Unmarshal(b, &o.Value); err != nil {
+		return errors.New("group must be a string or null")
+	}
+	return nil
 }
 
 // OwnerPatchSession changes a session's settings, including may_create_sessions (R6.2).
@@ -292,6 +315,12 @@ func (r *Relay) OwnerPatchSession(ctx context.Context, ref string, p SessionPatc
 	if p.Title != nil && (strings.TrimSpace(*p.Title) == "" || len(*p.Title) > 200) {
 		return nil, Errorf(CodeInvalidInput, "title must have 1 to 200 characters. %s", nothingChanged)
 	}
+	var move func() error
+	if p.Group.Set {
+		if move, e = r.grp.moveTo(ctx, s, p.Group.Value); e != nil {
+			return nil, e
+		}
+	}
 	if p.MayCreateSessions != nil {
 		s.MayCreateSessions = *p.MayCreateSessions
 	}
@@ -307,10 +336,18 @@ func (r *Relay) OwnerPatchSession(ctx context.Context, ref string, p SessionPatc
 	if p.Effort != nil {
 		s.Effort = *p.Effort
 	}
+	if move != nil {
+		if err := move(); err != nil {
+			return nil, fmt.Errorf("update session %s: move it to group %q: %w", id8(s.ID), p.Group.Value, err)
+		}
+	}
 	if err := r.st.SaveSession(ctx, s); err != nil {
 		return nil, fmt.Errorf("update session %s: %w", id8(s.ID), err)
 	}
 	r.notify(ctx, "session:"+s.ID) // the owner's console (R19.6)
+	if move != nil {
+		r.notifyGroups(ctx)
+	}
 	return r.SessionDetail(ctx, s, 5)
 }
 

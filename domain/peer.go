@@ -279,7 +279,7 @@ func (pk *peerLink) Pair(ctx context.Context, in PairRequest) (*relay.PairedRela
 				return nil, Errorf(CodeInvalidInput, "The relay at %q calls itself %q, which cannot be used here (%s); give a name. Nothing was paired.", base, h.Name, e.Msg)
 			}
 		}
-		p.RemoteName, p.Instance, p.Version, p.Features = h.Name, h.Instance, h.Version, append([]string{}, h.Features...)
+		p.RemoteName, p.Instance, p.Version, p.Features, p.PublicURL = h.Name, h.Instance, h.Version, append([]string{}, h.Features...), h.PublicURL
 	case e.Code == CodeAuth:
 		return nil, Errorf(CodeAuth, "The relay at %q rejects this token. Make a new one there (POST /api/v1/peer-tokens) and pair again. Nothing was paired.", base)
 	case p.Name == "":

@@ -418,10 +418,11 @@ func (pk *peerLink) refreshPairing(ctx context.Context, name string, h *Hello) {
 	if err != nil {
 		return
 	}
-	if p.Version == h.Version && p.RemoteName == h.Name && p.Instance == h.Instance && slices.Equal(p.Features, h.Features) {
+	if p.Version == h.Version && p.RemoteName == h.Name && p.Instance == h.Instance && slices.Equal(p.Features, h.Features) &&
+		p.PublicURL == h.PublicURL {
 		return
 	}
-	p.Version, p.RemoteName, p.Instance, p.Features = h.Version, h.Name, h.Instance, append([]string{}, h.Features...)
+	p.Version, p.RemoteName, p.Instance, p.Features, p.PublicURL = h.Version, h.Name, h.Instance, append([]string{}, h.Features...), h.PublicURL
 	if err := pk.st.SavePairing(ctx, p); err != nil {
 		pk.log.Warn("refresh pairing", "relay", name, "err", err)
 	}

@@ -33,7 +33,8 @@ func (r *Relay) PeerHello(ctx context.Context) (Hello, error) {
 	if err != nil {
 		return Hello{}, fmt.Errorf("answer a peer hello: %w", err)
 	}
-	return Hello{Name: r.opts.Name, Version: r.opts.Version, Instance: inst, Features: PeerFeatures}, nil
+	pub := r.dr.publicURL(ctx) // none known: left out (R23.8)
+	return Hello{Name: r.opts.Name, Version: r.opts.Version, Instance: inst, Features: PeerFeatures, PublicURL: pub}, nil
 }
 
 // acceptGated are the actions the accept setting switches off (R4.6).

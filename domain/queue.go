@@ -71,7 +71,10 @@ type turnQueueStore interface {
 
 // turnQueueHost is what the turn queue asks of the rest of the relay: the
 // session the wait action names (sessions.go).
-type turnQueueHost = targets
+type turnQueueHost interface {
+	targets
+	openURL(ctx context.Context, sid string) any
+}
 
 // waitArg reads wait_seconds and caps it by the longest wait (R7.11).
 func (tq *turnQueue) waitArg(ctx context.Context, a *args, nothing string) (time.Duration, string, *Error) {
@@ -386,7 +389,7 @@ func (tq *turnQueue) turnResult(ctx context.Context, res *result, t *store.Turn)
 	if status == store.TurnRunning && t.Question != "" {
 		status = "question" // what the agent sees: the turn waits on a question card (R7.11)
 	}
-	res.set("status", status).set("session", t.Session).set("message_id", t.ID).set("openUrl", nil)
+	res.set("status", status).set("session", t.Session).set("message_id", t.ID).set("openUrl", tq.relay.openURL(ctx, t.Session))
 	switch status {
 	case store.TurnDone:
 		res.set("reply", map[string]any{"text": t.Reply, "model": t.ReplyModel})

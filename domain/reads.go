@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/oar/relay"
 	"github.com/oar/relay/provider"
@@ -156,7 +159,31 @@ func (rd *reads) listItem(ctx context.Context, v *view) *relay.SessionItem {
 	return &relay.SessionItem{ID: v.s.ID, Title: v.s.Title, Provider: v.s.Provider, Model: v.s.Model,
 		State: v.state, Cwd: v.s.Cwd, LastActivityAt: tsPtr(v.s.LastActivityAt), MessageCount: v.count,
 		Tasks: tasks, Group: rd.grp.groupRef(ctx, v), Mode: v.s.Mode, Archived: v.s.Archived,
-		MayCreateSessions: v.s.MayCreateSessions, StartedBy: v.s.StartedBy, Watched: v.watched}
+		MayCreateSessions: v.s.MayCreateSessions, StartedBy: v.s.StartedBy, Watched: v.watched,
+		Preview: previewLine(v.s.Preview)}
+}
+
+// previewMax is the length of a list item's preview, in characters (R23.1).
+const previewMax = 80
+
+// previewLine makes the start of a message's text, as the store keeps it,
+// one plain line of at most previewMax characters (R23.1): a machine header
+// line ("[relay event · …]", "[Prompt from an agent …]") is left out when
+// text follows it, whitespace and control characters become single spaces,
+// and a longer line ends with "…". The store's clip may have cut a character
+// in two: the broken end is dropped.
+func previewLine(s string) string {
+	s = strings.ToValidUTF8(s, "")
+	if first, rest, ok := strings.Cut(s, "\n"); ok && strings.HasPrefix(first, "[") &&
+		strings.HasSuffix(strings.TrimSpace(first), "]") && strings.TrimSpace(rest) != "" {
+		s = rest
+	}
+	s = strings.Join(strings.FieldsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }), " ")
+	if utf8.RuneCountInString(s) <= previewMax {
+		return s
+	}
+	rs := []rune(s)
+	return strings.TrimRight(string(rs[:previewMax-1]), " ") + "…"
 }
 
 func (rd *reads) listSessions(ctx context.Context, c *caller, a *args) (*result, *Error) {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -190,6 +191,11 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 // SetBaseURL sets the API's URL once the listener is bound (serve) .
 func (r *Relay) SetBaseURL(u string) { r.opts.BaseURL = u }
 
+// PublicURL is the relay's public URL, as agents and MCP clients are given
+// it ("" in a worker-only process): the console's MCP client settings
+// (R23.5).
+func (r *Relay) PublicURL() string { return r.opts.BaseURL }
+
 // WorkerID names this process in leases and logs.
 func (r *Relay) WorkerID() string { return r.opts.WorkerID }
 
@@ -212,6 +218,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		return err
 	}
 	ready := make(chan struct{})
+	r.hub.handle(killPrefix, func(rest string) { r.onKill(ctx, rest) }) // R23.6: a kill asked in any process
 	changed, unsub := r.hub.sub("settings")
 	revoked, unsubTok := r.hub.sub("tokens")
 	r.bg.Add(2)
@@ -305,6 +312,19 @@ type hub struct {
 	// vals are what fireWith handed the waiters of a key, kept while any
 	// waits on it.
 	vals map[string]any
+	// handlers are called (on a goroutine of their own) with the rest of
+	// each notification that starts with their prefix ("kill:", R23.6).
+	handlers map[string]func(rest string)
+}
+
+// handle calls fn with the rest of every notification starting with prefix.
+func (h *hub) handle(prefix string, fn func(rest string)) {
+	h.mu.Lock()
+	if h.handlers == nil {
+		h.handlers = map[string]func(string){}
+	}
+	h.handlers[prefix] = fn
+	h.mu.Unlock()
 }
 
 func newHub() *hub {
@@ -337,6 +357,11 @@ func (h *hub) fire(key string) {
 		select {
 		case ch <- struct{}{}:
 		default:
+		}
+	}
+	for p, fn := range h.handlers {
+		if rest, ok := strings.CutPrefix(key, p); ok {
+			go fn(rest)
 		}
 	}
 	h.mu.Unlock()

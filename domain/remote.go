@@ -270,6 +270,11 @@ func (rm *remote) remoteCall(ctx context.Context, c *caller, a *args, p *store.P
 	if a.action == "relay_info" {
 		remoteGroups(res, p)
 	}
+	if _, ok := res.fields["openUrl"]; ok {
+		if u := remoteOpenURL(p, res.fields["session"]); u != nil {
+			res.fields["openUrl"] = u // R23.8: the session's page there, by the public URL its hello reports
+		} // else the paired relay's own answer (an older pairing record)
+	}
 	if waitNote != "" {
 		res.note("note", waitNote)
 	}

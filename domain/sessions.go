@@ -3,6 +3,7 @@ package domain
 import (
 	"context"
 	"errors"
+	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -193,4 +194,25 @@ func (r *Relay) sessionFound(ref string, s *store.Session, n int, err error) (*s
 		return nil, Errorf(CodeNotFound, "Relay %q has no session %q. Nothing was done.", r.opts.Name, ref)
 	}
 	return s, nil
+}
+
+// openURL is a session's console page on this relay (R23.8, a result's
+// openUrl): PUBLIC_URL/s/ID, nil when the relay knows no public URL.
+func (r *Relay) openURL(ctx context.Context, sid string) any {
+	base := strings.TrimRight(r.dr.publicURL(ctx), "/")
+	if base == "" || sid == "" {
+		return nil
+	}
+	return base + "/s/" + sid
+}
+
+// remoteOpenURL is a paired relay's session page (R23.8), by the public
+// URL its hello reports; nil when it reports none.
+func remoteOpenURL(p *store.Pairing, session any) any {
+	sid, _ := session.(string)
+	base := strings.TrimRight(p.PublicURL, "/")
+	if base == "" || sid == "" {
+		return nil
+	}
+	return base + "/s/" + url.PathEscape(sid)
 }

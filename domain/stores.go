@@ -39,6 +39,7 @@ type Store interface {
 	peerStore
 	ownerStore
 	lifeStore
+	killStore
 }
 
 var _ Store = (*store.Store)(nil)
@@ -131,8 +132,10 @@ type steerStore interface {
 type groupStore interface {
 	DeleteGroup(ctx context.Context, gid string) error
 	GroupMembers(ctx context.Context, gid string) ([]string, error)
+	GroupOrder(ctx context.Context) ([]string, error)
 	Groups(ctx context.Context) ([]*store.Group, error)
 	SaveGroup(ctx context.Context, g *store.Group) error
+	SetGroupOrder(ctx context.Context, ids []string) error
 	SetGroupMember(ctx context.Context, gid string, sid string, member bool) error
 }
 
@@ -154,6 +157,7 @@ type tokenStore interface {
 	PeerTokenScope(ctx context.Context, tok string) (string, error)
 	PeerTokens(ctx context.Context) ([]store.PeerTokenInfo, error)
 	RevokePeerToken(ctx context.Context, id string) (bool, error)
+	RotateSessionToken(ctx context.Context, sid string, tok string) (bool, error)
 	SessionByToken(ctx context.Context, token string) (string, error)
 	TouchPeerToken(ctx context.Context, tok string, now time.Time) error
 }
@@ -313,6 +317,14 @@ type ownerStore interface {
 	PeerBusyKey(orchestrator string) string
 	SaveSettings(ctx context.Context, st store.Settings) error
 	SessionQuiet(ctx context.Context, sid string) (bool, error)
+}
+
+// killStore is what Kill session (kill.go) needs besides the records:
+// the answers of the relay's processes to a kill request, and which live.
+type killStore interface {
+	AckKill(ctx context.Context, req, proc string, killed bool) error
+	KillAcks(ctx context.Context, req string) (map[string]bool, error)
+	LiveProcs(ctx context.Context, since time.Time) ([]store.Proc, error)
 }
 
 // lifeStore is what starting the relay (relay.go, jobs.go) needs: stored

@@ -30,7 +30,7 @@ var storeUsers = map[string]string{
 	"schedule.go":  "scheduleStore",
 	"peer.go":      "peerStore", "peercheck.go": "peerStore", "peerpoll.go": "peerStore", "peerserve.go": "peerStore",
 	"peertokens.go": "peerStore", "pairing.go": "peerStore", "remote.go": "peerStore",
-	"owner.go": "ownerStore",
+	"owner.go": "ownerStore", "kill.go": "killStore",
 	"relay.go": "lifeStore", "jobs.go": "lifeStore",
 }
 

@@ -138,6 +138,21 @@ func (tk *tokens) dropTokens() {
 	tk.peerMu.Unlock()
 }
 
+// rotateSessionToken gives session sid a new token and revokes its old one
+// in every process at once (R23.5): "" when the session is gone or archived.
+func (tk *tokens) rotateSessionToken(ctx context.Context, sid string) (string, error) {
+	tok := store.NewID(24)
+	ok, err := tk.st.RotateSessionToken(ctx, sid, tok)
+	if err != nil || !ok {
+		return "", err
+	}
+	tk.dropTokens() // this process at once, before any other request is answered
+	if err := tk.st.Notify(ctx, "tokens"); err != nil {
+		return "", fmt.Errorf("new token of session %s: tell the other processes: %w", id8(sid), err)
+	}
+	return tok, nil
+}
+
 // mintTurnToken makes the turn's token when its provider runs an agent
 // process; drop revokes it (safe to call more than once). No token ("") for
 // in-process providers.

@@ -606,6 +606,18 @@ func (dr *drainer) track(turn string, cancel context.CancelCauseFunc) func() {
 	}
 }
 
+// stopHere stops turn at once when it runs in this process (Kill session,
+// R23.6: the turn ends as stopped, whatever its agent's end says).
+func (dr *drainer) stopHere(turn string) bool {
+	dr.mu.Lock()
+	defer dr.mu.Unlock()
+	cancel := dr.running[turn]
+	if cancel != nil {
+		cancel(errStopped)
+	}
+	return cancel != nil
+}
+
 // keepTurn watches a running turn until the returned func is called (it
 // joins the goroutine): a stop request ends it, a settings change moves its
 // deadline, and every leaseTTL/3 the session's lease and the turn's token
@@ -667,10 +679,7 @@ func (dr *drainer) providerTurn(ctx context.Context, p provider.Provider, s *sto
 			return provider.Turn{}, err
 		}
 	}
-	base := dr.opts.BaseURL
-	if base == "" {
-		base, _ = dr.st.APIURL(ctx) // a worker-only process: the API recorded where it listens
-	}
+	base := dr.publicURL(ctx)
 	pt := provider.Turn{SessionID: s.ID, TurnID: t.ID, Prompt: t.Text, Model: s.Model, Effort: s.Effort, Mode: s.Mode,
 		Cwd: cwd, History: history, Token: turnTok, RelayURL: base, Relay: dr.opts.Name, AgentSession: agentSessionOf(s)}
 	dr.upd.claudeSettings(p, s, &pt)
@@ -678,6 +687,16 @@ func (dr *drainer) providerTurn(ctx context.Context, p provider.Provider, s *sto
 		pt.MCPURL = base + "/mcp"
 	}
 	return pt, nil
+}
+
+// publicURL is the relay's public URL: this process's API, or in a
+// worker-only process the one the API recorded ("" when none is known).
+func (dr *drainer) publicURL(ctx context.Context) string {
+	if dr.opts.BaseURL != "" {
+		return dr.opts.BaseURL
+	}
+	base, _ := dr.st.APIURL(ctx)
+	return base
 }
 
 // handedBack says whether a turn that ended for cause is handed back rather

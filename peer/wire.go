@@ -29,6 +29,9 @@ type Hello struct {
 	Version  string   `json:"version"`
 	Instance string   `json:"instance"`
 	Features []string `json:"features"`
+	// PublicURL is the relay's own public URL (its console's base, R23.8);
+	// absent from a relay that reports none (or is older).
+	PublicURL string `json:"publicUrl,omitempty"`
 }
 
 // Origin is the calling agent and its chain, sent with every call (R13.1, R4.7, R4.8).

@@ -72,7 +72,10 @@ type ACP struct {
 	cmd    cmdCheck
 }
 
-var _ Provider = (*ACP)(nil)
+var (
+	_ Provider = (*ACP)(nil)
+	_ Killer   = (*ACP)(nil)
+)
 
 // NewACP returns the provider; a binary that cannot be found is not an
 // error: Info reports the provider unavailable.
@@ -210,6 +213,22 @@ func (p *ACP) process(t Turn) (*acpProc, error) {
 	p.procs[t.SessionID] = pr
 	p.mu.Unlock()
 	return pr, nil
+}
+
+// Kill ends the session's agent process, if this provider runs one (R23.6).
+// A turn running in it ends (the relay stops the turn first, so it ends as
+// stopped); the next turn starts a new process.
+func (p *ACP) Kill(sessionID string) bool {
+	p.mu.Lock()
+	pr := p.procs[sessionID]
+	delete(p.procs, sessionID)
+	p.mu.Unlock()
+	if pr == nil {
+		return false
+	}
+	alive := !pr.dead()
+	pr.stop()
+	return alive
 }
 
 // forget drops a process that stopped.

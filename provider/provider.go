@@ -170,6 +170,14 @@ type Provider interface {
 	Run(ctx context.Context, t Turn, h Host) (Result, error)
 }
 
+// Killer is a provider that keeps a session's agent process between its
+// turns (acp): Kill ends it and its terminals (R23.6: the owner's Kill
+// session), true when one was alive; the session's next turn starts a new
+// one, which resumes the conversation where the agent can.
+type Killer interface {
+	Kill(sessionID string) bool
+}
+
 // TurnError is a turn that ended in an error the agent should see as is
 // (the reply is not produced). Other errors are reported the same way.
 type TurnError struct{ Msg string }

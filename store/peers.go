@@ -33,6 +33,7 @@ type Pairing struct {
 	Instance   string    `json:"instance,omitempty"`
 	Version    string    `json:"version,omitempty"`
 	Features   []string  `json:"features,omitempty"`
+	PublicURL  string    `json:"publicUrl,omitempty"` // its own, as its hello reports it (R23.8)
 	PairedAt   time.Time `json:"pairedAt"`
 	// Whether it answers is its Link, kept apart (SetLink).
 }

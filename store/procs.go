@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Proc is one live process of a relay, as it announces itself in Redis.
@@ -49,6 +51,42 @@ func (s *Store) LiveProcs(ctx context.Context, since time.Time) ([]Proc, error) 
 			continue
 		}
 		out = append(out, p)
+	}
+	return out, nil
+}
+
+// killAckKey is the hash of one kill request's answers (R23.6): field the
+// answering process's id, value "1" when it ended a process, else "0".
+func (s *Store) killAckKey(req string) string { return s.k("killack", req) }
+
+// killAckTTL bounds how long a kill request's answers are kept.
+const killAckTTL = time.Minute
+
+// AckKill records this process's answer to a kill request and tells the
+// asking process ("killack:REQ").
+func (s *Store) AckKill(ctx context.Context, req, proc string, killed bool) error {
+	v := "0"
+	if killed {
+		v = "1"
+	}
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, s.killAckKey(req), proc, v)
+		p.Expire(ctx, s.killAckKey(req), killAckTTL)
+		p.Publish(ctx, s.NotifyChannel(), "killack:"+req)
+		return nil
+	})
+	return wrap(err, "answer kill request %s", req)
+}
+
+// KillAcks reads the answers to a kill request: process id → killed.
+func (s *Store) KillAcks(ctx context.Context, req string) (map[string]bool, error) {
+	m, err := s.rdb.HGetAll(ctx, s.killAckKey(req)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read the answers to kill request %s: %w", req, err)
+	}
+	out := make(map[string]bool, len(m))
+	for k, v := range m {
+		out[k] = v == "1"
 	}
 	return out, nil
 }

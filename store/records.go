@@ -375,3 +375,26 @@ func (s *Store) RecentCwds(ctx context.Context, n int) ([]string, error) {
 func (s *Store) NoteCwd(ctx context.Context, dir string, now time.Time) error {
 	return wrap(s.rdb.ZAdd(ctx, s.k("cwds"), redis.Z{Score: float64(ms(now)), Member: dir}).Err(), "note folder %s", dir)
 }
+
+// GroupOrder is the owner's order of the groups (R23.7): group ids, first
+// first ("grouporder", a list; ids of groups gone since may be in it).
+func (s *Store) GroupOrder(ctx context.Context) ([]string, error) {
+	ids, err := s.rdb.LRange(ctx, s.k("grouporder"), 0, -1).Result()
+	return ids, wrap(err, "read the order of the groups")
+}
+
+// SetGroupOrder replaces the owner's order of the groups.
+func (s *Store) SetGroupOrder(ctx context.Context, ids []string) error {
+	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, s.k("grouporder"))
+		if len(ids) > 0 {
+			vals := make([]any, len(ids))
+			for i, id := range ids {
+				vals[i] = id
+			}
+			p.RPush(ctx, s.k("grouporder"), vals...)
+		}
+		return nil
+	})
+	return wrap(err, "set the order of the groups")
+}

@@ -313,7 +313,7 @@ func TestScriptPush(t *testing.T) {
 		{name: "the whole write", before: scState{"sess:s9": scHash{"id": "s9", "last": "1"}, "sessions:active": scZset{"s9": 1}},
 			run: queue(QueueOpts{Waiting: time.Minute}), want: []any{true, false, ""},
 			after: scState{
-				"sess:s9": scHash{"id": "s9", "last": atMS}, "sessions:active": scZset{"s9": float64(at.UnixMilli())},
+				"sess:s9": scHash{"id": "s9", "last": atMS, "pv": "x"}, "sessions:active": scZset{"s9": float64(at.UnixMilli())},
 				"q:s9": scList{"t9"}, "drain:s9": "d9", "drains": scSet{"s9"}, "tids": scZset{"t9": 0}, "waiting:t9": "1",
 				"msgs:s9": scList{mustJSON(Message{ID: "t9", Role: "agent", Text: "x", CreatedAt: at})},
 				"turn:t9": scHash{"id": "t9", "session": "s9", "status": "queued", "role": "agent", "from": "",
@@ -698,5 +698,24 @@ func TestScriptTokens(t *testing.T) {
 		{name: "upgrade plain tokens", before: scState{"owner": "owner-plain", "sess:s1": scHash{"id": "s1", "token": "plain"}, "tok:plain": "s1", "tok:left": "s2"},
 			run: upgrade, want: []any{3, ""},
 			after: scState{"ownerh": oh, "sess:s1": scHash{"id": "s1", "tokh": ph}, "tokh:" + ph: "s1", "tokh:" + lh: "s2", "tokfmt": tokFormat}},
+	})
+}
+
+// R23.5: an external session's new token; the old one names nothing at once.
+func TestScriptRotateSessionToken(t *testing.T) {
+	oh, nh := TokenHash("old-tok"), TokenHash("new-tok")
+	rotate := func(e *testEnv) any {
+		ok, err := e.s.RotateSessionToken(e.ctx, "s1", "new-tok")
+		return []any{ok, errName(err)}
+	}
+	runScriptRows(t, []scriptRow{
+		{name: "rotate", before: scState{"tokh:" + oh: "s1", "sess:s1": scHash{"id": "s1", "tokh": oh}}, run: rotate, want: []any{true, ""},
+			after: scState{"tokh:" + nh: "s1", "sess:s1": scHash{"id": "s1", "tokh": nh}}},
+		{name: "rotate: no token before", before: scState{"sess:s1": scHash{"id": "s1"}}, run: rotate, want: []any{true, ""},
+			after: scState{"tokh:" + nh: "s1", "sess:s1": scHash{"id": "s1", "tokh": nh}}},
+		{name: "rotate: archived", before: scState{"sess:s1": scHash{"id": "s1", "archived": "1"}}, run: rotate, want: []any{false, ""},
+			after: scState{"sess:s1": scHash{"id": "s1", "archived": "1"}}},
+		{name: "rotate: no session", before: scState{"tokh:" + oh: "s2"}, run: rotate, want: []any{false, ""},
+			after: scState{"tokh:" + oh: "s2"}},
 	})
 }

@@ -47,6 +47,9 @@ type Session struct {
 	// save never puts back an old id).
 	AgentSession  string
 	AgentProvider string
+	// Preview is the start of the text of the session's last prompt or
+	// reply (R23.1), as the turn scripts keep it (previewLua); read only.
+	Preview string
 }
 
 // fields is the session's stored form: the fields whose value is not the
@@ -116,7 +119,7 @@ func sessionFrom(m map[string]string) *Session {
 		Archived: m["archived"] == "1", ArchivedAt: fromMS(atoi64(m["archivedAt"])), GroupID: m["group"],
 		MayCreateSessions: m["mayCreate"] == "1", AutoCompactWindow: int(atoi64(m["acw"])),
 		ThinkingEnabled: m["think"], ThinkingDisplay: m["thinkDisp"],
-		AgentSession: m["agentSession"], AgentProvider: m["agentProvider"],
+		AgentSession: m["agentSession"], AgentProvider: m["agentProvider"], Preview: m["pv"],
 	}
 	if _, ok := m["last"]; !ok {
 		s.LastActivityAt = s.CreatedAt // not written while it equals created

@@ -241,3 +241,47 @@ func (s *Store) scan(ctx context.Context, pattern string, fn func(key string) er
 		}
 	})
 }
+
+// rotateSessionTokenScript is RotateSessionToken's step: the session's token
+// hash is replaced and the old look-up key deleted, in one step, only while
+// the hash read before is still the session's and it is not archived.
+var rotateSessionTokenScript = redis.NewScript(`
+-- KEYS[1] = {relay}:sess:<sid>      the session hash (its tokh field)
+-- KEYS[2] = {relay}:tokh:<old hash>  the old token's look-up key
+-- KEYS[3] = {relay}:tokh:<new hash>  the new token's look-up key
+-- ARGV[1] = the old token's hash ("" when the session has none)
+-- ARGV[2] = the new token's hash
+-- ARGV[3] = the session id
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HGET', KEYS[1], 'archived') == '1' then return -1 end
+local cur = redis.call('HGET', KEYS[1], 'tokh') or ''
+if cur ~= ARGV[1] then return 0 end
+if cur ~= '' then redis.call('DEL', KEYS[2]) end
+redis.call('SET', KEYS[3], ARGV[3])
+redis.call('HSET', KEYS[1], 'tokh', ARGV[2])
+return 1
+`)
+
+// RotateSessionToken gives session sid the token tok (R23.5): its old token's
+// look-up key is deleted in the same step, so the old token names nothing
+// from then on. false: no such session, or it is archived.
+func (s *Store) RotateSessionToken(ctx context.Context, sid, tok string) (bool, error) {
+	h := TokenHash(tok)
+	for range 5 { // another rotation in between: read again
+		old, err := s.rdb.HGet(ctx, s.sessKey(sid), "tokh").Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return false, fmt.Errorf("new token of session %s: %w", sid, err)
+		}
+		oldKey := s.tokKey(old)
+		if old == "" {
+			oldKey = s.tokKey(h) // no old key: a key the script may name
+		}
+		n, err := rotateSessionTokenScript.Run(ctx, s.scr, []string{s.sessKey(sid), oldKey, s.tokKey(h)}, old, h, sid).Int()
+		if err != nil {
+			return false, fmt.Errorf("new token of session %s: %w", sid, err)
+		}
+		if n != 0 {
+			return n == 1, nil
+		}
+	}
+	return false, fmt.Errorf("new token of session %s: its token kept changing", sid)
+}

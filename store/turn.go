@@ -305,7 +305,7 @@ var pushScript = redis.NewScript(`
 -- ARGV[16] = the paired relay the prompt came from (lower case, '' = none)
 -- ARGV[17] = the paired relay's limit
 -- ARGV[18..] = the turn's field/value pairs
-` + noneLua + capLua + startDrainLua + `
+` + noneLua + capLua + startDrainLua + previewLua + `
 if redis.call('EXISTS', KEYS[4]) == 1 then
   -- This push ran already (its answer was lost and go-redis tried again):
   -- nothing is written twice; the caller learns who took the turn, if anyone.
@@ -338,7 +338,10 @@ if ARGV[16] ~= '' then
 end
 if tonumber(ARGV[8]) > 0 then redis.call('SET', KEYS[11], '1', 'PX', ARGV[8]) end
 redis.call('RPUSH', KEYS[6], ARGV[6])
-if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('HSET', KEYS[7], 'last', ARGV[7]) end
+if redis.call('EXISTS', KEYS[7]) == 1 then
+  redis.call('HSET', KEYS[7], 'last', ARGV[7])
+  setPreview(KEYS[7], ARGV[6])
+end
 redis.call('ZADD', KEYS[8], 'XX', ARGV[7], ARGV[2])
 redis.call('HSET', KEYS[4], unpack(ARGV, 18))
 local placed = false
@@ -719,11 +722,14 @@ return endTurn(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[11], KEYS[5], KEYS[6], K
 // the session's last activity moved to at (ms), and, when nothing more is
 // queued, the drain flag and the busy (4-at-work) and peer-busy entries
 // dropped. It returns 1 when more turns are queued, else 0.
-const endTurnLua = `
+const endTurnLua = previewLua + `
 local function endTurn(q, cur, drain, busy, busypeer, turn, msgs, sess, active, drains, sid, msg, at)
   if redis.call('GET', cur) == redis.call('HGET', turn, 'id') then redis.call('DEL', cur) end
   if msg ~= '' then redis.call('RPUSH', msgs, msg) end
-  if redis.call('EXISTS', sess) == 1 then redis.call('HSET', sess, 'last', at) end
+  if redis.call('EXISTS', sess) == 1 then
+    redis.call('HSET', sess, 'last', at)
+    setPreview(sess, msg)
+  end
   redis.call('ZADD', active, 'XX', at, sid)
   if redis.call('LLEN', q) > 0 then return 1 end
   redis.call('DEL', drain)
@@ -733,6 +739,32 @@ local function endTurn(q, cur, drain, busy, busypeer, turn, msgs, sess, active, 
   return 0
 end
 `
+
+// previewLua defines setPreview(sess, msg): the start of a message's text
+// (msg its JSON; "" = none) kept on the session hash as "pv", so the
+// console's sessions list shows each session's last message without reading
+// its conversation (R23.1): a machine header line left out when text
+// follows it, runs of whitespace made one space, at most previewBytes
+// (a hash keeps small values compactly). The domain makes it one plain line
+// of at most 80 characters when read.
+const previewLua = `
+local function setPreview(sess, msg)
+  if msg == '' then return end
+  local ok, m = pcall(cjson.decode, msg)
+  if not ok or type(m) ~= 'table' or type(m['text']) ~= 'string' then return end
+  local t = string.sub(m['text'], 1, 800)
+  local nl = string.find(t, '\n', 1, true)
+  if nl and string.sub(t, 1, 1) == '[' and string.match(string.sub(t, 1, nl - 1), '%]%s*$') and string.find(t, '%S', nl) then
+    t = string.sub(t, nl + 1)
+  end
+  t = string.gsub(t, '%s+', ' ')
+  redis.call('HSET', sess, 'pv', string.sub(t, 1, ` + previewBytes + `))
+end
+`
+
+// previewBytes is how much of a message's text previewLua keeps: 80
+// characters of two bytes.
+const previewBytes = "160"
 
 // fenceLua defines fenced(lease, turn, owner): a drain's write (owner its
 // lease owner; "" = not fenced) must be refused, because owner no longer

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
+	"strconv"
 	"strings"
 	"time"
 
@@ -103,13 +104,21 @@ func (c *console) funcs() template.FuncMap {
 		},
 		"modes": func() []string { return []string{"agent", "ask", "plan"} },
 		"row": func(s *relay.SessionItem, v *view) sessionRow {
-			return sessionRow{S: s, Mark: v.Marks[s.ID], Clocks: v.Clocks[s.ID]}
+			return sessionRow{S: s, Mark: v.Marks[s.ID], Clocks: v.Clocks[s.ID], Here: v.Relay}
 		},
 		// rowIn is a session's row in the grouped list, with its role there.
 		"rowIn": func(r *sessionRow, v *view) sessionRow {
-			return sessionRow{S: r.S, Role: r.Role, Mark: v.Marks[r.S.ID], Clocks: v.Clocks[r.S.ID]}
+			return sessionRow{S: r.S, Role: r.Role, Mark: v.Marks[r.S.ID], Clocks: v.Clocks[r.S.ID], Here: v.Relay,
+				Open: v.Open != "" && v.Open == r.S.ID}
+		},
+		"via": func(ref *relay.Ref, here string, link bool) viaBadge {
+			return viaBadge{Ref: ref, Link: link, Remote: ref.Relay != "" && ref.Relay != here}
 		},
 		"plural": plural,
+		// mcpSetup names an MCP client settings block: its ids' prefix and the relay's /mcp URL (R23.5).
+		"mcpSetup": func(prefix, url string) mcpSetup { return mcpSetup{P: prefix, URL: url} },
+		// minutes writes seconds as minutes ("2", "2.5"): the settings page's unit (R23.11).
+		"minutes": func(sec int) string { return strconv.FormatFloat(float64(sec)/60, 'f', -1, 64) },
 	}
 }
 
@@ -118,6 +127,16 @@ type sessionRow struct {
 	Role   string // in the grouped list: "head" or "member" of the group above it; "" alone
 	Mark   string
 	Clocks int
+	Here   string // this relay's name
+	Open   bool   // the session open beside the list
+}
+
+// viaBadge is a "via agent" badge (R4.11, R23.9): Remote when an agent on a
+// paired relay started the session (no link: that conversation is not on
+// this relay); Link to the starting conversation otherwise, where asked.
+type viaBadge struct {
+	Ref          *relay.Ref
+	Link, Remote bool
 }
 
 // timeText is t as the domain writes times; "" for the zero time.
@@ -150,3 +169,7 @@ func ago(x any) string {
 	}
 	return t.UTC().Format("2006-01-02 15:04 UTC")
 }
+
+// mcpSetup is the "mcpsetup" template's data: its elements' id prefix and
+// the relay's MCP URL.
+type mcpSetup struct{ P, URL string }

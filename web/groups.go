@@ -5,7 +5,11 @@ package web
 // an owner's group with no session is a line of its own (`group · empty`),
 // with the same menu (rename, dissolve); sessions in no group stand alone.
 
-import "github.com/oar/relay"
+import (
+	"sort"
+
+	"github.com/oar/relay"
+)
 
 // listItem is one line of the sessions list: a group's line or a session.
 type listItem struct {
@@ -21,9 +25,49 @@ type groupLine struct {
 }
 
 // groupedList orders the active sessions (most recent first, as listed) into
-// the list's lines: a group comes where its most recent session would, with
-// its head first; groups with no active session follow the sessions.
+// the list's lines: groups take the places where their most recent sessions
+// would be, in the owner's order of groups (groups as the domain lists them,
+// R23.7), each with its head first; groups with no active session follow the
+// sessions.
 func groupedList(sessions []*relay.SessionItem, groups []*relay.Group) []listItem {
+	return inGroupOrder(byActivity(sessions, groups), groups)
+}
+
+// inGroupOrder puts the groups' blocks of out (a group's line and its rows)
+// into the places the blocks hold, in the order of groups.
+func inGroupOrder(out []listItem, groups []*relay.Group) []listItem {
+	rank := make(map[string]int, len(groups))
+	for i, g := range groups {
+		rank[g.ID] = i
+	}
+	var blocks [][]listItem
+	var starts []int
+	for i, it := range out {
+		if it.Group != nil {
+			blocks, starts = append(blocks, []listItem{it}), append(starts, i)
+		} else if it.Row.Role != "" && len(blocks) > 0 {
+			blocks[len(blocks)-1] = append(blocks[len(blocks)-1], it)
+		}
+	}
+	sorted := append([][]listItem(nil), blocks...)
+	sort.SliceStable(sorted, func(i, j int) bool { return rank[sorted[i][0].Group.ID] < rank[sorted[j][0].Group.ID] })
+	res := make([]listItem, 0, len(out))
+	next := 0
+	for i := 0; i < len(out); i++ {
+		if next < len(starts) && i == starts[next] {
+			res = append(res, sorted[next]...)
+			i += len(blocks[next]) - 1
+			next++
+			continue
+		}
+		res = append(res, out[i])
+	}
+	return res
+}
+
+// byActivity is the list's lines by activity: a group where its most
+// recent session would be.
+func byActivity(sessions []*relay.SessionItem, groups []*relay.Group) []listItem {
 	info := map[string]*relay.Group{}
 	for _, g := range groups {
 		info[g.ID] = g

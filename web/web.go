@@ -123,6 +123,13 @@ type view struct {
 	Next    string
 	Nav     nav
 
+	// Side: the sessions list stands beside the page (R23.1); Open is the
+	// session open beside it; SideOnly renders the list alone (a live
+	// refresh of the list on a session's page).
+	Side     bool
+	Open     string
+	SideOnly bool
+
 	Sessions     []*relay.SessionItem
 	List         []listItem // the active sessions as the list shows them: grouped
 	ShowArchived bool
@@ -146,6 +153,7 @@ type view struct {
 	Mentions  []string // the paired relays' names, offered after @ in the message box
 
 	Settings relay.Settings
+	MCPURL   string // the relay's public /mcp URL, in an external session's MCP client settings (R23.5)
 
 	Relays     []*relay.PairedRelay // the pairings (GET /api/v1/relays)
 	PeerTokens []peerTokenView      // the peer tokens this relay issued (GET /api/v1/peer-tokens)
@@ -198,6 +206,7 @@ func (c *console) page(name string) gin.HandlerFunc {
 
 func (c *console) render(ctx *gin.Context, status int, v *view) {
 	v.Relay, v.Assets = c.r.Name(), c.assets
+	v.MCPURL = strings.TrimRight(c.r.PublicURL(), "/") + "/mcp"
 	if v.Page != "signin" && v.Page != "error" {
 		c.navCounts(ctx.Request.Context(), v)
 	}
@@ -277,7 +286,16 @@ func (c *console) load(ctx context.Context, name string, g *gin.Context) (*view,
 			return nil, 0, err
 		}
 	case "session":
-		if err := c.loadSession(ctx, v, g.Param("id")); err != nil {
+		v.Side, v.Open = true, g.Param("id")
+		if g.Query("side") != "" {
+			v.SideOnly = true
+		} else if err := c.loadSession(ctx, v, v.Open); err != nil {
+			return nil, 0, err
+		}
+		if v.S != nil {
+			v.Open = v.S.ID // the page's address may name it by a prefix
+		}
+		if err := c.loadSide(ctx, v, nil); err != nil {
 			return nil, 0, err
 		}
 	case "inbox":
@@ -312,14 +330,15 @@ func (c *console) load(ctx context.Context, name string, g *gin.Context) (*view,
 }
 
 func (c *console) loadSessions(ctx context.Context, v *view, archived bool) error {
-	items, _, err := c.r.SessionList(ctx, "active", 200)
+	v.Side = true
+	items, _, err := c.r.SessionList(ctx, "active", listLimit)
 	if err != nil {
 		return err
 	}
 	v.Sessions = items
 	if archived {
 		v.ShowArchived = true
-		arch, _, err := c.r.SessionList(ctx, "archived", 200)
+		arch, _, err := c.r.SessionList(ctx, "archived", listLimit)
 		if err != nil {
 			return err
 		}
@@ -328,22 +347,30 @@ func (c *console) loadSessions(ctx context.Context, v *view, archived bool) erro
 	if err := c.loadWaiting(ctx, v, v.Sessions); err != nil {
 		return err
 	}
-	v.Marks = map[string]string{}
-	for _, cd := range v.Cards {
-		v.Marks[cd.Session] = "waiting for you"
+	v.Providers = c.r.Providers()
+	return c.loadSide(ctx, v, v.Cards)
+}
+
+// listLimit is how many sessions the list shows.
+const listLimit = 200
+
+// loadSide reads the sessions list that stands beside a page (R19.2,
+// R23.1): the active sessions, grouped, each marked when a card, question
+// or ask waits for the owner and with its schedules' ⏰. cards are the
+// pending cards when the page read them already (nil: read here).
+func (c *console) loadSide(ctx context.Context, v *view, cards []cardView) error {
+	if v.Sessions == nil {
+		items, _, err := c.r.SessionList(ctx, "active", listLimit)
+		if err != nil {
+			return err
+		}
+		v.Sessions = items
 	}
-	for _, q := range v.Questions {
-		v.Marks[q.Session] = "waiting for you"
-	}
-	asks, err := c.r.Inbox(ctx)
+	marks, err := c.marks(ctx, v, cards)
 	if err != nil {
 		return err
 	}
-	for _, a := range asks {
-		if sid := a.Session; sid != "" && v.Marks[sid] == "" {
-			v.Marks[sid] = "question"
-		}
-	}
+	v.Marks = marks
 	scheds, err := c.r.Schedules(ctx)
 	if err != nil {
 		return err
@@ -354,7 +381,6 @@ func (c *console) loadSessions(ctx context.Context, v *view, archived bool) erro
 			v.Clocks[id]++
 		}
 	}
-	v.Providers = c.r.Providers()
 	v.Groups, err = c.r.Groups(ctx)
 	if err != nil {
 		return err
@@ -363,11 +389,46 @@ func (c *console) loadSessions(ctx context.Context, v *view, archived bool) erro
 	return nil
 }
 
+// marks names the sessions something waits in: "waiting for you" for a
+// card or question card, else "question" for an open ask.
+func (c *console) marks(ctx context.Context, v *view, cards []cardView) (map[string]string, error) {
+	out := map[string]string{}
+	qs := v.Questions
+	if cards == nil {
+		cs, err := c.r.Cards(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, cd := range cs {
+			out[cd.Session] = "waiting for you"
+		}
+		if qs, err = c.questions(ctx, v.Sessions); err != nil {
+			return nil, err
+		}
+	}
+	for _, cd := range cards {
+		out[cd.Session] = "waiting for you"
+	}
+	for _, q := range qs {
+		out[q.Session] = "waiting for you"
+	}
+	asks, err := c.r.Inbox(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range asks {
+		if sid := a.Session; sid != "" && out[sid] == "" {
+			out[sid] = "question"
+		}
+	}
+	return out, nil
+}
+
 // questions lists the pending question cards of running sessions (a
 // question card exists only inside a running turn).
 func (c *console) questions(ctx context.Context, sessions []*relay.SessionItem) ([]questionView, error) {
 	if sessions == nil {
-		items, _, err := c.r.SessionList(ctx, "active", 200)
+		items, _, err := c.r.SessionList(ctx, "active", listLimit)
 		if err != nil {
 			return nil, err
 		}
@@ -391,7 +452,7 @@ func (c *console) questions(ctx context.Context, sessions []*relay.SessionItem) 
 
 func (c *console) loadWaiting(ctx context.Context, v *view, sessions []*relay.SessionItem) error {
 	if sessions == nil {
-		items, _, err := c.r.SessionList(ctx, "active", 200)
+		items, _, err := c.r.SessionList(ctx, "active", listLimit)
 		if err != nil {
 			return err
 		}

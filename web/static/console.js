@@ -38,7 +38,8 @@
       if (el.type === "radio") { if (el.checked) out[el.name] = el.value; return; }
       var v = el.value;
       if (v === "" && !el.hasAttribute("data-keep-empty")) return;
-      out[el.name] = el.dataset.type === "int" ? parseInt(v, 10) : v;
+      // data-type="minutes": typed in minutes, sent in seconds (the API's unit).
+      out[el.name] = el.dataset.type === "int" ? parseInt(v, 10) : el.dataset.type === "minutes" ? Math.round(parseFloat(v) * 60) : v;
     });
     return out;
   }
@@ -53,7 +54,52 @@
     Array.prototype.forEach.call(btns, function (b) { b.disabled = on; });
   }
 
+  // copyText puts text on the clipboard; where the Clipboard API is not
+  // allowed (a plain-http origin), through a selected, hidden textarea.
+  function copyText(text) {
+    function viaSelection() {
+      var ta = document.createElement("textarea");
+      ta.value = text;
+      ta.setAttribute("readonly", "");
+      ta.className = "offscreen";
+      document.body.appendChild(ta);
+      ta.select();
+      var ok = false;
+      try { ok = document.execCommand("copy"); } catch (e) { ok = false; }
+      ta.remove();
+      return ok ? Promise.resolve() : Promise.reject(new Error("no copy"));
+    }
+    if (navigator.clipboard && window.isSecureContext) return navigator.clipboard.writeText(text).catch(viaSelection);
+    return viaSelection();
+  }
+
+  // moveGroup puts a group one place up or down in the sidebar's order
+  // (PUT /api/v1/groups/order with every group of the list, R23.7).
+  function moveGroup(btn) {
+    var head = btn.closest("[data-group]");
+    var ids = Array.prototype.map.call(document.querySelectorAll("#live-sessions [data-group]"), function (e) { return e.dataset.group; });
+    var i = ids.indexOf(head.dataset.group), j = btn.dataset.moveGroup === "up" ? i - 1 : i + 1;
+    if (i < 0 || j < 0 || j >= ids.length) { say(j < 0 ? "This group is first already." : "This group is last already."); return; }
+    ids[i] = ids[j];
+    ids[j] = head.dataset.group;
+    busy(btn, true);
+    api("PUT", "/api/v1/groups/order", { ids: ids }).then(function () {
+      busy(btn, false);
+      say(btn.textContent.trim() + ": done.");
+      refresh();
+    }, function (e) { say(e.message, true); busy(btn, false); });
+  }
+
   document.addEventListener("click", function (ev) {
+    var cp = ev.target.closest("[data-copy]");
+    if (cp) {
+      var src = document.getElementById(cp.dataset.copy);
+      copyText(src ? (src.tagName === "INPUT" ? src.value : src.textContent) : "").then(function () { say("Copied."); },
+        function () { say("This browser did not copy: select the text and copy it.", true); });
+      return;
+    }
+    var mv = ev.target.closest("[data-move-group]");
+    if (mv) { moveGroup(mv); return; }
     var b = ev.target.closest("[data-call]");
     if (b) {
       ev.preventDefault();
@@ -85,7 +131,9 @@
       var v = data[f.dataset.field];
       v = v === undefined || v === null ? "" : String(v);
       if (f.tagName === "INPUT" || f.tagName === "TEXTAREA") { f.value = v; return; }
-      f.textContent = v && f.dataset.format ? f.dataset.format.replace("{}", v) : v;
+      var text = v && f.dataset.format ? f.dataset.format.replace("{}", v) : v;
+      if (f.dataset.attr) { f.setAttribute(f.dataset.attr, text); return; }
+      f.textContent = text;
     });
     el.hidden = false;
     var first = el.querySelector("input[data-field]");
@@ -101,8 +149,16 @@
     var errEl = f.querySelector("[data-form-error]");
     if (errEl) { errEl.hidden = true; errEl.textContent = ""; }
     busy(f, true);
-    api(ms[0], ms[1], formBody(f)).then(function (data) {
+    var body = formBody(f);
+    api(ms[0], ms[1], body).then(function (data) {
       busy(f, false);
+      // An external session's token is shown here, once (R23.5), instead of opening its page.
+      if (f.dataset.external && body.provider === "external" && data && data.token) {
+        show(document.getElementById(f.dataset.external), data);
+        say("The session was made: connect your MCP client with its token.");
+        refresh();
+        return;
+      }
       if (f.dataset.go && data && data.id) { location.href = f.dataset.go.replace("{id}", data.id); return; }
       if (f.hasAttribute("data-reset")) f.reset();
       say(f.dataset.done || "Saved.");
@@ -237,10 +293,20 @@
     if (ev.target === men.box) setTimeout(function () { if (document.activeElement !== men.box) mentionClose(); }, 0);
   });
 
-  // New session: the model list follows the provider.
+  // New session: the model list follows the provider; "Your own MCP
+  // client" (external) takes no model and no first message.
+  function toggleExternal(sel) {
+    var ext = sel.value === "external";
+    Array.prototype.forEach.call(sel.form.querySelectorAll("[data-not-external]"), function (d) {
+      d.hidden = ext;
+      Array.prototype.forEach.call(d.querySelectorAll("input, textarea, select"), function (x) { x.disabled = ext; });
+    });
+    Array.prototype.forEach.call(sel.form.querySelectorAll("[data-only-external]"), function (d) { d.hidden = !ext; });
+  }
   document.addEventListener("change", function (ev) {
     var sel = ev.target;
     if (!sel.dataset || !sel.dataset.models) return;
+    if (sel.form) toggleExternal(sel);
     var opt = sel.options[sel.selectedIndex], list = document.getElementById(sel.dataset.models);
     if (!opt || !list) return;
     list.replaceChildren();
@@ -283,11 +349,22 @@
   }
 
   if (document.body.dataset.page === "session" && !location.hash) window.scrollTo(0, document.body.scrollHeight);
+  // "New session" beside a conversation links to /#new-session: open it there.
+  var named = location.hash && document.getElementById(location.hash.slice(1));
+  if (named && named.tagName === "DETAILS") named.open = true;
   var live = document.querySelectorAll("[data-live]");
   Array.prototype.forEach.call(live, mark);
-  var pending = false, running = false, timer = 0;
+  var pending = false, sidePending = false, running = false, timer = 0;
   function refresh() {
     pending = true;
+    if (running || timer) return;
+    timer = setTimeout(run, 60);
+  }
+  // refreshSide refreshes only the sessions list beside a conversation
+  // (another session changed): the page's ?side=1 renders the list alone.
+  function refreshSide() {
+    if (document.body.dataset.page !== "session") { refresh(); return; }
+    sidePending = true;
     if (running || timer) return;
     timer = setTimeout(run, 60);
   }
@@ -297,13 +374,15 @@
   }
   function run() {
     timer = 0;
-    if (!pending) return;
+    if (!pending && !sidePending) return;
+    var src = pending ? location.href : location.pathname + "?side=1";
     pending = false;
+    sidePending = false;
     running = true;
     var before = waitingCount();
     var msgs = document.getElementById("live-msgs");
     var atEnd = (window.innerHeight + window.scrollY) >= document.body.scrollHeight - 80;
-    fetch(location.href, { credentials: "same-origin", headers: { "X-Live": "1" } }).then(function (res) {
+    fetch(src, { credentials: "same-origin", headers: { "X-Live": "1" } }).then(function (res) {
       return res.text().then(function (t) { return { res: res, t: t }; });
     }).then(function (x) {
       var doc = new DOMParser().parseFromString(x.t, "text/html");
@@ -321,7 +400,7 @@
       document.dispatchEvent(new CustomEvent("relay:refreshed"));
     }).catch(function () { /* the stream's reconnect brings the next refresh */ }).then(function () {
       running = false;
-      if (pending) timer = setTimeout(run, 60);
+      if (pending || sidePending) timer = setTimeout(run, 60);
     });
   }
 
@@ -335,14 +414,14 @@
     window.relayStream = es;
     es.addEventListener("hello", function () { document.body.dataset.stream = "open"; refresh(); });
     es.addEventListener("session", function (e) {
-      if (page === "session" && e.data !== me) return;
+      if (page === "session" && e.data !== me) { refreshSide(); return; }
       if (page === "settings" || page === "relays" || page === "inbox") return;
       refresh();
     });
     ["cards", "inbox", "question", "settings"].forEach(function (k) { es.addEventListener(k, refresh); });
     // The sessions list itself changed (a group made, renamed or dissolved; a subscription to all sessions).
     es.addEventListener("sessions", function () { if (page === "sessions" || page === "session") refresh(); });
-    es.addEventListener("turn", function () { if (page !== "session") refresh(); });
+    es.addEventListener("turn", function () { if (page !== "session") refresh(); else refreshSide(); });
     es.onerror = function () {
       document.body.dataset.stream = "closed";
       if (es.readyState === EventSource.CLOSED) setTimeout(connect, 2000);
