@@ -41,6 +41,18 @@ func listener(t *testing.T, answer func(n int) int) (*httptest.Server, chan hit)
 	return srv, hits
 }
 
+// recv is the next request the listener got; none within 15 s fails the test.
+func recv(t *testing.T, hits chan hit) hit {
+	t.Helper()
+	select {
+	case h := <-hits:
+		return h
+	case <-time.After(15 * time.Second):
+		t.Fatal("the webhook got no request")
+		return hit{}
+	}
+}
+
 // counted reads relay_notify_webhook_total{result} from the metrics' registry.
 func counted(t *testing.T, m *metrics.Metrics, result string) float64 {
 	t.Helper()
@@ -99,7 +111,7 @@ func TestWebhookRetriedUntilDelivered(t *testing.T) {
 	s.Notice(notice(relay.NoticeCard))
 	var last hit
 	for range 3 {
-		last = <-hits
+		last = recv(t, hits)
 	}
 	waitCount(t, m, Delivered, 1)
 	if got := counted(t, m, Retry); got != 2 {
@@ -133,7 +145,7 @@ func TestWebhookNtfy(t *testing.T) {
 	s := New(Options{Relay: "desk", Hooks: []config.Webhook{{URL: srv.URL, Events: []string{"ask"}, Format: "ntfy"}}})
 	defer s.Close()
 	s.Notice(notice(relay.NoticeAsk))
-	h := <-hits
+	h := recv(t, hits)
 	title, err := new(mime.WordDecoder).DecodeHeader(h.header.Get("Title"))
 	if err != nil || title != "Question · build · ünïcode" {
 		t.Errorf("Title %q (raw %q): %v", title, h.header.Get("Title"), err)
@@ -158,7 +170,7 @@ func TestWebhookGivesUpAndDrops(t *testing.T) {
 	s := New(Options{Relay: "desk", Hooks: []config.Webhook{{URL: srv.URL, Events: []string{"error"}}}, Count: m.WebhookResult, Backoff: time.Millisecond})
 	s.Notice(notice(relay.NoticeError))
 	for range 4 {
-		<-hits
+		recv(t, hits)
 	}
 	waitCount(t, m, Failed, 1)
 	if got := counted(t, m, Retry); got != 3 {
