@@ -104,6 +104,14 @@ func TestNotificationsInBrowser(t *testing.T) {
 		t.Fatalf("ask: %v", res)
 	}
 	waitNote(b, "Question · asker", "Ship it today?")
+	// An ask this relay's agent put on the paired relay waits for this owner too.
+	pairForNotices(t, desk, bravo)
+	desk.Message(asker.ID, "please work with @bravo")
+	there := bravo.NewSession(map[string]any{"title": "bravo work"})
+	if res, _ := desk.InTurn(asker, map[string]any{"action": "ask", "relay": "bravo", "session": there.ID, "question": "Deploy bravo tonight?"}, ""); res["ok"] != true {
+		t.Fatalf("ask on bravo: %v", res)
+	}
+	waitNote(b, "Question · asker", "Deploy bravo tonight?")
 
 	// ---- a turn a paired relay's agent started: no notification ---------------
 	caller := bravo.NewSession(map[string]any{"title": "remote caller"})
