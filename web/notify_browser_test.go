@@ -16,7 +16,8 @@ import (
 // notificationStub replaces the browser's Notification before the page's
 // scripts run: it records every notification made (window.__notes) and every
 // permission request (window.__asked); the permission is kept in
-// localStorage as a browser keeps it, and the tab reads as hidden.
+// localStorage as a browser keeps it, and the tab reads as hidden (until
+// window.__vis says "visible").
 const notificationStub = `(function () {
   window.__notes = []; window.__asked = 0;
   function N(title, opts) { this.title = title; this.body = (opts && opts.body) || ""; window.__notes.push(this); }
@@ -24,8 +25,9 @@ const notificationStub = `(function () {
   Object.defineProperty(N, "permission", { get: function () { return localStorage.getItem("__perm") || "default"; } });
   N.requestPermission = function () { window.__asked++; localStorage.setItem("__perm", "granted"); return Promise.resolve("granted"); };
   window.Notification = N;
-  Object.defineProperty(document, "visibilityState", { get: function () { return "hidden"; } });
-  Object.defineProperty(document, "hidden", { get: function () { return true; } });
+  window.__vis = "hidden";
+  Object.defineProperty(document, "visibilityState", { get: function () { return window.__vis; } });
+  Object.defineProperty(document, "hidden", { get: function () { return window.__vis === "hidden"; } });
 })();`
 
 // pairForNotices pairs from with to (a peer token made on to), so from's agents may prompt to's sessions.
@@ -55,7 +57,8 @@ func waitNote(b *browser, title, body string) {
 // TestNotificationsInBrowser (R23.10): the console asks for permission only
 // from its "Turn on notifications" control, never on load; with permission
 // and the tab hidden it shows "Approval needed · TITLE" for a card,
-// "Question · TITLE" for an ask, "Reply ready · TITLE" for an owner's turn
+// "Question · TITLE" for an ask (also one put on the paired relay) and a
+// question card, "Reply ready · TITLE" for an owner's turn
 // and "Turn failed · TITLE" for a turn error — and nothing for a turn a
 // paired relay's agent started (a second real relay, bravo); clicking a
 // notification opens its session.
@@ -113,6 +116,11 @@ func TestNotificationsInBrowser(t *testing.T) {
 	}
 	waitNote(b, "Question · asker", "Deploy bravo tonight?")
 
+	// A question card (ask_user) of a running turn waits for the owner too.
+	quiz := desk.NewSession(map[string]any{"title": "quiz"})
+	desk.Message(quiz.ID, relaytest.Script(map[string]any{"question": map[string]any{"text": "Which database?", "options": []any{"postgres", "sqlite"}}}))
+	waitNote(b, "Question · quiz", "Which database?")
+
 	// ---- a turn a paired relay's agent started: no notification ---------------
 	caller := bravo.NewSession(map[string]any{"title": "remote caller"})
 	bravo.Message(caller.ID, "please work with @desk")
@@ -136,6 +144,16 @@ func TestNotificationsInBrowser(t *testing.T) {
 			t.Errorf("a notification titled %q; every title is \"KIND · SESSION TITLE\"", title)
 		}
 	}
+
+	// ---- a visible tab shows none ---------------------------------------------------
+	before := eval[int](b, `window.__vis = "visible"; window.__got = 0;
+		window.relayStream.addEventListener("notice", function () { window.__got++; }); window.__notes.length`)
+	desk.Message(chat.ID, "while you look")
+	b.waitJS("the reply's notice on the stream", `window.__got >= 1`, 15*time.Second)
+	if after := eval[int](b, `window.__notes.length`); after != before {
+		t.Errorf("a notification while the tab is visible: %q", noteTitles(b)[before:])
+	}
+	eval[bool](b, `window.__vis = "hidden"; true`)
 
 	// ---- clicking a notification opens its session -------------------------------
 	eval[bool](b, `(function(){var n=window.__notes.filter(function(n){return n.title==="Approval needed · card asker";})[0]; n.onclick(); return true;})()`)
