@@ -88,6 +88,11 @@ func TestNotificationsInBrowser(t *testing.T) {
 	if got := eval[string](b, `(function(){var c=document.getElementById("notify-on"); return c && !c.hidden && c.offsetParent !== null ? c.textContent.trim() : "";})()`); got != "Turn on notifications" {
 		t.Fatalf("the visible notification control reads %q, want \"Turn on notifications\"", got)
 	}
+	shot := b.screenshot(artifacts(t), "console-notify-360.png", 360, 800)
+	if w := eval[int](b, `document.documentElement.scrollWidth`); w > 360 {
+		t.Errorf("with the notification control the page is %d px wide at 360 px (%s)", w, shot)
+	}
+	b.do("desktop width", chromedp.EmulateViewport(1280, 900))
 	b.do("Turn on notifications", chromedp.Click("#notify-on"))
 	b.waitJS("the permission asked once and the control gone", `window.__asked === 1 && Notification.permission === "granted" && document.getElementById("notify-on").hidden`, 5*time.Second)
 
