@@ -111,6 +111,8 @@ func streamEvent(payload string) (event, data string) {
 		return "settings", ""
 	case strings.HasPrefix(payload, "q:"):
 		return "question", strings.TrimPrefix(payload, "q:")
+	case strings.HasPrefix(payload, "notice:"): // an owner notification (R23.10): relay.OwnerNotice as JSON, one line
+		return "notice", strings.TrimPrefix(payload, "notice:")
 	}
 	return "", ""
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/oar/relay/scheduler"
 	"github.com/oar/relay/store"
 	"github.com/oar/relay/storelog"
+	"github.com/oar/relay/webhook"
 	"github.com/oar/relay/worker"
 )
 
@@ -96,6 +97,7 @@ type App struct {
 	relay    *domain.Relay
 	work     *worker.Worker
 	met      *metrics.Metrics
+	hooks    *webhook.Sender // the owner's webhooks (R23.10), nil when none
 	aq       *asynq.Client
 	insp     *asynq.Inspector
 	queues   jobs.Queues
@@ -232,6 +234,10 @@ func New(cfg config.Config, o Options) (*App, error) {
 	}
 	if o.Clock != nil {
 		ropt.Clock = o.Clock
+	}
+	if len(cfg.Notify.Webhooks) > 0 { // R23.10: the owner's notifications also go to the config's webhooks
+		a.hooks = webhook.New(webhook.Options{Relay: cfg.Name, Hooks: cfg.Notify.Webhooks, Count: a.met.WebhookResult, Logger: a.log})
+		ropt.Notices = a.hooks
 	}
 	a.clock = time.Now
 	if o.Clock != nil {
@@ -675,6 +681,9 @@ func (a *App) Close() { a.close() }
 
 func (a *App) close() {
 	defer a.closeTraces()
+	if a.hooks != nil {
+		a.hooks.Close() // deliveries under way end; the relay's work is done
+	}
 	_ = a.aq.Close()
 	_ = a.insp.Close()
 	_ = a.rdb.Close()

@@ -60,6 +60,7 @@ type Config struct {
 	Settings   Settings
 	Timing     Timing
 	Limits     Limits
+	Notify     Notify // yaml notify: the owner's webhooks (R23.10)
 }
 
 // Provider is one entry of the YAML providers list (SPEC §11).
@@ -641,7 +642,7 @@ func (c Config) Validate() error {
 	if l.DirectStarts < 0 {
 		return fmt.Errorf("config: limits.direct_starts must be 0 (off) or more (got %d)", l.DirectStarts)
 	}
-	return nil
+	return c.Notify.validate()
 }
 
 func (c Config) validateProviders() error {
@@ -959,6 +960,9 @@ func (d *fileDecoder) decode(c *Config, data []byte) error {
 			{"replay_events", d.integer(&c.Limits.ReplayEvents)},
 			{"hops", d.integer(&c.Limits.Hops)},
 			{"direct_starts", d.integer(&c.Limits.DirectStarts)},
+		})},
+		{"notify", d.section([]field{
+			{"webhooks", d.webhooks(&c.Notify.Webhooks)},
 		})},
 	})
 }

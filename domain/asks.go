@@ -42,6 +42,7 @@ type asksStore interface {
 type asksHost interface {
 	sessionByRef(ctx context.Context, ref string) (*store.Session, *Error)
 	notify(ctx context.Context, what string)
+	ownerNotice(ctx context.Context, event, sid, title, text string)
 }
 
 // Inbox (the asks' door for api, web and the peer routes): see
@@ -87,6 +88,9 @@ func (as *asks) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
 		return nil, internal("ask: AddAsk", err)
 	}
 	as.relay.notify(ctx, "inbox")
+	if c.remote == nil { // a paired relay's agent asks its own owner, who reads it there (R10.5)
+		as.relay.ownerNotice(ctx, relay.NoticeAsk, concern.ID, concern.Title, in.question) // R23.10
+	}
 	res := newResult("", fmt.Sprintf("question %s pending", ak.ID))
 	if concern.ID != c.s.ID {
 		res.session = concern.ID

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/store"
 )
 
@@ -44,6 +45,7 @@ type cardsHost interface {
 	settings(ctx context.Context) (store.Settings, error)
 	releaseHeld(ctx context.Context, setter string, approved bool)
 	notify(ctx context.Context, what string)
+	ownerNotice(ctx context.Context, event, sid, title, text string)
 }
 
 // Cards (the cards' door for api and web): see [cards.Cards].
@@ -169,6 +171,7 @@ func (cd *cards) askCard(ctx context.Context, c *caller, need *cardNeed, action 
 	}
 	cd.log.Info("card asked", "card", card.ID, "session", id8(c.s.ID), "action", action)
 	cd.relay.notify(ctx, "cards")
+	cd.relay.ownerNotice(ctx, relay.NoticeCard, c.s.ID, c.s.Title, action+": "+strings.Join(card.Lines, " · ")) // R23.10
 	deadline := cd.opts.Timers.NewTimer(cd.maxWait(ctx))
 	defer deadline.Stop()
 	recheck := time.NewTicker(recheckEvery)

@@ -68,6 +68,8 @@ type drainHost interface {
 	folderAllowed(dir string) (resolved, why string)
 	anyPairing(ctx context.Context) bool
 	notify(ctx context.Context, what string)
+	ownerNotice(ctx context.Context, event, sid, title, text string)
+	turnNotice(ctx context.Context, s *store.Session, id string, t *store.Turn, status store.TurnStatus, text string)
 }
 
 // Drain runs the next queued turn of a session (the drain's door for tests

@@ -2,7 +2,10 @@ package domain
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/store"
 )
 
@@ -54,4 +57,86 @@ func (r *Relay) notifySchedule(ctx context.Context, sc *store.Schedule) {
 // notification would bring to the sessions list.
 func (r *Relay) notifyGroups(ctx context.Context) {
 	r.notify(ctx, "sessions")
+}
+
+// NoticeSink receives the owner notifications (R23.10) besides the console's
+// live stream: the webhooks (app gives it package webhook's Sender). Notice
+// must not block: the domain calls it on the path of a card, an ask or a
+// turn's end.
+type NoticeSink interface {
+	Notice(n relay.OwnerNotice)
+}
+
+// noticeText is how many characters of what waits, or of a reply, a notice
+// carries (one line, R18.16).
+const noticeText = fieldExcerpt
+
+// ownerNotice tells the owner that something waits or is ready (R23.10): on
+// the notification channel as "notice:{json}" (the console's live stream
+// shows it as a browser notification) and to Options.Notices (the
+// webhooks). title "" is read from the session.
+func (r *Relay) ownerNotice(ctx context.Context, event, sid, title, text string) {
+	if sid == "" || isPeerConversation(sid) {
+		return
+	}
+	if title == "" {
+		if s, err := r.st.GetSession(ctx, sid); err == nil {
+			title = s.Title
+		}
+	}
+	title = LineValue(title, fieldTitle)
+	if title == "" {
+		title = "session " + id8(sid)
+	}
+	n := relay.OwnerNotice{At: r.now(), Event: event, Session: sid, Title: title, Text: LineValue(text, noticeText),
+		OpenURL: r.openURL(ctx, sid), Heading: relay.NoticeHeading(event, title)}
+	if b, err := json.Marshal(n); err == nil {
+		r.notify(ctx, "notice:"+string(b))
+	}
+	if r.opts.Notices != nil {
+		r.opts.Notices.Notice(n)
+	}
+}
+
+// openURL is a session's console page on this relay (R23.8); "" when this
+// process knows no URL of the API.
+func (r *Relay) openURL(ctx context.Context, sid string) string {
+	base := r.opts.BaseURL
+	if base == "" {
+		base, _ = r.st.APIURL(ctx) // a worker-only process: the API recorded where it listens
+	}
+	if base == "" {
+		return ""
+	}
+	return strings.TrimRight(base, "/") + "/s/" + sid
+}
+
+// turnNotice is the notice of a turn's end (R23.10): a reply ready (done) or
+// an error, only for a turn the owner or this relay's agents started — never
+// for one a paired relay's agent sent (its caller is that relay's
+// conversation, its from that relay). t nil: the turn is read.
+func (r *Relay) turnNotice(ctx context.Context, s *store.Session, id string, t *store.Turn, status store.TurnStatus, text string) {
+	event := map[store.TurnStatus]string{store.TurnDone: relay.NoticeReply, store.TurnError: relay.NoticeError}[status]
+	if event == "" {
+		return
+	}
+	if t == nil {
+		var err error
+		if t, err = r.st.GetTurn(ctx, id); err != nil {
+			return
+		}
+	}
+	if !r.startedHere(t) {
+		return
+	}
+	r.ownerNotice(ctx, event, s.ID, s.Title, text)
+}
+
+// startedHere reports whether the owner or an agent of this relay started a
+// turn (its prompt's caller and from), as against a paired relay's agent.
+func (r *Relay) startedHere(t *store.Turn) bool {
+	if isPeerConversation(t.Caller) {
+		return false
+	}
+	return t.From == nil || t.From.Relay == "" || strings.EqualFold(t.From.Relay, r.opts.Name)
 }

@@ -79,6 +79,9 @@ type Options struct {
 	// Peers sends the peer protocol's requests to paired relays (package
 	// peer's Client); nil: none can be reached (their requests fail OFFLINE).
 	Peers PeerClient
+	// Notices receives the owner notifications (R23.10, notify.go) besides
+	// the console's live stream: the webhooks; nil: none.
+	Notices NoticeSink
 }
 
 // Relay is the domain service: the lookups every action shares

@@ -49,6 +49,7 @@ type remoteHost interface {
 	targets
 	checkThere(ctx context.Context, p *store.Pairing, body PeerCallBody) (*PeerChecked, *Error)
 	notify(ctx context.Context, what string)
+	ownerNotice(ctx context.Context, event, sid, title, text string)
 }
 
 // The doors other subsystems' hosts reach the mirrors by (peerLinkHost,
@@ -513,6 +514,8 @@ func (rm *remote) afterRemote(ctx context.Context, c *caller, a *args, p *store.
 			rm.log.Error("keep remote ask", "relay", p.Name, "ask", id, "err", err)
 		}
 		rm.relay.notify(ctx, "inbox") // the owner's console lists paired relays' asks too (R19.4)
+		// R23.10: the ask waits for this relay's owner; the asker's page is here.
+		rm.relay.ownerNotice(ctx, relay.NoticeAsk, c.s.ID, c.s.Title, q)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/clock"
 	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/otelx"
@@ -389,7 +390,8 @@ func (dr *drainer) finishUsage(ctx context.Context, l drainLease, s *store.Sessi
 	text = excerpt(text, 240) // a line shows 120 characters; events and replay streams keep no whole replies
 	dr.dl.emit(wctx, &store.Event{Kind: EvTurnEnd, Session: s.ID, Title: s.Title, Status: string(status), Text: text, Turn: id})
 	dr.relay.notify(wctx, "session:"+s.ID)
-	defer dr.hub.fire("turn:" + id) // a caller waiting in this process wakes now, not when the notification comes back
+	defer dr.relay.turnNotice(wctx, s, id, nil, status, text) // R23.10, after the waiting caller woke
+	defer dr.hub.fire("turn:" + id)                           // a caller waiting in this process wakes now, not when the notification comes back
 	return more, dr.st.Notify(wctx, "turn:"+id)
 }
 
@@ -452,6 +454,7 @@ func (dr *drainer) finishEmit(ctx context.Context, l drainLease, s *store.Sessio
 	// A caller waiting in this process (the drain started where the prompt
 	// was queued) wakes now, with the turn as it ended, rather than when the
 	// notification comes back and it reads the turn.
+	defer dr.relay.turnNotice(wctx, s, id, ended, status, reply) // R23.10, after the waiting caller woke
 	defer dr.hub.fireWith("turn:"+id, ended)
 	if !watched {
 		return more, nil // "turn:ID" was published with the outcome
@@ -940,6 +943,7 @@ func (h *host) AskUser(ctx context.Context, text string, options []string) (stri
 	}
 	dr.dl.emit(ctx, &store.Event{Kind: EvQuestionAsked, Session: h.sid, QuestionID: q.ID, Text: text})
 	dr.relay.notify(ctx, "turn:"+h.turn)
+	dr.relay.ownerNotice(ctx, relay.NoticeAsk, h.sid, "", text) // R23.10: the question card waits for the owner
 	recheck := time.NewTicker(recheckEvery)
 	defer recheck.Stop()
 	for {

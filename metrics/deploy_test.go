@@ -64,6 +64,7 @@ func exported(t *testing.T) map[string]series {
 	m.Delivery("message")
 	m.HTTPRequest("api", 200)
 	m.PeerRequest("events", "ok")
+	m.WebhookResult("delivered")
 
 	mfs, err := m.Registry.Gather()
 	if err != nil {

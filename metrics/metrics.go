@@ -35,6 +35,7 @@ type Metrics struct {
 	deliveries    *prometheus.CounterVec
 	peerRequests  *prometheus.CounterVec
 	notifyFailed  prometheus.Counter
+	webhooks      *prometheus.CounterVec // relay_notify_webhook_total{result} (R23.10)
 }
 
 // New builds the registry with the Go and process collectors.
@@ -68,9 +69,12 @@ func New() *Metrics {
 			[]string{"kind"}),
 		notifyFailed: prometheus.NewCounter(prometheus.CounterOpts{Name: "relay_notify_failures_total",
 			Help: "Notifications of the owner's console that were not sent (the change itself was made; an open page shows it with its next update or a reload)."}),
+		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "relay_notify_webhook_total",
+			Help: "Owner notifications sent to the config's webhooks (R23.10), by result: delivered, retry (a try failed, another follows), failed (every try failed), dropped (the queue was full)."},
+			[]string{"result"}),
 	}
 	reg.MustRegister(m.toolCalls, m.toolDuration, m.turnsStarted, m.turnsFinished, m.turnDuration, m.cards, m.httpRequests,
-		m.events, m.deliveries, m.peerRequests, m.notifyFailed,
+		m.events, m.deliveries, m.peerRequests, m.notifyFailed, m.webhooks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -104,6 +108,9 @@ func (m *Metrics) PeerRequest(kind, code string) { m.peerRequests.WithLabelValue
 
 // NotifyFailed counts one notification of the owner's console not sent.
 func (m *Metrics) NotifyFailed() { m.notifyFailed.Inc() }
+
+// WebhookResult counts one outcome of a webhook delivery (R23.10; package webhook's results).
+func (m *Metrics) WebhookResult(result string) { m.webhooks.WithLabelValues(result).Inc() }
 
 // HTTPRequest counts one HTTP request; kind is mcp, api, peer, metrics or health.
 func (m *Metrics) HTTPRequest(kind string, status int) {

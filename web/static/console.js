@@ -368,10 +368,6 @@
     if (running || timer) return;
     timer = setTimeout(run, 60);
   }
-  function waitingCount() {
-    var el = document.querySelector("[data-waiting]");
-    return el ? parseInt(el.dataset.waiting, 10) : 0;
-  }
   function run() {
     timer = 0;
     if (!pending && !sidePending) return;
@@ -379,7 +375,6 @@
     pending = false;
     sidePending = false;
     running = true;
-    var before = waitingCount();
     var msgs = document.getElementById("live-msgs");
     var atEnd = (window.innerHeight + window.scrollY) >= document.body.scrollHeight - 80;
     fetch(src, { credentials: "same-origin", headers: { "X-Live": "1" } }).then(function (res) {
@@ -393,10 +388,6 @@
         if (nu && merge(cur, nu)) changed = true;
       });
       if (changed && msgs && atEnd) window.scrollTo(0, document.body.scrollHeight);
-      var after = waitingCount();
-      if (after > before && "Notification" in window && Notification.permission === "granted" && document.hidden) {
-        new Notification("relay: waiting for you", { body: after + " card(s) or question(s) wait for your decision." });
-      }
       document.dispatchEvent(new CustomEvent("relay:refreshed"));
     }).catch(function () { /* the stream's reconnect brings the next refresh */ }).then(function () {
       running = false;

@@ -1,0 +1,90 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/oar/relay"
+)
+
+// Notify is the yaml notify section (R23.10): where owner notifications go
+// besides the console's browser notifications.
+type Notify struct {
+	Webhooks []Webhook // notify.webhooks
+}
+
+// Webhook is one entry of notify.webhooks: the events it lists are POSTed
+// to URL, as JSON or as ntfy's plain text.
+type Webhook struct {
+	URL    string   // url: http or https
+	Events []string // events: card, ask, reply, error (at least one, each once)
+	Format string   // format: json (default) | ntfy
+}
+
+// The formats of a webhook's body.
+const (
+	WebhookJSON = "json" // {"event","relay","session":{"id","title"},"text","openUrl","at"}
+	WebhookNtfy = "ntfy" // the text as the body; Title, Click and Tags headers
+)
+
+// webhooks decodes notify.webhooks.
+func (d *fileDecoder) webhooks(p *[]Webhook) func(string, *yaml.Node) error {
+	return func(path string, v *yaml.Node) error {
+		if v.Kind != yaml.SequenceNode {
+			return d.typeErr(path, v, "a list of webhooks")
+		}
+		out := make([]Webhook, len(v.Content))
+		for i, item := range v.Content {
+			item = resolve(item)
+			at := fmt.Sprintf("%s[%d]", path, i)
+			if item.Kind != yaml.MappingNode {
+				return d.typeErr(at, item, "a mapping")
+			}
+			w := &out[i]
+			if err := d.mapping(item, at, []field{
+				{"url", d.str(&w.URL)},
+				{"events", d.strs(&w.Events)},
+				{"format", d.str(&w.Format)},
+			}); err != nil {
+				return err
+			}
+			if w.Format == "" {
+				w.Format = WebhookJSON
+			}
+		}
+		*p = out
+		return nil
+	}
+}
+
+// validate checks every webhook: an http(s) URL, known events each named
+// once, a known format.
+func (n Notify) validate() error {
+	names := strings.Join(relay.NoticeEvents, ", ")
+	for i, w := range n.Webhooks {
+		at := fmt.Sprintf("notify.webhooks[%d]", i)
+		u, err := url.Parse(w.URL)
+		if w.URL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("config: %s.url must be an http or https URL like https://ntfy.sh/my-topic (got %q)", at, w.URL)
+		}
+		if len(w.Events) == 0 {
+			return fmt.Errorf("config: %s.events must name at least one of %s", at, names)
+		}
+		for j, e := range w.Events {
+			if !slices.Contains(relay.NoticeEvents, e) {
+				return fmt.Errorf("config: %s.events[%d] is %q; the events are %s", at, j, e, names)
+			}
+			if slices.Index(w.Events, e) != j {
+				return fmt.Errorf("config: %s.events names %q twice", at, e)
+			}
+		}
+		if w.Format != "" && w.Format != WebhookJSON && w.Format != WebhookNtfy {
+			return fmt.Errorf("config: %s.format must be json or ntfy (got %q)", at, w.Format)
+		}
+	}
+	return nil
+}
