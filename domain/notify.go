@@ -89,26 +89,13 @@ func (r *Relay) ownerNotice(ctx context.Context, event, sid, title, text string)
 		title = "session " + id8(sid)
 	}
 	n := relay.OwnerNotice{At: r.now(), Event: event, Session: sid, Title: title, Text: LineValue(text, noticeText),
-		OpenURL: r.openURL(ctx, sid), Heading: relay.NoticeHeading(event, title)}
+		OpenURL: r.pageURL(ctx, sid), Heading: relay.NoticeHeading(event, title)}
 	if b, err := json.Marshal(n); err == nil {
 		r.notify(ctx, "notice:"+string(b))
 	}
 	if r.opts.Notices != nil {
 		r.opts.Notices.Notice(n)
 	}
-}
-
-// openURL is a session's console page on this relay (R23.8); "" when this
-// process knows no URL of the API.
-func (r *Relay) openURL(ctx context.Context, sid string) string {
-	base := r.opts.BaseURL
-	if base == "" {
-		base, _ = r.st.APIURL(ctx) // a worker-only process: the API recorded where it listens
-	}
-	if base == "" {
-		return ""
-	}
-	return strings.TrimRight(base, "/") + "/s/" + sid
 }
 
 // turnNotice is the notice of a turn's end (R23.10): a reply ready (done) or

@@ -199,9 +199,18 @@ func (r *Relay) sessionFound(ref string, s *store.Session, n int, err error) (*s
 // openURL is a session's console page on this relay (R23.8, a result's
 // openUrl): PUBLIC_URL/s/ID, nil when the relay knows no public URL.
 func (r *Relay) openURL(ctx context.Context, sid string) any {
+	if u := r.pageURL(ctx, sid); u != "" {
+		return u
+	}
+	return nil
+}
+
+// pageURL is openURL as a string, "" when the relay knows no public URL (an
+// owner notice's openUrl, R23.10).
+func (r *Relay) pageURL(ctx context.Context, sid string) string {
 	base := strings.TrimRight(r.dr.publicURL(ctx), "/")
 	if base == "" || sid == "" {
-		return nil
+		return ""
 	}
 	return base + "/s/" + sid
 }
