@@ -79,6 +79,9 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 	if err := r.st.CreateSession(ctx, s); err != nil {
 		return nil, fmt.Errorf("create session %s: %w", id8(s.ID), err)
 	}
+	if provID != ProviderExternal {
+		r.noteCwd(ctx, s.Cwd) // relay_info's recentCwds: the owner's sessions too (R24.6)
+	}
 	if group != nil {
 		if err := r.grp.joinGroup(ctx, s, group); err != nil {
 			return nil, fmt.Errorf("create session %s in group %s: %w", id8(s.ID), group.ID, err)
@@ -162,11 +165,40 @@ func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (*relay.Mess
 	}
 	r.unlockMentions(ctx, s.ID, text)   // R4.4: the owner mentioned paired relays
 	r.sch.releaseHeld(ctx, s.ID, false) // the owner wrote: held schedule firings go (R9.6)
+	if isExternal(s) {
+		return r.keepOwnerMessage(ctx, s, text)
+	}
 	t, err := r.q.queue(ctx, s, text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.rem.mentionedRelays(ctx, s.ID)}, "", false, 0)
 	if err != nil {
 		return nil, err
 	}
+	r.noteCwd(ctx, s.Cwd) // relay_info's recentCwds: the owner's sessions too (R24.6)
 	return &relay.MessageQueued{Session: s.ID, MessageID: t.ID, Status: string(t.Status)}, nil
+}
+
+// keepOwnerMessage keeps the owner's message in an external session's
+// conversation (R24.7): no turn runs there (its agent is the user's own MCP
+// client, R17.7), so it is kept as the owner's message for that client to
+// read with read_session.
+func (r *Relay) keepOwnerMessage(ctx context.Context, s *store.Session, text string) (*relay.MessageQueued, error) {
+	m := &store.Message{ID: store.NewID(16), Role: "user", Text: text, CreatedAt: r.now()}
+	if err := r.st.AppendActivity(ctx, s.ID, m); err != nil {
+		return nil, fmt.Errorf("message session %s: %w", id8(s.ID), err)
+	}
+	delivered := false
+	return &relay.MessageQueued{Session: s.ID, MessageID: m.ID, Status: "kept", Delivered: &delivered,
+		Note: "Session " + id8(s.ID) + " is an external MCP client: the relay runs no turn for it. Your message is kept in its conversation; the session's own client reads it with read_session."}, nil
+}
+
+// noteCwd records a folder a session used for relay_info's recentCwds; a
+// failure only leaves it out of that list.
+func (r *Relay) noteCwd(ctx context.Context, dir string) {
+	if dir == "" {
+		return
+	}
+	if err := r.st.NoteCwd(ctx, dir, r.now()); err != nil {
+		r.log.Warn("recent folder not noted", "cwd", dir, "err", err)
+	}
 }
 
 // OwnerStop stops a session's running turn.
