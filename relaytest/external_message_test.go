@@ -2,8 +2,12 @@ package relaytest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -51,5 +55,46 @@ func TestExternalSessionOwnerMessageR24_7(t *testing.T) {
 	env := m.MustOK(map[string]any{"action": "read_session", "relay": "this", "session": ext.ID})
 	if !strings.Contains(fmt.Sprint(env["messages"]), "please look at boxr next") {
 		t.Fatalf("read_session does not show the owner's message: %v", env)
+	}
+}
+
+// R24.5: README's "Try it" gives an MCP client an external session's token,
+// so every action works from the first try (a card waits for the owner); a
+// call from a session whose agent has no running turn says to use an
+// external session.
+func TestTryItExternalSessionR24_5(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, try, _ := strings.Cut(string(readme), "Try it:")
+	mt := regexp.MustCompile(`/api/v1/sessions -d '([^']+)'`).FindStringSubmatch(try)
+	if mt == nil {
+		t.Fatal("README's Try it creates no session")
+	}
+	var fields map[string]any
+	if err := json.Unmarshal([]byte(mt[1]), &fields); err != nil {
+		t.Fatalf("README's Try it body %q: %v", mt[1], err)
+	}
+	r := Start(t, Options{})
+	s := r.NewSession(fields)
+	m := r.Connect(s.Token, nil)
+	done := make(chan map[string]any, 1)
+	go func() {
+		env, _ := callNoFail(m, map[string]any{"action": "create_session", "relay": "this", "text": "first try", "wait_seconds": 10})
+		done <- env
+	}()
+	card := r.WaitCard(s.ID)
+	r.Decide(card["id"].(string), "allow")
+	if env := <-done; env["ok"] != true {
+		t.Fatalf("create_session from README's Try it session: %v", env)
+	}
+
+	// A session the relay runs turns for, called from outside its turn.
+	plain := r.NewSession(map[string]any{"title": "orchestrator"})
+	env := r.Connect(plain.Token, nil).MustFail(map[string]any{"action": "create_session", "relay": "this", "text": "hi"}, "REMOTE_RELAY_NO_ACTIVE_TURN")
+	if msg := fmt.Sprint(env["error"]); !strings.Contains(msg, "use an external session") || !strings.Contains(msg, `"provider": "external"`) {
+		t.Fatalf("NO_ACTIVE_TURN error does not point to an external session: %s", msg)
 	}
 }
