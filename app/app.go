@@ -228,7 +228,8 @@ func New(cfg config.Config, o Options) (*App, error) {
 		if p.MonthlyCap > 0 {
 			ropt.Caps[p.ID] = domain.Cap{Amount: p.MonthlyCap, Unit: p.CapUnit}
 		}
-		ropt.Traits[p.ID] = domain.SessionTraits{Claude: p.ClaudeSessions(), CompactWindowZero: p.CompactWindowZero, AlwaysThinks: p.AlwaysThinks}
+		ropt.Traits[p.ID] = domain.SessionTraits{Claude: p.ClaudeSessions(), CompactWindowZero: p.CompactWindowZero, AlwaysThinks: p.AlwaysThinks,
+			Billing: p.Billing, Repos: p.TakesRepos()}
 	}
 	if o.Clock != nil {
 		ropt.Clock = o.Clock

@@ -81,7 +81,7 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 		chk.Session = &CheckedRef{ID: pl.s.ID, Title: pl.s.Title}
 		chk.Provider, chk.Model, chk.Effort, chk.Mode = pl.info.Name, firstNonEmpty(in.model, pl.s.Model), firstNonEmpty(in.effort, pl.s.Effort), pl.mode
 		if pl.switchTo != "" {
-			chk.Billing = pl.info.Name
+			chk.Billing = r.snd.billingTo(pl.info) // the card's words (R24.6)
 		}
 	case "create_session":
 		_, pl, e := r.crt.createChecks(ctx, c, a)
