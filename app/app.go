@@ -32,6 +32,7 @@ import (
 	"github.com/oar/relay/peer"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/redisurl"
+	"github.com/oar/relay/repos"
 	"github.com/oar/relay/scheduler"
 	"github.com/oar/relay/store"
 	"github.com/oar/relay/storelog"
@@ -217,7 +218,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 		Name: cfg.Name, Version: Version, Folders: cfg.Folders, DefaultCwd: cfg.DefaultCwd,
 		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Logger: a.log, Metrics: a.met,
 		MaxWaitCap: o.MaxWaitCap, Caps: map[string]domain.Cap{}, Traits: map[string]domain.SessionTraits{},
-		Peers: peers,
+		Peers: peers, Repos: &repos.Manager{Dir: cfg.ReposDir(), BaseURL: cfg.Repos.BaseURL},
 	}
 	if o.Mode == ModeServe {
 		// The worker runs here too: a prompt whose caller waits may start

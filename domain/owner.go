@@ -282,6 +282,7 @@ func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (*relay.Sess
 	if err := r.st.DeleteSession(ctx, s.ID, r.st.BusyKey(orch), r.st.PeerBusyKey(orch)); err != nil {
 		return nil, fmt.Errorf("delete session %s: %w", id8(s.ID), err)
 	}
+	r.crt.removeWorktree(ctx, s) // a repository session's worktree (R24.4)
 	r.notify(ctx, "tokens")
 	r.notify(ctx, "session:"+s.ID)
 	return &relay.SessionDeleted{Session: s.ID, Deleted: true}, nil

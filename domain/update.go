@@ -353,6 +353,9 @@ func (up *updates) checkUpdate(ctx context.Context, c *caller, a *args, in *upda
 			pl.createGroup = in.groupRef
 		}
 	}
+	if pl.cwd != "" && s.Repo != "" {
+		return nil, repoFolderFixed(s) // R24.4: it works on its own clone
+	}
 	if pl.cwd != "" {
 		if pl.cwd, e = up.relay.checkFolder(pl.cwd, nothingChanged); e != nil {
 			return nil, e

@@ -148,11 +148,14 @@ func (r *Repo) locked(ctx context.Context) (func(), error) {
 	return func() { _ = fl.Unlock() }, nil
 }
 
+// WorktreesDir is the folder of the sessions' worktrees.
+func (m *Manager) WorktreesDir() string { return filepath.Join(m.Dir, "worktrees") }
+
 // AddWorktree gives a session its own worktree of the repository at
 // Dir/worktrees/name on branch: the branch as it is, else the remote's
 // branch of that name, else a new branch from the default branch.
 func (m *Manager) AddWorktree(ctx context.Context, r *Repo, branch, name string) (string, error) {
-	dir := filepath.Join(m.Dir, "worktrees", name)
+	dir := filepath.Join(m.WorktreesDir(), name)
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return "", fmt.Errorf("repos: %w", err)
 	}
@@ -197,7 +200,7 @@ func refExists(ctx context.Context, clone, ref string) bool {
 // RemoveWorktree removes a session's worktree (its branch stays in the
 // clone). A folder that is no worktree of a clone here is left alone.
 func (m *Manager) RemoveWorktree(ctx context.Context, dir string) error {
-	if !strings.HasPrefix(filepath.Clean(dir), filepath.Join(m.Dir, "worktrees")+string(filepath.Separator)) {
+	if !strings.HasPrefix(filepath.Clean(dir), m.WorktreesDir()+string(filepath.Separator)) {
 		return nil
 	}
 	b, err := os.ReadFile(filepath.Join(dir, ".git"))
