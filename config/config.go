@@ -78,14 +78,6 @@ type Provider struct {
 	MaxSteps     int               // max_steps (openai): model calls per turn; 0 = the provider's default (25)
 	SystemPrompt string            // system_prompt (openai): optional first message of every turn
 	SwitchTo     string            // switch_to: id of another provider
-	// Billing (billing): how the provider's turns are paid, BillingSubscription
-	// or BillingAPIKey; "" = not said. A send that switches to the provider
-	// says it on its card (R24.6).
-	Billing string
-	// Repos (repos): the provider's sessions work on a repository (repo and
-	// branch on create_session instead of cwd, R24.4); always for the id
-	// ReposProviderID.
-	Repos bool
 	MonthlyCap   float64           // monthly_cap: spending cap per calendar month (UTC) in CapUnit; 0 = none (R7.8)
 	CapUnit      string            // cap_unit: usd | tokens; required with monthly_cap
 	Env          map[string]string // env: extra environment for the provider
@@ -116,6 +108,14 @@ type Provider struct {
 	// resolves it at start (exit 2 when it does not exist or the relay,
 	// not root, cannot switch to it).
 	User string
+	// Billing (billing): how the provider's turns are paid, BillingSubscription
+	// or BillingAPIKey; "" = not said. A send that switches to the provider
+	// says it on its card (R24.6).
+	Billing string
+	// Repos (repos): the provider's sessions work on a repository (repo and
+	// branch on create_session instead of cwd, R24.4); always for the id
+	// ReposProviderID.
+	Repos bool
 }
 
 // Billing words a provider may set (R24.6).
