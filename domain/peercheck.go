@@ -84,11 +84,14 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 			chk.Billing = r.snd.billingTo(pl.info) // the card's words (R24.6)
 		}
 	case "create_session":
-		_, pl, e := r.crt.createChecks(ctx, c, a)
+		in, pl, e := r.crt.createChecks(ctx, c, a)
 		if e != nil {
 			return nil, e
 		}
 		chk.Title, chk.Provider, chk.Model, chk.Effort, chk.Mode, chk.Cwd = pl.title, pl.info.Name, pl.model, pl.effort, pl.mode, pl.cwd
+		if pl.repo != nil { // a repository session (R24.4): where it will work
+			chk.Cwd = repoWhere(in.repo, pl.branch)
+		}
 		if pl.group != nil {
 			chk.Group = &CheckedRef{ID: pl.group.ID, Name: r.grp.groupName(ctx, pl.group)}
 		}
