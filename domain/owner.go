@@ -79,9 +79,7 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 	if err := r.st.CreateSession(ctx, s); err != nil {
 		return nil, fmt.Errorf("create session %s: %w", id8(s.ID), err)
 	}
-	if provID != ProviderExternal {
-		r.noteCwd(ctx, s.Cwd) // relay_info's recentCwds: the owner's sessions too (R24.6)
-	}
+	r.noteCwd(ctx, s) // relay_info's recentCwds: the owner's sessions too (R24.6)
 	if group != nil {
 		if err := r.grp.joinGroup(ctx, s, group); err != nil {
 			return nil, fmt.Errorf("create session %s in group %s: %w", id8(s.ID), group.ID, err)
@@ -172,7 +170,7 @@ func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (*relay.Mess
 	if err != nil {
 		return nil, err
 	}
-	r.noteCwd(ctx, s.Cwd) // relay_info's recentCwds: the owner's sessions too (R24.6)
+	r.noteCwd(ctx, s) // relay_info's recentCwds: the owner's sessions too (R24.6)
 	return &relay.MessageQueued{Session: s.ID, MessageID: t.ID, Status: string(t.Status)}, nil
 }
 
@@ -190,14 +188,15 @@ func (r *Relay) keepOwnerMessage(ctx context.Context, s *store.Session, text str
 		Note: "Session " + id8(s.ID) + " is an external MCP client: the relay runs no turn for it. Your message is kept in its conversation; the session's own client reads it with read_session."}, nil
 }
 
-// noteCwd records a folder a session used for relay_info's recentCwds; a
-// failure only leaves it out of that list.
-func (r *Relay) noteCwd(ctx context.Context, dir string) {
-	if dir == "" {
+// noteCwd records the folder of a session that runs here for relay_info's
+// recentCwds (not an external session's, which runs nowhere, nor a
+// repository session's worktree); a failure only leaves it out of that list.
+func (r *Relay) noteCwd(ctx context.Context, s *store.Session) {
+	if s.Cwd == "" || isExternal(s) || s.Repo != "" {
 		return
 	}
-	if err := r.st.NoteCwd(ctx, dir, r.now()); err != nil {
-		r.log.Warn("recent folder not noted", "cwd", dir, "err", err)
+	if err := r.st.NoteCwd(ctx, s.Cwd, r.now()); err != nil {
+		r.log.Warn("recent folder not noted", "cwd", s.Cwd, "err", err)
 	}
 }
 
