@@ -120,7 +120,7 @@ func (m *Manager) Prepare(ctx context.Context, repo, branch string) (*Repo, erro
 		if _, err := git(ctx, r.Clone, "fetch", "--prune", "--quiet", "origin"); err != nil {
 			return nil, err
 		}
-		return r, nil
+		return r, r.branchFree(ctx, branch)
 	}
 	_ = os.RemoveAll(r.Clone) // a clone cut short before
 	if _, err := git(ctx, clones, "clone", "--bare", "--quiet", "--", url, r.Clone); err != nil {
@@ -136,6 +136,21 @@ func (m *Manager) Prepare(ctx context.Context, repo, branch string) (*Repo, erro
 		return nil, err
 	}
 	return r, nil
+}
+
+// branchFree refuses a branch another session's worktree has checked out
+// (git would refuse it only once the worktree is made).
+func (r *Repo) branchFree(ctx context.Context, branch string) error {
+	list, err := git(ctx, r.Clone, "worktree", "list", "--porcelain")
+	if err != nil {
+		return err
+	}
+	for _, l := range strings.Split(list, "\n") {
+		if l == "branch refs/heads/"+branch {
+			return &GitError{Line: fmt.Sprintf("fatal: '%s' is already checked out in another session's worktree", branch)}
+		}
+	}
+	return nil
 }
 
 // locked takes the repository's lock (waiting while another holds it).

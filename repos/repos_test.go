@@ -82,6 +82,9 @@ func TestPrepareAndWorktreesR24_4(t *testing.T) {
 	}
 
 	var ge *GitError
+	if _, err := m.Prepare(ctx, "example-org/sample-repo", "feature/banner"); !errors.As(err, &ge) || !strings.Contains(ge.Line, "already checked out") {
+		t.Errorf("a branch another session has: %v", err)
+	}
 	if _, err := m.Prepare(ctx, "example-org/sample-repo", "bad..name"); !errors.As(err, &ge) || !strings.Contains(ge.Line, "not a valid branch name") {
 		t.Errorf("bad branch: %v", err)
 	}
