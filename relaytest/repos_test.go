@@ -122,6 +122,25 @@ func TestRepositorySessionsR24_4(t *testing.T) {
 		t.Fatalf("second worktree %s", other)
 	}
 
+	// Two sessions on a repository not cloned yet, at once: one clone, two worktrees.
+	url := "file://" + filepath.Join(base, "example-org", "sample-repo") + "/"
+	results := make(chan map[string]any, 2)
+	for i := range 2 {
+		go func() {
+			env, _ := callNoFail(m, map[string]any{"action": "create_session", "relay": "this", "provider": "claude-cloud",
+				"repo": url, "branch": fmt.Sprintf("at-once-%d", i), "text": "x", "wait_seconds": 0})
+			results <- env
+		}()
+	}
+	for range 2 {
+		if env := <-results; env["ok"] != true {
+			t.Errorf("a create_session at once: %v", env)
+		}
+	}
+	if clones, _ := filepath.Glob(filepath.Join(reposDir, "clones", "*.git")); len(clones) != 3 {
+		t.Errorf("clones: %v, want 3 (owner/name, file://, file:// with a slash)", clones)
+	}
+
 	env = m.MustFail(map[string]any{"action": "update_session", "relay": "this", "session": sid, "cwd": r.Config.Folders[0]}, "REMOTE_RELAY_INVALID_INPUT")
 	if msg := fmt.Sprint(env["error"]); !strings.Contains(msg, "its folder cannot be changed") {
 		t.Errorf("update_session cwd: %s", msg)
