@@ -23,6 +23,19 @@ type NewSession struct {
 	Effort   string `json:"effort"`
 	Text     string `json:"text"`
 	Group    string `json:"group"`
+	Repo     string `json:"repo"`   // a repository session's repository (R24.4)
+	Branch   string `json:"branch"` // and its branch
+}
+
+// ownerSizes checks the owner's new session's text and title lengths.
+func ownerSizes(in NewSession) *Error {
+	if len(in.Text) > MaxTextBytes {
+		return Errorf(CodeInvalidInput, "text may have at most 1 MiB. %s", nothingCreated)
+	}
+	if len(in.Title) > 200 {
+		return Errorf(CodeInvalidInput, "title may have at most 200 characters. %s", nothingCreated)
+	}
+	return nil
 }
 
 // OwnerCreateSession creates a session for the owner; with text its first prompt is queued.
@@ -50,15 +63,12 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 	if e := checkMode(in.Mode, nothingCreated); e != nil {
 		return nil, e
 	}
-	cwd, e := r.checkFolder(in.Cwd, nothingCreated)
+	cwd, repo, e := r.ownerFolder(ctx, provID, in) // a folder, or a repository (R24.4)
 	if e != nil {
 		return nil, e
 	}
-	if len(in.Text) > MaxTextBytes {
-		return nil, Errorf(CodeInvalidInput, "text may have at most 1 MiB. %s", nothingCreated)
-	}
-	if len(in.Title) > 200 {
-		return nil, Errorf(CodeInvalidInput, "title may have at most 200 characters. %s", nothingCreated)
+	if e := ownerSizes(in); e != nil {
+		return nil, e
 	}
 	var group *store.Group
 	if in.Group != "" {
@@ -75,6 +85,9 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 		if in.Text != "" {
 			s.Title = titleFrom(in.Text)
 		}
+	}
+	if e := r.ownerWorktree(ctx, repo, s, in.Repo); e != nil {
+		return nil, e
 	}
 	if err := r.st.CreateSession(ctx, s); err != nil {
 		return nil, fmt.Errorf("create session %s: %w", id8(s.ID), err)

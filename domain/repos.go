@@ -84,3 +84,31 @@ func repoFolderFixed(s *store.Session) *Error {
 
 // repoWhere is where a repository session works, for its card.
 func repoWhere(repo, branch string) string { return fmt.Sprintf("%s on branch %s", repo, branch) }
+
+// ownerFolder is the owner's new session's folder (the folders rule), or,
+// for a provider whose sessions work on a repository, its clone prepared
+// and its branch checked, as create_session does.
+func (r *Relay) ownerFolder(ctx context.Context, provID string, in NewSession) (string, *createPlan, *Error) {
+	pl := &createPlan{provID: provID}
+	if e := r.crt.checkRepo(ctx, &createArgs{repo: in.Repo, branch: in.Branch, cwd: in.Cwd}, pl); e != nil {
+		return "", nil, e
+	}
+	if pl.repo != nil {
+		return "", pl, nil
+	}
+	cwd, e := r.checkFolder(in.Cwd, nothingCreated)
+	return cwd, nil, e
+}
+
+// ownerWorktree makes the owner's repository session's worktree, its folder.
+func (r *Relay) ownerWorktree(ctx context.Context, pl *createPlan, s *store.Session, repo string) *Error {
+	if pl == nil {
+		return nil
+	}
+	dir, e := r.crt.addWorktree(ctx, pl, s.ID, repo)
+	if e != nil {
+		return e
+	}
+	s.Cwd, s.Repo, s.Branch = dir, repo, pl.branch
+	return nil
+}

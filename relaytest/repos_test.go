@@ -141,6 +141,17 @@ func TestRepositorySessionsR24_4(t *testing.T) {
 		t.Errorf("clones: %v, want 3 (owner/name, file://, file:// with a slash)", clones)
 	}
 
+	// The owner's POST /api/v1/sessions takes repo and branch the same way.
+	var out map[string]any
+	if st := r.Owner(http.MethodPost, "/api/v1/sessions", map[string]any{"provider": "claude-cloud", "title": "mine"}, &out); st != http.StatusBadRequest {
+		t.Errorf("owner's claude-cloud session without repo: %d %v", st, out)
+	}
+	if st := r.Owner(http.MethodPost, "/api/v1/sessions", map[string]any{"provider": "claude-cloud", "title": "mine",
+		"repo": "example-org/sample-repo", "branch": "owner-branch"}, &out); st != http.StatusCreated ||
+		!strings.HasPrefix(fmt.Sprint(out["cwd"]), reposDir) || out["branch"] != "owner-branch" {
+		t.Errorf("owner's repository session: %d %v", st, out)
+	}
+
 	env = m.MustFail(map[string]any{"action": "update_session", "relay": "this", "session": sid, "cwd": r.Config.Folders[0]}, "REMOTE_RELAY_INVALID_INPUT")
 	if msg := fmt.Sprint(env["error"]); !strings.Contains(msg, "its folder cannot be changed") {
 		t.Errorf("update_session cwd: %s", msg)
