@@ -8,8 +8,12 @@ import "encoding/json"
 // the key out.
 
 // MessageQueued answers an owner's message (POST /sessions/{id}/messages).
+// An external session's (R24.7) is kept, not delivered: Delivered false
+// and Note say so; the other answers leave both out.
 type MessageQueued struct {
+	Delivered *bool  `json:"delivered,omitempty"`
 	MessageID string `json:"message_id"`
+	Note      string `json:"note,omitempty"`
 	Session   string `json:"session"`
 	Status    string `json:"status"`
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/oar/relay/peer"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/redisurl"
+	"github.com/oar/relay/repos"
 	"github.com/oar/relay/scheduler"
 	"github.com/oar/relay/store"
 	"github.com/oar/relay/storelog"
@@ -219,7 +220,7 @@ func New(cfg config.Config, o Options) (*App, error) {
 		Name: cfg.Name, Version: Version, Folders: cfg.Folders, DefaultCwd: cfg.DefaultCwd,
 		Settings: cfg.Settings, Timing: cfg.Timing, Limits: cfg.Limits, Logger: a.log, Metrics: a.met,
 		MaxWaitCap: o.MaxWaitCap, Caps: map[string]domain.Cap{}, Traits: map[string]domain.SessionTraits{},
-		Peers: peers,
+		Peers: peers, Repos: &repos.Manager{Dir: cfg.ReposDir(), BaseURL: cfg.Repos.BaseURL},
 	}
 	if o.Mode == ModeServe {
 		// The worker runs here too: a prompt whose caller waits may start
@@ -230,7 +231,8 @@ func New(cfg config.Config, o Options) (*App, error) {
 		if p.MonthlyCap > 0 {
 			ropt.Caps[p.ID] = domain.Cap{Amount: p.MonthlyCap, Unit: p.CapUnit}
 		}
-		ropt.Traits[p.ID] = domain.SessionTraits{Claude: p.ClaudeSessions(), CompactWindowZero: p.CompactWindowZero, AlwaysThinks: p.AlwaysThinks}
+		ropt.Traits[p.ID] = domain.SessionTraits{Claude: p.ClaudeSessions(), CompactWindowZero: p.CompactWindowZero, AlwaysThinks: p.AlwaysThinks,
+			Billing: p.Billing, Repos: p.TakesRepos()}
 	}
 	if o.Clock != nil {
 		ropt.Clock = o.Clock

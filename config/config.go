@@ -57,6 +57,7 @@ type Config struct {
 	Folders    []string   // yaml folders; default [home]; ~ expanded, Clean
 	DefaultCwd string     // yaml default_cwd; default Folders[0]
 	Providers  []Provider // yaml providers; "scripted" always present
+	Repos      Repos      // yaml repos: repository sessions' clones (R24.4)
 	Settings   Settings
 	Timing     Timing
 	Limits     Limits
@@ -108,6 +109,47 @@ type Provider struct {
 	// resolves it at start (exit 2 when it does not exist or the relay,
 	// not root, cannot switch to it).
 	User string
+	// Billing (billing): how the provider's turns are paid, BillingSubscription
+	// or BillingAPIKey; "" = not said. A send that switches to the provider
+	// says it on its card (R24.6).
+	Billing string
+	// Repos (repos): the provider's sessions work on a repository (repo and
+	// branch on create_session instead of cwd, R24.4); always for the id
+	// ReposProviderID.
+	Repos bool
+}
+
+// Billing words a provider may set (R24.6).
+const (
+	BillingSubscription = "subscription"
+	BillingAPIKey       = "api_key"
+)
+
+// ReposProviderID is the seed's repository sessions' provider (Claude
+// Cloud): it takes repositories whether or not it says repos (R24.4).
+const ReposProviderID = "claude-cloud"
+
+// Repos is where repository sessions' clones live (yaml repos:, R24.4).
+type Repos struct {
+	// BaseURL (base_url) resolves a repo given as owner/name: BaseURL/owner/name
+	// (a URL or a local directory); "" = https://github.com.
+	BaseURL string
+	// Dir (dir) holds one clone per repository and the sessions' worktrees;
+	// "" = DATA_DIR/repos.
+	Dir string
+}
+
+// TakesRepos reports whether the provider's sessions work on a repository
+// (R24.4): repos: true, or the id ReposProviderID.
+func (p Provider) TakesRepos() bool { return p.Repos || p.ID == ReposProviderID }
+
+// ReposDir is the folder of repository sessions' clones and worktrees:
+// repos.dir, else "repos" in the data directory (R24.4).
+func (c Config) ReposDir() string {
+	if c.Repos.Dir != "" {
+		return c.Repos.Dir
+	}
+	return filepath.Join(DataDir(c.DataDir), "repos")
 }
 
 // SandboxBwrap is the one sandbox a provider may set (R18.31): Debian's
@@ -547,6 +589,9 @@ func (c Config) Validate() error {
 		}
 	}
 
+	if c.Repos.Dir != "" && !filepath.IsAbs(c.Repos.Dir) {
+		return fmt.Errorf("config: repos.dir must be an absolute path (got %q)", c.Repos.Dir)
+	}
 	if len(c.Folders) == 0 {
 		return errors.New("config: folders must name at least one folder")
 	}
@@ -724,6 +769,9 @@ func (c Config) validateProviders() error {
 		}
 		if err := checkCap(at, p); err != nil {
 			return err
+		}
+		if p.Billing != "" && p.Billing != BillingSubscription && p.Billing != BillingAPIKey {
+			return fmt.Errorf("config: %s.billing must be subscription or api_key (got %q)", at, p.Billing)
 		}
 		if p.Claude && p.Type != TypeExec && p.Type != TypeOpenAI {
 			return fmt.Errorf("config: %s.claude applies only to types exec and openai (this provider is type %s)", at, p.Type)
@@ -925,6 +973,10 @@ func (d *fileDecoder) decode(c *Config, data []byte) error {
 		{"folders", d.paths(&c.Folders)},
 		{"default_cwd", d.path1(&c.DefaultCwd)},
 		{"providers", d.providers(&c.Providers)},
+		{"repos", d.section([]field{
+			{"base_url", d.str(&c.Repos.BaseURL)},
+			{"dir", d.path1(&c.Repos.Dir)},
+		})},
 		{"settings", d.section([]field{
 			{"agent_sessions", d.boolean(&c.Settings.AgentSessions)},
 			{"accept_agent_prompts", d.boolean(&c.Settings.AcceptAgentPrompts)},
@@ -1231,6 +1283,8 @@ func (d *fileDecoder) providers(p *[]Provider) func(string, *yaml.Node) error {
 				{"max_steps", d.integer(&pr.MaxSteps)},
 				{"system_prompt", d.str(&pr.SystemPrompt)},
 				{"switch_to", d.str(&pr.SwitchTo)},
+				{"billing", d.str(&pr.Billing)},
+				{"repos", d.boolean(&pr.Repos)},
 				{"monthly_cap", d.number(&pr.MonthlyCap)},
 				{"cap_unit", d.str(&pr.CapUnit)},
 				{"env", d.strMap(&pr.Env)},

@@ -1512,11 +1512,14 @@ func TestRulesActCreateSession(t *testing.T) {
 	}
 
 	// Later sessions in this conversation need no card: direct calls work.
-	env = f.ok(a, create(map[string]any{"text": "two", "title": "second", "group": "release 2.4", "effort": "high", "repo": "git@example.com:x.git", "branch": "main"}))
-	if diff := cmp.Diff([]any{map[string]any{"id": g1, "name": "Release 2.4", "role": "member"}, "high", "git@example.com:x.git", "main"},
-		[]any{env["group"], env["effort"], env["repo"], env["branch"]}); diff != "" {
+	env = f.ok(a, create(map[string]any{"text": "two", "title": "second", "group": "release 2.4", "effort": "high"}))
+	if diff := cmp.Diff([]any{map[string]any{"id": g1, "name": "Release 2.4", "role": "member"}, "high"},
+		[]any{env["group"], env["effort"]}); diff != "" {
 		t.Errorf("second (-want +got):\n%s", diff)
 	}
+	actNoKey(t, "second", env, "repo", "branch")
+	// repo and branch are for providers whose sessions work on a repository (R24.4).
+	f.actFail(a, create(map[string]any{"text": "x", "repo": "git@example.com:x.git", "branch": "main"}), CodeInvalidInput)
 	env = f.ok(a, create(map[string]any{"text": "three", "group": g1}))
 	if diff := cmp.Diff([]any{g1, "three"}, []any{env["group"].(map[string]any)["id"], env["title"]}); diff != "" {
 		t.Errorf("group by id, title from text (-want +got):\n%s", diff)

@@ -153,7 +153,7 @@ func (cd *cards) askCard(ctx context.Context, c *caller, need *cardNeed, action 
 	}
 	// An external session's call is its own live turn (R17.7): it blocks until the owner decides.
 	if c.turn == nil && !isExternal(c.s) {
-		return Errorf(CodeNoActiveTurn, "%s needs the owner's approval, and a card can only be asked inside a running turn of this conversation. %s", action, nothing)
+		return Errorf(CodeNoActiveTurn, "%s needs the owner's approval, and a card can only be asked inside a running turn of this conversation; this session's agent has no running turn now. %s %s", action, useExternal, nothing)
 	}
 	cardRelay := cd.opts.Name
 	if need.relay != "" {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/provider"
+	"github.com/oar/relay/repos"
 	"github.com/oar/relay/store"
 )
 
@@ -89,7 +90,13 @@ func (cr *creates) checkFolder(dir, nothing string) (string, *Error) {
 // every time, while the rule's own folders (the operator's configuration)
 // are resolved again once folderRecheck has passed since they last were.
 func (cr *creates) realFolders() []string {
-	return cr.foldKept.getOr(func() []string { return config.ResolveFolders(cr.opts.Folders) })
+	return cr.foldKept.getOr(func() []string {
+		folders := cr.opts.Folders
+		if cr.opts.Repos != nil { // repository sessions' worktrees (R24.4)
+			folders = append(append([]string{}, folders...), cr.opts.Repos.WorktreesDir())
+		}
+		return config.ResolveFolders(folders)
+	})
 }
 
 // folderRecheck is how long the folders rule's resolved folders are kept.
@@ -143,6 +150,8 @@ type createPlan struct {
 	info                                    provider.Info
 	modelNote                               string
 	group                                   *store.Group // the named group, nil for none
+	repo                                    *repos.Repo  // a repository session's clone (R24.4), nil for a folder
+	branch                                  string       // its branch
 	need                                    *cardNeed
 	queued                                  bool // the first prompt was queued: its loop count stays taken
 }
@@ -255,10 +264,13 @@ func (cr *creates) checkCreate(ctx context.Context, c *caller, in *createArgs) (
 			return nil, e
 		}
 	}
+	if e := cr.checkRepo(ctx, in, pl); e != nil { // R24.4
+		return nil, e
+	}
 	if pl.cwd, e = cr.checkFolder(in.cwd, nothingCreated); e != nil {
 		return nil, e
 	}
-	if pl.cwd == "" {
+	if pl.cwd == "" && pl.repo == nil {
 		pl.cwd = firstNonEmpty(c.s.Cwd, cr.opts.DefaultCwd)
 	}
 	pl.title = in.title
@@ -283,7 +295,11 @@ func (cr *creates) cardCreate(ctx context.Context, c *caller, in *createArgs, pl
 	if e := cr.cards.loopCard(ctx, pl.need, c); e != nil {
 		return e
 	}
-	lines := []string{createCardLine(pl.title, pl.info.Name, pl.cwd, in.text), settingsLine(pl.model, pl.effort, pl.mode)}
+	where := pl.cwd
+	if pl.repo != nil {
+		where = repoWhere(in.repo, pl.branch)
+	}
+	lines := []string{createCardLine(pl.title, pl.info.Name, where, in.text), settingsLine(pl.model, pl.effort, pl.mode)}
 	if pl.group != nil {
 		lines = append(lines, groupLine(cr.grp.groupName(ctx, pl.group), pl.group.ID))
 	}
@@ -317,25 +333,10 @@ func (cr *creates) applyCreate(ctx context.Context, c *caller, in *createArgs, p
 			return nil, internal("applyCreate: GetGroup", err)
 		}
 	}
-	now := cr.now()
-	s := &store.Session{ID: store.NewID(16), Title: pl.title, Provider: pl.provID, Model: pl.model, Effort: pl.effort, Mode: pl.mode,
-		Cwd: pl.cwd, Repo: in.repo, Branch: in.branch, Token: store.NewID(24), CreatedAt: now, LastActivityAt: now,
-		StartedBy: cr.rem.startedBy(c)}
-	if err := cr.st.ReserveUnder(ctx, c.s.ID, s.ID, cr.opts.Limits.ActiveSessions, cr.opts.Limits.ActiveSessionsPerPeerToken); err != nil {
-		if errors.Is(err, store.ErrPeerSessionLimit) {
-			return nil, cr.q.peerCapError(s.StartedBy, nothingCreated)
-		}
-		if errors.Is(err, store.ErrSessionLimit) {
-			return nil, Errorf(CodeSessionLimit, "%d sessions this conversation started already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
-				cr.opts.Limits.ActiveSessions, cr.opts.Limits.ActiveSessions, nothingCreated)
-		}
-		return nil, internal("applyCreate: ReserveUnder", err)
+	s, e := cr.newSession(ctx, c, in, pl)
+	if e != nil {
+		return nil, e
 	}
-	if err := cr.st.CreateSession(ctx, s); err != nil {
-		cr.q.unreserve(ctx, c.s.ID, s.ID)
-		return nil, internal("applyCreate: CreateSession", err)
-	}
-	_ = cr.st.NoteCwd(ctx, pl.cwd, now)
 	group, groupWarning := cr.groupCreated(ctx, c, s, group)
 	t, err := cr.q.queue(ctx, s, in.text, "agent", cr.q.fromRef(c), c.origin(cr.opts.Name), c.s.ID, false, in.wait)
 	if err != nil {
@@ -343,7 +344,7 @@ func (cr *creates) applyCreate(ctx context.Context, c *caller, in *createArgs, p
 		return nil, internalAfter(err, "session "+s.ID+" was created, but its first prompt was not queued")
 	}
 	pl.queued = true
-	t, e := cr.q.sent(waitCtx, c, t, in.wait, "session "+s.ID+" was created and its prompt queued (message_id "+t.ID+")")
+	t, e = cr.q.sent(waitCtx, c, t, in.wait, "session "+s.ID+" was created and its prompt queued (message_id "+t.ID+")")
 	if e != nil {
 		return nil, e
 	}
@@ -351,11 +352,8 @@ func (cr *creates) applyCreate(ctx context.Context, c *caller, in *createArgs, p
 	cr.q.turnResult(ctx, res, t)
 	res.what = fmt.Sprintf("%q, %s", pl.title, res.what)
 	res.set("provider", pl.provID).set("model", pl.model).set("mode", pl.mode).set("effort", pl.effort).set("title", pl.title)
-	if in.repo != "" {
-		res.set("repo", in.repo)
-	}
-	if in.branch != "" {
-		res.set("branch", in.branch)
+	if s.Repo != "" {
+		res.set("repo", s.Repo).set("branch", s.Branch)
 	}
 	if group != nil {
 		role := "member"
@@ -376,6 +374,51 @@ func (cr *creates) applyCreate(ctx context.Context, c *caller, in *createArgs, p
 		res.note("modelNote", pl.modelNote)
 	}
 	return res, nil
+}
+
+// newSession makes the session record under the 4-at-work cap: a
+// repository session's worktree first (its folder, R24.4), removed again
+// when the session is not made.
+func (cr *creates) newSession(ctx context.Context, c *caller, in *createArgs, pl *createPlan) (*store.Session, *Error) {
+	now := cr.now()
+	s := &store.Session{ID: store.NewID(16), Title: pl.title, Provider: pl.provID, Model: pl.model, Effort: pl.effort, Mode: pl.mode,
+		Cwd: pl.cwd, Token: store.NewID(24), CreatedAt: now, LastActivityAt: now, StartedBy: cr.rem.startedBy(c)}
+	if pl.repo != nil {
+		dir, e := cr.addWorktree(ctx, pl, s.ID, in.repo)
+		if e != nil {
+			return nil, e
+		}
+		s.Cwd, s.Repo, s.Branch = dir, in.repo, pl.branch
+	}
+	e := cr.reserveAndCreate(ctx, c, s)
+	if e != nil {
+		cr.removeWorktree(ctx, s)
+		return nil, e
+	}
+	if pl.repo == nil {
+		_ = cr.st.NoteCwd(ctx, pl.cwd, now)
+	}
+	return s, nil
+}
+
+// reserveAndCreate takes the new session's place under the caller's caps
+// and stores it.
+func (cr *creates) reserveAndCreate(ctx context.Context, c *caller, s *store.Session) *Error {
+	if err := cr.st.ReserveUnder(ctx, c.s.ID, s.ID, cr.opts.Limits.ActiveSessions, cr.opts.Limits.ActiveSessionsPerPeerToken); err != nil {
+		if errors.Is(err, store.ErrPeerSessionLimit) {
+			return cr.q.peerCapError(s.StartedBy, nothingCreated)
+		}
+		if errors.Is(err, store.ErrSessionLimit) {
+			return Errorf(CodeSessionLimit, "%d sessions this conversation started already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
+				cr.opts.Limits.ActiveSessions, cr.opts.Limits.ActiveSessions, nothingCreated)
+		}
+		return internal("applyCreate: ReserveUnder", err)
+	}
+	if err := cr.st.CreateSession(ctx, s); err != nil {
+		cr.q.unreserve(ctx, c.s.ID, s.ID)
+		return internal("applyCreate: CreateSession", err)
+	}
+	return nil
 }
 
 // groupCreated puts a just created session into its group: the named one,

@@ -15,6 +15,11 @@ const ProviderExternal = "external"
 
 func isExternal(s *store.Session) bool { return s != nil && s.Provider == ProviderExternal }
 
+// useExternal ends the error of a call from a session whose agent cannot
+// act now (no running turn, R24.5): an MCP client of one's own belongs to an
+// external session, whose calls are their own live turn.
+const useExternal = `For an MCP client of your own, use an external session: the owner creates one with POST /api/v1/sessions {"provider": "external"} and gives the client its token.`
+
 // notPromptable refuses a prompt into an external session (R17.7).
 func notPromptable(s *store.Session, nothing string) *Error {
 	return Errorf(CodeUnsupported, "Session %s (%q) is an external MCP client; the relay cannot prompt it. %s", id8(s.ID), s.Title, nothing)

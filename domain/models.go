@@ -93,17 +93,7 @@ func (md *models) checkModel(p provider.Info, model, nothing string, create bool
 	// claude-opus-5-5): a session never switches provider because of a
 	// model name, so the agent must pass that provider.
 	if create {
-		var owners []string
-		for _, id := range md.ids() {
-			if id == p.ID {
-				continue
-			}
-			for _, m := range md.providers[id].Info().Models {
-				if m == model {
-					owners = append(owners, id)
-				}
-			}
-		}
+		owners := md.owners(p.ID, model)
 		if len(owners) == 1 {
 			e.Msg = strings.TrimSuffix(e.Msg, " "+nothing) + fmt.Sprintf(" Provider %q offers '%s': pass provider %q. %s", owners[0], model, owners[0], nothing)
 			return "", e.With("remoteCode", remoteName(owners[0])+"_PROVIDER_REQUIRED")
@@ -116,6 +106,28 @@ func (md *models) checkModel(p provider.Info, model, nothing string, create bool
 		}
 	}
 	return "", e
+}
+
+// owners are the providers other than except that list model, in config
+// order; a billing partner (switch_to, R7.8) of one listed already is not a
+// second owner (R24.6): claude and claude-api both listing an id make one
+// owner, the first of them.
+func (md *models) owners(except, model string) []string {
+	var owners []string
+	for _, id := range md.ids() {
+		in := md.providers[id].Info()
+		if id == except || !contains(in.Models, model) {
+			continue
+		}
+		partnered := false
+		for _, o := range owners {
+			partnered = partnered || in.SwitchTo == o || md.providers[o].Info().SwitchTo == id
+		}
+		if !partnered {
+			owners = append(owners, id)
+		}
+	}
+	return owners
 }
 
 func (md *models) checkEffort(p provider.Info, effort, nothing string) *Error {

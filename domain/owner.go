@@ -24,6 +24,19 @@ type NewSession struct {
 	Effort   string `json:"effort"`
 	Text     string `json:"text"`
 	Group    string `json:"group"`
+	Repo     string `json:"repo"`   // a repository session's repository (R24.4)
+	Branch   string `json:"branch"` // and its branch
+}
+
+// ownerSizes checks the owner's new session's text and title lengths.
+func ownerSizes(in NewSession) *Error {
+	if len(in.Text) > MaxTextBytes {
+		return Errorf(CodeInvalidInput, "text may have at most 1 MiB. %s", nothingCreated)
+	}
+	if len(in.Title) > 200 {
+		return Errorf(CodeInvalidInput, "title may have at most 200 characters. %s", nothingCreated)
+	}
+	return nil
 }
 
 // OwnerCreateSession creates a session for the owner; with text its first prompt is queued.
@@ -51,15 +64,12 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 	if e := checkMode(in.Mode, nothingCreated); e != nil {
 		return nil, e
 	}
-	cwd, e := r.checkFolder(in.Cwd, nothingCreated)
+	cwd, repo, e := r.ownerFolder(ctx, provID, in) // a folder, or a repository (R24.4)
 	if e != nil {
 		return nil, e
 	}
-	if len(in.Text) > MaxTextBytes {
-		return nil, Errorf(CodeInvalidInput, "text may have at most 1 MiB. %s", nothingCreated)
-	}
-	if len(in.Title) > 200 {
-		return nil, Errorf(CodeInvalidInput, "title may have at most 200 characters. %s", nothingCreated)
+	if e := ownerSizes(in); e != nil {
+		return nil, e
 	}
 	var group *store.Group
 	if in.Group != "" {
@@ -77,9 +87,13 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 			s.Title = titleFrom(in.Text)
 		}
 	}
+	if e := r.ownerWorktree(ctx, repo, s, in.Repo); e != nil {
+		return nil, e
+	}
 	if err := r.st.CreateSession(ctx, s); err != nil {
 		return nil, fmt.Errorf("create session %s: %w", id8(s.ID), err)
 	}
+	r.noteCwd(ctx, s) // relay_info's recentCwds: the owner's sessions too (R24.6)
 	if group != nil {
 		if err := r.grp.joinGroup(ctx, s, group); err != nil {
 			return nil, fmt.Errorf("create session %s in group %s: %w", id8(s.ID), group.ID, err)
@@ -163,11 +177,41 @@ func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (*relay.Mess
 	}
 	r.unlockMentions(ctx, s.ID, text)   // R4.4: the owner mentioned paired relays
 	r.sch.releaseHeld(ctx, s.ID, false) // the owner wrote: held schedule firings go (R9.6)
+	if isExternal(s) {
+		return r.keepOwnerMessage(ctx, s, text)
+	}
 	t, err := r.q.queue(ctx, s, text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.rem.mentionedRelays(ctx, s.ID)}, "", false, 0)
 	if err != nil {
 		return nil, err
 	}
+	r.noteCwd(ctx, s) // relay_info's recentCwds: the owner's sessions too (R24.6)
 	return &relay.MessageQueued{Session: s.ID, MessageID: t.ID, Status: string(t.Status)}, nil
+}
+
+// keepOwnerMessage keeps the owner's message in an external session's
+// conversation (R24.7): no turn runs there (its agent is the user's own MCP
+// client, R17.7), so it is kept as the owner's message for that client to
+// read with read_session.
+func (r *Relay) keepOwnerMessage(ctx context.Context, s *store.Session, text string) (*relay.MessageQueued, error) {
+	m := &store.Message{ID: store.NewID(16), Role: "user", Text: text, CreatedAt: r.now()}
+	if err := r.st.AppendActivity(ctx, s.ID, m); err != nil {
+		return nil, fmt.Errorf("message session %s: %w", id8(s.ID), err)
+	}
+	delivered := false
+	return &relay.MessageQueued{Session: s.ID, MessageID: m.ID, Status: "kept", Delivered: &delivered,
+		Note: "Session " + id8(s.ID) + " is an external MCP client: the relay runs no turn for it. Your message is kept in its conversation; the session's own client reads it with read_session."}, nil
+}
+
+// noteCwd records the folder of a session that runs here for relay_info's
+// recentCwds (not an external session's, which runs nowhere, nor a
+// repository session's worktree); a failure only leaves it out of that list.
+func (r *Relay) noteCwd(ctx context.Context, s *store.Session) {
+	if s.Cwd == "" || isExternal(s) || s.Repo != "" {
+		return
+	}
+	if err := r.st.NoteCwd(ctx, s.Cwd, r.now()); err != nil {
+		r.log.Warn("recent folder not noted", "cwd", s.Cwd, "err", err)
+	}
 }
 
 // OwnerStop stops a session's running turn.
@@ -251,6 +295,7 @@ func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (*relay.Sess
 	if err := r.st.DeleteSession(ctx, s.ID, r.st.BusyKey(orch), r.st.PeerBusyKey(orch)); err != nil {
 		return nil, fmt.Errorf("delete session %s: %w", id8(s.ID), err)
 	}
+	r.crt.removeWorktree(ctx, s) // a repository session's worktree (R24.4)
 	r.notify(ctx, "tokens")
 	r.notify(ctx, "session:"+s.ID)
 	return &relay.SessionDeleted{Session: s.ID, Deleted: true}, nil

@@ -81,14 +81,17 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 		chk.Session = &CheckedRef{ID: pl.s.ID, Title: pl.s.Title}
 		chk.Provider, chk.Model, chk.Effort, chk.Mode = pl.info.Name, firstNonEmpty(in.model, pl.s.Model), firstNonEmpty(in.effort, pl.s.Effort), pl.mode
 		if pl.switchTo != "" {
-			chk.Billing = pl.info.Name
+			chk.Billing = r.snd.billingTo(pl.info) // the card's words (R24.6)
 		}
 	case "create_session":
-		_, pl, e := r.crt.createChecks(ctx, c, a)
+		in, pl, e := r.crt.createChecks(ctx, c, a)
 		if e != nil {
 			return nil, e
 		}
 		chk.Title, chk.Provider, chk.Model, chk.Effort, chk.Mode, chk.Cwd = pl.title, pl.info.Name, pl.model, pl.effort, pl.mode, pl.cwd
+		if pl.repo != nil { // a repository session (R24.4): where it will work
+			chk.Cwd = repoWhere(in.repo, pl.branch)
+		}
 		if pl.group != nil {
 			chk.Group = &CheckedRef{ID: pl.group.ID, Name: r.grp.groupName(ctx, pl.group)}
 		}

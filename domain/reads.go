@@ -95,6 +95,12 @@ func (rd *reads) relayInfo(ctx context.Context, c *caller, a *args) (*result, *E
 		in := rd.mod.providers[id].Info()
 		pv := map[string]any{"id": in.ID, "name": in.Name, "defaultModel": in.DefaultModel,
 			"models": nonNil(in.Models), "efforts": nonNil(in.Efforts), "available": in.Status != provider.StatusUnavailable}
+		if tr := rd.opts.Traits[in.ID]; tr.Repos { // R24.4: repo and branch instead of cwd
+			pv["repos"] = true
+		}
+		if b := rd.opts.Traits[in.ID].Billing; b != "" { // R24.6
+			pv["billing"] = b
+		}
 		if in.Status == provider.StatusUnavailable { // R17.1: e.g. the agent CLI is not installed
 			pv["status"], pv["statusReason"] = in.Status, in.StatusReason
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/provider"
+	"github.com/oar/relay/repos"
 	"github.com/oar/relay/store"
 )
 
@@ -76,6 +77,9 @@ type Options struct {
 	// DirectDrains is how many drains a process that runs a worker may start
 	// itself for prompts whose caller waits (direct.go); 0: none.
 	DirectDrains int
+	// Repos keeps repository sessions' clones and worktrees (R24.4); nil:
+	// none (a repository session is refused).
+	Repos *repos.Manager
 	// Peers sends the peer protocol's requests to paired relays (package
 	// peer's Client); nil: none can be reached (their requests fail OFFLINE).
 	Peers PeerClient

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/oar/relay/config"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
@@ -212,10 +213,23 @@ func (sn *sends) askSendCard(ctx context.Context, c *caller, in *sendArgs, pl *s
 	s := pl.s
 	lines := []string{sendCardLine(s, in.text), settingsLine(firstNonEmpty(in.model, s.Model), firstNonEmpty(in.effort, s.Effort), pl.mode)}
 	if pl.switchTo != "" {
-		lines = append(lines, "Switches billing to "+pl.info.Name)
+		lines = append(lines, "Switches billing to "+LineValue(sn.billingTo(pl.info), fieldModel))
 	}
 	tid := s.ID
 	return sn.cards.askCard(ctx, c, pl.need, "send", &tid, lines, nothingSent)
+}
+
+// billingTo is what a billing switch onto provider p is called on its card
+// (R7.8, R24.6): the billing its config says ("API key", "subscription"),
+// else the provider's name.
+func (sn *sends) billingTo(p provider.Info) string {
+	switch sn.opts.Traits[p.ID].Billing {
+	case config.BillingAPIKey:
+		return "API key"
+	case config.BillingSubscription:
+		return "subscription"
+	}
+	return p.Name
 }
 
 // sendCardLine is a send card's first line: the target and the prompt (R18.16: one line).

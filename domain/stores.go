@@ -310,6 +310,7 @@ type peerStore interface {
 // ownerStore is what the owner's operations (owner.go) need besides the
 // records.
 type ownerStore interface {
+	AppendActivity(ctx context.Context, sid string, m *store.Message) error // an external session's kept owner message (R24.7)
 	BusyKey(orchestrator string) string
 	DeleteSession(ctx context.Context, sid string, busyKeys ...string) error
 	DrainFlags(ctx context.Context) (map[string]string, error)

@@ -56,6 +56,11 @@ type SessionTraits struct {
 	Claude            bool
 	CompactWindowZero int
 	AlwaysThinks      bool
+	// Billing is how the provider's turns are paid (config billing,
+	// R24.6): a billing switch's card says it.
+	Billing string
+	// Repos: the provider's sessions work on a repository (R24.4).
+	Repos bool
 }
 
 // traits are a provider's SessionTraits; a claude-code provider's sessions
@@ -347,6 +352,9 @@ func (up *updates) checkUpdate(ctx context.Context, c *caller, a *args, in *upda
 		default:
 			pl.createGroup = in.groupRef
 		}
+	}
+	if pl.cwd != "" && s.Repo != "" {
+		return nil, repoFolderFixed(s) // R24.4: it works on its own clone
 	}
 	if pl.cwd != "" {
 		if pl.cwd, e = up.relay.checkFolder(pl.cwd, nothingChanged); e != nil {

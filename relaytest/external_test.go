@@ -81,14 +81,17 @@ func TestExternalSession(t *testing.T) {
 	}
 	m.MustFail(map[string]any{"action": "subscribe", "sessions": []string{child}}, "REMOTE_RELAY_UNSUPPORTED")
 	m.MustFail(map[string]any{"action": "schedule", "text": "remind me", "every_minutes": 5}, "REMOTE_RELAY_UNSUPPORTED")
-	if st := r.Owner(http.MethodPost, "/api/v1/sessions/"+ext.ID+"/messages", map[string]any{"text": "hello"}, &body); st != http.StatusBadRequest ||
-		body["code"] != "REMOTE_RELAY_UNSUPPORTED" {
-		t.Fatalf("owner message into an external session: %d %v", st, body)
+	// The owner's message is kept, not delivered (R24.7; external_message_test.go).
+	var kept map[string]any
+	if st := r.Owner(http.MethodPost, "/api/v1/sessions/"+ext.ID+"/messages", map[string]any{"text": "hello"}, &kept); st != http.StatusAccepted ||
+		kept["delivered"] != false {
+		t.Fatalf("owner message into an external session: %d %v", st, kept)
 	}
-	// Its own four calls are its activity (🛰️ lines, issue 21 item 9); nothing else is in it.
+	// Its own four calls are its activity (🛰️ lines, issue 21 item 9), and the
+	// owner's message; nothing else is in it.
 	msgs := r.Messages(ext.ID, "")
-	if acts := r.Messages(ext.ID, "activity"); len(acts) != 4 || len(msgs) != 4 {
-		t.Fatalf("refused prompts left %d messages in the external session besides its %d activity lines", len(msgs)-len(acts), len(acts))
+	if acts := r.Messages(ext.ID, "activity"); len(acts) != 4 || len(msgs) != 5 {
+		t.Fatalf("refused prompts left %d messages in the external session besides its %d activity lines and the owner's", len(msgs)-len(acts)-1, len(acts))
 	}
 	// Reading works as for any session.
 	m.MustOK(map[string]any{"action": "read_session", "relay": "this", "session": child})
