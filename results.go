@@ -176,6 +176,7 @@ type SessionDetail struct {
 	Tasks             []*Task             `json:"tasks"`
 	Title             string              `json:"title"`
 	Token             string              `json:"token,omitempty"`
+	Via               string              `json:"via,omitempty"` // R4.11, R23.9: the badge of a session an agent started
 	Watched           *bool               `json:"watched,omitempty"`
 	Watching          []*SubscriptionItem `json:"watching,omitzero"` // its subscriptions, those on paired relays too
 }

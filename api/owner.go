@@ -138,11 +138,6 @@ func (o *owner) listSessions(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	for _, it := range items {
-		if it.StartedBy != nil {
-			it.Via = domain.ViaAgentBadge(it.StartedBy.Title) // R4.11, one line (R18.16)
-		}
-	}
 	c.JSON(http.StatusOK, gin.H{"sessions": items, "total": total})
 }
 

@@ -5,6 +5,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/oar/relay"
 	"github.com/oar/relay/taskout"
 )
 
@@ -89,6 +90,15 @@ func lineBreaking(r rune) bool {
 
 // ViaAgentBadge is the `via agent · "TITLE"` badge of a session an agent
 // started (R4.11), its title made safe for one line (R18.16).
-func ViaAgentBadge(title string) string {
-	return `via agent · "` + LineValue(title, fieldTitle) + `"`
+// A paired relay's agent is named with its relay (R23.9: `via agent on
+// RELAY · "TITLE"`; the session it started lives there, so no link). ""
+// for a session no agent started.
+func ViaAgentBadge(by *relay.Ref, self string) string {
+	switch {
+	case by == nil:
+		return ""
+	case by.Relay != "" && !strings.EqualFold(by.Relay, self):
+		return `via agent on ` + LineValue(by.Relay, fieldRelay) + ` · "` + LineValue(by.Title, fieldTitle) + `"`
+	}
+	return `via agent · "` + LineValue(by.Title, fieldTitle) + `"`
 }

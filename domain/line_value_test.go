@@ -3,6 +3,8 @@ package domain
 import (
 	"strings"
 	"testing"
+
+	"github.com/oar/relay"
 )
 
 // R18.16: LineValue, the one function every line builder uses, value by value.
@@ -44,14 +46,21 @@ func TestLineValue(t *testing.T) {
 }
 
 // R4.11, R18.16: the via-agent badge stays one line, its title can close no
-// quote, and a plain title reads as before.
+// quote, and a plain title reads as before; R23.9: a paired relay's agent is
+// named with its relay; no starter, no badge.
 func TestViaAgentBadge(t *testing.T) {
-	for _, tc := range []struct{ title, want string }{
-		{"orchestrator", `via agent · "orchestrator"`},
-		{"a\nb\"c\x1b[31m", `via agent · "a b“c"`},
+	for _, tc := range []struct {
+		by   *relay.Ref
+		want string
+	}{
+		{&relay.Ref{Relay: "desk", Title: "orchestrator"}, `via agent · "orchestrator"`},
+		{&relay.Ref{Relay: "Desk", Title: "a\nb\"c\x1b[31m"}, `via agent · "a b“c"`},
+		{&relay.Ref{Relay: "lab", Title: "planner"}, `via agent on lab · "planner"`},
+		{&relay.Ref{Relay: "la\nb", Title: "x"}, `via agent on la b · "x"`},
+		{nil, ""},
 	} {
-		if got := ViaAgentBadge(tc.title); got != tc.want {
-			t.Errorf("ViaAgentBadge(%q) = %q, want %q", tc.title, got, tc.want)
+		if got := ViaAgentBadge(tc.by, "desk"); got != tc.want {
+			t.Errorf("ViaAgentBadge(%+v) = %q, want %q", tc.by, got, tc.want)
 		}
 	}
 }

@@ -53,12 +53,20 @@ func (r *Relay) Sessions(ctx context.Context, ids []string) ([]*relay.SessionRef
 
 // SessionList is the owner's session list (GET /api/v1/sessions).
 func (r *Relay) SessionList(ctx context.Context, scope string, limit int) ([]*relay.SessionItem, int, error) {
-	return r.reads.SessionList(ctx, scope, limit)
+	items, total, err := r.reads.SessionList(ctx, scope, limit)
+	for _, it := range items {
+		it.Via = ViaAgentBadge(it.StartedBy, r.opts.Name) // R4.11, R23.9
+	}
+	return items, total, err
 }
 
 // SessionDetail is the owner's view of one session.
 func (r *Relay) SessionDetail(ctx context.Context, s *store.Session, last int) (*relay.SessionDetail, error) {
-	return r.reads.SessionDetail(ctx, s, last)
+	d, err := r.reads.SessionDetail(ctx, s, last)
+	if d != nil {
+		d.Via = ViaAgentBadge(d.StartedBy, r.opts.Name) // R4.11, R23.9
+	}
+	return d, err
 }
 
 func (rd *reads) listRelays(ctx context.Context, c *caller, a *args) (*result, *Error) {

@@ -434,3 +434,40 @@ func peerTokenOf(t *testing.T, r *Relay) string {
 	}
 	return str(tok["token"])
 }
+
+// R23.9: a session an agent on a paired relay started shows, to the owner
+// of the relay that holds it, the starting relay and the starter's title
+// (startedBy, and the via badge with the relay: the starter's page is not
+// here, so the console links nowhere).
+func TestStartedByPairedAgent(t *testing.T) {
+	t.Parallel()
+	a := Start(t, Options{Config: func(c *config.Config) { c.Name = "alpha" }})
+	b := Start(t, Options{Config: func(c *config.Config) { c.Name = "bravo" }})
+	pairRelays(t, a, b, nil)
+	sa := a.NewSession(map[string]any{"title": "planner"})
+	a.Owner(http.MethodPatch, "/api/v1/sessions/"+sa.ID, map[string]any{"may_create_sessions": true}, nil)
+	a.Message(sa.ID, "work with @bravo")
+	res, _ := a.InTurn(sa, map[string]any{"action": "create_session", "relay": "bravo", "title": "helper", "text": "hi", "wait_seconds": 20}, "allow")
+	if res["ok"] != true {
+		t.Fatalf("create_session on bravo: %v", res)
+	}
+	sid := str(res["session"])
+	d := b.Get(sid)
+	by, _ := d["startedBy"].(map[string]any)
+	if by["relay"] != "alpha" || by["title"] != "planner" || by["session"] != sa.ID {
+		t.Fatalf("startedBy on bravo: %v", d["startedBy"])
+	}
+	wantEq(t, "the session's via", d["via"], `via agent on alpha · "planner"`)
+	var list struct {
+		Sessions []map[string]any `json:"sessions"`
+	}
+	b.Owner(http.MethodGet, "/api/v1/sessions", nil, &list)
+	for _, it := range list.Sessions {
+		if it["id"] == sid {
+			wantEq(t, "the list's via", it["via"], `via agent on alpha · "planner"`)
+		}
+	}
+	// Started by an agent of this relay: the badge without a relay.
+	child, _ := a.InTurn(sa, map[string]any{"action": "create_session", "title": "local", "text": "hi", "wait_seconds": 20}, "")
+	wantEq(t, "a local agent's via", a.Get(str(child["session"]))["via"], `via agent · "planner"`)
+}
