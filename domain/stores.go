@@ -52,7 +52,6 @@ var _ Store = (*store.Store)(nil)
 // question mark cleared (the drain and the steering actions), the folders used, the settings and
 // the notification channel.
 type recordStore interface {
-	APIURL(ctx context.Context) (string, error)
 	AsksIn(ctx context.Context, sid string) ([]*store.Ask, error)
 	BusyCount(ctx context.Context, orchestrator string) (int, error)
 	ClearOnce(ctx context.Context, names ...string) error
@@ -182,6 +181,7 @@ type readStore interface {
 type drainStore interface {
 	AppendMessage(ctx context.Context, sid string, m *store.Message) error
 	SetAgentSession(ctx context.Context, sid string, provider string, id string) error
+	APIURL(ctx context.Context) (string, error)
 	AcquireLease(ctx context.Context, sid string, owner string, ttl time.Duration) (bool, error)
 	FinishTurn(ctx context.Context, sid string, orchestrator string, turnID string, fence string, msg *store.Message, at time.Time, kv ...any) (bool, error)
 	FinishTurnEmit(ctx context.Context, sid string, orchestrator string, turnID string, fence string, msg *store.Message, at time.Time, ev *store.Event, releaseOwner string, u *store.UsageAdd, kv ...any) (more bool, watched bool, released bool, ended *store.Turn, err error)
