@@ -169,6 +169,7 @@ func (cd *cards) askCard(ctx context.Context, c *caller, need *cardNeed, action 
 	}
 	cd.log.Info("card asked", "card", card.ID, "session", id8(c.s.ID), "action", action)
 	cd.relay.notify(ctx, "cards")
+	waitBegins(ctx, true, "") // R24.1: an MCP client that takes tasks has its task now
 	deadline := cd.opts.Timers.NewTimer(cd.maxWait(ctx))
 	defer deadline.Stop()
 	recheck := time.NewTicker(recheckEvery)
