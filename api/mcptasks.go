@@ -11,7 +11,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/oar/relay/domain"
-	"github.com/oar/relay/store"
 )
 
 // MCP Tasks (R24.1, the extension io.modelcontextprotocol/tasks of MCP
@@ -28,9 +27,9 @@ type TaskDomain interface {
 	// CallToolTask is CallTool that returns a task (and no result) for a
 	// call that comes to wait; the call runs on and its result becomes the task's.
 	CallToolTask(ctx context.Context, sessionID string, args json.RawMessage, d *domain.Delivery) (result json.RawMessage, isError bool, task *domain.ToolTask)
-	// ToolTask reads a task of the session; store.ErrNotFound for none or another session's.
+	// ToolTask reads a task of the session; domain.ErrNoTask for none or another session's.
 	ToolTask(ctx context.Context, sessionID, taskID string) (*domain.ToolTask, error)
-	// CancelToolTask ends a task's wait; store.ErrNotFound as ToolTask.
+	// CancelToolTask ends a task's wait; domain.ErrNoTask as ToolTask.
 	CancelToolTask(ctx context.Context, sessionID, taskID string) error
 }
 
@@ -184,7 +183,7 @@ func taskCaller(ctx context.Context, p *taskParams) (string, error) {
 // taskError is a task look-up's error as JSON-RPC: none, expired or
 // another session's → -32602 (the same answer for each).
 func taskError(err error) error {
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, domain.ErrNoTask) {
 		return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "Failed to retrieve task: Task not found"}
 	}
 	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "The task could not be read now; try again."}
@@ -197,7 +196,7 @@ func taskResultOf(t *domain.ToolTask, resultType string) *taskResult {
 	out := &taskResult{ResultType: resultType, TaskID: t.ID, Status: t.Status, StatusMessage: t.StatusMessage,
 		CreatedAt: isoTime(t.Created), LastUpdatedAt: isoTime(t.Updated), TTLMs: &ttl,
 		PollIntervalMs: domain.MCPTaskPollInterval.Milliseconds()}
-	if t.Status == store.MCPTaskCompleted {
+	if t.Status == domain.TaskCompleted {
 		out.Result = callToolResultJSON(t.Result, t.IsError)
 	}
 	return out

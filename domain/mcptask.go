@@ -27,7 +27,7 @@ import (
 // ToolTask is a call made a task, as tasks/get answers it.
 type ToolTask struct {
 	ID            string
-	Status        string // store.MCPTaskWorking, …Completed or …Cancelled
+	Status        string // TaskWorking, TaskCompleted or TaskCancelled
 	StatusMessage string
 	Created       time.Time
 	Updated       time.Time
@@ -35,6 +35,17 @@ type ToolTask struct {
 	Result        json.RawMessage // completed: the call's result envelope
 	IsError       bool
 }
+
+// Task statuses as ToolTask names them.
+const (
+	TaskWorking   = store.MCPTaskWorking
+	TaskCompleted = store.MCPTaskCompleted
+	TaskCancelled = store.MCPTaskCancelled
+)
+
+// ErrNoTask is a task that is not there: never made, expired, or another
+// session's (the same answer for each).
+var ErrNoTask = errors.New("no such task")
 
 // MCPTaskPollInterval is how often a client is asked to poll tasks/get.
 const MCPTaskPollInterval = 2 * time.Second
@@ -204,8 +215,8 @@ func (tr *taskRun) finish(res json.RawMessage, isErr bool) {
 	tr.dl.Settle(ok && err == nil)
 }
 
-// ToolTask answers tasks/get: the task of callerID's call (R24.1);
-// store.ErrNotFound for none, one expired or another session's.
+// ToolTask answers tasks/get: the task of callerID's call (R24.1); ErrNoTask
+// for none, one expired or another session's.
 func (r *Relay) ToolTask(ctx context.Context, callerID, id string) (*ToolTask, error) {
 	t, err := r.ownTask(ctx, callerID, id)
 	if err != nil {
@@ -216,14 +227,14 @@ func (r *Relay) ToolTask(ctx context.Context, callerID, id string) (*ToolTask, e
 
 func (r *Relay) ownTask(ctx context.Context, callerID, id string) (*store.MCPTask, error) {
 	if !strings.HasPrefix(id, "task_") {
-		return nil, store.ErrNotFound
+		return nil, ErrNoTask
 	}
 	t, err := r.st.GetMCPTask(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || err == nil && t.Owner != callerID {
+		return nil, ErrNoTask
+	}
 	if err != nil {
 		return nil, err
-	}
-	if t.Owner != callerID {
-		return nil, store.ErrNotFound
 	}
 	return t, nil
 }
@@ -269,13 +280,16 @@ func (r *Relay) waitStatus(ctx context.Context, t *store.MCPTask) string {
 
 // CancelToolTask answers tasks/cancel: the call stops waiting (the turn goes
 // on) and its task becomes cancelled; a task that already ended stays as it
-// is. store.ErrNotFound as ToolTask.
+// is. ErrNoTask as ToolTask.
 func (r *Relay) CancelToolTask(ctx context.Context, callerID, id string) error {
 	if _, err := r.ownTask(ctx, callerID, id); err != nil {
 		return err
 	}
 	ok, err := r.st.UpdateMCPTask(ctx, id, store.MCPTaskChange{Status: store.MCPTaskCancelled}, r.now())
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
+		return ErrNoTask
+	}
+	if err != nil {
 		return err
 	}
 	if ok {
