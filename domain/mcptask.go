@@ -139,6 +139,13 @@ func (tr *taskRun) watchCancel(id string) {
 // delivery; a task's is settled once its result is stored.
 func (r *Relay) CallToolTask(ctx context.Context, callerID string, raw json.RawMessage, d *Delivery) (json.RawMessage, bool, *ToolTask) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	// A relay that stops ends the wait: the task completes with what the
+	// call has then (its turn queued or running, its message_id to wait on).
+	life := r.life
+	if life == nil {
+		life = context.Background() // not started (tests of the domain alone)
+	}
+	endWithRelay := context.AfterFunc(life, cancel)
 	tr := &taskRun{r: r, caller: callerID, dl: NewDelivery(), cancel: cancel, made: make(chan struct{})}
 	// Until the call is a task, a client that goes away ends it (as CallTool).
 	unwatch := context.AfterFunc(ctx, func() {
@@ -151,7 +158,10 @@ func (r *Relay) CallToolTask(ctx context.Context, callerID string, raw json.RawM
 		isErr bool
 	}
 	done := make(chan outcome, 1)
+	r.taskRuns.Add(1)
 	go func() {
+		defer r.taskRuns.Done()
+		defer endWithRelay()
 		defer cancel()
 		res, isErr := tr.run(context.WithValue(runCtx, waitHookKey{}, tr), raw)
 		if !tr.isTask() {

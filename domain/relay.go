@@ -94,10 +94,14 @@ type Relay struct {
 	log     *slog.Logger
 	met     Metrics
 	hub     *hub
-	warm    *warmGoroutines        // tool calls and drains started here run on kept goroutines (stacks.go)
-	handler map[string]handler     // the actions' handlers (handlers), built once
-	bg      sync.WaitGroup         // goroutines of Start: notification listener, cache watcher
-	setKept cached[store.Settings] // the owner's settings (settings)
+	warm    *warmGoroutines    // tool calls and drains started here run on kept goroutines (stacks.go)
+	handler map[string]handler // the actions' handlers (handlers), built once
+	bg      sync.WaitGroup     // goroutines of Start: notification listener, cache watcher
+	// life ends when the relay stops (Start's context): the calls of MCP
+	// tasks running here end their waits then (mcptask.go); taskRuns counts them.
+	life     context.Context
+	taskRuns sync.WaitGroup
+	setKept  cached[store.Settings] // the owner's settings (settings)
 
 	// The subsystems.
 	q     *turnQueue     // queueing a turn and waiting for it, the wait action (queue.go)
@@ -211,6 +215,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		QuietTaskMinutes: s.QuietTaskMinutes, MaxTurnSeconds: s.MaxTurnSeconds}); err != nil {
 		return err
 	}
+	r.life = ctx
 	ready := make(chan struct{})
 	changed, unsub := r.hub.sub("settings")
 	revoked, unsubTok := r.hub.sub("tokens")
@@ -259,7 +264,7 @@ func (r *Relay) Wait() {
 	r.dr.mu.Unlock()
 	r.warm.stop()
 	done := make(chan struct{})
-	go func() { r.dr.directWG.Wait(); r.warm.wait(); close(done) }()
+	go func() { r.taskRuns.Wait(); r.dr.directWG.Wait(); r.warm.wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(directWaitMax):
