@@ -392,3 +392,35 @@ func TestMCPNotificationsWithoutMethod(t *testing.T) {
 		t.Fatalf("turn %s after the cancelled call returned, want running", tr.Status)
 	}
 }
+
+// R24.1: the wait action is a task too; a relay that shuts down completes
+// its tasks with what the calls have then (the turn queued or running, its
+// message_id), and the restarted relay answers them.
+func TestMCPTasksWaitAndShutdown(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	w := r.NewSession(map[string]any{"title": "watcher"})
+	b := r.NewSession(map[string]any{"title": "beta"})
+	c := newTaskClient(t, r, w.Token, true)
+	sent := taskEnvelope(t, c.tool(map[string]any{"action": "send", "relay": "this", "session": b.ID,
+		"text": Script(map[string]any{"sleep_ms": 800}, map[string]any{"reply": "waited"}), "wait_seconds": 0}).Result)
+	id := mustTask(t, c.tool(map[string]any{"action": "wait", "relay": "this", "session": b.ID, "message_id": sent["message_id"], "wait_seconds": 15}))
+	done := waitTaskEnd(t, c, id, map[string]bool{})
+	if env := taskEnvelope(t, done["result"].(map[string]any)); env["status"] != "done" || env["reply"].(map[string]any)["text"] != "waited" {
+		t.Fatalf("wait as a task: %v", done)
+	}
+
+	id = mustTask(t, c.tool(map[string]any{"action": "send", "relay": "this", "session": b.ID,
+		"text": Script(map[string]any{"sleep_ms": 60000}, map[string]any{"reply": "never seen"}), "wait_seconds": 15}))
+	r.Stop()
+	r2 := Start(t, Options{Redis: r.Redis})
+	got := newTaskClient(t, r2, w.Token, true).taskGet(id).Result
+	res, _ := got["result"].(map[string]any)
+	if got["status"] != "completed" || res == nil {
+		t.Fatalf("task of a relay that stopped, after the restart: %v", got)
+	}
+	env := taskEnvelope(t, res)
+	if got["status"] != "completed" || (env["status"] != "running" && env["status"] != "queued") || env["message_id"] == nil {
+		t.Fatalf("task of a relay that stopped: %v", got)
+	}
+}
