@@ -327,7 +327,12 @@ func (r *mcpRoute) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 	if !r.take(caller) {
 		return toolResult(envelopeBusy, true), nil
 	}
-	defer r.release(caller)
+	handedOver := false // a task keeps the place until its call ends (callAsTask)
+	defer func() {
+		if !handedOver {
+			r.release(caller)
+		}
+	}()
 	ctx, untrack := r.track(ctx, caller)
 	defer untrack()
 	stop := r.keepCallAlive(ctx, req, args)
@@ -338,6 +343,7 @@ func (r *mcpRoute) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 	if td, ok := r.domain.(TaskDomain); ok && taskActions[actionOf(args)] && declaresTasks(req.ClientCapabilities()) {
 		var isTask bool
 		if result, isError, isTask = r.callAsTask(ctx, td, caller, args, d); isTask {
+			handedOver = true
 			stop()
 			return toolResult(json.RawMessage(`{}`), false), nil // the middleware answers the task
 		}

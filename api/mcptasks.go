@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -26,7 +27,8 @@ import (
 type TaskDomain interface {
 	// CallToolTask is CallTool that returns a task (and no result) for a
 	// call that comes to wait; the call runs on and its result becomes the task's.
-	CallToolTask(ctx context.Context, sessionID string, args json.RawMessage, d *domain.Delivery) (result json.RawMessage, isError bool, task *domain.ToolTask)
+	// ended is called once the call has ended.
+	CallToolTask(ctx context.Context, sessionID string, args json.RawMessage, d *domain.Delivery, ended func()) (result json.RawMessage, isError bool, task *domain.ToolTask)
 	// ToolTask reads a task of the session; domain.ErrNoTask for none or another session's.
 	ToolTask(ctx context.Context, sessionID, taskID string) (*domain.ToolTask, error)
 	// CancelToolTask ends a task's wait; domain.ErrNoTask as ToolTask.
@@ -219,17 +221,36 @@ func isoTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // callAsTask runs a tools/call of a client that declared the extension
 // through the domain's task door: a call that comes to wait answers its
-// task through the slot (done=true); else its result as CallTool's.
+// task through the slot (done=true); else its result as CallTool's. A task
+// keeps the call's place among its token's MaxCallsPerToken (r.take) until
+// its call ends (R18.18): done=true hands the place over, and the call's
+// end releases it.
 func (r *mcpRoute) callAsTask(ctx context.Context, td TaskDomain, caller string, args json.RawMessage, d *domain.Delivery) (result json.RawMessage, isError, done bool) {
 	slot, _ := ctx.Value(taskSlotKey{}).(*taskSlot)
 	if slot == nil {
 		res, isErr := r.runDomain(ctx, caller, args, d)
 		return res, isErr, false
 	}
-	res, isErr, task := td.CallToolTask(ctx, caller, args, d)
+	var (
+		mu              sync.Mutex
+		isTask, isEnded bool
+	)
+	ended := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if isEnded = true; isTask {
+			r.release(caller)
+		}
+	}
+	res, isErr, task := td.CallToolTask(ctx, caller, args, d, ended)
 	if task == nil {
 		return res, isErr, false
 	}
+	mu.Lock()
+	if isTask = true; isEnded {
+		r.release(caller)
+	}
+	mu.Unlock()
 	slot.res = taskResultOf(task, "task")
 	return nil, false, true
 }

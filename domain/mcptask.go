@@ -136,8 +136,9 @@ func (tr *taskRun) watchCancel(id string) {
 // call that comes to wait returns its task at once (task set, no result)
 // and runs on; its result becomes the task's. A call that ends without
 // waiting returns its result as CallTool does. d settles that result's
-// delivery; a task's is settled once its result is stored.
-func (r *Relay) CallToolTask(ctx context.Context, callerID string, raw json.RawMessage, d *Delivery) (json.RawMessage, bool, *ToolTask) {
+// delivery; a task's is settled once its result is stored. ended, when not
+// nil, is called once the call has ended (a task's too).
+func (r *Relay) CallToolTask(ctx context.Context, callerID string, raw json.RawMessage, d *Delivery, ended func()) (json.RawMessage, bool, *ToolTask) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	// A relay that stops ends the wait: the task completes with what the
 	// call has then (its turn queued or running, its message_id to wait on).
@@ -161,6 +162,9 @@ func (r *Relay) CallToolTask(ctx context.Context, callerID string, raw json.RawM
 	r.taskRuns.Add(1)
 	go func() {
 		defer r.taskRuns.Done()
+		if ended != nil {
+			defer ended()
+		}
 		defer endWithRelay()
 		defer cancel()
 		res, isErr := tr.run(context.WithValue(runCtx, waitHookKey{}, tr), raw)

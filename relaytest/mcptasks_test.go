@@ -424,3 +424,44 @@ func TestMCPTasksWaitAndShutdown(t *testing.T) {
 		t.Fatalf("task of a relay that stopped: %v", got)
 	}
 }
+
+// R24.1 with R18.18: a task keeps its call's place among the 16 a token may
+// have running until its call ends: the 17th waiting call is
+// REMOTE_RELAY_BUSY (an ordinary result, nothing done); once a task is
+// cancelled, its place is free again.
+func TestMCPTasksBusy(t *testing.T) {
+	t.Parallel()
+	r := Start(t, Options{})
+	w := r.NewSession(map[string]any{"title": "watcher"})
+	b := r.NewSession(map[string]any{"title": "beta"})
+	c := newTaskClient(t, r, w.Token, true)
+	long := Script(map[string]any{"sleep_ms": 60000}, map[string]any{"reply": "late"})
+	taskEnvelope(t, c.tool(map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": long, "wait_seconds": 0}).Result)
+	send := func() rpcReply {
+		return c.tool(map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": "queued behind", "wait_seconds": 15})
+	}
+	var first string
+	for i := range 16 {
+		id := mustTask(t, send())
+		if i == 0 {
+			first = id
+		}
+	}
+	busy := send().Result
+	if busy["resultType"] == "task" || taskEnvelope(t, busy)["code"] != "REMOTE_RELAY_BUSY" {
+		t.Fatalf("17th waiting call: %v", busy)
+	}
+	if rep := c.call("tasks/cancel", map[string]any{"taskId": first}); rep.Error != nil {
+		t.Fatalf("tasks/cancel: %+v", rep.Error)
+	}
+	Eventually(t, 20*time.Second, func() bool {
+		rep := send()
+		if rep.Result["resultType"] == "task" {
+			return true
+		}
+		if code := taskEnvelope(t, rep.Result)["code"]; code != "REMOTE_RELAY_BUSY" {
+			t.Fatalf("after a cancel: %v", rep.Result)
+		}
+		return false
+	}, "a place freed by the cancelled task")
+}
