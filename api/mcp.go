@@ -336,21 +336,12 @@ func (r *mcpRoute) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 	ctx, untrack := r.track(ctx, caller)
 	defer untrack()
 	stop := r.keepCallAlive(ctx, req, args)
-	var (
-		result  json.RawMessage
-		isError bool
-	)
-	if td, ok := r.domain.(TaskDomain); ok && taskActions[actionOf(args)] && declaresTasks(req.ClientCapabilities()) {
-		var isTask bool
-		if result, isError, isTask = r.callAsTask(ctx, td, caller, args, d); isTask {
-			handedOver = true
-			stop()
-			return toolResult(json.RawMessage(`{}`), false), nil // the middleware answers the task
-		}
-	} else {
-		result, isError = r.runDomain(ctx, caller, args, d)
-	}
+	result, isError, isTask := r.dispatch(ctx, req, caller, args, d)
 	stop()
+	if isTask {
+		handedOver = true
+		return toolResult(json.RawMessage(`{}`), false), nil // the middleware answers the task
+	}
 
 	if !isJSONObject(result) {
 		r.log.ErrorContext(ctx, "mcp: domain returned a result that is not a JSON object",
@@ -358,6 +349,16 @@ func (r *mcpRoute) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 		return toolResult(envelopeInternal, true), nil
 	}
 	return toolResult(result, isError), nil
+}
+
+// dispatch runs the call: through the domain's task door for a client that
+// declared MCP Tasks (R24.1; isTask: the call became a task), else blocking.
+func (r *mcpRoute) dispatch(ctx context.Context, req *mcp.CallToolRequest, caller string, args json.RawMessage, d *domain.Delivery) (result json.RawMessage, isError, isTask bool) {
+	if td, ok := r.domain.(TaskDomain); ok && taskActions[actionOf(args)] && declaresTasks(req.ClientCapabilities()) {
+		return r.callAsTask(ctx, td, caller, args, d)
+	}
+	result, isError = r.runDomain(ctx, caller, args, d)
+	return result, isError, false
 }
 
 // runDomain calls the domain and turns a panic into REMOTE_RELAY_INTERNAL: the SDK runs
