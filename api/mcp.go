@@ -122,9 +122,18 @@ func NewMCPHandler(d ToolDomain, o MCPOptions) http.Handler {
 	o = o.WithDefaults()
 	r := &mcpRoute{domain: d, opts: o, log: o.Logger, running: map[string]int{}}
 
-	server := mcp.NewServer(&mcp.Implementation{Name: "relay", Version: o.Version}, &mcp.ServerOptions{
+	r.calls = map[callKey]context.CancelFunc{}
+	sopts := &mcp.ServerOptions{
 		Logger: slog.New(minLevelHandler{Handler: o.Logger.Handler(), min: slog.LevelWarn}),
-	})
+	}
+	td, _ := d.(TaskDomain)
+	if td != nil {
+		// R24.1: server/discover declares MCP Tasks (the SDK's default
+		// capabilities, logging, kept).
+		sopts.Capabilities = &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{},
+			Extensions: map[string]any{tasksExtension: map[string]any{}}}
+	}
+	server := mcp.NewServer(&mcp.Implementation{Name: "relay", Version: o.Version}, sopts)
 	// The tools are registered with the smallest valid input schema, and tools/list answers
 	// with the full one (listTools). The SDK reads nothing else from a raw tool's schema but,
 	// on every tools/call of a client whose protocol has the standard headers, the
@@ -142,6 +151,12 @@ func NewMCPHandler(d ToolDomain, o MCPOptions) http.Handler {
 		server.AddTool(&t, r.callTool)
 	}
 	server.AddReceivingMiddleware(listTools(map[string]*mcp.Tool{relayToolName: listed}, legacyToolName))
+	if td != nil {
+		if err := addTaskMethods(server, td); err != nil {
+			panic(err) // the names are fixed: only a changed SDK can refuse them
+		}
+		server.AddReceivingMiddleware(taskMiddleware)
+	}
 
 	streamable := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
 		Stateless:                  true,
@@ -149,7 +164,7 @@ func NewMCPHandler(d ToolDomain, o MCPOptions) http.Handler {
 		Logger:                     slog.New(minLevelHandler{Handler: o.Logger.Handler(), min: slog.LevelWarn}),
 	})
 	requireToken := auth.RequireBearerToken(r.verifyToken, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})
-	return requireToken(batchLimit{next: keepAliveHandler{next: streamable}})
+	return requireToken(batchLimit{next: keepAliveHandler{next: streamable}, route: r})
 }
 
 type mcpRoute struct {
@@ -158,7 +173,8 @@ type mcpRoute struct {
 	log    *slog.Logger
 
 	mu      sync.Mutex
-	running map[string]int // session id → its tool calls running in this process
+	running map[string]int                 // session id → its tool calls running in this process
+	calls   map[callKey]context.CancelFunc // running tool calls by caller and JSON-RPC id (R24.2)
 }
 
 // take counts a tool call of a session as running, unless MaxCallsPerToken
@@ -185,7 +201,8 @@ func (r *mcpRoute) release(session string) {
 // the SDK decodes it (it would run every call of it at once): 400 with a
 // JSON-RPC error, nothing run (R18.18).
 type batchLimit struct {
-	next http.Handler
+	next  http.Handler
+	route *mcpRoute // notifications and tools/call ids (R24.2)
 }
 
 func (b batchLimit) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -208,6 +225,12 @@ func (b batchLimit) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
 		_, _ = fmt.Fprintf(w, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"A JSON-RPC batch on /mcp may hold at most %d requests; this one holds more. Nothing was run: send them in smaller batches."}}`, MaxBatch)
 		return
+	}
+	if m, ok := peekMessage(body); ok && b.route != nil {
+		if len(m.ID) == 0 && m.Method != "" {
+			b.route.notification(req, m)
+		}
+		req = withRPCID(req, m)
 	}
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	req.ContentLength = int64(len(body))
@@ -304,10 +327,21 @@ func (r *mcpRoute) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 	if !r.take(caller) {
 		return toolResult(envelopeBusy, true), nil
 	}
-	defer r.release(caller)
+	handedOver := false // a task keeps the place until its call ends (callAsTask)
+	defer func() {
+		if !handedOver {
+			r.release(caller)
+		}
+	}()
+	ctx, untrack := r.track(ctx, caller)
+	defer untrack()
 	stop := r.keepCallAlive(ctx, req, args)
-	result, isError := r.runDomain(ctx, caller, args, d)
+	result, isError, isTask := r.dispatch(ctx, req, caller, args, d)
 	stop()
+	if isTask {
+		handedOver = true
+		return toolResult(json.RawMessage(`{}`), false), nil // the middleware answers the task
+	}
 
 	if !isJSONObject(result) {
 		r.log.ErrorContext(ctx, "mcp: domain returned a result that is not a JSON object",
@@ -315,6 +349,16 @@ func (r *mcpRoute) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp
 		return toolResult(envelopeInternal, true), nil
 	}
 	return toolResult(result, isError), nil
+}
+
+// dispatch runs the call: through the domain's task door for a client that
+// declared MCP Tasks (R24.1; isTask: the call became a task), else blocking.
+func (r *mcpRoute) dispatch(ctx context.Context, req *mcp.CallToolRequest, caller string, args json.RawMessage, d *domain.Delivery) (result json.RawMessage, isError, isTask bool) {
+	if td, ok := r.domain.(TaskDomain); ok && taskActions[actionOf(args)] && declaresTasks(req.ClientCapabilities()) {
+		return r.callAsTask(ctx, td, caller, args, d)
+	}
+	result, isError = r.runDomain(ctx, caller, args, d)
+	return result, isError, false
 }
 
 // runDomain calls the domain and turns a panic into REMOTE_RELAY_INTERNAL: the SDK runs

@@ -92,7 +92,7 @@ func parseFlags() options {
 	flag.StringVar(&o.relayBin, "relay-bin", "", "row i: the relay binary to run (default: go build ./cmd/relay of this checkout)")
 	flag.IntVar(&o.idleSecs, "idle-secs", 60, "row i: seconds of the idle window")
 	flag.IntVar(&o.idleSessions, "idle-sessions", 1000, "row i: sessions in the idle relay (one with a turn)")
-	flag.StringVar(&o.rows, "rows", "abcdefghpmi", "which rows to run (a, b and c run together; h: the goals G1–G5; p: paired relays; m: the embedded default beside the real Redis; i: the embedded default at rest, a real relay process; k: a Redis Cluster, -cluster, beside the single Redis, not in the default; t: G1 and G2 with the relay's traces off and exporting to a local OTLP receiver, child processes, not in the default; u: the owner's console in Chromium headless, 1,000 messages and 1,000 sessions, not in the default)")
+	flag.StringVar(&o.rows, "rows", "abcdefghpmi", "which rows to run (a, b and c run together; h: the goals G1–G5; p: paired relays; m: the embedded default beside the real Redis; i: the embedded default at rest, a real relay process; k: a Redis Cluster, -cluster, beside the single Redis, not in the default; t: G1 and G2 with the relay's traces off and exporting to a local OTLP receiver, child processes, not in the default; u: the owner's console in Chromium headless, 1,000 messages and 1,000 sessions, not in the default; y: MCP Tasks, tasks/get cost and 1,000 waiting tasks vs 1,000 blocking calls, not in the default)")
 	flag.IntVar(&o.probes, "probes", 200, "(e) in-process Relay.Fanout calls per (total, matching) cell")
 	flag.IntVar(&o.eventRate, "event-rate", 100, "(e) owner messages (turn_end events) per second in the paced phase")
 	flag.IntVar(&o.eventSecs, "event-secs", 10, "(e) seconds of the paced phase")
@@ -150,8 +150,8 @@ func main() {
 	if o.fireSecs < 1 || o.fireSecs > perTarget {
 		log.Fatalf("-fire-secs must be between 1 and %d", perTarget)
 	}
-	if strings.Trim(o.rows, "abcdefghpmiktu") != "" || o.rows == "" {
-		log.Fatal("-rows takes letters of abcdefghpmiktu")
+	if strings.Trim(o.rows, "abcdefghpmiktuy") != "" || o.rows == "" {
+		log.Fatal("-rows takes letters of abcdefghpmiktuy")
 	}
 	if o.traceRuns < 1 {
 		log.Fatal("-trace-runs must be at least 1")
@@ -197,9 +197,12 @@ type bench struct {
 	mPrefix   string // relays of (m) (the real Redis's one; the embedded ones use it too, in stores of their own)
 	kPrefix   string // relays of (k), one on each store
 	uPrefix   string // relay of (u)
-	conc      int    // the relay worker's asynq concurrency, as asynq reports it
-	worker    *asynq.ServerInfo
-	start     time.Time
+	yPrefix   string // relays of (y): PREFIXt and PREFIXb
+	// tasksPrefixes are the prefixes (y) started relays on.
+	tasksPrefixes []string
+	conc          int // the relay worker's asynq concurrency, as asynq reports it
+	worker        *asynq.ServerInfo
+	start         time.Time
 }
 
 // redisOptions are the relay's own client settings (app/app.go).
@@ -229,7 +232,7 @@ func newBench(ctx context.Context, o options) (*bench, error) {
 	tr := newTransport()
 	return &bench{o: o, rdb: rdb, ropts: ropts, tr: tr, hc: &http.Client{Transport: tr, Timeout: 60 * time.Second},
 		prefix: newPrefix(), memPrefix: newPrefix(), evPrefix: newPrefix(), hdPrefix: newPrefix(), scPrefix: newPrefix(),
-		g1Prefix: newPrefix(), g4Prefix: newPrefix(), g5Prefix: newPrefix(), pPrefix: newPrefix(), mPrefix: newPrefix(), iPrefix: newPrefix(), kPrefix: newPrefix(), uPrefix: newPrefix(), start: time.Now()}, nil
+		g1Prefix: newPrefix(), g4Prefix: newPrefix(), g5Prefix: newPrefix(), pPrefix: newPrefix(), mPrefix: newPrefix(), iPrefix: newPrefix(), kPrefix: newPrefix(), uPrefix: newPrefix(), yPrefix: newPrefix(), start: time.Now()}, nil
 }
 
 func (b *bench) where() string {
@@ -251,7 +254,7 @@ func (b *bench) cleanup() error {
 	var errs []error
 	queues, err := b.rdb.SMembers(ctx, "asynq:queues").Result()
 	errs = append(errs, err)
-	for _, p := range []string{b.prefix, b.memPrefix, b.evPrefix, b.hdPrefix, b.scPrefix, b.g1Prefix, b.g4Prefix, b.g5Prefix, b.pPrefix + "a", b.pPrefix + "b", b.mPrefix, b.iPrefix, b.kPrefix, b.uPrefix} {
+	for _, p := range append([]string{b.prefix, b.memPrefix, b.evPrefix, b.hdPrefix, b.scPrefix, b.g1Prefix, b.g4Prefix, b.g5Prefix, b.pPrefix + "a", b.pPrefix + "b", b.mPrefix, b.iPrefix, b.kPrefix, b.uPrefix}, b.tasksPrefixes...) {
 		errs = append(errs, store.DeleteMatching(ctx, b.rdb, store.KeyBase(p)+"*"))
 		errs = append(errs, store.DeleteMatching(ctx, b.rdb, "asynq:{"+p+"}*")) // the relay's queues
 		errs = append(errs, store.DeleteMatching(ctx, b.rdb, "asynq:{"+p+":*")) // the bench's own (hop)
@@ -323,6 +326,7 @@ type results struct {
 	ha   haResult
 	tr   tracingResult
 	ui   consoleResult
+	ts   tasksResult
 }
 
 // runs reports whether -rows asks for a row (a, b and c run together).
@@ -443,6 +447,13 @@ func (b *bench) run(ctx context.Context) (string, error) {
 		b.logf("(u) the console in Chromium headless, prefix %s", b.uPrefix)
 		if res.ui, err = benchConsole(ctx, b, b.uPrefix, 1000, 1000, loads); err != nil {
 			return "", fmt.Errorf("(u): %w", err)
+		}
+	}
+	// (y) MCP Tasks.
+	if o.runs("y") {
+		b.logf("(y) MCP Tasks, prefixes %st and %sb", b.yPrefix, b.yPrefix)
+		if res.ts, err = b.runTasks(ctx, b.yPrefix); err != nil {
+			return "", fmt.Errorf("(y): %w", err)
 		}
 	}
 	b.logf("done")
@@ -597,6 +608,9 @@ func (b *bench) table(ctx context.Context, r results) string {
 	}
 	if o.runs("u") {
 		tableConsole(row, r.ui)
+	}
+	if o.runs("y") {
+		b.tableY(row, r.ts)
 	}
 	return sb.String()
 }

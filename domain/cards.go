@@ -171,7 +171,9 @@ func (cd *cards) askCard(ctx context.Context, c *caller, need *cardNeed, action 
 	}
 	cd.log.Info("card asked", "card", card.ID, "session", id8(c.s.ID), "action", action)
 	cd.relay.notify(ctx, "cards")
-	cd.relay.ownerNotice(ctx, relay.NoticeCard, c.s.ID, c.s.Title, action+": "+strings.Join(card.Lines, " · ")) // R23.10
+	// R23.10: the owner is told; R24.1: an MCP client that takes tasks has its task now.
+	cd.relay.ownerNotice(ctx, relay.NoticeCard, c.s.ID, c.s.Title, action+": "+strings.Join(card.Lines, " · "))
+	waitBegins(ctx, true, "")
 	deadline := cd.opts.Timers.NewTimer(cd.maxWait(ctx))
 	defer deadline.Stop()
 	recheck := time.NewTicker(recheckEvery)

@@ -289,7 +289,7 @@ func (tq *turnQueue) waitTurnOn(ctx context.Context, id string, d time.Duration,
 	recheck := time.NewTicker(recheckEvery)
 	defer recheck.Stop()
 	t := queued
-	for {
+	for hooked := false; ; hooked = true {
 		if t == nil || d <= 0 {
 			var err error
 			if t, err = tq.st.GetTurn(ctx, id); err != nil {
@@ -298,6 +298,9 @@ func (tq *turnQueue) waitTurnOn(ctx context.Context, id string, d time.Duration,
 			if t.Status == store.TurnDone || t.Status == store.TurnError || t.Status == store.TurnStopped || t.Question != "" || d <= 0 {
 				return t, nil
 			}
+		}
+		if !hooked {
+			waitBegins(ctx, false, id) // R24.1: the call waits now; a client that takes tasks has its task
 		}
 		select {
 		case <-ch:

@@ -102,10 +102,14 @@ type Relay struct {
 	log     *slog.Logger
 	met     Metrics
 	hub     *hub
-	warm    *warmGoroutines        // tool calls and drains started here run on kept goroutines (stacks.go)
-	handler map[string]handler     // the actions' handlers (handlers), built once
-	bg      sync.WaitGroup         // goroutines of Start: notification listener, cache watcher
-	setKept cached[store.Settings] // the owner's settings (settings)
+	warm    *warmGoroutines    // tool calls and drains started here run on kept goroutines (stacks.go)
+	handler map[string]handler // the actions' handlers (handlers), built once
+	bg      sync.WaitGroup     // goroutines of Start: notification listener, cache watcher
+	// life ends when the relay stops (Start's context): the calls of MCP
+	// tasks running here end their waits then (mcptask.go); taskRuns counts them.
+	life     context.Context
+	taskRuns sync.WaitGroup
+	setKept  cached[store.Settings] // the owner's settings (settings)
 
 	// The subsystems.
 	q     *turnQueue     // queueing a turn and waiting for it, the wait action (queue.go)
@@ -224,6 +228,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		QuietTaskMinutes: s.QuietTaskMinutes, MaxTurnSeconds: s.MaxTurnSeconds}); err != nil {
 		return err
 	}
+	r.life = ctx
 	ready := make(chan struct{})
 	r.hub.handle(killPrefix, func(rest string) { r.onKill(ctx, rest) }) // R23.6: a kill asked in any process
 	changed, unsub := r.hub.sub("settings")
@@ -273,7 +278,7 @@ func (r *Relay) Wait() {
 	r.dr.mu.Unlock()
 	r.warm.stop()
 	done := make(chan struct{})
-	go func() { r.dr.directWG.Wait(); r.warm.wait(); close(done) }()
+	go func() { r.taskRuns.Wait(); r.dr.directWG.Wait(); r.warm.wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(directWaitMax):

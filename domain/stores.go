@@ -33,6 +33,7 @@ type Store interface {
 	askStore
 	cardStore
 	taskStore
+	mcpTaskStore
 	updateStore
 	usageStore
 	scheduleStore
@@ -246,6 +247,13 @@ type cardStore interface {
 
 // taskStore is what the tasks (tasks.go) need besides the records: saving
 // a task, its output and when that output goes.
+// mcpTaskStore is what MCP Tasks need (mcptask.go, R24.1).
+type mcpTaskStore interface {
+	CreateMCPTask(ctx context.Context, t *store.MCPTask) error
+	GetMCPTask(ctx context.Context, id string) (*store.MCPTask, error)
+	UpdateMCPTask(ctx context.Context, id string, c store.MCPTaskChange, now time.Time) (bool, error)
+}
+
 type taskStore interface {
 	AppendTaskOutput(ctx context.Context, id string, lines ...string) error
 	ExpireTaskOutput(ctx context.Context, id string, keep time.Duration) error

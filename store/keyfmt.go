@@ -25,7 +25,7 @@ var keyNames = map[string]bool{}
 
 func init() {
 	for _, n := range strings.Fields(`apiurl ask asks asksby asksin asksopen buf busy busypeer card cards console
-		cur cwds dlv drain drains due echo events flags gm group grouporder groups held instance killack lease lock loop msgs notify
+		cur cwds dlv drain drains due echo events flags gm group grouporder groups held instance killack lease lock loop mcptask msgs notify
 		once owner ownerh peertok peertokrelay peertokused procs q qev qids question rasks relaylink relays rsubs
 		rsubsended sch schby schended schinto schs sess sessions settings sids sq sub subev subidx subs subsall
 		subsended tasks tids tok tokfmt tokh tout turn unlock usage waiting wakes win wl wlnext`) {

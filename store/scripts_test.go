@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -717,5 +718,31 @@ func TestScriptRotateSessionToken(t *testing.T) {
 			after: scState{"sess:s1": scHash{"id": "s1", "archived": "1"}}},
 		{name: "rotate: no session", before: scState{"tokh:" + oh: "s2"}, run: rotate, want: []any{false, ""},
 			after: scState{"tokh:" + oh: "s2"}},
+	})
+}
+
+// R24.1: a task changes only while working; an ended one is kept MCPTaskKept.
+func TestScriptUpdateMCPTask(t *testing.T) {
+	ms := strconv.FormatInt(at.UnixMilli(), 10)
+	kept := strconv.FormatInt(at.Add(MCPTaskKept).UnixMilli(), 10)
+	working := scState{"mcptask:t1": scHash{"owner": "a", "status": "working", "card": "1", "turn": "", "created": "1", "updated": "1", "expires": "2"}}
+	update := func(c MCPTaskChange) func(e *testEnv) any {
+		return func(e *testEnv) any {
+			ok, err := e.s.UpdateMCPTask(e.ctx, "t1", c, at)
+			return []any{ok, errName(err)}
+		}
+	}
+	no := false
+	runScriptRows(t, []scriptRow{
+		{name: "waits on its turn", before: working, run: update(MCPTaskChange{Status: MCPTaskWorking, Card: &no, Turn: "u1"}), want: []any{true, ""},
+			after: scState{"mcptask:t1": scHash{"owner": "a", "status": "working", "card": "0", "turn": "u1", "created": "1", "updated": ms,
+				"expires": strconv.FormatInt(at.Add(MCPTaskWorkingTTL).UnixMilli(), 10)}}},
+		{name: "completed", before: working, run: update(MCPTaskChange{Status: MCPTaskCompleted, Result: []byte(`{"ok":true}`)}), want: []any{true, ""},
+			after: scState{"mcptask:t1": scHash{"owner": "a", "status": "completed", "card": "1", "turn": "", "created": "1", "updated": ms,
+				"expires": kept, "result": `{"ok":true}`, "iserr": "0"}}},
+		{name: "cancelled stays cancelled", before: scState{"mcptask:t1": scHash{"status": "cancelled"}},
+			run: update(MCPTaskChange{Status: MCPTaskCompleted, Result: []byte(`{}`)}), want: []any{false, ""},
+			after: scState{"mcptask:t1": scHash{"status": "cancelled"}}},
+		{name: "gone", run: update(MCPTaskChange{Status: MCPTaskCancelled}), want: []any{false, "ErrNotFound"}},
 	})
 }
