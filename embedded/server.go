@@ -83,7 +83,7 @@ type Server struct {
 
 type statCounters struct {
 	runs, checkpoints, records, bytes, compactions atomic.Int64
-	lastCheckpointNs, lastCompactNs          atomic.Int64
+	lastCheckpointNs, lastCompactNs                atomic.Int64
 }
 
 // Stats are the persistence's counters (bench, metrics).
