@@ -343,16 +343,16 @@ func (s *Server) loop() {
 	cp := time.NewTimer(time.Hour)
 	cp.Stop()
 	armed := false
-	last := time.Now() // the last checkpoint's start (the first comes Every after the start at the earliest)
+	var last time.Time // the last checkpoint's start
 	for {
 		select {
 		case <-s.stop:
 			cp.Stop()
 			return
 		case <-s.tr.changed:
-			if !armed {
+			if !armed { // Every after the first write, as a ticker would at most: the writes of one change go together
 				armed = true
-				cp.Reset(max(0, time.Until(last.Add(s.opts.Every))))
+				cp.Reset(s.opts.Every)
 			}
 		case <-cp.C:
 			armed = false
