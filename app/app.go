@@ -246,7 +246,11 @@ func New(cfg config.Config, o Options) (*App, error) {
 		a.clock = o.Clock.Now
 	}
 	a.relay = domain.New(a.st, asynqjobs.NewClient(a.aq, a.insp, a.queues), provs, ropt)
-	a.work = worker.New(a.rdb, a.relay, worker.Options{Queues: a.queues, Concurrency: o.Concurrency, Logger: a.log})
+	wo := worker.Options{Queues: a.queues, Concurrency: o.Concurrency, Logger: a.log}
+	if a.emb != nil {
+		wo.IdleCheck = worker.EmbeddedIdleCheck // one process: every enqueue goes through its waker
+	}
+	a.work = worker.New(a.rdb, a.relay, wo)
 	a.met.AddQueues(a.queueStats)
 	a.met.AddGauge("relay_cards_pending", "Approval cards waiting for the owner.", func() float64 {
 		c, _, _ := a.counts()

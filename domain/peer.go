@@ -38,6 +38,7 @@ type peerLink struct {
 
 	linkMu     sync.Mutex
 	linkOnline map[string]time.Time // paired relay (lower case) -> when this process last recorded it online (link)
+	pollWake   chan struct{}        // a token when this process paired a relay (peerLoop rests while nothing is paired)
 }
 
 // peerLinkStore is the store as the link sees it.
@@ -292,6 +293,7 @@ func (pk *peerLink) Pair(ctx context.Context, in PairRequest) (*relay.PairedRela
 		return nil, err
 	}
 	pk.link(ctx, p, e)
+	pk.wakePoll()
 	pk.log.Info("relay paired", "relay", p.Name, "url", base, "online", e == nil, "permission", p.Permission)
 	links, _ := pk.st.Links(ctx)
 	return pairingView(p, links), nil

@@ -93,7 +93,11 @@ func (p *pollPool) stop() {
 }
 
 // peerLoop runs until ctx ends; every poll it started has ended when it
-// returns. Polls run on pollWorkers goroutines.
+// returns. Polls run on pollWorkers goroutines. While there is nothing to
+// poll (no pairing, remote subscription or ask) it looks again only every
+// healthEvery, or at once when this process pairs a relay (wakePoll): an idle
+// relay with no pairings asks nothing every 3 s (R25.4, issue 36). A pairing
+// made by another process of the relay is polled by that one meanwhile.
 func (pk *peerLink) peerLoop(ctx context.Context) {
 	every := pk.opts.Timing.PeerPoll
 	if every <= 0 {
@@ -118,49 +122,91 @@ func (pk *peerLink) peerLoop(ctx context.Context) {
 		})
 	}
 	var lastHealth time.Time
+	idle := false
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		subs, err := pk.st.RemoteSubscriptions(ctx)
-		if err != nil {
-			pk.log.Warn("remote subscriptions unreadable", "err", err)
-			continue
-		}
-		for _, s := range subs {
-			s := s
-			spawn("rsub:"+s.ID, 2*pk.opts.Timing.PeerTimeout+every, func(ctx context.Context) { pk.pollMirror(ctx, s.ID) })
-		}
-		asks, err := pk.st.RemoteAsks(ctx)
-		if err == nil {
-			now := pk.now()
-			for _, a := range asks {
-				if !a.NextPollAt.After(now) {
-					a := a
-					spawn("rask:"+a.ID, askLockTTL, func(ctx context.Context) { pk.pollAsk(ctx, a) })
-				}
+		if idle {
+			tick.Stop()
+			t := time.NewTimer(healthEvery)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-pk.pollWake:
+			case <-t.C:
+			}
+			t.Stop()
+			tick.Reset(every)
+		} else {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
 			}
 		}
-		if time.Since(lastHealth) >= healthEvery {
-			lastHealth = time.Now()
-			if ps, err := pk.st.Pairings(ctx); err == nil {
-				for _, p := range ps {
-					p := p
-					spawn("hello:"+strings.ToLower(p.Name), healthEvery-time.Second, func(ctx context.Context) {
-						h, e := pk.hello(ctx, p.Name, p.URL, p.Token, helloTimeout)
-						if e == nil || e.Code == CodeOffline || e.Code == CodeAuth {
-							pk.link(ctx, p, e)
-						}
-						if e == nil {
-							pk.refreshPairing(ctx, p.Name, h)
-						}
-					})
-				}
+		idle = pk.pollOnce(ctx, every, &lastHealth, spawn)
+	}
+}
+
+// wakePoll ends the poll loop's rest (a pairing was made in this process).
+func (pk *peerLink) wakePoll() {
+	select {
+	case pk.pollWake <- struct{}{}:
+	default:
+	}
+}
+
+// pollOnce offers the polls due now: each remote subscription, each ask
+// whose next poll is due, and every healthEvery a hello to each pairing. It
+// says whether there was nothing to poll (no pairing, subscription or ask).
+func (pk *peerLink) pollOnce(ctx context.Context, every time.Duration, lastHealth *time.Time,
+	spawn func(key string, ttl time.Duration, f func(context.Context))) (nothing bool) {
+	subs, err := pk.st.RemoteSubscriptions(ctx)
+	if err != nil {
+		pk.log.Warn("remote subscriptions unreadable", "err", err)
+		return false
+	}
+	for _, s := range subs {
+		s := s
+		spawn("rsub:"+s.ID, 2*pk.opts.Timing.PeerTimeout+every, func(ctx context.Context) { pk.pollMirror(ctx, s.ID) })
+	}
+	asks, aerr := pk.st.RemoteAsks(ctx) // unreadable: no ask polled this round
+	now := pk.now()
+	for _, a := range asks {
+		if !a.NextPollAt.After(now) {
+			a := a
+			spawn("rask:"+a.ID, askLockTTL, func(ctx context.Context) { pk.pollAsk(ctx, a) })
+		}
+	}
+	pairings := int64(-1) // not read this round
+	if time.Since(*lastHealth) >= healthEvery {
+		*lastHealth = time.Now()
+		if ps, err := pk.st.Pairings(ctx); err == nil {
+			pairings = int64(len(ps))
+			for _, p := range ps {
+				p := p
+				spawn("hello:"+strings.ToLower(p.Name), healthEvery-time.Second, func(ctx context.Context) {
+					h, e := pk.hello(ctx, p.Name, p.URL, p.Token, helloTimeout)
+					if e == nil || e.Code == CodeOffline || e.Code == CodeAuth {
+						pk.link(ctx, p, e)
+					}
+					if e == nil {
+						pk.refreshPairing(ctx, p.Name, h)
+					}
+				})
 			}
 		}
 	}
+	if aerr != nil || len(subs) > 0 || len(asks) > 0 {
+		return false
+	}
+	if pairings < 0 {
+		n, err := pk.st.PairingCount(ctx)
+		if err != nil {
+			return false
+		}
+		pairings = n
+	}
+	return pairings == 0
 }
 
 // pollMirror reads a remote subscription's new events and offers them here,

@@ -168,7 +168,7 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r.mod = &models{opts: &r.opts, providers: providers, order: order}
 	r.dl = &pipeline{st: st, enq: enq, clk: clk, now: r.now, log: r.log, met: r.met, opts: &r.opts, relay: r}
 	r.pk = &peerLink{st: st, peers: opts.Peers, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, relay: r,
-		linkOnline: map[string]time.Time{}}
+		linkOnline: map[string]time.Time{}, pollWake: make(chan struct{}, 1)}
 	r.setKept.ttl = settingsTTL
 	r.tok = newTokens(st, r.now, r.log, &r.opts)
 	r.cards = &cards{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, hub: r.hub, relay: r}

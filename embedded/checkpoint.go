@@ -82,6 +82,7 @@ func (s *Server) Checkpoint(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.stats.runs.Add(1)
 	start := time.Now()
 	changes, all := s.tr.take()
 	if all {

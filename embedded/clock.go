@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"reflect"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -23,6 +24,25 @@ import (
 // (TestTTLClockCheap fails on such an upgrade).
 type ttlClock struct {
 	m *miniredis.Miniredis
+}
+
+// lazy returns what the pre-hook runs before each client command: the TTLs
+// are counted down by the time gone since the last count, when that is at
+// least every. Before, a ticker did it 4 times a second whether or not a
+// command came; a TTL is only seen by a command (or a checkpoint's PTTL, also
+// a command), so counting it then is the same to every reader, and an idle
+// store has no timer (R25.4).
+func (c *ttlClock) lazy(every time.Duration) func() {
+	var mu sync.Mutex
+	last := time.Now()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if now := time.Now(); now.Sub(last) >= every {
+			c.tick(now.Sub(last))
+			last = now
+		}
+	}
 }
 
 // tick moves the TTLs on by d. cheap says whether the fast path ran.

@@ -82,12 +82,13 @@ type Server struct {
 }
 
 type statCounters struct {
-	checkpoints, records, bytes, compactions atomic.Int64
-	lastCheckpointNs, lastCompactNs          atomic.Int64
+	runs, checkpoints, records, bytes, compactions atomic.Int64
+	lastCheckpointNs, lastCompactNs                atomic.Int64
 }
 
 // Stats are the persistence's counters (bench, metrics).
 type Stats struct {
+	Runs                                     int64 // checkpoints begun, those that found nothing to write too
 	Checkpoints, Records, Bytes, Compactions int64
 	LastCheckpoint, LastCompaction           time.Duration
 	BaseBytes, SegmentBytes                  int64
@@ -143,6 +144,7 @@ func Open(o Options) (*Server, error) {
 		return nil, err
 	}
 	s.tr = newTracker(s.mini.Server(), s.log)
+	s.tr.onCommand = (&ttlClock{m: s.mini}).lazy(ttlEvery)
 	if !o.ReadOnly {
 		s.mini.Server().SetPreHook(s.tr.hook)
 	}
@@ -171,7 +173,7 @@ func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	base, seg := s.baseBytes, s.segBytes
 	s.mu.Unlock()
-	return Stats{Checkpoints: s.stats.checkpoints.Load(), Records: s.stats.records.Load(), Bytes: s.stats.bytes.Load(),
+	return Stats{Runs: s.stats.runs.Load(), Checkpoints: s.stats.checkpoints.Load(), Records: s.stats.records.Load(), Bytes: s.stats.bytes.Load(),
 		Compactions: s.stats.compactions.Load(), LastCheckpoint: time.Duration(s.stats.lastCheckpointNs.Load()),
 		LastCompaction: time.Duration(s.stats.lastCompactNs.Load()), BaseBytes: base, SegmentBytes: seg}
 }
@@ -323,25 +325,45 @@ func hashRecord(r *Record) uint64 {
 	return h.Sum64()
 }
 
+// ttlEvery is how often at most miniredis's TTLs are counted down: before
+// a command, when this much time went by since the last count (ttlClock).
+const ttlEvery = 250 * time.Millisecond
+
+// settle is how long after the last write command the checkpoints go on: a
+// command's keys are marked by the pre-hook before it runs, so a checkpoint
+// that read them before it ran must be followed by one after (no command the
+// relay sends blocks; each runs within milliseconds of its hook).
+const settle = 2 * time.Second
+
+// loop checkpoints every Every while commands change the relay's keys, and
+// for settle after the last one; at rest it sleeps until a write command
+// comes (R25.4: no timer of its own while nothing changes).
 func (s *Server) loop() {
 	defer close(s.done)
-	cp := time.NewTicker(s.opts.Every)
-	defer cp.Stop()
-	// miniredis counts TTLs down only when told the time moved on.
-	ff := time.NewTicker(250 * time.Millisecond)
-	defer ff.Stop()
-	lastFF := time.Now()
-	clock := ttlClock{m: s.mini}
+	cp := time.NewTimer(time.Hour)
+	cp.Stop()
+	armed := false
+	var last time.Time // the last checkpoint's start
 	for {
 		select {
 		case <-s.stop:
+			cp.Stop()
 			return
-		case now := <-ff.C:
-			clock.tick(now.Sub(lastFF))
-			lastFF = now
+		case <-s.tr.changed:
+			if !armed { // Every after the first write, as a ticker would at most: the writes of one change go together
+				armed = true
+				cp.Reset(s.opts.Every)
+			}
 		case <-cp.C:
-			if err := s.Checkpoint(context.Background()); err != nil {
+			armed = false
+			last = time.Now()
+			err := s.Checkpoint(context.Background())
+			if err != nil {
 				s.log.Error("embedded store: checkpoint failed (retried in a second)", "data_dir", s.opts.Dir, "err", err)
+			}
+			if err != nil || last.Sub(s.tr.lastWrite()) < settle {
+				armed = true
+				cp.Reset(s.opts.Every)
 			}
 		}
 	}

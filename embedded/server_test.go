@@ -654,3 +654,57 @@ func TestLeftoversAndReadOnly(t *testing.T) {
 		t.Fatalf("after a read-only open, the data is %q", v)
 	}
 }
+
+// R25.4: at rest the store runs no checkpoint (no timer of its own): after a
+// write, checkpoints go on while it settles, then none comes until the next
+// write, which is kept within Every as before.
+func TestNoCheckpointAtRest(t *testing.T) {
+	dir := t.TempDir()
+	s, c := open(t, dir)
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "v1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the runs stop: settle (2 s) after the write, at most 10 s.
+	var runs int64
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		time.Sleep(settle / 2)
+		r := s.Stats().Runs
+		if r > 0 && r == runs {
+			break
+		}
+		runs = r
+		if time.Now().After(deadline) {
+			t.Fatalf("checkpoints still run %s after the last write (%d runs)", 10*time.Second, r)
+		}
+	}
+	time.Sleep(20 * s.opts.Every)
+	if got := s.Stats().Runs; got != runs {
+		t.Fatalf("checkpoints ran %d times at rest (Every %s, nothing written)", got-runs, s.opts.Every)
+	}
+	cps := s.Stats().Checkpoints
+	if err := c.Set(ctx, "k", "v2", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); s.Stats().Checkpoints == cps; {
+		if time.Now().After(deadline) {
+			t.Fatal("the write after the rest was never checkpointed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// R25.4: the TTL clock counts down before a command once ttlEvery went by,
+// and not sooner (no timer).
+func TestTTLClockLazy(t *testing.T) {
+	dir := t.TempDir()
+	_, c := open(t, dir)
+	ctx := context.Background()
+	if err := c.Set(ctx, "soon", "x", 300*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300*time.Millisecond + 2*ttlEvery)
+	if n, err := c.Exists(ctx, "soon").Result(); err != nil || n != 0 {
+		t.Fatalf("EXISTS soon after its TTL ran out: %d, %v; want 0", n, err)
+	}
+}

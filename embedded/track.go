@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/alicebob/miniredis/v2/server"
 )
@@ -23,6 +25,12 @@ import (
 type tracker struct {
 	srv *server.Server
 	log *slog.Logger
+
+	// onCommand runs before each command a client sends (not the ones a
+	// script runs, which hold the server's lock): the TTL clock.
+	onCommand func()
+	changed   chan struct{} // a token when a write command marked keys (the checkpoint loop waits for it)
+	lastW     atomic.Int64  // unix ns of the last write command's mark
 
 	mu      sync.Mutex
 	dirty   map[string]*change
@@ -68,7 +76,7 @@ type change struct {
 }
 
 func newTracker(srv *server.Server, log *slog.Logger) *tracker {
-	return &tracker{srv: srv, log: log, dirty: map[string]*change{}, peers: map[*server.Peer]*peerState{}, unknown: map[string]bool{}}
+	return &tracker{srv: srv, log: log, changed: make(chan struct{}, 1), dirty: map[string]*change{}, peers: map[*server.Peer]*peerState{}, unknown: map[string]bool{}}
 }
 
 // isNested says whether a command comes from a Lua script: miniredis sets
@@ -113,8 +121,12 @@ func (t *tracker) hook(c *server.Peer, cmd string, args ...string) bool {
 			t.mu.Lock()
 			t.mark(ops, all)
 			t.mu.Unlock()
+			t.wrote()
 		}
 		return false
+	}
+	if t.onCommand != nil {
+		t.onCommand()
 	}
 	t.mu.Lock()
 	ps := t.peers[c]
@@ -142,7 +154,32 @@ func (t *tracker) hook(c *server.Peer, cmd string, args ...string) bool {
 		ps.inTx = false
 	}
 	t.mu.Unlock()
+	if write {
+		t.wrote()
+	}
 	return false
+}
+
+// wrote notes a write command's mark and wakes the checkpoint loop.
+func (t *tracker) wrote() {
+	t.lastW.Store(time.Now().UnixNano())
+	t.signal()
+}
+
+// signal wakes the checkpoint loop (a token is enough: it reads every mark).
+func (t *tracker) signal() {
+	select {
+	case t.changed <- struct{}{}:
+	default:
+	}
+}
+
+// lastWrite is when the last write command was marked (zero: none yet).
+func (t *tracker) lastWrite() time.Time {
+	if ns := t.lastW.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 func (t *tracker) gone(c *server.Peer) {
@@ -207,6 +244,9 @@ func (t *tracker) again(keys []string, all bool) {
 	}
 	t.all = t.all || all
 	t.mu.Unlock()
+	if len(keys) > 0 || all {
+		t.signal()
+	}
 }
 
 // againChanges marks changes for the next checkpoint as they were.
@@ -220,6 +260,9 @@ func (t *tracker) againChanges(changes map[string]*change) {
 		markIn(t.dirty, op)
 	}
 	t.mu.Unlock()
+	if len(changes) > 0 {
+		t.signal()
+	}
 }
 
 // Commands by what they may change. Each write command's keys are found by

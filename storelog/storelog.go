@@ -36,7 +36,8 @@ type Handler struct {
 type state struct {
 	now   func() time.Time
 	mu    sync.Mutex
-	down  time.Time // when the outage started; zero while the store answers
+	down  time.Time     // when the outage started; zero while the store answers
+	began chan struct{} // a token when an outage starts (Watch waits for it)
 	seen  map[string]*failure
 	quiet int // lines left out during this outage
 	// root is the handler "store reachable again" is written through
@@ -53,7 +54,7 @@ type failure struct {
 
 // New wraps next.
 func New(next slog.Handler) *Handler {
-	return &Handler{next: next, s: &state{now: time.Now, seen: map[string]*failure{}, root: next}}
+	return &Handler{next: next, s: &state{now: time.Now, seen: map[string]*failure{}, root: next, began: make(chan struct{}, 1)}}
 }
 
 // Enabled is next's.
@@ -86,6 +87,10 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 	h.s.mu.Lock()
 	if h.s.down.IsZero() {
 		h.s.down = now
+		select {
+		case h.s.began <- struct{}{}:
+		default:
+		}
 	}
 	f := h.s.seen[key]
 	var repeated int
@@ -139,11 +144,22 @@ func (h *Handler) Reachable(ctx context.Context) {
 }
 
 // Watch probes the store with ping every `every` while an outage is on, and
-// ends it (Reachable) when ping succeeds, until ctx ends.
+// ends it (Reachable) when ping succeeds, until ctx ends. Between outages it
+// waits for the next one to start, with no timer (R25.4: an idle process's
+// wake-ups).
 func (h *Handler) Watch(ctx context.Context, every time.Duration, ping func(context.Context) error) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
+		if !h.Down() {
+			t.Stop()
+			select {
+			case <-ctx.Done():
+				return
+			case <-h.s.began:
+			}
+			t.Reset(every)
+		}
 		select {
 		case <-ctx.Done():
 			return

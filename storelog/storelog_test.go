@@ -125,10 +125,19 @@ func TestWatchEndsTheOutage(t *testing.T) {
 	for h.Down() && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	cancel()
-	<-done
 	if !strings.Contains(buf.String(), `msg="store reachable again"`) {
 		t.Fatalf("no end line:\n%s", buf.String())
+	}
+	// Between outages Watch waits for the next one (no ticks); the next one
+	// is probed and ended too.
+	slog.New(h).Error("y failed", "err", refused())
+	for h.Down() && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if n := strings.Count(buf.String(), `msg="store reachable again"`); n != 2 {
+		t.Fatalf("%d end lines after two outages, want 2:\n%s", n, buf.String())
 	}
 }
 

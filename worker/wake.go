@@ -44,6 +44,9 @@ import (
 //     set can be due: the set's earliest score was read (ZRANGE 0 0, pipelined
 //     after the last forward script) and is still in the future, no "d"
 //     arrived since, and the last real check is less than IdleCheck old.
+//     While that holds for every set, the forwarder's first call of a round
+//     waits in the hook (no 100 ms ticks): until the earliest due time, an
+//     IdleCheck, a "d" or Shutdown; then the round asks each set in order.
 //
 // Nothing here changes what asynq does with a task: the scripts are asynq's
 // own, run unchanged; the hook only decides when the processor and forwarder
@@ -61,8 +64,11 @@ type Waker struct {
 	wakeCh    chan struct{}     // closed at the next wake
 	empty     map[string]uint64 // qname → gen read before the dequeue that found it empty
 	delayed   map[string]*delayedState
-	ready     atomic.Bool // the subscription is confirmed
-	on        atomic.Bool // Start ran and Shutdown did not
+	markCh    chan struct{} // closed at the next mark of a delayed set (guarded by mu)
+	fwdAt     time.Time     // when the forwarder's last script call ended (guarded by mu)
+	firstSet  string        // the set the forwarder asks first in a round (guarded by mu)
+	ready     atomic.Bool   // the subscription is confirmed
+	on        atomic.Bool   // Start ran and Shutdown did not
 	stop      chan struct{}
 	stopOnce  sync.Once
 	done      chan struct{}
@@ -72,6 +78,7 @@ type Waker struct {
 	timeouts  atomic.Int64 // blocks that ended at IdleCheck
 	skipped   atomic.Int64 // forward scripts answered locally
 	published atomic.Int64 // wake messages published by this process
+	rests     atomic.Int64 // times the forwarder waited with every delayed set at rest
 }
 
 type delayedState struct {
@@ -82,13 +89,13 @@ type delayedState struct {
 
 // WakeStats counts what the waker did (for the benchmark and tests).
 type WakeStats struct {
-	Blocks, Timeouts, Skipped, Published int64
+	Blocks, Timeouts, Skipped, Published, Rests int64
 }
 
 // NewWaker builds a waker for the worker's queues on rdb; idle is IdleCheck.
 func NewWaker(rdb redis.UniversalClient, queues []string, idle time.Duration) *Waker {
 	w := &Waker{rdb: rdb, queues: queues, ours: map[string]bool{}, idle: idle, fallback: 25 * time.Millisecond,
-		wakeCh: make(chan struct{}), empty: map[string]uint64{}, delayed: map[string]*delayedState{},
+		wakeCh: make(chan struct{}), markCh: make(chan struct{}), empty: map[string]uint64{}, delayed: map[string]*delayedState{},
 		stop: make(chan struct{}), done: make(chan struct{}), sharded: redisurl.IsCluster(rdb)}
 	for _, q := range queues {
 		w.ours[q] = true
@@ -226,7 +233,7 @@ func (w *Waker) Shutdown() {
 
 // Stats says what the waker did so far.
 func (w *Waker) Stats() WakeStats {
-	return WakeStats{Blocks: w.blocks.Load(), Timeouts: w.timeouts.Load(), Skipped: w.skipped.Load(), Published: w.published.Load()}
+	return WakeStats{Blocks: w.blocks.Load(), Timeouts: w.timeouts.Load(), Skipped: w.skipped.Load(), Published: w.published.Load(), Rests: w.rests.Load()}
 }
 
 func queueOfChannel(c string) string {
@@ -253,6 +260,7 @@ func (w *Waker) markDirty(key string) {
 	w.mu.Lock()
 	if st := w.delayed[key]; st != nil {
 		st.dirty = true
+		w.marked()
 	}
 	w.mu.Unlock()
 }
@@ -262,7 +270,14 @@ func (w *Waker) markAllDirty() {
 	for _, st := range w.delayed {
 		st.dirty = true
 	}
+	w.marked()
 	w.mu.Unlock()
+}
+
+// marked ends a resting forwarder's wait. The caller holds mu.
+func (w *Waker) marked() {
+	close(w.markCh)
+	w.markCh = make(chan struct{})
 }
 
 // sawEmpty records that queue q was empty as of generation g0 and blocks when
@@ -427,27 +442,53 @@ func (w *Waker) withPublish(ctx context.Context, cmd redis.Cmder, q, payload str
 // forward answers the forward script of a delayed set locally with 0 while
 // nothing in the set can be due; else runs it with a ZRANGE of the set's
 // earliest entry after it (one round trip), and wakes when it moved tasks.
+// While every set of the worker rests (nothing can be due in any), the
+// forwarder's goroutine waits here instead of ticking every 100 ms (issue 36:
+// ten wake-ups a second of an idle process): until the earliest due time, a
+// set's IdleCheck, a "d" mark, a resubscription or Shutdown.
 func (w *Waker) forward(ctx context.Context, next redis.ProcessHook, cmd redis.Cmder, q, key string) error {
 	c, isCmd := cmd.(*redis.Cmd)
 	if !w.ours[q] || !isCmd || !w.on.Load() {
 		return next(ctx, cmd)
 	}
-	now := time.Now()
-	w.mu.Lock()
-	st := w.delayed[key]
-	skip := st != nil && w.ready.Load() && !st.dirty && now.Unix() < st.nextDue && now.Sub(st.checked) < w.idle
-	if st != nil && !skip {
-		st.dirty = false // a mark made while this check runs stays
-	}
-	w.mu.Unlock()
-	if skip || st == nil {
+	var now time.Time
+	defer func() {
+		w.mu.Lock()
+		w.fwdAt = time.Now()
+		w.mu.Unlock()
+	}()
+	for rested := false; ; rested = true {
+		now = time.Now()
+		w.mu.Lock()
+		st := w.delayed[key]
 		if st == nil {
+			w.mu.Unlock()
 			return next(ctx, cmd)
 		}
-		w.skipped.Add(1)
-		c.SetVal(int64(0))
-		return nil
+		if !rested && now.Sub(w.fwdAt) > fwdGap {
+			w.firstSet = key // the first set of the forwarder's round
+		}
+		if !w.skippable(st, now) {
+			st.dirty = false // a mark made while this check runs stays
+			w.mu.Unlock()
+			if rested {
+				restamp(cmd, now)
+			}
+			break
+		}
+		var until time.Time
+		if key == w.firstSet { // a rest here is followed by every set in order
+			until = w.restUntil(now)
+		}
+		ch := w.markCh
+		w.mu.Unlock()
+		if until.IsZero() || !w.rest(ctx, until, ch) {
+			w.skipped.Add(1)
+			c.SetVal(int64(0))
+			return nil
+		}
 	}
+	st := w.delayed[key]
 	pipe := w.rdb.Pipeline()
 	_ = pipe.Process(ctx, cmd)
 	first := pipe.ZRangeWithScores(ctx, key, 0, 0)
@@ -470,4 +511,86 @@ func (w *Waker) forward(ctx context.Context, next redis.ProcessHook, cmd redis.C
 		}
 	}
 	return cmd.Err()
+}
+
+// fwdGap tells the forwarder's rounds apart: its calls within a round come
+// back to back, and a round starts DelayedTaskCheckInterval (100 ms) after the
+// last one ended.
+const fwdGap = 50 * time.Millisecond
+
+// restamp sets the time in a forward script's ARGV (asynq's forward:
+// ARGV[1] unix seconds, ARGV[3] unix ns, read before the call) to now: after
+// a rest the time asynq read is the rest's start, and a task due meanwhile
+// would wait for the next round.
+func restamp(cmd redis.Cmder, now time.Time) {
+	args := cmd.Args() // evalsha, sha, 2, KEYS[1], KEYS[2], ARGV[1..4]
+	if len(args) != 9 {
+		return
+	}
+	if _, ok := args[5].(int64); ok {
+		args[5] = now.Unix()
+	}
+	if _, ok := args[7].(int64); ok {
+		args[7] = now.UnixNano()
+	}
+}
+
+// skippable says whether set st needs no real check at now: nothing in it
+// can be due, no mark since its last check, which is younger than IdleCheck.
+// The caller holds mu.
+func (w *Waker) skippable(st *delayedState, now time.Time) bool {
+	return w.ready.Load() && !st.dirty && now.Unix() < st.nextDue && now.Sub(st.checked) < w.idle
+}
+
+// restUntil is when the first of the worker's delayed sets needs a real
+// check, zero when one needs it now. The caller holds mu.
+func (w *Waker) restUntil(now time.Time) time.Time {
+	var until time.Time
+	for _, st := range w.delayed {
+		if !w.skippable(st, now) {
+			return time.Time{}
+		}
+		t := st.checked.Add(w.idle)
+		if st.nextDue != int64(^uint64(0)>>1) {
+			t = minTime(t, time.Unix(st.nextDue, 0))
+		}
+		if until.IsZero() || t.Before(until) {
+			until = t
+		}
+	}
+	return until
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// rest blocks the forwarder until until, a mark (ch closes) or Shutdown;
+// false when it ends for Shutdown or ctx. When it ends at a set's IdleCheck,
+// every set checked more than half an IdleCheck ago is checked in the same
+// round (marked), so the sets keep one rhythm instead of drifting apart.
+func (w *Waker) rest(ctx context.Context, until time.Time, ch chan struct{}) bool {
+	w.rests.Add(1)
+	t := time.NewTimer(time.Until(until))
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-w.stop:
+		return false
+	case <-ctx.Done():
+		return false
+	case now := <-t.C:
+		w.mu.Lock()
+		for _, st := range w.delayed {
+			if now.Sub(st.checked) >= w.idle/2 {
+				st.dirty = true
+			}
+		}
+		w.mu.Unlock()
+		return true
+	}
 }

@@ -165,10 +165,17 @@ func TestWakeUpPath(t *testing.T) {
 	waitIdle(t, wk, func() bool { return cnt.forward.Load() >= 4 })
 
 	// Idle: dequeue and forward scripts that reach Redis over 3 s.
-	d0, f0 := cnt.dequeue.Load(), cnt.forward.Load()
+	d0, f0, s0 := cnt.dequeue.Load(), cnt.forward.Load(), wk.Stats().Skipped
 	// Not a wait for work: the 3 s are the window the idle rate is measured over.
 	time.Sleep(3 * time.Second)
 	dq, fw := cnt.dequeue.Load()-d0, cnt.forward.Load()-f0
+	// Issue 36: with every delayed set at rest the forwarder waits in the
+	// hook instead of asking it every 100 ms (4 sets × 10 a second: about
+	// 120 local answers in 3 s); it comes back once a round of checks (about
+	// 3 answers a second).
+	if sk := wk.Stats().Skipped - s0; sk > 40 {
+		t.Errorf("the idle forwarder was answered locally %d times in 3 s: it ticks instead of resting (want about 9)", sk)
+	}
 	t.Logf("idle 3 s: %d dequeue scripts, %d forward scripts reached Redis; %+v", dq, fw, wk.Stats())
 	// Two queues, one round a second (each round asks both): about 6; asynq
 	// alone at 1 ms would be thousands, at 25 ms about 240.

@@ -57,6 +57,12 @@ const DefaultConcurrency = 64
 // (issue 36: 6 dequeue and 12 forward commands per check).
 const DefaultIdleCheck = 5 * time.Second
 
+// EmbeddedIdleCheck is IdleCheck on the embedded store (R20): it serves one
+// process, whose client has the waker's hook, so every task pushed is
+// announced and no other client pushes one; the check only costs an idle
+// relay its scripts (R25.4).
+const EmbeddedIdleCheck = 30 * time.Second
+
 // janitorEvery is asynq's JanitorInterval: the janitor deletes completed
 // tasks kept for their Retention, which the relay's tasks have none of (only
 // tasks moved by the key-format upgrade may); asynq's 8 s default polls both
