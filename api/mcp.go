@@ -130,7 +130,7 @@ func NewMCPHandler(d ToolDomain, o MCPOptions) http.Handler {
 	if td != nil {
 		// R24.1: server/discover declares MCP Tasks (the SDK's default
 		// capabilities, logging, kept).
-		sopts.Capabilities = &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{},
+		sopts.Capabilities = &mcp.ServerCapabilities{Logging: &mcp.LoggingCapabilities{}, //nolint:staticcheck // SA1019: what clients of older revisions were told, kept
 			Extensions: map[string]any{tasksExtension: map[string]any{}}}
 	}
 	server := mcp.NewServer(&mcp.Implementation{Name: "relay", Version: o.Version}, sopts)
