@@ -1256,53 +1256,59 @@ func (d *fileDecoder) strMap(p *map[string]string) func(string, *yaml.Node) erro
 	}
 }
 
-func (d *fileDecoder) providers(p *[]Provider) func(string, *yaml.Node) error {
+// mappings decodes a list of mappings into *p, each by fields (what the
+// list is, for errors: "a list of providers").
+func mappings[T any](d *fileDecoder, p *[]T, what string, fields func(*T) []field) func(string, *yaml.Node) error {
 	return func(path string, v *yaml.Node) error {
 		if v.Kind != yaml.SequenceNode {
-			return d.typeErr(path, v, "a list of providers")
+			return d.typeErr(path, v, what)
 		}
-		out := make([]Provider, len(v.Content))
+		out := make([]T, len(v.Content))
 		for i, item := range v.Content {
 			item = resolve(item)
 			at := fmt.Sprintf("%s[%d]", path, i)
 			if item.Kind != yaml.MappingNode {
 				return d.typeErr(at, item, "a mapping")
 			}
-			pr := &out[i]
-			err := d.mapping(item, at, []field{
-				{"id", d.str(&pr.ID)},
-				{"name", d.str(&pr.Name)},
-				{"type", d.str(&pr.Type)},
-				{"command", d.strs(&pr.Command)},
-				{"args", d.strs(&pr.Args)},
-				{"models", d.strs(&pr.Models)},
-				{"default_model", d.str(&pr.DefaultModel)},
-				{"efforts", d.strs(&pr.Efforts)},
-				{"base_url", d.str(&pr.BaseURL)},
-				{"api_key_env", d.str(&pr.APIKeyEnv)},
-				{"max_steps", d.integer(&pr.MaxSteps)},
-				{"system_prompt", d.str(&pr.SystemPrompt)},
-				{"switch_to", d.str(&pr.SwitchTo)},
-				{"billing", d.str(&pr.Billing)},
-				{"repos", d.boolean(&pr.Repos)},
-				{"monthly_cap", d.number(&pr.MonthlyCap)},
-				{"cap_unit", d.str(&pr.CapUnit)},
-				{"env", d.strMap(&pr.Env)},
-				{"claude", d.boolean(&pr.Claude)},
-				{"compact_window_zero", d.integer(&pr.CompactWindowZero)},
-				{"always_thinks", d.boolean(&pr.AlwaysThinks)},
-				{"sandbox", d.str(&pr.Sandbox)},
-				{"sandbox_rw", d.paths(&pr.SandboxRW)},
-				{"sandbox_ro", d.paths(&pr.SandboxRO)},
-				{"user", d.str(&pr.User)},
-			})
-			if err != nil {
+			if err := d.mapping(item, at, fields(&out[i])); err != nil {
 				return err
 			}
 		}
 		*p = out
 		return nil
 	}
+}
+
+func (d *fileDecoder) providers(p *[]Provider) func(string, *yaml.Node) error {
+	return mappings(d, p, "a list of providers", func(pr *Provider) []field {
+		return []field{
+			{"id", d.str(&pr.ID)},
+			{"name", d.str(&pr.Name)},
+			{"type", d.str(&pr.Type)},
+			{"command", d.strs(&pr.Command)},
+			{"args", d.strs(&pr.Args)},
+			{"models", d.strs(&pr.Models)},
+			{"default_model", d.str(&pr.DefaultModel)},
+			{"efforts", d.strs(&pr.Efforts)},
+			{"base_url", d.str(&pr.BaseURL)},
+			{"api_key_env", d.str(&pr.APIKeyEnv)},
+			{"max_steps", d.integer(&pr.MaxSteps)},
+			{"system_prompt", d.str(&pr.SystemPrompt)},
+			{"switch_to", d.str(&pr.SwitchTo)},
+			{"billing", d.str(&pr.Billing)},
+			{"repos", d.boolean(&pr.Repos)},
+			{"monthly_cap", d.number(&pr.MonthlyCap)},
+			{"cap_unit", d.str(&pr.CapUnit)},
+			{"env", d.strMap(&pr.Env)},
+			{"claude", d.boolean(&pr.Claude)},
+			{"compact_window_zero", d.integer(&pr.CompactWindowZero)},
+			{"always_thinks", d.boolean(&pr.AlwaysThinks)},
+			{"sandbox", d.str(&pr.Sandbox)},
+			{"sandbox_rw", d.paths(&pr.SandboxRW)},
+			{"sandbox_ro", d.paths(&pr.SandboxRO)},
+			{"user", d.str(&pr.User)},
+		}
+	})
 }
 
 func resolve(n *yaml.Node) *yaml.Node {

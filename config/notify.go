@@ -33,32 +33,14 @@ const (
 
 // webhooks decodes notify.webhooks.
 func (d *fileDecoder) webhooks(p *[]Webhook) func(string, *yaml.Node) error {
-	return func(path string, v *yaml.Node) error {
-		if v.Kind != yaml.SequenceNode {
-			return d.typeErr(path, v, "a list of webhooks")
+	return mappings(d, p, "a list of webhooks", func(w *Webhook) []field {
+		w.Format = WebhookJSON // the default, when format is not given
+		return []field{
+			{"url", d.str(&w.URL)},
+			{"events", d.strs(&w.Events)},
+			{"format", d.str(&w.Format)},
 		}
-		out := make([]Webhook, len(v.Content))
-		for i, item := range v.Content {
-			item = resolve(item)
-			at := fmt.Sprintf("%s[%d]", path, i)
-			if item.Kind != yaml.MappingNode {
-				return d.typeErr(at, item, "a mapping")
-			}
-			w := &out[i]
-			if err := d.mapping(item, at, []field{
-				{"url", d.str(&w.URL)},
-				{"events", d.strs(&w.Events)},
-				{"format", d.str(&w.Format)},
-			}); err != nil {
-				return err
-			}
-			if w.Format == "" {
-				w.Format = WebhookJSON
-			}
-		}
-		*p = out
-		return nil
-	}
+	})
 }
 
 // validate checks every webhook: an http(s) URL, known events each named
