@@ -60,6 +60,49 @@ func (s *Store) AppendActivity(ctx context.Context, sid string, m *Message) erro
 	return nil
 }
 
+// activityScan is how many of a conversation's last messages
+// SetActivityOutcome looks through for its line (bounded work; the line was
+// written moments before, during the same call).
+const activityScan = 64
+
+// setOutcomeScript is SetActivityOutcome's step.
+var setOutcomeScript = redis.NewScript(`
+-- KEYS[1] = {relay}:msgs:<sid>  the session's conversation (list of JSON messages)
+-- ARGV[1] = the activity line as it was written (JSON)
+-- ARGV[2] = the line with its outcome (JSON)
+-- ARGV[3] = how many of the last messages to look through
+-- ARGV[4] = the notify channel, ARGV[5] = its note ("session:SID")
+local n = tonumber(ARGV[3])
+local tail = redis.call('LRANGE', KEYS[1], -n, -1)
+for i = #tail, 1, -1 do
+  if tail[i] == ARGV[1] then
+    redis.call('LSET', KEYS[1], i - 1 - #tail, ARGV[2])
+    redis.call('PUBLISH', ARGV[4], ARGV[5])
+    return 1
+  end
+end
+return 0
+`)
+
+// SetActivityOutcome adds a relay_tool call's outcome to its activity line m,
+// appended by AppendActivity, among the conversation's last activityScan
+// messages, and publishes "session:SID" (R23.3); false when the line is not
+// among them (nothing is changed). m is left as it was written.
+func (s *Store) SetActivityOutcome(ctx context.Context, sid string, m *Message, outcome string) (bool, error) {
+	was, err := json.Marshal(m)
+	if err != nil {
+		return false, fmt.Errorf("set activity outcome %s: %w", sid, err)
+	}
+	with := *m
+	with.Outcome = outcome
+	now, err := json.Marshal(&with)
+	if err != nil {
+		return false, fmt.Errorf("set activity outcome %s: %w", sid, err)
+	}
+	n, err := setOutcomeScript.Run(ctx, s.scr, []string{s.msgsKey(sid)}, was, now, activityScan, s.NotifyChannel(), "session:"+sid).Int()
+	return n == 1, wrap(err, "set activity outcome %s", sid)
+}
+
 // SetUsagePaused marks a provider paused by a usage or rate limit (R7.3,
 // R17.3) with the reason; "" clears it (a turn succeeded again).
 func (s *Store) SetUsagePaused(ctx context.Context, provider, reason string, at time.Time) error {

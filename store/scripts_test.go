@@ -746,3 +746,36 @@ func TestScriptUpdateMCPTask(t *testing.T) {
 		{name: "gone", run: update(MCPTaskChange{Status: MCPTaskCancelled}), want: []any{false, "ErrNotFound"}},
 	})
 }
+
+// TestScriptSetActivityOutcomeR23_3: a relay_tool call's outcome is added to
+// its 🛰️ line, found from the tail among the last 64 messages; a line further
+// back, or gone, is left alone.
+func TestScriptSetActivityOutcomeR23_3(t *testing.T) {
+	line := &Message{ID: "a1", Role: "activity", Text: "🛰️ send → desk session 1a2b3c4d", CreatedAt: at}
+	set := func(outcome string) func(e *testEnv) any {
+		return func(e *testEnv) any {
+			ok, err := e.s.SetActivityOutcome(e.ctx, "s1", line, outcome)
+			return []any{ok, errName(err), line.Outcome}
+		}
+	}
+	with := func(outcome string) string {
+		m := *line
+		m.Outcome = outcome
+		return mustJSON(m)
+	}
+	reply, other := mustJSON(Message{ID: "r1", Role: "assistant"}), mustJSON(Message{ID: "a0", Role: "activity", Text: "🛰️ wait → desk"})
+	far := scList{mustJSON(line)}
+	for range activityScan {
+		far = append(far, reply)
+	}
+	runScriptRows(t, []scriptRow{
+		{name: "the last message", before: scState{"msgs:s1": scList{reply, mustJSON(line)}}, run: set("ok, replied"), want: []any{true, "", ""},
+			after: scState{"msgs:s1": scList{reply, with("ok, replied")}}},
+		{name: "messages written after it", before: scState{"msgs:s1": scList{other, mustJSON(line), reply, other}},
+			run: set("REMOTE_RELAY_FORBIDDEN"), want: []any{true, "", ""},
+			after: scState{"msgs:s1": scList{other, with("REMOTE_RELAY_FORBIDDEN"), reply, other}}},
+		{name: "further back than 64", before: scState{"msgs:s1": far}, run: set("ok"), want: []any{false, "", ""}},
+		{name: "no such line", before: scState{"msgs:s1": scList{other, reply}}, run: set("ok"), want: []any{false, "", ""}},
+		{name: "no conversation", run: set("ok"), want: []any{false, "", ""}},
+	})
+}

@@ -19,6 +19,7 @@ type Message struct {
 	Text      string    `json:"text"`
 	From      *Ref      `json:"from,omitempty"`
 	CreatedAt time.Time `json:"createdAt"`
+	Outcome   string    `json:"outcome,omitempty"` // an activity line's relay_tool call: "ok[, STATUS]" or its error code (R23.3)
 }
 
 // Origin is the chain a turn belongs to (R4.7).
