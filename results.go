@@ -207,6 +207,7 @@ type Message struct {
 	CreatedAt *string `json:"createdAt"`
 	From      *Ref    `json:"from,omitempty"`
 	ID        string  `json:"id"`
+	Outcome   string  `json:"outcome,omitempty"` // an activity line's relay_tool call: "ok[, STATUS]" or its error code (R23.3)
 	Role      string  `json:"role"`
 	Text      string  `json:"text"`
 }

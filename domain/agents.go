@@ -45,26 +45,56 @@ const relayCallMark = "🛰️"
 // exec commands, the agent CLIs and ACP agents), and for every call of an
 // external session, whose agent has no turns the relay runs. Calls from
 // paired relays do not come through here (their relay writes the line).
-func (us *usage) noteCall(ctx context.Context, c *caller, raw json.RawMessage) {
+// outcome is the call's when it is known already (refused early, R23.3);
+// the line written is returned for noteOutcome (nil: none was written).
+func (us *usage) noteCall(ctx context.Context, c *caller, raw json.RawMessage, outcome string) *store.Message {
 	if c == nil || (c.turn == nil && !isExternal(c.s)) {
-		return
+		return nil
 	}
 	var args map[string]any
 	_ = json.Unmarshal(raw, &args)
 	line := provider.ActivityLine(us.opts.Name, args)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), liveWriteTimeout)
 	defer cancel()
-	m := &store.Message{ID: store.NewID(16), Role: "activity", Text: line, CreatedAt: us.now()}
+	m := &store.Message{ID: store.NewID(16), Role: "activity", Text: line, CreatedAt: us.now(), Outcome: outcome}
 	if err := us.st.AppendActivity(ctx, c.s.ID, m); err != nil {
 		us.log.Warn("activity line not stored", "session", c.s.ID, "err", err)
+		return nil
+	}
+	return m
+}
+
+// noteEarly is noteCall for a call refused before its caller was read, with
+// the error's code as its outcome.
+func (us *usage) noteEarly(ctx context.Context, callerID string, raw json.RawMessage, code string) {
+	if c, _, err := us.relay.loadCall(ctx, callerID, ""); err == nil {
+		us.noteCall(ctx, c, raw, code)
 	}
 }
 
-// noteEarly is noteCall for a call refused before its caller was read.
-func (us *usage) noteEarly(ctx context.Context, callerID string, raw json.RawMessage) {
-	if c, _, err := us.relay.loadCall(ctx, callerID, ""); err == nil {
-		us.noteCall(ctx, c, raw)
+// noteOutcome adds a call's outcome to its 🛰️ line m once the call has its
+// result (R23.3): one round trip before the answer; a failure only logs.
+func (us *usage) noteOutcome(ctx context.Context, c *caller, m *store.Message, out *result, e *Error) {
+	if m == nil {
+		return
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), liveWriteTimeout)
+	defer cancel()
+	if _, err := us.st.SetActivityOutcome(ctx, c.s.ID, m, callOutcome(out, e)); err != nil {
+		us.log.Warn("activity outcome not stored", "session", c.s.ID, "err", err)
+	}
+}
+
+// callOutcome is a call's outcome as its 🛰️ line shows it (R23.3): "ok",
+// with the result's status when it has one ("ok, replied"), or the error's code.
+func callOutcome(out *result, e *Error) string {
+	if e != nil {
+		return e.Code
+	}
+	if st, ok := out.fields["status"].(string); ok && st != "" {
+		return "ok, " + st
+	}
+	return "ok"
 }
 
 // agentSessionOf is the CLI conversation a session's next turn resumes: the

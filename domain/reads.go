@@ -365,7 +365,8 @@ func (rd *reads) SessionDetail(ctx context.Context, s *store.Session, last int) 
 	}
 	m.Messages = make([]relay.Message, 0, len(msgs))
 	for _, msg := range msgs {
-		m.Messages = append(m.Messages, relay.Message{ID: msg.ID, Role: msg.Role, Text: msg.Text, CreatedAt: tsPtr(msg.CreatedAt), From: msg.From})
+		m.Messages = append(m.Messages, relay.Message{ID: msg.ID, Role: msg.Role, Text: msg.Text, CreatedAt: tsPtr(msg.CreatedAt), From: msg.From,
+			Outcome: msg.Outcome})
 	}
 	if v.curTurn != "" {
 		if t, err := rd.st.GetTurn(ctx, v.curTurn); err == nil && t.Partial != "" {

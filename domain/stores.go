@@ -273,6 +273,7 @@ type usageStore interface {
 	AddMonthUsage(ctx context.Context, provider string, month string, tokens int64, microUSD int64) error
 	AppendActivity(ctx context.Context, sid string, m *store.Message) error
 	MonthUsage(ctx context.Context, provider string, month string) (tokens int64, microUSD int64, err error)
+	SetActivityOutcome(ctx context.Context, sid string, m *store.Message, outcome string) (bool, error)
 	SetTurnModelAsked(ctx context.Context, id string, model string) error
 	SetUsagePaused(ctx context.Context, provider string, reason string, at time.Time) error
 	UsagePaused(ctx context.Context, provider string) (string, time.Time, error)

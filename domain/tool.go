@@ -168,11 +168,11 @@ func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, 
 	// R3.4a: the one check before all others, even before argument shapes.
 	if answersAnAsk(raw, a) {
 		*action = "answer_question"
-		r.use.noteEarly(ctx, callerID, raw)
+		r.use.noteEarly(ctx, callerID, raw, CodeForbidden)
 		return nil, Errorf(CodeForbidden, "Only the owner answers asks; answer_question answers question cards (q_…). Nothing was sent.")
 	}
 	if e != nil {
-		r.use.noteEarly(ctx, callerID, raw)
+		r.use.noteEarly(ctx, callerID, raw, e.Code)
 		return nil, e
 	}
 	*action = a.action
@@ -184,7 +184,15 @@ func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, 
 	}
 	a.pre = pre
 	c.delivery = d
-	r.use.noteCall(ctx, c, raw) // the 🛰️ line, once per call (R17.3)
+	line := r.use.noteCall(ctx, c, raw, "") // the 🛰️ line, once per call (R17.3)
+	res, e := r.callChecked(ctx, c, a)
+	r.use.noteOutcome(ctx, c, line, res, e) // and the call's outcome on it (R23.3)
+	return res, e
+}
+
+// callChecked runs a call whose caller is read: on the relay it names, or
+// on this one.
+func (r *Relay) callChecked(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	p, pv, e := r.checkRelay(ctx, c, a)
 	if e != nil {
 		return nil, e

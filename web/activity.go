@@ -44,13 +44,14 @@ type msgView struct {
 }
 
 // actView is one tool call or activity line (R17.3, R23.3):
-// "🛰️ ACTION → RELAY session ID8" or an agent's "🔧 TITLE: STATUS".
+// "🛰️ ACTION → RELAY session ID8" with the call's outcome, or an agent's
+// "🔧 TITLE: STATUS".
 type actView struct {
 	ID, At  string
 	Icon    string
 	What    string // the action, or the tool's title
 	Target  string // "RELAY · session ID8"
-	Outcome string // completed, failed, … ("" when the line has none)
+	Outcome string // completed, failed, "ok, replied", REMOTE_RELAY_FORBIDDEN, … ("" when the line has none)
 	Failed  bool
 }
 
@@ -143,6 +144,11 @@ func parseActivity(m relay.Message) *actView {
 				a.Target += " · session " + sid
 			}
 		}
+		// The call's outcome, added once it had its result: "ok[, STATUS]",
+		// else an error code (R23.3).
+		a.Outcome = m.Outcome
+		a.Failed = a.Outcome != "" && a.Outcome != "ok" && !strings.HasPrefix(a.Outcome, "ok, ")
+		return a
 	case strings.HasPrefix(line, "🔧"):
 		a.Icon = "🔧"
 		rest := strings.TrimSpace(strings.TrimPrefix(line, "🔧"))

@@ -251,19 +251,25 @@ func TestConversationFoldsR23_3(t *testing.T) {
 	}
 }
 
-// TestActivityLineR23_3: a 🛰️ line's parts, an ACP tool's outcome.
+// TestActivityLineR23_3: a 🛰️ line's parts and its call's outcome (an error
+// code shown as failed), an ACP tool's outcome.
 func TestActivityLineR23_3(t *testing.T) {
-	cases := []struct{ in, what, target, outcome string }{
-		{"🛰️ send → desk session 1a2b3c4d", "send", "desk · session 1a2b3c4d", ""},
-		{"🛰️ list_relays → far", "list_relays", "far", ""},
-		{"🔧 Read file a.go: completed", "Read file a.go", "", "completed"},
-		{"🔧 Run: make: failed", "Run: make", "", "failed"},
-		{"plain line", "plain line", "", ""},
+	cases := []struct {
+		in, outcomeField, what, target, outcome string
+		failed                                  bool
+	}{
+		{"🛰️ send → desk session 1a2b3c4d", "", "send", "desk · session 1a2b3c4d", "", false},
+		{"🛰️ send → desk session 1a2b3c4d", "ok, replied", "send", "desk · session 1a2b3c4d", "ok, replied", false},
+		{"🛰️ list_relays → far", "ok", "list_relays", "far", "ok", false},
+		{"🛰️ send → far", "REMOTE_RELAY_FORBIDDEN", "send", "far", "REMOTE_RELAY_FORBIDDEN", true},
+		{"🔧 Read file a.go: completed", "", "Read file a.go", "", "completed", false},
+		{"🔧 Run: make: failed", "", "Run: make", "", "failed", true},
+		{"plain line", "", "plain line", "", "", false},
 	}
 	for _, c := range cases {
-		a := parseActivity(relay.Message{ID: "x", Text: c.in})
-		if a.What != c.what || a.Target != c.target || a.Outcome != c.outcome || a.Failed != (c.outcome == "failed") {
-			t.Errorf("%q: %+v", c.in, a)
+		a := parseActivity(relay.Message{ID: "x", Text: c.in, Outcome: c.outcomeField})
+		if a.What != c.what || a.Target != c.target || a.Outcome != c.outcome || a.Failed != c.failed {
+			t.Errorf("%q %q: %+v", c.in, c.outcomeField, a)
 		}
 	}
 }
