@@ -91,8 +91,13 @@ func callOutcome(out *result, e *Error) string {
 	if e != nil {
 		return e.Code
 	}
-	if st, ok := out.fields["status"].(string); ok && st != "" {
-		return "ok, " + st
+	switch st := out.fields["status"].(type) {
+	case string:
+		if st != "" {
+			return "ok, " + st
+		}
+	case store.TurnStatus: // a prompting action's turn (R7.7)
+		return "ok, " + string(st)
 	}
 	return "ok"
 }

@@ -1,6 +1,10 @@
 package domain
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/oar/relay/store"
+)
 
 // TestCallOutcomeR23_3: the outcome a 🛰️ line shows: "ok", with the
 // result's status when it has one, or the error's code.
@@ -13,7 +17,8 @@ func TestCallOutcomeR23_3(t *testing.T) {
 	}{
 		{"no status", newResult("", "x"), nil, "ok"},
 		{"replied", newResult("", "x").set("status", "replied"), nil, "ok, replied"},
-		{"queued", newResult("", "x").set("status", "queued"), nil, "ok, queued"},
+		{"a turn done", newResult("", "x").set("status", store.TurnDone), nil, "ok, done"},
+		{"a turn question", newResult("", "x").set("status", "question"), nil, "ok, question"},
 		{"a status that is not text", newResult("", "x").set("status", map[string]any{}), nil, "ok"},
 		{"refused", nil, Errorf(CodeForbidden, "no"), CodeForbidden},
 	}
