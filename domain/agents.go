@@ -91,6 +91,9 @@ func callOutcome(out *result, e *Error) string {
 	if e != nil {
 		return e.Code
 	}
+	if out == nil {
+		return "ok"
+	}
 	switch st := out.fields["status"].(type) {
 	case string:
 		if st != "" {

@@ -20,6 +20,7 @@ func TestCallOutcomeR23_3(t *testing.T) {
 		{"a turn done", newResult("", "x").set("status", store.TurnDone), nil, "ok, done"},
 		{"a turn question", newResult("", "x").set("status", "question"), nil, "ok, question"},
 		{"a status that is not text", newResult("", "x").set("status", map[string]any{}), nil, "ok"},
+		{"no result", nil, nil, "ok"},
 		{"refused", nil, Errorf(CodeForbidden, "no"), CodeForbidden},
 	}
 	for _, c := range cases {
