@@ -334,6 +334,7 @@ type killStore interface {
 	AckKill(ctx context.Context, req, proc string, killed bool) error
 	KillAcks(ctx context.Context, req string) (map[string]bool, error)
 	LiveProcs(ctx context.Context, since time.Time) ([]store.Proc, error)
+	ProcSeen(ctx context.Context, id string) (time.Time, error)
 }
 
 // lifeStore is what starting the relay (relay.go, jobs.go) needs: stored
