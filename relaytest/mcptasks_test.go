@@ -480,7 +480,9 @@ func TestMCPTasksBusy(t *testing.T) {
 // task works; tasks/get on another serve process of the relay (same Redis
 // and prefix) completes it, once the child is no longer seen, as a graceful
 // stop would have: with the result of a wait for its turn (the turn, run or
-// recovered elsewhere, ends; its status and message_id, the reply if done).
+// recovered elsewhere, ends; its status and message_id, the reply if done),
+// and a call still on the owner's card with an error saying nothing was
+// sent, the card withdrawn.
 func TestMCPTasksProcessKilled(t *testing.T) {
 	NeedsSharedRedis(t, "a `relay serve` child and an in-process relay on one Redis")
 	if testing.Short() {
@@ -495,6 +497,10 @@ func TestMCPTasksProcessKilled(t *testing.T) {
 	c := &taskClient{t: t, url: child.api.URL + "/mcp", token: w.Token, tasks: true}
 	text := Script(map[string]any{"sleep_ms": 4000}, map[string]any{"reply": "after the kill"})
 	id := mustTask(t, c.tool(map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": text, "wait_seconds": 60}))
+	ext := r.NewSession(map[string]any{"provider": "external", "title": "my terminal claude"})
+	ce := &taskClient{t: t, url: child.api.URL + "/mcp", token: ext.Token, tasks: true}
+	cardTask := mustTask(t, ce.tool(map[string]any{"action": "create_session", "relay": "this", "text": "never created", "wait_seconds": 60}))
+	card := r.WaitCard(ext.ID)
 
 	cmd, exited := child.take()
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -507,16 +513,30 @@ func TestMCPTasksProcessKilled(t *testing.T) {
 	if got := c2.taskGet(id).Result; got["status"] != "working" {
 		t.Fatalf("task right after its process was killed: %v", got)
 	}
-	var done map[string]any
-	Eventually(t, 180*time.Second, func() bool {
-		rep := c2.taskGet(id)
-		if rep.Error != nil {
-			t.Fatalf("tasks/get: %+v", rep.Error)
-		}
-		done = rep.Result
-		return done["status"] != "working"
-	}, "the task of the killed process ends")
+	end := func(c *taskClient, id string) map[string]any {
+		var last map[string]any
+		Eventually(t, 180*time.Second, func() bool {
+			rep := c.taskGet(id)
+			if rep.Error != nil {
+				t.Fatalf("tasks/get: %+v", rep.Error)
+			}
+			last = rep.Result
+			return last["status"] != "working"
+		}, "the task %s of the killed process ends", id)
+		return last
+	}
+	done := end(c2, id)
 	t.Logf("the task ended %s after its process was killed", time.Since(killed).Round(100*time.Millisecond))
+	cardDone := end(newTaskClient(t, r, ext.Token, true), cardTask)
+	cres, _ := cardDone["result"].(map[string]any)
+	if cardDone["status"] != "completed" || cres["isError"] != true || !strings.Contains(fmt.Sprint(taskEnvelope(t, cres)["error"]), "Nothing was sent.") {
+		t.Fatalf("card task of the killed process: %v", cardDone)
+	}
+	for _, pc := range r.Cards() {
+		if pc["id"] == card["id"] {
+			t.Fatalf("the card of the killed process's call is still pending: %v", pc)
+		}
+	}
 	res, _ := done["result"].(map[string]any)
 	if done["status"] != "completed" || res == nil {
 		t.Fatalf("task of the killed process: %v", done)
