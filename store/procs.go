@@ -67,9 +67,7 @@ func (s *Store) ProcSeen(ctx context.Context, id string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("read process %s: %w", id, err)
 	}
 	var p Proc
-	if err := json.Unmarshal([]byte(v), &p); err != nil {
-		return time.Time{}, nil // unreadable: as gone (LiveProcs removes it)
-	}
+	_ = json.Unmarshal([]byte(v), &p) // unreadable: Seen zero, as gone (LiveProcs removes it)
 	return p.Seen, nil
 }
 
