@@ -173,7 +173,7 @@ func (cd *cards) askCard(ctx context.Context, c *caller, need *cardNeed, action 
 	cd.relay.notify(ctx, "cards")
 	// R23.10: the owner is told; R24.1: an MCP client that takes tasks has its task now.
 	cd.relay.ownerNotice(ctx, relay.NoticeCard, c.s.ID, c.s.Title, action+": "+strings.Join(card.Lines, " · "))
-	waitBegins(ctx, true, "")
+	waitBegins(ctx, card.ID, "")
 	deadline := cd.opts.Timers.NewTimer(cd.maxWait(ctx))
 	defer deadline.Stop()
 	recheck := time.NewTicker(recheckEvery)

@@ -78,26 +78,28 @@ type taskRun struct {
 }
 
 // waitBegins tells the call's task run, when it has one, that the call
-// waits now: on the owner's card (card) or on turn's reply.
-func waitBegins(ctx context.Context, card bool, turn string) {
+// waits now: on the owner's card cardID or on turn's reply.
+func waitBegins(ctx context.Context, cardID, turn string) {
 	if tr, ok := ctx.Value(waitHookKey{}).(*taskRun); ok {
-		tr.waiting(ctx, card, turn)
+		tr.waiting(ctx, cardID, turn)
 	}
 }
 
 // waiting makes the task on the call's first wait and records what a later
 // one waits on. A task that cannot be written leaves the call blocking.
-func (tr *taskRun) waiting(ctx context.Context, card bool, turn string) {
+func (tr *taskRun) waiting(ctx context.Context, cardID, turn string) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	now := tr.r.now()
+	card := cardID != ""
 	if tr.task != nil {
-		if _, err := tr.r.st.UpdateMCPTask(ctx, tr.task.ID, store.MCPTaskChange{Status: store.MCPTaskWorking, Card: &card, Turn: turn}, now); err != nil {
+		if _, err := tr.r.st.UpdateMCPTask(ctx, tr.task.ID, store.MCPTaskChange{Status: store.MCPTaskWorking, Card: &card, CardID: cardID, Turn: turn}, now); err != nil {
 			tr.r.log.Warn("mcp task: record its wait", "task", id8(tr.task.ID), "err", err)
 		}
 		return
 	}
-	t := &store.MCPTask{ID: "task_" + store.NewID(24), Owner: tr.caller, Status: store.MCPTaskWorking, Card: card, Turn: turn, Created: now, Updated: now}
+	t := &store.MCPTask{ID: "task_" + store.NewID(24), Owner: tr.caller, Status: store.MCPTaskWorking, Card: card, CardID: cardID, Turn: turn,
+		Proc: tr.r.opts.WorkerID, Created: now, Updated: now}
 	if err := tr.r.st.CreateMCPTask(ctx, t); err != nil {
 		tr.r.log.Warn("mcp task: create; the call blocks instead", "err", err)
 		return
@@ -235,6 +237,9 @@ func (r *Relay) ToolTask(ctx context.Context, callerID, id string) (*ToolTask, e
 	t, err := r.ownTask(ctx, callerID, id)
 	if err != nil {
 		return nil, err
+	}
+	if r.orphaned(ctx, t) {
+		t = r.completeOrphan(ctx, t)
 	}
 	return r.toolTask(ctx, t), nil
 }

@@ -300,7 +300,7 @@ func (tq *turnQueue) waitTurnOn(ctx context.Context, id string, d time.Duration,
 			}
 		}
 		if !hooked {
-			waitBegins(ctx, false, id) // R24.1: the call waits now; a client that takes tasks has its task
+			waitBegins(ctx, "", id) // R24.1: the call waits now; a client that takes tasks has its task
 		}
 		select {
 		case <-ch:

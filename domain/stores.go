@@ -247,11 +247,12 @@ type cardStore interface {
 
 // taskStore is what the tasks (tasks.go) need besides the records: saving
 // a task, its output and when that output goes.
-// mcpTaskStore is what MCP Tasks need (mcptask.go, R24.1).
+// mcpTaskStore is what MCP Tasks need (mcptask.go, mcptask_orphan.go, R24.1).
 type mcpTaskStore interface {
 	CreateMCPTask(ctx context.Context, t *store.MCPTask) error
 	GetMCPTask(ctx context.Context, id string) (*store.MCPTask, error)
 	UpdateMCPTask(ctx context.Context, id string, c store.MCPTaskChange, now time.Time) (bool, error)
+	ProcSeen(ctx context.Context, id string) (time.Time, error) // a task's process (mcptask_orphan.go)
 }
 
 type taskStore interface {

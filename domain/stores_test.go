@@ -17,7 +17,7 @@ import (
 var storeUsers = map[string]string{
 	"tool.go": "actionStore", "send.go": "recordStore", "create.go": "createStore", "sessions.go": "actionStore",
 	"update.go": "updateStore",
-	"tasks.go":  "taskStore", "mcptask.go": "mcpTaskStore",
+	"tasks.go":  "taskStore", "mcptask.go": "mcpTaskStore", "mcptask_orphan.go": "mcpTaskStore",
 	"agents.go": "usageStore", "caps.go": "usageStore",
 	"groups.go": "groupStore", "reads.go": "readStore", "tokens.go": "tokenStore",
 	"turns.go": "drainStore", "turntoken.go": "drainStore", "direct.go": "drainStore", "stacks.go": "drainStore",

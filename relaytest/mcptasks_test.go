@@ -14,8 +14,11 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/oar/relay/store"
 )
 
 const tasksExt = "io.modelcontextprotocol/tasks"
@@ -470,4 +473,92 @@ func TestMCPTasksBusy(t *testing.T) {
 		}
 		return false
 	}, "a place freed by the cancelled task")
+}
+
+// R24.1: a task lives in the store, not in the process that got its call. A
+// `relay serve` child that got a send made a task is SIGKILLed while the
+// task works; tasks/get on another serve process of the relay (same Redis
+// and prefix) completes it, once the child is no longer seen, as a graceful
+// stop would have: with the result of a wait for its turn (the turn, run or
+// recovered elsewhere, ends; its status and message_id, the reply if done),
+// and a call still on the owner's card with an error saying nothing was
+// sent, the card withdrawn.
+func TestMCPTasksProcessKilled(t *testing.T) {
+	NeedsSharedRedis(t, "a `relay serve` child and an in-process relay on one Redis")
+	if testing.Short() {
+		t.Skip("builds the relay binary and waits about a minute for the killed process to count as gone")
+	}
+	t.Parallel()
+	rd := NewRedis(t)
+	r := Start(t, Options{Redis: rd})
+	child := startPeerProc(t, "killed", r.Config.Name, rd, "")
+	w := r.NewSession(map[string]any{"title": "watcher"})
+	b := r.NewSession(map[string]any{"title": "beta"})
+	c := &taskClient{t: t, url: child.api.URL + "/mcp", token: w.Token, tasks: true}
+	text := Script(map[string]any{"sleep_ms": 4000}, map[string]any{"reply": "after the kill"})
+	id := mustTask(t, c.tool(map[string]any{"action": "send", "relay": "this", "session": b.ID, "text": text, "wait_seconds": 60}))
+	ext := r.NewSession(map[string]any{"provider": "external", "title": "my terminal claude"})
+	ce := &taskClient{t: t, url: child.api.URL + "/mcp", token: ext.Token, tasks: true}
+	cardTask := mustTask(t, ce.tool(map[string]any{"action": "create_session", "relay": "this", "text": "never created", "wait_seconds": 60}))
+	card := r.WaitCard(ext.ID)
+
+	cmd, exited := child.take()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-exited //nolint:errcheck // killed: its exit status says nothing
+	killed := time.Now()
+
+	c2 := newTaskClient(t, r, w.Token, true)
+	if got := c2.taskGet(id).Result; got["status"] != "working" {
+		t.Fatalf("task right after its process was killed: %v", got)
+	}
+	end := func(c *taskClient, id string) map[string]any {
+		var last map[string]any
+		Eventually(t, 180*time.Second, func() bool {
+			rep := c.taskGet(id)
+			if rep.Error != nil {
+				t.Fatalf("tasks/get: %+v", rep.Error)
+			}
+			last = rep.Result
+			return last["status"] != "working"
+		}, "the task %s of the killed process ends", id)
+		return last
+	}
+	done := end(c2, id)
+	t.Logf("the task ended %s after its process was killed", time.Since(killed).Round(100*time.Millisecond))
+	cardDone := end(newTaskClient(t, r, ext.Token, true), cardTask)
+	cres, _ := cardDone["result"].(map[string]any)
+	if cardDone["status"] != "completed" || cres["isError"] != true || !strings.Contains(fmt.Sprint(taskEnvelope(t, cres)["error"]), "Nothing was sent.") {
+		t.Fatalf("card task of the killed process: %v", cardDone)
+	}
+	for _, pc := range r.Cards() {
+		if pc["id"] == card["id"] {
+			t.Fatalf("the card of the killed process's call is still pending: %v", pc)
+		}
+	}
+	res, _ := done["result"].(map[string]any)
+	if done["status"] != "completed" || res == nil {
+		t.Fatalf("task of the killed process: %v", done)
+	}
+	env := taskEnvelope(t, res)
+	mid, _ := env["message_id"].(string)
+	if env["ok"] != true || mid == "" {
+		t.Fatalf("task result of the killed process: %v", env)
+	}
+	turn := r.WaitTurn(mid, 60*time.Second, store.TurnDone, store.TurnError, store.TurnStopped)
+	t.Logf("task result: status %v; the turn ended %s", env["status"], turn.Status)
+	switch env["status"] {
+	case "done":
+		if reply, _ := env["reply"].(map[string]any); turn.Status != store.TurnDone || reply["text"] != "after the kill" {
+			t.Fatalf("task result %v, turn %s %q", env, turn.Status, turn.Reply)
+		}
+	case "error", "queued", "running":
+	default:
+		t.Fatalf("task result of the killed process: %v", env)
+	}
+	// Completed once: a later poll answers the same.
+	if again := c2.taskGet(id).Result; !reflect.DeepEqual(again, done) {
+		t.Fatalf("a second tasks/get: %v, first %v", again, done)
+	}
 }

@@ -12,7 +12,9 @@ import (
 // that declared the extension. The task is a hash {relay}:mcptask:<id>, so
 // every serve process answers tasks/get and a restart keeps it; it expires
 // MCPTaskKept after it ended (while working, MCPTaskWorkingTTL after its
-// last change).
+// last change). A task records the process that runs its call (Proc): a
+// process killed mid-call leaves its task working, and tasks/get on another
+// process completes it once that process is no longer seen (ProcSeen).
 
 // MCPTask statuses.
 const (
@@ -37,6 +39,8 @@ type MCPTask struct {
 	Owner   string // the session whose token made it
 	Status  string
 	Card    bool   // it waits on the owner's approval card
+	CardID  string // that card ("" before one)
+	Proc    string // the process running its call (Relay.WorkerID)
 	Turn    string // the turn whose reply it waits for ("" before one is queued)
 	Created time.Time
 	Updated time.Time
@@ -51,7 +55,7 @@ func (s *Store) mcpTaskKey(id string) string { return s.k("mcptask", id) }
 func (s *Store) CreateMCPTask(ctx context.Context, t *MCPTask) error {
 	key := s.mcpTaskKey(t.ID)
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, key, "owner", t.Owner, "status", MCPTaskWorking, "card", boolField(t.Card), "turn", t.Turn,
+		p.HSet(ctx, key, "owner", t.Owner, "status", MCPTaskWorking, "card", boolField(t.Card), "cardid", t.CardID, "turn", t.Turn, "proc", t.Proc,
 			"created", msField(t.Created), "updated", msField(t.Updated), "expires", msField(t.Updated.Add(MCPTaskWorkingTTL)))
 		p.PExpire(ctx, key, MCPTaskWorkingTTL)
 		return nil
@@ -69,7 +73,7 @@ func (s *Store) GetMCPTask(ctx context.Context, id string) (*MCPTask, error) {
 	if len(m) == 0 || m["status"] == "" {
 		return nil, ErrNotFound
 	}
-	return &MCPTask{ID: id, Owner: m["owner"], Status: m["status"], Card: m["card"] == "1", Turn: m["turn"],
+	return &MCPTask{ID: id, Owner: m["owner"], Status: m["status"], Card: m["card"] == "1", CardID: m["cardid"], Turn: m["turn"], Proc: m["proc"],
 		Created: msTime(m["created"]), Updated: msTime(m["updated"]), Expires: msTime(m["expires"]),
 		Result: []byte(m["result"]), IsError: m["iserr"] == "1"}, nil
 }
@@ -95,6 +99,7 @@ return 1
 type MCPTaskChange struct {
 	Status  string // MCPTaskWorking, MCPTaskCompleted or MCPTaskCancelled
 	Card    *bool  // set: it waits (or no longer waits) on a card
+	CardID  string // set: the card it waits on
 	Turn    string // set: the turn it waits for
 	Result  []byte // set (completed): the result envelope
 	IsError bool
@@ -111,6 +116,9 @@ func (s *Store) UpdateMCPTask(ctx context.Context, id string, c MCPTaskChange, n
 	argv := []any{c.Status, msField(now), ttl.Milliseconds()}
 	if c.Card != nil {
 		argv = append(argv, "card", boolField(*c.Card))
+	}
+	if c.CardID != "" {
+		argv = append(argv, "cardid", c.CardID)
 	}
 	if c.Turn != "" {
 		argv = append(argv, "turn", c.Turn)

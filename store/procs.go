@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -53,6 +54,21 @@ func (s *Store) LiveProcs(ctx context.Context, since time.Time) ([]Proc, error) 
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// ProcSeen is when process id last announced itself (zero when it is not
+// in the hash: removed, or never announced): one field, not the whole hash.
+func (s *Store) ProcSeen(ctx context.Context, id string) (time.Time, error) {
+	v, err := s.rdb.HGet(ctx, s.procsKey(), id).Result()
+	if errors.Is(err, redis.Nil) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read process %s: %w", id, err)
+	}
+	var p Proc
+	_ = json.Unmarshal([]byte(v), &p) // unreadable: Seen zero, as gone (LiveProcs removes it)
+	return p.Seen, nil
 }
 
 // killAckKey is the hash of one kill request's answers (R23.6): field the
