@@ -631,6 +631,9 @@ func TestPermissionMatrix(t *testing.T) {
 		"POST /api/v1/sessions/:id/messages":       {sess + "/messages", map[string]any{"text": "matrix: must not arrive"}, noSess + "/messages", map[string]any{"text": "x"}},
 		"POST /api/v1/sessions/:id/stop":           {sess + "/stop", nil, noSess + "/stop", nil},
 		"POST /api/v1/sessions/:id/archive":        {sess + "/archive", nil, noSess + "/archive", nil},
+		"POST /api/v1/sessions/:id/kill":           {sess + "/kill", nil, noSess + "/kill", nil},                                                                                    // R23.6
+		"POST /api/v1/sessions/:id/token":          {sess + "/token", nil, noSess + "/token", nil},                                                                                  // R23.5
+		"PUT /api/v1/groups/order":                 {"/api/v1/groups/order", map[string]any{"ids": []string{}}, "/api/v1/groups/order", map[string]any{"ids": []string{fakeGroup}}}, // R23.7
 		"POST /api/v1/sessions/:id/questions/:qid": {sess + "/questions/" + qID, map[string]any{"answer": "A"}, noSess + "/questions/" + fakeQ, map[string]any{"answer": "A"}},
 		"GET /api/v1/cards":                        {"/api/v1/cards", nil, "/api/v1/cards", nil},
 		"POST /api/v1/cards/:id":                   {"/api/v1/cards/" + fakeCard, map[string]any{"decision": "allow"}, "/api/v1/cards/" + fakeCard, map[string]any{"decision": "allow"}},
