@@ -28,7 +28,11 @@ func newSandboxes(cfg config.Config, log *slog.Logger) (sandboxes, error) {
 		if err != nil {
 			return nil, fmt.Errorf("config: providers[%d].sandbox is bwrap (provider %q), but %w", i, p.ID, err)
 		}
-		sbs[p.ID] = &provider.Sandbox{Bwrap: bwrap, RW: p.SandboxRW, RO: p.SandboxRO}
+		rw, err := sandboxRW(cfg, p)
+		if err != nil {
+			return nil, err
+		}
+		sbs[p.ID] = &provider.Sandbox{Bwrap: bwrap, RW: rw, RO: p.SandboxRO}
 		for _, path := range append(append([]string(nil), p.SandboxRW...), p.SandboxRO...) {
 			if _, err := os.Stat(path); err != nil {
 				log.Warn("a sandbox path of the provider cannot be mounted: its turns fail until it exists", "provider", p.ID, "path", path, "err", err)
@@ -36,6 +40,25 @@ func newSandboxes(cfg config.Config, log *slog.Logger) (sandboxes, error) {
 		}
 	}
 	return sbs, nil
+}
+
+// sandboxRW is a provider's writable sandbox paths: its sandbox_rw and, for
+// a provider of repository sessions (R24.4), the clones folder, which lies in
+// the hidden data directory by default and which git in a session's worktree
+// reads and writes (objects, refs, the worktree's own metadata). The folder
+// is made here: bwrap cannot mount a path that does not exist.
+func sandboxRW(cfg config.Config, p config.Provider) ([]string, error) {
+	if !p.TakesRepos() {
+		return p.SandboxRW, nil
+	}
+	clones, err := filepath.Abs(filepath.Join(cfg.ReposDir(), "clones"))
+	if err == nil {
+		err = os.MkdirAll(clones, 0o700)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("config: provider %q takes repositories in a sandbox, but its clones folder cannot be made: %w", p.ID, err)
+	}
+	return append(append([]string(nil), p.SandboxRW...), clones), nil
 }
 
 // hide hands every sandbox the relay's own paths, which no agent may read:

@@ -8,8 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/oar/relay/config"
+	"github.com/oar/relay/store"
 )
 
 // gitRun runs git in dir and fails the test when it fails.
@@ -161,5 +163,44 @@ func TestRepositorySessionsR24_4(t *testing.T) {
 	}
 	if _, err := os.Stat(cwd); !os.IsNotExist(err) {
 		t.Fatalf("the deleted session's worktree is still there: %v", err)
+	}
+}
+
+// gitAgent is an exec agent that commits a change in its folder, a
+// repository session's worktree, and says whether git could.
+const gitAgent = `#!/bin/sh
+read -r what
+echo "$what" >> banner.txt
+if git -c user.email=agent@example.invalid -c user.name=agent commit -q -a -m "$what" 2>"$PWD/.giterr"; then
+  echo COMMITTED
+else
+  echo "GIT_FAILED $(head -c 300 "$PWD/.giterr" | tr '\n' ' ')"
+fi
+`
+
+// R24.4 with R18.31: a repository session of a sandboxed provider. The
+// clones live in the data directory, which the sandbox hides; git in the
+// session's worktree still reaches its clone (objects, refs, the worktree's
+// metadata), so the agent can commit on its branch.
+func TestSandboxRepositorySessionR24_4(t *testing.T) {
+	needBwrap(t)
+	t.Parallel()
+	base := gitOrigin(t)
+	bin := filepath.Join(t.TempDir(), "agent.sh")
+	if err := os.WriteFile(bin, []byte(gitAgent), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := Start(t, Options{Config: func(c *config.Config) {
+		if c.RedisURL != "" { // the embedded store's data directory is the harness's
+			c.DataDir = t.TempDir()
+		}
+		c.Providers = append(c.Providers, config.Provider{ID: "gitagent", Name: "Git agent", Type: config.TypeExec,
+			Command: []string{bin}, Repos: true, Sandbox: config.SandboxBwrap})
+		c.Repos = config.Repos{BaseURL: base} // the clones in the data directory (the default)
+	}})
+	s := r.NewSession(map[string]any{"provider": "gitagent", "title": "git", "repo": "example-org/sample-repo", "branch": "agent/work"})
+	tr := waitEnded(r, r.Message(s.ID, "sandboxed change"), 60*time.Second)
+	if tr.Status != store.TurnDone || strings.TrimSpace(tr.Reply) != "COMMITTED" {
+		t.Fatalf("the sandboxed agent's commit: %s %q %q", tr.Status, tr.Reply, tr.Error)
 	}
 }
