@@ -234,7 +234,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		chromedp.SendKeys("#ns-title", "from the console"), chromedp.SendKeys("#ns-text", "hello"),
 		chromedp.Click(`#new-session button[type=submit]`))
 	b.waitJS("the conversation page", `document.body.dataset.page === "session"`, 10*time.Second)
-	b.waitJS("the reply", `document.querySelector("#live-msgs").innerText.includes("echo: hello")`, 10*time.Second)
+	b.waitJS("the reply", `(document.querySelector("#live-msgs") || {innerText: ""}).innerText.includes("echo: hello")`, 10*time.Second)
 	sid := eval[string](b, `document.body.dataset.session`)
 	b.waitJS("the stream", `document.body.dataset.stream === "open"`, 5*time.Second)
 	eval[bool](b, `window.__noReload = true`)
