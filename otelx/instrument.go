@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/embedded"
 )
@@ -39,14 +40,14 @@ func handler(h http.Handler, tr trace.Tracer, prop propagation.TextMapPropagator
 		}
 		ctx := prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 		ctx, span := tr.Start(ctx, r.Method+" "+r.URL.Path, trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(attribute.String("http.request.method", r.Method), attribute.String("url.path", r.URL.Path)))
+			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(r.Method), semconv.URLPath(r.URL.Path)))
 		sw := &statusWriter{ResponseWriter: w}
 		defer func() {
 			code := sw.code
 			if code == 0 {
 				code = http.StatusOK
 			}
-			span.SetAttributes(attribute.Int("http.response.status_code", code))
+			span.SetAttributes(semconv.HTTPResponseStatusCode(code))
 			if code >= 500 {
 				span.SetStatus(codes.Error, http.StatusText(code))
 			}
@@ -130,11 +131,11 @@ type redisHook struct {
 }
 
 func newRedisHook(tr trace.Tracer, addr string) *redisHook {
-	attrs := []attribute.KeyValue{attribute.String("db.system.name", "redis"), attribute.String("db.system", "redis")}
+	attrs := []attribute.KeyValue{semconv.DBSystemNameRedis, attribute.String("db.system", "redis")} // db.system: the older name, as redisotel wrote it
 	if host, port, err := net.SplitHostPort(addr); err == nil {
-		attrs = append(attrs, attribute.String("server.address", host))
+		attrs = append(attrs, semconv.ServerAddress(host))
 		if n, err := strconv.Atoi(port); err == nil {
-			attrs = append(attrs, attribute.Int("server.port", n))
+			attrs = append(attrs, semconv.ServerPort(n))
 		}
 	}
 	return &redisHook{tr: tr, opts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...)}}
