@@ -2,6 +2,7 @@ package otelx
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -21,16 +22,16 @@ import (
 func TestHandlerSpan(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	var flushErr, deadlineErr error
+	errs := make(chan [2]error, 1) // the handler's Flush and SetWriteDeadline errors
 	h := handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !trace.SpanContextFromContext(r.Context()).IsValid() && r.URL.Path != "/healthz" {
 			t.Error("the handler's context has no span")
 		}
 		rc := http.NewResponseController(w)
-		deadlineErr = rc.SetWriteDeadline(time.Now().Add(time.Minute))
+		deadlineErr := rc.SetWriteDeadline(time.Now().Add(time.Minute))
 		w.WriteHeader(http.StatusAccepted)
 		_, _ = w.Write([]byte("data: x\n\n"))
-		flushErr = rc.Flush()
+		errs <- [2]error{rc.Flush(), deadlineErr}
 	}), tp.Tracer("t"), propagation.TraceContext{})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
@@ -42,10 +43,13 @@ func TestHandlerSpan(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The body's end is written after the handler (and its span) ended: read
+	// to it, so the server span is the first to end.
+	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
 	parent.End()
-	if flushErr != nil || deadlineErr != nil {
-		t.Fatalf("through the span's writer: Flush %v, SetWriteDeadline %v", flushErr, deadlineErr)
+	if e := <-errs; e[0] != nil || e[1] != nil {
+		t.Fatalf("through the span's writer: Flush %v, SetWriteDeadline %v", e[0], e[1])
 	}
 	if r, err := http.Get(srv.URL + "/healthz"); err == nil {
 		_ = r.Body.Close()
