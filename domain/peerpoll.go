@@ -121,7 +121,7 @@ func (pk *peerLink) peerLoop(ctx context.Context) {
 			f(ctx)
 		})
 	}
-	var lastHealth time.Time
+	var ps pollState
 	idle := false
 	for {
 		if idle {
@@ -143,7 +143,7 @@ func (pk *peerLink) peerLoop(ctx context.Context) {
 			case <-tick.C:
 			}
 		}
-		idle = pk.pollOnce(ctx, every, &lastHealth, spawn)
+		idle = pk.pollOnce(ctx, every, &ps, spawn)
 	}
 }
 
@@ -155,10 +155,19 @@ func (pk *peerLink) wakePoll() {
 	}
 }
 
+// pollState is what the poll loop keeps between rounds.
+type pollState struct {
+	lastHealth time.Time // the last round that said hello to each pairing
+	// pairings is how many relays were paired when last read: by the hello
+	// round (every healthEvery), or, while it was 0, before each rest.
+	pairings int
+}
+
 // pollOnce offers the polls due now: each remote subscription, each ask
 // whose next poll is due, and every healthEvery a hello to each pairing. It
 // says whether there was nothing to poll (no pairing, subscription or ask).
-func (pk *peerLink) pollOnce(ctx context.Context, every time.Duration, lastHealth *time.Time,
+// A relay unpaired meanwhile is seen at the next hello round.
+func (pk *peerLink) pollOnce(ctx context.Context, every time.Duration, st *pollState,
 	spawn func(key string, ttl time.Duration, f func(context.Context))) (nothing bool) {
 	subs, err := pk.st.RemoteSubscriptions(ctx)
 	if err != nil {
@@ -177,11 +186,11 @@ func (pk *peerLink) pollOnce(ctx context.Context, every time.Duration, lastHealt
 			spawn("rask:"+a.ID, askLockTTL, func(ctx context.Context) { pk.pollAsk(ctx, a) })
 		}
 	}
-	pairings := int64(-1) // not read this round
-	if time.Since(*lastHealth) >= healthEvery {
-		*lastHealth = time.Now()
+	read := false // the pairings were read this round
+	if time.Since(st.lastHealth) >= healthEvery {
+		st.lastHealth = time.Now()
 		if ps, err := pk.st.Pairings(ctx); err == nil {
-			pairings = int64(len(ps))
+			st.pairings, read = len(ps), true
 			for _, p := range ps {
 				p := p
 				spawn("hello:"+strings.ToLower(p.Name), healthEvery-time.Second, func(ctx context.Context) {
@@ -199,14 +208,14 @@ func (pk *peerLink) pollOnce(ctx context.Context, every time.Duration, lastHealt
 	if aerr != nil || len(subs) > 0 || len(asks) > 0 {
 		return false
 	}
-	if pairings < 0 {
+	if st.pairings == 0 && !read { // none when last read: one made since (here, or by another process)?
 		n, err := pk.st.PairingCount(ctx)
 		if err != nil {
 			return false
 		}
-		pairings = n
+		st.pairings = int(n)
 	}
-	return pairings == 0
+	return st.pairings == 0
 }
 
 // pollMirror reads a remote subscription's new events and offers them here,

@@ -17,6 +17,7 @@ import (
 type idlePeerStore struct {
 	peerLinkStore
 	reads  atomic.Int64
+	counts atomic.Int64 // PairingCount reads
 	paired atomic.Bool
 }
 
@@ -27,6 +28,7 @@ func (s *idlePeerStore) RemoteSubscriptions(context.Context) ([]*store.Subscript
 func (s *idlePeerStore) RemoteAsks(context.Context) ([]*store.RemoteAsk, error) { return nil, nil }
 func (s *idlePeerStore) Pairings(context.Context) ([]*store.Pairing, error)     { return nil, nil }
 func (s *idlePeerStore) PairingCount(context.Context) (int64, error) {
+	s.counts.Add(1)
 	if s.paired.Load() {
 		return 1, nil
 	}
@@ -35,7 +37,8 @@ func (s *idlePeerStore) PairingCount(context.Context) (int64, error) {
 
 // R25.4, issue 36: with nothing paired the poll loop does not read the store
 // every peer_poll; a pairing made in this process wakes it, and it polls
-// every peer_poll again while a pairing exists.
+// every peer_poll again while a pairing exists, without reading the
+// pairings' count each round (the hello round reads the pairings).
 func TestPeerLoopRestsWithNothingPaired(t *testing.T) {
 	st := &idlePeerStore{}
 	opts := &Options{}
@@ -62,4 +65,7 @@ func TestPeerLoopRestsWithNothingPaired(t *testing.T) {
 	st.paired.Store(true)
 	pk.wakePoll() // what Pair does
 	waitReads(5)  // polled every peer_poll again
+	if n := st.counts.Load(); n != 1 {
+		t.Fatalf("the pairings were counted %d times (the wake's and every round's), want once, at the wake", n)
+	}
 }
