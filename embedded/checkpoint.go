@@ -115,7 +115,7 @@ func (s *Server) Checkpoint(ctx context.Context) error {
 		return nil
 	}
 	if deferred == len(changes) && !s.closing.Load() {
-		s.tr.againChanges(changes)
+		s.tr.keepChanges(changes)
 		return nil
 	}
 	keys := make([]string, 0, len(changes))
@@ -144,7 +144,7 @@ func (s *Server) Checkpoint(ctx context.Context) error {
 		for _, r := range out {
 			left[r.Key] = changes[r.Key]
 		}
-		s.tr.againChanges(left)
+		s.tr.keepChanges(left)
 		return nil
 	}
 	seq := s.seq + 1

@@ -249,8 +249,19 @@ func (t *tracker) again(keys []string, all bool) {
 	}
 }
 
-// againChanges marks changes for the next checkpoint as they were.
+// againChanges marks changes for the next checkpoint as they were, and
+// wakes the checkpoint loop (a retry).
 func (t *tracker) againChanges(changes map[string]*change) {
+	t.keepChanges(changes)
+	if len(changes) > 0 {
+		t.signal()
+	}
+}
+
+// keepChanges marks changes for the next checkpoint as they were, without
+// waking the checkpoint loop: they wait for the next write (deferred keys,
+// R25.4).
+func (t *tracker) keepChanges(changes map[string]*change) {
 	t.mu.Lock()
 	for k, c := range changes {
 		op := keyOp{key: k, kind: c.kind}
@@ -260,9 +271,6 @@ func (t *tracker) againChanges(changes map[string]*change) {
 		markIn(t.dirty, op)
 	}
 	t.mu.Unlock()
-	if len(changes) > 0 {
-		t.signal()
-	}
 }
 
 // Commands by what they may change. Each write command's keys are found by
