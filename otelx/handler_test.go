@@ -73,3 +73,27 @@ func TestHandlerSpan(t *testing.T) {
 		t.Fatalf("server span %q kind %v attributes %v parent %v, want POST /mcp, server, %v, the caller's", s.Name(), s.SpanKind(), keys, s.Parent(), want)
 	}
 }
+
+// R25.1: an answer of 500 or more marks the server span an error (a store
+// that does not answer: 503, R25.3); one below does not.
+func TestHandlerSpanServerError(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	h := handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/down" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNotFound)
+	}), tp.Tracer("t"), propagation.TraceContext{})
+	for _, p := range []string{"/down", "/missing"} {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, p, nil))
+	}
+	var got []string
+	for _, s := range rec.Ended() {
+		got = append(got, s.Name()+" "+s.Status().Code.String())
+	}
+	if want := []string{"GET /down Error", "GET /missing Unset"}; !slices.Equal(got, want) {
+		t.Fatalf("spans %q, want %q", got, want)
+	}
+}
