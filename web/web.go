@@ -77,7 +77,7 @@ func Register(g *gin.Engine, o Options) {
 		c.assets[p] = "/static/" + p + "?v=" + hex.EncodeToString(h[:4])
 		return nil
 	})
-	c.tpl = template.Must(template.New("").Funcs(c.funcs()).Funcs(conversationFuncs()).ParseFS(templateFS, "templates/*.html"))
+	c.tpl = template.Must(template.New("").Funcs(c.funcs()).Funcs(conversationFuncs(NewMarkdown())).ParseFS(templateFS, "templates/*.html"))
 	files := http.StripPrefix("/static/", http.FileServer(http.FS(static)))
 	g.GET("/static/*file", func(ctx *gin.Context) {
 		// Files only: a directory (/static/ itself) is not listed.
