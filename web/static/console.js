@@ -115,12 +115,6 @@
       }, function (e) { say(e.message, true); busy(b, false); });
       return;
     }
-    var n = ev.target.closest("[data-notify]");
-    if (n && "Notification" in window) {
-      Notification.requestPermission().then(function (p) {
-        say(p === "granted" ? "New cards will raise a notification while this console is open." : "Notifications are not allowed.", p !== "granted");
-      });
-    }
   });
 
   // show fills an element's [data-field] parts from an API answer (a value
@@ -410,6 +404,8 @@
       refresh();
     });
     ["cards", "inbox", "question", "settings"].forEach(function (k) { es.addEventListener(k, refresh); });
+    // A notice for the owner (R23.10): notify.js shows it.
+    es.addEventListener("notice", function (e) { document.dispatchEvent(new CustomEvent("relay:notice", { detail: e.data })); });
     // The sessions list itself changed (a group made, renamed or dissolved; a subscription to all sessions).
     es.addEventListener("sessions", function () { if (page === "sessions" || page === "session") refresh(); });
     es.addEventListener("turn", function () { if (page !== "session") refresh(); else refreshSide(); });
