@@ -355,7 +355,8 @@
     timer = setTimeout(run, 60);
   }
   // refreshSide refreshes only the sessions list beside a conversation
-  // (another session changed): the page's ?side=1 renders the list alone.
+  // (another session changed): the page's ?side=1 renders the list alone,
+  // asked by the session's full id (the address may hold only a prefix).
   function refreshSide() {
     if (document.body.dataset.page !== "session") { refresh(); return; }
     sidePending = true;
@@ -365,7 +366,7 @@
   function run() {
     timer = 0;
     if (!pending && !sidePending) return;
-    var src = pending ? location.href : location.pathname + "?side=1";
+    var src = pending ? location.href : "/s/" + encodeURIComponent(me) + "?side=1";
     pending = false;
     sidePending = false;
     running = true;
