@@ -30,7 +30,7 @@ func TestExternalNewToken(t *testing.T) {
 		t.Fatal("POST /sessions with provider external answered no token")
 	}
 	for _, r := range []*Relay{a, b} {
-		if r != nil && rawMCPStatus(t, r.URL, ext.Token) != http.StatusOK { // cached now
+		if r != nil && r.MCPStatus(ext.Token) != http.StatusOK { // cached now
 			t.Fatalf("the external session's first token is refused on %s", r.URL)
 		}
 	}
@@ -46,10 +46,10 @@ func TestExternalNewToken(t *testing.T) {
 		if r == nil {
 			continue
 		}
-		if st := rawMCPStatus(t, r.URL, ext.Token); st != http.StatusUnauthorized {
+		if st := r.MCPStatus(ext.Token); st != http.StatusUnauthorized {
 			t.Fatalf("the old token after a new one on %s: %d, want 401", r.URL, st)
 		}
-		if st := rawMCPStatus(t, r.URL, tok); st != http.StatusOK {
+		if st := r.MCPStatus(tok); st != http.StatusOK {
 			t.Fatalf("the new token on %s: %d, want 200", r.URL, st)
 		}
 	}
@@ -63,7 +63,7 @@ func TestExternalNewToken(t *testing.T) {
 		t.Fatalf("new token of a scripted session: %d %v", st, out)
 	}
 	wantHas(t, "error", out["error"], "is not an external session")
-	if rawMCPStatus(t, a.URL, plain.Token) != http.StatusOK {
+	if a.MCPStatus(plain.Token) != http.StatusOK {
 		t.Fatal("the refused request changed the scripted session's token")
 	}
 	// Archived: its token was revoked; no new one.
@@ -74,7 +74,7 @@ func TestExternalNewToken(t *testing.T) {
 	if st := a.Owner(http.MethodPost, "/api/v1/sessions/"+ext.ID+"/token", nil, &out); st != http.StatusBadRequest {
 		t.Fatalf("new token of an archived session: %d %v", st, out)
 	}
-	if st := rawMCPStatus(t, a.URL, tok); st != http.StatusUnauthorized {
+	if st := a.MCPStatus(tok); st != http.StatusUnauthorized {
 		t.Fatalf("the archived session's token: %d, want 401", st)
 	}
 }

@@ -17,25 +17,6 @@ import (
 
 // SPEC §18 hardening, end to end on real relays.
 
-// rawMCPStatus posts one tools/call to /mcp with token and returns the HTTP status.
-func rawMCPStatus(t *testing.T, url, token string) int {
-	t.Helper()
-	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"relay_tool","arguments":{"action":"list_relays"}}}`
-	req, err := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST /mcp: %v", err)
-	}
-	_ = resp.Body.Close()
-	return resp.StatusCode
-}
-
 // callNoFail calls relay_tool from any goroutine (MCP.Call fails the test, which only the test goroutine may).
 func callNoFail(m *MCP, args map[string]any) (map[string]any, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -485,6 +485,26 @@ func (r *Relay) Connect(token string, opts *mcp.ClientOptions) *MCP {
 	return &MCP{tb: r.tb, Session: s}
 }
 
+// MCPStatus is the HTTP status of one raw relay_tool call (list_relays) on
+// /mcp with token: 200 for a token the relay takes, 401 for one it refuses.
+func (r *Relay) MCPStatus(token string) int {
+	r.tb.Helper()
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"relay_tool","arguments":{"action":"list_relays"}}}`
+	req, err := http.NewRequest(http.MethodPost, r.URL+"/mcp", strings.NewReader(body))
+	if err != nil {
+		r.tb.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		r.tb.Fatalf("POST /mcp: %v", err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
 // Call calls relay_tool and returns the envelope and isError.
 func (m *MCP) Call(args map[string]any) (map[string]any, bool) {
 	m.tb.Helper()

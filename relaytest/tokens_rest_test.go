@@ -132,7 +132,7 @@ func TestTokensAtRestUpgrade(t *testing.T) {
 	if out["id"] != live.ID && !strings.Contains(jsonString(out), live.ID) {
 		t.Fatalf("read_session with the old token: %v", out)
 	}
-	if st := rawMCPStatus(t, r.URL, gone.Token); st != http.StatusUnauthorized {
+	if st := r.MCPStatus(gone.Token); st != http.StatusUnauthorized {
 		t.Fatalf("the archived session's token after the upgrade: %d, want 401", st)
 	}
 	// A session made now: its token is shown once and stored as a hash.

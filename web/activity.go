@@ -164,11 +164,12 @@ func parseActivity(m relay.Message) *actView {
 }
 
 // conversationFuncs are the template functions of conversation.html.
-func conversationFuncs() template.FuncMap {
-	md := NewMarkdown()
+func conversationFuncs(md *Markdown) template.FuncMap {
 	return template.FuncMap{
 		"conversation": func(msgs []relay.Message) []convItem { return conversation(md, msgs) },
-		"markdown":     md.HTML,
+		// A running turn's partial reply is new on every refresh: rendered,
+		// never kept in the cache (it would push the messages out).
+		"markdown": md.render,
 		// deref is a typed result's optional text ("" for none): a nil
 		// pointer printed as it is would show "<nil>" (R23.4).
 		"deref": str,

@@ -103,14 +103,9 @@ func (c *console) funcs() template.FuncMap {
 			return strings.Join(names, ", ")
 		},
 		"modes": func() []string { return []string{"agent", "ask", "plan"} },
-		"row": func(s *relay.SessionItem, v *view) sessionRow {
-			return sessionRow{S: s, Mark: v.Marks[s.ID], Clocks: v.Clocks[s.ID], Here: v.Relay}
-		},
+		"row":   func(s *relay.SessionItem, v *view) sessionRow { return v.row(sessionRow{S: s}) },
 		// rowIn is a session's row in the grouped list, with its role there.
-		"rowIn": func(r *sessionRow, v *view) sessionRow {
-			return sessionRow{S: r.S, Role: r.Role, Mark: v.Marks[r.S.ID], Clocks: v.Clocks[r.S.ID], Here: v.Relay,
-				Open: v.Open != "" && v.Open == r.S.ID}
-		},
+		"rowIn": func(r *sessionRow, v *view) sessionRow { return v.row(*r) },
 		"via": func(ref *relay.Ref, here string, link bool) viaBadge {
 			return viaBadge{Ref: ref, Link: link, Remote: ref.Relay != "" && ref.Relay != here}
 		},
@@ -129,6 +124,14 @@ type sessionRow struct {
 	Clocks int
 	Here   string // this relay's name
 	Open   bool   // the session open beside the list
+}
+
+// row is r as the page shows it: its marks, its schedules' ⏰, and whether
+// it is the session open beside the list.
+func (v *view) row(r sessionRow) sessionRow {
+	id := r.S.ID
+	r.Mark, r.Clocks, r.Here, r.Open = v.Marks[id], v.Clocks[id], v.Relay, v.Open != "" && v.Open == id
+	return r
 }
 
 // viaBadge is a "via agent" badge (R4.11, R23.9): Remote when an agent on a

@@ -34,33 +34,36 @@ func groupedList(sessions []*relay.SessionItem, groups []*relay.Group) []listIte
 }
 
 // inGroupOrder puts the groups' blocks of out (a group's line and its rows)
-// into the places the blocks hold, in the order of groups.
+// into the places the blocks hold, in the order of groups; a session in no
+// group keeps its place.
 func inGroupOrder(out []listItem, groups []*relay.Group) []listItem {
 	rank := make(map[string]int, len(groups))
 	for i, g := range groups {
 		rank[g.ID] = i
 	}
-	var blocks [][]listItem
-	var starts []int
-	for i, it := range out {
-		if it.Group != nil {
-			blocks, starts = append(blocks, []listItem{it}), append(starts, i)
-		} else if it.Row.Role != "" && len(blocks) > 0 {
-			blocks[len(blocks)-1] = append(blocks[len(blocks)-1], it)
-		}
-	}
-	sorted := append([][]listItem(nil), blocks...)
-	sort.SliceStable(sorted, func(i, j int) bool { return rank[sorted[i][0].Group.ID] < rank[sorted[j][0].Group.ID] })
-	res := make([]listItem, 0, len(out))
-	next := 0
-	for i := 0; i < len(out); i++ {
-		if next < len(starts) && i == starts[next] {
-			res = append(res, sorted[next]...)
-			i += len(blocks[next]) - 1
-			next++
+	var parts [][]listItem // the list in parts: a group's block, or a session alone
+	var at []int           // the parts that are groups' blocks
+	for _, it := range out {
+		if it.Group == nil && it.Row.Role != "" && len(parts) > 0 {
+			parts[len(parts)-1] = append(parts[len(parts)-1], it)
 			continue
 		}
-		res = append(res, out[i])
+		if it.Group != nil {
+			at = append(at, len(parts))
+		}
+		parts = append(parts, []listItem{it})
+	}
+	blocks := make([][]listItem, len(at))
+	for k, i := range at {
+		blocks[k] = parts[i]
+	}
+	sort.SliceStable(blocks, func(i, j int) bool { return rank[blocks[i][0].Group.ID] < rank[blocks[j][0].Group.ID] })
+	for k, i := range at {
+		parts[i] = blocks[k]
+	}
+	res := make([]listItem, 0, len(out))
+	for _, p := range parts {
+		res = append(res, p...)
 	}
 	return res
 }

@@ -275,10 +275,11 @@ func TestActivityLineR23_3(t *testing.T) {
 }
 
 // TestConversationTemplateNoNilR23_4: a running turn with no output yet shows
-// "Working…", with output its partial reply as Markdown; no message field
-// prints "<nil>" (a nil InFlight or CreatedAt once did).
+// "Working…", with output its partial reply as Markdown, not kept in the
+// cache; no message field prints "<nil>" (a nil InFlight or CreatedAt once did).
 func TestConversationTemplateNoNilR23_4(t *testing.T) {
-	tpl := template.Must(template.New("").Funcs((&console{}).funcs()).Funcs(conversationFuncs()).ParseFS(templateFS, "templates/*.html"))
+	md := NewMarkdown()
+	tpl := template.Must(template.New("").Funcs((&console{}).funcs()).Funcs(conversationFuncs(md)).ParseFS(templateFS, "templates/*.html"))
 	partial := "first **part**"
 	for _, c := range []struct {
 		inFlight *string
@@ -299,6 +300,10 @@ func TestConversationTemplateNoNilR23_4(t *testing.T) {
 		text := textOf(parseFragment(t, out))
 		if !strings.Contains(text, c.want) || !strings.Contains(text, "4 tool calls") {
 			t.Errorf("inFlight %v: want %q and \"4 tool calls\" in %q", c.inFlight, c.want, text)
+		}
+		// The partial reply changes with every refresh: it is not cached.
+		if _, ok := md.cache.get(sha256.Sum256([]byte(str(c.inFlight)))); ok && str(c.inFlight) != "" {
+			t.Errorf("inFlight %q: the partial reply was kept in the Markdown cache", str(c.inFlight))
 		}
 	}
 }

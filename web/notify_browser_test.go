@@ -30,19 +30,6 @@ const notificationStub = `(function () {
   Object.defineProperty(document, "hidden", { get: function () { return window.__vis === "hidden"; } });
 })();`
 
-// pairForNotices pairs from with to (a peer token made on to), so from's agents may prompt to's sessions.
-func pairForNotices(t *testing.T, from, to *relaytest.Relay) {
-	t.Helper()
-	var tok map[string]any
-	if st := to.Owner("POST", "/api/v1/peer-tokens", map[string]any{}, &tok); st != 201 {
-		t.Fatalf("peer token on %s: %d %v", to.Config.Name, st, tok)
-	}
-	var p map[string]any
-	if st := from.Owner("POST", "/api/v1/relays", map[string]any{"url": to.URL, "token": tok["token"]}, &p); st != 201 {
-		t.Fatalf("pair %s with %s: %d %v", from.Config.Name, to.Config.Name, st, p)
-	}
-}
-
 // noteTitles is the titles of the notifications the page made so far.
 func noteTitles(b *browser) []string {
 	return eval[[]string](b, `window.__notes.map(function (n) { return n.title; })`)
@@ -66,7 +53,7 @@ func TestNotificationsInBrowser(t *testing.T) {
 	b := newBrowser(t)
 	desk := relaytest.Start(t, relaytest.Options{})
 	bravo := relaytest.Start(t, relaytest.Options{Config: func(c *config.Config) { c.Name = "bravo" }})
-	pairForNotices(t, bravo, desk)
+	pair(t, bravo, desk)
 	chat := desk.NewSession(map[string]any{"title": "owner chat"})
 	orch := desk.NewSession(map[string]any{"title": "card asker"})
 	asker := desk.NewSession(map[string]any{"title": "asker"})
@@ -77,9 +64,7 @@ func TestNotificationsInBrowser(t *testing.T) {
 	if _, err := chromedp.Call(b.ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: notificationStub}); err != nil {
 		t.Fatalf("install the Notification stub: %v", err)
 	}
-	b.do("sign in", chromedp.Navigate(desk.URL+"/"), chromedp.WaitVisible("#token"),
-		chromedp.SendKeys("#token", relaytest.OwnerToken), chromedp.Submit("#token"), chromedp.WaitVisible("#live-sessions"))
-	b.waitJS("the stream", `document.body.dataset.stream === "open"`, 5*time.Second)
+	b.signIn(desk, "/", "#live-sessions")
 
 	// ---- permission only from the visible control ---------------------------
 	if n := eval[int](b, `window.__asked`); n != 0 {
@@ -113,7 +98,7 @@ func TestNotificationsInBrowser(t *testing.T) {
 	}
 	waitNote(b, "Question · asker", "Ship it today?")
 	// An ask this relay's agent put on the paired relay waits for this owner too.
-	pairForNotices(t, desk, bravo)
+	pair(t, desk, bravo)
 	desk.Message(asker.ID, "please work with @bravo")
 	there := bravo.NewSession(map[string]any{"title": "bravo work"})
 	if res, _ := desk.InTurn(asker, map[string]any{"action": "ask", "relay": "bravo", "session": there.ID, "question": "Deploy bravo tonight?"}, ""); res["ok"] != true {

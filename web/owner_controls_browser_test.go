@@ -37,25 +37,6 @@ func (b *browser) acceptConfirms() {
 	eval[bool](b, `(function(){window.confirm=function(){return true}; return true})()`)
 }
 
-// mcpStatus is the HTTP status of one relay_tool call on /mcp with token.
-func mcpStatus(t *testing.T, url, token string) int {
-	t.Helper()
-	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"relay_tool","arguments":{"action":"list_relays"}}}`
-	req, err := http.NewRequest(http.MethodPost, url+"/mcp", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("POST /mcp: %v", err)
-	}
-	_ = resp.Body.Close()
-	return resp.StatusCode
-}
-
 // TestConsoleExternalSessionR23_5: the New session form offers "Your own
 // MCP client"; creating one shows its token once with the settings of
 // Claude Code, Codex and Gemini CLI (the relay's URL and the token filled
@@ -98,7 +79,7 @@ func TestConsoleExternalSessionR23_5(t *testing.T) {
 	b.do("desktop", chromedp.EmulateViewport(1280, 900))
 	b.clickText("#ext-out button", "Copy")
 	b.waitJS("the copy's answer", `document.getElementById("status").textContent !== ""`, 5*time.Second)
-	if st := mcpStatus(t, r.URL, tok); st != http.StatusOK {
+	if st := r.MCPStatus(tok); st != http.StatusOK {
 		t.Fatalf("the token shown in the page: /mcp answers %d", st)
 	}
 	sid := eval[string](b, `document.querySelector("#ext-out a[href^='/s/']").getAttribute("href").slice(3)`)
@@ -119,10 +100,10 @@ func TestConsoleExternalSessionR23_5(t *testing.T) {
 	if got := b.text("#nt-claude"); !strings.Contains(got, "Bearer "+tok2) {
 		t.Errorf("the new token's Claude Code settings read %q", got)
 	}
-	if st := mcpStatus(t, r.URL, tok); st != http.StatusUnauthorized {
+	if st := r.MCPStatus(tok); st != http.StatusUnauthorized {
 		t.Errorf("the old token after New token: /mcp answers %d, want 401", st)
 	}
-	if st := mcpStatus(t, r.URL, tok2); st != http.StatusOK {
+	if st := r.MCPStatus(tok2); st != http.StatusOK {
 		t.Errorf("the new token: /mcp answers %d, want 200", st)
 	}
 	// Shown once: the page loaded again shows no token.

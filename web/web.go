@@ -77,7 +77,7 @@ func Register(g *gin.Engine, o Options) {
 		c.assets[p] = "/static/" + p + "?v=" + hex.EncodeToString(h[:4])
 		return nil
 	})
-	c.tpl = template.Must(template.New("").Funcs(c.funcs()).Funcs(conversationFuncs()).ParseFS(templateFS, "templates/*.html"))
+	c.tpl = template.Must(template.New("").Funcs(c.funcs()).Funcs(conversationFuncs(NewMarkdown())).ParseFS(templateFS, "templates/*.html"))
 	files := http.StripPrefix("/static/", http.FileServer(http.FS(static)))
 	g.GET("/static/*file", func(ctx *gin.Context) {
 		// Files only: a directory (/static/ itself) is not listed.
@@ -130,7 +130,6 @@ type view struct {
 	Open     string
 	SideOnly bool
 
-	Sessions     []*relay.SessionItem
 	List         []listItem // the active sessions as the list shows them: grouped
 	ShowArchived bool
 	Archived     []*relay.SessionItem
@@ -157,6 +156,8 @@ type view struct {
 
 	Relays     []*relay.PairedRelay // the pairings (GET /api/v1/relays)
 	PeerTokens []peerTokenView      // the peer tokens this relay issued (GET /api/v1/peer-tokens)
+
+	rd reads // what this request read already
 }
 
 // peerTokenView is a peer token as the Relays page lists it (R18.20): never
@@ -220,17 +221,13 @@ func (c *console) render(ctx *gin.Context, status int, v *view) {
 }
 
 func (c *console) navCounts(ctx context.Context, v *view) {
-	if cards, err := c.r.Cards(ctx); err == nil {
+	if cards, err := c.allCards(ctx, v); err == nil {
 		v.Nav.Waiting = len(cards)
 	}
-	if v.Page != "waiting" && v.Page != "sessions" {
-		if qs, err := c.questions(ctx, nil); err == nil {
-			v.Nav.Waiting += len(qs)
-		}
-	} else {
-		v.Nav.Waiting += len(v.Questions)
+	if qs, err := c.allQuestions(ctx, v); err == nil {
+		v.Nav.Waiting += len(qs)
 	}
-	if asks, err := c.r.Inbox(ctx); err == nil {
+	if asks, err := c.inbox(ctx, v); err == nil {
 		v.Nav.Inbox = len(asks)
 	}
 	// The asks this relay's agents made on paired relays, as this relay
@@ -282,7 +279,7 @@ func (c *console) load(ctx context.Context, name string, g *gin.Context) (*view,
 		}
 	case "waiting":
 		v.Title = "Waiting for you"
-		if err := c.loadWaiting(ctx, v, nil); err != nil {
+		if err := c.loadWaiting(ctx, v); err != nil {
 			return nil, 0, err
 		}
 	case "session":
@@ -295,7 +292,7 @@ func (c *console) load(ctx context.Context, name string, g *gin.Context) (*view,
 		if v.S != nil {
 			v.Open = v.S.ID // the page's address may name it by a prefix
 		}
-		if err := c.loadSide(ctx, v, nil); err != nil {
+		if err := c.loadSide(ctx, v); err != nil {
 			return nil, 0, err
 		}
 	case "inbox":
@@ -331,11 +328,6 @@ func (c *console) load(ctx context.Context, name string, g *gin.Context) (*view,
 
 func (c *console) loadSessions(ctx context.Context, v *view, archived bool) error {
 	v.Side = true
-	items, _, err := c.r.SessionList(ctx, "active", listLimit)
-	if err != nil {
-		return err
-	}
-	v.Sessions = items
 	if archived {
 		v.ShowArchived = true
 		arch, _, err := c.r.SessionList(ctx, "archived", listLimit)
@@ -344,11 +336,11 @@ func (c *console) loadSessions(ctx context.Context, v *view, archived bool) erro
 		}
 		v.Archived = arch
 	}
-	if err := c.loadWaiting(ctx, v, v.Sessions); err != nil {
+	if err := c.loadWaiting(ctx, v); err != nil {
 		return err
 	}
 	v.Providers = c.r.Providers()
-	return c.loadSide(ctx, v, v.Cards)
+	return c.loadSide(ctx, v)
 }
 
 // listLimit is how many sessions the list shows.
@@ -356,22 +348,16 @@ const listLimit = 200
 
 // loadSide reads the sessions list that stands beside a page (R19.2,
 // R23.1): the active sessions, grouped, each marked when a card, question
-// or ask waits for the owner and with its schedules' ⏰. cards are the
-// pending cards when the page read them already (nil: read here).
-func (c *console) loadSide(ctx context.Context, v *view, cards []cardView) error {
-	if v.Sessions == nil {
-		items, _, err := c.r.SessionList(ctx, "active", listLimit)
-		if err != nil {
-			return err
-		}
-		v.Sessions = items
-	}
-	marks, err := c.marks(ctx, v, cards)
+// or ask waits for the owner and with its schedules' ⏰.
+func (c *console) loadSide(ctx context.Context, v *view) error {
+	sessions, err := c.activeSessions(ctx, v)
 	if err != nil {
 		return err
 	}
-	v.Marks = marks
-	scheds, err := c.r.Schedules(ctx)
+	if v.Marks, err = c.marks(ctx, v); err != nil {
+		return err
+	}
+	scheds, err := c.schedules(ctx, v)
 	if err != nil {
 		return err
 	}
@@ -385,34 +371,29 @@ func (c *console) loadSide(ctx context.Context, v *view, cards []cardView) error
 	if err != nil {
 		return err
 	}
-	v.List = groupedList(v.Sessions, v.Groups)
+	v.List = groupedList(sessions, v.Groups)
 	return nil
 }
 
 // marks names the sessions something waits in: "waiting for you" for a
 // card or question card, else "question" for an open ask.
-func (c *console) marks(ctx context.Context, v *view, cards []cardView) (map[string]string, error) {
+func (c *console) marks(ctx context.Context, v *view) (map[string]string, error) {
 	out := map[string]string{}
-	qs := v.Questions
-	if cards == nil {
-		cs, err := c.r.Cards(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, cd := range cs {
-			out[cd.Session] = "waiting for you"
-		}
-		if qs, err = c.questions(ctx, v.Sessions); err != nil {
-			return nil, err
-		}
+	cards, err := c.allCards(ctx, v)
+	if err != nil {
+		return nil, err
 	}
 	for _, cd := range cards {
 		out[cd.Session] = "waiting for you"
 	}
+	qs, err := c.allQuestions(ctx, v)
+	if err != nil {
+		return nil, err
+	}
 	for _, q := range qs {
 		out[q.Session] = "waiting for you"
 	}
-	asks, err := c.r.Inbox(ctx)
+	asks, err := c.inbox(ctx, v)
 	if err != nil {
 		return nil, err
 	}
@@ -427,13 +408,6 @@ func (c *console) marks(ctx context.Context, v *view, cards []cardView) (map[str
 // questions lists the pending question cards of running sessions (a
 // question card exists only inside a running turn).
 func (c *console) questions(ctx context.Context, sessions []*relay.SessionItem) ([]questionView, error) {
-	if sessions == nil {
-		items, _, err := c.r.SessionList(ctx, "active", listLimit)
-		if err != nil {
-			return nil, err
-		}
-		sessions = items
-	}
 	var out []questionView
 	for _, s := range sessions {
 		if s.State != domain.StateRunning {
@@ -450,26 +424,25 @@ func (c *console) questions(ctx context.Context, sessions []*relay.SessionItem) 
 	return out, nil
 }
 
-func (c *console) loadWaiting(ctx context.Context, v *view, sessions []*relay.SessionItem) error {
-	if sessions == nil {
-		items, _, err := c.r.SessionList(ctx, "active", listLimit)
-		if err != nil {
-			return err
-		}
-		sessions = items
+// loadWaiting reads what waits for the owner: every pending card and
+// question card, each with its session's title.
+func (c *console) loadWaiting(ctx context.Context, v *view) error {
+	sessions, err := c.activeSessions(ctx, v)
+	if err != nil {
+		return err
 	}
 	titles := map[string]string{}
 	for _, s := range sessions {
 		titles[s.ID] = s.Title
 	}
-	cards, err := c.r.Cards(ctx)
+	cards, err := c.allCards(ctx, v)
 	if err != nil {
 		return err
 	}
 	for _, cd := range cards {
 		v.Cards = append(v.Cards, cardView{Card: cd, SessionTitle: titles[cd.Session]})
 	}
-	v.Questions, err = c.questions(ctx, sessions)
+	v.Questions, err = c.allQuestions(ctx, v)
 	return err
 }
 
@@ -491,7 +464,7 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 	for _, q := range qs {
 		v.Questions = append(v.Questions, questionView{Question: q, SessionTitle: v.Title})
 	}
-	asks, err := c.r.Inbox(ctx)
+	asks, err := c.inbox(ctx, v)
 	if err != nil {
 		return err
 	}
@@ -526,7 +499,7 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 			v.Watching = fmt.Sprintf("watching %d %s", len(watched), plural(len(watched), "session", "sessions"))
 		}
 	}
-	scheds, err := c.r.Schedules(ctx)
+	scheds, err := c.schedules(ctx, v)
 	if err != nil {
 		return err
 	}

@@ -115,12 +115,6 @@
       }, function (e) { say(e.message, true); busy(b, false); });
       return;
     }
-    var n = ev.target.closest("[data-notify]");
-    if (n && "Notification" in window) {
-      Notification.requestPermission().then(function (p) {
-        say(p === "granted" ? "New cards will raise a notification while this console is open." : "Notifications are not allowed.", p !== "granted");
-      });
-    }
   });
 
   // show fills an element's [data-field] parts from an API answer (a value
@@ -361,7 +355,8 @@
     timer = setTimeout(run, 60);
   }
   // refreshSide refreshes only the sessions list beside a conversation
-  // (another session changed): the page's ?side=1 renders the list alone.
+  // (another session changed): the page's ?side=1 renders the list alone,
+  // asked by the session's full id (the address may hold only a prefix).
   function refreshSide() {
     if (document.body.dataset.page !== "session") { refresh(); return; }
     sidePending = true;
@@ -371,7 +366,7 @@
   function run() {
     timer = 0;
     if (!pending && !sidePending) return;
-    var src = pending ? location.href : location.pathname + "?side=1";
+    var src = pending ? location.href : "/s/" + encodeURIComponent(me) + "?side=1";
     pending = false;
     sidePending = false;
     running = true;
@@ -410,6 +405,8 @@
       refresh();
     });
     ["cards", "inbox", "question", "settings"].forEach(function (k) { es.addEventListener(k, refresh); });
+    // A notice for the owner (R23.10): notify.js shows it.
+    es.addEventListener("notice", function (e) { document.dispatchEvent(new CustomEvent("relay:notice", { detail: e.data })); });
     // The sessions list itself changed (a group made, renamed or dissolved; a subscription to all sessions).
     es.addEventListener("sessions", function () { if (page === "sessions" || page === "session") refresh(); });
     es.addEventListener("turn", function () { if (page !== "session") refresh(); else refreshSide(); });

@@ -2,10 +2,11 @@
 // (/api/v1/stream, opened by console.js) carries a "notice" event for a
 // card or a question waiting for the owner, a reply ready and a turn that
 // failed (the relay decides which: never a turn another relay's agent
-// started). While the owner allowed notifications and this tab is hidden,
-// each shows as a browser notification titled by the relay ("Approval
-// needed · TITLE", …); clicking it opens the session. Permission is asked
-// only from the visible "Turn on notifications" control, never on load.
+// started); console.js passes each on as the document's "relay:notice".
+// While the owner allowed notifications and this tab is hidden, each shows
+// as a browser notification titled by the relay ("Approval needed ·
+// TITLE", …); clicking it opens the session. Permission is asked only from
+// the visible "Turn on notifications" control, never on load.
 (function () {
   "use strict";
   var supported = "Notification" in window;
@@ -17,7 +18,7 @@
 
   function onNotice(e) {
     var n;
-    try { n = JSON.parse(e.data); } catch (x) { return; }
+    try { n = JSON.parse(e.detail); } catch (x) { return; }
     if (!n || !n.heading || !n.session) return;
     if (!supported || Notification.permission !== "granted" || document.visibilityState !== "hidden") return;
     var note = new Notification(n.heading, { body: n.text || "", tag: n.event + ":" + n.session });
@@ -28,21 +29,7 @@
     };
   }
 
-  // console.js opens the stream as window.relayStream, again after each
-  // reconnect: every stream it opens gets the listener.
-  var attached = null, held = window.relayStream;
-  function attach(es) {
-    if (es && es !== attached && es.addEventListener) {
-      attached = es;
-      es.addEventListener("notice", onNotice);
-    }
-  }
-  Object.defineProperty(window, "relayStream", {
-    configurable: true,
-    get: function () { return held; },
-    set: function (es) { held = es; attach(es); }
-  });
-  attach(held);
+  document.addEventListener("relay:notice", onNotice);
 
   if (btn) {
     btn.addEventListener("click", function () {
