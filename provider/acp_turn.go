@@ -1,0 +1,409 @@
+package provider
+
+// One turn of an ACP agent: the prompt and its stop (R22.2), the silence
+// watchdog, the session updates that stream the reply and the tool calls
+// (R22.6), the turn's result.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	acp "github.com/coder/acp-go-sdk"
+)
+
+// acpTurn is the running turn of a process.
+type acpTurn struct {
+	t      Turn
+	h      Host
+	ctx    context.Context
+	model  string
+	folder *acpFolder // the session's folder, open for this turn (R18.25)
+
+	mu      sync.Mutex
+	text    []byte // all text so far (inFlight)
+	segment []byte // text since the last tool call (the reply)
+	waits   int    // questions, relay_tool calls and terminal waits running
+	tools   map[string]*acpTool
+	added   chan struct{} // closed (and made anew) when a tool call is first heard of
+	usage   Usage
+}
+
+type acpTool struct {
+	title string
+	name  string // the agent's name of the tool (_meta), e.g. mcp__relay__relay_tool
+	kind  acp.ToolKind
+	relay bool
+	done  bool
+}
+
+func (at *acpTurn) wait(d int) {
+	at.mu.Lock()
+	at.waits += d
+	at.mu.Unlock()
+}
+
+// waiting reports whether the agent waits on the relay: a question, a
+// terminal, or a relay_tool call not answered yet (a card, a send waiting
+// for its reply): its silence then is not a hung agent.
+func (at *acpTurn) waiting() bool {
+	at.mu.Lock()
+	defer at.mu.Unlock()
+	if at.waits > 0 {
+		return true
+	}
+	for _, tc := range at.tools {
+		if tc.relay && !tc.done {
+			return true
+		}
+	}
+	return false
+}
+
+// run runs one turn in the process.
+func (pr *acpProc) run(ctx context.Context, t Turn, h Host, model string) (Result, error) {
+	// The turn's files go through its folder opened once (R18.25); the
+	// folder must be the one the process's first turn opened.
+	fo, err := openFolder(t.Cwd)
+	if err != nil {
+		pr.idle()
+		return Result{Model: model}, &TurnError{Msg: fmt.Sprintf("The session's folder %s cannot be opened: %v", t.Cwd, err)}
+	}
+	pr.mu.Lock()
+	if pr.folder == nil {
+		pr.folder = fo.info
+	}
+	same := os.SameFile(pr.folder, fo.info)
+	pr.mu.Unlock()
+	if !same {
+		fo.close()
+		pr.p.forget(pr)
+		pr.stop()
+		return Result{Model: model}, &TurnError{Msg: fmt.Sprintf("The session's folder %s is no longer the folder the agent (acp) started in (it was replaced); the agent was stopped, the next turn starts it again.", t.Cwd)}
+	}
+	at := &acpTurn{t: t, h: h, ctx: ctx, model: model, tools: map[string]*acpTool{}, folder: fo}
+	pr.mu.Lock()
+	pr.cur = at
+	pr.mu.Unlock()
+	pr.proxy.set(pr.key, t.MCPURL, t.Token)
+	defer func() {
+		pr.proxy.set(pr.key, "", "")
+		pr.mu.Lock()
+		pr.cur = nil
+		pr.mu.Unlock()
+		fo.close()
+		if !pr.dead() {
+			pr.idle()
+		}
+	}()
+	pr.touch()
+
+	type outcome struct {
+		res acp.PromptResponse
+		err error
+	}
+	done := make(chan outcome, 1)
+	setup := make(chan error, 1)
+	prompt := t.Prompt
+	go func() {
+		note, err := pr.open(t, at)
+		setup <- err
+		if err != nil {
+			return
+		}
+		if note != "" {
+			prompt = note + "\n\n" + prompt
+		}
+		// The prompt runs on the process's own context: a stop is
+		// session/cancel, and the agent ends the prompt itself.
+		res, err := pr.conn.Prompt(context.Background(), acp.PromptRequest{SessionId: acp.SessionId(pr.sess()),
+			Prompt: []acp.ContentBlock{acp.TextBlock(prompt)}})
+		done <- outcome{res, err}
+	}()
+
+	tick := pr.p.c.Silence / 4
+	if tick > time.Second {
+		tick = time.Second
+	}
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	var cancelled <-chan time.Time
+	stopped := false
+	for {
+		select {
+		case err := <-setup:
+			if err != nil {
+				pr.p.forget(pr)
+				pr.stop()
+				if stopped || ctx.Err() != nil {
+					return at.result(), fmt.Errorf("acp provider %q: %w", pr.p.c.ID, ctx.Err())
+				}
+				return Result{Model: model}, err
+			}
+			setup = nil
+		case o := <-done:
+			if stopped {
+				return at.result(), fmt.Errorf("acp provider %q: %w", pr.p.c.ID, ctx.Err())
+			}
+			return pr.outcome(at, o.res, o.err)
+		case <-pr.exited:
+			if stopped {
+				return at.result(), fmt.Errorf("acp provider %q: %w", pr.p.c.ID, ctx.Err())
+			}
+			return at.result(), &TurnError{Msg: pr.crashText()}
+		case <-pr.failed:
+			// A handler panicked (R18.27): the process is stopped, the
+			// turn ends as an error naming the cause.
+			pr.p.forget(pr)
+			pr.stop()
+			if stopped {
+				return at.result(), fmt.Errorf("acp provider %q: %w", pr.p.c.ID, ctx.Err())
+			}
+			return at.result(), &TurnError{Msg: pr.crashText()}
+		case <-ctx.Done():
+			if stopped {
+				continue
+			}
+			// A stop (R22.2): session/cancel, then the process group is
+			// killed if the prompt has not ended within 10 s.
+			stopped = true
+			if id := pr.sess(); id != "" {
+				_ = pr.conn.Cancel(context.Background(), acp.CancelNotification{SessionId: acp.SessionId(id)})
+			}
+			timer := time.NewTimer(acpCancelGrace)
+			defer timer.Stop()
+			cancelled = timer.C
+		case <-cancelled:
+			pr.p.forget(pr)
+			pr.stop()
+			return at.result(), fmt.Errorf("acp provider %q: %w", pr.p.c.ID, ctx.Err())
+		case <-ticker.C:
+			if pr.garbage.Load() != nil {
+				pr.stop()
+				return at.result(), &TurnError{Msg: pr.crashText()}
+			}
+			if stopped {
+				continue
+			}
+			if at.waiting() {
+				pr.touch()
+			} else if time.Since(pr.lastOutput()) >= pr.p.c.Silence {
+				pr.p.forget(pr)
+				pr.stop()
+				return at.result(), &TurnError{Msg: fmt.Sprintf("The agent (acp) sent nothing for %s and was stopped (timing.agent_silence).", pr.p.c.Silence)}
+			}
+		}
+	}
+}
+
+// outcome is the turn's result once its prompt ended (R22.2).
+func (pr *acpProc) outcome(at *acpTurn, res acp.PromptResponse, err error) (Result, error) {
+	out := at.result()
+	if res.Usage != nil {
+		out.Usage.InputTokens = int64(res.Usage.InputTokens)
+		out.Usage.OutputTokens = int64(res.Usage.OutputTokens)
+	} else if q := jmap(res.Meta, "quota"); q != nil {
+		// Gemini CLI reports the turn's tokens in _meta.quota.
+		out.Usage.InputTokens = int64(jnum(q, "token_count", "input_tokens"))
+		out.Usage.OutputTokens = int64(jnum(q, "token_count", "output_tokens"))
+		if mu, _ := q["model_usage"].([]any); len(mu) == 1 {
+			if m, _ := mu[0].(map[string]any); m != nil {
+				if name := jstr(m, "model"); name != "" {
+					out.Model = name
+				}
+			}
+		}
+	}
+	if err != nil {
+		if pr.gone() {
+			return out, &TurnError{Msg: pr.crashText()}
+		}
+		if ok, methods := authRequired(err); ok {
+			return out, &TurnError{Msg: pr.authText("session/prompt", err, methods)}
+		}
+		msg := reqErrText(err)
+		if limitText(msg) {
+			out.Paused = excerptLine(msg, 300)
+			return out, &TurnError{Msg: "The agent hit a usage or rate limit: " + out.Paused}
+		}
+		return out, &TurnError{Msg: "The agent reported an error: " + excerptLine(msg, 500)}
+	}
+	switch res.StopReason {
+	case acp.StopReasonRefusal:
+		return out, &TurnError{Msg: "The agent refused to go on (stop reason refusal)."}
+	case acp.StopReasonMaxTokens:
+		return out, &TurnError{Msg: "The agent stopped at its token limit (stop reason max_tokens)."}
+	case acp.StopReasonMaxTurnRequests:
+		return out, &TurnError{Msg: "The agent stopped at its limit of model requests in one turn (stop reason max_turn_requests)."}
+	case acp.StopReasonCancelled:
+		return out, &TurnError{Msg: "The agent cancelled the turn (stop reason cancelled)."}
+	}
+	return out, nil
+}
+
+// result is what the turn produced so far: the text after the last tool
+// call is the reply (as for the agent CLIs), all of it when that is empty.
+func (at *acpTurn) result() Result {
+	at.mu.Lock()
+	defer at.mu.Unlock()
+	txt := strings.TrimSpace(string(at.segment))
+	if txt == "" {
+		txt = strings.TrimSpace(string(at.text))
+	}
+	return Result{Text: BoundReply(txt), Model: at.model, Usage: at.usage}
+}
+
+func (pr *acpProc) turn() *acpTurn {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return pr.cur
+}
+
+// SessionUpdate streams the turn (R22.2, R22.6).
+func (pr *acpProc) SessionUpdate(_ context.Context, n acp.SessionNotification) error {
+	pr.touch()
+	at := pr.turn()
+	if at == nil || string(n.SessionId) != pr.sess() {
+		return nil // a replay of session/load, or between turns
+	}
+	u := n.Update
+	switch {
+	case u.AgentMessageChunk != nil:
+		if c := u.AgentMessageChunk.Content.Text; c != nil {
+			at.addText(c.Text)
+		}
+	case u.ToolCall != nil:
+		tc := u.ToolCall
+		at.tool(string(tc.ToolCallId), tc.Title, agentToolName(tc.Meta, tc.RawInput), tc.Kind, toolArgs(tc.RawInput, tc.Content), string(tc.Status))
+	case u.ToolCallUpdate != nil:
+		tc := u.ToolCallUpdate
+		title := ""
+		if tc.Title != nil {
+			title = *tc.Title
+		}
+		status := ""
+		if tc.Status != nil {
+			status = string(*tc.Status)
+		}
+		kind := acp.ToolKind("")
+		if tc.Kind != nil {
+			kind = *tc.Kind
+		}
+		at.tool(string(tc.ToolCallId), title, agentToolName(tc.Meta, tc.RawInput), kind, toolArgs(tc.RawInput, nil), status)
+	}
+	return nil
+}
+
+func (at *acpTurn) addText(s string) {
+	if s == "" {
+		return
+	}
+	at.mu.Lock()
+	at.text = appendBounded(at.text, s, MaxReplyBytes)
+	at.segment = appendBounded(at.segment, s, MaxReplyBytes)
+	out := tailText(at.text, MaxPartialBytes)
+	at.mu.Unlock()
+	at.h.Partial(out)
+}
+
+// tool records a tool call's start or update: other tools get a line with
+// their title and status when they end (R22.6); relay_tool's 🛰️ line
+// (R19.3) is the relay's, written once when the call reaches it. A tool
+// call starts a new reply segment.
+func (at *acpTurn) tool(id, title, name string, kind acp.ToolKind, raw any, status string) {
+	at.mu.Lock()
+	tc := at.tools[id]
+	if tc == nil {
+		tc = &acpTool{}
+		at.tools[id] = tc
+		if at.added != nil {
+			close(at.added)
+			at.added = nil
+		}
+		if len(at.text) > 0 && !strings.HasSuffix(string(at.text), "\n\n") {
+			at.text = append(at.text, '\n', '\n')
+		}
+		at.segment = at.segment[:0]
+	}
+	if title != "" {
+		tc.title = title
+	}
+	if name != "" {
+		tc.name = name
+	}
+	if kind != "" {
+		tc.kind = kind
+	}
+	if strings.Contains(tc.title, "relay_tool") {
+		tc.relay = true
+	}
+	ended := status == string(acp.ToolCallStatusCompleted) || status == string(acp.ToolCallStatusFailed)
+	var line string
+	if !tc.relay && !tc.done && ended {
+		line = "🔧 " + excerptLine(tc.title, 200) + ": " + status
+	}
+	if ended {
+		tc.done = true
+	}
+	at.mu.Unlock()
+	if line == "" {
+		return
+	}
+	if ah, ok := at.h.(ActivityHost); ok {
+		ah.Activity(line)
+	}
+}
+
+// acpToolWait bounds waitTool.
+const acpToolWait = 2 * time.Second
+
+// waitTool waits up to acpToolWait for the tool_call update of id: woken
+// by each new tool call (tool closes added), not by polling.
+func (at *acpTurn) waitTool(ctx context.Context, id string) {
+	timer := time.NewTimer(acpToolWait)
+	defer timer.Stop()
+	for {
+		at.mu.Lock()
+		if at.tools[id] != nil {
+			at.mu.Unlock()
+			return
+		}
+		if at.added == nil {
+			at.added = make(chan struct{})
+		}
+		added := at.added
+		at.mu.Unlock()
+		select {
+		case <-added:
+		case <-timer.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// toolArgs is a tool call's input: rawInput, else a text content that is a
+// JSON object (Gemini CLI shows an MCP call's arguments so).
+func toolArgs(raw any, content []acp.ToolCallContent) any {
+	if m, ok := raw.(map[string]any); ok && len(m) == 0 {
+		raw = nil // Claude Code's adapter starts the call with {} while the arguments stream
+	}
+	if raw != nil {
+		return raw
+	}
+	for _, c := range content {
+		if c.Content != nil && c.Content.Content.Text != nil {
+			t := strings.TrimSpace(c.Content.Content.Text.Text)
+			var m map[string]any
+			if strings.HasPrefix(t, "{") && json.Unmarshal([]byte(t), &m) == nil {
+				return m
+			}
+		}
+	}
+	return nil
+}
