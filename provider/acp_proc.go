@@ -36,7 +36,7 @@ type acpProc struct {
 	exited  chan struct{} // closed once the process was reaped
 	exitErr error
 	errTail *tailBuffer
-	last    atomic.Int64 // unix nanos of the agent's last output
+	wd      watchdog // the agent's silence (its stdout and stderr are signs of life)
 	garbage atomic.Pointer[string]
 
 	caps      acp.AgentCapabilities
@@ -81,6 +81,7 @@ func (p *ACP) start(t Turn, px *mcpProxy) (*acpProc, error) {
 	pr := &acpProc{p: p, sid: t.SessionID, cwd: t.Cwd, proxy: px, exited: make(chan struct{}),
 		errTail: &tailBuffer{max: defaultStderrTail}, terms: map[string]*acpTerm{},
 		slots: make(chan struct{}, acpInFlight), quit: make(chan struct{}), failed: make(chan struct{})}
+	pr.wd.limit = p.c.Silence
 	pr.touch()
 	pr.cmd = &exec.Cmd{
 		Path:        path,
@@ -136,9 +137,7 @@ func (pr *acpProc) sess() string {
 	return ""
 }
 
-func (pr *acpProc) touch() { pr.last.Store(time.Now().UnixNano()) }
-
-func (pr *acpProc) lastOutput() time.Time { return time.Unix(0, pr.last.Load()) }
+func (pr *acpProc) touch() { pr.wd.touch() }
 
 func (pr *acpProc) dead() bool {
 	select {

@@ -66,12 +66,27 @@ func (at *acpTurn) waiting() bool {
 
 // run runs one turn in the process.
 func (pr *acpProc) run(ctx context.Context, t Turn, h Host, model string) (Result, error) {
-	// The turn's files go through its folder opened once (R18.25); the
-	// folder must be the one the process's first turn opened.
+	fo, err := pr.turnFolder(t)
+	if err != nil {
+		return Result{Model: model}, err
+	}
+	at := &acpTurn{t: t, h: h, ctx: ctx, model: model, tools: map[string]*acpTool{}, folder: fo}
+	pr.begin(at)
+	defer pr.end(at)
+	pr.touch()
+	w := &acpWait{pr: pr, at: at, ctx: ctx}
+	w.setup, w.done = pr.prompt(t, at)
+	return w.wait()
+}
+
+// turnFolder opens the turn's folder: the turn's files go through it,
+// opened once (R18.25), and it must be the one the process's first turn
+// opened (else the process is stopped).
+func (pr *acpProc) turnFolder(t Turn) (*acpFolder, error) {
 	fo, err := openFolder(t.Cwd)
 	if err != nil {
 		pr.idle()
-		return Result{Model: model}, &TurnError{Msg: fmt.Sprintf("The session's folder %s cannot be opened: %v", t.Cwd, err)}
+		return nil, &TurnError{Msg: fmt.Sprintf("The session's folder %s cannot be opened: %v", t.Cwd, err)}
 	}
 	pr.mu.Lock()
 	if pr.folder == nil {
@@ -83,121 +98,173 @@ func (pr *acpProc) run(ctx context.Context, t Turn, h Host, model string) (Resul
 		fo.close()
 		pr.p.forget(pr)
 		pr.stop()
-		return Result{Model: model}, &TurnError{Msg: fmt.Sprintf("The session's folder %s is no longer the folder the agent (acp) started in (it was replaced); the agent was stopped, the next turn starts it again.", t.Cwd)}
+		return nil, &TurnError{Msg: fmt.Sprintf("The session's folder %s is no longer the folder the agent (acp) started in (it was replaced); the agent was stopped, the next turn starts it again.", t.Cwd)}
 	}
-	at := &acpTurn{t: t, h: h, ctx: ctx, model: model, tools: map[string]*acpTool{}, folder: fo}
+	return fo, nil
+}
+
+// begin makes at the process's running turn: the session updates stream
+// to it, its relay_tool calls go to its MCP route with its token.
+func (pr *acpProc) begin(at *acpTurn) {
 	pr.mu.Lock()
 	pr.cur = at
 	pr.mu.Unlock()
-	pr.proxy.set(pr.key, t.MCPURL, t.Token)
-	defer func() {
-		pr.proxy.set(pr.key, "", "")
-		pr.mu.Lock()
-		pr.cur = nil
-		pr.mu.Unlock()
-		fo.close()
-		if !pr.dead() {
-			pr.idle()
-		}
-	}()
-	pr.touch()
+	pr.proxy.set(pr.key, at.t.MCPURL, at.t.Token)
+}
 
-	type outcome struct {
-		res acp.PromptResponse
-		err error
+// end ends the running turn: its folder is closed, and a process still
+// alive waits for the next turn (the idle stop, R22.1).
+func (pr *acpProc) end(at *acpTurn) {
+	pr.proxy.set(pr.key, "", "")
+	pr.mu.Lock()
+	pr.cur = nil
+	pr.mu.Unlock()
+	at.folder.close()
+	if !pr.dead() {
+		pr.idle()
 	}
-	done := make(chan outcome, 1)
+}
+
+// acpPrompted is the agent's answer to session/prompt.
+type acpPrompted struct {
+	res acp.PromptResponse
+	err error
+}
+
+// prompt opens the turn's ACP session and sends it the prompt, in a
+// goroutine: setup delivers the opening's error (nil: opened), done the
+// prompt's answer. The prompt runs on the process's own context: a stop
+// is session/cancel, and the agent ends the prompt itself.
+func (pr *acpProc) prompt(t Turn, at *acpTurn) (<-chan error, <-chan acpPrompted) {
+	done := make(chan acpPrompted, 1)
 	setup := make(chan error, 1)
-	prompt := t.Prompt
 	go func() {
 		note, err := pr.open(t, at)
 		setup <- err
 		if err != nil {
 			return
 		}
+		prompt := t.Prompt
 		if note != "" {
 			prompt = note + "\n\n" + prompt
 		}
-		// The prompt runs on the process's own context: a stop is
-		// session/cancel, and the agent ends the prompt itself.
 		res, err := pr.conn.Prompt(context.Background(), acp.PromptRequest{SessionId: acp.SessionId(pr.sess()),
 			Prompt: []acp.ContentBlock{acp.TextBlock(prompt)}})
-		done <- outcome{res, err}
+		done <- acpPrompted{res, err}
 	}()
+	return setup, done
+}
 
-	tick := pr.p.c.Silence / 4
-	if tick > time.Second {
-		tick = time.Second
-	}
-	ticker := time.NewTicker(tick)
+// acpWait waits for a turn's end: its prompt's answer, the process's end
+// or failure, a stop (R22.2), garbage or the agent's silence.
+type acpWait struct {
+	pr  *acpProc
+	at  *acpTurn
+	ctx context.Context
+
+	setup   <-chan error
+	done    <-chan acpPrompted
+	stopped bool        // the turn was stopped: session/cancel was sent
+	grace   *time.Timer // the stop's grace (acpCancelGrace)
+}
+
+func (w *acpWait) wait() (Result, error) {
+	pr := w.pr
+	ticker := pr.wd.ticker()
 	defer ticker.Stop()
-	var cancelled <-chan time.Time
-	stopped := false
+	stopping := w.ctx.Done()
+	var grace <-chan time.Time
+	defer w.stopGrace()
 	for {
 		select {
-		case err := <-setup:
+		case err := <-w.setup:
 			if err != nil {
-				pr.p.forget(pr)
-				pr.stop()
-				if stopped || ctx.Err() != nil {
-					return at.result(), fmt.Errorf("acp provider %q: %w", pr.p.c.ID, ctx.Err())
-				}
-				return Result{Model: model}, err
+				return w.setupFailed(err)
 			}
-			setup = nil
-		case o := <-done:
-			if stopped {
-				return at.result(), fmt.Errorf("acp provider %q: %w", pr.p.c.ID, ctx.Err())
+			w.setup = nil
+		case o := <-w.done:
+			if w.stopped {
+				return w.stoppedResult()
 			}
-			return pr.outcome(at, o.res, o.err)
+			return pr.outcome(w.at, o.res, o.err)
 		case <-pr.exited:
-			if stopped {
-				return at.result(), fmt.Errorf("acp provider %q: %w", pr.p.c.ID, ctx.Err())
-			}
-			return at.result(), &TurnError{Msg: pr.crashText()}
+			return w.crashed()
 		case <-pr.failed:
 			// A handler panicked (R18.27): the process is stopped, the
 			// turn ends as an error naming the cause.
 			pr.p.forget(pr)
 			pr.stop()
-			if stopped {
-				return at.result(), fmt.Errorf("acp provider %q: %w", pr.p.c.ID, ctx.Err())
-			}
-			return at.result(), &TurnError{Msg: pr.crashText()}
-		case <-ctx.Done():
-			if stopped {
-				continue
-			}
-			// A stop (R22.2): session/cancel, then the process group is
-			// killed if the prompt has not ended within 10 s.
-			stopped = true
-			if id := pr.sess(); id != "" {
-				_ = pr.conn.Cancel(context.Background(), acp.CancelNotification{SessionId: acp.SessionId(id)})
-			}
-			timer := time.NewTimer(acpCancelGrace)
-			defer timer.Stop()
-			cancelled = timer.C
-		case <-cancelled:
+			return w.crashed()
+		case <-stopping:
+			stopping = nil // once: the turn is stopped
+			grace = w.stop()
+		case <-grace:
 			pr.p.forget(pr)
 			pr.stop()
-			return at.result(), fmt.Errorf("acp provider %q: %w", pr.p.c.ID, ctx.Err())
+			return w.stoppedResult()
 		case <-ticker.C:
-			if pr.garbage.Load() != nil {
-				pr.stop()
-				return at.result(), &TurnError{Msg: pr.crashText()}
-			}
-			if stopped {
-				continue
-			}
-			if at.waiting() {
-				pr.touch()
-			} else if time.Since(pr.lastOutput()) >= pr.p.c.Silence {
-				pr.p.forget(pr)
-				pr.stop()
-				return at.result(), &TurnError{Msg: fmt.Sprintf("The agent (acp) sent nothing for %s and was stopped (timing.agent_silence).", pr.p.c.Silence)}
+			if err := w.check(); err != nil {
+				return w.at.result(), err
 			}
 		}
 	}
+}
+
+// stop is the turn's stop (R22.2): session/cancel, then the process group
+// is killed if the prompt has not ended within acpCancelGrace.
+func (w *acpWait) stop() <-chan time.Time {
+	w.stopped = true
+	if id := w.pr.sess(); id != "" {
+		_ = w.pr.conn.Cancel(context.Background(), acp.CancelNotification{SessionId: acp.SessionId(id)})
+	}
+	w.grace = time.NewTimer(acpCancelGrace)
+	return w.grace.C
+}
+
+func (w *acpWait) stopGrace() {
+	if w.grace != nil {
+		w.grace.Stop()
+	}
+}
+
+// check is the watchdog's tick: garbage from the agent ends the turn, and
+// so does its silence (R17.5) unless the turn was stopped.
+func (w *acpWait) check() error {
+	pr := w.pr
+	if pr.garbage.Load() != nil {
+		pr.stop()
+		return &TurnError{Msg: pr.crashText()}
+	}
+	if w.stopped || !pr.wd.silent(w.at.waiting()) {
+		return nil
+	}
+	pr.p.forget(pr)
+	pr.stop()
+	return &TurnError{Msg: fmt.Sprintf("The agent (acp) sent nothing for %s and was stopped (timing.agent_silence).", pr.p.c.Silence)}
+}
+
+// setupFailed: the ACP session could not be opened; the process is
+// stopped.
+func (w *acpWait) setupFailed(err error) (Result, error) {
+	w.pr.p.forget(w.pr)
+	w.pr.stop()
+	if w.stopped || w.ctx.Err() != nil {
+		return w.stoppedResult()
+	}
+	return Result{Model: w.at.model}, err
+}
+
+// crashed: the process ended, or failed, before the prompt's answer.
+func (w *acpWait) crashed() (Result, error) {
+	if w.stopped {
+		return w.stoppedResult()
+	}
+	return w.at.result(), &TurnError{Msg: w.pr.crashText()}
+}
+
+// stoppedResult is a stopped turn's end: what it produced so far.
+func (w *acpWait) stoppedResult() (Result, error) {
+	return w.at.result(), fmt.Errorf("acp provider %q: %w", w.pr.p.c.ID, w.ctx.Err())
 }
 
 // outcome is the turn's result once its prompt ended (R22.2).
