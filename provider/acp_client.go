@@ -97,62 +97,59 @@ func (c acpClient) ReleaseTerminal(ctx context.Context, req acp.ReleaseTerminalR
 // RequestPermission is a question card of the session (R22.3).
 func (pr *acpProc) RequestPermission(ctx context.Context, req acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
 	pr.touch()
-	cancelled := acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeCancelled()}
+	opts := permOptions(req.Options)
 	at := pr.turn()
-	if at == nil || len(req.Options) == 0 {
-		return cancelled, nil
+	if at == nil || len(opts) == 0 {
+		return opts.cancelled(), nil
 	}
+	title, kind, name := at.permissionTool(ctx, req)
+	// relay_tool's own calls: the relay checks them itself (cards, modes),
+	// told from the request's structured fields, never its text (R18.28).
+	if relayToolCall(req, kind, name) {
+		r, _ := opts.pick(acp.PermissionOptionKindAllowOnce, acp.PermissionOptionKindAllowAlways)
+		return r, nil
+	}
+	if at.t.Mode == "plan" && writeKind(kind) {
+		r, _ := opts.pick(acp.PermissionOptionKindRejectOnce, acp.PermissionOptionKindRejectAlways)
+		return r, nil
+	}
+	return pr.askPermission(ctx, at, title, opts), nil
+}
+
+// permissionTool is the title, kind and agent's name of the tool call a
+// permission request is about. Claude Code's adapter gives the name and
+// kind only in the tool_call update it sends before the request, codex-acp
+// the MCP call's server and tool, both handled by the SDK in another
+// goroutine: it waits a moment for it. The request may be the first the
+// relay hears of the call (Gemini CLI sends no tool_call first; the
+// arguments are its content). Then what the call's updates told (title,
+// kind, name), in one look.
+func (at *acpTurn) permissionTool(ctx context.Context, req acp.RequestPermissionRequest) (title string, kind acp.ToolKind, name string) {
 	id := string(req.ToolCall.ToolCallId)
-	// The tool's name and kind: Claude Code's adapter gives them only in
-	// the tool_call update it sends before the request, codex-acp the MCP
-	// call's server and tool, both handled by the SDK in another
-	// goroutine: wait a moment for it.
-	name := metaToolName(req.ToolCall.Meta, req.Meta)
+	name = metaToolName(req.ToolCall.Meta, req.Meta)
 	if name == "" && (req.ToolCall.Kind == nil || mcpApproval(req)) {
 		at.waitTool(ctx, id)
 	}
-	title, kind := "", acp.ToolKind("")
 	if req.ToolCall.Title != nil {
 		title = *req.ToolCall.Title
 	}
 	if req.ToolCall.Kind != nil {
 		kind = *req.ToolCall.Kind
 	}
-	// The request may be the first the relay hears of the call (Gemini CLI
-	// sends no tool_call first; the arguments are its content). Then what
-	// the call's updates told (title, kind, name), in one look.
 	at.tool(id, title, name, kind, toolArgs(req.ToolCall.RawInput, req.ToolCall.Content), "")
 	at.mu.Lock()
 	if tc := at.tools[id]; tc != nil {
 		title, kind, name = tc.title, tc.kind, tc.name
 	}
 	at.mu.Unlock()
-	pick := func(kinds ...acp.PermissionOptionKind) (acp.RequestPermissionResponse, bool) {
-		for _, k := range kinds {
-			for _, o := range req.Options {
-				if o.Kind == k {
-					return acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeSelected(o.OptionId)}, true
-				}
-			}
-		}
-		return cancelled, false
-	}
-	// relay_tool's own calls: the relay checks them itself (cards, modes),
-	// told from the request's structured fields, never its text (R18.28).
-	if relayToolCall(req, kind, name) {
-		r, _ := pick(acp.PermissionOptionKindAllowOnce, acp.PermissionOptionKindAllowAlways)
-		return r, nil
-	}
-	if at.t.Mode == "plan" && writeKind(kind) {
-		if r, ok := pick(acp.PermissionOptionKindRejectOnce, acp.PermissionOptionKindRejectAlways); ok {
-			return r, nil
-		}
-		return cancelled, nil
-	}
-	names := make([]string, len(req.Options))
-	for i, o := range req.Options {
-		names[i] = o.Name
-	}
+	return title, kind, name
+}
+
+// askPermission asks the owner (a question card, R22.3) and answers with
+// the option the answer names. The agent's withdrawal of the request
+// ends the question; a stopped turn cancels the request (ACP's rule for
+// session/cancel).
+func (pr *acpProc) askPermission(ctx context.Context, at *acpTurn, title string, opts permOptions) acp.RequestPermissionResponse {
 	if title == "" {
 		title = "The agent asks for permission"
 	}
@@ -166,27 +163,65 @@ func (pr *acpProc) RequestPermission(ctx context.Context, req acp.RequestPermiss
 		}
 	}()
 	at.wait(1)
-	ans, err := at.h.AskUser(qctx, title, names)
+	ans, err := at.h.AskUser(qctx, title, opts.names())
 	at.wait(-1)
 	pr.touch()
 	if err != nil {
-		return cancelled, nil //nolint:nilerr // a stopped turn cancels the request (ACP's rule for session/cancel)
+		return opts.cancelled()
 	}
+	return opts.answer(ans)
+}
+
+// permOptions are the options a permission request offers.
+type permOptions []acp.PermissionOption
+
+func (opts permOptions) cancelled() acp.RequestPermissionResponse {
+	return acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeCancelled()}
+}
+
+func selected(o acp.PermissionOption) acp.RequestPermissionResponse {
+	return acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeSelected(o.OptionId)}
+}
+
+// pick selects the first option of the first of kinds offered; cancelled
+// (false) when none is.
+func (opts permOptions) pick(kinds ...acp.PermissionOptionKind) (acp.RequestPermissionResponse, bool) {
+	for _, k := range kinds {
+		for _, o := range opts {
+			if o.Kind == k {
+				return selected(o), true
+			}
+		}
+	}
+	return opts.cancelled(), false
+}
+
+func (opts permOptions) names() []string {
+	names := make([]string, len(opts))
+	for i, o := range opts {
+		names[i] = o.Name
+	}
+	return names
+}
+
+// answer selects the option the owner's answer names: by its name, its
+// id, its name in any case, in that order. A free answer that names no
+// option: the agent gets a rejection.
+func (opts permOptions) answer(ans string) acp.RequestPermissionResponse {
 	ans = strings.TrimSpace(ans)
 	for _, match := range []func(o acp.PermissionOption) bool{
 		func(o acp.PermissionOption) bool { return o.Name == ans },
 		func(o acp.PermissionOption) bool { return string(o.OptionId) == ans },
 		func(o acp.PermissionOption) bool { return strings.EqualFold(o.Name, ans) },
 	} {
-		for _, o := range req.Options {
+		for _, o := range opts {
 			if match(o) {
-				return acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeSelected(o.OptionId)}, nil
+				return selected(o)
 			}
 		}
 	}
-	// A free answer that names no option: the agent gets a rejection.
-	r, _ := pick(acp.PermissionOptionKindRejectOnce, acp.PermissionOptionKindRejectAlways)
-	return r, nil
+	r, _ := opts.pick(acp.PermissionOptionKindRejectOnce, acp.PermissionOptionKindRejectAlways)
+	return r
 }
 
 // relayTool* name relay_tool of the MCP server "relay" that session/new

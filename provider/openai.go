@@ -525,149 +525,203 @@ func retryAfter(v string) (time.Duration, bool) {
 // read reads one answer: an SSE stream of chunks up to [DONE] (or a plain
 // JSON completion from a server that does not stream).
 func (o *OpenAI) read(ctx context.Context, resp *http.Response, key string, text *turnText, h Host) (answer, error) {
-	ans := answer{content: text}
 	text.startStep()
-	type pending struct {
-		id, name string
-		args     strings.Builder
+	r := &answerReader{o: o, key: key, h: h, text: text, ans: answer{content: text},
+		byIndex: map[int]*pendingCall{}, reported: text.total()}
+	defer r.report(true)
+	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/json") {
+		return r.readJSON(ctx, resp.Body)
 	}
-	var calls []*pending
-	byIndex := map[int]*pending{}
-	apply := func(d *chunkDelta) error {
-		if d == nil {
-			return nil
-		}
-		if d.Content != nil && *d.Content != "" {
-			text.write(*d.Content)
-		}
-		for i, tc := range d.ToolCalls {
-			idx := i
-			if tc.Index != nil {
-				idx = *tc.Index
-			}
-			p := byIndex[idx]
-			if p == nil {
-				p = &pending{}
-				byIndex[idx] = p
-				calls = append(calls, p)
-			}
-			if tc.ID != "" {
-				p.id = tc.ID
-			}
-			if tc.Function.Name != "" {
-				p.name = tc.Function.Name
-			}
-			if p.args.Len()+len(tc.Function.Arguments) > openAIMaxArgs {
-				return &TurnError{Msg: fmt.Sprintf("openai provider %q: the model's tool call arguments exceed %d bytes", o.c.ID, openAIMaxArgs)}
-			}
-			p.args.WriteString(string(tc.Function.Arguments))
-		}
-		return nil
-	}
-	finish := func() answer {
-		for i, p := range calls {
-			id := p.id
-			if id == "" {
-				id = fmt.Sprintf("call_%d", i+1)
-			}
-			ans.calls = append(ans.calls, chatToolCall{ID: id, Type: "function", Function: chatFunction{Name: p.name, Arguments: p.args.String()}})
-		}
-		return ans
-	}
+	return r.readSSE(ctx, resp.Body)
+}
+
+// answerReader reads one answer of the endpoint: its text goes to the
+// turn's text (and, as it streams, to the host), its tool calls gather by
+// their index.
+type answerReader struct {
+	o    *OpenAI
+	key  string
+	h    Host
+	text *turnText
+	ans  answer
+
+	calls   []*pendingCall
+	byIndex map[int]*pendingCall
+
 	// The text streamed so far is reported at most every
 	// openAIPartialEvery, and once more when the answer ends (or breaks
 	// off), so a stopped turn keeps all of it.
-	last, reported := time.Time{}, text.total()
-	report := func(force bool) {
-		if h == nil || text.total() == reported || (!force && time.Since(last) < openAIPartialEvery) {
-			return
-		}
-		last, reported = time.Now(), text.total()
-		if s := text.partial(); s != "" {
-			h.Partial(s)
-		}
-	}
-	defer report(true)
-	chunkErr := func(e *chatError) error {
-		return &TurnError{Msg: o.scrub(fmt.Sprintf("the endpoint reported an error: %s", e.Message), key)}
-	}
+	last     time.Time
+	reported int64
+}
 
-	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/json") {
-		var c chatChunk
-		if err := json.NewDecoder(io.LimitReader(resp.Body, openAIMaxLine)).Decode(&c); err != nil {
-			if ctx.Err() != nil {
-				return ans, ctx.Err()
-			}
-			return ans, &TurnError{Msg: fmt.Sprintf("openai provider %q: the endpoint's answer is not a chat completion: %v", o.c.ID, err)}
-		}
-		if c.Error != nil {
-			return ans, chunkErr(c.Error)
-		}
-		if c.Usage != nil {
-			ans.usage = *c.Usage
-		}
-		for _, ch := range c.Choices {
-			if err := apply(ch.Message); err != nil {
-				return ans, err
-			}
-		}
-		return finish(), nil
-	}
+// pendingCall is a tool call whose parts are still streaming.
+type pendingCall struct {
+	id, name string
+	args     strings.Builder
+}
 
-	sc := bufio.NewScanner(resp.Body)
+// readJSON reads a plain JSON completion.
+func (r *answerReader) readJSON(ctx context.Context, body io.Reader) (answer, error) {
+	var c chatChunk
+	if err := json.NewDecoder(io.LimitReader(body, openAIMaxLine)).Decode(&c); err != nil {
+		if ctx.Err() != nil {
+			return r.ans, ctx.Err()
+		}
+		return r.ans, &TurnError{Msg: fmt.Sprintf("openai provider %q: the endpoint's answer is not a chat completion: %v", r.o.c.ID, err)}
+	}
+	if err := r.chunk(&c, false); err != nil {
+		return r.ans, err
+	}
+	return r.finish(), nil
+}
+
+// readSSE reads an SSE stream of chunks up to [DONE].
+func (r *answerReader) readSSE(ctx context.Context, body io.Reader) (answer, error) {
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 0, 64<<10), openAIMaxLine)
 	done := false
 	for sc.Scan() {
-		line := sc.Bytes()
-		data, ok := bytes.CutPrefix(line, []byte("data:"))
+		data, ok := sseData(sc.Bytes())
 		if !ok {
-			continue // blank lines, comments, event: and id: fields
+			continue
 		}
-		data = bytes.TrimSpace(data)
 		if string(data) == "[DONE]" {
 			done = true
 			break
 		}
-		if len(data) == 0 {
-			continue
-		}
 		var c chatChunk
 		if err := json.Unmarshal(data, &c); err != nil {
-			return ans, &TurnError{Msg: fmt.Sprintf("openai provider %q: the endpoint streamed a chunk that is not JSON: %v", o.c.ID, err)}
+			return r.ans, &TurnError{Msg: fmt.Sprintf("openai provider %q: the endpoint streamed a chunk that is not JSON: %v", r.o.c.ID, err)}
 		}
-		if c.Error != nil {
-			return ans, chunkErr(c.Error)
+		if err := r.chunk(&c, true); err != nil {
+			return r.ans, err
 		}
-		if c.Usage != nil {
-			ans.usage = *c.Usage
-		}
-		for _, ch := range c.Choices {
-			d := ch.Delta
-			if d == nil {
-				d = ch.Message
-			}
-			if err := apply(d); err != nil {
-				return ans, err
-			}
-		}
-		report(false)
+		r.report(false)
 	}
-	if err := sc.Err(); err != nil {
+	if err := r.streamEnd(ctx, sc.Err(), done); err != nil {
+		return r.ans, err
+	}
+	return r.finish(), nil
+}
+
+// sseData is the data of an SSE data: line, trimmed; false for other
+// lines (blank lines, comments, event: and id: fields) and empty data.
+func sseData(line []byte) ([]byte, bool) {
+	data, ok := bytes.CutPrefix(line, []byte("data:"))
+	if !ok {
+		return nil, false
+	}
+	data = bytes.TrimSpace(data)
+	return data, len(data) > 0
+}
+
+// streamEnd is the error of a stream that ended (scanned to its end or to
+// [DONE]): it broke off, the turn was stopped, or it ended without an
+// answer.
+func (r *answerReader) streamEnd(ctx context.Context, err error, done bool) error {
+	id := r.o.c.ID
+	if err != nil {
 		if ctx.Err() != nil {
-			return ans, ctx.Err()
+			return ctx.Err()
 		}
 		if errors.Is(err, bufio.ErrTooLong) {
-			return ans, &TurnError{Msg: fmt.Sprintf("openai provider %q: the endpoint streamed a line longer than %d bytes", o.c.ID, openAIMaxLine)}
+			return &TurnError{Msg: fmt.Sprintf("openai provider %q: the endpoint streamed a line longer than %d bytes", id, openAIMaxLine)}
 		}
-		return ans, &TurnError{Msg: o.scrub(fmt.Sprintf("openai provider %q: the stream broke off: %v", o.c.ID, unwrapURLError(err)), key)}
+		return &TurnError{Msg: r.o.scrub(fmt.Sprintf("openai provider %q: the stream broke off: %v", id, unwrapURLError(err)), r.key)}
 	}
 	if ctx.Err() != nil {
-		return ans, ctx.Err()
+		return ctx.Err()
 	}
-	if !done && text.stepLen() == 0 && len(calls) == 0 {
-		return ans, &TurnError{Msg: fmt.Sprintf("openai provider %q: the stream ended without an answer", o.c.ID)}
+	if !done && r.text.stepLen() == 0 && len(r.calls) == 0 {
+		return &TurnError{Msg: fmt.Sprintf("openai provider %q: the stream ended without an answer", id)}
 	}
-	return finish(), nil
+	return nil
+}
+
+// chunk takes one chunk (a streamed one, or a whole answer): its error
+// ends the answer; its usage, its choices' text and tool calls are kept.
+func (r *answerReader) chunk(c *chatChunk, streamed bool) error {
+	if c.Error != nil {
+		return &TurnError{Msg: r.o.scrub(fmt.Sprintf("the endpoint reported an error: %s", c.Error.Message), r.key)}
+	}
+	if c.Usage != nil {
+		r.ans.usage = *c.Usage
+	}
+	for _, ch := range c.Choices {
+		d := ch.Message
+		if streamed && ch.Delta != nil {
+			d = ch.Delta
+		}
+		if err := r.apply(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apply adds a choice's text and tool call parts.
+func (r *answerReader) apply(d *chunkDelta) error {
+	if d == nil {
+		return nil
+	}
+	if d.Content != nil && *d.Content != "" {
+		r.text.write(*d.Content)
+	}
+	for i, tc := range d.ToolCalls {
+		idx := i
+		if tc.Index != nil {
+			idx = *tc.Index
+		}
+		p := r.call(idx)
+		if tc.ID != "" {
+			p.id = tc.ID
+		}
+		if tc.Function.Name != "" {
+			p.name = tc.Function.Name
+		}
+		if p.args.Len()+len(tc.Function.Arguments) > openAIMaxArgs {
+			return &TurnError{Msg: fmt.Sprintf("openai provider %q: the model's tool call arguments exceed %d bytes", r.o.c.ID, openAIMaxArgs)}
+		}
+		p.args.WriteString(string(tc.Function.Arguments))
+	}
+	return nil
+}
+
+// call is the tool call of index idx, new when first heard of.
+func (r *answerReader) call(idx int) *pendingCall {
+	p := r.byIndex[idx]
+	if p == nil {
+		p = &pendingCall{}
+		r.byIndex[idx] = p
+		r.calls = append(r.calls, p)
+	}
+	return p
+}
+
+// finish is the answer with its tool calls (an id made up where the
+// endpoint gave none).
+func (r *answerReader) finish() answer {
+	for i, p := range r.calls {
+		id := p.id
+		if id == "" {
+			id = fmt.Sprintf("call_%d", i+1)
+		}
+		r.ans.calls = append(r.ans.calls, chatToolCall{ID: id, Type: "function", Function: chatFunction{Name: p.name, Arguments: p.args.String()}})
+	}
+	return r.ans
+}
+
+// report hands the host the text streamed so far, at most every
+// openAIPartialEvery unless forced.
+func (r *answerReader) report(force bool) {
+	if r.h == nil || r.text.total() == r.reported || (!force && time.Since(r.last) < openAIPartialEvery) {
+		return
+	}
+	r.last, r.reported = time.Now(), r.text.total()
+	if s := r.text.partial(); s != "" {
+		r.h.Partial(s)
+	}
 }
 
 // key is the API key from the environment variable named by api_key_env
