@@ -596,6 +596,16 @@ func (s *stream) limited(reason string) {
 	s.once.Do(func() { close(s.resultCh) })
 }
 
+// failOrLimit ends the turn with the CLI's error: a usage or rate limit
+// when its text says so.
+func (s *stream) failOrLimit(msg string) {
+	if limitText(msg) {
+		s.limited(msg)
+	} else {
+		s.fail(msg)
+	}
+}
+
 // softError notes an error event; it ends the turn only when no result
 // follows (the CLI may retry and succeed).
 func (s *stream) softError(msg string) {

@@ -128,40 +128,50 @@ func (p *CLI) writeGeminiHome(home string, settings []byte) error {
 }
 
 func (geminiDialect) event(ev map[string]any, s *stream) {
-	switch jstr(ev, "type") {
-	case "init":
+	if handle := geminiEvents[jstr(ev, "type")]; handle != nil {
+		handle(ev, s)
+	}
+}
+
+// geminiEvents read Gemini CLI's stream-json events, by type.
+var geminiEvents = map[string]func(ev map[string]any, s *stream){
+	"init": func(ev map[string]any, s *stream) {
 		s.agentSession(jstr(ev, "session_id"))
 		s.ranModel(jstr(ev, "model"))
-	case "message":
-		if jstr(ev, "role") == "assistant" {
-			if d, _ := ev["delta"].(bool); !d {
-				s.newSegment()
-			}
-			s.appendText(jstr(ev, "content"))
-		}
-	case "tool_use":
+	},
+	"message": geminiMessage,
+	"tool_use": func(ev map[string]any, s *stream) {
 		s.toolCall(jstr(ev, "tool_id"), jstr(ev, "tool_name"), ev["parameters"])
 		s.newSegment()
-	case "tool_result":
-		s.toolDone(jstr(ev, "tool_id"))
-	case "error":
-		s.softError(jstr(ev, "message")) // counts only when no result follows
-	case "result":
-		st := jmap(ev, "stats")
-		s.setUsage(int64(jnum(st, "input_tokens")), int64(jnum(st, "output_tokens")), 0)
-		if jstr(ev, "status") == "error" || jstr(ev, "status") == "failure" {
-			msg := jstr(ev, "error", "message")
-			if msg == "" {
-				msg = "the turn failed"
-			}
-			if limitText(msg) {
-				s.limited(msg)
-			} else {
-				s.fail(msg)
-			}
-		}
-		s.result(s.segmentText())
+	},
+	"tool_result": func(ev map[string]any, s *stream) { s.toolDone(jstr(ev, "tool_id")) },
+	"error":       func(ev map[string]any, s *stream) { s.softError(jstr(ev, "message")) }, // counts only when no result follows
+	"result":      geminiResult,
+}
+
+// geminiMessage: the assistant's text, whole or as a delta.
+func geminiMessage(ev map[string]any, s *stream) {
+	if jstr(ev, "role") != "assistant" {
+		return
 	}
+	if d, _ := ev["delta"].(bool); !d {
+		s.newSegment()
+	}
+	s.appendText(jstr(ev, "content"))
+}
+
+// geminiResult: the turn's end, its tokens and its error.
+func geminiResult(ev map[string]any, s *stream) {
+	st := jmap(ev, "stats")
+	s.setUsage(int64(jnum(st, "input_tokens")), int64(jnum(st, "output_tokens")), 0)
+	if jstr(ev, "status") == "error" || jstr(ev, "status") == "failure" {
+		msg := jstr(ev, "error", "message")
+		if msg == "" {
+			msg = "the turn failed"
+		}
+		s.failOrLimit(msg)
+	}
+	s.result(s.segmentText())
 }
 
 // resumeFailed: "Error resuming session: …", exit 42 (measured, 0.61.0).
