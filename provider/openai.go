@@ -320,15 +320,7 @@ func (o *OpenAI) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("openai provider %q: %w", o.c.ID, err)
 	}
-	model := t.Model
-	if model == "" {
-		model = o.c.DefaultModel
-	}
-	if model == "" {
-		if ms := o.models(); len(ms) > 0 {
-			model = ms[0]
-		}
-	}
+	model := o.turnModel(t)
 	if model == "" {
 		return Result{}, &TurnError{Msg: fmt.Sprintf("openai provider %q: no model: set default_model or models in the provider's config, or pass model", o.c.ID)}
 	}
@@ -336,21 +328,7 @@ func (o *OpenAI) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 	if err != nil {
 		return Result{}, &TurnError{Msg: err.Error()}
 	}
-	req := chatRequest{
-		Model:         model,
-		Messages:      o.messages(t),
-		Stream:        true,
-		StreamOptions: &streamOpts{IncludeUsage: true},
-	}
-	if t.Effort != "" && len(o.c.Efforts) > 0 {
-		req.ReasoningEffort = t.Effort
-	}
-	// The agent is offered relay_tool when the relay hands its agents the MCP
-	// route (agent sessions on, R4.2 Decision).
-	if t.MCPURL != "" && len(o.c.ToolSchema) > 0 {
-		req.Tools = []chatTool{{Type: "function", Function: chatToolFuncDef{
-			Name: o.c.ToolName, Description: o.c.ToolDescription, Parameters: o.c.ToolSchema}}}
-	}
+	req := o.request(t, model)
 	var usage Usage
 	text := &turnText{}
 	for step := 1; step <= o.c.MaxSteps; step++ {
@@ -361,28 +339,77 @@ func (o *OpenAI) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 		usage.InputTokens += ans.usage.PromptTokens
 		usage.OutputTokens += ans.usage.CompletionTokens
 		if err != nil {
-			if ctx.Err() != nil {
-				return Result{Usage: usage}, fmt.Errorf("openai provider %q: %w", o.c.ID, ctx.Err())
-			}
-			return Result{Usage: usage}, err
+			return Result{Usage: usage}, o.stopped(ctx, err)
 		}
 		if len(ans.calls) == 0 {
 			return Result{Text: BoundReply(ans.content.reply()), Model: model, Usage: usage}, nil
 		}
-		am := chatMessage{Role: "assistant", ToolCalls: ans.calls}
-		if c := ans.content.reply(); c != "" {
-			am.Content = strPtr(c)
-		}
-		req.Messages = append(req.Messages, am)
-		for _, call := range ans.calls {
-			res := o.callTool(ctx, h, call)
-			if ctx.Err() != nil {
-				return Result{Usage: usage}, fmt.Errorf("openai provider %q: %w", o.c.ID, ctx.Err())
-			}
-			req.Messages = append(req.Messages, chatMessage{Role: "tool", ToolCallID: call.ID, Content: strPtr(string(res))})
+		if err := o.callTools(ctx, h, &req, ans); err != nil {
+			return Result{Usage: usage}, err
 		}
 	}
 	return Result{Usage: usage}, &TurnError{Msg: fmt.Sprintf("stopped after %d steps", o.c.MaxSteps)}
+}
+
+// turnModel is the turn's model, else the provider's default, else the
+// first it lists ("" when none).
+func (o *OpenAI) turnModel(t Turn) string {
+	if t.Model != "" {
+		return t.Model
+	}
+	if o.c.DefaultModel != "" {
+		return o.c.DefaultModel
+	}
+	if ms := o.models(); len(ms) > 0 {
+		return ms[0]
+	}
+	return ""
+}
+
+// request is the turn's first chat request: streamed with its usage, the
+// effort when the provider has efforts, and relay_tool when the relay
+// hands its agents the MCP route (agent sessions on, R4.2 Decision).
+func (o *OpenAI) request(t Turn, model string) chatRequest {
+	req := chatRequest{
+		Model:         model,
+		Messages:      o.messages(t),
+		Stream:        true,
+		StreamOptions: &streamOpts{IncludeUsage: true},
+	}
+	if t.Effort != "" && len(o.c.Efforts) > 0 {
+		req.ReasoningEffort = t.Effort
+	}
+	if t.MCPURL != "" && len(o.c.ToolSchema) > 0 {
+		req.Tools = []chatTool{{Type: "function", Function: chatToolFuncDef{
+			Name: o.c.ToolName, Description: o.c.ToolDescription, Parameters: o.c.ToolSchema}}}
+	}
+	return req
+}
+
+// stopped is a failed step's error: the stop when the turn was stopped.
+func (o *OpenAI) stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("openai provider %q: %w", o.c.ID, ctx.Err())
+	}
+	return err
+}
+
+// callTools adds the model's answer with its tool calls to the
+// conversation, runs each call and adds its result; a stop ends it.
+func (o *OpenAI) callTools(ctx context.Context, h Host, req *chatRequest, ans answer) error {
+	am := chatMessage{Role: "assistant", ToolCalls: ans.calls}
+	if c := ans.content.reply(); c != "" {
+		am.Content = strPtr(c)
+	}
+	req.Messages = append(req.Messages, am)
+	for _, call := range ans.calls {
+		res := o.callTool(ctx, h, call)
+		if ctx.Err() != nil {
+			return fmt.Errorf("openai provider %q: %w", o.c.ID, ctx.Err())
+		}
+		req.Messages = append(req.Messages, chatMessage{Role: "tool", ToolCallID: call.ID, Content: strPtr(string(res))})
+	}
+	return nil
 }
 
 // messages is the start of a turn's conversation: the system prompt, the
