@@ -270,46 +270,62 @@ func (w *acpWait) stoppedResult() (Result, error) {
 // outcome is the turn's result once its prompt ended (R22.2).
 func (pr *acpProc) outcome(at *acpTurn, res acp.PromptResponse, err error) (Result, error) {
 	out := at.result()
+	promptUsage(res, &out)
+	if err != nil {
+		return out, pr.promptError(err, &out)
+	}
+	if msg, ok := acpStopErrors[res.StopReason]; ok {
+		return out, &TurnError{Msg: msg}
+	}
+	return out, nil
+}
+
+// promptUsage puts the prompt's tokens in out: its usage, else Gemini
+// CLI's _meta.quota (with the model it names when it names one).
+func promptUsage(res acp.PromptResponse, out *Result) {
 	if res.Usage != nil {
 		out.Usage.InputTokens = int64(res.Usage.InputTokens)
 		out.Usage.OutputTokens = int64(res.Usage.OutputTokens)
-	} else if q := jmap(res.Meta, "quota"); q != nil {
-		// Gemini CLI reports the turn's tokens in _meta.quota.
-		out.Usage.InputTokens = int64(jnum(q, "token_count", "input_tokens"))
-		out.Usage.OutputTokens = int64(jnum(q, "token_count", "output_tokens"))
-		if mu, _ := q["model_usage"].([]any); len(mu) == 1 {
-			if m, _ := mu[0].(map[string]any); m != nil {
-				if name := jstr(m, "model"); name != "" {
-					out.Model = name
-				}
+		return
+	}
+	q := jmap(res.Meta, "quota")
+	if q == nil {
+		return
+	}
+	out.Usage.InputTokens = int64(jnum(q, "token_count", "input_tokens"))
+	out.Usage.OutputTokens = int64(jnum(q, "token_count", "output_tokens"))
+	if mu, _ := q["model_usage"].([]any); len(mu) == 1 {
+		if m, _ := mu[0].(map[string]any); m != nil {
+			if name := jstr(m, "model"); name != "" {
+				out.Model = name
 			}
 		}
 	}
-	if err != nil {
-		if pr.gone() {
-			return out, &TurnError{Msg: pr.crashText()}
-		}
-		if ok, methods := authRequired(err); ok {
-			return out, &TurnError{Msg: pr.authText("session/prompt", err, methods)}
-		}
-		msg := reqErrText(err)
-		if limitText(msg) {
-			out.Paused = excerptLine(msg, 300)
-			return out, &TurnError{Msg: "The agent hit a usage or rate limit: " + out.Paused}
-		}
-		return out, &TurnError{Msg: "The agent reported an error: " + excerptLine(msg, 500)}
+}
+
+// promptError is the turn's error when the prompt failed: the agent is
+// gone, wants a login, hit a limit (out is paused) or reported an error.
+func (pr *acpProc) promptError(err error, out *Result) error {
+	if pr.gone() {
+		return &TurnError{Msg: pr.crashText()}
 	}
-	switch res.StopReason {
-	case acp.StopReasonRefusal:
-		return out, &TurnError{Msg: "The agent refused to go on (stop reason refusal)."}
-	case acp.StopReasonMaxTokens:
-		return out, &TurnError{Msg: "The agent stopped at its token limit (stop reason max_tokens)."}
-	case acp.StopReasonMaxTurnRequests:
-		return out, &TurnError{Msg: "The agent stopped at its limit of model requests in one turn (stop reason max_turn_requests)."}
-	case acp.StopReasonCancelled:
-		return out, &TurnError{Msg: "The agent cancelled the turn (stop reason cancelled)."}
+	if ok, methods := authRequired(err); ok {
+		return &TurnError{Msg: pr.authText("session/prompt", err, methods)}
 	}
-	return out, nil
+	msg := reqErrText(err)
+	if limitText(msg) {
+		out.Paused = excerptLine(msg, 300)
+		return &TurnError{Msg: "The agent hit a usage or rate limit: " + out.Paused}
+	}
+	return &TurnError{Msg: "The agent reported an error: " + excerptLine(msg, 500)}
+}
+
+// acpStopErrors are the stop reasons that end a turn as an error.
+var acpStopErrors = map[acp.StopReason]string{
+	acp.StopReasonRefusal:         "The agent refused to go on (stop reason refusal).",
+	acp.StopReasonMaxTokens:       "The agent stopped at its token limit (stop reason max_tokens).",
+	acp.StopReasonMaxTurnRequests: "The agent stopped at its limit of model requests in one turn (stop reason max_turn_requests).",
+	acp.StopReasonCancelled:       "The agent cancelled the turn (stop reason cancelled).",
 }
 
 // result is what the turn produced so far: the text after the last tool
@@ -383,19 +399,40 @@ func (at *acpTurn) addText(s string) {
 // call starts a new reply segment.
 func (at *acpTurn) tool(id, title, name string, kind acp.ToolKind, raw any, status string) {
 	at.mu.Lock()
-	tc := at.tools[id]
-	if tc == nil {
-		tc = &acpTool{}
-		at.tools[id] = tc
-		if at.added != nil {
-			close(at.added)
-			at.added = nil
-		}
-		if len(at.text) > 0 && !strings.HasSuffix(string(at.text), "\n\n") {
-			at.text = append(at.text, '\n', '\n')
-		}
-		at.segment = at.segment[:0]
+	tc := at.toolCall(id)
+	tc.update(title, name, kind)
+	line := tc.end(status)
+	at.mu.Unlock()
+	if line == "" {
+		return
 	}
+	if ah, ok := at.h.(ActivityHost); ok {
+		ah.Activity(line)
+	}
+}
+
+// toolCall is the tool call id (at.mu held); one first heard of wakes
+// waitTool and starts a new reply segment.
+func (at *acpTurn) toolCall(id string) *acpTool {
+	if tc := at.tools[id]; tc != nil {
+		return tc
+	}
+	tc := &acpTool{}
+	at.tools[id] = tc
+	if at.added != nil {
+		close(at.added)
+		at.added = nil
+	}
+	if len(at.text) > 0 && !strings.HasSuffix(string(at.text), "\n\n") {
+		at.text = append(at.text, '\n', '\n')
+	}
+	at.segment = at.segment[:0]
+	return tc
+}
+
+// update keeps what an update tells of the call; a title naming
+// relay_tool marks it the relay's.
+func (tc *acpTool) update(title, name string, kind acp.ToolKind) {
 	if title != "" {
 		tc.title = title
 	}
@@ -408,21 +445,20 @@ func (at *acpTurn) tool(id, title, name string, kind acp.ToolKind, raw any, stat
 	if strings.Contains(tc.title, "relay_tool") {
 		tc.relay = true
 	}
+}
+
+// end marks the call done when status ends it; the line is its activity
+// line, once, for a tool other than relay_tool.
+func (tc *acpTool) end(status string) (line string) {
 	ended := status == string(acp.ToolCallStatusCompleted) || status == string(acp.ToolCallStatusFailed)
-	var line string
-	if !tc.relay && !tc.done && ended {
+	if !ended {
+		return ""
+	}
+	if !tc.relay && !tc.done {
 		line = "🔧 " + excerptLine(tc.title, 200) + ": " + status
 	}
-	if ended {
-		tc.done = true
-	}
-	at.mu.Unlock()
-	if line == "" {
-		return
-	}
-	if ah, ok := at.h.(ActivityHost); ok {
-		ah.Activity(line)
-	}
+	tc.done = true
+	return line
 }
 
 // acpToolWait bounds waitTool.
