@@ -78,18 +78,18 @@ type CLI struct {
 
 var _ Provider = (*CLI)(nil)
 
+// cliDialects are the agent CLIs' dialects, by provider type.
+var cliDialects = map[string]dialect{
+	TypeClaudeCode: claudeDialect{},
+	TypeCodex:      codexDialect{},
+	TypeGeminiCLI:  geminiDialect{},
+}
+
 // NewCLI returns the provider for c; an unknown type is an error. A binary
 // that cannot be found is not: Info reports the provider unavailable.
 func NewCLI(c CLIConfig) (*CLI, error) {
-	var d dialect
-	switch c.Type {
-	case TypeClaudeCode:
-		d = claudeDialect{}
-	case TypeCodex:
-		d = codexDialect{}
-	case TypeGeminiCLI:
-		d = geminiDialect{}
-	default:
+	d, ok := cliDialects[c.Type]
+	if !ok {
 		return nil, fmt.Errorf("provider %q: unknown agent CLI type %q", c.ID, c.Type)
 	}
 	if len(c.Command) == 0 || c.Command[0] == "" {
@@ -115,21 +115,27 @@ func NewCLI(c CLIConfig) (*CLI, error) {
 		c.ResultGrace = DefaultResultGrace
 	}
 	if c.StateDir == "" {
-		// The agent's cache folder: its env's XDG_CACHE_HOME or HOME when
-		// the provider sets them, else the relay's.
-		if x := c.Env["XDG_CACHE_HOME"]; x != "" {
-			c.StateDir = filepath.Join(x, "relay", "agents")
-		} else if h := c.Env["HOME"]; h != "" {
-			c.StateDir = filepath.Join(h, ".cache", "relay", "agents")
-		} else if dir, err := os.UserCacheDir(); err == nil {
-			c.StateDir = filepath.Join(dir, "relay", "agents")
-		} else {
-			c.StateDir = filepath.Join(os.TempDir(), "relay-agents")
-		}
+		c.StateDir = cliCacheDir(c.Env)
 	}
 	p := &CLI{c: c, d: d}
 	p.availability()
 	return p, nil
+}
+
+// cliCacheDir is the agent's cache folder for its state: its env's
+// XDG_CACHE_HOME or HOME when the provider sets them, else the relay's,
+// else the temp folder.
+func cliCacheDir(env map[string]string) string {
+	if x := env["XDG_CACHE_HOME"]; x != "" {
+		return filepath.Join(x, "relay", "agents")
+	}
+	if h := env["HOME"]; h != "" {
+		return filepath.Join(h, ".cache", "relay", "agents")
+	}
+	if dir, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(dir, "relay", "agents")
+	}
+	return filepath.Join(os.TempDir(), "relay-agents")
 }
 
 // Info describes the provider; Status says whether its binary can be found.

@@ -483,42 +483,18 @@ func (o *OpenAI) complete(ctx context.Context, key string, req *chatRequest, tex
 		return answer{}, &TurnError{Msg: fmt.Sprintf("openai provider %q: encode the request: %v", o.c.ID, err)}
 	}
 	for retry := 0; ; retry++ {
-		hr, err := http.NewRequestWithContext(ctx, http.MethodPost, o.c.BaseURL+"/chat/completions", bytes.NewReader(body))
+		resp, err := o.post(ctx, key, body)
 		if err != nil {
-			return answer{}, &TurnError{Msg: o.scrub(fmt.Sprintf("openai provider %q: %v", o.c.ID, err), key)}
-		}
-		o.headers(hr, key)
-		hr.Header.Set("Content-Type", "application/json")
-		hr.Header.Set("Accept", "text/event-stream")
-		resp, err := o.c.HTTPClient.Do(hr)
-		if err != nil {
-			if ctx.Err() != nil {
-				return answer{}, ctx.Err()
-			}
-			return answer{}, &TurnError{Msg: o.connError(err, key)}
+			return answer{}, err
 		}
 		if resp.StatusCode == http.StatusOK {
 			ans, err := o.read(ctx, resp, key, text, h)
 			resp.Body.Close()
 			return ans, err
 		}
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		resp.Body.Close()
-		st := resp.StatusCode
-		retryable := st == http.StatusTooManyRequests || st >= 500
-		if !retryable {
-			return answer{}, &TurnError{Msg: o.statusError(st, data, key, 0)}
-		}
-		if retry == openAIRetries {
-			return answer{}, &TurnError{Msg: o.statusError(st, data, key, retry)}
-		}
-		wait := o.c.Backoff(retry + 1)
-		if ra, ok := retryAfter(resp.Header.Get("Retry-After")); ok {
-			if ra > o.c.MaxRetryAfter {
-				return answer{}, &TurnError{Msg: o.statusError(st, data, key, retry) +
-					fmt.Sprintf(" (it asks to wait %s before trying again)", ra.Round(time.Second))}
-			}
-			wait = ra
+		wait, err := o.retryWait(resp, key, retry)
+		if err != nil {
+			return answer{}, err
 		}
 		tm := time.NewTimer(wait)
 		select {
@@ -528,6 +504,51 @@ func (o *OpenAI) complete(ctx context.Context, key string, req *chatRequest, tex
 		case <-tm.C:
 		}
 	}
+}
+
+// post sends one chat request; an error is the stop, or a *TurnError
+// saying why the endpoint gave no answer.
+func (o *OpenAI) post(ctx context.Context, key string, body []byte) (*http.Response, error) {
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, o.c.BaseURL+"/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return nil, &TurnError{Msg: o.scrub(fmt.Sprintf("openai provider %q: %v", o.c.ID, err), key)}
+	}
+	o.headers(hr, key)
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("Accept", "text/event-stream")
+	resp, err := o.c.HTTPClient.Do(hr)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &TurnError{Msg: o.connError(err, key)}
+	}
+	return resp, nil
+}
+
+// retryWait reads (and closes) an answer other than 200: how long to wait
+// before retry+1, or the turn's error when its status is not retried (only
+// 429 and 5xx are), the retries are spent, or the endpoint asks to wait
+// longer than MaxRetryAfter.
+func (o *OpenAI) retryWait(resp *http.Response, key string, retry int) (time.Duration, error) {
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	st := resp.StatusCode
+	if st != http.StatusTooManyRequests && st < 500 {
+		return 0, &TurnError{Msg: o.statusError(st, data, key, 0)}
+	}
+	if retry == openAIRetries {
+		return 0, &TurnError{Msg: o.statusError(st, data, key, retry)}
+	}
+	wait := o.c.Backoff(retry + 1)
+	if ra, ok := retryAfter(resp.Header.Get("Retry-After")); ok {
+		if ra > o.c.MaxRetryAfter {
+			return 0, &TurnError{Msg: o.statusError(st, data, key, retry) +
+				fmt.Sprintf(" (it asks to wait %s before trying again)", ra.Round(time.Second))}
+		}
+		wait = ra
+	}
+	return wait, nil
 }
 
 // retryAfter parses a Retry-After header: seconds or an HTTP date.
