@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strings"
 
 	acp "github.com/coder/acp-go-sdk"
@@ -259,25 +260,20 @@ func relayToolCall(req acp.RequestPermissionRequest, kind acp.ToolKind, name str
 	if name != "" {
 		return name == "mcp__"+relayMCPServer+"__"+relayToolName || name == "mcp_"+relayMCPServer+"_"+relayToolName
 	}
-	mcpAsk := false
-	for _, o := range req.Options {
-		if o.OptionId == "proceed_always_server" {
-			mcpAsk = true
-		}
-	}
+	return geminiRelayToolCall(req)
+}
+
+// geminiRelayToolCall reports whether a request that names no tool is
+// Gemini CLI's confirmation of a relay_tool call: the MCP confirmation
+// (offering "proceed_always_server") titled with relay_tool's display
+// name, its arguments known and holding no "command".
+func geminiRelayToolCall(req acp.RequestPermissionRequest) bool {
+	mcpAsk := slices.ContainsFunc(req.Options, func(o acp.PermissionOption) bool { return o.OptionId == "proceed_always_server" })
 	if !mcpAsk || req.ToolCall.Title == nil || *req.ToolCall.Title != relayToolName+" ("+relayMCPServer+" MCP Server)" {
 		return false
 	}
 	keys, ok := geminiArgKeys(req.ToolCall.RawInput, req.ToolCall.Content)
-	if !ok {
-		return false
-	}
-	for _, k := range keys {
-		if k == "command" {
-			return false
-		}
-	}
-	return true
+	return ok && !slices.Contains(keys, "command")
 }
 
 // mcpApproval reports whether the agent marks the request as the approval
@@ -333,23 +329,11 @@ func geminiArgKeys(raw any, content []acp.ToolCallContent) ([]string, bool) {
 	if r, ok := raw.(map[string]any); ok && len(r) > 0 {
 		m = r
 	}
-	var texts []string
-	for _, c := range content {
-		if c.Content != nil && c.Content.Content.Text != nil {
-			texts = append(texts, strings.TrimSpace(c.Content.Content.Text.Text))
+	if texts := contentTexts(content); m == nil && len(texts) == 1 {
+		if keys, known, omitted := omittedArgKeys(texts[0]); omitted {
+			return keys, known
 		}
-	}
-	if m == nil && len(texts) == 1 {
-		t := texts[0]
-		const omitted = "[Payload omitted due to length with parameters: "
-		if strings.HasPrefix(t, omitted) && strings.HasSuffix(t, "]") {
-			list := strings.TrimSuffix(strings.TrimPrefix(t, omitted), "]")
-			if strings.HasSuffix(list, ", ...") {
-				return nil, false
-			}
-			return strings.Split(list, ", "), true
-		}
-		if json.Unmarshal([]byte(t), &m) != nil {
+		if json.Unmarshal([]byte(texts[0]), &m) != nil {
 			return nil, false
 		}
 	}
@@ -361,6 +345,32 @@ func geminiArgKeys(raw any, content []acp.ToolCallContent) ([]string, bool) {
 		keys = append(keys, k)
 	}
 	return keys, true
+}
+
+// omittedArgKeys reads Gemini CLI's "[Payload omitted due to length with
+// parameters: a, b, c]": the names, known unless the list ends with
+// ", ...". omitted is false for any other text.
+func omittedArgKeys(t string) (keys []string, known, omitted bool) {
+	const prefix = "[Payload omitted due to length with parameters: "
+	if !strings.HasPrefix(t, prefix) || !strings.HasSuffix(t, "]") {
+		return nil, false, false
+	}
+	list := strings.TrimSuffix(strings.TrimPrefix(t, prefix), "]")
+	if strings.HasSuffix(list, ", ...") {
+		return nil, false, true
+	}
+	return strings.Split(list, ", "), true, true
+}
+
+// contentTexts are the texts of a tool call's content, trimmed.
+func contentTexts(content []acp.ToolCallContent) []string {
+	var texts []string
+	for _, c := range content {
+		if c.Content != nil && c.Content.Content.Text != nil {
+			texts = append(texts, strings.TrimSpace(c.Content.Content.Text.Text))
+		}
+	}
+	return texts
 }
 
 // writeKind: tool kinds that change files or run commands; plan mode

@@ -499,13 +499,10 @@ func toolArgs(raw any, content []acp.ToolCallContent) any {
 	if raw != nil {
 		return raw
 	}
-	for _, c := range content {
-		if c.Content != nil && c.Content.Content.Text != nil {
-			t := strings.TrimSpace(c.Content.Content.Text.Text)
-			var m map[string]any
-			if strings.HasPrefix(t, "{") && json.Unmarshal([]byte(t), &m) == nil {
-				return m
-			}
+	for _, t := range contentTexts(content) {
+		var m map[string]any
+		if strings.HasPrefix(t, "{") && json.Unmarshal([]byte(t), &m) == nil {
+			return m
 		}
 	}
 	return nil
