@@ -242,23 +242,8 @@ func (p *ACP) forget(pr *acpProc) {
 func (pr *acpProc) open(t Turn, at *acpTurn) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), acpStartTimeout)
 	defer cancel()
-	id := pr.p.c.ID
-	if !pr.initDone {
-		res, err := pr.conn.Initialize(ctx, acp.InitializeRequest{
-			ProtocolVersion: acp.ProtocolVersionNumber,
-			ClientCapabilities: acp.ClientCapabilities{
-				Fs:       acp.FileSystemCapabilities{ReadTextFile: true, WriteTextFile: true},
-				Terminal: true,
-			},
-			ClientInfo: &acp.Implementation{Name: "relay", Version: "1"},
-		})
-		if err != nil {
-			return "", &TurnError{Msg: pr.startError("initialize", err)}
-		}
-		pr.caps = res.AgentCapabilities
-		pr.info = res.AgentInfo
-		pr.auth = authMethodsOf(res.AuthMethods)
-		pr.initDone = true
+	if err := pr.initialize(ctx); err != nil {
+		return "", err
 	}
 	want := t.AgentSession
 	if want != "" && want == pr.sess() {
@@ -267,41 +252,84 @@ func (pr *acpProc) open(t Turn, at *acpTurn) (string, error) {
 	servers := pr.mcpServers(t)
 	note := ""
 	if want != "" {
-		if pr.caps.LoadSession {
-			// The agent replays the conversation as updates: no turn
-			// reads them.
-			pr.mu.Lock()
-			pr.cur = nil
-			pr.mu.Unlock()
-			_, err := pr.conn.LoadSession(ctx, acp.LoadSessionRequest{SessionId: acp.SessionId(want), Cwd: t.Cwd, McpServers: servers})
-			pr.mu.Lock()
-			pr.cur = at
-			pr.mu.Unlock()
-			if err == nil {
-				pr.acpSess.Store(&want)
-				return "", nil
-			}
-			if pr.gone() {
-				return "", &TurnError{Msg: pr.crashText()}
-			}
-			note = fmt.Sprintf("[relay: this session's earlier conversation could not be resumed (%s); this turn starts a new one]", excerptLine(reqErrText(err), 200))
-		} else {
-			note = "[relay: the agent cannot load this session's earlier conversation; this turn starts a new one]"
+		var loaded bool
+		var err error
+		if note, loaded, err = pr.load(ctx, t, at, servers); loaded || err != nil {
+			return "", err
 		}
 	}
+	if err := pr.newSession(ctx, t, at, servers); err != nil {
+		return "", err
+	}
+	return note, nil
+}
+
+// initialize runs initialize once per process and keeps what the agent
+// tells of itself: its capabilities, its name, its sign-in methods.
+func (pr *acpProc) initialize(ctx context.Context) error {
+	if pr.initDone {
+		return nil
+	}
+	res, err := pr.conn.Initialize(ctx, acp.InitializeRequest{
+		ProtocolVersion: acp.ProtocolVersionNumber,
+		ClientCapabilities: acp.ClientCapabilities{
+			Fs:       acp.FileSystemCapabilities{ReadTextFile: true, WriteTextFile: true},
+			Terminal: true,
+		},
+		ClientInfo: &acp.Implementation{Name: "relay", Version: "1"},
+	})
+	if err != nil {
+		return &TurnError{Msg: pr.startError("initialize", err)}
+	}
+	pr.caps = res.AgentCapabilities
+	pr.info = res.AgentInfo
+	pr.auth = authMethodsOf(res.AuthMethods)
+	pr.initDone = true
+	return nil
+}
+
+// load resumes the session's stored ACP session (session/load); loaded
+// when it did. When the agent cannot load it, or refused, the note tells
+// the agent a new conversation starts.
+func (pr *acpProc) load(ctx context.Context, t Turn, at *acpTurn, servers []acp.McpServer) (note string, loaded bool, err error) {
+	if !pr.caps.LoadSession {
+		return "[relay: the agent cannot load this session's earlier conversation; this turn starts a new one]", false, nil
+	}
+	want := t.AgentSession
+	// The agent replays the conversation as updates: no turn reads them.
+	pr.mu.Lock()
+	pr.cur = nil
+	pr.mu.Unlock()
+	_, err = pr.conn.LoadSession(ctx, acp.LoadSessionRequest{SessionId: acp.SessionId(want), Cwd: t.Cwd, McpServers: servers})
+	pr.mu.Lock()
+	pr.cur = at
+	pr.mu.Unlock()
+	if err == nil {
+		pr.acpSess.Store(&want)
+		return "", true, nil
+	}
+	if pr.gone() {
+		return "", false, &TurnError{Msg: pr.crashText()}
+	}
+	return fmt.Sprintf("[relay: this session's earlier conversation could not be resumed (%s); this turn starts a new one]", excerptLine(reqErrText(err), 200)), false, nil
+}
+
+// newSession opens a new ACP session (session/new); the relay stores its
+// id with the relay session.
+func (pr *acpProc) newSession(ctx context.Context, t Turn, at *acpTurn, servers []acp.McpServer) error {
 	res, err := pr.conn.NewSession(ctx, acp.NewSessionRequest{Cwd: t.Cwd, McpServers: servers})
 	if err != nil {
-		return "", &TurnError{Msg: pr.startError("session/new", err)}
+		return &TurnError{Msg: pr.startError("session/new", err)}
 	}
 	if res.SessionId == "" {
-		return "", &TurnError{Msg: fmt.Sprintf("acp provider %q: the agent's session/new named no session", id)}
+		return &TurnError{Msg: fmt.Sprintf("acp provider %q: the agent's session/new named no session", pr.p.c.ID)}
 	}
 	sid := string(res.SessionId)
 	pr.acpSess.Store(&sid)
 	if ah, ok := at.h.(AgentSessionHost); ok {
 		ah.SetAgentSession(sid)
 	}
-	return note, nil
+	return nil
 }
 
 // mcpServers hands relay_tool over (R22.2): the HTTP form when the agent

@@ -105,6 +105,15 @@ func (p *ACP) start(t Turn, px *mcpProxy) (*acpProc, error) {
 		return nil, &TurnError{Msg: fmt.Sprintf("acp provider %q: cannot start %q: %v", p.c.ID, p.c.Command[0], err)}
 	}
 	pr.pgid = pr.cmd.Process.Pid
+	pr.connect(stdinW, stdout)
+	return pr, nil
+}
+
+// connect puts the ACP connection on the started process's stdio: its
+// stdout through the line filter, its stdin through acpStdin; once the
+// process exits it is reaped, its terminals end, the provider and the
+// proxy forget it.
+func (pr *acpProc) connect(stdinW io.Writer, stdout io.Reader) {
 	stdoutR, stdoutW := io.Pipe()
 	filter := &lineFilter{pr: pr, out: stdoutW}
 	copied := make(chan struct{})
@@ -119,14 +128,13 @@ func (p *ACP) start(t Turn, px *mcpProxy) (*acpProc, error) {
 		_ = stdoutW.Close()
 		close(pr.exited)
 		pr.endTerminals()
-		p.forget(pr)
+		pr.p.forget(pr)
 		pr.proxy.drop(pr.key)
 	}()
-	pr.key = px.add()
+	pr.key = pr.proxy.add()
 	pr.stdin = &acpStdin{pr: pr, w: stdinW}
 	pr.conn = acp.NewClientSideConnection(acpClient{pr}, pr.stdin, stdoutR)
 	pr.conn.SetLogger(slog.New(slog.NewTextHandler(io.Discard, nil))) // garbage is reported by lineFilter
-	return pr, nil
 }
 
 // sess is the ACP session open in this process, "" before the first.
