@@ -445,7 +445,7 @@ func TestACPInFlightUndecodable(t *testing.T) {
 // statement defers recovered. TestACPClientRecovers drives one of them; this
 // catches a method added or changed without the guard.
 func TestACPClientMethodsAllRecover(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), "acp.go", nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), "acp_client.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,6 +472,6 @@ func TestACPClientMethodsAllRecover(t *testing.T) {
 		}
 	}
 	if n < 9 {
-		t.Fatalf("found %d acpClient methods in acp.go, want the SDK's 9 client methods", n)
+		t.Fatalf("found %d acpClient methods in acp_client.go, want the SDK's 9 client methods", n)
 	}
 }
