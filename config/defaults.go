@@ -91,24 +91,7 @@ func (c *Config) fillDefaults() {
 		p := &c.Providers[i]
 		if p.ID == ScriptedID {
 			hasScripted = true
-			// A configured scripted provider keeps what it sets and takes
-			// the rest from the built-in one.
-			b := ScriptedProvider()
-			if p.Type == "" {
-				p.Type = b.Type
-			}
-			if p.Name == "" {
-				p.Name = b.Name
-			}
-			if len(p.Models) == 0 {
-				p.Models = b.Models
-				if p.DefaultModel == "" {
-					p.DefaultModel = b.DefaultModel
-				}
-			}
-			if len(p.Efforts) == 0 {
-				p.Efforts = b.Efforts
-			}
+			p.fillScripted()
 		}
 		if p.Name == "" {
 			p.Name = p.ID
@@ -119,6 +102,27 @@ func (c *Config) fillDefaults() {
 	}
 	if !hasScripted {
 		c.Providers = append(c.Providers, ScriptedProvider())
+	}
+}
+
+// fillScripted fills a configured scripted provider: it keeps what it sets
+// and takes the rest from the built-in one.
+func (p *Provider) fillScripted() {
+	b := ScriptedProvider()
+	if p.Type == "" {
+		p.Type = b.Type
+	}
+	if p.Name == "" {
+		p.Name = b.Name
+	}
+	if len(p.Models) == 0 {
+		p.Models = b.Models
+		if p.DefaultModel == "" {
+			p.DefaultModel = b.DefaultModel
+		}
+	}
+	if len(p.Efforts) == 0 {
+		p.Efforts = b.Efforts
 	}
 }
 

@@ -38,25 +38,47 @@ func Load(flags map[string]string, env func(string) (string, bool)) (Config, err
 		}
 	}
 	c := Default()
+	if err := c.loadConfigFile(flags, env); err != nil {
+		return Config{}, err
+	}
+	c.applyEnvAndFlags(flags, env)
+	if err := c.readSecrets(flags, env); err != nil {
+		return Config{}, err
+	}
 
-	// The file path itself: flag, else environment.
+	c.fillDefaults()
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// loadConfigFile reads the YAML file named by the config flag, else by
+// RELAY_CONFIG, over the defaults; none is read when neither names one.
+func (c *Config) loadConfigFile(flags map[string]string, env func(string) (string, bool)) error {
 	if v, ok := flags["config"]; ok {
 		c.ConfigPath = v
 	} else if v, ok := env(EnvConfig); ok && v != "" {
 		c.ConfigPath = v
 	}
-	if c.ConfigPath != "" {
-		homeCwd := c.DefaultCwd
-		if err := loadFile(&c, c.ConfigPath); err != nil {
-			return Config{}, err
-		}
-		// folders without default_cwd: the default folder is the first of
-		// them, not the home directory the defaults started from.
-		if c.DefaultCwd == homeCwd && !Inside(c.Folders, c.DefaultCwd) {
-			c.DefaultCwd = ""
-		}
+	if c.ConfigPath == "" {
+		return nil
 	}
+	homeCwd := c.DefaultCwd
+	if err := loadFile(c, c.ConfigPath); err != nil {
+		return err
+	}
+	// folders without default_cwd: the default folder is the first of
+	// them, not the home directory the defaults started from.
+	if c.DefaultCwd == homeCwd && !Inside(c.Folders, c.DefaultCwd) {
+		c.DefaultCwd = ""
+	}
+	return nil
+}
 
+// applyEnvAndFlags sets the plain settings from the environment, then from
+// the flags, which win.
+func (c *Config) applyEnvAndFlags(flags map[string]string, env func(string) (string, bool)) {
 	targets := map[string]*string{
 		"addr":         &c.Addr,
 		"redis":        &c.RedisURL,
@@ -69,7 +91,7 @@ func Load(flags map[string]string, env func(string) (string, bool)) (Config, err
 	for _, fe := range flagEnv {
 		p, ok := targets[fe.flag]
 		if !ok {
-			continue // config: handled above; the secret files: readSecrets
+			continue // config: loadConfigFile; the secret files: readSecrets
 		}
 		if v, ok := env(fe.env); ok && v != "" {
 			*p = v
@@ -78,15 +100,6 @@ func Load(flags map[string]string, env func(string) (string, bool)) (Config, err
 			*p = v
 		}
 	}
-	if err := c.readSecrets(flags, env); err != nil {
-		return Config{}, err
-	}
-
-	c.fillDefaults()
-	if err := c.Validate(); err != nil {
-		return Config{}, err
-	}
-	return c, nil
 }
 
 func knownFlag(k string) bool {

@@ -69,8 +69,8 @@ func checkPublicURL(v string) error {
 	if v == "" {
 		return nil
 	}
-	u, err := url.Parse(v)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+	u, ok := httpURL(v)
+	if !ok || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
 		return fmt.Errorf("config: public-url must be a base URL like https://relay.example.com or http://10.0.0.5:7420 (got %q)", v)
 	}
 	return nil
@@ -187,6 +187,16 @@ func (c Config) validateLimits() error {
 		return fmt.Errorf("config: limits.direct_starts must be 0 (off) or more (got %d)", l.DirectStarts)
 	}
 	return nil
+}
+
+// httpURL parses raw as an http or https URL with a host; ok is false for
+// anything else.
+func httpURL(raw string) (u *url.URL, ok bool) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, false
+	}
+	return u, true
 }
 
 func atLeastOne(key string, v int) error {

@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"math"
-	"net/url"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -128,8 +127,8 @@ func checkOpenAI(at string, p Provider) error {
 	if p.BaseURL == "" {
 		return fmt.Errorf("config: %s.base_url is required for type openai", at)
 	}
-	u, err := url.Parse(p.BaseURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	u, ok := httpURL(p.BaseURL)
+	if !ok {
 		return fmt.Errorf("config: %s.base_url must be an http or https URL (got %q)", at, p.BaseURL)
 	}
 	if u.User != nil {
