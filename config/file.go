@@ -155,13 +155,7 @@ func (d *fileDecoder) mapping(n *yaml.Node, prefix string, fields []field) error
 		if prefix != "" {
 			path = prefix + "." + k.Value
 		}
-		var f *field
-		for j := range fields {
-			if fields[j].key == k.Value {
-				f = &fields[j]
-				break
-			}
-		}
+		f := findField(fields, k.Value)
 		if f == nil {
 			return fmt.Errorf("config %s: unknown key %q (line %d); did you mean %q?", d.path, path, k.Line, nearest(k.Value, fields))
 		}
@@ -174,6 +168,16 @@ func (d *fileDecoder) mapping(n *yaml.Node, prefix string, fields []field) error
 		}
 		if err := f.set(path, v); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// findField is the field of key, nil when there is none.
+func findField(fields []field, key string) *field {
+	for j := range fields {
+		if fields[j].key == key {
+			return &fields[j]
 		}
 	}
 	return nil

@@ -227,6 +227,11 @@ func checkSandbox(at string, p Provider) error {
 	if !RunsProcesses(p.Type) {
 		return fmt.Errorf("config: %s.sandbox applies only to the types that run agent processes (exec, claude-code, codex, gemini-cli, acp); type %s runs none", at, p.Type)
 	}
+	return checkSandboxPaths(at, p)
+}
+
+// checkSandboxPaths validates sandbox_rw and sandbox_ro: absolute paths, not /.
+func checkSandboxPaths(at string, p Provider) error {
 	for _, l := range []struct {
 		key   string
 		paths []string
