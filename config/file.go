@@ -54,23 +54,14 @@ func loadFile(c *Config, path string) error {
 	return d.decode(c, data)
 }
 
+// decode reads data, one YAML document, into c: an empty file or a null
+// document leaves c as it is.
 func (d *fileDecoder) decode(c *Config, data []byte) error {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil // empty file: all defaults
-		}
-		return d.syntax(err)
+	doc, err := d.document(data)
+	if err != nil || doc == nil {
+		return err
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		return fmt.Errorf("config %s: more than one YAML document (line %d)", d.path, extra.Line)
-	} else if !errors.Is(err, io.EOF) {
-		return d.syntax(err)
-	}
-
-	root := &doc
+	root := doc
 	if root.Kind == yaml.DocumentNode {
 		if len(root.Content) == 0 {
 			return nil
@@ -84,7 +75,32 @@ func (d *fileDecoder) decode(c *Config, data []byte) error {
 	if root.Kind != yaml.MappingNode {
 		return fmt.Errorf("config %s: the file must be a mapping of keys (line %d, got %s)", d.path, root.Line, describe(root))
 	}
-	return d.mapping(root, "", []field{
+	return d.mapping(root, "", d.fileFields(c))
+}
+
+// document parses data as one YAML document: nil for an empty file, an
+// error for a syntax error or a second document.
+func (d *fileDecoder) document(data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil // empty file: all defaults
+		}
+		return nil, d.syntax(err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, fmt.Errorf("config %s: more than one YAML document (line %d)", d.path, extra.Line)
+	} else if !errors.Is(err, io.EOF) {
+		return nil, d.syntax(err)
+	}
+	return &doc, nil
+}
+
+// fileFields are the keys of the file's top level, each decoded into c.
+func (d *fileDecoder) fileFields(c *Config) []field {
+	return []field{
 		{"name", d.str(&c.Name)},
 		{"folders", d.paths(&c.Folders)},
 		{"default_cwd", d.path1(&c.DefaultCwd)},
@@ -132,7 +148,7 @@ func (d *fileDecoder) decode(c *Config, data []byte) error {
 		{"notify", d.section([]field{
 			{"webhooks", d.webhooks(&c.Notify.Webhooks)},
 		})},
-	})
+	}
 }
 
 func (d *fileDecoder) syntax(err error) error {
@@ -143,11 +159,7 @@ func (d *fileDecoder) syntax(err error) error {
 // mapping walks a mapping node: every key must be one of fields, at most once.
 // Keys whose value is null are treated as absent.
 func (d *fileDecoder) mapping(n *yaml.Node, prefix string, fields []field) error {
-	if d.offered != nil {
-		for _, f := range fields {
-			*d.offered = append(*d.offered, strings.TrimPrefix(prefix+"."+f.key, "."))
-		}
-	}
+	d.offer(prefix, fields)
 	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], resolve(n.Content[i+1])
@@ -171,6 +183,16 @@ func (d *fileDecoder) mapping(n *yaml.Node, prefix string, fields []field) error
 		}
 	}
 	return nil
+}
+
+// offer notes the keys of fields, below prefix, when d collects them (Keys).
+func (d *fileDecoder) offer(prefix string, fields []field) {
+	if d.offered == nil {
+		return
+	}
+	for _, f := range fields {
+		*d.offered = append(*d.offered, strings.TrimPrefix(prefix+"."+f.key, "."))
+	}
 }
 
 // findField is the field of key, nil when there is none.
