@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -160,20 +161,25 @@ func TestAPIDocNamesEveryRoute(t *testing.T) {
 	}
 }
 
-// TestDocsStandAlone: README.md and docs/ are this repository's own
-// reference; they point to no file outside it.
+// TestDocsStandAlone: README.md, HACKING.md and docs/ are this repository's
+// own reference; they point to no file outside it. docs/REQUIREMENTS.md is
+// the one page that says what the requirement numbers mean: the four
+// references (API, TOOL, CONFIG, OPERATIONS) carry none, and every other page
+// may cite only numbers REQUIREMENTS.md indexes.
 func TestDocsStandAlone(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("..", "docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	files = append(files, filepath.Join("..", "README.md"))
+	files = append(files, filepath.Join("..", "README.md"), filepath.Join("..", "HACKING.md"))
 	outside := regexp.MustCompile(`\]\(\.\./|\.\./shared|shared/SPEC|SPEC(\.md| §)`)
 	// The four references are read by people without the specification:
 	// no requirement numbers (R7.8) and no "seed" page there either.
 	reference := regexp.MustCompile(`\bR\d+\.\d+|(?i)\bthe seed\b|\bseed's\b`)
+	index := requirementsIndex(t)
 	for _, f := range files {
-		ref := slices.Contains([]string{"API.md", "TOOL.md", "CONFIG.md", "OPERATIONS.md"}, filepath.Base(f))
+		base := filepath.Base(f)
+		ref := slices.Contains([]string{"API.md", "TOOL.md", "CONFIG.md", "OPERATIONS.md"}, base)
 		for i, line := range strings.Split(readDoc(t, f), "\n") {
 			if m := outside.FindString(line); m != "" {
 				t.Errorf("%s:%d points outside the repository (%q): the docs must stand alone", f, i+1, m)
@@ -181,6 +187,132 @@ func TestDocsStandAlone(t *testing.T) {
 			if m := reference.FindString(line); ref && m != "" {
 				t.Errorf("%s:%d refers to the specification (%q): say what the rule is instead", f, i+1, m)
 			}
+			if base == "REQUIREMENTS.md" {
+				continue
+			}
+			for _, n := range ruleCites(line) {
+				if !index.has(n) {
+					t.Errorf("%s:%d cites %s, which %s does not index", f, i+1, n, requirementsDoc)
+				}
+			}
 		}
+	}
+}
+
+const requirementsDoc = "../docs/REQUIREMENTS.md"
+
+// A cited requirement: "R" and a number with its dotted parts and an
+// optional letter (R7.11, R5.2.3, R3.4a), optionally the end of a range
+// after an en dash, em dash or hyphen (R3.1–R3.4, R17.1-R17.5, R8.4–8.9);
+// or "§" and a section. The character before "R" is no letter, digit or _.
+var (
+	ruleCite    = regexp.MustCompile(`(?:^|[^A-Za-z0-9_])R(\d+(?:\.\d+)*[a-z]?)(?:\s*[–—-]\s*R?(\d+(?:\.\d+)*[a-z]?))?`)
+	sectionCite = regexp.MustCompile(`§ ?(\d+)`)
+)
+
+// ruleCites returns the requirement numbers text cites, "R"-prefixed, a
+// section as "R8". A range whose two ends share everything up to their last
+// number (R3.1–R3.4) stands for each number between them (R3.1, R3.2, R3.3,
+// R3.4); any other range (R7.8–R9) for its two ends.
+func ruleCites(text string) []string {
+	var out []string
+	for _, m := range ruleCite.FindAllStringSubmatch(text, -1) {
+		out = append(out, expandRange(m[1], m[2])...)
+	}
+	for _, m := range sectionCite.FindAllStringSubmatch(text, -1) {
+		out = append(out, "R"+m[1])
+	}
+	return out
+}
+
+func expandRange(from, to string) []string {
+	if to == "" {
+		return []string{"R" + from}
+	}
+	fi, ti := strings.LastIndex(from, "."), strings.LastIndex(to, ".")
+	if fi >= 0 && ti >= 0 && from[:fi] == to[:ti] {
+		a, errA := strconv.Atoi(from[fi+1:])
+		b, errB := strconv.Atoi(to[ti+1:])
+		if errA == nil && errB == nil && a <= b && b-a <= 50 {
+			var out []string
+			for n := a; n <= b; n++ {
+				out = append(out, "R"+from[:fi+1]+strconv.Itoa(n))
+			}
+			return out
+		}
+	}
+	return []string{"R" + from, "R" + to}
+}
+
+// reqIndex is what docs/REQUIREMENTS.md indexes: its table rows' first
+// cells ("| R7.11 |") and its sections' headings ("## 7. Actions" indexes R7
+// and §7).
+type reqIndex struct{ rules, sections map[string]bool }
+
+func (x reqIndex) has(n string) bool {
+	if x.rules[n] {
+		return true
+	}
+	return !strings.Contains(n, ".") && x.sections[n]
+}
+
+func requirementsIndex(t *testing.T) reqIndex {
+	t.Helper()
+	doc := readDoc(t, requirementsDoc)
+	x := reqIndex{rules: map[string]bool{}, sections: map[string]bool{}}
+	for _, m := range regexp.MustCompile(`(?m)^\| (R\d+(?:\.\d+)*[a-z]?) \|`).FindAllStringSubmatch(doc, -1) {
+		x.rules[m[1]] = true
+	}
+	for _, m := range regexp.MustCompile(`(?m)^## (\d+)\. `).FindAllStringSubmatch(doc, -1) {
+		x.sections["R"+m[1]] = true
+	}
+	if len(x.rules) < 100 || len(x.sections) < 20 {
+		t.Fatalf("%s indexes only %d rules in %d sections; has its shape changed? (rows \"| R7.11 | … |\", headings \"## 7. …\")",
+			requirementsDoc, len(x.rules), len(x.sections))
+	}
+	return x
+}
+
+// TestRequirementsIndexed keeps docs/REQUIREMENTS.md complete: every
+// requirement number a Go file of the module cites (tests included; a
+// range's members, a section by itself) has its line there.
+func TestRequirementsIndexed(t *testing.T) {
+	index := requirementsIndex(t)
+	missing := map[string][]string{}
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != ".." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "vendor" || d.Name() == "node_modules") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, n := range ruleCites(string(b)) {
+			if !index.has(n) && !slices.Contains(missing[n], path) {
+				missing[n] = append(missing[n], path)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for n, files := range missing {
+		lines = append(lines, n+" (cited in "+strings.Join(files, ", ")+")")
+	}
+	slices.Sort(lines)
+	if len(lines) > 0 {
+		t.Errorf("%s has no line for these requirement numbers the code cites (add a row \"| R… | what it says | where |\" under its section):\n  %s",
+			requirementsDoc, strings.Join(lines, "\n  "))
 	}
 }
