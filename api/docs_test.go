@@ -6,8 +6,10 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -314,5 +316,106 @@ func TestRequirementsIndexed(t *testing.T) {
 	if len(lines) > 0 {
 		t.Errorf("%s has no line for these requirement numbers the code cites (add a row \"| R… | what it says | where |\" under its section):\n  %s",
 			requirementsDoc, strings.Join(lines, "\n  "))
+	}
+}
+
+const architectureDoc = "../docs/ARCHITECTURE.md"
+
+// architectureImports reads docs/ARCHITECTURE.md's package table: for each
+// row, its folder (the first backticked name of the first cell; "." is the
+// module's root) and the module's own packages its imports column names in
+// backticks ("relay" is the root package). Outside modules are written
+// without backticks and are not read.
+func architectureImports(t *testing.T, module string) map[string][]string {
+	t.Helper()
+	doc := readDoc(t, architectureDoc)
+	start := strings.Index(doc, "\n| folder | owns | imports |")
+	if start < 0 {
+		t.Fatalf("%s has no package table (header \"| folder | owns | imports |\")", architectureDoc)
+	}
+	tick := regexp.MustCompile("`([^`]+)`")
+	path := func(name string) string {
+		if name == "." || name == "relay" {
+			return module
+		}
+		return module + "/" + name
+	}
+	rows := map[string][]string{}
+	for _, line := range strings.Split(doc[start+1:], "\n")[2:] {
+		if !strings.HasPrefix(line, "| ") {
+			break
+		}
+		first := tick.FindStringSubmatch(strings.SplitN(line, " | ", 2)[0])
+		body := strings.TrimSuffix(strings.TrimSpace(line), "|")
+		imports := body[strings.LastIndex(body, "|")+1:]
+		if first == nil {
+			t.Fatalf("%s: a package row without a `folder`: %.60s", architectureDoc, line)
+		}
+		var deps []string
+		for _, m := range tick.FindAllStringSubmatch(imports, -1) {
+			deps = append(deps, path(m[1]))
+		}
+		slices.Sort(deps)
+		rows[path(first[1])] = slices.Compact(deps)
+	}
+	return rows
+}
+
+// TestArchitectureImports keeps docs/ARCHITECTURE.md's package table honest:
+// it has a row for every package of the module, no row for a package that is
+// gone, and each row's imports column names exactly the module's own packages
+// that package imports directly (go list's Imports: its non-test files).
+func TestArchitectureImports(t *testing.T) {
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	cmd := exec.Command(goCmd, "list", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}", "./...")
+	cmd.Dir = ".."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list ./...: %v", err)
+	}
+	module := "github.com/oar/relay"
+	listed := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		var own []string
+		for _, imp := range f[1:] {
+			if imp == module || strings.HasPrefix(imp, module+"/") {
+				own = append(own, imp)
+			}
+		}
+		slices.Sort(own)
+		listed[f[0]] = own
+	}
+	doc := architectureImports(t, module)
+	short := func(ps []string) string {
+		var s []string
+		for _, p := range ps {
+			if p == module {
+				s = append(s, "relay")
+				continue
+			}
+			s = append(s, strings.TrimPrefix(p, module+"/"))
+		}
+		if len(s) == 0 {
+			return "—"
+		}
+		return strings.Join(s, ", ")
+	}
+	for pkg, imps := range listed {
+		row, ok := doc[pkg]
+		switch {
+		case !ok:
+			t.Errorf("%s has no row for package %s (it imports %s)", architectureDoc, pkg, short(imps))
+		case !slices.Equal(row, imps):
+			t.Errorf("%s: the imports of %s are written as %s; go list says %s", architectureDoc, short([]string{pkg}), short(row), short(imps))
+		}
+	}
+	for pkg := range doc {
+		if _, ok := listed[pkg]; !ok {
+			t.Errorf("%s has a row for %s, which go list does not know", architectureDoc, pkg)
+		}
 	}
 }
