@@ -419,3 +419,34 @@ func TestArchitectureImports(t *testing.T) {
 		}
 	}
 }
+
+// TestReadmeLinksResolve: README.md points a newcomer to HACKING.md and
+// docs/REQUIREMENTS.md, and every relative link in README.md, HACKING.md and
+// docs/*.md names a file of the repository.
+func TestReadmeLinksResolve(t *testing.T) {
+	readme := readDoc(t, filepath.Join("..", "README.md"))
+	for _, want := range []string{"(HACKING.md)", "(docs/REQUIREMENTS.md)"} {
+		if !strings.Contains(readme, want) {
+			t.Errorf("README.md has no link %s", want)
+		}
+	}
+	files, err := filepath.Glob(filepath.Join("..", "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, filepath.Join("..", "README.md"), filepath.Join("..", "HACKING.md"))
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	for _, f := range files {
+		for i, line := range strings.Split(readDoc(t, f), "\n") {
+			for _, m := range link.FindAllStringSubmatch(line, -1) {
+				target, _, _ := strings.Cut(m[1], "#")
+				if target == "" || strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				if _, err := os.Stat(filepath.Join(filepath.Dir(f), target)); err != nil {
+					t.Errorf("%s:%d links to %s, which is not in the repository", f, i+1, m[1])
+				}
+			}
+		}
+	}
+}
