@@ -23,6 +23,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oar/relay/internal/testwait"
 	"github.com/oar/relay/store"
 )
 
@@ -700,14 +701,10 @@ func runFailover(t *testing.T, set haSet) {
 		pd := <-promoted
 		toWrite, toReady, toPromote = append(toWrite, wd), append(toReady, ready), append(toPromote, pd)
 		var now map[string]int64
-		resub := time.Now()
-		for {
+		testwait.Poll(30*time.Second, 100*time.Millisecond, func() bool {
 			now = set.Subscribers(t, obs, rd.Prefix)
-			if equalCounts(now, subs) || time.Since(resub) > 30*time.Second {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return equalCounts(now, subs)
+		})
 		if !equalCounts(now, subs) {
 			t.Errorf("trial %d: 30 s after /readyz was 200 the subscriptions on the promoted master are %v, want %v as before the kill", k, now, subs)
 		}
@@ -832,8 +829,7 @@ func runFailover(t *testing.T, set haSet) {
 		waiting = append(waiting, x.long, x.after)
 	}
 	waiting = append(waiting, probes...)
-	deadline := time.Now().Add(120 * time.Second)
-	for len(waiting) > 0 && time.Now().Before(deadline) {
+	testwait.Poll(120*time.Second, 200*time.Millisecond, func() bool {
 		var still []string
 		for _, id := range waiting {
 			tr, err := getTurn(id)
@@ -842,10 +838,8 @@ func runFailover(t *testing.T, set haSet) {
 			}
 		}
 		waiting = still
-		if len(waiting) > 0 {
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
+		return len(waiting) == 0
+	})
 	for _, id := range waiting {
 		tr, err := getTurn(id)
 		status := "?"
@@ -926,10 +920,8 @@ func runFailover(t *testing.T, set haSet) {
 		all = append(all, x.s)
 	}
 	for _, s := range all {
-		why := storeIdle(st, s.ID)
-		for end := time.Now().Add(30 * time.Second); why != "" && time.Now().Before(end); why = storeIdle(st, s.ID) {
-			time.Sleep(100 * time.Millisecond)
-		}
+		var why string
+		testwait.Poll(30*time.Second, 100*time.Millisecond, func() bool { why = storeIdle(st, s.ID); return why == "" })
 		if why != "" {
 			t.Errorf("session %s (%s) stuck: %s", s.ID, s.Title, why)
 		}

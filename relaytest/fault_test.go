@@ -21,6 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oar/relay/internal/testwait"
 	"github.com/oar/relay/store"
 )
 
@@ -91,14 +92,9 @@ func storeIdle(st *store.Store, sid string) string {
 
 // waitIdle waits up to d for a session to be idle and returns why it is not ("" when it is).
 func waitIdle(r *Relay, sid string, d time.Duration) string {
-	deadline := time.Now().Add(d)
-	for {
-		why := sessionIdle(r, sid)
-		if why == "" || time.Now().After(deadline) {
-			return why
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var why string
+	testwait.Poll(d, 50*time.Millisecond, func() bool { why = sessionIdle(r, sid); return why == "" })
+	return why
 }
 
 func durStats(ds []time.Duration) (lo, med, hi time.Duration) {
@@ -203,8 +199,7 @@ func TestFaultKillTenTrials(t *testing.T) {
 
 		// Both abandoned turns end; recovery = kill → the turn's end.
 		took := map[string]time.Duration{}
-		deadline := killed.Add(90 * time.Second)
-		for len(took) < 2 && time.Now().Before(deadline) {
+		testwait.Poll(time.Until(killed.Add(90*time.Second)), 50*time.Millisecond, func() bool {
 			for _, s := range []Session{a, b} {
 				if _, ok := took[s.ID]; ok {
 					continue
@@ -217,8 +212,8 @@ func TestFaultKillTenTrials(t *testing.T) {
 					took[s.ID] = d
 				}
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return len(took) == 2
+		})
 		if len(took) < 2 {
 			t.Fatalf("trial %d: abandoned turns still running 90 s after the kill (ended: %v)", trial, took)
 		}
@@ -569,8 +564,7 @@ func TestFaultRedisRestartWithAOF(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	deadline := time.Now().Add(120 * time.Second)
-	for len(waiting) > 0 && time.Now().Before(deadline) {
+	testwait.Poll(120*time.Second, 200*time.Millisecond, func() bool {
 		var still []pending
 		for _, w := range waiting {
 			tr, err := r.App.Store().GetTurn(ctx, sent[w.sess][w.k].id)
@@ -579,10 +573,8 @@ func TestFaultRedisRestartWithAOF(t *testing.T) {
 			}
 		}
 		waiting = still
-		if len(waiting) > 0 {
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
+		return len(waiting) == 0
+	})
 	if len(waiting) > 0 {
 		var lines []string
 		for _, w := range waiting {

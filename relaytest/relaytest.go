@@ -33,6 +33,7 @@ import (
 	"github.com/oar/relay/clock"
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/embedded"
+	"github.com/oar/relay/internal/testwait"
 	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/redisurl"
 	"github.com/oar/relay/store"
@@ -401,20 +402,7 @@ func waitTurnStatus(tb testing.TB, d time.Duration, get func(string) *store.Turn
 // Eventually polls cond until it holds or d passes (for async work; no fixed sleeps).
 func Eventually(tb testing.TB, d time.Duration, cond func() bool, format string, a ...any) {
 	tb.Helper()
-	deadline := time.Now().Add(d)
-	wait := 5 * time.Millisecond
-	for {
-		if cond() {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for "+format, append([]any{d}, a...)...)
-		}
-		time.Sleep(wait)
-		if wait < 100*time.Millisecond {
-			wait *= 2
-		}
-	}
+	testwait.Eventually(tb, d, testwait.Backoff, cond, "timed out after %s waiting for "+format, append([]any{d}, a...)...)
 }
 
 // Cards lists the pending cards.

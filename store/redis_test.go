@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/oar/relay/embedded"
+	"github.com/oar/relay/internal/testwait"
 	"github.com/oar/relay/redisurl"
 )
 
@@ -92,12 +93,7 @@ func (e *testEnv) expire(d time.Duration, gone func() bool) bool {
 		e.mini.FastForward(d)
 		return gone()
 	}
-	for deadline := time.Now().Add(d + time.Second); !gone(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
-	return true
+	return testwait.Poll(d+time.Second, 20*time.Millisecond, gone)
 }
 
 func (e *testEnv) exists(k string) bool {
