@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -258,17 +257,6 @@ func failoverTrials(t *testing.T) int {
 	return n
 }
 
-// foPrompt is one owner prompt the load sent.
-type foPrompt struct {
-	text   string
-	id     string // message (turn) id when accepted
-	status int    // HTTP status; 0 = transport error
-	code   string // the refusal's code
-	err    string
-	trial  int       // the kill it came after (0: before the first)
-	at     time.Time // when its answer came
-}
-
 // foTimeline is what happened to the set during a failover test, with
 // when: the kills, the revivals and every change of master the test saw. A
 // change of master that no kill caused is a failover the set made by itself
@@ -410,35 +398,7 @@ func runFailover(t *testing.T, set haSet) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	post := func(sid, text string) foPrompt {
-		p := foPrompt{text: text}
-		body, _ := json.Marshal(map[string]any{"text": text})
-		req, err := http.NewRequest("POST", r.URL+"/api/v1/sessions/"+sid+"/messages", strings.NewReader(string(body)))
-		if err != nil {
-			p.err = err.Error()
-			return p
-		}
-		req.Header.Set("Authorization", "Bearer "+OwnerToken)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			p.err = err.Error()
-			return p
-		}
-		defer resp.Body.Close()
-		data, _ := io.ReadAll(resp.Body)
-		p.at = time.Now()
-		var out map[string]any
-		_ = json.Unmarshal(data, &out)
-		p.status = resp.StatusCode
-		if id, _ := out["message_id"].(string); resp.StatusCode/100 == 2 && id != "" {
-			p.id = id
-		} else {
-			p.code, _ = out["code"].(string)
-			p.err = strings.TrimSpace(string(data))
-		}
-		return p
-	}
+	post := func(sid, text string) loadPrompt { return postPrompt(client, r.URL, sid, text) }
 	getTurn := func(id string) (*store.Turn, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -467,48 +427,19 @@ func runFailover(t *testing.T, set haSet) {
 	)
 	curTrial := func() int { trialMu.Lock(); defer trialMu.Unlock(); return trial }
 
-	// The load: owner prompts into each session every 250–550 ms, a third of
-	// them sleeping 200–900 ms (they go through the queue to either process).
+	// The load (promptLoad; the prompts go through the queue to either
+	// process); its phase is the kill a prompt came after (0: before the first).
 	const nSessions = 8
 	sessions := make([]Session, nSessions)
 	for i := range sessions {
 		sessions[i] = r.NewSession(map[string]any{"title": fmt.Sprintf("load %d", i)})
 	}
 	tl := &foTimeline{begin: time.Now()}
-	sent := make([][]foPrompt, nSessions)
-	acceptedIn := make([]atomic.Int64, trials+1) // owner prompts accepted after each kill (0: before the first), as they are
+	load := &promptLoad{sessions: sessions, post: post, phase: curTrial}
 	stopLoad := make(chan struct{})
 	var wg sync.WaitGroup
-	for i := range sessions {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; ; n++ {
-				select {
-				case <-stopLoad:
-					return
-				default:
-				}
-				tag := fmt.Sprintf("s%d-p%d", i, n)
-				text := Script(stepReply(tag))
-				if (i+n)%3 == 0 {
-					text = Script(stepSleep(200+100*((i+n)%8)), stepReply(tag))
-				}
-				ph := curTrial()
-				p := post(sessions[i].ID, text)
-				p.trial = ph
-				if p.id != "" {
-					acceptedIn[ph].Add(1)
-				}
-				sent[i] = append(sent[i], p)
-				select {
-				case <-stopLoad:
-					return
-				case <-time.After(time.Duration(250+(i*37+n*53)%300) * time.Millisecond):
-				}
-			}
-		}()
-	}
+	load.start(trials+1, stopLoad, &wg)
+	acceptedIn := load.acceptedIn // owner prompts accepted after each kill, as they are
 	// Every change of master the set names, kill or not (a sentinel or a
 	// node that takes a slow master for a dead one fails over by itself).
 	wg.Add(1)
@@ -734,6 +665,7 @@ func runFailover(t *testing.T, set haSet) {
 	}
 	close(stopLoad)
 	wg.Wait()
+	sent := load.sent
 	loadEnded := time.Now()
 
 	_, wMed, _ := durStats(toWrite)
@@ -756,7 +688,7 @@ func runFailover(t *testing.T, set haSet) {
 			case p.id != "":
 				accepted++
 			case p.status == 0:
-				t.Errorf("session %d: a prompt got no HTTP answer (trial %d): %s", i, p.trial, p.err)
+				t.Errorf("session %d: a prompt got no HTTP answer (trial %d): %s", i, p.phase, p.err)
 			case p.status < 500 || !outageCode(p.code):
 				t.Errorf("session %d: a prompt was refused with %d %q (want 5xx REMOTE_RELAY_UNAVAILABLE or _INTERNAL): %s", i, p.status, p.code, p.err)
 			default:
@@ -799,7 +731,7 @@ func runFailover(t *testing.T, set haSet) {
 				continue
 			}
 			what := fmt.Sprintf("session %d: prompt %s (turn %s) accepted at %s after kill %d; near it: %s",
-				i, p.text, p.id, p.at.Sub(tl.begin).Round(time.Millisecond), p.trial, tl.near(p.at))
+				i, p.text, p.id, p.at.Sub(tl.begin).Round(time.Millisecond), p.phase, tl.near(p.at))
 			if tl.nearUnbidden(p.at) {
 				lost[p.id] = true
 				t.Logf("lost to a failover the set made by itself (Redis's own loss): %s", what)
@@ -894,7 +826,7 @@ func runFailover(t *testing.T, set haSet) {
 				// sweep ended it as an error (docs/OPERATIONS.md).
 				t.Logf("session %d prompt %d (turn %s) ended as an error near a failover no kill caused: %q", i, k, p.id, tr.Error)
 			} else if tr.Status != store.TurnDone || tr.Reply != want {
-				t.Errorf("session %d prompt %d (turn %s, after kill %d): %s %q error %q, want done %q", i, k, p.id, p.trial, tr.Status, tr.Reply, tr.Error, want)
+				t.Errorf("session %d prompt %d (turn %s, after kill %d): %s %q error %q, want done %q", i, k, p.id, p.phase, tr.Status, tr.Reply, tr.Error, want)
 			}
 			if prev != nil && tr.StartedAt.Before(prev.EndedAt) {
 				t.Errorf("session %d prompt %d started %s, before the prompt ahead of it ended (%s)", i, k, tr.StartedAt, prev.EndedAt)
