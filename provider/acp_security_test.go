@@ -21,6 +21,8 @@ import (
 	"time"
 
 	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/oar/relay/internal/testwait"
 )
 
 // The acp provider's client side against a hostile agent (R18.25–R18.28).
@@ -28,13 +30,7 @@ import (
 // eventually polls cond until it holds or a generous deadline passes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Eventually(t, 30*time.Second, 5*time.Millisecond, cond, "timed out waiting for %s", what)
 }
 
 var (
