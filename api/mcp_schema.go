@@ -1,6 +1,6 @@
 package api
 
-import "slices"
+import "github.com/oar/relay/domain"
 
 // The relay_tool input schema, written by hand (SPEC §3, §7–§10).
 //
@@ -18,23 +18,6 @@ const (
 	legacyToolName = "remote_relay"
 )
 
-// relayToolActions are the values of the "action" argument, in the order of
-// SPEC §7–§10.
-var relayToolActions = []string{
-	// §7.1 finding relays and sessions
-	"list_relays", "relay_info", "usage", "list_sessions", "read_session", "read_task_output",
-	// §7.2 prompting
-	"send", "create_session", "update_session", "wait",
-	// §7.3 steering another session
-	"answer_question", "stop", "archive",
-	// §8 subscriptions
-	"subscribe", "unsubscribe", "list_subscriptions", "transfer_subscriptions",
-	// §9 schedules
-	"schedule", "list_schedules", "unschedule",
-	// §10 asks
-	"ask", "list_questions", "withdraw",
-}
-
 // relayToolDescription is what a model reads to decide when and how to call the tool.
 const relayToolDescription = `Work with agent sessions on this relay and on paired relays: list and read sessions and task output, prompt a session (send) or start one (create_session) and wait for its reply, change a session's settings, answer a question another session's agent asked, stop or archive a session, watch sessions and be woken by their events (subscribe), queue a message for later (schedule), and put a non-blocking question to the owner (ask).
 Every call names an action. Every action except list_relays names its relay in "relay": "this" means this relay; a paired relay is named by its name or host as list_relays shows it (the subscription, schedule and question actions may leave relay out, meaning "this"). Start with list_relays.
@@ -50,7 +33,7 @@ func relayToolInputSchema() map[string]any {
 		"properties": map[string]any{
 			"action": map[string]any{
 				"type":        "string",
-				"enum":        slices.Clone(relayToolActions),
+				"enum":        domain.ActionNames(), // the registry's, in the order of SPEC §7–§10
 				"description": "What to do.",
 			},
 			"relay": schemaString(`The relay to act on: "this" for this relay, or a paired relay's name or host as list_relays shows it. Required by every action except list_relays; subscription, schedule and question actions default to "this".`),

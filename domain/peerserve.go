@@ -37,10 +37,6 @@ func (r *Relay) PeerHello(ctx context.Context) (Hello, error) {
 	return Hello{Name: r.opts.Name, Version: r.opts.Version, Instance: inst, Features: PeerFeatures, PublicURL: pub}, nil
 }
 
-// acceptGated are the actions the accept setting switches off (R4.6).
-var acceptGated = map[string]bool{"send": true, "create_session": true, "answer_question": true, "stop": true,
-	"archive": true, "update_session": true, "subscribe": true, "transfer_subscriptions": true}
-
 // PeerCall performs POST /peer/v1/call: an action for an agent of a paired
 // relay (R13.1). tok is the peer token the call came with: the first call
 // ties it to the calling relay's name, and it never speaks for another.
@@ -59,7 +55,7 @@ func (r *Relay) PeerCall(ctx context.Context, tok string, raw []byte) (json.RawM
 		res, e = r.runLocal(ctx, c, a)
 	}
 	o := c.remote
-	if e == nil && a.action == "send" && res.session != "" {
+	if e == nil && a.spec().promptsSession && res.session != "" {
 		// A session its agents prompted: a "started" peer token reaches it (R18.35).
 		if err := r.st.AddPeerPrompted(context.WithoutCancel(ctx), o.Relay, res.session); err != nil {
 			r.log.Warn("record a session a paired relay prompted", "from", o.Relay, "session", id8(res.session), "err", err)
@@ -87,7 +83,7 @@ func (r *Relay) peerCaller(ctx context.Context, tok string, raw []byte) (string,
 		return "unknown", nil, nil, Errorf(CodeInvalidInput, "The peer call names no origin relay and session. Nothing was done.")
 	}
 	action := body.Action
-	if _, ok := actionArgs[action]; !ok {
+	if !isAction(action) {
 		action = "unknown"
 	}
 	if strings.EqualFold(body.Origin.Relay, r.opts.Name) || strings.EqualFold(body.Origin.Relay, "this") {
@@ -124,7 +120,7 @@ func (r *Relay) peerCaller(ctx context.Context, tok string, raw []byte) (string,
 	a.peer = true
 	o := body.Origin
 	c := &caller{s: &store.Session{ID: peerConversation(o.Relay, o.Session), Title: o.Title, Model: o.Model, Mode: "agent"}, remote: &o}
-	if a.action == "create_session" && !a.has("provider") {
+	if a.spec().creates && !a.has("provider") {
 		// R7.9: what the agent leaves out follows the caller's session where
 		// this relay offers it: a provider with the caller's model, else the first.
 		c.s.Provider = r.peerProvider(a, o.Model)
@@ -151,21 +147,22 @@ func (r *Relay) peerProvider(a *args, model string) string {
 	return ""
 }
 
+// acceptGated reports a call the accept setting switches off (R4.6).
+func acceptGated(a *args) bool { return a.spec().acceptGated || a.intoSession() }
+
 // peerCheck applies this relay's rules for another relay's agents before the action.
 func (r *Relay) peerCheck(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	switch a.action {
-	case "schedule", "list_schedules", "unschedule":
+	if a.spec().localOnly {
 		return nil, Errorf(CodeUnsupported, "Schedules work on the agent's own relay only. Nothing was done.")
-	case "ask":
-		if !a.has("session") {
-			return nil, Errorf(CodeInvalidInput, "An ask from another relay needs session: the session here it is about. Nothing was asked.")
-		}
+	}
+	if a.asksHere() {
+		return nil, Errorf(CodeInvalidInput, "An ask from another relay needs session: the session here it is about. Nothing was asked.")
 	}
 	st, err := r.settings(ctx)
 	if err != nil {
 		return nil, internal("peerCheck: settings", err)
 	}
-	if !st.AcceptAgentPrompts && (acceptGated[a.action] || (a.action == "ask" && a.has("session"))) {
+	if !st.AcceptAgentPrompts && acceptGated(a) {
 		return nil, Errorf(CodeNotAccepting, "Relay %q does not accept prompts from other relays' agents: its owner turned that off. Listing and reading sessions, reading task output, wait, relay_info and usage still work. Nothing was done.", r.opts.Name)
 	}
 	if promptsAgent(a) {

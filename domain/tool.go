@@ -66,42 +66,13 @@ func (r *result) note(k, v string) *result {
 
 type handler func(ctx context.Context, c *caller, a *args) (*result, *Error)
 
+// handlers are the registry's handlers on this relay, by action.
 func (r *Relay) handlers() map[string]handler {
-	return map[string]handler{
-		"list_relays":      r.reads.listRelays,
-		"relay_info":       r.reads.relayInfo,
-		"usage":            r.reads.usage,
-		"list_sessions":    r.reads.listSessions,
-		"read_session":     r.reads.readSession,
-		"read_task_output": r.tasks.readTaskOutput,
-		"send":             r.snd.send,
-		"create_session":   r.crt.createSession,
-		"update_session":   r.upd.updateSession,
-		"wait":             r.q.wait,
-		"answer_question":  r.steer.answerQuestion,
-		"stop":             r.steer.stop,
-		"archive":          r.steer.archive,
-
-		"subscribe":              r.subs.subscribe,
-		"unsubscribe":            r.subs.unsubscribe,
-		"list_subscriptions":     r.subs.listSubscriptions,
-		"transfer_subscriptions": r.subs.transferSubscriptions,
-
-		"schedule":       r.sch.scheduleAction,
-		"list_schedules": r.sch.listSchedules,
-		"unschedule":     r.sch.unschedule,
-
-		"ask":            r.asks.ask,
-		"list_questions": r.asks.listQuestions,
-		"withdraw":       r.asks.withdraw,
+	out := make(map[string]handler, len(actionList))
+	for _, s := range actionList {
+		out[s.name] = s.run(r)
 	}
-}
-
-// optionalRelay are the actions whose relay may be left out (R4.3).
-var optionalRelay = map[string]bool{
-	"subscribe": true, "unsubscribe": true, "list_subscriptions": true, "transfer_subscriptions": true,
-	"schedule": true, "list_schedules": true, "unschedule": true,
-	"ask": true, "list_questions": true, "withdraw": true,
+	return out
 }
 
 // CallTool runs one relay_tool call as the session callerID and returns the
@@ -114,7 +85,7 @@ func (r *Relay) CallTool(ctx context.Context, callerID string, raw json.RawMessa
 		e   *Error
 	)
 	r.warm.call(func() { out, e = r.call(ctx, callerID, raw, d, &action) })
-	if e != nil && (action == "update_session" || action == "unknown" && peekAction(raw) == "update_session") {
+	if e != nil && (specOf(action).updates || action == "unknown" && specOf(peekAction(raw)).updates) {
 		e = changedNotDone(e)
 	}
 	return r.envelope(action, callerID, start, out, e)
@@ -137,7 +108,7 @@ func (r *Relay) envelope(action, callerID string, start time.Time, out *result, 
 		env["ok"] = true
 	}
 	if r.met != nil {
-		if _, known := actionArgs[action]; !known {
+		if !isAction(action) {
 			action = "unknown"
 		}
 		if code != "ok" && !KnownCode(code) {
@@ -240,11 +211,11 @@ func (r *Relay) runLocal(ctx context.Context, c *caller, a *args) (*result, *Err
 	if e != nil {
 		return nil, e
 	}
-	if a.action != "list_relays" {
+	if a.spec().relay != relayNone {
 		res.fields["relay"] = r.opts.Name
 		res.fields["summary"] = r.summary(a.action, res)
 	} else {
-		res.fields["summary"] = "list_relays: " + res.what
+		res.fields["summary"] = a.action + ": " + res.what
 	}
 	if len(a.ignored) > 0 {
 		res.fields["ignored"] = a.ignored
@@ -306,7 +277,7 @@ func (r *Relay) loadCall(ctx context.Context, sid, ref string) (*caller, *store.
 // right after argument shapes). It returns the pairing when `relay` names a
 // paired relay.
 func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) (*store.Pairing, *peerState, *Error) {
-	if a.action == "list_relays" {
+	if a.spec().relay == relayNone {
 		return nil, nil, nil
 	}
 	name, e := a.str("relay")
@@ -314,7 +285,7 @@ func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) (*store.Pair
 		return nil, nil, e
 	}
 	if name == "" {
-		if !optionalRelay[a.action] {
+		if a.spec().relay != relayOptional {
 			return nil, nil, Errorf(CodeInvalidInput, `relay is required; use "this" for this relay. Nothing was done.`)
 		}
 		name = "this"
@@ -341,8 +312,7 @@ func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) (*store.Pair
 		return p, pv, nil
 	}
 	// R4.2: agent sessions are off until the owner turns them on.
-	exempt := a.action == "list_questions" || a.action == "withdraw" || (a.action == "ask" && !a.has("session"))
-	if exempt {
+	if a.ownAsks() { // the caller's own asks to the owner
 		return nil, nil, nil
 	}
 	st, err := r.settings(ctx)
