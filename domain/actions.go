@@ -13,6 +13,16 @@ import (
 // pairing rules and the MCP schema's action list are made. Adding or
 // reclassifying an action is one entry here (and its handler).
 
+// The names code outside the registry uses where no call's arguments are at
+// hand (a call it makes itself, a card of a plan).
+const (
+	actUpdateSession  = "update_session"
+	actAnswerQuestion = "answer_question"
+	actSubscribe      = "subscribe"
+	actUnsubscribe    = "unsubscribe"
+	actWait           = "wait"
+)
+
 // actionSpec is one action's facts.
 type actionSpec struct {
 	name string
@@ -130,16 +140,16 @@ func actionTable() []*actionSpec {
 			refuseUnknown: "Nothing was created.",
 			firstCard:     firstCardOnce("created", "This is the first session an agent starts in this conversation."),
 			run:           func(r *Relay) handler { return r.crt.createSession }, check: checkedCreate, checkedLines: createCheckedLines},
-		{name: "update_session", args: []string{"relay", "session", "model", "effort", "mode", "title", "group", "cwd", "auto_compact_window", "thinking_enabled", "thinking_display"},
+		{name: actUpdateSession, args: []string{"relay", "session", "model", "effort", "mode", "title", "group", "cwd", "auto_compact_window", "thinking_enabled", "thinking_display"},
 			level: "full", feature: "update_session", write: true, acceptGated: true, updates: true,
 			refuseUnknown: nothingChanged, ownerOnly: []string{"may_create_sessions", "mayCreateSessions"},
 			firstCard: func(p *store.Pairing) (string, string) { return updateFlag(p), updateReason(p) },
 			run:       func(r *Relay) handler { return r.upd.updateSession }, check: checkedUpdate, checkedLines: updateCheckedLines},
-		{name: "wait", args: []string{"relay", "session", "message_id", "wait_seconds"}, level: "read",
+		{name: actWait, args: []string{"relay", "session", "message_id", "wait_seconds"}, level: "read",
 			run: func(r *Relay) handler { return r.q.wait }},
 
 		// §7.3 steering another session
-		{name: "answer_question", args: []string{"relay", "session", "question_id", "choices", "answer"},
+		{name: actAnswerQuestion, args: []string{"relay", "session", "question_id", "choices", "answer"},
 			level: "prompt", write: true, acceptGated: true,
 			run: func(r *Relay) handler { return r.steer.answerQuestion }, check: checkedAnswer},
 		{name: "stop", args: []string{"relay", "session"}, level: "full", write: true, acceptGated: true,
@@ -148,11 +158,11 @@ func actionTable() []*actionSpec {
 			run: func(r *Relay) handler { return r.steer.archive }, check: checkedTarget},
 
 		// §8 subscriptions
-		{name: "subscribe", args: []string{"relay", "sessions", "events", "once", "match", "stalled_minutes", "heartbeat_minutes", "digest_minutes", "quiet_hours", "exclude"},
+		{name: actSubscribe, args: []string{"relay", "sessions", "events", "once", "match", "stalled_minutes", "heartbeat_minutes", "digest_minutes", "quiet_hours", "exclude"},
 			relay: relayOptional, level: "read", feature: "events", acceptGated: true, wakes: true,
 			firstCard: firstCardOnce("subscribed", "This is the first time this conversation watches sessions."),
 			run:       func(r *Relay) handler { return r.subs.subscribe }, check: checkedSubscribe, checkedLines: subscribeCheckedLines},
-		{name: "unsubscribe", args: []string{"relay", "subscription_id"}, relay: relayOptional, level: "read",
+		{name: actUnsubscribe, args: []string{"relay", "subscription_id"}, relay: relayOptional, level: "read",
 			run: func(r *Relay) handler { return r.subs.unsubscribe }},
 		{name: "list_subscriptions", args: []string{"relay", "watcher"}, relay: relayOptional, level: "read",
 			run: func(r *Relay) handler { return r.subs.listSubscriptions }},

@@ -86,21 +86,9 @@ func (r *Relay) peerCaller(ctx context.Context, tok string, raw []byte) (string,
 	if !isAction(action) {
 		action = "unknown"
 	}
-	if strings.EqualFold(body.Origin.Relay, r.opts.Name) || strings.EqualFold(body.Origin.Relay, "this") {
-		r.log.Warn("peer call refused: it claims this relay's own name", "from", body.Origin.Relay)
-		return action, nil, nil, Errorf(CodeAuth, "A paired relay cannot speak as %q: that is this relay's own name. Nothing was done.", body.Origin.Relay)
-	}
-	bound, err := r.tok.bindPeerToken(ctx, tok, body.Origin.Relay)
-	if errors.Is(err, store.ErrRelayNameTaken) {
-		r.log.Warn("peer call refused: another peer token holds this relay's name", "from", body.Origin.Relay)
-		return action, nil, nil, Errorf(CodeAuth, "Relay %q is paired here with another peer token; this token cannot speak for it. Nothing was done.", body.Origin.Relay)
-	}
-	if err != nil {
-		return action, nil, nil, internal("peerCaller: bindPeerToken", err)
-	}
-	if !strings.EqualFold(bound, body.Origin.Relay) {
-		r.log.Warn("peer call refused: the token belongs to another relay", "from", body.Origin.Relay, "token_of", bound)
-		return action, nil, nil, Errorf(CodeAuth, "This peer token belongs to relay %q; it cannot speak for relay %q. Nothing was done.", bound, body.Origin.Relay)
+	bound, e := r.bindOrigin(ctx, tok, body.Origin.Relay)
+	if e != nil {
+		return action, nil, nil, e
 	}
 	m := map[string]json.RawMessage{}
 	for k, v := range body.Args {
@@ -129,6 +117,29 @@ func (r *Relay) peerCaller(ctx context.Context, tok string, raw []byte) (string,
 		return action, c, a, e
 	}
 	return action, c, a, nil
+}
+
+// bindOrigin checks the relay a peer request speaks for: never this relay,
+// and only the one its token was first tied to (the first call ties it). It
+// returns the relay the token is tied to.
+func (r *Relay) bindOrigin(ctx context.Context, tok, from string) (string, *Error) {
+	if strings.EqualFold(from, r.opts.Name) || strings.EqualFold(from, "this") {
+		r.log.Warn("peer call refused: it claims this relay's own name", "from", from)
+		return "", Errorf(CodeAuth, "A paired relay cannot speak as %q: that is this relay's own name. Nothing was done.", from)
+	}
+	bound, err := r.tok.bindPeerToken(ctx, tok, from)
+	if errors.Is(err, store.ErrRelayNameTaken) {
+		r.log.Warn("peer call refused: another peer token holds this relay's name", "from", from)
+		return "", Errorf(CodeAuth, "Relay %q is paired here with another peer token; this token cannot speak for it. Nothing was done.", from)
+	}
+	if err != nil {
+		return "", internal("peerCaller: bindPeerToken", err)
+	}
+	if !strings.EqualFold(bound, from) {
+		r.log.Warn("peer call refused: the token belongs to another relay", "from", from, "token_of", bound)
+		return "", Errorf(CodeAuth, "This peer token belongs to relay %q; it cannot speak for relay %q. Nothing was done.", bound, from)
+	}
+	return bound, nil
 }
 
 // peerProvider picks the provider a paired relay's agent's session runs on

@@ -215,16 +215,9 @@ func (rm *remote) remoteCall(ctx context.Context, c *caller, a *args, p *store.P
 	body, out := rm.remoteBody(c, a, origin)
 	// The longest wait is this relay's (R7.11); the call's timeout covers it.
 	// A bad wait_seconds is refused before any card (R5.3).
-	timeout := rm.opts.Timing.PeerTimeout
-	waitNote := ""
-	if a.spec().waits() {
-		wait, note, e := rm.q.waitArg(ctx, a, nothingDone)
-		if e != nil {
-			return nil, e
-		}
-		out["wait_seconds"] = json.RawMessage(fmt.Sprint(int(wait / time.Second)))
-		timeout += wait
-		waitNote = note
+	timeout, waitNote, e := rm.remoteWait(ctx, a, out)
+	if e != nil {
+		return nil, e
 	}
 	lines, target := remoteCardLines(a, p), targetOf(a)
 	if cn.needed() && checkable(a) && p.HasFeature("check") {
@@ -267,6 +260,22 @@ func (rm *remote) remoteCall(ctx context.Context, c *caller, a *args, p *store.P
 		res.note("note", waitNote)
 	}
 	return res, nil
+}
+
+// remoteWait is the peer call's timeout: the link's, plus the wait of an
+// action that waits for a reply, capped by this relay's longest wait and
+// passed on in out (R7.11), and the note on that cap.
+func (rm *remote) remoteWait(ctx context.Context, a *args, out map[string]json.RawMessage) (time.Duration, string, *Error) {
+	timeout := rm.opts.Timing.PeerTimeout
+	if !a.spec().waits() {
+		return timeout, "", nil
+	}
+	wait, note, e := rm.q.waitArg(ctx, a, nothingDone)
+	if e != nil {
+		return 0, "", e
+	}
+	out["wait_seconds"] = json.RawMessage(fmt.Sprint(int(wait / time.Second)))
+	return timeout + wait, note, nil
 }
 
 // remoteAllowed are the checks of a call to a paired relay made here before

@@ -138,7 +138,7 @@ func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, 
 	a, e := parseArgs(raw)
 	// R3.4a: the one check before all others, even before argument shapes.
 	if answersAnAsk(raw, a) {
-		*action = "answer_question"
+		*action = actAnswerQuestion
 		r.use.noteEarly(ctx, callerID, raw, CodeForbidden)
 		return nil, Errorf(CodeForbidden, "Only the owner answers asks; answer_question answers question cards (q_…). Nothing was sent.")
 	}
@@ -188,7 +188,7 @@ func answersAnAsk(raw json.RawMessage, a *args) bool {
 	var q any
 	if a != nil {
 		v, ok := a.m["question_id"]
-		if a.action != "answer_question" || !ok || json.Unmarshal(v, &q) != nil {
+		if a.action != actAnswerQuestion || !ok || json.Unmarshal(v, &q) != nil {
 			return false
 		}
 	} else {
@@ -196,7 +196,7 @@ func answersAnAsk(raw json.RawMessage, a *args) bool {
 			Action     string `json:"action"`
 			QuestionID any    `json:"question_id"`
 		}
-		if json.Unmarshal(raw, &peek) != nil || peek.Action != "answer_question" {
+		if json.Unmarshal(raw, &peek) != nil || peek.Action != actAnswerQuestion {
 			return false
 		}
 		q = peek.QuestionID
@@ -291,25 +291,7 @@ func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) (*store.Pair
 		name = "this"
 	}
 	if !strings.EqualFold(name, "this") && !strings.EqualFold(name, r.opts.Name) {
-		// One read for the call: the pairings, and what is unlocked here (remoteCall, chain).
-		un, ps, err := r.st.UnlockState(ctx, c.s.ID)
-		if err != nil {
-			return nil, nil, internal("checkRelay: UnlockState", err)
-		}
-		pv := &peerState{unlock: un, pairings: ps}
-		p, e := findPairing(ps, name)
-		if e != nil {
-			return nil, nil, e
-		}
-		if p == nil {
-			known := []string{r.opts.Name}
-			for _, p := range ps {
-				known = append(known, p.Name)
-			}
-			return nil, nil, Errorf(CodeUnknownRelay, "No paired relay is named %q. Call list_relays to see the relays you can use (\"this\" is this relay). Nothing was done.", name).
-				With("relays", known)
-		}
-		return p, pv, nil
+		return r.pairedRelay(ctx, c, name)
 	}
 	// R4.2: agent sessions are off until the owner turns them on.
 	if a.ownAsks() { // the caller's own asks to the owner
@@ -323,6 +305,29 @@ func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) (*store.Pair
 		return nil, nil, Errorf(CodeDisabled, "Agent sessions are off on relay %q: the owner has not turned on agent sessions there. Ask the owner to turn them on. Nothing was done.", r.opts.Name)
 	}
 	return nil, nil, nil
+}
+
+// pairedRelay finds the paired relay a call names, with what the call reads
+// once of the pairings and of the relays unlocked in the caller's
+// conversation (remoteCall, chain).
+func (r *Relay) pairedRelay(ctx context.Context, c *caller, name string) (*store.Pairing, *peerState, *Error) {
+	un, ps, err := r.st.UnlockState(ctx, c.s.ID)
+	if err != nil {
+		return nil, nil, internal("checkRelay: UnlockState", err)
+	}
+	p, e := findPairing(ps, name)
+	if e != nil {
+		return nil, nil, e
+	}
+	if p == nil {
+		known := []string{r.opts.Name}
+		for _, p := range ps {
+			known = append(known, p.Name)
+		}
+		return nil, nil, Errorf(CodeUnknownRelay, "No paired relay is named %q. Call list_relays to see the relays you can use (\"this\" is this relay). Nothing was done.", name).
+			With("relays", known)
+	}
+	return p, &peerState{unlock: un, pairings: ps}, nil
 }
 
 // changedNotDone words a refused update_session as the action does: every
