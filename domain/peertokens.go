@@ -111,7 +111,7 @@ func (r *Relay) scopeReach(ctx context.Context, tok, bound string, c *caller, a 
 			return e
 		}
 	}
-	if a.action == "subscribe" {
+	if actionKnown[a.action]["sessions"] { // subscribe's sessions to watch
 		refs, _ := a.strs("sessions")
 		for _, ref := range refs {
 			if strings.EqualFold(ref, "all") {

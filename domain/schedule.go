@@ -173,9 +173,7 @@ func (sh *schedules) scheduleAction(ctx context.Context, c *caller, a *args) (*r
 	// it counts toward loop protection once when set.
 	need := &cardNeed{}
 	if other {
-		if c.s.Mode == "ask" || c.s.Mode == "plan" {
-			need.add(fmt.Sprintf("This conversation is in %s mode: every write action needs your approval.", c.s.Mode))
-		}
+		addModeReason(need, c)
 		if e := sh.cards.loopCard(ctx, need, c); e != nil {
 			return nil, e
 		}
