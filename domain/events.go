@@ -209,11 +209,7 @@ func (p *pipeline) emit(ctx context.Context, ev *store.Event) {
 	ctx = context.WithoutCancel(ctx)
 	ev.ID = "ev_" + store.NewID(8)
 	ev.At = p.now()
-	if ev.Title == "" && ev.Session != "" {
-		if s, err := p.st.GetSession(ctx, ev.Session); err == nil {
-			ev.Title = s.Title
-		}
-	}
+	p.fillTitle(ctx, ev)
 	watched, err := p.st.AppendEvent(ctx, ev)
 	if err != nil {
 		p.log.Warn("event not recorded", "kind", ev.Kind, "session", ev.Session, "err", err)
@@ -230,6 +226,17 @@ func (p *pipeline) emit(ctx context.Context, ev *store.Event) {
 	}
 	if err := p.enq.Enqueue(ctx, jobs.TypeFanout, ev, "", timeZero); err != nil {
 		p.log.Warn("event fan-out not started", "kind", ev.Kind, "session", ev.Session, "err", err)
+	}
+}
+
+// fillTitle gives an event of a session without a title its session's
+// title (R8.14a), when the session can be read.
+func (p *pipeline) fillTitle(ctx context.Context, ev *store.Event) {
+	if ev.Title != "" || ev.Session == "" {
+		return
+	}
+	if s, err := p.st.GetSession(ctx, ev.Session); err == nil {
+		ev.Title = s.Title
 	}
 }
 

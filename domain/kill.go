@@ -132,17 +132,24 @@ func (r *Relay) waitKillAcks(ctx context.Context, req string, acks <-chan struct
 		if takeKillAcks(want, got) {
 			return true, nil
 		}
-		if len(want) == 0 {
+		if len(want) == 0 || !r.nextKillAck(acks, deadline.C, len(want)) {
 			return false, nil
-		}
-		select {
-		case <-acks:
-		case <-deadline.C:
-			r.log.Warn("kill: some processes did not answer", "missing", len(want))
-			return false, nil
-		case <-time.After(killAckPoll):
 		}
 	}
+}
+
+// nextKillAck waits for the next answer to a kill request, or killAckPoll;
+// at the deadline, with missing processes yet to answer, it logs them and
+// reports false.
+func (r *Relay) nextKillAck(acks <-chan struct{}, deadline <-chan time.Time, missing int) bool {
+	select {
+	case <-acks:
+	case <-deadline:
+		r.log.Warn("kill: some processes did not answer", "missing", missing)
+		return false
+	case <-time.After(killAckPoll):
+	}
+	return true
 }
 
 // otherLiveProcs are the ids of the relay's live processes but this one:

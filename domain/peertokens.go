@@ -88,16 +88,23 @@ func (r *Relay) scopeReach(ctx context.Context, tok, bound string, c *caller, a 
 	if c.reach, err = r.startedReach(ctx, bound); err != nil {
 		return internal("scopeReach: PeerPrompted", err)
 	}
+	return r.reachesNamed(ctx, c.reach, a)
+}
+
+// reachesNamed refuses a call that names a session reach does not reach,
+// in its session or a subscribe's sessions, or an answer_question that
+// names no session (R18.35).
+func (r *Relay) reachesNamed(ctx context.Context, reach *peerReach, a *args) *Error {
 	if a.action == "answer_question" && !a.has("session") {
 		return Errorf(CodeInvalidInput, "answer_question on relay %q needs session: the session whose question it answers (this relay reaches only the sessions your relay's agents started or prompted). %s", r.opts.Name, nothingSent)
 	}
 	if ref, _ := a.str("session"); ref != "" {
-		if e := r.reaches(ctx, c.reach, ref); e != nil {
+		if e := r.reaches(ctx, reach, ref); e != nil {
 			return e
 		}
 	}
 	if a.action == "subscribe" {
-		return r.reachesSubscribed(ctx, c.reach, a)
+		return r.reachesSubscribed(ctx, reach, a)
 	}
 	return nil
 }
