@@ -48,7 +48,7 @@ type pipelineStore interface {
 // event prompt into a watcher (queue.go), the sessions' views (sessions.go),
 // ending a subscription (subscribe.go) and telling the console (notify.go).
 type pipelineHost interface {
-	queue(ctx context.Context, s *store.Session, text, role string, from *store.Ref, origin store.Origin, callerID string, enforce bool, waitFor time.Duration) (*store.Turn, error)
+	queue(ctx context.Context, p prompt) (*store.Turn, error)
 	views(ctx context.Context, ss []*store.Session) ([]*view, error)
 	endSubscription(ctx context.Context, sub *store.Subscription, reason string) error
 	notify(ctx context.Context, what string)
@@ -480,7 +480,7 @@ func (p *pipeline) deliver(ctx context.Context, watcher string, batches []store.
 	if err := p.st.AddWake(ctx, watcher, p.now()); err != nil {
 		return err
 	}
-	if _, err := p.relay.queue(ctx, ws, text, "event", nil, store.Origin{Path: []string{p.opts.Name}}, "", false, 0); err != nil {
+	if _, err := p.relay.queue(ctx, prompt{s: ws, text: text, role: "event", origin: store.Origin{Path: []string{p.opts.Name}}}); err != nil {
 		return err
 	}
 	if p.met != nil {

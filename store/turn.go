@@ -684,41 +684,9 @@ func (s *Store) PopTurnBy(ctx context.Context, sid, orchestrator string, now tim
 	return "", fmt.Errorf("pop turn %s: the queue's head kept changing", sid)
 }
 
-// finishScript is FinishTurn's step.
-var finishScript = redis.NewScript(`
--- KEYS[1]  = {relay}:q:<sid>            the session's queue of turn ids
--- KEYS[2]  = {relay}:cur:<sid>          the session's running turn id
--- KEYS[3]  = {relay}:drain:<sid>        the session's drain flag
--- KEYS[4]  = {relay}:busy:<orch>        the orchestrator's busy sessions ({relay}:- when none)
--- KEYS[5]  = {relay}:turn:<id>          the turn hash
--- KEYS[6]  = {relay}:msgs:<sid>         the session's messages (JSON list)
--- KEYS[7]  = {relay}:sess:<sid>         the session hash
--- KEYS[8]  = {relay}:sessions:active    active sessions by last activity (zset)
--- KEYS[9]  = {relay}:drains             sessions whose drain flag is set
--- KEYS[10] = {relay}:lease:<sid>        the session's drain lease
--- KEYS[11] = {relay}:busypeer:<relay>   the paired relay's busy sessions ({relay}:- when none)
--- ARGV[1]  = the session id
--- ARGV[2]  = the message JSON ('' = none)
--- ARGV[3]  = at (ms): the turn's 'ended'
--- ARGV[4]  = the fence: the drain's lease owner ('' = none)
--- ARGV[5..] = the turn's field/value pairs
-` + noneLua + fenceLua + endTurnLua + `
-if ARGV[4] ~= '' and redis.call('HGET', KEYS[5], 'ended') == ARGV[3] then
-  -- This step already ran (its answer was lost and it is tried again, by
-  -- this drain): it changes nothing a second time, and is not fenced.
-  if redis.call('LLEN', KEYS[1]) > 0 then return 1 end
-  return 0
-end
-if fenced(KEYS[10], KEYS[5], ARGV[4]) then
-  return -1
-end
-if #ARGV >= 6 then redis.call('HSET', KEYS[5], unpack(ARGV, 5)) end
-return endTurn(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[11], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], ARGV[1], ARGV[2], ARGV[3])
-`)
-
 // endTurnLua defines endTurn(q, cur, drain, busy, busypeer, turn, msgs, sess,
-// active, drains, sid, msg, at), the end of a turn both FinishTurn and
-// FinishTurnEmit write once the turn's fields are set: the session's current
+// active, drains, sid, msg, at), the end of a turn EndTurn writes once the
+// turn's fields are set: the session's current
 // turn cleared (when it is this one), the message appended (msg "" = none),
 // the session's last activity moved to at (ms), and, when nothing more is
 // queued, the drain flag and the busy (4-at-work) and peer-busy entries
@@ -782,35 +750,6 @@ end
 // the session over (this one was paused, or cut off from Redis, past the
 // lease). Nothing was written.
 var ErrFenced = errors.New("the session's lease is no longer this drain's")
-
-// FinishTurn writes a turn's end (fields as key/value pairs), appends the
-// message it leaves in the conversation (nil for none), moves the session's
-// last activity and clears its current turn, in one step. It returns whether
-// more turns are queued (the drain flag then stays set and the caller
-// enqueues the next drain). With fence (the drain's lease owner) set, it
-// writes only while fence holds the session's lease and the turn is still
-// running; else nothing, and ErrFenced.
-func (s *Store) FinishTurn(ctx context.Context, sid, orchestrator, turnID, fence string, msg *Message, at time.Time, kv ...any) (bool, error) {
-	m := ""
-	if msg != nil {
-		b, err := json.Marshal(msg)
-		if err != nil {
-			return false, fmt.Errorf("finish turn %s: %w", turnID, err)
-		}
-		m = string(b)
-	}
-	args := append([]any{sid, m, ms(at), fence}, kv...)
-	r, err := finishScript.Run(ctx, s.scr, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
-		s.BusyKey(orchestrator), s.turnKey(turnID), s.msgsKey(sid), s.sessKey(sid), s.k("sessions", "active"), s.drainsKey(),
-		s.k("lease", sid), s.PeerBusyKey(orchestrator)}, args...).Int()
-	if err != nil {
-		return false, fmt.Errorf("finish turn %s: %w", turnID, err)
-	}
-	if r == -1 {
-		return false, fmt.Errorf("finish turn %s: %w", turnID, ErrFenced)
-	}
-	return r == 1, nil
-}
 
 // requeueScript is RequeueTurnBy's step.
 var requeueScript = redis.NewScript(`
