@@ -13,29 +13,44 @@ import (
 // now one (a pipeline, a MULTI or a script), with the same effects in the
 // same order.
 
+// loadCallKeys are loadCallScript's KEYS, in order (loadCallKeyNames names
+// them in the script).
+const (
+	lcSess  = iota // {relay}:sess:<caller>  the caller's session hash
+	lcCur          // {relay}:cur:<caller>   the caller's running turn id
+	lcSids         // {relay}:sids           every session id (zset, read by lex range)
+	lcRef          // {relay}:sess:<ref>     the looked-up session's hash ({relay}:sess: when none)
+	lcGuess        // {relay}:turn:<guess>   the guessed running turn's hash ({relay}:- when no guess)
+	loadCallKeys
+)
+
+var loadCallKeyNames = [loadCallKeys]string{lcSess: "sessKey", lcCur: "curKey", lcSids: "sidsKey", lcRef: "refKey", lcGuess: "guessKey"}
+
+// loadCallArgs are loadCallScript's ARGV, in order.
+const (
+	lcGuessID = iota // the guessed running turn id ('' = none)
+	lcLo             // the look-up's lex range start ('' = no target to look up)
+	lcHi             // the look-up's lex range end
+	loadCallArgs
+)
+
+var loadCallArgNames = [loadCallArgs]string{lcGuessID: "guess", lcLo: "lo", lcHi: "hi"}
+
 // loadCallScript is LoadCall's one round trip: every key it touches is in
 // its KEYS, so the caller's running turn is named by a guess (the last one
 // seen). A running turn other than the guess comes back as its id with no
 // record (false): the caller reads it.
-var loadCallScript = redis.NewScript(`
--- KEYS[1] = {relay}:sess:<caller>  the caller's session hash
--- KEYS[2] = {relay}:cur:<caller>   the caller's running turn id
--- KEYS[3] = {relay}:sids           every session id (zset, read by lex range)
--- KEYS[4] = {relay}:sess:<ref>     the looked-up session's hash ({relay}:sess: when none)
--- KEYS[5] = {relay}:turn:<guess>   the guessed running turn's hash ({relay}:- when no guess)
--- ARGV[1] = the guessed running turn id ('' = none)
--- ARGV[2] = the look-up's lex range start ('' = no target to look up)
--- ARGV[3] = the look-up's lex range end
-local sess = redis.call('HGETALL', KEYS[1])
-local cur = redis.call('GET', KEYS[2])
+var loadCallScript = redis.NewScript(luaNames("KEYS", loadCallKeyNames[:]) + luaNames("ARGV", loadCallArgNames[:]) + `
+local sess = redis.call('HGETALL', sessKey)
+local cur = redis.call('GET', curKey)
 local turn = {}
 if cur then
-  if cur == ARGV[1] then turn = redis.call('HGETALL', KEYS[5]) else turn = false end
+  if cur == guess then turn = redis.call('HGETALL', guessKey) else turn = false end
 else cur = '' end
 local ids, rec = {}, {}
-if ARGV[2] ~= '' then
-  ids = redis.call('ZRANGEBYLEX', KEYS[3], ARGV[2], ARGV[3], 'LIMIT', 0, 2)
-  rec = redis.call('HGETALL', KEYS[4])
+if lo ~= '' then
+  ids = redis.call('ZRANGEBYLEX', sidsKey, lo, hi, 'LIMIT', 0, 2)
+  rec = redis.call('HGETALL', refKey)
 end
 return {sess, cur, turn, ids, rec}
 `)
@@ -69,8 +84,11 @@ func (s *Store) LoadCall(ctx context.Context, caller, ref string) (*Call, error)
 	if g != "" {
 		gkey = s.turnKey(g)
 	}
-	res, err := loadCallScript.Run(ctx, s.scr, []string{s.sessKey(caller), s.k("cur", caller), s.k("sids"), s.sessKey(ref), gkey},
-		g, lo, hi).Slice()
+	var k [loadCallKeys]string
+	k[lcSess], k[lcCur], k[lcSids], k[lcRef], k[lcGuess] = s.sessKey(caller), s.k("cur", caller), s.k("sids"), s.sessKey(ref), gkey
+	var a [loadCallArgs]any
+	a[lcGuessID], a[lcLo], a[lcHi] = g, lo, hi
+	res, err := loadCallScript.Run(ctx, s.scr, k[:], a[:]...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("load call of %s: %w", caller, err)
 	}
@@ -223,26 +241,42 @@ local function startDrain(sess, lease, cur, q, msgs, sub, suball, owner, ttl, no
 end
 `
 
+// startDrainKeys are startDrainScript's KEYS, in order (startDrainKeyNames
+// names them in the script).
+const (
+	sdSess     = iota // {relay}:sess:<sid>       the session hash
+	sdLease           // {relay}:lease:<sid>      the session's drain lease
+	sdCur             // {relay}:cur:<sid>        the session's running turn id
+	sdQueue           // {relay}:q:<sid>          the session's queue of turn ids
+	sdMsgs            // {relay}:msgs:<sid>       the session's messages (JSON list)
+	sdSubs            // {relay}:subidx:<sid>     the subscriptions naming the session
+	sdSubsAll         // {relay}:subidx:all       the subscriptions to all sessions
+	sdTurnHash        // {relay}:turn:<expect>    the turn expected at the head ({relay}:- when none)
+	startDrainKeys
+)
+
+var startDrainKeyNames = [startDrainKeys]string{sdSess: "sessKey", sdLease: "leaseKey", sdCur: "curKey", sdQueue: "queueKey",
+	sdMsgs: "msgsKey", sdSubs: "subsKey", sdSubsAll: "subsAllKey", sdTurnHash: "turnKey"}
+
+// startDrainArgs are startDrainScript's ARGV, in order.
+const (
+	sdOwner   = iota // the lease owner
+	sdTTL            // the lease ttl (ms)
+	sdNow            // now (ms)
+	sdExpect         // the turn id expected at the head ('' = none)
+	sdChannel        // the notify channel
+	sdNote           // the notification ('session:<sid>')
+	sdHistory        // how many last messages to return
+	startDrainArgs
+)
+
+var startDrainArgNames = [startDrainArgs]string{sdOwner: "owner", sdTTL: "ttl", sdNow: "now", sdExpect: "expect",
+	sdChannel: "channel", sdNote: "note", sdHistory: "history"}
+
 // startDrainScript is StartDrain's step: startDrain on its KEYS and ARGV.
-var startDrainScript = redis.NewScript(`
--- KEYS[1] = {relay}:sess:<sid>       the session hash
--- KEYS[2] = {relay}:lease:<sid>      the session's drain lease
--- KEYS[3] = {relay}:cur:<sid>        the session's running turn id
--- KEYS[4] = {relay}:q:<sid>          the session's queue of turn ids
--- KEYS[5] = {relay}:msgs:<sid>       the session's messages (JSON list)
--- KEYS[6] = {relay}:subidx:<sid>     the subscriptions naming the session
--- KEYS[7] = {relay}:subidx:all       the subscriptions to all sessions
--- KEYS[8] = {relay}:turn:<expect>    the turn expected at the head ({relay}:- when none)
--- ARGV[1] = the lease owner
--- ARGV[2] = the lease ttl (ms)
--- ARGV[3] = now (ms)
--- ARGV[4] = the turn id expected at the head ('' = none)
--- ARGV[5] = the notify channel
--- ARGV[6] = the notification ('session:<sid>')
--- ARGV[7] = how many last messages to return
-` + startDrainLua + `
-return startDrain(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
-  ARGV[1], ARGV[2], ARGV[3], KEYS[8], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+var startDrainScript = redis.NewScript(startDrainLua + luaNames("KEYS", startDrainKeyNames[:]) + luaNames("ARGV", startDrainArgNames[:]) + `
+return startDrain(sessKey, leaseKey, curKey, queueKey, msgsKey, subsKey, subsAllKey,
+  owner, ttl, now, turnKey, expect, channel, note, history)
 `)
 
 // StartDrain is a drain's first step in one round trip: it takes the
@@ -262,9 +296,13 @@ func (s *Store) StartDrain(ctx context.Context, sid, owner string, ttl time.Dura
 		if expect != "" {
 			tkey = s.turnKey(expect)
 		}
-		res, err := startDrainScript.Run(ctx, s.scr, []string{s.sessKey(sid), s.k("lease", sid), s.k("cur", sid),
-			s.k("q", sid), s.msgsKey(sid), s.k("subidx", sid), s.k("subidx", "all"), tkey},
-			owner, max(ttl.Milliseconds(), 1), ms(now), expect, s.NotifyChannel(), "session:"+sid, history).Result()
+		var k [startDrainKeys]string
+		k[sdSess], k[sdLease], k[sdCur], k[sdQueue] = s.sessKey(sid), s.k("lease", sid), s.k("cur", sid), s.k("q", sid)
+		k[sdMsgs], k[sdSubs], k[sdSubsAll], k[sdTurnHash] = s.msgsKey(sid), s.k("subidx", sid), s.k("subidx", "all"), tkey
+		var a [startDrainArgs]any
+		a[sdOwner], a[sdTTL], a[sdNow], a[sdExpect] = owner, max(ttl.Milliseconds(), 1), ms(now), expect
+		a[sdChannel], a[sdNote], a[sdHistory] = s.NotifyChannel(), "session:"+sid, history
+		res, err := startDrainScript.Run(ctx, s.scr, k[:], a[:]...).Result()
 		if err != nil {
 			return nil, fmt.Errorf("start drain %s: %w", sid, err)
 		}

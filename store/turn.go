@@ -652,35 +652,50 @@ func (s *Store) pushKeys(t *Turn, o QueueOpts, loopKey string) []string {
 	return k[:]
 }
 
+// popKeys are popScript's KEYS, in order (popKeyNames names them in the
+// script).
+const (
+	popQueue    = iota // {relay}:q:<sid>           the session's queue of turn ids
+	popCur             // {relay}:cur:<sid>         the session's running turn id
+	popDrain           // {relay}:drain:<sid>       the session's drain flag
+	popBusy            // {relay}:busy:<orch>       the orchestrator's busy sessions ({relay}:- when none)
+	popDrains          // {relay}:drains            sessions whose drain flag is set
+	popBusyPeer        // {relay}:busypeer:<relay>  the paired relay's busy sessions ({relay}:- when none)
+	popTurnHash        // {relay}:turn:<expect>     the turn expected at the head ({relay}:- when none)
+	popKeys
+)
+
+var popKeyNames = [popKeys]string{popQueue: "queueKey", popCur: "curKey", popDrain: "drainKey", popBusy: "busyKey",
+	popDrains: "drainsKey", popBusyPeer: "busyPeerKey", popTurnHash: "turnKey"}
+
+// popArgs are popScript's ARGV, in order.
+const (
+	popSID     = iota // the session id
+	popNow            // now (ms)
+	popExpect         // the turn id expected at the head ('' = none)
+	popDrainer        // the drainer ('' = not recorded)
+	popArgs
+)
+
+var popArgNames = [popArgs]string{popSID: "sid", popNow: "now", popExpect: "expect", popDrainer: "drainer"}
+
 // popScript is PopTurnBy's step. Another turn at the head comes back as
 // {its id}, nothing written: the caller asks again naming it (every key a
 // script touches is in its KEYS).
-var popScript = redis.NewScript(`
--- KEYS[1] = {relay}:q:<sid>           the session's queue of turn ids
--- KEYS[2] = {relay}:cur:<sid>         the session's running turn id
--- KEYS[3] = {relay}:drain:<sid>       the session's drain flag
--- KEYS[4] = {relay}:busy:<orch>       the orchestrator's busy sessions ({relay}:- when none)
--- KEYS[5] = {relay}:drains            sessions whose drain flag is set
--- KEYS[6] = {relay}:busypeer:<relay>  the paired relay's busy sessions ({relay}:- when none)
--- KEYS[7] = {relay}:turn:<expect>     the turn expected at the head ({relay}:- when none)
--- ARGV[1] = the session id
--- ARGV[2] = now (ms)
--- ARGV[3] = the turn id expected at the head ('' = none)
--- ARGV[4] = the drainer ('' = not recorded)
-` + noneLua + `
-local head = redis.call('LINDEX', KEYS[1], 0)
-if head and head ~= ARGV[3] then return {head} end
-local id = redis.call('LPOP', KEYS[1])
+var popScript = redis.NewScript(noneLua + luaNames("KEYS", popKeyNames[:]) + luaNames("ARGV", popArgNames[:]) + `
+local head = redis.call('LINDEX', queueKey, 0)
+if head and head ~= expect then return {head} end
+local id = redis.call('LPOP', queueKey)
 if not id then
-  redis.call('DEL', KEYS[3])
-  redis.call('SREM', KEYS[5], ARGV[1])
-  if not isnone(KEYS[4]) then redis.call('SREM', KEYS[4], ARGV[1]) end
-  if not isnone(KEYS[6]) then redis.call('SREM', KEYS[6], ARGV[1]) end
+  redis.call('DEL', drainKey)
+  redis.call('SREM', drainsKey, sid)
+  if not isnone(busyKey) then redis.call('SREM', busyKey, sid) end
+  if not isnone(busyPeerKey) then redis.call('SREM', busyPeerKey, sid) end
   return false
 end
-redis.call('SET', KEYS[2], id)
-redis.call('HSET', KEYS[7], 'status', 'running', 'started', ARGV[2])
-if ARGV[4] and ARGV[4] ~= '' then redis.call('HSET', KEYS[7], 'drainer', ARGV[4]) end
+redis.call('SET', curKey, id)
+redis.call('HSET', turnKey, 'status', 'running', 'started', now)
+if drainer and drainer ~= '' then redis.call('HSET', turnKey, 'drainer', drainer) end
 return id
 `)
 
@@ -699,8 +714,12 @@ func (s *Store) PopTurnBy(ctx context.Context, sid, orchestrator string, now tim
 		if expect != "" {
 			tkey = s.turnKey(expect)
 		}
-		v, err := popScript.Run(ctx, s.scr, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
-			s.BusyKey(orchestrator), s.drainsKey(), s.PeerBusyKey(orchestrator), tkey}, sid, ms(now), expect, drainer).Result()
+		var k [popKeys]string
+		k[popQueue], k[popCur], k[popDrain], k[popDrains] = s.k("q", sid), s.k("cur", sid), s.k("drain", sid), s.drainsKey()
+		k[popBusy], k[popBusyPeer], k[popTurnHash] = s.BusyKey(orchestrator), s.PeerBusyKey(orchestrator), tkey
+		var a [popArgs]any
+		a[popSID], a[popNow], a[popExpect], a[popDrainer] = sid, ms(now), expect, drainer
+		v, err := popScript.Run(ctx, s.scr, k[:], a[:]...).Result()
 		if errors.Is(err, redis.Nil) {
 			return "", nil
 		}
