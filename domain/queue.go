@@ -190,12 +190,7 @@ func (tq *turnQueue) queue(ctx context.Context, p prompt) (*store.Turn, error) {
 	// first step.
 	q, err := tq.st.QueueTurn(ctx, t, o)
 	if here && (err != nil || q.Drain == nil) {
-		tq.dr.releaseDirect()
-		if (err != nil && !refused(err)) || (err == nil && q.Again) {
-			// The push may have run with its answer lost, taking the turn for
-			// a drain that will not run: give the turn back (undoStart).
-			tq.undoStart(ctx, s.ID, t.ID, o.StartOwner, q)
-		}
+		tq.notHere(ctx, t, o.StartOwner, q, err)
 	}
 	if err != nil {
 		return nil, tq.queueError(s, err)
@@ -203,6 +198,18 @@ func (tq *turnQueue) queue(ctx context.Context, p prompt) (*store.Turn, error) {
 	tq.startDrain(ctx, s.ID, o, q)
 	t.Status = store.TurnQueued
 	return t, nil
+}
+
+// notHere gives back the slot of a drain that was to start where its
+// prompt was queued and did not (the push failed, or did not take the
+// drain's first step for owner).
+func (tq *turnQueue) notHere(ctx context.Context, t *store.Turn, owner string, q *store.Queued, err error) {
+	tq.dr.releaseDirect()
+	if (err != nil && !refused(err)) || (err == nil && q.Again) {
+		// The push may have run with its answer lost, taking the turn for
+		// a drain that will not run: give the turn back (undoStart).
+		tq.undoStart(ctx, t.Session, t.ID, owner, q)
+	}
 }
 
 // promptLine is an agent's prompt text with its prompt line (R4.8, R18.15:
@@ -379,7 +386,7 @@ func (tq *turnQueue) awaitEnd(ctx context.Context, w turnWait) (*store.Turn, err
 			if t, err = tq.st.GetTurn(ctx, id); err != nil {
 				return nil, fmt.Errorf("wait on turn %s: %w", id8(id), err)
 			}
-			if t.Status == store.TurnDone || t.Status == store.TurnError || t.Status == store.TurnStopped || t.Question != "" || d <= 0 {
+			if settled(t) || d <= 0 {
 				return t, nil
 			}
 		}
@@ -388,10 +395,8 @@ func (tq *turnQueue) awaitEnd(ctx context.Context, w turnWait) (*store.Turn, err
 		}
 		select {
 		case <-w.ch:
-			// The turn ended in this process: its record as it ended.
-			if ft, _ := tq.hub.val("turn:" + id).(*store.Turn); ft != nil && ft.Status.Ended() {
-				cp := *ft
-				return &cp, nil
+			if ft := tq.endedHere(id); ft != nil {
+				return ft, nil
 			}
 			if tq.dr.isEnding(id) {
 				// A drain here is writing the turn's end: it hands the
@@ -413,6 +418,21 @@ func (tq *turnQueue) awaitEnd(ctx context.Context, w turnWait) (*store.Turn, err
 }
 
 func terminal(status store.TurnStatus) bool { return status.Ended() }
+
+// settled says whether a wait on turn t is over: the turn ended, or it waits
+// on a question.
+func settled(t *store.Turn) bool { return t.Status.Ended() || t.Question != "" }
+
+// endedHere is the record of turn id as it ended, when it ended in this
+// process (a drain here handed it over with the notification); else nil.
+func (tq *turnQueue) endedHere(id string) *store.Turn {
+	ft, _ := tq.hub.val("turn:" + id).(*store.Turn)
+	if ft == nil || !ft.Status.Ended() {
+		return nil
+	}
+	cp := *ft
+	return &cp
+}
 
 // turnResult fills the fields every prompting action returns (R7.7, R7.11).
 func (tq *turnQueue) turnResult(ctx context.Context, res *result, t *store.Turn) {
