@@ -563,6 +563,27 @@ func (s *Store) QueueTurn(ctx context.Context, t *Turn, o QueueOpts) (*Queued, e
 }
 
 func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool) (*Queued, error) {
+	args, err := s.pushArgs(t, o, notify)
+	if err != nil {
+		return nil, err
+	}
+	res, err := pushScript.Run(ctx, s.scr, s.pushKeys(t, o), args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("queue turn %s: %w", t.ID, err)
+	}
+	q, err := queuedFrom(res, t.ID, o.History)
+	if err != nil {
+		return nil, err // a refusal as it is (ErrSessionLimit, …)
+	}
+	if q.Start && q.Drain == nil {
+		s.headHint.Store(t.Session, t.ID) // most likely the head of the queue the drain takes
+	}
+	return q, nil
+}
+
+// pushArgs are pushScript's ARGV for turn t queued with o, the turn's
+// fields after them.
+func (s *Store) pushArgs(t *Turn, o QueueOpts, notify bool) ([]any, error) {
 	from, origin := "", ""
 	if t.From != nil {
 		b, _ := json.Marshal(t.From)
@@ -582,10 +603,6 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool)
 	if o.Waiting > 0 {
 		waitMS = max(o.Waiting.Milliseconds(), 1)
 	}
-	loopKey := ""
-	if o.LoopOf != "" {
-		loopKey = s.k("loop", o.LoopOf)
-	}
 	ttl := int64(0)
 	if o.StartOwner != "" {
 		if o.LeaseTTL <= 0 {
@@ -598,13 +615,13 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool)
 	a[pushMsg], a[pushCreated], a[pushWaitTTL], a[pushChannel], a[pushNote] = msg, ms(t.CreatedAt), waitMS, s.NotifyChannel(), note
 	a[pushLoopLimit], a[pushOwner], a[pushLeaseTTL], a[pushNow], a[pushHistory] = o.LoopLimit, o.StartOwner, ttl, ms(t.CreatedAt), o.History
 	a[pushUnlockFrom], a[pushPeerLimit] = asciiLower(o.UnlockFrom), o.PeerLimit
-	args := append(a[:], "id", t.ID, "session", t.Session, "status", TurnQueued, "role", t.Role, "from", from,
-		"origin", origin, "caller", t.Caller, "created", ms(t.CreatedAt), "text", t.Text)
-	sid := t.Session
-	res, err := pushScript.Run(ctx, s.scr, s.pushKeys(t, o, loopKey), args...).Slice()
-	if err != nil {
-		return nil, fmt.Errorf("queue turn %s: %w", t.ID, err)
-	}
+	return append(a[:], "id", t.ID, "session", t.Session, "status", TurnQueued, "role", t.Role, "from", from,
+		"origin", origin, "caller", t.Caller, "created", ms(t.CreatedAt), "text", t.Text), nil
+}
+
+// queuedFrom reads pushScript's answer (see there) for turn id; history is
+// how many messages the drain's first step was asked for.
+func queuedFrom(res []any, id string, history int) (*Queued, error) {
 	code, _ := res[0].(int64)
 	switch code {
 	case -2:
@@ -614,8 +631,7 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool)
 		return nil, ErrSessionLimit
 	case -3:
 		return nil, ErrPeerSessionLimit
-	}
-	if code == 2 {
+	case 2:
 		d, _ := res[1].(string)
 		return &Queued{Again: true, Drainer: d}, nil
 	}
@@ -626,20 +642,21 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool)
 			// (the caller starts it the usual way).
 			return q, nil
 		}
-		if q.Drain, err = drainFrom(res[1], o.History); err != nil {
-			return nil, fmt.Errorf("queue turn %s: %w", t.ID, err)
+		var err error
+		if q.Drain, err = drainFrom(res[1], history); err != nil {
+			return nil, fmt.Errorf("queue turn %s: %w", id, err)
 		}
-	}
-	if q.Start && q.Drain == nil {
-		s.headHint.Store(sid, t.ID) // most likely the head of the queue the drain takes
 	}
 	return q, nil
 }
 
-// pushKeys are pushScript's KEYS for turn t queued with o (loopKey: the
-// caller's loop count, "" when not counted).
-func (s *Store) pushKeys(t *Turn, o QueueOpts, loopKey string) []string {
+// pushKeys are pushScript's KEYS for turn t queued with o.
+func (s *Store) pushKeys(t *Turn, o QueueOpts) []string {
 	sid := t.Session
+	loopKey := "" // the caller's loop count: none when not counted
+	if o.LoopOf != "" {
+		loopKey = s.k("loop", o.LoopOf)
+	}
 	var k [pushKeys]string
 	k[pushQueue], k[pushDrain], k[pushBusy], k[pushTurnHash] = s.k("q", sid), s.k("drain", sid), s.BusyKey(o.Orchestrator), s.turnKey(t.ID)
 	k[pushTids], k[pushMsgs], k[pushSess], k[pushActive] = s.k("tids"), s.msgsKey(sid), s.sessKey(sid), s.k("sessions", "active")
