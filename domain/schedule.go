@@ -472,7 +472,7 @@ func (sh *schedules) fireOccurrence(ctx context.Context, sc *store.Schedule, tar
 			from = &store.Ref{Relay: sh.opts.Name, Session: setter.ID, Title: setter.Title, Model: setter.Model}
 		}
 	}
-	t, err := sh.q.queue(ctx, target, text, "schedule", from, sc.Origin, "", other, 0)
+	t, err := sh.q.queue(ctx, prompt{s: target, text: text, role: "schedule", from: from, origin: sc.Origin, enforce: other})
 	var e *Error
 	if errors.As(err, &e) && e.Code == CodeSessionLimit {
 		if err := sh.st.ClearOnce(context.WithoutCancel(ctx), once); err != nil {
