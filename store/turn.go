@@ -120,11 +120,6 @@ func (s *Store) setTurnFields(ctx context.Context, id string, kv ...any) error {
 	return wrap(s.rdb.HSet(ctx, s.turnKey(id), kv...).Err(), "set fields of turn %s", id)
 }
 
-// MarkTurnSeen records that the caller got the turn's reply (no echo, R8.18).
-func (s *Store) MarkTurnSeen(ctx context.Context, id string) error {
-	return s.setTurnFields(ctx, id, "waited", "1")
-}
-
 // SetTurnModelAsked records the model a turn was asked to run (R7.13).
 func (s *Store) SetTurnModelAsked(ctx context.Context, id, model string) error {
 	return s.setTurnFields(ctx, id, "modelAsked", model)
@@ -410,12 +405,6 @@ func (s *Store) BusyKey(orchestrator string) string {
 	return s.k("busy", orchestrator)
 }
 
-// Reserve makes sid busy in its orchestrator's semaphore before the session
-// exists (create_session), failing with ErrSessionLimit when full.
-func (s *Store) Reserve(ctx context.Context, orchestrator, sid string, limit int) error {
-	return s.ReserveUnder(ctx, orchestrator, sid, limit, 0)
-}
-
 // ReserveUnder is Reserve with the paired relay's cap too (peerLimit > 0 and
 // a paired relay's conversation as orchestrator, R18.21), in the same step:
 // ErrPeerSessionLimit when that one is full.
@@ -475,21 +464,6 @@ func (s *Store) BusyCount(ctx context.Context, orchestrator string) (int, error)
 	}
 	n, err := s.rdb.SCard(ctx, s.BusyKey(orchestrator)).Result()
 	return int(n), wrap(err, "count busy sessions of %s", orchestrator)
-}
-
-// PushTurn appends the prompt message, creates the turn record and queues it
-// on its session (and moves the session's last activity), atomically with the
-// 4-at-work check (enforce) for the session's orchestrator: a refused prompt
-// leaves nothing behind. Prompts queue last, in the order their messages
-// were appended; an event message (role "event") is queued next instead,
-// after the events already waiting (R8.15). It
-// returns whether the caller must enqueue a drain task with id drainID.
-func (s *Store) PushTurn(ctx context.Context, t *Turn, orchestrator string, limit int, enforce bool, drainID string) (bool, error) {
-	q, err := s.pushTurn(ctx, t, QueueOpts{Orchestrator: orchestrator, Limit: limit, Enforce: enforce, DrainID: drainID}, false)
-	if err != nil {
-		return false, err
-	}
-	return q.Start, nil
 }
 
 // QueueOpts are QueueTurn's settings besides the turn.
@@ -715,13 +689,6 @@ redis.call('HSET', turnKey, 'status', 'running', 'started', now)
 if drainer and drainer ~= '' then redis.call('HSET', turnKey, 'drainer', drainer) end
 return id
 `)
-
-// PopTurn takes the session's next queued turn and marks it running; "" when
-// the queue is empty (the session then leaves its orchestrator's semaphore
-// and the drain flag is cleared).
-func (s *Store) PopTurn(ctx context.Context, sid, orchestrator string, now time.Time) (string, error) {
-	return s.PopTurnBy(ctx, sid, orchestrator, now, "")
-}
 
 // PopTurnBy is PopTurn recording drainer (the drain's lease owner) in the turn.
 func (s *Store) PopTurnBy(ctx context.Context, sid, orchestrator string, now time.Time, drainer string) (string, error) {
