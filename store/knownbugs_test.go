@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -34,17 +35,26 @@ func TestKnownBugWriteRecreatesDeletedSession(t *testing.T) {
 }
 
 // RenewLease passes ttl.Milliseconds() to the script, where 0 means release:
-// a ttl under 1 ms deletes the owner's lease and still reports it renewed.
+// a ttl under 1 ms deleted the owner's lease and still reported it renewed.
+// The renewed lease lives 1 ms, so a loaded machine may let it expire before
+// the read: the check fails only when every one of 5 tries finds it gone (the
+// defect deleted it on every try).
 func TestKnownBugRenewLeaseSubMillisecond(t *testing.T) {
 	e := newEnv(t)
-	if ok, _ := e.s.AcquireLease(e.ctx, "s", "a", time.Minute); !ok {
-		t.Fatal("AcquireLease")
+	var gone []string
+	for range 5 {
+		if ok, _ := e.s.AcquireLease(e.ctx, "s", "a", time.Minute); !ok {
+			t.Fatal("AcquireLease")
+		}
+		ok, err := e.s.RenewLease(e.ctx, "s", "a", 500*time.Microsecond)
+		holder, _ := e.s.LeaseHolder(e.ctx, "s")
+		if !ok || holder == "a" {
+			return
+		}
+		gone = append(gone, fmt.Sprintf("holder %q, err %v", holder, err))
+		_ = e.s.ReleaseLease(e.ctx, "s", "a")
 	}
-	ok, err := e.s.RenewLease(e.ctx, "s", "a", 500*time.Microsecond)
-	holder, _ := e.s.LeaseHolder(e.ctx, "s")
-	if ok && holder != "a" {
-		t.Errorf("RenewLease = true, but the lease is gone (holder %q, err %v)", holder, err)
-	}
+	t.Errorf("RenewLease = true, but the lease is gone on every try: %v", gone)
 }
 
 // FinishTurn with no field/value pairs fails: the script's HSET gets no
