@@ -50,31 +50,20 @@ func StripANSI(s string) string {
 	if !needsStrip(s) {
 		return s
 	}
+	return lastAfterCR(stripControls(s))
+}
+
+// stripControls removes escape sequences and control characters other than
+// newline, carriage return and tab, and applies backspaces.
+func stripControls(s string) string {
 	b := make([]byte, 0, len(s))
 	for i := 0; i < len(s); {
+		if next, ok := skipSequence(s, i); ok {
+			i = next
+			continue
+		}
 		r, size := utf8.DecodeRuneInString(s[i:])
 		switch {
-		case r == 0x1b: // ESC
-			i = skipEscape(s, i+1)
-			continue
-		case r == 0x9b: // C1 CSI
-			i = skipCSI(s, i+size)
-			continue
-		case r == 0x90 || r == 0x98 || r == 0x9d || r == 0x9e || r == 0x9f: // C1 DCS, SOS, OSC, PM, APC
-			i = skipString(s, i+size)
-			continue
-		case r == utf8.RuneError && size == 1:
-			// A raw byte that is not UTF-8: the 8-bit forms of CSI and OSC are
-			// skipped with their sequence, any other such byte is dropped.
-			switch s[i] {
-			case 0x9b:
-				i = skipCSI(s, i+1)
-			case 0x90, 0x98, 0x9d, 0x9e, 0x9f:
-				i = skipString(s, i+1)
-			default:
-				i++
-			}
-			continue
 		case r == '\b':
 			// Backspace takes back the last rune of the current line.
 			if n := len(b); n > 0 && b[n-1] != '\n' && b[n-1] != '\r' {
@@ -90,7 +79,42 @@ func StripANSI(s string) string {
 		}
 		i += size
 	}
-	out := string(b)
+	return string(b)
+}
+
+// skipSequence skips the escape sequence, or the raw byte that is not
+// UTF-8, at s[i]: ok with the index after it; not ok at any other rune.
+func skipSequence(s string, i int) (next int, ok bool) {
+	r, size := utf8.DecodeRuneInString(s[i:])
+	switch {
+	case r == 0x1b: // ESC
+		return skipEscape(s, i+1), true
+	case r == 0x9b: // C1 CSI
+		return skipCSI(s, i+size), true
+	case isC1String(r): // C1 DCS, SOS, OSC, PM, APC
+		return skipString(s, i+size), true
+	case r == utf8.RuneError && size == 1:
+		// A raw byte that is not UTF-8: the 8-bit forms of CSI and OSC are
+		// skipped with their sequence, any other such byte is dropped.
+		switch c := s[i]; {
+		case c == 0x9b:
+			return skipCSI(s, i+1), true
+		case isC1String(rune(c)):
+			return skipString(s, i+1), true
+		}
+		return i + 1, true
+	}
+	return i, false
+}
+
+// isC1String: the C1 controls that open a string (DCS, SOS, OSC, PM, APC).
+func isC1String(r rune) bool {
+	return r == 0x90 || r == 0x98 || r == 0x9d || r == 0x9e || r == 0x9f
+}
+
+// lastAfterCR resolves carriage-return progress: of each line only the text
+// after its last \r is kept (a \r that ends the line is ignored).
+func lastAfterCR(out string) string {
 	if !strings.Contains(out, "\r") {
 		return out
 	}
@@ -385,23 +409,33 @@ func valueSpan(s string, i int, opener byte, header bool) (int, int) {
 	} else {
 		lineEnd += i
 	}
-	switch c := s[i]; c {
-	case '"', '\'', '`':
+	switch c := s[i]; {
+	case c == '"' || c == '\'' || c == '`':
 		return i + 1, closingQuote(s, i+1, lineEnd, c)
-	case '[':
-		if header {
-			if j := strings.IndexByte(s[i+1:lineEnd], ']'); j >= 0 {
-				return i + 1, i + 1 + j
-			}
-			return i + 1, lineEnd
-		}
+	case header:
+		return headerSpan(s, i, lineEnd, opener)
 	}
-	if header {
-		if opener == '"' || opener == '\'' || opener == '`' {
-			return i, closingQuote(s, i, lineEnd, opener)
+	return i, tokenEnd(s, i, lineEnd)
+}
+
+// headerSpan is an unquoted header value's span: in [ ] to the ], inside a
+// string opened by opener to its closing quote, else to the line's end.
+func headerSpan(s string, i, lineEnd int, opener byte) (int, int) {
+	switch {
+	case s[i] == '[':
+		if j := strings.IndexByte(s[i+1:lineEnd], ']'); j >= 0 {
+			return i + 1, i + 1 + j
 		}
-		return i, i + len(strings.TrimRight(s[i:lineEnd], " \t"))
+		return i + 1, lineEnd
+	case opener == '"' || opener == '\'' || opener == '`':
+		return i, closingQuote(s, i, lineEnd, opener)
 	}
+	return i, i + len(strings.TrimRight(s[i:lineEnd], " \t"))
+}
+
+// tokenEnd is the end of the token at i, an auth scheme word before it
+// included; i when there is none (a scheme word alone is not a value).
+func tokenEnd(s string, i, lineEnd int) int {
 	j := i
 	if m := reScheme.FindStringIndex(s[i:lineEnd]); m != nil {
 		j = i + m[1]
@@ -411,9 +445,9 @@ func valueSpan(s string, i int, opener byte, header bool) (int, int) {
 		k++
 	}
 	if k == j {
-		return i, i // a scheme word alone is not a value
+		return i
 	}
-	return i, k
+	return k
 }
 
 // closingQuote returns the index of quote q at or after i (skipping
@@ -662,6 +696,46 @@ func (t *tally) add(u tally) {
 	t.skipped += u.skipped
 }
 
+// outcome is what a runner's mark or word says of its tests.
+type outcome uint8
+
+const (
+	notCounted outcome = iota // a word the runner writes that counts no test (warnings, total…)
+	passed
+	failed
+	skipped
+)
+
+// count adds n tests of outcome o.
+func (t *tally) count(o outcome, n int) {
+	switch o {
+	case passed:
+		t.passed += n
+	case failed:
+		t.failed += n
+	case skipped:
+		t.skipped += n
+	}
+}
+
+// The runners' marks and words by outcome; a word missing from a summary's
+// table means the line is not that runner's.
+var (
+	cargoMarks   = map[string]outcome{"ok": passed, "FAILED": failed, "ignored": skipped}
+	pytestMarks  = map[string]outcome{"PASSED": passed, "XPASS": passed, "FAILED": failed, "ERROR": failed, "SKIPPED": skipped, "XFAIL": skipped}
+	pytestDots   = map[rune]outcome{'.': passed, 'X': passed, 'F': failed, 'E': failed, 's': skipped, 'x': skipped}
+	jestMarks    = map[string]outcome{"✓": passed, "✔": passed, "√": passed, "✕": failed, "×": failed, "✖": failed, "○": skipped, "✎": skipped}
+	vitestMarks  = map[string]outcome{"✓": passed, "✔": passed, "√": passed, "×": failed, "✗": failed, "✖": failed, "↓": skipped, "□": skipped}
+	gotestsumSum = map[string]outcome{"skipped": skipped, "failure": failed, "failures": failed, "error": failed, "errors": failed}
+	jsSum        = map[string]outcome{"passed": passed, "failed": failed, "skipped": skipped, "todo": skipped, "pending": skipped, "total": notCounted}
+	pytestSum    = map[string]outcome{
+		"passed": passed, "xpassed": passed,
+		"failed": failed, "error": failed, "errors": failed,
+		"skipped": skipped, "xfailed": skipped,
+		"warning": notCounted, "warnings": notCounted, "deselected": notCounted, "rerun": notCounted, "reruns": notCounted,
+	}
+)
+
 type goEntry struct {
 	name   string
 	status byte // 'P', 'F', 'S'
@@ -821,25 +895,24 @@ func (p *parser) goLine(l string, mult int) bool {
 	case p.is(RunnerGo) && reGoPkgEnd.MatchString(l):
 		p.goClose(strings.HasPrefix(l, "FAIL"))
 	case reGotestsum.MatchString(l):
-		m := reGotestsum.FindStringSubmatch(l)
-		total, _ := atoiCount(m[1])
-		var t tally
-		for _, nw := range reNumWord.FindAllStringSubmatch(m[2], -1) {
-			n, _ := atoiCount(nw[1])
-			switch nw[2] {
-			case "skipped":
-				t.skipped += n
-			case "failure", "failures", "error", "errors":
-				t.failed += n
-			default:
-				return false
-			}
-		}
-		t.passed = max(total-t.skipped-t.failed, 0)
-		p.summary(RunnerGo, t)
+		return p.gotestsumLine(l)
 	default:
 		return false
 	}
+	return true
+}
+
+// gotestsumLine reads gotestsum's "DONE N tests, …" summary (its passed
+// tests are those neither skipped nor failed).
+func (p *parser) gotestsumLine(l string) bool {
+	m := reGotestsum.FindStringSubmatch(l)
+	total, _ := atoiCount(m[1])
+	t, ok := sumWordsBy(m[2], gotestsumSum)
+	if !ok {
+		return false
+	}
+	t.passed = max(total-t.skipped-t.failed, 0)
+	p.summary(RunnerGo, t)
 	return true
 }
 
@@ -867,14 +940,7 @@ func (p *parser) cargoLine(l string, mult int) bool {
 	case reCargoTest.MatchString(l):
 		m := reCargoTest.FindStringSubmatch(l)
 		r := p.ensure(RunnerCargo)
-		switch m[1] {
-		case "ok":
-			r.section.passed += mult
-		case "FAILED":
-			r.section.failed += mult
-		case "ignored":
-			r.section.skipped += mult
-		}
+		r.section.count(cargoMarks[m[1]], mult)
 		r.final = false
 	case reCargoResult.MatchString(l):
 		m := reCargoResult.FindStringSubmatch(l)
@@ -906,24 +972,9 @@ func (p *parser) pytestLine(l string, mult int) bool {
 	case rePytestStart.MatchString(l):
 		p.fresh(RunnerPytest)
 	case rePytestSummary.MatchString(l):
-		m := rePytestSummary.FindStringSubmatch(l)
-		var t tally
-		if m[1] != "no tests ran" {
-			for _, part := range strings.Split(m[1], ", ") {
-				n, word, _ := strings.Cut(part, " ")
-				k, _ := atoiCount(n)
-				switch word {
-				case "passed", "xpassed":
-					t.passed += k
-				case "failed", "error", "errors":
-					t.failed += k
-				case "skipped", "xfailed":
-					t.skipped += k
-				case "warning", "warnings", "deselected", "rerun", "reruns":
-				default:
-					return false // not pytest's words
-				}
-			}
+		t, ok := pytestSummary(rePytestSummary.FindStringSubmatch(l)[1])
+		if !ok {
+			return false // not pytest's words
 		}
 		p.summary(RunnerPytest, t)
 	case rePytestVerbose.MatchString(l), rePytestXdist.MatchString(l):
@@ -931,32 +982,35 @@ func (p *parser) pytestLine(l string, mult int) bool {
 		if m == nil {
 			m = rePytestXdist.FindStringSubmatch(l)
 		}
-		r := p.ensure(RunnerPytest)
-		switch m[1] {
-		case "PASSED", "XPASS":
-			r.done.passed += mult
-		case "FAILED", "ERROR":
-			r.done.failed += mult
-		case "SKIPPED", "XFAIL":
-			r.done.skipped += mult
-		}
+		p.ensure(RunnerPytest).done.count(pytestMarks[m[1]], mult)
 	case rePytestProgress.MatchString(l):
 		m := rePytestProgress.FindStringSubmatch(l)
 		r := p.ensure(RunnerPytest)
 		for _, c := range m[1] + m[2] {
-			switch c {
-			case '.', 'X':
-				r.done.passed += mult
-			case 'F', 'E':
-				r.done.failed += mult
-			case 's', 'x':
-				r.done.skipped += mult
-			}
+			r.done.count(pytestDots[c], mult)
 		}
 	default:
 		return false
 	}
 	return true
+}
+
+// pytestSummary adds up pytest's closing "N word, N word" counts ("no
+// tests ran": none); ok is false when a word is not pytest's.
+func pytestSummary(s string) (t tally, ok bool) {
+	if s == "no tests ran" {
+		return t, true
+	}
+	for _, part := range strings.Split(s, ", ") {
+		n, word, _ := strings.Cut(part, " ")
+		k, _ := atoiCount(n)
+		o, known := pytestSum[word]
+		if !known {
+			return tally{}, false
+		}
+		t.count(o, k)
+	}
+	return t, true
 }
 
 func (p *parser) jestLine(l string, mult int) bool {
@@ -967,14 +1021,7 @@ func (p *parser) jestLine(l string, mult int) bool {
 	case reJestFile.MatchString(l), reJestSuites.MatchString(l):
 		p.ensure(RunnerJest)
 	case p.is(RunnerJest) && reJestTest.MatchString(l):
-		switch reJestTest.FindStringSubmatch(l)[1] {
-		case "✓", "✔", "√":
-			p.cur.done.passed += mult
-		case "✕", "×", "✖":
-			p.cur.done.failed += mult
-		case "○", "✎":
-			p.cur.done.skipped += mult
-		}
+		p.cur.done.count(jestMarks[reJestTest.FindStringSubmatch(l)[1]], mult)
 	case reJestSummary.MatchString(l):
 		t, ok := sumWords(reJestSummary.FindStringSubmatch(l)[1])
 		if !ok {
@@ -1002,26 +1049,9 @@ func (p *parser) vitestLine(l string, mult int) bool {
 		}
 		p.summary(RunnerVitest, t)
 	case reVitestFile.MatchString(l):
-		m := reVitestFile.FindStringSubmatch(l)
-		total, _ := atoiCount(m[1])
-		t, ok := sumWords(m[2])
-		if !ok {
-			return false
-		}
-		r := p.ensure(RunnerVitest)
-		r.vitestFilesSeen = true
-		t.passed = max(total-t.failed-t.skipped, 0)
-		r.vitestFiles.add(tally{t.passed * mult, t.failed * mult, t.skipped * mult})
+		return p.vitestFileLine(l, mult)
 	case reVitestTest.MatchString(l):
-		r := p.ensure(RunnerVitest)
-		switch reVitestTest.FindStringSubmatch(l)[1] {
-		case "✓", "✔", "√":
-			r.vitestTests.passed += mult
-		case "×", "✗", "✖":
-			r.vitestTests.failed += mult
-		case "↓", "□":
-			r.vitestTests.skipped += mult
-		}
+		p.ensure(RunnerVitest).vitestTests.count(vitestMarks[reVitestTest.FindStringSubmatch(l)[1]], mult)
 	case reVitestFiles.MatchString(l):
 		p.ensure(RunnerVitest)
 	default:
@@ -1030,22 +1060,36 @@ func (p *parser) vitestLine(l string, mult int) bool {
 	return true
 }
 
+// vitestFileLine reads a vitest file's line "file (N tests | N failed …)":
+// its passed tests are those neither failed nor skipped.
+func (p *parser) vitestFileLine(l string, mult int) bool {
+	m := reVitestFile.FindStringSubmatch(l)
+	total, _ := atoiCount(m[1])
+	t, ok := sumWords(m[2])
+	if !ok {
+		return false
+	}
+	r := p.ensure(RunnerVitest)
+	r.vitestFilesSeen = true
+	t.passed = max(total-t.failed-t.skipped, 0)
+	r.vitestFiles.add(tally{t.passed * mult, t.failed * mult, t.skipped * mult})
+	return true
+}
+
 // sumWords adds up the "N word" parts (passed, failed, skipped, todo, …) of
 // a JS runner's summary; ok is false when a word is unknown.
-func sumWords(s string) (t tally, ok bool) {
+func sumWords(s string) (t tally, ok bool) { return sumWordsBy(s, jsSum) }
+
+// sumWordsBy adds up the "N word" parts of s by the words' outcomes; ok is
+// false when a word is not in words.
+func sumWordsBy(s string, words map[string]outcome) (t tally, ok bool) {
 	for _, nw := range reNumWord.FindAllStringSubmatch(s, -1) {
 		n, _ := atoiCount(nw[1])
-		switch nw[2] {
-		case "passed":
-			t.passed += n
-		case "failed":
-			t.failed += n
-		case "skipped", "todo", "pending":
-			t.skipped += n
-		case "total":
-		default:
+		o, known := words[nw[2]]
+		if !known {
 			return tally{}, false
 		}
+		t.count(o, n)
 	}
 	return t, true
 }
