@@ -28,6 +28,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/oar/relay"
+	"github.com/oar/relay/api/httpstatus"
 	"github.com/oar/relay/domain"
 	"github.com/oar/relay/provider"
 )
@@ -198,7 +199,7 @@ func (c *console) page(name string) gin.HandlerFunc {
 			case domain.CodeUnavailable:
 				_ = ctx.Error(err) // the 503's log line names the cause, so a store's silence is rate-limited (R25.3)
 			}
-			c.render(ctx, domain.HTTPStatus(e.Code), &view{Page: "error", Title: "Error", Error: e.Msg})
+			c.render(ctx, httpstatus.Of(e.Code), &view{Page: "error", Title: "Error", Error: e.Msg})
 			return
 		}
 		c.render(ctx, status, v)
