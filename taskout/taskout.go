@@ -65,11 +65,7 @@ func stripControls(s string) string {
 		r, size := utf8.DecodeRuneInString(s[i:])
 		switch {
 		case r == '\b':
-			// Backspace takes back the last rune of the current line.
-			if n := len(b); n > 0 && b[n-1] != '\n' && b[n-1] != '\r' {
-				_, last := utf8.DecodeLastRune(b)
-				b = b[:n-last]
-			}
+			b = backspace(b)
 		case r == '\n' || r == '\r' || r == '\t':
 			b = append(b, byte(r))
 		case r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0:
@@ -82,34 +78,27 @@ func stripControls(s string) string {
 	return string(b)
 }
 
-// skipSequence skips the escape sequence, or the raw byte that is not
-// UTF-8, at s[i]: ok with the index after it; not ok at any other rune.
+// backspace takes back the last rune of b's current line.
+func backspace(b []byte) []byte {
+	n := len(b)
+	if n == 0 || b[n-1] == '\n' || b[n-1] == '\r' {
+		return b
+	}
+	_, last := utf8.DecodeLastRune(b)
+	return b[:n-last]
+}
+
+// skipSequence skips the escape sequence (EscapeEnd), or the raw byte that
+// is not UTF-8, at s[i]: ok with the index after it; not ok at any other
+// rune. A raw byte that starts no sequence is dropped.
 func skipSequence(s string, i int) (next int, ok bool) {
-	r, size := utf8.DecodeRuneInString(s[i:])
-	switch {
-	case r == 0x1b: // ESC
-		return skipEscape(s, i+1), true
-	case r == 0x9b: // C1 CSI
-		return skipCSI(s, i+size), true
-	case isC1String(r): // C1 DCS, SOS, OSC, PM, APC
-		return skipString(s, i+size), true
-	case r == utf8.RuneError && size == 1:
-		// A raw byte that is not UTF-8: the 8-bit forms of CSI and OSC are
-		// skipped with their sequence, any other such byte is dropped.
-		switch c := s[i]; {
-		case c == 0x9b:
-			return skipCSI(s, i+1), true
-		case isC1String(rune(c)):
-			return skipString(s, i+1), true
-		}
+	if j := EscapeEnd(s, i); j > i {
+		return j, true
+	}
+	if r, size := utf8.DecodeRuneInString(s[i:]); r == utf8.RuneError && size == 1 {
 		return i + 1, true
 	}
 	return i, false
-}
-
-// isC1String: the C1 controls that open a string (DCS, SOS, OSC, PM, APC).
-func isC1String(r rune) bool {
-	return r == 0x90 || r == 0x98 || r == 0x9d || r == 0x9e || r == 0x9f
 }
 
 // lastAfterCR resolves carriage-return progress: of each line only the text
@@ -328,6 +317,24 @@ func looksLikeWord(t string) bool {
 	return true
 }
 
+// cleanLines is raw stripped of escapes, its elements that hold newlines
+// split into lines (one trailing newline ends the last), trailing spaces
+// trimmed.
+func cleanLines(raw []string) []string {
+	lines := make([]string, 0, len(raw))
+	for _, r := range raw {
+		r = StripANSI(r)
+		if !strings.Contains(r, "\n") {
+			lines = append(lines, strings.TrimRight(r, " \t"))
+			continue
+		}
+		for _, l := range strings.Split(strings.TrimSuffix(r, "\n"), "\n") {
+			lines = append(lines, strings.TrimRight(l, " \t"))
+		}
+	}
+	return lines
+}
+
 // maskValues replaces the value after each match of re (a key and its
 // separator) with ***. header selects the Authorization rules: the whole
 // rest of the value, not just one token.
@@ -529,18 +536,7 @@ func Fold(lines []string) []string {
 // tells whether there was any output). Only the lines that can reach the
 // result are masked, so a long output costs little more than its cleaning.
 func Tail(raw []string, n int) (tail []string, truncated bool) {
-	lines := make([]string, 0, len(raw))
-	for _, r := range raw {
-		r = StripANSI(r)
-		if strings.Contains(r, "\n") {
-			for _, l := range strings.Split(strings.TrimSuffix(r, "\n"), "\n") {
-				lines = append(lines, strings.TrimRight(l, " \t"))
-			}
-			continue
-		}
-		lines = append(lines, strings.TrimRight(r, " \t"))
-	}
-	lines = MaskBlock(lines)
+	lines := MaskBlock(cleanLines(raw))
 
 	// Fold from the end, masking lazily, until n groups are complete and one
 	// more line shows whether anything came before them.
@@ -808,17 +804,13 @@ func goLeafCounts(seg []goEntry) tally {
 			}
 			continue
 		}
-		switch e.status {
-		case 'P':
-			t.passed += e.mult
-		case 'F':
-			t.failed += e.mult
-		case 'S':
-			t.skipped += e.mult
-		}
+		t.count(goStatus[e.status], e.mult)
 	}
 	return t
 }
+
+// goStatus is the outcome of a Go test's "--- PASS/FAIL/SKIP" line.
+var goStatus = map[byte]outcome{'P': passed, 'F': failed, 'S': skipped}
 
 type parser struct {
 	cur *run
@@ -851,15 +843,7 @@ func (p *parser) summary(runner string, t tally) {
 }
 
 func (p *parser) line(raw string) {
-	l := strings.TrimRight(StripANSI(raw), " \t\r\n")
-	mult := 1
-	if strings.HasSuffix(l, "]") && strings.Contains(l, " [×") {
-		if m := reFolded.FindStringSubmatch(l); m != nil {
-			if n, err := atoiCount(m[2]); err == nil && n >= 2 {
-				l, mult = strings.TrimRight(m[1], " \t"), n
-			}
-		}
-	}
+	l, mult := unfold(strings.TrimRight(StripANSI(raw), " \t\r\n"))
 	if l == "" {
 		return
 	}
@@ -869,6 +853,22 @@ func (p *parser) line(raw string) {
 		p.jestLine(l, mult) ||
 		p.vitestLine(l, mult) ||
 		p.plainLine(l)
+}
+
+// unfold splits a line folded by Tail ("line [×3]") into the line and how
+// many times it came; any other line came once.
+func unfold(l string) (string, int) {
+	if !strings.HasSuffix(l, "]") || !strings.Contains(l, " [×") {
+		return l, 1
+	}
+	m := reFolded.FindStringSubmatch(l)
+	if m == nil {
+		return l, 1
+	}
+	if n, err := atoiCount(m[2]); err == nil && n >= 2 {
+		return strings.TrimRight(m[1], " \t"), n
+	}
+	return l, 1
 }
 
 func (p *parser) goLine(l string, mult int) bool {
@@ -964,8 +964,7 @@ func (p *parser) cargoLine(l string, mult int) bool {
 }
 
 func (p *parser) pytestLine(l string, mult int) bool {
-	if !strings.HasPrefix(l, "=") && !strings.HasPrefix(l, "[gw") && !strings.HasSuffix(l, "%]") &&
-		!strings.Contains(l, " in ") && !strings.Contains(l, ".py") {
+	if !mayBePytest(l) {
 		return false
 	}
 	switch {
@@ -993,6 +992,13 @@ func (p *parser) pytestLine(l string, mult int) bool {
 		return false
 	}
 	return true
+}
+
+// mayBePytest is a cheap look before pytest's patterns: a line of pytest
+// has one of these marks.
+func mayBePytest(l string) bool {
+	return strings.HasPrefix(l, "=") || strings.HasPrefix(l, "[gw") || strings.HasSuffix(l, "%]") ||
+		strings.Contains(l, " in ") || strings.Contains(l, ".py")
 }
 
 // pytestSummary adds up pytest's closing "N word, N word" counts ("no
@@ -1035,8 +1041,7 @@ func (p *parser) jestLine(l string, mult int) bool {
 }
 
 func (p *parser) vitestLine(l string, mult int) bool {
-	if !strings.Contains(l, "RUN") && !strings.Contains(l, "Test") && !strings.Contains(l, " test") &&
-		!strings.Contains(l, " > ") {
+	if !mayBeVitest(l) {
 		return false
 	}
 	switch {
@@ -1058,6 +1063,12 @@ func (p *parser) vitestLine(l string, mult int) bool {
 		return false
 	}
 	return true
+}
+
+// mayBeVitest is a cheap look before vitest's patterns.
+func mayBeVitest(l string) bool {
+	return strings.Contains(l, "RUN") || strings.Contains(l, "Test") || strings.Contains(l, " test") ||
+		strings.Contains(l, " > ")
 }
 
 // vitestFileLine reads a vitest file's line "file (N tests | N failed …)":
