@@ -33,20 +33,11 @@ func (s *Server) noteWritten(r *Record) {
 		delete(s.keys, r.Key)
 		return
 	}
-	st := s.keys[r.Key]
 	if !IsPatch(r.Type) {
-		st = &keyState{hash: hashBody(r), expireAt: r.ExpireAt, listLen: -1, expires: r.ExpireAt > 0}
-		switch r.Type {
-		case TypeList:
-			st.listLen = int64(len(r.Items))
-		case TypeStream:
-			if n := len(r.Entries); n > 0 {
-				st.streamLast = r.Entries[n-1].ID
-			}
-		}
-		s.keys[r.Key] = st
+		s.keys[r.Key] = wholeState(r)
 		return
 	}
+	st := s.keys[r.Key]
 	if st == nil {
 		return // a patch of a key never written whole cannot be read back: refused at load
 	}
@@ -62,6 +53,20 @@ func (s *Server) noteWritten(r *Record) {
 			st.streamLast = r.Entries[n-1].ID
 		}
 	}
+}
+
+// wholeState is the key state of the whole record r.
+func wholeState(r *Record) *keyState {
+	st := &keyState{hash: hashBody(r), expireAt: r.ExpireAt, listLen: -1, expires: r.ExpireAt > 0}
+	switch r.Type {
+	case TypeList:
+		st.listLen = int64(len(r.Items))
+	case TypeStream:
+		if n := len(r.Entries); n > 0 {
+			st.streamLast = r.Entries[n-1].ID
+		}
+	}
+	return st
 }
 
 // maxSegments is how many segment files may follow the base file before a

@@ -126,18 +126,9 @@ func Open(o Options) (*Server, error) {
 			s.shutdown()
 		}
 	}()
-	var pw [16]byte
-	if _, err := rand.Read(pw[:]); err != nil {
+	if err := s.listen(); err != nil {
 		return nil, err
 	}
-	s.pass = hex.EncodeToString(pw[:])
-	s.mini = miniredis.NewMiniRedis()
-	s.mini.RequireAuth(s.pass)
-	if err := s.mini.StartAddr("127.0.0.1:0"); err != nil {
-		return nil, fmt.Errorf("embedded store: listen on loopback: %w", err)
-	}
-	s.cli = redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.pass, PoolSize: 2, MaxRetries: -1,
-		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second})
 	start := time.Now()
 	keys, err := s.load()
 	if err != nil {
@@ -157,6 +148,24 @@ func Open(o Options) (*Server, error) {
 	}
 	ok = true
 	return s, nil
+}
+
+// listen starts the server on a loopback port behind a new random password,
+// and its client.
+func (s *Server) listen() error {
+	var pw [16]byte
+	if _, err := rand.Read(pw[:]); err != nil {
+		return err
+	}
+	s.pass = hex.EncodeToString(pw[:])
+	s.mini = miniredis.NewMiniRedis()
+	s.mini.RequireAuth(s.pass)
+	if err := s.mini.StartAddr("127.0.0.1:0"); err != nil {
+		return fmt.Errorf("embedded store: listen on loopback: %w", err)
+	}
+	s.cli = redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.pass, PoolSize: 2, MaxRetries: -1,
+		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second})
+	return nil
 }
 
 // Addr is the server's loopback address.
@@ -502,23 +511,9 @@ func (m *merge) writeBase(basePath string, upto uint64, now time.Time) (int64, e
 		return 0, err
 	}
 	fw.paced = true
-	if _, err := os.Stat(basePath); err == nil {
-		_, err := readFile(basePath, kindBase, func(r *Record) error {
-			if _, ok := m.newer[r.Key]; ok || liveOnly(r.Key) {
-				return nil
-			}
-			for _, p := range m.onBase[r.Key] {
-				r.apply(p)
-			}
-			if r.Expired(now) || r.empty() {
-				return nil
-			}
-			return fw.add(r)
-		})
-		if err != nil {
-			fw.abort()
-			return 0, err
-		}
+	if err := m.copyBase(fw, basePath, now); err != nil {
+		fw.abort()
+		return 0, err
 	}
 	for _, r := range m.newer {
 		if r.Type == TypeNone || r.Expired(now) || r.empty() {
@@ -530,6 +525,28 @@ func (m *merge) writeBase(basePath string, upto uint64, now time.Time) (int64, e
 		}
 	}
 	return fw.commit()
+}
+
+// copyBase adds the old base file's keys at basePath, if there is one, to
+// fw: those the segments wrote whole, expired at now or empty left out, the
+// others with their patches applied.
+func (m *merge) copyBase(fw *fileWriter, basePath string, now time.Time) error {
+	if _, err := os.Stat(basePath); err != nil {
+		return nil
+	}
+	_, err := readFile(basePath, kindBase, func(r *Record) error {
+		if _, ok := m.newer[r.Key]; ok || liveOnly(r.Key) {
+			return nil
+		}
+		for _, p := range m.onBase[r.Key] {
+			r.apply(p)
+		}
+		if r.Expired(now) || r.empty() {
+			return nil
+		}
+		return fw.add(r)
+	})
+	return err
 }
 
 // Close takes a last checkpoint (a clean stop loses nothing: call it after
