@@ -346,29 +346,13 @@ func maskValues(s string, re *regexp.Regexp, header bool) string {
 	var b strings.Builder
 	last := 0
 	for _, loc := range locs {
-		keyStart, vStart := loc[0], loc[1]
-		if vStart <= last {
+		if loc[1] <= last {
 			continue // inside a value already masked
 		}
 		// A key inside the value masked before ("TOKEN: PASSWORD: x"): its
 		// own value is masked too.
-		key := s[keyStart:vStart]
-		if sepIsOperator(s, keyStart, key) {
-			continue
-		}
-		var opener byte
-		if keyStart > 0 {
-			opener = s[keyStart-1]
-		}
-		vs, ve := valueSpan(s, vStart, opener, header)
-		if ve <= vs {
-			continue
-		}
-		val := s[vs:ve]
-		if strings.HasPrefix(val, masked) {
-			continue
-		}
-		if !header && isWorkingDir(key, val) {
+		vs, ve, ok := secretSpan(s, loc[0], loc[1], header)
+		if !ok {
 			continue
 		}
 		b.WriteString(s[last:vs])
@@ -380,6 +364,30 @@ func maskValues(s string, re *regexp.Regexp, header bool) string {
 	}
 	b.WriteString(s[last:])
 	return b.String()
+}
+
+// secretSpan is the span of the value to mask after the key s[keyStart:vStart]
+// (its separator included); not ok when there is none: the separator is an
+// operator, the value is empty or masked already, or it is a working
+// directory.
+func secretSpan(s string, keyStart, vStart int, header bool) (vs, ve int, ok bool) {
+	key := s[keyStart:vStart]
+	if sepIsOperator(s, keyStart, key) {
+		return 0, 0, false
+	}
+	var opener byte
+	if keyStart > 0 {
+		opener = s[keyStart-1]
+	}
+	vs, ve = valueSpan(s, vStart, opener, header)
+	if ve <= vs {
+		return 0, 0, false
+	}
+	val := s[vs:ve]
+	if strings.HasPrefix(val, masked) || !header && isWorkingDir(key, val) {
+		return 0, 0, false
+	}
+	return vs, ve, true
 }
 
 // sepIsOperator reports a separator that is part of "::", ":=", "==", "=~"
