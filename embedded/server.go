@@ -531,8 +531,8 @@ func (m *merge) writeBase(basePath string, upto uint64, now time.Time) (int64, e
 // fw: those the segments wrote whole, expired at now or empty left out, the
 // others with their patches applied.
 func (m *merge) copyBase(fw *fileWriter, basePath string, now time.Time) error {
-	if _, err := os.Stat(basePath); err != nil {
-		return nil
+	if !fileExists(basePath) {
+		return nil // no base file yet
 	}
 	_, err := readFile(basePath, kindBase, func(r *Record) error {
 		if _, ok := m.newer[r.Key]; ok || liveOnly(r.Key) {
@@ -547,6 +547,12 @@ func (m *merge) copyBase(fw *fileWriter, basePath string, now time.Time) error {
 		return fw.add(r)
 	})
 	return err
+}
+
+// fileExists says whether path can be stat'ed.
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // Close takes a last checkpoint (a clean stop loses nothing: call it after
