@@ -138,7 +138,15 @@ func (s *streams) handle(c *gin.Context) {
 		c.JSON(http.StatusServiceUnavailable, gin.H{"error": "Redis is not reachable; try again.", "code": domain.CodeInternal})
 		return
 	}
-	w := c.Writer
+	if !s.hello(c.Writer) || c.Query("once") != "" {
+		return
+	}
+	s.pump(ctx, c.Writer, ps.Channel())
+}
+
+// hello starts the event stream and sends its hello event (the relay's
+// name); false when the connection is gone.
+func (s *streams) hello(w gin.ResponseWriter) bool {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
@@ -146,17 +154,21 @@ func (s *streams) handle(c *gin.Context) {
 	w.WriteHeader(http.StatusOK)
 	// retry: the browser reconnects 1 s after the stream ends (a relay restart).
 	if _, err := fmt.Fprintf(w, "retry: 1000\n\nevent: hello\ndata: %s\n\n", s.r.Name()); err != nil {
-		return
+		return false
 	}
 	w.Flush()
-	if c.Query("once") != "" {
-		return
-	}
-	msgs := ps.Channel()
+	return true
+}
+
+// pump sends the notifications of msgs as events, and a keep-alive comment
+// every s.keep, until the request ends, the streams stop, or the connection
+// is gone.
+func (s *streams) pump(ctx context.Context, w gin.ResponseWriter, msgs <-chan *redis.Message) {
 	keep := time.NewTicker(s.keep)
 	defer keep.Stop()
 	stop := s.stopped()
 	for {
+		var err error
 		select {
 		case <-ctx.Done():
 			return
@@ -170,16 +182,14 @@ func (s *streams) handle(c *gin.Context) {
 			if ev == "" {
 				continue
 			}
-			if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", ev, data); err != nil {
-				return
-			}
-			w.Flush()
+			_, err = fmt.Fprintf(w, "event: %s\ndata: %s\n\n", ev, data)
 		case <-keep.C:
-			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
-				return
-			}
-			w.Flush()
+			_, err = fmt.Fprint(w, ": keep-alive\n\n")
 		}
+		if err != nil {
+			return
+		}
+		w.Flush()
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/oar/relay/api/httpstatus"
 	"github.com/oar/relay/domain"
 )
 
@@ -65,7 +66,7 @@ func fail(c *gin.Context, err error) {
 	for k, v := range e.Fields {
 		body[k] = v
 	}
-	c.JSON(domain.HTTPStatus(e.Code), body)
+	c.JSON(httpstatus.Of(e.Code), body)
 }
 
 // bind decodes a JSON body strictly: unknown fields and wrong types are named.

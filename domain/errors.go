@@ -104,26 +104,6 @@ func AsError(err error) *Error {
 	return internal("", err)
 }
 
-// HTTPStatus maps a code to the owner API's status.
-func HTTPStatus(code string) int {
-	switch code {
-	case CodeNotFound:
-		return 404
-	case CodeForbidden, CodePermission, CodeDisabled, CodeSelf:
-		return 403
-	case CodeBusy, CodeSessionLimit, CodeLimit, CodeScheduleLimit, CodeQuestionLimit:
-		return 409
-	case CodeInternal:
-		return 500
-	case CodeOffline:
-		return 502
-	case CodeUnavailable:
-		return 503
-	default:
-		return 400
-	}
-}
-
 // maxChars refuses a text argument longer than max characters (R18.5).
 func maxChars(name, v string, max int, nothing string) *Error {
 	if n := utf8.RuneCountInString(v); n > max {

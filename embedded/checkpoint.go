@@ -33,20 +33,11 @@ func (s *Server) noteWritten(r *Record) {
 		delete(s.keys, r.Key)
 		return
 	}
-	st := s.keys[r.Key]
 	if !IsPatch(r.Type) {
-		st = &keyState{hash: hashBody(r), expireAt: r.ExpireAt, listLen: -1, expires: r.ExpireAt > 0}
-		switch r.Type {
-		case TypeList:
-			st.listLen = int64(len(r.Items))
-		case TypeStream:
-			if n := len(r.Entries); n > 0 {
-				st.streamLast = r.Entries[n-1].ID
-			}
-		}
-		s.keys[r.Key] = st
+		s.keys[r.Key] = wholeState(r)
 		return
 	}
+	st := s.keys[r.Key]
 	if st == nil {
 		return // a patch of a key never written whole cannot be read back: refused at load
 	}
@@ -62,6 +53,20 @@ func (s *Server) noteWritten(r *Record) {
 			st.streamLast = r.Entries[n-1].ID
 		}
 	}
+}
+
+// wholeState is the key state of the whole record r.
+func wholeState(r *Record) *keyState {
+	st := &keyState{hash: hashBody(r), expireAt: r.ExpireAt, listLen: -1, expires: r.ExpireAt > 0}
+	switch r.Type {
+	case TypeList:
+		st.listLen = int64(len(r.Items))
+	case TypeStream:
+		if n := len(r.Entries); n > 0 {
+			st.streamLast = r.Entries[n-1].ID
+		}
+	}
+	return st
 }
 
 // maxSegments is how many segment files may follow the base file before a
@@ -84,58 +89,13 @@ func (s *Server) Checkpoint(ctx context.Context) error {
 	defer s.mu.Unlock()
 	s.stats.runs.Add(1)
 	start := time.Now()
-	changes, all := s.tr.take()
-	if all {
-		for k := range s.keys {
-			changes[k] = &change{kind: opWhole}
-		}
-		if err := ScanKeys(ctx, s.cli, 1000, func(ks []string) error {
-			for _, k := range ks {
-				changes[k] = &change{kind: opWhole}
-			}
-			return nil
-		}); err != nil {
-			s.tr.again(nil, true)
-			return err
-		}
+	changes, err := s.takeChanges(ctx)
+	if err != nil || !s.worthWriting(changes) {
+		return err
 	}
-	// R25.4: live-only keys are never kept; deferred keys (asynq's counters
-	// and queue names) alone make no file: they wait for the next change of
-	// anything else, or the last checkpoint of a clean stop.
-	deferred := 0
-	for k := range changes {
-		switch {
-		case liveOnly(k):
-			delete(changes, k)
-		case deferredKey(k):
-			deferred++
-		}
-	}
-	if len(changes) == 0 {
-		return nil
-	}
-	if deferred == len(changes) && !s.closing.Load() {
-		s.tr.keepChanges(changes)
-		return nil
-	}
-	keys := make([]string, 0, len(changes))
-	for k := range changes {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var out []*Record
-	for i := 0; i < len(keys); i += checkpointBatch {
-		part := keys[i:min(i+checkpointBatch, len(keys))]
-		recs, retry, err := s.readChanges(ctx, part, changes)
-		if err != nil {
-			s.tr.againChanges(changes)
-			return err
-		}
-		s.tr.again(retry, false)
-		out = append(out, recs...)
-	}
-	if len(out) == 0 {
-		return nil
+	out, err := s.readBatches(ctx, changes)
+	if err != nil || len(out) == 0 {
+		return err
 	}
 	if !s.closing.Load() && onlyDeferred(out) {
 		// The other keys read were as written (a task queued and done
@@ -148,48 +108,131 @@ func (s *Server) Checkpoint(ctx context.Context) error {
 		return nil
 	}
 	seq := s.seq + 1
-	fw, err := newFileWriter(filepath.Join(s.opts.Dir, segName(seq)), kindSeg, seq)
-	if err == nil {
-		for _, r := range out {
-			if err = fw.add(r); err != nil {
-				break
-			}
-		}
-		if err != nil {
-			fw.abort()
-		}
-	}
-	var n int64
-	if err == nil {
-		n, err = fw.commit()
-	}
+	n, err := writeSegment(filepath.Join(s.opts.Dir, segName(seq)), seq, out)
 	if err != nil {
 		s.tr.againChanges(changes)
 		return fmt.Errorf("write segment %d: %w", seq, err)
 	}
+	s.noteSegment(seq, out, n, start)
+	s.mergeIfDue(seq)
+	return nil
+}
+
+// takeChanges takes the tracker's changes; after a command that may have
+// changed any key, every key is read whole (those written and those held).
+func (s *Server) takeChanges(ctx context.Context) (map[string]*change, error) {
+	changes, all := s.tr.take()
+	if !all {
+		return changes, nil
+	}
+	for k := range s.keys {
+		changes[k] = &change{kind: opWhole}
+	}
+	if err := ScanKeys(ctx, s.cli, 1000, func(ks []string) error {
+		for _, k := range ks {
+			changes[k] = &change{kind: opWhole}
+		}
+		return nil
+	}); err != nil {
+		s.tr.again(nil, true)
+		return nil, err
+	}
+	return changes, nil
+}
+
+// worthWriting leaves the live-only keys out of changes and says whether
+// the rest makes a file. R25.4: live-only keys are never kept; deferred keys
+// (asynq's counters and queue names) alone make no file: they wait for the
+// next change of anything else, or the last checkpoint of a clean stop.
+func (s *Server) worthWriting(changes map[string]*change) bool {
+	deferred := 0
+	for k := range changes {
+		switch {
+		case liveOnly(k):
+			delete(changes, k)
+		case deferredKey(k):
+			deferred++
+		}
+	}
+	if len(changes) == 0 {
+		return false
+	}
+	if deferred == len(changes) && !s.closing.Load() {
+		s.tr.keepChanges(changes)
+		return false
+	}
+	return true
+}
+
+// readBatches reads the changed keys in order, checkpointBatch keys to a
+// MULTI; the keys to read whole again go back to the tracker, and on an
+// error every change does.
+func (s *Server) readBatches(ctx context.Context, changes map[string]*change) ([]*Record, error) {
+	keys := make([]string, 0, len(changes))
+	for k := range changes {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var out []*Record
+	for i := 0; i < len(keys); i += checkpointBatch {
+		part := keys[i:min(i+checkpointBatch, len(keys))]
+		recs, retry, err := s.readChanges(ctx, part, changes)
+		if err != nil {
+			s.tr.againChanges(changes)
+			return nil, err
+		}
+		s.tr.again(retry, false)
+		out = append(out, recs...)
+	}
+	return out, nil
+}
+
+// writeSegment writes recs as segment seq at path and returns its size.
+func writeSegment(path string, seq uint64, recs []*Record) (int64, error) {
+	fw, err := newFileWriter(path, kindSeg, seq)
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range recs {
+		if err := fw.add(r); err != nil {
+			fw.abort()
+			return 0, err
+		}
+	}
+	return fw.commit()
+}
+
+// noteSegment records segment seq, n bytes of recs, as written: the key
+// states and the counters.
+func (s *Server) noteSegment(seq uint64, recs []*Record, n int64, start time.Time) {
 	s.seq = seq
-	for _, r := range out {
+	for _, r := range recs {
 		s.noteWritten(r)
 	}
 	s.segBytes += n
 	s.stats.checkpoints.Add(1)
-	s.stats.records.Add(int64(len(out)))
+	s.stats.records.Add(int64(len(recs)))
 	s.stats.bytes.Add(n)
 	s.stats.lastCheckpointNs.Store(int64(time.Since(start)))
-	// A merge when the segments pass their share of bytes, or maxSegments
-	// files (R25.4: a day of small changes is thousands of files else).
-	merge := s.segBytes >= max(s.opts.CompactAt, s.baseBytes/2) || s.seq-s.baseSeq > maxSegments
-	if !s.closing.Load() && merge && s.compacting.CompareAndSwap(false, true) {
-		s.compactWG.Add(1)
-		go func(upto uint64) {
-			defer s.compactWG.Done()
-			defer s.compacting.Store(false)
-			if err := s.compact(upto); err != nil {
-				s.log.Error("embedded store: merging segments into the base file failed (tried again later)", "data_dir", s.opts.Dir, "err", err)
-			}
-		}(seq)
+}
+
+// mergeIfDue starts a merge of the segments up to seq in the background
+// when they pass their share of bytes, or maxSegments files (R25.4: a day
+// of small changes is thousands of files else), unless one runs already or
+// the server is closing.
+func (s *Server) mergeIfDue(seq uint64) {
+	due := s.segBytes >= max(s.opts.CompactAt, s.baseBytes/2) || s.seq-s.baseSeq > maxSegments
+	if s.closing.Load() || !due || !s.compacting.CompareAndSwap(false, true) {
+		return
 	}
-	return nil
+	s.compactWG.Add(1)
+	go func(upto uint64) {
+		defer s.compactWG.Done()
+		defer s.compacting.Store(false)
+		if err := s.compact(upto); err != nil {
+			s.log.Error("embedded store: merging segments into the base file failed (tried again later)", "data_dir", s.opts.Dir, "err", err)
+		}
+	}(seq)
 }
 
 // nearExpiry says whether two reads of a key's expiry are the same expiry:
@@ -228,6 +271,19 @@ const (
 	readStreamTail
 )
 
+// byElems says whether the mode reads only named fields or members.
+func (m readMode) byElems() bool { return m == readHash || m == readSet || m == readZSet }
+
+// keyRead is one key's reads in the MULTI of readChanges.
+type keyRead struct {
+	mode  readMode
+	elems []string // byElems: the fields or members read, sorted
+	typ   *redis.StatusCmd
+	pttl  *redis.DurationCmd
+	val   redis.Cmder
+	extra redis.Cmder
+}
+
 // readChanges reads keys' changes at one point in time: their types first,
 // then one MULTI reads each key's type again, its expiry, and its whole
 // contents or only its changed part. It returns the records to write
@@ -239,46 +295,11 @@ func (s *Server) readChanges(ctx context.Context, keys []string, changes map[str
 	if err != nil {
 		return nil, nil, err
 	}
-	type read struct {
-		mode  readMode
-		elems []string
-		typ   *redis.StatusCmd
-		pttl  *redis.DurationCmd
-		val   redis.Cmder
-		extra redis.Cmder
-	}
-	reads := make([]read, len(keys))
+	reads := make([]keyRead, len(keys))
 	now := time.Now()
 	_, err = s.cli.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
-			t, c, st := types[i].Val(), changes[k], s.keys[k]
-			rd := &reads[i]
-			rd.mode = modeOf(t, c, st)
-			rd.typ = p.Type(ctx, k)
-			rd.pttl = p.PTTL(ctx, k)
-			if rd.mode == readHash || rd.mode == readSet || rd.mode == readZSet {
-				rd.elems = make([]string, 0, len(c.elems))
-				for e := range c.elems {
-					rd.elems = append(rd.elems, e)
-				}
-				sort.Strings(rd.elems)
-			}
-			switch rd.mode {
-			case readWhole:
-				rd.val = queueWhole(ctx, p, k, t)
-			case readHash:
-				rd.val = p.HMGet(ctx, k, rd.elems...)
-			case readSet:
-				rd.val = p.SMIsMember(ctx, k, toAny(rd.elems)...)
-			case readZSet:
-				rd.val = p.Do(ctx, append([]any{"ZMSCORE", k}, toAny(rd.elems)...)...)
-			case readListTail:
-				rd.extra = p.LLen(ctx, k)
-				rd.val = p.LRange(ctx, k, st.listLen, -1)
-			case readStreamTail:
-				rd.val = p.XRange(ctx, k, "("+st.streamLast, "+")
-				rd.extra = p.XRangeN(ctx, k, "-", "+", 1)
-			}
+			reads[i].queue(ctx, p, k, types[i].Val(), changes[k], s.keys[k])
 		}
 		return nil
 	})
@@ -286,88 +307,152 @@ func (s *Server) readChanges(ctx context.Context, keys []string, changes map[str
 		return nil, nil, fmt.Errorf("read keys: %w", err)
 	}
 	for i, k := range keys {
-		rd := &reads[i]
-		want, got := types[i].Val(), rd.typ.Val()
-		st := s.keys[k]
+		r, again, err := reads[i].record(k, types[i].Val(), s.keys[k], now)
 		switch {
-		case want != got:
+		case err != nil:
+			return nil, nil, err
+		case again:
 			retry = append(retry, k)
-			continue
-		case got == TypeNone:
-			if st != nil {
-				recs = append(recs, &Record{Key: k, Type: TypeNone})
-			}
-			continue
-		}
-		var r *Record
-		if rd.mode == readWhole {
-			if r, err = wholeRecord(k, got, rd.pttl.Val(), rd.val, now); err != nil {
-				return nil, nil, err
-			}
-			if st != nil && st.hash != 0 && st.hash == hashBody(r) && nearExpiry(st.expireAt, r.ExpireAt) {
-				continue // written so already (a command that changed nothing)
-			}
+		case r != nil:
 			recs = append(recs, r)
-			continue
 		}
-		r = &Record{Key: k, Type: patchType(got), ExpireAt: expireAt(rd.pttl.Val(), now)}
-		switch rd.mode {
-		case readHash:
-			for j, v := range rd.val.(*redis.SliceCmd).Val() {
-				if x, ok := v.(string); ok {
-					r.Items = append(r.Items, rd.elems[j], x)
-				} else {
-					r.Del = append(r.Del, rd.elems[j])
-				}
-			}
-		case readSet:
-			for j, in := range rd.val.(*redis.BoolSliceCmd).Val() {
-				if in {
-					r.Items = append(r.Items, rd.elems[j])
-				} else {
-					r.Del = append(r.Del, rd.elems[j])
-				}
-			}
-		case readZSet:
-			vals, _ := rd.val.(*redis.Cmd).Slice()
-			for j, v := range vals {
-				f, ok := zscore(v)
-				if ok {
-					r.Items = append(r.Items, rd.elems[j])
-					r.Scores = append(r.Scores, f)
-				} else {
-					r.Del = append(r.Del, rd.elems[j])
-				}
-			}
-		case readListTail:
-			if rd.extra.(*redis.IntCmd).Val() < st.listLen {
-				retry = append(retry, k) // shorter than written: read it whole
-				continue
-			}
-			r.Items = rd.val.(*redis.StringSliceCmd).Val()
-			if len(r.Items) == 0 {
-				continue
-			}
-		case readStreamTail:
-			r.Entries = streamEntries(rd.val.(*redis.XMessageSliceCmd).Val())
-			if len(r.Entries) == 0 {
-				continue // nothing appended yet (the command has not run)
-			}
-			if first := rd.extra.(*redis.XMessageSliceCmd).Val(); len(first) > 0 {
-				r.FirstID = first[0].ID
-			}
-		}
-		if len(r.Items) == 0 && len(r.Del) == 0 && len(r.Entries) == 0 {
-			continue
-		}
-		if (rd.mode == readHash || rd.mode == readSet || rd.mode == readZSet) && st.patch == hashRecord(r) {
-			// The same fields or members read again with the same values
-			// (a command pending at the last checkpoint): written already.
-			continue
-		}
-		recs = append(recs, r)
 	}
 	return recs, retry, nil
+}
+
+// queue adds the reads of key k, of type t and changed by c, to the MULTI p.
+func (rd *keyRead) queue(ctx context.Context, p redis.Pipeliner, k, t string, c *change, st *keyState) {
+	rd.mode = modeOf(t, c, st)
+	rd.typ = p.Type(ctx, k)
+	rd.pttl = p.PTTL(ctx, k)
+	if rd.mode.byElems() {
+		rd.elems = make([]string, 0, len(c.elems))
+		for e := range c.elems {
+			rd.elems = append(rd.elems, e)
+		}
+		sort.Strings(rd.elems)
+	}
+	switch rd.mode {
+	case readWhole:
+		rd.val = queueWhole(ctx, p, k, t)
+	case readHash:
+		rd.val = p.HMGet(ctx, k, rd.elems...)
+	case readSet:
+		rd.val = p.SMIsMember(ctx, k, toAny(rd.elems)...)
+	case readZSet:
+		rd.val = p.Do(ctx, append([]any{"ZMSCORE", k}, toAny(rd.elems)...)...)
+	case readListTail:
+		rd.extra = p.LLen(ctx, k)
+		rd.val = p.LRange(ctx, k, st.listLen, -1)
+	case readStreamTail:
+		rd.val = p.XRange(ctx, k, "("+st.streamLast, "+")
+		rd.extra = p.XRangeN(ctx, k, "-", "+", 1)
+	}
+}
+
+// record is the record to write of key k as read, of type want before the
+// MULTI and with st in the data directory: nil when there is nothing to
+// write; again when the key is to be read whole at the next checkpoint.
+func (rd *keyRead) record(k, want string, st *keyState, now time.Time) (r *Record, again bool, err error) {
+	got := rd.typ.Val()
+	switch {
+	case want != got:
+		return nil, true, nil
+	case got == TypeNone:
+		if st != nil {
+			return &Record{Key: k, Type: TypeNone}, false, nil
+		}
+		return nil, false, nil
+	case rd.mode == readWhole:
+		r, err = rd.whole(k, got, st, now)
+		return r, false, err
+	}
+	r = &Record{Key: k, Type: patchType(got), ExpireAt: expireAt(rd.pttl.Val(), now)}
+	if again := rd.fillPatch(r, st); again {
+		return nil, true, nil
+	}
+	if len(r.Items) == 0 && len(r.Del) == 0 && len(r.Entries) == 0 {
+		return nil, false, nil // nothing appended yet (the command has not run)
+	}
+	if rd.mode.byElems() && st.patch == hashRecord(r) {
+		// The same fields or members read again with the same values
+		// (a command pending at the last checkpoint): written already.
+		return nil, false, nil
+	}
+	return r, false, nil
+}
+
+// whole is the whole record of key k of type t as read; nil when the data
+// directory holds it so already (a command that changed nothing).
+func (rd *keyRead) whole(k, t string, st *keyState, now time.Time) (*Record, error) {
+	r, err := wholeRecord(k, t, rd.pttl.Val(), rd.val, now)
+	if err != nil {
+		return nil, err
+	}
+	if st != nil && st.hash != 0 && st.hash == hashBody(r) && nearExpiry(st.expireAt, r.ExpireAt) {
+		return nil, nil
+	}
+	return r, nil
+}
+
+// fillPatch fills the patch r with what was read; again: a list shorter
+// than written, to be read whole.
+func (rd *keyRead) fillPatch(r *Record, st *keyState) (again bool) {
+	switch rd.mode {
+	case readHash:
+		hashPatch(r, rd.elems, rd.val.(*redis.SliceCmd).Val())
+	case readSet:
+		setPatch(r, rd.elems, rd.val.(*redis.BoolSliceCmd).Val())
+	case readZSet:
+		vals, _ := rd.val.(*redis.Cmd).Slice()
+		zsetPatch(r, rd.elems, vals)
+	case readListTail:
+		if rd.extra.(*redis.IntCmd).Val() < st.listLen {
+			return true
+		}
+		r.Items = rd.val.(*redis.StringSliceCmd).Val()
+	case readStreamTail:
+		r.Entries = streamEntries(rd.val.(*redis.XMessageSliceCmd).Val())
+		if first := rd.extra.(*redis.XMessageSliceCmd).Val(); len(r.Entries) > 0 && len(first) > 0 {
+			r.FirstID = first[0].ID
+		}
+	}
+	return false
+}
+
+// hashPatch: the fields read with a value are set, the others deleted.
+func hashPatch(r *Record, fields []string, vals []any) {
+	for j, v := range vals {
+		if x, ok := v.(string); ok {
+			r.Items = append(r.Items, fields[j], x)
+		} else {
+			r.Del = append(r.Del, fields[j])
+		}
+	}
+}
+
+// setPatch: the members read as in the set are added, the others removed.
+func setPatch(r *Record, members []string, in []bool) {
+	for j, is := range in {
+		if is {
+			r.Items = append(r.Items, members[j])
+		} else {
+			r.Del = append(r.Del, members[j])
+		}
+	}
+}
+
+// zsetPatch: the members read with a score are added with it, the others
+// removed.
+func zsetPatch(r *Record, members []string, vals []any) {
+	for j, v := range vals {
+		if f, ok := zscore(v); ok {
+			r.Items = append(r.Items, members[j])
+			r.Scores = append(r.Scores, f)
+		} else {
+			r.Del = append(r.Del, members[j])
+		}
+	}
 }
 
 // modeOf is how a key of type t that changed by c is read: only the changed

@@ -80,17 +80,26 @@ func (c ttlClock) ttlMaps() ([]*map[string]time.Duration, bool) {
 	var out []*map[string]time.Duration
 	it := dbs.MapRange()
 	for it.Next() {
-		db := it.Value()
-		if db.Kind() != reflect.Pointer || db.IsNil() || db.Elem().Kind() != reflect.Struct {
+		ttl, ok := dbTTLs(it.Value())
+		if !ok {
 			return nil, false
 		}
-		ttl := db.Elem().FieldByName("ttl")
-		hashTTLs := db.Elem().FieldByName("hashTTLs")
-		if !ttl.IsValid() || ttl.Type() != reflect.TypeFor[map[string]time.Duration]() ||
-			!hashTTLs.IsValid() || hashTTLs.Kind() != reflect.Map || hashTTLs.Len() > 0 {
-			return nil, false
-		}
-		out = append(out, (*map[string]time.Duration)(unsafe.Pointer(ttl.UnsafeAddr())))
+		out = append(out, ttl)
 	}
 	return out, true
+}
+
+// dbTTLs is the TTL map of one of miniredis's databases (a *RedisDB); false
+// when its layout is not the one known here, or a hash has field TTLs.
+func dbTTLs(db reflect.Value) (*map[string]time.Duration, bool) {
+	if db.Kind() != reflect.Pointer || db.IsNil() || db.Elem().Kind() != reflect.Struct {
+		return nil, false
+	}
+	ttl := db.Elem().FieldByName("ttl")
+	hashTTLs := db.Elem().FieldByName("hashTTLs")
+	if !ttl.IsValid() || ttl.Type() != reflect.TypeFor[map[string]time.Duration]() ||
+		!hashTTLs.IsValid() || hashTTLs.Kind() != reflect.Map || hashTTLs.Len() > 0 {
+		return nil, false
+	}
+	return (*map[string]time.Duration)(unsafe.Pointer(ttl.UnsafeAddr())), true
 }

@@ -41,55 +41,8 @@ func hashTag(key string) string {
 }
 
 func export(ctx context.Context, c redis.Cmdable, w io.Writer, bySlot bool) (int, error) {
-	n := 0
+	x := &exporter{ctx: ctx, c: c, w: w, bySlot: bySlot}
 	var pending []string
-	var flushOne func(keys []string) error
-	flush := func(keys []string) error {
-		if !bySlot {
-			return flushOne(keys)
-		}
-		groups := map[string][]string{}
-		var order []string
-		for _, k := range keys {
-			t := hashTag(k)
-			if _, ok := groups[t]; !ok {
-				order = append(order, t)
-			}
-			groups[t] = append(groups[t], k)
-		}
-		for _, t := range order {
-			if err := flushOne(groups[t]); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	flushOne = func(keys []string) error {
-		for len(keys) > 0 {
-			recs, retry, err := ReadKeys(ctx, c, keys)
-			if err != nil {
-				return err
-			}
-			now := time.Now()
-			for _, r := range recs {
-				cmds := r.Commands(now)
-				if len(cmds) == 0 {
-					continue
-				}
-				n++
-				if err := WriteRESP(w, []string{"DEL", r.Key}); err != nil {
-					return err
-				}
-				for _, cmd := range cmds {
-					if err := WriteRESP(w, cmd); err != nil {
-						return err
-					}
-				}
-			}
-			keys = retry // a key whose type changed while read: read it again
-		}
-		return nil
-	}
 	seen := map[string]bool{} // SCAN may name a key twice; a list written twice would double
 	err := ScanKeys(ctx, c, 1000, func(keys []string) error {
 		for _, k := range keys {
@@ -101,12 +54,82 @@ func export(ctx context.Context, c redis.Cmdable, w io.Writer, bySlot bool) (int
 		if len(pending) < 1000 {
 			return nil
 		}
-		err := flush(pending)
+		err := x.batch(pending)
 		pending = pending[:0]
 		return err
 	})
 	if err == nil {
-		err = flush(pending)
+		err = x.batch(pending)
 	}
-	return n, err
+	return x.n, err
+}
+
+// exporter writes batches of keys for export.
+type exporter struct {
+	ctx    context.Context
+	c      redis.Cmdable
+	w      io.Writer
+	bySlot bool // a MULTI per hash tag (ExportNode)
+	n      int  // keys written
+}
+
+// batch reads keys and writes them: in one MULTI, or one per hash tag in
+// the order the tags first come.
+func (x *exporter) batch(keys []string) error {
+	if !x.bySlot {
+		return x.read(keys)
+	}
+	groups := map[string][]string{}
+	var order []string
+	for _, k := range keys {
+		t := hashTag(k)
+		if _, ok := groups[t]; !ok {
+			order = append(order, t)
+		}
+		groups[t] = append(groups[t], k)
+	}
+	for _, t := range order {
+		if err := x.read(groups[t]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// read reads keys at one point in time and writes them, again until no key
+// changed its type while read.
+func (x *exporter) read(keys []string) error {
+	for len(keys) > 0 {
+		recs, retry, err := ReadKeys(x.ctx, x.c, keys)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		for _, r := range recs {
+			if err := x.write(r, now); err != nil {
+				return err
+			}
+		}
+		keys = retry // a key whose type changed while read: read it again
+	}
+	return nil
+}
+
+// write writes one key's DEL and the commands that recreate it as of now
+// (nothing for a key with none: expired meanwhile).
+func (x *exporter) write(r *Record, now time.Time) error {
+	cmds := r.Commands(now)
+	if len(cmds) == 0 {
+		return nil
+	}
+	x.n++
+	if err := WriteRESP(x.w, []string{"DEL", r.Key}); err != nil {
+		return err
+	}
+	for _, cmd := range cmds {
+		if err := WriteRESP(x.w, cmd); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -198,75 +198,110 @@ func readFile(path string, kind byte, fn func(*Record) error) (uint64, error) {
 		return 0, &CorruptError{Path: path, Err: err}
 	}
 	defer func() { _ = f.Close() }() // read only: a close error loses nothing
-	var size int64
+	fr := &fileReader{path: path, crc: crc32.NewIEEE(), br: bufio.NewReaderSize(f, 256<<10)}
 	if fi, err := f.Stat(); err == nil {
-		size = fi.Size()
+		fr.size = fi.Size()
 	}
-	crc := crc32.NewIEEE()
-	br := bufio.NewReaderSize(f, 256<<10)
-	r := &crcReader{r: br, crc: crc}
-	corrupt := func(format string, a ...any) error {
-		return &CorruptError{Path: path, Err: fmt.Errorf(format, a...)}
+	fr.r = &crcReader{r: fr.br, crc: fr.crc}
+	seq, err := fr.header(kind)
+	if err != nil {
+		return 0, err
 	}
+	count, err := fr.records(fn)
+	if err != nil {
+		return 0, err
+	}
+	if err := fr.footer(count); err != nil {
+		return 0, err
+	}
+	return seq, nil
+}
+
+// fileReader reads one data file for readFile: header, records, footer.
+type fileReader struct {
+	path string
+	size int64 // the file's size (0: unknown)
+	crc  hash.Hash32
+	br   *bufio.Reader
+	r    *crcReader // br, its bytes counted in crc
+}
+
+func (fr *fileReader) corrupt(format string, a ...any) error {
+	return &CorruptError{Path: fr.path, Err: fmt.Errorf(format, a...)}
+}
+
+// header reads the header of a file of the given kind and returns its
+// sequence number.
+func (fr *fileReader) header(kind byte) (uint64, error) {
 	h := make([]byte, len(magic)+9)
-	if _, err := io.ReadFull(r, h); err != nil {
-		return 0, corrupt("header: %v", short(err))
+	if _, err := io.ReadFull(fr.r, h); err != nil {
+		return 0, fr.corrupt("header: %v", short(err))
 	}
 	if string(h[:len(magic)]) != magic {
-		return 0, corrupt("not a relay data file (bad magic)")
+		return 0, fr.corrupt("not a relay data file (bad magic)")
 	}
 	if h[len(magic)] != kind {
-		return 0, corrupt("file kind %q, want %q", h[len(magic)], kind)
+		return 0, fr.corrupt("file kind %q, want %q", h[len(magic)], kind)
 	}
-	seq := binary.BigEndian.Uint64(h[len(magic)+1:])
+	return binary.BigEndian.Uint64(h[len(magic)+1:]), nil
+}
+
+// records reads the records up to the footer's 0, calling fn for each, and
+// returns how many there were.
+func (fr *fileReader) records(fn func(*Record) error) (uint64, error) {
 	var count uint64
 	var buf []byte
 	for {
-		l, err := binary.ReadUvarint(r)
+		l, err := binary.ReadUvarint(fr.r)
 		if err != nil {
-			return 0, corrupt("after %d records: %v", count, short(err))
+			return 0, fr.corrupt("after %d records: %v", count, short(err))
 		}
 		if l == 0 {
-			break
+			return count, nil
 		}
-		if l > maxField*4 || int64(l) > size { // a damaged length: no buffer larger than the file
-			return 0, corrupt("record %d: length %d", count, l)
+		if l > maxField*4 || int64(l) > fr.size { // a damaged length: no buffer larger than the file
+			return 0, fr.corrupt("record %d: length %d", count, l)
 		}
 		if uint64(cap(buf)) < l {
 			buf = make([]byte, l)
 		}
 		buf = buf[:l]
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return 0, corrupt("record %d: %v", count, short(err))
+		if _, err := io.ReadFull(fr.r, buf); err != nil {
+			return 0, fr.corrupt("record %d: %v", count, short(err))
 		}
 		rec, err := decodeRecord(buf)
 		if err != nil {
-			return 0, corrupt("record %d: %v", count, err)
+			return 0, fr.corrupt("record %d: %v", count, err)
 		}
 		if err := fn(rec); err != nil {
 			return 0, err
 		}
 		count++
 	}
-	n, err := binary.ReadUvarint(r)
+}
+
+// footer reads the rest of the footer and checks it against the count of
+// records read and the checksum of every byte before it; nothing may follow.
+func (fr *fileReader) footer(count uint64) error {
+	n, err := binary.ReadUvarint(fr.r)
 	if err != nil {
-		return 0, corrupt("footer: %v", short(err))
+		return fr.corrupt("footer: %v", short(err))
 	}
 	if n != count {
-		return 0, corrupt("footer counts %d records, file has %d", n, count)
+		return fr.corrupt("footer counts %d records, file has %d", n, count)
 	}
-	want := crc.Sum32()
+	want := fr.crc.Sum32()
 	var c [4]byte
-	if _, err := io.ReadFull(br, c[:]); err != nil {
-		return 0, corrupt("checksum: %v", short(err))
+	if _, err := io.ReadFull(fr.br, c[:]); err != nil {
+		return fr.corrupt("checksum: %v", short(err))
 	}
 	if got := binary.BigEndian.Uint32(c[:]); got != want {
-		return 0, corrupt("checksum %08x, contents give %08x", got, want)
+		return fr.corrupt("checksum %08x, contents give %08x", got, want)
 	}
-	if _, err := br.ReadByte(); err != io.EOF {
-		return 0, corrupt("bytes after the checksum")
+	if _, err := fr.br.ReadByte(); err != io.EOF {
+		return fr.corrupt("bytes after the checksum")
 	}
-	return seq, nil
+	return nil
 }
 
 func short(err error) error {
@@ -419,14 +454,7 @@ func decodeRecord(b []byte) (*Record, error) {
 	r := &Record{Type: typeCodes[b[0]]}
 	d := &decoder{b: b[1:]}
 	r.Key = d.str()
-	if d.err == nil {
-		v, n := binary.Varint(d.b)
-		if n <= 0 {
-			d.err = errors.New("bad expiry")
-		} else {
-			r.ExpireAt, d.b = v, d.b[n:]
-		}
-	}
+	r.ExpireAt = d.expiry()
 	switch r.Type {
 	case TypeString:
 		r.Str = d.str()
@@ -436,29 +464,9 @@ func decodeRecord(b []byte) (*Record, error) {
 		r.Items = d.strs()
 		r.Del = d.strs()
 	case TypeZSet, PatchZSet:
-		n := d.count()
-		for i := 0; i < n && d.err == nil; i++ {
-			r.Items = append(r.Items, d.str())
-			if len(d.b) < 8 {
-				d.err = errors.New("score past the record's end")
-				break
-			}
-			r.Scores = append(r.Scores, math.Float64frombits(binary.BigEndian.Uint64(d.b)))
-			d.b = d.b[8:]
-		}
-		if r.Type == PatchZSet {
-			r.Del = d.strs()
-		}
+		d.zset(r)
 	case TypeStream, PatchStream:
-		if r.Type == PatchStream {
-			r.FirstID = d.str()
-		}
-		n := d.count()
-		for i := 0; i < n && d.err == nil; i++ {
-			e := StreamEntry{ID: d.str()}
-			e.Fields = d.strs()
-			r.Entries = append(r.Entries, e)
-		}
+		d.stream(r)
 	}
 	if d.err != nil {
 		return nil, d.err
@@ -470,4 +478,49 @@ func decodeRecord(b []byte) (*Record, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// expiry reads a record's expiry (a varint).
+func (d *decoder) expiry() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.err = errors.New("bad expiry")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// zset reads a sorted set's members with their scores, and a patch's
+// removed members.
+func (d *decoder) zset(r *Record) {
+	n := d.count()
+	for i := 0; i < n && d.err == nil; i++ {
+		r.Items = append(r.Items, d.str())
+		if len(d.b) < 8 {
+			d.err = errors.New("score past the record's end")
+			break
+		}
+		r.Scores = append(r.Scores, math.Float64frombits(binary.BigEndian.Uint64(d.b)))
+		d.b = d.b[8:]
+	}
+	if r.Type == PatchZSet {
+		r.Del = d.strs()
+	}
+}
+
+// stream reads a patch's first id and a stream's entries.
+func (d *decoder) stream(r *Record) {
+	if r.Type == PatchStream {
+		r.FirstID = d.str()
+	}
+	n := d.count()
+	for i := 0; i < n && d.err == nil; i++ {
+		e := StreamEntry{ID: d.str()}
+		e.Fields = d.strs()
+		r.Entries = append(r.Entries, e)
+	}
 }

@@ -182,76 +182,100 @@ func (r *Record) apply(p *Record) {
 	r.ExpireAt = p.ExpireAt
 	switch p.Type {
 	case PatchHash:
-		m := make(map[string]string, len(r.Items)/2+len(p.Items)/2)
-		for i := 0; i+1 < len(r.Items); i += 2 {
-			m[r.Items[i]] = r.Items[i+1]
-		}
-		for i := 0; i+1 < len(p.Items); i += 2 {
-			m[p.Items[i]] = p.Items[i+1]
-		}
-		for _, f := range p.Del {
-			delete(m, f)
-		}
-		fields := make([]string, 0, len(m))
-		for f := range m {
-			fields = append(fields, f)
-		}
-		sort.Strings(fields)
-		r.Items = r.Items[:0]
-		for _, f := range fields {
-			r.Items = append(r.Items, f, m[f])
-		}
+		r.applyHash(p)
 	case PatchSet:
-		m := make(map[string]bool, len(r.Items)+len(p.Items))
-		for _, x := range r.Items {
-			m[x] = true
-		}
-		for _, x := range p.Items {
-			m[x] = true
-		}
-		for _, x := range p.Del {
-			delete(m, x)
-		}
-		r.Items = r.Items[:0]
-		for x := range m {
-			r.Items = append(r.Items, x)
-		}
-		sort.Strings(r.Items)
+		r.applySet(p)
 	case PatchZSet:
-		m := make(map[string]float64, len(r.Items)+len(p.Items))
-		for i, x := range r.Items {
-			m[x] = r.Scores[i]
-		}
-		for i, x := range p.Items {
-			m[x] = p.Scores[i]
-		}
-		for _, x := range p.Del {
-			delete(m, x)
-		}
-		members := make([]string, 0, len(m))
-		for x := range m {
-			members = append(members, x)
-		}
-		sort.Slice(members, func(i, j int) bool {
-			a, b := m[members[i]], m[members[j]]
-			return a < b || (a == b && members[i] < members[j])
-		})
-		r.Items, r.Scores = members, make([]float64, len(members))
-		for i, x := range members {
-			r.Scores[i] = m[x]
-		}
+		r.applyZSet(p)
 	case PatchList:
 		r.Items = append(r.Items, p.Items...)
 	case PatchStream:
-		r.Entries = append(r.Entries, p.Entries...)
-		keep := r.Entries[:0]
-		for _, e := range r.Entries {
-			if p.FirstID != "" && !streamIDLess(e.ID, p.FirstID) {
-				keep = append(keep, e)
-			}
-		}
-		r.Entries = keep
+		r.applyStream(p)
 	}
+}
+
+// applyHash sets the patch's fields and deletes its deleted ones; the
+// fields stay sorted.
+func (r *Record) applyHash(p *Record) {
+	m := make(map[string]string, len(r.Items)/2+len(p.Items)/2)
+	for i := 0; i+1 < len(r.Items); i += 2 {
+		m[r.Items[i]] = r.Items[i+1]
+	}
+	for i := 0; i+1 < len(p.Items); i += 2 {
+		m[p.Items[i]] = p.Items[i+1]
+	}
+	for _, f := range p.Del {
+		delete(m, f)
+	}
+	fields := make([]string, 0, len(m))
+	for f := range m {
+		fields = append(fields, f)
+	}
+	sort.Strings(fields)
+	r.Items = r.Items[:0]
+	for _, f := range fields {
+		r.Items = append(r.Items, f, m[f])
+	}
+}
+
+// applySet adds the patch's members and removes its removed ones; the
+// members stay sorted.
+func (r *Record) applySet(p *Record) {
+	m := make(map[string]bool, len(r.Items)+len(p.Items))
+	for _, x := range r.Items {
+		m[x] = true
+	}
+	for _, x := range p.Items {
+		m[x] = true
+	}
+	for _, x := range p.Del {
+		delete(m, x)
+	}
+	r.Items = r.Items[:0]
+	for x := range m {
+		r.Items = append(r.Items, x)
+	}
+	sort.Strings(r.Items)
+}
+
+// applyZSet adds the patch's members with their scores and removes its
+// removed ones; the members stay in the sorted set's order.
+func (r *Record) applyZSet(p *Record) {
+	m := make(map[string]float64, len(r.Items)+len(p.Items))
+	for i, x := range r.Items {
+		m[x] = r.Scores[i]
+	}
+	for i, x := range p.Items {
+		m[x] = p.Scores[i]
+	}
+	for _, x := range p.Del {
+		delete(m, x)
+	}
+	members := make([]string, 0, len(m))
+	for x := range m {
+		members = append(members, x)
+	}
+	sort.Slice(members, func(i, j int) bool {
+		a, b := m[members[i]], m[members[j]]
+		return a < b || (a == b && members[i] < members[j])
+	})
+	r.Items, r.Scores = members, make([]float64, len(members))
+	for i, x := range members {
+		r.Scores[i] = m[x]
+	}
+}
+
+// applyStream appends the patch's entries and keeps those from its first
+// id on (the stream as trimmed).
+func (r *Record) applyStream(p *Record) {
+	r.Entries = append(r.Entries, p.Entries...)
+	keep := r.Entries[:0]
+	for _, e := range r.Entries {
+		if p.FirstID != "" && !streamIDLess(e.ID, p.FirstID) {
+			keep = append(keep, e)
+		}
+	}
+	r.Entries = keep
 }
 
 // empty says whether a whole record holds no element (its key would not

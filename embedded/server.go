@@ -126,18 +126,9 @@ func Open(o Options) (*Server, error) {
 			s.shutdown()
 		}
 	}()
-	var pw [16]byte
-	if _, err := rand.Read(pw[:]); err != nil {
+	if err := s.listen(); err != nil {
 		return nil, err
 	}
-	s.pass = hex.EncodeToString(pw[:])
-	s.mini = miniredis.NewMiniRedis()
-	s.mini.RequireAuth(s.pass)
-	if err := s.mini.StartAddr("127.0.0.1:0"); err != nil {
-		return nil, fmt.Errorf("embedded store: listen on loopback: %w", err)
-	}
-	s.cli = redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.pass, PoolSize: 2, MaxRetries: -1,
-		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second})
 	start := time.Now()
 	keys, err := s.load()
 	if err != nil {
@@ -157,6 +148,24 @@ func Open(o Options) (*Server, error) {
 	}
 	ok = true
 	return s, nil
+}
+
+// listen starts the server on a loopback port behind a new random password,
+// and its client.
+func (s *Server) listen() error {
+	var pw [16]byte
+	if _, err := rand.Read(pw[:]); err != nil {
+		return err
+	}
+	s.pass = hex.EncodeToString(pw[:])
+	s.mini = miniredis.NewMiniRedis()
+	s.mini.RequireAuth(s.pass)
+	if err := s.mini.StartAddr("127.0.0.1:0"); err != nil {
+		return fmt.Errorf("embedded store: listen on loopback: %w", err)
+	}
+	s.cli = redis.NewClient(&redis.Options{Addr: s.Addr(), Password: s.pass, PoolSize: 2, MaxRetries: -1,
+		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second})
+	return nil
 }
 
 // Addr is the server's loopback address.
@@ -196,23 +205,9 @@ func (s *Server) takeLock() error {
 // load reads the base file and then each later segment into the server.
 func (s *Server) load() (int, error) {
 	ctx := context.Background()
-	now := time.Now()
-	ld := &loader{ctx: ctx, p: s.cli.Pipeline(), now: now}
-	basePath := filepath.Join(s.opts.Dir, baseName)
-	if fi, err := os.Stat(basePath); err == nil {
-		seq, err := readFile(basePath, kindBase, func(r *Record) error {
-			if liveOnly(r.Key) {
-				return nil // kept by an older version: the live process writes it again
-			}
-			s.noteWritten(r)
-			return ld.add(r, false)
-		})
-		if err != nil {
-			return 0, err
-		}
-		s.baseSeq, s.seq, s.baseBytes = seq, seq, fi.Size()
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return 0, &CorruptError{Path: basePath, Err: err}
+	ld := &loader{ctx: ctx, p: s.cli.Pipeline(), now: time.Now()}
+	if err := s.loadBase(ld); err != nil {
+		return 0, err
 	}
 	segs, err := segments(s.opts.Dir)
 	if err != nil {
@@ -222,47 +217,85 @@ func (s *Server) load() (int, error) {
 		if seq <= s.baseSeq {
 			continue // merged already (a merge that stopped before removing it)
 		}
-		path := filepath.Join(s.opts.Dir, segName(seq))
-		got, err := readFile(path, kindSeg, func(r *Record) error {
-			if liveOnly(r.Key) {
-				return nil
-			}
-			s.noteWritten(r)
-			return ld.add(r, true)
-		})
-		if err != nil {
+		if err := s.loadSegment(ld, seq); err != nil {
 			return 0, err
 		}
-		if got != seq {
-			return 0, &CorruptError{Path: path, Err: fmt.Errorf("names segment %d in its header", got)}
-		}
-		if fi, err := os.Stat(path); err == nil {
-			s.segBytes += fi.Size()
-		}
-		s.seq = seq
 	}
 	if err := ld.flush(); err != nil {
 		return 0, fmt.Errorf("embedded store: load the data directory: %w", err)
 	}
 	if !s.opts.ReadOnly {
-		// Merged segments a stopped merge left behind are removed once all
-		// read, and so are the temporary files of writes a crash cut short
-		// (never renamed into place, so never part of the data).
-		for _, seq := range segs {
-			if seq <= s.baseSeq {
-				_ = os.Remove(filepath.Join(s.opts.Dir, segName(seq)))
-			}
-		}
-		if ents, err := os.ReadDir(s.opts.Dir); err == nil {
-			for _, e := range ents {
-				if n := e.Name(); strings.HasPrefix(n, "."+segPrefix) || strings.HasPrefix(n, "."+baseName) {
-					_ = os.Remove(filepath.Join(s.opts.Dir, n))
-				}
-			}
-		}
+		s.removeLeftovers(segs)
 	}
 	n, err := s.cli.DBSize(ctx).Result()
 	return int(n), err
+}
+
+// loadBase reads the base file, if there is one, into ld.
+func (s *Server) loadBase(ld *loader) error {
+	basePath := filepath.Join(s.opts.Dir, baseName)
+	fi, err := os.Stat(basePath)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return &CorruptError{Path: basePath, Err: err}
+	}
+	seq, err := readFile(basePath, kindBase, func(r *Record) error {
+		if liveOnly(r.Key) {
+			return nil // kept by an older version: the live process writes it again
+		}
+		s.noteWritten(r)
+		return ld.add(r, false)
+	})
+	if err != nil {
+		return err
+	}
+	s.baseSeq, s.seq, s.baseBytes = seq, seq, fi.Size()
+	return nil
+}
+
+// loadSegment reads segment seq into ld, over the keys read before.
+func (s *Server) loadSegment(ld *loader, seq uint64) error {
+	path := filepath.Join(s.opts.Dir, segName(seq))
+	got, err := readFile(path, kindSeg, func(r *Record) error {
+		if liveOnly(r.Key) {
+			return nil
+		}
+		s.noteWritten(r)
+		return ld.add(r, true)
+	})
+	if err != nil {
+		return err
+	}
+	if got != seq {
+		return &CorruptError{Path: path, Err: fmt.Errorf("names segment %d in its header", got)}
+	}
+	if fi, err := os.Stat(path); err == nil {
+		s.segBytes += fi.Size()
+	}
+	s.seq = seq
+	return nil
+}
+
+// removeLeftovers removes, once all is read, the merged segments a stopped
+// merge left behind, and the temporary files of writes a crash cut short
+// (never renamed into place, so never part of the data).
+func (s *Server) removeLeftovers(segs []uint64) {
+	for _, seq := range segs {
+		if seq <= s.baseSeq {
+			_ = os.Remove(filepath.Join(s.opts.Dir, segName(seq)))
+		}
+	}
+	ents, err := os.ReadDir(s.opts.Dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if n := e.Name(); strings.HasPrefix(n, "."+segPrefix) || strings.HasPrefix(n, "."+baseName) {
+			_ = os.Remove(filepath.Join(s.opts.Dir, n))
+		}
+	}
 }
 
 // loader sends records' commands to the server in pipelines.
@@ -395,95 +428,131 @@ func (s *Server) compact(upto uint64) error {
 	if upto <= from {
 		return nil
 	}
-	segs, err := segments(s.opts.Dir)
+	m, err := s.readSegments(from, upto)
 	if err != nil {
 		return err
 	}
-	// newer: the keys whose whole state (or deletion) a segment wrote, with
-	// the patches after it applied; onBase: patches of keys whose whole
-	// state is in the base file.
-	newer := map[string]*Record{}
-	onBase := map[string][]*Record{}
-	var merged []uint64
-	var mergedBytes int64
-	for _, seq := range segs {
-		if seq <= from || seq > upto {
-			continue
-		}
-		path := filepath.Join(s.opts.Dir, segName(seq))
-		if _, err := readFile(path, kindSeg, func(r *Record) error {
-			if liveOnly(r.Key) {
-				return nil
-			}
-			if !IsPatch(r.Type) {
-				newer[r.Key] = r
-				delete(onBase, r.Key)
-				return nil
-			}
-			if w, ok := newer[r.Key]; ok {
-				if w.Type != TypeNone {
-					w.apply(r)
-				}
-				return nil
-			}
-			onBase[r.Key] = append(onBase[r.Key], r)
-			return nil
-		}); err != nil {
-			return err
-		}
-		if fi, err := os.Stat(path); err == nil {
-			mergedBytes += fi.Size()
-		}
-		merged = append(merged, seq)
-	}
-	now := time.Now()
-	basePath := filepath.Join(s.opts.Dir, baseName)
-	fw, err := newFileWriter(basePath, kindBase, upto)
-	if err != nil {
-		return err
-	}
-	fw.paced = true
-	if _, err := os.Stat(basePath); err == nil {
-		_, err := readFile(basePath, kindBase, func(r *Record) error {
-			if _, ok := newer[r.Key]; ok || liveOnly(r.Key) {
-				return nil
-			}
-			for _, p := range onBase[r.Key] {
-				r.apply(p)
-			}
-			if r.Expired(now) || r.empty() {
-				return nil
-			}
-			return fw.add(r)
-		})
-		if err != nil {
-			fw.abort()
-			return err
-		}
-	}
-	for _, r := range newer {
-		if r.Type == TypeNone || r.Expired(now) || r.empty() {
-			continue
-		}
-		if err := fw.add(r); err != nil {
-			fw.abort()
-			return err
-		}
-	}
-	n, err := fw.commit()
+	n, err := m.writeBase(filepath.Join(s.opts.Dir, baseName), upto, time.Now())
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
 	s.baseSeq, s.baseBytes = upto, n
-	s.segBytes -= mergedBytes
+	s.segBytes -= m.bytes
 	s.mu.Unlock()
-	for _, seq := range merged {
+	for _, seq := range m.segs {
 		_ = os.Remove(filepath.Join(s.opts.Dir, segName(seq)))
 	}
 	s.stats.compactions.Add(1)
 	s.stats.lastCompactNs.Store(int64(time.Since(start)))
 	return nil
+}
+
+// merge is what the segments of a compaction hold, read in order.
+type merge struct {
+	// newer: the keys whose whole state (or deletion) a segment wrote, with
+	// the patches after it applied; onBase: patches of keys whose whole
+	// state is in the base file.
+	newer  map[string]*Record
+	onBase map[string][]*Record
+	segs   []uint64 // the segments read
+	bytes  int64    // their size
+}
+
+// readSegments reads the segments after from up to upto.
+func (s *Server) readSegments(from, upto uint64) (*merge, error) {
+	segs, err := segments(s.opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	m := &merge{newer: map[string]*Record{}, onBase: map[string][]*Record{}}
+	for _, seq := range segs {
+		if seq <= from || seq > upto {
+			continue
+		}
+		path := filepath.Join(s.opts.Dir, segName(seq))
+		if _, err := readFile(path, kindSeg, m.add); err != nil {
+			return nil, err
+		}
+		if fi, err := os.Stat(path); err == nil {
+			m.bytes += fi.Size()
+		}
+		m.segs = append(m.segs, seq)
+	}
+	return m, nil
+}
+
+// add takes one record of a segment into the merge.
+func (m *merge) add(r *Record) error {
+	if liveOnly(r.Key) {
+		return nil
+	}
+	if !IsPatch(r.Type) {
+		m.newer[r.Key] = r
+		delete(m.onBase, r.Key)
+		return nil
+	}
+	if w, ok := m.newer[r.Key]; ok {
+		if w.Type != TypeNone {
+			w.apply(r)
+		}
+		return nil
+	}
+	m.onBase[r.Key] = append(m.onBase[r.Key], r)
+	return nil
+}
+
+// writeBase writes the new base file, numbered upto, at basePath: the old
+// one's keys with their patches applied, then the keys the segments wrote
+// whole; keys expired at now or empty are left out. It returns its size.
+func (m *merge) writeBase(basePath string, upto uint64, now time.Time) (int64, error) {
+	fw, err := newFileWriter(basePath, kindBase, upto)
+	if err != nil {
+		return 0, err
+	}
+	fw.paced = true
+	if err := m.copyBase(fw, basePath, now); err != nil {
+		fw.abort()
+		return 0, err
+	}
+	for _, r := range m.newer {
+		if r.Type == TypeNone || r.Expired(now) || r.empty() {
+			continue
+		}
+		if err := fw.add(r); err != nil {
+			fw.abort()
+			return 0, err
+		}
+	}
+	return fw.commit()
+}
+
+// copyBase adds the old base file's keys at basePath, if there is one, to
+// fw: those the segments wrote whole, expired at now or empty left out, the
+// others with their patches applied.
+func (m *merge) copyBase(fw *fileWriter, basePath string, now time.Time) error {
+	if !fileExists(basePath) {
+		return nil // no base file yet
+	}
+	_, err := readFile(basePath, kindBase, func(r *Record) error {
+		if _, ok := m.newer[r.Key]; ok || liveOnly(r.Key) {
+			return nil
+		}
+		for _, p := range m.onBase[r.Key] {
+			r.apply(p)
+		}
+		if r.Expired(now) || r.empty() {
+			return nil
+		}
+		return fw.add(r)
+	})
+	return err
+}
+
+// fileExists says whether path can be stat'ed.
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // Close takes a last checkpoint (a clean stop loses nothing: call it after

@@ -129,6 +129,18 @@ func (t *tracker) hook(c *server.Peer, cmd string, args ...string) bool {
 		t.onCommand()
 	}
 	t.mu.Lock()
+	t.peerCommand(c, cmd, ops, all, write)
+	t.mu.Unlock()
+	if write {
+		t.wrote()
+	}
+	return false
+}
+
+// peerCommand marks what a client's command may change (write: ops, or
+// every key) and keeps it pending on its connection until the next command;
+// the previous command's keys, done now, are marked again. t.mu is held.
+func (t *tracker) peerCommand(c *server.Peer, cmd string, ops []keyOp, all, write bool) {
 	ps := t.peers[c]
 	if ps == nil {
 		ps = &peerState{}
@@ -153,11 +165,6 @@ func (t *tracker) hook(c *server.Peer, cmd string, args ...string) bool {
 	case "EXEC", "DISCARD":
 		ps.inTx = false
 	}
-	t.mu.Unlock()
-	if write {
-		t.wrote()
-	}
-	return false
 }
 
 // wrote notes a write command's mark and wakes the checkpoint loop.
@@ -310,51 +317,11 @@ func dropLive(ops []keyOp) []keyOp {
 }
 
 // writeOps says what cmd may change: for the commands the relay and asynq
-// write collections with, the fields, members or appends; for every other
-// write, whole keys (writeKeys); all = possibly every key.
+// write collections with, the fields, members or appends (collectionOp); for
+// every other write, whole keys (writeKeys); all = possibly every key.
 func (t *tracker) writeOps(cmd string, args []string) (ops []keyOp, all, write bool) {
-	if len(args) >= 2 {
-		k := args[0]
-		switch cmd {
-		case "HSET", "HMSET":
-			fields := make([]string, 0, len(args)/2)
-			for i := 1; i < len(args); i += 2 {
-				fields = append(fields, args[i])
-			}
-			return []keyOp{{key: k, kind: opHash, elems: fields}}, false, true
-		case "HSETNX", "HINCRBY", "HINCRBYFLOAT":
-			return []keyOp{{key: k, kind: opHash, elems: args[1:2]}}, false, true
-		case "HDEL":
-			return []keyOp{{key: k, kind: opHash, elems: args[1:]}}, false, true
-		case "SADD", "SREM":
-			return []keyOp{{key: k, kind: opSet, elems: args[1:]}}, false, true
-		case "ZREM":
-			return []keyOp{{key: k, kind: opZSet, elems: args[1:]}}, false, true
-		case "ZINCRBY":
-			if len(args) == 3 {
-				return []keyOp{{key: k, kind: opZSet, elems: args[2:3]}}, false, true
-			}
-		case "ZADD":
-			i := 1
-		options:
-			for i < len(args) {
-				switch strings.ToUpper(args[i]) {
-				case "NX", "XX", "GT", "LT", "CH", "INCR":
-					i++
-				default:
-					break options
-				}
-			}
-			var members []string
-			for j := i + 1; j < len(args); j += 2 {
-				members = append(members, args[j])
-			}
-			return []keyOp{{key: k, kind: opZSet, elems: members}}, false, true
-		case "RPUSH", "RPUSHX":
-			return []keyOp{{key: k, kind: opListAppend}}, false, true
-		case "XADD":
-			return []keyOp{{key: k, kind: opStreamAppend}}, false, true
-		}
+	if op, ok := collectionOp(cmd, args); ok {
+		return []keyOp{op}, false, true
 	}
 	keys, all, write := t.writeKeys(cmd, args)
 	for _, k := range keys {
@@ -363,70 +330,69 @@ func (t *tracker) writeOps(cmd string, args []string) (ops []keyOp, all, write b
 	return ops, all, write
 }
 
+// collectionOp is the op of a command that writes named fields or members
+// of a collection, or appends to a list or a stream; ok = cmd is one.
+func collectionOp(cmd string, args []string) (op keyOp, ok bool) {
+	if len(args) < 2 {
+		return keyOp{}, false
+	}
+	k := args[0]
+	switch cmd {
+	case "HSET", "HMSET":
+		return keyOp{key: k, kind: opHash, elems: everyOther(args[1:])}, true
+	case "HSETNX", "HINCRBY", "HINCRBYFLOAT":
+		return keyOp{key: k, kind: opHash, elems: args[1:2]}, true
+	case "HDEL":
+		return keyOp{key: k, kind: opHash, elems: args[1:]}, true
+	case "SADD", "SREM":
+		return keyOp{key: k, kind: opSet, elems: args[1:]}, true
+	case "ZREM":
+		return keyOp{key: k, kind: opZSet, elems: args[1:]}, true
+	case "ZINCRBY":
+		if len(args) == 3 {
+			return keyOp{key: k, kind: opZSet, elems: args[2:3]}, true
+		}
+	case "ZADD":
+		return keyOp{key: k, kind: opZSet, elems: zaddMembers(args)}, true
+	case "RPUSH", "RPUSHX":
+		return keyOp{key: k, kind: opListAppend}, true
+	case "XADD":
+		return keyOp{key: k, kind: opStreamAppend}, true
+	}
+	return keyOp{}, false
+}
+
+// everyOther is ss[0], ss[2], ss[4]…: the names of name-value pairs.
+func everyOther(ss []string) []string {
+	out := make([]string, 0, (len(ss)+1)/2)
+	for i := 0; i < len(ss); i += 2 {
+		out = append(out, ss[i])
+	}
+	return out
+}
+
+// zaddMembers is the members of ZADD key [NX|XX] [GT|LT] [CH] [INCR] score
+// member [score member…].
+func zaddMembers(args []string) []string {
+	i := 1
+	for i < len(args) && zaddOptions[strings.ToUpper(args[i])] {
+		i++
+	}
+	if i+1 >= len(args) {
+		return nil
+	}
+	return everyOther(args[i+1:])
+}
+
+var zaddOptions = set("NX XX GT LT CH INCR")
+
 // writeKeys says which keys cmd may change; all = possibly every key.
 func (t *tracker) writeKeys(cmd string, args []string) (keys []string, all, write bool) {
-	switch {
-	case noData[cmd]:
+	if noData[cmd] {
 		return nil, false, false
-	case firstKey[cmd]:
-		if len(args) == 0 {
-			return nil, false, false
-		}
-		return args[:1], false, true
-	case twoKeys[cmd]:
-		return args[:min(2, len(args))], false, true
-	case allArgs[cmd]:
-		return args, false, true
-	case allButLast[cmd]:
-		if len(args) == 0 {
-			return nil, false, false
-		}
-		return args[:len(args)-1], false, true
-	case everyKey[cmd]:
-		return nil, true, true
-	case numKeysAt0[cmd], numKeysAt1[cmd]:
-		at := 0
-		if numKeysAt1[cmd] {
-			at = 1
-		}
-		if len(args) <= at {
-			return nil, false, false
-		}
-		n, err := strconv.Atoi(args[at])
-		if err != nil || n < 0 || at+1+n > len(args) {
-			return nil, false, false // refused by the command itself
-		}
-		return args[at+1 : at+1+n], false, true
-	case cmd == "MSET" || cmd == "MSETNX":
-		for i := 0; i < len(args); i += 2 {
-			keys = append(keys, args[i])
-		}
-		return keys, false, true
-	case cmd == "BITOP":
-		if len(args) < 2 {
-			return nil, false, false
-		}
-		return args[1:2], false, true
-	case cmd == "XGROUP":
-		if len(args) < 2 {
-			return nil, false, false
-		}
-		return args[1:2], false, true
-	case cmd == "XREADGROUP":
-		for i, a := range args {
-			if strings.EqualFold(a, "STREAMS") {
-				rest := args[i+1:]
-				return rest[:len(rest)/2], false, true
-			}
-		}
-		return nil, false, false
-	case withStoreOp[cmd]:
-		for _, a := range args {
-			if u := strings.ToUpper(a); u == "STORE" || u == "STOREDIST" {
-				return nil, true, true
-			}
-		}
-		return nil, false, false
+	}
+	if layout := keyLayout(cmd); layout != nil {
+		return layout(args)
 	}
 	if !t.srv.IsRegisteredCommand(cmd) {
 		return nil, false, false // answered "unknown command"
@@ -438,4 +404,102 @@ func (t *tracker) writeKeys(cmd string, args []string) (keys []string, all, writ
 	}
 	t.mu.Unlock()
 	return nil, true, true
+}
+
+// keysOf reads the keys a write command may change from its arguments (as
+// writeKeys); write = false for arguments the command itself refuses.
+type keysOf func(args []string) (keys []string, all, write bool)
+
+// keyLayout is how cmd's arguments name its keys; nil: a command none of
+// the lists names.
+func keyLayout(cmd string) keysOf {
+	switch {
+	case firstKey[cmd]:
+		return firstArg
+	case twoKeys[cmd]:
+		return func(args []string) ([]string, bool, bool) { return args[:min(2, len(args))], false, true }
+	case allArgs[cmd]:
+		return func(args []string) ([]string, bool, bool) { return args, false, true }
+	case allButLast[cmd]:
+		return allButLastArg
+	case everyKey[cmd]:
+		return func([]string) ([]string, bool, bool) { return nil, true, true }
+	case numKeysAt0[cmd]:
+		return numKeysAt(0)
+	case numKeysAt1[cmd]:
+		return numKeysAt(1)
+	case withStoreOp[cmd]:
+		return storeOption
+	}
+	return keysByName[cmd]
+}
+
+// keysByName: the commands whose arguments name their keys in a way of
+// their own.
+var keysByName = map[string]keysOf{
+	"MSET":       pairNames,
+	"MSETNX":     pairNames,
+	"BITOP":      secondArg,
+	"XGROUP":     secondArg,
+	"XREADGROUP": streamsKeys,
+}
+
+func firstArg(args []string) ([]string, bool, bool) {
+	if len(args) == 0 {
+		return nil, false, false
+	}
+	return args[:1], false, true
+}
+
+func secondArg(args []string) ([]string, bool, bool) {
+	if len(args) < 2 {
+		return nil, false, false
+	}
+	return args[1:2], false, true
+}
+
+func allButLastArg(args []string) ([]string, bool, bool) {
+	if len(args) == 0 {
+		return nil, false, false
+	}
+	return args[:len(args)-1], false, true
+}
+
+// pairNames: MSET key value [key value…].
+func pairNames(args []string) ([]string, bool, bool) { return everyOther(args), false, true }
+
+// numKeysAt: the argument at names how many keys follow it (LMPOP, BLMPOP…).
+func numKeysAt(at int) keysOf {
+	return func(args []string) ([]string, bool, bool) {
+		if len(args) <= at {
+			return nil, false, false
+		}
+		n, err := strconv.Atoi(args[at])
+		if err != nil || n < 0 || at+1+n > len(args) {
+			return nil, false, false // refused by the command itself
+		}
+		return args[at+1 : at+1+n], false, true
+	}
+}
+
+// streamsKeys: XREADGROUP … STREAMS key [key…] id [id…].
+func streamsKeys(args []string) ([]string, bool, bool) {
+	for i, a := range args {
+		if strings.EqualFold(a, "STREAMS") {
+			rest := args[i+1:]
+			return rest[:len(rest)/2], false, true
+		}
+	}
+	return nil, false, false
+}
+
+// storeOption: GEORADIUS writes only with STORE or STOREDIST, to a key
+// named there (every key, to be safe).
+func storeOption(args []string) ([]string, bool, bool) {
+	for _, a := range args {
+		if u := strings.ToUpper(a); u == "STORE" || u == "STOREDIST" {
+			return nil, true, true
+		}
+	}
+	return nil, false, false
 }

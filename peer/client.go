@@ -72,7 +72,7 @@ func NewClient() *Client {
 // Hello asks a relay who it is (GET /peer/v1/hello).
 func (c *Client) Hello(ctx context.Context, to Target, timeout time.Duration) (*Hello, error) {
 	var h Hello
-	if err := c.do(ctx, to, http.MethodGet, "/peer/v1/hello", nil, timeout, &h); err != nil {
+	if err := c.do(ctx, to, request{method: http.MethodGet, path: "/peer/v1/hello", timeout: timeout}, &h); err != nil {
 		return nil, err
 	}
 	return &h, nil
@@ -82,7 +82,7 @@ func (c *Client) Hello(ctx context.Context, to Target, timeout time.Duration) (*
 // the result envelope as JSON decodes it.
 func (c *Client) Call(ctx context.Context, to Target, body CallBody, timeout time.Duration) (map[string]any, error) {
 	var env map[string]any
-	if err := c.do(ctx, to, http.MethodPost, "/peer/v1/call", body, timeout, &env); err != nil {
+	if err := c.do(ctx, to, request{method: http.MethodPost, path: "/peer/v1/call", body: body, timeout: timeout}, &env); err != nil {
 		return nil, err
 	}
 	return env, nil
@@ -92,7 +92,7 @@ func (c *Client) Call(ctx context.Context, to Target, body CallBody, timeout tim
 // /peer/v1/check) and returns its answer's fields undecoded.
 func (c *Client) Check(ctx context.Context, to Target, body CallBody, timeout time.Duration) (map[string]json.RawMessage, error) {
 	var env map[string]json.RawMessage
-	if err := c.do(ctx, to, http.MethodPost, "/peer/v1/check", body, timeout, &env); err != nil {
+	if err := c.do(ctx, to, request{method: http.MethodPost, path: "/peer/v1/check", body: body, timeout: timeout}, &env); err != nil {
 		return nil, err
 	}
 	return env, nil
@@ -103,7 +103,7 @@ func (c *Client) Check(ctx context.Context, to Target, body CallBody, timeout ti
 func (c *Client) Events(ctx context.Context, to Target, sub, after string, wait, timeout time.Duration) (*Events, error) {
 	q := url.Values{"subscription": {sub}, "after": {after}, "wait": {fmt.Sprint(int(wait / time.Second))}}
 	var out Events
-	if err := c.do(ctx, to, http.MethodGet, "/peer/v1/events?"+q.Encode(), nil, timeout, &out); err != nil {
+	if err := c.do(ctx, to, request{method: http.MethodGet, path: "/peer/v1/events?" + q.Encode(), timeout: timeout}, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -114,7 +114,7 @@ func (c *Client) Inbox(ctx context.Context, to Target, timeout time.Duration) ([
 	var out struct {
 		Asks []map[string]any `json:"asks"`
 	}
-	if err := c.do(ctx, to, http.MethodGet, "/peer/v1/inbox", nil, timeout, &out); err != nil {
+	if err := c.do(ctx, to, request{method: http.MethodGet, path: "/peer/v1/inbox", timeout: timeout}, &out); err != nil {
 		return nil, err
 	}
 	return out.Asks, nil
@@ -124,73 +124,96 @@ func (c *Client) Inbox(ctx context.Context, to Target, timeout time.Duration) ([
 // returns that relay's answer.
 func (c *Client) AnswerInbox(ctx context.Context, to Target, id string, in InboxAnswer, timeout time.Duration) (map[string]any, error) {
 	var out map[string]any
-	if err := c.do(ctx, to, http.MethodPost, "/peer/v1/inbox/"+url.PathEscape(id), in, timeout, &out); err != nil {
+	if err := c.do(ctx, to, request{method: http.MethodPost, path: "/peer/v1/inbox/" + url.PathEscape(id), body: in, timeout: timeout}, &out); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
+// request is one peer request: its method and path, the body to send as
+// JSON (nil: none) and how long the answer may take.
+type request struct {
+	method, path string
+	body         any
+	timeout      time.Duration
+}
+
 // do sends one peer request and decodes its JSON answer into out. Its error
 // is an *Error, or a body that cannot be encoded (a bug of the caller).
-func (c *Client) do(ctx context.Context, to Target, method, path string, body any, timeout time.Duration, out any) error {
-	name, base := to.Name, to.URL
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+func (c *Client) do(ctx context.Context, to Target, rq request, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, rq.timeout)
 	defer cancel()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return fmt.Errorf("encode the body of %s %s: %w", method, path, err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+	req, err := newRequest(ctx, to, rq)
 	if err != nil {
-		return errorf(CodeOffline, "Relay %q cannot be reached: its address %q is not usable (%v). Nothing was done.", name, base, err)
-	}
-	req.Header.Set("Authorization", "Bearer "+to.Token)
-	req.Header.Set("Accept", "application/json")
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		return err
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return errorf(CodeOffline, "Relay %q did not answer within %s. Nothing was done there, as far as this relay knows.", name, timeout.Round(time.Second))
+			return errorf(CodeOffline, "Relay %q did not answer within %s. Nothing was done there, as far as this relay knows.", to.Name, rq.timeout.Round(time.Second))
 		}
-		return errorf(CodeOffline, "Relay %q does not answer (%s). Nothing was done.", name, netReason(err))
+		return errorf(CodeOffline, "Relay %q does not answer (%s). Nothing was done.", to.Name, netReason(err))
 	}
 	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswer+1))
 	if err != nil {
-		return errorf(CodeOffline, "Relay %q broke off its answer (%s). Nothing is known to have been done.", name, netReason(err))
+		return errorf(CodeOffline, "Relay %q broke off its answer (%s). Nothing is known to have been done.", to.Name, netReason(err))
 	}
+	if err := answerError(to.Name, rq.path, resp, raw); err != nil {
+		return err
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return errorf(CodeOffline, "Relay %q answered with JSON this relay cannot read (%v). Nothing is known to have been done.", to.Name, err)
+		}
+	}
+	return nil
+}
+
+// newRequest builds rq's HTTP request to the relay to, with its peer token.
+func newRequest(ctx context.Context, to Target, rq request) (*http.Request, error) {
+	var rd io.Reader
+	if rq.body != nil {
+		b, err := json.Marshal(rq.body)
+		if err != nil {
+			return nil, fmt.Errorf("encode the body of %s %s: %w", rq.method, rq.path, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, rq.method, to.URL+rq.path, rd)
+	if err != nil {
+		return nil, errorf(CodeOffline, "Relay %q cannot be reached: its address %q is not usable (%v). Nothing was done.", to.Name, to.URL, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+to.Token)
+	req.Header.Set("Accept", "application/json")
+	if rq.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	return req, nil
+}
+
+// answerError is the error an answer of relay name to path says, raw its
+// body (nil: a relay's answer of success).
+func answerError(name, path string, resp *http.Response, raw []byte) error {
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		return errorf(CodeAuth, "Relay %q rejects this relay's peer token (HTTP %d). The owner must pair it again with a new token from that relay. Nothing was done.", name, resp.StatusCode)
 	case resp.StatusCode == http.StatusNotFound && !isJSON(resp):
 		return errorf(CodeUnsupported, "Relay %q does not serve the peer protocol at %s (HTTP 404): it may run an older relay and need an update. Nothing was done.", name, path)
-	}
-	if !isJSON(resp) || len(raw) > MaxAnswer {
+	case !isJSON(resp) || len(raw) > MaxAnswer:
 		return errorf(CodeOffline, "Relay %q answered with something that is not a relay's answer (HTTP %d, %s). Check the pairing's URL. Nothing is known to have been done.",
 			name, resp.StatusCode, contentKind(resp, len(raw)))
+	case resp.StatusCode < 300:
+		return nil
 	}
-	if resp.StatusCode >= 300 {
-		var e struct {
-			Error string `json:"error"`
-			Code  string `json:"code"`
-		}
-		if json.Unmarshal(raw, &e) == nil && e.Code != "" {
-			return errorf(e.Code, "Relay %q: %s", name, e.Error)
-		}
-		return errorf(CodeOffline, "Relay %q answered HTTP %d. Nothing is known to have been done.", name, resp.StatusCode)
+	var e struct {
+		Error string `json:"error"`
+		Code  string `json:"code"`
 	}
-	if out != nil {
-		if err := json.Unmarshal(raw, out); err != nil {
-			return errorf(CodeOffline, "Relay %q answered with JSON this relay cannot read (%v). Nothing is known to have been done.", name, err)
-		}
+	if json.Unmarshal(raw, &e) == nil && e.Code != "" {
+		return errorf(e.Code, "Relay %q: %s", name, e.Error)
 	}
-	return nil
+	return errorf(CodeOffline, "Relay %q answered HTTP %d. Nothing is known to have been done.", name, resp.StatusCode)
 }
 
 func isJSON(resp *http.Response) bool {

@@ -42,6 +42,47 @@ func (s *Store) KeyFormatDone(ctx context.Context) (bool, error) {
 	return v == keyFormat, wrap(err, "key format marker of %s", s.prefix)
 }
 
+// renameKey moves key k to the name to in one RENAME; a key there already
+// (moved before) wins, and k is dropped.
+func (s *Store) renameKey(ctx context.Context, k, to string) (moved bool, err error) {
+	ok, err := s.rdb.RenameNX(ctx, k, to).Result()
+	if err != nil {
+		return false, fmt.Errorf("rename %s: %w", k, err)
+	}
+	if !ok {
+		return false, wrap(s.rdb.Del(ctx, k).Err(), "drop %s", k)
+	}
+	return true, nil
+}
+
+// copyKey moves key k to the name to on a Redis Cluster, where the two may
+// be in different slots: DUMP and PTTL, RESTORE there (a key there already
+// wins), then DEL of k.
+func (s *Store) copyKey(ctx context.Context, k, to string) (moved bool, err error) {
+	var dump *redis.StringCmd
+	var pttl *redis.DurationCmd
+	if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		dump = p.Dump(ctx, k)
+		pttl = p.PTTL(ctx, k)
+		return nil
+	}); err != nil && !errors.Is(err, redis.Nil) {
+		return false, fmt.Errorf("dump %s: %w", k, err)
+	}
+	if errors.Is(dump.Err(), redis.Nil) {
+		return false, nil // gone meanwhile
+	}
+	ttl := pttl.Val()
+	if ttl < 0 {
+		ttl = 0 // no expiry
+	}
+	if err := s.rdb.Restore(ctx, to, ttl, dump.Val()).Err(); err != nil && !strings.Contains(err.Error(), "BUSYKEY") {
+		return false, fmt.Errorf("restore %s: %w", to, err)
+	} else if err == nil {
+		moved = true
+	}
+	return moved, wrap(s.rdb.Del(ctx, k).Err(), "drop %s", k)
+}
+
 // UpgradeKeyTags moves the keys of the old format (PREFIX:NAME:…) to
 // {PREFIX}:NAME:… once, then sets the marker {PREFIX}:keyfmt; with the
 // marker set it does nothing. A key already present in the new format is
@@ -77,40 +118,15 @@ func (s *Store) UpgradeKeyTags(ctx context.Context) (int, error) {
 		if !keyNames[name] {
 			return nil
 		}
-		to := s.p + rest
-		if !cluster {
-			ok, err := s.rdb.RenameNX(ctx, k, to).Result()
-			if err != nil {
-				return fmt.Errorf("rename %s: %w", k, err)
-			}
-			if !ok {
-				return wrap(s.rdb.Del(ctx, k).Err(), "drop %s", k)
-			}
-			n++
-			return nil
+		move := s.renameKey
+		if cluster {
+			move = s.copyKey
 		}
-		var dump *redis.StringCmd
-		var pttl *redis.DurationCmd
-		if _, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			dump = p.Dump(ctx, k)
-			pttl = p.PTTL(ctx, k)
-			return nil
-		}); err != nil && !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("dump %s: %w", k, err)
-		}
-		if errors.Is(dump.Err(), redis.Nil) {
-			return nil // gone meanwhile
-		}
-		ttl := pttl.Val()
-		if ttl < 0 {
-			ttl = 0 // no expiry
-		}
-		if err := s.rdb.Restore(ctx, to, ttl, dump.Val()).Err(); err != nil && !strings.Contains(err.Error(), "BUSYKEY") {
-			return fmt.Errorf("restore %s: %w", to, err)
-		} else if err == nil {
+		moved, err := move(ctx, k, s.p+rest)
+		if moved {
 			n++
 		}
-		return wrap(s.rdb.Del(ctx, k).Err(), "drop %s", k)
+		return err
 	})
 	if err != nil {
 		return n, fmt.Errorf("upgrade key names to {%s}:…: %w", s.prefix, err)

@@ -351,6 +351,45 @@ func (s *Store) SessionQuiet(ctx context.Context, sid string) (bool, error) {
 	return n == 0, wrap(err, "quiet of session %s", sid)
 }
 
+// sessionParts is what a session's deletion removes beside its own keys.
+type sessionParts struct {
+	toks      []any    // its token hashes (tokh, turntok)
+	turns     []string // the turns of its messages and of its queue
+	tasks     []string // its tasks' ids
+	questions []string // its questions' ids
+}
+
+// sessionParts reads the keys of session sid's parts.
+func (s *Store) sessionParts(ctx context.Context, sid string) (*sessionParts, error) {
+	var sp sessionParts
+	var err error
+	if sp.toks, err = s.rdb.HMGet(ctx, s.sessKey(sid), "tokh", "turntok").Result(); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	msgs, err := s.rdb.LRange(ctx, s.msgsKey(sid), 0, -1).Result()
+	if err != nil {
+		return nil, err
+	}
+	queued, err := s.rdb.LRange(ctx, s.k("q", sid), 0, -1).Result()
+	if err != nil {
+		return nil, err
+	}
+	if sp.tasks, err = s.rdb.HKeys(ctx, s.k("tasks", sid)).Result(); err != nil {
+		return nil, err
+	}
+	if sp.questions, err = s.rdb.ZRange(ctx, s.k("sq", sid), 0, -1).Result(); err != nil {
+		return nil, err
+	}
+	sp.turns = append([]string{}, queued...)
+	for _, raw := range msgs {
+		var m Message
+		if json.Unmarshal([]byte(raw), &m) == nil && m.ID != "" {
+			sp.turns = append(sp.turns, m.ID)
+		}
+	}
+	return &sp, nil
+}
+
 // DeleteSession removes a session and what is its alone (owner's DELETE
 // /sessions/{id}): the record, token, messages and their turns, queue, tasks
 // and their output, question cards, flags, loop count, its watcher state and
@@ -358,43 +397,20 @@ func (s *Store) SessionQuiet(ctx context.Context, sid string) (bool, error) {
 // PeerBusyKey; "" = none). Schedules, asks and subscriptions are ended by the
 // domain before.
 func (s *Store) DeleteSession(ctx context.Context, sid string, busyKeys ...string) error {
-	toks, err := s.rdb.HMGet(ctx, s.sessKey(sid), "tokh", "turntok").Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("delete session %s: %w", sid, err)
-	}
-	msgs, err := s.rdb.LRange(ctx, s.msgsKey(sid), 0, -1).Result()
+	parts, err := s.sessionParts(ctx, sid)
 	if err != nil {
 		return fmt.Errorf("delete session %s: %w", sid, err)
-	}
-	queued, err := s.rdb.LRange(ctx, s.k("q", sid), 0, -1).Result()
-	if err != nil {
-		return fmt.Errorf("delete session %s: %w", sid, err)
-	}
-	tasks, err := s.rdb.HKeys(ctx, s.k("tasks", sid)).Result()
-	if err != nil {
-		return fmt.Errorf("delete session %s: %w", sid, err)
-	}
-	qids, err := s.rdb.ZRange(ctx, s.k("sq", sid), 0, -1).Result()
-	if err != nil {
-		return fmt.Errorf("delete session %s: %w", sid, err)
-	}
-	ids := append([]string{}, queued...)
-	for _, raw := range msgs {
-		var m Message
-		if json.Unmarshal([]byte(raw), &m) == nil && m.ID != "" {
-			ids = append(ids, m.ID)
-		}
 	}
 	_, err = s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		s.revokeTokens(ctx, p, sid, toks) // R18.2
-		for _, id := range ids {
+		s.revokeTokens(ctx, p, sid, parts.toks) // R18.2
+		for _, id := range parts.turns {
 			p.Del(ctx, s.turnKey(id))
 			p.ZRem(ctx, s.k("tids"), id)
 		}
-		for _, id := range tasks {
+		for _, id := range parts.tasks {
 			p.Del(ctx, s.k("tout", id))
 		}
-		for _, id := range qids {
+		for _, id := range parts.questions {
 			p.Del(ctx, s.k("question", id))
 			p.ZRem(ctx, s.k("qids"), id)
 		}

@@ -150,6 +150,29 @@ func (s *Store) upgradeOwnerToken(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// upgradeSessionToken moves the plain token of the session record at key
+// to its hash (an empty one is dropped; a key of another type is not a
+// session record) and returns how many keys moved.
+func (s *Store) upgradeSessionToken(ctx context.Context, key string) (int, error) {
+	tok, err := s.rdb.HGet(ctx, key, "token").Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return 0, nil
+	case err == nil && tok == "":
+		return 0, s.rdb.HDel(ctx, key, "token").Err()
+	case err != nil && strings.Contains(err.Error(), "WRONGTYPE"):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("read the token of %s: %w", key, err)
+	}
+	h := TokenHash(tok)
+	moved, err := upgradeSessionTokenScript.Run(ctx, s.scr, []string{key, s.k("tok", tok), s.tokKey(h)}, tok, h).Int()
+	if err != nil {
+		return moved, fmt.Errorf("upgrade the token of %s: %w", key, err)
+	}
+	return moved, nil
+}
+
 // UpgradeTokens re-hashes the tokens a relay before R18.19 stored in plain
 // text (the generated owner token, session tokens and their look-up keys): one
 // step at start, idempotent (every move is one script that does nothing when
@@ -175,26 +198,9 @@ func (s *Store) UpgradeTokens(ctx context.Context) (int, error) {
 		if strings.Contains(key[len(sessPrefix):], ":") {
 			return nil
 		}
-		tok, err := s.rdb.HGet(ctx, key, "token").Result()
-		if errors.Is(err, redis.Nil) || (err == nil && tok == "") {
-			if err == nil {
-				return s.rdb.HDel(ctx, key, "token").Err()
-			}
-			return nil
-		}
-		if err != nil {
-			if strings.Contains(err.Error(), "WRONGTYPE") {
-				return nil
-			}
-			return fmt.Errorf("read the token of %s: %w", key, err)
-		}
-		h := TokenHash(tok)
-		moved, err := upgradeSessionTokenScript.Run(ctx, s.scr, []string{key, s.k("tok", tok), s.tokKey(h)}, tok, h).Int()
+		moved, err := s.upgradeSessionToken(ctx, key)
 		n += moved
-		if err != nil {
-			return fmt.Errorf("upgrade the token of %s: %w", key, err)
-		}
-		return nil
+		return err
 	}); err != nil {
 		return n, fmt.Errorf("upgrade session tokens: %w", err)
 	}

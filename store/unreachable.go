@@ -96,23 +96,12 @@ func (unreachableHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // error of the relay's own (a script's answer, a context the caller ended)
 // is not one.
 func classify(err error) (cause string, ok bool) {
-	switch {
-	case errors.Is(err, redis.Nil), errors.Is(err, redis.ErrClosed):
-		return "", false // an answer; the client closed by this process (shutdown)
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return "", false // the caller's own deadline or cancel, not the store's silence
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection refused", true
-	case errors.Is(err, syscall.ECONNRESET):
-		return "connection reset", true
-	case errors.Is(err, syscall.EPIPE):
-		return "broken pipe", true
-	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		return "no route to the store", true
-	case errors.Is(err, redis.ErrPoolTimeout):
-		return "connection pool timeout", true
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return "connection closed", true
+	for _, c := range errorCauses {
+		for _, e := range c.errs {
+			if errors.Is(err, e) {
+				return c.cause, c.cause != ""
+			}
+		}
 	}
 	var op *net.OpError // a socket's own timeout (go-redis's read and write timeouts)
 	if errors.As(err, &op) && op.Timeout() {
@@ -126,6 +115,22 @@ func classify(err error) (cause string, ok bool) {
 		return "the store is loading its data", true
 	}
 	return "", false
+}
+
+// errorCauses are the errors classify knows by identity, in the order it
+// tries them, each with the cause it names ("": not the store's silence).
+var errorCauses = []struct {
+	errs  []error
+	cause string
+}{
+	{[]error{redis.Nil, redis.ErrClosed}, ""},                 // an answer; the client closed by this process (shutdown)
+	{[]error{context.DeadlineExceeded, context.Canceled}, ""}, // the caller's own deadline or cancel, not the store's silence
+	{[]error{syscall.ECONNREFUSED}, "connection refused"},
+	{[]error{syscall.ECONNRESET}, "connection reset"},
+	{[]error{syscall.EPIPE}, "broken pipe"},
+	{[]error{syscall.EHOSTUNREACH, syscall.ENETUNREACH}, "no route to the store"},
+	{[]error{redis.ErrPoolTimeout}, "connection pool timeout"},
+	{[]error{io.EOF, io.ErrUnexpectedEOF}, "connection closed"},
 }
 
 // unreachableTexts are the words of a store that does not answer in a log

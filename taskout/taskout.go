@@ -50,37 +50,22 @@ func StripANSI(s string) string {
 	if !needsStrip(s) {
 		return s
 	}
+	return lastAfterCR(stripControls(s))
+}
+
+// stripControls removes escape sequences and control characters other than
+// newline, carriage return and tab, and applies backspaces.
+func stripControls(s string) string {
 	b := make([]byte, 0, len(s))
 	for i := 0; i < len(s); {
+		if next, ok := skipSequence(s, i); ok {
+			i = next
+			continue
+		}
 		r, size := utf8.DecodeRuneInString(s[i:])
 		switch {
-		case r == 0x1b: // ESC
-			i = skipEscape(s, i+1)
-			continue
-		case r == 0x9b: // C1 CSI
-			i = skipCSI(s, i+size)
-			continue
-		case r == 0x90 || r == 0x98 || r == 0x9d || r == 0x9e || r == 0x9f: // C1 DCS, SOS, OSC, PM, APC
-			i = skipString(s, i+size)
-			continue
-		case r == utf8.RuneError && size == 1:
-			// A raw byte that is not UTF-8: the 8-bit forms of CSI and OSC are
-			// skipped with their sequence, any other such byte is dropped.
-			switch s[i] {
-			case 0x9b:
-				i = skipCSI(s, i+1)
-			case 0x90, 0x98, 0x9d, 0x9e, 0x9f:
-				i = skipString(s, i+1)
-			default:
-				i++
-			}
-			continue
 		case r == '\b':
-			// Backspace takes back the last rune of the current line.
-			if n := len(b); n > 0 && b[n-1] != '\n' && b[n-1] != '\r' {
-				_, last := utf8.DecodeLastRune(b)
-				b = b[:n-last]
-			}
+			b = backspace(b)
 		case r == '\n' || r == '\r' || r == '\t':
 			b = append(b, byte(r))
 		case r < 0x20 || r == 0x7f || r >= 0x80 && r < 0xa0:
@@ -90,7 +75,35 @@ func StripANSI(s string) string {
 		}
 		i += size
 	}
-	out := string(b)
+	return string(b)
+}
+
+// backspace takes back the last rune of b's current line.
+func backspace(b []byte) []byte {
+	n := len(b)
+	if n == 0 || b[n-1] == '\n' || b[n-1] == '\r' {
+		return b
+	}
+	_, last := utf8.DecodeLastRune(b)
+	return b[:n-last]
+}
+
+// skipSequence skips the escape sequence (EscapeEnd), or the raw byte that
+// is not UTF-8, at s[i]: ok with the index after it; not ok at any other
+// rune. A raw byte that starts no sequence is dropped.
+func skipSequence(s string, i int) (next int, ok bool) {
+	if j := EscapeEnd(s, i); j > i {
+		return j, true
+	}
+	if r, size := utf8.DecodeRuneInString(s[i:]); r == utf8.RuneError && size == 1 {
+		return i + 1, true
+	}
+	return i, false
+}
+
+// lastAfterCR resolves carriage-return progress: of each line only the text
+// after its last \r is kept (a \r that ends the line is ignored).
+func lastAfterCR(out string) string {
 	if !strings.Contains(out, "\r") {
 		return out
 	}
@@ -304,6 +317,24 @@ func looksLikeWord(t string) bool {
 	return true
 }
 
+// cleanLines is raw stripped of escapes, its elements that hold newlines
+// split into lines (one trailing newline ends the last), trailing spaces
+// trimmed.
+func cleanLines(raw []string) []string {
+	lines := make([]string, 0, len(raw))
+	for _, r := range raw {
+		r = StripANSI(r)
+		if !strings.Contains(r, "\n") {
+			lines = append(lines, strings.TrimRight(r, " \t"))
+			continue
+		}
+		for _, l := range strings.Split(strings.TrimSuffix(r, "\n"), "\n") {
+			lines = append(lines, strings.TrimRight(l, " \t"))
+		}
+	}
+	return lines
+}
+
 // maskValues replaces the value after each match of re (a key and its
 // separator) with ***. header selects the Authorization rules: the whole
 // rest of the value, not just one token.
@@ -315,29 +346,13 @@ func maskValues(s string, re *regexp.Regexp, header bool) string {
 	var b strings.Builder
 	last := 0
 	for _, loc := range locs {
-		keyStart, vStart := loc[0], loc[1]
-		if vStart <= last {
+		if loc[1] <= last {
 			continue // inside a value already masked
 		}
 		// A key inside the value masked before ("TOKEN: PASSWORD: x"): its
 		// own value is masked too.
-		key := s[keyStart:vStart]
-		if sepIsOperator(s, keyStart, key) {
-			continue
-		}
-		var opener byte
-		if keyStart > 0 {
-			opener = s[keyStart-1]
-		}
-		vs, ve := valueSpan(s, vStart, opener, header)
-		if ve <= vs {
-			continue
-		}
-		val := s[vs:ve]
-		if strings.HasPrefix(val, masked) {
-			continue
-		}
-		if !header && isWorkingDir(key, val) {
+		vs, ve, ok := secretSpan(s, loc[0], loc[1], header)
+		if !ok {
 			continue
 		}
 		b.WriteString(s[last:vs])
@@ -349,6 +364,30 @@ func maskValues(s string, re *regexp.Regexp, header bool) string {
 	}
 	b.WriteString(s[last:])
 	return b.String()
+}
+
+// secretSpan is the span of the value to mask after the key s[keyStart:vStart]
+// (its separator included); not ok when there is none: the separator is an
+// operator, the value is empty or masked already, or it is a working
+// directory.
+func secretSpan(s string, keyStart, vStart int, header bool) (vs, ve int, ok bool) {
+	key := s[keyStart:vStart]
+	if sepIsOperator(s, keyStart, key) {
+		return 0, 0, false
+	}
+	var opener byte
+	if keyStart > 0 {
+		opener = s[keyStart-1]
+	}
+	vs, ve = valueSpan(s, vStart, opener, header)
+	if ve <= vs {
+		return 0, 0, false
+	}
+	val := s[vs:ve]
+	if strings.HasPrefix(val, masked) || !header && isWorkingDir(key, val) {
+		return 0, 0, false
+	}
+	return vs, ve, true
 }
 
 // sepIsOperator reports a separator that is part of "::", ":=", "==", "=~"
@@ -385,23 +424,33 @@ func valueSpan(s string, i int, opener byte, header bool) (int, int) {
 	} else {
 		lineEnd += i
 	}
-	switch c := s[i]; c {
-	case '"', '\'', '`':
+	switch c := s[i]; {
+	case c == '"' || c == '\'' || c == '`':
 		return i + 1, closingQuote(s, i+1, lineEnd, c)
-	case '[':
-		if header {
-			if j := strings.IndexByte(s[i+1:lineEnd], ']'); j >= 0 {
-				return i + 1, i + 1 + j
-			}
-			return i + 1, lineEnd
-		}
+	case header:
+		return headerSpan(s, i, lineEnd, opener)
 	}
-	if header {
-		if opener == '"' || opener == '\'' || opener == '`' {
-			return i, closingQuote(s, i, lineEnd, opener)
+	return i, tokenEnd(s, i, lineEnd)
+}
+
+// headerSpan is an unquoted header value's span: in [ ] to the ], inside a
+// string opened by opener to its closing quote, else to the line's end.
+func headerSpan(s string, i, lineEnd int, opener byte) (int, int) {
+	switch {
+	case s[i] == '[':
+		if j := strings.IndexByte(s[i+1:lineEnd], ']'); j >= 0 {
+			return i + 1, i + 1 + j
 		}
-		return i, i + len(strings.TrimRight(s[i:lineEnd], " \t"))
+		return i + 1, lineEnd
+	case opener == '"' || opener == '\'' || opener == '`':
+		return i, closingQuote(s, i, lineEnd, opener)
 	}
+	return i, i + len(strings.TrimRight(s[i:lineEnd], " \t"))
+}
+
+// tokenEnd is the end of the token at i, an auth scheme word before it
+// included; i when there is none (a scheme word alone is not a value).
+func tokenEnd(s string, i, lineEnd int) int {
 	j := i
 	if m := reScheme.FindStringIndex(s[i:lineEnd]); m != nil {
 		j = i + m[1]
@@ -411,9 +460,9 @@ func valueSpan(s string, i int, opener byte, header bool) (int, int) {
 		k++
 	}
 	if k == j {
-		return i, i // a scheme word alone is not a value
+		return i
 	}
-	return i, k
+	return k
 }
 
 // closingQuote returns the index of quote q at or after i (skipping
@@ -495,18 +544,7 @@ func Fold(lines []string) []string {
 // tells whether there was any output). Only the lines that can reach the
 // result are masked, so a long output costs little more than its cleaning.
 func Tail(raw []string, n int) (tail []string, truncated bool) {
-	lines := make([]string, 0, len(raw))
-	for _, r := range raw {
-		r = StripANSI(r)
-		if strings.Contains(r, "\n") {
-			for _, l := range strings.Split(strings.TrimSuffix(r, "\n"), "\n") {
-				lines = append(lines, strings.TrimRight(l, " \t"))
-			}
-			continue
-		}
-		lines = append(lines, strings.TrimRight(r, " \t"))
-	}
-	lines = MaskBlock(lines)
+	lines := MaskBlock(cleanLines(raw))
 
 	// Fold from the end, masking lazily, until n groups are complete and one
 	// more line shows whether anything came before them.
@@ -662,6 +700,46 @@ func (t *tally) add(u tally) {
 	t.skipped += u.skipped
 }
 
+// outcome is what a runner's mark or word says of its tests.
+type outcome uint8
+
+const (
+	notCounted outcome = iota // a word the runner writes that counts no test (warnings, total…)
+	passed
+	failed
+	skipped
+)
+
+// count adds n tests of outcome o.
+func (t *tally) count(o outcome, n int) {
+	switch o {
+	case passed:
+		t.passed += n
+	case failed:
+		t.failed += n
+	case skipped:
+		t.skipped += n
+	}
+}
+
+// The runners' marks and words by outcome; a word missing from a summary's
+// table means the line is not that runner's.
+var (
+	cargoMarks   = map[string]outcome{"ok": passed, "FAILED": failed, "ignored": skipped}
+	pytestMarks  = map[string]outcome{"PASSED": passed, "XPASS": passed, "FAILED": failed, "ERROR": failed, "SKIPPED": skipped, "XFAIL": skipped}
+	pytestDots   = map[rune]outcome{'.': passed, 'X': passed, 'F': failed, 'E': failed, 's': skipped, 'x': skipped}
+	jestMarks    = map[string]outcome{"✓": passed, "✔": passed, "√": passed, "✕": failed, "×": failed, "✖": failed, "○": skipped, "✎": skipped}
+	vitestMarks  = map[string]outcome{"✓": passed, "✔": passed, "√": passed, "×": failed, "✗": failed, "✖": failed, "↓": skipped, "□": skipped}
+	gotestsumSum = map[string]outcome{"skipped": skipped, "failure": failed, "failures": failed, "error": failed, "errors": failed}
+	jsSum        = map[string]outcome{"passed": passed, "failed": failed, "skipped": skipped, "todo": skipped, "pending": skipped, "total": notCounted}
+	pytestSum    = map[string]outcome{
+		"passed": passed, "xpassed": passed,
+		"failed": failed, "error": failed, "errors": failed,
+		"skipped": skipped, "xfailed": skipped,
+		"warning": notCounted, "warnings": notCounted, "deselected": notCounted, "rerun": notCounted, "reruns": notCounted,
+	}
+)
+
 type goEntry struct {
 	name   string
 	status byte // 'P', 'F', 'S'
@@ -734,17 +812,13 @@ func goLeafCounts(seg []goEntry) tally {
 			}
 			continue
 		}
-		switch e.status {
-		case 'P':
-			t.passed += e.mult
-		case 'F':
-			t.failed += e.mult
-		case 'S':
-			t.skipped += e.mult
-		}
+		t.count(goStatus[e.status], e.mult)
 	}
 	return t
 }
+
+// goStatus is the outcome of a Go test's "--- PASS/FAIL/SKIP" line.
+var goStatus = map[byte]outcome{'P': passed, 'F': failed, 'S': skipped}
 
 type parser struct {
 	cur *run
@@ -777,15 +851,7 @@ func (p *parser) summary(runner string, t tally) {
 }
 
 func (p *parser) line(raw string) {
-	l := strings.TrimRight(StripANSI(raw), " \t\r\n")
-	mult := 1
-	if strings.HasSuffix(l, "]") && strings.Contains(l, " [×") {
-		if m := reFolded.FindStringSubmatch(l); m != nil {
-			if n, err := atoiCount(m[2]); err == nil && n >= 2 {
-				l, mult = strings.TrimRight(m[1], " \t"), n
-			}
-		}
-	}
+	l, mult := unfold(strings.TrimRight(StripANSI(raw), " \t\r\n"))
 	if l == "" {
 		return
 	}
@@ -795,6 +861,22 @@ func (p *parser) line(raw string) {
 		p.jestLine(l, mult) ||
 		p.vitestLine(l, mult) ||
 		p.plainLine(l)
+}
+
+// unfold splits a line folded by Tail ("line [×3]") into the line and how
+// many times it came; any other line came once.
+func unfold(l string) (string, int) {
+	if !strings.HasSuffix(l, "]") || !strings.Contains(l, " [×") {
+		return l, 1
+	}
+	m := reFolded.FindStringSubmatch(l)
+	if m == nil {
+		return l, 1
+	}
+	if n, err := atoiCount(m[2]); err == nil && n >= 2 {
+		return strings.TrimRight(m[1], " \t"), n
+	}
+	return l, 1
 }
 
 func (p *parser) goLine(l string, mult int) bool {
@@ -821,25 +903,24 @@ func (p *parser) goLine(l string, mult int) bool {
 	case p.is(RunnerGo) && reGoPkgEnd.MatchString(l):
 		p.goClose(strings.HasPrefix(l, "FAIL"))
 	case reGotestsum.MatchString(l):
-		m := reGotestsum.FindStringSubmatch(l)
-		total, _ := atoiCount(m[1])
-		var t tally
-		for _, nw := range reNumWord.FindAllStringSubmatch(m[2], -1) {
-			n, _ := atoiCount(nw[1])
-			switch nw[2] {
-			case "skipped":
-				t.skipped += n
-			case "failure", "failures", "error", "errors":
-				t.failed += n
-			default:
-				return false
-			}
-		}
-		t.passed = max(total-t.skipped-t.failed, 0)
-		p.summary(RunnerGo, t)
+		return p.gotestsumLine(l)
 	default:
 		return false
 	}
+	return true
+}
+
+// gotestsumLine reads gotestsum's "DONE N tests, …" summary (its passed
+// tests are those neither skipped nor failed).
+func (p *parser) gotestsumLine(l string) bool {
+	m := reGotestsum.FindStringSubmatch(l)
+	total, _ := atoiCount(m[1])
+	t, ok := sumWordsBy(m[2], gotestsumSum)
+	if !ok {
+		return false
+	}
+	t.passed = max(total-t.skipped-t.failed, 0)
+	p.summary(RunnerGo, t)
 	return true
 }
 
@@ -867,14 +948,7 @@ func (p *parser) cargoLine(l string, mult int) bool {
 	case reCargoTest.MatchString(l):
 		m := reCargoTest.FindStringSubmatch(l)
 		r := p.ensure(RunnerCargo)
-		switch m[1] {
-		case "ok":
-			r.section.passed += mult
-		case "FAILED":
-			r.section.failed += mult
-		case "ignored":
-			r.section.skipped += mult
-		}
+		r.section.count(cargoMarks[m[1]], mult)
 		r.final = false
 	case reCargoResult.MatchString(l):
 		m := reCargoResult.FindStringSubmatch(l)
@@ -898,32 +972,16 @@ func (p *parser) cargoLine(l string, mult int) bool {
 }
 
 func (p *parser) pytestLine(l string, mult int) bool {
-	if !strings.HasPrefix(l, "=") && !strings.HasPrefix(l, "[gw") && !strings.HasSuffix(l, "%]") &&
-		!strings.Contains(l, " in ") && !strings.Contains(l, ".py") {
+	if !mayBePytest(l) {
 		return false
 	}
 	switch {
 	case rePytestStart.MatchString(l):
 		p.fresh(RunnerPytest)
 	case rePytestSummary.MatchString(l):
-		m := rePytestSummary.FindStringSubmatch(l)
-		var t tally
-		if m[1] != "no tests ran" {
-			for _, part := range strings.Split(m[1], ", ") {
-				n, word, _ := strings.Cut(part, " ")
-				k, _ := atoiCount(n)
-				switch word {
-				case "passed", "xpassed":
-					t.passed += k
-				case "failed", "error", "errors":
-					t.failed += k
-				case "skipped", "xfailed":
-					t.skipped += k
-				case "warning", "warnings", "deselected", "rerun", "reruns":
-				default:
-					return false // not pytest's words
-				}
-			}
+		t, ok := pytestSummary(rePytestSummary.FindStringSubmatch(l)[1])
+		if !ok {
+			return false // not pytest's words
 		}
 		p.summary(RunnerPytest, t)
 	case rePytestVerbose.MatchString(l), rePytestXdist.MatchString(l):
@@ -931,32 +989,42 @@ func (p *parser) pytestLine(l string, mult int) bool {
 		if m == nil {
 			m = rePytestXdist.FindStringSubmatch(l)
 		}
-		r := p.ensure(RunnerPytest)
-		switch m[1] {
-		case "PASSED", "XPASS":
-			r.done.passed += mult
-		case "FAILED", "ERROR":
-			r.done.failed += mult
-		case "SKIPPED", "XFAIL":
-			r.done.skipped += mult
-		}
+		p.ensure(RunnerPytest).done.count(pytestMarks[m[1]], mult)
 	case rePytestProgress.MatchString(l):
 		m := rePytestProgress.FindStringSubmatch(l)
 		r := p.ensure(RunnerPytest)
 		for _, c := range m[1] + m[2] {
-			switch c {
-			case '.', 'X':
-				r.done.passed += mult
-			case 'F', 'E':
-				r.done.failed += mult
-			case 's', 'x':
-				r.done.skipped += mult
-			}
+			r.done.count(pytestDots[c], mult)
 		}
 	default:
 		return false
 	}
 	return true
+}
+
+// mayBePytest is a cheap look before pytest's patterns: a line of pytest
+// has one of these marks.
+func mayBePytest(l string) bool {
+	return strings.HasPrefix(l, "=") || strings.HasPrefix(l, "[gw") || strings.HasSuffix(l, "%]") ||
+		strings.Contains(l, " in ") || strings.Contains(l, ".py")
+}
+
+// pytestSummary adds up pytest's closing "N word, N word" counts ("no
+// tests ran": none); ok is false when a word is not pytest's.
+func pytestSummary(s string) (t tally, ok bool) {
+	if s == "no tests ran" {
+		return t, true
+	}
+	for _, part := range strings.Split(s, ", ") {
+		n, word, _ := strings.Cut(part, " ")
+		k, _ := atoiCount(n)
+		o, known := pytestSum[word]
+		if !known {
+			return tally{}, false
+		}
+		t.count(o, k)
+	}
+	return t, true
 }
 
 func (p *parser) jestLine(l string, mult int) bool {
@@ -967,14 +1035,7 @@ func (p *parser) jestLine(l string, mult int) bool {
 	case reJestFile.MatchString(l), reJestSuites.MatchString(l):
 		p.ensure(RunnerJest)
 	case p.is(RunnerJest) && reJestTest.MatchString(l):
-		switch reJestTest.FindStringSubmatch(l)[1] {
-		case "✓", "✔", "√":
-			p.cur.done.passed += mult
-		case "✕", "×", "✖":
-			p.cur.done.failed += mult
-		case "○", "✎":
-			p.cur.done.skipped += mult
-		}
+		p.cur.done.count(jestMarks[reJestTest.FindStringSubmatch(l)[1]], mult)
 	case reJestSummary.MatchString(l):
 		t, ok := sumWords(reJestSummary.FindStringSubmatch(l)[1])
 		if !ok {
@@ -988,8 +1049,7 @@ func (p *parser) jestLine(l string, mult int) bool {
 }
 
 func (p *parser) vitestLine(l string, mult int) bool {
-	if !strings.Contains(l, "RUN") && !strings.Contains(l, "Test") && !strings.Contains(l, " test") &&
-		!strings.Contains(l, " > ") {
+	if !mayBeVitest(l) {
 		return false
 	}
 	switch {
@@ -1002,26 +1062,9 @@ func (p *parser) vitestLine(l string, mult int) bool {
 		}
 		p.summary(RunnerVitest, t)
 	case reVitestFile.MatchString(l):
-		m := reVitestFile.FindStringSubmatch(l)
-		total, _ := atoiCount(m[1])
-		t, ok := sumWords(m[2])
-		if !ok {
-			return false
-		}
-		r := p.ensure(RunnerVitest)
-		r.vitestFilesSeen = true
-		t.passed = max(total-t.failed-t.skipped, 0)
-		r.vitestFiles.add(tally{t.passed * mult, t.failed * mult, t.skipped * mult})
+		return p.vitestFileLine(l, mult)
 	case reVitestTest.MatchString(l):
-		r := p.ensure(RunnerVitest)
-		switch reVitestTest.FindStringSubmatch(l)[1] {
-		case "✓", "✔", "√":
-			r.vitestTests.passed += mult
-		case "×", "✗", "✖":
-			r.vitestTests.failed += mult
-		case "↓", "□":
-			r.vitestTests.skipped += mult
-		}
+		p.ensure(RunnerVitest).vitestTests.count(vitestMarks[reVitestTest.FindStringSubmatch(l)[1]], mult)
 	case reVitestFiles.MatchString(l):
 		p.ensure(RunnerVitest)
 	default:
@@ -1030,22 +1073,42 @@ func (p *parser) vitestLine(l string, mult int) bool {
 	return true
 }
 
+// mayBeVitest is a cheap look before vitest's patterns.
+func mayBeVitest(l string) bool {
+	return strings.Contains(l, "RUN") || strings.Contains(l, "Test") || strings.Contains(l, " test") ||
+		strings.Contains(l, " > ")
+}
+
+// vitestFileLine reads a vitest file's line "file (N tests | N failed …)":
+// its passed tests are those neither failed nor skipped.
+func (p *parser) vitestFileLine(l string, mult int) bool {
+	m := reVitestFile.FindStringSubmatch(l)
+	total, _ := atoiCount(m[1])
+	t, ok := sumWords(m[2])
+	if !ok {
+		return false
+	}
+	r := p.ensure(RunnerVitest)
+	r.vitestFilesSeen = true
+	t.passed = max(total-t.failed-t.skipped, 0)
+	r.vitestFiles.add(tally{t.passed * mult, t.failed * mult, t.skipped * mult})
+	return true
+}
+
 // sumWords adds up the "N word" parts (passed, failed, skipped, todo, …) of
 // a JS runner's summary; ok is false when a word is unknown.
-func sumWords(s string) (t tally, ok bool) {
+func sumWords(s string) (t tally, ok bool) { return sumWordsBy(s, jsSum) }
+
+// sumWordsBy adds up the "N word" parts of s by the words' outcomes; ok is
+// false when a word is not in words.
+func sumWordsBy(s string, words map[string]outcome) (t tally, ok bool) {
 	for _, nw := range reNumWord.FindAllStringSubmatch(s, -1) {
 		n, _ := atoiCount(nw[1])
-		switch nw[2] {
-		case "passed":
-			t.passed += n
-		case "failed":
-			t.failed += n
-		case "skipped", "todo", "pending":
-			t.skipped += n
-		case "total":
-		default:
+		o, known := words[nw[2]]
+		if !known {
 			return tally{}, false
 		}
+		t.count(o, n)
 	}
 	return t, true
 }

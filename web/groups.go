@@ -93,33 +93,40 @@ func byActivity(sessions []*relay.SessionItem, groups []*relay.Group) []listItem
 			continue
 		}
 		placed[gid] = true
-		ms := members[gid]
-		line := &groupLine{ID: gid, Active: len(ms), Members: len(ms)}
-		if g := info[gid]; g != nil {
-			line.Name = g.Name
-			line.Members = g.MemberCount
-		}
-		if line.Name == "" && s.Group != nil {
-			line.Name = s.Group.Name
-		}
-		out = append(out, listItem{Group: line})
-		// The head conversation first, the others under it in list order.
-		for _, m := range ms {
-			if groupRole(m) == "head" {
-				out = append(out, listItem{Row: &sessionRow{S: m, Role: "head"}})
-			}
-		}
-		for _, m := range ms {
-			if groupRole(m) != "head" {
-				out = append(out, listItem{Row: &sessionRow{S: m, Role: "member"}})
-			}
-		}
+		out = appendGroupBlock(out, s, info[gid], members[gid])
 	}
 	for _, g := range groups {
 		if placed[g.ID] {
 			continue
 		}
 		out = append(out, listItem{Group: &groupLine{ID: g.ID, Name: g.Name, Members: g.MemberCount}})
+	}
+	return out
+}
+
+// appendGroupBlock appends the block of the group of s, its most recent
+// session: the group's line (g: the group as listed, nil if not), then its
+// active sessions ms, the head conversation first, the others under it in
+// list order.
+func appendGroupBlock(out []listItem, s *relay.SessionItem, g *relay.Group, ms []*relay.SessionItem) []listItem {
+	line := &groupLine{ID: sessionGroup(s), Active: len(ms), Members: len(ms)}
+	if g != nil {
+		line.Name = g.Name
+		line.Members = g.MemberCount
+	}
+	if line.Name == "" && s.Group != nil {
+		line.Name = s.Group.Name
+	}
+	out = append(out, listItem{Group: line})
+	for _, m := range ms {
+		if groupRole(m) == "head" {
+			out = append(out, listItem{Row: &sessionRow{S: m, Role: "head"}})
+		}
+	}
+	for _, m := range ms {
+		if groupRole(m) != "head" {
+			out = append(out, listItem{Row: &sessionRow{S: m, Role: "member"}})
+		}
 	}
 	return out
 }

@@ -138,42 +138,56 @@ func (linkAttrs) Transform(doc *ast.Document, reader text.Reader, _ parser.Conte
 		if !entering {
 			return ast.WalkContinue, nil
 		}
-		var dest string
 		switch l := n.(type) {
 		case *ast.Image:
-			if u, err := url.Parse(string(l.Destination)); err == nil && u.Scheme != "data" && (u.Scheme != "" || u.Host != "") {
+			if isRemote(string(l.Destination)) {
 				remote = append(remote, l)
 			}
-			return ast.WalkContinue, nil
 		case *ast.Link:
-			dest = string(l.Destination)
+			markLink(n, string(l.Destination))
 		case *ast.AutoLink:
-			dest = string(l.URL(src))
+			dest := string(l.URL(src))
 			if l.AutoLinkType == ast.AutoLinkEmail {
 				dest = "mailto:" + dest
 			}
-		default:
-			return ast.WalkContinue, nil
-		}
-		n.SetAttributeString("rel", []byte("noopener noreferrer"))
-		if u, err := url.Parse(dest); err == nil && (u.Host != "" || strings.HasPrefix(dest, "www.")) {
-			n.SetAttributeString("target", []byte("_blank"))
+			markLink(n, dest)
 		}
 		return ast.WalkContinue, nil
 	})
 	for _, img := range remote {
-		link := ast.NewLink()
-		link.Destination, link.Title = img.Destination, img.Title
-		for c := img.FirstChild(); c != nil; c = img.FirstChild() {
-			link.AppendChild(link, c)
-		}
-		if !link.HasChildren() {
-			link.AppendChild(link, ast.NewString(img.Destination))
-		}
-		link.SetAttributeString("rel", []byte("noopener noreferrer"))
-		link.SetAttributeString("target", []byte("_blank"))
-		img.Parent().ReplaceChild(img.Parent(), img, link)
+		imageToLink(img)
 	}
+}
+
+// isRemote: an image's address on another site (not a data: URL).
+func isRemote(dest string) bool {
+	u, err := url.Parse(dest)
+	return err == nil && u.Scheme != "data" && (u.Scheme != "" || u.Host != "")
+}
+
+// markLink gives link n to dest rel="noopener noreferrer", and
+// target="_blank" when dest is on another site.
+func markLink(n ast.Node, dest string) {
+	n.SetAttributeString("rel", []byte("noopener noreferrer"))
+	if u, err := url.Parse(dest); err == nil && (u.Host != "" || strings.HasPrefix(dest, "www.")) {
+		n.SetAttributeString("target", []byte("_blank"))
+	}
+}
+
+// imageToLink replaces img by a link to its address, with its alt text (or
+// the address) as the link's text, opened in a new tab.
+func imageToLink(img *ast.Image) {
+	link := ast.NewLink()
+	link.Destination, link.Title = img.Destination, img.Title
+	for c := img.FirstChild(); c != nil; c = img.FirstChild() {
+		link.AppendChild(link, c)
+	}
+	if !link.HasChildren() {
+		link.AppendChild(link, ast.NewString(img.Destination))
+	}
+	link.SetAttributeString("rel", []byte("noopener noreferrer"))
+	link.SetAttributeString("target", []byte("_blank"))
+	img.Parent().ReplaceChild(img.Parent(), img, link)
 }
 
 // htmlCache keeps rendered HTML by the SHA-256 of its Markdown, the oldest

@@ -28,6 +28,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/oar/relay"
+	"github.com/oar/relay/api/httpstatus"
 	"github.com/oar/relay/domain"
 	"github.com/oar/relay/provider"
 )
@@ -198,7 +199,7 @@ func (c *console) page(name string) gin.HandlerFunc {
 			case domain.CodeUnavailable:
 				_ = ctx.Error(err) // the 503's log line names the cause, so a store's silence is rate-limited (R25.3)
 			}
-			c.render(ctx, domain.HTTPStatus(e.Code), &view{Page: "error", Title: "Error", Error: e.Msg})
+			c.render(ctx, httpstatus.Of(e.Code), &view{Page: "error", Title: "Error", Error: e.Msg})
 			return
 		}
 		c.render(ctx, status, v)
@@ -271,59 +272,63 @@ func (c *console) loadInbox(ctx context.Context, v *view) error {
 // load reads what a page shows, through the domain's owner operations.
 func (c *console) load(ctx context.Context, name string, g *gin.Context) (*view, int, error) {
 	v := &view{Page: name}
+	var err error
 	switch name {
 	case "sessions":
 		v.Title = "Sessions"
-		if err := c.loadSessions(ctx, v, g.Query("archived") != ""); err != nil {
-			return nil, 0, err
-		}
+		err = c.loadSessions(ctx, v, g.Query("archived") != "")
 	case "waiting":
 		v.Title = "Waiting for you"
-		if err := c.loadWaiting(ctx, v); err != nil {
-			return nil, 0, err
-		}
+		err = c.loadWaiting(ctx, v)
 	case "session":
-		v.Side, v.Open = true, g.Param("id")
-		if g.Query("side") != "" {
-			v.SideOnly = true
-		} else if err := c.loadSession(ctx, v, v.Open); err != nil {
-			return nil, 0, err
-		}
-		if v.S != nil {
-			v.Open = v.S.ID // the page's address may name it by a prefix
-		}
-		if err := c.loadSide(ctx, v); err != nil {
-			return nil, 0, err
-		}
+		err = c.loadSessionPage(ctx, v, g)
 	case "inbox":
 		v.Title = "Inbox"
-		if err := c.loadInbox(ctx, v); err != nil {
-			return nil, 0, err
-		}
+		err = c.loadInbox(ctx, v)
 	case "settings":
 		v.Title = "Settings"
-		st, err := c.r.Settings(ctx)
-		if err != nil {
-			return nil, 0, err
-		}
-		v.Settings = st
+		v.Settings, err = c.r.Settings(ctx)
 	case "relays":
 		v.Title = "Relays"
-		list, err := c.r.Relays(ctx)
-		if err != nil {
-			return nil, 0, err
-		}
-		v.Relays = list
-		toks, err := c.r.PeerTokens(ctx)
-		if err != nil {
-			return nil, 0, err
-		}
-		for _, t := range toks {
-			v.PeerTokens = append(v.PeerTokens, peerTokenView{ID: t.ID, Relay: t.Relay, Label: t.Label, Scope: t.Scope,
-				CreatedAt: timeText(t.CreatedAt), LastUsedAt: timeText(t.LastUsedAt)})
-		}
+		err = c.loadRelays(ctx, v)
+	}
+	if err != nil {
+		return nil, 0, err
 	}
 	return v, http.StatusOK, nil
+}
+
+// loadSessionPage reads a session's page: the session (not for ?side=1, the
+// list's live refresh beside it) and the list beside it.
+func (c *console) loadSessionPage(ctx context.Context, v *view, g *gin.Context) error {
+	v.Side, v.Open = true, g.Param("id")
+	if g.Query("side") != "" {
+		v.SideOnly = true
+	} else if err := c.loadSession(ctx, v, v.Open); err != nil {
+		return err
+	}
+	if v.S != nil {
+		v.Open = v.S.ID // the page's address may name it by a prefix
+	}
+	return c.loadSide(ctx, v)
+}
+
+// loadRelays reads the relays page: the paired relays and the peer tokens.
+func (c *console) loadRelays(ctx context.Context, v *view) error {
+	list, err := c.r.Relays(ctx)
+	if err != nil {
+		return err
+	}
+	v.Relays = list
+	toks, err := c.r.PeerTokens(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range toks {
+		v.PeerTokens = append(v.PeerTokens, peerTokenView{ID: t.ID, Relay: t.Relay, Label: t.Label, Scope: t.Scope,
+			CreatedAt: timeText(t.CreatedAt), LastUsedAt: timeText(t.LastUsedAt)})
+	}
+	return nil
 }
 
 func (c *console) loadSessions(ctx context.Context, v *view, archived bool) error {
@@ -446,6 +451,9 @@ func (c *console) loadWaiting(ctx context.Context, v *view) error {
 	return err
 }
 
+// loadSession fills v with the session page's parts: the session, its
+// cards, questions and asks, what it watches, its schedules, its tasks'
+// tails, its provider's models and the relays it may mention.
 func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 	s, err := c.r.OwnerSession(ctx, id, 200)
 	if err != nil {
@@ -453,10 +461,28 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 	}
 	v.S = s
 	v.Title = s.Title
-	sid := s.ID
 	for _, cd := range s.Cards {
 		v.Cards = append(v.Cards, cardView{Card: cd, SessionTitle: v.Title})
 	}
+	if err := c.sessionAsks(ctx, v, s.ID); err != nil {
+		return err
+	}
+	v.watching(s.Watching)
+	if err := c.sessionSchedules(ctx, v, s.ID); err != nil {
+		return err
+	}
+	c.taskTails(ctx, s)
+	for _, p := range c.r.Providers() {
+		if p.ID == s.Provider {
+			v.Models, v.Efforts = p.Models, p.Efforts
+		}
+	}
+	return c.mentions(ctx, v)
+}
+
+// sessionAsks adds the session's question cards and the inbox's asks it
+// answers or asked.
+func (c *console) sessionAsks(ctx context.Context, v *view, sid string) error {
 	qs, err := c.r.QuestionCards(ctx, sid)
 	if err != nil {
 		return err
@@ -473,32 +499,42 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 			v.Asks = append(v.Asks, a)
 		}
 	}
-	if subs := s.Watching; subs != nil {
-		watched := map[string]bool{}
-		all := false
-		for _, sub := range subs {
-			if sub.EndReason != "" {
-				continue
-			}
-			v.Subs = append(v.Subs, sub)
-			if sub.Sessions.All {
-				all = true
-			}
-			for _, w := range sub.Sessions.List {
-				if w.ID == "all" {
-					all = true
-				} else {
-					watched[w.ID] = true
-				}
-			}
+	return nil
+}
+
+// watching adds the session's live subscriptions and a line of how many
+// sessions they watch (nil: none to show).
+func (v *view) watching(subs []*relay.SubscriptionItem) {
+	if subs == nil {
+		return
+	}
+	watched := map[string]bool{}
+	all := false
+	for _, sub := range subs {
+		if sub.EndReason != "" {
+			continue
 		}
-		switch {
-		case all:
-			v.Watching = "watching all sessions"
-		case len(v.Subs) > 0:
-			v.Watching = fmt.Sprintf("watching %d %s", len(watched), plural(len(watched), "session", "sessions"))
+		v.Subs = append(v.Subs, sub)
+		all = all || sub.Sessions.All
+		for _, w := range sub.Sessions.List {
+			if w.ID == "all" {
+				all = true
+			} else {
+				watched[w.ID] = true
+			}
 		}
 	}
+	switch {
+	case all:
+		v.Watching = "watching all sessions"
+	case len(v.Subs) > 0:
+		v.Watching = fmt.Sprintf("watching %d %s", len(watched), plural(len(watched), "session", "sessions"))
+	}
+}
+
+// sessionSchedules adds the schedules of the session or set by it, the next
+// to fire first.
+func (c *console) sessionSchedules(ctx context.Context, v *view, sid string) error {
 	scheds, err := c.schedules(ctx, v)
 	if err != nil {
 		return err
@@ -509,18 +545,23 @@ func (c *console) loadSession(ctx context.Context, v *view, id string) error {
 		}
 	}
 	sort.SliceStable(v.Schedules, func(i, j int) bool { return str(v.Schedules[i].NextFireAt) < str(v.Schedules[j].NextFireAt) })
+	return nil
+}
+
+// taskTails gives the session's tasks with output their last lines.
+func (c *console) taskTails(ctx context.Context, s *relay.SessionDetail) {
 	for _, t := range s.Tasks {
-		if t.Output {
-			if tail, err := c.r.TaskTail(ctx, t.TaskID, 8); err == nil && len(tail) > 0 {
-				t.Tail = tail
-			}
+		if !t.Output {
+			continue
+		}
+		if tail, err := c.r.TaskTail(ctx, t.TaskID, 8); err == nil && len(tail) > 0 {
+			t.Tail = tail
 		}
 	}
-	for _, p := range c.r.Providers() {
-		if p.ID == s.Provider {
-			v.Models, v.Efforts = p.Models, p.Efforts
-		}
-	}
+}
+
+// mentions lists the paired relays' names, sorted, for the composer's @.
+func (c *console) mentions(ctx context.Context, v *view) error {
 	relays, err := c.r.Relays(ctx)
 	if err != nil {
 		return err
@@ -644,24 +685,33 @@ func (c *console) signOut(ctx *gin.Context) {
 // slashes once unescaped is refused, as are the API's and the static files'
 // paths.
 func safeNext(s string) string {
-	if s == "" || len(s) > 2048 || s[0] != '/' {
+	if s == "" || len(s) > 2048 || s[0] != '/' || hasUnsafeRune(s) {
 		return "/"
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f || r == '\\' || (r >= 0x80 && r <= 0x9f) {
-			return "/"
-		}
 	}
 	u, err := url.Parse(s)
-	if err != nil || u.Scheme != "" || u.Host != "" || u.Opaque != "" || u.User != nil {
-		return "/"
-	}
-	p := u.Path
-	if strings.ContainsAny(p, "\\") || strings.HasPrefix(p, "//") || strings.HasPrefix(u.EscapedPath(), "//") ||
-		strings.Contains(strings.ToLower(u.RawPath), "%5c") || strings.HasPrefix(p, "/api/") || strings.HasPrefix(p, "/static/") {
+	if err != nil || u.Scheme != "" || u.Host != "" || u.Opaque != "" || u.User != nil || offSite(u) {
 		return "/"
 	}
 	return s
+}
+
+// hasUnsafeRune: a control character or a backslash, which browsers drop or
+// read as a slash.
+func hasUnsafeRune(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || r == '\\' || (r >= 0x80 && r <= 0x9f) {
+			return true
+		}
+	}
+	return false
+}
+
+// offSite: a path that is not one of this relay's pages (another host once
+// unescaped, an escaped backslash, the API's or the static files').
+func offSite(u *url.URL) bool {
+	p := u.Path
+	return strings.ContainsAny(p, "\\") || strings.HasPrefix(p, "//") || strings.HasPrefix(u.EscapedPath(), "//") ||
+		strings.Contains(strings.ToLower(u.RawPath), "%5c") || strings.HasPrefix(p, "/api/") || strings.HasPrefix(p, "/static/")
 }
 
 func str(x any) string {

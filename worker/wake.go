@@ -330,13 +330,22 @@ const (
 
 // classify reads an EVAL/EVALSHA's keys; q is the queue, key the delayed set of a forward.
 func classify(cmd redis.Cmder) (kind int, q, key string) {
-	args := cmd.Args()
-	if len(args) < 3 {
+	keys := scriptKeys(cmd.Args())
+	if keys == nil {
 		return scriptOther, "", ""
+	}
+	return classifyKeys(keys)
+}
+
+// scriptKeys is the KEYS of an EVAL or EVALSHA's arguments (nil: another
+// command, or none).
+func scriptKeys(args []any) []string {
+	if len(args) < 3 {
+		return nil
 	}
 	name, _ := args[0].(string)
 	if name != "evalsha" && name != "eval" {
-		return scriptOther, "", ""
+		return nil
 	}
 	var n int
 	switch v := args[2].(type) {
@@ -348,49 +357,59 @@ func classify(cmd redis.Cmder) (kind int, q, key string) {
 		n, _ = strconv.Atoi(v)
 	}
 	if n <= 0 || len(args) < 3+n {
-		return scriptOther, "", ""
+		return nil
 	}
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i], _ = args[3+i].(string)
 	}
-	suffix := func(k string) (string, string) { // "asynq:{q}:pending" → q, "pending"
-		if !strings.HasPrefix(k, "asynq:{") {
-			return "", ""
-		}
-		i := strings.LastIndex(k, "}:")
-		if i < 0 {
-			return "", ""
-		}
-		return k[len("asynq:{"):i], k[i+2:]
-	}
-	if n == 4 {
-		q0, s0 := suffix(keys[0])
-		_, s1 := suffix(keys[1])
-		_, s2 := suffix(keys[2])
-		_, s3 := suffix(keys[3])
+	return keys
+}
+
+// classifyKeys tells a script's kind by its keys: asynq's dequeue and
+// forward by their exact KEYS, then any script with a pending list, then
+// any with a scheduled or retry set.
+func classifyKeys(keys []string) (kind int, q, key string) {
+	if len(keys) == 4 {
+		q0, s0 := queueKey(keys[0])
+		_, s1 := queueKey(keys[1])
+		_, s2 := queueKey(keys[2])
+		_, s3 := queueKey(keys[3])
 		if s0 == "pending" && s1 == "paused" && s2 == "active" && s3 == "lease" {
 			return scriptDequeue, q0, ""
 		}
 	}
-	if n == 2 {
-		q0, s0 := suffix(keys[0])
-		_, s1 := suffix(keys[1])
+	if len(keys) == 2 {
+		q0, s0 := queueKey(keys[0])
+		_, s1 := queueKey(keys[1])
 		if (s0 == "scheduled" || s0 == "retry") && s1 == "pending" {
 			return scriptForward, q0, keys[0]
 		}
 	}
 	for _, k := range keys {
-		if qk, s := suffix(k); s == "pending" {
+		if qk, s := queueKey(k); s == "pending" {
 			return scriptPending, qk, ""
 		}
 	}
 	for _, k := range keys {
-		if qk, s := suffix(k); s == "scheduled" || s == "retry" {
+		if qk, s := queueKey(k); s == "scheduled" || s == "retry" {
 			return scriptDelayed, qk, ""
 		}
 	}
 	return scriptOther, "", ""
+}
+
+// queueKey splits an asynq queue's key: "asynq:{q}:pending" → q, "pending"
+// ("", "" for another key).
+func queueKey(k string) (q, suffix string) {
+	if !strings.HasPrefix(k, "asynq:{") {
+		return "", ""
+	}
+	i := strings.LastIndex(k, "}:")
+	if i < 0 {
+		return "", ""
+	}
+	return k[len("asynq:{"):i], k[i+2:]
 }
 
 // DialHook is go-redis's; the waker has nothing to do there.
@@ -488,13 +507,21 @@ func (w *Waker) forward(ctx context.Context, next redis.ProcessHook, cmd redis.C
 			return nil
 		}
 	}
+	return w.forwardNow(ctx, c, q, key, now)
+}
+
+// forwardNow runs the forward script c of q's delayed set key, checked at
+// now, with a ZRANGE of the set's earliest entry after it (one round trip):
+// the set's next due time is noted, and a forward that moved tasks wakes the
+// processors.
+func (w *Waker) forwardNow(ctx context.Context, c *redis.Cmd, q, key string, now time.Time) error {
 	st := w.delayed[key]
 	pipe := w.rdb.Pipeline()
-	_ = pipe.Process(ctx, cmd)
+	_ = pipe.Process(ctx, c)
 	first := pipe.ZRangeWithScores(ctx, key, 0, 0)
 	_, _ = pipe.Exec(ctx)
 	w.mu.Lock()
-	if cmd.Err() != nil || first.Err() != nil {
+	if c.Err() != nil || first.Err() != nil {
 		st.dirty = true
 	} else {
 		st.checked = now
@@ -510,7 +537,7 @@ func (w *Waker) forward(ctx context.Context, next redis.ProcessHook, cmd redis.C
 			w.published.Add(1)
 		}
 	}
-	return cmd.Err()
+	return c.Err()
 }
 
 // fwdGap tells the forwarder's rounds apart: its calls within a round come
