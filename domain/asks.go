@@ -95,7 +95,7 @@ func (as *asks) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	if concern.ID != c.s.ID {
 		res.session = concern.ID
 	}
-	return res.set("question_id", ak.ID).set("status", "pending"), nil
+	return res.with(&askResult{QuestionID: ak.ID, Status: "pending"}), nil
 }
 
 // askArgs are an ask's arguments, checked, and the session it concerns.
@@ -169,23 +169,15 @@ func (as *asks) checkAsk(ctx context.Context, c *caller, a *args) (*askArgs, *Er
 	return &askArgs{question: question, rec: rec, detail: detail, options: options, concern: concern}, nil
 }
 
-func askView(ak *store.Ask) map[string]any {
-	m := map[string]any{"question_id": ak.ID, "id": ak.ID, "question": ak.Question, "options": nonNil(ak.Options),
-		"status": ak.Status, "session": ak.Session, "createdAt": ts(ak.CreatedAt)}
-	if ak.Recommendation != "" {
-		m["recommendation"] = ak.Recommendation
-	}
-	if ak.Detail != "" {
-		m["detail"] = ak.Detail
-	}
+func askView(ak *store.Ask) *questionView {
+	m := &questionView{QuestionID: ak.ID, ID: ak.ID, Question: ak.Question, Options: nonNil(ak.Options),
+		Status: ak.Status, Session: ak.Session, CreatedAt: tsPtr(ak.CreatedAt),
+		Recommendation: ak.Recommendation, Detail: ak.Detail}
 	if ak.Status != "pending" {
-		m["answer"] = nilIfEmpty(ak.Answer)
-		m["choice"] = nilIfEmpty(ak.Choice)
-		m["dismissed"] = ak.Status == "dismissed"
-		m["endedAt"] = ts(ak.EndedAt)
-		if ak.Via != "" {
-			m["via"] = ak.Via
-		}
+		m.Answer, m.Choice = some(strPtr(ak.Answer)), some(strPtr(ak.Choice))
+		m.Dismissed = some(ak.Status == "dismissed")
+		m.EndedAt = some(tsPtr(ak.EndedAt))
+		m.Via = ak.Via
 	}
 	return m
 }
@@ -218,7 +210,7 @@ func (as *asks) listQuestions(ctx context.Context, c *caller, a *args) (*result,
 			}
 		}
 	}
-	list := []any{}
+	list := []*questionView{}
 	open := 0
 	for _, ak := range asks {
 		if only != "" && ak.Session != only {
@@ -229,11 +221,11 @@ func (as *asks) listQuestions(ctx context.Context, c *caller, a *args) (*result,
 		}
 		v := askView(ak)
 		if ak.Asker != c.s.ID {
-			v["askedBy"] = ak.Asker
+			v.AskedBy = some(ak.Asker)
 		}
 		list = append(list, v)
 	}
-	return newResult("", fmt.Sprintf("%d open, %d closed in the last day", open, len(list)-open)).set("questions", list), nil
+	return newResult("", fmt.Sprintf("%d open, %d closed in the last day", open, len(list)-open)).with(&listQuestionsResult{Questions: list}), nil
 }
 
 func (as *asks) withdraw(ctx context.Context, c *caller, a *args) (*result, *Error) {
@@ -284,7 +276,7 @@ func (as *asks) withdraw(ctx context.Context, c *caller, a *args) (*result, *Err
 	if !ok {
 		return nil, Errorf(CodeNotFound, "Ask %s was answered meanwhile. Nothing was done.", id)
 	}
-	return newResult("", ak.ID+" withdrawn").set("question_id", ak.ID).set("status", "withdrawn"), nil
+	return newResult("", ak.ID+" withdrawn").with(&askResult{QuestionID: ak.ID, Status: "withdrawn"}), nil
 }
 
 // Inbox lists the owner's open asks. (An ask closed between the list and
@@ -310,16 +302,14 @@ func (as *asks) Inbox(ctx context.Context) ([]*relay.InboxAsk, error) {
 // peerInboxAsks reads the asks a paired relay's inbox answered (its JSON:
 // the keys InboxAsk knows; any other a relay of another version sends is
 // not kept).
-func peerInboxAsks(list []map[string]any) []*relay.InboxAsk {
+func peerInboxAsks(list []map[string]json.RawMessage) []*relay.InboxAsk {
 	out := make([]*relay.InboxAsk, 0, len(list))
 	for _, m := range list {
 		if m == nil {
 			continue // a null in its list: nothing to show
 		}
 		a := &relay.InboxAsk{}
-		if b, err := json.Marshal(m); err == nil {
-			_ = json.Unmarshal(b, a) // a value of another type is left out
-		}
+		decodeLoose(mustJSON(m), a) // a value of another type is left out
 		out = append(out, a)
 	}
 	return out

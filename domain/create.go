@@ -349,29 +349,21 @@ func (cr *creates) applyCreate(ctx context.Context, c *caller, in *createArgs, p
 		return nil, e
 	}
 	res := newResult(s.ID, "")
-	cr.q.turnResult(ctx, res, t)
+	pr := cr.q.turnResult(ctx, res, t)
 	res.what = fmt.Sprintf("%q, %s", pl.title, res.what)
-	res.set("provider", pl.provID).set("model", pl.model).set("mode", pl.mode).set("effort", pl.effort).set("title", pl.title)
+	pr.Provider, pr.Model, pr.Mode, pr.Effort, pr.Title = some(pl.provID), some(pl.model), some(pl.mode), some(pl.effort), some(pl.title)
 	if s.Repo != "" {
-		res.set("repo", s.Repo).set("branch", s.Branch)
+		pr.Repo, pr.Branch = some(s.Repo), some(s.Branch)
 	}
-	if group != nil {
-		role := "member"
-		if group.Head == s.ID {
-			role = "head"
-		}
-		res.set("group", map[string]any{"id": group.ID, "name": cr.grp.groupName(ctx, group), "role": role})
-	} else {
-		res.set("group", nil)
-	}
+	pr.Group = some(cr.grp.groupRefOf(ctx, group, s.ID))
 	if groupWarning != "" {
-		res.set("groupWarning", groupWarning).set("note", "The session was created but did not land in a group; tell the owner.")
+		pr.GroupWarning, pr.Note = groupWarning, "The session was created but did not land in a group; tell the owner."
 		res.what += " (no group: " + groupWarning + ")"
-	} else if in.note != "" {
-		res.set("note", in.note)
+	} else {
+		pr.Note = in.note
 	}
 	if pl.modelNote != "" {
-		res.note("modelNote", pl.modelNote)
+		pr.ModelNote = joinNote(pr.ModelNote, pl.modelNote)
 	}
 	return res, nil
 }

@@ -195,14 +195,7 @@ func (r *Relay) checkThere(ctx context.Context, p *store.Pairing, body PeerCallB
 		return nil, Errorf(CodeOffline, "Relay %q answered the check without a result envelope. Nothing was done.", p.Name)
 	}
 	if !ok {
-		m := map[string]any{}
-		for k, v := range env {
-			var x any
-			if json.Unmarshal(v, &x) == nil {
-				m[k] = x
-			}
-		}
-		return nil, envError(m)
+		return nil, envError(env)
 	}
 	var chk PeerChecked
 	if err := json.Unmarshal(env["check"], &chk); err != nil {
@@ -219,18 +212,18 @@ func notServed(e *Error, path string) bool {
 }
 
 // envError is the error of a paired relay's failed envelope, its fields kept.
-func envError(env map[string]any) *Error {
-	code, _ := env["code"].(string)
-	msg, _ := env["error"].(string)
+func envError(env peerAnswer) *Error {
+	code, msg := rawString(env, "code"), rawString(env, "error")
 	if code == "" {
 		code = CodeInternal
 	}
 	er := &Error{Code: code, Msg: msg}
 	for k, v := range env {
-		switch k {
-		case "ok", "code", "error":
-		default:
-			er = er.With(k, v)
+		var x any
+		switch {
+		case k == "ok" || k == "code" || k == "error":
+		case json.Unmarshal(v, &x) == nil:
+			er = er.With(k, x)
 		}
 	}
 	return closedPeerError(er) // its code is data, never a label (R18.32)

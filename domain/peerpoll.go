@@ -427,21 +427,25 @@ func (pk *peerLink) pollAsk(ctx context.Context, a *store.RemoteAsk) {
 	body := PeerCallBody{Action: "list_questions", Args: map[string]json.RawMessage{"session": quoteJSON(a.Session)},
 		Origin: PeerOrigin{Relay: pk.opts.Name, Session: a.Asker, Path: []string{pk.opts.Name}}}
 	env, e := pk.peerCall(ctx, p, body, pk.opts.Timing.PeerTimeout)
-	if e != nil || env["ok"] != true {
+	if _, ok := answerOK(env); e != nil || !ok {
 		a.NextPollAt = pk.now().Add(pk.opts.Timing.AskPollOffline) // every 30 s while it does not answer
 		if err := pk.st.SaveRemoteAsk(ctx, a); err != nil {
 			pk.log.Warn("save remote ask", "ask", a.ID, "err", err)
 		}
 		return
 	}
-	qs, _ := env["questions"].([]any)
-	var q map[string]any
-	for _, x := range qs {
-		if m, ok := x.(map[string]any); ok && m["question_id"] == a.ID {
-			q = m
+	var q *answeredQuestion
+	for _, x := range looseList(env["questions"]) {
+		var m answeredQuestion
+		decodeLoose(x, &m)
+		if m.QuestionID == a.ID {
+			q = &m
 		}
 	}
-	status, _ := q["status"].(string)
+	status := ""
+	if q != nil {
+		status = q.Status
+	}
 	switch {
 	case q == nil || status == "withdrawn":
 		_, _ = pk.st.DeleteRemoteAsk(ctx, a.Relay, a.ID) // ended there (archived, deleted, withdrawn): nobody is told
@@ -457,10 +461,8 @@ func (pk *peerLink) pollAsk(ctx context.Context, a *store.RemoteAsk) {
 			return // another process told the asker
 		}
 		pk.relay.notify(ctx, "inbox") // answered there: the owner's console drops it (R19.4)
-		answer, _ := q["answer"].(string)
-		choice, _ := q["choice"].(string)
-		via, _ := q["via"].(string)
-		via = pk.viaHere(ctx, p, via)
+		answer, choice := q.Answer, q.Choice
+		via := pk.viaHere(ctx, p, q.Via)
 		pk.dl.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: a.Asker, QuestionID: a.ID, Text: a.Question,
 			Answer: answer, Choice: choice, Dismissed: status == "dismissed", Via: via})
 	}

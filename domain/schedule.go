@@ -206,8 +206,12 @@ func (sh *schedules) scheduleAction(ctx context.Context, c *caller, a *args) (*r
 	if !other {
 		res.session = ""
 	}
-	return res.set("schedule_id", sc.ID).set("schedule", map[string]any{"id": sc.ID, "title": title,
-		"everyMinutes": nilIfZero(every), "once": sc.Once(), "nextFireAt": ts(first)}), nil
+	var everyMin *int
+	if every != 0 {
+		everyMin = &every
+	}
+	return res.with(&scheduleResult{ScheduleID: sc.ID, Schedule: scheduleBrief{ID: sc.ID, Title: title,
+		EveryMinutes: everyMin, Once: sc.Once(), NextFireAt: tsPtr(first)}}), nil
 }
 
 // scheduleLimits checks the schedule limits before any card (R9.9); they
@@ -230,13 +234,6 @@ func (sh *schedules) scheduleLimits(ctx context.Context, c *caller, target *stor
 		}
 	}
 	return nil
-}
-
-func nilIfZero(n int) any {
-	if n == 0 {
-		return nil
-	}
-	return n
 }
 
 // scheduleView is a schedule as list_schedules shows it (R9.7).
@@ -295,7 +292,7 @@ func (sh *schedules) listSchedules(ctx context.Context, c *caller, a *args) (*re
 			list = append(list, sh.scheduleView(ctx, sc, c.s.ID))
 		}
 	}
-	return newResult("", fmt.Sprintf("%d active, %d ended in the last hour", active, len(list)-active)).set("schedules", list), nil
+	return newResult("", fmt.Sprintf("%d active, %d ended in the last hour", active, len(list)-active)).with(&listSchedulesResult{Schedules: list}), nil
 }
 
 func (sh *schedules) unschedule(ctx context.Context, c *caller, a *args) (*result, *Error) {
@@ -335,7 +332,7 @@ func (sh *schedules) unschedule(ctx context.Context, c *caller, a *args) (*resul
 	if err := sh.endSchedule(ctx, sc, "unscheduled"); err != nil {
 		return nil, internal("unschedule: endSchedule", err)
 	}
-	return newResult("", sc.ID+" ended").set("schedule_id", sc.ID).set("endReason", "unscheduled"), nil
+	return newResult("", sc.ID+" ended").with(&unscheduleResult{ScheduleID: sc.ID, EndReason: "unscheduled"}), nil
 }
 
 func (sh *schedules) endSchedule(ctx context.Context, sc *store.Schedule, reason string) error {

@@ -341,7 +341,7 @@ func (sb *subscriptions) applySubscribe(ctx context.Context, c *caller, in *subs
 	if err != nil {
 		return nil, internal("applySubscribe: subView", err)
 	}
-	return newResult("", fmt.Sprintf("%s (%s)", n, sub.ID)).set("subscription", view), nil
+	return newResult("", fmt.Sprintf("%s (%s)", n, sub.ID)).with(&subscribeResult{Subscription: view}), nil
 }
 
 // subOptions names a subscription's options for its card (R5.4).
@@ -491,7 +491,7 @@ func (sb *subscriptions) unsubscribe(ctx context.Context, c *caller, a *args) (*
 		return nil, Errorf(CodeNotFound, "This conversation has no active subscription %q. Nothing was done.", id)
 	}
 	return newResult("", fmt.Sprintf("%s ended", plural(len(ended), "subscription", "subscriptions"))).
-		set("unsubscribed", nonNil(ended)), nil
+		with(&unsubscribeResult{Unsubscribed: nonNil(ended)}), nil
 }
 
 // endSubscription ends a subscription with a reason (R8.19), on the record
@@ -558,7 +558,7 @@ func (sb *subscriptions) listSubscriptions(ctx context.Context, c *caller, a *ar
 	if watcher != c.s.ID {
 		res.session = watcher
 	}
-	return res.set("subscriptions", list), nil
+	return res.with(&listSubscriptionsResult{Subscriptions: list}), nil
 }
 
 // SubscriptionList lists a conversation's subscriptions: active ones and those ended within the hour.
@@ -595,7 +595,7 @@ func (sb *subscriptions) transferSubscriptions(ctx context.Context, c *caller, a
 		return nil, e
 	}
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
-	var moved []any
+	var moved []*relay.Subscription
 	var ended []string
 	for _, old := range subs {
 		nu := *old
@@ -633,12 +633,13 @@ func (sb *subscriptions) transferSubscriptions(ctx context.Context, c *caller, a
 		moved = append(moved, v)
 	}
 	if moved == nil {
-		moved = []any{}
+		moved = []*relay.Subscription{}
 	}
-	res := newResult(from.ID, fmt.Sprintf("%s moved", plural(len(moved), "subscription", "subscriptions"))).set("subscriptions", moved)
+	tr := &transferResult{Subscriptions: moved}
+	res := newResult(from.ID, fmt.Sprintf("%s moved", plural(len(moved), "subscription", "subscriptions"))).with(tr)
 	if len(ended) > 0 {
-		res.set("ended", ended).set("note", fmt.Sprintf("%s watched only this conversation, which never watches itself: ended (transferred) without a copy here.",
-			plural(len(ended), "subscription", "subscriptions")))
+		tr.Ended, tr.Note = ended, fmt.Sprintf("%s watched only this conversation, which never watches itself: ended (transferred) without a copy here.",
+			plural(len(ended), "subscription", "subscriptions"))
 		res.what += fmt.Sprintf(", %d ended without a copy", len(ended))
 	}
 	return res, nil
