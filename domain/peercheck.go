@@ -40,7 +40,7 @@ type (
 // The answer is the result envelope: ok with `check`, or the error the call
 // would have got.
 func (r *Relay) PeerCheck(ctx context.Context, tok string, raw []byte) json.RawMessage {
-	env := map[string]any{}
+	env := map[string]json.RawMessage{}
 	action, c, a, e := r.peerCaller(ctx, tok, raw)
 	var chk *PeerChecked
 	if e == nil {
@@ -58,7 +58,7 @@ func (r *Relay) PeerCheck(ctx context.Context, tok string, raw []byte) json.RawM
 			r.log.Info("peer check refused", "action", action, "from", c.remote.Relay, "code", e.Code)
 		}
 	} else {
-		env["ok"], env["check"] = true, chk
+		env["ok"], env["check"] = json.RawMessage("true"), mustJSON(chk)
 	}
 	b, err := json.Marshal(env)
 	if err != nil {

@@ -222,71 +222,110 @@ func (pk *peerLink) pollOnce(ctx context.Context, every time.Duration, st *pollS
 // where digest and quiet hours apply (R8.21). After a lost link, what comes
 // is one message between link_lost and link_restored, each event replayed.
 func (pk *peerLink) pollMirror(ctx context.Context, id string) {
+	sub, p := pk.liveMirror(ctx, id)
+	if sub == nil {
+		return
+	}
+	evs, cursor, ended, ok := pk.readMirror(ctx, sub, p)
+	if !ok {
+		return
+	}
+	if err := pk.offerRemote(ctx, sub, p, evs); err != nil {
+		pk.log.Error("deliver remote events", "relay", p.Name, "sub", sub.ID, "err", err)
+		return // the cursor stays: they come again and are delivered once (R8.12)
+	}
+	pk.advanceMirror(ctx, id, cursor, ended)
+}
+
+// liveMirror reads a mirror to poll and its pairing; nil when there is none
+// to poll. A mirror whose pairing or watcher is gone ends here (R8.19).
+func (pk *peerLink) liveMirror(ctx context.Context, id string) (*store.Subscription, *store.Pairing) {
 	sub, err := pk.st.GetSubscription(ctx, id)
 	if err != nil || sub.EndReason != "" || sub.Relay == "" {
-		return
+		return nil, nil
 	}
 	p, err := pk.st.GetPairing(ctx, sub.Relay)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			pk.relay.endMirror(ctx, sub, "unpaired")
 		}
-		return
+		return nil, nil
 	}
 	// The watcher was archived or deleted: the subscription ends on both sides (R8.19).
 	ws, err := pk.st.GetSession(ctx, sub.Watcher)
 	if (err == nil && ws.Archived) || errors.Is(err, store.ErrNotFound) {
 		pk.relay.remoteUnsubscribe(ctx, p, sub)
 		pk.relay.endMirror(ctx, sub, "archived")
-		return
+		return nil, nil
 	}
-	// Every page there is now is read before anything is offered, so what a
-	// lost link kept comes as one message (R8.21, up to 500 events).
-	cursor, ended := sub.Cursor, ""
-	var evs []store.Event
+	return sub, p
+}
+
+// readMirror reads every page there is now before anything is offered, so
+// what a lost link kept comes as one message (R8.21, up to 500 events). It
+// returns the events taken, the cursor after them and the end reason the
+// relay gave; not ok when nothing is to be offered (the cursor stays).
+func (pk *peerLink) readMirror(ctx context.Context, sub *store.Subscription, p *store.Pairing) (evs []store.Event, cursor, ended string, ok bool) {
+	cursor = sub.Cursor
 	read := 0 // what the relay sent this poll: at most peerPollMax (R18.33)
 	for page := 0; read < peerPollMax; page++ {
 		pe, e := pk.peerEvents(ctx, p, sub.ID, cursor, 0)
 		if e != nil {
-			if e.Code == CodeNotFound {
-				pk.log.Info("remote subscription gone on its relay", "relay", p.Name, "sub", sub.ID)
-				pk.relay.endMirror(ctx, sub, "unsubscribed")
-				return
-			}
-			if page == 0 && sub.LinkDownAt.IsZero() {
-				sub.LinkDownAt = pk.now()
-				if _, err := pk.st.SaveLiveSubscription(ctx, sub); err != nil {
-					pk.log.Warn("mark link down", "sub", sub.ID, "err", err)
-				}
-				pk.log.Warn("link to paired relay lost", "relay", p.Name, "sub", sub.ID, "reason", e.Msg)
-			}
-			return // the cursor stays: the next poll reads it all again
+			pk.mirrorReadFailed(ctx, sub, p, page, e)
+			return nil, "", "", false // the cursor stays: the next poll reads it all again
 		}
 		got := pe.Events
 		if len(got) > peerPollMax-read {
 			got = got[:peerPollMax-read] // a relay that sends more than it may: the rest is lost (R18.33)
 		}
 		read += len(pe.Events)
-		for _, ev := range got {
-			if !mirrorTakes(sub, &ev) {
-				continue // filtered here, whatever the relay sent (R18.33, R8.21's exclude)
-			}
-			// Its ids are that relay's: namespaced, they never name a record here (R18.34).
-			ev.ID = "peer:" + strings.ToLower(p.Name) + ":" + ev.ID
-			ev.Relay, ev.Turn = p.Name, ""
-			ev.Sub, ev.Watcher = sub.ID, "" // the same id on both relays: all_idle and heartbeat lines name it
-			evs = append(evs, ev)
-		}
+		evs = append(evs, mirrorEvents(sub, p, got)...)
 		cursor = pe.Cursor
 		if len(pe.Events) < peerEventsBatch {
 			ended = pe.Ended
 			break
 		}
 	}
-	if err := pk.offerRemote(ctx, sub, p, evs); err != nil {
-		pk.log.Error("deliver remote events", "relay", p.Name, "sub", sub.ID, "err", err)
-		return // the cursor stays: they come again and are delivered once (R8.12)
+	return evs, cursor, ended, true
+}
+
+// mirrorReadFailed handles a failed read of a mirror's events: gone there,
+// the mirror ends; otherwise a first failure marks the link down.
+func (pk *peerLink) mirrorReadFailed(ctx context.Context, sub *store.Subscription, p *store.Pairing, page int, e *Error) {
+	if e.Code == CodeNotFound {
+		pk.log.Info("remote subscription gone on its relay", "relay", p.Name, "sub", sub.ID)
+		pk.relay.endMirror(ctx, sub, "unsubscribed")
+		return
 	}
+	if page == 0 && sub.LinkDownAt.IsZero() {
+		sub.LinkDownAt = pk.now()
+		if _, err := pk.st.SaveLiveSubscription(ctx, sub); err != nil {
+			pk.log.Warn("mark link down", "sub", sub.ID, "err", err)
+		}
+		pk.log.Warn("link to paired relay lost", "relay", p.Name, "sub", sub.ID, "reason", e.Msg)
+	}
+}
+
+// mirrorEvents are the events of a page a mirror takes, as this relay
+// keeps them.
+func mirrorEvents(sub *store.Subscription, p *store.Pairing, got []store.Event) []store.Event {
+	var evs []store.Event
+	for _, ev := range got {
+		if !mirrorTakes(sub, &ev) {
+			continue // filtered here, whatever the relay sent (R18.33, R8.21's exclude)
+		}
+		// Its ids are that relay's: namespaced, they never name a record here (R18.34).
+		ev.ID = "peer:" + strings.ToLower(p.Name) + ":" + ev.ID
+		ev.Relay, ev.Turn = p.Name, ""
+		ev.Sub, ev.Watcher = sub.ID, "" // the same id on both relays: all_idle and heartbeat lines name it
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+// advanceMirror keeps a mirror's cursor after its events were offered, and
+// ends it when its relay ended it.
+func (pk *peerLink) advanceMirror(ctx context.Context, id, cursor, ended string) {
 	fresh, err := pk.st.GetSubscription(ctx, id)
 	if err != nil {
 		return

@@ -166,7 +166,7 @@ func (r *Relay) CallTool(ctx context.Context, callerID string, raw json.RawMessa
 
 // envelope renders an action's outcome as the result envelope and counts it.
 func (r *Relay) envelope(action, callerID string, start time.Time, out *result, e *Error) (json.RawMessage, bool) {
-	env := map[string]any{}
+	env := map[string]json.RawMessage{}
 	code := "ok"
 	if e != nil {
 		code = e.Code
@@ -178,10 +178,8 @@ func (r *Relay) envelope(action, callerID string, start time.Time, out *result, 
 		r.log.Error("encode result", "err", err)
 		return []byte(`{"ok":false,"code":"REMOTE_RELAY_INTERNAL","error":"The result could not be encoded. Nothing was done."}`), true
 	} else {
-		for k, v := range fields {
-			env[k] = v
-		}
-		env["ok"] = true
+		env = fields
+		env["ok"] = json.RawMessage("true")
 	}
 	if r.met != nil {
 		if _, known := actionArgs[action]; !known {
@@ -202,12 +200,12 @@ func (r *Relay) envelope(action, callerID string, start time.Time, out *result, 
 }
 
 // errorEnvelope fills env with a failed result: the error's fields, ok,
-// code and error.
-func errorEnvelope(env map[string]any, e *Error) {
+// code and error, each encoded.
+func errorEnvelope(env map[string]json.RawMessage, e *Error) {
 	for k, v := range e.Fields {
-		env[k] = v
+		env[k] = mustJSON(v)
 	}
-	env["ok"], env["code"], env["error"] = false, e.Code, e.Msg
+	env["ok"], env["code"], env["error"] = json.RawMessage("false"), mustJSON(e.Code), mustJSON(e.Msg)
 }
 
 func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, d *Delivery, action *string) (*result, *Error) {
