@@ -31,6 +31,16 @@ func (rm *remote) keepMirror(ctx context.Context, c *caller, a *args, p *store.P
 		return
 	}
 	sub := &store.Subscription{ID: id, Watcher: c.s.ID, Relay: p.Name, Cursor: "0", CreatedAt: rm.now()}
+	refs := mirrorArgs(sub, a)
+	mirrorAnswered(sub, &sm, refs)
+	if err := rm.st.SaveSubscription(ctx, sub); err != nil {
+		rm.log.Error("keep remote subscription", "relay", p.Name, "sub", id, "err", err)
+	}
+}
+
+// mirrorArgs fills a mirror with the subscribe arguments as sent; it
+// returns the sessions the agent named.
+func mirrorArgs(sub *store.Subscription, a *args) []string {
 	sub.Events, _ = a.strs("events")
 	sub.Exclude, _ = a.strs("exclude")
 	sub.Match, _ = a.str("match")
@@ -45,6 +55,11 @@ func (rm *remote) keepMirror(ctx context.Context, c *caller, a *args, p *store.P
 	if len(refs) == 1 && strings.EqualFold(refs[0], "all") {
 		sub.All = true
 	}
+	return refs
+}
+
+// mirrorAnswered fills a mirror with what the paired relay answered of it.
+func mirrorAnswered(sub *store.Subscription, sm *answeredSubscription, refs []string) {
 	// What the relay answered names the sessions (it resolved the ids), but
 	// never more than the agent asked for: its events are filtered here by
 	// what the subscription itself names (R18.33).
@@ -72,9 +87,6 @@ func (rm *remote) keepMirror(ctx context.Context, c *caller, a *args, p *store.P
 	}
 	if sm.HeartbeatMinutes != nil {
 		sub.HeartbeatMinutes = int(*sm.HeartbeatMinutes)
-	}
-	if err := rm.st.SaveSubscription(ctx, sub); err != nil {
-		rm.log.Error("keep remote subscription", "relay", p.Name, "sub", id, "err", err)
 	}
 }
 

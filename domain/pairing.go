@@ -116,21 +116,27 @@ func mentioned(text, word string) bool {
 		}
 		start, end := i+j, i+j+len(lw)
 		i = start + 1
-		at := start > 0 && lt[start-1] == '@'
-		if atOnly && !at {
-			continue
+		if mentionAt(lt, start, end, atOnly) {
+			return true
 		}
-		if start > 0 && !at && isWordByte(lt[start-1]) {
-			continue
-		}
-		if end < len(lt) && (isWordByte(lt[end]) || (lt[end] == '.' && end+1 < len(lt) && isWordByte(lt[end+1]))) {
-			continue
-		}
-		if at && start > 1 && isWordByte(lt[start-2]) { // an e-mail address, not a mention
-			continue
-		}
-		return true
 	}
+}
+
+// mentionAt reports whether the word found at lt[start:end] is a mention:
+// a whole word, or after @ (then only, when atOnly), and not an e-mail address.
+func mentionAt(lt string, start, end int, atOnly bool) bool {
+	at := start > 0 && lt[start-1] == '@'
+	switch {
+	case atOnly && !at:
+		return false
+	case start > 0 && !at && isWordByte(lt[start-1]):
+		return false
+	case end < len(lt) && (isWordByte(lt[end]) || (lt[end] == '.' && end+1 < len(lt) && isWordByte(lt[end+1]))):
+		return false
+	case at && start > 1 && isWordByte(lt[start-2]): // an e-mail address, not a mention
+		return false
+	}
+	return true
 }
 
 func isWordByte(b byte) bool {
