@@ -109,6 +109,37 @@ type askArgs struct {
 // open asks' limits); nothing is written (also the check a paired relay
 // asks before its card, R5.3).
 func (as *asks) checkAsk(ctx context.Context, c *caller, a *args) (*askArgs, *Error) {
+	in, e := askShapes(a)
+	if e != nil {
+		return nil, e
+	}
+	in.concern = c.s
+	if ref, e := a.str("session"); e != nil {
+		return nil, e
+	} else if ref != "" {
+		s, e := as.relay.sessionByRef(ctx, ref)
+		if e != nil {
+			e.Msg = strings.Replace(e.Msg, nothingDone, nothingAsked, 1)
+			return nil, e
+		}
+		in.concern = s
+	}
+	byAsker, inSession, err := as.st.OpenAskCounts(ctx, c.s.ID, in.concern.ID)
+	if err != nil {
+		return nil, internal("checkAsk: OpenAskCounts", err)
+	}
+	if byAsker >= as.opts.Limits.OpenAsksPerConversation {
+		return nil, Errorf(CodeQuestionLimit, "This conversation already has %d open asks, the most allowed; withdraw one or wait for answers. %s", byAsker, nothingAsked)
+	}
+	if inSession >= as.opts.Limits.OpenAsksPerSession {
+		return nil, Errorf(CodeQuestionLimit, "Session %s already has %d open asks, the most allowed. %s", id8(in.concern.ID), inSession, nothingAsked)
+	}
+	return in, nil
+}
+
+// askShapes reads an ask's texts: question, options, recommendation and
+// detail, each within its length.
+func askShapes(a *args) (*askArgs, *Error) {
 	question, e := a.str("question")
 	if e != nil {
 		return nil, e
@@ -119,17 +150,9 @@ func (as *asks) checkAsk(ctx context.Context, c *caller, a *args) (*askArgs, *Er
 	if e := maxChars("question", question, 4000, nothingAsked); e != nil {
 		return nil, e
 	}
-	options, e := a.strs("options")
+	options, e := askOptions(a)
 	if e != nil {
 		return nil, e
-	}
-	if len(options) > 10 {
-		return nil, Errorf(CodeInvalidInput, "options may list at most 10 choices (got %d). %s", len(options), nothingAsked)
-	}
-	for i, o := range options {
-		if e := maxChars(fmt.Sprintf("options[%d]", i), o, 200, nothingAsked); e != nil {
-			return nil, e
-		}
 	}
 	rec, e := a.str("recommendation")
 	if e != nil {
@@ -145,28 +168,24 @@ func (as *asks) checkAsk(ctx context.Context, c *caller, a *args) (*askArgs, *Er
 	if e := maxChars("detail", detail, 16000, nothingAsked); e != nil {
 		return nil, e
 	}
-	concern := c.s
-	if ref, e := a.str("session"); e != nil {
+	return &askArgs{question: question, rec: rec, detail: detail, options: options}, nil
+}
+
+// askOptions reads an ask's options: at most 10, each of at most 200 characters.
+func askOptions(a *args) ([]string, *Error) {
+	options, e := a.strs("options")
+	if e != nil {
 		return nil, e
-	} else if ref != "" {
-		s, e := as.relay.sessionByRef(ctx, ref)
-		if e != nil {
-			e.Msg = strings.Replace(e.Msg, nothingDone, nothingAsked, 1)
+	}
+	if len(options) > 10 {
+		return nil, Errorf(CodeInvalidInput, "options may list at most 10 choices (got %d). %s", len(options), nothingAsked)
+	}
+	for i, o := range options {
+		if e := maxChars(fmt.Sprintf("options[%d]", i), o, 200, nothingAsked); e != nil {
 			return nil, e
 		}
-		concern = s
 	}
-	byAsker, inSession, err := as.st.OpenAskCounts(ctx, c.s.ID, concern.ID)
-	if err != nil {
-		return nil, internal("checkAsk: OpenAskCounts", err)
-	}
-	if byAsker >= as.opts.Limits.OpenAsksPerConversation {
-		return nil, Errorf(CodeQuestionLimit, "This conversation already has %d open asks, the most allowed; withdraw one or wait for answers. %s", byAsker, nothingAsked)
-	}
-	if inSession >= as.opts.Limits.OpenAsksPerSession {
-		return nil, Errorf(CodeQuestionLimit, "Session %s already has %d open asks, the most allowed. %s", id8(concern.ID), inSession, nothingAsked)
-	}
-	return &askArgs{question: question, rec: rec, detail: detail, options: options, concern: concern}, nil
+	return options, nil
 }
 
 func askView(ak *store.Ask) *questionView {
