@@ -39,7 +39,13 @@ type TaskDomain interface {
 const tasksExtension = "io.modelcontextprotocol/tasks"
 
 // taskActions are the actions whose wait may become a task.
-var taskActions = map[string]bool{"send": true, "create_session": true, "wait": true}
+var taskActions = func() map[string]bool {
+	out := map[string]bool{}
+	for _, a := range domain.WaitingActions() {
+		out[a] = true
+	}
+	return out
+}()
 
 // taskParams are the params of tasks/get, tasks/update and tasks/cancel.
 type taskParams struct {

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -33,7 +32,6 @@ import (
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/redisurl"
 	"github.com/oar/relay/repos"
-	"github.com/oar/relay/scheduler"
 	"github.com/oar/relay/store"
 	"github.com/oar/relay/storelog"
 	"github.com/oar/relay/webhook"
@@ -122,6 +120,55 @@ type App struct {
 
 // New connects to Redis and builds the process; Run starts it.
 func New(cfg config.Config, o Options) (*App, error) {
+	o = o.withDefaults()
+	health := storelog.New(o.Logger.Handler())
+	a := &App{cfg: cfg, opts: o, log: slog.New(health), health: health, started: make(chan struct{})}
+	sbs, err := newSandboxes(cfg, o.Logger) // R18.31: before anything is opened
+	if err != nil {
+		return nil, err
+	}
+	us, err := newUsers(cfg, os.Geteuid()) // R18.26: the providers' users, as early
+	if err != nil {
+		return nil, err
+	}
+	// R18.36: a secret given as a flag is readable by every user of the
+	// machine; say so (never the secret), with the file to use instead.
+	for _, w := range cfg.CommandLineWarnings() {
+		a.log.Warn(w, "pid", os.Getpid())
+	}
+	if err := a.openStore(); err != nil {
+		return nil, err
+	}
+	if err := a.setupTracing(); err != nil {
+		a.close()
+		return nil, err
+	}
+	a.met = metrics.New()
+
+	provs, scripted, err := buildProviders(cfg, a.log, sbs, us)
+	if err != nil {
+		a.close()
+		return nil, err
+	}
+	sbs.hide(cfg, provs)
+	a.scripted = scripted
+	a.provs = provs
+	a.clock = time.Now
+	if o.Clock != nil {
+		a.clock = o.Clock.Now
+	}
+	a.relay = domain.New(a.st, asynqjobs.NewClient(a.aq, a.insp, a.queues), provs, a.relayOptions())
+	wo := worker.Options{Queues: a.queues, Concurrency: o.Concurrency, Logger: a.log}
+	if a.emb != nil {
+		wo.IdleCheck = worker.EmbeddedIdleCheck // one process: every enqueue goes through its waker
+	}
+	a.work = worker.New(a.rdb, a.relay, wo)
+	a.addGauges()
+	return a, nil
+}
+
+// withDefaults fills the options left unset.
+func (o Options) withDefaults() Options {
 	if o.Mode == "" {
 		o.Mode = ModeServe
 	}
@@ -140,78 +187,78 @@ func New(cfg config.Config, o Options) (*App, error) {
 	if o.StallScanEvery <= 0 {
 		o.StallScanEvery = 30 * time.Second
 	}
-	health := storelog.New(o.Logger.Handler())
-	a := &App{cfg: cfg, opts: o, log: slog.New(health), health: health, started: make(chan struct{})}
-	sbs, err := newSandboxes(cfg, o.Logger) // R18.31: before anything is opened
+	return o
+}
+
+// openStore opens the Redis the process works on (the embedded store without
+// a Redis URL) and the clients on it: the store, the queues' client and
+// inspector.
+func (a *App) openStore() error {
+	ru, err := a.redisURL()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	us, err := newUsers(cfg, os.Geteuid()) // R18.26: the providers' users, as early
-	if err != nil {
-		return nil, err
-	}
-	// R18.36: a secret given as a flag is readable by every user of the
-	// machine; say so (never the secret), with the file to use instead.
-	for _, w := range cfg.CommandLineWarnings() {
-		a.log.Warn(w, "pid", os.Getpid())
-	}
-	tuning := redisurl.Tuning{DialTimeout: 2 * time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second,
-		MaxRetries: 1, PoolSize: 64}
-	var ru *redisurl.URL
-	if cfg.RedisURL == "" {
+	ru.Tune(redisurl.Tuning{DialTimeout: 2 * time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second,
+		MaxRetries: 1, PoolSize: 64})
+	redisLogOnce.Do(func() { redis.SetLogger(redisLogger{slog.Default()}) }) // a global of go-redis: set once
+	a.rdb = ru.NewClient()
+	a.rdb.AddHook(store.UnreachableHook()) // R25.3: the store's silence, told apart from any other
+	a.st = store.New(a.rdb, a.opts.KeyPrefix)
+	a.queues = jobs.QueuesFor(a.opts.KeyPrefix)
+	a.aq = asynq.NewClientFromRedisClient(a.rdb)
+	a.insp = asynq.NewInspectorFromRedisClient(a.rdb)
+	return nil
+}
+
+// redisURL is the configured Redis URL with its password file's password,
+// or, without one, the embedded store's, opened here.
+func (a *App) redisURL() (*redisurl.URL, error) {
+	if a.cfg.RedisURL == "" {
 		// R20: the embedded store on a loopback port of its own (no
 		// fixed-size pipe: pipelines and scripts of any size), kept in the
 		// data directory. A directory in use or a file that cannot be read
 		// stops the start here, touching nothing.
-		emb, err := embedded.Open(embedded.Options{Dir: cfg.DataDir, Logger: a.log, Every: o.EmbeddedEvery})
+		emb, err := embedded.Open(embedded.Options{Dir: a.cfg.DataDir, Logger: a.log, Every: a.opts.EmbeddedEvery})
 		if err != nil {
 			return nil, err
 		}
 		a.emb = emb
-		ru = &redisurl.URL{Kind: redisurl.Single, Simple: &redis.Options{Addr: emb.Addr(), Password: emb.Password()}}
 		a.log.Info("Redis: the embedded store (no --redis / REDIS_URL), kept in the data directory; one process only: set REDIS_URL for a real Redis and several workers",
 			"data_dir", emb.Dir())
-	} else {
-		u, err := redisurl.Parse(cfg.RedisURL)
-		if err != nil {
-			return nil, fmt.Errorf("redis url: %w", err)
-		}
-		if cfg.RedisPassword != "" { // read from RELAY_REDIS_PASSWORD_FILE (R18.36)
-			u.SetPassword(cfg.RedisPassword)
-		}
-		ru = u
+		return &redisurl.URL{Kind: redisurl.Single, Simple: &redis.Options{Addr: emb.Addr(), Password: emb.Password()}}, nil
 	}
-	ru.Tune(tuning)
-	redisLogOnce.Do(func() { redis.SetLogger(redisLogger{slog.Default()}) }) // a global of go-redis: set once
-	a.rdb = ru.NewClient()
-	a.rdb.AddHook(store.UnreachableHook()) // R25.3: the store's silence, told apart from any other
-	a.st = store.New(a.rdb, o.KeyPrefix)
-	a.queues = jobs.QueuesFor(o.KeyPrefix)
-	a.aq = asynq.NewClientFromRedisClient(a.rdb)
-	a.insp = asynq.NewInspectorFromRedisClient(a.rdb)
-	// R25.1: traces when an OTLP endpoint is set, else nothing at all (the
-	// global no-op tracer provider, no exporter, no instrumentation).
-	if a.tracing, a.endTraces, err = otelx.Setup(context.Background(), cfg.Name); err != nil {
-		a.close()
-		return nil, err
-	}
-	if a.tracing {
-		if err := otelx.Redis(a.rdb); err != nil { // the store's commands, inside a trace
-			a.close()
-			return nil, err
-		}
-		a.log.Info("OpenTelemetry traces on", "protocol", otelx.Protocol())
-	}
-	a.met = metrics.New()
-
-	provs, scripted, err := buildProviders(cfg, a.log, sbs, us)
+	u, err := redisurl.Parse(a.cfg.RedisURL)
 	if err != nil {
-		a.close()
-		return nil, err
+		return nil, fmt.Errorf("redis url: %w", err)
 	}
-	sbs.hide(cfg, provs)
-	a.scripted = scripted
-	a.provs = provs
+	if a.cfg.RedisPassword != "" { // read from RELAY_REDIS_PASSWORD_FILE (R18.36)
+		u.SetPassword(a.cfg.RedisPassword)
+	}
+	return u, nil
+}
+
+// setupTracing turns OpenTelemetry traces on when an OTLP endpoint is set,
+// else leaves nothing at all (the global no-op tracer provider, no exporter,
+// no instrumentation; R25.1).
+func (a *App) setupTracing() error {
+	var err error
+	if a.tracing, a.endTraces, err = otelx.Setup(context.Background(), a.cfg.Name); err != nil {
+		return err
+	}
+	if !a.tracing {
+		return nil
+	}
+	if err := otelx.Redis(a.rdb); err != nil { // the store's commands, inside a trace
+		return err
+	}
+	a.log.Info("OpenTelemetry traces on", "protocol", otelx.Protocol())
+	return nil
+}
+
+// relayOptions are the domain's options; with webhooks configured it makes
+// their sender (a.hooks).
+func (a *App) relayOptions() domain.Options {
+	cfg, o := a.cfg, a.opts
 	peers := peer.NewClient()
 	if a.tracing { // a call to a paired relay carries the traceparent header (R25.1)
 		peers.WrapTransport(otelx.Transport)
@@ -241,16 +288,12 @@ func New(cfg config.Config, o Options) (*App, error) {
 		a.hooks = webhook.New(webhook.Options{Relay: cfg.Name, Hooks: cfg.Notify.Webhooks, Count: a.met.WebhookResult, Logger: a.log})
 		ropt.Notices = a.hooks
 	}
-	a.clock = time.Now
-	if o.Clock != nil {
-		a.clock = o.Clock.Now
-	}
-	a.relay = domain.New(a.st, asynqjobs.NewClient(a.aq, a.insp, a.queues), provs, ropt)
-	wo := worker.Options{Queues: a.queues, Concurrency: o.Concurrency, Logger: a.log}
-	if a.emb != nil {
-		wo.IdleCheck = worker.EmbeddedIdleCheck // one process: every enqueue goes through its waker
-	}
-	a.work = worker.New(a.rdb, a.relay, wo)
+	return ropt
+}
+
+// addGauges registers the process's gauges: queues, pending cards, active
+// sessions, offline paired relays, held events.
+func (a *App) addGauges() {
 	a.met.AddQueues(a.queueStats)
 	a.met.AddGauge("relay_cards_pending", "Approval cards waiting for the owner.", func() float64 {
 		c, _, _ := a.counts()
@@ -260,72 +303,31 @@ func New(cfg config.Config, o Options) (*App, error) {
 		_, s, _ := a.counts()
 		return float64(s)
 	})
-	a.met.AddGauge("relay_paired_relays_offline", "Paired relays whose last hello, call or poll got no answer (or a rejected token).", func() float64 {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		links, err := a.st.Links(ctx)
-		if err != nil {
-			return 0
-		}
-		n := 0
-		for _, l := range links {
-			if !l.Online {
-				n++
-			}
-		}
-		return float64(n)
-	})
+	a.met.AddGauge("relay_paired_relays_offline", "Paired relays whose last hello, call or poll got no answer (or a rejected token).", a.offlineLinks)
 	a.met.AddGauge("relay_events_held", "Events held by digests and quiet hours.", func() float64 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		n, _ := a.st.HeldTotal(ctx)
 		return float64(n)
 	})
-	return a, nil
 }
 
-func buildProviders(cfg config.Config, log *slog.Logger, sbs sandboxes, us users) ([]provider.Provider, *provider.Scripted, error) {
-	var out []provider.Provider
-	var scripted *provider.Scripted
-	for _, p := range cfg.Providers {
-		switch p.Type {
-		case config.TypeScripted:
-			scripted = provider.NewScripted(provider.Info{ID: p.ID, Name: p.Name, Models: p.Models, DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo})
-			out = append(out, scripted)
-		case config.TypeExec:
-			out = append(out, provider.NewExec(provider.ExecConfig{ID: p.ID, Name: p.Name, Command: p.Command, Models: p.Models,
-				DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo, Env: p.Env, Sandbox: sbs[p.ID], User: us[p.ID]}))
-		case config.TypeClaudeCode, config.TypeCodex, config.TypeGeminiCLI: // R17.1
-			cli, err := provider.NewCLI(provider.CLIConfig{ID: p.ID, Name: p.Name, Type: p.Type, Command: p.Command, Args: p.Args,
-				Env: p.Env, Models: p.Models, DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo,
-				Silence: cfg.Timing.AgentSilence, Sandbox: sbs[p.ID], User: us[p.ID]})
-			if err != nil {
-				return nil, nil, fmt.Errorf("config: %w", err)
-			}
-			if in := cli.Info(); in.Status == provider.StatusUnavailable {
-				log.Warn("provider unavailable: prompts to it are refused until its command can be found", "provider", p.ID, "why", in.StatusReason)
-			}
-			out = append(out, cli)
-		case config.TypeACP: // R22.1
-			ap := provider.NewACP(provider.ACPConfig{ID: p.ID, Name: p.Name, Command: p.Command, Env: p.Env, Models: p.Models,
-				DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo, Silence: cfg.Timing.AgentSilence,
-				Idle: cfg.Timing.ACPIdle, Logger: log, Sandbox: sbs[p.ID], User: us[p.ID]})
-			if in := ap.Info(); in.Status == provider.StatusUnavailable {
-				log.Warn("provider unavailable: prompts to it are refused until its command can be found", "provider", p.ID, "why", in.StatusReason)
-			}
-			out = append(out, ap)
-		case config.TypeOpenAI:
-			name, desc, schema := api.RelayToolForModels()
-			out = append(out, provider.NewOpenAI(provider.OpenAIConfig{ID: p.ID, Name: p.Name, BaseURL: p.BaseURL, APIKeyEnv: p.APIKeyEnv,
-				Models: p.Models, DefaultModel: p.DefaultModel, Efforts: p.Efforts, SwitchTo: p.SwitchTo, MaxSteps: p.MaxSteps,
-				SystemPrompt: p.SystemPrompt, ToolName: name, ToolDescription: desc, ToolSchema: schema, Logger: log}))
+// offlineLinks counts the paired relays that are offline (0 when the store
+// does not answer).
+func (a *App) offlineLinks() float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	links, err := a.st.Links(ctx)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, l := range links {
+		if !l.Online {
+			n++
 		}
 	}
-	if scripted == nil {
-		scripted = provider.NewScripted(provider.Info{})
-		out = append(out, scripted)
-	}
-	return out, scripted, nil
+	return float64(n)
 }
 
 func (a *App) counts() (int64, int64, error) {
@@ -469,218 +471,6 @@ func tuneGC() {
 	}
 }
 
-// Run serves until ctx ends, then shuts down in order: readiness off, stop
-// accepting, hand running turns back to the queue, close Redis.
-func (a *App) Run(ctx context.Context) (err error) {
-	defer a.close()
-	gcOnce.Do(tuneGC)
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = a.st.Ping(pctx)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("redis %s: %w", redactURL(a.cfg.RedisURL), err)
-	}
-	if err := a.upgradeKeys(ctx); err != nil {
-		return err
-	}
-	hubCtx, stopHub := context.WithCancel(context.Background())
-	defer func() { stopHub(); a.relay.Wait() }() // the notification listener and cache watcher are joined
-	if err := a.relay.Start(hubCtx); err != nil {
-		return err
-	}
-	var srv *http.Server
-	var ln net.Listener
-	var serveErr = make(chan error, 1)
-	switch a.opts.Mode {
-	case ModeServe:
-		ln, err = net.Listen("tcp", a.cfg.Addr)
-		if err != nil {
-			return &ListenError{Flag: "--addr", Addr: a.cfg.Addr, Err: err}
-		}
-		if err := a.setupOwnerToken(ctx); err != nil {
-			_ = ln.Close()
-			return err
-		}
-		a.addr = ln.Addr().String()
-		a.relay.SetBaseURL(a.PublicURL())
-		if err := a.st.SetAPIURL(ctx, a.PublicURL()); err != nil {
-			return err
-		}
-		mcpOpts := a.opts.MCP
-		mcpOpts.Version = Version
-		if mcpOpts.Logger == nil {
-			mcpOpts.Logger = a.log
-		}
-		// R18.23: failed tokens count over a minute of this process's clock
-		// (a test's faster clock makes it shorter).
-		authWindow := time.Minute
-		if a.opts.Clock != nil && a.opts.Clock.Factor > 1 {
-			authWindow = time.Duration(float64(time.Minute) / a.opts.Clock.Factor)
-		}
-		h := api.NewRouter(api.Options{Relay: a.relay, Store: a.st, Metrics: a.met, OwnerToken: a.ownerToken, OwnerTokenHash: a.ownerTokenHash, Ready: a.ready, MCP: mcpOpts, Logger: a.log,
-			PublicURL: a.PublicURL(), AuthWindow: authWindow})
-		// R18.18: bounded headers, idle connections closed, at most
-		// api.MaxConns connections (the least recently busy idle one closed
-		// for a new one), so a flood cannot stop /healthz or the owner API.
-		if a.tracing { // the HTTP server span, continuing a paired relay's trace (R25.1)
-			h = otelx.Handler(h)
-		}
-		srv = api.NewServer(h)
-	case ModeWorker:
-		if a.cfg.MetricsAddr != "" {
-			ln, err = net.Listen("tcp", a.cfg.MetricsAddr)
-			if err != nil {
-				return &ListenError{Flag: "--metrics-addr", Addr: a.cfg.MetricsAddr, Err: err}
-			}
-			a.addr = ln.Addr().String()
-			// The same bounds as relay serve's (R18.18, R18.29: a body, which
-			// no health route takes, is given BodyTimeout before it is cut).
-			srv = api.NewServer(api.NewHealthRouter(a.ready, a.met))
-		}
-	default:
-		return fmt.Errorf("unknown mode %q", a.opts.Mode)
-	}
-	if err := a.work.Start(); err != nil {
-		return fmt.Errorf("start worker: %w", err)
-	}
-	loops, stopLoops := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	// Schedules: every active one has its pending occurrence task (a missed time fires once, R9.3).
-	// R18.11: MCP config files (they hold session tokens) that a relay process
-	// which died mid-turn left behind.
-	cleaned := map[string]bool{}
-	for _, p := range a.provs {
-		if d, ok := p.(interface{ MCPConfigDir() string }); ok && !cleaned[d.MCPConfigDir()] {
-			cleaned[d.MCPConfigDir()] = true
-			if n, err := provider.CleanStaleMCPConfigs(d.MCPConfigDir()); err != nil {
-				a.log.Warn("remove stale MCP config files", "dir", d.MCPConfigDir(), "err", err)
-			} else if n > 0 {
-				a.log.Info("removed stale MCP config files of relay processes that died", "dir", d.MCPConfigDir(), "files", n)
-			}
-		}
-	}
-	// Drain flags written before the drains index existed (one scan at start).
-	if _, err := a.st.IndexDrainFlags(ctx); err != nil {
-		a.log.Warn("index drain flags", "err", err)
-	}
-	if err := a.relay.RecoverSchedules(ctx); err != nil {
-		a.log.Warn("recover schedules", "err", err)
-	}
-	for _, p := range a.provs {
-		if o, ok := p.(*provider.OpenAI); ok { // model discovery, R17.6
-			wg.Add(1)
-			go func() { defer wg.Done(); o.Discovery(loops) }()
-		}
-	}
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		scheduler.Every(loops, time.Minute, a.log, "schedule-recovery", a.relay.RecoverSchedules)
-	}()
-	go func() {
-		defer wg.Done()
-		enq := asynqjobs.NewClient(a.aq, a.insp, a.queues)
-		scheduler.Every(loops, a.opts.StallScanEvery, a.log, "stall-scan", func(ctx context.Context) error {
-			// One scan per clock minute across all processes: the task id dedupes.
-			minute := a.clock().Truncate(time.Minute).Unix()
-			return enq.Enqueue(ctx, jobs.TypeStallScan, struct{}{}, fmt.Sprintf("stall:%d", minute), time.Time{})
-		})
-	}()
-	go func() {
-		defer wg.Done()
-		stale := &scheduler.Stale{}
-		scheduler.Every(loops, a.opts.SweepEvery, a.log, "drain-sweep", func(ctx context.Context) error {
-			_, err := a.relay.RecoverDrains(ctx, stale.Filter)
-			return err
-		})
-	}()
-	if srv != nil {
-		go func() { serveErr <- srv.Serve(ln) }()
-		if a.opts.Mode == ModeServe {
-			pub := a.PublicURL()
-			a.log.Info("relay serving", "name", a.cfg.Name, "listen", a.addr, "url", pub, "console", pub+"/", "mcp", pub+"/mcp", "owner_api", pub+"/api/v1")
-		}
-	}
-	wg.Add(1)
-	go func() { // R25.3: "store reachable again" once it answers
-		defer wg.Done()
-		a.health.Watch(loops, time.Second, func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() })
-	}()
-	// R18.9: what this process is, where its Redis is, what it works on.
-	conc := a.opts.Concurrency
-	if conc <= 0 {
-		conc = worker.DefaultConcurrency
-	}
-	a.announce(ctx)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		scheduler.Every(loops, procBeat, a.log, "process-announce", func(ctx context.Context) error {
-			return a.st.AnnounceProc(ctx, a.proc())
-		})
-	}()
-	where := []any{"redis", redactURL(a.cfg.RedisURL)}
-	if a.emb != nil {
-		where = append(where, "data_dir", a.emb.Dir()) // R20.1: where the data lives
-	}
-	a.log.Info("relay process started", append([]any{"role", a.opts.Mode, "name", a.cfg.Name, "version", Version},
-		append(where, "key_prefix", a.st.Prefix(), "queues", strings.Join(a.queues.All(), ","),
-			"concurrency", conc, "worker_id", a.relay.WorkerID())...)...)
-	close(a.started)
-	select {
-	case <-ctx.Done():
-	case err = <-serveErr:
-		err = fmt.Errorf("http server: %w", err)
-	}
-	a.log.Info("shutting down")
-	a.mu.Lock()
-	a.draining = true
-	a.mu.Unlock()
-	if srv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), a.opts.ShutdownGrace)
-		if serr := srv.Shutdown(sctx); serr != nil {
-			_ = srv.Close()
-		}
-		cancel()
-	}
-	a.work.Shutdown()
-	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
-	_ = a.st.RemoveProc(rctx, a.relay.WorkerID())
-	rcancel()
-	a.scripted.Close()
-	for _, p := range a.provs {
-		if c, ok := p.(interface{ Close() }); ok && p != provider.Provider(a.scripted) {
-			c.Close() // the ACP agents' kept processes
-		}
-	}
-	stopLoops()
-	wg.Wait()
-	a.log.Info("stopped")
-	return err
-}
-
-func (a *App) setupOwnerToken(ctx context.Context) error {
-	want := a.cfg.OwnerToken
-	if want != "" {
-		a.ownerToken, a.ownerTokenHash = want, store.TokenHash(want)
-		return nil
-	}
-	// R18.19: only the generated token's hash is stored; the token itself is
-	// known only to the process that made it, which shows it once.
-	tok := store.NewID(24)
-	hash, created, err := a.st.OwnerToken(ctx, tok)
-	if err != nil {
-		return fmt.Errorf("owner token: %w", err)
-	}
-	a.ownerTokenHash = hash
-	if created {
-		a.ownerToken = tok
-		a.log.Warn("generated an owner token (shown once; keep it): use it as Authorization: Bearer for the owner API",
-			"owner_token", tok, "owner_api", "http://"+a.cfg.Addr+"/api/v1")
-	}
-	return nil
-}
-
 // Close frees what New took (the Redis clients, the embedded store and its
 // data directory) for an App that is not run; Run does it itself.
 func (a *App) Close() { a.close() }
@@ -725,39 +515,6 @@ func (r redisLogger) Printf(_ context.Context, format string, v ...any) {
 }
 
 // redactURL hides a password in a Redis URL for logs and errors.
-// upgradeKeys moves a dataset of the key format before one hash slot per
-// relay (PREFIX:… keys, the queues PREFIX:turns and PREFIX:events) to
-// {PREFIX}:… and the queues of jobs.QueuesFor, once (the marker
-// {PREFIX}:keyfmt), before anything is served. One process does it under a
-// lock; another starting meanwhile waits for the marker.
-func (a *App) upgradeKeys(ctx context.Context) error {
-	if done, err := a.st.KeyFormatDone(ctx); err != nil || done {
-		return err
-	}
-	got, err := a.st.TryLock(ctx, "keyfmt", 10*time.Minute)
-	if err != nil {
-		return err
-	}
-	if !got {
-		a.log.Info("another process is moving the keys to the current format: waiting")
-		return a.st.WaitKeyFormat(ctx, 10*time.Minute)
-	}
-	defer func() { _ = a.st.ReleaseLock(context.Background(), "keyfmt") }()
-	tasks, err := asynqjobs.MoveOldQueues(a.insp, a.aq, a.st.Prefix())
-	if err != nil {
-		return fmt.Errorf("move the tasks of the old queues: %w", err)
-	}
-	keys, err := a.st.UpgradeKeyTags(ctx)
-	if err != nil {
-		return err
-	}
-	if keys > 0 || tasks > 0 {
-		a.log.Info("dataset upgraded to one hash slot per relay: keys renamed to {PREFIX}:…, tasks moved to the new queues",
-			"key_prefix", a.st.Prefix(), "keys", keys, "tasks", tasks, "queues", strings.Join(a.queues.All(), ","))
-	}
-	return nil
-}
-
 func redactURL(u string) string {
 	if u == "" {
 		return "(embedded store)"

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 
@@ -46,26 +45,40 @@ func (d *fileDecoder) webhooks(p *[]Webhook) func(string, *yaml.Node) error {
 // validate checks every webhook: an http(s) URL, known events each named
 // once, a known format.
 func (n Notify) validate() error {
-	names := strings.Join(relay.NoticeEvents, ", ")
 	for i, w := range n.Webhooks {
-		at := fmt.Sprintf("notify.webhooks[%d]", i)
-		u, err := url.Parse(w.URL)
-		if w.URL == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("config: %s.url must be an http or https URL like https://ntfy.sh/my-topic (got %q)", at, w.URL)
+		if err := w.validate(fmt.Sprintf("notify.webhooks[%d]", i)); err != nil {
+			return err
 		}
-		if len(w.Events) == 0 {
-			return fmt.Errorf("config: %s.events must name at least one of %s", at, names)
+	}
+	return nil
+}
+
+// validate checks one webhook; at names it in errors.
+func (w Webhook) validate(at string) error {
+	if _, ok := httpURL(w.URL); !ok {
+		return fmt.Errorf("config: %s.url must be an http or https URL like https://ntfy.sh/my-topic (got %q)", at, w.URL)
+	}
+	if err := w.validateEvents(at); err != nil {
+		return err
+	}
+	if w.Format != "" && w.Format != WebhookJSON && w.Format != WebhookNtfy {
+		return fmt.Errorf("config: %s.format must be json or ntfy (got %q)", at, w.Format)
+	}
+	return nil
+}
+
+// validateEvents checks events: at least one, each a notice event, none twice.
+func (w Webhook) validateEvents(at string) error {
+	names := strings.Join(relay.NoticeEvents, ", ")
+	if len(w.Events) == 0 {
+		return fmt.Errorf("config: %s.events must name at least one of %s", at, names)
+	}
+	for j, e := range w.Events {
+		if !slices.Contains(relay.NoticeEvents, e) {
+			return fmt.Errorf("config: %s.events[%d] is %q; the events are %s", at, j, e, names)
 		}
-		for j, e := range w.Events {
-			if !slices.Contains(relay.NoticeEvents, e) {
-				return fmt.Errorf("config: %s.events[%d] is %q; the events are %s", at, j, e, names)
-			}
-			if slices.Index(w.Events, e) != j {
-				return fmt.Errorf("config: %s.events names %q twice", at, e)
-			}
-		}
-		if w.Format != "" && w.Format != WebhookJSON && w.Format != WebhookNtfy {
-			return fmt.Errorf("config: %s.format must be json or ntfy (got %q)", at, w.Format)
+		if slices.Index(w.Events, e) != j {
+			return fmt.Errorf("config: %s.events names %q twice", at, e)
 		}
 	}
 	return nil

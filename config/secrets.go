@@ -26,59 +26,81 @@ func (c *Config) readSecrets(flags map[string]string, env func(string) (string, 
 		v, ok := env(k)
 		return v, ok && v != ""
 	}
+	if err := c.readOwnerToken(flags, envSet); err != nil {
+		return err
+	}
+	if err := c.readRedisPassword(flags, envSet); err != nil {
+		return err
+	}
+	c.noteSecretFlags(flags)
+	return nil
+}
 
-	// The owner token.
+// readOwnerToken reads the owner token from --owner-token-file, else (without
+// --owner-token) from RELAY_OWNER_TOKEN_FILE; envSet is env with "" as unset.
+func (c *Config) readOwnerToken(flags map[string]string, envSet func(string) (string, bool)) error {
 	_, tokFlag := flags["owner-token"]
 	fileFlag, hasFileFlag := flags["owner-token-file"]
 	switch {
 	case tokFlag && hasFileFlag:
 		return errors.New("config: --owner-token and --owner-token-file are both given: give one (the file keeps the token off the command line)")
 	case hasFileFlag:
-		tok, err := ReadSecretFile("--owner-token-file", "the owner token", fileFlag)
-		if err != nil {
-			return err
-		}
-		c.OwnerToken = tok
-		c.SecretFiles = append(c.SecretFiles, fileFlag)
+		return c.readOwnerTokenFile("--owner-token-file", fileFlag)
 	case !tokFlag:
 		file, hasFile := envSet(EnvOwnerTokenFile)
 		if !hasFile {
-			break
+			return nil
 		}
 		if _, ok := envSet(EnvOwnerToken); ok {
 			return fmt.Errorf("config: %s and %s are both set: set one", EnvOwnerToken, EnvOwnerTokenFile)
 		}
-		tok, err := ReadSecretFile(EnvOwnerTokenFile, "the owner token", file)
-		if err != nil {
-			return err
-		}
-		c.OwnerToken = tok
-		c.SecretFiles = append(c.SecretFiles, file)
+		return c.readOwnerTokenFile(EnvOwnerTokenFile, file)
 	}
+	return nil
+}
 
-	// The Redis password.
+// readOwnerTokenFile sets the owner token to the contents of file, named by
+// source (a flag or a variable).
+func (c *Config) readOwnerTokenFile(source, file string) error {
+	tok, err := ReadSecretFile(source, "the owner token", file)
+	if err != nil {
+		return err
+	}
+	c.OwnerToken = tok
+	c.SecretFiles = append(c.SecretFiles, file)
+	return nil
+}
+
+// readRedisPassword reads the Redis password from --redis-password-file, else
+// RELAY_REDIS_PASSWORD_FILE; envSet is env with "" as unset.
+func (c *Config) readRedisPassword(flags map[string]string, envSet func(string) (string, bool)) error {
 	source, file, hasFile := "--redis-password-file", "", false
 	if v, ok := flags["redis-password-file"]; ok {
 		file, hasFile = v, true
 	} else if v, ok := envSet(EnvRedisPasswordFile); ok {
 		source, file, hasFile = EnvRedisPasswordFile, v, true
 	}
-	if hasFile {
-		if c.RedisURL == "" {
-			return fmt.Errorf("config: %s needs a Redis URL (--redis / %s): the embedded store has a password of its own", source, EnvRedis)
-		}
-		u, err := redisurl.Parse(c.RedisURL)
-		if err != nil {
-			u = nil // Validate says so
-		}
-		pw, err := RedisPasswordFile(u, "Redis URL", source, file)
-		if err != nil {
-			return err
-		}
-		c.RedisPassword = pw
-		c.SecretFiles = append(c.SecretFiles, file)
+	if !hasFile {
+		return nil
 	}
+	if c.RedisURL == "" {
+		return fmt.Errorf("config: %s needs a Redis URL (--redis / %s): the embedded store has a password of its own", source, EnvRedis)
+	}
+	u, err := redisurl.Parse(c.RedisURL)
+	if err != nil {
+		u = nil // Validate says so
+	}
+	pw, err := RedisPasswordFile(u, "Redis URL", source, file)
+	if err != nil {
+		return err
+	}
+	c.RedisPassword = pw
+	c.SecretFiles = append(c.SecretFiles, file)
+	return nil
+}
 
+// noteSecretFlags notes the flags that carried a secret on the command line.
+func (c *Config) noteSecretFlags(flags map[string]string) {
 	c.SecretFlags = nil
 	if v := flags["owner-token"]; v != "" {
 		c.SecretFlags = append(c.SecretFlags, "owner-token")
@@ -86,7 +108,6 @@ func (c *Config) readSecrets(flags map[string]string, env func(string) (string, 
 	if v := flags["redis"]; redisurl.HasSecret(v) {
 		c.SecretFlags = append(c.SecretFlags, "redis")
 	}
-	return nil
 }
 
 // ReadSecretFile reads a token or password from path: the file's contents

@@ -123,7 +123,7 @@ func keepsConversation(p provider.Provider) bool {
 // countUsage records a finished turn's usage (R7.3): a limit the agent hit
 // pauses the provider, and a capped provider's month counts a done turn
 // (R7.8). The rest of a done turn's usage (tokens, cost, the end of a pause)
-// is returned: the turn's outcome counts it in the same step (FinishTurnEmit).
+// is returned: the turn's outcome counts it in the same step (EndTurn).
 func (us *usage) countUsage(ctx context.Context, provID string, status store.TurnStatus, out provider.Result) *store.UsageAdd {
 	ctx = context.WithoutCancel(ctx)
 	if out.Paused != "" {

@@ -5,49 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/oar/relay/store"
 )
-
-// actionArgs lists each action's arguments in the order SPEC names them.
-var actionArgs = map[string][]string{
-	"list_relays":            {},
-	"relay_info":             {"relay"},
-	"usage":                  {"relay"},
-	"list_sessions":          {"relay", "scope", "limit"},
-	"read_session":           {"relay", "session", "last"},
-	"read_task_output":       {"relay", "session", "task_id", "lines"},
-	"send":                   {"relay", "session", "text", "wait_seconds", "mode", "model", "effort", "provider"},
-	"create_session":         {"relay", "text", "provider", "model", "cwd", "repo", "branch", "mode", "effort", "title", "group", "wait_seconds"},
-	"update_session":         {"relay", "session", "model", "effort", "mode", "title", "group", "cwd", "auto_compact_window", "thinking_enabled", "thinking_display"},
-	"wait":                   {"relay", "session", "message_id", "wait_seconds"},
-	"answer_question":        {"relay", "session", "question_id", "choices", "answer"},
-	"stop":                   {"relay", "session"},
-	"archive":                {"relay", "session"},
-	"subscribe":              {"relay", "sessions", "events", "once", "match", "stalled_minutes", "heartbeat_minutes", "digest_minutes", "quiet_hours", "exclude"},
-	"unsubscribe":            {"relay", "subscription_id"},
-	"list_subscriptions":     {"relay", "watcher"},
-	"transfer_subscriptions": {"relay", "from"},
-	"schedule":               {"relay", "text", "title", "at", "every_minutes", "session"},
-	"list_schedules":         {"relay"},
-	"unschedule":             {"relay", "schedule_id"},
-	"ask":                    {"relay", "question", "options", "recommendation", "detail", "session"},
-	"list_questions":         {"relay", "session"},
-	"withdraw":               {"relay", "question_id"},
-}
-
-// Actions lists every action name, sorted.
-func Actions() []string {
-	out := make([]string, 0, len(actionArgs))
-	for a := range actionArgs {
-		out = append(out, a)
-	}
-	sort.Strings(out)
-	return out
-}
 
 // argKinds is each argument's JSON shape; shapes are checked before anything
 // else (R3.4a). Not listed: string.
@@ -58,35 +21,30 @@ var argKinds = map[string]string{
 	"once": "bool", "thinking_enabled": "thinking", "quiet_hours": "object",
 }
 
+// shapeChecks read an argument of each kind (argKinds) to check its shape;
+// an argument of no listed kind is a string.
+var shapeChecks = map[string]func(a *args, k string) *Error{
+	"int":      func(a *args, k string) *Error { _, _, e := a.integer(k); return e },
+	"strings":  func(a *args, k string) *Error { _, e := a.strs(k); return e },
+	"bool":     func(a *args, k string) *Error { return a.decodes(k, new(bool), "true or false") },
+	"thinking": func(a *args, _ string) *Error { _, e := a.thinking(); return e },
+	"window":   func(a *args, _ string) *Error { _, _, e := a.window(); return e },
+	"object":   func(a *args, k string) *Error { return a.decodes(k, &map[string]any{}, "an object") },
+}
+
 // checkShape reports an argument whose JSON value has the wrong shape.
 func (a *args) checkShape(k string) *Error {
-	v := a.m[k]
-	switch argKinds[k] {
-	case "int":
-		_, _, e := a.integer(k)
-		return e
-	case "strings":
-		_, e := a.strs(k)
-		return e
-	case "bool":
-		var b bool
-		if json.Unmarshal(v, &b) != nil {
-			return Errorf(CodeInvalidInput, "%s must be true or false. Nothing was done.", k)
-		}
-	case "thinking":
-		_, e := a.thinking()
-		return e
-	case "window":
-		_, _, e := a.window()
-		return e
-	case "object":
-		var m map[string]any
-		if json.Unmarshal(v, &m) != nil {
-			return Errorf(CodeInvalidInput, "%s must be an object. Nothing was done.", k)
-		}
-	default:
-		_, e := a.str(k)
-		return e
+	if check, ok := shapeChecks[argKinds[k]]; ok {
+		return check(a, k)
+	}
+	_, e := a.str(k)
+	return e
+}
+
+// decodes checks that argument k decodes into v: it must be what.
+func (a *args) decodes(k string, v any, what string) *Error {
+	if json.Unmarshal(a.m[k], v) != nil {
+		return Errorf(CodeInvalidInput, "%s must be %s. Nothing was done.", k, what)
 	}
 	return nil
 }
@@ -113,20 +71,30 @@ type args struct {
 
 // parseArgs decodes the call's JSON object and separates the arguments the
 // action does not take.
-// actionKnown is actionArgs as sets.
-var actionKnown = func() map[string]map[string]bool {
-	out := make(map[string]map[string]bool, len(actionArgs))
-	for name, list := range actionArgs {
-		known := make(map[string]bool, len(list))
-		for _, k := range list {
-			known[k] = true
-		}
-		out[name] = known
-	}
-	return out
-}()
-
 func parseArgs(raw json.RawMessage) (*args, *Error) {
+	a, e := decodeArgs(raw)
+	if e != nil {
+		return nil, e
+	}
+	if e := a.takeAction(); e != nil {
+		return nil, e
+	}
+	if e := a.dropUnknown(); e != nil {
+		return nil, e
+	}
+	for _, k := range actionArgs[a.action] {
+		if _, ok := a.m[k]; ok {
+			if e := a.checkShape(k); e != nil {
+				return nil, e
+			}
+		}
+	}
+	return a, nil
+}
+
+// decodeArgs reads the call's JSON object, empty values left out, in the
+// order sent.
+func decodeArgs(raw json.RawMessage) (*args, *Error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	tok, err := dec.Token()
@@ -152,20 +120,31 @@ func parseArgs(raw json.RawMessage) (*args, *Error) {
 		}
 		a.m[k] = v
 	}
+	return a, nil
+}
+
+// takeAction moves the `action` argument, which must name an action, to a.action.
+func (a *args) takeAction() *Error {
 	act, ok := a.m["action"]
 	if !ok {
-		return nil, Errorf(CodeInvalidInput, "action is required: one of %s. Nothing was done.", strings.Join(Actions(), ", "))
+		return Errorf(CodeInvalidInput, "action is required: one of %s. Nothing was done.", strings.Join(Actions(), ", "))
 	}
 	var name string
 	if json.Unmarshal(act, &name) != nil {
-		return nil, Errorf(CodeInvalidInput, "action must be a string: one of %s. Nothing was done.", strings.Join(Actions(), ", "))
+		return Errorf(CodeInvalidInput, "action must be a string: one of %s. Nothing was done.", strings.Join(Actions(), ", "))
 	}
-	if _, ok := actionArgs[name]; !ok {
-		return nil, Errorf(CodeInvalidInput, "Unknown action %q. Actions: %s. Nothing was done.", name, strings.Join(Actions(), ", "))
+	if !isAction(name) {
+		return Errorf(CodeInvalidInput, "Unknown action %q. Actions: %s. Nothing was done.", name, strings.Join(Actions(), ", "))
 	}
 	a.action = name
 	delete(a.m, "action")
-	known := actionKnown[name]
+	return nil
+}
+
+// dropUnknown takes out the arguments the action does not take: listed as
+// ignored (R3.6), or refused by an action that refuses them.
+func (a *args) dropUnknown() *Error {
+	known := actionKnown[a.action]
 	var unknown []string
 	for _, k := range a.order {
 		if k == "action" || known[k] {
@@ -174,33 +153,28 @@ func parseArgs(raw json.RawMessage) (*args, *Error) {
 		unknown = append(unknown, k)
 		delete(a.m, k)
 	}
-	if len(unknown) > 0 {
-		switch name {
-		case "create_session":
-			return nil, Errorf(CodeInvalidInput, "create_session does not take: %s. Its arguments: %s. Nothing was created.",
-				strings.Join(unknown, ", "), strings.Join(actionArgs[name], ", "))
-		case "update_session":
-			for _, k := range unknown {
-				if k == "may_create_sessions" || k == "mayCreateSessions" {
-					return nil, Errorf(CodeInvalidInput, "Whether a session may start sessions is the owner's setting alone. Nothing was changed.")
-				}
-			}
-			return nil, Errorf(CodeInvalidInput, "update_session does not take: %s. Its arguments: %s. Nothing was changed.",
-				strings.Join(unknown, ", "), strings.Join(actionArgs[name], ", "))
-		}
-		if len(unknown) > maxIgnored {
-			unknown = unknown[:maxIgnored]
-		}
-		a.ignored = unknown
+	if len(unknown) == 0 {
+		return nil
 	}
-	for _, k := range actionArgs[name] {
-		if _, ok := a.m[k]; ok {
-			if e := a.checkShape(k); e != nil {
-				return nil, e
-			}
+	if s := a.spec(); s.refuseUnknown != "" {
+		return refuseUnknown(s, unknown)
+	}
+	if len(unknown) > maxIgnored {
+		unknown = unknown[:maxIgnored]
+	}
+	a.ignored = unknown
+	return nil
+}
+
+// refuseUnknown is the refusal of an action that takes no unknown arguments.
+func refuseUnknown(s *actionSpec, unknown []string) *Error {
+	for _, k := range unknown {
+		if slices.Contains(s.ownerOnly, k) {
+			return Errorf(CodeInvalidInput, "Whether a session may start sessions is the owner's setting alone. %s", s.refuseUnknown)
 		}
 	}
-	return a, nil
+	return Errorf(CodeInvalidInput, "%s does not take: %s. Its arguments: %s. %s",
+		s.name, strings.Join(unknown, ", "), strings.Join(s.args, ", "), s.refuseUnknown)
 }
 
 func isEmpty(v json.RawMessage) bool {

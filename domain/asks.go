@@ -67,11 +67,9 @@ func (as *asks) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	// With session it is a write action: a card in ask/plan mode (R10.4); not counted by loop protection.
 	if concern.ID != c.s.ID {
 		need := &cardNeed{}
-		if c.s.Mode == "ask" || c.s.Mode == "plan" {
-			need.add(fmt.Sprintf("This conversation is in %s mode: every write action needs your approval.", c.s.Mode))
-		}
+		addModeReason(need, c)
 		tid := concern.ID
-		if e := as.cards.askCard(ctx, c, need, "ask", &tid, []string{askCardLine(concern, in.question)}, nothingAsked); e != nil {
+		if e := as.cards.askCard(ctx, c, need, a.action, &tid, []string{askCardLine(concern, in.question)}, nothingAsked); e != nil {
 			return nil, e
 		}
 		ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)

@@ -78,18 +78,17 @@ func (n *cardNeed) drop(flag, reason string) {
 	n.reasons = slices.DeleteFunc(n.reasons, func(r string) bool { return r == reason })
 }
 
-// writeActions are the actions a card guards in ask/plan mode (R5.2.3).
-var writeActions = map[string]bool{"send": true, "create_session": true, "update_session": true,
-	"answer_question": true, "stop": true, "archive": true, "transfer_subscriptions": true}
-
-// promptActions are the cards for a prompt to another agent: allowing one
-// releases the setter's held schedule firings (R9.6); any other card does not.
-// (A schedule's card is only asked for one into another session.)
-var promptActions = map[string]bool{"send": true, "create_session": true, "schedule": true}
-
-// modeCard adds the ask/plan mode reason.
+// modeCard adds the ask/plan mode reason to a write action's card (R5.2.3).
 func modeCard(n *cardNeed, c *caller, action string) {
-	if writeActions[action] && (c.s.Mode == "ask" || c.s.Mode == "plan") {
+	if specOf(action).write {
+		addModeReason(n, c)
+	}
+}
+
+// addModeReason adds the ask/plan mode reason when the caller's conversation
+// is in one of those modes.
+func addModeReason(n *cardNeed, c *caller) {
+	if c.s.Mode == "ask" || c.s.Mode == "plan" {
 		n.add(fmt.Sprintf("This conversation is in %s mode: every write action needs your approval.", c.s.Mode))
 	}
 }
@@ -203,7 +202,7 @@ func (cd *cards) askCard(ctx context.Context, c *caller, need *cardNeed, action 
 					}
 					need.counted = true
 				}
-				if promptActions[action] {
+				if specOf(action).promptCard {
 					cd.relay.releaseHeld(ctx, c.s.ID, true) // the owner allowed this agent's card for a prompt to another agent (R9.6)
 				}
 				return nil

@@ -360,15 +360,15 @@ func (cr *creates) applyCreate(ctx context.Context, c *caller, in *createArgs, p
 		return nil, e
 	}
 	group, groupWarning := cr.groupCreated(ctx, c, s, group)
-	t, err := cr.q.queue(ctx, s, in.text, "agent", cr.q.fromRef(c), c.origin(cr.opts.Name), c.s.ID, false, in.wait)
+	t, err := cr.q.queue(ctx, prompt{s: s, text: in.text, role: "agent", from: cr.q.fromRef(c), origin: c.origin(cr.opts.Name), caller: c.s.ID, waitFor: in.wait})
 	if err != nil {
 		cr.q.unreserve(ctx, c.s.ID, s.ID)
 		return nil, internalAfter(err, "session "+s.ID+" was created, but its first prompt was not queued")
 	}
 	pl.queued = true
-	t, e = cr.q.sent(waitCtx, c, t, in.wait, "session "+s.ID+" was created and its prompt queued (message_id "+t.ID+")")
-	if e != nil {
-		return nil, e
+	done := "session " + s.ID + " was created and its prompt queued (message_id " + t.ID + ")"
+	if t, err = cr.q.await(waitCtx, turnWait{id: t.ID, d: in.wait, own: true, dl: c.delivery}); err != nil {
+		return nil, internalAfter(err, done)
 	}
 	res := newResult(s.ID, "")
 	pr := cr.q.turnResult(ctx, res, t)

@@ -48,7 +48,7 @@ type pipelineStore interface {
 // event prompt into a watcher (queue.go), the sessions' views (sessions.go),
 // ending a subscription (subscribe.go) and telling the console (notify.go).
 type pipelineHost interface {
-	queue(ctx context.Context, s *store.Session, text, role string, from *store.Ref, origin store.Origin, callerID string, enforce bool, waitFor time.Duration) (*store.Turn, error)
+	queue(ctx context.Context, p prompt) (*store.Turn, error)
 	views(ctx context.Context, ss []*store.Session) ([]*view, error)
 	endSubscription(ctx context.Context, sub *store.Subscription, reason string) error
 	notify(ctx context.Context, what string)
@@ -139,63 +139,21 @@ func (p *pipeline) Fanout(ctx context.Context, ev *store.Event) error {
 	if err != nil || !ok {
 		return err
 	}
+	// The event's turn, read once for the no-echo rule (R8.18).
 	var turn *store.Turn
+	turnOf := func() (*store.Turn, error) {
+		if turn == nil {
+			if turn, err = p.st.GetTurn(ctx, ev.Turn); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return nil, err
+			}
+		}
+		return turn, nil
+	}
 	for _, sub := range subs {
 		if !p.takes(sub, ev) {
 			continue
 		}
-		// A paired relay's conversation watches (R8.20): the event goes into
-		// the subscription's stream only once it is to be delivered (after the
-		// once and no-echo rules below), for its relay to poll; digest and
-		// quiet hours are applied there (R8.21). Every other subscription's
-		// stream keeps what it took, for replay.
-		peerWatched := isPeerConversation(sub.Watcher)
-		if !peerWatched {
-			if err := p.st.AppendSubEvent(ctx, sub.ID, ev, int64(p.opts.Limits.ReplayEvents), p.opts.Timing.ReplayKeep); err != nil {
-				return fmt.Errorf("keep event %s for subscription %s: %w", ev.ID, sub.ID, err)
-			}
-		}
-		once := sub.Once
-		if once {
-			first, err := p.st.SetOnce(ctx, "fired:"+sub.ID, onceMarkKeep)
-			if err != nil {
-				return fmt.Errorf("mark subscription %s fired by event %s: %w", sub.ID, ev.ID, err)
-			}
-			if !first {
-				continue
-			}
-			if err := p.relay.endSubscription(ctx, sub, "fired"); err != nil {
-				return fmt.Errorf("end subscription %s fired by event %s: %w", sub.ID, ev.ID, err)
-			}
-		}
-		// No echo (R8.18): the watcher's own prompt whose reply it received or still waits for.
-		if ev.Kind == EvTurnEnd && ev.Turn != "" && !once {
-			if turn == nil {
-				if turn, err = p.st.GetTurn(ctx, ev.Turn); err != nil && !errors.Is(err, store.ErrNotFound) {
-					return err
-				}
-			}
-			if turn != nil && turn.Caller == sub.Watcher {
-				if turn.Waited {
-					continue
-				}
-				// Seen, waiting or neither, decided in one step: the wait may end now.
-				echo, err := p.st.HoldEchoIfWaiting(ctx, turn.ID, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}}, sub.Watcher)
-				if err != nil {
-					return fmt.Errorf("no-echo check of event %s for subscription %s: %w", ev.ID, sub.ID, err)
-				}
-				if echo != store.EchoDeliver {
-					continue
-				}
-			}
-		}
-		if peerWatched {
-			if err := p.st.AppendSubEvent(ctx, sub.ID, ev, int64(p.opts.Limits.ReplayEvents), p.opts.Timing.ReplayKeep); err != nil {
-				return fmt.Errorf("keep event %s for peer subscription %s: %w", ev.ID, sub.ID, err)
-			}
-			continue
-		}
-		if err := p.offer(ctx, sub, ev); err != nil {
+		if err := p.fanoutTo(ctx, sub, ev, turnOf); err != nil {
 			return err
 		}
 	}
@@ -203,6 +161,79 @@ func (p *pipeline) Fanout(ctx context.Context, ev *store.Event) error {
 		return p.checkAllIdle(ctx, watching(subs, ev.Session))
 	}
 	return nil
+}
+
+// fanoutTo offers ev to sub, a subscription that takes it, under the once
+// and no-echo rules (R8.18); turnOf reads the event's turn.
+func (p *pipeline) fanoutTo(ctx context.Context, sub *store.Subscription, ev *store.Event, turnOf func() (*store.Turn, error)) error {
+	// A paired relay's conversation watches (R8.20): the event goes into
+	// the subscription's stream only once it is to be delivered (after the
+	// once and no-echo rules below), for its relay to poll; digest and
+	// quiet hours are applied there (R8.21). Every other subscription's
+	// stream keeps what it took, for replay.
+	peerWatched := isPeerConversation(sub.Watcher)
+	if !peerWatched {
+		if err := p.st.AppendSubEvent(ctx, sub.ID, ev, int64(p.opts.Limits.ReplayEvents), p.opts.Timing.ReplayKeep); err != nil {
+			return fmt.Errorf("keep event %s for subscription %s: %w", ev.ID, sub.ID, err)
+		}
+	}
+	if sub.Once {
+		if first, err := p.fireOnce(ctx, sub, ev); err != nil || !first {
+			return err
+		}
+	}
+	// No echo (R8.18): the watcher's own prompt whose reply it received or still waits for.
+	if ev.Kind == EvTurnEnd && ev.Turn != "" && !sub.Once {
+		turn, err := turnOf()
+		if err != nil {
+			return err
+		}
+		if echo, err := p.isEcho(ctx, sub, ev, turn); err != nil || echo {
+			return err
+		}
+	}
+	if peerWatched {
+		if err := p.st.AppendSubEvent(ctx, sub.ID, ev, int64(p.opts.Limits.ReplayEvents), p.opts.Timing.ReplayKeep); err != nil {
+			return fmt.Errorf("keep event %s for peer subscription %s: %w", ev.ID, sub.ID, err)
+		}
+		return nil
+	}
+	return p.offer(ctx, sub, ev)
+}
+
+// fireOnce marks a once subscription fired by ev and ends it: first says
+// that ev is the event it fires for (else another one fired it already).
+func (p *pipeline) fireOnce(ctx context.Context, sub *store.Subscription, ev *store.Event) (first bool, err error) {
+	first, err = p.st.SetOnce(ctx, "fired:"+sub.ID, onceMarkKeep)
+	if err != nil {
+		return false, fmt.Errorf("mark subscription %s fired by event %s: %w", sub.ID, ev.ID, err)
+	}
+	if !first {
+		return false, nil
+	}
+	if err := p.relay.endSubscription(ctx, sub, "fired"); err != nil {
+		return false, fmt.Errorf("end subscription %s fired by event %s: %w", sub.ID, ev.ID, err)
+	}
+	return true, nil
+}
+
+// isEcho says whether ev, the turn_end of turn (nil: none), is an echo the
+// subscription's watcher does not get (R8.18): the turn is the watcher's own
+// prompt, whose reply it received, or still waits for (the event is then
+// held until the wait ends).
+func (p *pipeline) isEcho(ctx context.Context, sub *store.Subscription, ev *store.Event, turn *store.Turn) (bool, error) {
+	if turn == nil || turn.Caller != sub.Watcher {
+		return false, nil
+	}
+	if turn.Waited {
+		return true, nil
+	}
+	// Seen, waiting or neither, decided in one step: the wait may end now.
+	echo, err := p.st.HoldEchoIfWaiting(ctx, turn.ID, store.Batch{Kind: "plain", Sub: sub.ID, Events: []store.Event{*ev}}, sub.Watcher)
+	if err != nil {
+		return false, fmt.Errorf("no-echo check of event %s for subscription %s: %w", ev.ID, sub.ID, err)
+	}
+	return echo != store.EchoDeliver, nil
 }
 
 // fanoutSubs is the subscriptions an event goes to: the one it names (not
@@ -480,7 +511,7 @@ func (p *pipeline) deliver(ctx context.Context, watcher string, batches []store.
 	if err := p.st.AddWake(ctx, watcher, p.now()); err != nil {
 		return err
 	}
-	if _, err := p.relay.queue(ctx, ws, text, "event", nil, store.Origin{Path: []string{p.opts.Name}}, "", false, 0); err != nil {
+	if _, err := p.relay.queue(ctx, prompt{s: ws, text: text, role: "event", origin: store.Origin{Path: []string{p.opts.Name}}}); err != nil {
 		return err
 	}
 	if p.met != nil {
@@ -726,56 +757,67 @@ func (p *pipeline) StallScan(ctx context.Context) error {
 		if !slices.Contains(sub.Events, EvStalled) || sub.StalledMinutes <= 0 {
 			continue
 		}
-		limit := time.Duration(sub.StalledMinutes) * time.Minute
 		ss, err := p.watchedSessions(ctx, sub)
 		if err != nil {
 			return err
 		}
 		for _, s := range ss {
-			cur, err := p.st.CurrentTurn(ctx, s.ID)
-			if err != nil {
-				return fmt.Errorf("scan subscription %s for stalls: %w", sub.ID, err)
-			}
-			if cur != "" {
-				if t, err := p.st.GetTurn(ctx, cur); err == nil && t.Status == store.TurnRunning {
-					last := t.StartedAt
-					if t.PartialAt.After(last) {
-						last = t.PartialAt
-					}
-					if err := p.stalled(ctx, sub, s, "turn:"+t.ID+":"+fmt.Sprint(last.UnixMilli()), last, now, limit); err != nil {
-						return err
-					}
-				}
-			}
-			tasks, err := p.st.Tasks(ctx, s.ID)
-			if err != nil {
-				return fmt.Errorf("scan subscription %s for stalls: %w", sub.ID, err)
-			}
-			for _, t := range tasks {
-				if t.Status != "running" {
-					continue
-				}
-				last := t.StartedAt
-				if t.LastOutputAt.After(last) {
-					last = t.LastOutputAt
-				}
-				if err := p.stalled(ctx, sub, s, "task:"+t.ID+":"+fmt.Sprint(last.UnixMilli()), last, now, limit); err != nil {
-					return err
-				}
+			if err := p.stallScanSession(ctx, sub, s, now); err != nil {
+				return err
 			}
 		}
 	}
 	return nil
 }
 
-func (p *pipeline) stalled(ctx context.Context, sub *store.Subscription, s *store.Session, what string, last, now time.Time, limit time.Duration) error {
-	if now.Sub(last) < limit {
+// stallScanSession is StallScan for one watched session of sub: its running
+// turn and its running tasks.
+func (p *pipeline) stallScanSession(ctx context.Context, sub *store.Subscription, s *store.Session, now time.Time) error {
+	cur, err := p.st.CurrentTurn(ctx, s.ID)
+	if err != nil {
+		return fmt.Errorf("scan subscription %s for stalls: %w", sub.ID, err)
+	}
+	if cur != "" {
+		if t, err := p.st.GetTurn(ctx, cur); err == nil && t.Status == store.TurnRunning {
+			last := t.StartedAt
+			if t.PartialAt.After(last) {
+				last = t.PartialAt
+			}
+			if err := p.stalled(ctx, sub, s, "turn:"+t.ID+":"+fmt.Sprint(last.UnixMilli()), now.Sub(last)); err != nil {
+				return err
+			}
+		}
+	}
+	tasks, err := p.st.Tasks(ctx, s.ID)
+	if err != nil {
+		return fmt.Errorf("scan subscription %s for stalls: %w", sub.ID, err)
+	}
+	for _, t := range tasks {
+		if t.Status != "running" {
+			continue
+		}
+		last := t.StartedAt
+		if t.LastOutputAt.After(last) {
+			last = t.LastOutputAt
+		}
+		if err := p.stalled(ctx, sub, s, "task:"+t.ID+":"+fmt.Sprint(last.UnixMilli()), now.Sub(last)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stalled emits `stalled` for what (a turn or task and its last output) of
+// session s once, when it gave no output for sub's stalled_minutes (idle:
+// how long it gave none).
+func (p *pipeline) stalled(ctx context.Context, sub *store.Subscription, s *store.Session, what string, idle time.Duration) error {
+	if idle < time.Duration(sub.StalledMinutes)*time.Minute {
 		return nil
 	}
 	first, err := p.st.SetOnce(ctx, "stall:"+sub.ID+":"+what, occurrenceMarkKeep)
 	if err != nil || !first {
 		return err
 	}
-	p.emit(ctx, &store.Event{Kind: EvStalled, Sub: sub.ID, Session: s.ID, Title: s.Title, Minutes: int(now.Sub(last) / time.Minute)})
+	p.emit(ctx, &store.Event{Kind: EvStalled, Sub: sub.ID, Session: s.ID, Title: s.Title, Minutes: int(idle / time.Minute)})
 	return nil
 }

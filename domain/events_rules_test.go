@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/oar/relay/config"
+	"github.com/oar/relay/internal/testwait"
 	"github.com/oar/relay/store"
 )
 
@@ -887,19 +888,17 @@ func TestRulesEvGroupMemberStates(t *testing.T) {
 		}
 		<-done
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var status store.TurnStatus
+	// Every 5 ms: the turn starts in its goroutine; no clock moves.
+	if !testwait.Poll(20*time.Second, 5*time.Millisecond, func() bool {
 		tr, err := f.r.Turn(f.ctx, btid)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tr.Status == store.TurnRunning {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("busy's turn is %s, not running", tr.Status)
-		}
-		time.Sleep(5 * time.Millisecond) // the turn starts in its goroutine; no clock moves
+		status = tr.Status
+		return status == store.TurnRunning
+	}) {
+		t.Fatalf("busy's turn is %s, not running", status)
 	}
 	f.prompt(queued, "waits")
 

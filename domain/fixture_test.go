@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -25,9 +24,8 @@ import (
 
 	"github.com/oar/relay/clock"
 	"github.com/oar/relay/config"
-	"github.com/oar/relay/embedded"
+	"github.com/oar/relay/internal/testredis"
 	"github.com/oar/relay/provider"
-	"github.com/oar/relay/redisurl"
 	"github.com/oar/relay/store"
 )
 
@@ -151,48 +149,22 @@ func newFixture(t testing.TB, fo fixtureOptions) *fixture {
 	return f
 }
 
-// fixtureRedis is the test's Redis and key prefix: REDIS_URL when set (it
-// must answer), else an embedded server in a data directory of the test's.
-// CI=true without REDIS_URL fails: CI runs the rules against a real Redis.
+// fixtureRedis is the test's Redis and key prefix (testredis): REDIS_URL
+// when set (it must answer), else an embedded server in a data directory of
+// the test's. CI=true without REDIS_URL fails: CI runs the rules against a
+// real Redis.
 func fixtureRedis(t testing.TB) (redis.UniversalClient, string) {
 	t.Helper()
 	prefix := "dt" + store.NewID(6)
-	url := os.Getenv("REDIS_URL")
-	if url == "" || os.Getenv("RELAY_TEST_STORE") == "embedded" {
-		if url == "" && os.Getenv("CI") == "true" && os.Getenv("RELAY_TEST_STORE") != "embedded" {
-			t.Fatalf("CI=true but REDIS_URL is not set: the domain rules must run against a real Redis in CI")
-		}
-		srv, err := embedded.Open(embedded.Options{Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			t.Fatalf("embedded server: %v", err)
-		}
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: srv.Password()})
-		t.Cleanup(func() {
-			_ = rdb.Close()
-			_ = srv.Close()
-		})
-		return rdb, prefix
+	kind, url := testredis.Pick(t, "domain rules")
+	if kind != testredis.Real {
+		return testredis.OpenEmbedded(t), prefix
 	}
-	ru, err := redisurl.Parse(url)
-	if err != nil {
-		t.Fatalf("REDIS_URL: %v", err)
-	}
-	rdb := ru.NewClient()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		_ = rdb.Close()
-		t.Fatalf("REDIS_URL %s does not answer (%v): start Redis or unset REDIS_URL to use the embedded server", url, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
+	return testredis.Dial(t, url, func(ctx context.Context, rdb redis.UniversalClient) {
 		if err := store.DeleteMatching(ctx, rdb, "{"+prefix+"*"); err != nil {
 			t.Errorf("clean up %s: %v", prefix, err)
 		}
-		_ = rdb.Close()
-	})
-	return rdb, prefix
+	}), prefix
 }
 
 // session creates a session as the owner and returns its id.

@@ -38,36 +38,55 @@ func (r *Relay) OwnerKill(ctx context.Context, ref string) (*relay.SessionKilled
 		return out, nil
 	}
 	ctx = context.WithoutCancel(ctx) // asked: the kill completes even if the client goes away
-	cur, err := r.st.CurrentTurn(ctx, s.ID)
+	killed, err := r.killSession(ctx, s)
 	if err != nil {
 		return nil, fmt.Errorf("kill session %s: %w", id8(s.ID), err)
 	}
+	out.Killed = killed
+	return out, nil
+}
+
+// killSession stops the session's running turn as the owner's Stop does and,
+// when a process may outlive it (a running turn, a provider.Killer), asks
+// every process to end the session's (R23.6); it reports whether one ran.
+func (r *Relay) killSession(ctx context.Context, s *store.Session) (bool, error) {
+	cur, err := r.st.CurrentTurn(ctx, s.ID)
+	if err != nil {
+		return false, err
+	}
+	stopped := false
 	if cur != "" {
-		if out.Killed, err = r.steer.stopTurn(ctx, s.ID); err != nil {
-			return nil, fmt.Errorf("kill session %s: %w", id8(s.ID), err)
+		if stopped, err = r.steer.stopTurn(ctx, s.ID); err != nil {
+			return false, err
 		}
 	}
 	if _, keeps := r.mod.providers[s.Provider].(provider.Killer); !keeps && cur == "" {
-		return out, nil // no process outlives a turn of this provider
+		return stopped, nil // no process outlives a turn of this provider
 	}
+	return r.killEverywhere(ctx, s.ID, cur, stopped)
+}
+
+// killEverywhere ends the session's process here and sends the kill request
+// to every process of the relay; unless one already ran, it waits for their
+// answers (R23.6). It reports whether a process or turn was ended.
+func (r *Relay) killEverywhere(ctx context.Context, sid, cur string, killed bool) (bool, error) {
 	req := store.NewID(8)
 	acks, unsub := r.hub.sub("killack:" + req)
 	defer unsub()
-	if r.killHere(s.ID, cur) {
-		out.Killed = true
+	if r.killHere(sid, cur) {
+		killed = true
 	}
-	if err := r.st.Notify(ctx, killPrefix+s.ID+":"+cur+":"+req+":"+r.opts.WorkerID); err != nil {
-		return nil, fmt.Errorf("kill session %s: %w", id8(s.ID), err)
+	if err := r.st.Notify(ctx, killPrefix+sid+":"+cur+":"+req+":"+r.opts.WorkerID); err != nil {
+		return false, err
 	}
-	if !out.Killed {
-		killed, err := r.waitKillAcks(ctx, req, acks)
-		if err != nil {
-			return nil, fmt.Errorf("kill session %s: %w", id8(s.ID), err)
+	if !killed {
+		var err error
+		if killed, err = r.waitKillAcks(ctx, req, acks); err != nil {
+			return false, err
 		}
-		out.Killed = killed
 	}
-	r.log.Info("session killed", "session", id8(s.ID), "turn", id8(cur), "killed", out.Killed)
-	return out, nil
+	r.log.Info("session killed", "session", id8(sid), "turn", id8(cur), "killed", killed)
+	return killed, nil
 }
 
 // killHere stops the session's turn if it runs in this process (cause
@@ -99,15 +118,9 @@ func (r *Relay) onKill(ctx context.Context, rest string) {
 // waitKillAcks waits until every other live process answered the kill
 // request req, or one said it ended a process, or killAckWait passed.
 func (r *Relay) waitKillAcks(ctx context.Context, req string, acks <-chan struct{}) (bool, error) {
-	procs, err := r.st.LiveProcs(ctx, time.Now().Add(-liveProcAge))
+	want, err := r.otherLiveProcs(ctx)
 	if err != nil {
 		return false, err
-	}
-	want := map[string]bool{}
-	for _, p := range procs {
-		if p.ID != r.opts.WorkerID {
-			want[p.ID] = true
-		}
 	}
 	deadline := time.NewTimer(killAckWait)
 	defer deadline.Stop()
@@ -116,23 +129,55 @@ func (r *Relay) waitKillAcks(ctx context.Context, req string, acks <-chan struct
 		if err != nil {
 			return false, err
 		}
-		for id, killed := range got {
-			if killed {
-				return true, nil
-			}
-			delete(want, id)
+		if takeKillAcks(want, got) {
+			return true, nil
 		}
-		if len(want) == 0 {
+		if len(want) == 0 || !r.nextKillAck(acks, deadline.C, len(want)) {
 			return false, nil
-		}
-		select {
-		case <-acks:
-		case <-deadline.C:
-			r.log.Warn("kill: some processes did not answer", "missing", len(want))
-			return false, nil
-		case <-time.After(killAckPoll):
 		}
 	}
+}
+
+// nextKillAck waits for the next answer to a kill request, or killAckPoll;
+// at the deadline, with missing processes yet to answer, it logs them and
+// reports false.
+func (r *Relay) nextKillAck(acks <-chan struct{}, deadline <-chan time.Time, missing int) bool {
+	select {
+	case <-acks:
+	case <-deadline:
+		r.log.Warn("kill: some processes did not answer", "missing", missing)
+		return false
+	case <-time.After(killAckPoll):
+	}
+	return true
+}
+
+// otherLiveProcs are the ids of the relay's live processes but this one:
+// those a kill request waits for (R23.6).
+func (r *Relay) otherLiveProcs(ctx context.Context) (map[string]bool, error) {
+	procs, err := r.st.LiveProcs(ctx, time.Now().Add(-liveProcAge))
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]bool{}
+	for _, p := range procs {
+		if p.ID != r.opts.WorkerID {
+			want[p.ID] = true
+		}
+	}
+	return want, nil
+}
+
+// takeKillAcks crosses off want the processes that answered in got and
+// reports whether one of them ended a process (R23.6).
+func takeKillAcks(want, got map[string]bool) bool {
+	for id, killed := range got {
+		if killed {
+			return true
+		}
+		delete(want, id)
+	}
+	return false
 }
 
 // liveProcAge is how recently a process must have announced itself to be

@@ -36,47 +36,60 @@ const (
 // close the quotes a line puts around it. Bytes that are not UTF-8 become
 // spaces too.
 func LineValue(v string, max int) string {
-	var b strings.Builder
-	b.Grow(min(len(v), 4*max+8))
-	n, space, open, cut := 0, false, false, false
+	w := lineWriter{max: max}
+	w.b.Grow(min(len(v), 4*max+8))
 	for i := 0; i < len(v); {
 		if j := taskout.EscapeEnd(v, i); j > i {
-			space, i = true, j
+			w.space, i = true, j
 			continue
 		}
 		r, size := utf8.DecodeRuneInString(v[i:])
 		i += size
 		if unicode.IsSpace(r) || lineBreaking(r) {
-			space = true
+			w.space = true
 			continue
 		}
-		if n == max {
-			cut = true
+		if !w.put(r) {
+			w.b.WriteString("…")
 			break
 		}
-		if space && n > 0 {
-			if n+1 == max {
-				cut = true
-				break
-			}
-			b.WriteByte(' ')
-			n++
-		}
-		space = false
-		if r == '"' {
-			r = '“'
-			if open {
-				r = '”'
-			}
-			open = !open
-		}
-		b.WriteRune(r)
-		n++
 	}
-	if cut {
-		b.WriteString("…")
+	return w.b.String()
+}
+
+// lineWriter builds a LineValue: at most max characters, a run of spaces
+// seen (space) written as one before the next character, plain double
+// quotes turned typographic in turn (open) (R18.16).
+type lineWriter struct {
+	b           strings.Builder
+	n, max      int
+	space, open bool
+}
+
+// put writes r, after the one space a run before it leaves; it reports
+// false, writing nothing, when the line has no room for them.
+func (w *lineWriter) put(r rune) bool {
+	if w.n == w.max {
+		return false
 	}
-	return b.String()
+	if w.space && w.n > 0 {
+		if w.n+1 == w.max {
+			return false
+		}
+		w.b.WriteByte(' ')
+		w.n++
+	}
+	w.space = false
+	if r == '"' {
+		r = '“'
+		if w.open {
+			r = '”'
+		}
+		w.open = !w.open
+	}
+	w.b.WriteRune(r)
+	w.n++
+	return true
 }
 
 // lineBreaking reports a character that must not reach a line: a control

@@ -144,11 +144,7 @@ func (r *Relay) CallToolTask(ctx context.Context, callerID string, raw json.RawM
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	// A relay that stops ends the wait: the task completes with what the
 	// call has then (its turn queued or running, its message_id to wait on).
-	life := r.life
-	if life == nil {
-		life = context.Background() // not started (tests of the domain alone)
-	}
-	endWithRelay := context.AfterFunc(life, cancel)
+	endWithRelay := context.AfterFunc(r.lifeCtx(), cancel)
 	tr := &taskRun{r: r, caller: callerID, dl: NewDelivery(), cancel: cancel, made: make(chan struct{})}
 	// Until the call is a task, a client that goes away ends it (as CallTool).
 	unwatch := context.AfterFunc(ctx, func() {
@@ -180,14 +176,30 @@ func (r *Relay) CallToolTask(ctx context.Context, callerID string, raw json.RawM
 	select {
 	case o := <-done:
 		unwatch()
-		if d != nil {
-			d.after(tr.dl.Settle)
-		} else {
-			tr.dl.Settle(true)
-		}
+		tr.settle(d)
 		return o.res, o.isErr, nil
 	case <-tr.made:
 		return nil, false, r.toolTask(ctx, tr.snapshot())
+	}
+}
+
+// lifeCtx is the context of the relay's life (Start's), which ends when the
+// relay stops; the background for a relay not started (tests of the domain
+// alone).
+func (r *Relay) lifeCtx() context.Context {
+	if r.life == nil {
+		return context.Background()
+	}
+	return r.life
+}
+
+// settle settles the delivery of a call that ended without coming to wait:
+// once d has delivered its result, or at once for a call without one.
+func (tr *taskRun) settle(d *Delivery) {
+	if d != nil {
+		d.after(tr.dl.Settle)
+	} else {
+		tr.dl.Settle(true)
 	}
 }
 

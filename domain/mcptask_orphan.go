@@ -70,20 +70,20 @@ func (r *Relay) orphanResult(ctx context.Context, t *store.MCPTask, d *Delivery)
 	}
 	turn, err := r.st.GetTurn(ctx, t.Turn)
 	if err != nil {
-		return r.envelope("wait", t.Owner, start, nil, internal("orphan task: GetTurn", err))
+		return r.envelope(actWait, t.Owner, start, nil, internal("orphan task: GetTurn", err))
 	}
-	raw, _ := json.Marshal(map[string]any{"action": "wait", "relay": "this", "session": turn.Session, "message_id": turn.ID, "wait_seconds": 0})
+	raw, _ := json.Marshal(map[string]any{"action": actWait, "relay": "this", "session": turn.Session, "message_id": turn.ID, "wait_seconds": 0})
 	a, e := parseArgs(raw)
 	if e != nil {
-		return r.envelope("wait", t.Owner, start, nil, e)
+		return r.envelope(actWait, t.Owner, start, nil, e)
 	}
 	c, pre, err := r.loadCall(ctx, t.Owner, turn.Session)
 	if err != nil {
-		return r.envelope("wait", t.Owner, start, nil, AsError(err))
+		return r.envelope(actWait, t.Owner, start, nil, AsError(err))
 	}
 	a.pre, c.delivery = pre, d
 	out, e := r.runLocal(ctx, c, a)
-	return r.envelope("wait", t.Owner, start, out, e)
+	return r.envelope(actWait, t.Owner, start, out, e)
 }
 
 // orphanCardError withdraws the card a stopped process's call waited on and

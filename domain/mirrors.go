@@ -242,7 +242,7 @@ func (rm *remote) unsubscribeMirror(ctx context.Context, sub *store.Subscription
 // remoteUnsubscribe ends a mirror's subscription on its relay (best effort,
 // short); it reports whether the relay answered.
 func (rm *remote) remoteUnsubscribe(ctx context.Context, p *store.Pairing, s *store.Subscription) bool {
-	return rm.tellPeer(ctx, p, "unsubscribe", "subscription_id", s.ID, s.Watcher)
+	return rm.tellPeer(ctx, p, actUnsubscribe, "subscription_id", s.ID, s.Watcher)
 }
 
 // remoteWithdraw ends an ask this relay follows on the relay that keeps it

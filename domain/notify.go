@@ -79,15 +79,7 @@ func (r *Relay) ownerNotice(ctx context.Context, event, sid, title, text string)
 	if sid == "" || isPeerConversation(sid) {
 		return
 	}
-	if title == "" {
-		if s, err := r.st.GetSession(ctx, sid); err == nil {
-			title = s.Title
-		}
-	}
-	title = LineValue(title, fieldTitle)
-	if title == "" {
-		title = "session " + id8(sid)
-	}
+	title = r.noticeTitle(ctx, sid, title)
 	n := relay.OwnerNotice{At: r.now(), Event: event, Session: sid, Title: title, Text: LineValue(text, noticeText),
 		OpenURL: r.pageURL(ctx, sid), Heading: relay.NoticeHeading(event, title)}
 	if b, err := json.Marshal(n); err == nil {
@@ -96,6 +88,21 @@ func (r *Relay) ownerNotice(ctx context.Context, event, sid, title, text string)
 	if r.opts.Notices != nil {
 		r.opts.Notices.Notice(n)
 	}
+}
+
+// noticeTitle is the session's title as a notice shows it, safe for one
+// line (R18.16): title, or "" read from the session; "session ID8" when it
+// has none.
+func (r *Relay) noticeTitle(ctx context.Context, sid, title string) string {
+	if title == "" {
+		if s, err := r.st.GetSession(ctx, sid); err == nil {
+			title = s.Title
+		}
+	}
+	if title = LineValue(title, fieldTitle); title == "" {
+		return "session " + id8(sid)
+	}
+	return title
 }
 
 // turnNotice is the notice of a turn's end (R23.10): a reply ready (done) or

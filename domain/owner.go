@@ -83,7 +83,7 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 	var turnID string
 	if strings.TrimSpace(in.Text) != "" {
 		r.unlockMentions(ctx, s.ID, in.Text)
-		t, err := r.q.queue(ctx, s, in.Text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.rem.mentionedRelays(ctx, s.ID)}, "", false, 0)
+		t, err := r.q.queue(ctx, prompt{s: s, text: in.Text, role: "user", origin: store.Origin{Path: []string{r.opts.Name}, Unlocked: r.rem.mentionedRelays(ctx, s.ID)}})
 		if err != nil {
 			return nil, err
 		}
@@ -201,7 +201,7 @@ func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (*relay.Mess
 	if isExternal(s) {
 		return r.keepOwnerMessage(ctx, s, text)
 	}
-	t, err := r.q.queue(ctx, s, text, "user", nil, store.Origin{Path: []string{r.opts.Name}, Unlocked: r.rem.mentionedRelays(ctx, s.ID)}, "", false, 0)
+	t, err := r.q.queue(ctx, prompt{s: s, text: text, role: "user", origin: store.Origin{Path: []string{r.opts.Name}, Unlocked: r.rem.mentionedRelays(ctx, s.ID)}})
 	if err != nil {
 		return nil, err
 	}

@@ -69,75 +69,104 @@ func (r *Relay) PeerCheck(ctx context.Context, tok string, raw []byte) json.RawM
 }
 
 // checkAction runs an action's checks for a paired relay's agent and
-// names what they resolved; nothing is written.
+// names what they resolved; nothing is written. An action the registry
+// gives no check passes with its name alone.
 func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerChecked, *Error) {
 	chk := &PeerChecked{Action: a.action}
-	switch a.action {
-	case "send":
-		in, pl, e := r.snd.sendChecks(ctx, c, a)
-		if e != nil {
+	if check := a.spec().check; check != nil {
+		if e := check(r, ctx, c, a, chk); e != nil {
 			return nil, e
 		}
-		chk.Session = &CheckedRef{ID: pl.s.ID, Title: pl.s.Title}
-		chk.Provider, chk.Model, chk.Effort, chk.Mode = pl.info.Name, firstNonEmpty(in.model, pl.s.Model), firstNonEmpty(in.effort, pl.s.Effort), pl.mode
-		if pl.switchTo != "" {
-			chk.Billing = r.snd.billingTo(pl.info) // the card's words (R24.6)
-		}
-	case "create_session":
-		in, pl, e := r.crt.createChecks(ctx, c, a)
-		if e != nil {
-			return nil, e
-		}
-		chk.Title, chk.Provider, chk.Model, chk.Effort, chk.Mode, chk.Cwd = pl.title, pl.info.Name, pl.model, pl.effort, pl.mode, pl.cwd
-		if pl.repo != nil { // a repository session (R24.4): where it will work
-			chk.Cwd = repoWhere(in.repo, pl.branch)
-		}
-		if pl.group != nil {
-			chk.Group = &CheckedRef{ID: pl.group.ID, Name: r.grp.groupName(ctx, pl.group)}
-		}
-	case "update_session":
-		_, pl, ch, e := r.upd.updateChecks(ctx, c, a)
-		if e != nil {
-			return nil, e
-		}
-		s := pl.s
-		chk.Session = &CheckedRef{ID: s.ID, Title: s.Title}
-		chk.StartedByCaller = s.StartedBy != nil && strings.EqualFold(s.StartedBy.Relay, c.remote.Relay) && s.StartedBy.Session == c.remote.Session
-		chk.Changed = nonNil(ch.names)
-		chk.Changes = r.checkedChanges(ctx, pl, ch)
-	case "subscribe":
-		in, pl, e := r.subs.subscribeChecks(ctx, c, a)
-		if e != nil {
-			return nil, e
-		}
-		for _, s := range pl.watched {
-			chk.Watched = append(chk.Watched, CheckedRef{ID: s.ID, Title: s.Title})
-		}
-		chk.All, chk.Events, chk.DigestMinutes, chk.QuietHours, chk.Excluded = in.all, in.events, in.digest, in.quiet, len(pl.exclude)
-	case "ask":
-		in, e := r.asks.checkAsk(ctx, c, a)
-		if e != nil {
-			return nil, e
-		}
-		chk.Session = &CheckedRef{ID: in.concern.ID, Title: in.concern.Title}
-	case "answer_question":
-		_, s, _, e := r.steer.checkAnswer(ctx, c, a)
-		if e != nil {
-			return nil, e
-		}
-		chk.Session = &CheckedRef{ID: s.ID, Title: s.Title}
-	case "transfer_subscriptions":
-		if _, _, e := r.subs.checkTransfer(ctx, c, a); e != nil {
-			return nil, e
-		}
-	case "stop", "archive":
-		s, e := r.target(ctx, a, "session")
-		if e != nil {
-			return nil, e
-		}
-		chk.Session = &CheckedRef{ID: s.ID, Title: s.Title}
 	}
 	return chk, nil
+}
+
+// The actions' checks for a paired relay's agent (actionSpec.check).
+
+func checkedSend(r *Relay, ctx context.Context, c *caller, a *args, chk *PeerChecked) *Error {
+	in, pl, e := r.snd.sendChecks(ctx, c, a)
+	if e != nil {
+		return e
+	}
+	chk.Session = &CheckedRef{ID: pl.s.ID, Title: pl.s.Title}
+	chk.Provider, chk.Model, chk.Effort, chk.Mode = pl.info.Name, firstNonEmpty(in.model, pl.s.Model), firstNonEmpty(in.effort, pl.s.Effort), pl.mode
+	if pl.switchTo != "" {
+		chk.Billing = r.snd.billingTo(pl.info) // the card's words (R24.6)
+	}
+	return nil
+}
+
+func checkedCreate(r *Relay, ctx context.Context, c *caller, a *args, chk *PeerChecked) *Error {
+	in, pl, e := r.crt.createChecks(ctx, c, a)
+	if e != nil {
+		return e
+	}
+	chk.Title, chk.Provider, chk.Model, chk.Effort, chk.Mode, chk.Cwd = pl.title, pl.info.Name, pl.model, pl.effort, pl.mode, pl.cwd
+	if pl.repo != nil { // a repository session (R24.4): where it will work
+		chk.Cwd = repoWhere(in.repo, pl.branch)
+	}
+	if pl.group != nil {
+		chk.Group = &CheckedRef{ID: pl.group.ID, Name: r.grp.groupName(ctx, pl.group)}
+	}
+	return nil
+}
+
+func checkedUpdate(r *Relay, ctx context.Context, c *caller, a *args, chk *PeerChecked) *Error {
+	_, pl, ch, e := r.upd.updateChecks(ctx, c, a)
+	if e != nil {
+		return e
+	}
+	s := pl.s
+	chk.Session = &CheckedRef{ID: s.ID, Title: s.Title}
+	chk.StartedByCaller = s.StartedBy != nil && strings.EqualFold(s.StartedBy.Relay, c.remote.Relay) && s.StartedBy.Session == c.remote.Session
+	chk.Changed = nonNil(ch.names)
+	chk.Changes = r.checkedChanges(ctx, pl, ch)
+	return nil
+}
+
+func checkedSubscribe(r *Relay, ctx context.Context, c *caller, a *args, chk *PeerChecked) *Error {
+	in, pl, e := r.subs.subscribeChecks(ctx, c, a)
+	if e != nil {
+		return e
+	}
+	for _, s := range pl.watched {
+		chk.Watched = append(chk.Watched, CheckedRef{ID: s.ID, Title: s.Title})
+	}
+	chk.All, chk.Events, chk.DigestMinutes, chk.QuietHours, chk.Excluded = in.all, in.events, in.digest, in.quiet, len(pl.exclude)
+	return nil
+}
+
+func checkedAsk(r *Relay, ctx context.Context, c *caller, a *args, chk *PeerChecked) *Error {
+	in, e := r.asks.checkAsk(ctx, c, a)
+	if e != nil {
+		return e
+	}
+	chk.Session = &CheckedRef{ID: in.concern.ID, Title: in.concern.Title}
+	return nil
+}
+
+func checkedAnswer(r *Relay, ctx context.Context, c *caller, a *args, chk *PeerChecked) *Error {
+	_, s, _, e := r.steer.checkAnswer(ctx, c, a)
+	if e != nil {
+		return e
+	}
+	chk.Session = &CheckedRef{ID: s.ID, Title: s.Title}
+	return nil
+}
+
+func checkedTransfer(r *Relay, ctx context.Context, c *caller, a *args, _ *PeerChecked) *Error {
+	_, _, e := r.subs.checkTransfer(ctx, c, a)
+	return e
+}
+
+// checkedTarget checks an action whose one check is its target session (stop, archive).
+func checkedTarget(r *Relay, ctx context.Context, _ *caller, a *args, chk *PeerChecked) *Error {
+	s, e := r.target(ctx, a, "session")
+	if e != nil {
+		return e
+	}
+	chk.Session = &CheckedRef{ID: s.ID, Title: s.Title}
+	return nil
 }
 
 // checkedChanges are the settings an update_session would change, as the
@@ -174,7 +203,7 @@ func (r *Relay) checkedChanges(ctx context.Context, pl *updatePlan, ch *updateCh
 // checkable are the actions a card may guard on a paired relay: they are
 // checked there before the card (R5.3).
 func checkable(a *args) bool {
-	return writeActions[a.action] || a.action == "subscribe" || (a.action == "ask" && a.has("session"))
+	return a.spec().check != nil && (!a.spec().intoSession || a.intoSession())
 }
 
 // checkThere asks a paired relay to check a call before its card (R5.3):
@@ -234,48 +263,69 @@ func envError(env peerAnswer) *Error {
 // R5.4). Every value came from that relay or the agent and goes through
 // LineValue (R18.16).
 func checkedCardLines(a *args, p *store.Pairing, k *PeerChecked) []string {
-	relay := LineValue(p.Name, fieldRelay)
-	text, _ := a.str("text")
-	switch {
-	case a.action == "send" && k.Session != nil:
-		lines := []string{fmt.Sprintf(`Send to "%s" (%s) on relay "%s": %s`, LineValue(k.Session.Title, fieldTitle), lineID(k.Session.ID), relay, LineValue(text, fieldExcerpt)),
-			settingsLine(k.Model, k.Effort, k.Mode)}
-		if k.Billing != "" {
-			lines = append(lines, "Switches billing to "+LineValue(k.Billing, fieldModel))
+	if lines := a.spec().checkedLines; lines != nil {
+		if out := lines(a, LineValue(p.Name, fieldRelay), k); out != nil {
+			return out
 		}
-		return lines
-	case a.action == "create_session":
-		lines := []string{fmt.Sprintf(`Start a session "%s" with %s in %s on relay "%s": %s`, LineValue(k.Title, fieldTitle), LineValue(k.Provider, fieldModel),
-			LineValue(k.Cwd, fieldPath), relay, LineValue(text, fieldExcerpt)), settingsLine(k.Model, k.Effort, k.Mode)}
-		if k.Group != nil {
-			lines = append(lines, groupLine(k.Group.Name, k.Group.ID))
-		}
-		return lines
-	case a.action == "update_session" && k.Session != nil:
-		var changes []string
-		for _, v := range k.Changes {
-			label := LineValue(v.Label, fieldWord)
-			if v.ID != "" {
-				changes = append(changes, strings.Replace(groupLine(v.Value, v.ID), "Group", label, 1))
-				continue
-			}
-			changes = append(changes, changeLine(label, v.Value, fieldOf(v.Setting)))
-		}
-		return []string{fmt.Sprintf(`Change "%s" (%s) on relay "%s":`, LineValue(k.Session.Title, fieldTitle), lineID(k.Session.ID), relay), strings.Join(changes, " · ")}
-	case a.action == "subscribe":
-		watched := make([]*store.Session, len(k.Watched))
-		for i, w := range k.Watched {
-			watched[i] = &store.Session{ID: w.ID, Title: w.Title}
-		}
-		lines := []string{subscribeCardLine(watched, k.All, k.Events, ` on relay "`+relay+`"`)}
-		var q *scheduler.Quiet
-		if k.QuietHours != nil {
-			q, _ = scheduler.ParseQuiet(k.QuietHours.From, k.QuietHours.To, k.QuietHours.TZ) // checked again: it came from that relay
-		}
-		if opts := subOptions(k.DigestMinutes, q, k.Excluded); opts != "" {
-			lines = append(lines, opts)
-		}
-		return lines
 	}
 	return remoteCardLines(a, p)
+}
+
+// The actions' card lines from a check (actionSpec.checkedLines): relay is
+// the paired relay's name made safe for a line; nil when the check named
+// too little.
+
+func sendCheckedLines(a *args, relay string, k *PeerChecked) []string {
+	if k.Session == nil {
+		return nil
+	}
+	text, _ := a.str("text")
+	lines := []string{fmt.Sprintf(`Send to "%s" (%s) on relay "%s": %s`, LineValue(k.Session.Title, fieldTitle), lineID(k.Session.ID), relay, LineValue(text, fieldExcerpt)),
+		settingsLine(k.Model, k.Effort, k.Mode)}
+	if k.Billing != "" {
+		lines = append(lines, "Switches billing to "+LineValue(k.Billing, fieldModel))
+	}
+	return lines
+}
+
+func createCheckedLines(a *args, relay string, k *PeerChecked) []string {
+	text, _ := a.str("text")
+	lines := []string{fmt.Sprintf(`Start a session "%s" with %s in %s on relay "%s": %s`, LineValue(k.Title, fieldTitle), LineValue(k.Provider, fieldModel),
+		LineValue(k.Cwd, fieldPath), relay, LineValue(text, fieldExcerpt)), settingsLine(k.Model, k.Effort, k.Mode)}
+	if k.Group != nil {
+		lines = append(lines, groupLine(k.Group.Name, k.Group.ID))
+	}
+	return lines
+}
+
+func updateCheckedLines(_ *args, relay string, k *PeerChecked) []string {
+	if k.Session == nil {
+		return nil
+	}
+	var changes []string
+	for _, v := range k.Changes {
+		label := LineValue(v.Label, fieldWord)
+		if v.ID != "" {
+			changes = append(changes, strings.Replace(groupLine(v.Value, v.ID), "Group", label, 1))
+			continue
+		}
+		changes = append(changes, changeLine(label, v.Value, fieldOf(v.Setting)))
+	}
+	return []string{fmt.Sprintf(`Change "%s" (%s) on relay "%s":`, LineValue(k.Session.Title, fieldTitle), lineID(k.Session.ID), relay), strings.Join(changes, " · ")}
+}
+
+func subscribeCheckedLines(_ *args, relay string, k *PeerChecked) []string {
+	watched := make([]*store.Session, len(k.Watched))
+	for i, w := range k.Watched {
+		watched[i] = &store.Session{ID: w.ID, Title: w.Title}
+	}
+	lines := []string{subscribeCardLine(watched, k.All, k.Events, ` on relay "`+relay+`"`)}
+	var q *scheduler.Quiet
+	if k.QuietHours != nil {
+		q, _ = scheduler.ParseQuiet(k.QuietHours.From, k.QuietHours.To, k.QuietHours.TZ) // checked again: it came from that relay
+	}
+	if opts := subOptions(k.DigestMinutes, q, k.Excluded); opts != "" {
+		lines = append(lines, opts)
+	}
+	return lines
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/oar/relay/config"
+	"github.com/oar/relay/internal/testwait"
 	"github.com/oar/relay/store"
 )
 
@@ -51,10 +52,8 @@ func TestPeerLoopRestsWithNothingPaired(t *testing.T) {
 
 	waitReads := func(n int64) {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); st.reads.Load() < n; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the poll loop read the store %d times, want %d", st.reads.Load(), n)
-			}
+		if !testwait.Poll(5*time.Second, time.Millisecond, func() bool { return st.reads.Load() >= n }) {
+			t.Fatalf("the poll loop read the store %d times, want %d", st.reads.Load(), n)
 		}
 	}
 	waitReads(1)

@@ -9,18 +9,14 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/oar/relay/internal/testwait"
 )
 
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testwait.Eventually(t, 5*time.Second, time.Millisecond, cond, "timed out waiting for %s", what)
 }
 
 // parkedIn says some goroutine with fn in its stack is parked, not running

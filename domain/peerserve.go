@@ -37,10 +37,6 @@ func (r *Relay) PeerHello(ctx context.Context) (Hello, error) {
 	return Hello{Name: r.opts.Name, Version: r.opts.Version, Instance: inst, Features: PeerFeatures, PublicURL: pub}, nil
 }
 
-// acceptGated are the actions the accept setting switches off (R4.6).
-var acceptGated = map[string]bool{"send": true, "create_session": true, "answer_question": true, "stop": true,
-	"archive": true, "update_session": true, "subscribe": true, "transfer_subscriptions": true}
-
 // PeerCall performs POST /peer/v1/call: an action for an agent of a paired
 // relay (R13.1). tok is the peer token the call came with: the first call
 // ties it to the calling relay's name, and it never speaks for another.
@@ -59,7 +55,7 @@ func (r *Relay) PeerCall(ctx context.Context, tok string, raw []byte) (json.RawM
 		res, e = r.runLocal(ctx, c, a)
 	}
 	o := c.remote
-	if e == nil && a.action == "send" && res.session != "" {
+	if e == nil && a.spec().promptsSession && res.session != "" {
 		// A session its agents prompted: a "started" peer token reaches it (R18.35).
 		if err := r.st.AddPeerPrompted(context.WithoutCancel(ctx), o.Relay, res.session); err != nil {
 			r.log.Warn("record a session a paired relay prompted", "from", o.Relay, "session", id8(res.session), "err", err)
@@ -87,24 +83,12 @@ func (r *Relay) peerCaller(ctx context.Context, tok string, raw []byte) (string,
 		return "unknown", nil, nil, Errorf(CodeInvalidInput, "The peer call names no origin relay and session. Nothing was done.")
 	}
 	action := body.Action
-	if _, ok := actionArgs[action]; !ok {
+	if !isAction(action) {
 		action = "unknown"
 	}
-	if strings.EqualFold(body.Origin.Relay, r.opts.Name) || strings.EqualFold(body.Origin.Relay, "this") {
-		r.log.Warn("peer call refused: it claims this relay's own name", "from", body.Origin.Relay)
-		return action, nil, nil, Errorf(CodeAuth, "A paired relay cannot speak as %q: that is this relay's own name. Nothing was done.", body.Origin.Relay)
-	}
-	bound, err := r.tok.bindPeerToken(ctx, tok, body.Origin.Relay)
-	if errors.Is(err, store.ErrRelayNameTaken) {
-		r.log.Warn("peer call refused: another peer token holds this relay's name", "from", body.Origin.Relay)
-		return action, nil, nil, Errorf(CodeAuth, "Relay %q is paired here with another peer token; this token cannot speak for it. Nothing was done.", body.Origin.Relay)
-	}
-	if err != nil {
-		return action, nil, nil, internal("peerCaller: bindPeerToken", err)
-	}
-	if !strings.EqualFold(bound, body.Origin.Relay) {
-		r.log.Warn("peer call refused: the token belongs to another relay", "from", body.Origin.Relay, "token_of", bound)
-		return action, nil, nil, Errorf(CodeAuth, "This peer token belongs to relay %q; it cannot speak for relay %q. Nothing was done.", bound, body.Origin.Relay)
+	bound, e := r.bindOrigin(ctx, tok, body.Origin.Relay)
+	if e != nil {
+		return action, nil, nil, e
 	}
 	m := map[string]json.RawMessage{}
 	for k, v := range body.Args {
@@ -124,7 +108,7 @@ func (r *Relay) peerCaller(ctx context.Context, tok string, raw []byte) (string,
 	a.peer = true
 	o := body.Origin
 	c := &caller{s: &store.Session{ID: peerConversation(o.Relay, o.Session), Title: o.Title, Model: o.Model, Mode: "agent"}, remote: &o}
-	if a.action == "create_session" && !a.has("provider") {
+	if a.spec().creates && !a.has("provider") {
 		// R7.9: what the agent leaves out follows the caller's session where
 		// this relay offers it: a provider with the caller's model, else the first.
 		c.s.Provider = r.peerProvider(a, o.Model)
@@ -133,6 +117,29 @@ func (r *Relay) peerCaller(ctx context.Context, tok string, raw []byte) (string,
 		return action, c, a, e
 	}
 	return action, c, a, nil
+}
+
+// bindOrigin checks the relay a peer request speaks for: never this relay,
+// and only the one its token was first tied to (the first call ties it). It
+// returns the relay the token is tied to.
+func (r *Relay) bindOrigin(ctx context.Context, tok, from string) (string, *Error) {
+	if strings.EqualFold(from, r.opts.Name) || strings.EqualFold(from, "this") {
+		r.log.Warn("peer call refused: it claims this relay's own name", "from", from)
+		return "", Errorf(CodeAuth, "A paired relay cannot speak as %q: that is this relay's own name. Nothing was done.", from)
+	}
+	bound, err := r.tok.bindPeerToken(ctx, tok, from)
+	if errors.Is(err, store.ErrRelayNameTaken) {
+		r.log.Warn("peer call refused: another peer token holds this relay's name", "from", from)
+		return "", Errorf(CodeAuth, "Relay %q is paired here with another peer token; this token cannot speak for it. Nothing was done.", from)
+	}
+	if err != nil {
+		return "", internal("peerCaller: bindPeerToken", err)
+	}
+	if !strings.EqualFold(bound, from) {
+		r.log.Warn("peer call refused: the token belongs to another relay", "from", from, "token_of", bound)
+		return "", Errorf(CodeAuth, "This peer token belongs to relay %q; it cannot speak for relay %q. Nothing was done.", bound, from)
+	}
+	return bound, nil
 }
 
 // peerProvider picks the provider a paired relay's agent's session runs on
@@ -151,21 +158,22 @@ func (r *Relay) peerProvider(a *args, model string) string {
 	return ""
 }
 
+// acceptGated reports a call the accept setting switches off (R4.6).
+func acceptGated(a *args) bool { return a.spec().acceptGated || a.intoSession() }
+
 // peerCheck applies this relay's rules for another relay's agents before the action.
 func (r *Relay) peerCheck(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	switch a.action {
-	case "schedule", "list_schedules", "unschedule":
+	if a.spec().localOnly {
 		return nil, Errorf(CodeUnsupported, "Schedules work on the agent's own relay only. Nothing was done.")
-	case "ask":
-		if !a.has("session") {
-			return nil, Errorf(CodeInvalidInput, "An ask from another relay needs session: the session here it is about. Nothing was asked.")
-		}
+	}
+	if a.asksHere() {
+		return nil, Errorf(CodeInvalidInput, "An ask from another relay needs session: the session here it is about. Nothing was asked.")
 	}
 	st, err := r.settings(ctx)
 	if err != nil {
 		return nil, internal("peerCheck: settings", err)
 	}
-	if !st.AcceptAgentPrompts && (acceptGated[a.action] || (a.action == "ask" && a.has("session"))) {
+	if !st.AcceptAgentPrompts && acceptGated(a) {
 		return nil, Errorf(CodeNotAccepting, "Relay %q does not accept prompts from other relays' agents: its owner turned that off. Listing and reading sessions, reading task output, wait, relay_info and usage still work. Nothing was done.", r.opts.Name)
 	}
 	if promptsAgent(a) {

@@ -85,41 +85,67 @@ func (r *Relay) scopeReach(ctx context.Context, tok, bound string, c *caller, a 
 	if scope != store.PeerScopeStarted {
 		return nil
 	}
-	ids, err := r.st.PeerPrompted(ctx, bound)
-	if err != nil {
+	if c.reach, err = r.startedReach(ctx, bound); err != nil {
 		return internal("scopeReach: PeerPrompted", err)
 	}
-	c.reach = &peerReach{relay: bound, prompted: map[string]bool{}}
-	for _, id := range ids {
-		c.reach.prompted[id] = true
-	}
-	reaches := func(ref string) *Error {
-		s, e := r.sessionByRef(ctx, ref)
-		if e != nil {
-			return e
-		}
-		if !c.reach.has(s) {
-			return Errorf(CodeNotFound, "Relay %q has no session %q. Nothing was done.", r.opts.Name, normRef(ref))
-		}
-		return nil
-	}
+	return r.reachesNamed(ctx, c.reach, a)
+}
+
+// reachesNamed refuses a call that names a session reach does not reach,
+// in its session or a subscribe's sessions, or an answer_question that
+// names no session (R18.35).
+func (r *Relay) reachesNamed(ctx context.Context, reach *peerReach, a *args) *Error {
 	if a.action == "answer_question" && !a.has("session") {
 		return Errorf(CodeInvalidInput, "answer_question on relay %q needs session: the session whose question it answers (this relay reaches only the sessions your relay's agents started or prompted). %s", r.opts.Name, nothingSent)
 	}
 	if ref, _ := a.str("session"); ref != "" {
-		if e := reaches(ref); e != nil {
+		if e := r.reaches(ctx, reach, ref); e != nil {
 			return e
 		}
 	}
-	if a.action == "subscribe" {
-		refs, _ := a.strs("sessions")
-		for _, ref := range refs {
-			if strings.EqualFold(ref, "all") {
-				return Errorf(CodeForbidden, "Relay %q lets your relay's agents reach only the sessions they started or prompted here; name those sessions instead of \"all\". %s", r.opts.Name, nothingSubscribed)
-			}
-			if e := reaches(ref); e != nil {
-				return e
-			}
+	if actionKnown[a.action]["sessions"] { // subscribe's sessions to watch
+		return r.reachesSubscribed(ctx, reach, a)
+	}
+	return nil
+}
+
+// startedReach is what agents of the paired relay bound reach with a token
+// of scope "started" (R18.35): the sessions they started or prompted here.
+func (r *Relay) startedReach(ctx context.Context, bound string) (*peerReach, error) {
+	ids, err := r.st.PeerPrompted(ctx, bound)
+	if err != nil {
+		return nil, err
+	}
+	reach := &peerReach{relay: bound, prompted: map[string]bool{}}
+	for _, id := range ids {
+		reach.prompted[id] = true
+	}
+	return reach, nil
+}
+
+// reaches refuses the session ref when reach does not reach it: to the
+// caller it is not found (R18.35).
+func (r *Relay) reaches(ctx context.Context, reach *peerReach, ref string) *Error {
+	s, e := r.sessionByRef(ctx, ref)
+	if e != nil {
+		return e
+	}
+	if !reach.has(s) {
+		return Errorf(CodeNotFound, "Relay %q has no session %q. Nothing was done.", r.opts.Name, normRef(ref))
+	}
+	return nil
+}
+
+// reachesSubscribed refuses a subscribe naming "all" or a session reach
+// does not reach (R18.35).
+func (r *Relay) reachesSubscribed(ctx context.Context, reach *peerReach, a *args) *Error {
+	refs, _ := a.strs("sessions")
+	for _, ref := range refs {
+		if strings.EqualFold(ref, "all") {
+			return Errorf(CodeForbidden, "Relay %q lets your relay's agents reach only the sessions they started or prompted here; name those sessions instead of \"all\". %s", r.opts.Name, nothingSubscribed)
+		}
+		if e := r.reaches(ctx, reach, ref); e != nil {
+			return e
 		}
 	}
 	return nil

@@ -134,53 +134,54 @@ func (tq *turnQueue) fromRef(c *caller) *store.Ref {
 	return &store.Ref{Relay: tq.opts.Name, Session: c.s.ID, Title: c.s.Title, Model: c.s.Model}
 }
 
+// prompt is a prompt to queue (turnQueue.queue).
+type prompt struct {
+	s    *store.Session
+	text string
+	role string // user (the owner), agent, schedule or event
+	// from is the agent that speaks (nil: the owner, a schedule, an event):
+	// its prompt line goes before the text (R4.8, R18.15).
+	from   *store.Ref
+	origin store.Origin
+	caller string // the calling conversation (store.Turn.Caller; "" = none)
+	// enforce: the 4-at-work cap refuses the prompt (agent prompts, R6.1).
+	enforce bool
+	// waitFor > 0 marks, before the turn can run, that the caller waits on
+	// its reply (the no-echo rule must know it before the turn_end can fan
+	// out); such a prompt may start its drain here (direct.go).
+	waitFor time.Duration
+	// id is the turn's id, chosen by a caller who listens for the turn's
+	// notifications before it can run ("" = a new one).
+	id string
+	// loopOf, when set, is the conversation whose loop-protection count the
+	// prompt takes in the same step (R5.2.6); a used-up count queues nothing
+	// (*store.LoopUsedError).
+	loopOf string
+}
+
 // queue is the door to the turn queue for the delivery pipeline's host (the
 // event prompt): the pipeline is built before the turn queue, which points
 // to it.
-func (r *Relay) queue(ctx context.Context, s *store.Session, text, role string, from *store.Ref, origin store.Origin, callerID string, enforce bool, waitFor time.Duration) (*store.Turn, error) {
-	return r.q.queue(ctx, s, text, role, from, origin, callerID, enforce, waitFor)
+func (r *Relay) queue(ctx context.Context, p prompt) (*store.Turn, error) {
+	return r.q.queue(ctx, p)
 }
 
-// queue appends a prompt to a session and starts its drain (enforcing the cap
-// for agent prompts). role is user (owner), agent, schedule or event.
-// waitFor > 0 marks, before the turn can run, that the caller waits on its
-// reply (the no-echo rule must know it before the turn_end can fan out).
-func (tq *turnQueue) queue(ctx context.Context, s *store.Session, text, role string, from *store.Ref, origin store.Origin, callerID string, enforce bool, waitFor time.Duration) (*store.Turn, error) {
-	return tq.queueTurn(ctx, store.NewID(16), s, text, role, from, origin, callerID, enforce, waitFor, "")
-}
-
-// queueTurn is queue with the turn's id chosen by the caller (who may listen
-// for the turn's notifications before it can run). loopOf, when set, is the
-// conversation whose loop-protection count the prompt takes in the same step
-// (R5.2.6); a used-up count queues nothing (*store.LoopUsedError).
-func (tq *turnQueue) queueTurn(ctx context.Context, id string, s *store.Session, text, role string, from *store.Ref, origin store.Origin, callerID string, enforce bool, waitFor time.Duration, loopOf string) (*store.Turn, error) {
+// queue appends a prompt to a session and starts its drain (enforcing the
+// cap for agent prompts, p.enforce).
+func (tq *turnQueue) queue(ctx context.Context, p prompt) (*store.Turn, error) {
+	s := p.s
 	if isExternal(s) {
 		return nil, notPromptable(s, nothingSent) // R17.7: no turn can run there
 	}
-	unlockFrom := ""
-	if from != nil {
-		// R4.8, R18.15: the agent learns that another agent speaks, from this
-		// relay or another; the line is part of the stored text (R13.1).
-		local := from.Relay == "" || strings.EqualFold(from.Relay, tq.opts.Name)
-		text = PromptLine(from, local) + "\n" + text
-		if !local {
-			// R4.4(b): the other relay is unlocked here, in the push (when this
-			// relay has paired it: one pairing direction is enough to be written to).
-			unlockFrom = from.Relay
-		}
+	if p.id == "" {
+		p.id = store.NewID(16)
 	}
-	now := tq.now()
-	t := &store.Turn{ID: id, Session: s.ID, Role: role, From: from, Origin: origin, Caller: callerID, CreatedAt: now, Text: text}
-	drainID := "drain:" + s.ID + ":" + store.NewID(6)
-	waiting := time.Duration(0)
-	if waitFor > 0 {
-		waiting = waitFor + waitingSlack
-	}
-	o := store.QueueOpts{Orchestrator: orchestrator(tq.opts.Name, s), Limit: tq.opts.Limits.ActiveSessions, Enforce: enforce,
-		PeerLimit: tq.opts.Limits.ActiveSessionsPerPeerToken, DrainID: drainID, Waiting: waiting, LoopOf: loopOf, LoopLimit: tq.opts.Limits.AgentPromptsBeforeCard, UnlockFrom: unlockFrom}
+	text, unlockFrom := tq.promptLine(p.text, p.from)
+	t := &store.Turn{ID: p.id, Session: s.ID, Role: p.role, From: p.from, Origin: p.origin, Caller: p.caller, CreatedAt: tq.now(), Text: text}
+	o := tq.queueOpts(p, unlockFrom)
 	// A waited prompt starts its drain here when a slot is free (direct.go):
 	// the push then takes the drain's first step too.
-	here := waitFor > 0 && tq.dr.reserveDirect()
+	here := p.waitFor > 0 && tq.dr.reserveDirect()
 	if here {
 		o.StartOwner, o.LeaseTTL, o.History = tq.dr.newLeaseOwner(), leaseTTL, tq.dr.drainHistory
 	}
@@ -189,34 +190,84 @@ func (tq *turnQueue) queueTurn(ctx context.Context, id string, s *store.Session,
 	// first step.
 	q, err := tq.st.QueueTurn(ctx, t, o)
 	if here && (err != nil || q.Drain == nil) {
-		tq.dr.releaseDirect()
-		if (err != nil && !refused(err)) || (err == nil && q.Again) {
-			// The push may have run with its answer lost, taking the turn for
-			// a drain that will not run: give the turn back (undoStart).
-			tq.undoStart(ctx, s.ID, t.ID, o.StartOwner, q)
-		}
-	}
-	if errors.Is(err, store.ErrPeerSessionLimit) {
-		return nil, tq.peerCapError(s.StartedBy, nothingSent)
-	}
-	if errors.Is(err, store.ErrSessionLimit) {
-		return nil, Errorf(CodeSessionLimit, "%d sessions started by the same conversation already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
-			tq.opts.Limits.ActiveSessions, tq.opts.Limits.ActiveSessions, nothingSent)
+		tq.notHere(ctx, t, o.StartOwner, q, err)
 	}
 	if err != nil {
-		return nil, err
+		return nil, tq.queueError(s, err)
 	}
-	switch {
-	case q.Drain != nil:
-		tq.dr.runHere(ctx, s.ID, o.StartOwner, q.Drain)
-	case q.Start:
-		if err := tq.enq.EnqueueDrain(ctx, s.ID, drainID); err != nil {
-			// The prompt is queued; the recovery sweep starts the drain.
-			tq.log.Warn("enqueue drain failed; the sweep will retry", "session", s.ID, "err", err)
-		}
-	}
+	tq.startDrain(ctx, s.ID, o, q)
 	t.Status = store.TurnQueued
 	return t, nil
+}
+
+// notHere gives back the slot of a drain that was to start where its
+// prompt was queued and did not (the push failed, or did not take the
+// drain's first step for owner).
+func (tq *turnQueue) notHere(ctx context.Context, t *store.Turn, owner string, q *store.Queued, err error) {
+	tq.dr.releaseDirect()
+	if (err != nil && !refused(err)) || (err == nil && q.Again) {
+		// The push may have run with its answer lost, taking the turn for
+		// a drain that will not run: give the turn back (undoStart).
+		tq.undoStart(ctx, t.Session, t.ID, owner, q)
+	}
+}
+
+// promptLine is an agent's prompt text with its prompt line (R4.8, R18.15:
+// the agent learns that another agent speaks, from this relay or another;
+// the line is part of the stored text, R13.1), and the paired relay it
+// unlocks here (R4.4 b; "" for none). from nil: text as it is.
+func (tq *turnQueue) promptLine(text string, from *store.Ref) (string, string) {
+	if from == nil {
+		return text, ""
+	}
+	local := from.Relay == "" || strings.EqualFold(from.Relay, tq.opts.Name)
+	text = PromptLine(from, local) + "\n" + text
+	if local {
+		return text, ""
+	}
+	// R4.4(b): the other relay is unlocked here, in the push (when this
+	// relay has paired it: one pairing direction is enough to be written to).
+	return text, from.Relay
+}
+
+// queueOpts are the push's settings for prompt p: the caps, the drain it
+// may start, the waiting mark, the loop count and the unlock.
+func (tq *turnQueue) queueOpts(p prompt, unlockFrom string) store.QueueOpts {
+	waiting := time.Duration(0)
+	if p.waitFor > 0 {
+		waiting = p.waitFor + waitingSlack
+	}
+	lim := tq.opts.Limits
+	return store.QueueOpts{Orchestrator: orchestrator(tq.opts.Name, p.s), Limit: lim.ActiveSessions, Enforce: p.enforce,
+		PeerLimit: lim.ActiveSessionsPerPeerToken, DrainID: "drain:" + p.s.ID + ":" + store.NewID(6), Waiting: waiting,
+		LoopOf: p.loopOf, LoopLimit: lim.AgentPromptsBeforeCard, UnlockFrom: unlockFrom}
+}
+
+// queueError is a push's error as the caller sees it: a cap's refusal
+// (R6.1, R18.21), else err.
+func (tq *turnQueue) queueError(s *store.Session, err error) error {
+	if errors.Is(err, store.ErrPeerSessionLimit) {
+		return tq.peerCapError(s.StartedBy, nothingSent)
+	}
+	if errors.Is(err, store.ErrSessionLimit) {
+		return Errorf(CodeSessionLimit, "%d sessions started by the same conversation already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
+			tq.opts.Limits.ActiveSessions, tq.opts.Limits.ActiveSessions, nothingSent)
+	}
+	return err
+}
+
+// startDrain starts the drain a push asked for: here, from the first step it
+// took (q.Drain), or through the queue (q.Start).
+func (tq *turnQueue) startDrain(ctx context.Context, sid string, o store.QueueOpts, q *store.Queued) {
+	switch {
+	case q.Drain != nil:
+		tq.dr.runHere(ctx, sid, o.StartOwner, q.Drain)
+	case q.Start:
+		if err := tq.enq.EnqueueDrain(ctx, sid, o.DrainID); err != nil {
+			// The prompt is queued; the recovery sweep starts the drain.
+			tq.log.Warn("enqueue drain failed; the sweep will retry", "session", sid, "err", err)
+		}
+	}
 }
 
 // peerCapError is the refusal by a paired relay's cap here (R18.21): the
@@ -273,29 +324,69 @@ func (tq *turnQueue) listen(id string) (<-chan struct{}, func()) {
 	return tq.hub.sub("turn:" + id)
 }
 
-// waitTurn waits until the turn ends, waits on a question, or d passes.
-func (tq *turnQueue) waitTurn(ctx context.Context, id string, d time.Duration) (*store.Turn, error) {
-	ch, unsub := tq.listen(id)
-	defer unsub()
-	return tq.waitTurnOn(ctx, id, d, ch, nil)
+// turnWait is a wait on a turn (await): until it ends, waits on a question,
+// or d passes.
+type turnWait struct {
+	id string
+	d  time.Duration
+	// own: the waiter is the prompt's own caller, whose call's result is
+	// written through dl (nil: in-process). While it waits, the turn's
+	// turn_end is held from its subscriptions and dropped once the reply
+	// reached it (no echo, R8.18). A reply counts as seen only once the
+	// call's result was written to the client (endWait, R18.12); a wait cut
+	// off because the client went away (ctx ended) ends at once.
+	own bool
+	dl  *Delivery
+	// mark: the wait is marked first (SetWaiting, for an own caller who
+	// comes back for a turn: a prompt queued with waitFor is marked already).
+	mark bool
+	// ch is the turn's notifications, listened to since before it was queued
+	// (nil: listen from now); queued is the turn as just queued then (no
+	// notification can have been missed): the first read is skipped while
+	// d > 0.
+	ch     <-chan struct{}
+	queued *store.Turn
 }
 
-// waitTurnOn is waitTurn on ch, the turn's notifications. queued is the turn
-// as just queued when ch listened before it was queued (no notification can
-// have been missed): the first read is then skipped while d > 0.
-func (tq *turnQueue) waitTurnOn(ctx context.Context, id string, d time.Duration, ch <-chan struct{}, queued *store.Turn) (*store.Turn, error) {
+// await is the one wait on a turn, for every caller: send and
+// create_session for their prompt's reply (R7.11), the wait action (R7.12).
+func (tq *turnQueue) await(ctx context.Context, w turnWait) (*store.Turn, error) {
+	if w.own && w.mark && w.d > 0 {
+		if err := tq.st.SetWaiting(ctx, w.id, w.d+waitingSlack); err != nil { // wait: the caller comes back for it
+			return nil, err
+		}
+	}
+	if w.ch == nil {
+		ch, unsub := tq.listen(w.id)
+		defer unsub()
+		w.ch, w.queued = ch, nil
+	}
+	t, err := tq.awaitEnd(ctx, w)
+	if !w.own {
+		return t, err
+	}
+	got := err == nil && terminal(t.Status)
+	if serr := tq.dl.endWait(ctx, w.dl, w.id, got); serr != nil {
+		return nil, serr
+	}
+	return t, err
+}
+
+// awaitEnd is await's loop on w.ch, the turn's notifications.
+func (tq *turnQueue) awaitEnd(ctx context.Context, w turnWait) (*store.Turn, error) {
+	id, d := w.id, w.d
 	timer := tq.opts.Timers.NewTimer(d)
 	defer timer.Stop()
 	recheck := time.NewTicker(recheckEvery)
 	defer recheck.Stop()
-	t := queued
+	t := w.queued
 	for hooked := false; ; hooked = true {
 		if t == nil || d <= 0 {
 			var err error
 			if t, err = tq.st.GetTurn(ctx, id); err != nil {
 				return nil, fmt.Errorf("wait on turn %s: %w", id8(id), err)
 			}
-			if t.Status == store.TurnDone || t.Status == store.TurnError || t.Status == store.TurnStopped || t.Question != "" || d <= 0 {
+			if settled(t) || d <= 0 {
 				return t, nil
 			}
 		}
@@ -303,11 +394,9 @@ func (tq *turnQueue) waitTurnOn(ctx context.Context, id string, d time.Duration,
 			waitBegins(ctx, "", id) // R24.1: the call waits now; a client that takes tasks has its task
 		}
 		select {
-		case <-ch:
-			// The turn ended in this process: its record as it ended.
-			if ft, _ := tq.hub.val("turn:" + id).(*store.Turn); ft != nil && ft.Status.Ended() {
-				cp := *ft
-				return &cp, nil
+		case <-w.ch:
+			if ft := tq.endedHere(id); ft != nil {
+				return ft, nil
 			}
 			if tq.dr.isEnding(id) {
 				// A drain here is writing the turn's end: it hands the
@@ -319,7 +408,7 @@ func (tq *turnQueue) waitTurnOn(ctx context.Context, id string, d time.Duration,
 		case <-timer.C():
 			return tq.st.GetTurn(ctx, id)
 		case <-ctx.Done():
-			if t == queued { // not read yet
+			if t == w.queued { // not read yet
 				return tq.st.GetTurn(context.WithoutCancel(ctx), id)
 			}
 			return t, nil
@@ -328,62 +417,21 @@ func (tq *turnQueue) waitTurnOn(ctx context.Context, id string, d time.Duration,
 	}
 }
 
-// sent finishes a prompt an agent sent to another agent once it is queued:
-// it waits for the reply (R7.11); its loop-protection count was taken with
-// the card check (loopCard). done says what already happened, for an error
-// from here on.
-func (tq *turnQueue) sent(ctx context.Context, c *caller, t *store.Turn, wait time.Duration, done string) (*store.Turn, *Error) {
-	return tq.sentOn(ctx, c.delivery, t, wait, nil, done)
-}
-
-// sentOn is sent with ch, the turn's notifications listened to since before
-// it was queued (nil: listen from now). queue already marked the wait
-// (waitFor), so it is not marked again.
-func (tq *turnQueue) sentOn(ctx context.Context, d *Delivery, t *store.Turn, wait time.Duration, ch <-chan struct{}, done string) (*store.Turn, *Error) {
-	var err error
-	if ch != nil {
-		t, err = tq.waitReplyOn(ctx, d, t.ID, wait, ch, t)
-	} else {
-		t, err = tq.waitReplyQueued(ctx, d, t.ID, wait)
-	}
-	if err != nil {
-		return nil, internalAfter(err, done)
-	}
-	return t, nil
-}
-
 func terminal(status store.TurnStatus) bool { return status.Ended() }
 
-// waitReply is waitTurn for the prompt's own caller: while it waits, the
-// turn's turn_end is held from its subscriptions and dropped once the reply
-// reached it (no echo, R8.18). A reply counts as seen only once the call's
-// result was written to the client (endWait, R18.12); a wait cut off because
-// the client went away (ctx ended) ends at once.
-func (tq *turnQueue) waitReply(ctx context.Context, dl *Delivery, id string, d time.Duration) (*store.Turn, error) {
-	if d > 0 {
-		if err := tq.st.SetWaiting(ctx, id, d+waitingSlack); err != nil { // wait: the caller comes back for it
-			return nil, err
-		}
-	}
-	return tq.waitReplyQueued(ctx, dl, id, d)
-}
+// settled says whether a wait on turn t is over: the turn ended, or it waits
+// on a question.
+func settled(t *store.Turn) bool { return t.Status.Ended() || t.Question != "" }
 
-// waitReplyQueued is waitReply for a turn whose wait was marked when it was
-// queued.
-func (tq *turnQueue) waitReplyQueued(ctx context.Context, dl *Delivery, id string, d time.Duration) (*store.Turn, error) {
-	ch, unsub := tq.listen(id)
-	defer unsub()
-	return tq.waitReplyOn(ctx, dl, id, d, ch, nil)
-}
-
-// waitReplyOn is waitReplyQueued on ch (see waitTurnOn for queued).
-func (tq *turnQueue) waitReplyOn(ctx context.Context, dl *Delivery, id string, d time.Duration, ch <-chan struct{}, queued *store.Turn) (*store.Turn, error) {
-	t, err := tq.waitTurnOn(ctx, id, d, ch, queued)
-	got := err == nil && terminal(t.Status)
-	if serr := tq.dl.endWait(ctx, dl, id, got); serr != nil {
-		return nil, serr
+// endedHere is the record of turn id as it ended, when it ended in this
+// process (a drain here handed it over with the notification); else nil.
+func (tq *turnQueue) endedHere(id string) *store.Turn {
+	ft, _ := tq.hub.val("turn:" + id).(*store.Turn)
+	if ft == nil || !ft.Status.Ended() {
+		return nil
 	}
-	return t, err
+	cp := *ft
+	return &cp
 }
 
 // turnResult fills the fields every prompting action returns (R7.7, R7.11)
@@ -501,11 +549,8 @@ func (tq *turnQueue) wait(ctx context.Context, c *caller, a *args) (*result, *Er
 	if err != nil || t.Session != s.ID {
 		return nil, Errorf(CodeNotFound, "Session %s on relay %q has no message %q. Nothing was done.", id8(s.ID), tq.opts.Name, mid)
 	}
-	if t.Caller == c.s.ID {
-		t, err = tq.waitReply(ctx, c.delivery, t.ID, wait)
-	} else {
-		t, err = tq.waitTurn(ctx, t.ID, wait)
-	}
+	own := t.Caller == c.s.ID
+	t, err = tq.await(ctx, turnWait{id: t.ID, d: wait, own: own, dl: c.delivery, mark: own})
 	if err != nil {
 		return nil, internal("wait: waitTurn", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -135,37 +136,16 @@ type Relay struct {
 
 // New builds a Relay.
 func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay {
-	if opts.Clock == nil {
-		opts.Clock = clock.Real{}
-	}
-	if opts.Timers == nil {
-		opts.Timers = clock.Real{}
-	}
+	opts = opts.withDefaults()
 	clk := opts.Clock
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.WorkerID == "" {
-		opts.WorkerID = store.NewID(8)
-	}
-	if opts.Peers == nil {
-		opts.Peers = noPeers{}
-	}
 	r := &Relay{st: st, enq: enq, opts: opts, clk: clk, now: func() time.Time { return clk.Now().UTC() }, log: opts.Logger, met: opts.Metrics,
 		hub:  newHub(),
 		warm: newWarmGoroutines(keptGoroutines, clock.Real{})}
-	history := 0                                // the last messages a drain reads with its turn (historyRead when a provider uses them)
-	providers := map[string]provider.Provider{} // models holds them, read-only after New
-	var order []string                          // provider ids in config order
-	for _, p := range provs {
-		id := p.Info().ID
-		providers[id] = p
-		order = append(order, id)
-		if p.Info().WantsHistory {
-			history = historyRead
-		}
+	r.mod = newModels(&r.opts, provs)
+	history := 0 // the last messages a drain reads with its turn (historyRead when a provider uses them)
+	if slices.ContainsFunc(provs, func(p provider.Provider) bool { return p.Info().WantsHistory }) {
+		history = historyRead
 	}
-	r.mod = &models{opts: &r.opts, providers: providers, order: order}
 	r.dl = &pipeline{st: st, enq: enq, clk: clk, now: r.now, log: r.log, met: r.met, opts: &r.opts, relay: r}
 	r.pk = &peerLink{st: st, peers: opts.Peers, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, relay: r,
 		linkOnline: map[string]time.Time{}, pollWake: make(chan struct{}, 1)}
@@ -199,6 +179,39 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	return r
 }
 
+// withDefaults fills in what New's caller left out: the real clock and
+// timers, the default logger, a fresh worker id, no paired relays.
+func (o Options) withDefaults() Options {
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.Timers == nil {
+		o.Timers = clock.Real{}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.WorkerID == "" {
+		o.WorkerID = store.NewID(8)
+	}
+	if o.Peers == nil {
+		o.Peers = noPeers{}
+	}
+	return o
+}
+
+// newModels holds the providers by id, read-only after New, and their ids
+// in config order.
+func newModels(opts *Options, provs []provider.Provider) *models {
+	m := &models{opts: opts, providers: map[string]provider.Provider{}}
+	for _, p := range provs {
+		id := p.Info().ID
+		m.providers[id] = p
+		m.order = append(m.order, id)
+	}
+	return m
+}
+
 // SetBaseURL sets the API's URL once the listener is bound (serve) .
 func (r *Relay) SetBaseURL(u string) { r.opts.BaseURL = u }
 
@@ -215,17 +228,7 @@ func (r *Relay) Name() string { return r.opts.Name }
 
 // Start initialises stored settings and listens for notifications until ctx ends.
 func (r *Relay) Start(ctx context.Context) error {
-	// R18.19: tokens a relay before stored in plain text become hashes, once,
-	// before anything is served.
-	if n, err := r.st.UpgradeTokens(ctx); err != nil {
-		return fmt.Errorf("upgrade stored tokens to hashes: %w", err)
-	} else if n > 0 {
-		r.log.Info("stored tokens upgraded: only their SHA-256 hashes are kept now", "tokens", n)
-	}
-	s := r.opts.Settings
-	if _, err := r.st.InitSettings(ctx, store.Settings{AgentSessions: s.AgentSessions,
-		AcceptAgentPrompts: s.AcceptAgentPrompts, MaxWaitSeconds: s.MaxWaitSeconds,
-		QuietTaskMinutes: s.QuietTaskMinutes, MaxTurnSeconds: s.MaxTurnSeconds}); err != nil {
+	if err := r.initStored(ctx); err != nil {
 		return err
 	}
 	r.life = ctx
@@ -238,16 +241,7 @@ func (r *Relay) Start(ctx context.Context) error {
 		defer r.bg.Done()
 		defer unsub()
 		defer unsubTok()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
-				r.setKept.drop()
-			case <-revoked: // also fired after a lost notification subscription
-				r.tok.dropTokens()
-			}
-		}
+		r.dropOnChange(ctx, changed, revoked)
 	}()
 	go func() {
 		defer r.bg.Done()
@@ -265,6 +259,37 @@ func (r *Relay) Start(ctx context.Context) error {
 		return errors.New("subscribe to notifications: no answer from Redis")
 	}
 	return nil
+}
+
+// initStored readies what is stored before anything is served: tokens a
+// relay before stored in plain text become hashes, once (R18.19), and the
+// owner's settings are set from the config where none are stored yet.
+func (r *Relay) initStored(ctx context.Context) error {
+	if n, err := r.st.UpgradeTokens(ctx); err != nil {
+		return fmt.Errorf("upgrade stored tokens to hashes: %w", err)
+	} else if n > 0 {
+		r.log.Info("stored tokens upgraded: only their SHA-256 hashes are kept now", "tokens", n)
+	}
+	s := r.opts.Settings
+	_, err := r.st.InitSettings(ctx, store.Settings{AgentSessions: s.AgentSessions,
+		AcceptAgentPrompts: s.AcceptAgentPrompts, MaxWaitSeconds: s.MaxWaitSeconds,
+		QuietTaskMinutes: s.QuietTaskMinutes, MaxTurnSeconds: s.MaxTurnSeconds})
+	return err
+}
+
+// dropOnChange drops this process's copy of the settings or of the tokens
+// whenever a process announces they changed, until ctx ends.
+func (r *Relay) dropOnChange(ctx context.Context, changed, revoked <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+			r.setKept.drop()
+		case <-revoked: // also fired after a lost notification subscription
+			r.tok.dropTokens()
+		}
+	}
 }
 
 // Wait returns when the goroutines Start began have ended (after Start's ctx
@@ -427,19 +452,23 @@ func (h *hub) listen(ctx context.Context, st lifeStore, ready chan struct{}, log
 		}
 		once.Do(func() { close(ready) })
 		h.fireAll()
-		ch := ps.Channel(redis.WithChannelHealthCheckInterval(notifyHealthEvery))
-	loop:
-		for {
-			select {
-			case <-ctx.Done():
-				break loop
-			case m, ok := <-ch:
-				if !ok {
-					break loop
-				}
-				h.fire(m.Payload)
-			}
-		}
+		h.forward(ctx, ps.Channel(redis.WithChannelHealthCheckInterval(notifyHealthEvery)))
 		_ = ps.Close()
+	}
+}
+
+// forward hands each notification of ch to its handlers until ctx ends or
+// ch closes (the subscription was lost).
+func (h *hub) forward(ctx context.Context, ch <-chan *redis.Message) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m, ok := <-ch:
+			if !ok {
+				return
+			}
+			h.fire(m.Payload)
+		}
 	}
 }

@@ -78,23 +78,10 @@ var levelRank = map[string]int{"none": 0, "read": 1, "prompt": 2, "full": 3}
 var Levels = []string{"none", "read", "prompt", "full"}
 
 // neededLevel is the lowest level that allows an action (R4.5's table).
-func neededLevel(a *args) string {
-	switch a.action {
-	case "list_relays", "list_questions", "withdraw":
-		return "none"
-	case "relay_info", "usage", "list_sessions", "read_session", "read_task_output", "wait",
-		"subscribe", "unsubscribe", "list_subscriptions":
-		return "read"
-	case "send", "answer_question", "ask":
-		return "prompt"
-	}
-	return "full"
-}
+func neededLevel(a *args) string { return firstNonEmpty(a.spec().level, "full") }
 
 // promptsAgent reports an action that carries a prompt to another agent (hop limit, R4.7).
-func promptsAgent(a *args) bool {
-	return a.action == "send" || a.action == "create_session" || (a.action == "ask" && a.has("session"))
-}
+func promptsAgent(a *args) bool { return a.spec().prompt || a.intoSession() }
 
 // hopCheck applies R4.7 to a prompt of the chain o going to relay target
 // (its own name): a chain that already holds two relays goes on only to a
@@ -228,16 +215,9 @@ func (rm *remote) remoteCall(ctx context.Context, c *caller, a *args, p *store.P
 	body, out := rm.remoteBody(c, a, origin)
 	// The longest wait is this relay's (R7.11); the call's timeout covers it.
 	// A bad wait_seconds is refused before any card (R5.3).
-	timeout := rm.opts.Timing.PeerTimeout
-	waitNote := ""
-	if a.action == "send" || a.action == "create_session" || a.action == "wait" {
-		wait, note, e := rm.q.waitArg(ctx, a, nothingDone)
-		if e != nil {
-			return nil, e
-		}
-		out["wait_seconds"] = json.RawMessage(fmt.Sprint(int(wait / time.Second)))
-		timeout += wait
-		waitNote = note
+	timeout, waitNote, e := rm.remoteWait(ctx, a, out)
+	if e != nil {
+		return nil, e
 	}
 	lines, target := remoteCardLines(a, p), targetOf(a)
 	if cn.needed() && checkable(a) && p.HasFeature("check") {
@@ -278,28 +258,41 @@ func (rm *remote) remoteCall(ctx context.Context, c *caller, a *args, p *store.P
 	return res, nil
 }
 
+// remoteWait is the peer call's timeout: the link's, plus the wait of an
+// action that waits for a reply, capped by this relay's longest wait and
+// passed on in out (R7.11), and the note on that cap.
+func (rm *remote) remoteWait(ctx context.Context, a *args, out map[string]json.RawMessage) (time.Duration, string, *Error) {
+	timeout := rm.opts.Timing.PeerTimeout
+	if !a.spec().waits() {
+		return timeout, "", nil
+	}
+	wait, note, e := rm.q.waitArg(ctx, a, nothingDone)
+	if e != nil {
+		return 0, "", e
+	}
+	out["wait_seconds"] = json.RawMessage(fmt.Sprint(int(wait / time.Second)))
+	return timeout + wait, note, nil
+}
+
 // remoteAllowed are the checks of a call to a paired relay made here before
 // any card: what that relay serves agents here, the lock (R4.4), the
 // pairing's level (R4.5), transfer's from and what its version supports
 // (R13.3); the hop limit follows in remoteCall, on the call's chain.
 func (rm *remote) remoteAllowed(ctx context.Context, c *caller, a *args, p *store.Pairing, pv *peerState) *Error {
-	switch a.action {
-	case "schedule", "list_schedules", "unschedule":
+	spec := a.spec()
+	if spec.localOnly {
 		return Errorf(CodeUnsupported, "Schedules work on this relay only; relay %q keeps none for agents here. Use relay \"this\". Nothing was done.", p.Name)
-	case "ask":
-		if !a.has("session") {
-			return Errorf(CodeInvalidInput, "An ask on paired relay %q needs session: the session there it is about. An ask into this conversation uses relay \"this\". Nothing was asked.", p.Name)
-		}
 	}
-	if isExternal(c.s) && (a.action == "subscribe" || a.action == "ask") {
+	if a.asksHere() {
+		return Errorf(CodeInvalidInput, "An ask on paired relay %q needs session: the session there it is about. An ask into this conversation uses relay \"this\". Nothing was asked.", p.Name)
+	}
+	if isExternal(c.s) && spec.wakes {
 		return notWakeable(a.action, nothingDone)
 	}
 	// R4.4: locked until the owner mentions it here or its agent wrote here;
 	// list_questions and withdraw reach the asks this conversation made there.
-	if a.action != "list_questions" && a.action != "withdraw" {
-		if !pv.unlocked(p) {
-			return Errorf(CodeLocked, "Relay %q is locked in this conversation. Ask the owner to mention it (for example @%s) in a message here; then it is unlocked for the rest of the conversation. Nothing was done.", p.Name, p.Name)
-		}
+	if !a.ownAsks() && !pv.unlocked(p) {
+		return Errorf(CodeLocked, "Relay %q is locked in this conversation. Ask the owner to mention it (for example @%s) in a message here; then it is unlocked for the rest of the conversation. Nothing was done.", p.Name, p.Name)
 	}
 	// R4.5: the pairing's level.
 	need := neededLevel(a)
@@ -307,21 +300,26 @@ func (rm *remote) remoteAllowed(ctx context.Context, c *caller, a *args, p *stor
 		return Errorf(CodePermission, "Relay %q lets agents here %s; %s needs %q. The owner sets this per paired relay. Nothing was done.",
 			p.Name, levelText(p.Permission), a.action, need)
 	}
-	if a.action == "transfer_subscriptions" {
-		// from is a conversation here: checked here, sent as its full id.
-		from, e := rm.relay.target(ctx, a, "from")
-		if e != nil {
+	if spec.beforeRemote != nil {
+		if e := spec.beforeRemote(rm, ctx, c, a); e != nil {
 			return e
 		}
-		if from.ID == c.s.ID {
-			return Errorf(CodeSelf, "from names this conversation itself; its subscriptions are already here. Nothing was moved.")
-		}
-		a.m["from"] = quoteJSON(from.ID)
 	}
 	// R13.3: a relay too old for what the action needs says so in its hello.
-	if e := unsupportedThere(a, p); e != nil {
+	return unsupportedThere(a, p)
+}
+
+// transferFrom resolves transfer_subscriptions' from, a conversation here:
+// checked here, sent as its full id.
+func (rm *remote) transferFrom(ctx context.Context, c *caller, a *args) *Error {
+	from, e := rm.relay.target(ctx, a, "from")
+	if e != nil {
 		return e
 	}
+	if from.ID == c.s.ID {
+		return Errorf(CodeSelf, "from names this conversation itself; its subscriptions are already here. Nothing was moved.")
+	}
+	a.m["from"] = quoteJSON(from.ID)
 	return nil
 }
 
@@ -334,7 +332,7 @@ func (rm *remote) remoteBody(c *caller, a *args, origin store.Origin) (PeerCallB
 			out[k] = v
 		}
 	}
-	if mode, _ := a.str("mode"); mode == "" && c.s.Mode != "" && (a.action == "send" || a.action == "create_session") {
+	if mode, _ := a.str("mode"); mode == "" && c.s.Mode != "" && a.spec().prompt {
 		// What the agent leaves out follows the caller's session (R7.9): a
 		// send or a new session without mode runs in the caller's own (R7.10),
 		// not in the other relay's stand-in's.
@@ -356,7 +354,7 @@ func (rm *remote) cardChecked(ctx context.Context, a *args, p *store.Pairing, bo
 		return cn, lines, target, e // cn as it was: the loop count it took is given back
 	}
 	if chk != nil {
-		if a.action == "update_session" {
+		if a.spec().updates {
 			if chk.StartedByCaller {
 				// That relay records this conversation as the session's starter (R7.10).
 				cn.drop(updateFlag(p), updateReason(p))
@@ -374,14 +372,16 @@ func (rm *remote) cardChecked(ctx context.Context, a *args, p *store.Pairing, bo
 	return cn, lines, target, nil
 }
 
+// levelTexts say what each permission level lets agents here do.
+var levelTexts = map[string]string{
+	"none":   "do nothing but list it",
+	"read":   "read only (level \"read\")",
+	"prompt": "read and prompt (level \"prompt\")",
+}
+
 func levelText(level string) string {
-	switch level {
-	case "none":
-		return "do nothing but list it"
-	case "read":
-		return "read only (level \"read\")"
-	case "prompt":
-		return "read and prompt (level \"prompt\")"
+	if t, ok := levelTexts[level]; ok {
+		return t
 	}
 	return "do everything (level \"full\")"
 }
@@ -396,45 +396,39 @@ func targetOf(a *args) *string {
 // remoteCards are the cards of R5.2 for an action on a paired relay.
 func (rm *remote) remoteCards(ctx context.Context, c *caller, a *args, p *store.Pairing) (*cardNeed, *Error) {
 	n := &cardNeed{relay: p.Name}
-	flag := func(name, reason string) *Error {
-		ok, err := rm.st.Flag(ctx, c.s.ID, name)
-		if err != nil {
-			return internal("remoteCards: Flag", err)
-		}
-		if !ok {
-			n.add(reason)
-			n.flags = append(n.flags, name)
-		}
-		return nil
-	}
-	switch a.action {
-	case "create_session":
-		if e := flag("created", "This is the first session an agent starts in this conversation."); e != nil {
-			return nil, e
-		}
-	case "subscribe":
-		if e := flag("subscribed", "This is the first time this conversation watches sessions."); e != nil {
-			return nil, e
-		}
-	case "update_session":
-		if e := flag(updateFlag(p), updateReason(p)); e != nil {
+	spec := a.spec()
+	if spec.firstCard != nil {
+		flag, reason := spec.firstCard(p)
+		if e := rm.firstCard(ctx, n, c, flag, reason); e != nil {
 			return nil, e
 		}
 	}
-	if a.action == "transfer_subscriptions" {
-		n.add("Moving subscriptions always needs your approval.")
+	if spec.alwaysCard != "" {
+		n.add(spec.alwaysCard)
 	}
-	if writeActions[a.action] || (a.action == "ask" && a.has("session")) {
-		if c.s.Mode == "ask" || c.s.Mode == "plan" {
-			n.add(fmt.Sprintf("This conversation is in %s mode: every write action needs your approval.", c.s.Mode))
-		}
+	if spec.write || a.intoSession() {
+		addModeReason(n, c)
 	}
-	if a.action == "send" || a.action == "create_session" {
+	if spec.prompt {
 		if e := rm.cards.loopCard(ctx, n, c); e != nil {
 			return nil, e
 		}
 	}
 	return n, nil
+}
+
+// firstCard adds the card of an action's first call from this conversation
+// (its flag is not set yet), and the flag its Allow sets.
+func (rm *remote) firstCard(ctx context.Context, n *cardNeed, c *caller, flag, reason string) *Error {
+	ok, err := rm.st.Flag(ctx, c.s.ID, flag)
+	if err != nil {
+		return internal("remoteCards: Flag", err)
+	}
+	if !ok {
+		n.add(reason)
+		n.flags = append(n.flags, flag)
+	}
+	return nil
 }
 
 // updateFlag and updateReason are the card of update_session on a paired
@@ -568,25 +562,18 @@ func (rm *remote) moveMirrors(ctx context.Context, c *caller, a *args, p *store.
 
 // neededFeature is the hello feature an action on a paired relay needs (R13.3).
 func neededFeature(a *args) string {
-	switch a.action {
-	case "subscribe":
-		return "events"
-	case "ask", "list_questions", "withdraw":
-		return "asks"
-	case "read_task_output":
-		return "task_output"
-	case "update_session":
-		return "update_session"
-	case "send":
-		if a.has("provider") { // the billing switch (R7.8)
-			return "billing_switch"
-		}
-	case "create_session":
-		if a.has("group") {
-			return "groups"
-		}
+	spec := a.spec()
+	if spec.extra.arg != "" && a.has(spec.extra.arg) {
+		return spec.extra.feature
 	}
-	return "call"
+	return firstNonEmpty(spec.feature, "call")
+}
+
+// featureRefusals are the refusals of an argument's feature a paired relay
+// does not serve, with its name, version and the feature (R13.3).
+var featureRefusals = map[string]string{
+	"groups":         "The target relay doesn't support groups on create_session yet: relay %q runs a version (%s) that does not serve %q; it needs an update. Leave out group to start the session there without one. " + nothingCreated,
+	"billing_switch": "Relay %q runs a version (%s) that does not serve %q, which send with provider (the billing switch) needs; it needs an update. Send without provider to keep the session's billing. " + nothingSent,
 }
 
 // unsupportedThere refuses an action a paired relay's hello says it cannot
@@ -597,16 +584,11 @@ func unsupportedThere(a *args, p *store.Pairing) *Error {
 		return nil
 	}
 	version := firstNonEmpty(p.Version, "unknown")
-	switch f {
-	case "groups":
-		return Errorf(CodeUnsupported, "The target relay doesn't support groups on create_session yet: relay %q runs a version (%s) that does not serve %q; it needs an update. Leave out group to start the session there without one. %s",
-			p.Name, version, f, nothingCreated)
-	case "billing_switch":
-		return Errorf(CodeUnsupported, "Relay %q runs a version (%s) that does not serve %q, which send with provider (the billing switch) needs; it needs an update. Send without provider to keep the session's billing. %s",
-			p.Name, version, f, nothingSent)
+	if msg, ok := featureRefusals[f]; ok {
+		return Errorf(CodeUnsupported, msg, p.Name, version, f)
 	}
 	nothing := nothingDone
-	if a.action == "update_session" {
+	if a.spec().updates {
 		nothing = nothingChanged
 	}
 	return Errorf(CodeUnsupported, "Relay %q runs a version (%s) that does not serve %q, which %s needs; it needs an update. %s",

@@ -26,14 +26,8 @@ func (cr *creates) checkRepo(ctx context.Context, in *createArgs, pl *createPlan
 		}
 		return nil
 	}
-	if in.cwd != "" {
-		return Errorf(CodeInvalidInput, "Provider %q works on a repository: pass repo and branch instead of cwd. %s", pl.provID, nothingCreated)
-	}
-	if in.repo == "" {
-		return Errorf(CodeInvalidInput, "Provider %q works on a repository: pass repo (a git URL or owner/name) and branch. %s", pl.provID, nothingCreated)
-	}
-	if cr.opts.Repos == nil {
-		return Errorf(CodeUnsupported, "Relay %q keeps no repositories. %s", cr.opts.Name, nothingCreated)
+	if e := cr.repoArgs(in, pl.provID); e != nil {
+		return e
 	}
 	pl.branch = in.branch
 	if pl.branch == "" {
@@ -44,6 +38,22 @@ func (cr *creates) checkRepo(ctx context.Context, in *createArgs, pl *createPlan
 		return repoError(in.repo, err)
 	}
 	pl.repo = r
+	return nil
+}
+
+// repoArgs refuses a create_session for provider provID, which works on a
+// repository, that passes cwd or no repo, or reaches a relay that keeps no
+// repositories.
+func (cr *creates) repoArgs(in *createArgs, provID string) *Error {
+	if in.cwd != "" {
+		return Errorf(CodeInvalidInput, "Provider %q works on a repository: pass repo and branch instead of cwd. %s", provID, nothingCreated)
+	}
+	if in.repo == "" {
+		return Errorf(CodeInvalidInput, "Provider %q works on a repository: pass repo (a git URL or owner/name) and branch. %s", provID, nothingCreated)
+	}
+	if cr.opts.Repos == nil {
+		return Errorf(CodeUnsupported, "Relay %q keeps no repositories. %s", cr.opts.Name, nothingCreated)
+	}
 	return nil
 }
 

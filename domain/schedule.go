@@ -217,9 +217,7 @@ func (sh *schedules) scheduleNeed(ctx context.Context, c *caller, other bool) (*
 	if !other {
 		return need, nil
 	}
-	if c.s.Mode == "ask" || c.s.Mode == "plan" {
-		need.add(fmt.Sprintf("This conversation is in %s mode: every write action needs your approval.", c.s.Mode))
-	}
+	addModeReason(need, c)
 	if e := sh.cards.loopCard(ctx, need, c); e != nil {
 		return nil, e
 	}
@@ -505,7 +503,7 @@ func (sh *schedules) fireOccurrence(ctx context.Context, sc *store.Schedule, tar
 			from = &store.Ref{Relay: sh.opts.Name, Session: setter.ID, Title: setter.Title, Model: setter.Model}
 		}
 	}
-	t, err := sh.q.queue(ctx, target, text, "schedule", from, sc.Origin, "", other, 0)
+	t, err := sh.q.queue(ctx, prompt{s: target, text: text, role: "schedule", from: from, origin: sc.Origin, enforce: other})
 	var e *Error
 	if errors.As(err, &e) && e.Code == CodeSessionLimit {
 		if err := sh.st.ClearOnce(context.WithoutCancel(ctx), once); err != nil {

@@ -301,7 +301,8 @@ func (sn *sends) applySend(ctx context.Context, c *caller, in *sendArgs, pl *sen
 	if pl.loopAtQueue {
 		loopOf = c.s.ID
 	}
-	t, err := sn.q.queueTurn(ctx, id, s, in.text, "agent", sn.q.fromRef(c), c.origin(sn.opts.Name), c.s.ID, true, in.wait, loopOf)
+	t, err := sn.q.queue(ctx, prompt{id: id, s: s, text: in.text, role: "agent", from: sn.q.fromRef(c), origin: c.origin(sn.opts.Name),
+		caller: c.s.ID, enforce: true, waitFor: in.wait, loopOf: loopOf})
 	if err != nil {
 		if len(undo) > 0 {
 			if uerr := sn.st.SetSessionFields(context.WithoutCancel(ctx), s.ID, undo); uerr != nil {
@@ -315,9 +316,9 @@ func (sn *sends) applySend(ctx context.Context, c *caller, in *sendArgs, pl *sen
 		return nil, AsError(err)
 	}
 	pl.queued = true
-	t, e := sn.q.sentOn(waitCtx, c.delivery, t, in.wait, ch, "the prompt was queued (message_id "+t.ID+")")
-	if e != nil {
-		return nil, e
+	// The wait was marked when the prompt was queued (waitFor).
+	if t, err = sn.q.await(waitCtx, turnWait{id: id, d: in.wait, own: true, dl: c.delivery, ch: ch, queued: t}); err != nil {
+		return nil, internalAfter(err, "the prompt was queued (message_id "+id+")")
 	}
 	res := newResult(s.ID, "")
 	pr := sn.q.turnResult(ctx, res, t)

@@ -75,59 +75,72 @@ type view struct {
 
 // views loads what the session records need around them, in one pipeline per kind.
 func (r *Relay) views(ctx context.Context, ss []*store.Session) ([]*view, error) {
+	ss = slices.DeleteFunc(slices.Clone(ss), func(s *store.Session) bool { return s == nil })
 	ids := make([]string, 0, len(ss))
 	for _, s := range ss {
-		if s != nil {
-			ids = append(ids, s.ID)
-		}
+		ids = append(ids, s.ID)
 	}
 	extras, err := r.st.SessionExtras(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*view, 0, len(ids))
-	groups := map[string]*store.Group{}
 	allSubs, err := r.st.AllScopeSubscriptions(ctx)
 	if err != nil {
 		return nil, err
 	}
+	out := make([]*view, 0, len(ss))
+	groups := map[string]*store.Group{}
 	now := r.now()
-	i := 0
-	for _, s := range ss {
-		if s == nil {
-			continue
-		}
+	for i, s := range ss {
 		x := extras[i]
-		i++
-		v := &view{s: s, curTurn: x.Cur, count: x.Count, watched: x.Named > 0}
-		for _, sub := range allSubs {
-			if sub.Watcher != s.ID && !slices.Contains(sub.Exclude, s.ID) {
-				v.watched = true
-			}
-		}
-		for _, t := range x.Tasks {
-			if t.Status == "running" || now.Sub(t.EndedAt) < r.opts.Timing.TaskOutputKept {
-				v.tasks = append(v.tasks, t)
-			}
-		}
-		v.state = stateOf(x)
-		if s.GroupID != "" {
-			g, ok := groups[s.GroupID]
-			if !ok {
-				g, err = r.st.GetGroup(ctx, s.GroupID)
-				if err != nil && !errors.Is(err, store.ErrNotFound) {
-					return nil, err
-				}
-				if g != nil && g.Name == "" {
-					g.Name = r.grp.groupName(ctx, g)
-				}
-				groups[s.GroupID] = g
-			}
-			v.group = g
+		v := &view{s: s, curTurn: x.Cur, count: x.Count, watched: x.Named > 0 || scopeWatched(allSubs, s.ID),
+			tasks: r.shownTasks(x.Tasks, now), state: stateOf(x)}
+		if v.group, err = r.viewGroup(ctx, groups, s.GroupID); err != nil {
+			return nil, err
 		}
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// scopeWatched reports whether a subscription to every session (scope "all")
+// watches session sid: one not its own watcher's that does not exclude it.
+func scopeWatched(subs []*store.Subscription, sid string) bool {
+	return slices.ContainsFunc(subs, func(sub *store.Subscription) bool {
+		return sub.Watcher != sid && !slices.Contains(sub.Exclude, sid)
+	})
+}
+
+// shownTasks are the tasks a session's record shows at now: the running
+// ones and those ended less than TaskOutputKept ago.
+func (r *Relay) shownTasks(tasks []*store.Task, now time.Time) []*store.Task {
+	var out []*store.Task
+	for _, t := range tasks {
+		if t.Status == "running" || now.Sub(t.EndedAt) < r.opts.Timing.TaskOutputKept {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// viewGroup is the group gid for a session's record, its Name filled in,
+// loaded once per call into groups; nil for no group or one gone.
+func (r *Relay) viewGroup(ctx context.Context, groups map[string]*store.Group, gid string) (*store.Group, error) {
+	if gid == "" {
+		return nil, nil
+	}
+	if g, ok := groups[gid]; ok {
+		return g, nil
+	}
+	g, err := r.st.GetGroup(ctx, gid)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	if g != nil && g.Name == "" {
+		g.Name = r.grp.groupName(ctx, g)
+	}
+	groups[gid] = g
+	return g, nil
 }
 
 func taskBrief(t *store.Task) *relay.TaskBrief {

@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oar/relay/clock"
 	"go.uber.org/goleak"
+
+	"github.com/oar/relay/clock"
+	"github.com/oar/relay/internal/testwait"
 )
 
 func kept(w *warmGoroutines) int {
@@ -113,20 +115,16 @@ func TestWarmGoroutinesIdleEnd(t *testing.T) {
 	w.call(func() {})
 	// The goroutine has set its idle timer once its call returned.
 	idleAt := clk.Now().Add(keptIdle)
-	for deadline := time.Now().Add(10 * time.Second); !slices.Contains(clk.Due(), idleAt); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no idle timer due at %v: %v", idleAt, clk.Due())
-		}
+	if !testwait.Poll(10*time.Second, time.Millisecond, func() bool { return slices.Contains(clk.Due(), idleAt) }) {
+		t.Fatalf("no idle timer due at %v: %v", idleAt, clk.Due())
 	}
 	clk.Advance(keptIdle - time.Millisecond)
 	if n := kept(w); n != 1 {
 		t.Fatalf("%d kept goroutines before keptIdle passed, want 1", n)
 	}
 	clk.Advance(time.Millisecond)
-	for deadline := time.Now().Add(10 * time.Second); kept(w) != 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d kept goroutines still there keptIdle after their last call", kept(w))
-		}
+	if !testwait.Poll(10*time.Second, time.Millisecond, func() bool { return kept(w) == 0 }) {
+		t.Fatalf("%d kept goroutines still there keptIdle after their last call", kept(w))
 	}
 	ran := false
 	w.call(func() { ran = true })

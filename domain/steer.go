@@ -65,9 +65,9 @@ func (sg *steering) answerQuestion(ctx context.Context, c *caller, a *args) (*re
 		return nil, e
 	}
 	need := &cardNeed{}
-	modeCard(need, c, "answer_question")
+	modeCard(need, c, a.action)
 	tid := s.ID
-	if e := sg.cards.askCard(ctx, c, need, "answer_question", &tid, []string{fmt.Sprintf("Answer %q in %q (%s): %s", q.Question, s.Title, id8(s.ID), text)}, nothingSent); e != nil {
+	if e := sg.cards.askCard(ctx, c, need, a.action, &tid, []string{fmt.Sprintf("Answer %q in %q (%s): %s", q.Question, s.Title, id8(s.ID), text)}, nothingSent); e != nil {
 		return nil, e
 	}
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
@@ -234,9 +234,9 @@ func (sg *steering) stop(ctx context.Context, c *caller, a *args) (*result, *Err
 		return nil, Errorf(CodeSelf, "stop cannot stop the calling conversation itself. %s", nothingDone)
 	}
 	need := &cardNeed{}
-	modeCard(need, c, "stop")
+	modeCard(need, c, a.action)
 	tid := s.ID
-	if e := sg.cards.askCard(ctx, c, need, "stop", &tid, []string{fmt.Sprintf("Stop the running turn of %q (%s)", s.Title, id8(s.ID))}, nothingDone); e != nil {
+	if e := sg.cards.askCard(ctx, c, need, a.action, &tid, []string{fmt.Sprintf("Stop the running turn of %q (%s)", s.Title, id8(s.ID))}, nothingDone); e != nil {
 		return nil, e
 	}
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
@@ -288,9 +288,9 @@ func (sg *steering) archive(ctx context.Context, c *caller, a *args) (*result, *
 		return newResult(s.ID, "already archived").with(&archiveResult{Archived: true}), nil
 	}
 	need := &cardNeed{}
-	modeCard(need, c, "archive")
+	modeCard(need, c, a.action)
 	tid := s.ID
-	if e := sg.cards.askCard(ctx, c, need, "archive", &tid, []string{fmt.Sprintf("Archive %q (%s)", s.Title, id8(s.ID))}, nothingDone); e != nil {
+	if e := sg.cards.askCard(ctx, c, need, a.action, &tid, []string{fmt.Sprintf("Archive %q (%s)", s.Title, id8(s.ID))}, nothingDone); e != nil {
 		return nil, e
 	}
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)

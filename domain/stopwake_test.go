@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oar/relay/internal/testwait"
 	"github.com/oar/relay/store"
 )
 
@@ -34,7 +35,7 @@ func TestRulesHubWakeDoesNotStopTheTurn(t *testing.T) {
 	f.r.hub.fireAll() // the subscription came back
 	// The turn's keeper took the wake (its stop channel is empty again).
 	stopKey := "stop:" + tid
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+	testwait.Eventually(t, 20*time.Second, time.Millisecond, func() bool {
 		f.r.hub.mu.Lock()
 		pending := 0
 		for ch := range f.r.hub.waiters[stopKey] {
@@ -45,13 +46,8 @@ func TestRulesHubWakeDoesNotStopTheTurn(t *testing.T) {
 		if n == 0 {
 			t.Fatalf("the turn no longer listens for a stop: it ended on the wake")
 		}
-		if pending == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the turn's keeper never took the wake")
-		}
-	}
+		return pending == 0
+	}, "the turn's keeper never took the wake")
 
 	if _, err := f.r.AnswerQuestion(f.ctx, s, q.ID, []string{"pg"}, ""); err != nil {
 		t.Fatalf("answer: %v", err)

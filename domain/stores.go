@@ -184,8 +184,7 @@ type drainStore interface {
 	SetAgentSession(ctx context.Context, sid string, provider string, id string) error
 	APIURL(ctx context.Context) (string, error)
 	AcquireLease(ctx context.Context, sid string, owner string, ttl time.Duration) (bool, error)
-	FinishTurn(ctx context.Context, sid string, orchestrator string, turnID string, fence string, msg *store.Message, at time.Time, kv ...any) (bool, error)
-	FinishTurnEmit(ctx context.Context, sid string, orchestrator string, turnID string, fence string, msg *store.Message, at time.Time, ev *store.Event, releaseOwner string, u *store.UsageAdd, kv ...any) (more bool, watched bool, released bool, ended *store.Turn, err error)
+	EndTurn(ctx context.Context, e *store.TurnEnd) (*store.TurnEnded, error)
 	PopTurnBy(ctx context.Context, sid string, orchestrator string, now time.Time, drainer string) (string, error)
 	RenewLease(ctx context.Context, sid string, owner string, ttl time.Duration) (bool, error)
 	RenewTurnToken(ctx context.Context, tok string, ttl time.Duration) (bool, error)

@@ -83,7 +83,7 @@ func (sb *subscriptions) subscribe(ctx context.Context, c *caller, a *args) (*re
 // a paired relay asks, R5.3).
 func (sb *subscriptions) subscribeChecks(ctx context.Context, c *caller, a *args) (*subscribeArgs, *subscribePlan, *Error) {
 	if isExternal(c.s) {
-		return nil, nil, notWakeable("subscribe", nothingSubscribed)
+		return nil, nil, notWakeable(a.action, nothingSubscribed)
 	}
 	in, e := sb.parseSubscribeArgs(a)
 	if e != nil {
@@ -342,7 +342,7 @@ func (sb *subscriptions) cardSubscribe(ctx context.Context, c *caller, in *subsc
 	if opts != "" {
 		lines = append(lines, opts)
 	}
-	return sb.cards.askCard(ctx, c, need, "subscribe", nil, lines, nothingSubscribed)
+	return sb.cards.askCard(ctx, c, need, actSubscribe, nil, lines, nothingSubscribed)
 }
 
 // applySubscribe writes the subscription (the limit checked again) and
@@ -626,7 +626,7 @@ func (sb *subscriptions) transferSubscriptions(ctx context.Context, c *caller, a
 	}
 	need := &cardNeed{}
 	need.add("Moving subscriptions always needs your approval.")
-	if e := sb.cards.askCard(ctx, c, need, "transfer_subscriptions", nil,
+	if e := sb.cards.askCard(ctx, c, need, a.action, nil,
 		[]string{fmt.Sprintf("Move %s of %q (%s) into this conversation", plural(len(subs), "subscription", "subscriptions"), from.Title, id8(from.ID))},
 		"Nothing was moved."); e != nil {
 		return nil, e
@@ -728,7 +728,7 @@ func (sb *subscriptions) endSubscriptionsFor(ctx context.Context, sid, reason st
 // R5.3).
 func (sb *subscriptions) checkTransfer(ctx context.Context, c *caller, a *args) (*store.Session, []*store.Subscription, *Error) {
 	if isExternal(c.s) {
-		return nil, nil, notWakeable("transfer_subscriptions", "Nothing was moved.")
+		return nil, nil, notWakeable(a.action, "Nothing was moved.")
 	}
 	from, e := sb.transferFrom(ctx, c, a)
 	if e != nil {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/oar/relay/internal/testwait"
 )
 
 // tskID is the id of sid's task described desc.
@@ -33,13 +35,8 @@ func (f *fixture) tskID(sid, desc string) string {
 // key's expiry in the store); reaching the 30 s deadline fails.
 func (f *fixture) tskPoll(what string, cond func() bool) {
 	f.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			f.t.Fatalf("%s: not within 30 s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // the agent's goroutine works meanwhile; no clock moves
-	}
+	// Every 5 ms: the agent's goroutine works meanwhile; no clock moves.
+	testwait.Eventually(f.t, 30*time.Second, 5*time.Millisecond, cond, "%s: not within 30 s", what)
 }
 
 // Issue 13: task types are the names of the seed's example — `local_bash`

@@ -88,34 +88,54 @@ func (tk *tokens) SessionForToken(ctx context.Context, token string) (string, bo
 	ent, ok := tk.sessions[token]
 	tk.mu.RUnlock()
 	now := tk.opts.Timers.Now()
-	if ok && now.Sub(ent.at) < tokenCacheTTL(token) {
+	if !ok {
+		return tk.askSession(ctx, token, nil, now)
+	}
+	if now.Sub(ent.at) < tokenCacheTTL(token) {
 		return ent.id, true, nil
 	}
+	return tk.askSession(ctx, token, &ent, now)
+}
+
+// askSession asks Redis which session token names and keeps the answer
+// found at now; cached, the process's stale entry (nil for none), still
+// answers while Redis does not, and goes when the token is gone (R18.2).
+func (tk *tokens) askSession(ctx context.Context, token string, cached *tokenEntry, now time.Time) (string, bool, error) {
 	id, err := tk.st.SessionByToken(ctx, token)
 	if err != nil {
-		if ok {
-			return ent.id, true, nil
+		if cached != nil {
+			return cached.id, true, nil
 		}
 		return "", false, err
 	}
 	if id == "" {
-		if ok {
+		if cached != nil {
 			tk.mu.Lock()
 			delete(tk.sessions, token)
 			tk.mu.Unlock()
 		}
 		return "", false, nil
 	}
+	if !tk.keepSession(token, id, now) {
+		return "", false, nil
+	}
+	return id, true, nil
+}
+
+// keepSession caches that token names session id, found at now, unless the
+// token's turn ended while Redis was asked (R18.19): then it reports false.
+// A cache grown to 100,000 tokens starts again empty.
+func (tk *tokens) keepSession(token, id string, now time.Time) bool {
 	tk.mu.Lock()
 	defer tk.mu.Unlock()
-	if _, ended := tk.ended[token]; ended { // its turn ended while Redis was asked (R18.19)
-		return "", false, nil
+	if _, ended := tk.ended[token]; ended {
+		return false
 	}
 	if len(tk.sessions) >= 100000 {
 		tk.sessions = map[string]tokenEntry{}
 	}
 	tk.sessions[token] = tokenEntry{id: id, at: now}
-	return id, true, nil
+	return true
 }
 
 // tokenTTL bounds how long a process trusts its cached copy of a token

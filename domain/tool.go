@@ -110,42 +110,13 @@ func (r *result) fields() (map[string]json.RawMessage, error) {
 
 type handler func(ctx context.Context, c *caller, a *args) (*result, *Error)
 
+// handlers are the registry's handlers on this relay, by action.
 func (r *Relay) handlers() map[string]handler {
-	return map[string]handler{
-		"list_relays":      r.reads.listRelays,
-		"relay_info":       r.reads.relayInfo,
-		"usage":            r.reads.usage,
-		"list_sessions":    r.reads.listSessions,
-		"read_session":     r.reads.readSession,
-		"read_task_output": r.tasks.readTaskOutput,
-		"send":             r.snd.send,
-		"create_session":   r.crt.createSession,
-		"update_session":   r.upd.updateSession,
-		"wait":             r.q.wait,
-		"answer_question":  r.steer.answerQuestion,
-		"stop":             r.steer.stop,
-		"archive":          r.steer.archive,
-
-		"subscribe":              r.subs.subscribe,
-		"unsubscribe":            r.subs.unsubscribe,
-		"list_subscriptions":     r.subs.listSubscriptions,
-		"transfer_subscriptions": r.subs.transferSubscriptions,
-
-		"schedule":       r.sch.scheduleAction,
-		"list_schedules": r.sch.listSchedules,
-		"unschedule":     r.sch.unschedule,
-
-		"ask":            r.asks.ask,
-		"list_questions": r.asks.listQuestions,
-		"withdraw":       r.asks.withdraw,
+	out := make(map[string]handler, len(actionList))
+	for _, s := range actionList {
+		out[s.name] = s.run(r)
 	}
-}
-
-// optionalRelay are the actions whose relay may be left out (R4.3).
-var optionalRelay = map[string]bool{
-	"subscribe": true, "unsubscribe": true, "list_subscriptions": true, "transfer_subscriptions": true,
-	"schedule": true, "list_schedules": true, "unschedule": true,
-	"ask": true, "list_questions": true, "withdraw": true,
+	return out
 }
 
 // CallTool runs one relay_tool call as the session callerID and returns the
@@ -158,7 +129,7 @@ func (r *Relay) CallTool(ctx context.Context, callerID string, raw json.RawMessa
 		e   *Error
 	)
 	r.warm.call(func() { out, e = r.call(ctx, callerID, raw, d, &action) })
-	if e != nil && (action == "update_session" || action == "unknown" && peekAction(raw) == "update_session") {
+	if e != nil && (specOf(action).updates || action == "unknown" && specOf(peekAction(raw)).updates) {
 		e = changedNotDone(e)
 	}
 	return r.envelope(action, callerID, start, out, e)
@@ -182,7 +153,7 @@ func (r *Relay) envelope(action, callerID string, start time.Time, out *result, 
 		env["ok"] = json.RawMessage("true")
 	}
 	if r.met != nil {
-		if _, known := actionArgs[action]; !known {
+		if !isAction(action) {
 			action = "unknown"
 		}
 		if code != "ok" && !KnownCode(code) {
@@ -212,7 +183,7 @@ func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, 
 	a, e := parseArgs(raw)
 	// R3.4a: the one check before all others, even before argument shapes.
 	if answersAnAsk(raw, a) {
-		*action = "answer_question"
+		*action = actAnswerQuestion
 		r.use.noteEarly(ctx, callerID, raw, CodeForbidden)
 		return nil, Errorf(CodeForbidden, "Only the owner answers asks; answer_question answers question cards (q_…). Nothing was sent.")
 	}
@@ -260,7 +231,7 @@ func answersAnAsk(raw json.RawMessage, a *args) bool {
 	var q any
 	if a != nil {
 		v, ok := a.m["question_id"]
-		if a.action != "answer_question" || !ok || json.Unmarshal(v, &q) != nil {
+		if a.action != actAnswerQuestion || !ok || json.Unmarshal(v, &q) != nil {
 			return false
 		}
 	} else {
@@ -268,7 +239,7 @@ func answersAnAsk(raw json.RawMessage, a *args) bool {
 			Action     string `json:"action"`
 			QuestionID any    `json:"question_id"`
 		}
-		if json.Unmarshal(raw, &peek) != nil || peek.Action != "answer_question" {
+		if json.Unmarshal(raw, &peek) != nil || peek.Action != actAnswerQuestion {
 			return false
 		}
 		q = peek.QuestionID
@@ -283,11 +254,11 @@ func (r *Relay) runLocal(ctx context.Context, c *caller, a *args) (*result, *Err
 	if e != nil {
 		return nil, e
 	}
-	if a.action != "list_relays" {
+	if a.spec().relay != relayNone {
 		res.relay = r.opts.Name
 		res.summary = r.summary(a.action, res)
 	} else {
-		res.summary = "list_relays: " + res.what
+		res.summary = a.action + ": " + res.what
 	}
 	res.ignored = a.ignored
 	return res, nil
@@ -347,7 +318,7 @@ func (r *Relay) loadCall(ctx context.Context, sid, ref string) (*caller, *store.
 // right after argument shapes). It returns the pairing when `relay` names a
 // paired relay.
 func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) (*store.Pairing, *peerState, *Error) {
-	if a.action == "list_relays" {
+	if a.spec().relay == relayNone {
 		return nil, nil, nil
 	}
 	name, e := a.str("relay")
@@ -355,35 +326,16 @@ func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) (*store.Pair
 		return nil, nil, e
 	}
 	if name == "" {
-		if !optionalRelay[a.action] {
+		if a.spec().relay != relayOptional {
 			return nil, nil, Errorf(CodeInvalidInput, `relay is required; use "this" for this relay. Nothing was done.`)
 		}
 		name = "this"
 	}
 	if !strings.EqualFold(name, "this") && !strings.EqualFold(name, r.opts.Name) {
-		// One read for the call: the pairings, and what is unlocked here (remoteCall, chain).
-		un, ps, err := r.st.UnlockState(ctx, c.s.ID)
-		if err != nil {
-			return nil, nil, internal("checkRelay: UnlockState", err)
-		}
-		pv := &peerState{unlock: un, pairings: ps}
-		p, e := findPairing(ps, name)
-		if e != nil {
-			return nil, nil, e
-		}
-		if p == nil {
-			known := []string{r.opts.Name}
-			for _, p := range ps {
-				known = append(known, p.Name)
-			}
-			return nil, nil, Errorf(CodeUnknownRelay, "No paired relay is named %q. Call list_relays to see the relays you can use (\"this\" is this relay). Nothing was done.", name).
-				With("relays", known)
-		}
-		return p, pv, nil
+		return r.pairedRelay(ctx, c, name)
 	}
 	// R4.2: agent sessions are off until the owner turns them on.
-	exempt := a.action == "list_questions" || a.action == "withdraw" || (a.action == "ask" && !a.has("session"))
-	if exempt {
+	if a.ownAsks() { // the caller's own asks to the owner
 		return nil, nil, nil
 	}
 	st, err := r.settings(ctx)
@@ -394,6 +346,29 @@ func (r *Relay) checkRelay(ctx context.Context, c *caller, a *args) (*store.Pair
 		return nil, nil, Errorf(CodeDisabled, "Agent sessions are off on relay %q: the owner has not turned on agent sessions there. Ask the owner to turn them on. Nothing was done.", r.opts.Name)
 	}
 	return nil, nil, nil
+}
+
+// pairedRelay finds the paired relay a call names, with what the call reads
+// once of the pairings and of the relays unlocked in the caller's
+// conversation (remoteCall, chain).
+func (r *Relay) pairedRelay(ctx context.Context, c *caller, name string) (*store.Pairing, *peerState, *Error) {
+	un, ps, err := r.st.UnlockState(ctx, c.s.ID)
+	if err != nil {
+		return nil, nil, internal("checkRelay: UnlockState", err)
+	}
+	p, e := findPairing(ps, name)
+	if e != nil {
+		return nil, nil, e
+	}
+	if p == nil {
+		known := []string{r.opts.Name}
+		for _, p := range ps {
+			known = append(known, p.Name)
+		}
+		return nil, nil, Errorf(CodeUnknownRelay, "No paired relay is named %q. Call list_relays to see the relays you can use (\"this\" is this relay). Nothing was done.", name).
+			With("relays", known)
+	}
+	return p, &peerState{unlock: un, pairings: ps}, nil
 }
 
 // changedNotDone words a refused update_session as the action does: every

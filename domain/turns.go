@@ -65,7 +65,6 @@ func (dr *drainer) newLeaseOwner() string { return dr.opts.WorkerID + ":" + stor
 // drainFrom is Drain after its first step d, taken for owner (by StartDrain,
 // or with the prompt's push when the drain starts where it was queued).
 func (dr *drainer) drainFrom(ctx context.Context, sid, owner string, d *store.Drain) error {
-	l := drainLease{fence: owner}
 	var err error
 	switch d.State {
 	case store.DrainNoSession:
@@ -74,11 +73,11 @@ func (dr *drainer) drainFrom(ctx context.Context, sid, owner string, d *store.Dr
 		return ErrRetryLater
 	}
 	s := d.Session
-	orch := orchestrator(dr.opts.Name, s)
+	run := &drainRun{s: s, orch: orchestrator(dr.opts.Name, s), l: drainLease{fence: owner}}
 	rel := &leaseRelease{owner: owner}
 	defer func() {
 		if rel.released {
-			return // with the turn's outcome (FinishTurnEmit)
+			return // with the turn's outcome (EndTurn)
 		}
 		rctx, cancel := context.WithTimeout(context.Background(), detachedWriteTimeout)
 		defer cancel()
@@ -99,19 +98,19 @@ func (dr *drainer) drainFrom(ctx context.Context, sid, owner string, d *store.Dr
 			dr.dl.busyAgain(ctx, sid)
 		}
 	} else {
-		if id, t, err = dr.nextTurn(ctx, l, s, orch); err != nil || t == nil {
+		if id, t, err = dr.nextTurn(ctx, run); err != nil || t == nil {
 			return err
 		}
 		d.History = nil // read when the turn starts
 	}
 	// From here, the turn's outcome may release the lease when nothing more
 	// is queued (one round trip less).
-	l.rel = rel
+	run.l.rel = rel
 	var more bool
 	if s.Archived {
-		more, err = dr.finish(ctx, l, s, orch, id, store.TurnStopped, "", "", "the session was archived")
+		more, err = dr.finish(ctx, run, turnEnd{id: id, status: store.TurnStopped, errText: "the session was archived"})
 	} else {
-		more, err = dr.run(ctx, l, s, orch, t, d.History)
+		more, err = dr.run(ctx, run, t, d.History)
 	}
 	if err != nil {
 		return err
@@ -139,8 +138,8 @@ func (dr *drainer) drainFrom(ctx context.Context, sid, owner string, d *store.Dr
 // died — unless this process took it and never learned it (resumable), then
 // it is that turn; a dead worker's turn is ended first, and the next queued
 // one popped. No turn: nothing queued.
-func (dr *drainer) nextTurn(ctx context.Context, l drainLease, s *store.Session, orch string) (string, *store.Turn, error) {
-	sid := s.ID
+func (dr *drainer) nextTurn(ctx context.Context, d *drainRun) (string, *store.Turn, error) {
+	sid := d.s.ID
 	cur, err := dr.st.CurrentTurn(ctx, sid)
 	if err != nil {
 		return "", nil, err
@@ -154,12 +153,12 @@ func (dr *drainer) nextTurn(ctx context.Context, l drainLease, s *store.Session,
 			return cur, rt, nil
 		}
 		dr.log.Warn("turn abandoned by a dead worker", "session", sid, "turn", cur)
-		if _, err := dr.finish(ctx, l, s, orch, cur, store.TurnError, "", "",
-			"The worker running this turn stopped before the turn finished (its process ended); the prompt was not run again."); err != nil {
+		if _, err := dr.finish(ctx, d, turnEnd{id: cur, status: store.TurnError,
+			errText: "The worker running this turn stopped before the turn finished (its process ended); the prompt was not run again."}); err != nil {
 			return "", nil, err
 		}
 	}
-	id, err := dr.st.PopTurnBy(ctx, sid, orch, dr.now(), l.fence)
+	id, err := dr.st.PopTurnBy(ctx, sid, d.orch, dr.now(), d.l.fence)
 	if err != nil || id == "" {
 		return "", nil, err
 	}
@@ -272,6 +271,14 @@ type drainLease struct {
 	rel   *leaseRelease
 }
 
+// drainRun is one drain of a session: the session, the orchestrator whose
+// 4-at-work cap it counts toward, and the drain's hold on its lease.
+type drainRun struct {
+	s    *store.Session
+	orch string
+	l    drainLease
+}
+
 type leaseRelease struct {
 	owner    string
 	released bool
@@ -332,137 +339,149 @@ func (dr *drainer) fenced(sid, turnID string) (bool, error) {
 	return false, nil
 }
 
-// finish ends a turn and records its outcome; it reports whether more turns wait.
-func (dr *drainer) finish(ctx context.Context, l drainLease, s *store.Session, orch, id string, status store.TurnStatus, reply, model, errText string) (bool, error) {
-	return dr.finishUsage(ctx, l, s, orch, id, status, reply, model, errText, nil)
+// turnEnd is how a drain's turn ended, as finish writes it.
+type turnEnd struct {
+	id      string
+	status  store.TurnStatus
+	reply   string
+	model   string // the model that replied
+	errText string
+	usage   *store.UsageAdd // a turn whose agent ran: its usage, counted with the outcome of a done turn (countUsage); nil: none
 }
 
-// finishUsage is finish for a turn whose agent ran: u (nil: none) is its
-// usage, counted with the outcome of a done turn (countUsage).
-func (dr *drainer) finishUsage(ctx context.Context, l drainLease, s *store.Session, orch, id string, status store.TurnStatus, reply, model, errText string, u *store.UsageAdd) (bool, error) {
-	// Write even if the job's context is gone: the outcome must not be lost.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
-	defer cancel()
+// finish ends a turn and records its outcome; it reports whether more turns
+// wait. A turn that ended in error is written and then its events emitted one
+// by one (finishError); any other, with its turn_end event, in one step
+// (finishEmit).
+func (dr *drainer) finish(ctx context.Context, d *drainRun, e turnEnd) (bool, error) {
 	now := dr.now()
-	var msg *store.Message
+	end := &store.TurnEnd{Session: d.s.ID, Orchestrator: d.orch, Turn: e.id, Fence: d.l.fence, At: now, Msg: endMessage(e, now),
+		Status: e.status, Reply: e.reply, ReplyModel: e.model, Error: e.errText}
+	if e.status == store.TurnError {
+		return dr.finishError(ctx, d, end)
+	}
+	end.Usage = e.usage
+	return dr.finishEmit(ctx, d, end)
+}
+
+// endMessage is the message a turn's end leaves in the conversation: its
+// reply (done, or stopped with a reply so far), its error; nil for none.
+func endMessage(e turnEnd, now time.Time) *store.Message {
 	switch {
-	case status == store.TurnDone || (status == store.TurnStopped && reply != ""):
-		msg = &store.Message{ID: store.NewID(16), Role: "assistant", Text: reply, CreatedAt: now}
-	case status == store.TurnError:
-		msg = &store.Message{ID: store.NewID(16), Role: "event", Text: "The turn ended with an error: " + errText, CreatedAt: now}
+	case e.status == store.TurnDone || (e.status == store.TurnStopped && e.reply != ""):
+		return &store.Message{ID: store.NewID(16), Role: "assistant", Text: e.reply, CreatedAt: now}
+	case e.status == store.TurnError:
+		return &store.Message{ID: store.NewID(16), Role: "event", Text: "The turn ended with an error: " + e.errText, CreatedAt: now}
 	}
-	if status != store.TurnError {
-		return dr.finishEmit(ctx, l, s, orch, id, status, reply, model, msg, now, u)
+	return nil
+}
+
+// writeEnd writes a turn's end (EndTurn), even if the job's context is gone:
+// the outcome must not be lost. While Redis is away (a restart, a blip) it
+// keeps the outcome and writes it once Redis is back, holding the session's
+// lease again first, so no other process takes the turn for abandoned
+// meanwhile (finishLater).
+func (dr *drainer) writeEnd(ctx context.Context, end *store.TurnEnd) (*store.TurnEnded, error) {
+	var res *store.TurnEnded
+	write := func(c context.Context) (bool, error) {
+		r, err := dr.st.EndTurn(c, end)
+		if err != nil {
+			return false, err
+		}
+		res = r
+		return r.More, nil
 	}
-	fence := l.fence
-	more, err := dr.st.FinishTurn(wctx, s.ID, orch, id, fence, msg, now, "status", status, "reply", reply, "replyModel", model,
-		"error", errText, "ended", now.UnixMilli(), "partial", "", "question", "")
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
+	_, err := write(wctx)
+	cancel()
+	if err != nil && !errors.Is(err, store.ErrFenced) {
+		_, err = dr.finishLater(ctx, end.Fence, end.Session, write, err)
+	}
+	return res, err
+}
+
+// finishError is finish for a turn that ended in error: its outcome, then
+// its events (R8.1: error and turn_end (error)) and the notifications.
+func (dr *drainer) finishError(ctx context.Context, d *drainRun, end *store.TurnEnd) (bool, error) {
+	s, id := d.s, end.Turn
+	res, err := dr.writeEnd(ctx, end)
 	if errors.Is(err, store.ErrFenced) {
 		return dr.fenced(s.ID, id)
 	}
 	if err != nil {
-		// Redis is away (a restart, a blip): keep the outcome and write it once
-		// it is back, holding the session's lease again first, so no other
-		// process takes the turn for abandoned meanwhile.
-		more, err = dr.finishLater(ctx, fence, s.ID, func(c context.Context) (bool, error) {
-			return dr.st.FinishTurn(c, s.ID, orch, id, fence, msg, now, "status", status, "reply", reply, "replyModel", model,
-				"error", errText, "ended", now.UnixMilli(), "partial", "", "question", "")
-		}, err)
-		if errors.Is(err, store.ErrFenced) {
-			return dr.fenced(s.ID, id)
-		}
-		if err != nil {
-			return false, err
-		}
-		var cancelAgain context.CancelFunc
-		wctx, cancelAgain = context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout) // for the events below
-		defer cancelAgain()
+		return false, err
 	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout) // for the events below
+	defer cancel()
 	dr.forgetClaim(id) // the outcome is written
-	// Events (R8.1): an error emits both error and turn_end (error).
-	if status == store.TurnError {
-		dr.dl.emit(wctx, &store.Event{Kind: EvError, Session: s.ID, Title: s.Title, Text: errText, Turn: id})
-	}
-	text := reply
-	if status == store.TurnError {
-		text = errText
-	}
-	text = excerpt(text, 240) // a line shows 120 characters; events and replay streams keep no whole replies
-	dr.dl.emit(wctx, &store.Event{Kind: EvTurnEnd, Session: s.ID, Title: s.Title, Status: string(status), Text: text, Turn: id})
+	dr.dl.emit(wctx, &store.Event{Kind: EvError, Session: s.ID, Title: s.Title, Text: end.Error, Turn: id})
+	text := excerpt(end.Error, 240) // a line shows 120 characters; events and replay streams keep no whole replies
+	dr.dl.emit(wctx, &store.Event{Kind: EvTurnEnd, Session: s.ID, Title: s.Title, Status: string(end.Status), Text: text, Turn: id})
 	dr.relay.notify(wctx, "session:"+s.ID)
-	defer dr.relay.turnNotice(wctx, s, id, nil, status, text) // R23.10, after the waiting caller woke
-	defer dr.hub.fire("turn:" + id)                           // a caller waiting in this process wakes now, not when the notification comes back
-	return more, dr.st.Notify(wctx, "turn:"+id)
+	defer dr.relay.turnNotice(wctx, s, id, nil, end.Status, text) // R23.10, after the waiting caller woke
+	defer dr.hub.fire("turn:" + id)                               // a caller waiting in this process wakes now, not when the notification comes back
+	return res.More, dr.st.Notify(wctx, "turn:"+id)
 }
 
 // finishEmit is finish for a turn that did not end in error: its outcome,
 // its turn_end event (R8.1) and the notifications, in one round trip
-// (FinishTurnEmit), in the order finish writes them one by one: the outcome,
-// the event, "session:SID", the event's fan-out job when something might
-// watch it, then "turn:ID". With the drain's leaseRelease (l.rel), nothing
-// more queued and no fan-out to start, the lease is released in the same
-// step (the drain has nothing left to do under it).
-func (dr *drainer) finishEmit(ctx context.Context, l drainLease, s *store.Session, orch, id string, status store.TurnStatus, reply, model string, msg *store.Message, now time.Time, u *store.UsageAdd) (bool, error) {
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
-	defer cancel()
-	ev := &store.Event{ID: "ev_" + store.NewID(8), At: dr.now(), Kind: EvTurnEnd, Session: s.ID, Title: s.Title,
-		Status: string(status), Text: excerpt(reply, 240), Turn: id}
-	if ev.Title == "" {
-		if cur, err := dr.st.GetSession(wctx, s.ID); err == nil {
-			ev.Title = cur.Title
-		}
-	}
-	owner := ""
-	if l.rel != nil {
-		owner = l.rel.owner
-	}
-	var watched, released bool
-	var ended *store.Turn
-	fence := l.fence
-	write := func(c context.Context) (bool, error) {
-		more, w, rl, t, err := dr.st.FinishTurnEmit(c, s.ID, orch, id, fence, msg, now, ev, owner, u,
-			"status", status, "reply", reply, "replyModel", model, "error", "", "ended", now.UnixMilli(), "partial", "", "question", "")
-		watched, released, ended = w, rl, t
-		return more, err
+// (EndTurn with the event), in the order finishError writes them one by
+// one: the outcome, the event, "session:SID", the event's fan-out job when
+// something might watch it, then "turn:ID". With the drain's leaseRelease
+// (l.rel), nothing more queued and no fan-out to start, the lease is
+// released in the same step (the drain has nothing left to do under it).
+func (dr *drainer) finishEmit(ctx context.Context, d *drainRun, end *store.TurnEnd) (bool, error) {
+	s, id := d.s, end.Turn
+	end.Event = dr.turnEndEvent(ctx, s, end)
+	if d.l.rel != nil {
+		end.ReleaseOwner = d.l.rel.owner
 	}
 	// Until the caller waiting here has the record (deferred below), a
 	// wake-up from the end's notification does not read the turn.
 	dr.ending(id, true)
 	defer dr.ending(id, false)
-	more, err := write(wctx)
+	res, err := dr.writeEnd(ctx, end)
 	if errors.Is(err, store.ErrFenced) {
 		return dr.fenced(s.ID, id)
 	}
 	if err != nil {
-		// Redis is away: as in finish, write once it is back, under the lease.
-		if more, err = dr.finishLater(ctx, fence, s.ID, write, err); errors.Is(err, store.ErrFenced) {
-			return dr.fenced(s.ID, id)
-		} else if err != nil {
-			return false, err
-		}
-		var cancelAgain context.CancelFunc
-		wctx, cancelAgain = context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
-		defer cancelAgain()
+		return false, err
 	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
+	defer cancel()
 	dr.forgetClaim(id) // the outcome is written
-	if l.rel != nil && released {
-		l.rel.released = true
+	if d.l.rel != nil && res.Released {
+		d.l.rel.released = true
 	}
 	if dr.met != nil {
-		dr.met.Event(ev.Kind)
+		dr.met.Event(end.Event.Kind)
 	}
 	// A caller waiting in this process (the drain started where the prompt
 	// was queued) wakes now, with the turn as it ended, rather than when the
 	// notification comes back and it reads the turn.
-	defer dr.relay.turnNotice(wctx, s, id, ended, status, reply) // R23.10, after the waiting caller woke
-	defer dr.hub.fireWith("turn:"+id, ended)
-	if !watched {
-		return more, nil // "turn:ID" was published with the outcome
+	defer dr.relay.turnNotice(wctx, s, id, res.Turn, end.Status, end.Reply) // R23.10, after the waiting caller woke
+	defer dr.hub.fireWith("turn:"+id, res.Turn)
+	if !res.Watched {
+		return res.More, nil // "turn:ID" was published with the outcome
 	}
-	if err := dr.enq.Enqueue(wctx, jobs.TypeFanout, ev, "", timeZero); err != nil {
-		dr.log.Warn("event fan-out not started", "kind", ev.Kind, "session", ev.Session, "err", err)
+	if err := dr.enq.Enqueue(wctx, jobs.TypeFanout, end.Event, "", timeZero); err != nil {
+		dr.log.Warn("event fan-out not started", "kind", end.Event.Kind, "session", end.Event.Session, "err", err)
 	}
-	return more, dr.st.Notify(wctx, "turn:"+id)
+	return res.More, dr.st.Notify(wctx, "turn:"+id)
+}
+
+// turnEndEvent is the turn_end event of a turn that did not end in error.
+func (dr *drainer) turnEndEvent(ctx context.Context, s *store.Session, end *store.TurnEnd) *store.Event {
+	ev := &store.Event{ID: "ev_" + store.NewID(8), At: dr.now(), Kind: EvTurnEnd, Session: s.ID, Title: s.Title,
+		Status: string(end.Status), Text: excerpt(end.Reply, 240), Turn: end.Turn}
+	if ev.Title == "" {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout)
+		defer cancel()
+		if cur, err := dr.st.GetSession(wctx, s.ID); err == nil {
+			ev.Title = cur.Title
+		}
+	}
+	return ev
 }
 
 func (dr *drainer) isStopping() bool {
@@ -482,11 +501,11 @@ func (dr *drainer) Shutdown() {
 	dr.mu.Unlock()
 }
 
-func (dr *drainer) run(ctx context.Context, l drainLease, s *store.Session, orch string, t *store.Turn, msgs []store.Message) (bool, error) {
-	leaseOwner := l.fence
+func (dr *drainer) run(ctx context.Context, d *drainRun, t *store.Turn, msgs []store.Message) (bool, error) {
+	s := d.s
 	p, ok := dr.mod.providers[s.Provider]
 	if !ok {
-		return dr.finish(ctx, l, s, orch, t.ID, store.TurnError, "", "", fmt.Sprintf("provider %q is not configured on this relay", s.Provider))
+		return dr.finish(ctx, d, turnEnd{id: t.ID, status: store.TurnError, errText: fmt.Sprintf("provider %q is not configured on this relay", s.Provider)})
 	}
 	st, err := dr.relay.settings(ctx)
 	if err != nil {
@@ -498,14 +517,14 @@ func (dr *drainer) run(ctx context.Context, l drainLease, s *store.Session, orch
 	if cwd != "" {
 		resolved, why := dr.relay.folderAllowed(cwd)
 		if why != "" {
-			return dr.finish(ctx, l, s, orch, t.ID, store.TurnError, "", "", why+" Nothing was run.")
+			return dr.finish(ctx, d, turnEnd{id: t.ID, status: store.TurnError, errText: why + " Nothing was run."})
 		}
 		cwd = resolved
 	}
 	tctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	lim := startTurnLimit(dr.opts.Timers, st.MaxTurnSeconds, cancel)
-	defer lim.timer.Stop()
+	tr := &turnRun{drainRun: d, t: t, cancel: cancel, lim: startTurnLimit(dr.opts.Timers, st.MaxTurnSeconds, cancel)}
+	defer tr.lim.timer.Stop()
 	settingsCh, unsubSettings := dr.hub.sub("settings")
 	defer unsubSettings()
 	defer dr.track(t.ID, cancel)()
@@ -515,28 +534,46 @@ func (dr *drainer) run(ctx context.Context, l drainLease, s *store.Session, orch
 	if err != nil {
 		return false, dr.putBack(ctx, s.ID, t.ID, err)
 	}
+	tr.token = turnTok
 	defer dropTok() // once the outcome is written: no round trip in front of the reply (the agent is gone by then)
 	// Stop requests arrive through the notification hub.
 	stopCh, unsub := dr.hub.sub("stop:" + t.ID)
 	defer unsub()
-	defer dr.keepTurn(ctx, s.ID, t.ID, leaseOwner, turnTok, cancel, stopCh, settingsCh, lim)() // the lease renewer is joined before the lease is released
+	defer dr.keepTurn(ctx, tr, stopCh, settingsCh)() // the lease renewer is joined before the lease is released
 	if t.StopRequested {
 		cancel(errStopped)
 	}
-	pt, err := dr.providerTurn(ctx, p, s, t, st, cwd, turnTok, msgs)
+	pt, err := dr.providerTurn(ctx, p, tr, st, cwd, msgs)
 	if err != nil {
 		return false, dr.putBack(ctx, s.ID, t.ID, err)
 	}
+	return dr.runAgent(ctx, tctx, p, tr, pt)
+}
+
+// turnRun is a drain's turn while its agent runs.
+type turnRun struct {
+	*drainRun
+	t      *store.Turn
+	token  string                  // the turn's own token (R18.19)
+	cancel context.CancelCauseFunc // stops the agent, with the cause
+	lim    *turnLimit
+}
+
+// runAgent runs the turn's agent on provider p, in tctx (the turn's context,
+// cancelled with its cause), and finishes the turn as it ended (or hands it
+// back).
+func (dr *drainer) runAgent(ctx, tctx context.Context, p provider.Provider, tr *turnRun, pt provider.Turn) (bool, error) {
+	s, t := tr.s, tr.t
 	// R25.1: the provider's turn span; the agent process gets its
 	// TRACEPARENT. Ids only: never the prompt, the reply or the token.
 	tctx, span := otelx.Tracer().Start(tctx, "turn", trace.WithAttributes(otelx.KeyProvider.String(s.Provider),
 		otelx.KeyTurn.String(t.ID), otelx.KeySession.String(s.ID)))
 	defer span.End()
 	pt.TraceEnv = otelx.Env(tctx)
-	h := &host{dr: dr, sid: s.ID, turn: t.ID, prov: s.Provider, fence: leaseOwner}
+	h := &host{dr: dr, sid: s.ID, turn: t.ID, prov: s.Provider, fence: tr.l.fence}
 	h.output()
 	dr.turnStarted(s, t.ID)
-	stopProgress := dr.turnProgress(s, t.ID, h, lim)
+	stopProgress := dr.turnProgress(s, t.ID, h, tr.lim)
 	out, runErr := p.Run(tctx, pt, h)
 	stopProgress()
 	out.Text = provider.BoundReply(out.Text) // R18.4, whatever the provider
@@ -545,20 +582,20 @@ func (dr *drainer) run(ctx context.Context, l drainLease, s *store.Session, orch
 		cause = nil
 	}
 	if handedBack(cause) {
-		return dr.handBack(ctx, s, t.ID, leaseOwner, cause)
+		return dr.handBack(ctx, s, t.ID, tr.l.fence, cause)
 	}
-	status, reply, errText := dr.turnOutcome(s, t.ID, out.Text, cause, runErr, h, lim)
-	if status == store.TurnError {
+	e := dr.turnOutcome(h, tr.lim, out.Text, cause, runErr)
+	if e.status == store.TurnError {
 		span.SetStatus(codes.Error, "the turn ended in an error") // not the error's text: it may quote the agent
 	}
-	dr.turnEnded(s, t.ID, status, errText, lim.started)
-	u := dr.use.countUsage(ctx, s.Provider, status, out) // tokens, cost, a usage limit (R7.3, R17.3)
-	model := out.Model
-	if model == "" {
-		model = s.Model
+	dr.turnEnded(s, t.ID, e.status, e.errText, tr.lim.started)
+	e.usage = dr.use.countUsage(ctx, s.Provider, e.status, out) // tokens, cost, a usage limit (R7.3, R17.3)
+	e.model = out.Model
+	if e.model == "" {
+		e.model = s.Model
 	}
-	dr.use.noteModel(ctx, s, t.ID, status, out.Model)
-	return dr.finishUsage(ctx, l, s, orch, t.ID, status, reply, model, errText, u)
+	dr.use.noteModel(ctx, s, t.ID, e.status, out.Model)
+	return dr.finish(ctx, tr.drainRun, e)
 }
 
 // turnLimit is max_turn_seconds for one running turn (R18.13): it counts
@@ -627,8 +664,8 @@ func (dr *drainer) stopHere(turn string) bool {
 // are renewed and a missed stop is looked for. A lease found lost stops the
 // agent, and nothing more of the turn is written (another drain may run
 // the session now).
-func (dr *drainer) keepTurn(ctx context.Context, sid, turn, leaseOwner, turnTok string, cancel context.CancelCauseFunc,
-	stopCh, settingsCh <-chan struct{}, lim *turnLimit) func() {
+func (dr *drainer) keepTurn(ctx context.Context, tr *turnRun, stopCh, settingsCh <-chan struct{}) func() {
+	sid, turn, cancel := tr.s.ID, tr.t.ID, tr.cancel
 	done := make(chan struct{})
 	renewer := make(chan struct{})
 	go func() {
@@ -647,14 +684,14 @@ func (dr *drainer) keepTurn(ctx context.Context, sid, turn, leaseOwner, turnTok 
 					cancel(errStopped)
 				}
 			case <-settingsCh: // also fired after a lost notification subscription (hub.fireAll)
-				dr.recheckLimit(ctx, lim)
+				dr.recheckLimit(ctx, tr.lim)
 			case <-renew.C:
-				if ok, err := dr.st.RenewLease(context.WithoutCancel(ctx), sid, leaseOwner, leaseTTL); err == nil && !ok {
+				if ok, err := dr.st.RenewLease(context.WithoutCancel(ctx), sid, tr.l.fence, leaseTTL); err == nil && !ok {
 					dr.log.Warn("session lease lost: the agent is stopped", "session", id8(sid), "turn", id8(turn))
 					cancel(errLeaseLost)
 				}
-				if turnTok != "" {
-					_, _ = dr.st.RenewTurnToken(context.WithoutCancel(ctx), turnTok, turnTokenTTL)
+				if tr.token != "" {
+					_, _ = dr.st.RenewTurnToken(context.WithoutCancel(ctx), tr.token, turnTokenTTL)
 				}
 				// A stop whose notification was missed.
 				if cur, err := dr.st.GetTurn(context.WithoutCancel(ctx), turn); err == nil && cur.StopRequested {
@@ -669,8 +706,8 @@ func (dr *drainer) keepTurn(ctx context.Context, sid, turn, leaseOwner, turnTok 
 // providerTurn is what the provider is given for turn t: the history when
 // it wants one, where the relay's API listens, and relay_tool's URL while
 // agent sessions are on or a relay is paired (R4.2 Decision).
-func (dr *drainer) providerTurn(ctx context.Context, p provider.Provider, s *store.Session, t *store.Turn, st store.Settings,
-	cwd, turnTok string, msgs []store.Message) (provider.Turn, error) {
+func (dr *drainer) providerTurn(ctx context.Context, p provider.Provider, tr *turnRun, st store.Settings, cwd string, msgs []store.Message) (provider.Turn, error) {
+	s, t := tr.s, tr.t
 	var history []provider.HistoryItem
 	switch {
 	case !p.Info().WantsHistory: // the agent keeps its own conversation, or needs none
@@ -684,7 +721,7 @@ func (dr *drainer) providerTurn(ctx context.Context, p provider.Provider, s *sto
 	}
 	base := dr.publicURL(ctx)
 	pt := provider.Turn{SessionID: s.ID, TurnID: t.ID, Prompt: t.Text, Model: s.Model, Effort: s.Effort, Mode: s.Mode,
-		Cwd: cwd, History: history, Token: turnTok, RelayURL: base, Relay: dr.opts.Name, AgentSession: agentSessionOf(s)}
+		Cwd: cwd, History: history, Token: tr.token, RelayURL: base, Relay: dr.opts.Name, AgentSession: agentSessionOf(s)}
 	dr.upd.claudeSettings(p, s, &pt)
 	if base != "" && (st.AgentSessions || dr.relay.anyPairing(ctx)) {
 		pt.MCPURL = base + "/mcp"
@@ -739,24 +776,24 @@ func (dr *drainer) turnStarted(s *store.Session, turn string) {
 
 // turnOutcome is how a turn that is not handed back ended: done, stopped
 // (its reply so far), over max_turn_seconds, or failed.
-func (dr *drainer) turnOutcome(s *store.Session, turn, reply string, cause, runErr error, h *host, lim *turnLimit) (store.TurnStatus, string, string) {
+func (dr *drainer) turnOutcome(h *host, lim *turnLimit, reply string, cause, runErr error) turnEnd {
+	e := turnEnd{id: h.turn, status: store.TurnDone, reply: reply}
 	switch {
 	case errors.Is(cause, errStopped):
-		if reply == "" {
-			reply = h.partialText()
+		if e.reply == "" {
+			e.reply = h.partialText()
 		}
-		return store.TurnStopped, reply, ""
+		e.status = store.TurnStopped
 	case errors.Is(cause, errTimeout):
-		return store.TurnError, reply, fmt.Sprintf("The turn ran longer than max_turn_seconds (%d s) and was stopped.", lim.secs.Load())
+		e.status, e.errText = store.TurnError, fmt.Sprintf("The turn ran longer than max_turn_seconds (%d s) and was stopped.", lim.secs.Load())
 	case runErr != nil:
-		errText := turnErrorText(runErr)
-		if errText == "" {
-			dr.log.Error("turn failed inside the relay", "session", s.ID, "turn", turn, "err", runErr)
-			errText = "The turn failed inside the relay (the log has the detail)."
+		e.status, e.errText = store.TurnError, turnErrorText(runErr)
+		if e.errText == "" {
+			dr.log.Error("turn failed inside the relay", "session", h.sid, "turn", h.turn, "err", runErr)
+			e.errText = "The turn failed inside the relay (the log has the detail)."
 		}
-		return store.TurnError, reply, errText
 	}
-	return store.TurnDone, reply, ""
+	return e
 }
 
 // turnEnded counts and logs a turn's end (R18.9: ids and provider, never the prompt).

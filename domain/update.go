@@ -433,9 +433,9 @@ func (up *updates) cardUpdate(ctx context.Context, c *caller, pl *updatePlan, ch
 			need.flags = append(need.flags, flag)
 		}
 	}
-	modeCard(need, c, "update_session")
+	modeCard(need, c, actUpdateSession)
 	tid := s.ID
-	return up.cards.askCard(ctx, c, need, "update_session", &tid, updateCardLines(s, ch.lines), nothingChanged)
+	return up.cards.askCard(ctx, c, need, actUpdateSession, &tid, updateCardLines(s, ch.lines), nothingChanged)
 }
 
 // updateCardLines are an update_session card's lines: the session, then its

@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/oar/relay/internal/testwait"
 )
 
 // The keys of a live process only, and asynq's counters, by name (R25.4).
@@ -171,11 +173,9 @@ func TestManySmallSegmentsMerged(t *testing.T) {
 		}
 	}
 	// The merge runs in the background: wait for it (Close waits for it too).
-	for deadline := time.Now().Add(30 * time.Second); s.Stats().Compactions == 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			segs, _ := segments(dir)
-			t.Fatalf("no merge with %d segment files of %d bytes", len(segs), s.Stats().SegmentBytes)
-		}
+	if !testwait.Poll(30*time.Second, 20*time.Millisecond, func() bool { return s.Stats().Compactions != 0 }) {
+		segs, _ := segments(dir)
+		t.Fatalf("no merge with %d segment files of %d bytes", len(segs), s.Stats().SegmentBytes)
 	}
 	s.compactWG.Wait()
 	if segs, _ := segments(dir); len(segs) > maxSegments {

@@ -18,6 +18,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/oar/relay/internal/testwait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -209,11 +211,9 @@ func TestCompactKeepsTheDataset(t *testing.T) {
 	}
 	// The dump reads each key twice; a short key going between the two reads
 	// asks for it again: wait until they went in the server too.
-	for deadline := time.Now().Add(time.Second); c.Exists(ctx, "k0:short", "k1:short", "k2:short", "k3:short", "k4:short").Val() != 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the short keys did not expire in the server")
-		}
-	}
+	testwait.Eventually(t, time.Second, 10*time.Millisecond, func() bool {
+		return c.Exists(ctx, "k0:short", "k1:short", "k2:short", "k3:short", "k4:short").Val() == 0
+	}, "the short keys did not expire in the server")
 	want := notShort(dump(t, c))
 	_ = c.Close()
 	if err := s.Close(); err != nil {
@@ -546,10 +546,8 @@ func TestCloseLeavesNothingRunning(t *testing.T) {
 		}
 		return ""
 	}
-	for deadline := time.Now().Add(time.Second); left() != ""; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("a goroutine of the server runs after Close:\n%s", left())
-		}
+	if !testwait.Poll(time.Second, time.Millisecond, func() bool { return left() == "" }) {
+		t.Fatalf("a goroutine of the server runs after Close:\n%s", left())
 	}
 	if after := state(); after != before {
 		t.Fatalf("the data directory changed after Close:\nbefore\n%s\nafter\n%s", before, after)
@@ -570,11 +568,7 @@ func TestExpiredKeyComesBackNew(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Expired: miniredis counts down every 250 ms (a second at most here).
-	for deadline := time.Now().Add(time.Second); c.Exists(ctx, "h").Val() != 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the hash did not expire")
-		}
-	}
+	testwait.Eventually(t, time.Second, 10*time.Millisecond, func() bool { return c.Exists(ctx, "h").Val() == 0 }, "the hash did not expire")
 	c.HSet(ctx, "h", "new", "c")
 	c.Ping(ctx)
 	if err := s.Checkpoint(ctx); err != nil {
@@ -670,12 +664,8 @@ func TestNoCheckpointAtRest(t *testing.T) {
 	if err := c.Set(ctx, "k", "v2", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); s.Stats().Checkpoints == cps; {
-		if time.Now().After(deadline) {
-			t.Fatal("the write after the rest was never checkpointed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Eventually(t, 10*time.Second, 10*time.Millisecond, func() bool { return s.Stats().Checkpoints != cps },
+		"the write after the rest was never checkpointed")
 }
 
 // atRest waits until the checkpoint runs stop (settle after the last write,
@@ -717,11 +707,8 @@ func TestDeferredKeysRestToo(t *testing.T) {
 	if err := c.Set(ctx, "k", "v", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); s.Stats().Records < 2; {
-		if time.Now().After(deadline) {
-			t.Fatalf("the write after the rest and the counter were not checkpointed: %+v", s.Stats())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testwait.Poll(10*time.Second, 10*time.Millisecond, func() bool { return s.Stats().Records >= 2 }) {
+		t.Fatalf("the write after the rest and the counter were not checkpointed: %+v", s.Stats())
 	}
 }
 

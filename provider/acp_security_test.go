@@ -21,6 +21,8 @@ import (
 	"time"
 
 	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/oar/relay/internal/testwait"
 )
 
 // The acp provider's client side against a hostile agent (R18.25–R18.28).
@@ -28,13 +30,7 @@ import (
 // eventually polls cond until it holds or a generous deadline passes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Eventually(t, 30*time.Second, 5*time.Millisecond, cond, "timed out waiting for %s", what)
 }
 
 var (
@@ -445,7 +441,7 @@ func TestACPInFlightUndecodable(t *testing.T) {
 // statement defers recovered. TestACPClientRecovers drives one of them; this
 // catches a method added or changed without the guard.
 func TestACPClientMethodsAllRecover(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), "acp.go", nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), "acp_client.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,6 +468,6 @@ func TestACPClientMethodsAllRecover(t *testing.T) {
 		}
 	}
 	if n < 9 {
-		t.Fatalf("found %d acpClient methods in acp.go, want the SDK's 9 client methods", n)
+		t.Fatalf("found %d acpClient methods in acp_client.go, want the SDK's 9 client methods", n)
 	}
 }

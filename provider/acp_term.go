@@ -2,20 +2,13 @@ package provider
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 	"unicode/utf8"
 
 	acp "github.com/coder/acp-go-sdk"
@@ -105,29 +98,75 @@ func (pr *acpProc) CreateTerminal(ctx context.Context, req acp.CreateTerminalReq
 	if err != nil {
 		return acp.CreateTerminalResponse{}, err
 	}
-	if at.t.Mode == "plan" {
-		// A terminal runs what the agent likes: plan mode refuses it as it
-		// refuses writes (R18.26, R22.3).
-		return acp.CreateTerminalResponse{}, acp.NewInvalidRequest(map[string]any{"error": "the session is in plan mode: it runs no commands"})
-	}
-	// The terminal's folder, resolved through the turn's root (R18.25): a
-	// folder swapped for a link is not followed.
-	dir := at.folder.dir
-	if req.Cwd != nil && *req.Cwd != "" {
-		dir = *req.Cwd
-	}
-	dir, err = at.folder.subdir(dir)
+	dir, err := termFolder(at, req)
 	if err != nil {
-		return acp.CreateTerminalResponse{}, acp.NewInvalidParams(map[string]any{"error": err.Error()})
-	}
-	if req.OutputByteLimit != nil && *req.OutputByteLimit < 0 {
-		return acp.CreateTerminalResponse{}, acp.NewInvalidParams(map[string]any{"error": "outputByteLimit may not be negative"})
+		return acp.CreateTerminalResponse{}, err
 	}
 	placed, err := pr.termRoom()
 	if err != nil {
 		return acp.CreateTerminalResponse{}, err
 	}
 	defer placed()
+	spec := pr.termCommand(req)
+	spec.dir = dir
+	task, err := at.h.StartTask(at.ctx, TaskSpec{Description: excerptLine(spec.desc(), 200), Type: "shell"})
+	if err != nil {
+		return acp.CreateTerminalResponse{}, acp.NewInternalError(map[string]any{"error": "the relay could not record the task: " + err.Error()})
+	}
+	cmd, r, err := pr.termStart(spec, task)
+	if err != nil {
+		return acp.CreateTerminalResponse{}, err
+	}
+	term := pr.addTerm(cmd, task, termLimit(req))
+	go term.read(r, pr)
+	return acp.CreateTerminalResponse{TerminalId: term.id}, nil
+}
+
+// termFolder checks a terminal request and resolves its folder through the
+// turn's root (R18.25): a folder swapped for a link is not followed. A
+// terminal runs what the agent likes: plan mode refuses it as it refuses
+// writes (R18.26, R22.3).
+func termFolder(at *acpTurn, req acp.CreateTerminalRequest) (string, error) {
+	if at.t.Mode == "plan" {
+		return "", acp.NewInvalidRequest(map[string]any{"error": "the session is in plan mode: it runs no commands"})
+	}
+	dir := at.folder.dir
+	if req.Cwd != nil && *req.Cwd != "" {
+		dir = *req.Cwd
+	}
+	dir, err := at.folder.subdir(dir)
+	if err != nil {
+		return "", acp.NewInvalidParams(map[string]any{"error": err.Error()})
+	}
+	if req.OutputByteLimit != nil && *req.OutputByteLimit < 0 {
+		return "", acp.NewInvalidParams(map[string]any{"error": "outputByteLimit may not be negative"})
+	}
+	return dir, nil
+}
+
+// termLimit is how much output the terminal keeps for the agent: its
+// outputByteLimit, at most acpTermMax.
+func termLimit(req acp.CreateTerminalRequest) int {
+	limit := acpTermMax
+	if req.OutputByteLimit != nil && *req.OutputByteLimit > 0 && *req.OutputByteLimit < limit {
+		limit = *req.OutputByteLimit
+	}
+	return limit
+}
+
+// termSpec is a terminal's command.
+type termSpec struct {
+	name string // the command the agent named
+	path string
+	argv []string
+	env  []string
+	dir  string
+}
+
+// termCommand is the command of a terminal request in the provider's
+// environment with the request's variables; a command line (Zed's adapters
+// send one) runs with the shell.
+func (pr *acpProc) termCommand(req acp.CreateTerminalRequest) termSpec {
 	env := pr.p.baseEnv()
 	for _, e := range req.Env {
 		if e.Name != "" && !strings.ContainsAny(e.Name, "=\x00") {
@@ -137,114 +176,69 @@ func (pr *acpProc) CreateTerminal(ctx context.Context, req acp.CreateTerminalReq
 	path, err := lookPath(req.Command, env)
 	argv := append([]string{req.Command}, req.Args...)
 	if err != nil || len(req.Args) == 0 && strings.ContainsAny(req.Command, " \t|&;<>()$`\"'*?") {
-		// A command line (Zed's adapters send one): run it with the shell.
 		path, argv = "/bin/sh", []string{"/bin/sh", "-c", strings.Join(append([]string{req.Command}, req.Args...), " ")}
 	}
-	limit := acpTermMax
-	if req.OutputByteLimit != nil && *req.OutputByteLimit > 0 && *req.OutputByteLimit < limit {
-		limit = *req.OutputByteLimit
+	return termSpec{name: req.Command, path: path, argv: argv, env: env}
+}
+
+// desc is the command as the task shows it (a shell's command line).
+func (s termSpec) desc() string {
+	if s.argv[0] == "/bin/sh" {
+		return s.argv[2]
 	}
-	desc := strings.Join(argv, " ")
-	if argv[0] == "/bin/sh" {
-		desc = argv[2]
-	}
-	task, err := at.h.StartTask(at.ctx, TaskSpec{Description: excerptLine(desc, 200), Type: "shell"})
-	if err != nil {
-		return acp.CreateTerminalResponse{}, acp.NewInternalError(map[string]any{"error": "the relay could not record the task: " + err.Error()})
-	}
+	return strings.Join(s.argv, " ")
+}
+
+// termStart starts the terminal's command, confined as the agent is
+// (R18.26: sandbox, user), its stdout and stderr into one pipe; r is the
+// pipe's end to read. A command that cannot start ends its task.
+func (pr *acpProc) termStart(spec termSpec, task Task) (*exec.Cmd, *os.File, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		task.Finish(127)
-		return acp.CreateTerminalResponse{}, acp.NewInternalError(map[string]any{"error": err.Error()})
+		return nil, nil, acp.NewInternalError(map[string]any{"error": err.Error()})
 	}
-	cmd := &exec.Cmd{Path: path, Args: argv, Env: env, Dir: dir, Stdout: w, Stderr: w, SysProcAttr: pr.p.c.User.procAttr()}
-	pr.p.c.Sandbox.wrap(cmd, pr.cwd) // R18.26: the agent's own confinement (sandbox, user)
+	cmd := &exec.Cmd{Path: spec.path, Args: spec.argv, Env: spec.env, Dir: spec.dir, Stdout: w, Stderr: w, SysProcAttr: pr.p.c.User.procAttr()}
+	pr.p.c.Sandbox.wrap(cmd, pr.cwd)
 	if err := cmd.Start(); err != nil {
 		_ = r.Close()
 		_ = w.Close()
 		task.Output(err.Error())
 		task.Finish(127)
-		return acp.CreateTerminalResponse{}, acp.NewInternalError(map[string]any{"error": fmt.Sprintf("cannot start %q: %v", req.Command, err)})
+		return nil, nil, acp.NewInternalError(map[string]any{"error": fmt.Sprintf("cannot start %q: %v", spec.name, err)})
 	}
 	_ = w.Close()
+	return cmd, r, nil
+}
+
+// addTerm keeps a started terminal.
+func (pr *acpProc) addTerm(cmd *exec.Cmd, task Task, limit int) *acpTerm {
 	pr.mu.Lock()
+	defer pr.mu.Unlock()
 	pr.nterm++
 	term := &acpTerm{id: fmt.Sprintf("term-%d-%s", pr.nterm, task.ID()), seq: pr.nterm, cmd: cmd, task: task, limit: limit, done: make(chan struct{})}
 	pr.terms[term.id] = term
-	pr.mu.Unlock()
-	go term.read(r, pr)
-	return acp.CreateTerminalResponse{TerminalId: term.id}, nil
+	return term
 }
 
 // read copies the output to the agent's buffer and the task, then ends the task.
 func (t *acpTerm) read(r *os.File, pr *acpProc) {
 	defer pr.recovered("terminal output", nil) // the relay goes on (R18.27)
-	var line []byte
-	flush := func() {
-		l := strings.TrimRight(string(line), "\r")
-		if len(l) > acpTaskLineMax {
-			l = l[:acpTaskLineMax] + "…"
-		}
-		t.task.Output(l)
-		line = line[:0]
-	}
+	lines := &taskLines{task: t.task}
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
-			b := buf[:n]
-			t.mu.Lock()
-			t.out = append(t.out, b...)
-			if len(t.out) > t.limit {
-				cut := len(t.out) - t.limit
-				for cut < len(t.out) && !utf8.RuneStart(t.out[cut]) {
-					cut++
-				}
-				t.out = append(t.out[:0], t.out[cut:]...)
-				t.truncated = true
-			}
-			t.mu.Unlock()
-			for len(b) > 0 {
-				i := strings.IndexByte(string(b), '\n')
-				if i < 0 {
-					line = append(line, b...)
-					if len(line) > 4*acpTaskLineMax {
-						flush()
-					}
-					break
-				}
-				line = append(line, b[:i]...)
-				flush()
-				b = b[i+1:]
-			}
+			t.keep(buf[:n])
+			lines.write(buf[:n])
 		}
 		if err != nil {
 			break
 		}
 	}
 	_ = r.Close()
-	if len(line) > 0 {
-		flush()
-	}
-	werr := t.cmd.Wait()
-	st := &acp.TerminalExitStatus{}
-	code := 0
-	var xe *exec.ExitError
-	if errors.As(werr, &xe) {
-		if ws, ok := xe.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			sig := ws.Signal().String()
-			st.Signal = &sig
-			code = 128 + int(ws.Signal())
-		} else {
-			code = xe.ExitCode()
-			st.ExitCode = &code
-		}
-	} else if werr != nil {
-		code = 1
-		st.ExitCode = &code
-	} else {
-		st.ExitCode = &code
-	}
+	lines.end()
+	st, code := termExit(t.cmd.Wait())
 	t.mu.Lock()
 	t.exit = st
 	killed := t.killed
@@ -256,6 +250,83 @@ func (t *acpTerm) read(r *os.File, pr *acpProc) {
 	}
 	close(t.done)
 	pr.touch()
+}
+
+// keep adds output to the agent's buffer: its last limit bytes, cut at a
+// character's start.
+func (t *acpTerm) keep(b []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.out = append(t.out, b...)
+	if len(t.out) > t.limit {
+		cut := len(t.out) - t.limit
+		for cut < len(t.out) && !utf8.RuneStart(t.out[cut]) {
+			cut++
+		}
+		t.out = append(t.out[:0], t.out[cut:]...)
+		t.truncated = true
+	}
+}
+
+// taskLines writes a terminal's output to its task one line at a time; a
+// line longer than 4×acpTaskLineMax is written in parts, each bounded to
+// acpTaskLineMax.
+type taskLines struct {
+	task Task
+	line []byte
+}
+
+func (l *taskLines) write(b []byte) {
+	for len(b) > 0 {
+		i := strings.IndexByte(string(b), '\n')
+		if i < 0 {
+			l.line = append(l.line, b...)
+			if len(l.line) > 4*acpTaskLineMax {
+				l.flush()
+			}
+			return
+		}
+		l.line = append(l.line, b[:i]...)
+		l.flush()
+		b = b[i+1:]
+	}
+}
+
+func (l *taskLines) flush() {
+	s := strings.TrimRight(string(l.line), "\r")
+	if len(s) > acpTaskLineMax {
+		s = s[:acpTaskLineMax] + "…"
+	}
+	l.task.Output(s)
+	l.line = l.line[:0]
+}
+
+// end writes a last line without a newline.
+func (l *taskLines) end() {
+	if len(l.line) > 0 {
+		l.flush()
+	}
+}
+
+// termExit is a terminal's exit status for the agent and its code for the
+// task (128+N for signal N).
+func termExit(werr error) (*acp.TerminalExitStatus, int) {
+	st := &acp.TerminalExitStatus{}
+	code := 0
+	var xe *exec.ExitError
+	switch {
+	case errors.As(werr, &xe):
+		if ws, ok := xe.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			sig := ws.Signal().String()
+			st.Signal = &sig
+			return st, 128 + int(ws.Signal())
+		}
+		code = xe.ExitCode()
+	case werr != nil:
+		code = 1
+	}
+	st.ExitCode = &code
+	return st, code
 }
 
 func (pr *acpProc) term(id string) (*acpTerm, error) {
@@ -347,89 +418,3 @@ func (pr *acpProc) endTerminals() {
 		t.kill()
 	}
 }
-
-// ---- relay_tool for a kept process ----
-
-// mcpProxy forwards an agent process's MCP requests to the relay's /mcp with
-// the running turn's token: the process outlives its turns and their tokens
-// (each turn has its own), so its MCP server config names this loopback
-// address and a key of its own, never a token. Between turns nothing is
-// forwarded.
-type mcpProxy struct {
-	ln  net.Listener
-	srv *http.Server
-
-	mu    sync.Mutex
-	procs map[string]*proxyTarget
-}
-
-type proxyTarget struct{ url, token string }
-
-func newMCPProxy() (*mcpProxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	px := &mcpProxy{ln: ln, procs: map[string]*proxyTarget{}}
-	rp := &httputil.ReverseProxy{
-		Rewrite: func(r *httputil.ProxyRequest) {
-			tgt := r.In.Context().Value(proxyKey{}).(*proxyTarget)
-			u, _ := url.Parse(tgt.url)
-			r.Out.URL = u
-			r.Out.Host = u.Host
-			r.Out.Header.Set("Authorization", "Bearer "+tgt.token)
-		},
-		FlushInterval: -1,
-	}
-	px.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-		px.mu.Lock()
-		tgt := px.procs[key]
-		var cp proxyTarget
-		if tgt != nil {
-			cp = *tgt
-		}
-		px.mu.Unlock()
-		if tgt == nil {
-			http.Error(w, "unknown key", http.StatusUnauthorized)
-			return
-		}
-		if cp.url == "" {
-			http.Error(w, "no turn of this session is running: relay_tool answers during a turn only", http.StatusServiceUnavailable)
-			return
-		}
-		rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), proxyKey{}, &cp)))
-	}), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = px.srv.Serve(ln) }()
-	return px, nil
-}
-
-type proxyKey struct{}
-
-func (px *mcpProxy) url() string { return "http://" + px.ln.Addr().String() + "/mcp" }
-
-func (px *mcpProxy) add() string {
-	var b [24]byte
-	_, _ = rand.Read(b[:])
-	key := "acp_" + hex.EncodeToString(b[:])
-	px.mu.Lock()
-	px.procs[key] = &proxyTarget{}
-	px.mu.Unlock()
-	return key
-}
-
-func (px *mcpProxy) set(key, mcpURL, token string) {
-	px.mu.Lock()
-	if t := px.procs[key]; t != nil {
-		t.url, t.token = mcpURL, token
-	}
-	px.mu.Unlock()
-}
-
-func (px *mcpProxy) drop(key string) {
-	px.mu.Lock()
-	delete(px.procs, key)
-	px.mu.Unlock()
-}
-
-func (px *mcpProxy) close() { _ = px.srv.Close() }

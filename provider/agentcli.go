@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -79,18 +78,18 @@ type CLI struct {
 
 var _ Provider = (*CLI)(nil)
 
+// cliDialects are the agent CLIs' dialects, by provider type.
+var cliDialects = map[string]dialect{
+	TypeClaudeCode: claudeDialect{},
+	TypeCodex:      codexDialect{},
+	TypeGeminiCLI:  geminiDialect{},
+}
+
 // NewCLI returns the provider for c; an unknown type is an error. A binary
 // that cannot be found is not: Info reports the provider unavailable.
 func NewCLI(c CLIConfig) (*CLI, error) {
-	var d dialect
-	switch c.Type {
-	case TypeClaudeCode:
-		d = claudeDialect{}
-	case TypeCodex:
-		d = codexDialect{}
-	case TypeGeminiCLI:
-		d = geminiDialect{}
-	default:
+	d, ok := cliDialects[c.Type]
+	if !ok {
 		return nil, fmt.Errorf("provider %q: unknown agent CLI type %q", c.ID, c.Type)
 	}
 	if len(c.Command) == 0 || c.Command[0] == "" {
@@ -116,21 +115,27 @@ func NewCLI(c CLIConfig) (*CLI, error) {
 		c.ResultGrace = DefaultResultGrace
 	}
 	if c.StateDir == "" {
-		// The agent's cache folder: its env's XDG_CACHE_HOME or HOME when
-		// the provider sets them, else the relay's.
-		if x := c.Env["XDG_CACHE_HOME"]; x != "" {
-			c.StateDir = filepath.Join(x, "relay", "agents")
-		} else if h := c.Env["HOME"]; h != "" {
-			c.StateDir = filepath.Join(h, ".cache", "relay", "agents")
-		} else if dir, err := os.UserCacheDir(); err == nil {
-			c.StateDir = filepath.Join(dir, "relay", "agents")
-		} else {
-			c.StateDir = filepath.Join(os.TempDir(), "relay-agents")
-		}
+		c.StateDir = cliCacheDir(c.Env)
 	}
 	p := &CLI{c: c, d: d}
 	p.availability()
 	return p, nil
+}
+
+// cliCacheDir is the agent's cache folder for its state: its env's
+// XDG_CACHE_HOME or HOME when the provider sets them, else the relay's,
+// else the temp folder.
+func cliCacheDir(env map[string]string) string {
+	if x := env["XDG_CACHE_HOME"]; x != "" {
+		return filepath.Join(x, "relay", "agents")
+	}
+	if h := env["HOME"]; h != "" {
+		return filepath.Join(h, ".cache", "relay", "agents")
+	}
+	if dir, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(dir, "relay", "agents")
+	}
+	return filepath.Join(os.TempDir(), "relay-agents")
 }
 
 // Info describes the provider; Status says whether its binary can be found.
@@ -254,27 +259,59 @@ func excerptLine(s string, n int) string {
 func (p *CLI) run(ctx context.Context, t Turn, h Host, model string) (Result, *stream, error) {
 	tf := &turnFiles{}
 	defer tf.remove()
+	r, err := p.command(t, h, model, tf)
+	if err != nil {
+		return Result{}, nil, err
+	}
+	if err := r.start(); err != nil {
+		return Result{}, nil, err
+	}
+	exit, res, err := r.watch(ctx)
+	if err != nil {
+		return res, r.s, err
+	}
+	res, err = r.outcome(exit)
+	return res, r.s, err
+}
+
+// cliRun is one run of the CLI: its command, the stream its stdout is
+// read by, the tail of its stderr.
+type cliRun struct {
+	p       *CLI
+	model   string
+	argv0   string // the CLI's command as configured (cmd.Args may be the sandbox's)
+	cmd     *exec.Cmd
+	s       *stream
+	errTail *tailBuffer
+	pgid    int
+	waitc   chan error // cmd.Wait's error
+}
+
+// cliExit is how the CLI's process ended.
+type cliExit struct {
+	werr        error // cmd.Wait's error
+	afterResult bool  // killed by the result watchdog after its final result (R17.5)
+}
+
+// command is the turn's run of the CLI, not started: its arguments and
+// files (the dialect's), its environment, stdin /dev/null, its own process
+// group, in the sandbox when there is one.
+func (p *CLI) command(t Turn, h Host, model string, tf *turnFiles) (*cliRun, error) {
 	args, extraEnv, err := p.d.prepare(p, t, model, tf)
 	if err != nil {
-		return Result{}, nil, &TurnError{Msg: fmt.Sprintf("%s provider %q: %v; nothing was run", p.c.Type, p.c.ID, err)}
+		return nil, &TurnError{Msg: fmt.Sprintf("%s provider %q: %v; nothing was run", p.c.Type, p.c.ID, err)}
 	}
 	argv := append(append([]string(nil), p.c.Command...), args...)
-	env := append(p.baseEnv(),
-		"RELAY_URL="+t.RelayURL,
-		"RELAY_MCP_URL="+t.MCPURL,
-		"RELAY_SESSION_ID="+t.SessionID,
-		"RELAY_TOKEN="+t.Token,
-	)
-	env = append(env, t.TraceEnv...) // R25.1: TRACEPARENT of the turn's span
-	env = append(env, extraEnv...)
+	env := p.turnEnv(t, extraEnv)
 	path, err := lookPath(argv[0], env)
 	if err != nil {
-		return Result{}, nil, &TurnError{Msg: fmt.Sprintf("%s provider %q: command %q not found", p.c.Type, p.c.ID, argv[0])}
+		return nil, &TurnError{Msg: fmt.Sprintf("%s provider %q: command %q not found", p.c.Type, p.c.ID, argv[0])}
 	}
 	s := newStream(h, p.d, t)
 	s.stateDir = p.c.StateDir
-	errTail := &tailBuffer{max: defaultStderrTail}
-	cmd := &exec.Cmd{
+	s.wd.limit = p.c.Silence
+	r := &cliRun{p: p, model: model, argv0: argv[0], s: s, errTail: &tailBuffer{max: defaultStderrTail}}
+	r.cmd = &exec.Cmd{
 		Path:        path,
 		Args:        argv,
 		Env:         env,
@@ -282,76 +319,102 @@ func (p *CLI) run(ctx context.Context, t Turn, h Host, model string) (Result, *s
 		SysProcAttr: p.c.User.procAttr(), // own process group, killed with the relay (as exec); the provider's user (R18.26)
 		WaitDelay:   execPipeDelay,
 		Stdout:      s,
-		Stderr:      &touchWriter{w: errTail, s: s},
+		Stderr:      &touchWriter{w: r.errTail, s: s},
 	} // Stdin nil: /dev/null
-	p.c.Sandbox.wrap(cmd, t.Cwd, p.sandboxBinds(t, tf)...)
-	if err := cmd.Start(); err != nil {
-		return Result{}, nil, &TurnError{Msg: fmt.Sprintf("%s provider %q: cannot start %q: %v", p.c.Type, p.c.ID, argv[0], err)}
-	}
-	s.touch()
-	pgid := cmd.Process.Pid
-	waitc := make(chan error, 1)
-	go func() { waitc <- cmd.Wait() }()
+	p.c.Sandbox.wrap(r.cmd, t.Cwd, p.sandboxBinds(t, tf)...)
+	return r, nil
+}
 
-	tick := p.c.Silence / 4
-	if tick > time.Second {
-		tick = time.Second
+// turnEnv is the CLI's environment for the turn: the provider's, the
+// turn's RELAY_* variables, its trace parent and the dialect's extras.
+func (p *CLI) turnEnv(t Turn, extraEnv []string) []string {
+	env := append(p.baseEnv(),
+		"RELAY_URL="+t.RelayURL,
+		"RELAY_MCP_URL="+t.MCPURL,
+		"RELAY_SESSION_ID="+t.SessionID,
+		"RELAY_TOKEN="+t.Token,
+	)
+	env = append(env, t.TraceEnv...) // R25.1: TRACEPARENT of the turn's span
+	return append(env, extraEnv...)
+}
+
+// start starts the CLI; waitc delivers its end.
+func (r *cliRun) start() error {
+	if err := r.cmd.Start(); err != nil {
+		return &TurnError{Msg: fmt.Sprintf("%s provider %q: cannot start %q: %v", r.p.c.Type, r.p.c.ID, r.argv0, err)}
 	}
-	ticker := time.NewTicker(tick)
+	r.s.touch()
+	r.pgid = r.cmd.Process.Pid
+	r.waitc = make(chan error, 1)
+	go func() { r.waitc <- r.cmd.Wait() }()
+	return nil
+}
+
+// watch waits for the CLI's end under its watchdogs (R17.5): a stop or
+// the CLI's silence ends the run early (the error says which, the result
+// is what the turn keeps); a CLI still running ResultGrace after its
+// final result is killed.
+func (r *cliRun) watch(ctx context.Context) (cliExit, Result, error) {
+	ticker := r.s.wd.ticker()
 	defer ticker.Stop()
 	var grace <-chan time.Time
-	resultCh := s.resultCh
-	var werr error
-	killedAfterResult := false
-loop:
+	resultCh := r.s.resultCh
 	for {
 		select {
-		case werr = <-waitc:
-			break loop
+		case werr := <-r.waitc:
+			return cliExit{werr: werr}, Result{}, nil
 		case <-ctx.Done():
-			killGroup(pgid, waitc)
-			return Result{Text: s.replySoFar(), Model: model}, s, fmt.Errorf("%s provider %q: %w", p.c.Type, p.c.ID, ctx.Err())
+			killGroup(r.pgid, r.waitc)
+			return cliExit{}, Result{Text: r.s.replySoFar(), Model: r.model}, fmt.Errorf("%s provider %q: %w", r.p.c.Type, r.p.c.ID, ctx.Err())
 		case <-resultCh:
 			resultCh = nil
-			timer := time.NewTimer(p.c.ResultGrace)
+			timer := time.NewTimer(r.p.c.ResultGrace)
 			defer timer.Stop()
 			grace = timer.C
 		case <-grace:
-			killGroup(pgid, waitc)
-			killedAfterResult = true
-			break loop
+			killGroup(r.pgid, r.waitc)
+			return cliExit{afterResult: true}, Result{}, nil
 		case <-ticker.C:
-			if s.waiting() {
-				s.touch()
-			} else if time.Since(s.lastOutput()) >= p.c.Silence {
-				killGroup(pgid, waitc)
-				return Result{Model: model}, s, &TurnError{Msg: fmt.Sprintf("The agent (%s) printed nothing for %s and was stopped (timing.agent_silence).", p.c.Type, p.c.Silence)}
+			if r.s.wd.silent(r.s.waiting()) {
+				killGroup(r.pgid, r.waitc)
+				return cliExit{}, Result{Model: r.model}, &TurnError{Msg: fmt.Sprintf("The agent (%s) printed nothing for %s and was stopped (timing.agent_silence).", r.p.c.Type, r.p.c.Silence)}
 			}
 		}
 	}
-	s.flush()
-	res, ok, terr := s.outcome(model)
+}
+
+// outcome is the turn's result once the CLI ended: its stream's, or a
+// failed exit with the end of its stderr.
+func (r *cliRun) outcome(exit cliExit) (Result, error) {
+	r.s.flush()
+	res, ok, terr := r.s.outcome(r.model)
 	switch {
 	case terr != nil:
-		return res, s, terr
-	case ok || killedAfterResult:
-		return res, s, nil
+		return res, terr
+	case ok || exit.afterResult:
+		return res, nil
 	}
-	if werr != nil && !errors.Is(werr, exec.ErrWaitDelay) {
-		msg := werr.Error()
-		var xe *exec.ExitError
-		if errors.As(werr, &xe) {
-			msg = xe.Error()
-		}
-		if tail := errTail.String(); tail != "" {
-			if i := strings.Index(tail, "Stack backtrace:"); i >= 0 { // codex's error tail
-				tail = strings.TrimSpace(tail[:i])
-			}
-			msg += ": " + tail
-		}
-		return res, s, &TurnError{Msg: fmt.Sprintf("The agent (%s) ended with %s", p.c.Type, msg)}
+	if exit.werr != nil && !errors.Is(exit.werr, exec.ErrWaitDelay) {
+		return res, &TurnError{Msg: fmt.Sprintf("The agent (%s) ended with %s", r.p.c.Type, r.exitText(exit.werr))}
 	}
-	return res, s, nil
+	return res, nil
+}
+
+// exitText is the CLI's failed exit and the end of its stderr (without
+// codex's stack backtrace).
+func (r *cliRun) exitText(werr error) string {
+	msg := werr.Error()
+	var xe *exec.ExitError
+	if errors.As(werr, &xe) {
+		msg = xe.Error()
+	}
+	if tail := r.errTail.String(); tail != "" {
+		if i := strings.Index(tail, "Stack backtrace:"); i >= 0 { // codex's error tail
+			tail = strings.TrimSpace(tail[:i])
+		}
+		msg += ": " + tail
+	}
+	return msg
 }
 
 // touchWriter counts stderr output as a sign of life (silence watchdog).
@@ -373,7 +436,7 @@ type stream struct {
 	d        dialect
 	t        Turn
 	stateDir string
-	last     atomic.Int64 // unix nanos of the last output
+	wd       watchdog // the CLI's silence (its stdout and stderr are signs of life)
 	buf      []byte
 	dropped  bool // the current line is longer than maxEventLine
 
@@ -399,18 +462,20 @@ type stream struct {
 
 func newStream(h Host, d dialect, t Turn) *stream {
 	s := &stream{h: h, d: d, t: t, resultCh: make(chan struct{}), noted: map[string]bool{}, pending: map[string]bool{}}
+	s.wd.onTouch = s.output
 	s.touch()
 	return s
 }
 
-func (s *stream) touch() {
-	s.last.Store(time.Now().UnixNano())
+func (s *stream) touch() { s.wd.touch() }
+
+// output tells the host of the CLI's output: the relay's progress lines
+// say how long ago (R25.2).
+func (s *stream) output() {
 	if o, ok := s.h.(OutputHost); ok {
-		o.Output() // the relay's progress lines say how long ago (R25.2)
+		o.Output()
 	}
 }
-
-func (s *stream) lastOutput() time.Time { return time.Unix(0, s.last.Load()) }
 
 func (s *stream) Write(b []byte) (int, error) {
 	s.touch()
@@ -535,6 +600,16 @@ func (s *stream) limited(reason string) {
 	}
 	s.mu.Unlock()
 	s.once.Do(func() { close(s.resultCh) })
+}
+
+// failOrLimit ends the turn with the CLI's error: a usage or rate limit
+// when its text says so.
+func (s *stream) failOrLimit(msg string) {
+	if limitText(msg) {
+		s.limited(msg)
+	} else {
+		s.fail(msg)
+	}
 }
 
 // softError notes an error event; it ends the turn only when no result

@@ -54,45 +54,59 @@ func (codexDialect) prepare(p *CLI, t Turn, model string, _ *turnFiles) ([]strin
 }
 
 func (codexDialect) event(ev map[string]any, s *stream) {
-	switch jstr(ev, "type") {
-	case "thread.started":
-		s.agentSession(jstr(ev, "thread_id"))
-	case "item.started", "item.updated", "item.completed":
-		item := jmap(ev, "item")
-		switch jstr(item, "type") {
-		case "mcp_tool_call":
-			if srv := jstr(item, "server"); srv == "" || srv == "relay" {
-				s.toolCall(jstr(item, "id"), jstr(item, "tool"), item["arguments"])
-				if jstr(ev, "type") == "item.completed" {
-					s.toolDone(jstr(item, "id"))
-				}
-			}
-		case "agent_message":
-			if jstr(ev, "type") == "item.completed" {
-				s.newSegment()
-				s.appendText(jstr(item, "text"))
-			}
-		case "error":
-			s.softError(jstr(item, "message"))
-		}
-	case "turn.completed":
-		u := jmap(ev, "usage")
-		in, out := codexTurnUsage(s, int64(jnum(u, "input_tokens")), int64(jnum(u, "output_tokens")))
-		s.addUsage(in, out, 0)
-		s.result(s.segmentText())
-	case "turn.failed":
-		msg := jstr(ev, "error", "message")
-		if limitText(msg) {
-			s.limited(msg)
-		} else {
-			s.fail(msg)
-		}
-		s.result("")
-	case "error":
-		// Also sent for a retried stream error: it counts only when no
-		// turn.completed follows.
-		s.softError(jstr(ev, "message"))
+	if handle := codexEvents[jstr(ev, "type")]; handle != nil {
+		handle(ev, s)
 	}
+}
+
+// codexEvents read codex exec's --json events, by type.
+var codexEvents = map[string]func(ev map[string]any, s *stream){
+	"thread.started": func(ev map[string]any, s *stream) { s.agentSession(jstr(ev, "thread_id")) },
+	"item.started":   codexItem,
+	"item.updated":   codexItem,
+	"item.completed": codexItem,
+	"turn.completed": codexTurnCompleted,
+	"turn.failed":    codexTurnFailed,
+	// Also sent for a retried stream error: it counts only when no
+	// turn.completed follows.
+	"error": func(ev map[string]any, s *stream) { s.softError(jstr(ev, "message")) },
+}
+
+// codexItem: an item's start, update or end: a relay MCP tool call, the
+// agent's message (once complete), an error.
+func codexItem(ev map[string]any, s *stream) {
+	item := jmap(ev, "item")
+	completed := jstr(ev, "type") == "item.completed"
+	switch jstr(item, "type") {
+	case "mcp_tool_call":
+		if srv := jstr(item, "server"); srv == "" || srv == "relay" {
+			s.toolCall(jstr(item, "id"), jstr(item, "tool"), item["arguments"])
+			if completed {
+				s.toolDone(jstr(item, "id"))
+			}
+		}
+	case "agent_message":
+		if completed {
+			s.newSegment()
+			s.appendText(jstr(item, "text"))
+		}
+	case "error":
+		s.softError(jstr(item, "message"))
+	}
+}
+
+// codexTurnCompleted: the turn's end and its tokens.
+func codexTurnCompleted(ev map[string]any, s *stream) {
+	u := jmap(ev, "usage")
+	in, out := codexTurnUsage(s, int64(jnum(u, "input_tokens")), int64(jnum(u, "output_tokens")))
+	s.addUsage(in, out, 0)
+	s.result(s.segmentText())
+}
+
+// codexTurnFailed: the turn's end with its error.
+func codexTurnFailed(ev map[string]any, s *stream) {
+	s.failOrLimit(jstr(ev, "error", "message"))
+	s.result("")
 }
 
 // codexTurnUsage turns the thread's running totals that codex exec reports

@@ -71,44 +71,67 @@ func (geminiDialect) prepare(p *CLI, t Turn, model string, _ *turnFiles) ([]stri
 // goes through os.Root and a fresh O_EXCL file, so a link the user put in
 // its home never makes the relay write elsewhere.
 func (p *CLI) writeGeminiHome(home string, settings []byte) error {
-	parent := filepath.Dir(home)
-	if err := os.MkdirAll(parent, 0o700); err != nil {
-		return fmt.Errorf("gemini home: %w", err)
-	}
-	for _, d := range []string{p.c.StateDir, parent} {
-		if err := p.c.User.reach(d); err != nil {
-			return fmt.Errorf("gemini home: %w", err)
-		}
-	}
-	root, err := os.OpenRoot(parent)
-	if err != nil {
-		return fmt.Errorf("gemini home: %w", err)
-	}
-	defer func() { _ = root.Close() }() // a directory handle: nothing to flush
-	name := filepath.Base(home)
-	if err := mkdirIn(root, name); err != nil {
-		return fmt.Errorf("gemini home: %w", err)
-	}
-	if err := p.c.User.ownIn(root, name); err != nil {
-		return fmt.Errorf("gemini home: %w", err)
-	}
-	h, err := root.OpenRoot(name)
+	h, err := p.openGeminiHome(home)
 	if err != nil {
 		return fmt.Errorf("gemini home: %w", err)
 	}
 	defer func() { _ = h.Close() }() // a directory handle: nothing to flush
-	if err := mkdirIn(h, ".gemini"); err != nil {
-		return fmt.Errorf("gemini home: %w", err)
+	if err := p.writeGeminiSettings(h, settings); err != nil {
+		return fmt.Errorf("gemini settings: %w", err)
 	}
-	if err := p.c.User.ownIn(h, ".gemini"); err != nil {
-		return fmt.Errorf("gemini home: %w", err)
+	return nil
+}
+
+// openGeminiHome makes the home and its .gemini folder, the provider's
+// user's, and opens the home.
+func (p *CLI) openGeminiHome(home string) (*os.Root, error) {
+	parent := filepath.Dir(home)
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return nil, err
 	}
+	for _, d := range []string{p.c.StateDir, parent} {
+		if err := p.c.User.reach(d); err != nil {
+			return nil, err
+		}
+	}
+	root, err := os.OpenRoot(parent)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = root.Close() }() // a directory handle: nothing to flush
+	name := filepath.Base(home)
+	if err := p.userDir(root, name); err != nil {
+		return nil, err
+	}
+	h, err := root.OpenRoot(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.userDir(h, ".gemini"); err != nil {
+		_ = h.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// userDir makes the folder name in root (unless it is there) and hands it
+// to the provider's user.
+func (p *CLI) userDir(root *os.Root, name string) error {
+	if err := mkdirIn(root, name); err != nil {
+		return err
+	}
+	return p.c.User.ownIn(root, name)
+}
+
+// writeGeminiSettings replaces .gemini/settings.json in the home whole: a
+// fresh O_EXCL file, the user's, renamed over it.
+func (p *CLI) writeGeminiSettings(h *os.Root, settings []byte) error {
 	path := filepath.Join(".gemini", "settings.json")
 	tmp := path + ".tmp"
 	_ = h.Remove(tmp)
 	f, err := h.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return fmt.Errorf("gemini settings: %w", err)
+		return err
 	}
 	err = p.c.User.own(f)
 	if err == nil {
@@ -122,46 +145,56 @@ func (p *CLI) writeGeminiHome(home string, settings []byte) error {
 	}
 	if err != nil {
 		_ = h.Remove(tmp)
-		return fmt.Errorf("gemini settings: %w", err)
+		return err
 	}
 	return nil
 }
 
 func (geminiDialect) event(ev map[string]any, s *stream) {
-	switch jstr(ev, "type") {
-	case "init":
+	if handle := geminiEvents[jstr(ev, "type")]; handle != nil {
+		handle(ev, s)
+	}
+}
+
+// geminiEvents read Gemini CLI's stream-json events, by type.
+var geminiEvents = map[string]func(ev map[string]any, s *stream){
+	"init": func(ev map[string]any, s *stream) {
 		s.agentSession(jstr(ev, "session_id"))
 		s.ranModel(jstr(ev, "model"))
-	case "message":
-		if jstr(ev, "role") == "assistant" {
-			if d, _ := ev["delta"].(bool); !d {
-				s.newSegment()
-			}
-			s.appendText(jstr(ev, "content"))
-		}
-	case "tool_use":
+	},
+	"message": geminiMessage,
+	"tool_use": func(ev map[string]any, s *stream) {
 		s.toolCall(jstr(ev, "tool_id"), jstr(ev, "tool_name"), ev["parameters"])
 		s.newSegment()
-	case "tool_result":
-		s.toolDone(jstr(ev, "tool_id"))
-	case "error":
-		s.softError(jstr(ev, "message")) // counts only when no result follows
-	case "result":
-		st := jmap(ev, "stats")
-		s.setUsage(int64(jnum(st, "input_tokens")), int64(jnum(st, "output_tokens")), 0)
-		if jstr(ev, "status") == "error" || jstr(ev, "status") == "failure" {
-			msg := jstr(ev, "error", "message")
-			if msg == "" {
-				msg = "the turn failed"
-			}
-			if limitText(msg) {
-				s.limited(msg)
-			} else {
-				s.fail(msg)
-			}
-		}
-		s.result(s.segmentText())
+	},
+	"tool_result": func(ev map[string]any, s *stream) { s.toolDone(jstr(ev, "tool_id")) },
+	"error":       func(ev map[string]any, s *stream) { s.softError(jstr(ev, "message")) }, // counts only when no result follows
+	"result":      geminiResult,
+}
+
+// geminiMessage: the assistant's text, whole or as a delta.
+func geminiMessage(ev map[string]any, s *stream) {
+	if jstr(ev, "role") != "assistant" {
+		return
 	}
+	if d, _ := ev["delta"].(bool); !d {
+		s.newSegment()
+	}
+	s.appendText(jstr(ev, "content"))
+}
+
+// geminiResult: the turn's end, its tokens and its error.
+func geminiResult(ev map[string]any, s *stream) {
+	st := jmap(ev, "stats")
+	s.setUsage(int64(jnum(st, "input_tokens")), int64(jnum(st, "output_tokens")), 0)
+	if jstr(ev, "status") == "error" || jstr(ev, "status") == "failure" {
+		msg := jstr(ev, "error", "message")
+		if msg == "" {
+			msg = "the turn failed"
+		}
+		s.failOrLimit(msg)
+	}
+	s.result(s.segmentText())
 }
 
 // resumeFailed: "Error resuming session: …", exit 42 (measured, 0.61.0).

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -116,6 +117,23 @@ func (e *Exec) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 	}
 	defer func() { _ = os.Remove(cfgPath) }()
 
+	out := newPartialWriter(h)
+	errTail := &tailBuffer{max: e.c.StderrTail}
+	cmd, err := e.start(t, model, cfgPath, out, errTail)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := e.wait(ctx, cmd, errTail); err != nil {
+		return Result{}, err
+	}
+	return Result{Text: out.Reply(), Model: model}, nil
+}
+
+// start starts the turn's command: its placeholders filled in, its
+// environment, its own process group (killed with the relay), the
+// provider's user, the prompt on stdin unless an argument holds it, in the
+// sandbox when there is one.
+func (e *Exec) start(t Turn, model, cfgPath string, stdout, stderr io.Writer) (*exec.Cmd, error) {
 	argv, promptInArgs, err := buildArgv(e.c.Command, map[string]string{
 		execPromptHolder: t.Prompt,
 		"{mcp_config}":   cfgPath,
@@ -125,13 +143,13 @@ func (e *Exec) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 		"{cwd}":          t.Cwd,
 	})
 	if err != nil {
-		return Result{}, &TurnError{Msg: fmt.Sprintf("exec provider %q: %v; nothing was run", e.c.ID, err)}
+		return nil, &TurnError{Msg: fmt.Sprintf("exec provider %q: %v; nothing was run", e.c.ID, err)}
 	}
 
 	env := e.env(t, cfgPath)
 	path, err := lookPath(argv[0], env)
 	if err != nil {
-		return Result{}, &TurnError{Msg: fmt.Sprintf("exec provider %q: command %q not found: %v", e.c.ID, argv[0], err)}
+		return nil, &TurnError{Msg: fmt.Sprintf("exec provider %q: command %q not found: %v", e.c.ID, argv[0], err)}
 	}
 
 	cmd := &exec.Cmd{
@@ -141,19 +159,23 @@ func (e *Exec) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 		Dir:         t.Cwd,
 		SysProcAttr: e.c.User.procAttr(), // own process group, killed with the relay; the provider's user (R18.26)
 		WaitDelay:   execPipeDelay,
+		Stdout:      stdout,
+		Stderr:      stderr,
 	}
 	e.c.Sandbox.wrap(cmd, t.Cwd, sandboxBind{path: cfgPath})
 	if !promptInArgs {
 		cmd.Stdin = strings.NewReader(t.Prompt)
 	} // else nil: /dev/null
-	out := newPartialWriter(h)
-	errTail := &tailBuffer{max: e.c.StderrTail}
-	cmd.Stdout = out
-	cmd.Stderr = errTail
-
 	if err := cmd.Start(); err != nil {
-		return Result{}, &TurnError{Msg: fmt.Sprintf("exec provider %q: cannot start %q: %v", e.c.ID, argv[0], err)}
+		return nil, &TurnError{Msg: fmt.Sprintf("exec provider %q: cannot start %q: %v", e.c.ID, argv[0], err)}
 	}
+	return cmd, nil
+}
+
+// wait waits for the started command's end. When ctx is done first the
+// process group is terminated (unless it ended meanwhile) and ctx.Err() is
+// returned, wrapped; a failed exit is exitError's.
+func (e *Exec) wait(ctx context.Context, cmd *exec.Cmd, errTail *tailBuffer) error {
 	pgid := cmd.Process.Pid // Setpgid with Pgid 0: the group is the child's pid
 
 	waitc := make(chan error, 1)
@@ -168,21 +190,26 @@ func (e *Exec) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 		default:
 			killGroup(pgid, waitc)
 		}
-		return Result{}, fmt.Errorf("exec provider %q: %w", e.c.ID, ctx.Err())
+		return fmt.Errorf("exec provider %q: %w", e.c.ID, ctx.Err())
 	}
+	return e.exitError(werr, errTail)
+}
 
-	if werr != nil && !errors.Is(werr, exec.ErrWaitDelay) {
-		var xe *exec.ExitError
-		if errors.As(werr, &xe) {
-			msg := xe.Error() // "exit status N" or "signal: killed"
-			if tail := errTail.String(); tail != "" {
-				msg += ": " + tail
-			}
-			return Result{}, &TurnError{Msg: msg}
-		}
-		return Result{}, &TurnError{Msg: fmt.Sprintf("exec provider %q: %v", e.c.ID, werr)}
+// exitError is the *TurnError of a failed exit ("exit status N" or
+// "signal: killed", and the end of stderr); nil for a clean one.
+func (e *Exec) exitError(werr error, errTail *tailBuffer) error {
+	if werr == nil || errors.Is(werr, exec.ErrWaitDelay) {
+		return nil
 	}
-	return Result{Text: out.Reply(), Model: model}, nil
+	var xe *exec.ExitError
+	if errors.As(werr, &xe) {
+		msg := xe.Error()
+		if tail := errTail.String(); tail != "" {
+			msg += ": " + tail
+		}
+		return &TurnError{Msg: msg}
+	}
+	return &TurnError{Msg: fmt.Sprintf("exec provider %q: %v", e.c.ID, werr)}
 }
 
 // Placeholders whose value may come from an agent or the owner; a value that

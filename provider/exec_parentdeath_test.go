@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/oar/relay/internal/testwait"
 )
 
 // The helper process of TestExecAgentDiesWithRelay: it plays a relay process
@@ -38,26 +40,21 @@ func TestExecAgentDiesWithRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	var agent int
-	deadline := time.Now().Add(20 * time.Second)
-	for agent == 0 && time.Now().Before(deadline) {
+	testwait.Poll(20*time.Second, 20*time.Millisecond, func() bool {
 		if b, err := os.ReadFile(pidFile); err == nil && strings.HasSuffix(string(b), "\n") {
 			agent, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return agent != 0
+	})
 	if agent == 0 {
 		_ = relayProc.Process.Kill()
 		t.Fatal("the agent did not start")
 	}
 	_ = relayProc.Process.Signal(syscall.SIGKILL)
 	_ = relayProc.Wait()
-	deadline = time.Now().Add(10 * time.Second)
-	for processAlive(agent) && !isZombie(agent) {
-		if time.Now().After(deadline) {
-			_ = syscall.Kill(agent, syscall.SIGKILL)
-			t.Fatalf("the agent (pid %d) outlived its relay process", agent)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testwait.Poll(10*time.Second, 20*time.Millisecond, func() bool { return !processAlive(agent) || isZombie(agent) }) {
+		_ = syscall.Kill(agent, syscall.SIGKILL)
+		t.Fatalf("the agent (pid %d) outlived its relay process", agent)
 	}
 }
 

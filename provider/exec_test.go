@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/oar/relay/internal/testwait"
 )
 
 // execHost is a fake Host that records Partial calls.
@@ -464,13 +466,9 @@ wait`)
 				if perr != nil {
 					t.Fatal(perr)
 				}
-				deadline := time.Now().Add(2 * time.Second)
-				for !processGone(pid) {
-					if time.Now().After(deadline) {
-						_ = syscall.Kill(pid, syscall.SIGKILL)
-						t.Fatalf("process %d (%s) survived the stop", pid, filepath.Base(f))
-					}
-					time.Sleep(10 * time.Millisecond)
+				if !testwait.Poll(2*time.Second, 10*time.Millisecond, func() bool { return processGone(pid) }) {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+					t.Fatalf("process %d (%s) survived the stop", pid, filepath.Base(f))
 				}
 			}
 			if left, _ := os.ReadDir(cfgDir); len(left) != 0 {

@@ -320,15 +320,7 @@ func (o *OpenAI) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("openai provider %q: %w", o.c.ID, err)
 	}
-	model := t.Model
-	if model == "" {
-		model = o.c.DefaultModel
-	}
-	if model == "" {
-		if ms := o.models(); len(ms) > 0 {
-			model = ms[0]
-		}
-	}
+	model := o.turnModel(t)
 	if model == "" {
 		return Result{}, &TurnError{Msg: fmt.Sprintf("openai provider %q: no model: set default_model or models in the provider's config, or pass model", o.c.ID)}
 	}
@@ -336,21 +328,7 @@ func (o *OpenAI) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 	if err != nil {
 		return Result{}, &TurnError{Msg: err.Error()}
 	}
-	req := chatRequest{
-		Model:         model,
-		Messages:      o.messages(t),
-		Stream:        true,
-		StreamOptions: &streamOpts{IncludeUsage: true},
-	}
-	if t.Effort != "" && len(o.c.Efforts) > 0 {
-		req.ReasoningEffort = t.Effort
-	}
-	// The agent is offered relay_tool when the relay hands its agents the MCP
-	// route (agent sessions on, R4.2 Decision).
-	if t.MCPURL != "" && len(o.c.ToolSchema) > 0 {
-		req.Tools = []chatTool{{Type: "function", Function: chatToolFuncDef{
-			Name: o.c.ToolName, Description: o.c.ToolDescription, Parameters: o.c.ToolSchema}}}
-	}
+	req := o.request(t, model)
 	var usage Usage
 	text := &turnText{}
 	for step := 1; step <= o.c.MaxSteps; step++ {
@@ -361,28 +339,77 @@ func (o *OpenAI) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 		usage.InputTokens += ans.usage.PromptTokens
 		usage.OutputTokens += ans.usage.CompletionTokens
 		if err != nil {
-			if ctx.Err() != nil {
-				return Result{Usage: usage}, fmt.Errorf("openai provider %q: %w", o.c.ID, ctx.Err())
-			}
-			return Result{Usage: usage}, err
+			return Result{Usage: usage}, o.stopped(ctx, err)
 		}
 		if len(ans.calls) == 0 {
 			return Result{Text: BoundReply(ans.content.reply()), Model: model, Usage: usage}, nil
 		}
-		am := chatMessage{Role: "assistant", ToolCalls: ans.calls}
-		if c := ans.content.reply(); c != "" {
-			am.Content = strPtr(c)
-		}
-		req.Messages = append(req.Messages, am)
-		for _, call := range ans.calls {
-			res := o.callTool(ctx, h, call)
-			if ctx.Err() != nil {
-				return Result{Usage: usage}, fmt.Errorf("openai provider %q: %w", o.c.ID, ctx.Err())
-			}
-			req.Messages = append(req.Messages, chatMessage{Role: "tool", ToolCallID: call.ID, Content: strPtr(string(res))})
+		if err := o.callTools(ctx, h, &req, ans); err != nil {
+			return Result{Usage: usage}, err
 		}
 	}
 	return Result{Usage: usage}, &TurnError{Msg: fmt.Sprintf("stopped after %d steps", o.c.MaxSteps)}
+}
+
+// turnModel is the turn's model, else the provider's default, else the
+// first it lists ("" when none).
+func (o *OpenAI) turnModel(t Turn) string {
+	if t.Model != "" {
+		return t.Model
+	}
+	if o.c.DefaultModel != "" {
+		return o.c.DefaultModel
+	}
+	if ms := o.models(); len(ms) > 0 {
+		return ms[0]
+	}
+	return ""
+}
+
+// request is the turn's first chat request: streamed with its usage, the
+// effort when the provider has efforts, and relay_tool when the relay
+// hands its agents the MCP route (agent sessions on, R4.2 Decision).
+func (o *OpenAI) request(t Turn, model string) chatRequest {
+	req := chatRequest{
+		Model:         model,
+		Messages:      o.messages(t),
+		Stream:        true,
+		StreamOptions: &streamOpts{IncludeUsage: true},
+	}
+	if t.Effort != "" && len(o.c.Efforts) > 0 {
+		req.ReasoningEffort = t.Effort
+	}
+	if t.MCPURL != "" && len(o.c.ToolSchema) > 0 {
+		req.Tools = []chatTool{{Type: "function", Function: chatToolFuncDef{
+			Name: o.c.ToolName, Description: o.c.ToolDescription, Parameters: o.c.ToolSchema}}}
+	}
+	return req
+}
+
+// stopped is a failed step's error: the stop when the turn was stopped.
+func (o *OpenAI) stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("openai provider %q: %w", o.c.ID, ctx.Err())
+	}
+	return err
+}
+
+// callTools adds the model's answer with its tool calls to the
+// conversation, runs each call and adds its result; a stop ends it.
+func (o *OpenAI) callTools(ctx context.Context, h Host, req *chatRequest, ans answer) error {
+	am := chatMessage{Role: "assistant", ToolCalls: ans.calls}
+	if c := ans.content.reply(); c != "" {
+		am.Content = strPtr(c)
+	}
+	req.Messages = append(req.Messages, am)
+	for _, call := range ans.calls {
+		res := o.callTool(ctx, h, call)
+		if ctx.Err() != nil {
+			return fmt.Errorf("openai provider %q: %w", o.c.ID, ctx.Err())
+		}
+		req.Messages = append(req.Messages, chatMessage{Role: "tool", ToolCallID: call.ID, Content: strPtr(string(res))})
+	}
+	return nil
 }
 
 // messages is the start of a turn's conversation: the system prompt, the
@@ -456,42 +483,18 @@ func (o *OpenAI) complete(ctx context.Context, key string, req *chatRequest, tex
 		return answer{}, &TurnError{Msg: fmt.Sprintf("openai provider %q: encode the request: %v", o.c.ID, err)}
 	}
 	for retry := 0; ; retry++ {
-		hr, err := http.NewRequestWithContext(ctx, http.MethodPost, o.c.BaseURL+"/chat/completions", bytes.NewReader(body))
+		resp, err := o.post(ctx, key, body)
 		if err != nil {
-			return answer{}, &TurnError{Msg: o.scrub(fmt.Sprintf("openai provider %q: %v", o.c.ID, err), key)}
-		}
-		o.headers(hr, key)
-		hr.Header.Set("Content-Type", "application/json")
-		hr.Header.Set("Accept", "text/event-stream")
-		resp, err := o.c.HTTPClient.Do(hr)
-		if err != nil {
-			if ctx.Err() != nil {
-				return answer{}, ctx.Err()
-			}
-			return answer{}, &TurnError{Msg: o.connError(err, key)}
+			return answer{}, err
 		}
 		if resp.StatusCode == http.StatusOK {
 			ans, err := o.read(ctx, resp, key, text, h)
 			resp.Body.Close()
 			return ans, err
 		}
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		resp.Body.Close()
-		st := resp.StatusCode
-		retryable := st == http.StatusTooManyRequests || st >= 500
-		if !retryable {
-			return answer{}, &TurnError{Msg: o.statusError(st, data, key, 0)}
-		}
-		if retry == openAIRetries {
-			return answer{}, &TurnError{Msg: o.statusError(st, data, key, retry)}
-		}
-		wait := o.c.Backoff(retry + 1)
-		if ra, ok := retryAfter(resp.Header.Get("Retry-After")); ok {
-			if ra > o.c.MaxRetryAfter {
-				return answer{}, &TurnError{Msg: o.statusError(st, data, key, retry) +
-					fmt.Sprintf(" (it asks to wait %s before trying again)", ra.Round(time.Second))}
-			}
-			wait = ra
+		wait, err := o.retryWait(resp, key, retry)
+		if err != nil {
+			return answer{}, err
 		}
 		tm := time.NewTimer(wait)
 		select {
@@ -501,6 +504,51 @@ func (o *OpenAI) complete(ctx context.Context, key string, req *chatRequest, tex
 		case <-tm.C:
 		}
 	}
+}
+
+// post sends one chat request; an error is the stop, or a *TurnError
+// saying why the endpoint gave no answer.
+func (o *OpenAI) post(ctx context.Context, key string, body []byte) (*http.Response, error) {
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, o.c.BaseURL+"/chat/completions", bytes.NewReader(body))
+	if err != nil {
+		return nil, &TurnError{Msg: o.scrub(fmt.Sprintf("openai provider %q: %v", o.c.ID, err), key)}
+	}
+	o.headers(hr, key)
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("Accept", "text/event-stream")
+	resp, err := o.c.HTTPClient.Do(hr)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &TurnError{Msg: o.connError(err, key)}
+	}
+	return resp, nil
+}
+
+// retryWait reads (and closes) an answer other than 200: how long to wait
+// before retry+1, or the turn's error when its status is not retried (only
+// 429 and 5xx are), the retries are spent, or the endpoint asks to wait
+// longer than MaxRetryAfter.
+func (o *OpenAI) retryWait(resp *http.Response, key string, retry int) (time.Duration, error) {
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	st := resp.StatusCode
+	if st != http.StatusTooManyRequests && st < 500 {
+		return 0, &TurnError{Msg: o.statusError(st, data, key, 0)}
+	}
+	if retry == openAIRetries {
+		return 0, &TurnError{Msg: o.statusError(st, data, key, retry)}
+	}
+	wait := o.c.Backoff(retry + 1)
+	if ra, ok := retryAfter(resp.Header.Get("Retry-After")); ok {
+		if ra > o.c.MaxRetryAfter {
+			return 0, &TurnError{Msg: o.statusError(st, data, key, retry) +
+				fmt.Sprintf(" (it asks to wait %s before trying again)", ra.Round(time.Second))}
+		}
+		wait = ra
+	}
+	return wait, nil
 }
 
 // retryAfter parses a Retry-After header: seconds or an HTTP date.
@@ -525,149 +573,203 @@ func retryAfter(v string) (time.Duration, bool) {
 // read reads one answer: an SSE stream of chunks up to [DONE] (or a plain
 // JSON completion from a server that does not stream).
 func (o *OpenAI) read(ctx context.Context, resp *http.Response, key string, text *turnText, h Host) (answer, error) {
-	ans := answer{content: text}
 	text.startStep()
-	type pending struct {
-		id, name string
-		args     strings.Builder
+	r := &answerReader{o: o, key: key, h: h, text: text, ans: answer{content: text},
+		byIndex: map[int]*pendingCall{}, reported: text.total()}
+	defer r.report(true)
+	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/json") {
+		return r.readJSON(ctx, resp.Body)
 	}
-	var calls []*pending
-	byIndex := map[int]*pending{}
-	apply := func(d *chunkDelta) error {
-		if d == nil {
-			return nil
-		}
-		if d.Content != nil && *d.Content != "" {
-			text.write(*d.Content)
-		}
-		for i, tc := range d.ToolCalls {
-			idx := i
-			if tc.Index != nil {
-				idx = *tc.Index
-			}
-			p := byIndex[idx]
-			if p == nil {
-				p = &pending{}
-				byIndex[idx] = p
-				calls = append(calls, p)
-			}
-			if tc.ID != "" {
-				p.id = tc.ID
-			}
-			if tc.Function.Name != "" {
-				p.name = tc.Function.Name
-			}
-			if p.args.Len()+len(tc.Function.Arguments) > openAIMaxArgs {
-				return &TurnError{Msg: fmt.Sprintf("openai provider %q: the model's tool call arguments exceed %d bytes", o.c.ID, openAIMaxArgs)}
-			}
-			p.args.WriteString(string(tc.Function.Arguments))
-		}
-		return nil
-	}
-	finish := func() answer {
-		for i, p := range calls {
-			id := p.id
-			if id == "" {
-				id = fmt.Sprintf("call_%d", i+1)
-			}
-			ans.calls = append(ans.calls, chatToolCall{ID: id, Type: "function", Function: chatFunction{Name: p.name, Arguments: p.args.String()}})
-		}
-		return ans
-	}
+	return r.readSSE(ctx, resp.Body)
+}
+
+// answerReader reads one answer of the endpoint: its text goes to the
+// turn's text (and, as it streams, to the host), its tool calls gather by
+// their index.
+type answerReader struct {
+	o    *OpenAI
+	key  string
+	h    Host
+	text *turnText
+	ans  answer
+
+	calls   []*pendingCall
+	byIndex map[int]*pendingCall
+
 	// The text streamed so far is reported at most every
 	// openAIPartialEvery, and once more when the answer ends (or breaks
 	// off), so a stopped turn keeps all of it.
-	last, reported := time.Time{}, text.total()
-	report := func(force bool) {
-		if h == nil || text.total() == reported || (!force && time.Since(last) < openAIPartialEvery) {
-			return
-		}
-		last, reported = time.Now(), text.total()
-		if s := text.partial(); s != "" {
-			h.Partial(s)
-		}
-	}
-	defer report(true)
-	chunkErr := func(e *chatError) error {
-		return &TurnError{Msg: o.scrub(fmt.Sprintf("the endpoint reported an error: %s", e.Message), key)}
-	}
+	last     time.Time
+	reported int64
+}
 
-	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/json") {
-		var c chatChunk
-		if err := json.NewDecoder(io.LimitReader(resp.Body, openAIMaxLine)).Decode(&c); err != nil {
-			if ctx.Err() != nil {
-				return ans, ctx.Err()
-			}
-			return ans, &TurnError{Msg: fmt.Sprintf("openai provider %q: the endpoint's answer is not a chat completion: %v", o.c.ID, err)}
-		}
-		if c.Error != nil {
-			return ans, chunkErr(c.Error)
-		}
-		if c.Usage != nil {
-			ans.usage = *c.Usage
-		}
-		for _, ch := range c.Choices {
-			if err := apply(ch.Message); err != nil {
-				return ans, err
-			}
-		}
-		return finish(), nil
-	}
+// pendingCall is a tool call whose parts are still streaming.
+type pendingCall struct {
+	id, name string
+	args     strings.Builder
+}
 
-	sc := bufio.NewScanner(resp.Body)
+// readJSON reads a plain JSON completion.
+func (r *answerReader) readJSON(ctx context.Context, body io.Reader) (answer, error) {
+	var c chatChunk
+	if err := json.NewDecoder(io.LimitReader(body, openAIMaxLine)).Decode(&c); err != nil {
+		if ctx.Err() != nil {
+			return r.ans, ctx.Err()
+		}
+		return r.ans, &TurnError{Msg: fmt.Sprintf("openai provider %q: the endpoint's answer is not a chat completion: %v", r.o.c.ID, err)}
+	}
+	if err := r.chunk(&c, false); err != nil {
+		return r.ans, err
+	}
+	return r.finish(), nil
+}
+
+// readSSE reads an SSE stream of chunks up to [DONE].
+func (r *answerReader) readSSE(ctx context.Context, body io.Reader) (answer, error) {
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 0, 64<<10), openAIMaxLine)
 	done := false
 	for sc.Scan() {
-		line := sc.Bytes()
-		data, ok := bytes.CutPrefix(line, []byte("data:"))
+		data, ok := sseData(sc.Bytes())
 		if !ok {
-			continue // blank lines, comments, event: and id: fields
+			continue
 		}
-		data = bytes.TrimSpace(data)
 		if string(data) == "[DONE]" {
 			done = true
 			break
 		}
-		if len(data) == 0 {
-			continue
-		}
 		var c chatChunk
 		if err := json.Unmarshal(data, &c); err != nil {
-			return ans, &TurnError{Msg: fmt.Sprintf("openai provider %q: the endpoint streamed a chunk that is not JSON: %v", o.c.ID, err)}
+			return r.ans, &TurnError{Msg: fmt.Sprintf("openai provider %q: the endpoint streamed a chunk that is not JSON: %v", r.o.c.ID, err)}
 		}
-		if c.Error != nil {
-			return ans, chunkErr(c.Error)
+		if err := r.chunk(&c, true); err != nil {
+			return r.ans, err
 		}
-		if c.Usage != nil {
-			ans.usage = *c.Usage
-		}
-		for _, ch := range c.Choices {
-			d := ch.Delta
-			if d == nil {
-				d = ch.Message
-			}
-			if err := apply(d); err != nil {
-				return ans, err
-			}
-		}
-		report(false)
+		r.report(false)
 	}
-	if err := sc.Err(); err != nil {
+	if err := r.streamEnd(ctx, sc.Err(), done); err != nil {
+		return r.ans, err
+	}
+	return r.finish(), nil
+}
+
+// sseData is the data of an SSE data: line, trimmed; false for other
+// lines (blank lines, comments, event: and id: fields) and empty data.
+func sseData(line []byte) ([]byte, bool) {
+	data, ok := bytes.CutPrefix(line, []byte("data:"))
+	if !ok {
+		return nil, false
+	}
+	data = bytes.TrimSpace(data)
+	return data, len(data) > 0
+}
+
+// streamEnd is the error of a stream that ended (scanned to its end or to
+// [DONE]): it broke off, the turn was stopped, or it ended without an
+// answer.
+func (r *answerReader) streamEnd(ctx context.Context, err error, done bool) error {
+	id := r.o.c.ID
+	if err != nil {
 		if ctx.Err() != nil {
-			return ans, ctx.Err()
+			return ctx.Err()
 		}
 		if errors.Is(err, bufio.ErrTooLong) {
-			return ans, &TurnError{Msg: fmt.Sprintf("openai provider %q: the endpoint streamed a line longer than %d bytes", o.c.ID, openAIMaxLine)}
+			return &TurnError{Msg: fmt.Sprintf("openai provider %q: the endpoint streamed a line longer than %d bytes", id, openAIMaxLine)}
 		}
-		return ans, &TurnError{Msg: o.scrub(fmt.Sprintf("openai provider %q: the stream broke off: %v", o.c.ID, unwrapURLError(err)), key)}
+		return &TurnError{Msg: r.o.scrub(fmt.Sprintf("openai provider %q: the stream broke off: %v", id, unwrapURLError(err)), r.key)}
 	}
 	if ctx.Err() != nil {
-		return ans, ctx.Err()
+		return ctx.Err()
 	}
-	if !done && text.stepLen() == 0 && len(calls) == 0 {
-		return ans, &TurnError{Msg: fmt.Sprintf("openai provider %q: the stream ended without an answer", o.c.ID)}
+	if !done && r.text.stepLen() == 0 && len(r.calls) == 0 {
+		return &TurnError{Msg: fmt.Sprintf("openai provider %q: the stream ended without an answer", id)}
 	}
-	return finish(), nil
+	return nil
+}
+
+// chunk takes one chunk (a streamed one, or a whole answer): its error
+// ends the answer; its usage, its choices' text and tool calls are kept.
+func (r *answerReader) chunk(c *chatChunk, streamed bool) error {
+	if c.Error != nil {
+		return &TurnError{Msg: r.o.scrub(fmt.Sprintf("the endpoint reported an error: %s", c.Error.Message), r.key)}
+	}
+	if c.Usage != nil {
+		r.ans.usage = *c.Usage
+	}
+	for _, ch := range c.Choices {
+		d := ch.Message
+		if streamed && ch.Delta != nil {
+			d = ch.Delta
+		}
+		if err := r.apply(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apply adds a choice's text and tool call parts.
+func (r *answerReader) apply(d *chunkDelta) error {
+	if d == nil {
+		return nil
+	}
+	if d.Content != nil && *d.Content != "" {
+		r.text.write(*d.Content)
+	}
+	for i, tc := range d.ToolCalls {
+		idx := i
+		if tc.Index != nil {
+			idx = *tc.Index
+		}
+		p := r.call(idx)
+		if tc.ID != "" {
+			p.id = tc.ID
+		}
+		if tc.Function.Name != "" {
+			p.name = tc.Function.Name
+		}
+		if p.args.Len()+len(tc.Function.Arguments) > openAIMaxArgs {
+			return &TurnError{Msg: fmt.Sprintf("openai provider %q: the model's tool call arguments exceed %d bytes", r.o.c.ID, openAIMaxArgs)}
+		}
+		p.args.WriteString(string(tc.Function.Arguments))
+	}
+	return nil
+}
+
+// call is the tool call of index idx, new when first heard of.
+func (r *answerReader) call(idx int) *pendingCall {
+	p := r.byIndex[idx]
+	if p == nil {
+		p = &pendingCall{}
+		r.byIndex[idx] = p
+		r.calls = append(r.calls, p)
+	}
+	return p
+}
+
+// finish is the answer with its tool calls (an id made up where the
+// endpoint gave none).
+func (r *answerReader) finish() answer {
+	for i, p := range r.calls {
+		id := p.id
+		if id == "" {
+			id = fmt.Sprintf("call_%d", i+1)
+		}
+		r.ans.calls = append(r.ans.calls, chatToolCall{ID: id, Type: "function", Function: chatFunction{Name: p.name, Arguments: p.args.String()}})
+	}
+	return r.ans
+}
+
+// report hands the host the text streamed so far, at most every
+// openAIPartialEvery unless forced.
+func (r *answerReader) report(force bool) {
+	if r.h == nil || r.text.total() == r.reported || (!force && time.Since(r.last) < openAIPartialEvery) {
+		return
+	}
+	r.last, r.reported = time.Now(), r.text.total()
+	if s := r.text.partial(); s != "" {
+		r.h.Partial(s)
+	}
 }
 
 // key is the API key from the environment variable named by api_key_env

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/oar/relay/internal/testwait"
 )
 
 // fakeLLM is an OpenAI-compatible endpoint on 127.0.0.1: /v1/chat/completions
@@ -838,13 +840,7 @@ func TestRetryAfter(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool, what string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Eventually(t, 5*time.Second, 10*time.Millisecond, cond, "timed out waiting for %s", what)
 }
 
 // closedAddr is a loopback address nothing listens on.

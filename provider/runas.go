@@ -38,19 +38,9 @@ type RunAs struct {
 // the user does not exist, or when the relay cannot switch to it: only root
 // can run processes as another user.
 func LookupRunAs(name string, euid int) (*RunAs, error) {
-	u, err := user.Lookup(name)
+	u, err := lookupUser(name)
 	if err != nil {
-		if _, nerr := strconv.ParseUint(name, 10, 32); nerr == nil {
-			u, err = user.LookupId(name)
-		}
-	}
-	if err != nil {
-		var uu user.UnknownUserError
-		var ui user.UnknownUserIdError
-		if errors.As(err, &uu) || errors.As(err, &ui) {
-			return nil, fmt.Errorf("user %q does not exist on this machine", name)
-		}
-		return nil, fmt.Errorf("user %q cannot be looked up: %w", name, err)
+		return nil, err
 	}
 	uid, err := strconv.ParseUint(u.Uid, 10, 32)
 	if err != nil {
@@ -73,22 +63,51 @@ func LookupRunAs(name string, euid int) (*RunAs, error) {
 	if runtime.GOOS != "linux" {
 		return nil, fmt.Errorf("running processes as user %q is supported on Linux only", name)
 	}
-	ids, err := u.GroupIds()
-	if err != nil {
+	if r.Groups, err = userGroups(u, r.GID); err != nil {
 		return nil, fmt.Errorf("the groups of user %q cannot be looked up: %w", name, err)
 	}
+	r.switches = true
+	return r, nil
+}
+
+// lookupUser finds a user by name, else by a numeric uid.
+func lookupUser(name string) (*user.User, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		if _, nerr := strconv.ParseUint(name, 10, 32); nerr == nil {
+			u, err = user.LookupId(name)
+		}
+	}
+	if err == nil {
+		return u, nil
+	}
+	var uu user.UnknownUserError
+	var ui user.UnknownUserIdError
+	if errors.As(err, &uu) || errors.As(err, &ui) {
+		return nil, fmt.Errorf("user %q does not exist on this machine", name)
+	}
+	return nil, fmt.Errorf("user %q cannot be looked up: %w", name, err)
+}
+
+// userGroups are the user's groups (numeric ids only); its primary group
+// when it has none.
+func userGroups(u *user.User, gid uint32) ([]uint32, error) {
+	ids, err := u.GroupIds()
+	if err != nil {
+		return nil, err
+	}
+	var groups []uint32
 	for _, g := range ids {
 		n, err := strconv.ParseUint(g, 10, 32)
 		if err != nil {
 			continue
 		}
-		r.Groups = append(r.Groups, uint32(n))
+		groups = append(groups, uint32(n))
 	}
-	if len(r.Groups) == 0 {
-		r.Groups = []uint32{r.GID}
+	if len(groups) == 0 {
+		groups = []uint32{gid}
 	}
-	r.switches = true
-	return r, nil
+	return groups, nil
 }
 
 // procAttr is agentProcAttr (own process group, killed with the relay)

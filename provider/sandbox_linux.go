@@ -52,43 +52,95 @@ func (s *Sandbox) args(cmd *exec.Cmd, folder string, binds []sandboxBind) ([]str
 	if s.Bwrap == "" {
 		return nil, errors.New("sandbox: no bwrap binary")
 	}
+	folder, dir, err := sandboxFolders(cmd, folder)
+	if err != nil {
+		return nil, err
+	}
+	b := &bwrapLine{tmps: []string{"/tmp"}, a: []string{s.Bwrap,
+		"--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--cap-drop", "ALL",
+		"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"}}
+	b.tempDir()
+	b.named = s.namedMounts(folder)
+	b.mount(b.named)
+	b.hide(s.Hide, closedTo(cmd, s.Hide))
+	b.remountHidden()
+	b.bind(binds)
+	b.program(cmd.Path, dir)
+	b.a = append(b.a, "--chdir", dir, "--", cmd.Path)
+	if len(cmd.Args) > 1 {
+		b.a = append(b.a, cmd.Args[1:]...)
+	}
+	return b.a, nil
+}
+
+// sandboxFolders are the session's folder (cmd's Dir when none is given;
+// it must be absolute) and the folder cmd runs in (the session's when cmd
+// names none), clean.
+func sandboxFolders(cmd *exec.Cmd, folder string) (string, string, error) {
 	if folder == "" {
 		folder = cmd.Dir
 	}
 	if folder == "" || !filepath.IsAbs(folder) {
-		return nil, errors.New("sandbox: the session has no absolute folder to run in")
+		return "", "", errors.New("sandbox: the session has no absolute folder to run in")
 	}
 	folder = filepath.Clean(folder)
 	dir := cmd.Dir
 	if dir == "" {
 		dir = folder
 	}
-	a := []string{s.Bwrap,
-		"--die-with-parent", "--new-session", "--unshare-pid", "--unshare-ipc", "--cap-drop", "ALL",
-		"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"}
-	tmps := []string{"/tmp"}
-	if td := filepath.Clean(os.TempDir()); td != "/tmp" && filepath.IsAbs(td) && !under(td, "/tmp") {
-		if fi, err := os.Stat(td); err == nil && fi.IsDir() {
-			a = append(a, "--tmpfs", td)
-			tmps = append(tmps, td)
-		}
-	}
-	type mount struct {
-		flag, path string
-	}
-	named := []mount{{"--bind", folder}}
+	return folder, dir, nil
+}
+
+// bwrapLine is a bwrap command line being built.
+type bwrapLine struct {
+	a      []string
+	tmps   []string       // the fresh tmpfs folders: /tmp and the temp folder
+	named  []sandboxMount // the folders named on purpose: the session's, sandbox_rw and sandbox_ro
+	hidden []string       // the relay's paths hidden
+}
+
+// sandboxMount is one bind mount: --bind or --ro-bind of path on itself.
+type sandboxMount struct {
+	flag, path string
+}
+
+// namedMounts are the session's folder and the sandbox's RW and RO paths.
+func (s *Sandbox) namedMounts(folder string) []sandboxMount {
+	named := []sandboxMount{{"--bind", folder}}
 	for _, p := range s.RW {
-		named = append(named, mount{"--bind", filepath.Clean(p)})
+		named = append(named, sandboxMount{"--bind", filepath.Clean(p)})
 	}
 	for _, p := range s.RO {
-		named = append(named, mount{"--ro-bind", filepath.Clean(p)})
+		named = append(named, sandboxMount{"--ro-bind", filepath.Clean(p)})
 	}
-	for _, m := range named {
-		a = append(a, m.flag, m.path, m.path)
+	return named
+}
+
+// tempDir gives the relay's temp folder, when it is not under /tmp, a fresh
+// tmpfs too.
+func (b *bwrapLine) tempDir() {
+	td := filepath.Clean(os.TempDir())
+	if td == "/tmp" || !filepath.IsAbs(td) || under(td, "/tmp") {
+		return
 	}
-	var hidden []string
-	closed := closedTo(cmd, s.Hide)
-	for _, h := range s.Hide {
+	if fi, err := os.Stat(td); err == nil && fi.IsDir() {
+		b.a = append(b.a, "--tmpfs", td)
+		b.tmps = append(b.tmps, td)
+	}
+}
+
+func (b *bwrapLine) mount(ms []sandboxMount) {
+	for _, m := range ms {
+		b.a = append(b.a, m.flag, m.path, m.path)
+	}
+}
+
+// hide covers each of the relay's paths that exists (its real path, once):
+// a folder by an empty tmpfs, a file by /dev/null. A path the command's
+// user cannot reach (closed) needs no hiding; / and the tmpfs folders are
+// never hidden.
+func (b *bwrapLine) hide(paths []string, closed map[string]bool) {
+	for _, h := range paths {
 		if h == "" || !filepath.IsAbs(h) || closed[h] {
 			continue
 		}
@@ -97,61 +149,73 @@ func (s *Sandbox) args(cmd *exec.Cmd, folder string, binds []sandboxBind) ([]str
 			continue // nothing there to hide
 		}
 		fi, err := os.Stat(real)
-		if err != nil || real == "/" || contains(tmps, real) || contains(hidden, real) {
+		if err != nil || real == "/" || contains(b.tmps, real) || contains(b.hidden, real) {
 			continue
 		}
-		hidden = append(hidden, real)
+		b.hidden = append(b.hidden, real)
 		if fi.IsDir() {
-			a = append(a, "--tmpfs", real)
+			b.a = append(b.a, "--tmpfs", real)
 		} else {
-			a = append(a, "--ro-bind", "/dev/null", real)
+			b.a = append(b.a, "--ro-bind", "/dev/null", real)
 		}
 	}
-	for _, m := range named {
-		for _, h := range hidden {
-			if under(m.path, h) {
-				a = append(a, m.flag, m.path, m.path)
-				break
-			}
+}
+
+// remountHidden mounts a named folder inside a hidden path again: it was
+// named on purpose.
+func (b *bwrapLine) remountHidden() {
+	for _, m := range b.named {
+		if b.inHidden(m.path) {
+			b.mount([]sandboxMount{m})
 		}
 	}
-	for _, b := range binds {
-		if b.path == "" || !filepath.IsAbs(b.path) {
+}
+
+func (b *bwrapLine) inHidden(p string) bool {
+	for _, h := range b.hidden {
+		if under(p, h) {
+			return true
+		}
+	}
+	return false
+}
+
+// bind mounts the turn's own files (absolute paths only).
+func (b *bwrapLine) bind(binds []sandboxBind) {
+	for _, sb := range binds {
+		if sb.path == "" || !filepath.IsAbs(sb.path) {
 			continue
 		}
-		if b.rw {
-			a = append(a, "--bind", b.path, b.path)
+		if sb.rw {
+			b.a = append(b.a, "--bind", sb.path, sb.path)
 		} else {
-			a = append(a, "--ro-bind", b.path, b.path)
+			b.a = append(b.a, "--ro-bind", sb.path, sb.path)
 		}
 	}
-	prog := cmd.Path
+}
+
+// program shows the program itself (read-only) when it lies under a tmpfs
+// or a hidden path and in no named folder.
+func (b *bwrapLine) program(path, dir string) {
+	prog := path
 	if !filepath.IsAbs(prog) && strings.Contains(prog, "/") {
 		prog = filepath.Join(dir, prog)
 	}
-	if filepath.IsAbs(prog) {
-		prog = filepath.Clean(prog)
-		shown := false
-		for _, m := range named {
-			if under(prog, m.path) {
-				shown = true
-				break
-			}
-		}
-		if !shown {
-			for _, h := range append(tmps, hidden...) {
-				if under(prog, h) {
-					a = append(a, "--ro-bind", prog, prog)
-					break
-				}
-			}
+	if !filepath.IsAbs(prog) {
+		return
+	}
+	prog = filepath.Clean(prog)
+	for _, m := range b.named {
+		if under(prog, m.path) {
+			return
 		}
 	}
-	a = append(a, "--chdir", dir, "--", cmd.Path)
-	if len(cmd.Args) > 1 {
-		a = append(a, cmd.Args[1:]...)
+	for _, h := range append(b.tmps, b.hidden...) {
+		if under(prog, h) {
+			b.a = append(b.a, "--ro-bind", prog, prog)
+			return
+		}
 	}
-	return a, nil
 }
 
 // under reports whether p is dir or lies below it (both clean and absolute).

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/oar/relay/internal/testwait"
 )
 
 // needBwrap is bwrap's path; without it, or where it cannot make its
@@ -221,13 +223,9 @@ func TestSandboxStopKillsAll(t *testing.T) {
 		cancel()
 		t.Fatal("the agent did not start")
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for sleepers(marker) != 2 {
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("%d sleep %s processes run, want 2", sleepers(marker), marker)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testwait.Poll(20*time.Second, 20*time.Millisecond, func() bool { return sleepers(marker) == 2 }) {
+		cancel()
+		t.Fatalf("%d sleep %s processes run, want 2", sleepers(marker), marker)
 	}
 	cancel()
 	select {
@@ -236,12 +234,8 @@ func TestSandboxStopKillsAll(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not return after the stop")
 	}
-	deadline = time.Now().Add(20 * time.Second)
-	for sleepers(marker) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("processes of the stopped sandbox still run: %d sleep %s", sleepers(marker), marker)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testwait.Poll(20*time.Second, 50*time.Millisecond, func() bool { return sleepers(marker) == 0 }) {
+		t.Fatalf("processes of the stopped sandbox still run: %d sleep %s", sleepers(marker), marker)
 	}
 }
 
@@ -345,22 +339,13 @@ func TestSandboxAgentDiesWithRelay(t *testing.T) {
 	if err := relayProc.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for sleepers(marker) != 1 {
-		if time.Now().After(deadline) {
-			_ = relayProc.Process.Kill()
-			_ = relayProc.Wait()
-			t.Fatalf("the sandboxed agent did not start; the relay process said: %s", out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testwait.Poll(20*time.Second, 20*time.Millisecond, func() bool { return sleepers(marker) == 1 }) {
+		_ = relayProc.Process.Kill()
+		_ = relayProc.Wait()
+		t.Fatalf("the sandboxed agent did not start; the relay process said: %s", out.String())
 	}
 	_ = relayProc.Process.Kill() // SIGKILL: no cleanup of its own
 	_ = relayProc.Wait()
-	deadline = time.Now().Add(20 * time.Second)
-	for sleepers(marker) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the sandboxed agent (sleep %s) outlived its relay process", marker)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Eventually(t, 20*time.Second, 20*time.Millisecond, func() bool { return sleepers(marker) == 0 },
+		"the sandboxed agent (sleep %s) outlived its relay process", marker)
 }

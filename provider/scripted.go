@@ -141,60 +141,90 @@ func (p *Scripted) Run(ctx context.Context, t Turn, h Host) (Result, error) {
 	if !isScript {
 		return Result{Text: "echo: " + prompt, Model: model, Usage: Usage{InputTokens: int64(len(prompt)), OutputTokens: int64(len(prompt) + 6)}}, nil
 	}
-	var reply strings.Builder
-	line := func(s string) {
-		if reply.Len() > 0 && !strings.HasSuffix(reply.String(), "\n") {
-			reply.WriteByte('\n')
-		}
-		reply.WriteString(s)
-		reply.WriteByte('\n')
-	}
+	r := &scriptRun{p: p, h: h, model: model}
 	for _, st := range steps {
 		if err := ctx.Err(); err != nil {
-			return Result{Text: strings.TrimRight(reply.String(), "\n"), Model: model}, err
+			return r.soFar(), err
 		}
-		switch {
-		case st.Reply != nil:
-			reply.WriteString(*st.Reply)
-		case st.SleepMS != nil:
-			if err := p.sleep(ctx, time.Duration(*st.SleepMS)*time.Millisecond); err != nil {
-				return Result{Text: strings.TrimRight(reply.String(), "\n"), Model: model}, err
+		if keep, err := r.step(ctx, st); err != nil {
+			if keep {
+				return r.soFar(), err
 			}
-		case st.Tool != nil:
-			line(string(h.CallTool(ctx, st.Tool)))
-		case st.Question != nil:
-			ans, err := h.AskUser(ctx, st.Question.Text, st.Question.Options)
-			if err != nil {
-				return Result{Text: strings.TrimRight(reply.String(), "\n"), Model: model}, err
-			}
-			reply.WriteString(ans)
-		case st.Task != nil:
-			if err := p.task(ctx, h, *st.Task); err != nil {
-				return Result{Text: strings.TrimRight(reply.String(), "\n"), Model: model}, err
-			}
-		case st.Subagent != nil:
-			task, err := h.StartTask(ctx, TaskSpec{Description: st.Subagent.Description, Type: "subagent"})
-			if err != nil {
-				return Result{}, err
-			}
-			p.background(func(bctx context.Context) {
-				if p.sleep(bctx, time.Duration(st.Subagent.MS)*time.Millisecond) != nil {
-					kill(task)
-					return
-				}
-				task.Finish(0)
-			})
-		case st.Error != nil:
-			return Result{Text: strings.TrimRight(reply.String(), "\n"), Model: model}, &TurnError{Msg: *st.Error}
-		case st.Model != nil:
-			model = *st.Model
-		default:
-			return Result{}, &TurnError{Msg: "script step with no known key (reply, sleep_ms, tool, question, task, subagent, error, model)"}
+			return Result{}, err
 		}
-		h.Partial(reply.String())
+		h.Partial(r.reply.String())
 	}
-	out := strings.TrimRight(reply.String(), "\n")
-	return Result{Text: out, Model: model, Usage: Usage{InputTokens: int64(len(prompt)), OutputTokens: int64(len(out))}}, nil
+	out := strings.TrimRight(r.reply.String(), "\n")
+	return Result{Text: out, Model: r.model, Usage: Usage{InputTokens: int64(len(prompt)), OutputTokens: int64(len(out))}}, nil
+}
+
+// scriptRun is a script's turn: its reply so far and its model.
+type scriptRun struct {
+	p     *Scripted
+	h     Host
+	model string
+	reply strings.Builder
+}
+
+// soFar is what a turn that ends early keeps: the reply so far.
+func (r *scriptRun) soFar() Result {
+	return Result{Text: strings.TrimRight(r.reply.String(), "\n"), Model: r.model}
+}
+
+// line adds s to the reply on a line of its own.
+func (r *scriptRun) line(s string) {
+	if r.reply.Len() > 0 && !strings.HasSuffix(r.reply.String(), "\n") {
+		r.reply.WriteByte('\n')
+	}
+	r.reply.WriteString(s)
+	r.reply.WriteByte('\n')
+}
+
+// step runs one step; an error ends the turn, with the reply so far when
+// keep.
+func (r *scriptRun) step(ctx context.Context, st Step) (keep bool, err error) {
+	switch {
+	case st.Reply != nil:
+		r.reply.WriteString(*st.Reply)
+	case st.SleepMS != nil:
+		return true, r.p.sleep(ctx, time.Duration(*st.SleepMS)*time.Millisecond)
+	case st.Tool != nil:
+		r.line(string(r.h.CallTool(ctx, st.Tool)))
+	case st.Question != nil:
+		ans, err := r.h.AskUser(ctx, st.Question.Text, st.Question.Options)
+		if err != nil {
+			return true, err
+		}
+		r.reply.WriteString(ans)
+	case st.Task != nil:
+		return true, r.p.task(ctx, r.h, *st.Task)
+	case st.Subagent != nil:
+		return false, r.subagent(ctx, *st.Subagent)
+	case st.Error != nil:
+		return true, &TurnError{Msg: *st.Error}
+	case st.Model != nil:
+		r.model = *st.Model
+	default:
+		return false, &TurnError{Msg: "script step with no known key (reply, sleep_ms, tool, question, task, subagent, error, model)"}
+	}
+	return false, nil
+}
+
+// subagent starts a subagent task that ends after its time, in the
+// background.
+func (r *scriptRun) subagent(ctx context.Context, sa SubagentStep) error {
+	task, err := r.h.StartTask(ctx, TaskSpec{Description: sa.Description, Type: "subagent"})
+	if err != nil {
+		return err
+	}
+	r.p.background(func(bctx context.Context) {
+		if r.p.sleep(bctx, time.Duration(sa.MS)*time.Millisecond) != nil {
+			kill(task)
+			return
+		}
+		task.Finish(0)
+	})
+	return nil
 }
 
 func (p *Scripted) background(f func(ctx context.Context)) {

@@ -79,96 +79,153 @@ func Parse(raw string) (*URL, error) {
 	return nil, fmt.Errorf("%s: unknown scheme %q: the forms are %s", Redact(raw), scheme, Schemes)
 }
 
+// multiURL is a Sentinel or Cluster URL read into its parts (parseMulti).
+type multiURL struct {
+	raw          string // the URL as given, for errors (redacted there)
+	user, pass   string
+	addrs        []string // HOST:PORT of each node given
+	path         string   // after the first "/", unescaped later
+	sentinelPass string   // ?sentinel_password=
+	tls          *tls.Config
+}
+
+// bad is a one-line error on the URL, its password hidden.
+func (m *multiURL) bad(format string, a ...any) error {
+	return fmt.Errorf("%s: %s", Redact(m.raw), fmt.Sprintf(format, a...))
+}
+
+// parseMulti reads a Sentinel or Cluster URL; rest is what follows "://".
 func parseMulti(raw string, kind Kind, useTLS bool, rest string) (*URL, error) {
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%s: %s", Redact(raw), fmt.Sprintf(format, a...))
-	}
+	m := &multiURL{raw: raw}
 	rest, query, _ := strings.Cut(rest, "?")
 	if i := strings.IndexByte(rest, '#'); i >= 0 {
-		return nil, bad("a fragment (#) has no meaning here")
+		return nil, m.bad("a fragment (#) has no meaning here")
 	}
 	authority, path, _ := strings.Cut(rest, "/")
-	var user, pass string
-	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
-		info := authority[:at]
-		authority = authority[at+1:]
-		u, p, hasPass := strings.Cut(info, ":")
-		var err error
-		if user, err = url.PathUnescape(u); err != nil {
-			return nil, bad("bad user name: %v", err)
-		}
-		if hasPass {
-			if pass, err = url.PathUnescape(p); err != nil {
-				return nil, bad("bad password escape")
-			}
-		}
+	m.path = path
+	authority, err := m.readUserInfo(authority)
+	if err != nil {
+		return nil, err
 	}
-	if authority == "" {
-		return nil, bad("no HOST:PORT")
+	if err := m.readHosts(authority); err != nil {
+		return nil, err
 	}
-	var addrs []string
-	for _, hp := range strings.Split(authority, ",") {
-		host, port, err := net.SplitHostPort(hp)
-		if err != nil || host == "" {
-			return nil, bad("%q is not HOST:PORT", hp)
-		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return nil, bad("%q: the port must be 1 to 65535", hp)
-		}
-		addrs = append(addrs, net.JoinHostPort(host, port))
+	if err := m.readQuery(query, kind); err != nil {
+		return nil, err
 	}
-	var sentinelPass string
-	if query != "" {
-		q, err := url.ParseQuery(query)
-		if err != nil {
-			return nil, bad("bad query: %v", err)
-		}
-		for k, v := range q {
-			if k != "sentinel_password" || kind != Sentinel {
-				return nil, bad("unknown parameter %q", k)
-			}
-			sentinelPass = v[len(v)-1]
-		}
-	}
-	var tlsConf *tls.Config
 	if useTLS {
 		// No fixed ServerName: each node is checked against the name it is
 		// dialled by (several hosts, and the nodes a cluster announces).
-		tlsConf = &tls.Config{MinVersion: tls.VersionTLS12}
+		m.tls = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
-	switch kind {
-	case Sentinel:
-		segs := strings.Split(path, "/")
-		if path == "" || segs[0] == "" {
-			return nil, bad("no master name: redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER_NAME[/DB]")
+	if kind == Sentinel {
+		return m.sentinel()
+	}
+	return m.cluster()
+}
+
+// readUserInfo takes USER:PASSWORD@ off authority; it returns the rest.
+func (m *multiURL) readUserInfo(authority string) (string, error) {
+	at := strings.LastIndexByte(authority, '@')
+	if at < 0 {
+		return authority, nil
+	}
+	info := authority[:at]
+	u, p, hasPass := strings.Cut(info, ":")
+	var err error
+	if m.user, err = url.PathUnescape(u); err != nil {
+		return "", m.bad("bad user name: %v", err)
+	}
+	if hasPass {
+		if m.pass, err = url.PathUnescape(p); err != nil {
+			return "", m.bad("bad password escape")
 		}
-		name, err := url.PathUnescape(segs[0])
-		if err != nil {
-			return nil, bad("bad master name: %v", err)
+	}
+	return authority[at+1:], nil
+}
+
+// readHosts reads HOST:PORT[,HOST:PORT…].
+func (m *multiURL) readHosts(authority string) error {
+	if authority == "" {
+		return m.bad("no HOST:PORT")
+	}
+	for _, hp := range strings.Split(authority, ",") {
+		host, port, err := net.SplitHostPort(hp)
+		if err != nil || host == "" {
+			return m.bad("%q is not HOST:PORT", hp)
 		}
-		db := 0
-		switch {
-		case len(segs) == 1, len(segs) == 2 && segs[1] == "":
-		case len(segs) == 2 || len(segs) == 3 && segs[2] == "":
-			if db, err = strconv.Atoi(segs[1]); err != nil || db < 0 {
-				return nil, bad("database %q is not a number", segs[1])
-			}
-		default:
-			return nil, bad("the path is /MASTER_NAME[/DB]")
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return m.bad("%q: the port must be 1 to 65535", hp)
 		}
-		return &URL{Kind: Sentinel, Failover: &redis.FailoverOptions{
-			MasterName: name, SentinelAddrs: addrs, Username: user, Password: pass,
-			SentinelPassword: sentinelPass, DB: db, TLSConfig: tlsConf,
-		}}, nil
+		m.addrs = append(m.addrs, net.JoinHostPort(host, port))
+	}
+	return nil
+}
+
+// readQuery reads the query: only sentinel_password, and only for Sentinel.
+func (m *multiURL) readQuery(query string, kind Kind) error {
+	if query == "" {
+		return nil
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return m.bad("bad query: %v", err)
+	}
+	for k, v := range q {
+		if k != "sentinel_password" || kind != Sentinel {
+			return m.bad("unknown parameter %q", k)
+		}
+		m.sentinelPass = v[len(v)-1]
+	}
+	return nil
+}
+
+// sentinel reads the path /MASTER_NAME[/DB] and makes the Sentinel URL.
+func (m *multiURL) sentinel() (*URL, error) {
+	segs := strings.Split(m.path, "/")
+	if m.path == "" || segs[0] == "" {
+		return nil, m.bad("no master name: redis+sentinel://HOST:PORT[,HOST:PORT…]/MASTER_NAME[/DB]")
+	}
+	name, err := url.PathUnescape(segs[0])
+	if err != nil {
+		return nil, m.bad("bad master name: %v", err)
+	}
+	db, err := m.sentinelDB(segs)
+	if err != nil {
+		return nil, err
+	}
+	return &URL{Kind: Sentinel, Failover: &redis.FailoverOptions{
+		MasterName: name, SentinelAddrs: m.addrs, Username: m.user, Password: m.pass,
+		SentinelPassword: m.sentinelPass, DB: db, TLSConfig: m.tls,
+	}}, nil
+}
+
+// sentinelDB reads the database of a Sentinel URL's path, split at "/":
+// 0 after MASTER_NAME alone, else the number after it.
+func (m *multiURL) sentinelDB(segs []string) (int, error) {
+	switch {
+	case len(segs) == 1, len(segs) == 2 && segs[1] == "":
+		return 0, nil
+	case len(segs) == 2 || len(segs) == 3 && segs[2] == "":
+		db, err := strconv.Atoi(segs[1])
+		if err != nil || db < 0 {
+			return 0, m.bad("database %q is not a number", segs[1])
+		}
+		return db, nil
 	default:
-		if path != "" {
-			return nil, bad("a cluster URL has no path (a cluster has database 0 only)")
-		}
-		return &URL{Kind: Cluster, Cluster: &redis.ClusterOptions{
-			Addrs: addrs, Username: user, Password: pass, TLSConfig: tlsConf,
-			ClusterStateReloadInterval: TopologyRefresh,
-		}}, nil
+		return 0, m.bad("the path is /MASTER_NAME[/DB]")
 	}
+}
+
+// cluster makes the Cluster URL, which has no path.
+func (m *multiURL) cluster() (*URL, error) {
+	if m.path != "" {
+		return nil, m.bad("a cluster URL has no path (a cluster has database 0 only)")
+	}
+	return &URL{Kind: Cluster, Cluster: &redis.ClusterOptions{
+		Addrs: m.addrs, Username: m.user, Password: m.pass, TLSConfig: m.tls,
+		ClusterStateReloadInterval: TopologyRefresh,
+	}}, nil
 }
 
 // Tuning are the client settings the relay sets whatever the URL.
@@ -277,15 +334,20 @@ func Redact(raw string) string {
 			out = u + ":xxxxx" + rest[at:]
 		}
 	}
-	if q := strings.Index(out, "sentinel_password="); q >= 0 {
-		e := strings.IndexByte(out[q:], '&')
-		if e < 0 {
-			out = out[:q] + "sentinel_password=xxxxx"
-		} else {
-			out = out[:q] + "sentinel_password=xxxxx" + out[q+e:]
-		}
+	return scheme + "://" + redactSentinelPassword(out)
+}
+
+// redactSentinelPassword hides the value of sentinel_password= in s.
+func redactSentinelPassword(s string) string {
+	q := strings.Index(s, "sentinel_password=")
+	if q < 0 {
+		return s
 	}
-	return scheme + "://" + out
+	e := strings.IndexByte(s[q:], '&')
+	if e < 0 {
+		return s[:q] + "sentinel_password=xxxxx"
+	}
+	return s[:q] + "sentinel_password=xxxxx" + s[q+e:]
 }
 
 // IsCluster reports whether c is a cluster client.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/oar/relay/internal/testwait"
 )
 
 // lastSegment is the highest segment number the data directory holds or
@@ -57,13 +59,13 @@ func TestEmbeddedAtRestWritesNoFile(t *testing.T) {
 	// The turn's writes end: wait for 3 s without a new segment (a
 	// checkpoint every second), for at most a minute.
 	seq, since := lastSegment(t, dataDir), time.Now()
-	for deadline := time.Now().Add(time.Minute); time.Since(since) < 3*time.Second; time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the data directory did not settle after the turn: segment %d", seq)
-		}
+	if !testwait.Poll(time.Minute, 200*time.Millisecond, func() bool {
 		if now := lastSegment(t, dataDir); now != seq {
 			seq, since = now, time.Now()
 		}
+		return time.Since(since) >= 3*time.Second
+	}) {
+		t.Fatalf("the data directory did not settle after the turn: segment %d", seq)
 	}
 
 	// At rest: 20 s, four of asynq's heartbeats, one or two of the process

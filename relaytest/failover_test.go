@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oar/relay/internal/testwait"
 	"github.com/oar/relay/store"
 )
 
@@ -257,17 +257,6 @@ func failoverTrials(t *testing.T) int {
 	return n
 }
 
-// foPrompt is one owner prompt the load sent.
-type foPrompt struct {
-	text   string
-	id     string // message (turn) id when accepted
-	status int    // HTTP status; 0 = transport error
-	code   string // the refusal's code
-	err    string
-	trial  int       // the kill it came after (0: before the first)
-	at     time.Time // when its answer came
-}
-
 // foTimeline is what happened to the set during a failover test, with
 // when: the kills, the revivals and every change of master the test saw. A
 // change of master that no kill caused is a failover the set made by itself
@@ -409,35 +398,7 @@ func runFailover(t *testing.T, set haSet) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	post := func(sid, text string) foPrompt {
-		p := foPrompt{text: text}
-		body, _ := json.Marshal(map[string]any{"text": text})
-		req, err := http.NewRequest("POST", r.URL+"/api/v1/sessions/"+sid+"/messages", strings.NewReader(string(body)))
-		if err != nil {
-			p.err = err.Error()
-			return p
-		}
-		req.Header.Set("Authorization", "Bearer "+OwnerToken)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			p.err = err.Error()
-			return p
-		}
-		defer resp.Body.Close()
-		data, _ := io.ReadAll(resp.Body)
-		p.at = time.Now()
-		var out map[string]any
-		_ = json.Unmarshal(data, &out)
-		p.status = resp.StatusCode
-		if id, _ := out["message_id"].(string); resp.StatusCode/100 == 2 && id != "" {
-			p.id = id
-		} else {
-			p.code, _ = out["code"].(string)
-			p.err = strings.TrimSpace(string(data))
-		}
-		return p
-	}
+	post := func(sid, text string) loadPrompt { return postPrompt(client, r.URL, sid, text) }
 	getTurn := func(id string) (*store.Turn, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -466,48 +427,19 @@ func runFailover(t *testing.T, set haSet) {
 	)
 	curTrial := func() int { trialMu.Lock(); defer trialMu.Unlock(); return trial }
 
-	// The load: owner prompts into each session every 250–550 ms, a third of
-	// them sleeping 200–900 ms (they go through the queue to either process).
+	// The load (promptLoad; the prompts go through the queue to either
+	// process); its phase is the kill a prompt came after (0: before the first).
 	const nSessions = 8
 	sessions := make([]Session, nSessions)
 	for i := range sessions {
 		sessions[i] = r.NewSession(map[string]any{"title": fmt.Sprintf("load %d", i)})
 	}
 	tl := &foTimeline{begin: time.Now()}
-	sent := make([][]foPrompt, nSessions)
-	acceptedIn := make([]atomic.Int64, trials+1) // owner prompts accepted after each kill (0: before the first), as they are
+	load := &promptLoad{sessions: sessions, post: post, phase: curTrial}
 	stopLoad := make(chan struct{})
 	var wg sync.WaitGroup
-	for i := range sessions {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; ; n++ {
-				select {
-				case <-stopLoad:
-					return
-				default:
-				}
-				tag := fmt.Sprintf("s%d-p%d", i, n)
-				text := Script(stepReply(tag))
-				if (i+n)%3 == 0 {
-					text = Script(stepSleep(200+100*((i+n)%8)), stepReply(tag))
-				}
-				ph := curTrial()
-				p := post(sessions[i].ID, text)
-				p.trial = ph
-				if p.id != "" {
-					acceptedIn[ph].Add(1)
-				}
-				sent[i] = append(sent[i], p)
-				select {
-				case <-stopLoad:
-					return
-				case <-time.After(time.Duration(250+(i*37+n*53)%300) * time.Millisecond):
-				}
-			}
-		}()
-	}
+	load.start(trials+1, stopLoad, &wg)
+	acceptedIn := load.acceptedIn // owner prompts accepted after each kill, as they are
 	// Every change of master the set names, kill or not (a sentinel or a
 	// node that takes a slow master for a dead one fails over by itself).
 	wg.Add(1)
@@ -700,14 +632,10 @@ func runFailover(t *testing.T, set haSet) {
 		pd := <-promoted
 		toWrite, toReady, toPromote = append(toWrite, wd), append(toReady, ready), append(toPromote, pd)
 		var now map[string]int64
-		resub := time.Now()
-		for {
+		testwait.Poll(30*time.Second, 100*time.Millisecond, func() bool {
 			now = set.Subscribers(t, obs, rd.Prefix)
-			if equalCounts(now, subs) || time.Since(resub) > 30*time.Second {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return equalCounts(now, subs)
+		})
 		if !equalCounts(now, subs) {
 			t.Errorf("trial %d: 30 s after /readyz was 200 the subscriptions on the promoted master are %v, want %v as before the kill", k, now, subs)
 		}
@@ -737,6 +665,7 @@ func runFailover(t *testing.T, set haSet) {
 	}
 	close(stopLoad)
 	wg.Wait()
+	sent := load.sent
 	loadEnded := time.Now()
 
 	_, wMed, _ := durStats(toWrite)
@@ -759,7 +688,7 @@ func runFailover(t *testing.T, set haSet) {
 			case p.id != "":
 				accepted++
 			case p.status == 0:
-				t.Errorf("session %d: a prompt got no HTTP answer (trial %d): %s", i, p.trial, p.err)
+				t.Errorf("session %d: a prompt got no HTTP answer (trial %d): %s", i, p.phase, p.err)
 			case p.status < 500 || !outageCode(p.code):
 				t.Errorf("session %d: a prompt was refused with %d %q (want 5xx REMOTE_RELAY_UNAVAILABLE or _INTERNAL): %s", i, p.status, p.code, p.err)
 			default:
@@ -802,7 +731,7 @@ func runFailover(t *testing.T, set haSet) {
 				continue
 			}
 			what := fmt.Sprintf("session %d: prompt %s (turn %s) accepted at %s after kill %d; near it: %s",
-				i, p.text, p.id, p.at.Sub(tl.begin).Round(time.Millisecond), p.trial, tl.near(p.at))
+				i, p.text, p.id, p.at.Sub(tl.begin).Round(time.Millisecond), p.phase, tl.near(p.at))
 			if tl.nearUnbidden(p.at) {
 				lost[p.id] = true
 				t.Logf("lost to a failover the set made by itself (Redis's own loss): %s", what)
@@ -832,8 +761,7 @@ func runFailover(t *testing.T, set haSet) {
 		waiting = append(waiting, x.long, x.after)
 	}
 	waiting = append(waiting, probes...)
-	deadline := time.Now().Add(120 * time.Second)
-	for len(waiting) > 0 && time.Now().Before(deadline) {
+	testwait.Poll(120*time.Second, 200*time.Millisecond, func() bool {
 		var still []string
 		for _, id := range waiting {
 			tr, err := getTurn(id)
@@ -842,10 +770,8 @@ func runFailover(t *testing.T, set haSet) {
 			}
 		}
 		waiting = still
-		if len(waiting) > 0 {
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
+		return len(waiting) == 0
+	})
 	for _, id := range waiting {
 		tr, err := getTurn(id)
 		status := "?"
@@ -900,7 +826,7 @@ func runFailover(t *testing.T, set haSet) {
 				// sweep ended it as an error (docs/OPERATIONS.md).
 				t.Logf("session %d prompt %d (turn %s) ended as an error near a failover no kill caused: %q", i, k, p.id, tr.Error)
 			} else if tr.Status != store.TurnDone || tr.Reply != want {
-				t.Errorf("session %d prompt %d (turn %s, after kill %d): %s %q error %q, want done %q", i, k, p.id, p.trial, tr.Status, tr.Reply, tr.Error, want)
+				t.Errorf("session %d prompt %d (turn %s, after kill %d): %s %q error %q, want done %q", i, k, p.id, p.phase, tr.Status, tr.Reply, tr.Error, want)
 			}
 			if prev != nil && tr.StartedAt.Before(prev.EndedAt) {
 				t.Errorf("session %d prompt %d started %s, before the prompt ahead of it ended (%s)", i, k, tr.StartedAt, prev.EndedAt)
@@ -926,10 +852,8 @@ func runFailover(t *testing.T, set haSet) {
 		all = append(all, x.s)
 	}
 	for _, s := range all {
-		why := storeIdle(st, s.ID)
-		for end := time.Now().Add(30 * time.Second); why != "" && time.Now().Before(end); why = storeIdle(st, s.ID) {
-			time.Sleep(100 * time.Millisecond)
-		}
+		var why string
+		testwait.Poll(30*time.Second, 100*time.Millisecond, func() bool { why = storeIdle(st, s.ID); return why == "" })
 		if why != "" {
 			t.Errorf("session %s (%s) stuck: %s", s.ID, s.Title, why)
 		}

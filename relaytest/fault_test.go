@@ -2,7 +2,6 @@ package relaytest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -14,13 +13,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oar/relay/internal/testwait"
 	"github.com/oar/relay/store"
 )
 
@@ -91,14 +90,9 @@ func storeIdle(st *store.Store, sid string) string {
 
 // waitIdle waits up to d for a session to be idle and returns why it is not ("" when it is).
 func waitIdle(r *Relay, sid string, d time.Duration) string {
-	deadline := time.Now().Add(d)
-	for {
-		why := sessionIdle(r, sid)
-		if why == "" || time.Now().After(deadline) {
-			return why
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var why string
+	testwait.Poll(d, 50*time.Millisecond, func() bool { why = sessionIdle(r, sid); return why == "" })
+	return why
 }
 
 func durStats(ds []time.Duration) (lo, med, hi time.Duration) {
@@ -203,8 +197,7 @@ func TestFaultKillTenTrials(t *testing.T) {
 
 		// Both abandoned turns end; recovery = kill → the turn's end.
 		took := map[string]time.Duration{}
-		deadline := killed.Add(90 * time.Second)
-		for len(took) < 2 && time.Now().Before(deadline) {
+		testwait.Poll(time.Until(killed.Add(90*time.Second)), 50*time.Millisecond, func() bool {
 			for _, s := range []Session{a, b} {
 				if _, ok := took[s.ID]; ok {
 					continue
@@ -217,8 +210,8 @@ func TestFaultKillTenTrials(t *testing.T) {
 					took[s.ID] = d
 				}
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return len(took) == 2
+		})
 		if len(took) < 2 {
 			t.Fatalf("trial %d: abandoned turns still running 90 s after the kill (ended: %v)", trial, took)
 		}
@@ -348,16 +341,6 @@ func (rs *redisServer) stop() {
 	}
 }
 
-// sentPrompt is one prompt the load sent.
-type sentPrompt struct {
-	text   string
-	id     string // message id when accepted
-	status int    // HTTP status; 0 = transport error
-	phase  int    // 0 before the outage, 1 from its start, 2 after Redis answers again
-	err    string
-	at     time.Time // when the answer came
-}
-
 // TestFaultRedisRestartWithAOF: a relay under load (20 sessions taking prompts, some
 // turns sleeping) loses its Redis (SIGTERM) for 10 s; Redis comes back from its AOF
 // (appendfsync always) on the same port and folder. /readyz says 503 while Redis is down
@@ -390,74 +373,25 @@ func TestFaultRedisRestartWithAOF(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	post := func(sid, text string) (int, string, string) {
-		body, _ := json.Marshal(map[string]any{"text": text})
-		req, err := http.NewRequest("POST", r.URL+"/api/v1/sessions/"+sid+"/messages", strings.NewReader(string(body)))
-		if err != nil {
-			return 0, "", err.Error()
-		}
-		req.Header.Set("Authorization", "Bearer "+OwnerToken)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, "", err.Error()
-		}
-		defer resp.Body.Close()
-		data, _ := io.ReadAll(resp.Body)
-		var out map[string]any
-		_ = json.Unmarshal(data, &out)
-		id, _ := out["message_id"].(string)
-		return resp.StatusCode, id, string(data)
-	}
 	if st := readyz(); st != http.StatusOK {
 		t.Fatalf("/readyz %d before the outage", st)
 	}
 
-	// The load: each session gets a prompt every 250–550 ms, a third of them sleeping
-	// 200–900 ms, from before the outage until a few seconds after Redis is back.
+	// The load (promptLoad), from before the outage until a few seconds after
+	// Redis is back; its phase is 0 before the outage, 1 from its start, 2
+	// after Redis answers again.
 	var (
 		phaseMu sync.Mutex
 		phase   int
 	)
 	getPhase := func() int { phaseMu.Lock(); defer phaseMu.Unlock(); return phase }
 	setPhase := func(p int) { phaseMu.Lock(); phase = p; phaseMu.Unlock() }
-	sent := make([][]sentPrompt, nSessions)
-	var acceptedIn [3]atomic.Int64 // prompts accepted in each phase, as they are
+	load := &promptLoad{sessions: sessions, phase: getPhase,
+		post: func(sid, text string) loadPrompt { return postPrompt(client, r.URL, sid, text) }}
 	stopLoad := make(chan struct{})
 	var wg sync.WaitGroup
-	for i := range sessions {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; ; n++ {
-				select {
-				case <-stopLoad:
-					return
-				default:
-				}
-				tag := fmt.Sprintf("s%d-p%d", i, n)
-				text := Script(stepReply(tag))
-				if (i+n)%3 == 0 {
-					text = Script(stepSleep(200+100*((i+n)%8)), stepReply(tag))
-				}
-				ph := getPhase()
-				st, id, body := post(sessions[i].ID, text)
-				p := sentPrompt{text: text, status: st, phase: ph, at: time.Now()}
-				if st/100 == 2 && id != "" {
-					p.id = id
-					acceptedIn[ph].Add(1)
-				} else {
-					p.err = body
-				}
-				sent[i] = append(sent[i], p)
-				select {
-				case <-stopLoad:
-					return
-				case <-time.After(time.Duration(250+(i*37+n*53)%300) * time.Millisecond):
-				}
-			}
-		}()
-	}
+	load.start(3, stopLoad, &wg)
+	acceptedIn := load.acceptedIn
 	defer func() { // on a failure below, the senders still end
 		select {
 		case <-stopLoad:
@@ -512,6 +446,7 @@ func TestFaultRedisRestartWithAOF(t *testing.T) {
 	close(stopLoad)
 	wg.Wait()
 	loadEnded := time.Now()
+	sent := load.sent
 
 	// Count what was sent.
 	var accepted, refused, transport [3]int
@@ -569,8 +504,7 @@ func TestFaultRedisRestartWithAOF(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	deadline := time.Now().Add(120 * time.Second)
-	for len(waiting) > 0 && time.Now().Before(deadline) {
+	testwait.Poll(120*time.Second, 200*time.Millisecond, func() bool {
 		var still []pending
 		for _, w := range waiting {
 			tr, err := r.App.Store().GetTurn(ctx, sent[w.sess][w.k].id)
@@ -579,10 +513,8 @@ func TestFaultRedisRestartWithAOF(t *testing.T) {
 			}
 		}
 		waiting = still
-		if len(waiting) > 0 {
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
+		return len(waiting) == 0
+	})
 	if len(waiting) > 0 {
 		var lines []string
 		for _, w := range waiting {

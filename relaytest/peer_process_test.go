@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/oar/relay/domain"
+	"github.com/oar/relay/internal/testwait"
 	"github.com/oar/relay/redisurl"
 	"github.com/oar/relay/store"
 )
@@ -134,8 +135,7 @@ func runServe(t *testing.T, c *child, cmd *exec.Cmd, out *syncBuffer, label, url
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.Eventually(t, 20*time.Second, 50*time.Millisecond, func() bool {
 		select {
 		case err := <-exited:
 			exited <- err
@@ -143,17 +143,13 @@ func runServe(t *testing.T, c *child, cmd *exec.Cmd, out *syncBuffer, label, url
 		default:
 		}
 		resp, err := http.Get(url + "/readyz")
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return time.Since(begin)
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready within 20 s", label)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, "%s not ready within 20 s", label)
+	return time.Since(begin)
 }
 
 // stop ends the process with SIGTERM and waits for it.

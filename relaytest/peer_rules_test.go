@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/oar/relay/config"
+	"github.com/oar/relay/internal/testwait"
+	"github.com/oar/relay/store"
 )
 
 // A paired relay that misbehaves on real HTTP (R13.4, §16): the peer
@@ -26,29 +28,26 @@ func prTool(args map[string]any) map[string]any { return map[string]any{"tool": 
 func prRun(t *testing.T, r *Relay, s Session, steps ...map[string]any) []map[string]any {
 	t.Helper()
 	mid := r.Message(s.ID, Script(steps...))
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	var tr *store.Turn
+	if !testwait.Poll(90*time.Second, 30*time.Millisecond, func() bool {
 		for _, c := range r.Cards() {
 			if id, _ := c["id"].(string); c["session"] == s.ID {
 				r.Decide(id, "allow")
 			}
 		}
-		tr := r.Turn(mid)
-		if tr.Status.Ended() {
-			if tr.Status != "done" {
-				t.Fatalf("turn of %s ended %s: %s", s.ID, tr.Status, tr.Error)
-			}
-			res := ToolResults(tr.Reply)
-			if len(res) != len(steps) {
-				t.Fatalf("the turn's reply holds %d tool results, want %d: %q", len(res), len(steps), tr.Reply)
-			}
-			return res
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("turn %s of %s still %s after 90 s", mid, s.ID, tr.Status)
-		}
-		time.Sleep(30 * time.Millisecond)
+		tr = r.Turn(mid)
+		return tr.Status.Ended()
+	}) {
+		t.Fatalf("turn %s of %s still %s after 90 s", mid, s.ID, tr.Status)
 	}
+	if tr.Status != "done" {
+		t.Fatalf("turn of %s ended %s: %s", s.ID, tr.Status, tr.Error)
+	}
+	res := ToolResults(tr.Reply)
+	if len(res) != len(steps) {
+		t.Fatalf("the turn's reply holds %d tool results, want %d: %q", len(res), len(steps), tr.Reply)
+	}
+	return res
 }
 
 func prCode(res map[string]any) string {

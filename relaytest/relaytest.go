@@ -27,14 +27,16 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/oar/relay/api"
 	"github.com/oar/relay/app"
 	"github.com/oar/relay/clock"
 	"github.com/oar/relay/config"
 	"github.com/oar/relay/embedded"
+	"github.com/oar/relay/internal/testredis"
+	"github.com/oar/relay/internal/testwait"
 	"github.com/oar/relay/jobs"
-	"github.com/oar/relay/redisurl"
 	"github.com/oar/relay/store"
 )
 
@@ -61,11 +63,11 @@ var miniMu sync.Mutex
 
 // StoreEnv is the environment variable that picks the store of the tests'
 // relays: "embedded" runs every relay on the embedded default (R20.6).
-const StoreEnv = "RELAY_TEST_STORE"
+const StoreEnv = testredis.StoreEnv
 
 // EmbeddedMode says whether the tests run on the embedded default
 // (RELAY_TEST_STORE=embedded).
-func EmbeddedMode() bool { return os.Getenv(StoreEnv) == "embedded" }
+func EmbeddedMode() bool { return testredis.EmbeddedMode() }
 
 // NeedsSharedRedis skips the test on the embedded default (and only there):
 // it needs one Redis shared by several live processes or relays at once, one
@@ -89,33 +91,16 @@ func NewRedis(tb testing.TB) *Redis {
 		return NewEmbedded(tb)
 	}
 	prefix := "t" + store.NewID(5)
-	url := os.Getenv("REDIS_URL")
-	if url == "" {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("CI=true but REDIS_URL is not set: the tests must run against a real Redis in CI")
-		}
+	kind, url := testredis.Pick(tb, "tests")
+	if kind == testredis.Local {
 		return startMini(tb, prefix)
 	}
-	ru, err := redisurl.Parse(url)
-	if err != nil {
-		tb.Fatalf("REDIS_URL: %v", err)
-	}
-	c := ru.NewClient()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := c.Ping(ctx).Err(); err != nil {
-		_ = c.Close()
-		tb.Fatalf("REDIS_URL %s does not answer (%v): start Redis or unset REDIS_URL to use the embedded server", url, err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
+	testredis.Dial(tb, url, func(ctx context.Context, c redis.UniversalClient) {
 		_ = store.DeleteMatching(ctx, c, store.KeyBase(prefix)+"*")
 		_ = store.DeleteMatching(ctx, c, "asynq:{"+prefix+"}*")
 		for _, q := range jobs.QueuesFor(prefix).All() {
 			_ = c.SRem(ctx, "asynq:queues", q).Err()
 		}
-		_ = c.Close()
 	})
 	return &Redis{URL: url, Prefix: prefix, Dir: tb.TempDir()}
 }
@@ -401,20 +386,7 @@ func waitTurnStatus(tb testing.TB, d time.Duration, get func(string) *store.Turn
 // Eventually polls cond until it holds or d passes (for async work; no fixed sleeps).
 func Eventually(tb testing.TB, d time.Duration, cond func() bool, format string, a ...any) {
 	tb.Helper()
-	deadline := time.Now().Add(d)
-	wait := 5 * time.Millisecond
-	for {
-		if cond() {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for "+format, append([]any{d}, a...)...)
-		}
-		time.Sleep(wait)
-		if wait < 100*time.Millisecond {
-			wait *= 2
-		}
-	}
+	testwait.Eventually(tb, d, testwait.Backoff, cond, "timed out after %s waiting for "+format, append([]any{d}, a...)...)
 }
 
 // Cards lists the pending cards.

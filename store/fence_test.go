@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/oar/relay/internal/testwait"
 )
 
 // A drain's writes after its turn started are fenced by the lease it holds
@@ -28,14 +30,16 @@ func TestWritesFencedByTheLease(t *testing.T) {
 	}
 	// (A real server: as soon as the 50 ms lease expired; the embedded store
 	// counts TTLs down in steps of 250 ms.)
-	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	var leased bool
+	if !testwait.Poll(3*time.Second, 50*time.Millisecond, func() bool {
 		ok, err := e.s.AcquireLease(e.ctx, "s1", "other", time.Minute)
-		if err == nil && ok {
-			break
-		}
-		if err != nil || time.Now().After(deadline) {
+		if err != nil {
 			t.Fatalf("the other drain's lease: %v, %v", ok, err)
 		}
+		leased = ok
+		return ok
+	}) {
+		t.Fatalf("the other drain's lease: %v, %v", leased, nil)
 	}
 	at := base.Add(2 * time.Second)
 	msg := &Message{ID: "m-late", Role: "assistant", Text: "late reply", CreatedAt: at}

@@ -13,29 +13,44 @@ import (
 // now one (a pipeline, a MULTI or a script), with the same effects in the
 // same order.
 
+// loadCallKeys are loadCallScript's KEYS, in order (loadCallKeyNames names
+// them in the script).
+const (
+	lcSess  = iota // {relay}:sess:<caller>  the caller's session hash
+	lcCur          // {relay}:cur:<caller>   the caller's running turn id
+	lcSids         // {relay}:sids           every session id (zset, read by lex range)
+	lcRef          // {relay}:sess:<ref>     the looked-up session's hash ({relay}:sess: when none)
+	lcGuess        // {relay}:turn:<guess>   the guessed running turn's hash ({relay}:- when no guess)
+	loadCallKeys
+)
+
+var loadCallKeyNames = [loadCallKeys]string{lcSess: "sessKey", lcCur: "curKey", lcSids: "sidsKey", lcRef: "refKey", lcGuess: "guessKey"}
+
+// loadCallArgs are loadCallScript's ARGV, in order.
+const (
+	lcGuessID = iota // the guessed running turn id ('' = none)
+	lcLo             // the look-up's lex range start ('' = no target to look up)
+	lcHi             // the look-up's lex range end
+	loadCallArgs
+)
+
+var loadCallArgNames = [loadCallArgs]string{lcGuessID: "guess", lcLo: "lo", lcHi: "hi"}
+
 // loadCallScript is LoadCall's one round trip: every key it touches is in
 // its KEYS, so the caller's running turn is named by a guess (the last one
 // seen). A running turn other than the guess comes back as its id with no
 // record (false): the caller reads it.
-var loadCallScript = redis.NewScript(`
--- KEYS[1] = {relay}:sess:<caller>  the caller's session hash
--- KEYS[2] = {relay}:cur:<caller>   the caller's running turn id
--- KEYS[3] = {relay}:sids           every session id (zset, read by lex range)
--- KEYS[4] = {relay}:sess:<ref>     the looked-up session's hash ({relay}:sess: when none)
--- KEYS[5] = {relay}:turn:<guess>   the guessed running turn's hash ({relay}:- when no guess)
--- ARGV[1] = the guessed running turn id ('' = none)
--- ARGV[2] = the look-up's lex range start ('' = no target to look up)
--- ARGV[3] = the look-up's lex range end
-local sess = redis.call('HGETALL', KEYS[1])
-local cur = redis.call('GET', KEYS[2])
+var loadCallScript = redis.NewScript(luaNames("KEYS", loadCallKeyNames[:]) + luaNames("ARGV", loadCallArgNames[:]) + `
+local sess = redis.call('HGETALL', sessKey)
+local cur = redis.call('GET', curKey)
 local turn = {}
 if cur then
-  if cur == ARGV[1] then turn = redis.call('HGETALL', KEYS[5]) else turn = false end
+  if cur == guess then turn = redis.call('HGETALL', guessKey) else turn = false end
 else cur = '' end
 local ids, rec = {}, {}
-if ARGV[2] ~= '' then
-  ids = redis.call('ZRANGEBYLEX', KEYS[3], ARGV[2], ARGV[3], 'LIMIT', 0, 2)
-  rec = redis.call('HGETALL', KEYS[4])
+if lo ~= '' then
+  ids = redis.call('ZRANGEBYLEX', sidsKey, lo, hi, 'LIMIT', 0, 2)
+  rec = redis.call('HGETALL', refKey)
 end
 return {sess, cur, turn, ids, rec}
 `)
@@ -69,8 +84,11 @@ func (s *Store) LoadCall(ctx context.Context, caller, ref string) (*Call, error)
 	if g != "" {
 		gkey = s.turnKey(g)
 	}
-	res, err := loadCallScript.Run(ctx, s.scr, []string{s.sessKey(caller), s.k("cur", caller), s.k("sids"), s.sessKey(ref), gkey},
-		g, lo, hi).Slice()
+	var k [loadCallKeys]string
+	k[lcSess], k[lcCur], k[lcSids], k[lcRef], k[lcGuess] = s.sessKey(caller), s.k("cur", caller), s.k("sids"), s.sessKey(ref), gkey
+	var a [loadCallArgs]any
+	a[lcGuessID], a[lcLo], a[lcHi] = g, lo, hi
+	res, err := loadCallScript.Run(ctx, s.scr, k[:], a[:]...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("load call of %s: %w", caller, err)
 	}
@@ -223,26 +241,42 @@ local function startDrain(sess, lease, cur, q, msgs, sub, suball, owner, ttl, no
 end
 `
 
+// startDrainKeys are startDrainScript's KEYS, in order (startDrainKeyNames
+// names them in the script).
+const (
+	sdSess     = iota // {relay}:sess:<sid>       the session hash
+	sdLease           // {relay}:lease:<sid>      the session's drain lease
+	sdCur             // {relay}:cur:<sid>        the session's running turn id
+	sdQueue           // {relay}:q:<sid>          the session's queue of turn ids
+	sdMsgs            // {relay}:msgs:<sid>       the session's messages (JSON list)
+	sdSubs            // {relay}:subidx:<sid>     the subscriptions naming the session
+	sdSubsAll         // {relay}:subidx:all       the subscriptions to all sessions
+	sdTurnHash        // {relay}:turn:<expect>    the turn expected at the head ({relay}:- when none)
+	startDrainKeys
+)
+
+var startDrainKeyNames = [startDrainKeys]string{sdSess: "sessKey", sdLease: "leaseKey", sdCur: "curKey", sdQueue: "queueKey",
+	sdMsgs: "msgsKey", sdSubs: "subsKey", sdSubsAll: "subsAllKey", sdTurnHash: "turnKey"}
+
+// startDrainArgs are startDrainScript's ARGV, in order.
+const (
+	sdOwner   = iota // the lease owner
+	sdTTL            // the lease ttl (ms)
+	sdNow            // now (ms)
+	sdExpect         // the turn id expected at the head ('' = none)
+	sdChannel        // the notify channel
+	sdNote           // the notification ('session:<sid>')
+	sdHistory        // how many last messages to return
+	startDrainArgs
+)
+
+var startDrainArgNames = [startDrainArgs]string{sdOwner: "owner", sdTTL: "ttl", sdNow: "now", sdExpect: "expect",
+	sdChannel: "channel", sdNote: "note", sdHistory: "history"}
+
 // startDrainScript is StartDrain's step: startDrain on its KEYS and ARGV.
-var startDrainScript = redis.NewScript(`
--- KEYS[1] = {relay}:sess:<sid>       the session hash
--- KEYS[2] = {relay}:lease:<sid>      the session's drain lease
--- KEYS[3] = {relay}:cur:<sid>        the session's running turn id
--- KEYS[4] = {relay}:q:<sid>          the session's queue of turn ids
--- KEYS[5] = {relay}:msgs:<sid>       the session's messages (JSON list)
--- KEYS[6] = {relay}:subidx:<sid>     the subscriptions naming the session
--- KEYS[7] = {relay}:subidx:all       the subscriptions to all sessions
--- KEYS[8] = {relay}:turn:<expect>    the turn expected at the head ({relay}:- when none)
--- ARGV[1] = the lease owner
--- ARGV[2] = the lease ttl (ms)
--- ARGV[3] = now (ms)
--- ARGV[4] = the turn id expected at the head ('' = none)
--- ARGV[5] = the notify channel
--- ARGV[6] = the notification ('session:<sid>')
--- ARGV[7] = how many last messages to return
-` + startDrainLua + `
-return startDrain(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7],
-  ARGV[1], ARGV[2], ARGV[3], KEYS[8], ARGV[4], ARGV[5], ARGV[6], ARGV[7])
+var startDrainScript = redis.NewScript(startDrainLua + luaNames("KEYS", startDrainKeyNames[:]) + luaNames("ARGV", startDrainArgNames[:]) + `
+return startDrain(sessKey, leaseKey, curKey, queueKey, msgsKey, subsKey, subsAllKey,
+  owner, ttl, now, turnKey, expect, channel, note, history)
 `)
 
 // StartDrain is a drain's first step in one round trip: it takes the
@@ -262,9 +296,13 @@ func (s *Store) StartDrain(ctx context.Context, sid, owner string, ttl time.Dura
 		if expect != "" {
 			tkey = s.turnKey(expect)
 		}
-		res, err := startDrainScript.Run(ctx, s.scr, []string{s.sessKey(sid), s.k("lease", sid), s.k("cur", sid),
-			s.k("q", sid), s.msgsKey(sid), s.k("subidx", sid), s.k("subidx", "all"), tkey},
-			owner, max(ttl.Milliseconds(), 1), ms(now), expect, s.NotifyChannel(), "session:"+sid, history).Result()
+		var k [startDrainKeys]string
+		k[sdSess], k[sdLease], k[sdCur], k[sdQueue] = s.sessKey(sid), s.k("lease", sid), s.k("cur", sid), s.k("q", sid)
+		k[sdMsgs], k[sdSubs], k[sdSubsAll], k[sdTurnHash] = s.msgsKey(sid), s.k("subidx", sid), s.k("subidx", "all"), tkey
+		var a [startDrainArgs]any
+		a[sdOwner], a[sdTTL], a[sdNow], a[sdExpect] = owner, max(ttl.Milliseconds(), 1), ms(now), expect
+		a[sdChannel], a[sdNote], a[sdHistory] = s.NotifyChannel(), "session:"+sid, history
+		res, err := startDrainScript.Run(ctx, s.scr, k[:], a[:]...).Result()
 		if err != nil {
 			return nil, fmt.Errorf("start drain %s: %w", sid, err)
 		}
@@ -353,136 +391,7 @@ func flatMap(v any) map[string]string {
 	return m
 }
 
-// finishEmitScript is FinishTurnEmit's step.
-var finishEmitScript = redis.NewScript(`
--- KEYS[1]  = {relay}:q:<sid>              the session's queue of turn ids
--- KEYS[2]  = {relay}:cur:<sid>            the session's running turn id
--- KEYS[3]  = {relay}:drain:<sid>          the session's drain flag
--- KEYS[4]  = {relay}:busy:<orch>          the orchestrator's busy sessions ({relay}:- when none)
--- KEYS[5]  = {relay}:turn:<id>            the turn hash
--- KEYS[6]  = {relay}:msgs:<sid>           the session's messages (JSON list)
--- KEYS[7]  = {relay}:sess:<sid>           the session hash
--- KEYS[8]  = {relay}:sessions:active      active sessions by last activity (zset)
--- KEYS[9]  = {relay}:drains               sessions whose drain flag is set
--- KEYS[10] = {relay}:events               the event stream
--- KEYS[11] = {relay}:subidx:<event's sid> the subscriptions naming the event's session
--- KEYS[12] = {relay}:subidx:all           the subscriptions to all sessions
--- KEYS[13] = {relay}:lease:<sid>          the session's drain lease
--- KEYS[14] = {relay}:usage:<provider>     the provider's usage counters ({relay}:usage: when no usage)
--- KEYS[15] = {relay}:busypeer:<relay>     the paired relay's busy sessions ({relay}:- when none)
--- ARGV[1]  = the session id
--- ARGV[2]  = the message JSON ('' = none)
--- ARGV[3]  = at (ms): the turn's 'ended'
--- ARGV[4]  = the event JSON
--- ARGV[5]  = watched anyway (1|0)
--- ARGV[6]  = the lease owner to release ('' = keep the lease)
--- ARGV[7]  = the notify channel
--- ARGV[8]  = the session's notification
--- ARGV[9]  = the turn's notification
--- ARGV[10] = input tokens ('' = no usage counted)
--- ARGV[11] = output tokens
--- ARGV[12] = cost (micro-dollars)
--- ARGV[13] = clear the provider's pause (1|0)
--- ARGV[14] = the fence: the drain's lease owner ('' = none)
--- ARGV[15..] = the turn's field/value pairs
-` + noneLua + fenceLua + endTurnLua + `
-if redis.call('HGET', KEYS[5], 'ended') == ARGV[3] then
-  -- This step already ran (its answer was lost and it is tried again): the
-  -- outcome, message, event and usage stay as they were written once.
-  local more = 0
-  if redis.call('LLEN', KEYS[1]) > 0 then more = 1 end
-  local watched = 0
-  if ARGV[5] == '1' or redis.call('SCARD', KEYS[11]) > 0 or redis.call('SCARD', KEYS[12]) > 0 then watched = 1 end
-  return {more, watched, 0, redis.call('HGETALL', KEYS[5])}
-end
-if fenced(KEYS[13], KEYS[5], ARGV[14]) then
-  return {-1}
-end
-if #ARGV >= 16 then redis.call('HSET', KEYS[5], unpack(ARGV, 15)) end
-if ARGV[10] ~= '' then
-  redis.call('HINCRBY', KEYS[14], 'turns', 1)
-  redis.call('HINCRBY', KEYS[14], 'inputTokens', ARGV[10])
-  redis.call('HINCRBY', KEYS[14], 'outputTokens', ARGV[11])
-  if tonumber(ARGV[12]) > 0 then redis.call('HINCRBY', KEYS[14], 'costMicroUSD', ARGV[12]) end
-  if ARGV[13] == '1' then redis.call('HDEL', KEYS[14], 'paused', 'pausedAt') end
-end
-local more = endTurn(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[15], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], ARGV[1], ARGV[2], ARGV[3])
-redis.call('XADD', KEYS[10], 'MAXLEN', '~', 10000, '*', 'e', ARGV[4])
-local watched = 0
-if ARGV[5] == '1' or redis.call('SCARD', KEYS[11]) > 0 or redis.call('SCARD', KEYS[12]) > 0 then watched = 1 end
-redis.call('PUBLISH', ARGV[7], ARGV[8])
-local released = 0
-if watched == 0 then
-  redis.call('PUBLISH', ARGV[7], ARGV[9])
-  if more == 0 and ARGV[6] ~= '' and redis.call('GET', KEYS[13]) == ARGV[6] then
-    redis.call('DEL', KEYS[13])
-    released = 1
-  end
-end
-return {more, watched, released, redis.call('HGETALL', KEYS[5])}
-`)
-
-// FinishTurnEmit is FinishTurn followed by AppendEvent of the turn's event
-// (ev, its ID and At set), in one step, and the notifications that follow
-// them: "session:SID", then, when no subscription might take the event,
-// "turn:ID". When one might (watched), the caller starts the event's fan-out
-// and then publishes "turn:ID" itself, as before. With releaseOwner set, no
-// more turns queued and the event not watched (nothing left for the drain to
-// do), the session's lease is released in the same step if releaseOwner
-// still holds it (released reports that). u, when not nil, is the turn's
-// usage, counted in the same step (as AddUsage, AddUsageCost and clearing
-// the pause would, one by one). ended is the turn's record as the step left
-// it (what GetTurn would read now). The turn's field pairs must set "ended"
-// to at (ms): a step tried again after its answer was lost (the turn
-// already ended at at) changes nothing a second time.
-//
-// With fence (the drain's lease owner) set, it writes only while fence holds
-// the session's lease and the turn is still running; else nothing at all (no
-// outcome, message, event, usage or notification) and ErrFenced.
-func (s *Store) FinishTurnEmit(ctx context.Context, sid, orchestrator, turnID, fence string, msg *Message, at time.Time, ev *Event, releaseOwner string, u *UsageAdd, kv ...any) (more, watched, released bool, ended *Turn, err error) {
-	m := ""
-	if msg != nil {
-		b, err := json.Marshal(msg)
-		if err != nil {
-			return false, false, false, nil, fmt.Errorf("finish turn %s: %w", turnID, err)
-		}
-		m = string(b)
-	}
-	evb, err := json.Marshal(ev)
-	if err != nil {
-		return false, false, false, nil, fmt.Errorf("finish turn %s: %w", turnID, err)
-	}
-	args := []any{sid, m, ms(at), string(evb), b2s(ev.Sub != "" || ev.Watcher != ""), releaseOwner,
-		s.NotifyChannel(), "session:" + sid, "turn:" + turnID}
-	usageKey := s.k("usage", "")
-	if u != nil {
-		usageKey = s.k("usage", u.Provider)
-		args = append(args, u.InputTokens, u.OutputTokens, u.CostMicroUSD, b2s(u.ClearPause))
-	} else {
-		args = append(args, "", "", "", "")
-	}
-	args = append(args, fence)
-	args = append(args, kv...)
-	res, err := finishEmitScript.Run(ctx, s.scr, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
-		s.BusyKey(orchestrator), s.turnKey(turnID), s.msgsKey(sid), s.sessKey(sid), s.k("sessions", "active"), s.drainsKey(),
-		s.k("events"), s.k("subidx", ev.Session), s.k("subidx", "all"), s.k("lease", sid), usageKey, s.PeerBusyKey(orchestrator)}, args...).Slice()
-	if err != nil {
-		return false, false, false, nil, fmt.Errorf("finish turn %s: %w", turnID, err)
-	}
-	if len(res) == 1 {
-		return false, false, false, nil, fmt.Errorf("finish turn %s: %w", turnID, ErrFenced)
-	}
-	if len(res) < 4 {
-		return false, false, false, nil, fmt.Errorf("finish turn %s: %d values in the answer, want 4", turnID, len(res))
-	}
-	one := func(v any) bool { n, _ := v.(int64); return n == 1 }
-	if m := flatMap(res[3]); len(m) > 0 {
-		ended = turnFrom(m)
-	}
-	return one(res[0]), one(res[1]), one(res[2]), ended, nil
-}
-
-// UsageAdd is a done turn's usage, counted with its outcome (FinishTurnEmit).
+// UsageAdd is a done turn's usage, counted with its outcome (EndTurn).
 type UsageAdd struct {
 	Provider                  string
 	InputTokens, OutputTokens int64

@@ -3,9 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +11,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/oar/relay/embedded"
+	"github.com/oar/relay/internal/testredis"
+	"github.com/oar/relay/internal/testwait"
 	"github.com/oar/relay/redisurl"
 )
 
@@ -33,44 +31,19 @@ type testEnv struct {
 func newEnv(t testing.TB) *testEnv {
 	t.Helper()
 	e := &testEnv{t: t, ctx: context.Background(), prefix: "st" + NewID(6)}
-	url := os.Getenv("REDIS_URL")
-	if os.Getenv("RELAY_TEST_STORE") == "embedded" {
+	switch kind, url := testredis.Pick(t, "store tests"); kind {
+	case testredis.Embedded:
 		// The embedded store (the relay's default) in a data directory of its own.
-		srv, err := embedded.Open(embedded.Options{Dir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.rdb = redis.NewClient(&redis.Options{Addr: srv.Addr(), Password: srv.Password()})
-		t.Cleanup(func() {
-			_ = e.rdb.Close()
-			_ = srv.Close()
-		})
-	} else if url == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true but REDIS_URL is not set: the store tests must run against a real Redis in CI")
-		}
+		e.rdb = testredis.OpenEmbedded(t)
+	case testredis.Local:
 		e.mini = miniredis.RunT(t)
 		e.rdb = redis.NewClient(&redis.Options{Addr: e.mini.Addr()})
 		t.Cleanup(func() { _ = e.rdb.Close() })
-	} else {
-		ru, err := redisurl.Parse(url)
-		if err != nil {
-			t.Fatalf("REDIS_URL: %v", err)
-		}
-		e.rdb = ru.NewClient()
-		ctx, cancel := context.WithTimeout(e.ctx, 3*time.Second)
-		defer cancel()
-		if err := e.rdb.Ping(ctx).Err(); err != nil {
-			_ = e.rdb.Close()
-			t.Fatalf("REDIS_URL %s does not answer (%v): start Redis or unset REDIS_URL to use the embedded server", url, err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := DeleteMatching(ctx, e.rdb, "{"+e.prefix+"*"); err != nil { // its own, and the stores whose prefix starts with it
+	default:
+		e.rdb = testredis.Dial(t, url, func(ctx context.Context, rdb redis.UniversalClient) {
+			if err := DeleteMatching(ctx, rdb, "{"+e.prefix+"*"); err != nil { // its own, and the stores whose prefix starts with it
 				t.Errorf("clean up %s:*: %v", e.prefix, err)
 			}
-			_ = e.rdb.Close()
 		})
 	}
 	e.s = New(e.rdb, e.prefix)
@@ -92,12 +65,7 @@ func (e *testEnv) expire(d time.Duration, gone func() bool) bool {
 		e.mini.FastForward(d)
 		return gone()
 	}
-	for deadline := time.Now().Add(d + time.Second); !gone(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
-	return true
+	return testwait.Poll(d+time.Second, 20*time.Millisecond, gone)
 }
 
 func (e *testEnv) exists(k string) bool {

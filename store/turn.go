@@ -261,6 +261,64 @@ local function reserve(busy, peer, sid, limit, enforce, peerLimit)
 end
 `
 
+// pushKeys are pushScript's KEYS, in order (pushKeyNames names them in the
+// script).
+const (
+	pushQueue    = iota // {relay}:q:<sid>            the session's queue of turn ids
+	pushDrain           // {relay}:drain:<sid>        the session's drain flag
+	pushBusy            // {relay}:busy:<orch>        the orchestrator's busy sessions ({relay}:- when none)
+	pushTurnHash        // {relay}:turn:<id>          the turn hash
+	pushTids            // {relay}:tids               every turn id (zset, by lex)
+	pushMsgs            // {relay}:msgs:<sid>         the session's messages (JSON list)
+	pushSess            // {relay}:sess:<sid>         the session hash
+	pushActive          // {relay}:sessions:active    active sessions by last activity (zset)
+	pushDrains          // {relay}:drains             sessions whose drain flag is set
+	pushQev             // {relay}:qev:<sid>          the queued turns of role event
+	pushWaiting         // {relay}:waiting:<id>       the caller's wait on the turn
+	pushLoop            // {relay}:loop:<caller>      the caller's loop-protection count ({relay}:- when not counted)
+	pushLease           // {relay}:lease:<sid>        the session's drain lease
+	pushCur             // {relay}:cur:<sid>          the session's running turn id
+	pushSubs            // {relay}:subidx:<sid>       the subscriptions naming the session
+	pushSubsAll         // {relay}:subidx:all         the subscriptions to all sessions
+	pushRelays          // {relay}:relays             the pairings (JSON by name)
+	pushUnlock          // {relay}:unlock:<sid>       the relays unlocked in the session's conversation
+	pushBusyPeer        // {relay}:busypeer:<relay>   the paired relay's busy sessions ({relay}:- when none)
+	pushKeys
+)
+
+var pushKeyNames = [pushKeys]string{pushQueue: "queueKey", pushDrain: "drainKey", pushBusy: "busyKey", pushTurnHash: "turnKey",
+	pushTids: "tidsKey", pushMsgs: "msgsKey", pushSess: "sessKey", pushActive: "activeKey", pushDrains: "drainsKey",
+	pushQev: "qevKey", pushWaiting: "waitingKey", pushLoop: "loopKey", pushLease: "leaseKey", pushCur: "curKey",
+	pushSubs: "subsKey", pushSubsAll: "subsAllKey", pushRelays: "relaysKey", pushUnlock: "unlockKey", pushBusyPeer: "busyPeerKey"}
+
+// pushArgs are pushScript's ARGV, in order; the turn's field/value pairs
+// follow them.
+const (
+	pushTurnID     = iota // the turn id
+	pushSID               // the session id
+	pushLimit             // the 4-at-work limit
+	pushEnforce           // enforce (1|0)
+	pushDrainID           // the drain task id
+	pushMsg               // the message JSON
+	pushCreated           // created (ms)
+	pushWaitTTL           // the wait's ttl (ms; 0 = the caller does not wait)
+	pushChannel           // the notify channel
+	pushNote              // the notification ('' = none)
+	pushLoopLimit         // the loop limit
+	pushOwner             // the drain's lease owner ('' = the drain is not started here)
+	pushLeaseTTL          // the lease ttl (ms)
+	pushNow               // now (ms)
+	pushHistory           // how many last messages to return
+	pushUnlockFrom        // the paired relay the prompt came from (lower case, '' = none)
+	pushPeerLimit         // the paired relay's limit
+	pushArgs
+)
+
+var pushArgNames = [pushArgs]string{pushTurnID: "turnID", pushSID: "sid", pushLimit: "limit", pushEnforce: "enforce",
+	pushDrainID: "drainID", pushMsg: "msg", pushCreated: "created", pushWaitTTL: "waitTTL", pushChannel: "channel",
+	pushNote: "note", pushLoopLimit: "loopLimit", pushOwner: "owner", pushLeaseTTL: "leaseTTL", pushNow: "now",
+	pushHistory: "history", pushUnlockFrom: "unlockFrom", pushPeerLimit: "peerLimit"}
+
 // pushScript is PushTurn's and QueueTurn's step. It returns {-2, loop
 // count} (loop protection: nothing was written), {-1} (the 4-at-work cap:
 // nothing was written), {-3} (the paired relay's cap, R18.21: nothing was
@@ -268,116 +326,79 @@ end
 // the caller starts the drain), {1, startDrain's answer} (the drain's first
 // step taken too) or {2, the turn's drainer} (the turn exists: this push ran
 // before and its answer was lost).
-var pushScript = redis.NewScript(`
--- KEYS[1]  = {relay}:q:<sid>            the session's queue of turn ids
--- KEYS[2]  = {relay}:drain:<sid>        the session's drain flag
--- KEYS[3]  = {relay}:busy:<orch>        the orchestrator's busy sessions ({relay}:- when none)
--- KEYS[4]  = {relay}:turn:<id>          the turn hash
--- KEYS[5]  = {relay}:tids               every turn id (zset, by lex)
--- KEYS[6]  = {relay}:msgs:<sid>         the session's messages (JSON list)
--- KEYS[7]  = {relay}:sess:<sid>         the session hash
--- KEYS[8]  = {relay}:sessions:active    active sessions by last activity (zset)
--- KEYS[9]  = {relay}:drains             sessions whose drain flag is set
--- KEYS[10] = {relay}:qev:<sid>          the queued turns of role event
--- KEYS[11] = {relay}:waiting:<id>       the caller's wait on the turn
--- KEYS[12] = {relay}:loop:<caller>      the caller's loop-protection count ({relay}:- when not counted)
--- KEYS[13] = {relay}:lease:<sid>        the session's drain lease
--- KEYS[14] = {relay}:cur:<sid>          the session's running turn id
--- KEYS[15] = {relay}:subidx:<sid>       the subscriptions naming the session
--- KEYS[16] = {relay}:subidx:all         the subscriptions to all sessions
--- KEYS[17] = {relay}:relays             the pairings (JSON by name)
--- KEYS[18] = {relay}:unlock:<sid>       the relays unlocked in the session's conversation
--- KEYS[19] = {relay}:busypeer:<relay>   the paired relay's busy sessions ({relay}:- when none)
--- ARGV[1]  = the turn id
--- ARGV[2]  = the session id
--- ARGV[3]  = the 4-at-work limit
--- ARGV[4]  = enforce (1|0)
--- ARGV[5]  = the drain task id
--- ARGV[6]  = the message JSON
--- ARGV[7]  = created (ms)
--- ARGV[8]  = the wait's ttl (ms; 0 = the caller does not wait)
--- ARGV[9]  = the notify channel
--- ARGV[10] = the notification ('' = none)
--- ARGV[11] = the loop limit
--- ARGV[12] = the drain's lease owner ('' = the drain is not started here)
--- ARGV[13] = the lease ttl (ms)
--- ARGV[14] = now (ms)
--- ARGV[15] = how many last messages to return
--- ARGV[16] = the paired relay the prompt came from (lower case, '' = none)
--- ARGV[17] = the paired relay's limit
--- ARGV[18..] = the turn's field/value pairs
-` + noneLua + capLua + startDrainLua + previewLua + `
-if redis.call('EXISTS', KEYS[4]) == 1 then
+var pushScript = redis.NewScript(noneLua + capLua + startDrainLua + previewLua + luaNames("KEYS", pushKeyNames[:]) + luaNames("ARGV", pushArgNames[:]) + `
+local fieldsFrom = ` + strconv.Itoa(pushArgs+1) + `
+if redis.call('EXISTS', turnKey) == 1 then
   -- This push ran already (its answer was lost and go-redis tried again):
   -- nothing is written twice; the caller learns who took the turn, if anyone.
-  return {2, redis.call('HGET', KEYS[4], 'drainer') or ''}
+  return {2, redis.call('HGET', turnKey, 'drainer') or ''}
 end
 local loop = 0
-if not isnone(KEYS[12]) then
-  loop = tonumber(redis.call('GET', KEYS[12]) or '0')
-  if loop >= tonumber(ARGV[11]) then return {-2, loop} end
+if not isnone(loopKey) then
+  loop = tonumber(redis.call('GET', loopKey) or '0')
+  if loop >= tonumber(loopLimit) then return {-2, loop} end
 end
-local cap = reserve(KEYS[3], KEYS[19], ARGV[2], ARGV[3], ARGV[4], ARGV[17])
+local cap = reserve(busyKey, busyPeerKey, sid, limit, enforce, peerLimit)
 if cap == -1 then return {-1} end
 -- R18.21: the paired relay's conversations together.
 if cap == -2 then return {-3} end
-if not isnone(KEYS[12]) then redis.call('INCR', KEYS[12]) end
-if ARGV[16] ~= '' then
+if not isnone(loopKey) then redis.call('INCR', loopKey) end
+if unlockFrom ~= '' then
   -- R4.4 (b): the paired relay whose agent wrote here is unlocked here (a
   -- mention by the owner stays one).
-  local rel = redis.call('HGETALL', KEYS[17])
+  local rel = redis.call('HGETALL', relaysKey)
   for i = 1, #rel, 2 do
     local ok, p = pcall(cjson.decode, rel[i + 1])
     if ok and type(p) == 'table' then
       local name, self = p['name'], p['remoteName']
-      if (type(name) == 'string' and string.lower(name) == ARGV[16]) or
-         (type(self) == 'string' and string.lower(self) == ARGV[16]) then
-        redis.call('HSETNX', KEYS[18], rel[i], 'agent')
+      if (type(name) == 'string' and string.lower(name) == unlockFrom) or
+         (type(self) == 'string' and string.lower(self) == unlockFrom) then
+        redis.call('HSETNX', unlockKey, rel[i], 'agent')
       end
     end
   end
 end
-if tonumber(ARGV[8]) > 0 then redis.call('SET', KEYS[11], '1', 'PX', ARGV[8]) end
-redis.call('RPUSH', KEYS[6], ARGV[6])
-if redis.call('EXISTS', KEYS[7]) == 1 then
-  redis.call('HSET', KEYS[7], 'last', ARGV[7])
-  setPreview(KEYS[7], ARGV[6])
+if tonumber(waitTTL) > 0 then redis.call('SET', waitingKey, '1', 'PX', waitTTL) end
+redis.call('RPUSH', msgsKey, msg)
+if redis.call('EXISTS', sessKey) == 1 then
+  redis.call('HSET', sessKey, 'last', created)
+  setPreview(sessKey, msg)
 end
-redis.call('ZADD', KEYS[8], 'XX', ARGV[7], ARGV[2])
-redis.call('HSET', KEYS[4], unpack(ARGV, 18))
+redis.call('ZADD', activeKey, 'XX', created, sid)
+redis.call('HSET', turnKey, unpack(ARGV, fieldsFrom))
 local placed = false
 -- qev:SID names the queued turns of role event (the loop below reads it, not
 -- the turns' records: every key a script touches is in its KEYS); it starts
 -- afresh whenever the queue is empty.
-if redis.call('LLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[10]) end
-if redis.call('HGET', KEYS[4], 'role') == 'event' then
-  redis.call('SADD', KEYS[10], ARGV[1])
+if redis.call('LLEN', queueKey) == 0 then redis.call('DEL', qevKey) end
+if redis.call('HGET', turnKey, 'role') == 'event' then
+  redis.call('SADD', qevKey, turnID)
   -- R8.15: an event message is the next prompt: after the events already
   -- waiting at the head, before every other waiting prompt.
-  for _, id in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
-    if redis.call('SISMEMBER', KEYS[10], id) == 0 then
-      redis.call('LINSERT', KEYS[1], 'BEFORE', id, ARGV[1])
+  for _, id in ipairs(redis.call('LRANGE', queueKey, 0, -1)) do
+    if redis.call('SISMEMBER', qevKey, id) == 0 then
+      redis.call('LINSERT', queueKey, 'BEFORE', id, turnID)
       placed = true
       break
     end
   end
 end
-if not placed then redis.call('RPUSH', KEYS[1], ARGV[1]) end
-redis.call('ZADD', KEYS[5], 0, ARGV[1])
+if not placed then redis.call('RPUSH', queueKey, turnID) end
+redis.call('ZADD', tidsKey, 0, turnID)
 local start = 0
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  redis.call('SET', KEYS[2], ARGV[5])
-  redis.call('SADD', KEYS[9], ARGV[2])
+if redis.call('EXISTS', drainKey) == 0 then
+  redis.call('SET', drainKey, drainID)
+  redis.call('SADD', drainsKey, sid)
   start = 1
-  if ARGV[12] ~= '' then
-    local d = startDrain(KEYS[7], KEYS[13], KEYS[14], KEYS[1], KEYS[6], KEYS[15], KEYS[16],
-      ARGV[12], ARGV[13], ARGV[14], KEYS[4], ARGV[1], ARGV[9], 'session:' .. ARGV[2], ARGV[15])
+  if owner ~= '' then
+    local d = startDrain(sessKey, leaseKey, curKey, queueKey, msgsKey, subsKey, subsAllKey,
+      owner, leaseTTL, now, turnKey, turnID, channel, 'session:' .. sid, history)
     -- A started turn published the session's notification already.
-    if d[1] ~= 4 and ARGV[10] ~= '' then redis.call('PUBLISH', ARGV[9], ARGV[10]) end
+    if d[1] ~= 4 and note ~= '' then redis.call('PUBLISH', channel, note) end
     return {1, d}
   end
 end
-if ARGV[10] ~= '' then redis.call('PUBLISH', ARGV[9], ARGV[10]) end
+if note ~= '' then redis.call('PUBLISH', channel, note) end
 return {start}
 `)
 
@@ -542,6 +563,27 @@ func (s *Store) QueueTurn(ctx context.Context, t *Turn, o QueueOpts) (*Queued, e
 }
 
 func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool) (*Queued, error) {
+	args, err := s.pushArgs(t, o, notify)
+	if err != nil {
+		return nil, err
+	}
+	res, err := pushScript.Run(ctx, s.scr, s.pushKeys(t, o), args...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("queue turn %s: %w", t.ID, err)
+	}
+	q, err := queuedFrom(res, t.ID, o.History)
+	if err != nil {
+		return nil, err // a refusal as it is (ErrSessionLimit, …)
+	}
+	if q.Start && q.Drain == nil {
+		s.headHint.Store(t.Session, t.ID) // most likely the head of the queue the drain takes
+	}
+	return q, nil
+}
+
+// pushArgs are pushScript's ARGV for turn t queued with o, the turn's
+// fields after them.
+func (s *Store) pushArgs(t *Turn, o QueueOpts, notify bool) ([]any, error) {
 	from, origin := "", ""
 	if t.From != nil {
 		b, _ := json.Marshal(t.From)
@@ -561,10 +603,6 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool)
 	if o.Waiting > 0 {
 		waitMS = max(o.Waiting.Milliseconds(), 1)
 	}
-	loopKey := ""
-	if o.LoopOf != "" {
-		loopKey = s.k("loop", o.LoopOf)
-	}
 	ttl := int64(0)
 	if o.StartOwner != "" {
 		if o.LeaseTTL <= 0 {
@@ -572,22 +610,18 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool)
 		}
 		ttl = max(o.LeaseTTL.Milliseconds(), 1)
 	}
-	args := []any{t.ID, t.Session, o.Limit, b2s(o.Enforce), o.DrainID, msg, ms(t.CreatedAt), waitMS, s.NotifyChannel(), note,
-		o.LoopLimit, o.StartOwner, ttl, ms(t.CreatedAt), o.History, asciiLower(o.UnlockFrom), o.PeerLimit,
-		"id", t.ID, "session", t.Session, "status", TurnQueued, "role", t.Role, "from", from,
-		"origin", origin, "caller", t.Caller, "created", ms(t.CreatedAt), "text", t.Text}
-	peer := ""
-	if o.PeerLimit > 0 {
-		peer = s.PeerBusyKey(o.Orchestrator)
-	}
-	sid := t.Session
-	res, err := pushScript.Run(ctx, s.scr, []string{s.k("q", sid), s.k("drain", sid),
-		s.BusyKey(o.Orchestrator), s.turnKey(t.ID), s.k("tids"), s.msgsKey(sid), s.sessKey(sid),
-		s.k("sessions", "active"), s.drainsKey(), s.k("qev", sid), s.k("waiting", t.ID), loopKey,
-		s.k("lease", sid), s.k("cur", sid), s.k("subidx", sid), s.k("subidx", "all"), s.k("relays"), s.k("unlock", sid), peer}, args...).Slice()
-	if err != nil {
-		return nil, fmt.Errorf("queue turn %s: %w", t.ID, err)
-	}
+	var a [pushArgs]any
+	a[pushTurnID], a[pushSID], a[pushLimit], a[pushEnforce], a[pushDrainID] = t.ID, t.Session, o.Limit, b2s(o.Enforce), o.DrainID
+	a[pushMsg], a[pushCreated], a[pushWaitTTL], a[pushChannel], a[pushNote] = msg, ms(t.CreatedAt), waitMS, s.NotifyChannel(), note
+	a[pushLoopLimit], a[pushOwner], a[pushLeaseTTL], a[pushNow], a[pushHistory] = o.LoopLimit, o.StartOwner, ttl, ms(t.CreatedAt), o.History
+	a[pushUnlockFrom], a[pushPeerLimit] = asciiLower(o.UnlockFrom), o.PeerLimit
+	return append(a[:], "id", t.ID, "session", t.Session, "status", TurnQueued, "role", t.Role, "from", from,
+		"origin", origin, "caller", t.Caller, "created", ms(t.CreatedAt), "text", t.Text), nil
+}
+
+// queuedFrom reads pushScript's answer (see there) for turn id; history is
+// how many messages the drain's first step was asked for.
+func queuedFrom(res []any, id string, history int) (*Queued, error) {
 	code, _ := res[0].(int64)
 	switch code {
 	case -2:
@@ -597,8 +631,7 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool)
 		return nil, ErrSessionLimit
 	case -3:
 		return nil, ErrPeerSessionLimit
-	}
-	if code == 2 {
+	case 2:
 		d, _ := res[1].(string)
 		return &Queued{Again: true, Drainer: d}, nil
 	}
@@ -609,45 +642,77 @@ func (s *Store) pushTurn(ctx context.Context, t *Turn, o QueueOpts, notify bool)
 			// (the caller starts it the usual way).
 			return q, nil
 		}
-		if q.Drain, err = drainFrom(res[1], o.History); err != nil {
-			return nil, fmt.Errorf("queue turn %s: %w", t.ID, err)
+		var err error
+		if q.Drain, err = drainFrom(res[1], history); err != nil {
+			return nil, fmt.Errorf("queue turn %s: %w", id, err)
 		}
-	}
-	if q.Start && q.Drain == nil {
-		s.headHint.Store(sid, t.ID) // most likely the head of the queue the drain takes
 	}
 	return q, nil
 }
 
+// pushKeys are pushScript's KEYS for turn t queued with o.
+func (s *Store) pushKeys(t *Turn, o QueueOpts) []string {
+	sid := t.Session
+	loopKey := "" // the caller's loop count: none when not counted
+	if o.LoopOf != "" {
+		loopKey = s.k("loop", o.LoopOf)
+	}
+	var k [pushKeys]string
+	k[pushQueue], k[pushDrain], k[pushBusy], k[pushTurnHash] = s.k("q", sid), s.k("drain", sid), s.BusyKey(o.Orchestrator), s.turnKey(t.ID)
+	k[pushTids], k[pushMsgs], k[pushSess], k[pushActive] = s.k("tids"), s.msgsKey(sid), s.sessKey(sid), s.k("sessions", "active")
+	k[pushDrains], k[pushQev], k[pushWaiting], k[pushLoop] = s.drainsKey(), s.k("qev", sid), s.k("waiting", t.ID), loopKey
+	k[pushLease], k[pushCur], k[pushSubs], k[pushSubsAll] = s.k("lease", sid), s.k("cur", sid), s.k("subidx", sid), s.k("subidx", "all")
+	k[pushRelays], k[pushUnlock] = s.k("relays"), s.k("unlock", sid)
+	if o.PeerLimit > 0 {
+		k[pushBusyPeer] = s.PeerBusyKey(o.Orchestrator)
+	}
+	return k[:]
+}
+
+// popKeys are popScript's KEYS, in order (popKeyNames names them in the
+// script).
+const (
+	popQueue    = iota // {relay}:q:<sid>           the session's queue of turn ids
+	popCur             // {relay}:cur:<sid>         the session's running turn id
+	popDrain           // {relay}:drain:<sid>       the session's drain flag
+	popBusy            // {relay}:busy:<orch>       the orchestrator's busy sessions ({relay}:- when none)
+	popDrains          // {relay}:drains            sessions whose drain flag is set
+	popBusyPeer        // {relay}:busypeer:<relay>  the paired relay's busy sessions ({relay}:- when none)
+	popTurnHash        // {relay}:turn:<expect>     the turn expected at the head ({relay}:- when none)
+	popKeys
+)
+
+var popKeyNames = [popKeys]string{popQueue: "queueKey", popCur: "curKey", popDrain: "drainKey", popBusy: "busyKey",
+	popDrains: "drainsKey", popBusyPeer: "busyPeerKey", popTurnHash: "turnKey"}
+
+// popArgs are popScript's ARGV, in order.
+const (
+	popSID     = iota // the session id
+	popNow            // now (ms)
+	popExpect         // the turn id expected at the head ('' = none)
+	popDrainer        // the drainer ('' = not recorded)
+	popArgs
+)
+
+var popArgNames = [popArgs]string{popSID: "sid", popNow: "now", popExpect: "expect", popDrainer: "drainer"}
+
 // popScript is PopTurnBy's step. Another turn at the head comes back as
 // {its id}, nothing written: the caller asks again naming it (every key a
 // script touches is in its KEYS).
-var popScript = redis.NewScript(`
--- KEYS[1] = {relay}:q:<sid>           the session's queue of turn ids
--- KEYS[2] = {relay}:cur:<sid>         the session's running turn id
--- KEYS[3] = {relay}:drain:<sid>       the session's drain flag
--- KEYS[4] = {relay}:busy:<orch>       the orchestrator's busy sessions ({relay}:- when none)
--- KEYS[5] = {relay}:drains            sessions whose drain flag is set
--- KEYS[6] = {relay}:busypeer:<relay>  the paired relay's busy sessions ({relay}:- when none)
--- KEYS[7] = {relay}:turn:<expect>     the turn expected at the head ({relay}:- when none)
--- ARGV[1] = the session id
--- ARGV[2] = now (ms)
--- ARGV[3] = the turn id expected at the head ('' = none)
--- ARGV[4] = the drainer ('' = not recorded)
-` + noneLua + `
-local head = redis.call('LINDEX', KEYS[1], 0)
-if head and head ~= ARGV[3] then return {head} end
-local id = redis.call('LPOP', KEYS[1])
+var popScript = redis.NewScript(noneLua + luaNames("KEYS", popKeyNames[:]) + luaNames("ARGV", popArgNames[:]) + `
+local head = redis.call('LINDEX', queueKey, 0)
+if head and head ~= expect then return {head} end
+local id = redis.call('LPOP', queueKey)
 if not id then
-  redis.call('DEL', KEYS[3])
-  redis.call('SREM', KEYS[5], ARGV[1])
-  if not isnone(KEYS[4]) then redis.call('SREM', KEYS[4], ARGV[1]) end
-  if not isnone(KEYS[6]) then redis.call('SREM', KEYS[6], ARGV[1]) end
+  redis.call('DEL', drainKey)
+  redis.call('SREM', drainsKey, sid)
+  if not isnone(busyKey) then redis.call('SREM', busyKey, sid) end
+  if not isnone(busyPeerKey) then redis.call('SREM', busyPeerKey, sid) end
   return false
 end
-redis.call('SET', KEYS[2], id)
-redis.call('HSET', KEYS[7], 'status', 'running', 'started', ARGV[2])
-if ARGV[4] and ARGV[4] ~= '' then redis.call('HSET', KEYS[7], 'drainer', ARGV[4]) end
+redis.call('SET', curKey, id)
+redis.call('HSET', turnKey, 'status', 'running', 'started', now)
+if drainer and drainer ~= '' then redis.call('HSET', turnKey, 'drainer', drainer) end
 return id
 `)
 
@@ -666,8 +731,12 @@ func (s *Store) PopTurnBy(ctx context.Context, sid, orchestrator string, now tim
 		if expect != "" {
 			tkey = s.turnKey(expect)
 		}
-		v, err := popScript.Run(ctx, s.scr, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
-			s.BusyKey(orchestrator), s.drainsKey(), s.PeerBusyKey(orchestrator), tkey}, sid, ms(now), expect, drainer).Result()
+		var k [popKeys]string
+		k[popQueue], k[popCur], k[popDrain], k[popDrains] = s.k("q", sid), s.k("cur", sid), s.k("drain", sid), s.drainsKey()
+		k[popBusy], k[popBusyPeer], k[popTurnHash] = s.BusyKey(orchestrator), s.PeerBusyKey(orchestrator), tkey
+		var a [popArgs]any
+		a[popSID], a[popNow], a[popExpect], a[popDrainer] = sid, ms(now), expect, drainer
+		v, err := popScript.Run(ctx, s.scr, k[:], a[:]...).Result()
 		if errors.Is(err, redis.Nil) {
 			return "", nil
 		}
@@ -684,41 +753,9 @@ func (s *Store) PopTurnBy(ctx context.Context, sid, orchestrator string, now tim
 	return "", fmt.Errorf("pop turn %s: the queue's head kept changing", sid)
 }
 
-// finishScript is FinishTurn's step.
-var finishScript = redis.NewScript(`
--- KEYS[1]  = {relay}:q:<sid>            the session's queue of turn ids
--- KEYS[2]  = {relay}:cur:<sid>          the session's running turn id
--- KEYS[3]  = {relay}:drain:<sid>        the session's drain flag
--- KEYS[4]  = {relay}:busy:<orch>        the orchestrator's busy sessions ({relay}:- when none)
--- KEYS[5]  = {relay}:turn:<id>          the turn hash
--- KEYS[6]  = {relay}:msgs:<sid>         the session's messages (JSON list)
--- KEYS[7]  = {relay}:sess:<sid>         the session hash
--- KEYS[8]  = {relay}:sessions:active    active sessions by last activity (zset)
--- KEYS[9]  = {relay}:drains             sessions whose drain flag is set
--- KEYS[10] = {relay}:lease:<sid>        the session's drain lease
--- KEYS[11] = {relay}:busypeer:<relay>   the paired relay's busy sessions ({relay}:- when none)
--- ARGV[1]  = the session id
--- ARGV[2]  = the message JSON ('' = none)
--- ARGV[3]  = at (ms): the turn's 'ended'
--- ARGV[4]  = the fence: the drain's lease owner ('' = none)
--- ARGV[5..] = the turn's field/value pairs
-` + noneLua + fenceLua + endTurnLua + `
-if ARGV[4] ~= '' and redis.call('HGET', KEYS[5], 'ended') == ARGV[3] then
-  -- This step already ran (its answer was lost and it is tried again, by
-  -- this drain): it changes nothing a second time, and is not fenced.
-  if redis.call('LLEN', KEYS[1]) > 0 then return 1 end
-  return 0
-end
-if fenced(KEYS[10], KEYS[5], ARGV[4]) then
-  return -1
-end
-if #ARGV >= 6 then redis.call('HSET', KEYS[5], unpack(ARGV, 5)) end
-return endTurn(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[11], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], ARGV[1], ARGV[2], ARGV[3])
-`)
-
 // endTurnLua defines endTurn(q, cur, drain, busy, busypeer, turn, msgs, sess,
-// active, drains, sid, msg, at), the end of a turn both FinishTurn and
-// FinishTurnEmit write once the turn's fields are set: the session's current
+// active, drains, sid, msg, at), the end of a turn EndTurn writes once the
+// turn's fields are set: the session's current
 // turn cleared (when it is this one), the message appended (msg "" = none),
 // the session's last activity moved to at (ms), and, when nothing more is
 // queued, the drain flag and the busy (4-at-work) and peer-busy entries
@@ -782,35 +819,6 @@ end
 // the session over (this one was paused, or cut off from Redis, past the
 // lease). Nothing was written.
 var ErrFenced = errors.New("the session's lease is no longer this drain's")
-
-// FinishTurn writes a turn's end (fields as key/value pairs), appends the
-// message it leaves in the conversation (nil for none), moves the session's
-// last activity and clears its current turn, in one step. It returns whether
-// more turns are queued (the drain flag then stays set and the caller
-// enqueues the next drain). With fence (the drain's lease owner) set, it
-// writes only while fence holds the session's lease and the turn is still
-// running; else nothing, and ErrFenced.
-func (s *Store) FinishTurn(ctx context.Context, sid, orchestrator, turnID, fence string, msg *Message, at time.Time, kv ...any) (bool, error) {
-	m := ""
-	if msg != nil {
-		b, err := json.Marshal(msg)
-		if err != nil {
-			return false, fmt.Errorf("finish turn %s: %w", turnID, err)
-		}
-		m = string(b)
-	}
-	args := append([]any{sid, m, ms(at), fence}, kv...)
-	r, err := finishScript.Run(ctx, s.scr, []string{s.k("q", sid), s.k("cur", sid), s.k("drain", sid),
-		s.BusyKey(orchestrator), s.turnKey(turnID), s.msgsKey(sid), s.sessKey(sid), s.k("sessions", "active"), s.drainsKey(),
-		s.k("lease", sid), s.PeerBusyKey(orchestrator)}, args...).Int()
-	if err != nil {
-		return false, fmt.Errorf("finish turn %s: %w", turnID, err)
-	}
-	if r == -1 {
-		return false, fmt.Errorf("finish turn %s: %w", turnID, ErrFenced)
-	}
-	return r == 1, nil
-}
 
 // requeueScript is RequeueTurnBy's step.
 var requeueScript = redis.NewScript(`

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oar/relay/internal/testwait"
 	"github.com/oar/relay/store"
 )
 
@@ -115,25 +116,19 @@ func TestWatchEndsTheOutage(t *testing.T) {
 	}()
 	slog.New(h).Error("x failed", "err", refused())
 	deadline := time.Now().Add(20 * time.Second)
-	for pings.Load() < 3 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Poll(time.Until(deadline), 5*time.Millisecond, func() bool { return pings.Load() >= 3 })
 	if !h.Down() || strings.Contains(buf.String(), "reachable") {
 		t.Fatalf("ended while the probe fails:\n%s", buf.String())
 	}
 	fail.Store(0)
-	for h.Down() && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Poll(time.Until(deadline), 5*time.Millisecond, func() bool { return !h.Down() })
 	if !strings.Contains(buf.String(), `msg="store reachable again"`) {
 		t.Fatalf("no end line:\n%s", buf.String())
 	}
 	// Between outages Watch waits for the next one (no ticks); the next one
 	// is probed and ended too.
 	slog.New(h).Error("y failed", "err", refused())
-	for h.Down() && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Poll(time.Until(deadline), 5*time.Millisecond, func() bool { return !h.Down() })
 	cancel()
 	<-done
 	if n := strings.Count(buf.String(), `msg="store reachable again"`); n != 2 {

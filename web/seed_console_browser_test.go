@@ -13,7 +13,9 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/oar/relay/config"
+	"github.com/oar/relay/internal/testwait"
 	"github.com/oar/relay/relaytest"
+	"github.com/oar/relay/store"
 )
 
 // The console's parts the feature page describes (issue 21 items 13–16):
@@ -54,29 +56,29 @@ func runTool(t *testing.T, r *relaytest.Relay, s relaytest.Session, tool map[str
 		tool["relay"] = "this"
 	}
 	mid := r.Message(s.ID, relaytest.Script(map[string]any{"tool": tool}))
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		tr := r.Turn(mid)
+	var tr *store.Turn
+	if !testwait.Poll(60*time.Second, 50*time.Millisecond, func() bool {
+		tr = r.Turn(mid)
 		if tr.Status == "done" || tr.Status == "error" || tr.Status == "stopped" {
-			if tr.Status != "done" {
-				t.Fatalf("turn of %s ended %s: %s", s.ID, tr.Status, tr.Error)
-			}
-			res := relaytest.ToolResults(tr.Reply)
-			if len(res) != 1 {
-				t.Fatalf("the turn's reply holds %d tool results, want 1: %q", len(res), tr.Reply)
-			}
-			return res[0]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("turn %s of %s still %s after 60 s", mid, s.ID, tr.Status)
+			return true
 		}
 		for _, c := range r.Cards() {
 			if c["session"] == s.ID {
 				r.Decide(c["id"].(string), "allow")
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("turn %s of %s still %s after 60 s", mid, s.ID, tr.Status)
 	}
+	if tr.Status != "done" {
+		t.Fatalf("turn of %s ended %s: %s", s.ID, tr.Status, tr.Error)
+	}
+	res := relaytest.ToolResults(tr.Reply)
+	if len(res) != 1 {
+		t.Fatalf("the turn's reply holds %d tool results, want 1: %q", len(res), tr.Reply)
+	}
+	return res[0]
 }
 
 // mustOK fails the test unless res is a successful tool result.

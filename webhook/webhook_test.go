@@ -12,6 +12,7 @@ import (
 
 	"github.com/oar/relay"
 	"github.com/oar/relay/config"
+	"github.com/oar/relay/internal/testwait"
 	"github.com/oar/relay/metrics"
 )
 
@@ -78,12 +79,8 @@ func counted(t *testing.T, m *metrics.Metrics, result string) float64 {
 // waitCount waits until the counter reaches want (the delivery's last step).
 func waitCount(t *testing.T, m *metrics.Metrics, result string, want float64) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for counted(t, m, result) < want {
-		if time.Now().After(deadline) {
-			t.Fatalf("relay_notify_webhook_total{result=%q} = %v, want %v", result, counted(t, m, result), want)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !testwait.Poll(15*time.Second, 5*time.Millisecond, func() bool { return counted(t, m, result) >= want }) {
+		t.Fatalf("relay_notify_webhook_total{result=%q} = %v, want %v", result, counted(t, m, result), want)
 	}
 }
 

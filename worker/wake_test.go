@@ -14,6 +14,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/oar/relay/internal/testwait"
 	"github.com/oar/relay/jobs"
 	"github.com/oar/relay/redisurl"
 	"github.com/oar/relay/store"
@@ -88,10 +89,8 @@ func (w *Waker) blockedNow() bool {
 // waitIdle waits (5 s at most) until the processor is blocked and more, when not nil, holds.
 func waitIdle(t *testing.T, w *Waker, more func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !w.blockedNow() || more != nil && !more(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the processor did not block within 5 s: %+v", w.Stats())
-		}
+	if !testwait.Poll(5*time.Second, time.Millisecond, func() bool { return w.blockedNow() && (more == nil || more()) }) {
+		t.Fatalf("the processor did not block within 5 s: %+v", w.Stats())
 	}
 }
 
@@ -138,11 +137,7 @@ func TestWakeUpPath(t *testing.T) {
 		wk.Shutdown()
 		srv.Shutdown()
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for !wk.ready.Load() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if !wk.ready.Load() {
+	if !testwait.Poll(5*time.Second, 10*time.Millisecond, wk.ready.Load) {
 		t.Fatal("the wake subscription was not confirmed within 5 s")
 	}
 	if redisurl.IsCluster(rdb) {

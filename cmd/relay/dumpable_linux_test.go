@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/oar/relay/internal/testwait"
 )
 
 // R18.17: an exec agent, running as the relay's own user, tries to read the
@@ -100,22 +102,15 @@ func TestAgentCannotReadRelayEnviron(t *testing.T) {
 		return resp.StatusCode
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for api("GET", "/healthz", "", nil) != http.StatusOK {
-		if time.Now().After(deadline) {
-			t.Fatalf("relay did not start:\n%s", logs.String())
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !testwait.Poll(30*time.Second, 100*time.Millisecond, func() bool { return api("GET", "/healthz", "", nil) == http.StatusOK }) {
+		t.Fatalf("relay did not start:\n%s", logs.String())
 	}
 	var created struct{ ID string }
 	if st := api("POST", "/api/v1/sessions", `{"provider":"spy","text":"look around"}`, &created); st != http.StatusCreated {
 		t.Fatalf("create session: %d\n%s", st, logs.String())
 	}
 	var reply string
-	for reply == "" {
-		if time.Now().After(deadline) {
-			t.Fatalf("the agent's turn did not end:\n%s", logs.String())
-		}
-		time.Sleep(200 * time.Millisecond)
+	if !testwait.Poll(time.Until(deadline), 200*time.Millisecond, func() bool {
 		var s struct {
 			Messages []struct{ Role, Text string }
 		}
@@ -125,6 +120,9 @@ func TestAgentCannotReadRelayEnviron(t *testing.T) {
 				reply = m.Text
 			}
 		}
+		return reply != ""
+	}) {
+		t.Fatalf("the agent's turn did not end:\n%s", logs.String())
 	}
 	if !strings.Contains(reply, "control:CONTROL_SECRET=visible-to-the-same-user") {
 		t.Fatalf("the control failed: the agent could not read another process of its user, so the test proves nothing:\n%s", reply)

@@ -83,8 +83,14 @@ func newCmd(mode, short string, stderr io.Writer) *cobra.Command {
 		Short: short,
 		Args:  cobra.NoArgs,
 	}
-	// Each command lists only the flags it uses (R18.7).
-	f := cmd.Flags()
+	addModeFlags(cmd.Flags(), mode)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runMode(cmd, mode, stderr) }
+	return cmd
+}
+
+// addModeFlags adds the flags of `relay serve` or `relay worker`: each
+// command lists only the flags it uses (R18.7).
+func addModeFlags(f *pflag.FlagSet, mode string) {
 	if mode == app.ModeServe {
 		f.String("addr", config.DefaultAddr, "listen address of the API ("+config.EnvAddr+")")
 		f.String("public-url", "", "base URL handed to agents and printed at start; default the listen address ("+config.EnvPublicURL+")")
@@ -101,74 +107,103 @@ func newCmd(mode, short string, stderr io.Writer) *cobra.Command {
 	f.String("config", "", "YAML file: providers, folders, settings, timing, limits ("+config.EnvConfig+")")
 	f.String("log-format", "text", "log format: text or json")
 	f.String("log-level", "info", "log level: debug, info, warn or error")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		set := map[string]string{}
-		cmd.Flags().Visit(func(fl *pflag.Flag) {
-			if fl.Name != "log-format" && fl.Name != "log-level" {
-				set[fl.Name] = fl.Value.String()
-			}
-		})
-		env := os.LookupEnv
-		if mode == app.ModeWorker {
-			// A worker takes no API flags; their variables (a compose file
-			// sharing one environment) do not apply to it.
-			env = func(k string) (string, bool) {
-				if k == config.EnvAddr || k == config.EnvPublicURL || k == config.EnvOwnerToken || k == config.EnvOwnerTokenFile {
-					return "", false
-				}
-				return os.LookupEnv(k)
-			}
-		}
-		cfg, err := config.Load(set, env)
-		if err != nil {
-			return usageError{err}
-		}
-		if mode == app.ModeWorker && cfg.RedisURL == "" {
-			// R18.7: a worker on a private in-memory server could never receive work.
-			return usageError{errors.New("relay worker needs --redis or " + config.EnvRedis + ": a worker joins the Redis of a running relay (an in-memory server of its own would never receive work)")}
-		}
-		levelName, _ := cmd.Flags().GetString("log-level")
-		var level slog.Level
-		if err := level.UnmarshalText([]byte(levelName)); err != nil {
-			return usageError{fmt.Errorf("--log-level must be debug, info, warn or error (got %q)", levelName)}
-		}
-		hopts := &slog.HandlerOptions{Level: level}
-		format, _ := cmd.Flags().GetString("log-format")
-		var h slog.Handler
-		switch format {
-		case "json":
-			h = slog.NewJSONHandler(stderr, hopts)
-		case "text":
-			h = slog.NewTextHandler(stderr, hopts)
-		default:
-			return usageError{fmt.Errorf("--log-format must be text or json (got %q)", format)}
-		}
-		log := slog.New(h)
-		if err := nonDumpable(); err != nil {
-			log.Warn("cannot make the relay process non-dumpable: agents running as this user may read its environment", "err", err)
-		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		defer stop()
-		// RELAY_KEY_PREFIX lets several relays (or tests) share one Redis
-		// database or cluster; it is the hash tag of the relay's keys.
-		prefix := os.Getenv("RELAY_KEY_PREFIX")
-		if prefix != "" && !store.ValidPrefix(prefix) {
-			return usageError{fmt.Errorf("RELAY_KEY_PREFIX %q: no braces, spaces or control characters (it is the Redis Cluster hash tag of the relay's keys)", prefix)}
-		}
-		a, err := app.New(cfg, app.Options{Mode: mode, Logger: log, KeyPrefix: prefix})
-		if err != nil {
-			var le *embedded.LockedError
-			if errors.As(err, &le) {
-				return err // R20.2: exit 1, the line names the directory and its process
-			}
-			return usageError{err} // a bad config, or a data file that cannot be read (R20.3)
-		}
-		err = a.Run(ctx)
-		var le *app.ListenError
-		if errors.As(err, &le) {
-			return usageError{err}
-		}
+}
+
+// runMode runs `relay serve` or `relay worker` until a signal: the
+// configuration, the logger, then the process.
+func runMode(cmd *cobra.Command, mode string, stderr io.Writer) error {
+	cfg, err := loadModeConfig(cmd, mode)
+	if err != nil {
 		return err
 	}
-	return cmd
+	log, err := newLogger(cmd, stderr)
+	if err != nil {
+		return err
+	}
+	if err := nonDumpable(); err != nil {
+		log.Warn("cannot make the relay process non-dumpable: agents running as this user may read its environment", "err", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	prefix, err := keyPrefix()
+	if err != nil {
+		return err
+	}
+	a, err := app.New(cfg, app.Options{Mode: mode, Logger: log, KeyPrefix: prefix})
+	if err != nil {
+		var le *embedded.LockedError
+		if errors.As(err, &le) {
+			return err // R20.2: exit 1, the line names the directory and its process
+		}
+		return usageError{err} // a bad config, or a data file that cannot be read (R20.3)
+	}
+	err = a.Run(ctx)
+	var le *app.ListenError
+	if errors.As(err, &le) {
+		return usageError{err}
+	}
+	return err
+}
+
+// loadModeConfig loads the configuration from the flags set and the
+// environment the mode reads (modeEnv).
+func loadModeConfig(cmd *cobra.Command, mode string) (config.Config, error) {
+	set := map[string]string{}
+	cmd.Flags().Visit(func(fl *pflag.Flag) {
+		if fl.Name != "log-format" && fl.Name != "log-level" {
+			set[fl.Name] = fl.Value.String()
+		}
+	})
+	cfg, err := config.Load(set, modeEnv(mode))
+	if err != nil {
+		return config.Config{}, usageError{err}
+	}
+	if mode == app.ModeWorker && cfg.RedisURL == "" {
+		// R18.7: a worker on a private in-memory server could never receive work.
+		return config.Config{}, usageError{errors.New("relay worker needs --redis or " + config.EnvRedis + ": a worker joins the Redis of a running relay (an in-memory server of its own would never receive work)")}
+	}
+	return cfg, nil
+}
+
+// modeEnv is the environment a mode reads: a worker takes no API flags, and
+// their variables (a compose file sharing one environment) do not apply to it.
+func modeEnv(mode string) func(string) (string, bool) {
+	if mode != app.ModeWorker {
+		return os.LookupEnv
+	}
+	return func(k string) (string, bool) {
+		if k == config.EnvAddr || k == config.EnvPublicURL || k == config.EnvOwnerToken || k == config.EnvOwnerTokenFile {
+			return "", false
+		}
+		return os.LookupEnv(k)
+	}
+}
+
+// newLogger is the process's logger on stderr, by --log-level and --log-format.
+func newLogger(cmd *cobra.Command, stderr io.Writer) (*slog.Logger, error) {
+	levelName, _ := cmd.Flags().GetString("log-level")
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(levelName)); err != nil {
+		return nil, usageError{fmt.Errorf("--log-level must be debug, info, warn or error (got %q)", levelName)}
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	format, _ := cmd.Flags().GetString("log-format")
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(stderr, hopts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(stderr, hopts)), nil
+	default:
+		return nil, usageError{fmt.Errorf("--log-format must be text or json (got %q)", format)}
+	}
+}
+
+// keyPrefix is RELAY_KEY_PREFIX, which lets several relays (or tests) share
+// one Redis database or cluster; it is the hash tag of the relay's keys.
+func keyPrefix() (string, error) {
+	prefix := os.Getenv("RELAY_KEY_PREFIX")
+	if prefix != "" && !store.ValidPrefix(prefix) {
+		return "", usageError{fmt.Errorf("RELAY_KEY_PREFIX %q: no braces, spaces or control characters (it is the Redis Cluster hash tag of the relay's keys)", prefix)}
+	}
+	return prefix, nil
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/oar/relay/clock"
+	"github.com/oar/relay/internal/testwait"
 	"github.com/oar/relay/provider"
 	"github.com/oar/relay/store"
 )
@@ -52,17 +53,7 @@ func (e *peerEnd) r3PeerCall(tok, relay, session, action string, args map[string
 // an agent process writes).
 func r3Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.NewTimer(within)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			t.Fatalf("%s: not within %s", what, within)
-		}
-	}
+	testwait.Eventually(t, within, 5*time.Millisecond, cond, "%s: not within %s", what, within)
 }
 
 // r3PlainIn lists every key of the fixture's prefix that holds one of toks
