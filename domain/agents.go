@@ -94,13 +94,8 @@ func callOutcome(out *result, e *Error) string {
 	if out == nil {
 		return "ok"
 	}
-	switch st := out.fields["status"].(type) {
-	case string:
-		if st != "" {
-			return "ok, " + st
-		}
-	case store.TurnStatus: // a prompting action's turn (R7.7)
-		return "ok, " + string(st)
+	if st := out.status(); st != "" { // a prompting action's turn too (R7.7)
+		return "ok, " + st
 	}
 	return "ok"
 }
@@ -164,16 +159,16 @@ func (us *usage) checkAvailable(p provider.Provider, nothing string) *Error {
 
 // agentUsage adds to a provider's usage entry what the agent CLIs report:
 // the cost counted, a pause by a usage or rate limit, an unavailable CLI.
-func (us *usage) agentUsage(ctx context.Context, id string, u map[string]int64, pv map[string]any) {
+func (us *usage) agentUsage(ctx context.Context, id string, u map[string]int64, pv *providerUsage) {
 	if c := u["costMicroUSD"]; c > 0 {
-		pv["counted"].(map[string]any)["costUSD"] = float64(c) / 1e6
+		pv.Counted.CostUSD = float64(c) / 1e6
 	}
 	if reason, at, err := us.st.UsagePaused(ctx, id); err == nil && reason != "" {
-		pv["paused"], pv["pausedReason"], pv["pausedAt"] = true, reason, ts(at)
-		pv["status"] = "paused"
+		pv.Paused, pv.PausedReason, pv.PausedAt = true, some(reason), some(tsPtr(at))
+		pv.Status = "paused"
 	}
 	if in := us.mod.providers[id].Info(); in.Status == provider.StatusUnavailable {
-		pv["status"], pv["statusReason"] = in.Status, in.StatusReason
+		pv.Status, pv.StatusReason = string(in.Status), some(in.StatusReason)
 	}
 }
 

@@ -93,7 +93,7 @@ func (as *asks) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	if concern.ID != c.s.ID {
 		res.session = concern.ID
 	}
-	return res.set("question_id", ak.ID).set("status", "pending"), nil
+	return res.with(&askResult{QuestionID: ak.ID, Status: "pending"}), nil
 }
 
 // askArgs are an ask's arguments, checked, and the session it concerns.
@@ -107,6 +107,37 @@ type askArgs struct {
 // open asks' limits); nothing is written (also the check a paired relay
 // asks before its card, R5.3).
 func (as *asks) checkAsk(ctx context.Context, c *caller, a *args) (*askArgs, *Error) {
+	in, e := askShapes(a)
+	if e != nil {
+		return nil, e
+	}
+	in.concern = c.s
+	if ref, e := a.str("session"); e != nil {
+		return nil, e
+	} else if ref != "" {
+		s, e := as.relay.sessionByRef(ctx, ref)
+		if e != nil {
+			e.Msg = strings.Replace(e.Msg, nothingDone, nothingAsked, 1)
+			return nil, e
+		}
+		in.concern = s
+	}
+	byAsker, inSession, err := as.st.OpenAskCounts(ctx, c.s.ID, in.concern.ID)
+	if err != nil {
+		return nil, internal("checkAsk: OpenAskCounts", err)
+	}
+	if byAsker >= as.opts.Limits.OpenAsksPerConversation {
+		return nil, Errorf(CodeQuestionLimit, "This conversation already has %d open asks, the most allowed; withdraw one or wait for answers. %s", byAsker, nothingAsked)
+	}
+	if inSession >= as.opts.Limits.OpenAsksPerSession {
+		return nil, Errorf(CodeQuestionLimit, "Session %s already has %d open asks, the most allowed. %s", id8(in.concern.ID), inSession, nothingAsked)
+	}
+	return in, nil
+}
+
+// askShapes reads an ask's texts: question, options, recommendation and
+// detail, each within its length.
+func askShapes(a *args) (*askArgs, *Error) {
 	question, e := a.str("question")
 	if e != nil {
 		return nil, e
@@ -117,17 +148,9 @@ func (as *asks) checkAsk(ctx context.Context, c *caller, a *args) (*askArgs, *Er
 	if e := maxChars("question", question, 4000, nothingAsked); e != nil {
 		return nil, e
 	}
-	options, e := a.strs("options")
+	options, e := askOptions(a)
 	if e != nil {
 		return nil, e
-	}
-	if len(options) > 10 {
-		return nil, Errorf(CodeInvalidInput, "options may list at most 10 choices (got %d). %s", len(options), nothingAsked)
-	}
-	for i, o := range options {
-		if e := maxChars(fmt.Sprintf("options[%d]", i), o, 200, nothingAsked); e != nil {
-			return nil, e
-		}
 	}
 	rec, e := a.str("recommendation")
 	if e != nil {
@@ -143,47 +166,35 @@ func (as *asks) checkAsk(ctx context.Context, c *caller, a *args) (*askArgs, *Er
 	if e := maxChars("detail", detail, 16000, nothingAsked); e != nil {
 		return nil, e
 	}
-	concern := c.s
-	if ref, e := a.str("session"); e != nil {
-		return nil, e
-	} else if ref != "" {
-		s, e := as.relay.sessionByRef(ctx, ref)
-		if e != nil {
-			e.Msg = strings.Replace(e.Msg, nothingDone, nothingAsked, 1)
-			return nil, e
-		}
-		concern = s
-	}
-	byAsker, inSession, err := as.st.OpenAskCounts(ctx, c.s.ID, concern.ID)
-	if err != nil {
-		return nil, internal("checkAsk: OpenAskCounts", err)
-	}
-	if byAsker >= as.opts.Limits.OpenAsksPerConversation {
-		return nil, Errorf(CodeQuestionLimit, "This conversation already has %d open asks, the most allowed; withdraw one or wait for answers. %s", byAsker, nothingAsked)
-	}
-	if inSession >= as.opts.Limits.OpenAsksPerSession {
-		return nil, Errorf(CodeQuestionLimit, "Session %s already has %d open asks, the most allowed. %s", id8(concern.ID), inSession, nothingAsked)
-	}
-	return &askArgs{question: question, rec: rec, detail: detail, options: options, concern: concern}, nil
+	return &askArgs{question: question, rec: rec, detail: detail, options: options}, nil
 }
 
-func askView(ak *store.Ask) map[string]any {
-	m := map[string]any{"question_id": ak.ID, "id": ak.ID, "question": ak.Question, "options": nonNil(ak.Options),
-		"status": ak.Status, "session": ak.Session, "createdAt": ts(ak.CreatedAt)}
-	if ak.Recommendation != "" {
-		m["recommendation"] = ak.Recommendation
+// askOptions reads an ask's options: at most 10, each of at most 200 characters.
+func askOptions(a *args) ([]string, *Error) {
+	options, e := a.strs("options")
+	if e != nil {
+		return nil, e
 	}
-	if ak.Detail != "" {
-		m["detail"] = ak.Detail
+	if len(options) > 10 {
+		return nil, Errorf(CodeInvalidInput, "options may list at most 10 choices (got %d). %s", len(options), nothingAsked)
 	}
-	if ak.Status != "pending" {
-		m["answer"] = nilIfEmpty(ak.Answer)
-		m["choice"] = nilIfEmpty(ak.Choice)
-		m["dismissed"] = ak.Status == "dismissed"
-		m["endedAt"] = ts(ak.EndedAt)
-		if ak.Via != "" {
-			m["via"] = ak.Via
+	for i, o := range options {
+		if e := maxChars(fmt.Sprintf("options[%d]", i), o, 200, nothingAsked); e != nil {
+			return nil, e
 		}
+	}
+	return options, nil
+}
+
+func askView(ak *store.Ask) *questionView {
+	m := &questionView{QuestionID: ak.ID, ID: ak.ID, Question: ak.Question, Options: nonNil(ak.Options),
+		Status: ak.Status, Session: ak.Session, CreatedAt: tsPtr(ak.CreatedAt),
+		Recommendation: ak.Recommendation, Detail: ak.Detail}
+	if ak.Status != "pending" {
+		m.Answer, m.Choice = some(strPtr(ak.Answer)), some(strPtr(ak.Choice))
+		m.Dismissed = some(ak.Status == "dismissed")
+		m.EndedAt = some(tsPtr(ak.EndedAt))
+		m.Via = ak.Via
 	}
 	return m
 }
@@ -216,7 +227,7 @@ func (as *asks) listQuestions(ctx context.Context, c *caller, a *args) (*result,
 			}
 		}
 	}
-	list := []any{}
+	list := []*questionView{}
 	open := 0
 	for _, ak := range asks {
 		if only != "" && ak.Session != only {
@@ -227,11 +238,11 @@ func (as *asks) listQuestions(ctx context.Context, c *caller, a *args) (*result,
 		}
 		v := askView(ak)
 		if ak.Asker != c.s.ID {
-			v["askedBy"] = ak.Asker
+			v.AskedBy = some(ak.Asker)
 		}
 		list = append(list, v)
 	}
-	return newResult("", fmt.Sprintf("%d open, %d closed in the last day", open, len(list)-open)).set("questions", list), nil
+	return newResult("", fmt.Sprintf("%d open, %d closed in the last day", open, len(list)-open)).with(&listQuestionsResult{Questions: list}), nil
 }
 
 func (as *asks) withdraw(ctx context.Context, c *caller, a *args) (*result, *Error) {
@@ -282,7 +293,7 @@ func (as *asks) withdraw(ctx context.Context, c *caller, a *args) (*result, *Err
 	if !ok {
 		return nil, Errorf(CodeNotFound, "Ask %s was answered meanwhile. Nothing was done.", id)
 	}
-	return newResult("", ak.ID+" withdrawn").set("question_id", ak.ID).set("status", "withdrawn"), nil
+	return newResult("", ak.ID+" withdrawn").with(&askResult{QuestionID: ak.ID, Status: "withdrawn"}), nil
 }
 
 // Inbox lists the owner's open asks. (An ask closed between the list and
@@ -308,16 +319,14 @@ func (as *asks) Inbox(ctx context.Context) ([]*relay.InboxAsk, error) {
 // peerInboxAsks reads the asks a paired relay's inbox answered (its JSON:
 // the keys InboxAsk knows; any other a relay of another version sends is
 // not kept).
-func peerInboxAsks(list []map[string]any) []*relay.InboxAsk {
+func peerInboxAsks(list []map[string]json.RawMessage) []*relay.InboxAsk {
 	out := make([]*relay.InboxAsk, 0, len(list))
 	for _, m := range list {
 		if m == nil {
 			continue // a null in its list: nothing to show
 		}
 		a := &relay.InboxAsk{}
-		if b, err := json.Marshal(m); err == nil {
-			_ = json.Unmarshal(b, a) // a value of another type is left out
-		}
+		decodeLoose(mustJSON(m), a) // a value of another type is left out
 		out = append(out, a)
 	}
 	return out

@@ -107,7 +107,7 @@ func (us *usage) partnerOf(id string) string {
 }
 
 // capMeters adds a capped provider's meters to its usage entry (R7.3).
-func (us *usage) capMeters(ctx context.Context, id string, pv map[string]any) (bool, error) {
+func (us *usage) capMeters(ctx context.Context, id string, pv *providerUsage) (bool, error) {
 	used, c, ok, err := us.capUse(ctx, id)
 	if err != nil || !ok {
 		return false, err
@@ -115,15 +115,15 @@ func (us *usage) capMeters(ctx context.Context, id string, pv map[string]any) (b
 	if c.Unit == config.CapUSD {
 		used = math.Round(used*100) / 100
 	}
-	pv["tracked"] = true
-	pv["unit"] = c.Unit
-	pv["used"], pv["quota"] = used, c.Amount
-	pv["remaining"] = math.Max(0, c.Amount-used)
-	pv["utilization"] = math.Round(used/c.Amount*1000) / 1000
-	pv["resetsAt"] = ts(monthEnd(us.now()))
-	pv["note"] = "monthly cap set by the owner: used counts what this relay ran on this provider this calendar month (UTC)"
-	if used >= c.Amount && pv["status"] == "ok" {
-		pv["status"] = "cap_reached"
+	pv.Tracked = true
+	pv.Unit = some(string(c.Unit))
+	pv.Used, pv.Quota = some(used), some(c.Amount)
+	pv.Remaining = some(math.Max(0, c.Amount-used))
+	pv.Utilization = some(math.Round(used/c.Amount*1000) / 1000)
+	pv.ResetsAt = some(tsPtr(monthEnd(us.now())))
+	pv.Note = "monthly cap set by the owner: used counts what this relay ran on this provider this calendar month (UTC)"
+	if used >= c.Amount && pv.Status == "ok" {
+		pv.Status = "cap_reached"
 	}
 	return true, nil
 }

@@ -206,23 +206,43 @@ func (cr *creates) parseCreateArgs(ctx context.Context, a *args) (*createArgs, *
 // then provider, model, effort, group and folder, filling in what the agent
 // left out.
 func (cr *creates) checkCreate(ctx context.Context, c *caller, in *createArgs) (*createPlan, *Error) {
-	// Rule limits: one level (R6.2), the cap (R6.1).
-	if c.s.StartedBy != nil && !c.s.MayCreateSessions {
-		return nil, Errorf(CodeForbidden, "This session was started by an agent, and such sessions cannot start sessions themselves unless the owner allows it for this conversation. %s", nothingCreated)
-	}
-	n, err := cr.st.BusyCount(ctx, c.s.ID)
-	if err != nil {
-		return nil, internal("checkCreate: BusyCount", err)
-	}
-	if n >= cr.opts.Limits.ActiveSessions {
-		return nil, Errorf(CodeSessionLimit, "%d sessions this conversation started already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
-			n, cr.opts.Limits.ActiveSessions, nothingCreated)
-	}
-	if e := cr.q.precheckPeerCap(ctx, c.s.ID, cr.rem.startedBy(c), nothingCreated); e != nil {
+	if e := cr.checkCreateLimits(ctx, c); e != nil {
 		return nil, e
 	}
 	pl := &createPlan{provID: in.provID, model: in.model, effort: in.effort, mode: in.mode, need: &cardNeed{}}
-	// What the agent leaves out follows the caller's session.
+	if e := cr.planAgent(c, pl); e != nil {
+		return nil, e
+	}
+	if e := cr.planPlace(ctx, c, in, pl); e != nil {
+		return nil, e
+	}
+	pl.title = in.title
+	if pl.title == "" {
+		pl.title = titleFrom(in.text)
+	}
+	return pl, nil
+}
+
+// checkCreateLimits applies the rule limits: one level (R6.2), the cap
+// (R6.1) and a paired relay's cap.
+func (cr *creates) checkCreateLimits(ctx context.Context, c *caller) *Error {
+	if c.s.StartedBy != nil && !c.s.MayCreateSessions {
+		return Errorf(CodeForbidden, "This session was started by an agent, and such sessions cannot start sessions themselves unless the owner allows it for this conversation. %s", nothingCreated)
+	}
+	n, err := cr.st.BusyCount(ctx, c.s.ID)
+	if err != nil {
+		return internal("checkCreate: BusyCount", err)
+	}
+	if n >= cr.opts.Limits.ActiveSessions {
+		return Errorf(CodeSessionLimit, "%d sessions this conversation started already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
+			n, cr.opts.Limits.ActiveSessions, nothingCreated)
+	}
+	return cr.q.precheckPeerCap(ctx, c.s.ID, cr.rem.startedBy(c), nothingCreated)
+}
+
+// planAgent checks and fills in the new session's provider, model, effort
+// and mode: what the agent leaves out follows the caller's session.
+func (cr *creates) planAgent(c *caller, pl *createPlan) *Error {
 	if pl.provID == "" {
 		pl.provID = c.s.Provider
 		if isExternal(c.s) {
@@ -231,18 +251,18 @@ func (cr *creates) checkCreate(ctx context.Context, c *caller, in *createArgs) (
 		}
 	}
 	if pl.provID == ProviderExternal {
-		return nil, Errorf(CodeInvalidInput, "An agent cannot start an external session: its agent is an MCP client the owner connects. %s", nothingCreated)
+		return Errorf(CodeInvalidInput, "An agent cannot start an external session: its agent is an MCP client the owner connects. %s", nothingCreated)
 	}
 	p, e := cr.mod.provider(pl.provID, nothingCreated)
 	if e != nil {
-		return nil, e
+		return e
 	}
 	if e := cr.use.checkAvailable(p, nothingCreated); e != nil { // R17.1
-		return nil, e
+		return e
 	}
 	pl.info = p.Info()
 	if pl.modelNote, e = cr.mod.checkModel(pl.info, pl.model, nothingCreated, true); e != nil {
-		return nil, e
+		return e
 	}
 	if pl.model == "" {
 		pl.model = pl.info.DefaultModel
@@ -251,7 +271,7 @@ func (cr *creates) checkCreate(ctx context.Context, c *caller, in *createArgs) (
 		}
 	}
 	if e := cr.mod.checkEffort(pl.info, pl.effort, nothingCreated); e != nil {
-		return nil, e
+		return e
 	}
 	if pl.effort == "" && contains(pl.info.Efforts, c.s.Effort) {
 		pl.effort = c.s.Effort
@@ -259,25 +279,27 @@ func (cr *creates) checkCreate(ctx context.Context, c *caller, in *createArgs) (
 	if pl.mode == "" {
 		pl.mode = firstNonEmpty(c.s.Mode, "agent")
 	}
+	return nil
+}
+
+// planPlace checks and fills in the new session's group, repo and folder.
+func (cr *creates) planPlace(ctx context.Context, c *caller, in *createArgs, pl *createPlan) *Error {
+	var e *Error
 	if in.groupRef != "" {
 		if pl.group, e = cr.grp.findGroup(ctx, in.groupRef, nothingCreated); e != nil {
-			return nil, e
+			return e
 		}
 	}
 	if e := cr.checkRepo(ctx, in, pl); e != nil { // R24.4
-		return nil, e
+		return e
 	}
 	if pl.cwd, e = cr.checkFolder(in.cwd, nothingCreated); e != nil {
-		return nil, e
+		return e
 	}
 	if pl.cwd == "" && pl.repo == nil {
 		pl.cwd = firstNonEmpty(c.s.Cwd, cr.opts.DefaultCwd)
 	}
-	pl.title = in.title
-	if pl.title == "" {
-		pl.title = titleFrom(in.text)
-	}
-	return pl, nil
+	return nil
 }
 
 // cardCreate asks the owner when a card is needed: the conversation's first
@@ -349,29 +371,21 @@ func (cr *creates) applyCreate(ctx context.Context, c *caller, in *createArgs, p
 		return nil, internalAfter(err, done)
 	}
 	res := newResult(s.ID, "")
-	cr.q.turnResult(ctx, res, t)
+	pr := cr.q.turnResult(ctx, res, t)
 	res.what = fmt.Sprintf("%q, %s", pl.title, res.what)
-	res.set("provider", pl.provID).set("model", pl.model).set("mode", pl.mode).set("effort", pl.effort).set("title", pl.title)
+	pr.Provider, pr.Model, pr.Mode, pr.Effort, pr.Title = some(pl.provID), some(pl.model), some(pl.mode), some(pl.effort), some(pl.title)
 	if s.Repo != "" {
-		res.set("repo", s.Repo).set("branch", s.Branch)
+		pr.Repo, pr.Branch = some(s.Repo), some(s.Branch)
 	}
-	if group != nil {
-		role := "member"
-		if group.Head == s.ID {
-			role = "head"
-		}
-		res.set("group", map[string]any{"id": group.ID, "name": cr.grp.groupName(ctx, group), "role": role})
-	} else {
-		res.set("group", nil)
-	}
+	pr.Group = some(cr.grp.groupRefOf(ctx, group, s.ID))
 	if groupWarning != "" {
-		res.set("groupWarning", groupWarning).set("note", "The session was created but did not land in a group; tell the owner.")
+		pr.GroupWarning, pr.Note = groupWarning, "The session was created but did not land in a group; tell the owner."
 		res.what += " (no group: " + groupWarning + ")"
-	} else if in.note != "" {
-		res.set("note", in.note)
+	} else {
+		pr.Note = in.note
 	}
 	if pl.modelNote != "" {
-		res.note("modelNote", pl.modelNote)
+		pr.ModelNote = joinNote(pr.ModelNote, pl.modelNote)
 	}
 	return res, nil
 }

@@ -110,12 +110,12 @@ func (gr *groups) allGroups(ctx context.Context) ([]groupInfo, error) {
 }
 
 // groupList is relay_info's groups: only groups with sessions, most recent first (R7.2).
-func (gr *groups) groupList(ctx context.Context, max int) ([]any, int, error) {
+func (gr *groups) groupList(ctx context.Context, max int) ([]groupBrief, int, error) {
 	all, err := gr.allGroups(ctx)
 	if err != nil {
 		return nil, 0, err
 	}
-	out := []any{}
+	out := []groupBrief{}
 	total := 0
 	for _, gi := range all {
 		if gi.members == 0 {
@@ -123,7 +123,7 @@ func (gr *groups) groupList(ctx context.Context, max int) ([]any, int, error) {
 		}
 		total++
 		if len(out) < max {
-			out = append(out, map[string]any{"id": gi.g.ID, "name": gi.name, "memberCount": gi.members})
+			out = append(out, groupBrief{ID: gi.g.ID, Name: gi.name, MemberCount: gi.members})
 		}
 	}
 	return out, total, nil
@@ -148,18 +148,18 @@ func (gr *groups) findGroup(ctx context.Context, ref, nothing string) (*store.Gr
 	if len(hits) == 1 {
 		return hits[0].g, nil
 	}
-	list := func(gs []groupInfo) (string, []any) {
+	list := func(gs []groupInfo) (string, []groupBrief) {
 		var parts []string
-		var items []any
+		var items []groupBrief
 		for i, gi := range gs {
 			if i >= 20 {
 				break
 			}
 			parts = append(parts, fmt.Sprintf("%s (%s)", gi.name, gi.g.ID))
-			items = append(items, map[string]any{"id": gi.g.ID, "name": gi.name, "memberCount": gi.members})
+			items = append(items, groupBrief{ID: gi.g.ID, Name: gi.name, MemberCount: gi.members})
 		}
 		if items == nil {
-			items = []any{}
+			items = []groupBrief{}
 		}
 		return strings.Join(parts, ", "), items
 	}
@@ -409,6 +409,18 @@ func (gr *groups) DissolveGroup(ctx context.Context, id string) (*relay.GroupDis
 	}
 	gr.relay.notifyGroups(ctx) // an empty group has no member to announce it
 	return &relay.GroupDissolved{ID: g.ID, Dissolved: true, Ungrouped: members}, nil
+}
+
+// groupRefOf is session sid's group g as a result shows it, nil for none.
+func (gr *groups) groupRefOf(ctx context.Context, g *store.Group, sid string) *groupRef {
+	if g == nil {
+		return nil
+	}
+	role := "member"
+	if g.Head == sid {
+		role = "head"
+	}
+	return &groupRef{ID: g.ID, Name: gr.groupName(ctx, g), Role: role}
 }
 
 func (gr *groups) groupName(ctx context.Context, g *store.Group) string {

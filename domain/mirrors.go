@@ -23,13 +23,24 @@ import (
 // keepMirror records a subscription just made on paired relay p: what the
 // relay answered (sessions with their titles, the options it took, exclude
 // as full ids), the arguments as sent where an older relay says less.
-func (rm *remote) keepMirror(ctx context.Context, c *caller, a *args, p *store.Pairing, env map[string]any) {
-	sm, _ := env["subscription"].(map[string]any)
-	id, _ := sm["id"].(string)
+func (rm *remote) keepMirror(ctx context.Context, c *caller, a *args, p *store.Pairing, env peerAnswer) {
+	var sm answeredSubscription
+	decodeLoose(env["subscription"], &sm)
+	id := sm.ID
 	if !rm.mirrorFree(ctx, p, id, "") {
 		return
 	}
 	sub := &store.Subscription{ID: id, Watcher: c.s.ID, Relay: p.Name, Cursor: "0", CreatedAt: rm.now()}
+	refs := mirrorArgs(sub, a)
+	mirrorAnswered(sub, &sm, refs)
+	if err := rm.st.SaveSubscription(ctx, sub); err != nil {
+		rm.log.Error("keep remote subscription", "relay", p.Name, "sub", id, "err", err)
+	}
+}
+
+// mirrorArgs fills a mirror with the subscribe arguments as sent; it
+// returns the sessions the agent named.
+func mirrorArgs(sub *store.Subscription, a *args) []string {
 	sub.Events, _ = a.strs("events")
 	sub.Exclude, _ = a.strs("exclude")
 	sub.Match, _ = a.str("match")
@@ -44,14 +55,17 @@ func (rm *remote) keepMirror(ctx context.Context, c *caller, a *args, p *store.P
 	if len(refs) == 1 && strings.EqualFold(refs[0], "all") {
 		sub.All = true
 	}
+	return refs
+}
+
+// mirrorAnswered fills a mirror with what the paired relay answered of it.
+func mirrorAnswered(sub *store.Subscription, sm *answeredSubscription, refs []string) {
 	// What the relay answered names the sessions (it resolved the ids), but
 	// never more than the agent asked for: its events are filtered here by
 	// what the subscription itself names (R18.33).
-	if v, ok := sm["sessions"].([]any); ok && !sub.All {
-		for _, x := range v {
-			m, _ := x.(map[string]any)
-			sid, _ := m["id"].(string)
-			title, _ := m["title"].(string)
+	if !sub.All {
+		for _, m := range sm.sessionRefs() {
+			sid, title := m.ID, m.Title
 			if sid != "" && slices.ContainsFunc(refs, func(ref string) bool { return sessionRefMatches(ref, sid) }) {
 				sub.Sessions = append(sub.Sessions, sid)
 				sub.Titles = append(sub.Titles, title)
@@ -64,18 +78,15 @@ func (rm *remote) keepMirror(ctx context.Context, c *caller, a *args, p *store.P
 	if len(sub.Events) == 0 {
 		sub.Events = slices.Clone(defaultEvents) // R8.2, whatever the relay answered
 	}
-	if ex := anyStrings(sm["exclude"]); len(ex) > 0 {
+	if ex := looseStrings(sm.Exclude); len(ex) > 0 {
 		sub.Exclude = ex // full ids: the relay resolved them
 	}
-	sub.Once, _ = sm["once"].(bool)
-	if n, ok := sm["stalledMinutes"].(float64); ok {
-		sub.StalledMinutes = int(n)
+	sub.Once = sm.Once
+	if sm.StalledMinutes != nil {
+		sub.StalledMinutes = int(*sm.StalledMinutes)
 	}
-	if n, ok := sm["heartbeatMinutes"].(float64); ok {
-		sub.HeartbeatMinutes = int(n)
-	}
-	if err := rm.st.SaveSubscription(ctx, sub); err != nil {
-		rm.log.Error("keep remote subscription", "relay", p.Name, "sub", id, "err", err)
+	if sm.HeartbeatMinutes != nil {
+		sub.HeartbeatMinutes = int(*sm.HeartbeatMinutes)
 	}
 }
 
@@ -118,17 +129,6 @@ func (rm *remote) mirrorFree(ctx context.Context, p *store.Pairing, id, moved st
 	return false
 }
 
-func anyStrings(v any) []string {
-	list, _ := v.([]any)
-	var out []string
-	for _, x := range list {
-		if s, ok := x.(string); ok {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
 // sessionRefMatches reports whether a session reference as an agent gave
 // it names session id: the id, or a prefix of 8 or more characters (R3.7).
 func sessionRefMatches(ref, id string) bool {
@@ -152,11 +152,13 @@ func mirrorExcludes(sub *store.Subscription, sid string) bool {
 // heldHere puts into a paired relay's list_subscriptions answer what this
 // relay holds for its subscriptions (R8.23): their digest and quiet hours
 // apply here, so the relay itself never holds any (R8.21).
-func (rm *remote) heldHere(ctx context.Context, p *store.Pairing, env map[string]any) {
-	list, _ := env["subscriptions"].([]any)
-	for _, x := range list {
-		m, _ := x.(map[string]any)
-		id, _ := m["id"].(string)
+func (rm *remote) heldHere(ctx context.Context, p *store.Pairing, env peerAnswer) {
+	list := looseList(env["subscriptions"])
+	changed := false
+	for i, x := range list {
+		var m map[string]json.RawMessage
+		decodeLoose(x, &m)
+		id := rawString(m, "id")
 		if id == "" {
 			continue
 		}
@@ -172,13 +174,17 @@ func (rm *remote) heldHere(ctx context.Context, p *store.Pairing, env map[string
 		_, ended := m["endReason"]
 		switch {
 		case n > 0:
-			m["heldCount"], m["nextDeliveryAt"] = n, ts(due)
+			m["heldCount"], m["nextDeliveryAt"] = mustJSON(n), mustJSON(ts(due))
 		case ended:
 			delete(m, "heldCount")
 			delete(m, "nextDeliveryAt")
 		default:
-			m["heldCount"], m["nextDeliveryAt"] = 0, nil
+			m["heldCount"], m["nextDeliveryAt"] = mustJSON(0), mustJSON(nil)
 		}
+		list[i], changed = mustJSON(m), true
+	}
+	if changed {
+		env["subscriptions"] = mustJSON(list)
 	}
 }
 

@@ -47,21 +47,8 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 			return nil, e
 		}
 	}
-	p, e := r.mod.provider(provID, nothingCreated)
+	info, e := r.ownerAgent(provID, in)
 	if e != nil {
-		return nil, e
-	}
-	if e := r.use.checkAvailable(p, nothingCreated); e != nil && strings.TrimSpace(in.Text) != "" { // R17.1
-		return nil, e
-	}
-	info := p.Info()
-	if _, e := r.mod.checkModel(info, in.Model, nothingCreated, true); e != nil {
-		return nil, e
-	}
-	if e := r.mod.checkEffort(info, in.Effort, nothingCreated); e != nil {
-		return nil, e
-	}
-	if e := checkMode(in.Mode, nothingCreated); e != nil {
 		return nil, e
 	}
 	cwd, repo, e := r.ownerFolder(ctx, provID, in) // a folder, or a repository (R24.4)
@@ -90,17 +77,8 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 	if e := r.ownerWorktree(ctx, repo, s, in.Repo); e != nil {
 		return nil, e
 	}
-	if err := r.st.CreateSession(ctx, s); err != nil {
-		return nil, fmt.Errorf("create session %s: %w", id8(s.ID), err)
-	}
-	r.noteCwd(ctx, s) // relay_info's recentCwds: the owner's sessions too (R24.6)
-	if group != nil {
-		if err := r.grp.joinGroup(ctx, s, group); err != nil {
-			return nil, fmt.Errorf("create session %s in group %s: %w", id8(s.ID), group.ID, err)
-		}
-		if err := r.st.SaveSession(ctx, s); err != nil {
-			return nil, fmt.Errorf("create session %s: %w", id8(s.ID), err)
-		}
+	if err := r.storeOwnerSession(ctx, s, group); err != nil {
+		return nil, err
 	}
 	var turnID string
 	if strings.TrimSpace(in.Text) != "" {
@@ -118,6 +96,49 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 	m.Token = s.Token
 	m.MessageID = turnID // none ("") without a first prompt
 	return m, nil
+}
+
+// ownerAgent checks the provider, model, effort and mode the owner gave a
+// new session; an unavailable provider is refused only with a first prompt
+// (R17.1).
+func (r *Relay) ownerAgent(provID string, in NewSession) (provider.Info, *Error) {
+	p, e := r.mod.provider(provID, nothingCreated)
+	if e != nil {
+		return provider.Info{}, e
+	}
+	if e := r.use.checkAvailable(p, nothingCreated); e != nil && strings.TrimSpace(in.Text) != "" { // R17.1
+		return provider.Info{}, e
+	}
+	info := p.Info()
+	if _, e := r.mod.checkModel(info, in.Model, nothingCreated, true); e != nil {
+		return provider.Info{}, e
+	}
+	if e := r.mod.checkEffort(info, in.Effort, nothingCreated); e != nil {
+		return provider.Info{}, e
+	}
+	if e := checkMode(in.Mode, nothingCreated); e != nil {
+		return provider.Info{}, e
+	}
+	return info, nil
+}
+
+// storeOwnerSession stores a new session of the owner's, in its group if
+// it has one.
+func (r *Relay) storeOwnerSession(ctx context.Context, s *store.Session, group *store.Group) error {
+	if err := r.st.CreateSession(ctx, s); err != nil {
+		return fmt.Errorf("create session %s: %w", id8(s.ID), err)
+	}
+	r.noteCwd(ctx, s) // relay_info's recentCwds: the owner's sessions too (R24.6)
+	if group == nil {
+		return nil
+	}
+	if err := r.grp.joinGroup(ctx, s, group); err != nil {
+		return fmt.Errorf("create session %s in group %s: %w", id8(s.ID), group.ID, err)
+	}
+	if err := r.st.SaveSession(ctx, s); err != nil {
+		return fmt.Errorf("create session %s: %w", id8(s.ID), err)
+	}
+	return nil
 }
 
 // OwnerSession reads one session for the owner (id or prefix).
@@ -338,27 +359,8 @@ func (r *Relay) OwnerPatchSession(ctx context.Context, ref string, p SessionPatc
 	if e != nil {
 		return nil, e
 	}
-	prov, e := r.mod.provider(s.Provider, nothingChanged)
-	if e != nil {
+	if e := r.checkSessionPatch(s, p); e != nil {
 		return nil, e
-	}
-	if p.Mode != nil {
-		if e := checkMode(*p.Mode, nothingChanged); e != nil || *p.Mode == "" {
-			return nil, Errorf(CodeInvalidInput, "mode must be agent, ask or plan. %s", nothingChanged)
-		}
-	}
-	if p.Model != nil {
-		if _, e := r.mod.checkModel(prov.Info(), *p.Model, nothingChanged, false); e != nil {
-			return nil, e
-		}
-	}
-	if p.Effort != nil {
-		if e := r.mod.checkEffort(prov.Info(), *p.Effort, nothingChanged); e != nil {
-			return nil, e
-		}
-	}
-	if p.Title != nil && (strings.TrimSpace(*p.Title) == "" || len(*p.Title) > 200) {
-		return nil, Errorf(CodeInvalidInput, "title must have 1 to 200 characters. %s", nothingChanged)
 	}
 	var move func() error
 	if p.Group.Set {
@@ -366,6 +368,52 @@ func (r *Relay) OwnerPatchSession(ctx context.Context, ref string, p SessionPatc
 			return nil, e
 		}
 	}
+	p.applyTo(s)
+	if move != nil {
+		if err := move(); err != nil {
+			return nil, fmt.Errorf("update session %s: move it to group %q: %w", id8(s.ID), p.Group.Value, err)
+		}
+	}
+	if err := r.st.SaveSession(ctx, s); err != nil {
+		return nil, fmt.Errorf("update session %s: %w", id8(s.ID), err)
+	}
+	r.notify(ctx, "session:"+s.ID) // the owner's console (R19.6)
+	if move != nil {
+		r.notifyGroups(ctx)
+	}
+	return r.SessionDetail(ctx, s, 5)
+}
+
+// checkSessionPatch checks the settings a patch of session s changes, in
+// order: mode, model, effort, title.
+func (r *Relay) checkSessionPatch(s *store.Session, p SessionPatch) *Error {
+	prov, e := r.mod.provider(s.Provider, nothingChanged)
+	if e != nil {
+		return e
+	}
+	if p.Mode != nil {
+		if e := checkMode(*p.Mode, nothingChanged); e != nil || *p.Mode == "" {
+			return Errorf(CodeInvalidInput, "mode must be agent, ask or plan. %s", nothingChanged)
+		}
+	}
+	if p.Model != nil {
+		if _, e := r.mod.checkModel(prov.Info(), *p.Model, nothingChanged, false); e != nil {
+			return e
+		}
+	}
+	if p.Effort != nil {
+		if e := r.mod.checkEffort(prov.Info(), *p.Effort, nothingChanged); e != nil {
+			return e
+		}
+	}
+	if p.Title != nil && (strings.TrimSpace(*p.Title) == "" || len(*p.Title) > 200) {
+		return Errorf(CodeInvalidInput, "title must have 1 to 200 characters. %s", nothingChanged)
+	}
+	return nil
+}
+
+// applyTo writes the patch's settings (but its group) into s.
+func (p SessionPatch) applyTo(s *store.Session) {
 	if p.MayCreateSessions != nil {
 		s.MayCreateSessions = *p.MayCreateSessions
 	}
@@ -381,19 +429,6 @@ func (r *Relay) OwnerPatchSession(ctx context.Context, ref string, p SessionPatc
 	if p.Effort != nil {
 		s.Effort = *p.Effort
 	}
-	if move != nil {
-		if err := move(); err != nil {
-			return nil, fmt.Errorf("update session %s: move it to group %q: %w", id8(s.ID), p.Group.Value, err)
-		}
-	}
-	if err := r.st.SaveSession(ctx, s); err != nil {
-		return nil, fmt.Errorf("update session %s: %w", id8(s.ID), err)
-	}
-	r.notify(ctx, "session:"+s.ID) // the owner's console (R19.6)
-	if move != nil {
-		r.notifyGroups(ctx)
-	}
-	return r.SessionDetail(ctx, s, 5)
 }
 
 // SettingsPatch is the owner's PATCH /settings.

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -14,11 +15,11 @@ import (
 // nullInbox is a paired relay whose inbox answers JSON null.
 type nullInbox struct{ noPeers }
 
-func (nullInbox) Inbox(context.Context, peer.Target, time.Duration) ([]map[string]any, error) {
-	return []map[string]any{nil, {"id": "ask_0123456789ab", "question": "ok?"}}, nil
+func (nullInbox) Inbox(context.Context, peer.Target, time.Duration) ([]map[string]json.RawMessage, error) {
+	return []map[string]json.RawMessage{nil, {"id": json.RawMessage(`"ask_0123456789ab"`), "question": json.RawMessage(`"ok?"`)}}, nil
 }
 
-func (nullInbox) AnswerInbox(context.Context, peer.Target, string, peer.InboxAnswer, time.Duration) (map[string]any, error) {
+func (nullInbox) AnswerInbox(context.Context, peer.Target, string, peer.InboxAnswer, time.Duration) (map[string]json.RawMessage, error) {
 	return nil, nil
 }
 

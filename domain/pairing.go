@@ -116,21 +116,27 @@ func mentioned(text, word string) bool {
 		}
 		start, end := i+j, i+j+len(lw)
 		i = start + 1
-		at := start > 0 && lt[start-1] == '@'
-		if atOnly && !at {
-			continue
+		if mentionAt(lt, start, end, atOnly) {
+			return true
 		}
-		if start > 0 && !at && isWordByte(lt[start-1]) {
-			continue
-		}
-		if end < len(lt) && (isWordByte(lt[end]) || (lt[end] == '.' && end+1 < len(lt) && isWordByte(lt[end+1]))) {
-			continue
-		}
-		if at && start > 1 && isWordByte(lt[start-2]) { // an e-mail address, not a mention
-			continue
-		}
-		return true
 	}
+}
+
+// mentionAt reports whether the word found at lt[start:end] is a mention:
+// a whole word, or after @ (then only, when atOnly), and not an e-mail address.
+func mentionAt(lt string, start, end int, atOnly bool) bool {
+	at := start > 0 && lt[start-1] == '@'
+	switch {
+	case atOnly && !at:
+		return false
+	case start > 0 && !at && isWordByte(lt[start-1]):
+		return false
+	case end < len(lt) && (isWordByte(lt[end]) || (lt[end] == '.' && end+1 < len(lt) && isWordByte(lt[end+1]))):
+		return false
+	case at && start > 1 && isWordByte(lt[start-2]): // an e-mail address, not a mention
+		return false
+	}
+	return true
 }
 
 func isWordByte(b byte) bool {
@@ -172,7 +178,7 @@ func PromptLine(from *store.Ref, local bool) string {
 }
 
 // pairedRelays is list_relays' view of the pairings for a conversation.
-func (r *Relay) pairedRelays(ctx context.Context, sid string) ([]any, int, error) {
+func (r *Relay) pairedRelays(ctx context.Context, sid string) ([]relayEntry, int, error) {
 	ps, err := r.st.Pairings(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -185,7 +191,7 @@ func (r *Relay) pairedRelays(ctx context.Context, sid string) ([]any, int, error
 	if err != nil {
 		return nil, 0, err
 	}
-	out := []any{}
+	out := []relayEntry{}
 	n := 0
 	for _, p := range ps {
 		v := pairingView(p, links)
@@ -193,8 +199,8 @@ func (r *Relay) pairedRelays(ctx context.Context, sid string) ([]any, int, error
 		if open {
 			n++
 		}
-		out = append(out, map[string]any{"name": p.Name, "url": p.URL, "host": p.Host, "online": v.Online, "version": v.Version,
-			"permission": p.Permission, "unlocked": open})
+		out = append(out, relayEntry{Name: p.Name, URL: some(p.URL), Host: some(p.Host), Online: v.Online, Version: v.Version,
+			Permission: p.Permission, Unlocked: open})
 	}
 	return out, n, nil
 }
@@ -222,7 +228,7 @@ func (r *Relay) InboxWithPaired(ctx context.Context) ([]*relay.InboxAsk, []*rela
 	}
 	// Every paired relay at once: one that does not answer costs its timeout, not the sum.
 	type answer struct {
-		asks []map[string]any
+		asks []map[string]json.RawMessage
 		e    *Error
 	}
 	answers := make([]answer, len(ps))
@@ -270,11 +276,7 @@ func (r *Relay) AnswerPairedAsk(ctx context.Context, relayName, id string, in In
 		return nil, e
 	}
 	r.notify(ctx, "inbox") // every open console page drops it (R19.6)
-	if out == nil {
-		out = map[string]any{} // it answered JSON null
-	}
-	out["relay"] = p.Name
-	return out, nil
+	return pairedAnswer(out, p.Name), nil
 }
 
 // anyPairing reports whether at least one relay is paired (an unreadable

@@ -87,8 +87,8 @@ type PeerClient interface {
 	Call(ctx context.Context, to peer.Target, body peer.CallBody, timeout time.Duration) (map[string]any, error)
 	Check(ctx context.Context, to peer.Target, body peer.CallBody, timeout time.Duration) (map[string]json.RawMessage, error)
 	Events(ctx context.Context, to peer.Target, sub, after string, wait, timeout time.Duration) (*peer.Events, error)
-	Inbox(ctx context.Context, to peer.Target, timeout time.Duration) ([]map[string]any, error)
-	AnswerInbox(ctx context.Context, to peer.Target, id string, in peer.InboxAnswer, timeout time.Duration) (map[string]any, error)
+	Inbox(ctx context.Context, to peer.Target, timeout time.Duration) ([]map[string]json.RawMessage, error)
+	AnswerInbox(ctx context.Context, to peer.Target, id string, in peer.InboxAnswer, timeout time.Duration) (map[string]json.RawMessage, error)
 }
 
 // noPeers is the PeerClient of a Relay built without one: no paired relay
@@ -115,11 +115,11 @@ func (n noPeers) Events(_ context.Context, to peer.Target, _, _ string, _, _ tim
 	return nil, n.fail(to)
 }
 
-func (n noPeers) Inbox(_ context.Context, to peer.Target, _ time.Duration) ([]map[string]any, error) {
+func (n noPeers) Inbox(_ context.Context, to peer.Target, _ time.Duration) ([]map[string]json.RawMessage, error) {
 	return nil, n.fail(to)
 }
 
-func (n noPeers) AnswerInbox(_ context.Context, to peer.Target, _ string, _ peer.InboxAnswer, _ time.Duration) (map[string]any, error) {
+func (n noPeers) AnswerInbox(_ context.Context, to peer.Target, _ string, _ peer.InboxAnswer, _ time.Duration) (map[string]json.RawMessage, error) {
 	return nil, n.fail(to)
 }
 
@@ -206,17 +206,18 @@ func (pk *peerLink) link(ctx context.Context, p *store.Pairing, e *Error) {
 }
 
 // peerCall performs an action on a paired relay and returns its envelope.
-func (pk *peerLink) peerCall(ctx context.Context, p *store.Pairing, body PeerCallBody, timeout time.Duration) (map[string]any, *Error) {
+func (pk *peerLink) peerCall(ctx context.Context, p *store.Pairing, body PeerCallBody, timeout time.Duration) (peerAnswer, *Error) {
 	env, err := pk.peers.Call(ctx, peerTarget(p), body, timeout)
 	e := pk.peerDone("call", err)
 	pk.link(ctx, p, e)
 	if e != nil {
 		return nil, e
 	}
-	if _, ok := env["ok"].(bool); !ok {
+	pa := encodedAnswer(env)
+	if found, _ := answerOK(pa); !found {
 		return nil, Errorf(CodeOffline, "Relay %q answered without a result envelope. Nothing is known to have been done.", p.Name)
 	}
-	return env, nil
+	return pa, nil
 }
 
 func (pk *peerLink) peerEvents(ctx context.Context, p *store.Pairing, sub, after string, wait time.Duration) (*PeerEvents, *Error) {

@@ -40,7 +40,7 @@ type (
 // The answer is the result envelope: ok with `check`, or the error the call
 // would have got.
 func (r *Relay) PeerCheck(ctx context.Context, tok string, raw []byte) json.RawMessage {
-	env := map[string]any{}
+	env := map[string]json.RawMessage{}
 	action, c, a, e := r.peerCaller(ctx, tok, raw)
 	var chk *PeerChecked
 	if e == nil {
@@ -58,7 +58,7 @@ func (r *Relay) PeerCheck(ctx context.Context, tok string, raw []byte) json.RawM
 			r.log.Info("peer check refused", "action", action, "from", c.remote.Relay, "code", e.Code)
 		}
 	} else {
-		env["ok"], env["check"] = true, chk
+		env["ok"], env["check"] = json.RawMessage("true"), mustJSON(chk)
 	}
 	b, err := json.Marshal(env)
 	if err != nil {
@@ -224,14 +224,7 @@ func (r *Relay) checkThere(ctx context.Context, p *store.Pairing, body PeerCallB
 		return nil, Errorf(CodeOffline, "Relay %q answered the check without a result envelope. Nothing was done.", p.Name)
 	}
 	if !ok {
-		m := map[string]any{}
-		for k, v := range env {
-			var x any
-			if json.Unmarshal(v, &x) == nil {
-				m[k] = x
-			}
-		}
-		return nil, envError(m)
+		return nil, envError(env)
 	}
 	var chk PeerChecked
 	if err := json.Unmarshal(env["check"], &chk); err != nil {
@@ -248,18 +241,18 @@ func notServed(e *Error, path string) bool {
 }
 
 // envError is the error of a paired relay's failed envelope, its fields kept.
-func envError(env map[string]any) *Error {
-	code, _ := env["code"].(string)
-	msg, _ := env["error"].(string)
+func envError(env peerAnswer) *Error {
+	code, msg := rawString(env, "code"), rawString(env, "error")
 	if code == "" {
 		code = CodeInternal
 	}
 	er := &Error{Code: code, Msg: msg}
 	for k, v := range env {
-		switch k {
-		case "ok", "code", "error":
-		default:
-			er = er.With(k, v)
+		var x any
+		switch {
+		case k == "ok" || k == "code" || k == "error":
+		case json.Unmarshal(v, &x) == nil:
+			er = er.With(k, x)
 		}
 	}
 	return closedPeerError(er) // its code is data, never a label (R18.32)

@@ -340,9 +340,9 @@ func (n *peerNet) Events(ctx context.Context, to peer.Target, sub, after string,
 	return &out, nil
 }
 
-func (n *peerNet) Inbox(ctx context.Context, to peer.Target, timeout time.Duration) ([]map[string]any, error) {
+func (n *peerNet) Inbox(ctx context.Context, to peer.Target, timeout time.Duration) ([]map[string]json.RawMessage, error) {
 	var out struct {
-		Asks []map[string]any `json:"asks"`
+		Asks []map[string]json.RawMessage `json:"asks"`
 	}
 	err := n.serve(ctx, to, "/peer/v1/inbox", nil, timeout, &out, func(ctx context.Context, e *peerEnd, tok string, _ []byte) (int, []byte) {
 		list, err := e.r.PeerInbox(ctx, tok)
@@ -354,8 +354,8 @@ func (n *peerNet) Inbox(ctx context.Context, to peer.Target, timeout time.Durati
 	return out.Asks, nil
 }
 
-func (n *peerNet) AnswerInbox(ctx context.Context, to peer.Target, id string, in peer.InboxAnswer, timeout time.Duration) (map[string]any, error) {
-	var out map[string]any
+func (n *peerNet) AnswerInbox(ctx context.Context, to peer.Target, id string, in peer.InboxAnswer, timeout time.Duration) (map[string]json.RawMessage, error) {
+	var out map[string]json.RawMessage
 	err := n.serve(ctx, to, "/peer/v1/inbox/"+id, in, timeout, &out, func(ctx context.Context, e *peerEnd, tok string, raw []byte) (int, []byte) {
 		var body struct {
 			InboxAnswer

@@ -222,71 +222,110 @@ func (pk *peerLink) pollOnce(ctx context.Context, every time.Duration, st *pollS
 // where digest and quiet hours apply (R8.21). After a lost link, what comes
 // is one message between link_lost and link_restored, each event replayed.
 func (pk *peerLink) pollMirror(ctx context.Context, id string) {
+	sub, p := pk.liveMirror(ctx, id)
+	if sub == nil {
+		return
+	}
+	evs, cursor, ended, ok := pk.readMirror(ctx, sub, p)
+	if !ok {
+		return
+	}
+	if err := pk.offerRemote(ctx, sub, p, evs); err != nil {
+		pk.log.Error("deliver remote events", "relay", p.Name, "sub", sub.ID, "err", err)
+		return // the cursor stays: they come again and are delivered once (R8.12)
+	}
+	pk.advanceMirror(ctx, id, cursor, ended)
+}
+
+// liveMirror reads a mirror to poll and its pairing; nil when there is none
+// to poll. A mirror whose pairing or watcher is gone ends here (R8.19).
+func (pk *peerLink) liveMirror(ctx context.Context, id string) (*store.Subscription, *store.Pairing) {
 	sub, err := pk.st.GetSubscription(ctx, id)
 	if err != nil || sub.EndReason != "" || sub.Relay == "" {
-		return
+		return nil, nil
 	}
 	p, err := pk.st.GetPairing(ctx, sub.Relay)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			pk.relay.endMirror(ctx, sub, "unpaired")
 		}
-		return
+		return nil, nil
 	}
 	// The watcher was archived or deleted: the subscription ends on both sides (R8.19).
 	ws, err := pk.st.GetSession(ctx, sub.Watcher)
 	if (err == nil && ws.Archived) || errors.Is(err, store.ErrNotFound) {
 		pk.relay.remoteUnsubscribe(ctx, p, sub)
 		pk.relay.endMirror(ctx, sub, "archived")
-		return
+		return nil, nil
 	}
-	// Every page there is now is read before anything is offered, so what a
-	// lost link kept comes as one message (R8.21, up to 500 events).
-	cursor, ended := sub.Cursor, ""
-	var evs []store.Event
+	return sub, p
+}
+
+// readMirror reads every page there is now before anything is offered, so
+// what a lost link kept comes as one message (R8.21, up to 500 events). It
+// returns the events taken, the cursor after them and the end reason the
+// relay gave; not ok when nothing is to be offered (the cursor stays).
+func (pk *peerLink) readMirror(ctx context.Context, sub *store.Subscription, p *store.Pairing) (evs []store.Event, cursor, ended string, ok bool) {
+	cursor = sub.Cursor
 	read := 0 // what the relay sent this poll: at most peerPollMax (R18.33)
 	for page := 0; read < peerPollMax; page++ {
 		pe, e := pk.peerEvents(ctx, p, sub.ID, cursor, 0)
 		if e != nil {
-			if e.Code == CodeNotFound {
-				pk.log.Info("remote subscription gone on its relay", "relay", p.Name, "sub", sub.ID)
-				pk.relay.endMirror(ctx, sub, "unsubscribed")
-				return
-			}
-			if page == 0 && sub.LinkDownAt.IsZero() {
-				sub.LinkDownAt = pk.now()
-				if _, err := pk.st.SaveLiveSubscription(ctx, sub); err != nil {
-					pk.log.Warn("mark link down", "sub", sub.ID, "err", err)
-				}
-				pk.log.Warn("link to paired relay lost", "relay", p.Name, "sub", sub.ID, "reason", e.Msg)
-			}
-			return // the cursor stays: the next poll reads it all again
+			pk.mirrorReadFailed(ctx, sub, p, page, e)
+			return nil, "", "", false // the cursor stays: the next poll reads it all again
 		}
 		got := pe.Events
 		if len(got) > peerPollMax-read {
 			got = got[:peerPollMax-read] // a relay that sends more than it may: the rest is lost (R18.33)
 		}
 		read += len(pe.Events)
-		for _, ev := range got {
-			if !mirrorTakes(sub, &ev) {
-				continue // filtered here, whatever the relay sent (R18.33, R8.21's exclude)
-			}
-			// Its ids are that relay's: namespaced, they never name a record here (R18.34).
-			ev.ID = "peer:" + strings.ToLower(p.Name) + ":" + ev.ID
-			ev.Relay, ev.Turn = p.Name, ""
-			ev.Sub, ev.Watcher = sub.ID, "" // the same id on both relays: all_idle and heartbeat lines name it
-			evs = append(evs, ev)
-		}
+		evs = append(evs, mirrorEvents(sub, p, got)...)
 		cursor = pe.Cursor
 		if len(pe.Events) < peerEventsBatch {
 			ended = pe.Ended
 			break
 		}
 	}
-	if err := pk.offerRemote(ctx, sub, p, evs); err != nil {
-		pk.log.Error("deliver remote events", "relay", p.Name, "sub", sub.ID, "err", err)
-		return // the cursor stays: they come again and are delivered once (R8.12)
+	return evs, cursor, ended, true
+}
+
+// mirrorReadFailed handles a failed read of a mirror's events: gone there,
+// the mirror ends; otherwise a first failure marks the link down.
+func (pk *peerLink) mirrorReadFailed(ctx context.Context, sub *store.Subscription, p *store.Pairing, page int, e *Error) {
+	if e.Code == CodeNotFound {
+		pk.log.Info("remote subscription gone on its relay", "relay", p.Name, "sub", sub.ID)
+		pk.relay.endMirror(ctx, sub, "unsubscribed")
+		return
 	}
+	if page == 0 && sub.LinkDownAt.IsZero() {
+		sub.LinkDownAt = pk.now()
+		if _, err := pk.st.SaveLiveSubscription(ctx, sub); err != nil {
+			pk.log.Warn("mark link down", "sub", sub.ID, "err", err)
+		}
+		pk.log.Warn("link to paired relay lost", "relay", p.Name, "sub", sub.ID, "reason", e.Msg)
+	}
+}
+
+// mirrorEvents are the events of a page a mirror takes, as this relay
+// keeps them.
+func mirrorEvents(sub *store.Subscription, p *store.Pairing, got []store.Event) []store.Event {
+	var evs []store.Event
+	for _, ev := range got {
+		if !mirrorTakes(sub, &ev) {
+			continue // filtered here, whatever the relay sent (R18.33, R8.21's exclude)
+		}
+		// Its ids are that relay's: namespaced, they never name a record here (R18.34).
+		ev.ID = "peer:" + strings.ToLower(p.Name) + ":" + ev.ID
+		ev.Relay, ev.Turn = p.Name, ""
+		ev.Sub, ev.Watcher = sub.ID, "" // the same id on both relays: all_idle and heartbeat lines name it
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+// advanceMirror keeps a mirror's cursor after its events were offered, and
+// ends it when its relay ended it.
+func (pk *peerLink) advanceMirror(ctx context.Context, id, cursor, ended string) {
 	fresh, err := pk.st.GetSubscription(ctx, id)
 	if err != nil {
 		return
@@ -427,21 +466,25 @@ func (pk *peerLink) pollAsk(ctx context.Context, a *store.RemoteAsk) {
 	body := PeerCallBody{Action: "list_questions", Args: map[string]json.RawMessage{"session": quoteJSON(a.Session)},
 		Origin: PeerOrigin{Relay: pk.opts.Name, Session: a.Asker, Path: []string{pk.opts.Name}}}
 	env, e := pk.peerCall(ctx, p, body, pk.opts.Timing.PeerTimeout)
-	if e != nil || env["ok"] != true {
+	if _, ok := answerOK(env); e != nil || !ok {
 		a.NextPollAt = pk.now().Add(pk.opts.Timing.AskPollOffline) // every 30 s while it does not answer
 		if err := pk.st.SaveRemoteAsk(ctx, a); err != nil {
 			pk.log.Warn("save remote ask", "ask", a.ID, "err", err)
 		}
 		return
 	}
-	qs, _ := env["questions"].([]any)
-	var q map[string]any
-	for _, x := range qs {
-		if m, ok := x.(map[string]any); ok && m["question_id"] == a.ID {
-			q = m
+	var q *answeredQuestion
+	for _, x := range looseList(env["questions"]) {
+		var m answeredQuestion
+		decodeLoose(x, &m)
+		if m.QuestionID == a.ID {
+			q = &m
 		}
 	}
-	status, _ := q["status"].(string)
+	status := ""
+	if q != nil {
+		status = q.Status
+	}
 	switch {
 	case q == nil || status == "withdrawn":
 		_, _ = pk.st.DeleteRemoteAsk(ctx, a.Relay, a.ID) // ended there (archived, deleted, withdrawn): nobody is told
@@ -457,10 +500,8 @@ func (pk *peerLink) pollAsk(ctx context.Context, a *store.RemoteAsk) {
 			return // another process told the asker
 		}
 		pk.relay.notify(ctx, "inbox") // answered there: the owner's console drops it (R19.4)
-		answer, _ := q["answer"].(string)
-		choice, _ := q["choice"].(string)
-		via, _ := q["via"].(string)
-		via = pk.viaHere(ctx, p, via)
+		answer, choice := q.Answer, q.Choice
+		via := pk.viaHere(ctx, p, q.Via)
 		pk.dl.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: a.Asker, QuestionID: a.ID, Text: a.Question,
 			Answer: answer, Choice: choice, Dismissed: status == "dismissed", Via: via})
 	}

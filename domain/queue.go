@@ -434,26 +434,29 @@ func (tq *turnQueue) endedHere(id string) *store.Turn {
 	return &cp
 }
 
-// turnResult fills the fields every prompting action returns (R7.7, R7.11).
-func (tq *turnQueue) turnResult(ctx context.Context, res *result, t *store.Turn) {
+// turnResult fills the fields every prompting action returns (R7.7, R7.11)
+// and returns them for the action to complete.
+func (tq *turnQueue) turnResult(ctx context.Context, res *result, t *store.Turn) *promptResult {
 	status := t.Status
 	if status == store.TurnRunning && t.Question != "" {
 		status = "question" // what the agent sees: the turn waits on a question card (R7.11)
 	}
-	res.set("status", status).set("session", t.Session).set("message_id", t.ID).set("openUrl", tq.relay.openURL(ctx, t.Session))
+	u, _ := tq.relay.openURL(ctx, t.Session).(string)
+	pr := &promptResult{Status: status, Session: t.Session, MessageID: t.ID, OpenURL: strPtr(u)}
+	res.body = pr
 	switch status {
 	case store.TurnDone:
-		res.set("reply", map[string]any{"text": t.Reply, "model": t.ReplyModel})
+		pr.Reply = &turnReply{Text: t.Reply, Model: t.ReplyModel}
 		if t.ModelAsked != "" && t.ReplyModel != "" && t.ModelAsked != t.ReplyModel { // R7.13
-			res.note("modelNote", fmt.Sprintf("The turn ran on model '%s', not on '%s' as asked: the provider chose it.", t.ReplyModel, t.ModelAsked))
+			pr.ModelNote = fmt.Sprintf("The turn ran on model '%s', not on '%s' as asked: the provider chose it.", t.ReplyModel, t.ModelAsked)
 		}
 		res.what = fmt.Sprintf("done, reply %d chars", utf8.RuneCountInString(t.Reply))
 	case store.TurnError:
-		res.set("turnError", t.Error)
+		pr.TurnError = some(t.Error)
 		res.what = "error: " + t.Error
 	case "question":
 		qs, _ := tq.reads.pendingQuestions(ctx, t.Session)
-		res.set("pendingQuestions", qs)
+		pr.PendingQuestions = some(qs)
 		res.what = "waiting on a question"
 	case store.TurnRunning:
 		// R7.11: what the reply has so far, its last 2,000 characters.
@@ -461,11 +464,12 @@ func (tq *turnQueue) turnResult(ctx context.Context, res *result, t *store.Turn)
 		if len(p) > 2000 {
 			p = p[len(p)-2000:]
 		}
-		res.set("partial", string(p))
+		pr.Partial = some(string(p))
 		res.what = string(status)
 	default:
 		res.what = string(status)
 	}
+	return pr
 }
 
 // groupLine names a card's group: "Group: NAME (ID)", or "(new)" for one to create.
@@ -551,10 +555,7 @@ func (tq *turnQueue) wait(ctx context.Context, c *caller, a *args) (*result, *Er
 		return nil, internal("wait: waitTurn", err)
 	}
 	res := newResult(s.ID, "")
-	tq.turnResult(ctx, res, t)
-	if note != "" {
-		res.set("note", note)
-	}
+	tq.turnResult(ctx, res, t).Note = note
 	return res, nil
 }
 

@@ -43,7 +43,7 @@ type readsHost interface {
 	views(ctx context.Context, ss []*store.Session) ([]*view, error)
 	targets
 	settings(ctx context.Context) (store.Settings, error)
-	pairedRelays(ctx context.Context, sid string) ([]any, int, error)
+	pairedRelays(ctx context.Context, sid string) ([]relayEntry, int, error)
 }
 
 // Sessions names several sessions in one read (the reads' door for web).
@@ -74,11 +74,11 @@ func (rd *reads) listRelays(ctx context.Context, c *caller, a *args) (*result, *
 	if err != nil {
 		return nil, internal("listRelays: settings", err)
 	}
-	relays := []any{}
+	relays := []relayEntry{}
 	unlocked := 0
 	if st.AgentSessions {
-		relays = append(relays, map[string]any{"name": rd.opts.Name, "self": true, "online": true,
-			"version": rd.opts.Version, "permission": "full", "unlocked": true})
+		relays = append(relays, relayEntry{Name: rd.opts.Name, Self: true, Online: true,
+			Version: rd.opts.Version, Permission: "full", Unlocked: true})
 		unlocked++
 	}
 	paired, n, err := rd.relay.pairedRelays(ctx, c.s.ID)
@@ -88,9 +88,8 @@ func (rd *reads) listRelays(ctx context.Context, c *caller, a *args) (*result, *
 	relays = append(relays, paired...)
 	unlocked += n
 	res := newResult("", fmt.Sprintf("%s, %d unlocked", plural(len(relays), "relay", "relays"), unlocked))
-	res.set("self", map[string]any{"name": rd.opts.Name}).set("relays", relays).
-		set("limits", map[string]any{"maxWaitSeconds": st.MaxWaitSeconds, "maxActiveSessions": rd.opts.Limits.ActiveSessions})
-	return res, nil
+	return res.with(&listRelaysResult{Self: relayName{Name: rd.opts.Name}, Relays: relays,
+		Limits: relayLimits{MaxWaitSeconds: st.MaxWaitSeconds, MaxActiveSessions: rd.opts.Limits.ActiveSessions}}), nil
 }
 
 func (rd *reads) relayInfo(ctx context.Context, c *caller, a *args) (*result, *Error) {
@@ -98,19 +97,16 @@ func (rd *reads) relayInfo(ctx context.Context, c *caller, a *args) (*result, *E
 	if err != nil {
 		return nil, internal("relayInfo: settings", err)
 	}
-	provs := []any{}
+	provs := []providerInfo{}
 	for _, id := range rd.mod.ids() {
 		in := rd.mod.providers[id].Info()
-		pv := map[string]any{"id": in.ID, "name": in.Name, "defaultModel": in.DefaultModel,
-			"models": nonNil(in.Models), "efforts": nonNil(in.Efforts), "available": in.Status != provider.StatusUnavailable}
-		if tr := rd.opts.Traits[in.ID]; tr.Repos { // R24.4: repo and branch instead of cwd
-			pv["repos"] = true
-		}
-		if b := rd.opts.Traits[in.ID].Billing; b != "" { // R24.6
-			pv["billing"] = b
+		pv := providerInfo{ID: in.ID, Name: in.Name, DefaultModel: in.DefaultModel,
+			Models: nonNil(in.Models), Efforts: nonNil(in.Efforts), Available: in.Status != provider.StatusUnavailable,
+			Repos:   rd.opts.Traits[in.ID].Repos,   // R24.4: repo and branch instead of cwd
+			Billing: rd.opts.Traits[in.ID].Billing, // R24.6
 		}
 		if in.Status == provider.StatusUnavailable { // R17.1: e.g. the agent CLI is not installed
-			pv["status"], pv["statusReason"] = in.Status, in.StatusReason
+			pv.Status, pv.StatusReason = some(string(in.Status)), some(in.StatusReason)
 		}
 		provs = append(provs, pv)
 	}
@@ -119,17 +115,18 @@ func (rd *reads) relayInfo(ctx context.Context, c *caller, a *args) (*result, *E
 		return nil, internal("relayInfo: RecentCwds", err)
 	}
 	res := newResult("", fmt.Sprintf("%s, %s", plural(len(provs), "provider", "providers"), "modes agent, ask, plan"))
-	res.set("name", rd.opts.Name).set("version", rd.opts.Version).set("platform", runtime.GOOS+"/"+runtime.GOARCH).
-		set("acceptsAgentPrompts", st.AcceptAgentPrompts).set("providers", provs).set("defaultCwd", rd.opts.DefaultCwd).
-		set("recentCwds", nonNil(cwds)).set("modes", modes)
+	ri := &relayInfoResult{Name: rd.opts.Name, Version: rd.opts.Version, Platform: runtime.GOOS + "/" + runtime.GOARCH,
+		AcceptsAgentPrompts: st.AcceptAgentPrompts, Providers: provs, DefaultCwd: rd.opts.DefaultCwd,
+		RecentCwds: nonNil(cwds), Modes: modes}
+	res.with(ri)
 	groups, total, err := rd.grp.groupList(ctx, 50)
 	if err != nil {
 		rd.log.Warn("relay_info: groups unreadable", "err", err)
-		res.set("groups", nil).set("groupsNote", "Groups cannot be read on this relay right now, so create_session cannot take group here.")
+		ri.GroupsNote = "Groups cannot be read on this relay right now, so create_session cannot take group here."
 	} else {
-		res.set("groups", groups)
+		ri.Groups = groups
 		if total > len(groups) {
-			res.set("groupsTotal", total)
+			ri.GroupsTotal = total
 		}
 		res.what += ", " + plural(total, "group", "groups")
 	}
@@ -137,17 +134,16 @@ func (rd *reads) relayInfo(ctx context.Context, c *caller, a *args) (*result, *E
 }
 
 func (rd *reads) usage(ctx context.Context, c *caller, a *args) (*result, *Error) {
-	provs := []any{}
+	provs := []*providerUsage{}
 	capped := 0
 	for _, id := range rd.mod.ids() {
 		u, err := rd.st.Usage(ctx, id)
 		if err != nil {
 			return nil, internal("usage: Usage", err)
 		}
-		pv := map[string]any{"id": id, "name": rd.mod.providers[id].Info().Name, "status": "ok",
-			"tracked": false, "paused": false,
-			"note":    "quota not tracked: this relay cannot see the provider's limits; it counts the turns and tokens it ran itself",
-			"counted": map[string]any{"turns": u["turns"], "inputTokens": u["inputTokens"], "outputTokens": u["outputTokens"]}}
+		pv := &providerUsage{ID: id, Name: rd.mod.providers[id].Info().Name, Status: "ok",
+			Note:    "quota not tracked: this relay cannot see the provider's limits; it counts the turns and tokens it ran itself",
+			Counted: usageCounted{Turns: u["turns"], InputTokens: u["inputTokens"], OutputTokens: u["outputTokens"]}}
 		rd.use.agentUsage(ctx, id, u, pv)            // cost, a usage-limit pause, availability (R17.3)
 		hasCap, err := rd.use.capMeters(ctx, id, pv) // a monthly cap's meters (R7.8)
 		if err != nil {
@@ -162,7 +158,7 @@ func (rd *reads) usage(ctx context.Context, c *caller, a *args) (*result, *Error
 	if capped > 0 {
 		what = fmt.Sprintf("%s, %d with a monthly cap", plural(len(provs), "provider", "providers"), capped)
 	}
-	return newResult("", what).set("providers", provs), nil
+	return newResult("", what).with(&usageResult{Providers: provs}), nil
 }
 
 func (rd *reads) listItem(ctx context.Context, v *view) *relay.SessionItem {
@@ -227,9 +223,10 @@ func (rd *reads) listSessions(ctx context.Context, c *caller, a *args) (*result,
 		return nil, internal("listSessions: SessionList", err)
 	}
 	res := newResult("", fmt.Sprintf("%s (%s)", plural(total, "session", "sessions"), scope))
-	res.set("sessions", items).set("total", total)
+	ls := &listSessionsResult{Sessions: items, Total: total}
+	res.with(ls)
 	if total > len(items) {
-		res.set("truncated", true)
+		ls.Truncated = true
 		res.what += fmt.Sprintf(", %d shown", len(items))
 	}
 	return res, nil
@@ -329,14 +326,7 @@ func (rd *reads) readSession(ctx context.Context, c *caller, a *args) (*result, 
 		d.Group.Members = kept
 	}
 	res := newResult(s.ID, fmt.Sprintf("%s, %s", plural(len(d.Messages), "message", "messages"), d.State))
-	fields, err := jsonFields(d)
-	if err != nil {
-		return nil, internal("readSession: jsonFields", err)
-	}
-	for k, v := range fields {
-		res.set(k, v)
-	}
-	return res, nil
+	return res.with(d), nil
 }
 
 // SessionDetail is a session as read_session shows it (also the owner API).

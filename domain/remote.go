@@ -237,27 +237,23 @@ func (rm *remote) remoteCall(ctx context.Context, c *caller, a *args, p *store.P
 		sent = true // it may have arrived: the loop count stays
 		return nil, e
 	}
-	if ok, _ := env["ok"].(bool); !ok {
+	if _, ok := answerOK(env); !ok {
 		return nil, envError(env)
 	}
 	sent = true
 	rm.afterRemote(ctx, c, a, p, env)
-	res := &result{fields: map[string]any{}, remote: p.Name}
-	for k, v := range env {
-		if k != "ok" {
-			res.fields[k] = v
-		}
-	}
+	delete(env, "ok") // the envelope's own
+	res := &result{raw: env, remote: p.Name}
 	if a.action == "relay_info" {
 		remoteGroups(res, p)
 	}
-	if _, ok := res.fields["openUrl"]; ok {
-		if u := remoteOpenURL(p, res.fields["session"]); u != nil {
-			res.fields["openUrl"] = u // R23.8: the session's page there, by the public URL its hello reports
+	if _, ok := res.raw["openUrl"]; ok {
+		if u := remoteOpenURL(p, rawString(res.raw, "session")); u != nil {
+			res.raw["openUrl"] = mustJSON(u) // R23.8: the session's page there, by the public URL its hello reports
 		} // else the paired relay's own answer (an older pairing record)
 	}
 	if waitNote != "" {
-		res.note("note", waitNote)
+		res.raw["note"] = mustJSON(joinNote(rawString(res.raw, "note"), waitNote))
 	}
 	return res, nil
 }
@@ -471,7 +467,7 @@ func remoteCardLines(a *args, p *store.Pairing) []string {
 
 // afterRemote keeps what this relay must follow of a successful remote call:
 // a subscription there is polled from here (R8.20), an ask there too (R10.5).
-func (rm *remote) afterRemote(ctx context.Context, c *caller, a *args, p *store.Pairing, env map[string]any) {
+func (rm *remote) afterRemote(ctx context.Context, c *caller, a *args, p *store.Pairing, env peerAnswer) {
 	ctx = context.WithoutCancel(ctx)
 	switch a.action {
 	case "subscribe":
@@ -493,7 +489,7 @@ func (rm *remote) afterRemote(ctx context.Context, c *caller, a *args, p *store.
 	case "transfer_subscriptions":
 		rm.moveMirrors(ctx, c, a, p, env)
 	case "ask":
-		id, _ := env["question_id"].(string)
+		id := rawString(env, "question_id")
 		if !peerRecordID(id, "ask_") {
 			if id != "" {
 				rm.log.Warn("paired relay answered an ask id this relay does not keep", "relay", p.Name)
@@ -532,7 +528,7 @@ func (rm *remote) startedBy(c *caller) *store.Ref {
 
 // moveMirrors follows a transfer on a paired relay: the moved subscriptions
 // are polled for the caller now, the old mirrors end as transferred.
-func (rm *remote) moveMirrors(ctx context.Context, c *caller, a *args, p *store.Pairing, env map[string]any) {
+func (rm *remote) moveMirrors(ctx context.Context, c *caller, a *args, p *store.Pairing, env peerAnswer) {
 	from, _ := a.str("from")
 	subs, err := rm.st.RemoteSubscriptions(ctx)
 	if err != nil {
@@ -545,12 +541,11 @@ func (rm *remote) moveMirrors(ctx context.Context, c *caller, a *args, p *store.
 			old[s.ID] = s
 		}
 	}
-	moved, _ := env["subscriptions"].([]any)
-	for _, x := range moved {
-		v, _ := x.(map[string]any)
-		id, _ := v["id"].(string)
-		was, _ := v["movedFrom"].(string)
-		o := old[was]
+	for _, x := range looseList(env["subscriptions"]) {
+		var v answeredSubscription
+		decodeLoose(x, &v)
+		id := v.ID
+		o := old[v.MovedFrom]
 		if id == "" || o == nil || !rm.mirrorFree(ctx, p, id, o.ID) {
 			continue
 		}
@@ -604,11 +599,11 @@ func unsupportedThere(a *args, p *store.Pairing) *Error {
 // groups (R7.2): groups null, and groupsNote says why and that
 // create_session cannot take group there.
 func remoteGroups(res *result, p *store.Pairing) {
-	if _, ok := res.fields["groups"]; ok && p.HasFeature("groups") {
+	if _, ok := res.raw["groups"]; ok && p.HasFeature("groups") {
 		return // listed, or null with that relay's own note
 	}
-	delete(res.fields, "groupsTotal")
-	res.fields["groups"] = nil
-	res.fields["groupsNote"] = fmt.Sprintf("Relay %q runs a version (%s) that does not list its session groups, so create_session cannot take group there; it needs an update.",
-		p.Name, firstNonEmpty(p.Version, "unknown"))
+	delete(res.raw, "groupsTotal")
+	res.raw["groups"] = json.RawMessage("null")
+	res.raw["groupsNote"] = mustJSON(fmt.Sprintf("Relay %q runs a version (%s) that does not list its session groups, so create_session cannot take group there; it needs an update.",
+		p.Name, firstNonEmpty(p.Version, "unknown")))
 }

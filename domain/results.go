@@ -18,7 +18,7 @@ func tsPtr(t time.Time) *string {
 	return &s
 }
 
-// strPtr is nilIfEmpty as a typed result keeps it.
+// strPtr is s as a typed result keeps it: nil (null) when empty.
 func strPtr(s string) *string {
 	if s == "" {
 		return nil

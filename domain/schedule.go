@@ -162,21 +162,10 @@ func (sh *schedules) scheduleAction(ctx context.Context, c *caller, a *args) (*r
 	if title == "" {
 		title = titleFrom(text)
 	}
-	first := at
-	if first.IsZero() {
-		first = now.Add(time.Duration(every) * time.Minute)
-	}
-	if t := first.Truncate(time.Second); !t.Equal(first) {
-		first = t.Add(time.Second) // whole seconds, as asynq keeps due times: a firing is never early
-	}
-	// Card: in ask/plan mode a schedule into another session is a write action (R5.2.3, R9.6);
-	// it counts toward loop protection once when set.
-	need := &cardNeed{}
-	if other {
-		addModeReason(need, c)
-		if e := sh.cards.loopCard(ctx, need, c); e != nil {
-			return nil, e
-		}
+	first := firstFiring(at, every, now)
+	need, e := sh.scheduleNeed(ctx, c, other)
+	if e != nil {
+		return nil, e
 	}
 	tid := target.ID
 	if e := sh.cards.askCard(ctx, c, need, "schedule", &tid, []string{scheduleCardLine(title, target, every, first, text)}, nothingScheduled); e != nil {
@@ -189,12 +178,7 @@ func (sh *schedules) scheduleAction(ctx context.Context, c *caller, a *args) (*r
 	// The limits again, checked and written in one step (R18.6).
 	if err := sh.st.AddSchedule(ctx, sc, sh.opts.Limits.SchedulesIntoConversation, sh.opts.Limits.SchedulesForOthers); err != nil {
 		sh.cards.giveBack(ctx, need, c)
-		if le, ok := store.IsLimit(err); ok && le.Which == "into" {
-			return nil, Errorf(CodeScheduleLimit, "%d schedules already fire into that conversation, the most allowed. %s", le.Count, nothingScheduled)
-		} else if ok {
-			return nil, Errorf(CodeScheduleLimit, "This conversation already set %d schedules for other sessions, the most allowed. %s", le.Count, nothingScheduled)
-		}
-		return nil, internal("scheduleAction: AddSchedule", err)
+		return nil, addScheduleError(err)
 	}
 	sh.relay.notifySchedule(ctx, sc) // the owner's console (R19.6)
 	if err := sh.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: first.UnixMilli()}, fireID(sc.ID, first), first); err != nil {
@@ -204,8 +188,51 @@ func (sh *schedules) scheduleAction(ctx context.Context, c *caller, a *args) (*r
 	if !other {
 		res.session = ""
 	}
-	return res.set("schedule_id", sc.ID).set("schedule", map[string]any{"id": sc.ID, "title": title,
-		"everyMinutes": nilIfZero(every), "once": sc.Once(), "nextFireAt": ts(first)}), nil
+	var everyMin *int
+	if every != 0 {
+		everyMin = &every
+	}
+	return res.with(&scheduleResult{ScheduleID: sc.ID, Schedule: scheduleBrief{ID: sc.ID, Title: title,
+		EveryMinutes: everyMin, Once: sc.Once(), NextFireAt: tsPtr(first)}}), nil
+}
+
+// firstFiring is a new schedule's first firing: at, or every minutes from
+// now, in whole seconds (as asynq keeps due times: a firing is never early).
+func firstFiring(at time.Time, every int, now time.Time) time.Time {
+	first := at
+	if first.IsZero() {
+		first = now.Add(time.Duration(every) * time.Minute)
+	}
+	if t := first.Truncate(time.Second); !t.Equal(first) {
+		first = t.Add(time.Second)
+	}
+	return first
+}
+
+// scheduleNeed is a schedule's card need: in ask/plan mode a schedule into
+// another session is a write action (R5.2.3, R9.6); it counts toward loop
+// protection once when set.
+func (sh *schedules) scheduleNeed(ctx context.Context, c *caller, other bool) (*cardNeed, *Error) {
+	need := &cardNeed{}
+	if !other {
+		return need, nil
+	}
+	addModeReason(need, c)
+	if e := sh.cards.loopCard(ctx, need, c); e != nil {
+		return nil, e
+	}
+	return need, nil
+}
+
+// addScheduleError is the error of a schedule the store did not add: one
+// of the two limits (R18.6), or a fault.
+func addScheduleError(err error) *Error {
+	if le, ok := store.IsLimit(err); ok && le.Which == "into" {
+		return Errorf(CodeScheduleLimit, "%d schedules already fire into that conversation, the most allowed. %s", le.Count, nothingScheduled)
+	} else if ok {
+		return Errorf(CodeScheduleLimit, "This conversation already set %d schedules for other sessions, the most allowed. %s", le.Count, nothingScheduled)
+	}
+	return internal("scheduleAction: AddSchedule", err)
 }
 
 // scheduleLimits checks the schedule limits before any card (R9.9); they
@@ -228,13 +255,6 @@ func (sh *schedules) scheduleLimits(ctx context.Context, c *caller, target *stor
 		}
 	}
 	return nil
-}
-
-func nilIfZero(n int) any {
-	if n == 0 {
-		return nil
-	}
-	return n
 }
 
 // scheduleView is a schedule as list_schedules shows it (R9.7).
@@ -293,7 +313,7 @@ func (sh *schedules) listSchedules(ctx context.Context, c *caller, a *args) (*re
 			list = append(list, sh.scheduleView(ctx, sc, c.s.ID))
 		}
 	}
-	return newResult("", fmt.Sprintf("%d active, %d ended in the last hour", active, len(list)-active)).set("schedules", list), nil
+	return newResult("", fmt.Sprintf("%d active, %d ended in the last hour", active, len(list)-active)).with(&listSchedulesResult{Schedules: list}), nil
 }
 
 func (sh *schedules) unschedule(ctx context.Context, c *caller, a *args) (*result, *Error) {
@@ -333,7 +353,7 @@ func (sh *schedules) unschedule(ctx context.Context, c *caller, a *args) (*resul
 	if err := sh.endSchedule(ctx, sc, "unscheduled"); err != nil {
 		return nil, internal("unschedule: endSchedule", err)
 	}
-	return newResult("", sc.ID+" ended").set("schedule_id", sc.ID).set("endReason", "unscheduled"), nil
+	return newResult("", sc.ID+" ended").with(&unscheduleResult{ScheduleID: sc.ID, EndReason: "unscheduled"}), nil
 }
 
 func (sh *schedules) endSchedule(ctx context.Context, sc *store.Schedule, reason string) error {
@@ -412,16 +432,7 @@ func (sh *schedules) fire(ctx context.Context, sc *store.Schedule, approved bool
 		sc.SkippedCount++ // no stacking (R9.4)
 		sc.HeldSince = time.Time{}
 	case !free:
-		if sc.HeldSince.IsZero() {
-			sc.HeldSince = now // held until the owner writes or allows a card (R9.6)
-		}
-		if err := sh.st.SaveSchedule(ctx, sc); err != nil {
-			return err
-		}
-		// The safety net: look again in a minute.
-		recheck := now.Add(scheduleRecheck)
-		return sh.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()},
-			fmt.Sprintf("sched:%s:held:%d", sc.ID, recheck.Unix()), recheck)
+		return sh.holdFiring(ctx, sc, now)
 	default:
 		ok, err := sh.fireOccurrence(ctx, sc, target, other, approved, now)
 		if !ok {
@@ -429,6 +440,26 @@ func (sh *schedules) fire(ctx context.Context, sc *store.Schedule, approved bool
 		}
 		fired = true
 	}
+	return sh.planNext(ctx, sc, fired, now)
+}
+
+// holdFiring holds a firing that loop protection stops until the owner
+// writes or allows a card (R9.6), and looks again in a minute (the safety net).
+func (sh *schedules) holdFiring(ctx context.Context, sc *store.Schedule, now time.Time) error {
+	if sc.HeldSince.IsZero() {
+		sc.HeldSince = now
+	}
+	if err := sh.st.SaveSchedule(ctx, sc); err != nil {
+		return err
+	}
+	recheck := now.Add(scheduleRecheck)
+	return sh.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()},
+		fmt.Sprintf("sched:%s:held:%d", sc.ID, recheck.Unix()), recheck)
+}
+
+// planNext plans a schedule's next firing after one (fired or skipped); a
+// once schedule that fired ends.
+func (sh *schedules) planNext(ctx context.Context, sc *store.Schedule, fired bool, now time.Time) error {
 	if sc.Once() && fired {
 		sc.NextFireAt = time.Time{}
 		return sh.endSchedule(ctx, sc, "fired")

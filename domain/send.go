@@ -321,12 +321,10 @@ func (sn *sends) applySend(ctx context.Context, c *caller, in *sendArgs, pl *sen
 		return nil, internalAfter(err, "the prompt was queued (message_id "+id+")")
 	}
 	res := newResult(s.ID, "")
-	sn.q.turnResult(ctx, res, t)
-	if in.note != "" {
-		res.set("note", in.note)
-	}
+	pr := sn.q.turnResult(ctx, res, t)
+	pr.Note = in.note
 	if pl.modelNote != "" {
-		res.note("modelNote", pl.modelNote)
+		pr.ModelNote = joinNote(pr.ModelNote, pl.modelNote)
 	}
 	return res, nil
 }

@@ -75,7 +75,7 @@ func (sg *steering) answerQuestion(ctx context.Context, c *caller, a *args) (*re
 		return nil, e
 	}
 	res := newResult(s.ID, fmt.Sprintf("answered %s", q.ID))
-	res.set("question_id", q.ID).set("answer", text)
+	res.with(&answerResult{QuestionID: q.ID, Answer: text})
 	return res, nil
 }
 
@@ -244,12 +244,12 @@ func (sg *steering) stop(ctx context.Context, c *caller, a *args) (*result, *Err
 	if err != nil {
 		return nil, internal("stop: StopTurn", err)
 	}
-	res := newResult(s.ID, "")
-	res.set("stopRequested", stopped)
+	sr := &stopResult{StopRequested: stopped}
+	res := newResult(s.ID, "").with(sr)
 	if stopped {
 		res.what = "stop requested"
 	} else {
-		res.set("note", "nothing was running")
+		sr.Note = "nothing was running"
 		res.what = "nothing was running"
 	}
 	return res, nil
@@ -285,7 +285,7 @@ func (sg *steering) archive(ctx context.Context, c *caller, a *args) (*result, *
 		return nil, Errorf(CodeSelf, "archive cannot archive the calling conversation itself. %s", nothingDone)
 	}
 	if s.Archived {
-		return newResult(s.ID, "already archived").set("archived", true), nil
+		return newResult(s.ID, "already archived").with(&archiveResult{Archived: true}), nil
 	}
 	need := &cardNeed{}
 	modeCard(need, c, a.action)
@@ -297,7 +297,7 @@ func (sg *steering) archive(ctx context.Context, c *caller, a *args) (*result, *
 	if err := sg.retire(ctx, s.ID, "archived"); err != nil {
 		return nil, internal("archive: Archive", err)
 	}
-	return newResult(s.ID, "archived").set("archived", true), nil
+	return newResult(s.ID, "archived").with(&archiveResult{Archived: true}), nil
 }
 
 // retire archives a session and ends its subscriptions and schedules with

@@ -124,41 +124,24 @@ func badSubscribe(format string, v ...any) *Error {
 
 // parseSubscribeArgs reads subscribe's arguments: shapes first (R3.4a).
 func (sb *subscriptions) parseSubscribeArgs(a *args) (*subscribeArgs, *Error) {
-	bad := badSubscribe
 	in := &subscribeArgs{}
 	refs, e := a.strs("sessions")
 	if e != nil {
-		return nil, bad("sessions must be a list of session ids, or [\"all\"].")
+		return nil, badSubscribe("sessions must be a list of session ids, or [\"all\"].")
 	}
 	if len(refs) == 0 {
-		return nil, bad(`sessions is required: the ids of the sessions to watch, or ["all"].`)
+		return nil, badSubscribe(`sessions is required: the ids of the sessions to watch, or ["all"].`)
 	}
-	if in.events, e = a.strs("events"); e != nil {
-		return nil, bad("events must be a list of event kinds.")
-	}
-	for _, ev := range in.events {
-		if !slices.Contains(eventKinds, ev) {
-			return nil, bad("Unknown event kind %q; kinds: %s.", ev, strings.Join(eventKinds, ", "))
-		}
-	}
-	if len(in.events) == 0 {
-		in.events = defaultEvents
+	if e := parseSubEvents(a, in); e != nil {
+		return nil, e
 	}
 	if v, ok := a.m["once"]; ok {
 		if json.Unmarshal(v, &in.once) != nil {
-			return nil, bad("once must be true or false.")
+			return nil, badSubscribe("once must be true or false.")
 		}
 	}
-	if in.match, e = a.str("match"); e != nil {
-		return nil, bad("match must be a string (a regular expression).")
-	}
-	if e := maxChars("match", in.match, 500, nothingSubscribed); e != nil {
+	if e := parseSubMatch(a, in); e != nil {
 		return nil, e
-	}
-	if in.match != "" {
-		if _, err := regexp.Compile("(?i)" + in.match); err != nil {
-			return nil, bad("match is not a valid regular expression: %v.", err)
-		}
 	}
 	if e := parseSubMinutes(a, in, int(sb.opts.Timing.StalledDefault/time.Minute)); e != nil {
 		return nil, e
@@ -166,38 +149,92 @@ func (sb *subscriptions) parseSubscribeArgs(a *args) (*subscribeArgs, *Error) {
 	if in.heartbeat > 0 && !slices.Contains(in.events, EvHeartbeat) {
 		in.events = append(slices.Clone(in.events), EvHeartbeat) // heartbeat_minutes asks for heartbeats
 	}
-	if v, ok := a.m["quiet_hours"]; ok {
-		var qh struct {
-			From string `json:"from"`
-			To   string `json:"to"`
-			TZ   string `json:"tz"`
-		}
-		if err := json.Unmarshal(v, &qh); err != nil {
-			return nil, bad(`quiet_hours must be an object {"from": "HH:MM", "to": "HH:MM", "tz": "Area/City"}.`)
-		}
-		parsed, err := scheduler.ParseQuiet(qh.From, qh.To, qh.TZ)
-		if err != nil {
-			return nil, bad("%s.", err.Error())
-		}
-		if parsed != nil {
-			in.q = parsed
-			in.quiet = &store.Quiet{From: qh.From, To: qh.To, TZ: qh.TZ}
+	if e := parseQuietHours(a, in); e != nil {
+		return nil, e
+	}
+	if e := parseSubTargets(a, in, refs); e != nil {
+		return nil, e
+	}
+	return in, nil
+}
+
+// parseSubEvents reads events: known kinds, the default when none.
+func parseSubEvents(a *args, in *subscribeArgs) *Error {
+	var e *Error
+	if in.events, e = a.strs("events"); e != nil {
+		return badSubscribe("events must be a list of event kinds.")
+	}
+	for _, ev := range in.events {
+		if !slices.Contains(eventKinds, ev) {
+			return badSubscribe("Unknown event kind %q; kinds: %s.", ev, strings.Join(eventKinds, ", "))
 		}
 	}
+	if len(in.events) == 0 {
+		in.events = defaultEvents
+	}
+	return nil
+}
+
+// parseSubMatch reads match: a regular expression of at most 500 characters.
+func parseSubMatch(a *args, in *subscribeArgs) *Error {
+	var e *Error
+	if in.match, e = a.str("match"); e != nil {
+		return badSubscribe("match must be a string (a regular expression).")
+	}
+	if e := maxChars("match", in.match, 500, nothingSubscribed); e != nil {
+		return e
+	}
+	if in.match != "" {
+		if _, err := regexp.Compile("(?i)" + in.match); err != nil {
+			return badSubscribe("match is not a valid regular expression: %v.", err)
+		}
+	}
+	return nil
+}
+
+// parseQuietHours reads quiet_hours {from, to, tz}.
+func parseQuietHours(a *args, in *subscribeArgs) *Error {
+	v, ok := a.m["quiet_hours"]
+	if !ok {
+		return nil
+	}
+	var qh struct {
+		From string `json:"from"`
+		To   string `json:"to"`
+		TZ   string `json:"tz"`
+	}
+	if err := json.Unmarshal(v, &qh); err != nil {
+		return badSubscribe(`quiet_hours must be an object {"from": "HH:MM", "to": "HH:MM", "tz": "Area/City"}.`)
+	}
+	parsed, err := scheduler.ParseQuiet(qh.From, qh.To, qh.TZ)
+	if err != nil {
+		return badSubscribe("%s.", err.Error())
+	}
+	if parsed != nil {
+		in.q = parsed
+		in.quiet = &store.Quiet{From: qh.From, To: qh.To, TZ: qh.TZ}
+	}
+	return nil
+}
+
+// parseSubTargets reads what is watched: ["all"] with exclude, or a list
+// of sessions.
+func parseSubTargets(a *args, in *subscribeArgs, refs []string) *Error {
+	var e *Error
 	if in.excludeRefs, e = a.strs("exclude"); e != nil {
-		return nil, bad("exclude must be a list of session ids.")
+		return badSubscribe("exclude must be a list of session ids.")
 	}
 	in.all = len(refs) == 1 && strings.EqualFold(refs[0], "all")
 	if !in.all && slices.ContainsFunc(refs, func(s string) bool { return strings.EqualFold(s, "all") }) {
-		return nil, bad(`sessions takes either ["all"] or a list of session ids, not both.`)
+		return badSubscribe(`sessions takes either ["all"] or a list of session ids, not both.`)
 	}
 	if len(in.excludeRefs) > 0 && !in.all {
-		return nil, bad("exclude goes with sessions [\"all\"] only; a list of sessions names what it watches.")
+		return badSubscribe("exclude goes with sessions [\"all\"] only; a list of sessions names what it watches.")
 	}
 	if !in.all {
 		in.refs = refs
 	}
-	return in, nil
+	return nil
 }
 
 // parseSubMinutes reads stalled_minutes, heartbeat_minutes and
@@ -341,7 +378,7 @@ func (sb *subscriptions) applySubscribe(ctx context.Context, c *caller, in *subs
 	if err != nil {
 		return nil, internal("applySubscribe: subView", err)
 	}
-	return newResult("", fmt.Sprintf("%s (%s)", n, sub.ID)).set("subscription", view), nil
+	return newResult("", fmt.Sprintf("%s (%s)", n, sub.ID)).with(&subscribeResult{Subscription: view}), nil
 }
 
 // subOptions names a subscription's options for its card (R5.4).
@@ -491,7 +528,7 @@ func (sb *subscriptions) unsubscribe(ctx context.Context, c *caller, a *args) (*
 		return nil, Errorf(CodeNotFound, "This conversation has no active subscription %q. Nothing was done.", id)
 	}
 	return newResult("", fmt.Sprintf("%s ended", plural(len(ended), "subscription", "subscriptions"))).
-		set("unsubscribed", nonNil(ended)), nil
+		with(&unsubscribeResult{Unsubscribed: nonNil(ended)}), nil
 }
 
 // endSubscription ends a subscription with a reason (R8.19), on the record
@@ -558,7 +595,7 @@ func (sb *subscriptions) listSubscriptions(ctx context.Context, c *caller, a *ar
 	if watcher != c.s.ID {
 		res.session = watcher
 	}
-	return res.set("subscriptions", list), nil
+	return res.with(&listSubscriptionsResult{Subscriptions: list}), nil
 }
 
 // SubscriptionList lists a conversation's subscriptions: active ones and those ended within the hour.
@@ -595,7 +632,7 @@ func (sb *subscriptions) transferSubscriptions(ctx context.Context, c *caller, a
 		return nil, e
 	}
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
-	var moved []any
+	var moved []*relay.Subscription
 	var ended []string
 	for _, old := range subs {
 		nu := *old
@@ -633,12 +670,13 @@ func (sb *subscriptions) transferSubscriptions(ctx context.Context, c *caller, a
 		moved = append(moved, v)
 	}
 	if moved == nil {
-		moved = []any{}
+		moved = []*relay.Subscription{}
 	}
-	res := newResult(from.ID, fmt.Sprintf("%s moved", plural(len(moved), "subscription", "subscriptions"))).set("subscriptions", moved)
+	tr := &transferResult{Subscriptions: moved}
+	res := newResult(from.ID, fmt.Sprintf("%s moved", plural(len(moved), "subscription", "subscriptions"))).with(tr)
 	if len(ended) > 0 {
-		res.set("ended", ended).set("note", fmt.Sprintf("%s watched only this conversation, which never watches itself: ended (transferred) without a copy here.",
-			plural(len(ended), "subscription", "subscriptions")))
+		tr.Ended, tr.Note = ended, fmt.Sprintf("%s watched only this conversation, which never watches itself: ended (transferred) without a copy here.",
+			plural(len(ended), "subscription", "subscriptions"))
 		res.what += fmt.Sprintf(", %d ended without a copy", len(ended))
 	}
 	return res, nil

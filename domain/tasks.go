@@ -145,10 +145,7 @@ func (tk *tasks) readTaskOutput(ctx context.Context, c *caller, a *args) (*resul
 	if err != nil {
 		return nil, internal("readTaskOutput: TaskOutput", err)
 	}
-	task := map[string]any{"id": t.ID, "description": t.Description, "type": taskType(t.Type), "startedAt": ts(t.StartedAt), "status": t.Status, "exitCode": nil}
-	if t.ExitCode != nil {
-		task["exitCode"] = *t.ExitCode
-	}
+	task := taskOutputTask{ID: t.ID, Description: t.Description, Type: taskType(t.Type), StartedAt: tsPtr(t.StartedAt), Status: t.Status, ExitCode: t.ExitCode}
 	tail, truncated := taskout.Tail(raw, n)
 	if tail == nil {
 		tail = []string{}
@@ -158,19 +155,17 @@ func (tk *tasks) readTaskOutput(ctx context.Context, c *caller, a *args) (*resul
 	}
 	res := newResult(s.ID, "")
 	res.task = t.ID
-	res.set("task", task).set("tail", tail)
-	if truncated {
-		res.set("truncated", true)
-	}
+	out := &taskOutputResult{Task: task, Tail: tail, Truncated: truncated}
+	res.with(out)
 	var parts []string
 	parts = append(parts, plural(len(tail), "line", "lines"), t.Status)
 	switch {
 	case t.Type == "subagent":
-		res.set("note", "A sub-agent writes no output to read; its status is shown.")
+		out.Note = "A sub-agent writes no output to read; its status is shown."
 	case len(raw) == 0 && t.Lines > 0:
-		res.set("note", "The output of this task is gone.")
+		out.Note = "The output of this task is gone."
 	case t.Lines > len(raw):
-		res.set("note", fmt.Sprintf("Only the end of the output is kept (the last %d of %d lines).", len(raw), t.Lines))
+		out.Note = fmt.Sprintf("Only the end of the output is kept (the last %d of %d lines).", len(raw), t.Lines)
 	}
 	if t.Held && t.Status == "running" {
 		// The output stays in the agent's process until asked for: ask the
@@ -178,7 +173,7 @@ func (tk *tasks) readTaskOutput(ctx context.Context, c *caller, a *args) (*resul
 		if err := tk.st.Notify(ctx, fetchKey(t.ID)); err != nil {
 			return nil, internal("readTaskOutput: Notify", err)
 		}
-		res.note("note", "This task's output stays with the agent's process until asked for: the agent's process was asked; call again in a few seconds.")
+		out.Note = joinNote(out.Note, "This task's output stays with the agent's process until asked for: the agent's process was asked; call again in a few seconds.")
 	}
 	last := t.LastOutputAt
 	if last.IsZero() {
@@ -186,14 +181,14 @@ func (tk *tasks) readTaskOutput(ctx context.Context, c *caller, a *args) (*resul
 	}
 	if t.Status == "running" {
 		mins := int(now.Sub(last) / time.Minute)
-		res.set("stall", map[string]any{"minutes": mins, "since": ts(last), "quiet": mins >= st.QuietTaskMinutes,
-			"quietAfterMinutes": st.QuietTaskMinutes})
+		out.Stall = &taskStall{Minutes: mins, Since: tsPtr(last), Quiet: mins >= st.QuietTaskMinutes,
+			QuietAfterMinutes: st.QuietTaskMinutes}
 	}
 	if !t.LastOutputAt.IsZero() {
 		parts = append(parts, "last output "+ago(now.Sub(t.LastOutputAt)))
 	}
 	if cnt := taskout.ParseCounts(cleanLines(raw)); cnt != nil {
-		res.set("counts", cnt)
+		out.Counts = cnt
 		parts = append(parts, fmt.Sprintf("%d passed, %d failed", cnt.Passed, cnt.Failed))
 	}
 	res.what = strings.Join(parts, ", ")

@@ -41,27 +41,71 @@ func (c *caller) origin(self string) store.Origin {
 	return store.Origin{Path: []string{self}}
 }
 
-// result is an action's success: its fields plus what the summary names.
+// result is an action's success: its typed fields (see toolresults.go), or
+// a paired relay's answer as it wrote them, plus what the summary names.
 type result struct {
-	fields  map[string]any
-	session string // target session id for the summary
+	body    any                        // the action's typed fields: a struct, nil for none
+	raw     map[string]json.RawMessage // a paired relay's answer (remote calls): its fields as it encoded them
+	relay   string                     // the envelope's relay, when set
+	summary string                     // the envelope's summary, when set (a paired relay's answer keeps its own)
+	ignored []string                   // the envelope's ignored arguments
+	session string                     // target session id for the summary
 	task    string
 	what    string
 	remote  string // the paired relay that did it (its envelope keeps its own summary)
 }
 
 func newResult(session, what string) *result {
-	return &result{fields: map[string]any{}, session: session, what: what}
+	return &result{session: session, what: what}
 }
 
-func (r *result) set(k string, v any) *result { r.fields[k] = v; return r }
+// with sets the result's typed fields.
+func (r *result) with(body any) *result { r.body = body; return r }
 
-// note sets a text field, or adds v to the text already there.
-func (r *result) note(k, v string) *result {
-	if old, ok := r.fields[k].(string); ok && old != "" {
-		v = old + " " + v
+// status is the result's status, "" for none (the 🛰️ line's outcome, R23.3).
+func (r *result) status() string {
+	if s, ok := r.body.(statused); ok {
+		return s.resultStatus()
 	}
-	return r.set(k, v)
+	var st string
+	if v, ok := r.raw["status"]; ok {
+		_ = json.Unmarshal(v, &st) // a status of another type is none
+	}
+	return st
+}
+
+// fields are the result's JSON fields with the envelope's relay, summary
+// and ignored (ok is the envelope's own).
+func (r *result) fields() (map[string]json.RawMessage, error) {
+	out := map[string]json.RawMessage{}
+	if r.body != nil {
+		f, err := jsonFields(r.body)
+		if err != nil {
+			return nil, err
+		}
+		if f != nil {
+			out = f
+		}
+	}
+	for k, v := range r.raw {
+		out[k] = v
+	}
+	add := func(k string, v any) error {
+		b, err := json.Marshal(v)
+		out[k] = b
+		return err
+	}
+	var err error
+	if r.relay != "" {
+		err = add("relay", r.relay)
+	}
+	if r.summary != "" && err == nil {
+		err = add("summary", r.summary)
+	}
+	if len(r.ignored) > 0 && err == nil {
+		err = add("ignored", r.ignored)
+	}
+	return out, err
 }
 
 type handler func(ctx context.Context, c *caller, a *args) (*result, *Error)
@@ -93,7 +137,7 @@ func (r *Relay) CallTool(ctx context.Context, callerID string, raw json.RawMessa
 
 // envelope renders an action's outcome as the result envelope and counts it.
 func (r *Relay) envelope(action, callerID string, start time.Time, out *result, e *Error) (json.RawMessage, bool) {
-	env := map[string]any{}
+	env := map[string]json.RawMessage{}
 	code := "ok"
 	if e != nil {
 		code = e.Code
@@ -101,11 +145,12 @@ func (r *Relay) envelope(action, callerID string, start time.Time, out *result, 
 			r.log.Error("relay_tool failed", "action", action, "session", callerID, "err", e.cause)
 		}
 		errorEnvelope(env, e)
+	} else if fields, err := out.fields(); err != nil {
+		r.log.Error("encode result", "err", err)
+		return []byte(`{"ok":false,"code":"REMOTE_RELAY_INTERNAL","error":"The result could not be encoded. Nothing was done."}`), true
 	} else {
-		for k, v := range out.fields {
-			env[k] = v
-		}
-		env["ok"] = true
+		env = fields
+		env["ok"] = json.RawMessage("true")
 	}
 	if r.met != nil {
 		if !isAction(action) {
@@ -126,12 +171,12 @@ func (r *Relay) envelope(action, callerID string, start time.Time, out *result, 
 }
 
 // errorEnvelope fills env with a failed result: the error's fields, ok,
-// code and error.
-func errorEnvelope(env map[string]any, e *Error) {
+// code and error, each encoded.
+func errorEnvelope(env map[string]json.RawMessage, e *Error) {
 	for k, v := range e.Fields {
-		env[k] = v
+		env[k] = mustJSON(v)
 	}
-	env["ok"], env["code"], env["error"] = false, e.Code, e.Msg
+	env["ok"], env["code"], env["error"] = json.RawMessage("false"), mustJSON(e.Code), mustJSON(e.Msg)
 }
 
 func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, d *Delivery, action *string) (*result, *Error) {
@@ -173,10 +218,8 @@ func (r *Relay) callChecked(ctx context.Context, c *caller, a *args) (*result, *
 		if e != nil {
 			return nil, e
 		}
-		res.fields["relay"] = p.Name
-		if len(a.ignored) > 0 {
-			res.fields["ignored"] = a.ignored
-		}
+		res.relay = p.Name
+		res.ignored = a.ignored
 		return res, nil
 	}
 	return r.runLocal(ctx, c, a)
@@ -212,14 +255,12 @@ func (r *Relay) runLocal(ctx context.Context, c *caller, a *args) (*result, *Err
 		return nil, e
 	}
 	if a.spec().relay != relayNone {
-		res.fields["relay"] = r.opts.Name
-		res.fields["summary"] = r.summary(a.action, res)
+		res.relay = r.opts.Name
+		res.summary = r.summary(a.action, res)
 	} else {
-		res.fields["summary"] = a.action + ": " + res.what
+		res.summary = a.action + ": " + res.what
 	}
-	if len(a.ignored) > 0 {
-		res.fields["ignored"] = a.ignored
-	}
+	res.ignored = a.ignored
 	return res, nil
 }
 

@@ -186,35 +186,21 @@ func abs(n int) int {
 	return n
 }
 
-func (up *updates) settingsOf(ctx context.Context, s *store.Session) map[string]any {
-	var group any
+func (up *updates) settingsOf(ctx context.Context, s *store.Session) sessionSettings {
+	var group *groupRef
 	if s.GroupID != "" {
 		if g, err := up.st.GetGroup(ctx, s.GroupID); err == nil {
-			role := "member"
-			if g.Head == s.ID {
-				role = "head"
-			}
-			group = map[string]any{"id": g.ID, "name": up.grp.groupName(ctx, g), "role": role}
+			group = up.grp.groupRefOf(ctx, g, s.ID)
 		}
 	}
-	think := any(nil)
+	var think *bool
 	if s.ThinkingEnabled != "" {
-		think = s.ThinkingEnabled == "on"
+		on := s.ThinkingEnabled == "on"
+		think = &on
 	}
-	acw := any("auto") // 0: the provider's own window
-	if s.AutoCompactWindow > 0 {
-		acw = s.AutoCompactWindow
-	}
-	return map[string]any{"provider": s.Provider, "model": s.Model, "effort": s.Effort, "mode": s.Mode, "title": s.Title,
-		"group": group, "cwd": s.Cwd, "auto_compact_window": acw, "thinking_enabled": think,
-		"thinking_display": nilIfEmpty(s.ThinkingDisplay)}
-}
-
-func nilIfEmpty(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
+	return sessionSettings{Provider: s.Provider, Model: s.Model, Effort: s.Effort, Mode: s.Mode, Title: s.Title,
+		Group: group, Cwd: s.Cwd, AutoCompactWindow: compactWindow(s.AutoCompactWindow), ThinkingEnabled: think,
+		ThinkingDisplay: strPtr(s.ThinkingDisplay)}
 }
 
 // updateSession changes settings of another session (R7.10). Its checks run
@@ -225,16 +211,11 @@ func (up *updates) updateSession(ctx context.Context, c *caller, a *args) (*resu
 	if e != nil {
 		return nil, e
 	}
-	res := newResult(pl.s.ID, "")
-	if len(pl.notes) > 0 {
-		res.set("note", strings.Join(pl.notes, " "))
-	}
-	if pl.modelNote != "" {
-		res.set("modelNote", pl.modelNote)
-	}
+	ur := &updateResult{Note: strings.Join(pl.notes, " "), ModelNote: pl.modelNote}
+	res := newResult(pl.s.ID, "").with(ur)
 	if len(ch.names) == 0 {
 		res.what = "nothing changed"
-		res.set("settings", up.settingsOf(ctx, pl.s)).set("changed", []string{})
+		ur.Settings, ur.Changed = up.settingsOf(ctx, pl.s), []string{}
 		return res, nil
 	}
 	if e := up.cardUpdate(ctx, c, pl, ch); e != nil {
@@ -480,6 +461,7 @@ func fieldOf(setting string) int {
 
 // applyUpdate writes the changes to the session as it is after the card.
 func (up *updates) applyUpdate(ctx context.Context, in *updateArgs, pl *updatePlan, ch *updateChange, res *result) (*result, *Error) {
+	ur := res.body.(*updateResult)   // updateSession made it
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
 	// Effect. Re-read the session: a card may have taken minutes.
 	s, err := up.st.GetSession(ctx, pl.s.ID)
@@ -534,17 +516,17 @@ func (up *updates) applyUpdate(ctx context.Context, in *updateArgs, pl *updatePl
 			if err := up.st.ClearAgentSession(ctx, s.ID); err != nil {
 				return nil, internalAfter(err, "changing "+strings.Join(written, ", "))
 			}
-			res.set("relaunched", true)
+			ur.Relaunched = some(true)
 			notes = append(notes, "The agent starts a fresh conversation in the new folder at the session's next turn; this relay's messages of the session stay.")
 		} else {
-			res.set("relaunched", false)
+			ur.Relaunched = some(false)
 			notes = append(notes, "The new folder is kept for the session's next turn; no agent process had to be restarted.")
 		}
-		res.set("note", strings.Join(notes, " "))
+		ur.Note = strings.Join(notes, " ")
 	}
-	res.set("settings", up.settingsOf(ctx, s)).set("changed", written)
+	ur.Settings, ur.Changed = up.settingsOf(ctx, s), written
 	if groupCreated != nil {
-		res.set("groupCreated", map[string]any{"id": groupCreated.ID, "name": groupCreated.Name})
+		ur.GroupCreated = &groupMade{ID: groupCreated.ID, Name: groupCreated.Name}
 	}
 	res.what = strings.Join(written, ", ")
 	return res, nil

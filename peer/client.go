@@ -110,9 +110,10 @@ func (c *Client) Events(ctx context.Context, to Target, sub, after string, wait,
 }
 
 // Inbox lists the open asks this relay's conversations made there (GET /peer/v1/inbox).
-func (c *Client) Inbox(ctx context.Context, to Target, timeout time.Duration) ([]map[string]any, error) {
+// Each ask's fields are as that relay wrote them (a null in its list is nil).
+func (c *Client) Inbox(ctx context.Context, to Target, timeout time.Duration) ([]map[string]json.RawMessage, error) {
 	var out struct {
-		Asks []map[string]any `json:"asks"`
+		Asks []map[string]json.RawMessage `json:"asks"`
 	}
 	if err := c.do(ctx, to, request{method: http.MethodGet, path: "/peer/v1/inbox", timeout: timeout}, &out); err != nil {
 		return nil, err
@@ -121,9 +122,9 @@ func (c *Client) Inbox(ctx context.Context, to Target, timeout time.Duration) ([
 }
 
 // AnswerInbox answers an ask kept there (POST /peer/v1/inbox/{id}) and
-// returns that relay's answer.
-func (c *Client) AnswerInbox(ctx context.Context, to Target, id string, in InboxAnswer, timeout time.Duration) (map[string]any, error) {
-	var out map[string]any
+// returns that relay's answer, each field as it wrote it (nil for JSON null).
+func (c *Client) AnswerInbox(ctx context.Context, to Target, id string, in InboxAnswer, timeout time.Duration) (map[string]json.RawMessage, error) {
+	var out map[string]json.RawMessage
 	if err := c.do(ctx, to, request{method: http.MethodPost, path: "/peer/v1/inbox/" + url.PathEscape(id), body: in, timeout: timeout}, &out); err != nil {
 		return nil, err
 	}
