@@ -435,7 +435,7 @@ func (up *updates) cardUpdate(ctx context.Context, c *caller, pl *updatePlan, ch
 	}
 	modeCard(need, c, actUpdateSession)
 	tid := s.ID
-	return up.cards.askCard(ctx, c, need, actUpdateSession, &tid, updateCardLines(s, ch.lines), nothingChanged)
+	return up.cards.askCard(ctx, c, &cardAsk{need: need, action: actUpdateSession, target: &tid, lines: updateCardLines(s, ch.lines), nothing: nothingChanged})
 }
 
 // updateCardLines are an update_session card's lines: the session, then its
