@@ -69,7 +69,7 @@ func (as *asks) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
 		need := &cardNeed{}
 		addModeReason(need, c)
 		tid := concern.ID
-		if e := as.cards.askCard(ctx, c, need, a.action, &tid, []string{askCardLine(concern, in.question)}, nothingAsked); e != nil {
+		if e := as.cards.askCard(ctx, c, &cardAsk{need: need, action: a.action, target: &tid, lines: []string{askCardLine(concern, in.question)}, nothing: nothingAsked}); e != nil {
 			return nil, e
 		}
 		ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)

@@ -143,87 +143,127 @@ func (cd *cards) maxWait(ctx context.Context) time.Duration {
 	return d
 }
 
+// cardAsk is one approval card's request: why it is needed, the action and
+// the session it is on, what the card says, and the sentence that ends the
+// error on a refusal ("Nothing was sent.").
+type cardAsk struct {
+	need    *cardNeed // no reasons: no card
+	action  string
+	target  *string  // the session the action is on, if any
+	lines   []string // the card's lines, above need's reasons
+	nothing string
+}
+
 // askCard shows an approval card in the caller's conversation and blocks
-// until the owner decides or the longest wait runs out (R5.1). nothing ends
-// the error sentence on a denial.
-func (cd *cards) askCard(ctx context.Context, c *caller, need *cardNeed, action string, target *string, lines []string, nothing string) *Error {
-	if !need.needed() || c.remote != nil {
+// until the owner decides or the longest wait runs out (R5.1). ask.nothing
+// ends the error sentence on a denial.
+func (cd *cards) askCard(ctx context.Context, c *caller, ask *cardAsk) *Error {
+	if !ask.need.needed() || c.remote != nil {
 		return nil // a paired relay's agent had its cards on its own relay (R13.1)
 	}
 	// An external session's call is its own live turn (R17.7): it blocks until the owner decides.
 	if c.turn == nil && !isExternal(c.s) {
-		return Errorf(CodeNoActiveTurn, "%s needs the owner's approval, and a card can only be asked inside a running turn of this conversation; this session's agent has no running turn now. %s %s", action, useExternal, nothing)
+		return Errorf(CodeNoActiveTurn, "%s needs the owner's approval, and a card can only be asked inside a running turn of this conversation; this session's agent has no running turn now. %s %s", ask.action, useExternal, ask.nothing)
 	}
-	cardRelay := cd.opts.Name
-	if need.relay != "" {
-		cardRelay = need.relay
-	}
-	card := &store.Card{ID: "card_" + store.NewID(8), Session: c.s.ID, Action: action, Relay: cardRelay,
-		Target: target, Lines: append(append([]string{}, lines...), need.reasons...), CreatedAt: cd.now()}
+	card := cd.newCard(c, ask)
 	ch, unsub := cd.hub.sub("card:" + card.ID)
 	defer unsub()
+	if e := cd.postCard(ctx, c, card); e != nil {
+		return e
+	}
+	return cd.awaitCard(ctx, c, ask, card.ID, ch)
+}
+
+// newCard makes the card of ask: on the relay the action runs on, its lines
+// then need's reasons.
+func (cd *cards) newCard(c *caller, ask *cardAsk) *store.Card {
+	cardRelay := cd.opts.Name
+	if ask.need.relay != "" {
+		cardRelay = ask.need.relay
+	}
+	return &store.Card{ID: "card_" + store.NewID(8), Session: c.s.ID, Action: ask.action, Relay: cardRelay,
+		Target: ask.target, Lines: append(append([]string{}, ask.lines...), ask.need.reasons...), CreatedAt: cd.now()}
+}
+
+// postCard saves the card and tells the owner's console, the owner and the
+// MCP client's task that it waits.
+func (cd *cards) postCard(ctx context.Context, c *caller, card *store.Card) *Error {
 	if err := cd.st.SaveCard(ctx, card); err != nil {
 		return internal("askCard: SaveCard", err)
 	}
 	if cd.met != nil {
 		cd.met.CardDecided("asked")
 	}
-	cd.log.Info("card asked", "card", card.ID, "session", id8(c.s.ID), "action", action)
+	cd.log.Info("card asked", "card", card.ID, "session", id8(c.s.ID), "action", card.Action)
 	cd.relay.notify(ctx, "cards")
 	// R23.10: the owner is told; R24.1: an MCP client that takes tasks has its task now.
-	cd.relay.ownerNotice(ctx, relay.NoticeCard, c.s.ID, c.s.Title, action+": "+strings.Join(card.Lines, " · "))
+	cd.relay.ownerNotice(ctx, relay.NoticeCard, c.s.ID, c.s.Title, card.Action+": "+strings.Join(card.Lines, " · "))
 	waitBegins(ctx, card.ID, "")
+	return nil
+}
+
+// awaitCard waits for the owner's decision on card id (ch rings when it is
+// decided), the end of the call, or the longest wait.
+func (cd *cards) awaitCard(ctx context.Context, c *caller, ask *cardAsk, id string, ch <-chan struct{}) *Error {
 	deadline := cd.opts.Timers.NewTimer(cd.maxWait(ctx))
 	defer deadline.Stop()
 	recheck := time.NewTicker(recheckEvery)
 	defer recheck.Stop()
 	for {
-		cur, err := cd.st.GetCard(ctx, card.ID)
+		cur, err := cd.st.GetCard(ctx, id)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return internal("askCard: GetCard", err)
 		}
 		if cur != nil && cur.Decision != "" {
-			if cd.met != nil {
-				cd.met.CardDecided(cur.Decision)
-			}
-			cd.log.Info("card decided", "card", card.ID, "session", id8(c.s.ID), "action", action, "decision", cur.Decision)
-			if cur.Decision == "allow" {
-				for _, f := range need.flags {
-					if err := cd.st.SetFlag(ctx, c.s.ID, f); err != nil {
-						return internal("askCard: SetFlag", err)
-					}
-				}
-				if need.loop {
-					if err := cd.st.ResetLoop(ctx, c.s.ID); err != nil {
-						return internal("askCard: ResetLoop", err)
-					}
-					if _, err := cd.st.IncrLoop(ctx, c.s.ID); err != nil {
-						return internal("askCard: IncrLoop", err)
-					}
-					need.counted = true
-				}
-				if specOf(action).promptCard {
-					cd.relay.releaseHeld(ctx, c.s.ID, true) // the owner allowed this agent's card for a prompt to another agent (R9.6)
-				}
-				return nil
-			}
-			return Errorf(CodePermission, "The owner denied %s. %s", action, nothing)
+			return cd.cardDecided(ctx, c, ask, id, cur.Decision)
 		}
 		select {
 		case <-ch:
 		case <-recheck.C:
 		case <-ctx.Done():
-			cd.withdrawCard(card.ID)
-			return Errorf(CodePermission, "The call ended before the owner answered the approval card. %s", nothing)
+			cd.withdrawCard(id)
+			return Errorf(CodePermission, "The call ended before the owner answered the approval card. %s", ask.nothing)
 		case <-deadline.C():
-			cd.withdrawCard(card.ID)
-			if cd.met != nil {
-				cd.met.CardDecided("timeout")
-			}
-			cd.log.Info("card decided", "card", card.ID, "session", id8(c.s.ID), "action", action, "decision", "timeout")
-			return Errorf(CodePermission, "%s needs the owner's approval and the owner did not answer in time; the card was withdrawn. %s", action, nothing)
+			cd.withdrawCard(id)
+			cd.recordDecision(c, ask, id, "timeout")
+			return Errorf(CodePermission, "%s needs the owner's approval and the owner did not answer in time; the card was withdrawn. %s", ask.action, ask.nothing)
 		}
 	}
+}
+
+// recordDecision counts and logs the decision on card id.
+func (cd *cards) recordDecision(c *caller, ask *cardAsk, id, decision string) {
+	if cd.met != nil {
+		cd.met.CardDecided(decision)
+	}
+	cd.log.Info("card decided", "card", id, "session", id8(c.s.ID), "action", ask.action, "decision", decision)
+}
+
+// cardDecided is the answer to the owner's decision on card id: a denial
+// is an error, an allow records what it covers.
+func (cd *cards) cardDecided(ctx context.Context, c *caller, ask *cardAsk, id, decision string) *Error {
+	cd.recordDecision(c, ask, id, decision)
+	if decision != "allow" {
+		return Errorf(CodePermission, "The owner denied %s. %s", ask.action, ask.nothing)
+	}
+	for _, f := range ask.need.flags {
+		if err := cd.st.SetFlag(ctx, c.s.ID, f); err != nil {
+			return internal("askCard: SetFlag", err)
+		}
+	}
+	if ask.need.loop {
+		if err := cd.st.ResetLoop(ctx, c.s.ID); err != nil {
+			return internal("askCard: ResetLoop", err)
+		}
+		if _, err := cd.st.IncrLoop(ctx, c.s.ID); err != nil {
+			return internal("askCard: IncrLoop", err)
+		}
+		ask.need.counted = true
+	}
+	if specOf(ask.action).promptCard {
+		cd.relay.releaseHeld(ctx, c.s.ID, true) // the owner allowed this agent's card for a prompt to another agent (R9.6)
+	}
+	return nil
 }
 
 func (cd *cards) withdrawCard(id string) {

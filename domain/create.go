@@ -325,7 +325,7 @@ func (cr *creates) cardCreate(ctx context.Context, c *caller, in *createArgs, pl
 	if pl.group != nil {
 		lines = append(lines, groupLine(cr.grp.groupName(ctx, pl.group), pl.group.ID))
 	}
-	return cr.cards.askCard(ctx, c, pl.need, "create_session", nil, lines, nothingCreated)
+	return cr.cards.askCard(ctx, c, &cardAsk{need: pl.need, action: "create_session", lines: lines, nothing: nothingCreated})
 }
 
 // createCardLine is a create_session card's first line (R18.16: one line).

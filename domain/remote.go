@@ -219,13 +219,15 @@ func (rm *remote) remoteCall(ctx context.Context, c *caller, a *args, p *store.P
 	if e != nil {
 		return nil, e
 	}
-	lines, target := remoteCardLines(a, p), targetOf(a)
+	ask := &cardAsk{need: cn, action: a.action, target: targetOf(a), lines: remoteCardLines(a, p), nothing: nothingDone}
 	if cn.needed() && checkable(a) && p.HasFeature("check") {
-		if cn, lines, target, e = rm.cardChecked(ctx, a, p, body, cn, lines, target); e != nil {
+		e = rm.cardChecked(ctx, a, p, body, ask)
+		cn = ask.need
+		if e != nil {
 			return nil, e
 		}
 	}
-	if e := rm.cards.askCard(ctx, c, cn, a.action, target, lines, nothingDone); e != nil {
+	if e := rm.cards.askCard(ctx, c, ask); e != nil {
 		return nil, e
 	}
 	// The effect completes even if the caller goes away (R18.12).
@@ -347,29 +349,28 @@ func (rm *remote) remoteBody(c *caller, a *args, origin store.Origin) (PeerCallB
 }
 
 // cardChecked asks the other relay's checks before any card (R5.3): a call
-// it would refuse is refused now, and the card names what it resolved.
-func (rm *remote) cardChecked(ctx context.Context, a *args, p *store.Pairing, body PeerCallBody, cn *cardNeed, lines []string, target *string) (*cardNeed, []string, *string, *Error) {
+// it would refuse is refused now, and the card names what it resolved. On an
+// error ask.need is as it was: the loop count it took is given back.
+func (rm *remote) cardChecked(ctx context.Context, a *args, p *store.Pairing, body PeerCallBody, ask *cardAsk) *Error {
 	chk, e := rm.relay.checkThere(ctx, p, body)
-	if e != nil {
-		return cn, lines, target, e // cn as it was: the loop count it took is given back
+	if e != nil || chk == nil {
+		return e
 	}
-	if chk != nil {
-		if a.spec().updates {
-			if chk.StartedByCaller {
-				// That relay records this conversation as the session's starter (R7.10).
-				cn.drop(updateFlag(p), updateReason(p))
-			}
-			if len(chk.Changed) == 0 {
-				cn = &cardNeed{relay: p.Name} // a call that changes nothing asks nobody (R7.10)
-			}
+	if a.spec().updates {
+		if chk.StartedByCaller {
+			// That relay records this conversation as the session's starter (R7.10).
+			ask.need.drop(updateFlag(p), updateReason(p))
 		}
-		lines = checkedCardLines(a, p, chk)
-		if chk.Session != nil {
-			id := LineValue(chk.Session.ID, fieldID) // it came from that relay (R18.16)
-			target = &id
+		if len(chk.Changed) == 0 {
+			ask.need = &cardNeed{relay: p.Name} // a call that changes nothing asks nobody (R7.10)
 		}
 	}
-	return cn, lines, target, nil
+	ask.lines = checkedCardLines(a, p, chk)
+	if chk.Session != nil {
+		id := LineValue(chk.Session.ID, fieldID) // it came from that relay (R18.16)
+		ask.target = &id
+	}
+	return nil
 }
 
 // levelTexts say what each permission level lets agents here do.

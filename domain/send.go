@@ -216,7 +216,7 @@ func (sn *sends) askSendCard(ctx context.Context, c *caller, in *sendArgs, pl *s
 		lines = append(lines, "Switches billing to "+LineValue(sn.billingTo(pl.info), fieldModel))
 	}
 	tid := s.ID
-	return sn.cards.askCard(ctx, c, pl.need, "send", &tid, lines, nothingSent)
+	return sn.cards.askCard(ctx, c, &cardAsk{need: pl.need, action: "send", target: &tid, lines: lines, nothing: nothingSent})
 }
 
 // billingTo is what a billing switch onto provider p is called on its card

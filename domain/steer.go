@@ -67,7 +67,7 @@ func (sg *steering) answerQuestion(ctx context.Context, c *caller, a *args) (*re
 	need := &cardNeed{}
 	modeCard(need, c, a.action)
 	tid := s.ID
-	if e := sg.cards.askCard(ctx, c, need, a.action, &tid, []string{fmt.Sprintf("Answer %q in %q (%s): %s", q.Question, s.Title, id8(s.ID), text)}, nothingSent); e != nil {
+	if e := sg.cards.askCard(ctx, c, &cardAsk{need: need, action: a.action, target: &tid, lines: []string{fmt.Sprintf("Answer %q in %q (%s): %s", q.Question, s.Title, id8(s.ID), text)}, nothing: nothingSent}); e != nil {
 		return nil, e
 	}
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
@@ -236,7 +236,7 @@ func (sg *steering) stop(ctx context.Context, c *caller, a *args) (*result, *Err
 	need := &cardNeed{}
 	modeCard(need, c, a.action)
 	tid := s.ID
-	if e := sg.cards.askCard(ctx, c, need, a.action, &tid, []string{fmt.Sprintf("Stop the running turn of %q (%s)", s.Title, id8(s.ID))}, nothingDone); e != nil {
+	if e := sg.cards.askCard(ctx, c, &cardAsk{need: need, action: a.action, target: &tid, lines: []string{fmt.Sprintf("Stop the running turn of %q (%s)", s.Title, id8(s.ID))}, nothing: nothingDone}); e != nil {
 		return nil, e
 	}
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)
@@ -290,7 +290,7 @@ func (sg *steering) archive(ctx context.Context, c *caller, a *args) (*result, *
 	need := &cardNeed{}
 	modeCard(need, c, a.action)
 	tid := s.ID
-	if e := sg.cards.askCard(ctx, c, need, a.action, &tid, []string{fmt.Sprintf("Archive %q (%s)", s.Title, id8(s.ID))}, nothingDone); e != nil {
+	if e := sg.cards.askCard(ctx, c, &cardAsk{need: need, action: a.action, target: &tid, lines: []string{fmt.Sprintf("Archive %q (%s)", s.Title, id8(s.ID))}, nothing: nothingDone}); e != nil {
 		return nil, e
 	}
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)

@@ -342,7 +342,7 @@ func (sb *subscriptions) cardSubscribe(ctx context.Context, c *caller, in *subsc
 	if opts != "" {
 		lines = append(lines, opts)
 	}
-	return sb.cards.askCard(ctx, c, need, actSubscribe, nil, lines, nothingSubscribed)
+	return sb.cards.askCard(ctx, c, &cardAsk{need: need, action: actSubscribe, lines: lines, nothing: nothingSubscribed})
 }
 
 // applySubscribe writes the subscription (the limit checked again) and
@@ -626,9 +626,9 @@ func (sb *subscriptions) transferSubscriptions(ctx context.Context, c *caller, a
 	}
 	need := &cardNeed{}
 	need.add("Moving subscriptions always needs your approval.")
-	if e := sb.cards.askCard(ctx, c, need, a.action, nil,
-		[]string{fmt.Sprintf("Move %s of %q (%s) into this conversation", plural(len(subs), "subscription", "subscriptions"), from.Title, id8(from.ID))},
-		"Nothing was moved."); e != nil {
+	if e := sb.cards.askCard(ctx, c, &cardAsk{need: need, action: a.action,
+		lines:   []string{fmt.Sprintf("Move %s of %q (%s) into this conversation", plural(len(subs), "subscription", "subscriptions"), from.Title, id8(from.ID))},
+		nothing: "Nothing was moved."}); e != nil {
 		return nil, e
 	}
 	ctx = context.WithoutCancel(ctx) // approved: the effect completes even if the client goes away (R18.12)

@@ -318,50 +318,77 @@ func (up *updates) checkUpdate(ctx context.Context, c *caller, a *args, in *upda
 	if e := up.mod.checkEffort(info, in.effort, nothingChanged); e != nil {
 		return nil, e
 	}
-	// Group: "none" leaves, a grp_ id must exist, an unknown name creates one.
+	if e := up.planGroup(ctx, in.groupRef, pl); e != nil {
+		return nil, e
+	}
+	if e := up.planFolder(ctx, pl); e != nil {
+		return nil, e
+	}
+	up.planNotes(in, pl)
+	return pl, nil
+}
+
+// planGroup resolves the group setting: "none" leaves, a grp_ id must
+// exist, an unknown name creates one.
+func (up *updates) planGroup(ctx context.Context, ref string, pl *updatePlan) *Error {
 	switch {
-	case in.groupRef == "":
-	case strings.EqualFold(in.groupRef, "none"):
-		pl.leave = s.GroupID != ""
+	case ref == "":
+	case strings.EqualFold(ref, "none"):
+		pl.leave = pl.s.GroupID != ""
 	default:
-		g, ge := up.grp.findGroup(ctx, in.groupRef, nothingChanged)
+		g, ge := up.grp.findGroup(ctx, ref, nothingChanged)
 		switch {
 		case ge == nil:
 			pl.group = g
-		case strings.HasPrefix(in.groupRef, "grp_") || strings.Contains(ge.Msg, "more than one"):
-			return nil, ge
+		case strings.HasPrefix(ref, "grp_") || strings.Contains(ge.Msg, "more than one"):
+			return ge
 		default:
-			pl.createGroup = in.groupRef
+			pl.createGroup = ref
 		}
 	}
-	if pl.cwd != "" && s.Repo != "" {
-		return nil, repoFolderFixed(s) // R24.4: it works on its own clone
+	return nil
+}
+
+// planFolder checks the folder setting: not for a session on its own
+// clone, and no move while the session is busy.
+func (up *updates) planFolder(ctx context.Context, pl *updatePlan) *Error {
+	s := pl.s
+	if pl.cwd == "" {
+		return nil
 	}
-	if pl.cwd != "" {
-		if pl.cwd, e = up.relay.checkFolder(pl.cwd, nothingChanged); e != nil {
-			return nil, e
-		}
-		if pl.cwd != s.Cwd {
-			busy, why, err := up.busy(ctx, s.ID)
-			if err != nil {
-				return nil, internal("checkUpdate: busy", err)
-			}
-			if busy {
-				return nil, Errorf(CodeBusy, "The session cannot move to another folder now: %s. Try again when it is idle. %s", why, nothingChanged)
-			}
-		}
+	if s.Repo != "" {
+		return repoFolderFixed(s) // R24.4: it works on its own clone
 	}
+	var e *Error
+	if pl.cwd, e = up.relay.checkFolder(pl.cwd, nothingChanged); e != nil {
+		return e
+	}
+	if pl.cwd == s.Cwd {
+		return nil
+	}
+	busy, why, err := up.busy(ctx, s.ID)
+	if err != nil {
+		return internal("checkUpdate: busy", err)
+	}
+	if busy {
+		return Errorf(CodeBusy, "The session cannot move to another folder now: %s. Try again when it is idle. %s", why, nothingChanged)
+	}
+	return nil
+}
+
+// planNotes notes what is rounded (the auto-compact window) or ignored by
+// the session's provider.
+func (up *updates) planNotes(in *updateArgs, pl *updatePlan) {
 	if in.hasACW && pl.acw > 0 { // 0 ("auto") is the provider's own window
 		if n := nearestWindow(pl.acw); n != pl.acw {
 			pl.notes = append(pl.notes, fmt.Sprintf("auto_compact_window %d was rounded to %d, the nearest allowed value.", pl.acw, n))
 			pl.acw = n
 		}
 	}
-	if n := up.settingsNote(p, map[string]bool{"effort": in.effort != "", "thinking_enabled": in.think != "",
+	if n := up.settingsNote(pl.p, map[string]bool{"effort": in.effort != "", "thinking_enabled": in.think != "",
 		"thinking_display": in.display != "", "auto_compact_window": in.hasACW}); n != "" {
 		pl.notes = append(pl.notes, n)
 	}
-	return pl, nil
 }
 
 // updateText is one of update_session's text settings: its argument, its
@@ -435,7 +462,7 @@ func (up *updates) cardUpdate(ctx context.Context, c *caller, pl *updatePlan, ch
 	}
 	modeCard(need, c, actUpdateSession)
 	tid := s.ID
-	return up.cards.askCard(ctx, c, need, actUpdateSession, &tid, updateCardLines(s, ch.lines), nothingChanged)
+	return up.cards.askCard(ctx, c, &cardAsk{need: need, action: actUpdateSession, target: &tid, lines: updateCardLines(s, ch.lines), nothing: nothingChanged})
 }
 
 // updateCardLines are an update_session card's lines: the session, then its
