@@ -51,9 +51,7 @@ func (us *usage) noteCall(ctx context.Context, c *caller, raw json.RawMessage, o
 	if c == nil || (c.turn == nil && !isExternal(c.s)) {
 		return nil
 	}
-	var args map[string]any
-	_ = json.Unmarshal(raw, &args)
-	line := provider.ActivityLine(us.opts.Name, args)
+	line := provider.ActivityLine(us.opts.Name, string(raw)) // the call's arguments as JSON text
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), liveWriteTimeout)
 	defer cancel()
 	m := &store.Message{ID: store.NewID(16), Role: "activity", Text: line, CreatedAt: us.now(), Outcome: outcome}

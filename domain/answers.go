@@ -100,11 +100,14 @@ func pairedAnswer(raw map[string]json.RawMessage, relayName string) map[string]a
 	return out
 }
 
-// encodedAnswer is an envelope as the peer client decodes it, each field
-// encoded again (as this relay writes it on: the same JSON).
-func encodedAnswer(env map[string]any) peerAnswer {
+// encodedAnswer is an envelope as the paired relay wrote it, each field
+// decoded and encoded again (as this relay writes it on: objects' keys in
+// order, numbers as Go writes them).
+func encodedAnswer(env map[string]json.RawMessage) peerAnswer {
 	out := make(peerAnswer, len(env))
-	for k, v := range env {
+	for k, raw := range env {
+		var v any
+		_ = json.Unmarshal(raw, &v) // the envelope decoded: each field is JSON
 		out[k] = mustJSON(v)
 	}
 	return out

@@ -29,7 +29,7 @@ var shapeChecks = map[string]func(a *args, k string) *Error{
 	"bool":     func(a *args, k string) *Error { return a.decodes(k, new(bool), "true or false") },
 	"thinking": func(a *args, _ string) *Error { _, e := a.thinking(); return e },
 	"window":   func(a *args, _ string) *Error { _, _, e := a.window(); return e },
-	"object":   func(a *args, k string) *Error { return a.decodes(k, &map[string]any{}, "an object") },
+	"object":   func(a *args, k string) *Error { return a.decodes(k, &map[string]json.RawMessage{}, "an object") },
 }
 
 // checkShape reports an argument whose JSON value has the wrong shape.

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -38,11 +39,12 @@ const (
 )
 
 // Error is a domain failure with a code from §15, a sentence for the agent
-// and optional extra result fields (suggestions, models, groups…).
+// and optional extra result fields (suggestions, models, groups…), each
+// as JSON.
 type Error struct {
 	Code   string
 	Msg    string
-	Fields map[string]any
+	Fields map[string]json.RawMessage
 	cause  error
 }
 
@@ -60,12 +62,12 @@ func Errorf(code, format string, a ...any) *Error {
 	return &Error{Code: code, Msg: fmt.Sprintf(format, a...)}
 }
 
-// With adds result fields to an Error.
+// With adds a result field to an Error, encoded.
 func (e *Error) With(k string, v any) *Error {
 	if e.Fields == nil {
-		e.Fields = map[string]any{}
+		e.Fields = map[string]json.RawMessage{}
 	}
-	e.Fields[k] = v
+	e.Fields[k] = mustJSON(v)
 	return e
 }
 
@@ -157,11 +159,12 @@ func remoteCodeOf(code string) string {
 // the peer sent itself is kept only when it is one.
 func closedPeerError(e *Error) *Error {
 	if rc, ok := e.Fields["remoteCode"]; ok {
-		s, _ := rc.(string)
+		var s string
+		_ = json.Unmarshal(rc, &s) // not a string: no code
 		if s = remoteCodeOf(s); s == "" {
 			delete(e.Fields, "remoteCode")
 		} else {
-			e.Fields["remoteCode"] = s
+			e.Fields["remoteCode"] = mustJSON(s)
 		}
 	}
 	if closedCodes[e.Code] {

@@ -401,7 +401,7 @@ func (gr *groups) DissolveGroup(ctx context.Context, id string) (*relay.GroupDis
 			return nil, err
 		}
 		if s.GroupID == g.ID {
-			if err := gr.st.SetSessionFields(ctx, sid, map[string]any{"group": ""}); err != nil {
+			if err := gr.st.SetSessionFields(ctx, sid, map[string]string{"group": ""}); err != nil {
 				return nil, fmt.Errorf("take session %s out of dissolved group %s: %w", id8(sid), g.ID, err)
 			}
 		}

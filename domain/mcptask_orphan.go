@@ -62,6 +62,16 @@ func (r *Relay) completeOrphan(ctx context.Context, t *store.MCPTask) *store.MCP
 	return cur
 }
 
+// orphanWait is the wait call a graceful stop would have made for an
+// orphaned task's turn (its fields in the order the JSON had as a map).
+type orphanWait struct {
+	Action      string `json:"action"`
+	MessageID   string `json:"message_id"`
+	Relay       string `json:"relay"`
+	Session     string `json:"session"`
+	WaitSeconds int    `json:"wait_seconds"`
+}
+
 // orphanResult is the result a graceful stop would have given t's call.
 func (r *Relay) orphanResult(ctx context.Context, t *store.MCPTask, d *Delivery) (json.RawMessage, bool) {
 	start := time.Now()
@@ -72,7 +82,7 @@ func (r *Relay) orphanResult(ctx context.Context, t *store.MCPTask, d *Delivery)
 	if err != nil {
 		return r.envelope(actWait, t.Owner, start, nil, internal("orphan task: GetTurn", err))
 	}
-	raw, _ := json.Marshal(map[string]any{"action": actWait, "relay": "this", "session": turn.Session, "message_id": turn.ID, "wait_seconds": 0})
+	raw, _ := json.Marshal(orphanWait{Action: actWait, MessageID: turn.ID, Relay: "this", Session: turn.Session})
 	a, e := parseArgs(raw)
 	if e != nil {
 		return r.envelope(actWait, t.Owner, start, nil, e)

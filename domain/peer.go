@@ -84,7 +84,7 @@ type (
 // Options.Peers); tests may give another.
 type PeerClient interface {
 	Hello(ctx context.Context, to peer.Target, timeout time.Duration) (*peer.Hello, error)
-	Call(ctx context.Context, to peer.Target, body peer.CallBody, timeout time.Duration) (map[string]any, error)
+	CallRaw(ctx context.Context, to peer.Target, body peer.CallBody, timeout time.Duration) (map[string]json.RawMessage, error)
 	Check(ctx context.Context, to peer.Target, body peer.CallBody, timeout time.Duration) (map[string]json.RawMessage, error)
 	Events(ctx context.Context, to peer.Target, sub, after string, wait, timeout time.Duration) (*peer.Events, error)
 	Inbox(ctx context.Context, to peer.Target, timeout time.Duration) ([]map[string]json.RawMessage, error)
@@ -103,7 +103,7 @@ func (n noPeers) Hello(_ context.Context, to peer.Target, _ time.Duration) (*pee
 	return nil, n.fail(to)
 }
 
-func (n noPeers) Call(_ context.Context, to peer.Target, _ peer.CallBody, _ time.Duration) (map[string]any, error) {
+func (n noPeers) CallRaw(_ context.Context, to peer.Target, _ peer.CallBody, _ time.Duration) (map[string]json.RawMessage, error) {
 	return nil, n.fail(to)
 }
 
@@ -207,7 +207,7 @@ func (pk *peerLink) link(ctx context.Context, p *store.Pairing, e *Error) {
 
 // peerCall performs an action on a paired relay and returns its envelope.
 func (pk *peerLink) peerCall(ctx context.Context, p *store.Pairing, body PeerCallBody, timeout time.Duration) (peerAnswer, *Error) {
-	env, err := pk.peers.Call(ctx, peerTarget(p), body, timeout)
+	env, err := pk.peers.CallRaw(ctx, peerTarget(p), body, timeout)
 	e := pk.peerDone("call", err)
 	pk.link(ctx, p, e)
 	if e != nil {

@@ -298,8 +298,8 @@ func (n *peerNet) Hello(ctx context.Context, to peer.Target, timeout time.Durati
 	return &h, nil
 }
 
-func (n *peerNet) Call(ctx context.Context, to peer.Target, body peer.CallBody, timeout time.Duration) (map[string]any, error) {
-	var env map[string]any
+func (n *peerNet) CallRaw(ctx context.Context, to peer.Target, body peer.CallBody, timeout time.Duration) (map[string]json.RawMessage, error) {
+	var env map[string]json.RawMessage
 	err := n.serve(ctx, to, "/peer/v1/call", body, timeout, &env, func(ctx context.Context, e *peerEnd, tok string, raw []byte) (int, []byte) {
 		out, _ := e.r.PeerCall(ctx, tok, raw)
 		return http.StatusOK, out

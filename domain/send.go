@@ -239,8 +239,8 @@ func sendCardLine(s *store.Session, text string) string {
 
 // sendChanges are the session settings a send writes before its prompt is
 // queued (R7.8, R7.10), and their old values.
-func sendChanges(s *store.Session, in *sendArgs, pl *sendPlan) (changes, undo map[string]any) {
-	changes, undo = map[string]any{}, map[string]any{}
+func sendChanges(s *store.Session, in *sendArgs, pl *sendPlan) (changes, undo map[string]string) {
+	changes, undo = map[string]string{}, map[string]string{}
 	change := func(field, old, nw string) {
 		if nw != "" && nw != old {
 			changes[field], undo[field] = nw, old

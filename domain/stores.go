@@ -87,7 +87,7 @@ type recordStore interface {
 	SaveSession(ctx context.Context, sess *store.Session) error
 	SaveSubscription(ctx context.Context, sub *store.Subscription) error
 	SessionExtras(ctx context.Context, ids []string) ([]store.Extras, error)
-	SetSessionFields(ctx context.Context, id string, kv map[string]any) error
+	SetSessionFields(ctx context.Context, id string, kv map[string]string) error
 	SetTurnQuestion(ctx context.Context, id string, questionID string) error
 	SetLastDigest(ctx context.Context, sub *store.Subscription, at time.Time) error
 	SetOnce(ctx context.Context, name string, ttl time.Duration) (bool, error)

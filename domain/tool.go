@@ -174,7 +174,7 @@ func (r *Relay) envelope(action, callerID string, start time.Time, out *result, 
 // code and error, each encoded.
 func errorEnvelope(env map[string]json.RawMessage, e *Error) {
 	for k, v := range e.Fields {
-		env[k] = mustJSON(v)
+		env[k] = v
 	}
 	env["ok"], env["code"], env["error"] = json.RawMessage("false"), mustJSON(e.Code), mustJSON(e.Msg)
 }

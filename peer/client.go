@@ -88,6 +88,15 @@ func (c *Client) Call(ctx context.Context, to Target, body CallBody, timeout tim
 	return env, nil
 }
 
+// CallRaw is Call with the envelope's fields undecoded, as that relay wrote them.
+func (c *Client) CallRaw(ctx context.Context, to Target, body CallBody, timeout time.Duration) (map[string]json.RawMessage, error) {
+	var env map[string]json.RawMessage
+	if err := c.do(ctx, to, request{method: http.MethodPost, path: "/peer/v1/call", body: body, timeout: timeout}, &env); err != nil {
+		return nil, err
+	}
+	return env, nil
+}
+
 // Check asks that relay to check a call without its effect (POST
 // /peer/v1/check) and returns its answer's fields undecoded.
 func (c *Client) Check(ctx context.Context, to Target, body CallBody, timeout time.Duration) (map[string]json.RawMessage, error) {

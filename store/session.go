@@ -214,7 +214,7 @@ func (s *Store) SaveSession(ctx context.Context, sess *Session) error {
 }
 
 // SetSessionFields writes some fields of a session (field names as stored: mode, model, effort, provider).
-func (s *Store) SetSessionFields(ctx context.Context, id string, kv map[string]any) error {
+func (s *Store) SetSessionFields(ctx context.Context, id string, kv map[string]string) error {
 	if err := s.rdb.HSet(ctx, s.sessKey(id), kv).Err(); err != nil {
 		return fmt.Errorf("set session %s: %w", id, err)
 	}
