@@ -121,7 +121,7 @@ func actionTable() []*actionSpec {
 		{name: "relay_info", args: []string{"relay"}, level: "read",
 			run: func(r *Relay) handler { return r.reads.relayInfo }},
 		{name: "usage", args: []string{"relay"}, level: "read",
-			run: func(r *Relay) handler { return r.reads.usage }},
+			run: func(r *Relay) handler { return r.reads.usageReport }},
 		{name: "list_sessions", args: []string{"relay", "scope", "limit"}, level: "read",
 			run: func(r *Relay) handler { return r.reads.listSessions }},
 		{name: "read_session", args: []string{"relay", "session", "last"}, level: "read",
@@ -133,20 +133,20 @@ func actionTable() []*actionSpec {
 		{name: "send", args: []string{"relay", "session", "text", "wait_seconds", "mode", "model", "effort", "provider"},
 			level: "prompt", extra: argFeature{"provider", "billing_switch"}, // the billing switch (R7.8)
 			write: true, acceptGated: true, prompt: true, promptCard: true, promptsSession: true,
-			run: func(r *Relay) handler { return r.snd.send }, check: checkedSend, checkedLines: sendCheckedLines},
+			run: func(r *Relay) handler { return r.sends.send }, check: checkedSend, checkedLines: sendCheckedLines},
 		{name: "create_session", args: []string{"relay", "text", "provider", "model", "cwd", "repo", "branch", "mode", "effort", "title", "group", "wait_seconds"},
 			level: "full", extra: argFeature{"group", "groups"},
 			write: true, acceptGated: true, prompt: true, promptCard: true, creates: true,
 			refuseUnknown: "Nothing was created.",
 			firstCard:     firstCardOnce("created", "This is the first session an agent starts in this conversation."),
-			run:           func(r *Relay) handler { return r.crt.createSession }, check: checkedCreate, checkedLines: createCheckedLines},
+			run:           func(r *Relay) handler { return r.creates.createSession }, check: checkedCreate, checkedLines: createCheckedLines},
 		{name: actUpdateSession, args: []string{"relay", "session", "model", "effort", "mode", "title", "group", "cwd", "auto_compact_window", "thinking_enabled", "thinking_display"},
 			level: "full", feature: "update_session", write: true, acceptGated: true, updates: true,
 			refuseUnknown: nothingChanged, ownerOnly: []string{"may_create_sessions", "mayCreateSessions"},
 			firstCard: func(p *store.Pairing) (string, string) { return updateFlag(p), updateReason(p) },
-			run:       func(r *Relay) handler { return r.upd.updateSession }, check: checkedUpdate, checkedLines: updateCheckedLines},
+			run:       func(r *Relay) handler { return r.updates.updateSession }, check: checkedUpdate, checkedLines: updateCheckedLines},
 		{name: actWait, args: []string{"relay", "session", "message_id", "wait_seconds"}, level: "read",
-			run: func(r *Relay) handler { return r.q.wait }},
+			run: func(r *Relay) handler { return r.turns.wait }},
 
 		// §7.3 steering another session
 		{name: actAnswerQuestion, args: []string{"relay", "session", "question_id", "choices", "answer"},
@@ -174,11 +174,11 @@ func actionTable() []*actionSpec {
 		// §9 schedules
 		{name: "schedule", args: []string{"relay", "text", "title", "at", "every_minutes", "session"},
 			relay: relayOptional, level: "full", localOnly: true, promptCard: true,
-			run: func(r *Relay) handler { return r.sch.scheduleAction }},
+			run: func(r *Relay) handler { return r.schedules.scheduleAction }},
 		{name: "list_schedules", args: []string{"relay"}, relay: relayOptional, level: "full", localOnly: true,
-			run: func(r *Relay) handler { return r.sch.listSchedules }},
+			run: func(r *Relay) handler { return r.schedules.listSchedules }},
 		{name: "unschedule", args: []string{"relay", "schedule_id"}, relay: relayOptional, level: "full", localOnly: true,
-			run: func(r *Relay) handler { return r.sch.unschedule }},
+			run: func(r *Relay) handler { return r.schedules.unschedule }},
 
 		// §10 asks
 		{name: "ask", args: []string{"relay", "question", "options", "recommendation", "detail", "session"},

@@ -23,12 +23,12 @@ const nothingAsked = "Nothing was asked."
 // through the delivery pipeline, asks its card through the cards, and
 // reaches the rest of the relay only through asksHost.
 type asks struct {
-	st    asksStore
-	now   func() time.Time
-	opts  *Options // the relay's: name, limits
-	dl    *pipeline
-	cards *cards
-	relay asksHost
+	st       asksStore
+	now      func() time.Time
+	opts     *Options // the relay's: name, limits
+	pipeline *pipeline
+	cards    *cards
+	relay    asksHost
 }
 
 // asksStore is the store as the asks see it.
@@ -43,19 +43,6 @@ type asksHost interface {
 	sessionByRef(ctx context.Context, ref string) (*store.Session, *Error)
 	notify(ctx context.Context, what string)
 	ownerNotice(ctx context.Context, event, sid, title, text string)
-}
-
-// Inbox (the asks' door for api, web and the peer routes): see
-// [asks.Inbox].
-func (r *Relay) Inbox(ctx context.Context) ([]*relay.InboxAsk, error) { return r.asks.Inbox(ctx) }
-
-// RemoteAskCount (the asks' door for web): see [asks.RemoteAskCount].
-func (r *Relay) RemoteAskCount(ctx context.Context) (int, error) { return r.asks.RemoteAskCount(ctx) }
-
-// AnswerAsk (the asks' door for api and the peer routes): see
-// [asks.AnswerAsk].
-func (r *Relay) AnswerAsk(ctx context.Context, id string, in InboxAnswer) (*relay.AskAnswered, error) {
-	return r.asks.AnswerAsk(ctx, id, in)
 }
 
 func (as *asks) ask(ctx context.Context, c *caller, a *args) (*result, *Error) {
@@ -389,7 +376,7 @@ func (as *asks) AnswerAsk(ctx context.Context, id string, in InboxAnswer) (*rela
 	}
 	as.relay.notify(ctx, "inbox") // the owner's console (R19.6)
 	for _, who := range unique(ak.Asker, ak.Session) {
-		as.dl.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: who, QuestionID: ak.ID, Text: ak.Question,
+		as.pipeline.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: who, QuestionID: ak.ID, Text: ak.Question,
 			Answer: ak.Answer, Choice: ak.Choice, Dismissed: in.Dismiss, Via: ak.Via})
 	}
 	return answeredView(ak), nil

@@ -75,7 +75,7 @@ func (us *usage) checkCap(ctx context.Context, id, partner string, switching boo
 		return nil
 	}
 	name := id
-	if p, ok := us.mod.providers[id]; ok {
+	if p, ok := us.models.providers[id]; ok {
 		name = p.Info().Name
 	}
 	at := fmt.Sprintf("%s (%q) on relay %q has reached its monthly cap: %s of %s used; it resets %v.",
@@ -95,11 +95,11 @@ func (us *usage) checkCap(ctx context.Context, id, partner string, switching boo
 // partnerOf is the billing partner a session on provider id can switch to
 // (its switch_to, or the provider naming it), "" when none.
 func (us *usage) partnerOf(id string) string {
-	if p, ok := us.mod.providers[id]; ok && p.Info().SwitchTo != "" {
+	if p, ok := us.models.providers[id]; ok && p.Info().SwitchTo != "" {
 		return p.Info().SwitchTo
 	}
-	for _, o := range us.mod.order {
-		if p := us.mod.providers[o]; p.Info().SwitchTo == id {
+	for _, o := range us.models.order {
+		if p := us.models.providers[o]; p.Info().SwitchTo == id {
 			return o
 		}
 	}

@@ -48,14 +48,6 @@ type cardsHost interface {
 	ownerNotice(ctx context.Context, event, sid, title, text string)
 }
 
-// Cards (the cards' door for api and web): see [cards.Cards].
-func (r *Relay) Cards(ctx context.Context) ([]*store.Card, error) { return r.cards.Cards(ctx) }
-
-// DecideCard (the cards' door for api): see [cards.DecideCard].
-func (r *Relay) DecideCard(ctx context.Context, id, decision string) (*store.Card, error) {
-	return r.cards.DecideCard(ctx, id, decision)
-}
-
 // cardNeed collects why a call needs the owner's approval (R5.2).
 type cardNeed struct {
 	reasons []string

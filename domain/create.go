@@ -23,16 +23,16 @@ import (
 // (through the doors below). It reaches the rest of the relay only through
 // the subsystems it points to, its providers through models.
 type creates struct {
-	st    createsStore
-	now   func() time.Time
-	log   *slog.Logger
-	opts  *Options // the relay's: name, folders, limits, default folder
-	cards *cards
-	grp   *groups
-	use   *usage
-	rem   *remote
-	q     *turnQueue // the wait, the first prompt, its reply and result, the caps
-	mod   *models    // the provider, its model and effort
+	st     createsStore
+	now    func() time.Time
+	log    *slog.Logger
+	opts   *Options // the relay's: name, folders, limits, default folder
+	cards  *cards
+	groups *groups
+	usage  *usage
+	remote *remote
+	turns  *turnQueue // the wait, the first prompt, its reply and result, the caps
+	models *models    // the provider, its model and effort
 	// foldKept is the folders rule's folders resolved (realFolders).
 	foldKept cached[[]string]
 }
@@ -42,16 +42,6 @@ type createsStore interface {
 	recordStore
 	createStore
 }
-
-// checkFolder applies the folders rule (the door for the owner's sessions
-// and update_session).
-func (r *Relay) checkFolder(dir, nothing string) (string, *Error) {
-	return r.crt.checkFolder(dir, nothing)
-}
-
-// folderAllowed checks a session's folder after symbolic links (the door
-// for the drain's host).
-func (r *Relay) folderAllowed(dir string) (resolved, why string) { return r.crt.folderAllowed(dir) }
 
 func titleFrom(text string) string {
 	line := strings.TrimSpace(strings.SplitN(strings.TrimSpace(text), "\n", 2)[0])
@@ -177,7 +167,7 @@ func (cr *creates) parseCreateArgs(ctx context.Context, a *args) (*createArgs, *
 	if in.text, e = promptText(a, nothingCreated); e != nil {
 		return nil, e
 	}
-	if in.wait, in.note, e = cr.q.waitArg(ctx, a, nothingCreated); e != nil {
+	if in.wait, in.note, e = cr.turns.waitArg(ctx, a, nothingCreated); e != nil {
 		return nil, e
 	}
 	get := func(k string) string {
@@ -237,7 +227,7 @@ func (cr *creates) checkCreateLimits(ctx context.Context, c *caller) *Error {
 		return Errorf(CodeSessionLimit, "%d sessions this conversation started already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
 			n, cr.opts.Limits.ActiveSessions, nothingCreated)
 	}
-	return cr.q.precheckPeerCap(ctx, c.s.ID, cr.rem.startedBy(c), nothingCreated)
+	return cr.turns.precheckPeerCap(ctx, c.s.ID, cr.remote.startedBy(c), nothingCreated)
 }
 
 // planAgent checks and fills in the new session's provider, model, effort
@@ -247,21 +237,21 @@ func (cr *creates) planAgent(c *caller, pl *createPlan) *Error {
 		pl.provID = c.s.Provider
 		if isExternal(c.s) {
 			// An external client's sessions run on the relay's first provider.
-			pl.provID = cr.mod.ids()[0]
+			pl.provID = cr.models.ids()[0]
 		}
 	}
 	if pl.provID == ProviderExternal {
 		return Errorf(CodeInvalidInput, "An agent cannot start an external session: its agent is an MCP client the owner connects. %s", nothingCreated)
 	}
-	p, e := cr.mod.provider(pl.provID, nothingCreated)
+	p, e := cr.models.provider(pl.provID, nothingCreated)
 	if e != nil {
 		return e
 	}
-	if e := cr.use.checkAvailable(p, nothingCreated); e != nil { // R17.1
+	if e := cr.usage.checkAvailable(p, nothingCreated); e != nil { // R17.1
 		return e
 	}
 	pl.info = p.Info()
-	if pl.modelNote, e = cr.mod.checkModel(pl.info, pl.model, nothingCreated, true); e != nil {
+	if pl.modelNote, e = cr.models.checkModel(pl.info, pl.model, nothingCreated, true); e != nil {
 		return e
 	}
 	if pl.model == "" {
@@ -270,7 +260,7 @@ func (cr *creates) planAgent(c *caller, pl *createPlan) *Error {
 			pl.model = c.s.Model
 		}
 	}
-	if e := cr.mod.checkEffort(pl.info, pl.effort, nothingCreated); e != nil {
+	if e := cr.models.checkEffort(pl.info, pl.effort, nothingCreated); e != nil {
 		return e
 	}
 	if pl.effort == "" && contains(pl.info.Efforts, c.s.Effort) {
@@ -286,7 +276,7 @@ func (cr *creates) planAgent(c *caller, pl *createPlan) *Error {
 func (cr *creates) planPlace(ctx context.Context, c *caller, in *createArgs, pl *createPlan) *Error {
 	var e *Error
 	if in.groupRef != "" {
-		if pl.group, e = cr.grp.findGroup(ctx, in.groupRef, nothingCreated); e != nil {
+		if pl.group, e = cr.groups.findGroup(ctx, in.groupRef, nothingCreated); e != nil {
 			return e
 		}
 	}
@@ -323,7 +313,7 @@ func (cr *creates) cardCreate(ctx context.Context, c *caller, in *createArgs, pl
 	}
 	lines := []string{createCardLine(pl.title, pl.info.Name, where, in.text), settingsLine(pl.model, pl.effort, pl.mode)}
 	if pl.group != nil {
-		lines = append(lines, groupLine(cr.grp.groupName(ctx, pl.group), pl.group.ID))
+		lines = append(lines, groupLine(cr.groups.groupName(ctx, pl.group), pl.group.ID))
 	}
 	return cr.cards.askCard(ctx, c, &cardAsk{need: pl.need, action: "create_session", lines: lines, nothing: nothingCreated})
 }
@@ -350,7 +340,7 @@ func (cr *creates) applyCreate(ctx context.Context, c *caller, in *createArgs, p
 	if group != nil {
 		if _, err := cr.st.GetGroup(ctx, group.ID); errors.Is(err, store.ErrNotFound) {
 			return nil, Errorf(CodeUnknownGroup, "The session group %q (%s) on relay %q was dissolved before the session could start. %s",
-				cr.grp.groupName(ctx, group), group.ID, cr.opts.Name, nothingCreated)
+				cr.groups.groupName(ctx, group), group.ID, cr.opts.Name, nothingCreated)
 		} else if err != nil {
 			return nil, internal("applyCreate: GetGroup", err)
 		}
@@ -360,24 +350,24 @@ func (cr *creates) applyCreate(ctx context.Context, c *caller, in *createArgs, p
 		return nil, e
 	}
 	group, groupWarning := cr.groupCreated(ctx, c, s, group)
-	t, err := cr.q.queue(ctx, prompt{s: s, text: in.text, role: "agent", from: cr.q.fromRef(c), origin: c.origin(cr.opts.Name), caller: c.s.ID, waitFor: in.wait})
+	t, err := cr.turns.queue(ctx, prompt{s: s, text: in.text, role: "agent", from: cr.turns.fromRef(c), origin: c.origin(cr.opts.Name), caller: c.s.ID, waitFor: in.wait})
 	if err != nil {
-		cr.q.unreserve(ctx, c.s.ID, s.ID)
+		cr.turns.unreserve(ctx, c.s.ID, s.ID)
 		return nil, internalAfter(err, "session "+s.ID+" was created, but its first prompt was not queued")
 	}
 	pl.queued = true
 	done := "session " + s.ID + " was created and its prompt queued (message_id " + t.ID + ")"
-	if t, err = cr.q.await(waitCtx, turnWait{id: t.ID, d: in.wait, own: true, dl: c.delivery}); err != nil {
+	if t, err = cr.turns.await(waitCtx, turnWait{id: t.ID, d: in.wait, own: true, delivery: c.delivery}); err != nil {
 		return nil, internalAfter(err, done)
 	}
 	res := newResult(s.ID, "")
-	pr := cr.q.turnResult(ctx, res, t)
+	pr := cr.turns.turnResult(ctx, res, t)
 	res.what = fmt.Sprintf("%q, %s", pl.title, res.what)
 	pr.Provider, pr.Model, pr.Mode, pr.Effort, pr.Title = some(pl.provID), some(pl.model), some(pl.mode), some(pl.effort), some(pl.title)
 	if s.Repo != "" {
 		pr.Repo, pr.Branch = some(s.Repo), some(s.Branch)
 	}
-	pr.Group = some(cr.grp.groupRefOf(ctx, group, s.ID))
+	pr.Group = some(cr.groups.groupRefOf(ctx, group, s.ID))
 	if groupWarning != "" {
 		pr.GroupWarning, pr.Note = groupWarning, "The session was created but did not land in a group; tell the owner."
 		res.what += " (no group: " + groupWarning + ")"
@@ -396,7 +386,7 @@ func (cr *creates) applyCreate(ctx context.Context, c *caller, in *createArgs, p
 func (cr *creates) newSession(ctx context.Context, c *caller, in *createArgs, pl *createPlan) (*store.Session, *Error) {
 	now := cr.now()
 	s := &store.Session{ID: store.NewID(16), Title: pl.title, Provider: pl.provID, Model: pl.model, Effort: pl.effort, Mode: pl.mode,
-		Cwd: pl.cwd, Token: store.NewID(24), CreatedAt: now, LastActivityAt: now, StartedBy: cr.rem.startedBy(c)}
+		Cwd: pl.cwd, Token: store.NewID(24), CreatedAt: now, LastActivityAt: now, StartedBy: cr.remote.startedBy(c)}
 	if pl.repo != nil {
 		dir, e := cr.addWorktree(ctx, pl, s.ID, in.repo)
 		if e != nil {
@@ -420,7 +410,7 @@ func (cr *creates) newSession(ctx context.Context, c *caller, in *createArgs, pl
 func (cr *creates) reserveAndCreate(ctx context.Context, c *caller, s *store.Session) *Error {
 	if err := cr.st.ReserveUnder(ctx, c.s.ID, s.ID, cr.opts.Limits.ActiveSessions, cr.opts.Limits.ActiveSessionsPerPeerToken); err != nil {
 		if errors.Is(err, store.ErrPeerSessionLimit) {
-			return cr.q.peerCapError(s.StartedBy, nothingCreated)
+			return cr.turns.peerCapError(s.StartedBy, nothingCreated)
 		}
 		if errors.Is(err, store.ErrSessionLimit) {
 			return Errorf(CodeSessionLimit, "%d sessions this conversation started already have a turn queued or running; the limit is %d. Wait for one to finish. %s",
@@ -429,7 +419,7 @@ func (cr *creates) reserveAndCreate(ctx context.Context, c *caller, s *store.Ses
 		return internal("applyCreate: ReserveUnder", err)
 	}
 	if err := cr.st.CreateSession(ctx, s); err != nil {
-		cr.q.unreserve(ctx, c.s.ID, s.ID)
+		cr.turns.unreserve(ctx, c.s.ID, s.ID)
 		return internal("applyCreate: CreateSession", err)
 	}
 	return nil
@@ -452,9 +442,9 @@ func (cr *creates) groupCreated(ctx context.Context, c *caller, s *store.Session
 			group, err = cr.st.GetGroup(ctx, c.s.GroupID)
 		}
 		if group == nil {
-			group, err = cr.grp.newGroup(ctx, "", c.s.ID, false)
+			group, err = cr.groups.newGroup(ctx, "", c.s.ID, false)
 			if err == nil {
-				err = cr.grp.joinGroup(ctx, c.s, group)
+				err = cr.groups.joinGroup(ctx, c.s, group)
 			}
 			if err == nil {
 				err = cr.st.SaveSession(ctx, c.s)
@@ -464,7 +454,7 @@ func (cr *creates) groupCreated(ctx context.Context, c *caller, s *store.Session
 		err = fmt.Errorf("the group %s was dissolved before the session started", group.ID)
 	}
 	if err == nil && group != nil {
-		if err = cr.grp.joinGroup(ctx, s, group); err == nil {
+		if err = cr.groups.joinGroup(ctx, s, group); err == nil {
 			err = cr.st.SaveSession(ctx, s)
 		}
 	}

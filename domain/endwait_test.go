@@ -106,7 +106,7 @@ func TestEndWaitSeenOnlyOnceDelivered(t *testing.T) {
 	t.Run("in-process: seen at once", func(t *testing.T) {
 		id := waitingTurn()
 		before := released()
-		if err := r.dl.endWait(ctx, nil, id, true); err != nil {
+		if err := r.pipeline.endWait(ctx, nil, id, true); err != nil {
 			t.Fatal(err)
 		}
 		if seen, waiting := state(id); !seen || waiting {
@@ -121,7 +121,7 @@ func TestEndWaitSeenOnlyOnceDelivered(t *testing.T) {
 		id := waitingTurn()
 		before := released()
 		d := NewDelivery()
-		if err := r.dl.endWait(ctx, d, id, true); err != nil {
+		if err := r.pipeline.endWait(ctx, d, id, true); err != nil {
 			t.Fatal(err)
 		}
 		if seen, waiting := state(id); seen || !waiting {
@@ -141,7 +141,7 @@ func TestEndWaitSeenOnlyOnceDelivered(t *testing.T) {
 		id := waitingTurn()
 		before := released()
 		d := NewDelivery()
-		if err := r.dl.endWait(ctx, d, id, true); err != nil {
+		if err := r.pipeline.endWait(ctx, d, id, true); err != nil {
 			t.Fatal(err)
 		}
 		d.Settle(false)
@@ -157,7 +157,7 @@ func TestEndWaitSeenOnlyOnceDelivered(t *testing.T) {
 		id := waitingTurn()
 		before := released()
 		d := NewDelivery()
-		if err := r.dl.endWait(ctx, d, id, false); err != nil {
+		if err := r.pipeline.endWait(ctx, d, id, false); err != nil {
 			t.Fatal(err)
 		}
 		if seen, waiting := state(id); seen || waiting {

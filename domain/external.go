@@ -73,7 +73,7 @@ func (r *Relay) OwnerNewToken(ctx context.Context, ref string) (*relay.SessionTo
 	if s.Archived {
 		return nil, Errorf(CodeInvalidInput, "Session %s (%q) is archived: its token was revoked and it gets no new one. %s", id8(s.ID), s.Title, nothingChanged)
 	}
-	tok, err := r.tok.rotateSessionToken(ctx, s.ID)
+	tok, err := r.tokens.rotateSessionToken(ctx, s.ID)
 	if err != nil {
 		return nil, err
 	}

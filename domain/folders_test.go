@@ -23,7 +23,7 @@ func TestRealFoldersKeptForARecheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := New(nil, nil, nil, Options{Folders: []string{link}})
-	if got := r.crt.realFolders(); !slices.Equal(got, []string{one}) {
+	if got := r.creates.realFolders(); !slices.Equal(got, []string{one}) {
 		t.Fatalf("resolved %v, want %v", got, one)
 	}
 	if err := os.Remove(link); err != nil {
@@ -32,16 +32,16 @@ func TestRealFoldersKeptForARecheck(t *testing.T) {
 	if err := os.Symlink(two, link); err != nil {
 		t.Fatal(err)
 	}
-	if got := r.crt.realFolders(); !slices.Equal(got, []string{one}) {
+	if got := r.creates.realFolders(); !slices.Equal(got, []string{one}) {
 		t.Fatalf("resolved again before the recheck: %v", got)
 	}
 	if _, why := r.folderAllowed(two); why == "" {
 		t.Fatal("a folder outside the kept resolution was allowed")
 	}
-	r.crt.foldKept.mu.Lock()
-	r.crt.foldKept.at = time.Now().Add(-folderRecheck)
-	r.crt.foldKept.mu.Unlock()
-	if got := r.crt.realFolders(); !slices.Equal(got, []string{two}) {
+	r.creates.foldKept.mu.Lock()
+	r.creates.foldKept.at = time.Now().Add(-folderRecheck)
+	r.creates.foldKept.mu.Unlock()
+	if got := r.creates.realFolders(); !slices.Equal(got, []string{two}) {
 		t.Fatalf("after the recheck: %v, want %v", got, two)
 	}
 	if _, why := r.folderAllowed(two); why != "" {

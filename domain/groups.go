@@ -36,29 +36,6 @@ type groupsHost interface {
 	notifyGroups(ctx context.Context)
 }
 
-// CreateGroup is the owner's POST /groups (the groups' door).
-func (r *Relay) CreateGroup(ctx context.Context, name string) (*relay.GroupCreated, error) {
-	return r.grp.CreateGroup(ctx, name)
-}
-
-// Groups lists every group for the owner, empty ones too.
-func (r *Relay) Groups(ctx context.Context) ([]*relay.Group, error) { return r.grp.Groups(ctx) }
-
-// RenameGroup is the owner's PATCH /groups/{id}.
-func (r *Relay) RenameGroup(ctx context.Context, id, name string) (*relay.Group, error) {
-	return r.grp.RenameGroup(ctx, id, name)
-}
-
-// SetGroupOrder is the owner's PUT /groups/order (R23.7).
-func (r *Relay) SetGroupOrder(ctx context.Context, ids []string) ([]*relay.Group, error) {
-	return r.grp.SetGroupOrder(ctx, ids)
-}
-
-// DissolveGroup is the owner's DELETE /groups/{id}.
-func (r *Relay) DissolveGroup(ctx context.Context, id string) (*relay.GroupDissolved, error) {
-	return r.grp.DissolveGroup(ctx, id)
-}
-
 type groupInfo struct {
 	g        *store.Group
 	name     string

@@ -37,35 +37,35 @@ var jobRunners = map[string]func(r *Relay, ctx context.Context, payload []byte) 
 	jobs.TypeDrain: (*Relay).runDrain,
 	jobs.TypeFanout: func(r *Relay, ctx context.Context, payload []byte) error {
 		return runJob(jobs.TypeFanout, payload, func(ev store.Event) error {
-			return jobErr(r.dl.Fanout(ctx, &ev), "fan out %s event %s of session %s", ev.Kind, ev.ID, id8(ev.Session))
+			return jobErr(r.pipeline.Fanout(ctx, &ev), "fan out %s event %s of session %s", ev.Kind, ev.ID, id8(ev.Session))
 		})
 	},
 	jobs.TypeRelease: func(r *Relay, ctx context.Context, payload []byte) error {
 		return runJob(jobs.TypeRelease, payload, func(p jobs.ReleasePayload) error {
-			return jobErr(r.dl.Release(ctx, p.Sub), "release held events of %s", p.Sub)
+			return jobErr(r.pipeline.Release(ctx, p.Sub), "release held events of %s", p.Sub)
 		})
 	},
 	jobs.TypeFlush: func(r *Relay, ctx context.Context, payload []byte) error {
 		return runJob(jobs.TypeFlush, payload, func(p jobs.FlushPayload) error {
-			return jobErr(r.dl.Flush(ctx, p.Watcher, time.UnixMilli(p.Window).UTC()), "deliver the coalesced events of watcher %s", id8(p.Watcher))
+			return jobErr(r.pipeline.Flush(ctx, p.Watcher, time.UnixMilli(p.Window).UTC()), "deliver the coalesced events of watcher %s", id8(p.Watcher))
 		})
 	},
 	jobs.TypeSummary: func(r *Relay, ctx context.Context, payload []byte) error {
 		return runJob(jobs.TypeSummary, payload, func(p jobs.SummaryPayload) error {
-			return jobErr(r.dl.Summary(ctx, p.Watcher), "deliver the wake-limit summary of watcher %s", id8(p.Watcher))
+			return jobErr(r.pipeline.Summary(ctx, p.Watcher), "deliver the wake-limit summary of watcher %s", id8(p.Watcher))
 		})
 	},
 	jobs.TypeHeartbeat: func(r *Relay, ctx context.Context, payload []byte) error {
 		return runJob(jobs.TypeHeartbeat, payload, func(p jobs.HeartbeatPayload) error {
-			return jobErr(r.dl.Heartbeat(ctx, p.Sub, time.UnixMilli(p.At).UTC()), "heartbeat of %s", p.Sub)
+			return jobErr(r.pipeline.Heartbeat(ctx, p.Sub, time.UnixMilli(p.At).UTC()), "heartbeat of %s", p.Sub)
 		})
 	},
 	jobs.TypeStallScan: func(r *Relay, ctx context.Context, _ []byte) error { // its payload is not read
-		return jobErr(r.dl.StallScan(ctx), "scan for stalled sessions")
+		return jobErr(r.pipeline.StallScan(ctx), "scan for stalled sessions")
 	},
 	jobs.TypeFire: func(r *Relay, ctx context.Context, payload []byte) error {
 		return runJob(jobs.TypeFire, payload, func(p jobs.FirePayload) error {
-			return jobErr(r.sch.Fire(ctx, p.Schedule, time.UnixMilli(p.At).UTC(), p.Approved), "fire schedule %s", p.Schedule)
+			return jobErr(r.schedules.Fire(ctx, p.Schedule, time.UnixMilli(p.At).UTC(), p.Approved), "fire schedule %s", p.Schedule)
 		})
 	},
 }

@@ -60,7 +60,7 @@ func (r *Relay) killSession(ctx context.Context, s *store.Session) (bool, error)
 			return false, err
 		}
 	}
-	if _, keeps := r.mod.providers[s.Provider].(provider.Killer); !keeps && cur == "" {
+	if _, keeps := r.models.providers[s.Provider].(provider.Killer); !keeps && cur == "" {
 		return stopped, nil // no process outlives a turn of this provider
 	}
 	return r.killEverywhere(ctx, s.ID, cur, stopped)
@@ -93,8 +93,8 @@ func (r *Relay) killEverywhere(ctx context.Context, sid, cur string, killed bool
 // errStopped, before its process ends: the turn ends as stopped) and ends
 // the session's kept agent processes here.
 func (r *Relay) killHere(sid, turn string) bool {
-	killed := turn != "" && r.dr.stopHere(turn)
-	for _, p := range r.mod.providers {
+	killed := turn != "" && r.drainer.stopHere(turn)
+	for _, p := range r.models.providers {
 		if k, ok := p.(provider.Killer); ok && k.Kill(sid) {
 			killed = true
 		}

@@ -65,11 +65,11 @@ type waitHookKey struct{}
 
 // taskRun is one call that becomes a task once it waits.
 type taskRun struct {
-	r      *Relay
-	caller string
-	dl     *Delivery          // the call's own: settled once its result is stored (or not)
-	cancel context.CancelFunc // ends the call's context: tasks/cancel
-	made   chan struct{}      // closed once the task is written
+	r        *Relay
+	caller   string
+	delivery *Delivery          // the call's own: settled once its result is stored (or not)
+	cancel   context.CancelFunc // ends the call's context: tasks/cancel
+	made     chan struct{}      // closed once the task is written
 
 	stopWatch func() // ends watchCancel (set with task)
 
@@ -145,7 +145,7 @@ func (r *Relay) CallToolTask(ctx context.Context, callerID string, raw json.RawM
 	// A relay that stops ends the wait: the task completes with what the
 	// call has then (its turn queued or running, its message_id to wait on).
 	endWithRelay := context.AfterFunc(r.lifeCtx(), cancel)
-	tr := &taskRun{r: r, caller: callerID, dl: NewDelivery(), cancel: cancel, made: make(chan struct{})}
+	tr := &taskRun{r: r, caller: callerID, delivery: NewDelivery(), cancel: cancel, made: make(chan struct{})}
 	// Until the call is a task, a client that goes away ends it (as CallTool).
 	unwatch := context.AfterFunc(ctx, func() {
 		if !tr.isTask() {
@@ -197,9 +197,9 @@ func (r *Relay) lifeCtx() context.Context {
 // once d has delivered its result, or at once for a call without one.
 func (tr *taskRun) settle(d *Delivery) {
 	if d != nil {
-		d.after(tr.dl.Settle)
+		d.after(tr.delivery.Settle)
 	} else {
-		tr.dl.Settle(true)
+		tr.delivery.Settle(true)
 	}
 }
 
@@ -212,7 +212,7 @@ func (tr *taskRun) run(ctx context.Context, raw json.RawMessage) (res json.RawMe
 			res, isErr = envelopePanic, true
 		}
 	}()
-	return tr.r.CallTool(ctx, tr.caller, raw, tr.dl)
+	return tr.r.CallTool(ctx, tr.caller, raw, tr.delivery)
 }
 
 func (tr *taskRun) isTask() bool {
@@ -240,7 +240,7 @@ func (tr *taskRun) finish(res json.RawMessage, isErr bool) {
 	if err != nil {
 		tr.r.log.Error("mcp task: store its result", "task", id8(id), "err", err)
 	}
-	tr.dl.Settle(ok && err == nil)
+	tr.delivery.Settle(ok && err == nil)
 }
 
 // ToolTask answers tasks/get: the task of callerID's call (R24.1); ErrNoTask

@@ -257,7 +257,7 @@ func (rm *remote) remoteWithdraw(ctx context.Context, p *store.Pairing, a *store
 func (rm *remote) tellPeer(ctx context.Context, p *store.Pairing, action, idArg, id, session string) bool {
 	body := PeerCallBody{Action: action, Args: map[string]json.RawMessage{idArg: quoteJSON(id)},
 		Origin: PeerOrigin{Relay: rm.opts.Name, Session: session, Path: []string{rm.opts.Name}}}
-	if _, e := rm.pk.peerCall(context.WithoutCancel(ctx), p, body, 3*time.Second); e != nil {
+	if _, e := rm.link.peerCall(context.WithoutCancel(ctx), p, body, 3*time.Second); e != nil {
 		rm.log.Info(action+" on paired relay failed", "relay", p.Name, "id", id, "err", e.Msg)
 		return false
 	}

@@ -60,7 +60,7 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 	}
 	var group *store.Group
 	if in.Group != "" {
-		if group, e = r.grp.findGroup(ctx, in.Group, nothingCreated); e != nil {
+		if group, e = r.groups.findGroup(ctx, in.Group, nothingCreated); e != nil {
 			return nil, e
 		}
 	}
@@ -83,7 +83,7 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 	var turnID string
 	if strings.TrimSpace(in.Text) != "" {
 		r.unlockMentions(ctx, s.ID, in.Text)
-		t, err := r.q.queue(ctx, prompt{s: s, text: in.Text, role: "user", origin: store.Origin{Path: []string{r.opts.Name}, Unlocked: r.rem.mentionedRelays(ctx, s.ID)}})
+		t, err := r.turns.queue(ctx, prompt{s: s, text: in.Text, role: "user", origin: store.Origin{Path: []string{r.opts.Name}, Unlocked: r.remote.mentionedRelays(ctx, s.ID)}})
 		if err != nil {
 			return nil, err
 		}
@@ -102,18 +102,18 @@ func (r *Relay) OwnerCreateSession(ctx context.Context, in NewSession) (*relay.S
 // new session; an unavailable provider is refused only with a first prompt
 // (R17.1).
 func (r *Relay) ownerAgent(provID string, in NewSession) (provider.Info, *Error) {
-	p, e := r.mod.provider(provID, nothingCreated)
+	p, e := r.models.provider(provID, nothingCreated)
 	if e != nil {
 		return provider.Info{}, e
 	}
-	if e := r.use.checkAvailable(p, nothingCreated); e != nil && strings.TrimSpace(in.Text) != "" { // R17.1
+	if e := r.usage.checkAvailable(p, nothingCreated); e != nil && strings.TrimSpace(in.Text) != "" { // R17.1
 		return provider.Info{}, e
 	}
 	info := p.Info()
-	if _, e := r.mod.checkModel(info, in.Model, nothingCreated, true); e != nil {
+	if _, e := r.models.checkModel(info, in.Model, nothingCreated, true); e != nil {
 		return provider.Info{}, e
 	}
-	if e := r.mod.checkEffort(info, in.Effort, nothingCreated); e != nil {
+	if e := r.models.checkEffort(info, in.Effort, nothingCreated); e != nil {
 		return provider.Info{}, e
 	}
 	if e := checkMode(in.Mode, nothingCreated); e != nil {
@@ -132,7 +132,7 @@ func (r *Relay) storeOwnerSession(ctx context.Context, s *store.Session, group *
 	if group == nil {
 		return nil
 	}
-	if err := r.grp.joinGroup(ctx, s, group); err != nil {
+	if err := r.groups.joinGroup(ctx, s, group); err != nil {
 		return fmt.Errorf("create session %s in group %s: %w", id8(s.ID), group.ID, err)
 	}
 	if err := r.st.SaveSession(ctx, s); err != nil {
@@ -162,7 +162,7 @@ func (r *Relay) OwnerSession(ctx context.Context, ref string, last int) (*relay.
 		}
 	}
 	m.Cards = mine
-	watching, err := r.rem.watchingList(ctx, s.ID) // those on paired relays too
+	watching, err := r.remote.watchingList(ctx, s.ID) // those on paired relays too
 	if err != nil {
 		return nil, err
 	}
@@ -188,20 +188,20 @@ func (r *Relay) OwnerMessage(ctx context.Context, ref, text string) (*relay.Mess
 	if s.Archived {
 		return nil, Errorf(CodeInvalidInput, "Session %s is archived; it takes no prompts. %s", id8(s.ID), nothingSent)
 	}
-	if p, ok := r.mod.providers[s.Provider]; ok {
-		if e := r.use.checkAvailable(p, nothingSent); e != nil { // R17.1
+	if p, ok := r.models.providers[s.Provider]; ok {
+		if e := r.usage.checkAvailable(p, nothingSent); e != nil { // R17.1
 			return nil, e
 		}
 	}
 	if err := r.st.ResetLoop(ctx, s.ID); err != nil {
 		return nil, fmt.Errorf("message session %s: %w", id8(s.ID), err)
 	}
-	r.unlockMentions(ctx, s.ID, text)   // R4.4: the owner mentioned paired relays
-	r.sch.releaseHeld(ctx, s.ID, false) // the owner wrote: held schedule firings go (R9.6)
+	r.unlockMentions(ctx, s.ID, text)         // R4.4: the owner mentioned paired relays
+	r.schedules.releaseHeld(ctx, s.ID, false) // the owner wrote: held schedule firings go (R9.6)
 	if isExternal(s) {
 		return r.keepOwnerMessage(ctx, s, text)
 	}
-	t, err := r.q.queue(ctx, prompt{s: s, text: text, role: "user", origin: store.Origin{Path: []string{r.opts.Name}, Unlocked: r.rem.mentionedRelays(ctx, s.ID)}})
+	t, err := r.turns.queue(ctx, prompt{s: s, text: text, role: "user", origin: store.Origin{Path: []string{r.opts.Name}, Unlocked: r.remote.mentionedRelays(ctx, s.ID)}})
 	if err != nil {
 		return nil, err
 	}
@@ -309,14 +309,14 @@ func (r *Relay) OwnerDeleteSession(ctx context.Context, ref string) (*relay.Sess
 		case <-time.After(deleteDrainPoll):
 		}
 	}
-	if err := r.grp.leaveGroup(ctx, s); err != nil {
+	if err := r.groups.leaveGroup(ctx, s); err != nil {
 		return nil, fmt.Errorf("delete session %s: %w", id8(s.ID), err)
 	}
 	orch := orchestrator(r.opts.Name, s)
 	if err := r.st.DeleteSession(ctx, s.ID, r.st.BusyKey(orch), r.st.PeerBusyKey(orch)); err != nil {
 		return nil, fmt.Errorf("delete session %s: %w", id8(s.ID), err)
 	}
-	r.crt.removeWorktree(ctx, s) // a repository session's worktree (R24.4)
+	r.creates.removeWorktree(ctx, s) // a repository session's worktree (R24.4)
 	r.notify(ctx, "tokens")
 	r.notify(ctx, "session:"+s.ID)
 	return &relay.SessionDeleted{Session: s.ID, Deleted: true}, nil
@@ -364,7 +364,7 @@ func (r *Relay) OwnerPatchSession(ctx context.Context, ref string, p SessionPatc
 	}
 	var move func() error
 	if p.Group.Set {
-		if move, e = r.grp.moveTo(ctx, s, p.Group.Value); e != nil {
+		if move, e = r.groups.moveTo(ctx, s, p.Group.Value); e != nil {
 			return nil, e
 		}
 	}
@@ -387,7 +387,7 @@ func (r *Relay) OwnerPatchSession(ctx context.Context, ref string, p SessionPatc
 // checkSessionPatch checks the settings a patch of session s changes, in
 // order: mode, model, effort, title.
 func (r *Relay) checkSessionPatch(s *store.Session, p SessionPatch) *Error {
-	prov, e := r.mod.provider(s.Provider, nothingChanged)
+	prov, e := r.models.provider(s.Provider, nothingChanged)
 	if e != nil {
 		return e
 	}
@@ -397,12 +397,12 @@ func (r *Relay) checkSessionPatch(s *store.Session, p SessionPatch) *Error {
 		}
 	}
 	if p.Model != nil {
-		if _, e := r.mod.checkModel(prov.Info(), *p.Model, nothingChanged, false); e != nil {
+		if _, e := r.models.checkModel(prov.Info(), *p.Model, nothingChanged, false); e != nil {
 			return e
 		}
 	}
 	if p.Effort != nil {
-		if e := r.mod.checkEffort(prov.Info(), *p.Effort, nothingChanged); e != nil {
+		if e := r.models.checkEffort(prov.Info(), *p.Effort, nothingChanged); e != nil {
 			return e
 		}
 	}
@@ -514,7 +514,7 @@ func (r *Relay) RecoverDrains(ctx context.Context, stale func(map[string]string)
 		if err != nil || waiting {
 			continue
 		}
-		if err := r.dr.enqueueDrain(ctx, sid); err != nil {
+		if err := r.drainer.enqueueDrain(ctx, sid); err != nil {
 			return n, fmt.Errorf("recover drain %s: %w", sid, err)
 		}
 		r.log.Warn("restarted a lost drain", "session", sid, "lost_task", taskID)
@@ -526,15 +526,10 @@ func (r *Relay) RecoverDrains(ctx context.Context, stale func(map[string]string)
 // Providers describes the configured providers in config order (the console's New session form).
 func (r *Relay) Providers() []provider.Info {
 	out := []provider.Info{}
-	for _, id := range r.mod.ids() {
-		out = append(out, r.mod.providers[id].Info())
+	for _, id := range r.models.ids() {
+		out = append(out, r.models.providers[id].Info())
 	}
 	return out
-}
-
-// QuestionCards lists a session's pending question cards (ask_user) for the owner.
-func (r *Relay) QuestionCards(ctx context.Context, sid string) ([]*store.Question, error) {
-	return r.st.PendingQuestions(ctx, sid)
 }
 
 // TaskTail is the end of a task's output as read_task_output shows it (the owner's console).
@@ -545,4 +540,9 @@ func (r *Relay) TaskTail(ctx context.Context, taskID string, n int) ([]string, e
 	}
 	tail, _ := taskout.Tail(raw, n)
 	return tail, nil
+}
+
+// QuestionCards lists a session's pending question cards (ask_user) for the owner.
+func (r *Relay) QuestionCards(ctx context.Context, sid string) ([]*store.Question, error) {
+	return r.st.PendingQuestions(ctx, sid)
 }

@@ -82,24 +82,6 @@ func privateHost(host string) bool {
 	return true
 }
 
-// Pair pairs this relay with another (POST /api/v1/relays; the link's door).
-func (r *Relay) Pair(ctx context.Context, in PairRequest) (*relay.PairedRelay, error) {
-	return r.pk.Pair(ctx, in)
-}
-
-// Relays lists the pairings (GET /api/v1/relays).
-func (r *Relay) Relays(ctx context.Context) ([]*relay.PairedRelay, error) { return r.pk.Relays(ctx) }
-
-// PatchRelay changes a pairing's level, URL or token.
-func (r *Relay) PatchRelay(ctx context.Context, name string, in RelayPatch) (*relay.PairedRelay, error) {
-	return r.pk.PatchRelay(ctx, name, in)
-}
-
-// Unpair removes a pairing (DELETE /api/v1/relays/{name}).
-func (r *Relay) Unpair(ctx context.Context, name string) (*relay.Unpaired, error) {
-	return r.pk.Unpair(ctx, name)
-}
-
 // Mentions (R4.4, R13.1a): a pairing's name or host as a word, or with a
 // leading @; a name or host that is an IP address or localhost only with @.
 
@@ -237,9 +219,9 @@ func (r *Relay) InboxWithPaired(ctx context.Context) ([]*relay.InboxAsk, []*rela
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			asks, err := r.pk.peers.Inbox(ctx, peerTarget(p), r.opts.Timing.PeerTimeout)
-			e := r.pk.peerDone("inbox", err)
-			r.pk.link(ctx, p, e)
+			asks, err := r.link.peers.Inbox(ctx, peerTarget(p), r.opts.Timing.PeerTimeout)
+			e := r.link.peerDone("inbox", err)
+			r.link.link(ctx, p, e)
 			answers[i] = answer{asks, e}
 		}()
 	}
@@ -261,7 +243,7 @@ func (r *Relay) InboxWithPaired(ctx context.Context) ([]*relay.InboxAsk, []*rela
 // AnswerPairedAsk answers an ask kept on a paired relay from this relay's inbox (R10.3).
 // Its answer stays a map: it is that relay's JSON (of its version), passed on with "relay" added.
 func (r *Relay) AnswerPairedAsk(ctx context.Context, relayName, id string, in InboxAnswer) (map[string]any, error) {
-	p, err := r.rem.pairing(ctx, relayName)
+	p, err := r.remote.pairing(ctx, relayName)
 	if err != nil {
 		return nil, err
 	}
@@ -269,9 +251,9 @@ func (r *Relay) AnswerPairedAsk(ctx context.Context, relayName, id string, in In
 		return nil, Errorf(CodeUnknownRelay, "No paired relay is named %q. Nothing was changed.", relayName)
 	}
 	body := peer.InboxAnswer{Answer: in.Answer, Choice: in.Choice, Dismiss: in.Dismiss, Via: r.opts.Name}
-	out, err := r.pk.peers.AnswerInbox(ctx, peerTarget(p), id, body, r.opts.Timing.PeerTimeout)
-	e := r.pk.peerDone("inbox", err)
-	r.pk.link(ctx, p, e)
+	out, err := r.link.peers.AnswerInbox(ctx, peerTarget(p), id, body, r.opts.Timing.PeerTimeout)
+	e := r.link.peerDone("inbox", err)
+	r.link.link(ctx, p, e)
 	if e != nil {
 		return nil, e
 	}

@@ -27,14 +27,14 @@ import (
 // delivers polled events through the pipeline, and reaches the rest of the
 // relay only through peerLinkHost.
 type peerLink struct {
-	st    peerLinkStore
-	peers PeerClient
-	log   *slog.Logger
-	met   Metrics
-	opts  *Options // the relay's: name, timing
-	now   func() time.Time
-	dl    *pipeline
-	relay peerLinkHost
+	st       peerLinkStore
+	peers    PeerClient
+	log      *slog.Logger
+	met      Metrics
+	opts     *Options // the relay's: name, timing
+	now      func() time.Time
+	pipeline *pipeline
+	relay    peerLinkHost
 
 	linkMu     sync.Mutex
 	linkOnline map[string]time.Time // paired relay (lower case) -> when this process last recorded it online (link)

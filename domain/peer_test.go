@@ -64,7 +64,7 @@ func TestPeerAnswers(t *testing.T) {
 			m := &peerCount{}
 			pc := &helloPeer{h: tc.h, err: tc.err}
 			r := New(nil, nil, nil, Options{Metrics: m, Peers: pc})
-			h, e := r.pk.hello(context.Background(), "alpha", "http://127.0.0.1:1", "tok", time.Second)
+			h, e := r.link.hello(context.Background(), "alpha", "http://127.0.0.1:1", "tok", time.Second)
 			if pc.to != (peer.Target{Name: "alpha", URL: "http://127.0.0.1:1", Token: "tok"}) {
 				t.Errorf("target %+v", pc.to)
 			}
@@ -84,7 +84,7 @@ func TestPeerAnswers(t *testing.T) {
 // A Relay built without a peer client reaches no paired relay.
 func TestNoPeerClient(t *testing.T) {
 	r := New(nil, nil, nil, Options{})
-	_, e := r.pk.hello(context.Background(), "alpha", "http://127.0.0.1:1", "tok", time.Second)
+	_, e := r.link.hello(context.Background(), "alpha", "http://127.0.0.1:1", "tok", time.Second)
 	if e == nil || e.Code != CodeOffline {
 		t.Fatalf("hello without a peer client: %v, want OFFLINE", e)
 	}

@@ -84,20 +84,20 @@ func (r *Relay) checkAction(ctx context.Context, c *caller, a *args) (*PeerCheck
 // The actions' checks for a paired relay's agent (actionSpec.check).
 
 func checkedSend(r *Relay, ctx context.Context, c *caller, a *args, chk *PeerChecked) *Error {
-	in, pl, e := r.snd.sendChecks(ctx, c, a)
+	in, pl, e := r.sends.sendChecks(ctx, c, a)
 	if e != nil {
 		return e
 	}
 	chk.Session = &CheckedRef{ID: pl.s.ID, Title: pl.s.Title}
 	chk.Provider, chk.Model, chk.Effort, chk.Mode = pl.info.Name, firstNonEmpty(in.model, pl.s.Model), firstNonEmpty(in.effort, pl.s.Effort), pl.mode
 	if pl.switchTo != "" {
-		chk.Billing = r.snd.billingTo(pl.info) // the card's words (R24.6)
+		chk.Billing = r.sends.billingTo(pl.info) // the card's words (R24.6)
 	}
 	return nil
 }
 
 func checkedCreate(r *Relay, ctx context.Context, c *caller, a *args, chk *PeerChecked) *Error {
-	in, pl, e := r.crt.createChecks(ctx, c, a)
+	in, pl, e := r.creates.createChecks(ctx, c, a)
 	if e != nil {
 		return e
 	}
@@ -106,13 +106,13 @@ func checkedCreate(r *Relay, ctx context.Context, c *caller, a *args, chk *PeerC
 		chk.Cwd = repoWhere(in.repo, pl.branch)
 	}
 	if pl.group != nil {
-		chk.Group = &CheckedRef{ID: pl.group.ID, Name: r.grp.groupName(ctx, pl.group)}
+		chk.Group = &CheckedRef{ID: pl.group.ID, Name: r.groups.groupName(ctx, pl.group)}
 	}
 	return nil
 }
 
 func checkedUpdate(r *Relay, ctx context.Context, c *caller, a *args, chk *PeerChecked) *Error {
-	_, pl, ch, e := r.upd.updateChecks(ctx, c, a)
+	_, pl, ch, e := r.updates.updateChecks(ctx, c, a)
 	if e != nil {
 		return e
 	}
@@ -184,7 +184,7 @@ func (r *Relay) checkedChanges(ctx context.Context, pl *updatePlan, ch *updateCh
 			case pl.leave:
 				v.Value = "none"
 			case pl.group != nil:
-				v.Value, v.ID = r.grp.groupName(ctx, pl.group), pl.group.ID
+				v.Value, v.ID = r.groups.groupName(ctx, pl.group), pl.group.ID
 			default:
 				v.Value, v.ID = pl.createGroup, "new"
 			}
@@ -210,9 +210,9 @@ func checkable(a *args) bool {
 // nil, nil when that relay does not serve the check (an older relay: the
 // card comes first, as before); the other relay's refusal as the call's.
 func (r *Relay) checkThere(ctx context.Context, p *store.Pairing, body PeerCallBody) (*PeerChecked, *Error) {
-	env, err := r.pk.peers.Check(ctx, peerTarget(p), body, r.opts.Timing.PeerTimeout)
-	e := r.pk.peerDone("check", err)
-	r.pk.link(ctx, p, e)
+	env, err := r.link.peers.Check(ctx, peerTarget(p), body, r.opts.Timing.PeerTimeout)
+	e := r.link.peerDone("check", err)
+	r.link.link(ctx, p, e)
 	if e != nil {
 		if notServed(e, "/peer/v1/check") {
 			return nil, nil // a relay from before the check, whose pairing knows no features

@@ -410,7 +410,7 @@ func (pk *peerLink) offerRemote(ctx context.Context, sub *store.Subscription, p 
 	}
 	all := append(append([]store.Event{lost}, batch...), restored)
 	pk.log.Info("link to paired relay restored", "relay", p.Name, "sub", sub.ID, "replayed", len(evs), "held", held)
-	return pk.dl.releasePeer(ctx, sub, store.Batch{Kind: "plain", Sub: sub.ID, Events: all, Urgent: true})
+	return pk.pipeline.releasePeer(ctx, sub, store.Batch{Kind: "plain", Sub: sub.ID, Events: all, Urgent: true})
 }
 
 // offerPoll offers the events of one poll as one message (R18.33): those
@@ -422,7 +422,7 @@ func (pk *peerLink) offerPoll(ctx context.Context, sub *store.Subscription, evs 
 	if err != nil || len(batch) == 0 {
 		return err
 	}
-	return pk.dl.releasePeer(ctx, sub, store.Batch{Kind: "plain", Sub: sub.ID, Events: batch, Urgent: isUrgent})
+	return pk.pipeline.releasePeer(ctx, sub, store.Batch{Kind: "plain", Sub: sub.ID, Events: batch, Urgent: isUrgent})
 }
 
 // holdOrTake splits a paired relay's events as offer would: those the
@@ -437,7 +437,7 @@ func (pk *peerLink) holdOrTake(ctx context.Context, sub *store.Subscription, evs
 	for i := range evs {
 		ev := &evs[i]
 		if !urgent(ev.Kind) && holding {
-			if err := pk.dl.hold(ctx, sub, ev, due); err != nil {
+			if err := pk.pipeline.hold(ctx, sub, ev, due); err != nil {
 				return nil, false, err
 			}
 			continue
@@ -502,7 +502,7 @@ func (pk *peerLink) pollAsk(ctx context.Context, a *store.RemoteAsk) {
 		pk.relay.notify(ctx, "inbox") // answered there: the owner's console drops it (R19.4)
 		answer, choice := q.Answer, q.Choice
 		via := pk.viaHere(ctx, p, q.Via)
-		pk.dl.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: a.Asker, QuestionID: a.ID, Text: a.Question,
+		pk.pipeline.emit(ctx, &store.Event{Kind: EvQuestionAnswered, Watcher: a.Asker, QuestionID: a.ID, Text: a.Question,
 			Answer: answer, Choice: choice, Dismissed: status == "dismissed", Via: via})
 	}
 }

@@ -33,7 +33,7 @@ func (r *Relay) PeerHello(ctx context.Context) (Hello, error) {
 	if err != nil {
 		return Hello{}, fmt.Errorf("answer a peer hello: %w", err)
 	}
-	pub := r.dr.publicURL(ctx) // none known: left out (R23.8)
+	pub := r.drainer.publicURL(ctx) // none known: left out (R23.8)
 	return Hello{Name: r.opts.Name, Version: r.opts.Version, Instance: inst, Features: PeerFeatures, PublicURL: pub}, nil
 }
 
@@ -127,7 +127,7 @@ func (r *Relay) bindOrigin(ctx context.Context, tok, from string) (string, *Erro
 		r.log.Warn("peer call refused: it claims this relay's own name", "from", from)
 		return "", Errorf(CodeAuth, "A paired relay cannot speak as %q: that is this relay's own name. Nothing was done.", from)
 	}
-	bound, err := r.tok.bindPeerToken(ctx, tok, from)
+	bound, err := r.tokens.bindPeerToken(ctx, tok, from)
 	if errors.Is(err, store.ErrRelayNameTaken) {
 		r.log.Warn("peer call refused: another peer token holds this relay's name", "from", from)
 		return "", Errorf(CodeAuth, "Relay %q is paired here with another peer token; this token cannot speak for it. Nothing was done.", from)
@@ -146,9 +146,9 @@ func (r *Relay) bindOrigin(ctx context.Context, tok, from string) (string, *Erro
 // when it names none: one that offers the caller's model; else the first,
 // passed as the provider argument (its default model, not the caller's).
 func (r *Relay) peerProvider(a *args, model string) string {
-	ids := r.mod.ids()
+	ids := r.models.ids()
 	for _, id := range ids {
-		if model != "" && contains(r.mod.providers[id].Info().Models, model) {
+		if model != "" && contains(r.models.providers[id].Info().Models, model) {
 			return id
 		}
 	}
@@ -201,7 +201,7 @@ func (r *Relay) PeerEventsFor(ctx context.Context, tok, subID, after string, wai
 		return nil, err
 	}
 	// Only the relay whose conversation holds it reads it (the token's relay).
-	bound, err := r.tok.peerBound(ctx, tok)
+	bound, err := r.tokens.peerBound(ctx, tok)
 	if err != nil {
 		return nil, err
 	}

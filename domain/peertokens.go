@@ -21,7 +21,7 @@ func peerOwns(relay, conv string) bool {
 // conversations made here, for that relay's inbox. Never the asks this
 // relay's own agents put to their owner (R18.21).
 func (r *Relay) PeerInbox(ctx context.Context, tok string) ([]*relay.InboxAsk, error) {
-	bound, err := r.tok.peerBound(ctx, tok)
+	bound, err := r.tokens.peerBound(ctx, tok)
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +42,7 @@ func (r *Relay) PeerInbox(ctx context.Context, tok string) ([]*relay.InboxAsk, e
 // an ask the token's relay's conversation made here (R18.21); any other is
 // not found.
 func (r *Relay) PeerAnswer(ctx context.Context, tok, id string, in InboxAnswer, via string) (*relay.AskAnswered, error) {
-	bound, err := r.tok.peerBound(ctx, tok)
+	bound, err := r.tokens.peerBound(ctx, tok)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +78,7 @@ func (p *peerReach) has(s *store.Session) bool {
 // reach: such a session is not found, as if it were not there. Calls of a
 // token with the default scope reach every session as the rules allow.
 func (r *Relay) scopeReach(ctx context.Context, tok, bound string, c *caller, a *args) *Error {
-	scope, err := r.tok.peerScope(ctx, tok)
+	scope, err := r.tokens.peerScope(ctx, tok)
 	if err != nil {
 		return internal("scopeReach: peerScope", err)
 	}

@@ -50,17 +50,17 @@ func promptText(a *args, nothing string) (string, *Error) {
 // queueStore and reaches the rest of the relay only through turnQueueHost
 // and the subsystems it points to.
 type turnQueue struct {
-	st    turnQueueStore
-	enq   Enqueuer
-	log   *slog.Logger
-	opts  *Options // the relay's: name, limits, timing, the clock of the durations of work
-	now   func() time.Time
-	hub   *hub
-	dl    *pipeline
-	dr    *drainer
-	cards *cards // the longest wait (maxWait)
-	reads *reads // a turn's pending questions (turnResult)
-	relay turnQueueHost
+	st       turnQueueStore
+	enq      Enqueuer
+	log      *slog.Logger
+	opts     *Options // the relay's: name, limits, timing, the clock of the durations of work
+	now      func() time.Time
+	hub      *hub
+	pipeline *pipeline
+	drainer  *drainer
+	cards    *cards // the longest wait (maxWait)
+	reads    *reads // a turn's pending questions (turnResult)
+	relay    turnQueueHost
 }
 
 // turnQueueStore is the store as the turn queue sees it.
@@ -148,7 +148,7 @@ type prompt struct {
 	enforce bool
 	// waitFor > 0 marks, before the turn can run, that the caller waits on
 	// its reply (the no-echo rule must know it before the turn_end can fan
-	// out); such a prompt may start its drain here (direct.go).
+	// out); such a prompt may start its drain here (drainer.go).
 	waitFor time.Duration
 	// id is the turn's id, chosen by a caller who listens for the turn's
 	// notifications before it can run ("" = a new one).
@@ -157,13 +157,6 @@ type prompt struct {
 	// prompt takes in the same step (R5.2.6); a used-up count queues nothing
 	// (*store.LoopUsedError).
 	loopOf string
-}
-
-// queue is the door to the turn queue for the delivery pipeline's host (the
-// event prompt): the pipeline is built before the turn queue, which points
-// to it.
-func (r *Relay) queue(ctx context.Context, p prompt) (*store.Turn, error) {
-	return r.q.queue(ctx, p)
 }
 
 // queue appends a prompt to a session and starts its drain (enforcing the
@@ -179,11 +172,11 @@ func (tq *turnQueue) queue(ctx context.Context, p prompt) (*store.Turn, error) {
 	text, unlockFrom := tq.promptLine(p.text, p.from)
 	t := &store.Turn{ID: p.id, Session: s.ID, Role: p.role, From: p.from, Origin: p.origin, Caller: p.caller, CreatedAt: tq.now(), Text: text}
 	o := tq.queueOpts(p, unlockFrom)
-	// A waited prompt starts its drain here when a slot is free (direct.go):
+	// A waited prompt starts its drain here when a slot is free (drainer.go):
 	// the push then takes the drain's first step too.
-	here := p.waitFor > 0 && tq.dr.reserveDirect()
+	here := p.waitFor > 0 && tq.drainer.reserveDirect()
 	if here {
-		o.StartOwner, o.LeaseTTL, o.History = tq.dr.newLeaseOwner(), leaseTTL, tq.dr.drainHistory
+		o.StartOwner, o.LeaseTTL, o.History = tq.drainer.newLeaseOwner(), leaseTTL, tq.drainer.drainHistory
 	}
 	// One step: the loop count, the waiting mark (set before the turn can
 	// run), the prompt, the owner's console notified (R19.6), and the drain's
@@ -204,7 +197,7 @@ func (tq *turnQueue) queue(ctx context.Context, p prompt) (*store.Turn, error) {
 // prompt was queued and did not (the push failed, or did not take the
 // drain's first step for owner).
 func (tq *turnQueue) notHere(ctx context.Context, t *store.Turn, owner string, q *store.Queued, err error) {
-	tq.dr.releaseDirect()
+	tq.drainer.releaseDirect()
 	if (err != nil && !refused(err)) || (err == nil && q.Again) {
 		// The push may have run with its answer lost, taking the turn for
 		// a drain that will not run: give the turn back (undoStart).
@@ -261,7 +254,7 @@ func (tq *turnQueue) queueError(s *store.Session, err error) error {
 func (tq *turnQueue) startDrain(ctx context.Context, sid string, o store.QueueOpts, q *store.Queued) {
 	switch {
 	case q.Drain != nil:
-		tq.dr.runHere(ctx, sid, o.StartOwner, q.Drain)
+		tq.drainer.runHere(ctx, sid, o.StartOwner, q.Drain)
 	case q.Start:
 		if err := tq.enq.EnqueueDrain(ctx, sid, o.DrainID); err != nil {
 			// The prompt is queued; the recovery sweep starts the drain.
@@ -313,7 +306,7 @@ func (tq *turnQueue) undoStart(ctx context.Context, sid, turnID, owner string, q
 	if err := tq.st.ReleaseLease(ctx, sid, owner); err != nil {
 		tq.log.Warn("release the lease of a turn given back", "session", id8(sid), "err", err)
 	}
-	if err := tq.dr.enqueueDrain(ctx, sid); err != nil {
+	if err := tq.drainer.enqueueDrain(ctx, sid); err != nil {
 		tq.log.Warn("hand a drain to the queue; the sweep will restart it", "session", id8(sid), "err", err)
 	}
 }
@@ -335,8 +328,8 @@ type turnWait struct {
 	// reached it (no echo, R8.18). A reply counts as seen only once the
 	// call's result was written to the client (endWait, R18.12); a wait cut
 	// off because the client went away (ctx ended) ends at once.
-	own bool
-	dl  *Delivery
+	own      bool
+	delivery *Delivery
 	// mark: the wait is marked first (SetWaiting, for an own caller who
 	// comes back for a turn: a prompt queued with waitFor is marked already).
 	mark bool
@@ -366,7 +359,7 @@ func (tq *turnQueue) await(ctx context.Context, w turnWait) (*store.Turn, error)
 		return t, err
 	}
 	got := err == nil && terminal(t.Status)
-	if serr := tq.dl.endWait(ctx, w.dl, w.id, got); serr != nil {
+	if serr := tq.pipeline.endWait(ctx, w.delivery, w.id, got); serr != nil {
 		return nil, serr
 	}
 	return t, err
@@ -398,7 +391,7 @@ func (tq *turnQueue) awaitEnd(ctx context.Context, w turnWait) (*store.Turn, err
 			if ft := tq.endedHere(id); ft != nil {
 				return ft, nil
 			}
-			if tq.dr.isEnding(id) {
+			if tq.drainer.isEnding(id) {
 				// A drain here is writing the turn's end: it hands the
 				// record over right after the notification this wake-up
 				// came from (the 2 s re-check reads it should it not).
@@ -550,7 +543,7 @@ func (tq *turnQueue) wait(ctx context.Context, c *caller, a *args) (*result, *Er
 		return nil, Errorf(CodeNotFound, "Session %s on relay %q has no message %q. Nothing was done.", id8(s.ID), tq.opts.Name, mid)
 	}
 	own := t.Caller == c.s.ID
-	t, err = tq.await(ctx, turnWait{id: t.ID, d: wait, own: own, dl: c.delivery, mark: own})
+	t, err = tq.await(ctx, turnWait{id: t.ID, d: wait, own: own, delivery: c.delivery, mark: own})
 	if err != nil {
 		return nil, internal("wait: waitTurn", err)
 	}

@@ -20,14 +20,14 @@ import (
 // sessions themselves are found and viewed by Relay (sessions.go: target,
 // sessionByRef, views), which every action shares.
 type reads struct {
-	st    readsStore
-	log   *slog.Logger
-	opts  *Options // the relay's: name, version, limits
-	grp   *groups
-	use   *usage
-	tasks *tasks
-	mod   *models // the providers, in config order (ids)
-	relay readsHost
+	st     readsStore
+	log    *slog.Logger
+	opts   *Options // the relay's: name, version, limits
+	groups *groups
+	usage  *usage
+	tasks  *tasks
+	models *models // the providers, in config order (ids)
+	relay  readsHost
 }
 
 // readsStore is the store as the reads see it.
@@ -44,11 +44,6 @@ type readsHost interface {
 	targets
 	settings(ctx context.Context) (store.Settings, error)
 	pairedRelays(ctx context.Context, sid string) ([]relayEntry, int, error)
-}
-
-// Sessions names several sessions in one read (the reads' door for web).
-func (r *Relay) Sessions(ctx context.Context, ids []string) ([]*relay.SessionRef, error) {
-	return r.reads.Sessions(ctx, ids)
 }
 
 // SessionList is the owner's session list (GET /api/v1/sessions).
@@ -98,8 +93,8 @@ func (rd *reads) relayInfo(ctx context.Context, c *caller, a *args) (*result, *E
 		return nil, internal("relayInfo: settings", err)
 	}
 	provs := []providerInfo{}
-	for _, id := range rd.mod.ids() {
-		in := rd.mod.providers[id].Info()
+	for _, id := range rd.models.ids() {
+		in := rd.models.providers[id].Info()
 		pv := providerInfo{ID: in.ID, Name: in.Name, DefaultModel: in.DefaultModel,
 			Models: nonNil(in.Models), Efforts: nonNil(in.Efforts), Available: in.Status != provider.StatusUnavailable,
 			Repos:   rd.opts.Traits[in.ID].Repos,   // R24.4: repo and branch instead of cwd
@@ -119,7 +114,7 @@ func (rd *reads) relayInfo(ctx context.Context, c *caller, a *args) (*result, *E
 		AcceptsAgentPrompts: st.AcceptAgentPrompts, Providers: provs, DefaultCwd: rd.opts.DefaultCwd,
 		RecentCwds: nonNil(cwds), Modes: modes}
 	res.with(ri)
-	groups, total, err := rd.grp.groupList(ctx, 50)
+	groups, total, err := rd.groups.groupList(ctx, 50)
 	if err != nil {
 		rd.log.Warn("relay_info: groups unreadable", "err", err)
 		ri.GroupsNote = "Groups cannot be read on this relay right now, so create_session cannot take group here."
@@ -133,19 +128,20 @@ func (rd *reads) relayInfo(ctx context.Context, c *caller, a *args) (*result, *E
 	return res, nil
 }
 
-func (rd *reads) usage(ctx context.Context, c *caller, a *args) (*result, *Error) {
+// usageReport is the usage action (R7.3, R7.8): the providers' meters.
+func (rd *reads) usageReport(ctx context.Context, c *caller, a *args) (*result, *Error) {
 	provs := []*providerUsage{}
 	capped := 0
-	for _, id := range rd.mod.ids() {
+	for _, id := range rd.models.ids() {
 		u, err := rd.st.Usage(ctx, id)
 		if err != nil {
 			return nil, internal("usage: Usage", err)
 		}
-		pv := &providerUsage{ID: id, Name: rd.mod.providers[id].Info().Name, Status: "ok",
+		pv := &providerUsage{ID: id, Name: rd.models.providers[id].Info().Name, Status: "ok",
 			Note:    "quota not tracked: this relay cannot see the provider's limits; it counts the turns and tokens it ran itself",
 			Counted: usageCounted{Turns: u["turns"], InputTokens: u["inputTokens"], OutputTokens: u["outputTokens"]}}
-		rd.use.agentUsage(ctx, id, u, pv)            // cost, a usage-limit pause, availability (R17.3)
-		hasCap, err := rd.use.capMeters(ctx, id, pv) // a monthly cap's meters (R7.8)
+		rd.usage.agentUsage(ctx, id, u, pv)            // cost, a usage-limit pause, availability (R17.3)
+		hasCap, err := rd.usage.capMeters(ctx, id, pv) // a monthly cap's meters (R7.8)
 		if err != nil {
 			return nil, internal("usage: capMeters", err)
 		}
@@ -168,7 +164,7 @@ func (rd *reads) listItem(ctx context.Context, v *view) *relay.SessionItem {
 	}
 	return &relay.SessionItem{ID: v.s.ID, Title: v.s.Title, Provider: v.s.Provider, Model: v.s.Model,
 		State: v.state, Cwd: v.s.Cwd, LastActivityAt: tsPtr(v.s.LastActivityAt), MessageCount: v.count,
-		Tasks: tasks, Group: rd.grp.groupRef(ctx, v), Mode: v.s.Mode, Archived: v.s.Archived,
+		Tasks: tasks, Group: rd.groups.groupRef(ctx, v), Mode: v.s.Mode, Archived: v.s.Archived,
 		MayCreateSessions: v.s.MayCreateSessions, StartedBy: v.s.StartedBy, Watched: v.watched,
 		Preview: previewLine(v.s.Preview)}
 }
@@ -373,11 +369,11 @@ func (rd *reads) SessionDetail(ctx context.Context, s *store.Session, last int) 
 		m.Tasks = append(m.Tasks, rd.tasks.taskView(ctx, t, st.QuietTaskMinutes))
 	}
 	if v.group != nil {
-		members, err := rd.grp.groupMembers(ctx, v.group, s.ID, 50)
+		members, err := rd.groups.groupMembers(ctx, v.group, s.ID, 50)
 		if err != nil {
 			return nil, err
 		}
-		m.Group = rd.grp.groupRef(ctx, v)
+		m.Group = rd.groups.groupRef(ctx, v)
 		m.Group.Members = members
 	}
 	m.Repo, m.Branch, m.Effort = s.Repo, s.Branch, s.Effort

@@ -1,4 +1,4 @@
-// Package relay is the domain: one Relay service with a method per action of
+// Package domain is the domain: one Relay service with a method per action of
 // relay_tool, the caller, the rules (permissions, cards, caps, loop
 // protection, hops), the result envelope and error codes, and the running of
 // turns through providers. It knows nothing of HTTP, MCP or asynq.
@@ -76,7 +76,7 @@ type Options struct {
 	// Claude settings (R7.10); a provider not named has none.
 	Traits map[string]SessionTraits
 	// DirectDrains is how many drains a process that runs a worker may start
-	// itself for prompts whose caller waits (direct.go); 0: none.
+	// itself for prompts whose caller waits (drainer.go); 0: none.
 	DirectDrains int
 	// Repos keeps repository sessions' clones and worktrees (R24.4); nil:
 	// none (a repository session is refused).
@@ -113,25 +113,25 @@ type Relay struct {
 	setKept  cached[store.Settings] // the owner's settings (settings)
 
 	// The subsystems.
-	q     *turnQueue     // queueing a turn and waiting for it, the wait action (queue.go)
-	mod   *models        // the providers as the actions check them: models, efforts (models.go)
-	snd   *sends         // send (send.go)
-	steer *steering      // answer_question, stop, archive (steer.go)
-	dl    *pipeline      // delivery: fan-out, hold, release, flush, summary (deliver.go)
-	dr    *drainer       // the drain: turns, leases, drains started here (turns.go, direct.go)
-	sch   *schedules     // schedules (schedule.go)
-	subs  *subscriptions // subscriptions (subscribe.go)
-	asks  *asks          // asks to the owner (asks.go)
-	cards *cards         // approval cards and loop protection (cards.go)
-	grp   *groups        // session groups (groups.go)
-	crt   *creates       // create_session and the folders rule (create.go)
-	reads *reads         // list_relays, relay_info, usage, list_sessions, read_session, the owner's views (reads.go)
-	tasks *tasks         // a turn's tasks and their output (tasks.go)
-	upd   *updates       // update_session and the Claude settings a turn takes (update.go)
-	use   *usage         // usage, caps, availability, the activity line (agents.go, caps.go)
-	tok   *tokens        // bearer tokens and their caches (tokens.go)
-	pk    *peerLink      // the paired relays: pairing, link, poller (peer.go, peerpoll.go)
-	rem   *remote        // calls to paired relays and their mirrors (remote.go, mirrors.go)
+	turns     *turnQueue     // queueing a turn and waiting for it, the wait action (queue.go)
+	models    *models        // the providers as the actions check them: models, efforts (models.go)
+	sends     *sends         // send (send.go)
+	steer     *steering      // answer_question, stop, archive (steer.go)
+	pipeline  *pipeline      // delivery: fan-out, hold, release, flush, summary (pipeline.go)
+	drainer   *drainer       // the drain: turns, leases, drains started here (turns.go, drainer.go)
+	schedules *schedules     // schedules (schedule.go)
+	subs      *subscriptions // subscriptions (subscribe.go)
+	asks      *asks          // asks to the owner (asks.go)
+	cards     *cards         // approval cards and loop protection (cards.go)
+	groups    *groups        // session groups (groups.go)
+	creates   *creates       // create_session and the folders rule (create.go)
+	reads     *reads         // list_relays, relay_info, usage, list_sessions, read_session, the owner's views (reads.go)
+	tasks     *tasks         // a turn's tasks and their output (tasks.go)
+	updates   *updates       // update_session and the Claude settings a turn takes (update.go)
+	usage     *usage         // usage, caps, availability, the activity line (usage.go, caps.go)
+	tokens    *tokens        // bearer tokens and their caches (tokens.go)
+	link      *peerLink      // the paired relays: pairing, link, poller (peer.go, peerpoll.go)
+	remote    *remote        // calls to paired relays and their mirrors (remote.go, mirrors.go)
 }
 
 // New builds a Relay.
@@ -141,41 +141,41 @@ func New(st Store, enq Enqueuer, provs []provider.Provider, opts Options) *Relay
 	r := &Relay{st: st, enq: enq, opts: opts, clk: clk, now: func() time.Time { return clk.Now().UTC() }, log: opts.Logger, met: opts.Metrics,
 		hub:  newHub(),
 		warm: newWarmGoroutines(keptGoroutines, clock.Real{})}
-	r.mod = newModels(&r.opts, provs)
+	r.models = newModels(&r.opts, provs)
 	history := 0 // the last messages a drain reads with its turn (historyRead when a provider uses them)
 	if slices.ContainsFunc(provs, func(p provider.Provider) bool { return p.Info().WantsHistory }) {
 		history = historyRead
 	}
-	r.dl = &pipeline{st: st, enq: enq, clk: clk, now: r.now, log: r.log, met: r.met, opts: &r.opts, relay: r}
-	r.pk = &peerLink{st: st, peers: opts.Peers, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, relay: r,
+	r.pipeline = &pipeline{st: st, enq: enq, clk: clk, now: r.now, log: r.log, met: r.met, opts: &r.opts, relay: r}
+	r.link = &peerLink{st: st, peers: opts.Peers, log: r.log, met: r.met, opts: &r.opts, now: r.now, pipeline: r.pipeline, relay: r,
 		linkOnline: map[string]time.Time{}, pollWake: make(chan struct{}, 1)}
 	r.setKept.ttl = settingsTTL
-	r.tok = newTokens(st, r.now, r.log, &r.opts)
+	r.tokens = newTokens(st, r.now, r.log, &r.opts)
 	r.cards = &cards{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, hub: r.hub, relay: r}
-	r.grp = &groups{st: st, now: r.now, opts: &r.opts, relay: r}
-	r.tasks = &tasks{st: st, now: r.now, log: r.log, opts: &r.opts, dl: r.dl, hub: r.hub, relay: r}
-	r.use = &usage{st: st, now: r.now, log: r.log, opts: &r.opts, mod: r.mod, relay: r}
-	r.reads = &reads{st: st, log: r.log, opts: &r.opts, grp: r.grp, use: r.use, tasks: r.tasks, mod: r.mod, relay: r}
-	r.upd = &updates{st: st, now: r.now, opts: &r.opts, grp: r.grp, cards: r.cards, mod: r.mod, relay: r}
-	r.dr = &drainer{st: st, enq: enq, log: r.log, met: r.met, opts: &r.opts, now: r.now, dl: r.dl, hub: r.hub, warm: r.warm, tok: r.tok,
-		mod: r.mod, drainHistory: history, tasks: r.tasks, use: r.use, upd: r.upd, relay: r,
+	r.groups = &groups{st: st, now: r.now, opts: &r.opts, relay: r}
+	r.tasks = &tasks{st: st, now: r.now, log: r.log, opts: &r.opts, pipeline: r.pipeline, hub: r.hub, relay: r}
+	r.usage = &usage{st: st, now: r.now, log: r.log, opts: &r.opts, models: r.models, relay: r}
+	r.reads = &reads{st: st, log: r.log, opts: &r.opts, groups: r.groups, usage: r.usage, tasks: r.tasks, models: r.models, relay: r}
+	r.updates = &updates{st: st, now: r.now, opts: &r.opts, groups: r.groups, cards: r.cards, models: r.models, relay: r}
+	r.drainer = &drainer{st: st, enq: enq, log: r.log, met: r.met, opts: &r.opts, now: r.now, pipeline: r.pipeline, hub: r.hub, warm: r.warm, tokens: r.tokens,
+		models: r.models, drainHistory: history, tasks: r.tasks, usage: r.usage, updates: r.updates, relay: r,
 		running: map[string]context.CancelCauseFunc{}, claims: map[string]bool{}, endingNow: map[string]bool{}}
-	r.q = &turnQueue{st: st, enq: enq, log: r.log, opts: &r.opts, now: r.now, hub: r.hub, dl: r.dl, dr: r.dr, cards: r.cards, reads: r.reads, relay: r}
-	r.sch = &schedules{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, dl: r.dl, cards: r.cards, q: r.q, relay: r}
-	r.subs = &subscriptions{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
-	r.asks = &asks{st: st, now: r.now, opts: &r.opts, dl: r.dl, cards: r.cards, relay: r}
-	r.rem = &remote{st: st, now: r.now, log: r.log, opts: &r.opts, pk: r.pk, cards: r.cards, subs: r.subs, q: r.q, relay: r}
-	r.snd = &sends{st: st, log: r.log, opts: &r.opts, q: r.q, cards: r.cards, use: r.use, mod: r.mod, relay: r}
-	r.steer = &steering{st: st, now: r.now, opts: &r.opts, cards: r.cards, subs: r.subs, sch: r.sch, asks: r.asks, relay: r}
-	r.crt = &creates{st: st, now: r.now, log: r.log, opts: &r.opts, cards: r.cards, grp: r.grp, use: r.use, rem: r.rem, q: r.q, mod: r.mod,
+	r.turns = &turnQueue{st: st, enq: enq, log: r.log, opts: &r.opts, now: r.now, hub: r.hub, pipeline: r.pipeline, drainer: r.drainer, cards: r.cards, reads: r.reads, relay: r}
+	r.schedules = &schedules{st: st, now: r.now, log: r.log, met: r.met, opts: &r.opts, pipeline: r.pipeline, cards: r.cards, turns: r.turns, relay: r}
+	r.subs = &subscriptions{st: st, now: r.now, opts: &r.opts, pipeline: r.pipeline, cards: r.cards, relay: r}
+	r.asks = &asks{st: st, now: r.now, opts: &r.opts, pipeline: r.pipeline, cards: r.cards, relay: r}
+	r.remote = &remote{st: st, now: r.now, log: r.log, opts: &r.opts, link: r.link, cards: r.cards, subs: r.subs, turns: r.turns, relay: r}
+	r.sends = &sends{st: st, log: r.log, opts: &r.opts, turns: r.turns, cards: r.cards, usage: r.usage, models: r.models, relay: r}
+	r.steer = &steering{st: st, now: r.now, opts: &r.opts, cards: r.cards, subs: r.subs, schedules: r.schedules, asks: r.asks, relay: r}
+	r.creates = &creates{st: st, now: r.now, log: r.log, opts: &r.opts, cards: r.cards, groups: r.groups, usage: r.usage, remote: r.remote, turns: r.turns, models: r.models,
 		foldKept: cached[[]string]{ttl: folderRecheck}}
 	r.handler = r.handlers()
 	if opts.DirectDrains > 0 {
-		r.dr.direct = make(chan struct{}, opts.DirectDrains)
+		r.drainer.direct = make(chan struct{}, opts.DirectDrains)
 	}
 	// The external session kind (R17.7) has a provider record so settings
 	// and look-ups work, but it is listed nowhere and runs no turns.
-	r.mod.providers[ProviderExternal] = externalProvider{}
+	r.models.providers[ProviderExternal] = externalProvider{}
 	return r
 }
 
@@ -250,7 +250,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	r.bg.Add(1)
 	go func() {
 		defer r.bg.Done()
-		r.pk.peerLoop(ctx) // paired relays: remote subscriptions, asks, link state
+		r.link.peerLoop(ctx) // paired relays: remote subscriptions, asks, link state
 	}()
 	select {
 	case <-ready:
@@ -287,7 +287,7 @@ func (r *Relay) dropOnChange(ctx context.Context, changed, revoked <-chan struct
 		case <-changed:
 			r.setKept.drop()
 		case <-revoked: // also fired after a lost notification subscription
-			r.tok.dropTokens()
+			r.tokens.dropTokens()
 		}
 	}
 }
@@ -298,12 +298,12 @@ func (r *Relay) dropOnChange(ctx context.Context, changed, revoked <-chan struct
 // directWaitMax): the process shuts down with nothing of the relay running.
 func (r *Relay) Wait() {
 	r.bg.Wait()
-	r.dr.mu.Lock()
-	r.dr.stopping = true // no drain starts here any more (startHere)
-	r.dr.mu.Unlock()
+	r.drainer.mu.Lock()
+	r.drainer.stopping = true // no drain starts here any more (startHere)
+	r.drainer.mu.Unlock()
 	r.warm.stop()
 	done := make(chan struct{})
-	go func() { r.taskRuns.Wait(); r.dr.directWG.Wait(); r.warm.wait(); close(done) }()
+	go func() { r.taskRuns.Wait(); r.drainer.directWG.Wait(); r.warm.wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(directWaitMax):

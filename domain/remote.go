@@ -27,10 +27,10 @@ type remote struct {
 	now   func() time.Time
 	log   *slog.Logger
 	opts  *Options // the relay's: name, limits
-	pk    *peerLink
+	link  *peerLink
 	cards *cards
 	subs  *subscriptions
-	q     *turnQueue // the wait argument (waitArg)
+	turns *turnQueue // the wait argument (waitArg)
 	relay remoteHost
 }
 
@@ -54,22 +54,6 @@ type remoteHost interface {
 
 // The doors other subsystems' hosts reach the mirrors by (peerLinkHost,
 // subscriptionsHost).
-
-func (r *Relay) endMirror(ctx context.Context, s *store.Subscription, reason string) {
-	r.rem.endMirror(ctx, s, reason)
-}
-
-func (r *Relay) remoteUnsubscribe(ctx context.Context, p *store.Pairing, s *store.Subscription) bool {
-	return r.rem.remoteUnsubscribe(ctx, p, s)
-}
-
-func (r *Relay) remoteWithdraw(ctx context.Context, p *store.Pairing, a *store.RemoteAsk) bool {
-	return r.rem.remoteWithdraw(ctx, p, a)
-}
-
-func (r *Relay) unsubscribeMirror(ctx context.Context, sub *store.Subscription) (*relay.Ended, error) {
-	return r.rem.unsubscribeMirror(ctx, sub)
-}
 
 // Permission levels of a pairing (R4.5).
 var levelRank = map[string]int{"none": 0, "read": 1, "prompt": 2, "full": 3}
@@ -231,7 +215,7 @@ func (rm *remote) remoteCall(ctx context.Context, c *caller, a *args, p *store.P
 		return nil, e
 	}
 	// The effect completes even if the caller goes away (R18.12).
-	env, e := rm.pk.peerCall(context.WithoutCancel(ctx), p, body, timeout)
+	env, e := rm.link.peerCall(context.WithoutCancel(ctx), p, body, timeout)
 	if e != nil {
 		if e.Code != CodeOffline {
 			return nil, e
@@ -268,7 +252,7 @@ func (rm *remote) remoteWait(ctx context.Context, a *args, out map[string]json.R
 	if !a.spec().waits() {
 		return timeout, "", nil
 	}
-	wait, note, e := rm.q.waitArg(ctx, a, nothingDone)
+	wait, note, e := rm.turns.waitArg(ctx, a, nothingDone)
 	if e != nil {
 		return 0, "", e
 	}

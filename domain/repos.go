@@ -100,7 +100,7 @@ func repoWhere(repo, branch string) string { return fmt.Sprintf("%s on branch %s
 // and its branch checked, as create_session does.
 func (r *Relay) ownerFolder(ctx context.Context, provID string, in NewSession) (string, *createPlan, *Error) {
 	pl := &createPlan{provID: provID}
-	if e := r.crt.checkRepo(ctx, &createArgs{repo: in.Repo, branch: in.Branch, cwd: in.Cwd}, pl); e != nil {
+	if e := r.creates.checkRepo(ctx, &createArgs{repo: in.Repo, branch: in.Branch, cwd: in.Cwd}, pl); e != nil {
 		return "", nil, e
 	}
 	if pl.repo != nil {
@@ -115,7 +115,7 @@ func (r *Relay) ownerWorktree(ctx context.Context, pl *createPlan, s *store.Sess
 	if pl == nil {
 		return nil
 	}
-	dir, e := r.crt.addWorktree(ctx, pl, s.ID, repo)
+	dir, e := r.creates.addWorktree(ctx, pl, s.ID, repo)
 	if e != nil {
 		return e
 	}

@@ -26,15 +26,15 @@ const nothingScheduled = "Nothing was scheduled."
 // queueing through the turn queue, and the rest of the relay only through
 // schedulesHost.
 type schedules struct {
-	st    schedulesStore
-	now   func() time.Time
-	log   *slog.Logger
-	met   Metrics
-	opts  *Options // the relay's: name, limits, timing
-	dl    *pipeline
-	cards *cards
-	q     *turnQueue
-	relay schedulesHost
+	st       schedulesStore
+	now      func() time.Time
+	log      *slog.Logger
+	met      Metrics
+	opts     *Options // the relay's: name, limits, timing
+	pipeline *pipeline
+	cards    *cards
+	turns    *turnQueue
+	relay    schedulesHost
 }
 
 // schedulesStore is the store as the schedules see it.
@@ -48,26 +48,6 @@ type schedulesStore interface {
 type schedulesHost interface {
 	sessionByRef(ctx context.Context, ref string) (*store.Session, *Error)
 	notifySchedule(ctx context.Context, sc *store.Schedule)
-}
-
-// RecoverSchedules (the schedules' door for app at start): see
-// [schedules.RecoverSchedules].
-func (r *Relay) RecoverSchedules(ctx context.Context) error { return r.sch.RecoverSchedules(ctx) }
-
-// Schedules lists the active schedules (the owner's view).
-func (r *Relay) Schedules(ctx context.Context) ([]*relay.Schedule, error) {
-	return r.sch.Schedules(ctx)
-}
-
-// CancelSchedule ends a schedule as the owner.
-func (r *Relay) CancelSchedule(ctx context.Context, id string) (*relay.Ended, error) {
-	return r.sch.CancelSchedule(ctx, id)
-}
-
-// releaseHeld (the schedules' door for the cards, cardsHost): see
-// [schedules.releaseHeld].
-func (r *Relay) releaseHeld(ctx context.Context, setter string, approved bool) {
-	r.sch.releaseHeld(ctx, setter, approved)
 }
 
 func fireID(id string, at time.Time) string { return fmt.Sprintf("sched:%s:%d", id, at.Unix()) }
@@ -181,7 +161,7 @@ func (sh *schedules) scheduleAction(ctx context.Context, c *caller, a *args) (*r
 		return nil, addScheduleError(err)
 	}
 	sh.relay.notifySchedule(ctx, sc) // the owner's console (R19.6)
-	if err := sh.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: first.UnixMilli()}, fireID(sc.ID, first), first); err != nil {
+	if err := sh.pipeline.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: first.UnixMilli()}, fireID(sc.ID, first), first); err != nil {
 		return nil, internalAfter(err, "schedule "+sc.ID+" was stored but its first firing was not planned (the relay plans it within a minute)")
 	}
 	res := newResult(target.ID, fmt.Sprintf("%s, next %s (%s)", scheduleWhen(every), first.UTC().Format(timeFormat), sc.ID))
@@ -381,7 +361,7 @@ func (sh *schedules) Fire(ctx context.Context, id string, at time.Time, approved
 		return nil // a stale task: the schedule moved on
 	}
 	// Never before its nextFireAt (asynq may run a task up to ~1 s early).
-	if stop, err := sh.dl.early(ctx, sc.NextFireAt, jobs.TypeFire, jobs.FirePayload{Schedule: id, At: at.UnixMilli()}, fireID(id, at)); stop || err != nil {
+	if stop, err := sh.pipeline.early(ctx, sc.NextFireAt, jobs.TypeFire, jobs.FirePayload{Schedule: id, At: at.UnixMilli()}, fireID(id, at)); stop || err != nil {
 		return err
 	}
 	return sh.fire(ctx, sc, approved)
@@ -453,7 +433,7 @@ func (sh *schedules) holdFiring(ctx context.Context, sc *store.Schedule, now tim
 		return err
 	}
 	recheck := now.Add(scheduleRecheck)
-	return sh.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()},
+	return sh.pipeline.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()},
 		fmt.Sprintf("sched:%s:held:%d", sc.ID, recheck.Unix()), recheck)
 }
 
@@ -474,7 +454,7 @@ func (sh *schedules) planNext(ctx context.Context, sc *store.Schedule, fired boo
 		return err
 	}
 	sh.relay.notifySchedule(ctx, sc) // its next firing, in the owner's console (R19.6)
-	return sh.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: next.UnixMilli()}, fireID(sc.ID, next), next)
+	return sh.pipeline.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: next.UnixMilli()}, fireID(sc.ID, next), next)
 }
 
 // fireOccurrence queues one occurrence of sc into target and records it on
@@ -484,7 +464,7 @@ func (sh *schedules) fireOccurrence(ctx context.Context, sc *store.Schedule, tar
 	// of the conversation that started the target; over it the firing
 	// waits and is tried again (issue 13), checked again atomically below.
 	if other {
-		if e := sh.q.precheckCap(ctx, target); e != nil {
+		if e := sh.turns.precheckCap(ctx, target); e != nil {
 			if e.Code == CodeSessionLimit {
 				return false, sh.retryFull(ctx, sc, approved, now)
 			}
@@ -503,7 +483,7 @@ func (sh *schedules) fireOccurrence(ctx context.Context, sc *store.Schedule, tar
 			from = &store.Ref{Relay: sh.opts.Name, Session: setter.ID, Title: setter.Title, Model: setter.Model}
 		}
 	}
-	t, err := sh.q.queue(ctx, prompt{s: target, text: text, role: "schedule", from: from, origin: sc.Origin, enforce: other})
+	t, err := sh.turns.queue(ctx, prompt{s: target, text: text, role: "schedule", from: from, origin: sc.Origin, enforce: other})
 	var e *Error
 	if errors.As(err, &e) && e.Code == CodeSessionLimit {
 		if err := sh.st.ClearOnce(context.WithoutCancel(ctx), once); err != nil {
@@ -535,7 +515,7 @@ const fullRetry = 30 * time.Second
 func (sh *schedules) retryFull(ctx context.Context, sc *store.Schedule, approved bool, now time.Time) error {
 	sh.log.Info("schedule firing waits: the target's conversation has 4 sessions at work", "schedule", sc.ID, "target", id8(sc.Target))
 	again := now.Add(fullRetry)
-	return sh.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli(), Approved: approved},
+	return sh.pipeline.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli(), Approved: approved},
 		fmt.Sprintf("sched:%s:full:%d", sc.ID, again.UnixMilli()), again)
 }
 
@@ -559,7 +539,7 @@ func (sh *schedules) releaseHeld(ctx context.Context, setter string, approved bo
 		if sc.HeldSince.IsZero() {
 			continue
 		}
-		if err := sh.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli(), Approved: approved},
+		if err := sh.pipeline.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli(), Approved: approved},
 			fmt.Sprintf("sched:%s:release:%s", sc.ID, store.NewID(3)), timeZero); err != nil {
 			sh.log.Warn("release held schedule", "schedule", sc.ID, "err", err)
 		}
@@ -580,7 +560,7 @@ func (sh *schedules) RecoverSchedules(ctx context.Context) error {
 		if sc.NextFireAt.IsZero() || sc.NextFireAt.After(overdue) || !sc.HeldSince.IsZero() {
 			continue
 		}
-		if err := sh.dl.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()}, fireID(sc.ID, sc.NextFireAt), sc.NextFireAt); err != nil {
+		if err := sh.pipeline.schedule(ctx, jobs.TypeFire, jobs.FirePayload{Schedule: sc.ID, At: sc.NextFireAt.UnixMilli()}, fireID(sc.ID, sc.NextFireAt), sc.NextFireAt); err != nil {
 			return err
 		}
 	}

@@ -20,14 +20,14 @@ import (
 // It sees the store only as recordStore and reaches the rest of the relay
 // only through sendsHost and the subsystems it points to.
 type sends struct {
-	st    recordStore
-	log   *slog.Logger
-	opts  *Options // the relay's: name
-	q     *turnQueue
-	cards *cards
-	use   *usage
-	mod   *models // the providers (the billing partners), a model and effort checked
-	relay sendsHost
+	st     recordStore
+	log    *slog.Logger
+	opts   *Options // the relay's: name
+	turns  *turnQueue
+	cards  *cards
+	usage  *usage
+	models *models // the providers (the billing partners), a model and effort checked
+	relay  sendsHost
 }
 
 // sendsHost is what send asks of the rest of the relay: the target session
@@ -102,7 +102,7 @@ func (sn *sends) parseSendArgs(ctx context.Context, a *args) (*sendArgs, *Error)
 	if in.text, e = promptText(a, nothingSent); e != nil {
 		return nil, e
 	}
-	if in.wait, in.note, e = sn.q.waitArg(ctx, a, nothingSent); e != nil {
+	if in.wait, in.note, e = sn.turns.waitArg(ctx, a, nothingSent); e != nil {
 		return nil, e
 	}
 	if in.mode, e = a.str("mode"); e != nil {
@@ -141,33 +141,33 @@ func (sn *sends) checkSend(ctx context.Context, c *caller, a *args, in *sendArgs
 		return nil, notPromptable(s, nothingSent)
 	}
 	// Rule limits: the 4-at-work cap (checked again atomically when queued).
-	if e := sn.q.precheckCap(ctx, s); e != nil {
+	if e := sn.turns.precheckCap(ctx, s); e != nil {
 		return nil, e
 	}
 	// Provider switch (R7.8), model, effort.
 	target := s.Provider
 	switchTo := ""
 	if in.provID != "" && in.provID != s.Provider {
-		cur, ok := sn.mod.providers[s.Provider]
+		cur, ok := sn.models.providers[s.Provider]
 		partner := ""
 		if ok {
 			partner = cur.Info().SwitchTo
 		}
-		p, ok2 := sn.mod.providers[in.provID]
+		p, ok2 := sn.models.providers[in.provID]
 		if !ok2 || (partner != in.provID && p.Info().SwitchTo != s.Provider) {
 			return nil, Errorf(CodeProviderUnavailable, "Provider %q is not set up as a billing partner of %q on relay %q. %s", in.provID, s.Provider, sn.opts.Name, nothingSent).
 				With("remoteCode", remoteName(in.provID)+"_NOT_CONFIGURED")
 		}
 		target, switchTo = in.provID, in.provID
 	}
-	p, e := sn.mod.provider(target, nothingSent)
+	p, e := sn.models.provider(target, nothingSent)
 	if e != nil {
 		return nil, e
 	}
-	if e := sn.use.checkAvailable(p, nothingSent); e != nil { // R17.1
+	if e := sn.usage.checkAvailable(p, nothingSent); e != nil { // R17.1
 		return nil, e
 	}
-	if e := sn.use.checkCap(ctx, target, sn.use.partnerOf(s.Provider), switchTo != "", nothingSent); e != nil { // R7.8
+	if e := sn.usage.checkCap(ctx, target, sn.usage.partnerOf(s.Provider), switchTo != "", nothingSent); e != nil { // R7.8
 		return nil, e
 	}
 	info := p.Info()
@@ -175,11 +175,11 @@ func (sn *sends) checkSend(ctx context.Context, c *caller, a *args, in *sendArgs
 	if switchTo != "" && checkM == "" {
 		checkM = s.Model
 	}
-	modelNote, e := sn.mod.checkModel(info, checkM, nothingSent, false)
+	modelNote, e := sn.models.checkModel(info, checkM, nothingSent, false)
 	if e != nil {
 		return nil, e
 	}
-	if e := sn.mod.checkEffort(info, in.effort, nothingSent); e != nil {
+	if e := sn.models.checkEffort(info, in.effort, nothingSent); e != nil {
 		return nil, e
 	}
 	mode := in.mode
@@ -295,13 +295,13 @@ func (sn *sends) applySend(ctx context.Context, c *caller, in *sendArgs, pl *sen
 	// Listen for the turn's notifications before it can run: the wait then
 	// needs no first read of the turn.
 	id := store.NewID(16)
-	ch, unsub := sn.q.listen(id)
+	ch, unsub := sn.turns.listen(id)
 	defer unsub()
 	loopOf := ""
 	if pl.loopAtQueue {
 		loopOf = c.s.ID
 	}
-	t, err := sn.q.queue(ctx, prompt{id: id, s: s, text: in.text, role: "agent", from: sn.q.fromRef(c), origin: c.origin(sn.opts.Name),
+	t, err := sn.turns.queue(ctx, prompt{id: id, s: s, text: in.text, role: "agent", from: sn.turns.fromRef(c), origin: c.origin(sn.opts.Name),
 		caller: c.s.ID, enforce: true, waitFor: in.wait, loopOf: loopOf})
 	if err != nil {
 		if len(undo) > 0 {
@@ -317,11 +317,11 @@ func (sn *sends) applySend(ctx context.Context, c *caller, in *sendArgs, pl *sen
 	}
 	pl.queued = true
 	// The wait was marked when the prompt was queued (waitFor).
-	if t, err = sn.q.await(waitCtx, turnWait{id: id, d: in.wait, own: true, dl: c.delivery, ch: ch, queued: t}); err != nil {
+	if t, err = sn.turns.await(waitCtx, turnWait{id: id, d: in.wait, own: true, delivery: c.delivery, ch: ch, queued: t}); err != nil {
 		return nil, internalAfter(err, "the prompt was queued (message_id "+id+")")
 	}
 	res := newResult(s.ID, "")
-	pr := sn.q.turnResult(ctx, res, t)
+	pr := sn.turns.turnResult(ctx, res, t)
 	pr.Note = in.note
 	if pl.modelNote != "" {
 		pr.ModelNote = joinNote(pr.ModelNote, pl.modelNote)

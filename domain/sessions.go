@@ -137,7 +137,7 @@ func (r *Relay) viewGroup(ctx context.Context, groups map[string]*store.Group, g
 		return nil, err
 	}
 	if g != nil && g.Name == "" {
-		g.Name = r.grp.groupName(ctx, g)
+		g.Name = r.groups.groupName(ctx, g)
 	}
 	groups[gid] = g
 	return g, nil
@@ -221,7 +221,7 @@ func (r *Relay) openURL(ctx context.Context, sid string) any {
 // pageURL is openURL as a string, "" when the relay knows no public URL (an
 // owner notice's openUrl, R23.10).
 func (r *Relay) pageURL(ctx context.Context, sid string) string {
-	base := strings.TrimRight(r.dr.publicURL(ctx), "/")
+	base := strings.TrimRight(r.drainer.publicURL(ctx), "/")
 	if base == "" || sid == "" {
 		return ""
 	}

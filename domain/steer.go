@@ -20,14 +20,14 @@ import (
 // steerStore and reaches the rest of the relay only through steeringHost and
 // the subsystems it points to.
 type steering struct {
-	st    steeringStore
-	now   func() time.Time
-	opts  *Options // the relay's: name
-	cards *cards
-	subs  *subscriptions
-	sch   *schedules
-	asks  *asks
-	relay steeringHost
+	st        steeringStore
+	now       func() time.Time
+	opts      *Options // the relay's: name
+	cards     *cards
+	subs      *subscriptions
+	schedules *schedules
+	asks      *asks
+	relay     steeringHost
 }
 
 // steeringStore is the store as the steering actions see it.
@@ -41,22 +41,6 @@ type steeringStore interface {
 type steeringHost interface {
 	targets
 	notify(ctx context.Context, what string)
-}
-
-// AnswerQuestion is the owner's answer to a question card (owner API).
-func (r *Relay) AnswerQuestion(ctx context.Context, sid, qid string, choices []string, answer string) (*store.Question, error) {
-	return r.steer.answerOwner(ctx, sid, qid, choices, answer)
-}
-
-// StopTurn stops a session's running turn (the owner's Stop); queued
-// prompts stay queued (R7.15).
-func (r *Relay) StopTurn(ctx context.Context, sid string) (bool, error) {
-	return r.steer.stopTurn(ctx, sid)
-}
-
-// Archive archives a session: its running turn stops and queued prompts are dropped when reached.
-func (r *Relay) Archive(ctx context.Context, sid string) error {
-	return r.steer.retire(ctx, sid, "archived")
 }
 
 func (sg *steering) answerQuestion(ctx context.Context, c *caller, a *args) (*result, *Error) {
@@ -314,7 +298,7 @@ func (sg *steering) retire(ctx context.Context, sid, reason string) error {
 	if err := sg.subs.endSubscriptionsFor(ctx, sid, reason); err != nil {
 		return fmt.Errorf("retire session %s (%s): %w", id8(sid), reason, err)
 	}
-	if err := sg.sch.endSchedulesFor(ctx, sid, reason); err != nil {
+	if err := sg.schedules.endSchedulesFor(ctx, sid, reason); err != nil {
 		return fmt.Errorf("retire session %s (%s): %w", id8(sid), reason, err)
 	}
 	if err := sg.asks.endAsksFor(ctx, sid); err != nil {

@@ -177,7 +177,7 @@ type readStore interface {
 	Usage(ctx context.Context, provider string) (map[string]int64, error)
 }
 
-// drainStore is what the drain (turns.go, turntoken.go, direct.go,
+// drainStore is what the drain (turns.go, turntoken.go, drainer.go,
 // stacks.go) needs: the lease, the fenced turn writes and questions.
 type drainStore interface {
 	AppendMessage(ctx context.Context, sid string, m *store.Message) error
@@ -195,7 +195,7 @@ type drainStore interface {
 	StartDrain(ctx context.Context, sid string, owner string, ttl time.Duration, now time.Time, history int) (*store.Drain, error)
 }
 
-// deliveryStore is what delivery (deliver.go, events.go, notify.go) needs:
+// deliveryStore is what delivery (pipeline.go, events.go, notify.go) needs:
 // fan-out, hold, release, buffer, flush and summary.
 type deliveryStore interface {
 	AddWake(ctx context.Context, watcher string, now time.Time) error
@@ -266,7 +266,7 @@ type updateStore interface {
 	ClearAgentSession(ctx context.Context, sid string) error
 }
 
-// usageStore is what the usage subsystem (agents.go, caps.go) needs: the
+// usageStore is what the usage subsystem (usage.go, caps.go) needs: the
 // activity line of a call, a provider's pause and monthly usage, the model
 // a turn asked for.
 type usageStore interface {

@@ -27,12 +27,12 @@ const nothingSubscribed = "No subscription was made."
 // through the delivery pipeline, asks its cards through the cards, and
 // reaches the rest of the relay only through subscriptionsHost.
 type subscriptions struct {
-	st    subscriptionsStore
-	now   func() time.Time
-	opts  *Options // the relay's: limits, timing
-	dl    *pipeline
-	cards *cards
-	relay subscriptionsHost
+	st       subscriptionsStore
+	now      func() time.Time
+	opts     *Options // the relay's: limits, timing
+	pipeline *pipeline
+	cards    *cards
+	relay    subscriptionsHost
 }
 
 // subscriptionsStore is the store as the subscriptions see it.
@@ -50,18 +50,6 @@ type subscriptionsHost interface {
 	targets
 	unsubscribeMirror(ctx context.Context, sub *store.Subscription) (*relay.Ended, error)
 	notifySub(ctx context.Context, sub *store.Subscription)
-}
-
-// Unsubscribe (the subscriptions' door for api): see
-// [subscriptions.Unsubscribe].
-func (r *Relay) Unsubscribe(ctx context.Context, id string) (*relay.Ended, error) {
-	return r.subs.Unsubscribe(ctx, id)
-}
-
-// endSubscription (the subscriptions' door for the pipeline, pipelineHost):
-// see [subscriptions.endSubscription].
-func (r *Relay) endSubscription(ctx context.Context, sub *store.Subscription, reason string) error {
-	return r.subs.endSubscription(ctx, sub, reason)
 }
 
 // subscribe makes a subscription: the calling conversation watches sessions
@@ -366,7 +354,7 @@ func (sb *subscriptions) applySubscribe(ctx context.Context, c *caller, in *subs
 	sb.relay.notifySub(ctx, sub) // the owner's console (R19.6)
 	if in.heartbeat > 0 {
 		at := sub.CreatedAt.Add(time.Duration(in.heartbeat) * time.Minute)
-		if err := sb.dl.schedule(ctx, jobs.TypeHeartbeat, jobs.HeartbeatPayload{Sub: sub.ID, At: at.UnixMilli()}, fmt.Sprintf("hb:%s:%d", sub.ID, at.UnixMilli()), at); err != nil {
+		if err := sb.pipeline.schedule(ctx, jobs.TypeHeartbeat, jobs.HeartbeatPayload{Sub: sub.ID, At: at.UnixMilli()}, fmt.Sprintf("hb:%s:%d", sub.ID, at.UnixMilli()), at); err != nil {
 			return nil, internal("applySubscribe: schedule", err)
 		}
 	}
@@ -658,7 +646,7 @@ func (sb *subscriptions) transferSubscriptions(ctx context.Context, c *caller, a
 			return nil, internal("transferSubscriptions: MoveHeld", err)
 		}
 		if !due.IsZero() {
-			if err := sb.dl.schedule(ctx, jobs.TypeRelease, jobs.ReleasePayload{Sub: nu.ID}, fmt.Sprintf("rel:%s:%d", nu.ID, due.UnixMilli()), due); err != nil {
+			if err := sb.pipeline.schedule(ctx, jobs.TypeRelease, jobs.ReleasePayload{Sub: nu.ID}, fmt.Sprintf("rel:%s:%d", nu.ID, due.UnixMilli()), due); err != nil {
 				return nil, internal("transferSubscriptions: schedule", err)
 			}
 		}

@@ -21,13 +21,13 @@ import (
 // taskStore, emits through the delivery pipeline, and reaches the rest of
 // the relay only through tasksHost.
 type tasks struct {
-	st    tasksStore
-	now   func() time.Time
-	log   *slog.Logger
-	opts  *Options // the relay's: name, timing
-	dl    *pipeline
-	hub   *hub
-	relay tasksHost
+	st       tasksStore
+	now      func() time.Time
+	log      *slog.Logger
+	opts     *Options // the relay's: name, timing
+	pipeline *pipeline
+	hub      *hub
+	relay    tasksHost
 }
 
 // tasksStore is the store as the tasks see it.
@@ -279,7 +279,7 @@ func (h *taskHandle) finish(code int, killed bool) {
 	default:
 		ev.Kind = EvTaskFailed // failed, killed, or a sub-agent that did not finish well
 	}
-	h.tk.dl.emit(ctx, ev)
+	h.tk.pipeline.emit(ctx, ev)
 }
 
 func (tk *tasks) startTask(ctx context.Context, sid string, spec provider.TaskSpec) (*taskHandle, error) {
@@ -292,9 +292,9 @@ func (tk *tasks) startTask(ctx context.Context, sid string, spec provider.TaskSp
 	if err := tk.st.SaveTask(ctx, t); err != nil {
 		return nil, err
 	}
-	tk.dl.busyAgain(ctx, sid)
+	tk.pipeline.busyAgain(ctx, sid)
 	if typ != "subagent" {
-		tk.dl.emit(ctx, &store.Event{Kind: EvTaskStarted, Session: sid, TaskID: t.ID, Text: spec.Description})
+		tk.pipeline.emit(ctx, &store.Event{Kind: EvTaskStarted, Session: sid, TaskID: t.ID, Text: spec.Description})
 	}
 	h := &taskHandle{tk: tk, t: t, mu: make(chan struct{}, 1)}
 	if t.Held {

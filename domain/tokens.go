@@ -49,32 +49,6 @@ func newTokens(st tokensStore, now func() time.Time, log *slog.Logger, opts *Opt
 		peers: map[string]peerTok{}}
 }
 
-// SessionForToken (the tokens' door for api's /mcp): see [tokens.SessionForToken].
-func (r *Relay) SessionForToken(ctx context.Context, token string) (string, bool, error) {
-	return r.tok.SessionForToken(ctx, token)
-}
-
-// NewPeerToken issues a peer token (POST /api/v1/peer-tokens) of a scope:
-// "all" (also ""), or "started" (R18.35).
-func (r *Relay) NewPeerToken(ctx context.Context, label, scope string) (*relay.PeerTokenIssued, error) {
-	return r.tok.NewPeerToken(ctx, label, scope)
-}
-
-// PeerTokenValid reports whether a bearer token is a peer token of this relay.
-func (r *Relay) PeerTokenValid(ctx context.Context, tok string) (bool, error) {
-	return r.tok.PeerTokenValid(ctx, tok)
-}
-
-// PeerTokens lists the peer tokens this relay issued (GET /api/v1/peer-tokens).
-func (r *Relay) PeerTokens(ctx context.Context) ([]store.PeerTokenInfo, error) {
-	return r.tok.PeerTokens(ctx)
-}
-
-// RevokePeerToken revokes a peer token (DELETE /api/v1/peer-tokens/{id}).
-func (r *Relay) RevokePeerToken(ctx context.Context, id string) (*relay.PeerTokenRevoked, error) {
-	return r.tok.RevokePeerToken(ctx, id)
-}
-
 // SessionForToken returns the session a bearer token names.
 // Known tokens are cached in the process for tokenTTL; archiving a session
 // deletes its token and drops every process's cache at once through the

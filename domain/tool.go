@@ -184,11 +184,11 @@ func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, 
 	// R3.4a: the one check before all others, even before argument shapes.
 	if answersAnAsk(raw, a) {
 		*action = actAnswerQuestion
-		r.use.noteEarly(ctx, callerID, raw, CodeForbidden)
+		r.usage.noteEarly(ctx, callerID, raw, CodeForbidden)
 		return nil, Errorf(CodeForbidden, "Only the owner answers asks; answer_question answers question cards (q_…). Nothing was sent.")
 	}
 	if e != nil {
-		r.use.noteEarly(ctx, callerID, raw, e.Code)
+		r.usage.noteEarly(ctx, callerID, raw, e.Code)
 		return nil, e
 	}
 	*action = a.action
@@ -200,9 +200,9 @@ func (r *Relay) call(ctx context.Context, callerID string, raw json.RawMessage, 
 	}
 	a.pre = pre
 	c.delivery = d
-	line := r.use.noteCall(ctx, c, raw, "") // the 🛰️ line, once per call (R17.3)
+	line := r.usage.noteCall(ctx, c, raw, "") // the 🛰️ line, once per call (R17.3)
 	res, e := r.callChecked(ctx, c, a)
-	r.use.noteOutcome(ctx, c, line, res, e) // and the call's outcome on it (R23.3)
+	r.usage.noteOutcome(ctx, c, line, res, e) // and the call's outcome on it (R23.3)
 	return res, e
 }
 
@@ -214,7 +214,7 @@ func (r *Relay) callChecked(ctx context.Context, c *caller, a *args) (*result, *
 		return nil, e
 	}
 	if p != nil {
-		res, e := r.rem.remoteCall(ctx, c, a, p, pv)
+		res, e := r.remote.remoteCall(ctx, c, a, p, pv)
 		if e != nil {
 			return nil, e
 		}

@@ -95,7 +95,7 @@ func (dr *drainer) drainFrom(ctx context.Context, sid, owner string, d *store.Dr
 		id = t.ID
 		dr.claim(id)
 		if d.Watched {
-			dr.dl.busyAgain(ctx, sid)
+			dr.pipeline.busyAgain(ctx, sid)
 		}
 	} else {
 		if id, t, err = dr.nextTurn(ctx, run); err != nil || t == nil {
@@ -149,7 +149,7 @@ func (dr *drainer) nextTurn(ctx context.Context, d *drainRun) (string, *store.Tu
 			dr.log.Warn("turn resumed: this process took it off its queue but the answer was lost (Redis went away); its agent had not started",
 				"session", id8(sid), "turn", id8(cur))
 			dr.claim(cur)
-			dr.dl.busyAgain(ctx, sid)
+			dr.pipeline.busyAgain(ctx, sid)
 			return cur, rt, nil
 		}
 		dr.log.Warn("turn abandoned by a dead worker", "session", sid, "turn", cur)
@@ -167,7 +167,7 @@ func (dr *drainer) nextTurn(ctx context.Context, d *drainRun) (string, *store.Tu
 	if err != nil {
 		return id, nil, dr.putBack(ctx, sid, id, err)
 	}
-	dr.dl.busyAgain(ctx, sid)
+	dr.pipeline.busyAgain(ctx, sid)
 	dr.relay.notify(ctx, "session:"+sid) // the turn runs: the owner's console (R19.6)
 	return id, t, nil
 }
@@ -414,9 +414,9 @@ func (dr *drainer) finishError(ctx context.Context, d *drainRun, end *store.Turn
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishWriteTimeout) // for the events below
 	defer cancel()
 	dr.forgetClaim(id) // the outcome is written
-	dr.dl.emit(wctx, &store.Event{Kind: EvError, Session: s.ID, Title: s.Title, Text: end.Error, Turn: id})
+	dr.pipeline.emit(wctx, &store.Event{Kind: EvError, Session: s.ID, Title: s.Title, Text: end.Error, Turn: id})
 	text := excerpt(end.Error, 240) // a line shows 120 characters; events and replay streams keep no whole replies
-	dr.dl.emit(wctx, &store.Event{Kind: EvTurnEnd, Session: s.ID, Title: s.Title, Status: string(end.Status), Text: text, Turn: id})
+	dr.pipeline.emit(wctx, &store.Event{Kind: EvTurnEnd, Session: s.ID, Title: s.Title, Status: string(end.Status), Text: text, Turn: id})
 	dr.relay.notify(wctx, "session:"+s.ID)
 	defer dr.relay.turnNotice(wctx, s, id, nil, end.Status, text) // R23.10, after the waiting caller woke
 	defer dr.hub.fire("turn:" + id)                               // a caller waiting in this process wakes now, not when the notification comes back
@@ -503,7 +503,7 @@ func (dr *drainer) Shutdown() {
 
 func (dr *drainer) run(ctx context.Context, d *drainRun, t *store.Turn, msgs []store.Message) (bool, error) {
 	s := d.s
-	p, ok := dr.mod.providers[s.Provider]
+	p, ok := dr.models.providers[s.Provider]
 	if !ok {
 		return dr.finish(ctx, d, turnEnd{id: t.ID, status: store.TurnError, errText: fmt.Sprintf("provider %q is not configured on this relay", s.Provider)})
 	}
@@ -530,7 +530,7 @@ func (dr *drainer) run(ctx context.Context, d *drainRun, t *store.Turn, msgs []s
 	defer dr.track(t.ID, cancel)()
 	// R18.19: an agent process gets a token of its own for this turn (the
 	// session's token is stored as a hash and cannot be handed out again).
-	turnTok, dropTok, err := dr.tok.mintTurnToken(ctx, p, s.ID)
+	turnTok, dropTok, err := dr.tokens.mintTurnToken(ctx, p, s.ID)
 	if err != nil {
 		return false, dr.putBack(ctx, s.ID, t.ID, err)
 	}
@@ -570,7 +570,7 @@ func (dr *drainer) runAgent(ctx, tctx context.Context, p provider.Provider, tr *
 		otelx.KeyTurn.String(t.ID), otelx.KeySession.String(s.ID)))
 	defer span.End()
 	pt.TraceEnv = otelx.Env(tctx)
-	h := &host{dr: dr, sid: s.ID, turn: t.ID, prov: s.Provider, fence: tr.l.fence}
+	h := &host{drainer: dr, sid: s.ID, turn: t.ID, prov: s.Provider, fence: tr.l.fence}
 	h.output()
 	dr.turnStarted(s, t.ID)
 	stopProgress := dr.turnProgress(s, t.ID, h, tr.lim)
@@ -589,12 +589,12 @@ func (dr *drainer) runAgent(ctx, tctx context.Context, p provider.Provider, tr *
 		span.SetStatus(codes.Error, "the turn ended in an error") // not the error's text: it may quote the agent
 	}
 	dr.turnEnded(s, t.ID, e.status, e.errText, tr.lim.started)
-	e.usage = dr.use.countUsage(ctx, s.Provider, e.status, out) // tokens, cost, a usage limit (R7.3, R17.3)
+	e.usage = dr.usage.countUsage(ctx, s.Provider, e.status, out) // tokens, cost, a usage limit (R7.3, R17.3)
 	e.model = out.Model
 	if e.model == "" {
 		e.model = s.Model
 	}
-	dr.use.noteModel(ctx, s, t.ID, e.status, out.Model)
+	dr.usage.noteModel(ctx, s, t.ID, e.status, out.Model)
 	return dr.finish(ctx, tr.drainRun, e)
 }
 
@@ -722,7 +722,7 @@ func (dr *drainer) providerTurn(ctx context.Context, p provider.Provider, tr *tu
 	base := dr.publicURL(ctx)
 	pt := provider.Turn{SessionID: s.ID, TurnID: t.ID, Prompt: t.Text, Model: s.Model, Effort: s.Effort, Mode: s.Mode,
 		Cwd: cwd, History: history, Token: tr.token, RelayURL: base, Relay: dr.opts.Name, AgentSession: agentSessionOf(s)}
-	dr.upd.claudeSettings(p, s, &pt)
+	dr.updates.claudeSettings(p, s, &pt)
 	if base != "" && (st.AgentSessions || dr.relay.anyPairing(ctx)) {
 		pt.MCPURL = base + "/mcp"
 	}
@@ -875,11 +875,11 @@ func historyOf(msgs []store.Message, turnID string) []provider.HistoryItem {
 
 // host is the relay as a provider sees it during one turn.
 type host struct {
-	dr    *drainer
-	sid   string
-	turn  string
-	prov  string
-	fence string // the drain's lease owner: the turn's writes are fenced by it
+	drainer *drainer
+	sid     string
+	turn    string
+	prov    string
+	fence   string // the drain's lease owner: the turn's writes are fenced by it
 
 	mu      sync.Mutex
 	partial string
@@ -912,26 +912,26 @@ func (h *host) Activity(line string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), liveWriteTimeout)
 	defer cancel()
-	m := &store.Message{ID: store.NewID(16), Role: "activity", Text: line, CreatedAt: h.dr.now()}
-	if err := h.dr.st.AppendMessage(ctx, h.sid, m); err != nil {
-		h.dr.log.Warn("activity line not stored", "session", h.sid, "err", err)
+	m := &store.Message{ID: store.NewID(16), Role: "activity", Text: line, CreatedAt: h.drainer.now()}
+	if err := h.drainer.st.AppendMessage(ctx, h.sid, m); err != nil {
+		h.drainer.log.Warn("activity line not stored", "session", h.sid, "err", err)
 		return
 	}
-	h.dr.relay.notify(ctx, "session:"+h.sid) // the owner's console shows it live
+	h.drainer.relay.notify(ctx, "session:"+h.sid) // the owner's console shows it live
 }
 
 // SetAgentSession stores the agent CLI's conversation id with the session (R17.2).
 func (h *host) SetAgentSession(id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), liveWriteTimeout)
 	defer cancel()
-	if err := h.dr.st.SetAgentSession(ctx, h.sid, h.prov, id); err != nil {
-		h.dr.log.Warn("agent conversation id not stored", "session", h.sid, "err", err)
+	if err := h.drainer.st.SetAgentSession(ctx, h.sid, h.prov, id); err != nil {
+		h.drainer.log.Warn("agent conversation id not stored", "session", h.sid, "err", err)
 	}
 }
 
 func (h *host) CallTool(ctx context.Context, args json.RawMessage) json.RawMessage {
 	h.output()
-	out, _ := h.dr.relay.CallTool(ctx, h.sid, args, nil)
+	out, _ := h.drainer.relay.CallTool(ctx, h.sid, args, nil)
 	return out
 }
 
@@ -948,10 +948,10 @@ func (h *host) Partial(text string) {
 	h.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), liveWriteTimeout)
 	defer cancel()
-	if err := h.dr.st.SetTurnPartial(ctx, h.sid, h.turn, h.fence, text, h.dr.now()); err != nil {
+	if err := h.drainer.st.SetTurnPartial(ctx, h.sid, h.turn, h.fence, text, h.drainer.now()); err != nil {
 		return // fenced (another drain holds the session) or Redis away: no notification either
 	}
-	h.dr.relay.notify(ctx, "session:"+h.sid) // the partial reply, live in the console (R19.6)
+	h.drainer.relay.notify(ctx, "session:"+h.sid) // the partial reply, live in the console (R19.6)
 }
 
 func (h *host) partialText() string {
@@ -962,12 +962,12 @@ func (h *host) partialText() string {
 
 func (h *host) StartTask(ctx context.Context, spec provider.TaskSpec) (provider.Task, error) {
 	h.output()
-	return h.dr.tasks.startTask(ctx, h.sid, spec)
+	return h.drainer.tasks.startTask(ctx, h.sid, spec)
 }
 
 func (h *host) AskUser(ctx context.Context, text string, options []string) (string, error) {
 	h.output()
-	dr := h.dr
+	dr := h.drainer
 	q := &store.Question{ID: "q_" + store.NewID(8), Session: h.sid, Turn: h.turn, Kind: "ask_user", Question: text,
 		Options: options, Status: "pending", CreatedAt: dr.now()}
 	ch, unsub := dr.hub.sub("q:" + q.ID)
@@ -978,7 +978,7 @@ func (h *host) AskUser(ctx context.Context, text string, options []string) (stri
 	if err := dr.st.SetTurnQuestion(ctx, h.turn, q.ID); err != nil {
 		return "", fmt.Errorf("ask the user in turn %s: %w", id8(h.turn), err)
 	}
-	dr.dl.emit(ctx, &store.Event{Kind: EvQuestionAsked, Session: h.sid, QuestionID: q.ID, Text: text})
+	dr.pipeline.emit(ctx, &store.Event{Kind: EvQuestionAsked, Session: h.sid, QuestionID: q.ID, Text: text})
 	dr.relay.notify(ctx, "turn:"+h.turn)
 	dr.relay.ownerNotice(ctx, relay.NoticeAsk, h.sid, "", text) // R23.10: the question card waits for the owner
 	recheck := time.NewTicker(recheckEvery)

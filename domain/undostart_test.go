@@ -29,12 +29,12 @@ func TestUndoStartGivesTheTurnBack(t *testing.T) {
 		t.Fatalf("push: %+v %v", q, err)
 	}
 	// Another owner's turn, or none: nothing changes.
-	r.q.undoStart(ctx, "s1", tr.ID, "w:other", &store.Queued{Again: true, Drainer: "w:x"})
+	r.turns.undoStart(ctx, "s1", tr.ID, "w:other", &store.Queued{Again: true, Drainer: "w:x"})
 	if h, _ := st.LeaseHolder(ctx, "s1"); h != "w:x" || enq.count("drain:s1") != 0 {
 		t.Fatalf("another owner's turn was touched: lease %q, drains %d", h, enq.count("drain:s1"))
 	}
 	// The answer was lost (nil: not known whether it ran): read, then given back.
-	r.q.undoStart(ctx, "s1", tr.ID, "w:x", nil)
+	r.turns.undoStart(ctx, "s1", tr.ID, "w:x", nil)
 	if cur, _ := st.CurrentTurn(ctx, "s1"); cur != "" {
 		t.Fatalf("turn %s still current", cur)
 	}

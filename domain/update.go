@@ -16,13 +16,13 @@ import (
 // It sees the store only as recordStore and updateStore and reaches the rest
 // of the relay only through updatesHost.
 type updates struct {
-	st    updatesStore
-	now   func() time.Time
-	opts  *Options // the relay's: name, traits
-	grp   *groups
-	cards *cards
-	mod   *models // the provider, its model and effort
-	relay updatesHost
+	st     updatesStore
+	now    func() time.Time
+	opts   *Options // the relay's: name, traits
+	groups *groups
+	cards  *cards
+	models *models // the provider, its model and effort
+	relay  updatesHost
 }
 
 // updatesStore is the store as update_session sees it.
@@ -190,7 +190,7 @@ func (up *updates) settingsOf(ctx context.Context, s *store.Session) sessionSett
 	var group *groupRef
 	if s.GroupID != "" {
 		if g, err := up.st.GetGroup(ctx, s.GroupID); err == nil {
-			group = up.grp.groupRefOf(ctx, g, s.ID)
+			group = up.groups.groupRefOf(ctx, g, s.ID)
 		}
 	}
 	var think *bool
@@ -306,16 +306,16 @@ func (up *updates) checkUpdate(ctx context.Context, c *caller, a *args, in *upda
 	if s.ID == c.s.ID {
 		return nil, Errorf(CodeSelf, "update_session cannot change the calling conversation itself. %s", nothingChanged)
 	}
-	p, e := up.mod.provider(s.Provider, nothingChanged)
+	p, e := up.models.provider(s.Provider, nothingChanged)
 	if e != nil {
 		return nil, e
 	}
 	pl := &updatePlan{s: s, p: p, cwd: in.cwd, acw: in.acw}
 	info := p.Info()
-	if pl.modelNote, e = up.mod.checkModel(info, in.model, nothingChanged, false); e != nil {
+	if pl.modelNote, e = up.models.checkModel(info, in.model, nothingChanged, false); e != nil {
 		return nil, e
 	}
-	if e := up.mod.checkEffort(info, in.effort, nothingChanged); e != nil {
+	if e := up.models.checkEffort(info, in.effort, nothingChanged); e != nil {
 		return nil, e
 	}
 	if e := up.planGroup(ctx, in.groupRef, pl); e != nil {
@@ -336,7 +336,7 @@ func (up *updates) planGroup(ctx context.Context, ref string, pl *updatePlan) *E
 	case strings.EqualFold(ref, "none"):
 		pl.leave = pl.s.GroupID != ""
 	default:
-		g, ge := up.grp.findGroup(ctx, ref, nothingChanged)
+		g, ge := up.groups.findGroup(ctx, ref, nothingChanged)
 		switch {
 		case ge == nil:
 			pl.group = g
@@ -435,7 +435,7 @@ func (up *updates) updateChanges(ctx context.Context, in *updateArgs, pl *update
 		ch.lines = append(ch.lines, "Group: none")
 	case pl.group != nil && pl.group.ID != s.GroupID:
 		ch.names = append(ch.names, "group")
-		ch.lines = append(ch.lines, groupLine(up.grp.groupName(ctx, pl.group), pl.group.ID))
+		ch.lines = append(ch.lines, groupLine(up.groups.groupName(ctx, pl.group), pl.group.ID))
 	case pl.createGroup != "":
 		ch.names = append(ch.names, "group")
 		ch.lines = append(ch.lines, groupLine(pl.createGroup, "new"))
@@ -505,13 +505,13 @@ func (up *updates) applyUpdate(ctx context.Context, in *updateArgs, pl *updatePl
 			var gerr error
 			switch {
 			case pl.leave:
-				gerr = up.grp.leaveGroup(ctx, s)
+				gerr = up.groups.leaveGroup(ctx, s)
 			case pl.group != nil:
-				gerr = up.grp.joinGroup(ctx, s, pl.group)
+				gerr = up.groups.joinGroup(ctx, s, pl.group)
 			default:
-				groupCreated, gerr = up.grp.newGroup(ctx, pl.createGroup, s.ID, false)
+				groupCreated, gerr = up.groups.newGroup(ctx, pl.createGroup, s.ID, false)
 				if gerr == nil {
-					gerr = up.grp.joinGroup(ctx, s, groupCreated)
+					gerr = up.groups.joinGroup(ctx, s, groupCreated)
 				}
 			}
 			if gerr != nil {

@@ -32,14 +32,14 @@ type drainer struct {
 	met          Metrics
 	opts         *Options // the relay's: worker id, limits, timing
 	now          func() time.Time
-	dl           *pipeline
+	pipeline     *pipeline
 	tasks        *tasks // the tasks an agent starts (tasks.go)
-	use          *usage // a turn's usage and the model that ran (agents.go)
-	upd          *updates
+	usage        *usage // a turn's usage and the model that ran (usage.go)
+	updates      *updates
 	hub          *hub
 	warm         *warmGoroutines // drains started here run on kept goroutines (stacks.go)
-	tok          *tokens         // the turn tokens it mints (tokens.go)
-	mod          *models         // the providers
+	tokens       *tokens         // the turn tokens it mints (tokens.go)
+	models       *models         // the providers
 	drainHistory int             // last messages a drain reads with its turn: historyRead when a provider uses them, else 0
 	relay        drainHost
 
@@ -71,14 +71,6 @@ type drainHost interface {
 	ownerNotice(ctx context.Context, event, sid, title, text string)
 	turnNotice(ctx context.Context, s *store.Session, id string, t *store.Turn, status store.TurnStatus, text string)
 }
-
-// Drain runs the next queued turn of a session (the drain's door for tests
-// and tools; jobs come through RunJob).
-func (r *Relay) Drain(ctx context.Context, sid string) error { return r.dr.Drain(ctx, sid) }
-
-// Shutdown hands this process's running turns back to their queues; call it
-// before stopping the worker (graceful shutdown, nothing lost).
-func (r *Relay) Shutdown() { r.dr.Shutdown() }
 
 // A prompt whose caller waits for the reply (send, create_session with a
 // wait) starts its session's drain in the process that queued it, when that

@@ -21,12 +21,12 @@ import (
 // now, and the activity line of each relay_tool call. It sees the store only
 // as usageStore and reaches the rest of the relay only through usageHost.
 type usage struct {
-	st    usageStore
-	now   func() time.Time
-	log   *slog.Logger
-	opts  *Options // the relay's: name, caps
-	mod   *models  // the providers, in config order
-	relay usageHost
+	st     usageStore
+	now    func() time.Time
+	log    *slog.Logger
+	opts   *Options // the relay's: name, caps
+	models *models  // the providers, in config order
+	relay  usageHost
 }
 
 // usageHost is what the usage subsystem asks of the rest of the relay: the
@@ -165,7 +165,7 @@ func (us *usage) agentUsage(ctx context.Context, id string, u map[string]int64, 
 		pv.Paused, pv.PausedReason, pv.PausedAt = true, some(reason), some(tsPtr(at))
 		pv.Status = "paused"
 	}
-	if in := us.mod.providers[id].Info(); in.Status == provider.StatusUnavailable {
+	if in := us.models.providers[id].Info(); in.Status == provider.StatusUnavailable {
 		pv.Status, pv.StatusReason = string(in.Status), some(in.StatusReason)
 	}
 }
@@ -174,7 +174,7 @@ func (us *usage) agentUsage(ctx context.Context, id string, u map[string]int64, 
 // reports that another one ran (R7.13): the result's modelNote says so.
 func (us *usage) noteModel(ctx context.Context, s *store.Session, turnID string, status store.TurnStatus, ran string) {
 	asked := s.Model
-	if p, ok := us.mod.providers[s.Provider]; ok && asked == "" {
+	if p, ok := us.models.providers[s.Provider]; ok && asked == "" {
 		asked = p.Info().DefaultModel
 	}
 	if status != store.TurnDone || ran == "" || asked == "" || ran == asked {

@@ -54,10 +54,6 @@ type pipelineHost interface {
 	notify(ctx context.Context, what string)
 }
 
-// Fanout fans an event out to the subscriptions that take it (the fan-out
-// job's work; RunJob is the door, bench calls it directly).
-func (r *Relay) Fanout(ctx context.Context, ev *store.Event) error { return r.dl.Fanout(ctx, ev) }
-
 // asynq keeps due times in whole seconds (truncating), so a job can start up
 // to a second early; the handlers sleep that rest off (early) rather than
 // rounding up here, which would make every timed delivery up to a second late.
