@@ -148,7 +148,7 @@ func (sh *schedules) scheduleAction(ctx context.Context, c *caller, a *args) (*r
 		return nil, e
 	}
 	tid := target.ID
-	if e := sh.cards.askCard(ctx, c, &cardAsk{need: need, action: "schedule", target: &tid, lines: []string{scheduleCardLine(title, target, every, first, text)}, nothing: nothingScheduled}); e != nil {
+	if e := sh.cards.askCard(ctx, c, &cardAsk{need: need, action: a.action, target: &tid, lines: []string{scheduleCardLine(title, target, every, first, text)}, nothing: nothingScheduled}); e != nil {
 		sh.cards.giveBack(ctx, need, c)
 		return nil, e
 	}
