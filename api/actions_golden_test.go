@@ -218,19 +218,8 @@ func (ag *actionGolden) checkFiles(dir string) {
 			t.Errorf("%v (run with -update to write it)", err)
 			continue
 		}
-		gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
-		for i := 0; i < len(gl) || i < len(wl); i++ {
-			var x, y string
-			if i < len(gl) {
-				x = gl[i]
-			}
-			if i < len(wl) {
-				y = wl[i]
-			}
-			if x != y {
-				t.Errorf("%s differs at line %d:\n got: %s\nwant: %s", path, i+1, x, y)
-				break
-			}
+		if n, x, y, differ := firstDiff(got, string(want)); differ {
+			t.Errorf("%s differs at line %d:\n got: %s\nwant: %s", path, n, x, y)
 		}
 	}
 }

@@ -269,19 +269,25 @@ func TestGoldenOwnerJSON(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v (run with -update to write it)", err)
 	}
-	if got := g.buf.String(); got != string(want) {
-		gl, wl := strings.Split(got, "\n"), strings.Split(string(want), "\n")
-		for i := 0; i < len(gl) || i < len(wl); i++ {
-			var a, b string
-			if i < len(gl) {
-				a = gl[i]
-			}
-			if i < len(wl) {
-				b = wl[i]
-			}
-			if a != b {
-				t.Fatalf("%s differs at line %d:\n got: %s\nwant: %s", path, i+1, a, b)
-			}
+	if n, a, b, differ := firstDiff(g.buf.String(), string(want)); differ {
+		t.Fatalf("%s differs at line %d:\n got: %s\nwant: %s", path, n, a, b)
+	}
+}
+
+// firstDiff finds the first line (from 1) where got and want differ.
+func firstDiff(got, want string) (n int, g, w string, differ bool) {
+	gl, wl := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := 0; i < len(gl) || i < len(wl); i++ {
+		g, w = "", ""
+		if i < len(gl) {
+			g = gl[i]
+		}
+		if i < len(wl) {
+			w = wl[i]
+		}
+		if g != w {
+			return i + 1, g, w, true
 		}
 	}
+	return 0, "", "", false
 }
