@@ -556,9 +556,19 @@ func TestFaultRedisRestartWithAOF(t *testing.T) {
 		var prev *store.Turn
 		var acceptedTexts []string
 		refusedTexts := map[string]bool{}
+		// A write Redis ran as it shut down can lose its answer: Redis
+		// exits from its cron, after running the command and writing it to
+		// the AOF, before it writes the reply. The relay cannot tell such a
+		// prompt from one never queued, so one refused as the store
+		// stopped answering (REMOTE_RELAY_UNAVAILABLE or no answer) within
+		// a second of the SIGTERM may be in the conversation.
+		ambiguous := map[string]bool{}
 		for k, p := range sent[i] {
 			if p.id == "" {
 				refusedTexts[p.text] = true
+				if p.phase == 1 && p.at.Sub(down) < time.Second && (p.code == "REMOTE_RELAY_UNAVAILABLE" || p.status == 0) {
+					ambiguous[p.text] = true
+				}
 				continue
 			}
 			acceptedTexts = append(acceptedTexts, p.text)
@@ -579,6 +589,10 @@ func TestFaultRedisRestartWithAOF(t *testing.T) {
 		var users []string
 		for _, m := range r.Messages(s.ID, "user") {
 			txt, _ := m["text"].(string)
+			if refusedTexts[txt] && ambiguous[txt] {
+				t.Logf("session %d (%s): a prompt refused as Redis shut down is in the conversation (its answer was lost): %s", i, s.ID, txt)
+				continue
+			}
 			if refusedTexts[txt] {
 				bad++
 				t.Errorf("session %d (%s): a prompt the API refused is in the conversation: %s", i, s.ID, txt)
